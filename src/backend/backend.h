@@ -1,0 +1,103 @@
+// The storage behind the lock service. One implementation per backend type: memory (in-process),
+// redis (one master) and redlock (N independent masters, majority quorum). The lock service sees
+// only this interface; nothing above src/backend includes hiredis.
+//
+// Contract for every asynchronous call:
+//  - the callback runs exactly once, on a later loop turn (never inside the call);
+//  - after shutdown() starts, pending and new calls complete with kCancelled / kUnavailable;
+//  - the Backend outlives all callbacks it has not yet delivered (the owner destroys it only after
+//    shutdown()'s done callback ran).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/status.h"
+
+namespace sidelock::backend {
+
+struct AcquireReply {
+  bool granted = false;
+  /// Fencing token of this grant (granted only); strictly increasing per lock name.
+  uint64_t token = 0;
+  /// Granted: the usable lease time in ms (Redlock: ttl - elapsed - drift; single redis: ttl).
+  int64_t validity_ms = 0;
+  /// Not granted: the current holder's remaining TTL in ms, or -1 when unknown. Waiters never
+  /// sleep past it.
+  int64_t holder_ttl_ms = -1;
+};
+
+/// Result of an owner-checked operation (release, extend).
+enum class OwnerCheck {
+  kOk,        // the owner held the lease; the action was done
+  kNotOwner,  // the lock is held by somebody else (nothing changed)
+  kNotHeld,   // no lease exists (it expired or was released)
+};
+
+struct ExtendReply {
+  OwnerCheck result = OwnerCheck::kNotHeld;
+  /// kOk: the lease's usable time from now (Redlock: new ttl - elapsed - drift).
+  int64_t validity_ms = 0;
+};
+
+struct LockState {
+  bool held = false;
+  int64_t ttl_ms = 0;   // remaining TTL when held
+  uint64_t token = 0;   // fencing token of the current (or last) grant; 0 if never granted
+};
+
+struct NodeHealth {
+  std::string address;  // "127.0.0.1:6379" or "unix:/path"
+  bool up = false;
+  /// Up but not allowed to vote yet (Redlock delayed restart).
+  bool voting = true;
+  std::string reason;  // why down / not voting; empty when fine
+};
+
+struct BackendHealth {
+  bool ready = false;
+  std::string reason;  // why not ready
+  std::vector<NodeHealth> nodes;
+};
+
+using AcquireCallback = std::function<void(StatusOr<AcquireReply>)>;
+using OwnerCheckCallback = std::function<void(StatusOr<OwnerCheck>)>;
+using ExtendCallback = std::function<void(StatusOr<ExtendReply>)>;
+using InspectCallback = std::function<void(StatusOr<LockState>)>;
+/// Called with a lock name when some sidecar released that lock (pub/sub wake-up).
+using ReleaseListener = std::function<void(std::string_view name)>;
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  /// Connects (asynchronously); health() reports progress. Errors are retried with backoff.
+  virtual void start() = 0;
+
+  /// One atomic attempt to grant `name` to `owner` for `ttl_ms`. Never waits for the lock.
+  virtual void acquire(std::string_view name, std::string_view owner, int64_t ttl_ms,
+                       AcquireCallback cb) = 0;
+  /// Deletes the lease only if `owner` holds it; announces the release to waiters everywhere.
+  virtual void release(std::string_view name, std::string_view owner, OwnerCheckCallback cb) = 0;
+  /// Sets the lease's TTL to `ttl_ms` only if `owner` holds it. Never re-creates a missing lease.
+  virtual void extend(std::string_view name, std::string_view owner, int64_t ttl_ms,
+                      ExtendCallback cb) = 0;
+  /// Reads the lock's state without revealing the owner.
+  virtual void inspect(std::string_view name, InspectCallback cb) = 0;
+
+  /// Wake-ups: while at least one watch on `name` is active the backend listens for its releases
+  /// and calls the listener. Watches are counted; each watchReleases needs one unwatchReleases.
+  virtual void setReleaseListener(ReleaseListener listener) = 0;
+  virtual void watchReleases(std::string_view name) = 0;
+  virtual void unwatchReleases(std::string_view name) = 0;
+
+  virtual BackendHealth health() const = 0;
+
+  /// Fails pending calls, closes connections, then calls `done` on a later loop turn.
+  virtual void shutdown(std::function<void()> done) = 0;
+};
+
+}  // namespace sidelock::backend

@@ -1,0 +1,56 @@
+#include "common/random.h"
+
+#include <sys/random.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+
+namespace sidelock {
+namespace {
+
+void fillRandom(void* buf, size_t len) {
+  auto* p = static_cast<unsigned char*>(buf);
+  while (len > 0) {
+    ssize_t n = getrandom(p, len, 0);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      perror("getrandom");
+      abort();
+    }
+    p += n;
+    len -= static_cast<size_t>(n);
+  }
+}
+
+std::mt19937_64& prng() {
+  static std::mt19937_64 gen = [] {
+    uint64_t seed = 0;
+    fillRandom(&seed, sizeof(seed));
+    return std::mt19937_64(seed);
+  }();
+  return gen;
+}
+
+}  // namespace
+
+std::string randomOwnerId() {
+  unsigned char bytes[16];
+  fillRandom(bytes, sizeof(bytes));
+  static const char kHex[] = "0123456789abcdef";
+  std::string out(32, '0');
+  for (int i = 0; i < 16; ++i) {
+    out[2 * i] = kHex[bytes[i] >> 4];
+    out[2 * i + 1] = kHex[bytes[i] & 0xf];
+  }
+  return out;
+}
+
+int64_t jitterBetween(int64_t lo, int64_t hi) {
+  if (hi <= lo) return lo;
+  std::uniform_int_distribution<int64_t> dist(lo, hi);
+  return dist(prng());
+}
+
+}  // namespace sidelock

@@ -1,0 +1,106 @@
+// The validated configuration. Loaded from YAML (yaml-cpp) by loadConfig*(); every field has a
+// default so an empty file is a valid config. Unknown keys and bad values are errors naming the
+// key path ("backend.nodes[2]: ...").
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/log.h"
+#include "common/status.h"
+
+namespace sidelock::config {
+
+struct ListenConfig {
+  std::string tcp = "127.0.0.1:7411";                 // "" disables
+  std::string unix_path = "/run/sidelock/sidelock.sock";  // YAML key `unix`; "" disables
+  uint32_t unix_mode = 0660;                           // YAML `unix_mode: "0660"` (octal string)
+  int max_connections = 1024;
+  int max_header_bytes = 16 * 1024;   // request line + headers
+  int max_body_bytes = 64 * 1024;
+  int max_pipelined_requests = 64;    // parsed but unanswered requests per connection
+  int64_t header_timeout_ms = 10'000;  // whole request head must arrive within this
+  int64_t idle_timeout_ms = 60'000;    // keep-alive connection with no request in flight
+  int64_t write_timeout_ms = 30'000;   // a client that does not read its responses is dropped
+};
+
+enum class BackendType { kMemory, kRedis, kRedlock };
+
+struct RedisNodeAddress {
+  std::string host;       // empty for unix sockets
+  int port = 0;
+  std::string unix_path;  // "unix:/path" in YAML
+  std::string toString() const;  // "host:port" or "unix:/path"
+};
+
+struct RedlockConfig {
+  int64_t node_timeout_ms = 50;   // per-node budget for one acquire/extend/release call
+  double drift_factor = 0.01;     // drift = ttl * drift_factor + 2 ms
+  /// Ignore the vote of a node that restarted (run_id changed or uptime < max TTL) until
+  /// locks.max_ttl_ms has passed since its restart.
+  bool delayed_restart = true;
+  int64_t retry_jitter_ms = 50;   // randomized backoff between competing sidecars
+};
+
+struct BackendConfig {
+  BackendType type = BackendType::kRedis;
+  std::vector<RedisNodeAddress> nodes;  // default: 127.0.0.1:6379
+  std::string key_prefix = "sidelock:";
+  int db = 0;
+  /// Credentials never live in the YAML itself: names of env vars / files that hold them.
+  std::string username_env = "SIDELOCK_REDIS_USERNAME";
+  std::string password_env = "SIDELOCK_REDIS_PASSWORD";
+  std::string password_file;  // read at start-up if set; wins over password_env
+  // Resolved at load time from the above (not YAML keys).
+  std::string username;
+  std::string password;
+
+  int64_t connect_timeout_ms = 1000;
+  int64_t command_timeout_ms = 500;   // single redis: a link silent this long is broken
+  int64_t reconnect_min_ms = 100;
+  int64_t reconnect_max_ms = 5000;
+  int64_t health_interval_ms = 1000;  // PING (and Redlock INFO) period
+  RedlockConfig redlock;
+};
+
+struct LocksConfig {
+  int64_t default_ttl_ms = 30'000;
+  int64_t max_ttl_ms = 600'000;
+  int64_t max_wait_ms = 300'000;
+  int max_name_bytes = 200;
+  int max_owner_bytes = 128;
+  int max_waiters_per_lock = 1024;
+  int max_waiters = 65'536;
+  int64_t retry_min_ms = 2;    // waiter backoff start
+  int64_t retry_max_ms = 500;  // waiter backoff cap (also capped by the holder's PTTL)
+  /// Watchdog: renew every ttl * renew_fraction.
+  double renew_fraction = 1.0 / 3.0;
+  /// Default cap on auto-renewed holds (0 = no default cap; requests may still set max_hold_ms).
+  int64_t default_max_hold_ms = 3'600'000;
+  int64_t max_hold_ms_limit = 86'400'000;  // largest max_hold_ms a request may ask for
+};
+
+struct ShutdownConfig {
+  int64_t grace_ms = 10'000;
+  bool release_held = true;  // release leases this sidecar granted that are still held
+};
+
+struct LogConfig {
+  LogLevel level = LogLevel::kInfo;
+  LogFormat format = LogFormat::kLogfmt;
+};
+
+struct Config {
+  ListenConfig listen;
+  BackendConfig backend;
+  LocksConfig locks;
+  ShutdownConfig shutdown;
+  LogConfig log;
+};
+
+/// Parses and validates YAML text. Credentials are resolved from the environment / files.
+StatusOr<Config> loadConfigFromString(const std::string& yaml_text);
+StatusOr<Config> loadConfigFromFile(const std::string& path);
+
+}  // namespace sidelock::config

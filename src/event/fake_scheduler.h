@@ -1,0 +1,54 @@
+// A Scheduler driven by hand, for unit tests of pure logic (lock service on the memory backend).
+#pragma once
+
+#include <map>
+#include <utility>
+#include <vector>
+
+#include "event/scheduler.h"
+
+namespace sidelock::event {
+
+class FakeScheduler final : public Scheduler {
+ public:
+  int64_t nowUs() const override { return now_us_; }
+
+  TimerId runAfter(int64_t delay_ms, Callback cb) override {
+    TimerId id = ++next_id_;
+    timers_.emplace(std::make_pair(now_us_ + std::max<int64_t>(0, delay_ms) * 1000, id), std::move(cb));
+    return id;
+  }
+  void cancel(TimerId id) override {
+    for (auto it = timers_.begin(); it != timers_.end(); ++it) {
+      if (it->first.second == id) {
+        timers_.erase(it);
+        return;
+      }
+    }
+  }
+  void post(Callback cb) override { runAfter(0, std::move(cb)); }
+
+  /// Runs everything due now (including work posted by what runs), without moving time.
+  void runReady() { advanceUs(0); }
+  /// Moves time forward by `ms`, firing timers in deadline order as time passes them.
+  void advanceMs(int64_t ms) { advanceUs(ms * 1000); }
+  void advanceUs(int64_t us) {
+    const int64_t target = now_us_ + us;
+    while (!timers_.empty() && timers_.begin()->first.first <= target) {
+      auto it = timers_.begin();
+      now_us_ = std::max(now_us_, it->first.first);
+      Callback cb = std::move(it->second);
+      timers_.erase(it);
+      cb();
+    }
+    now_us_ = target;
+  }
+  size_t pendingTimers() const { return timers_.size(); }
+
+ private:
+  int64_t now_us_ = 1'000'000'000;  // arbitrary non-zero start
+  TimerId next_id_ = 0;
+  std::map<std::pair<int64_t, TimerId>, Callback> timers_;
+};
+
+}  // namespace sidelock::event

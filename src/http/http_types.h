@@ -1,0 +1,62 @@
+// What the HTTP layer hands to handlers and what handlers answer with. The HTTP layer knows
+// nothing of locks or Redis: it parses (llhttp), routes, enforces limits, and writes responses in
+// request order on each connection (pipelining).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace sidelock::http {
+
+struct Request {
+  std::string method;  // "GET", "POST", ...
+  std::string path;    // decoded path without the query string
+  std::string query;   // raw query string without '?', may be empty
+  std::vector<std::pair<std::string, std::string>> headers;  // names lower-cased
+  std::string body;
+  /// Route parameters filled in by the router ("name" for /v1/locks/{name}/acquire).
+  std::vector<std::pair<std::string, std::string>> params;
+  /// The route pattern that matched (a bounded label for metrics), e.g. "/v1/locks/{name}/acquire".
+  std::string route;
+  int64_t received_us = 0;  // monotonic, when the request head was complete
+
+  std::string_view header(std::string_view lower_name) const;
+  std::string_view param(std::string_view name) const;
+};
+
+/// The answer to one request. Owned jointly by the connection and the handler (shared_ptr), so a
+/// handler may answer on a later loop turn; if the client has gone by then, writes are dropped.
+/// Exactly one of send() or startStream() may be called; after startStream, writeChunk() any
+/// number of times, then endStream().
+class Responder {
+ public:
+  virtual ~Responder() = default;
+
+  /// A complete response. `extra_headers` are "Name: value" pairs.
+  virtual void send(int status, std::string_view content_type, std::string body,
+                    std::vector<std::pair<std::string, std::string>> extra_headers = {}) = 0;
+
+  /// Starts a chunked response that stays open (newline-delimited JSON event streams).
+  virtual void startStream(int status, std::string_view content_type) = 0;
+  /// Sends one chunk; returns false if the client is gone.
+  virtual bool writeChunk(std::string_view data) = 0;
+  /// Ends the chunked response (the connection may then serve the next pipelined request).
+  virtual void endStream() = 0;
+
+  /// True while the client connection is open.
+  virtual bool clientConnected() const = 0;
+  /// Called once if the client disconnects (or the server drops the connection) before the
+  /// response completed (send() written, or endStream()). Used to drop queued waiters and to
+  /// release stream-held locks. Not called after the response completed.
+  virtual void onClientGone(std::function<void()> cb) = 0;
+};
+
+using ResponderPtr = std::shared_ptr<Responder>;
+using Handler = std::function<void(Request& request, ResponderPtr responder)>;
+
+}  // namespace sidelock::http

@@ -1,0 +1,140 @@
+// The lock service: leases, owner ids, fencing, waiter queues, renewal (watchdog), lost-lease
+// detection. It sees the Backend interface and a Scheduler, nothing else: it runs on the real loop
+// in production and on a FakeScheduler + MemoryBackend in unit tests.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "backend/backend.h"
+#include "common/status.h"
+#include "config/config.h"
+#include "event/scheduler.h"
+#include "metrics/metrics.h"
+
+namespace sidelock::lock {
+
+struct AcquireOptions {
+  std::string name;
+  std::string owner;    // empty: the service generates a 128-bit random owner id
+  int64_t ttl_ms = 0;   // validated by the API layer: 1..max_ttl_ms
+  int64_t wait_ms = 0;  // 0 = try once; else queue up to this long (<= max_wait_ms)
+  bool auto_renew = false;
+  int64_t max_hold_ms = 0;  // auto_renew cap; 0 = config default_max_hold_ms
+  bool stream = false;      // hold bound to the client's connection (always auto-renewed)
+};
+
+struct Grant {
+  std::string name;
+  std::string owner;
+  uint64_t token = 0;
+  int64_t ttl_ms = 0;  // validity granted (Redlock: after elapsed and drift)
+};
+
+enum class AcquireStatus {
+  kGranted,
+  kBusy,            // not granted within wait_ms (409 locked)
+  kTooManyWaiters,  // queue limit (429)
+  kCancelled,       // the caller cancelled (client gone) or the service is shutting down
+  kError,           // backend error (503); see `error`
+};
+
+struct AcquireResult {
+  AcquireStatus status = AcquireStatus::kError;
+  Grant grant;                  // kGranted
+  int64_t retry_after_ms = 0;   // kBusy: a hint (holder's remaining TTL when known)
+  Status error;                 // kError
+};
+
+enum class ReleaseStatus { kReleased, kNotOwner, kNotHeld, kLeaseLost };
+enum class ExtendStatus { kExtended, kNotOwner, kNotHeld, kLeaseLost };
+
+struct ExtendResult {
+  ExtendStatus status = ExtendStatus::kNotHeld;
+  int64_t ttl_ms = 0;
+};
+
+/// Events pushed to a stream-bound holder (hold: "stream").
+enum class LeaseEvent { kRenewed, kLost, kCapped };
+
+/// A lease this sidecar granted and still holds, for GET /v1/locks (no owner ids).
+struct LeaseInfo {
+  std::string name;
+  uint64_t token = 0;
+  int64_t age_ms = 0;
+  int64_t ttl_remaining_ms = 0;
+  bool auto_renew = false;
+  bool stream = false;
+};
+
+struct WaiterCount {
+  std::string name;
+  int waiters = 0;
+};
+
+/// Cancels a queued acquire when destroyed or cancel()ed (the client went away). Harmless after
+/// the acquire completed.
+class AcquireTicket {
+ public:
+  AcquireTicket() = default;
+  explicit AcquireTicket(std::function<void()> cancel) : cancel_(std::move(cancel)) {}
+  AcquireTicket(AcquireTicket&&) noexcept = default;
+  AcquireTicket& operator=(AcquireTicket&& o) noexcept {
+    if (this != &o) {
+      cancel();
+      cancel_ = std::move(o.cancel_);
+    }
+    return *this;
+  }
+  ~AcquireTicket() { cancel(); }
+  void cancel() {
+    if (cancel_) std::exchange(cancel_, nullptr)();
+  }
+  /// Forget the ticket without cancelling (the acquire continues on its own).
+  void release() { cancel_ = nullptr; }
+
+ private:
+  std::function<void()> cancel_;
+};
+
+class LockService {
+ public:
+  LockService(const config::LocksConfig& config, backend::Backend& backend,
+              event::Scheduler& scheduler, metrics::Metrics& metrics);
+  ~LockService();
+  LockService(const LockService&) = delete;
+  LockService& operator=(const LockService&) = delete;
+
+  /// Acquires (once or waiting in the per-name FIFO queue). `done` runs exactly once, on a later
+  /// loop turn, unless the ticket was cancelled first (then it runs with kCancelled, also later).
+  /// If a grant arrives after cancellation, the lease is released at once.
+  /// `on_event`, when set, receives lease events (lost / capped / renewed) for the granted lease
+  /// until it is released; used by stream holds.
+  AcquireTicket acquire(AcquireOptions options, std::function<void(AcquireResult)> done,
+                        std::function<void(LeaseEvent)> on_event = nullptr);
+
+  /// Releases the lease: stops its renewal first (no renewal ever runs after this is answered).
+  void release(std::string_view name, std::string_view owner,
+               std::function<void(StatusOr<ReleaseStatus>)> done);
+  void extend(std::string_view name, std::string_view owner, int64_t ttl_ms,
+              std::function<void(StatusOr<ExtendResult>)> done);
+  void inspect(std::string_view name, std::function<void(StatusOr<backend::LockState>)> done);
+
+  std::vector<LeaseInfo> leases() const;
+  std::vector<WaiterCount> waiterCounts() const;
+
+  /// Stops accepting work, fails waiters with kCancelled, stops renewals, releases held leases
+  /// if `release_held`, then calls `done` (on a later turn) — or after `grace_ms` at the latest.
+  void shutdown(bool release_held, int64_t grace_ms, std::function<void()> done);
+
+ private:
+  class Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace sidelock::lock

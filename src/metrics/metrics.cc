@@ -1,0 +1,305 @@
+#include "metrics/metrics.h"
+
+#include <dirent.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <ctime>
+#include <fstream>
+#include <prometheus/text_serializer.h>
+#include <sstream>
+
+namespace sidelock::metrics {
+namespace {
+
+using prometheus::BuildCounter;
+using prometheus::BuildGauge;
+using prometheus::BuildHistogram;
+
+double readBootTimeSeconds() {
+  std::ifstream in("/proc/stat");
+  std::string key;
+  while (in >> key) {
+    if (key == "btime") {
+      double v = 0;
+      in >> v;
+      return v;
+    }
+    in.ignore(1 << 16, '\n');
+  }
+  return 0;
+}
+
+}  // namespace
+
+const prometheus::Histogram::BucketBoundaries& waitBuckets() {
+  static const prometheus::Histogram::BucketBoundaries kBuckets = {
+      0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600};
+  return kBuckets;
+}
+
+const prometheus::Histogram::BucketBoundaries& latencyBuckets() {
+  static const prometheus::Histogram::BucketBoundaries kBuckets = {
+      0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
+      1, 2.5, 5};
+  return kBuckets;
+}
+
+Metrics::Metrics(std::string version)
+    : registry_(std::make_shared<prometheus::Registry>()),
+      acquire_total(BuildCounter()
+                        .Name("sidelock_acquire_total")
+                        .Help("Acquire requests by final result (acquired, busy, error, "
+                              "too_many_waiters, cancelled).")
+                        .Register(*registry_)),
+      acquire_acquired(acquire_total.Add({{"result", "acquired"}})),
+      acquire_busy(acquire_total.Add({{"result", "busy"}})),
+      acquire_error(acquire_total.Add({{"result", "error"}})),
+      acquire_too_many_waiters(acquire_total.Add({{"result", "too_many_waiters"}})),
+      acquire_cancelled(acquire_total.Add({{"result", "cancelled"}})),
+      acquire_contended(BuildCounter()
+                            .Name("sidelock_acquire_contended_total")
+                            .Help("Acquire requests that found the lock held at least once.")
+                            .Register(*registry_)
+                            .Add({})),
+      acquire_wait_seconds(BuildHistogram()
+                               .Name("sidelock_acquire_wait_seconds")
+                               .Help("Time from an acquire request to its outcome.")
+                               .Register(*registry_)
+                               .Add({}, waitBuckets())),
+      waiters(BuildGauge()
+                  .Name("sidelock_waiters")
+                  .Help("Acquire requests currently queued waiting for a lock.")
+                  .Register(*registry_)
+                  .Add({})),
+      held_locks(BuildGauge()
+                     .Name("sidelock_held_locks")
+                     .Help("Leases granted by this sidecar that are still held.")
+                     .Register(*registry_)
+                     .Add({})),
+      hold_seconds(BuildHistogram()
+                       .Name("sidelock_hold_seconds")
+                       .Help("How long leases were held: grant to release, expiry or loss.")
+                       .Register(*registry_)
+                       .Add({}, waitBuckets())),
+      lease_expired(BuildCounter()
+                        .Name("sidelock_lease_expired_total")
+                        .Help("Leases whose TTL ran out before they were released.")
+                        .Register(*registry_)
+                        .Add({})),
+      lease_lost(BuildCounter()
+                     .Name("sidelock_lease_lost_total")
+                     .Help("Leases the sidecar found gone or owned by another while renewing.")
+                     .Register(*registry_)
+                     .Add({})),
+      release_total(BuildCounter()
+                        .Name("sidelock_release_total")
+                        .Help("Release requests by result.")
+                        .Register(*registry_)),
+      release_released(release_total.Add({{"result", "released"}})),
+      release_not_owner(release_total.Add({{"result", "not_owner"}})),
+      release_not_held(release_total.Add({{"result", "not_held"}})),
+      release_lease_lost(release_total.Add({{"result", "lease_lost"}})),
+      release_error(release_total.Add({{"result", "error"}})),
+      extend_total(BuildCounter()
+                       .Name("sidelock_extend_total")
+                       .Help("Extend requests from clients by result.")
+                       .Register(*registry_)),
+      extend_extended(extend_total.Add({{"result", "extended"}})),
+      extend_not_owner(extend_total.Add({{"result", "not_owner"}})),
+      extend_not_held(extend_total.Add({{"result", "not_held"}})),
+      extend_lease_lost(extend_total.Add({{"result", "lease_lost"}})),
+      extend_error(extend_total.Add({{"result", "error"}})),
+      renew_total(BuildCounter()
+                      .Name("sidelock_renew_total")
+                      .Help("Watchdog renewals by result (renewed, lost, error, capped).")
+                      .Register(*registry_)),
+      renew_renewed(renew_total.Add({{"result", "renewed"}})),
+      renew_lost(renew_total.Add({{"result", "lost"}})),
+      renew_error(renew_total.Add({{"result", "error"}})),
+      renew_capped(renew_total.Add({{"result", "capped"}})),
+      wakeups(BuildCounter()
+                  .Name("sidelock_wakeups_total")
+                  .Help("Release notifications (pub/sub) that woke a local waiter.")
+                  .Register(*registry_)
+                  .Add({})),
+      backend_up(BuildGauge()
+                     .Name("sidelock_backend_up")
+                     .Help("1 if the backend node is connected and answering, else 0.")
+                     .Register(*registry_)),
+      backend_request_seconds(BuildHistogram()
+                                  .Name("sidelock_backend_request_seconds")
+                                  .Help("Latency of backend node requests by operation.")
+                                  .Register(*registry_)),
+      backend_errors_total(BuildCounter()
+                               .Name("sidelock_backend_errors_total")
+                               .Help("Backend node request failures by kind (timeout, "
+                                     "disconnected, reply).")
+                               .Register(*registry_)),
+      backend_reconnects_total(BuildCounter()
+                                   .Name("sidelock_backend_reconnects_total")
+                                   .Help("Connection attempts to a backend node after the first.")
+                                   .Register(*registry_)),
+      backend_ready(BuildGauge()
+                        .Name("sidelock_backend_ready")
+                        .Help("1 if the backend can grant locks (Redlock: a voting majority is "
+                              "up), else 0.")
+                        .Register(*registry_)
+                        .Add({})),
+      redlock_quorum_failures(BuildCounter()
+                                  .Name("sidelock_redlock_quorum_failures_total")
+                                  .Help("Redlock attempts that could not reach a majority of "
+                                        "nodes (down, timed out or not voting).")
+                                  .Register(*registry_)
+                                  .Add({})),
+      redlock_validity_seconds(BuildHistogram()
+                                   .Name("sidelock_redlock_validity_seconds")
+                                   .Help("Lease validity remaining at grant (ttl - elapsed - "
+                                         "drift).")
+                                   .Register(*registry_)
+                                   .Add({}, waitBuckets())),
+      http_requests_total(BuildCounter()
+                              .Name("sidelock_http_requests_total")
+                              .Help("HTTP requests by route and status code.")
+                              .Register(*registry_)),
+      http_request_seconds(BuildHistogram()
+                               .Name("sidelock_http_request_seconds")
+                               .Help("HTTP request latency by route (to the first response byte).")
+                               .Register(*registry_)),
+      http_in_flight(BuildGauge()
+                         .Name("sidelock_http_in_flight_requests")
+                         .Help("HTTP requests received and not yet answered.")
+                         .Register(*registry_)
+                         .Add({})),
+      http_connections(BuildGauge()
+                           .Name("sidelock_http_connections")
+                           .Help("Open HTTP client connections (TCP and Unix socket).")
+                           .Register(*registry_)
+                           .Add({})),
+      http_connections_rejected(BuildCounter()
+                                    .Name("sidelock_http_connections_rejected_total")
+                                    .Help("Connections closed at accept because of max_connections.")
+                                    .Register(*registry_)
+                                    .Add({})) {
+  BuildGauge()
+      .Name("sidelock_build_info")
+      .Help("Build information; always 1.")
+      .Register(*registry_)
+      .Add({{"version", std::move(version)}})
+      .Set(1);
+  process_rss_ = &BuildGauge()
+                      .Name("process_resident_memory_bytes")
+                      .Help("Resident memory size in bytes.")
+                      .Register(*registry_)
+                      .Add({});
+  process_vms_ = &BuildGauge()
+                      .Name("process_virtual_memory_bytes")
+                      .Help("Virtual memory size in bytes.")
+                      .Register(*registry_)
+                      .Add({});
+  process_cpu_ = &BuildCounter()
+                      .Name("process_cpu_seconds_total")
+                      .Help("Total user and system CPU time spent in seconds.")
+                      .Register(*registry_)
+                      .Add({});
+  process_open_fds_ = &BuildGauge()
+                           .Name("process_open_fds")
+                           .Help("Number of open file descriptors.")
+                           .Register(*registry_)
+                           .Add({});
+  process_max_fds_ = &BuildGauge()
+                          .Name("process_max_fds")
+                          .Help("Maximum number of open file descriptors.")
+                          .Register(*registry_)
+                          .Add({});
+  process_start_time_ = &BuildGauge()
+                             .Name("process_start_time_seconds")
+                             .Help("Start time of the process since unix epoch in seconds.")
+                             .Register(*registry_)
+                             .Add({});
+  updateProcessMetrics();
+}
+
+NodeMetrics& Metrics::node(std::string_view address) {
+  for (auto& [name, m] : nodes_) {
+    if (name == address) return *m;
+  }
+  auto m = std::make_unique<NodeMetrics>();
+  const std::string node(address);
+  m->up = &backend_up.Add({{"node", node}});
+  m->reconnects = &backend_reconnects_total.Add({{"node", node}});
+  m->errors_timeout = &backend_errors_total.Add({{"node", node}, {"kind", "timeout"}});
+  m->errors_disconnected = &backend_errors_total.Add({{"node", node}, {"kind", "disconnected"}});
+  m->errors_reply = &backend_errors_total.Add({{"node", node}, {"kind", "reply"}});
+  m->noscript_reloads = &backend_errors_total.Add({{"node", node}, {"kind", "noscript"}});
+  auto latency = [&](const char* op) {
+    return &backend_request_seconds.Add({{"node", node}, {"op", op}}, latencyBuckets());
+  };
+  m->latency_acquire = latency("acquire");
+  m->latency_release = latency("release");
+  m->latency_extend = latency("extend");
+  m->latency_inspect = latency("inspect");
+  m->latency_other = latency("other");
+  nodes_.emplace_back(node, std::move(m));
+  return *nodes_.back().second;
+}
+
+prometheus::Counter& Metrics::httpRequests(std::string_view route, int code) {
+  // Family::Add returns the existing series for known labels, so this is a lookup after the first.
+  return http_requests_total.Add({{"route", std::string(route)}, {"code", std::to_string(code)}});
+}
+
+prometheus::Histogram& Metrics::httpLatency(std::string_view route) {
+  return http_request_seconds.Add({{"route", std::string(route)}}, latencyBuckets());
+}
+
+void Metrics::updateProcessMetrics() {
+  // /proc/self/stat: fields 14/15 utime/stime (ticks), 22 starttime (ticks since boot),
+  // 23 vsize (bytes), 24 rss (pages). The command name (field 2) may contain spaces: skip past ')'.
+  FILE* f = fopen("/proc/self/stat", "r");
+  if (f != nullptr) {
+    char buf[1024];
+    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    const char* p = strrchr(buf, ')');
+    if (p != nullptr) {
+      unsigned long long utime = 0, stime = 0, starttime = 0, vsize = 0;
+      long long rss = 0;
+      // After ')': state(3) ppid pgrp session tty tpgid flags minflt cminflt majflt cmajflt
+      // utime(14) stime cutime cstime priority nice threads itrealvalue starttime(22) vsize rss
+      if (sscanf(p + 2,
+                 "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu %*d %*d %*d %*d %*d %*d "
+                 "%llu %llu %lld",
+                 &utime, &stime, &starttime, &vsize, &rss) == 5) {
+        const double ticks = static_cast<double>(sysconf(_SC_CLK_TCK));
+        const double cpu = static_cast<double>(utime + stime) / ticks;
+        if (cpu > process_cpu_->Value()) process_cpu_->Increment(cpu - process_cpu_->Value());
+        process_vms_->Set(static_cast<double>(vsize));
+        process_rss_->Set(static_cast<double>(rss) * static_cast<double>(sysconf(_SC_PAGESIZE)));
+        static const double boot = readBootTimeSeconds();
+        process_start_time_->Set(boot + static_cast<double>(starttime) / ticks);
+      }
+    }
+  }
+  if (DIR* d = opendir("/proc/self/fd")) {
+    int count = 0;
+    while (readdir(d) != nullptr) ++count;
+    closedir(d);
+    process_open_fds_->Set(count - 3);  // ".", ".." and the DIR's own fd
+  }
+  rlimit lim{};
+  if (getrlimit(RLIMIT_NOFILE, &lim) == 0) process_max_fds_->Set(static_cast<double>(lim.rlim_cur));
+}
+
+std::string Metrics::render() {
+  for (auto& hook : scrape_hooks_) hook();
+  updateProcessMetrics();
+  std::ostringstream out;
+  prometheus::TextSerializer().Serialize(out, registry_->Collect());
+  return out.str();
+}
+
+}  // namespace sidelock::metrics

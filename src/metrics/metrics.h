@@ -1,0 +1,136 @@
+// Every metric family sidelock exports, declared in one place (STYLE: Metrics). Layers receive a
+// Metrics& and bump the pre-resolved series; /metrics is rendered from the prometheus-cpp registry
+// by our own HTTP loop (no civetweb exposer).
+//
+// Label rules: no lock names and no owner ids as label values, ever. `node` is bounded by config,
+// `route` by the router's fixed route table, `result`/`op`/`kind` by the enums used here.
+#pragma once
+
+#include <prometheus/counter.h>
+#include <prometheus/family.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+#include <prometheus/registry.h>
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace sidelock::metrics {
+
+/// Per-node series of one backend node (Redis master), resolved once at start-up.
+struct NodeMetrics {
+  prometheus::Gauge* up = nullptr;
+  prometheus::Counter* reconnects = nullptr;
+  // errors by kind
+  prometheus::Counter* errors_timeout = nullptr;
+  prometheus::Counter* errors_disconnected = nullptr;
+  prometheus::Counter* errors_reply = nullptr;  // Redis answered with an error
+  prometheus::Counter* noscript_reloads = nullptr;
+  // latency by op
+  prometheus::Histogram* latency_acquire = nullptr;
+  prometheus::Histogram* latency_release = nullptr;
+  prometheus::Histogram* latency_extend = nullptr;
+  prometheus::Histogram* latency_inspect = nullptr;
+  prometheus::Histogram* latency_other = nullptr;  // PING, INFO, SCRIPT LOAD
+};
+
+class Metrics {
+  // Declared first: every family reference below is registered in it during construction.
+  std::shared_ptr<prometheus::Registry> registry_;
+
+ public:
+  explicit Metrics(std::string version = "dev");
+  Metrics(const Metrics&) = delete;
+  Metrics& operator=(const Metrics&) = delete;
+
+  prometheus::Registry& registry() { return *registry_; }
+
+  /// Series for one backend node; call once per node at start-up (idempotent for the same name).
+  NodeMetrics& node(std::string_view address);
+
+  /// Hooks run just before each scrape, to compute gauges from live state.
+  void addScrapeHook(std::function<void()> hook) { scrape_hooks_.push_back(std::move(hook)); }
+
+  /// Prometheus text exposition format 0.0.4 of everything registered.
+  std::string render();
+
+  // --- acquire ---
+  prometheus::Family<prometheus::Counter>& acquire_total;  // {result}
+  prometheus::Counter& acquire_acquired;
+  prometheus::Counter& acquire_busy;
+  prometheus::Counter& acquire_error;
+  prometheus::Counter& acquire_too_many_waiters;
+  prometheus::Counter& acquire_cancelled;  // the client went away while waiting
+  prometheus::Counter& acquire_contended;  // found the lock held at least once
+  prometheus::Histogram& acquire_wait_seconds;
+  prometheus::Gauge& waiters;
+
+  // --- leases ---
+  prometheus::Gauge& held_locks;
+  prometheus::Histogram& hold_seconds;      // grant -> release / expiry / loss
+  prometheus::Counter& lease_expired;       // TTL ran out before release
+  prometheus::Counter& lease_lost;          // renewal / extend found the lease gone or stolen
+
+  prometheus::Family<prometheus::Counter>& release_total;  // {result}
+  prometheus::Counter& release_released;
+  prometheus::Counter& release_not_owner;
+  prometheus::Counter& release_not_held;
+  prometheus::Counter& release_lease_lost;
+  prometheus::Counter& release_error;
+
+  prometheus::Family<prometheus::Counter>& extend_total;  // {result}
+  prometheus::Counter& extend_extended;
+  prometheus::Counter& extend_not_owner;
+  prometheus::Counter& extend_not_held;
+  prometheus::Counter& extend_lease_lost;
+  prometheus::Counter& extend_error;
+
+  prometheus::Family<prometheus::Counter>& renew_total;  // {result} watchdog renewals
+  prometheus::Counter& renew_renewed;
+  prometheus::Counter& renew_lost;
+  prometheus::Counter& renew_error;    // transient backend error, retried
+  prometheus::Counter& renew_capped;   // stopped at max_hold_ms
+
+  prometheus::Counter& wakeups;  // pub/sub release notifications that woke a waiter
+
+  // --- backend ---
+  prometheus::Family<prometheus::Gauge>& backend_up;                  // {node}
+  prometheus::Family<prometheus::Histogram>& backend_request_seconds;  // {node,op}
+  prometheus::Family<prometheus::Counter>& backend_errors_total;      // {node,kind}
+  prometheus::Family<prometheus::Counter>& backend_reconnects_total;  // {node}
+  prometheus::Gauge& backend_ready;
+  prometheus::Counter& redlock_quorum_failures;
+  prometheus::Histogram& redlock_validity_seconds;  // validity remaining at grant
+
+  // --- http ---
+  prometheus::Family<prometheus::Counter>& http_requests_total;  // {route,code}
+  prometheus::Family<prometheus::Histogram>& http_request_seconds;  // {route}
+  prometheus::Gauge& http_in_flight;
+  prometheus::Gauge& http_connections;
+  prometheus::Counter& http_connections_rejected;  // over max_connections
+
+  prometheus::Counter& httpRequests(std::string_view route, int code);
+  prometheus::Histogram& httpLatency(std::string_view route);
+
+ private:
+  std::vector<std::function<void()>> scrape_hooks_;
+  std::vector<std::pair<std::string, std::unique_ptr<NodeMetrics>>> nodes_;
+  // process_* and build info (updated at scrape time)
+  prometheus::Gauge* process_rss_ = nullptr;
+  prometheus::Gauge* process_vms_ = nullptr;
+  prometheus::Counter* process_cpu_ = nullptr;
+  prometheus::Gauge* process_open_fds_ = nullptr;
+  prometheus::Gauge* process_max_fds_ = nullptr;
+  prometheus::Gauge* process_start_time_ = nullptr;
+  void updateProcessMetrics();
+};
+
+/// Histogram buckets in seconds for lock waits and holds (1 ms .. 10 min).
+const prometheus::Histogram::BucketBoundaries& waitBuckets();
+/// Histogram buckets in seconds for backend and HTTP latency (50 us .. 5 s).
+const prometheus::Histogram::BucketBoundaries& latencyBuckets();
+
+}  // namespace sidelock::metrics

@@ -1,0 +1,55 @@
+// A real redis-server process for tests: started on a free port in its own temp dir, no
+// persistence unless asked, killed (and waited for) in the destructor so no process is left.
+#pragma once
+
+#include <sys/types.h>
+
+#include <string>
+#include <vector>
+
+namespace sidelock::testing {
+
+/// A TCP port that was free a moment ago (bind to port 0, read it back, close).
+int pickFreePort();
+/// Creates a fresh directory under $TMPDIR (or /tmp); removed by removeTree().
+std::string makeTempDir(const std::string& prefix);
+void removeTree(const std::string& path);
+
+class RedisServer {
+ public:
+  struct Options {
+    bool persistence = false;  // appendonly yes + fsync always, so restart() keeps data
+    std::vector<std::string> extra_args;  // e.g. {"--requirepass", "secret"}
+  };
+
+  RedisServer();  // default options
+  explicit RedisServer(Options options);
+  ~RedisServer();
+  RedisServer(const RedisServer&) = delete;
+  RedisServer& operator=(const RedisServer&) = delete;
+
+  int port() const { return port_; }
+  std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
+  bool running() const { return pid_ > 0; }
+
+  /// SIGKILL and wait. Data is lost unless persistence is on.
+  void kill();
+  /// Starts again on the same port (waits until it answers PING).
+  void restart();
+  /// SIGSTOP / SIGCONT: the process stays connected but answers nothing.
+  void pause();
+  void resume();
+
+  /// Runs redis-cli against this server and returns its trimmed stdout ("" on failure).
+  std::string cli(const std::vector<std::string>& args) const;
+
+ private:
+  void start();
+  Options options_;
+  std::string dir_;
+  int port_ = 0;
+  pid_t pid_ = -1;
+  bool paused_ = false;
+};
+
+}  // namespace sidelock::testing

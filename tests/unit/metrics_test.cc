@@ -1,0 +1,30 @@
+#include "metrics/metrics.h"
+
+#include <gtest/gtest.h>
+
+namespace sidelock::metrics {
+namespace {
+
+TEST(MetricsTest, RendersFamiliesWithBoundedLabels) {
+  Metrics m("1.2.3");
+  m.acquire_acquired.Increment();
+  m.node("127.0.0.1:6379").up->Set(1);
+  m.httpRequests("/v1/locks/{name}/acquire", 200).Increment();
+  std::string text = m.render();
+  EXPECT_NE(text.find("sidelock_acquire_total{result=\"acquired\"} 1"), std::string::npos);
+  EXPECT_NE(text.find("sidelock_backend_up{node=\"127.0.0.1:6379\"} 1"), std::string::npos);
+  EXPECT_NE(text.find("sidelock_build_info{version=\"1.2.3\"} 1"), std::string::npos);
+  EXPECT_NE(text.find("process_resident_memory_bytes"), std::string::npos);
+  EXPECT_NE(text.find("sidelock_http_requests_total{code=\"200\",route=\"/v1/locks/{name}/acquire\"} 1"),
+            std::string::npos)
+      << text;
+}
+
+TEST(MetricsTest, NodeSeriesAreResolvedOnce) {
+  Metrics m;
+  EXPECT_EQ(&m.node("a:1"), &m.node("a:1"));
+  EXPECT_NE(&m.node("a:1"), &m.node("b:2"));
+}
+
+}  // namespace
+}  // namespace sidelock::metrics

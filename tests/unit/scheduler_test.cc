@@ -1,0 +1,70 @@
+#include <gtest/gtest.h>
+#include <uv.h>
+
+#include <vector>
+
+#include "common/random.h"
+#include "event/fake_scheduler.h"
+#include "event/uv_scheduler.h"
+
+namespace sidelock::event {
+namespace {
+
+TEST(FakeSchedulerTest, FiresInDeadlineOrderAndHonoursCancel) {
+  FakeScheduler s;
+  std::vector<int> fired;
+  s.runAfter(30, [&] { fired.push_back(30); });
+  auto id = s.runAfter(20, [&] { fired.push_back(20); });
+  s.runAfter(10, [&] { fired.push_back(10); });
+  s.cancel(id);
+  s.advanceMs(15);
+  EXPECT_EQ(fired, std::vector<int>({10}));
+  s.advanceMs(100);
+  EXPECT_EQ(fired, std::vector<int>({10, 30}));
+}
+
+TEST(FakeSchedulerTest, ScopedTimerCancelsOnDestruction) {
+  FakeScheduler s;
+  int fired = 0;
+  {
+    ScopedTimer t;
+    t.start(s, 5, [&] { ++fired; });
+    EXPECT_TRUE(t.pending());
+  }
+  s.advanceMs(10);
+  EXPECT_EQ(fired, 0);
+}
+
+TEST(UvSchedulerTest, RunsTimersAndPostsOnTheLoopThenClosesCleanly) {
+  uv_loop_t loop;
+  ASSERT_EQ(uv_loop_init(&loop), 0);
+  {
+    UvScheduler s(&loop);
+    std::vector<int> order;
+    s.runAfter(20, [&] { order.push_back(2); });
+    auto cancelled = s.runAfter(5, [&] { order.push_back(99); });
+    s.post([&] { order.push_back(1); });
+    s.cancel(cancelled);
+    int64_t start = s.nowMs();
+    uv_run(&loop, UV_RUN_DEFAULT);
+    EXPECT_EQ(order, std::vector<int>({1, 2}));
+    EXPECT_GE(s.nowMs() - start, 19);
+  }
+  uv_run(&loop, UV_RUN_DEFAULT);  // drain the close callbacks
+  EXPECT_EQ(uv_loop_close(&loop), 0);
+}
+
+TEST(RandomTest, OwnerIdsAre128BitHexAndDistinct) {
+  std::string a = randomOwnerId(), b = randomOwnerId();
+  EXPECT_EQ(a.size(), 32u);
+  EXPECT_NE(a, b);
+  EXPECT_EQ(a.find_first_not_of("0123456789abcdef"), std::string::npos);
+  for (int i = 0; i < 100; ++i) {
+    int64_t j = jitterBetween(5, 10);
+    EXPECT_GE(j, 5);
+    EXPECT_LE(j, 10);
+  }
+}
+
+}  // namespace
+}  // namespace sidelock::event
