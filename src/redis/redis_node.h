@@ -40,7 +40,7 @@ struct RedisValue {
 
 using RedisReplyCallback = std::function<void(StatusOr<RedisValue>)>;
 
-/// The Lua scripts (src/backend/scripts.h holds their text and SHA1).
+/// The Lua scripts (src/redis/scripts.h holds their text and SHA1).
 enum class ScriptId { kAcquire, kRelease, kExtend, kInspect };
 
 /// Which metric latency series an operation counts in.

@@ -1,0 +1,52 @@
+// The real `sidelock` binary as a child process for integration tests: writes a config file into a
+// temp dir (TCP on a free port, Unix socket in the temp dir), starts the binary, waits for /healthz,
+// and on stop() sends SIGTERM and waits, returning the exit status. The destructor kills what is
+// left, so no process outlives the test.
+#pragma once
+
+#include <sys/types.h>
+
+#include <string>
+#include <vector>
+
+namespace sidelock::testing {
+
+class SidecarProcess {
+ public:
+  struct Options {
+    /// YAML for everything except `listen.tcp` / `listen.unix`, which the fixture fills in.
+    /// Example: "backend:\n  type: redis\n  nodes: [\"127.0.0.1:6379\"]\n".
+    std::string yaml;
+    std::vector<std::string> env;  // extra "K=V" entries
+    bool wait_ready = false;       // also wait for /readyz to answer 200
+  };
+
+  explicit SidecarProcess(Options options);
+  ~SidecarProcess();
+  SidecarProcess(const SidecarProcess&) = delete;
+  SidecarProcess& operator=(const SidecarProcess&) = delete;
+
+  int port() const { return port_; }
+  const std::string& socketPath() const { return socket_path_; }
+  const std::string& dir() const { return dir_; }
+  pid_t pid() const { return pid_; }
+  /// Everything the process wrote to stderr/stdout so far.
+  std::string logs() const;
+
+  /// SIGTERM, wait up to timeout_ms; returns the exit code (or 128+signal; -1 on timeout, after
+  /// which the process is killed).
+  int stop(int timeout_ms = 15000);
+  void kill();  // SIGKILL and reap
+
+ private:
+  Options options_;
+  std::string dir_;
+  std::string socket_path_;
+  int port_ = 0;
+  pid_t pid_ = -1;
+};
+
+/// Path of the built sidelock binary (from the SIDELOCK_BINARY compile definition).
+std::string sidelockBinary();
+
+}  // namespace sidelock::testing
