@@ -1,0 +1,64 @@
+// The v1 HTTP API: JSON <-> LockService. Validates every input before it reaches the lock service
+// (bad input changes nothing) and maps results to status codes and JSON error bodies:
+//   {"error": "<code>", "message": "..."}
+// The HTTP layer knows nothing of locks; this layer knows nothing of Redis.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "backend/backend.h"
+#include "config/config.h"
+#include "http/http_types.h"
+#include "lock/lock_service.h"
+#include "metrics/metrics.h"
+
+namespace sidelock::api {
+
+struct Route {
+  std::string method;
+  std::string pattern;  // "/v1/locks/{name}/acquire"
+  http::Handler handler;
+};
+
+class LockApi {
+ public:
+  LockApi(const config::LocksConfig& locks, lock::LockService& service, backend::Backend& backend,
+          metrics::Metrics& metrics);
+
+  /// Every route this API serves; main registers them with the HTTP router.
+  std::vector<Route> routes();
+
+  /// While draining (SIGTERM), /readyz answers 503 and new acquires 503 shutting_down.
+  void setDraining(bool draining) { draining_ = draining; }
+
+  /// Lock names: 1..max_name_bytes of A-Z a-z 0-9 and "-_.:@". Everything else is refused: braces
+  /// would break the Redis Cluster hash tag, '/' the route, NUL/control bytes/spaces logs and keys.
+  static bool validLockName(std::string_view name, size_t max_bytes);
+  /// Owner ids: 1..max_owner_bytes printable ASCII (0x21..0x7e).
+  static bool validOwner(std::string_view owner, size_t max_bytes);
+
+ private:
+  void acquire(http::Request& req, http::ResponderPtr res);
+  void release(http::Request& req, http::ResponderPtr res);
+  void extend(http::Request& req, http::ResponderPtr res);
+  void inspect(http::Request& req, http::ResponderPtr res);
+  void list(http::Request& req, http::ResponderPtr res);
+  void healthz(http::Request& req, http::ResponderPtr res);
+  void readyz(http::Request& req, http::ResponderPtr res);
+  void metricsText(http::Request& req, http::ResponderPtr res);
+
+  const config::LocksConfig& locks_;
+  lock::LockService& service_;
+  backend::Backend& backend_;
+  metrics::Metrics& metrics_;
+  bool draining_ = false;
+};
+
+/// Writes `{"error": code, "message": message}` (plus `extra` fields) with `status`.
+void sendError(const http::ResponderPtr& res, int status, std::string_view code,
+               std::string_view message);
+
+}  // namespace sidelock::api

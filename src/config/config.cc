@@ -1,0 +1,361 @@
+#include "config/config.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+namespace sidelock::config {
+namespace {
+
+// yaml-cpp throws; everything below runs inside one try block in loadConfigFromString and turns
+// problems into a Status naming the key path.
+struct ConfigError {
+  std::string path;
+  std::string message;
+};
+
+[[noreturn]] void fail(const std::string& path, const std::string& message) {
+  throw ConfigError{path, message};
+}
+
+std::string join(const std::string& parent, const std::string& key) {
+  return parent.empty() ? key : parent + "." + key;
+}
+
+/// Walks a mapping, checking every key is known.
+class Section {
+ public:
+  Section(const YAML::Node& node, std::string path) : node_(node), path_(std::move(path)) {
+    if (node_ && !node_.IsNull() && !node_.IsMap()) fail(path_, "must be a mapping");
+  }
+
+  /// Rejects keys that no reader asked for. Call after reading every field.
+  void rejectUnknown(const std::set<std::string>& known) const {
+    if (!node_ || node_.IsNull()) return;
+    for (const auto& kv : node_) {
+      const auto key = kv.first.as<std::string>();
+      if (known.count(key) == 0) fail(join(path_, key), "unknown key");
+    }
+  }
+
+  /// The value under `key`, or an undefined node (false in a boolean context) when absent.
+  YAML::Node child(const std::string& key) const {
+    if (!node_ || node_.IsNull()) return YAML::Node(YAML::NodeType::Undefined);
+    const YAML::Node& map = node_;  // const operator[] never inserts
+    return map[key];
+  }
+  std::string path(const std::string& key) const { return join(path_, key); }
+
+  void readString(const std::string& key, std::string& out) const {
+    YAML::Node n = child(key);
+    if (!n) return;
+    if (n.IsNull()) {
+      out.clear();
+      return;
+    }
+    if (!n.IsScalar()) fail(path(key), "must be a string");
+    out = n.as<std::string>();
+  }
+
+  void readBool(const std::string& key, bool& out) const {
+    YAML::Node n = child(key);
+    if (!n) return;
+    if (!n.IsScalar()) fail(path(key), "must be true or false");
+    try {
+      out = n.as<bool>();
+    } catch (const YAML::Exception&) {
+      fail(path(key), "must be true or false");
+    }
+  }
+
+  template <typename Int>
+  void readInt(const std::string& key, Int& out, int64_t min, int64_t max) const {
+    YAML::Node n = child(key);
+    if (!n) return;
+    if (!n.IsScalar()) fail(path(key), "must be an integer");
+    const std::string text = n.Scalar();
+    errno = 0;
+    char* end = nullptr;
+    long long v = strtoll(text.c_str(), &end, 10);
+    if (text.empty() || errno != 0 || end == nullptr || *end != '\0') {
+      fail(path(key), "must be an integer, got \"" + text + "\"");
+    }
+    if (v < min || v > max) {
+      fail(path(key), "must be between " + std::to_string(min) + " and " + std::to_string(max) +
+                          ", got " + text);
+    }
+    out = static_cast<Int>(v);
+  }
+
+  void readDouble(const std::string& key, double& out, double min, double max) const {
+    YAML::Node n = child(key);
+    if (!n) return;
+    if (!n.IsScalar()) fail(path(key), "must be a number");
+    const std::string text = n.Scalar();
+    errno = 0;
+    char* end = nullptr;
+    double v = strtod(text.c_str(), &end);
+    if (text.empty() || errno != 0 || end == nullptr || *end != '\0') {
+      fail(path(key), "must be a number, got \"" + text + "\"");
+    }
+    if (!(v >= min && v <= max)) {
+      fail(path(key), "must be between " + std::to_string(min) + " and " + std::to_string(max));
+    }
+    out = v;
+  }
+
+ private:
+  YAML::Node node_;
+  std::string path_;
+};
+
+constexpr int64_t kMaxMs = 7LL * 24 * 3600 * 1000;  // one week: no timeout here needs more
+
+void validateHostPort(const std::string& path, const std::string& value) {
+  auto colon = value.rfind(':');
+  if (colon == std::string::npos || colon == 0 || colon + 1 == value.size()) {
+    fail(path, "must be \"host:port\", got \"" + value + "\"");
+  }
+  const std::string port = value.substr(colon + 1);
+  char* end = nullptr;
+  long p = strtol(port.c_str(), &end, 10);
+  if (*end != '\0' || p < 0 || p > 65535) fail(path, "port must be 0..65535, got \"" + port + "\"");
+}
+
+RedisNodeAddress parseNode(const std::string& path, const std::string& value) {
+  RedisNodeAddress a;
+  if (value.rfind("unix:", 0) == 0) {
+    a.unix_path = value.substr(5);
+    if (a.unix_path.empty() || a.unix_path[0] != '/') fail(path, "unix socket path must be absolute");
+    return a;
+  }
+  validateHostPort(path, value);
+  auto colon = value.rfind(':');
+  a.host = value.substr(0, colon);
+  if (a.host.size() > 2 && a.host.front() == '[' && a.host.back() == ']') {
+    a.host = a.host.substr(1, a.host.size() - 2);
+  }
+  a.port = atoi(value.c_str() + colon + 1);
+  if (a.port == 0) fail(path, "redis port must not be 0");
+  return a;
+}
+
+void loadListen(const Section& root, ListenConfig& c) {
+  Section s(root.child("listen"), "listen");
+  s.readString("tcp", c.tcp);
+  if (!c.tcp.empty()) validateHostPort(s.path("tcp"), c.tcp);
+  s.readString("unix", c.unix_path);
+  if (!c.unix_path.empty() && c.unix_path.size() >= 108) {
+    fail(s.path("unix"), "socket path longer than 107 bytes");
+  }
+  std::string mode;
+  s.readString("unix_mode", mode);
+  if (!mode.empty()) {
+    char* end = nullptr;
+    long m = strtol(mode.c_str(), &end, 8);
+    if (*end != '\0' || m < 0 || m > 0777) fail(s.path("unix_mode"), "must be an octal mode like \"0660\"");
+    c.unix_mode = static_cast<uint32_t>(m);
+  }
+  s.readInt("max_connections", c.max_connections, 1, 1'000'000);
+  s.readInt("max_header_bytes", c.max_header_bytes, 1024, 1 << 20);
+  s.readInt("max_body_bytes", c.max_body_bytes, 256, 16 << 20);
+  s.readInt("max_pipelined_requests", c.max_pipelined_requests, 1, 10'000);
+  s.readInt("header_timeout_ms", c.header_timeout_ms, 10, kMaxMs);
+  s.readInt("idle_timeout_ms", c.idle_timeout_ms, 10, kMaxMs);
+  s.readInt("write_timeout_ms", c.write_timeout_ms, 10, kMaxMs);
+  s.rejectUnknown({"tcp", "unix", "unix_mode", "max_connections", "max_header_bytes",
+                   "max_body_bytes", "max_pipelined_requests", "header_timeout_ms",
+                   "idle_timeout_ms", "write_timeout_ms"});
+  if (c.tcp.empty() && c.unix_path.empty()) {
+    fail("listen", "at least one of listen.tcp and listen.unix must be set");
+  }
+}
+
+std::string readSecretFile(const std::string& path, const std::string& key_path) {
+  std::ifstream in(path);
+  if (!in) fail(key_path, "cannot read \"" + path + "\"");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  std::string v = ss.str();
+  while (!v.empty() && (v.back() == '\n' || v.back() == '\r')) v.pop_back();
+  return v;
+}
+
+void loadBackend(const Section& root, BackendConfig& c) {
+  Section s(root.child("backend"), "backend");
+  std::string type = "redis";
+  s.readString("type", type);
+  if (type == "redis") c.type = BackendType::kRedis;
+  else if (type == "redlock") c.type = BackendType::kRedlock;
+  else if (type == "memory") c.type = BackendType::kMemory;
+  else fail(s.path("type"), "must be one of redis, redlock, memory; got \"" + type + "\"");
+
+  YAML::Node nodes = s.child("nodes");
+  if (nodes) {
+    if (!nodes.IsSequence()) fail(s.path("nodes"), "must be a list of \"host:port\" strings");
+    for (size_t i = 0; i < nodes.size(); ++i) {
+      const std::string p = s.path("nodes") + "[" + std::to_string(i) + "]";
+      if (!nodes[i].IsScalar()) fail(p, "must be a \"host:port\" string");
+      c.nodes.push_back(parseNode(p, nodes[i].as<std::string>()));
+    }
+  }
+  if (c.nodes.empty()) c.nodes.push_back(parseNode("backend.nodes[0]", "127.0.0.1:6379"));
+  std::set<std::string> seen;
+  for (size_t i = 0; i < c.nodes.size(); ++i) {
+    if (!seen.insert(c.nodes[i].toString()).second) {
+      fail("backend.nodes[" + std::to_string(i) + "]", "duplicate node " + c.nodes[i].toString());
+    }
+  }
+  if (c.type == BackendType::kRedis && c.nodes.size() != 1) {
+    fail(s.path("nodes"), "type redis takes exactly one node (use type redlock for several)");
+  }
+  if (c.type == BackendType::kRedlock && (c.nodes.size() < 3 || c.nodes.size() % 2 == 0)) {
+    fail(s.path("nodes"), "type redlock needs an odd number of nodes, at least 3 (typically 5)");
+  }
+
+  s.readString("key_prefix", c.key_prefix);
+  if (c.key_prefix.size() > 64) fail(s.path("key_prefix"), "must be at most 64 bytes");
+  for (unsigned char ch : c.key_prefix) {
+    if (ch < 0x21 || ch > 0x7e || ch == '{' || ch == '}') {
+      fail(s.path("key_prefix"), "must be printable ASCII without spaces or braces");
+    }
+  }
+  s.readInt("db", c.db, 0, 10'000);
+  s.readString("username_env", c.username_env);
+  s.readString("password_env", c.password_env);
+  s.readString("password_file", c.password_file);
+  s.readInt("connect_timeout_ms", c.connect_timeout_ms, 1, 600'000);
+  s.readInt("command_timeout_ms", c.command_timeout_ms, 1, 600'000);
+  s.readInt("reconnect_min_ms", c.reconnect_min_ms, 1, 600'000);
+  s.readInt("reconnect_max_ms", c.reconnect_max_ms, 1, 600'000);
+  if (c.reconnect_max_ms < c.reconnect_min_ms) {
+    fail(s.path("reconnect_max_ms"), "must be >= backend.reconnect_min_ms");
+  }
+  s.readInt("health_interval_ms", c.health_interval_ms, 10, 600'000);
+
+  Section r(s.child("redlock"), s.path("redlock"));
+  r.readInt("node_timeout_ms", c.redlock.node_timeout_ms, 1, 60'000);
+  r.readDouble("drift_factor", c.redlock.drift_factor, 0.0, 0.5);
+  r.readBool("delayed_restart", c.redlock.delayed_restart);
+  r.readInt("retry_jitter_ms", c.redlock.retry_jitter_ms, 0, 60'000);
+  r.rejectUnknown({"node_timeout_ms", "drift_factor", "delayed_restart", "retry_jitter_ms"});
+
+  s.rejectUnknown({"type", "nodes", "key_prefix", "db", "username_env", "password_env",
+                   "password_file", "connect_timeout_ms", "command_timeout_ms", "reconnect_min_ms",
+                   "reconnect_max_ms", "health_interval_ms", "redlock", "username", "password"});
+  // Credentials in the YAML itself are refused on purpose: config files end up in ConfigMaps and
+  // repositories. (Listed as known above so the message is specific.)
+  if (s.child("password") || s.child("username")) {
+    fail(s.child("password") ? s.path("password") : s.path("username"),
+         "credentials are not read from the config file; set backend.password_env / "
+         "backend.username_env (environment) or backend.password_file");
+  }
+
+  if (!c.username_env.empty()) {
+    if (const char* v = getenv(c.username_env.c_str())) c.username = v;
+  }
+  if (!c.password_env.empty()) {
+    if (const char* v = getenv(c.password_env.c_str())) c.password = v;
+  }
+  if (!c.password_file.empty()) c.password = readSecretFile(c.password_file, s.path("password_file"));
+  if (!c.username.empty() && c.password.empty()) {
+    fail(s.path("password_env"), "a Redis username is set but no password");
+  }
+}
+
+void loadLocks(const Section& root, LocksConfig& c) {
+  Section s(root.child("locks"), "locks");
+  s.readInt("default_ttl_ms", c.default_ttl_ms, 1, kMaxMs);
+  s.readInt("max_ttl_ms", c.max_ttl_ms, 1, kMaxMs);
+  s.readInt("max_wait_ms", c.max_wait_ms, 0, kMaxMs);
+  s.readInt("max_name_bytes", c.max_name_bytes, 1, 1024);
+  s.readInt("max_owner_bytes", c.max_owner_bytes, 8, 1024);
+  s.readInt("max_waiters_per_lock", c.max_waiters_per_lock, 0, 1'000'000);
+  s.readInt("max_waiters", c.max_waiters, 0, 10'000'000);
+  s.readInt("retry_min_ms", c.retry_min_ms, 1, 60'000);
+  s.readInt("retry_max_ms", c.retry_max_ms, 1, 600'000);
+  s.readDouble("renew_fraction", c.renew_fraction, 0.05, 0.9);
+  s.readInt("default_max_hold_ms", c.default_max_hold_ms, 0, kMaxMs * 52);
+  s.readInt("max_hold_ms_limit", c.max_hold_ms_limit, 1, kMaxMs * 52);
+  s.rejectUnknown({"default_ttl_ms", "max_ttl_ms", "max_wait_ms", "max_name_bytes",
+                   "max_owner_bytes", "max_waiters_per_lock", "max_waiters", "retry_min_ms",
+                   "retry_max_ms", "renew_fraction", "default_max_hold_ms", "max_hold_ms_limit"});
+  if (c.default_ttl_ms > c.max_ttl_ms) fail(s.path("default_ttl_ms"), "must be <= locks.max_ttl_ms");
+  if (c.retry_max_ms < c.retry_min_ms) fail(s.path("retry_max_ms"), "must be >= locks.retry_min_ms");
+  if (c.default_max_hold_ms > c.max_hold_ms_limit) {
+    fail(s.path("default_max_hold_ms"), "must be <= locks.max_hold_ms_limit");
+  }
+  if (c.max_waiters_per_lock > c.max_waiters) {
+    fail(s.path("max_waiters_per_lock"), "must be <= locks.max_waiters");
+  }
+}
+
+Config load(const YAML::Node& root_node) {
+  Config c;
+  Section root(root_node, "");
+  loadListen(root, c.listen);
+  loadBackend(root, c.backend);
+  loadLocks(root, c.locks);
+
+  Section sd(root.child("shutdown"), "shutdown");
+  sd.readInt("grace_ms", c.shutdown.grace_ms, 0, 3'600'000);
+  sd.readBool("release_held", c.shutdown.release_held);
+  sd.rejectUnknown({"grace_ms", "release_held"});
+
+  Section lg(root.child("log"), "log");
+  std::string level = "info", format = "logfmt";
+  lg.readString("level", level);
+  lg.readString("format", format);
+  auto parsed_level = parseLogLevel(level);
+  if (!parsed_level.isOk()) fail(lg.path("level"), parsed_level.status().message());
+  auto parsed_format = parseLogFormat(format);
+  if (!parsed_format.isOk()) fail(lg.path("format"), parsed_format.status().message());
+  c.log.level = *parsed_level;
+  c.log.format = *parsed_format;
+  lg.rejectUnknown({"level", "format"});
+
+  root.rejectUnknown({"listen", "backend", "locks", "shutdown", "log"});
+  if (c.backend.type == BackendType::kRedlock &&
+      c.backend.redlock.node_timeout_ms * 4 > c.locks.default_ttl_ms) {
+    fail("backend.redlock.node_timeout_ms", "must be far below locks.default_ttl_ms (at most 1/4)");
+  }
+  return c;
+}
+
+}  // namespace
+
+std::string RedisNodeAddress::toString() const {
+  if (!unix_path.empty()) return "unix:" + unix_path;
+  if (host.find(':') != std::string::npos) return "[" + host + "]:" + std::to_string(port);
+  return host + ":" + std::to_string(port);
+}
+
+StatusOr<Config> loadConfigFromString(const std::string& yaml_text) {
+  try {
+    YAML::Node root = YAML::Load(yaml_text);
+    if (root && !root.IsNull() && !root.IsMap()) {
+      return invalidArgument("config: the top level must be a mapping");
+    }
+    return load(root);
+  } catch (const ConfigError& e) {
+    return invalidArgument(e.path + ": " + e.message);
+  } catch (const YAML::Exception& e) {
+    return invalidArgument(std::string("config: YAML syntax error: ") + e.what());
+  }
+}
+
+StatusOr<Config> loadConfigFromFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return invalidArgument("cannot read config file \"" + path + "\"");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  auto result = loadConfigFromString(ss.str());
+  if (!result.isOk()) return invalidArgument(path + ": " + result.status().message());
+  return result;
+}
+
+}  // namespace sidelock::config

@@ -1,0 +1,119 @@
+#include "support/sidecar_process.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+#include <thread>
+
+#include "support/http_client.h"
+#include "support/redis_server.h"
+
+namespace sidelock::testing {
+
+std::string sidelockBinary() {
+#ifdef SIDELOCK_BINARY
+  return SIDELOCK_BINARY;
+#else
+  const char* env = getenv("SIDELOCK_BINARY");
+  return env != nullptr ? env : "sidelock";
+#endif
+}
+
+SidecarProcess::SidecarProcess(Options options) : options_(std::move(options)) {
+  dir_ = makeTempDir("sidelock-sidecar");
+  socket_path_ = dir_ + "/sidelock.sock";
+  for (int attempt = 0;; ++attempt) {
+    port_ = pickFreePort();
+    const std::string config_path = dir_ + "/sidelock.yaml";
+    {
+      std::ofstream out(config_path);
+      out << "listen:\n  tcp: \"127.0.0.1:" << port_ << "\"\n  unix: \"" << socket_path_ << "\"\n";
+      out << options_.yaml << "\n";
+    }
+    const std::string log_path = dir_ + "/sidelock.log";
+    pid_t pid = fork();
+    if (pid < 0) throw std::runtime_error("fork failed");
+    if (pid == 0) {
+      int log_fd = open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+      if (log_fd >= 0) {
+        dup2(log_fd, STDOUT_FILENO);
+        dup2(log_fd, STDERR_FILENO);
+      }
+      for (const auto& kv : options_.env) putenv(const_cast<char*>(kv.c_str()));
+      std::string bin = sidelockBinary();
+      execl(bin.c_str(), bin.c_str(), "--config", config_path.c_str(), static_cast<char*>(nullptr));
+      _exit(127);
+    }
+    pid_ = pid;
+    // Wait until it serves /healthz (and /readyz if asked).
+    bool up = false;
+    for (int i = 0; i < 1000 && !up; ++i) {
+      int status = 0;
+      if (waitpid(pid_, &status, WNOHANG) == pid_) {
+        pid_ = -1;
+        break;
+      }
+      try {
+        HttpClient c = HttpClient::tcp(port_);
+        auto r = c.get(options_.wait_ready ? "/readyz" : "/healthz");
+        up = r.status == 200;
+      } catch (const std::exception&) {
+      }
+      if (!up) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    if (up) return;
+    std::string log = logs();
+    kill();
+    // The port may have been taken between picking and binding: try again a few times.
+    if (attempt >= 3 || log.find("address already in use") == std::string::npos) {
+      throw std::runtime_error("sidelock did not become " +
+                               std::string(options_.wait_ready ? "ready" : "healthy") + ":\n" + log);
+    }
+  }
+}
+
+SidecarProcess::~SidecarProcess() {
+  kill();
+  removeTree(dir_);
+}
+
+std::string SidecarProcess::logs() const {
+  std::ifstream in(dir_ + "/sidelock.log");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+int SidecarProcess::stop(int timeout_ms) {
+  if (pid_ <= 0) return -1;
+  ::kill(pid_, SIGTERM);
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  while (std::chrono::steady_clock::now() < deadline) {
+    int status = 0;
+    if (waitpid(pid_, &status, WNOHANG) == pid_) {
+      pid_ = -1;
+      if (WIFEXITED(status)) return WEXITSTATUS(status);
+      if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+      return -1;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  kill();
+  return -1;
+}
+
+void SidecarProcess::kill() {
+  if (pid_ <= 0) return;
+  ::kill(pid_, SIGKILL);
+  int status = 0;
+  waitpid(pid_, &status, 0);
+  pid_ = -1;
+}
+
+}  // namespace sidelock::testing
