@@ -1,1 +1,198 @@
-int main() { return 0; }
+// sidelock: flags, signals and wiring. The only code the tests don't link.
+#include <signal.h>
+#include <uv.h>
+
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <string>
+
+#include "api/lock_api.h"
+#include "backend/memory_backend.h"
+#include "cli/run_command.h"
+#include "common/log.h"
+#include "config/config.h"
+#include "event/uv_handle.h"
+#include "event/uv_scheduler.h"
+#include "http/router.h"
+#include "http/server.h"
+#include "lock/lock_service.h"
+#include "metrics/metrics.h"
+#include "redis/redis_backend.h"
+#include "redis/redlock_backend.h"
+
+namespace sidelock {
+namespace {
+
+constexpr const char* kUsage = R"(sidelock — distributed locks for the apps beside it, over local HTTP.
+
+Usage:
+  sidelock --config FILE          run the sidecar with FILE (YAML)
+  sidelock --check-config FILE    validate FILE and exit (0 ok, 2 invalid)
+  sidelock run [options] NAME -- CMD ARGS...
+                                  run CMD while holding lock NAME (sidelock run --help)
+  sidelock --version              print the version
+  sidelock --help                 this text
+
+Signals: SIGTERM/SIGINT drain (stop accepting, answer waiters, release held leases, exit 0
+within shutdown.grace_ms). Docs: README.md.
+)";
+
+/// Everything the running sidecar owns, in construction order (destroyed in reverse).
+struct Sidecar {
+  uv_loop_t loop{};
+  std::unique_ptr<event::UvScheduler> scheduler;
+  std::unique_ptr<metrics::Metrics> metrics;
+  std::unique_ptr<backend::Backend> backend;
+  std::unique_ptr<lock::LockService> locks;
+  std::unique_ptr<api::LockApi> api;
+  std::unique_ptr<http::Router> router;
+  std::unique_ptr<http::HttpServer> server;
+  event::UvHandle<uv_signal_t> sigterm;
+  event::UvHandle<uv_signal_t> sigint;
+  event::ScopedTimer force_exit;
+  bool stopping = false;
+  int exit_code = 0;
+};
+
+std::unique_ptr<backend::Backend> makeBackend(Sidecar& s, const config::Config& cfg) {
+  switch (cfg.backend.type) {
+    case config::BackendType::kMemory:
+      return std::make_unique<backend::MemoryBackend>(*s.scheduler);
+    case config::BackendType::kRedis:
+      return std::make_unique<backend::RedisBackend>(&s.loop, *s.scheduler, cfg.backend,
+                                                     *s.metrics);
+    case config::BackendType::kRedlock:
+      return std::make_unique<backend::RedlockBackend>(&s.loop, *s.scheduler, cfg.backend,
+                                                       cfg.locks.max_ttl_ms, *s.metrics);
+  }
+  return nullptr;
+}
+
+void closeEverything(Sidecar& s) {
+  s.sigterm.close();
+  s.sigint.close();
+  s.force_exit.reset();
+  s.scheduler->close();
+}
+
+/// SIGTERM/SIGINT: stop accepting, drain the lock service (answers waiters, releases leases),
+/// close the backend, then the HTTP server, then the loop's own handles.
+void beginShutdown(Sidecar& s, const config::Config& cfg, const char* why) {
+  if (s.stopping) return;
+  s.stopping = true;
+  SL_LOG(kInfo, "shutdown.begin", {"signal", why}, {"grace_ms", cfg.shutdown.grace_ms});
+  s.api->setDraining(true);
+  s.server->stopAccepting();
+  // Hard deadline: whatever is still open at grace + 1 s is abandoned and the process exits
+  // non-zero, so a stuck Redis cannot hold a pod in Terminating forever.
+  s.force_exit.start(*s.scheduler, cfg.shutdown.grace_ms + 1000, [&s] {
+    s.force_exit.markFired();
+    SL_LOG(kError, "shutdown.forced", {"reason", "grace period exceeded"});
+    fflush(stderr);
+    _exit(1);
+  });
+  s.locks->shutdown(cfg.shutdown.release_held, cfg.shutdown.grace_ms, [&s] {
+    s.backend->shutdown([&s] {
+      s.server->close([&s] {
+        SL_LOG(kInfo, "shutdown.done");
+        closeEverything(s);
+      });
+    });
+  });
+}
+
+int runSidecar(const config::Config& cfg) {
+  configureLogging(cfg.log.level, cfg.log.format);
+  signal(SIGPIPE, SIG_IGN);
+
+  Sidecar s;
+  if (uv_loop_init(&s.loop) != 0) {
+    fprintf(stderr, "sidelock: cannot initialise the event loop\n");
+    return 1;
+  }
+  s.scheduler = std::make_unique<event::UvScheduler>(&s.loop);
+  s.metrics = std::make_unique<metrics::Metrics>(SIDELOCK_VERSION);
+  s.backend = makeBackend(s, cfg);
+  s.locks = std::make_unique<lock::LockService>(cfg.locks, *s.backend, *s.scheduler, *s.metrics);
+  s.api = std::make_unique<api::LockApi>(cfg.locks, *s.locks, *s.backend, *s.metrics);
+  s.router = std::make_unique<http::Router>();
+  for (auto& route : s.api->routes()) {
+    Status added = s.router->add(route.method, route.pattern, std::move(route.handler));
+    if (!added.isOk()) {  // a programming error in the route table, caught by every test run
+      fprintf(stderr, "sidelock: bad route %s: %s\n", route.pattern.c_str(),
+              added.toString().c_str());
+      return 1;
+    }
+  }
+  s.server = std::make_unique<http::HttpServer>(&s.loop, *s.scheduler, cfg.listen, *s.metrics,
+                                                *s.router);
+  Status listening = s.server->start();
+  if (!listening.isOk()) {
+    SL_LOG(kError, "listen.failed", {"error", listening.toString()});
+    fprintf(stderr, "sidelock: %s\n", listening.toString().c_str());
+    s.exit_code = 1;
+    s.server->close([] {});
+    s.backend->shutdown([&s] { closeEverything(s); });
+  } else {
+    s.backend->start();
+    auto on_signal = [](uv_signal_t* h, int signum) {
+      if (h->data == nullptr) return;
+      auto* pair = static_cast<std::pair<Sidecar*, const config::Config*>*>(h->data);
+      beginShutdown(*pair->first, *pair->second, signum == SIGTERM ? "SIGTERM" : "SIGINT");
+    };
+    static std::pair<Sidecar*, const config::Config*> signal_ctx;
+    signal_ctx = {&s, &cfg};
+    uv_signal_init(&s.loop, s.sigterm.allocate(&signal_ctx));
+    uv_signal_start(s.sigterm.get(), on_signal, SIGTERM);
+    uv_signal_init(&s.loop, s.sigint.allocate(&signal_ctx));
+    uv_signal_start(s.sigint.get(), on_signal, SIGINT);
+    SL_LOG(kInfo, "sidelock.started", {"version", SIDELOCK_VERSION}, {"tcp", cfg.listen.tcp},
+           {"unix", cfg.listen.unix_path}, {"backend_nodes", static_cast<int>(cfg.backend.nodes.size())});
+  }
+
+  uv_run(&s.loop, UV_RUN_DEFAULT);
+  // Objects that own handles go first, then the loop drains their close callbacks.
+  s.server.reset();
+  s.api.reset();
+  s.locks.reset();
+  s.backend.reset();
+  s.scheduler.reset();
+  uv_run(&s.loop, UV_RUN_DEFAULT);
+  int rc = uv_loop_close(&s.loop);
+  if (rc != 0) {
+    SL_LOG(kError, "shutdown.loop_not_closed", {"error", uv_strerror(rc)});
+    return 1;
+  }
+  return s.exit_code;
+}
+
+}  // namespace
+}  // namespace sidelock
+
+int main(int argc, char** argv) {
+  using namespace sidelock;
+  if (argc >= 2 && strcmp(argv[1], "run") == 0) return cli::runCommand(argc - 1, argv + 1);
+  if (argc == 2 && (strcmp(argv[1], "--version") == 0 || strcmp(argv[1], "-V") == 0)) {
+    printf("sidelock %s\n", SIDELOCK_VERSION);
+    return 0;
+  }
+  if (argc == 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
+    fputs(kUsage, stdout);
+    return 0;
+  }
+  if (argc == 3 && (strcmp(argv[1], "--config") == 0 || strcmp(argv[1], "--check-config") == 0)) {
+    auto cfg = config::loadConfigFromFile(argv[2]);
+    if (!cfg.isOk()) {
+      fprintf(stderr, "sidelock: invalid config: %s\n", cfg.status().message().c_str());
+      return 2;
+    }
+    if (strcmp(argv[1], "--check-config") == 0) {
+      printf("%s: ok\n", argv[2]);
+      return 0;
+    }
+    return runSidecar(*cfg);
+  }
+  fputs(kUsage, stderr);
+  return 64;  // EX_USAGE
+}

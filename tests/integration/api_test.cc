@@ -1,0 +1,369 @@
+// End-to-end tests of the v1 API: the real sidelock binary against real redis-server processes,
+// over real TCP and Unix sockets.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/stat.h>
+
+#include <atomic>
+#include <chrono>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <thread>
+#include <vector>
+
+#include "support/http_client.h"
+#include "support/redis_server.h"
+#include "support/sidecar_process.h"
+
+namespace sidelock::testing {
+namespace {
+
+using nlohmann::json;
+
+std::string redisYaml(const RedisServer& redis, const std::string& extra = "") {
+  return "backend:\n  type: redis\n  nodes: [\"" + redis.address() +
+         "\"]\n  command_timeout_ms: 300\n  connect_timeout_ms: 300\n  reconnect_min_ms: 20\n"
+         "  reconnect_max_ms: 200\n  health_interval_ms: 100\n" + extra;
+}
+
+json body(const HttpResponse& r) { return json::parse(r.body); }
+
+class ApiTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    sidecar_ = std::make_unique<SidecarProcess>(
+        SidecarProcess::Options{redisYaml(redis_), {}, /*wait_ready=*/true});
+  }
+  void TearDown() override {
+    if (sidecar_) {
+      EXPECT_EQ(sidecar_->stop(), 0) << sidecar_->logs();
+    }
+  }
+  HttpClient client() { return HttpClient::tcp(sidecar_->port()); }
+
+  RedisServer redis_;
+  std::unique_ptr<SidecarProcess> sidecar_;
+};
+
+TEST_F(ApiTest, AcquireInspectExtendRelease) {
+  HttpClient c = client();
+  auto r = c.post("/v1/locks/orders-42/acquire", R"({"ttl_ms":10000})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  json grant = body(r);
+  EXPECT_EQ(grant["name"], "orders-42");
+  EXPECT_EQ(grant["ttl_ms"], 10000);
+  std::string owner = grant["owner"];
+  EXPECT_EQ(owner.size(), 32u);
+  uint64_t token = grant["token"];
+  EXPECT_GE(token, 1u);
+  // Stored atomically with its TTL under the hash-tagged key.
+  EXPECT_EQ(redis_.cli({"GET", "sidelock:{orders-42}"}), owner);
+  int pttl = std::stoi(redis_.cli({"PTTL", "sidelock:{orders-42}"}));
+  EXPECT_GT(pttl, 9000);
+
+  r = c.get("/v1/locks/orders-42");
+  ASSERT_EQ(r.status, 200);
+  json state = body(r);
+  EXPECT_EQ(state["held"], true);
+  EXPECT_EQ(state["token"], token);
+  EXPECT_GT(state["ttl_ms"].get<int64_t>(), 9000);
+  EXPECT_EQ(r.body.find(owner), std::string::npos) << "inspect must never reveal the owner";
+
+  r = c.post("/v1/locks/orders-42/acquire", R"({"ttl_ms":10000})");
+  ASSERT_EQ(r.status, 409);
+  EXPECT_EQ(body(r)["error"], "locked");
+  EXPECT_GT(body(r)["retry_after_ms"].get<int64_t>(), 0);
+
+  r = c.post("/v1/locks/orders-42/extend", json{{"owner", owner}, {"ttl_ms", 20000}}.dump());
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(body(r)["ttl_ms"], 20000);
+  EXPECT_GT(std::stoi(redis_.cli({"PTTL", "sidelock:{orders-42}"})), 15000);
+
+  r = c.post("/v1/locks/orders-42/release", R"({"owner":"somebody-else"})");
+  EXPECT_EQ(r.status, 409);
+  EXPECT_EQ(body(r)["error"], "not_owner");
+  r = c.post("/v1/locks/orders-42/extend", R"({"owner":"somebody-else","ttl_ms":100})");
+  EXPECT_EQ(r.status, 409);
+  EXPECT_EQ(redis_.cli({"GET", "sidelock:{orders-42}"}), owner) << "a foreign owner changed nothing";
+
+  r = c.post("/v1/locks/orders-42/release", json{{"owner", owner}}.dump());
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(body(r)["released"], true);
+  EXPECT_EQ(redis_.cli({"EXISTS", "sidelock:{orders-42}"}), "0");
+
+  r = c.post("/v1/locks/orders-42/release", json{{"owner", owner}}.dump());
+  EXPECT_EQ(r.status, 404);
+  EXPECT_EQ(body(r)["error"], "not_held");
+  r = c.post("/v1/locks/orders-42/extend", json{{"owner", owner}, {"ttl_ms", 1000}}.dump());
+  EXPECT_EQ(r.status, 404);
+  EXPECT_EQ(redis_.cli({"EXISTS", "sidelock:{orders-42}"}), "0") << "extend never re-creates";
+
+  r = c.post("/v1/locks/orders-42/acquire", R"({"owner":"my-own-id-1"})");
+  ASSERT_EQ(r.status, 200);
+  EXPECT_EQ(body(r)["owner"], "my-own-id-1");
+  EXPECT_GT(body(r)["token"].get<uint64_t>(), token) << "fencing tokens strictly increase";
+  EXPECT_EQ(body(r)["ttl_ms"], 30000) << "default TTL from config";
+}
+
+TEST_F(ApiTest, LeaseExpires) {
+  HttpClient c = client();
+  auto r = c.post("/v1/locks/short/acquire", R"({"ttl_ms":100})");
+  ASSERT_EQ(r.status, 200);
+  std::string owner = body(r)["owner"];
+  std::this_thread::sleep_for(std::chrono::milliseconds(250));
+  r = c.get("/v1/locks/short");
+  EXPECT_EQ(body(r)["held"], false);
+  r = c.post("/v1/locks/short/release", json{{"owner", owner}}.dump());
+  EXPECT_EQ(r.status, 404);
+  auto metrics = c.get("/metrics").body;
+  EXPECT_NE(metrics.find("sidelock_lease_expired_total 1"), std::string::npos) << metrics;
+}
+
+TEST_F(ApiTest, UnixSocketServesTheSameApiWithItsMode) {
+  struct stat st{};
+  ASSERT_EQ(stat(sidecar_->socketPath().c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0660u);
+  HttpClient u = HttpClient::unix(sidecar_->socketPath());
+  auto r = u.post("/v1/locks/via-unix/acquire", "{}");
+  ASSERT_EQ(r.status, 200) << r.body;
+  r = client().get("/v1/locks/via-unix");
+  EXPECT_EQ(body(r)["held"], true);
+}
+
+TEST_F(ApiTest, BadInputGetsClearErrorsAndChangesNothing) {
+  HttpClient c = client();
+  struct Case {
+    std::string method, path, body;
+    int status;
+    std::string error;
+  };
+  std::string long_name(201, 'a');
+  std::vector<Case> cases = {
+      {"POST", "/v1/locks/x/acquire", "{not json", 400, "bad_request"},
+      {"POST", "/v1/locks/x/acquire", "[1,2]", 400, "bad_request"},
+      {"POST", "/v1/locks/x/acquire", R"({"ttl_ms":"10"})", 400, "bad_request"},
+      {"POST", "/v1/locks/x/acquire", R"({"ttl_ms":0})", 400, "bad_request"},
+      {"POST", "/v1/locks/x/acquire", R"({"ttl_ms":1.5})", 400, "bad_request"},
+      {"POST", "/v1/locks/x/acquire", R"({"ttl_ms":99999999999999999999})", 400, "bad_request"},
+      {"POST", "/v1/locks/x/acquire", R"({"ttl_ms":-1})", 400, "bad_request"},
+      {"POST", "/v1/locks/x/acquire", R"({"wait_ms":999999999})", 400, "bad_request"},
+      {"POST", "/v1/locks/x/acquire", R"({"ttl":1000})", 400, "bad_request"},
+      {"POST", "/v1/locks/x/acquire", R"({"owner":""})", 400, "bad_request"},
+      {"POST", "/v1/locks/x/acquire", R"({"owner":"has space"})", 400, "bad_request"},
+      {"POST", "/v1/locks/x/acquire", R"({"hold":"forever"})", 400, "bad_request"},
+      {"POST", "/v1/locks/x/acquire", R"({"auto_renew":"yes"})", 400, "bad_request"},
+      {"POST", "/v1/locks/bad%00name/acquire", "{}", 400, "invalid_name"},
+      {"POST", "/v1/locks/bad%0Aname/acquire", "{}", 400, "invalid_name"},
+      {"POST", "/v1/locks/br%7Bace%7D/acquire", "{}", 400, "invalid_name"},
+      {"POST", "/v1/locks/" + long_name + "/acquire", "{}", 400, "invalid_name"},
+      {"POST", "/v1/locks/x/release", "{}", 400, "bad_request"},
+      {"POST", "/v1/locks/x/release", R"({"owner":5})", 400, "bad_request"},
+      {"POST", "/v1/locks/x/extend", R"({"owner":"a","ttl_ms":0})", 400, "bad_request"},
+      {"GET", "/v1/nothing", "", 404, "not_found"},
+      {"GET", "/v1/locks/x/acquire", "", 405, "method_not_allowed"},
+      {"DELETE", "/v1/locks/x", "", 405, "method_not_allowed"},
+  };
+  for (const auto& tc : cases) {
+    auto r = c.request(tc.method, tc.path, tc.body);
+    EXPECT_EQ(r.status, tc.status) << tc.method << " " << tc.path << " " << tc.body << " -> " << r.body;
+    json j = json::parse(r.body, nullptr, false);
+    ASSERT_FALSE(j.is_discarded()) << r.body;
+    EXPECT_EQ(j["error"], tc.error) << tc.path << " " << tc.body;
+    EXPECT_TRUE(j["message"].is_string());
+  }
+  // Nothing was written to Redis by any of them.
+  EXPECT_EQ(redis_.cli({"DBSIZE"}), "0");
+}
+
+TEST_F(ApiTest, OversizedBodyAndHeadersAreRefused) {
+  HttpClient c = client();
+  auto r = c.post("/v1/locks/x/acquire", std::string(70000, ' '));
+  EXPECT_EQ(r.status, 413);
+  HttpClient c2 = client();
+  c2.sendRaw("GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: " + std::string(20000, 'a') + "\r\n\r\n");
+  auto r2 = c2.readResponse();
+  ASSERT_TRUE(r2.has_value());
+  EXPECT_EQ(r2->status, 431);
+  EXPECT_EQ(redis_.cli({"DBSIZE"}), "0");
+}
+
+TEST_F(ApiTest, PipelinedRequestsAreAnsweredInOrder) {
+  HttpClient c = client();
+  std::string pipeline;
+  for (int i = 0; i < 10; ++i) {
+    c.sendRequest("POST", "/v1/locks/pipe-" + std::to_string(i) + "/acquire", R"({"ttl_ms":5000})");
+  }
+  for (int i = 0; i < 10; ++i) {
+    auto r = c.readResponse();
+    ASSERT_TRUE(r.has_value());
+    ASSERT_EQ(r->status, 200);
+    EXPECT_EQ(body(*r)["name"], "pipe-" + std::to_string(i));
+  }
+}
+
+TEST_F(ApiTest, WaitersAreServedInFifoOrderWhenTheHolderReleases) {
+  HttpClient holder = client();
+  auto r = holder.post("/v1/locks/fifo/acquire", R"({"ttl_ms":10000})");
+  ASSERT_EQ(r.status, 200);
+  std::string owner = body(r)["owner"];
+  std::vector<HttpClient> waiters;
+  for (int i = 0; i < 3; ++i) {
+    waiters.push_back(client());
+    waiters.back().sendRequest("POST", "/v1/locks/fifo/acquire",
+                               json{{"ttl_ms", 10000}, {"wait_ms", 10000},
+                                    {"owner", "waiter-" + std::to_string(i)}}.dump());
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));  // enqueue in a known order
+  }
+  auto listed = body(holder.get("/v1/locks"));
+  ASSERT_EQ(listed["waiters"].size(), 1u) << listed.dump();
+  EXPECT_EQ(listed["waiters"][0]["waiters"], 3);
+
+  auto t0 = std::chrono::steady_clock::now();
+  ASSERT_EQ(holder.post("/v1/locks/fifo/release", json{{"owner", owner}}.dump()).status, 200);
+  for (int i = 0; i < 3; ++i) {
+    auto got = waiters[i].readResponse(10000);
+    ASSERT_TRUE(got.has_value());
+    ASSERT_EQ(got->status, 200) << got->body;
+    EXPECT_EQ(body(*got)["owner"], "waiter-" + std::to_string(i));
+    ASSERT_EQ(holder.post("/v1/locks/fifo/release",
+                          json{{"owner", "waiter-" + std::to_string(i)}}.dump()).status, 200);
+  }
+  // Three hand-offs complete far sooner than the 10 s TTL: waiters were woken, not timed out.
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
+}
+
+TEST_F(ApiTest, WaitTimesOutWith409AndDisconnectedWaiterLeavesTheQueue) {
+  HttpClient holder = client();
+  ASSERT_EQ(holder.post("/v1/locks/busy/acquire", R"({"ttl_ms":10000})").status, 200);
+  auto r = client().post("/v1/locks/busy/acquire", R"({"wait_ms":200})");
+  EXPECT_EQ(r.status, 409);
+  {
+    HttpClient gone = client();
+    gone.sendRequest("POST", "/v1/locks/busy/acquire", R"({"wait_ms":20000})");
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    EXPECT_EQ(body(holder.get("/v1/locks"))["waiters"].size(), 1u);
+  }  // closes the socket
+  for (int i = 0; i < 100; ++i) {
+    if (body(holder.get("/v1/locks"))["waiters"].empty()) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_TRUE(body(holder.get("/v1/locks"))["waiters"].empty());
+}
+
+// Many clients doing read-modify-write of a counter under the lock lose no update, and the
+// fencing tokens they see strictly increase in grant order.
+TEST_F(ApiTest, ContendedReadModifyWriteLosesNoUpdate) {
+  constexpr int kClients = 8;
+  constexpr int kRounds = 15;
+  std::atomic<int> failures{0};
+  std::mutex mu;
+  std::vector<uint64_t> tokens;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kClients; ++t) {
+    threads.emplace_back([&] {
+      HttpClient c = HttpClient::tcp(sidecar_->port());
+      for (int i = 0; i < kRounds; ++i) {
+        auto r = c.post("/v1/locks/counter/acquire", R"({"ttl_ms":5000,"wait_ms":20000})");
+        if (r.status != 200) {
+          ++failures;
+          continue;
+        }
+        json g = json::parse(r.body);
+        {
+          std::lock_guard<std::mutex> lock(mu);
+          tokens.push_back(g["token"]);
+        }
+        std::string v = redis_.cli({"GET", "counter"});
+        int n = v.empty() ? 0 : std::stoi(v);
+        redis_.cli({"SET", "counter", std::to_string(n + 1)});
+        auto rel = c.post("/v1/locks/counter/release", json{{"owner", g["owner"]}}.dump());
+        if (rel.status != 200) ++failures;
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(failures.load(), 0);
+  EXPECT_EQ(redis_.cli({"GET", "counter"}), std::to_string(kClients * kRounds));
+  // Tokens were recorded in grant order under the lock: strictly increasing.
+  ASSERT_EQ(tokens.size(), static_cast<size_t>(kClients * kRounds));
+  for (size_t i = 1; i < tokens.size(); ++i) EXPECT_LT(tokens[i - 1], tokens[i]);
+}
+
+TEST_F(ApiTest, RedisDownGives503ThenRecoversWithoutRestart) {
+  HttpClient c = client();
+  redis_.kill();
+  bool saw_not_ready = false;
+  for (int i = 0; i < 100 && !saw_not_ready; ++i) {
+    saw_not_ready = c.get("/readyz").status == 503;
+    if (!saw_not_ready) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_TRUE(saw_not_ready);
+  auto t0 = std::chrono::steady_clock::now();
+  auto r = c.post("/v1/locks/down/acquire", "{}");
+  EXPECT_EQ(r.status, 503);
+  EXPECT_EQ(body(r)["error"], "backend_unavailable");
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(2)) << "fails fast";
+  auto ready = body(c.get("/readyz"));
+  EXPECT_EQ(ready["error"], "not_ready");
+  EXPECT_FALSE(ready["message"].get<std::string>().empty());
+
+  redis_.restart();
+  bool recovered = false;
+  for (int i = 0; i < 200 && !recovered; ++i) {
+    recovered = c.get("/readyz").status == 200;
+    if (!recovered) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_TRUE(recovered) << sidecar_->logs();
+  EXPECT_EQ(c.post("/v1/locks/down/acquire", "{}").status, 200);
+}
+
+TEST_F(ApiTest, GracefulShutdownAnswersWaitersAndReleasesHeldLeases) {
+  HttpClient c = client();
+  ASSERT_EQ(c.post("/v1/locks/held/acquire", R"({"ttl_ms":60000})").status, 200);
+  HttpClient waiter = client();
+  waiter.sendRequest("POST", "/v1/locks/held/acquire", R"({"wait_ms":60000})");
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_EQ(redis_.cli({"EXISTS", "sidelock:{held}"}), "1");
+  EXPECT_EQ(sidecar_->stop(), 0) << sidecar_->logs();
+  auto answered = waiter.readResponse(2000);
+  ASSERT_TRUE(answered.has_value());
+  EXPECT_EQ(answered->status, 503);
+  EXPECT_EQ(redis_.cli({"EXISTS", "sidelock:{held}"}), "0") << "held lease released on shutdown";
+  sidecar_.reset();
+}
+
+TEST(ApiMemoryBackendTest, MemoryBackendServesTheApi) {
+  SidecarProcess sidecar({"backend:\n  type: memory\n", {}, true});
+  HttpClient c = HttpClient::tcp(sidecar.port());
+  auto r = c.post("/v1/locks/m/acquire", "{}");
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(c.post("/v1/locks/m/acquire", "{}").status, 409);
+  EXPECT_EQ(sidecar.stop(), 0);
+}
+
+TEST(CommandLineTest, CheckConfigNamesTheBadKey) {
+  std::string dir = makeTempDir("sidelock-cli");
+  std::string good = dir + "/good.yaml", bad = dir + "/bad.yaml";
+  FILE* f = fopen(good.c_str(), "w");
+  fputs("backend:\n  type: memory\n", f);
+  fclose(f);
+  f = fopen(bad.c_str(), "w");
+  fputs("locks:\n  default_ttl_ms: soon\n", f);
+  fclose(f);
+  std::string bin = sidelockBinary();
+  EXPECT_EQ(system((bin + " --check-config " + good + " >/dev/null").c_str()), 0);
+  std::string out = dir + "/out.txt";
+  int rc = system((bin + " --check-config " + bad + " 2>" + out).c_str());
+  EXPECT_EQ(WEXITSTATUS(rc), 2);
+  FILE* o = fopen(out.c_str(), "r");
+  char buf[512] = {0};
+  fread(buf, 1, sizeof(buf) - 1, o);
+  fclose(o);
+  EXPECT_NE(std::string(buf).find("locks.default_ttl_ms"), std::string::npos) << buf;
+  EXPECT_EQ(WEXITSTATUS(system((bin + " --version >/dev/null").c_str())), 0);
+  EXPECT_EQ(WEXITSTATUS(system((bin + " --bogus 2>/dev/null").c_str())), 64);
+  removeTree(dir);
+}
+
+}  // namespace
+}  // namespace sidelock::testing

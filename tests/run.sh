@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Installs what is missing, builds, and runs the whole test suite twice: a normal build, then an
+# ASan+UBSan build. This is what CI runs (.ci/run).
+#   SIDELOCK_SKIP_SANITIZE=1  skip the sanitizer pass (local iteration only)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+JOBS=${JOBS:-$(nproc)}
+
+deploy/scripts/install-deps.sh
+
+# Tests start their own redis-server / prometheus processes on free ports; make sure no stale
+# processes from an interrupted run hold resources (only ones started from our temp dirs).
+export GOFLAGS=${GOFLAGS:-}
+export GOCACHE=${GOCACHE:-$(mktemp -d /tmp/sidelock-gocache.XXXXXX)}
+
+run_suite() {
+  local dir=$1; shift
+  cmake -S . -B "$dir" "$@" >/dev/null
+  cmake --build "$dir" -j"$JOBS"
+  (cd "$dir" && ctest --output-on-failure -j"$JOBS" --timeout 600)
+}
+
+echo "== build and test (RelWithDebInfo)"
+run_suite build-test -DCMAKE_BUILD_TYPE=RelWithDebInfo
+
+if [[ "${SIDELOCK_SKIP_SANITIZE:-0}" != "1" ]]; then
+  echo "== build and test (ASan + UBSan)"
+  export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
+  export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+  run_suite build-asan -DCMAKE_BUILD_TYPE=Debug -DSIDELOCK_SANITIZE=ON
+fi
