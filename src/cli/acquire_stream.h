@@ -1,0 +1,102 @@
+// The client side of `POST /v1/locks/{name}/acquire` with `hold: "stream"`: builds the request and
+// parses the answer, which is either a chunked NDJSON event stream (200, application/x-ndjson) or
+// an ordinary JSON refusal (409 locked, 4xx/5xx errors). Pure (bytes in, events out), so it is fed
+// from strings in arbitrary splits by the unit tests. HTTP framing and de-chunking are llhttp's.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "common/status.h"
+
+namespace sidelock::cli {
+
+struct AcquireRequest {
+  std::string name;
+  std::optional<int64_t> ttl_ms;
+  std::optional<int64_t> wait_ms;
+  std::optional<int64_t> max_hold_ms;
+};
+
+/// The full HTTP/1.1 request text (path percent-encoded, JSON body).
+std::string buildAcquireRequest(const AcquireRequest& request);
+
+/// RFC 3986 percent-encoding of everything but unreserved characters.
+std::string percentEncode(std::string_view text);
+
+struct StreamEvent {
+  enum class Type { kAcquired, kRenewed, kLost, kCapped, kUnknown };
+  Type type = Type::kUnknown;
+  std::string event;  // the "event" field as sent
+  std::string name;
+  std::string owner;
+  uint64_t token = 0;
+  int64_t ttl_ms = -1;  // -1 when absent (a renewal then restores the granted TTL)
+  std::string reason;   // lost
+};
+
+/// One NDJSON line -> event. `acquired` must carry owner and token; unknown event names are
+/// returned as kUnknown (newer sidecars may add events) rather than rejected.
+StatusOr<StreamEvent> parseStreamEvent(std::string_view line);
+
+/// A refusal body: {"error":code,"message":...,"retry_after_ms":N}. Lenient: a body that is
+/// not JSON leaves `error` empty and puts the text (truncated) into `message`.
+struct ErrorBody {
+  std::string error;
+  std::string message;
+  int64_t retry_after_ms = -1;
+};
+ErrorBody parseErrorBody(std::string_view body);
+
+class AcquireResponseParser {
+ public:
+  static constexpr size_t kMaxHeaderBytes = 16 * 1024;
+  static constexpr size_t kMaxBodyBytes = 64 * 1024;  // a refusal body / one stream line
+
+  AcquireResponseParser();
+  ~AcquireResponseParser();
+  AcquireResponseParser(const AcquireResponseParser&) = delete;
+  AcquireResponseParser& operator=(const AcquireResponseParser&) = delete;
+
+  /// Feeds received bytes. Errors (bad HTTP, bad JSON line, limits) are final.
+  Status feed(std::string_view data);
+  /// The peer closed the connection. Error if the response was cut short.
+  Status finish();
+
+  bool headComplete() const { return head_complete_; }
+  int status() const { return status_; }
+  /// 200 with an application/x-ndjson body: events follow. Valid once headComplete().
+  bool isStream() const { return is_stream_; }
+  /// The whole response (a refusal, or the end of a stream) has arrived.
+  bool messageComplete() const { return message_complete_; }
+  /// The body of a non-stream response.
+  const std::string& body() const { return body_; }
+
+  /// Next complete stream event, in order.
+  std::optional<StreamEvent> nextEvent();
+
+ private:
+  struct Impl;
+  friend struct Impl;
+  Status onBody(std::string_view data);
+
+  std::unique_ptr<Impl> impl_;
+  bool head_complete_ = false;
+  bool is_stream_ = false;
+  bool message_complete_ = false;
+  int status_ = 0;
+  size_t header_bytes_ = 0;
+  std::string content_type_;
+  std::string header_field_;
+  bool in_content_type_ = false;
+  std::string body_;
+  std::string line_;
+  std::deque<StreamEvent> events_;
+  Status error_;
+};
+
+}  // namespace sidelock::cli

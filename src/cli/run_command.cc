@@ -1,0 +1,595 @@
+#include "cli/run_command.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <termios.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdarg>
+#include <cstdio>
+#include <cstring>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "cli/acquire_stream.h"
+#include "cli/exit_codes.h"
+
+namespace sidelock::cli {
+namespace {
+
+// One acquire request waits at most this long at the sidecar; longer (or endless) --wait values
+// are served by asking again, so the sidecar's locks.max_wait_ms never gets in the way.
+constexpr int64_t kWaitChunkMs = 30'000;
+// How long past the requested wait the sidecar may take to answer before we call it hung.
+constexpr int64_t kAnswerSlackMs = 10'000;
+constexpr int64_t kConnectTimeoutMs = 5'000;
+constexpr int kForwardedSignals[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2};
+
+int64_t nowMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+int pollTimeout(int64_t deadline_ms) {
+  if (deadline_ms < 0) return -1;  // no deadline
+  int64_t left = deadline_ms - nowMs();
+  return static_cast<int>(std::clamp<int64_t>(left, 0, 60'000));
+}
+
+/// RAII for a file descriptor.
+class Fd {
+ public:
+  Fd() = default;
+  explicit Fd(int fd) : fd_(fd) {}
+  ~Fd() { reset(); }
+  Fd(Fd&& o) noexcept : fd_(o.release()) {}
+  Fd& operator=(Fd&& o) noexcept {
+    if (this != &o) {
+      reset();
+      fd_ = o.release();
+    }
+    return *this;
+  }
+  int get() const { return fd_; }
+  bool valid() const { return fd_ >= 0; }
+  int release() {
+    int fd = fd_;
+    fd_ = -1;
+    return fd;
+  }
+  void reset() {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+  }
+
+ private:
+  int fd_ = -1;
+};
+
+class Runner {
+ public:
+  explicit Runner(const RunOptions& opts) : opts_(opts) {}
+  ~Runner();
+  int run();
+
+ private:
+  struct Lease {
+    Fd sock;
+    std::unique_ptr<AcquireResponseParser> parser;
+    StreamEvent grant;
+    int64_t granted_at_ms = 0;
+  };
+  enum class Stop { kNone, kLost, kCapped };
+
+  void say(const char* fmt, ...) __attribute__((format(printf, 2, 3)));
+  bool setupSignals();
+  /// A signal other than SIGCHLD that arrived, or 0. Drains the signalfd.
+  std::vector<int> readSignals();
+  StatusOr<Fd> connectSidecar();
+  /// Returns the exit status on failure, or fills `lease`.
+  std::optional<int> acquire(Lease* lease);
+  /// One request: nullopt and `lease` filled on a grant, else an exit code. On 409 (`*locked`)
+  /// nothing is printed and `retry_in_ms` is the sidecar's hint (-1 if none).
+  std::optional<int> acquireOnce(int64_t wait_ms, Lease* lease, bool* locked, int64_t* retry_in_ms);
+  std::optional<int> spawn(const Lease& lease);
+  int supervise(Lease* lease);
+  void beginStop(Stop why, const std::string& detail);
+  void signalChild(int sig);
+  void reapChild();
+  bool sleepInterruptibly(int64_t ms, int* signal_out);
+
+  const RunOptions& opts_;
+  Fd sigfd_;
+  sigset_t blocked_{};
+  sigset_t old_mask_{};
+  bool mask_changed_ = false;
+
+  int tty_fd_ = -1;  // our controlling terminal when we are its foreground job, else -1
+  bool gave_tty_ = false;
+
+  pid_t child_ = -1;
+  bool child_done_ = false;
+  int child_status_ = 0;
+
+  Stop stop_ = Stop::kNone;
+  int64_t kill_at_ms_ = -1;
+  int64_t lease_deadline_ms_ = -1;
+};
+
+Runner::~Runner() {
+  if (gave_tty_ && tty_fd_ >= 0) {
+    tcsetpgrp(tty_fd_, getpgrp());  // SIGTTOU is blocked, so this cannot stop us
+    gave_tty_ = false;
+  }
+  if (mask_changed_) sigprocmask(SIG_SETMASK, &old_mask_, nullptr);
+}
+
+void Runner::say(const char* fmt, ...) {
+  if (opts_.quiet) return;
+  char buf[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(buf, sizeof(buf), fmt, ap);
+  va_end(ap);
+  fprintf(stderr, "sidelock run: %s\n", buf);
+  fflush(stderr);
+}
+
+bool Runner::setupSignals() {
+  sigemptyset(&blocked_);
+  for (int s : kForwardedSignals) sigaddset(&blocked_, s);
+  sigaddset(&blocked_, SIGCHLD);
+  sigset_t to_block = blocked_;
+  // Taking the terminal back from CMD's process group happens while we are in the background;
+  // blocked SIGTTOU keeps tcsetpgrp() from stopping us.
+  sigaddset(&to_block, SIGTTOU);
+  if (sigprocmask(SIG_BLOCK, &to_block, &old_mask_) != 0) return false;
+  mask_changed_ = true;
+  sigfd_ = Fd(signalfd(-1, &blocked_, SFD_CLOEXEC | SFD_NONBLOCK));
+  return sigfd_.valid();
+}
+
+std::vector<int> Runner::readSignals() {
+  std::vector<int> out;
+  signalfd_siginfo info{};
+  while (read(sigfd_.get(), &info, sizeof(info)) == static_cast<ssize_t>(sizeof(info))) {
+    if (info.ssi_signo == SIGCHLD) {
+      reapChild();
+    } else {
+      out.push_back(static_cast<int>(info.ssi_signo));
+    }
+  }
+  return out;
+}
+
+StatusOr<Fd> Runner::connectSidecar() {
+  auto connectOne = [](int family, const sockaddr* addr, socklen_t len) -> StatusOr<Fd> {
+    Fd fd(socket(family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+    if (!fd.valid()) return unavailable(std::string("socket: ") + strerror(errno));
+    if (connect(fd.get(), addr, len) != 0) {
+      if (errno != EINPROGRESS && errno != EAGAIN) return unavailable(strerror(errno));
+      pollfd p{fd.get(), POLLOUT, 0};
+      int r = poll(&p, 1, static_cast<int>(kConnectTimeoutMs));
+      if (r == 0) return unavailable("connect timed out");
+      int err = 0;
+      socklen_t err_len = sizeof(err);
+      getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &err, &err_len);
+      if (r < 0 || err != 0) return unavailable(strerror(r < 0 ? errno : err));
+    }
+    return fd;
+  };
+
+  if (!opts_.socket_path.empty()) {
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    if (opts_.socket_path.size() >= sizeof(addr.sun_path)) {
+      return unavailable("socket path too long");
+    }
+    memcpy(addr.sun_path, opts_.socket_path.c_str(), opts_.socket_path.size() + 1);
+    return connectOne(AF_UNIX, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  }
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  std::string port = std::to_string(opts_.port);
+  int gai = getaddrinfo(opts_.host.c_str(), port.c_str(), &hints, &res);
+  if (gai != 0) return unavailable(gai_strerror(gai));
+  Status last = unavailable("no address");
+  for (addrinfo* ai = res; ai != nullptr; ai = ai->ai_next) {
+    StatusOr<Fd> fd = connectOne(ai->ai_family, ai->ai_addr, ai->ai_addrlen);
+    if (fd.isOk()) {
+      freeaddrinfo(res);
+      return fd;
+    }
+    last = fd.status();
+  }
+  freeaddrinfo(res);
+  return last;
+}
+
+bool Runner::sleepInterruptibly(int64_t ms, int* signal_out) {
+  int64_t until = nowMs() + ms;
+  while (nowMs() < until) {
+    pollfd p{sigfd_.get(), POLLIN, 0};
+    poll(&p, 1, pollTimeout(until));
+    for (int s : readSignals()) {
+      *signal_out = s;
+      return false;
+    }
+  }
+  return true;
+}
+
+std::optional<int> Runner::acquireOnce(int64_t wait_ms, Lease* lease, bool* locked,
+                                       int64_t* retry_in_ms) {
+  *locked = false;
+  *retry_in_ms = -1;
+  StatusOr<Fd> sock = connectSidecar();
+  if (!sock.isOk()) {
+    say("cannot reach the sidecar at %s: %s", opts_.endpoint().c_str(),
+        sock.status().message().c_str());
+    return kExitUnavailable;
+  }
+  AcquireRequest req{opts_.name, opts_.ttl_ms, wait_ms, opts_.max_hold_ms};
+  std::string out = buildAcquireRequest(req);
+  auto parser = std::make_unique<AcquireResponseParser>();
+  const int64_t answer_by = nowMs() + wait_ms + kAnswerSlackMs;
+  size_t sent = 0;
+  char buf[16 * 1024];
+  while (true) {
+    pollfd fds[2] = {
+        {sigfd_.get(), POLLIN, 0},
+        {sock->get(), static_cast<short>(POLLIN | (sent < out.size() ? POLLOUT : 0)), 0}};
+    int r = poll(fds, 2, pollTimeout(answer_by));
+    if (r < 0 && errno != EINTR) {
+      say("poll: %s", strerror(errno));
+      return kExitInternal;
+    }
+    // Closing the connection (on return) withdraws a queued acquire at the sidecar.
+    for (int s : readSignals()) {
+      say("got %s while waiting for lock '%s'; giving up", strsignal(s), opts_.name.c_str());
+      return kExitSignalBase + s;
+    }
+    if (r == 0 && nowMs() >= answer_by) {
+      say("the sidecar at %s did not answer within %lld ms", opts_.endpoint().c_str(),
+          static_cast<long long>(wait_ms + kAnswerSlackMs));
+      return kExitUnavailable;
+    }
+    if (sent < out.size() && (fds[1].revents & (POLLOUT | POLLERR | POLLHUP))) {
+      ssize_t n = send(sock->get(), out.data() + sent, out.size() - sent, MSG_NOSIGNAL);
+      if (n < 0 && errno != EAGAIN && errno != EINTR) {
+        say("sending to the sidecar at %s: %s", opts_.endpoint().c_str(), strerror(errno));
+        return kExitUnavailable;
+      }
+      if (n > 0) sent += static_cast<size_t>(n);
+    }
+    if (!(fds[1].revents & (POLLIN | POLLERR | POLLHUP))) continue;
+    ssize_t n = recv(sock->get(), buf, sizeof(buf), 0);
+    if (n < 0 && (errno == EAGAIN || errno == EINTR)) continue;
+    Status st =
+        n > 0 ? parser->feed(std::string_view(buf, static_cast<size_t>(n))) : parser->finish();
+    if (n < 0) st = unavailable(strerror(errno));
+    if (!st.isOk()) {
+      bool cut = st.code() == StatusCode::kUnavailable;
+      say("%s from the sidecar at %s: %s", cut ? "no answer" : "bad answer",
+          opts_.endpoint().c_str(), st.message().c_str());
+      return cut ? kExitUnavailable : kExitInternal;
+    }
+    if (!parser->headComplete()) continue;
+
+    if (parser->isStream()) {
+      std::optional<StreamEvent> ev = parser->nextEvent();
+      if (!ev) {
+        if (parser->messageComplete()) {
+          say("the sidecar ended the stream before granting lock '%s'", opts_.name.c_str());
+          return kExitUnavailable;
+        }
+        continue;
+      }
+      if (ev->type != StreamEvent::Type::kAcquired) {
+        say("unexpected first event '%s' from the sidecar", ev->event.c_str());
+        return kExitInternal;
+      }
+      lease->sock = std::move(*sock);
+      lease->grant = std::move(*ev);
+      lease->parser = std::move(parser);
+      lease->granted_at_ms = nowMs();
+      return std::nullopt;
+    }
+    if (!parser->messageComplete()) continue;
+
+    ErrorBody err = parseErrorBody(parser->body());
+    int status = parser->status();
+    if (status == 200) {
+      // A grant that is not a stream would be a lock nobody holds the connection for.
+      say("the sidecar at %s answered without an event stream (does it support hold: stream?)",
+          opts_.endpoint().c_str());
+      return kExitInternal;
+    }
+    if (status == 409 || err.error == "locked") {
+      *locked = true;
+      *retry_in_ms = err.retry_after_ms;
+      return kExitNotAcquired;
+    }
+    int code = exitCodeForRefusal(status, err.error);
+    say("the sidecar refused lock '%s': %d %s%s%s", opts_.name.c_str(), status,
+        err.error.empty() ? "" : err.error.c_str(), err.message.empty() ? "" : ": ",
+        err.message.c_str());
+    return code;
+  }
+}
+
+std::optional<int> Runner::acquire(Lease* lease) {
+  const int64_t start = nowMs();
+  while (true) {
+    int64_t wait_ms = kWaitChunkMs;
+    if (opts_.wait_ms) {
+      wait_ms = std::min(kWaitChunkMs, std::max<int64_t>(0, start + *opts_.wait_ms - nowMs()));
+    }
+    int64_t asked_at = nowMs();
+    int64_t retry_in_ms = -1;
+    bool locked = false;
+    std::optional<int> code = acquireOnce(wait_ms, lease, &locked, &retry_in_ms);
+    if (!code) return std::nullopt;
+    if (!locked) return code;
+    // 409 locked: ask again while --wait allows.
+    int64_t left = opts_.wait_ms ? start + *opts_.wait_ms - nowMs() : kWaitChunkMs;
+    if (left <= 0) {
+      say("lock '%s' is held by someone else (waited %lld ms)", opts_.name.c_str(),
+          static_cast<long long>(nowMs() - start));
+      return kExitNotAcquired;
+    }
+    // The sidecar normally waits the full wait_ms; if it answered sooner (its own cap), pause so
+    // we do not hammer it.
+    if (nowMs() - asked_at < wait_ms) {
+      int64_t pause = std::clamp<int64_t>(retry_in_ms, 10, 1000);
+      int sig = 0;
+      if (!sleepInterruptibly(std::min(pause, left), &sig)) {
+        say("got %s while waiting for lock '%s'; giving up", strsignal(sig), opts_.name.c_str());
+        return kExitSignalBase + sig;
+      }
+    }
+  }
+}
+
+std::optional<int> Runner::spawn(const Lease& lease) {
+  // If we are the terminal's foreground job, CMD's process group becomes it, so an interactive
+  // CMD can read the terminal and ^C / ^Z reach it directly (as with any shell job).
+  for (int fd : {STDIN_FILENO, STDOUT_FILENO, STDERR_FILENO}) {
+    if (isatty(fd) && tcgetpgrp(fd) == getpgrp()) {
+      tty_fd_ = fd;
+      break;
+    }
+  }
+  int pipefd[2];
+  if (pipe2(pipefd, O_CLOEXEC) != 0) {
+    say("pipe: %s", strerror(errno));
+    return kExitInternal;
+  }
+  Fd exec_err_read(pipefd[0]);
+  Fd exec_err_write(pipefd[1]);
+  std::vector<char*> argv;
+  for (const std::string& a : opts_.command) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  std::string token = std::to_string(lease.grant.token);
+
+  pid_t pid = fork();
+  if (pid < 0) {
+    say("fork: %s", strerror(errno));
+    return kExitInternal;
+  }
+  if (pid == 0) {
+    // CMD gets its own process group so a loss can stop everything it started, not just the
+    // direct child (a `sh -c` wrapper would otherwise leave its children running unlocked).
+    setpgid(0, 0);
+    if (tty_fd_ >= 0) tcsetpgrp(tty_fd_, getpid());
+    sigprocmask(SIG_SETMASK, &old_mask_, nullptr);
+    setenv("SIDELOCK_LOCK", opts_.name.c_str(), 1);
+    setenv("SIDELOCK_OWNER", lease.grant.owner.c_str(), 1);
+    setenv("SIDELOCK_TOKEN", token.c_str(), 1);
+    execvp(argv[0], argv.data());
+    int e = errno;
+    ssize_t ignored = write(exec_err_write.get(), &e, sizeof(e));
+    (void)ignored;
+    _exit(kExitNotFound);
+  }
+  child_ = pid;
+  // Both sides set the group: whichever runs first wins the race against exec / our signals.
+  setpgid(pid, pid);
+  if (tty_fd_ >= 0 && tcsetpgrp(tty_fd_, pid) == 0) gave_tty_ = true;
+  exec_err_write.reset();
+  int e = 0;
+  ssize_t n;
+  do {
+    n = read(exec_err_read.get(), &e, sizeof(e));
+  } while (n < 0 && errno == EINTR);
+  if (n == static_cast<ssize_t>(sizeof(e))) {
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    child_done_ = true;
+    say("cannot run %s: %s", opts_.command[0].c_str(), strerror(e));
+    return e == ENOENT ? kExitNotFound : kExitCannotExecute;
+  }
+  return std::nullopt;
+}
+
+void Runner::signalChild(int sig) {
+  if (child_ <= 0 || child_done_) return;
+  if (kill(-child_, sig) != 0) kill(child_, sig);  // the group may not exist yet / any more
+}
+
+void Runner::reapChild() {
+  if (child_ <= 0 || child_done_) return;
+  while (true) {
+    int status = 0;
+    pid_t r = waitpid(child_, &status, WNOHANG | WUNTRACED);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) return;
+    if (WIFSTOPPED(status)) {
+      int sig = WSTOPSIG(status);
+      bool job_stop = sig == SIGTSTP || sig == SIGTTIN || sig == SIGTTOU;
+      if (gave_tty_ && job_stop) {
+        // ^Z stopped CMD: stop ourselves too so the shell sees its job stopped, and resume CMD
+        // in the foreground when the shell continues us. The lease stays held meanwhile.
+        tcsetpgrp(tty_fd_, getpgrp());
+        raise(SIGSTOP);
+        tcsetpgrp(tty_fd_, child_);
+        kill(-child_, SIGCONT);
+      }
+      continue;
+    }
+    child_done_ = true;
+    child_status_ = status;
+    return;
+  }
+}
+
+void Runner::beginStop(Stop why, const std::string& detail) {
+  if (stop_ != Stop::kNone) return;
+  stop_ = why;
+  const char* what = why == Stop::kLost ? "lost" : "held for --max-hold";
+  say("lock '%s' %s (%s): sending SIGTERM to %s, SIGKILL in %lld ms", opts_.name.c_str(), what,
+      detail.c_str(), opts_.command[0].c_str(), static_cast<long long>(opts_.grace_ms));
+  signalChild(SIGTERM);
+  kill_at_ms_ = nowMs() + opts_.grace_ms;
+}
+
+int Runner::supervise(Lease* lease) {
+  auto setLeaseDeadline = [&](int64_t ttl_ms) {
+    // We learn of a renewal a little after it happened, so the real expiry is before
+    // receipt + ttl: keep a margin, and stop CMD when the sidecar has gone quiet for that long.
+    if (ttl_ms <= 0) return;
+    lease_deadline_ms_ = nowMs() + ttl_ms - std::min<int64_t>(ttl_ms / 10, 1000);
+  };
+  int64_t grant_ttl = lease->grant.ttl_ms >= 0 ? lease->grant.ttl_ms : opts_.ttl_ms.value_or(-1);
+  setLeaseDeadline(grant_ttl);
+
+  bool stream_open = true;
+  char buf[16 * 1024];
+  auto handleEvents = [&] {
+    while (std::optional<StreamEvent> ev = lease->parser->nextEvent()) {
+      switch (ev->type) {
+        case StreamEvent::Type::kRenewed:
+          setLeaseDeadline(ev->ttl_ms >= 0 ? ev->ttl_ms : grant_ttl);
+          break;
+        case StreamEvent::Type::kLost:
+          beginStop(Stop::kLost,
+                    ev->reason.empty() ? "reported by the sidecar" : "sidecar: " + ev->reason);
+          break;
+        case StreamEvent::Type::kCapped:
+          // The sidecar stopped renewing; the lease has at most one TTL left. Stopping CMD now
+          // gives it that time to finish cleanly while it still holds the lock.
+          beginStop(Stop::kCapped, "the sidecar stopped renewing at the cap");
+          break;
+        default:
+          break;  // events we do not know are informational by contract
+      }
+    }
+  };
+  auto readStream = [&](bool final_drain) {
+    ssize_t n = recv(lease->sock.get(), buf, sizeof(buf), final_drain ? MSG_DONTWAIT : 0);
+    if (n < 0 && (errno == EAGAIN || errno == EINTR)) return;
+    Status st = n > 0 ? lease->parser->feed(std::string_view(buf, static_cast<size_t>(n)))
+                      : Status(unavailable(n == 0 ? "connection closed" : strerror(errno)));
+    handleEvents();
+    if (!st.isOk() || lease->parser->messageComplete()) {
+      stream_open = false;
+      std::string why = !st.isOk() ? "connection to the sidecar broken: " + st.message()
+                                   : "the sidecar ended the stream";
+      beginStop(Stop::kLost, why);
+    }
+  };
+
+  while (!child_done_) {
+    int64_t deadline = -1;
+    if (kill_at_ms_ >= 0) deadline = kill_at_ms_;
+    if (stop_ == Stop::kNone && lease_deadline_ms_ >= 0) deadline = lease_deadline_ms_;
+    pollfd fds[2] = {{sigfd_.get(), POLLIN, 0}, {lease->sock.get(), POLLIN, 0}};
+    int r = poll(fds, stream_open ? 2 : 1, pollTimeout(deadline));
+    if (r < 0 && errno != EINTR) {
+      say("poll: %s", strerror(errno));
+      beginStop(Stop::kLost, "internal error");
+    }
+    for (int s : readSignals()) signalChild(s);
+    reapChild();  // a SIGCHLD read above already reaped; this covers a coalesced one
+    if (child_done_) break;
+    if (stream_open && r > 0 && (fds[1].revents & (POLLIN | POLLERR | POLLHUP))) {
+      readStream(false);
+    }
+    int64_t now = nowMs();
+    if (stop_ == Stop::kNone && lease_deadline_ms_ >= 0 && now >= lease_deadline_ms_) {
+      beginStop(Stop::kLost, "no renewal from the sidecar before the lease would expire");
+    }
+    if (kill_at_ms_ >= 0 && now >= kill_at_ms_) {
+      say("%s did not exit within %lld ms of SIGTERM: sending SIGKILL", opts_.command[0].c_str(),
+          static_cast<long long>(opts_.grace_ms));
+      signalChild(SIGKILL);
+      kill_at_ms_ = -1;
+    }
+  }
+
+  // CMD is done. A loss that raced with its end still means it did not hold the lock to the end.
+  if (stop_ == Stop::kNone && stream_open) readStream(true);
+  if (stop_ == Stop::kNone && lease_deadline_ms_ >= 0 && nowMs() >= lease_deadline_ms_) {
+    stop_ = Stop::kLost;
+    say("lock '%s' may have expired before %s finished (no renewal from the sidecar)",
+        opts_.name.c_str(), opts_.command[0].c_str());
+  }
+  // Closing the connection releases the lock at the sidecar.
+  lease->sock.reset();
+  if (stop_ == Stop::kLost) return kExitLockLost;
+  if (stop_ == Stop::kCapped) return kExitMaxHold;
+  return exitCodeFromWaitStatus(child_status_);
+}
+
+int Runner::run() {
+  if (!setupSignals()) {
+    say("cannot set up signal handling: %s", strerror(errno));
+    return kExitInternal;
+  }
+  Lease lease;
+  if (std::optional<int> code = acquire(&lease)) return *code;
+  if (std::optional<int> code = spawn(lease)) return *code;
+  return supervise(&lease);
+}
+
+}  // namespace
+
+int runWithOptions(const RunOptions& options) {
+  Runner runner(options);
+  return runner.run();
+}
+
+int runCommand(int argc, char** argv) {
+  std::vector<std::string> args;
+  for (int i = 1; i < argc; ++i) args.emplace_back(argv[i]);
+  StatusOr<RunOptions> opts = parseRunArgs(args, RunEnvironment::system());
+  if (!opts.isOk()) {
+    fprintf(stderr,
+            "sidelock run: %s\n"
+            "Usage: sidelock run [OPTIONS] NAME [--] CMD [ARGS...]  (sidelock run --help)\n",
+            opts.status().message().c_str());
+    return kExitUsage;
+  }
+  if (opts->help) {
+    fputs(runUsage().c_str(), stdout);
+    return 0;
+  }
+  return runWithOptions(*opts);
+}
+
+}  // namespace sidelock::cli

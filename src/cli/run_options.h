@@ -1,0 +1,64 @@
+// Command-line parsing for `sidelock run` (pure: no I/O, so it is unit-tested directly).
+//
+//   sidelock run [--socket PATH | --addr HOST:PORT] [--ttl MS] [--wait MS] [--max-hold MS]
+//                [--grace MS] [--quiet] NAME [--] CMD [ARGS...]
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/status.h"
+
+namespace sidelock::cli {
+
+inline constexpr const char* kDefaultSocketPath = "/run/sidelock/sidelock.sock";
+inline constexpr const char* kDefaultAddr = "127.0.0.1:7411";
+inline constexpr int64_t kDefaultGraceMs = 10'000;
+
+struct RunOptions {
+  bool help = false;  // --help: print usage, exit 0; nothing else is filled in
+
+  // Exactly one of these is set: a Unix socket path, or host + port.
+  std::string socket_path;
+  std::string host;
+  int port = 0;
+
+  std::string name;                  // lock name
+  std::vector<std::string> command;  // CMD ARGS..., never empty
+
+  std::optional<int64_t> ttl_ms;       // unset: the sidecar's locks.default_ttl_ms
+  std::optional<int64_t> wait_ms;      // unset: wait as long as it takes
+  std::optional<int64_t> max_hold_ms;  // unset: the sidecar's locks.default_max_hold_ms
+  int64_t grace_ms = kDefaultGraceMs;  // SIGTERM -> SIGKILL delay after a loss
+  bool quiet = false;                  // no diagnostics on stderr (usage errors still print)
+
+  /// "unix:/run/sidelock/sidelock.sock" or "127.0.0.1:7411", for messages.
+  std::string endpoint() const;
+};
+
+/// What parsing may look at besides argv, injectable for tests.
+struct RunEnvironment {
+  std::function<std::optional<std::string>(const char* name)> getenv;
+  std::function<bool(const std::string& path)> socket_exists;
+  /// The process environment and the real filesystem.
+  static RunEnvironment system();
+};
+
+/// Parses the arguments after `sidelock run`. Errors are kInvalidArgument with a message fit for
+/// "sidelock run: <message>" (the caller prints usage and exits 64).
+StatusOr<RunOptions> parseRunArgs(const std::vector<std::string>& args, const RunEnvironment& env);
+
+/// "1500", "1500ms", "30s", "5m", "2h" -> milliseconds. Non-negative, at most ~100 years.
+StatusOr<int64_t> parseDurationMs(std::string_view text);
+
+/// "HOST:PORT" or "[V6]:PORT" -> host, port.
+Status parseHostPort(std::string_view text, std::string* host, int* port);
+
+/// The usage text, exit-code table included.
+std::string runUsage();
+
+}  // namespace sidelock::cli

@@ -1,0 +1,284 @@
+// `sidelock run` end to end: the real binary as the CLI, the real sidecar, a real redis-server.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <fstream>
+#include <functional>
+#include <iostream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "support/http_client.h"
+#include "support/redis_server.h"
+#include "support/sidecar_process.h"
+
+namespace sidelock::testing {
+namespace {
+
+using std::chrono::milliseconds;
+using Clock = std::chrono::steady_clock;
+
+// CMD bodies loop until told to stop, but never outlive `sidelock run` (its pid is $PPID) and
+// never run longer than ~60 s, so a failing test cannot leave a process behind.
+const std::string kWaitForGo =
+    "n=0; while [ ! -e go ] && kill -0 $PPID 2>/dev/null && [ $n -lt 1200 ]; do "
+    "sleep 0.05; n=$((n+1)); done";
+
+bool fileExists(const std::string& path) { return access(path.c_str(), F_OK) == 0; }
+
+std::string readFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+bool waitFor(const std::function<bool()>& cond, int timeout_ms) {
+  auto deadline = Clock::now() + milliseconds(timeout_ms);
+  while (Clock::now() < deadline) {
+    if (cond()) return true;
+    std::this_thread::sleep_for(milliseconds(10));
+  }
+  return cond();
+}
+
+/// One `sidelock run ...` child process, with its working directory and stderr in `dir`.
+class RunProcess {
+ public:
+  RunProcess(const std::string& dir, const std::vector<std::string>& args) : dir_(dir) {
+    static int counter = 0;
+    stderr_path_ = dir + "/run-" + std::to_string(++counter) + ".err";
+    pid_ = fork();
+    if (pid_ == 0) {
+      if (chdir(dir.c_str()) != 0) _exit(120);
+      int err = open(stderr_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      if (err >= 0) dup2(err, STDERR_FILENO);
+      std::string bin = sidelockBinary();
+      std::vector<char*> argv;
+      argv.push_back(bin.data());
+      std::string run = "run";
+      argv.push_back(run.data());
+      std::vector<std::string> copy = args;
+      for (std::string& a : copy) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      execv(bin.c_str(), argv.data());
+      _exit(121);
+    }
+  }
+  ~RunProcess() {
+    if (pid_ > 0) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+  }
+  pid_t pid() const { return pid_; }
+  std::string stderrText() const { return readFile(stderr_path_); }
+
+  /// Exit code (128+signal if killed), or -1 if still running after timeout_ms.
+  int wait(int timeout_ms = 20000) {
+    auto deadline = Clock::now() + milliseconds(timeout_ms);
+    while (pid_ > 0) {
+      int status = 0;
+      pid_t r = waitpid(pid_, &status, WNOHANG);
+      if (r == pid_) {
+        pid_ = -1;
+        if (WIFEXITED(status)) return WEXITSTATUS(status);
+        if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+        return -2;
+      }
+      if (Clock::now() >= deadline) return -1;
+      std::this_thread::sleep_for(milliseconds(5));
+    }
+    return -3;
+  }
+
+ private:
+  std::string dir_;
+  std::string stderr_path_;
+  pid_t pid_ = -1;
+};
+
+class CliRunTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    redis_ = std::make_unique<RedisServer>();
+    SidecarProcess::Options o;
+    o.yaml = "backend:\n  type: redis\n  nodes: [\"" + redis_->address() +
+             "\"]\nlocks:\n  renew_fraction: 0.33\n";
+    o.wait_ready = true;
+    sidecar_ = std::make_unique<SidecarProcess>(o);
+    dir_ = makeTempDir("sidelock-cli");
+  }
+  void TearDown() override {
+    if (HasFailure() && sidecar_) std::cerr << "sidecar log:\n" << sidecar_->logs();
+    sidecar_.reset();
+    redis_.reset();
+    removeTree(dir_);
+  }
+
+  std::vector<std::string> tcp(std::vector<std::string> args) {
+    args.insert(args.begin(), {"--addr", "127.0.0.1:" + std::to_string(sidecar_->port())});
+    return args;
+  }
+  std::vector<std::string> unixSocket(std::vector<std::string> args) {
+    args.insert(args.begin(), {"--socket", sidecar_->socketPath()});
+    return args;
+  }
+  /// `sidelock run ... NAME -- sh -c SCRIPT`, waited for.
+  int runSh(const std::string& name, const std::string& script, std::vector<std::string> opts = {},
+            std::string* err = nullptr) {
+    opts.insert(opts.end(), {name, "--", "sh", "-c", script});
+    RunProcess p(dir_, tcp(opts));
+    int code = p.wait();
+    if (err != nullptr) *err = p.stderrText();
+    return code;
+  }
+  std::string path(const std::string& file) const { return dir_ + "/" + file; }
+
+  std::unique_ptr<RedisServer> redis_;
+  std::unique_ptr<SidecarProcess> sidecar_;
+  std::string dir_;
+};
+
+TEST_F(CliRunTest, PropagatesTheCommandsExitCode) {
+  EXPECT_EQ(runSh("job", "exit 0"), 0);
+  EXPECT_EQ(runSh("job", "exit 3"), 3);
+  std::string err;
+  EXPECT_EQ(runSh("job", "kill -KILL $$", {}, &err), 128 + SIGKILL) << err;
+}
+
+TEST_F(CliRunTest, CommandSeesLockOwnerAndToken) {
+  ASSERT_EQ(runSh("env-job", "echo \"$SIDELOCK_TOKEN $SIDELOCK_LOCK $SIDELOCK_OWNER\" > out"), 0);
+  std::istringstream in(readFile(path("out")));
+  std::string token, name, owner;
+  in >> token >> name >> owner;
+  EXPECT_FALSE(token.empty());
+  EXPECT_EQ(token.find_first_not_of("0123456789"), std::string::npos) << token;
+  EXPECT_EQ(name, "env-job");
+  EXPECT_FALSE(owner.empty());
+  // Fencing tokens grow from one holder to the next.
+  ASSERT_EQ(runSh("env-job", "echo $SIDELOCK_TOKEN > out2"), 0);
+  EXPECT_GT(std::stoull(readFile(path("out2"))), std::stoull(token));
+}
+
+TEST_F(CliRunTest, LockIsHeldWhileTheCommandRunsAndFreedAfter) {
+  RunProcess holder(dir_, unixSocket({"held", "--", "sh", "-c", "touch started; " + kWaitForGo}));
+  ASSERT_TRUE(waitFor([&] { return fileExists(path("started")); }, 10000)) << holder.stderrText();
+
+  std::string err;
+  EXPECT_EQ(runSh("held", "touch ran", {"--wait", "0"}, &err), 75);
+  EXPECT_FALSE(fileExists(path("ran")));
+  EXPECT_NE(err.find("held"), std::string::npos) << err;
+  // The sidecar agrees it is held.
+  HttpClient c = HttpClient::tcp(sidecar_->port());
+  EXPECT_EQ(c.get("/v1/locks/held").status, 200);
+
+  // A waiter gets it once the first command ends.
+  RunProcess waiter(dir_, tcp({"--wait", "20000", "held", "--", "sh", "-c", "touch waited"}));
+  std::this_thread::sleep_for(milliseconds(200));
+  EXPECT_FALSE(fileExists(path("waited")));
+  std::ofstream(path("go")).put('x');
+  EXPECT_EQ(holder.wait(), 0) << holder.stderrText();
+  EXPECT_EQ(waiter.wait(), 0) << waiter.stderrText();
+  EXPECT_TRUE(fileExists(path("waited")));
+  EXPECT_EQ(runSh("held", "exit 0", {"--wait", "0"}), 0);
+}
+
+TEST_F(CliRunTest, ForwardsSignalsToTheCommand) {
+  RunProcess p(dir_, tcp({"sig", "--", "sh", "-c",
+                          "trap 'echo term > got; exit 42' TERM; touch started; " + kWaitForGo}));
+  ASSERT_TRUE(waitFor([&] { return fileExists(path("started")); }, 10000)) << p.stderrText();
+  kill(p.pid(), SIGTERM);
+  EXPECT_EQ(p.wait(), 42) << p.stderrText();
+  EXPECT_EQ(readFile(path("got")), "term\n");
+  // Its end released the lock.
+  EXPECT_EQ(runSh("sig", "exit 0", {"--wait", "0"}), 0);
+
+  RunProcess q(dir_, tcp({"sig", "--", "sh", "-c", "touch started2; exec sleep 30"}));
+  ASSERT_TRUE(waitFor([&] { return fileExists(path("started2")); }, 10000)) << q.stderrText();
+  kill(q.pid(), SIGINT);
+  EXPECT_EQ(q.wait(), 128 + SIGINT) << q.stderrText();
+}
+
+TEST_F(CliRunTest, AKilledRunLeavesNoLockBehind) {
+  RunProcess p(dir_, tcp({"crash", "--", "sh", "-c", "touch started; " + kWaitForGo}));
+  ASSERT_TRUE(waitFor([&] { return fileExists(path("started")); }, 10000)) << p.stderrText();
+  kill(p.pid(), SIGKILL);
+  EXPECT_EQ(p.wait(), 128 + SIGKILL);
+  // The sidecar saw the connection close and released: the next run gets the lock at once.
+  EXPECT_EQ(runSh("crash", "exit 0", {"--wait", "5000"}), 0);
+}
+
+TEST_F(CliRunTest, StopsTheCommandWhenTheLockIsLost) {
+  // Short TTL: the sidecar renews every ~100 ms, so the deletion is noticed almost at once.
+  RunProcess p(dir_, tcp({"--ttl", "300", "--grace", "5000", "lost", "--", "sh", "-c",
+                          "trap 'echo term > got; exit 0' TERM; touch started; " + kWaitForGo}));
+  ASSERT_TRUE(waitFor([&] { return fileExists(path("started")); }, 10000)) << p.stderrText();
+  ASSERT_EQ(redis_->cli({"DEL", "sidelock:{lost}"}), "1");
+  auto deleted_at = Clock::now();
+  EXPECT_EQ(p.wait(), 76) << p.stderrText();
+  // "At once", not after a TTL-sized timeout: generous deadline for slow machines.
+  EXPECT_LT(Clock::now() - deleted_at, milliseconds(3000));
+  EXPECT_EQ(readFile(path("got")), "term\n");
+  EXPECT_NE(p.stderrText().find("lost"), std::string::npos) << p.stderrText();
+}
+
+TEST_F(CliRunTest, KillsACommandThatIgnoresSigtermAfterTheGrace) {
+  RunProcess p(dir_, tcp({"--ttl", "300", "--grace", "300", "stubborn", "--", "sh", "-c",
+                          "trap '' TERM; touch started; " + kWaitForGo}));
+  ASSERT_TRUE(waitFor([&] { return fileExists(path("started")); }, 10000)) << p.stderrText();
+  ASSERT_EQ(redis_->cli({"DEL", "sidelock:{stubborn}"}), "1");
+  EXPECT_EQ(p.wait(), 76) << p.stderrText();
+  EXPECT_NE(p.stderrText().find("SIGKILL"), std::string::npos) << p.stderrText();
+}
+
+TEST_F(CliRunTest, SidecarGoneWhileRunningStopsTheCommand) {
+  RunProcess p(dir_, tcp({"--grace", "5000", "gone", "--", "sh", "-c",
+                          "trap 'echo term > got; exit 0' TERM; touch started; " + kWaitForGo}));
+  ASSERT_TRUE(waitFor([&] { return fileExists(path("started")); }, 10000)) << p.stderrText();
+  sidecar_->kill();
+  EXPECT_EQ(p.wait(), 76) << p.stderrText();
+  EXPECT_EQ(readFile(path("got")), "term\n");
+}
+
+TEST_F(CliRunTest, UnreachableSidecarAndBadUsage) {
+  RunProcess tcp_gone(dir_, {"--addr", "127.0.0.1:" + std::to_string(pickFreePort()), "x", "--",
+                             "sh", "-c", "touch ran"});
+  EXPECT_EQ(tcp_gone.wait(), 69);
+  RunProcess unix_gone(dir_, {"--socket", dir_ + "/no.sock", "x", "--", "sh", "-c", "touch ran"});
+  EXPECT_EQ(unix_gone.wait(), 69);
+  EXPECT_FALSE(fileExists(path("ran")));
+
+  RunProcess usage(dir_, {"--ttl", "soon", "x", "--", "true"});
+  EXPECT_EQ(usage.wait(), 64);
+  EXPECT_NE(usage.stderrText().find("--ttl"), std::string::npos);
+  // The sidecar's own validation (bad name) is a usage error too, and runs nothing.
+  std::string err;
+  EXPECT_EQ(runSh("bad/name", "touch ran", {}, &err), 64) << err;
+  EXPECT_FALSE(fileExists(path("ran")));
+  // CMD not found: 127, and the lock is not left behind.
+  RunProcess missing(dir_, tcp({"nf", "--", "/nonexistent/cmd"}));
+  EXPECT_EQ(missing.wait(), 127);
+  EXPECT_EQ(runSh("nf", "exit 0", {"--wait", "0"}), 0);
+}
+
+TEST_F(CliRunTest, MaxHoldStopsTheCommand) {
+  RunProcess p(dir_, tcp({"--ttl", "300", "--max-hold", "500", "capped", "--", "sh", "-c",
+                          "trap 'exit 0' TERM; touch started; " + kWaitForGo}));
+  ASSERT_TRUE(waitFor([&] { return fileExists(path("started")); }, 10000)) << p.stderrText();
+  // The sidecar stops renewing at the cap and says so; CMD gets SIGTERM while the last lease is
+  // still valid.
+  EXPECT_EQ(p.wait(), 124) << p.stderrText();
+  EXPECT_NE(p.stderrText().find("max-hold"), std::string::npos) << p.stderrText();
+  EXPECT_EQ(runSh("capped", "exit 0", {"--wait", "2000"}), 0);
+}
+
+}  // namespace
+}  // namespace sidelock::testing

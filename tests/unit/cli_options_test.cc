@@ -1,0 +1,181 @@
+#include <gtest/gtest.h>
+
+#include <map>
+
+#include "cli/exit_codes.h"
+#include "cli/run_options.h"
+
+namespace sidelock::cli {
+namespace {
+
+RunEnvironment fakeEnv(std::map<std::string, std::string> vars = {}, bool socket_exists = false) {
+  RunEnvironment env;
+  env.getenv = [vars](const char* name) -> std::optional<std::string> {
+    auto it = vars.find(name);
+    if (it == vars.end()) return std::nullopt;
+    return it->second;
+  };
+  env.socket_exists = [socket_exists](const std::string& path) {
+    return socket_exists && path == kDefaultSocketPath;
+  };
+  return env;
+}
+
+StatusOr<RunOptions> parse(std::vector<std::string> args, const RunEnvironment& env = fakeEnv()) {
+  return parseRunArgs(args, env);
+}
+
+TEST(RunOptionsTest, MinimalCommandUsesDefaults) {
+  auto opts = parse({"job", "--", "sh", "-c", "true"});
+  ASSERT_TRUE(opts.isOk()) << opts.status().toString();
+  EXPECT_EQ(opts->name, "job");
+  EXPECT_EQ(opts->command, (std::vector<std::string>{"sh", "-c", "true"}));
+  EXPECT_EQ(opts->host, "127.0.0.1");
+  EXPECT_EQ(opts->port, 7411);
+  EXPECT_TRUE(opts->socket_path.empty());
+  EXPECT_FALSE(opts->ttl_ms);
+  EXPECT_FALSE(opts->wait_ms);
+  EXPECT_FALSE(opts->max_hold_ms);
+  EXPECT_EQ(opts->grace_ms, kDefaultGraceMs);
+  EXPECT_FALSE(opts->quiet);
+  EXPECT_FALSE(opts->help);
+}
+
+TEST(RunOptionsTest, DoubleDashIsOptionalAndCommandArgsAreNotOptions) {
+  auto opts = parse({"job", "ls", "--ttl", "5"});
+  ASSERT_TRUE(opts.isOk());
+  EXPECT_EQ(opts->command, (std::vector<std::string>{"ls", "--ttl", "5"}));
+  EXPECT_FALSE(opts->ttl_ms);
+  // Only the first "--" after NAME is ours.
+  opts = parse({"job", "--", "--", "x"});
+  ASSERT_TRUE(opts.isOk());
+  EXPECT_EQ(opts->command, (std::vector<std::string>{"--", "x"}));
+}
+
+TEST(RunOptionsTest, AllOptionsBothSpellings) {
+  auto opts = parse({"--socket", "/tmp/s.sock", "--ttl=1500", "--wait", "2s", "--max-hold", "1h",
+                     "--grace=0", "-q", "job", "--", "cmd"});
+  ASSERT_TRUE(opts.isOk()) << opts.status().toString();
+  EXPECT_EQ(opts->socket_path, "/tmp/s.sock");
+  EXPECT_EQ(*opts->ttl_ms, 1500);
+  EXPECT_EQ(*opts->wait_ms, 2000);
+  EXPECT_EQ(*opts->max_hold_ms, 3'600'000);
+  EXPECT_EQ(opts->grace_ms, 0);
+  EXPECT_TRUE(opts->quiet);
+  EXPECT_EQ(opts->endpoint(), "unix:/tmp/s.sock");
+}
+
+TEST(RunOptionsTest, WaitZeroMeansTryOnce) {
+  auto opts = parse({"--wait", "0", "job", "--", "cmd"});
+  ASSERT_TRUE(opts.isOk());
+  ASSERT_TRUE(opts->wait_ms);
+  EXPECT_EQ(*opts->wait_ms, 0);
+}
+
+TEST(RunOptionsTest, AddrForms) {
+  auto opts = parse({"--addr", "localhost:9000", "j", "c"});
+  ASSERT_TRUE(opts.isOk());
+  EXPECT_EQ(opts->host, "localhost");
+  EXPECT_EQ(opts->port, 9000);
+  opts = parse({"--addr=[::1]:7411", "j", "c"});
+  ASSERT_TRUE(opts.isOk());
+  EXPECT_EQ(opts->host, "::1");
+  EXPECT_EQ(opts->endpoint(), "[::1]:7411");
+  for (const char* bad : {"localhost", "localhost:", ":80", "h:0", "h:65536", "h:80x", "::1:80",
+                          "[::1]80", "[::1]"}) {
+    EXPECT_FALSE(parse({"--addr", bad, "j", "c"}).isOk()) << bad;
+  }
+}
+
+TEST(RunOptionsTest, EndpointPrecedence) {
+  // Environment over defaults.
+  auto opts = parse({"j", "c"}, fakeEnv({{"SIDELOCK_SOCKET", "/x.sock"}}));
+  ASSERT_TRUE(opts.isOk());
+  EXPECT_EQ(opts->socket_path, "/x.sock");
+  opts = parse({"j", "c"}, fakeEnv({{"SIDELOCK_ADDR", "10.0.0.1:1234"}}));
+  ASSERT_TRUE(opts.isOk());
+  EXPECT_EQ(opts->host, "10.0.0.1");
+  EXPECT_EQ(opts->port, 1234);
+  // SIDELOCK_SOCKET wins over SIDELOCK_ADDR.
+  opts = parse({"j", "c"}, fakeEnv({{"SIDELOCK_SOCKET", "/x.sock"}, {"SIDELOCK_ADDR", "h:1"}}));
+  ASSERT_TRUE(opts.isOk());
+  EXPECT_EQ(opts->socket_path, "/x.sock");
+  // Flags over environment.
+  opts = parse({"--addr", "h:2", "j", "c"}, fakeEnv({{"SIDELOCK_SOCKET", "/x.sock"}}));
+  ASSERT_TRUE(opts.isOk());
+  EXPECT_TRUE(opts->socket_path.empty());
+  EXPECT_EQ(opts->port, 2);
+  // Default socket if it exists, else default TCP address.
+  opts = parse({"j", "c"}, fakeEnv({}, /*socket_exists=*/true));
+  ASSERT_TRUE(opts.isOk());
+  EXPECT_EQ(opts->socket_path, kDefaultSocketPath);
+  // A bad SIDELOCK_ADDR is reported.
+  EXPECT_FALSE(parse({"j", "c"}, fakeEnv({{"SIDELOCK_ADDR", "nonsense"}})).isOk());
+}
+
+TEST(RunOptionsTest, HelpWinsAnywhereBeforeName) {
+  auto opts = parse({"--ttl", "5", "--help"});
+  ASSERT_TRUE(opts.isOk());
+  EXPECT_TRUE(opts->help);
+  opts = parse({"-h"});
+  ASSERT_TRUE(opts.isOk());
+  EXPECT_TRUE(opts->help);
+}
+
+TEST(RunOptionsTest, UsageErrorsHaveClearMessages) {
+  struct Case {
+    std::vector<std::string> args;
+    std::string expect_in_message;
+  };
+  const Case cases[] = {
+      {{}, "missing lock NAME"},
+      {{"job"}, "missing CMD"},
+      {{"job", "--"}, "missing CMD"},
+      {{"--ttl"}, "--ttl needs a value"},
+      {{"--ttl", "0", "j", "c"}, "--ttl must be > 0"},
+      {{"--ttl", "-5", "j", "c"}, "not a duration"},
+      {{"--ttl", "5x", "j", "c"}, "unknown unit"},
+      {{"--wait", "", "j", "c"}, "empty duration"},
+      {{"--max-hold", "0", "j", "c"}, "--max-hold must be > 0"},
+      {{"--bogus", "j", "c"}, "unknown option '--bogus'"},
+      {{"--socket", "/a", "--addr", "h:1", "j", "c"}, "not both"},
+      {{"--socket=", "j", "c"}, "--socket needs a path"},
+      {{"", "c"}, "must not be empty"},
+      {{"--ttl", "99999999999999999999", "j", "c"}, "not a duration"},
+      {{"--ttl", "999999999h", "j", "c"}, "too long"},
+  };
+  for (const Case& c : cases) {
+    auto opts = parse(c.args);
+    ASSERT_FALSE(opts.isOk()) << ::testing::PrintToString(c.args);
+    EXPECT_EQ(opts.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(opts.status().message().find(c.expect_in_message), std::string::npos)
+        << opts.status().message();
+  }
+}
+
+TEST(RunOptionsTest, DurationUnits) {
+  EXPECT_EQ(*parseDurationMs("0"), 0);
+  EXPECT_EQ(*parseDurationMs("250"), 250);
+  EXPECT_EQ(*parseDurationMs("250ms"), 250);
+  EXPECT_EQ(*parseDurationMs("3s"), 3000);
+  EXPECT_EQ(*parseDurationMs("2m"), 120'000);
+  EXPECT_EQ(*parseDurationMs("1h"), 3'600'000);
+  EXPECT_FALSE(parseDurationMs("1.5s").isOk());
+  EXPECT_FALSE(parseDurationMs("s").isOk());
+  EXPECT_FALSE(parseDurationMs(" 5").isOk());
+}
+
+TEST(RunOptionsTest, UsageListsEveryOptionAndExitCode) {
+  std::string usage = runUsage();
+  for (const char* needle : {"--socket",      "--addr",         "--ttl",          "--wait",
+                             "--max-hold",    "--grace",        "--quiet",        "SIDELOCK_SOCKET",
+                             "SIDELOCK_ADDR", "SIDELOCK_TOKEN", "SIDELOCK_OWNER", "SIDELOCK_LOCK",
+                             " 64 ",          " 69 ",           " 70 ",           " 75 ",
+                             " 76 ",          " 124 ",          " 126 ",          " 127 ",
+                             "128+N"}) {
+    EXPECT_NE(usage.find(needle), std::string::npos) << needle;
+  }
+}
+
+}  // namespace
+}  // namespace sidelock::cli

@@ -1,0 +1,265 @@
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+#include <random>
+
+#include "cli/acquire_stream.h"
+
+namespace sidelock::cli {
+namespace {
+
+std::string chunk(const std::string& data) {
+  char size[32];
+  snprintf(size, sizeof(size), "%zx\r\n", data.size());
+  return size + data + "\r\n";
+}
+
+const std::string kStreamHead =
+    "HTTP/1.1 200 OK\r\n"
+    "Content-Type: application/x-ndjson\r\n"
+    "Transfer-Encoding: chunked\r\n"
+    "\r\n";
+
+const std::string kAcquired =
+    R"({"event":"acquired","name":"job","owner":"o-123","token":42,"ttl_ms":3000})"
+    "\n";
+
+// A stream as a sidecar sends it: events split across chunks in awkward places.
+std::string sampleStream() {
+  std::string renewed = R"({"event":"renewed","ttl_ms":3000})"
+                        "\n";
+  std::string lost = R"({"event":"lost","reason":"lease_lost"})"
+                     "\n";
+  return kStreamHead + chunk(kAcquired) + chunk(renewed.substr(0, 7)) +
+         chunk(renewed.substr(7) + lost.substr(0, 3)) + chunk(lost.substr(3)) + "0\r\n\r\n";
+}
+
+std::vector<StreamEvent> drain(AcquireResponseParser& p) {
+  std::vector<StreamEvent> out;
+  while (auto ev = p.nextEvent()) out.push_back(*ev);
+  return out;
+}
+
+void expectSampleEvents(const std::vector<StreamEvent>& evs) {
+  ASSERT_EQ(evs.size(), 3u);
+  EXPECT_EQ(evs[0].type, StreamEvent::Type::kAcquired);
+  EXPECT_EQ(evs[0].name, "job");
+  EXPECT_EQ(evs[0].owner, "o-123");
+  EXPECT_EQ(evs[0].token, 42u);
+  EXPECT_EQ(evs[0].ttl_ms, 3000);
+  EXPECT_EQ(evs[1].type, StreamEvent::Type::kRenewed);
+  EXPECT_EQ(evs[1].ttl_ms, 3000);
+  EXPECT_EQ(evs[2].type, StreamEvent::Type::kLost);
+  EXPECT_EQ(evs[2].reason, "lease_lost");
+}
+
+TEST(AcquireStreamTest, WholeStreamAtOnce) {
+  AcquireResponseParser p;
+  ASSERT_TRUE(p.feed(sampleStream()).isOk());
+  EXPECT_TRUE(p.headComplete());
+  EXPECT_EQ(p.status(), 200);
+  EXPECT_TRUE(p.isStream());
+  EXPECT_TRUE(p.messageComplete());
+  expectSampleEvents(drain(p));
+}
+
+TEST(AcquireStreamTest, ByteByByte) {
+  AcquireResponseParser p;
+  std::string s = sampleStream();
+  std::vector<StreamEvent> evs;
+  for (size_t i = 0; i < s.size(); ++i) {
+    ASSERT_TRUE(p.feed(s.substr(i, 1)).isOk()) << i;
+    for (auto& e : drain(p)) evs.push_back(e);
+    if (i < kStreamHead.size() - 1) {
+      EXPECT_FALSE(p.headComplete()) << i;
+    }
+  }
+  EXPECT_TRUE(p.messageComplete());
+  expectSampleEvents(evs);
+}
+
+TEST(AcquireStreamTest, RandomSplits) {
+  std::mt19937 rng(12345);
+  std::string s = sampleStream();
+  for (int round = 0; round < 200; ++round) {
+    AcquireResponseParser p;
+    std::vector<StreamEvent> evs;
+    size_t pos = 0;
+    while (pos < s.size()) {
+      size_t n = std::uniform_int_distribution<size_t>(1, 40)(rng);
+      ASSERT_TRUE(p.feed(s.substr(pos, n)).isOk());
+      for (auto& e : drain(p)) evs.push_back(e);
+      pos += n;
+    }
+    expectSampleEvents(evs);
+  }
+}
+
+TEST(AcquireStreamTest, FirstEventBeforeStreamEnds) {
+  AcquireResponseParser p;
+  ASSERT_TRUE(p.feed(kStreamHead + chunk(kAcquired)).isOk());
+  EXPECT_TRUE(p.isStream());
+  EXPECT_FALSE(p.messageComplete());
+  auto ev = p.nextEvent();
+  ASSERT_TRUE(ev);
+  EXPECT_EQ(ev->type, StreamEvent::Type::kAcquired);
+  EXPECT_FALSE(p.nextEvent());
+  // The sidecar hanging up mid-stream is an error (the caller treats it as a loss).
+  Status st = p.finish();
+  EXPECT_FALSE(st.isOk());
+  EXPECT_EQ(st.code(), StatusCode::kUnavailable);
+}
+
+TEST(AcquireStreamTest, BlankLinesAndCrlfAreTolerated) {
+  AcquireResponseParser p;
+  ASSERT_TRUE(
+      p.feed(kStreamHead + chunk("\n\r\n" + kAcquired.substr(0, kAcquired.size() - 1) + "\r\n\n"))
+          .isOk());
+  auto evs = drain(p);
+  ASSERT_EQ(evs.size(), 1u);
+  EXPECT_EQ(evs[0].owner, "o-123");
+}
+
+TEST(AcquireStreamTest, UnknownEventsPassThroughAsUnknown) {
+  AcquireResponseParser p;
+  ASSERT_TRUE(p.feed(kStreamHead + chunk(kAcquired) + chunk("{\"event\":\"renewed\"}\n") +
+                     chunk("{\"event\":\"hello\",\"x\":1}\n") + chunk("{\"event\":\"capped\"}\n"))
+                  .isOk());
+  auto evs = drain(p);
+  ASSERT_EQ(evs.size(), 4u);
+  EXPECT_EQ(evs[1].type, StreamEvent::Type::kRenewed);  // ttl_ms is optional on renewals
+  EXPECT_EQ(evs[1].ttl_ms, -1);
+  EXPECT_EQ(evs[2].type, StreamEvent::Type::kUnknown);
+  EXPECT_EQ(evs[2].event, "hello");
+  EXPECT_EQ(evs[3].type, StreamEvent::Type::kCapped);
+}
+
+TEST(AcquireStreamTest, RefusalIsNotAStream) {
+  std::string body = R"({"error":"locked","message":"held by another owner","retry_after_ms":250})";
+  std::string resp = "HTTP/1.1 409 Conflict\r\nContent-Type: application/json\r\nContent-Length: " +
+                     std::to_string(body.size()) + "\r\n\r\n" + body;
+  for (size_t split = 0; split <= resp.size(); ++split) {
+    AcquireResponseParser p;
+    ASSERT_TRUE(p.feed(resp.substr(0, split)).isOk());
+    ASSERT_TRUE(p.feed(resp.substr(split)).isOk());
+    ASSERT_TRUE(p.messageComplete());
+    EXPECT_EQ(p.status(), 409);
+    EXPECT_FALSE(p.isStream());
+    EXPECT_FALSE(p.nextEvent());
+    ErrorBody err = parseErrorBody(p.body());
+    EXPECT_EQ(err.error, "locked");
+    EXPECT_EQ(err.message, "held by another owner");
+    EXPECT_EQ(err.retry_after_ms, 250);
+  }
+}
+
+TEST(AcquireStreamTest, ChunkedRefusalAndBytesAfterTheResponseAreIgnored) {
+  std::string resp = "HTTP/1.1 503 Service Unavailable\r\nTransfer-Encoding: chunked\r\n\r\n" +
+                     chunk(R"({"error":"unavailable",)") + chunk(R"("message":"redis down"})") +
+                     "0\r\n\r\nHTTP/1.1 200 OK\r\ngarbage";
+  AcquireResponseParser p;
+  ASSERT_TRUE(p.feed(resp).isOk());
+  EXPECT_TRUE(p.messageComplete());
+  EXPECT_EQ(p.status(), 503);
+  EXPECT_EQ(parseErrorBody(p.body()).error, "unavailable");
+  EXPECT_TRUE(p.finish().isOk());
+}
+
+TEST(AcquireStreamTest, BodyEndingAtEofCompletesOnFinish) {
+  AcquireResponseParser p;
+  ASSERT_TRUE(p.feed("HTTP/1.1 500 Internal Server Error\r\nConnection: close\r\n\r\noops").isOk());
+  EXPECT_FALSE(p.messageComplete());
+  EXPECT_TRUE(p.finish().isOk());
+  EXPECT_TRUE(p.messageComplete());
+  ErrorBody err = parseErrorBody(p.body());
+  EXPECT_TRUE(err.error.empty());
+  EXPECT_EQ(err.message, "oops");
+}
+
+TEST(AcquireStreamTest, EofBeforeAnythingIsUnavailable) {
+  AcquireResponseParser p;
+  Status st = p.finish();
+  EXPECT_EQ(st.code(), StatusCode::kUnavailable);
+  AcquireResponseParser q;
+  ASSERT_TRUE(q.feed("HTTP/1.1 20").isOk());
+  EXPECT_EQ(q.finish().code(), StatusCode::kUnavailable);
+}
+
+TEST(AcquireStreamTest, MalformedInputIsAnErrorNotACrash) {
+  const std::string bad[] = {
+      "NOT HTTP\r\n\r\n",
+      kStreamHead + chunk("{not json}\n"),
+      kStreamHead + chunk("[1,2]\n"),
+      kStreamHead + chunk("{\"no_event\":1}\n"),
+      kStreamHead + chunk("{\"event\":\"acquired\",\"token\":1}\n"),      // no owner
+      kStreamHead + chunk("{\"event\":\"acquired\",\"owner\":\"o\"}\n"),  // no token
+      kStreamHead + chunk("{\"event\":\"acquired\",\"owner\":\"o\",\"token\":-1}\n"),
+      kStreamHead + chunk("{\"event\":\"renewed\",\"ttl_ms\":\"5\"}\n"),
+      kStreamHead + "zz\r\n",  // bad chunk size
+  };
+  for (const std::string& input : bad) {
+    AcquireResponseParser p;
+    Status st = p.feed(input);
+    EXPECT_FALSE(st.isOk()) << input;
+    // Errors are sticky.
+    EXPECT_FALSE(p.feed("more").isOk());
+  }
+}
+
+TEST(AcquireStreamTest, LimitsAreEnforced) {
+  AcquireResponseParser p;
+  std::string huge_header = "HTTP/1.1 200 OK\r\nX-Big: " + std::string(20'000, 'a') + "\r\n\r\n";
+  EXPECT_EQ(p.feed(huge_header).code(), StatusCode::kResourceExhausted);
+
+  AcquireResponseParser q;
+  ASSERT_TRUE(q.feed(kStreamHead).isOk());
+  Status st;
+  for (int i = 0; i < 100 && st.isOk(); ++i) st = q.feed(chunk(std::string(1000, 'x')));
+  EXPECT_EQ(st.code(), StatusCode::kResourceExhausted);
+
+  AcquireResponseParser r;
+  std::string body(70'000, 'x');
+  EXPECT_EQ(r.feed("HTTP/1.1 500 X\r\nContent-Length: 70000\r\n\r\n" + body).code(),
+            StatusCode::kResourceExhausted);
+}
+
+TEST(AcquireStreamTest, OkWithoutNdjsonIsNotAStream) {
+  AcquireResponseParser p;
+  std::string body = R"({"owner":"o","token":1})";
+  ASSERT_TRUE(p.feed("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: " +
+                     std::to_string(body.size()) + "\r\n\r\n" + body)
+                  .isOk());
+  EXPECT_EQ(p.status(), 200);
+  EXPECT_FALSE(p.isStream());
+  EXPECT_TRUE(p.messageComplete());
+}
+
+TEST(AcquireRequestTest, BuildsStreamAcquire) {
+  std::string req = buildAcquireRequest({"nightly report/1", 5000, 0, std::nullopt});
+  ASSERT_EQ(req.rfind("POST /v1/locks/nightly%20report%2F1/acquire HTTP/1.1\r\n", 0), 0u) << req;
+  size_t body_at = req.find("\r\n\r\n");
+  ASSERT_NE(body_at, std::string::npos);
+  std::string body = req.substr(body_at + 4);
+  EXPECT_NE(req.find("Content-Length: " + std::to_string(body.size()) + "\r\n"), std::string::npos);
+  auto j = nlohmann::json::parse(body);
+  EXPECT_EQ(j["hold"], "stream");
+  EXPECT_EQ(j["ttl_ms"], 5000);
+  EXPECT_EQ(j["wait_ms"], 0);
+  EXPECT_FALSE(j.contains("max_hold_ms"));
+
+  req = buildAcquireRequest({"a", std::nullopt, std::nullopt, 60000});
+  j = nlohmann::json::parse(req.substr(req.find("\r\n\r\n") + 4));
+  EXPECT_FALSE(j.contains("ttl_ms"));
+  EXPECT_FALSE(j.contains("wait_ms"));
+  EXPECT_EQ(j["max_hold_ms"], 60000);
+}
+
+TEST(AcquireRequestTest, PercentEncoding) {
+  EXPECT_EQ(percentEncode("abc-XYZ_0.9~"), "abc-XYZ_0.9~");
+  EXPECT_EQ(percentEncode("a/b c?d#e%"), "a%2Fb%20c%3Fd%23e%25");
+  EXPECT_EQ(percentEncode("svc:job@eu"), "svc:job@eu");
+  EXPECT_EQ(percentEncode("\xc3\xa9"), "%C3%A9");
+}
+
+}  // namespace
+}  // namespace sidelock::cli
