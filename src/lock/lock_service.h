@@ -21,12 +21,17 @@ namespace sidelock::lock {
 
 struct AcquireOptions {
   std::string name;
-  std::string owner;    // empty: the service generates a 128-bit random owner id
-  int64_t ttl_ms = 0;   // validated by the API layer: 1..max_ttl_ms
-  int64_t wait_ms = 0;  // 0 = try once; else queue up to this long (<= max_wait_ms)
+  std::string owner;   // empty: the service generates a 128-bit random owner id
+  int64_t ttl_ms = 0;  // validated by the API layer: 1..max_ttl_ms (<= 0: default_ttl_ms)
+  /// 0 = try once (answered busy without a backend call if local waiters are queued for the
+  /// name: a single try never jumps the FIFO); else queue up to this long (clamped to
+  /// max_wait_ms).
+  int64_t wait_ms = 0;
   bool auto_renew = false;
-  int64_t max_hold_ms = 0;  // auto_renew cap; 0 = config default_max_hold_ms
-  bool stream = false;      // hold bound to the client's connection (always auto-renewed)
+  /// auto_renew / stream cap; 0 = config default_max_hold_ms (0 there = no cap). No renewal
+  /// starts if it would carry the hold past the cap, so the lease ends at or before it.
+  int64_t max_hold_ms = 0;
+  bool stream = false;  // hold bound to the client's connection (implies auto_renew)
 };
 
 struct Grant {
@@ -46,11 +51,13 @@ enum class AcquireStatus {
 
 struct AcquireResult {
   AcquireStatus status = AcquireStatus::kError;
-  Grant grant;                  // kGranted
-  int64_t retry_after_ms = 0;   // kBusy: a hint (holder's remaining TTL when known)
-  Status error;                 // kError
+  Grant grant;                 // kGranted
+  int64_t retry_after_ms = 0;  // kBusy: a hint (holder's remaining TTL when known)
+  Status error;                // kError
 };
 
+/// kLeaseLost: the sidecar had granted this (name, owner) and found it lost (remembered for
+/// 10 minutes, up to 4096 pairs); kNotHeld otherwise when no lease exists (e.g. expired).
 enum class ReleaseStatus { kReleased, kNotOwner, kNotHeld, kLeaseLost };
 enum class ExtendStatus { kExtended, kNotOwner, kNotHeld, kLeaseLost };
 
@@ -59,7 +66,12 @@ struct ExtendResult {
   int64_t ttl_ms = 0;
 };
 
-/// Events pushed to a stream-bound holder (hold: "stream").
+/// Events pushed to a holder that passed `on_event` (stream holds), on later loop turns:
+///  - kRenewed: a watchdog renewal succeeded;
+///  - kCapped: max_hold_ms reached, renewals stopped (the lease runs out by itself);
+///  - kLost: the lease is no longer held although it was not released: a renewal or extend found
+///    it gone / owned by another, renewals failed until its validity ran out, or it expired
+///    (e.g. after kCapped). Sent at most once, always last.
 enum class LeaseEvent { kRenewed, kLost, kCapped };
 
 /// A lease this sidecar granted and still holds, for GET /v1/locks (no owner ids).
@@ -118,9 +130,12 @@ class LockService {
   AcquireTicket acquire(AcquireOptions options, std::function<void(AcquireResult)> done,
                         std::function<void(LeaseEvent)> on_event = nullptr);
 
-  /// Releases the lease: stops its renewal first (no renewal ever runs after this is answered).
+  /// Releases the lease: stops its renewal first (no renewal ever runs after this is answered;
+  /// a renewal already in flight is answered before the release is sent). A backend error
+  /// answers the error status; the lease then keeps no watchdog and simply expires.
   void release(std::string_view name, std::string_view owner,
                std::function<void(StatusOr<ReleaseStatus>)> done);
+  /// Owner-checked extend; on success a watchdog (auto_renew) renews with `ttl_ms` from then on.
   void extend(std::string_view name, std::string_view owner, int64_t ttl_ms,
               std::function<void(StatusOr<ExtendResult>)> done);
   void inspect(std::string_view name, std::function<void(StatusOr<backend::LockState>)> done);
@@ -129,7 +144,10 @@ class LockService {
   std::vector<WaiterCount> waiterCounts() const;
 
   /// Stops accepting work, fails waiters with kCancelled, stops renewals, releases held leases
-  /// if `release_held`, then calls `done` (on a later turn) — or after `grace_ms` at the latest.
+  /// if `release_held`, then calls `done` (on a later turn) once every backend call it made has
+  /// answered — or after `grace_ms` at the latest. release/extend/inspect keep working. Leases
+  /// not released stay in leases() until they expire.
+  /// Destroying the service is safe at any time: pending callbacks are then never called.
   void shutdown(bool release_held, int64_t grace_ms, std::function<void()> done);
 
  private:

@@ -1,0 +1,81 @@
+// The in-process backend: one map of lock name -> lease, for single-process deployments
+// (`backend.type: memory`) and for fast, deterministic lock-service tests on a FakeScheduler.
+//
+// Semantics mirror the Redis scripts: SET NX PX + a per-name fencing counter that never resets
+// (so tokens strictly increase per name even across releases and expiries), owner-checked release
+// and extend, and lazy expiry against the Scheduler's monotonic clock. Every callback is posted to
+// a later loop turn (Backend contract).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+
+#include "backend/backend.h"
+#include "event/scheduler.h"
+
+namespace sidelock::backend {
+
+class MemoryBackend final : public Backend {
+ public:
+  explicit MemoryBackend(event::Scheduler& scheduler);
+  ~MemoryBackend() override;
+  MemoryBackend(const MemoryBackend&) = delete;
+  MemoryBackend& operator=(const MemoryBackend&) = delete;
+
+  void start() override {}
+  void acquire(std::string_view name, std::string_view owner, int64_t ttl_ms,
+               AcquireCallback cb) override;
+  void release(std::string_view name, std::string_view owner, OwnerCheckCallback cb) override;
+  void extend(std::string_view name, std::string_view owner, int64_t ttl_ms,
+              ExtendCallback cb) override;
+  void inspect(std::string_view name, InspectCallback cb) override;
+
+  void setReleaseListener(ReleaseListener listener) override { listener_ = std::move(listener); }
+  void watchReleases(std::string_view name) override;
+  void unwatchReleases(std::string_view name) override;
+
+  BackendHealth health() const override;
+  void shutdown(std::function<void()> done) override;
+
+  // --- test hooks (pure logic; not part of the Backend interface) ---
+  /// Deletes a lease behind everybody's back (simulates data loss / an admin DEL). No
+  /// notification is published, as with a key that silently vanished.
+  void forceDelete(std::string_view name);
+  /// Replaces the holder (simulates a lease stolen after a pause). Keeps the expiry.
+  void forceOwner(std::string_view name, std::string_view owner);
+  /// Number of names with an active watch (for tests of watch/unwatch balance).
+  size_t watchedNames() const { return watches_.size(); }
+
+ private:
+  struct Entry {
+    std::string owner;      // empty when free
+    int64_t expiry_us = 0;  // Scheduler time; meaningful while owner is non-empty
+    uint64_t token = 0;     // last fencing token granted for this name; never reset
+  };
+
+  struct StringHash {
+    using is_transparent = void;
+    size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+  };
+
+  /// The entry if the name is currently held (expired leases are cleared on the way).
+  Entry* liveEntry(std::string_view name);
+  /// Posts `fn` unless this backend has been destroyed by then.
+  void deliver(std::function<void()> fn);
+  void notifyReleased(std::string_view name);
+
+  event::Scheduler& scheduler_;
+  std::unordered_map<std::string, Entry, StringHash, std::equal_to<>> locks_;
+  std::unordered_map<std::string, int, StringHash, std::equal_to<>> watches_;
+  ReleaseListener listener_;
+  bool shut_down_ = false;
+  // Posted callbacks hold a weak reference: a callback still queued on the loop when the backend
+  // is destroyed must not touch it.
+  std::shared_ptr<char> alive_ = std::make_shared<char>();
+};
+
+}  // namespace sidelock::backend

@@ -1,0 +1,98 @@
+// The leases this sidecar granted and still believes held, plus a bounded memory of leases it
+// found lost (so that a later release can answer "lease_lost" instead of a bare "not_held").
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <list>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "event/scheduler.h"
+#include "lock/backoff.h"
+#include "lock/lock_service.h"
+
+namespace sidelock::lock {
+
+struct StringHash {
+  using is_transparent = void;
+  size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+};
+
+struct Lease {
+  Lease(int64_t retry_min_ms, int64_t retry_max_ms) : renew_backoff(retry_min_ms, retry_max_ms) {}
+
+  uint64_t id = 0;  // unique per grant: callbacks find "their" lease by (name, id)
+  std::string name;
+  std::string owner;
+  uint64_t token = 0;
+  int64_t ttl_ms = 0;  // as requested: what every renewal extends by
+  int64_t granted_us = 0;
+  int64_t expiry_us = 0;  // end of validity as last confirmed by the backend
+  bool auto_renew = false;
+  bool stream = false;
+  int64_t hold_deadline_us = 0;  // auto_renew: no renewal starts at or after this (0 = no cap)
+  std::function<void(LeaseEvent)> on_event;
+
+  // Watchdog state.
+  bool renewing = false;         // renewals still planned (auto_renew, not capped or released)
+  bool renew_in_flight = false;  // a backend extend for a renewal has not answered yet
+  bool releasing = false;        // release started: renewals are over for good
+  /// Work that must wait until the in-flight renewal answered (release sequencing).
+  std::vector<std::function<void()>> after_renewal;
+  Backoff renew_backoff;  // pacing of retries after transient errors
+  event::ScopedTimer expiry_timer;
+  event::ScopedTimer renew_timer;
+};
+
+class LeaseTable {
+ public:
+  Lease* find(std::string_view name);
+  /// The lease of `name` only if `owner` holds it.
+  Lease* find(std::string_view name, std::string_view owner);
+  /// Inserts; returns the lease previously recorded under that name (nullptr if none), which the
+  /// caller must account for (it lapsed: the backend granted the name again).
+  std::unique_ptr<Lease> insert(std::unique_ptr<Lease> lease);
+  std::unique_ptr<Lease> remove(std::string_view name);
+  size_t size() const { return leases_.size(); }
+  bool empty() const { return leases_.empty(); }
+  template <typename F>
+  void forEach(F&& f) const {
+    for (const auto& [name, lease] : leases_) f(*lease);
+  }
+  std::vector<std::string> names() const;
+
+ private:
+  std::unordered_map<std::string, std::unique_ptr<Lease>, StringHash, std::equal_to<>> leases_;
+};
+
+/// Recently lost (name, owner) pairs: least-recently-lost evicted beyond `capacity`, entries
+/// forgotten after `retention_us`. Owner ids are kept only in memory, never logged.
+class LostLeaseMemory {
+ public:
+  LostLeaseMemory(size_t capacity, int64_t retention_us)
+      : capacity_(capacity), retention_us_(retention_us) {}
+
+  void remember(std::string_view name, std::string_view owner, int64_t now_us);
+  bool contains(std::string_view name, std::string_view owner, int64_t now_us);
+  void forget(std::string_view name, std::string_view owner);
+  size_t size() const { return index_.size(); }
+
+ private:
+  struct Entry {
+    std::string key;
+    int64_t expires_us;
+  };
+  static std::string keyOf(std::string_view name, std::string_view owner);
+  void dropExpired(int64_t now_us);
+
+  size_t capacity_;
+  int64_t retention_us_;
+  std::list<Entry> order_;  // oldest first
+  std::unordered_map<std::string, std::list<Entry>::iterator, StringHash, std::equal_to<>> index_;
+};
+
+}  // namespace sidelock::lock

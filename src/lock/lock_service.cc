@@ -1,0 +1,638 @@
+// LockService: the public facade, acquire (single try and FIFO waiting), release, extend,
+// inspect and shutdown. The lease lifecycle (grant bookkeeping, watchdog renewal, expiry, loss)
+// lives in watchdog.cc.
+#include "lock/lock_service.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "common/log.h"
+#include "common/random.h"
+#include "lock/lock_service_impl.h"
+
+namespace sidelock::lock {
+namespace {
+
+int64_t ceilMs(int64_t us) { return us <= 0 ? 0 : (us + 999) / 1000; }
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// Facade
+
+LockService::LockService(const config::LocksConfig& config, backend::Backend& backend,
+                         event::Scheduler& scheduler, metrics::Metrics& metrics)
+    : impl_(std::make_unique<Impl>(config, backend, scheduler, metrics)) {}
+
+LockService::~LockService() = default;
+
+AcquireTicket LockService::acquire(AcquireOptions options, std::function<void(AcquireResult)> done,
+                                   std::function<void(LeaseEvent)> on_event) {
+  return impl_->acquire(std::move(options), std::move(done), std::move(on_event));
+}
+
+void LockService::release(std::string_view name, std::string_view owner,
+                          std::function<void(StatusOr<ReleaseStatus>)> done) {
+  impl_->release(name, owner, std::move(done));
+}
+
+void LockService::extend(std::string_view name, std::string_view owner, int64_t ttl_ms,
+                         std::function<void(StatusOr<ExtendResult>)> done) {
+  impl_->extend(name, owner, ttl_ms, std::move(done));
+}
+
+void LockService::inspect(std::string_view name,
+                          std::function<void(StatusOr<backend::LockState>)> done) {
+  impl_->inspect(name, std::move(done));
+}
+
+std::vector<LeaseInfo> LockService::leases() const { return impl_->leases(); }
+std::vector<WaiterCount> LockService::waiterCounts() const { return impl_->waiterCounts(); }
+
+void LockService::shutdown(bool release_held, int64_t grace_ms, std::function<void()> done) {
+  impl_->shutdown(release_held, grace_ms, std::move(done));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Plumbing
+
+LockService::Impl::Impl(const config::LocksConfig& config, backend::Backend& backend,
+                        event::Scheduler& scheduler, metrics::Metrics& metrics)
+    : config_(config),
+      backend_(backend),
+      scheduler_(scheduler),
+      metrics_(metrics),
+      queues_(config.retry_min_ms, config.retry_max_ms),
+      lost_(kLostLeaseCapacity, kLostLeaseRetentionUs) {
+  backend_.setReleaseListener(
+      guarded([this](std::string_view name) { wakeQueue(name, /*notified=*/true); }));
+}
+
+// Timers die with their owners (ScopedTimer); backend replies and posted callbacks still queued
+// see `alive_` expired and do nothing. The backend is not touched here: it may already be gone.
+LockService::Impl::~Impl() = default;
+
+void LockService::Impl::deliver(std::function<void()> fn) {
+  if (depth_ > 0) {
+    deferred_.push_back(std::move(fn));
+    return;
+  }
+  scheduler_.post([alive = std::weak_ptr<char>(alive_), fn = std::move(fn)] {
+    if (!alive.expired()) fn();
+  });
+}
+
+bool LockService::Impl::drain() {
+  std::weak_ptr<char> alive = alive_;
+  while (!deferred_.empty()) {
+    std::function<void()> fn = std::move(deferred_.front());
+    deferred_.pop_front();
+    fn();
+    if (alive.expired()) return false;
+  }
+  return true;
+}
+
+void LockService::Impl::opFinished() {
+  --inflight_ops_;
+  maybeFinishShutdown();
+}
+
+void LockService::Impl::updateWaiterGauge() {
+  metrics_.waiters.Set(static_cast<double>(queues_.total()));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Acquire
+
+AcquireTicket LockService::Impl::acquire(AcquireOptions options,
+                                         std::function<void(AcquireResult)> done,
+                                         std::function<void(LeaseEvent)> on_event) {
+  const int64_t now = scheduler_.nowUs();
+  auto reject = [&](AcquireStatus status, int64_t retry_after_ms = 0) {
+    AcquireResult r;
+    r.status = status;
+    r.retry_after_ms = retry_after_ms;
+    if (status == AcquireStatus::kCancelled) {
+      metrics_.acquire_cancelled.Increment();
+    } else if (status == AcquireStatus::kTooManyWaiters) {
+      metrics_.acquire_too_many_waiters.Increment();
+    }
+    metrics_.acquire_wait_seconds.Observe(0);
+    deliver([done = std::move(done), r = std::move(r)] { done(r); });
+    return AcquireTicket();
+  };
+  if (stopping_) return reject(AcquireStatus::kCancelled);
+
+  if (options.owner.empty()) options.owner = randomOwnerId();
+  if (options.stream) options.auto_renew = true;
+  if (options.ttl_ms <= 0) options.ttl_ms = config_.default_ttl_ms;
+  // The API layer validates; clamping here keeps a direct caller from queueing forever.
+  options.wait_ms =
+      std::clamp<int64_t>(options.wait_ms, 0, std::max<int64_t>(0, config_.max_wait_ms));
+
+  WaiterQueue* q = queues_.find(options.name);
+  const size_t queued_here = q != nullptr ? q->fifo.size() : 0;
+  if (options.wait_ms > 0 &&
+      (queued_here >= static_cast<size_t>(std::max(0, config_.max_waiters_per_lock)) ||
+       queues_.total() >= static_cast<size_t>(std::max(0, config_.max_waiters)))) {
+    SL_LOG(kDebug, "lock.too_many_waiters", {"name", options.name},
+           {"queued", static_cast<unsigned long>(queued_here)});
+    return reject(AcquireStatus::kTooManyWaiters);
+  }
+
+  const uint64_t id = ++next_waiter_id_;
+  auto owned = std::make_unique<Waiter>();
+  Waiter& w = *owned;
+  w.id = id;
+  w.options = std::move(options);
+  w.done = std::move(done);
+  w.on_event = std::move(on_event);
+  w.started_us = now;
+  w.deadline_us = now + w.options.wait_ms * 1000;
+  waiters_.emplace(id, std::move(owned));
+  AcquireTicket ticket([this, alive = std::weak_ptr<char>(alive_), id] {
+    if (!alive.expired()) cancelWaiter(id);
+  });
+
+  if (w.options.wait_ms == 0) {
+    if (queued_here > 0) {
+      // Local waiters asked first: a single try must not jump the FIFO queue. The lock is
+      // contended by definition, so answer busy without a backend round trip.
+      w.contended = true;
+      AcquireResult r;
+      r.status = AcquireStatus::kBusy;
+      r.retry_after_ms = retryHintMs(w.options.name, -1);
+      finishWaiter(w, std::move(r));
+      return ticket;
+    }
+    attempt(w);
+    return ticket;
+  }
+
+  bool created = false;
+  WaiterQueue& queue = queues_.getOrCreate(w.options.name, &created);
+  if (created) backend_.watchReleases(w.options.name);
+  queues_.push(queue, &w);
+  updateWaiterGauge();
+  w.deadline_timer.start(scheduler_, w.options.wait_ms, guarded([this, id] { onDeadline(id); }));
+  pumpQueue(w.options.name);
+  return ticket;
+}
+
+void LockService::Impl::cancelWaiter(uint64_t id) {
+  auto it = waiters_.find(id);
+  if (it == waiters_.end() || it->second->abandoned) return;  // already answered
+  Waiter& w = *it->second;
+  SL_LOG(kDebug, "lock.acquire_cancelled", {"name", w.options.name},
+         {"owner", ownerDigest(w.options.owner)});
+  AcquireResult r;
+  r.status = AcquireStatus::kCancelled;
+  const std::string name = w.options.name;
+  const bool was_queued = w.queued;
+  finishWaiter(w, std::move(r));
+  if (was_queued) pumpQueue(name);
+}
+
+void LockService::Impl::attempt(Waiter& w) {
+  w.attempting = true;
+  if (w.options.wait_ms > 0) {
+    if (WaiterQueue* q = queues_.find(w.options.name)) q->attempt_in_flight = true;
+  }
+  opStarted();
+  backend_.acquire(w.options.name, w.options.owner, w.options.ttl_ms,
+                   guarded([this, id = w.id](StatusOr<backend::AcquireReply> reply) {
+                     onAttemptReply(id, std::move(reply));
+                   }));
+}
+
+void LockService::Impl::onAttemptReply(uint64_t id, StatusOr<backend::AcquireReply> reply) {
+  auto it = waiters_.find(id);
+  if (it == waiters_.end()) {  // cannot happen: attempting waiters are kept until here
+    opFinished();
+    return;
+  }
+  Waiter& w = *it->second;
+  w.attempting = false;
+  const std::string name = w.options.name;
+  const bool queued_attempt = w.options.wait_ms > 0;
+  WaiterQueue* q = queued_attempt ? queues_.find(name) : nullptr;
+  bool wake = false;
+  if (q != nullptr) {
+    q->attempt_in_flight = false;
+    wake = std::exchange(q->wake_pending, false);
+  }
+  const bool granted = reply.isOk() && reply->granted;
+
+  if (w.abandoned) {
+    // Answered already (client gone, deadline, shutdown): a late grant must not linger.
+    if (granted) {
+      SL_LOG(kDebug, "lock.late_grant_released", {"name", name},
+             {"owner", ownerDigest(w.options.owner)});
+      releaseOrphan(name, w.options.owner);  // wakes the queue once the backend answered
+    }
+    waiters_.erase(it);
+    if (q != nullptr) {
+      if (!granted) pumpQueue(name);
+      maybeEraseQueue(name);
+    }
+    opFinished();
+    return;
+  }
+
+  AcquireResult r;
+  if (!reply.isOk()) {
+    r.status = reply.status().code() == StatusCode::kCancelled ? AcquireStatus::kCancelled
+                                                               : AcquireStatus::kError;
+    r.error = reply.status();
+    finishWaiter(w, std::move(r));
+    // The next waiter gets its own attempt (and, with the backend down, its own fast failure).
+    if (q != nullptr) pumpQueue(name);
+  } else if (granted) {
+    recordGrant(w, *reply);
+    r.status = AcquireStatus::kGranted;
+    r.grant.name = name;
+    r.grant.owner = w.options.owner;
+    r.grant.token = reply->token;
+    r.grant.ttl_ms = reply->validity_ms;
+    finishWaiter(w, std::move(r));
+    if (q != nullptr && (q = queues_.find(name)) != nullptr) {
+      // We hold it now: the next waiter sleeps until our release wakes it (or our TTL lapses).
+      q->backoff.reset();
+      q->holder_expiry_us = scheduler_.nowUs() + reply->validity_ms * 1000;
+      planRetry(*q);
+    }
+  } else {
+    w.contended = true;
+    if (!queued_attempt) {
+      r.status = AcquireStatus::kBusy;
+      r.retry_after_ms = retryHintMs(name, reply->holder_ttl_ms);
+      finishWaiter(w, std::move(r));
+    } else if (q != nullptr) {
+      q->holder_expiry_us =
+          reply->holder_ttl_ms >= 0 ? scheduler_.nowUs() + reply->holder_ttl_ms * 1000 : -1;
+      if (wake && !q->fifo.empty()) {
+        // A release was announced while we were asking: it may have landed after our attempt.
+        q->backoff.reset();
+        attempt(*q->fifo.front());
+      } else {
+        planRetry(*q);
+      }
+    }
+  }
+  if (q != nullptr) maybeEraseQueue(name);
+  opFinished();
+}
+
+void LockService::Impl::onDeadline(uint64_t id) {
+  auto it = waiters_.find(id);
+  if (it == waiters_.end() || it->second->abandoned) return;
+  Waiter& w = *it->second;
+  w.deadline_timer.markFired();
+  const std::string name = w.options.name;
+  AcquireResult r;
+  r.status = AcquireStatus::kBusy;
+  r.retry_after_ms = retryHintMs(name, -1);
+  finishWaiter(w, std::move(r));
+  pumpQueue(name);
+}
+
+void LockService::Impl::finishWaiter(Waiter& w, AcquireResult result) {
+  w.deadline_timer.reset();
+  const int64_t now = scheduler_.nowUs();
+  metrics_.acquire_wait_seconds.Observe(static_cast<double>(now - w.started_us) / 1e6);
+  if (w.contended) metrics_.acquire_contended.Increment();
+  switch (result.status) {
+    case AcquireStatus::kGranted:
+      metrics_.acquire_acquired.Increment();
+      break;
+    case AcquireStatus::kBusy:
+      metrics_.acquire_busy.Increment();
+      break;
+    case AcquireStatus::kTooManyWaiters:
+      metrics_.acquire_too_many_waiters.Increment();
+      break;
+    case AcquireStatus::kCancelled:
+      metrics_.acquire_cancelled.Increment();
+      break;
+    case AcquireStatus::kError:
+      metrics_.acquire_error.Increment();
+      break;
+  }
+  detachFromQueue(w);
+  std::function<void(AcquireResult)> done = std::move(w.done);
+  if (w.attempting) {
+    w.abandoned = true;  // kept until its attempt answers
+    w.on_event = nullptr;
+  } else {
+    waiters_.erase(w.id);  // `w` is gone from here on
+  }
+  if (done) deliver([done = std::move(done), result = std::move(result)] { done(result); });
+}
+
+void LockService::Impl::detachFromQueue(Waiter& w) {
+  if (!w.queued) return;
+  if (WaiterQueue* q = queues_.find(w.options.name)) {
+    queues_.remove(*q, &w);
+    updateWaiterGauge();
+    maybeEraseQueue(w.options.name);
+  }
+}
+
+void LockService::Impl::maybeEraseQueue(std::string_view name) {
+  WaiterQueue* q = queues_.find(name);
+  // A queue with an attempt in flight stays until that attempt answers, so that a new queue for
+  // the same name can never have two heads contending at once.
+  if (q == nullptr || !q->fifo.empty() || q->attempt_in_flight) return;
+  queues_.erase(name);
+  backend_.unwatchReleases(name);
+}
+
+void LockService::Impl::pumpQueue(std::string_view name) {
+  WaiterQueue* q = queues_.find(name);
+  if (q == nullptr || q->fifo.empty() || q->attempt_in_flight || q->retry_timer.pending()) return;
+  attempt(*q->fifo.front());
+}
+
+void LockService::Impl::planRetry(WaiterQueue& q) {
+  if (q.fifo.empty() || q.attempt_in_flight) return;
+  const int64_t now = scheduler_.nowUs();
+  const Waiter& head = *q.fifo.front();
+  const int64_t holder_ttl_ms = q.holder_expiry_us < 0 ? -1 : ceilMs(q.holder_expiry_us - now);
+  const int64_t delay = q.backoff.next(holder_ttl_ms, ceilMs(head.deadline_us - now));
+  q.retry_timer.start(scheduler_, delay, guarded([this, qp = &q] { onRetryTimer(qp); }));
+}
+
+void LockService::Impl::onRetryTimer(WaiterQueue* q) {
+  // Safe: the timer lives in the queue, so it cannot fire after the queue was erased.
+  q->retry_timer.markFired();
+  if (!q->fifo.empty() && !q->attempt_in_flight) attempt(*q->fifo.front());
+}
+
+void LockService::Impl::wakeQueue(std::string_view name, bool notified) {
+  WaiterQueue* q = queues_.find(name);
+  if (q == nullptr || q->fifo.empty()) return;
+  if (q->attempt_in_flight) {
+    q->wake_pending = true;
+    return;
+  }
+  // Counted only when the notification is what set the head going (our own releases wake it
+  // directly, and their echo through the backend then finds the attempt already in flight).
+  if (notified) metrics_.wakeups.Increment();
+  q->retry_timer.reset();
+  q->backoff.reset();
+  q->holder_expiry_us = -1;
+  attempt(*q->fifo.front());
+}
+
+void LockService::Impl::releaseOrphan(const std::string& name, const std::string& owner) {
+  opStarted();
+  backend_.release(name, owner, guarded([this, name](StatusOr<backend::OwnerCheck> r) {
+                     // Either way the queue was paused for this release: get its head going again.
+                     if (r.isOk() && *r == backend::OwnerCheck::kOk) {
+                       wakeQueue(name, false);
+                     } else {
+                       pumpQueue(name);
+                     }
+                     opFinished();
+                   }));
+}
+
+int64_t LockService::Impl::retryHintMs(std::string_view name, int64_t holder_ttl_ms) {
+  if (holder_ttl_ms >= 0) return std::max<int64_t>(1, holder_ttl_ms);
+  const int64_t now = scheduler_.nowUs();
+  if (WaiterQueue* q = queues_.find(name); q != nullptr && q->holder_expiry_us >= 0) {
+    return std::max<int64_t>(1, ceilMs(q->holder_expiry_us - now));
+  }
+  if (Lease* lease = leases_.find(name)) {
+    return std::max<int64_t>(1, ceilMs(lease->expiry_us - now));
+  }
+  return std::max<int64_t>(1, config_.retry_max_ms);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Release, extend, inspect
+
+void LockService::Impl::release(std::string_view name, std::string_view owner,
+                                std::function<void(StatusOr<ReleaseStatus>)> done) {
+  std::string n(name);
+  std::string o(owner);
+  if (Lease* lease = leases_.find(name, owner)) {
+    // Renewal ends before the release is even sent, so none can run after it is answered.
+    stopRenewal(*lease);
+    if (lease->renew_in_flight) {
+      // Sequenced: the renewal's answer comes first, then the release goes out.
+      lease->after_renewal.push_back([this, n, o, done = std::move(done)]() mutable {
+        sendRelease(std::move(n), std::move(o), std::move(done), true);
+      });
+      return;
+    }
+  }
+  sendRelease(std::move(n), std::move(o), std::move(done), true);
+}
+
+void LockService::Impl::sendRelease(std::string name, std::string owner,
+                                    std::function<void(StatusOr<ReleaseStatus>)> done,
+                                    bool client_request) {
+  opStarted();
+  backend_.release(
+      name, owner,
+      guarded([this, name, owner, done = std::move(done),
+               client_request](StatusOr<backend::OwnerCheck> reply) mutable {
+        StatusOr<ReleaseStatus> result = ReleaseStatus::kNotHeld;
+        if (!reply.isOk()) {
+          // The lease (if ours) keeps its stopped renewal and simply expires.
+          if (client_request) metrics_.release_error.Increment();
+          SL_LOG(kWarn, "lock.release_failed", {"name", name},
+                 {"error", reply.status().toString()});
+          result = reply.status();
+        } else if (*reply == backend::OwnerCheck::kOk) {
+          if (leases_.find(name, owner) != nullptr) {
+            SL_LOG(kDebug, "lock.released", {"name", name}, {"owner", ownerDigest(owner)});
+            endLease(name);
+          }
+          lost_.forget(name, owner);
+          if (client_request) metrics_.release_released.Increment();
+          result = ReleaseStatus::kReleased;
+          wakeQueue(name, false);
+        } else {
+          const bool not_owner = *reply == backend::OwnerCheck::kNotOwner;
+          if (Lease* lease = leases_.find(name, owner)) {
+            // We granted it and believed it held: it vanished or was taken behind our back.
+            markLost(*lease, not_owner ? "release found another owner" : "release found no lease",
+                     /*by_renewal=*/false);
+            result = ReleaseStatus::kLeaseLost;
+          } else if (lost_.contains(name, owner, scheduler_.nowUs())) {
+            result = ReleaseStatus::kLeaseLost;
+          } else {
+            result = not_owner ? ReleaseStatus::kNotOwner : ReleaseStatus::kNotHeld;
+          }
+          if (client_request) {
+            switch (*result) {
+              case ReleaseStatus::kLeaseLost:
+                metrics_.release_lease_lost.Increment();
+                break;
+              case ReleaseStatus::kNotOwner:
+                metrics_.release_not_owner.Increment();
+                break;
+              default:
+                metrics_.release_not_held.Increment();
+                break;
+            }
+          }
+        }
+        if (done) {
+          deliver([done = std::move(done), result = std::move(result)] { done(result); });
+        }
+        opFinished();
+      }));
+}
+
+void LockService::Impl::extend(std::string_view name, std::string_view owner, int64_t ttl_ms,
+                               std::function<void(StatusOr<ExtendResult>)> done) {
+  opStarted();
+  const Lease* lease = leases_.find(name, owner);
+  const uint64_t lease_id = lease != nullptr ? lease->id : 0;
+  std::string n(name);
+  std::string o(owner);
+  backend_.extend(
+      name, owner, ttl_ms,
+      guarded([this, n = std::move(n), o = std::move(o), lease_id, ttl_ms,
+               done = std::move(done)](StatusOr<backend::ExtendReply> reply) mutable {
+        StatusOr<ExtendResult> result = ExtendResult{};
+        Lease* lease = leases_.find(n, o);
+        if (lease != nullptr && lease->id != lease_id) lease = nullptr;  // a different grant
+        if (!reply.isOk()) {
+          metrics_.extend_error.Increment();
+          result = reply.status();
+        } else if (reply->result == backend::OwnerCheck::kOk) {
+          metrics_.extend_extended.Increment();
+          if (lease != nullptr) {
+            // The client chose a new TTL: the watchdog (if any) renews with it from now on.
+            lease->ttl_ms = ttl_ms;
+            lease->expiry_us = scheduler_.nowUs() + reply->validity_ms * 1000;
+            armExpiry(*lease);
+          }
+          lost_.forget(n, o);
+          result = ExtendResult{ExtendStatus::kExtended, reply->validity_ms};
+        } else {
+          const bool not_owner = reply->result == backend::OwnerCheck::kNotOwner;
+          ExtendStatus status = not_owner ? ExtendStatus::kNotOwner : ExtendStatus::kNotHeld;
+          if (lease != nullptr) {
+            markLost(*lease, not_owner ? "extend found another owner" : "extend found no lease",
+                     /*by_renewal=*/false);
+            status = ExtendStatus::kLeaseLost;
+          } else if (lost_.contains(n, o, scheduler_.nowUs())) {
+            status = ExtendStatus::kLeaseLost;
+          }
+          switch (status) {
+            case ExtendStatus::kLeaseLost:
+              metrics_.extend_lease_lost.Increment();
+              break;
+            case ExtendStatus::kNotOwner:
+              metrics_.extend_not_owner.Increment();
+              break;
+            default:
+              metrics_.extend_not_held.Increment();
+              break;
+          }
+          result = ExtendResult{status, 0};
+        }
+        if (done) {
+          deliver([done = std::move(done), result = std::move(result)] { done(result); });
+        }
+        opFinished();
+      }));
+}
+
+void LockService::Impl::inspect(std::string_view name,
+                                std::function<void(StatusOr<backend::LockState>)> done) {
+  opStarted();
+  backend_.inspect(
+      name, guarded([this, done = std::move(done)](StatusOr<backend::LockState> reply) mutable {
+        if (done) deliver([done = std::move(done), reply = std::move(reply)] { done(reply); });
+        opFinished();
+      }));
+}
+
+std::vector<LeaseInfo> LockService::Impl::leases() const {
+  const int64_t now = scheduler_.nowUs();
+  std::vector<LeaseInfo> out;
+  out.reserve(leases_.size());
+  leases_.forEach([&](const Lease& l) {
+    LeaseInfo info;
+    info.name = l.name;
+    info.token = l.token;
+    info.age_ms = (now - l.granted_us) / 1000;
+    info.ttl_remaining_ms = std::max<int64_t>(0, ceilMs(l.expiry_us - now));
+    info.auto_renew = l.auto_renew;
+    info.stream = l.stream;
+    out.push_back(std::move(info));
+  });
+  std::sort(out.begin(), out.end(),
+            [](const LeaseInfo& a, const LeaseInfo& b) { return a.name < b.name; });
+  return out;
+}
+
+std::vector<WaiterCount> LockService::Impl::waiterCounts() const { return queues_.counts(); }
+
+// ---------------------------------------------------------------------------------------------
+// Shutdown
+
+void LockService::Impl::shutdown(bool release_held, int64_t grace_ms, std::function<void()> done) {
+  if (stopping_) {  // a second call just waits for the first to finish
+    if (done) deliver(std::move(done));
+    return;
+  }
+  stopping_ = true;
+  shutdown_done_ = std::move(done);
+  SL_LOG(kInfo, "lock.shutdown", {"leases", static_cast<unsigned long>(leases_.size())},
+         {"waiters", static_cast<unsigned long>(queues_.total())}, {"release_held", release_held});
+
+  std::vector<uint64_t> ids;
+  ids.reserve(waiters_.size());
+  for (const auto& [id, w] : waiters_) {
+    if (!w->abandoned) ids.push_back(id);
+  }
+  std::sort(ids.begin(), ids.end());  // answer in arrival order
+  for (uint64_t id : ids) {
+    auto it = waiters_.find(id);
+    if (it == waiters_.end()) continue;
+    AcquireResult r;
+    r.status = AcquireStatus::kCancelled;
+    r.error = cancelled("sidelock is shutting down");
+    finishWaiter(*it->second, std::move(r));
+  }
+
+  for (const std::string& name : leases_.names()) {
+    Lease* lease = leases_.find(name);
+    if (lease == nullptr) continue;
+    stopRenewal(*lease);
+    if (!release_held) continue;
+    auto send = [this, name, owner = lease->owner] {
+      sendRelease(name, owner, nullptr, /*client_request=*/false);
+    };
+    if (lease->renew_in_flight) {
+      lease->after_renewal.push_back(std::move(send));
+    } else {
+      send();
+    }
+  }
+
+  grace_timer_.start(scheduler_, std::max<int64_t>(0, grace_ms), guarded([this] {
+                       grace_timer_.markFired();
+                       if (!shutdown_done_) return;
+                       SL_LOG(kWarn, "lock.shutdown_grace_expired",
+                              {"pending_ops", static_cast<long long>(inflight_ops_)});
+                       deliver(std::exchange(shutdown_done_, nullptr));
+                     }));
+  maybeFinishShutdown();
+}
+
+void LockService::Impl::maybeFinishShutdown() {
+  if (!stopping_ || !shutdown_done_ || inflight_ops_ > 0) return;
+  grace_timer_.reset();
+  deliver(std::exchange(shutdown_done_, nullptr));
+}
+
+}  // namespace sidelock::lock

@@ -1,0 +1,151 @@
+// Internal: the state and helpers of LockService, shared by lock_service.cc (acquire, waiting,
+// release, extend, shutdown) and watchdog.cc (lease lifecycle: grant, renewal, expiry, loss).
+//
+// Callback discipline: every entry from the outside world that is not a public call (a backend
+// reply, a timer, a release notification) runs inside a TurnScope. User callbacks (`done`,
+// `on_event`) are never invoked in the middle of our own bookkeeping: deliver() queues them and
+// the outermost TurnScope runs them once the service's state is consistent again. Outside a
+// TurnScope (inside a public call) deliver() posts them to a later loop turn instead.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "backend/backend.h"
+#include "config/config.h"
+#include "event/scheduler.h"
+#include "lock/lease_table.h"
+#include "lock/lock_service.h"
+#include "lock/waiter_queue.h"
+#include "metrics/metrics.h"
+
+namespace sidelock::lock {
+
+/// How many lost (name, owner) pairs are remembered, and for how long, so that a release after
+/// a loss answers lease_lost rather than not_held.
+inline constexpr size_t kLostLeaseCapacity = 4096;
+inline constexpr int64_t kLostLeaseRetentionUs = 10LL * 60 * 1000 * 1000;
+
+class LockService::Impl {
+ public:
+  Impl(const config::LocksConfig& config, backend::Backend& backend, event::Scheduler& scheduler,
+       metrics::Metrics& metrics);
+  ~Impl();
+
+  AcquireTicket acquire(AcquireOptions options, std::function<void(AcquireResult)> done,
+                        std::function<void(LeaseEvent)> on_event);
+  void release(std::string_view name, std::string_view owner,
+               std::function<void(StatusOr<ReleaseStatus>)> done);
+  void extend(std::string_view name, std::string_view owner, int64_t ttl_ms,
+              std::function<void(StatusOr<ExtendResult>)> done);
+  void inspect(std::string_view name, std::function<void(StatusOr<backend::LockState>)> done);
+  std::vector<LeaseInfo> leases() const;
+  std::vector<WaiterCount> waiterCounts() const;
+  void shutdown(bool release_held, int64_t grace_ms, std::function<void()> done);
+
+ private:
+  class TurnScope {
+   public:
+    explicit TurnScope(Impl& impl) : impl_(impl) { ++impl_.depth_; }
+    ~TurnScope() {
+      if (impl_.depth_ == 1 && !impl_.drain()) return;  // a user callback destroyed the service
+      --impl_.depth_;
+    }
+    TurnScope(const TurnScope&) = delete;
+    TurnScope& operator=(const TurnScope&) = delete;
+
+   private:
+    Impl& impl_;
+  };
+
+  /// Wraps a callback from the backend or a timer: skipped if the service is gone, run inside a
+  /// TurnScope otherwise.
+  template <typename F>
+  auto guarded(F f) {
+    return [this, alive = std::weak_ptr<char>(alive_), f = std::move(f)](auto&&... args) mutable {
+      if (alive.expired()) return;
+      TurnScope scope(*this);
+      f(std::forward<decltype(args)>(args)...);
+    };
+  }
+  void deliver(std::function<void()> fn);
+  bool drain();  // false if the service was destroyed while draining
+
+  // --- acquire and waiting (lock_service.cc) ---
+  void cancelWaiter(uint64_t id);
+  void attempt(Waiter& w);
+  void onAttemptReply(uint64_t id, StatusOr<backend::AcquireReply> reply);
+  void onDeadline(uint64_t id);
+  /// Answers the waiter, detaches it from its queue and forgets it (or, if an attempt of it is in
+  /// flight, marks it abandoned until that attempt answers).
+  void finishWaiter(Waiter& w, AcquireResult result);
+  void detachFromQueue(Waiter& w);
+  void maybeEraseQueue(std::string_view name);
+  /// Lets the head of `name`'s queue contend now unless an attempt or a retry is already planned.
+  void pumpQueue(std::string_view name);
+  void planRetry(WaiterQueue& q);
+  void onRetryTimer(WaiterQueue* q);
+  /// The lock is probably free (released here, released elsewhere, expired): head tries now.
+  void wakeQueue(std::string_view name, bool notified);
+  void releaseOrphan(const std::string& name, const std::string& owner);
+  int64_t retryHintMs(std::string_view name, int64_t holder_ttl_ms);
+  void updateWaiterGauge();
+
+  // --- release / extend (lock_service.cc) ---
+  void sendRelease(std::string name, std::string owner,
+                   std::function<void(StatusOr<ReleaseStatus>)> done, bool client_request);
+
+  // --- lease lifecycle (watchdog.cc) ---
+  void recordGrant(Waiter& w, const backend::AcquireReply& reply);
+  void armExpiry(Lease& lease);
+  void onLeaseExpiry(Lease& lease);
+  /// The lease ran out without a release (or renewals had stopped): count, tell, drop it.
+  void expireLease(Lease& lease, bool wake);
+  int64_t renewIntervalMs(const Lease& lease, int64_t validity_ms) const;
+  void scheduleRenewal(Lease& lease, int64_t delay_ms);
+  void renew(Lease& lease);
+  void onRenewReply(const std::string& name, const std::string& owner, uint64_t lease_id,
+                    StatusOr<backend::ExtendReply> reply);
+  /// Stops renewals for good (release or shutdown); the lease itself stays until answered.
+  void stopRenewal(Lease& lease);
+  /// The lease is gone behind our back: count, log once, remember, tell the holder, drop it.
+  void markLost(Lease& lease, const char* reason, bool by_renewal, bool wake = true);
+  /// Drops the lease from the table and settles the gauges / hold time.
+  void endLease(std::string_view name);
+  void updateHeldGauge();
+
+  // --- shutdown accounting ---
+  void opStarted() { ++inflight_ops_; }
+  void opFinished();
+  void maybeFinishShutdown();
+
+  const config::LocksConfig config_;
+  backend::Backend& backend_;
+  event::Scheduler& scheduler_;
+  metrics::Metrics& metrics_;
+
+  WaiterQueues queues_;
+  std::unordered_map<uint64_t, std::unique_ptr<Waiter>> waiters_;  // every unanswered acquire
+  LeaseTable leases_;
+  LostLeaseMemory lost_;
+  uint64_t next_waiter_id_ = 0;
+  uint64_t next_lease_id_ = 0;
+
+  bool stopping_ = false;
+  std::function<void()> shutdown_done_;
+  event::ScopedTimer grace_timer_;
+  int64_t inflight_ops_ = 0;  // backend calls not yet answered
+
+  int depth_ = 0;
+  std::deque<std::function<void()>> deferred_;
+  std::shared_ptr<char> alive_ = std::make_shared<char>();
+};
+
+}  // namespace sidelock::lock

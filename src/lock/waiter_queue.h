@@ -1,0 +1,77 @@
+// Acquire requests in progress, and the per-name FIFO queues of those that wait (wait_ms > 0).
+// Only the head of a queue contends with the backend; the queue carries the contention state
+// (retry backoff, what we know of the holder's TTL, a wake-up that raced an in-flight attempt).
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "event/scheduler.h"
+#include "lock/backoff.h"
+#include "lock/lease_table.h"
+#include "lock/lock_service.h"
+
+namespace sidelock::lock {
+
+struct Waiter {
+  uint64_t id = 0;
+  AcquireOptions options;
+  std::function<void(AcquireResult)> done;
+  std::function<void(LeaseEvent)> on_event;
+  int64_t started_us = 0;
+  int64_t deadline_us = 0;  // == started_us for a single try
+  bool contended = false;   // the lock was found held at least once
+  bool queued = false;      // in its name's FIFO
+  bool attempting = false;  // a backend acquire for it is in flight
+  /// Already answered (cancelled, deadline, shutdown) while its attempt was in flight: a late
+  /// grant is released at once.
+  bool abandoned = false;
+  event::ScopedTimer deadline_timer;
+};
+
+struct WaiterQueue {
+  WaiterQueue(int64_t retry_min_ms, int64_t retry_max_ms) : backoff(retry_min_ms, retry_max_ms) {}
+
+  std::deque<Waiter*> fifo;
+  bool attempt_in_flight = false;
+  /// A release was announced while an attempt was in flight: if it comes back busy, retry at once.
+  bool wake_pending = false;
+  Backoff backoff;
+  int64_t holder_expiry_us = -1;  // from the last busy reply; -1 unknown
+  event::ScopedTimer retry_timer;
+};
+
+class WaiterQueues {
+ public:
+  WaiterQueues(int64_t retry_min_ms, int64_t retry_max_ms)
+      : retry_min_ms_(retry_min_ms), retry_max_ms_(retry_max_ms) {}
+
+  WaiterQueue* find(std::string_view name);
+  /// Returns the queue of `name`, creating it if needed (`*created` tells which).
+  WaiterQueue& getOrCreate(std::string_view name, bool* created);
+  void erase(std::string_view name);
+
+  void push(WaiterQueue& q, Waiter* w);
+  /// Removes `w` from `q` if present; returns whether it was there.
+  bool remove(WaiterQueue& q, Waiter* w);
+
+  /// Waiters queued over all names.
+  size_t total() const { return total_; }
+  std::vector<WaiterCount> counts() const;
+  std::vector<std::string> names() const;
+
+ private:
+  int64_t retry_min_ms_;
+  int64_t retry_max_ms_;
+  size_t total_ = 0;
+  std::unordered_map<std::string, std::unique_ptr<WaiterQueue>, StringHash, std::equal_to<>>
+      queues_;
+};
+
+}  // namespace sidelock::lock

@@ -1,0 +1,230 @@
+// The lease lifecycle of LockService: grant bookkeeping, the watchdog that renews auto_renew and
+// stream leases, local expiry, and lost-lease detection.
+//
+// Invariants:
+//  - a renewal is sent only while `renewing && !releasing` and only inside the lease's validity;
+//  - at most one renewal per lease is in flight; a release that arrives meanwhile waits for its
+//    answer (Lease::after_renewal), so no renewal can land after a release was answered;
+//  - a lease leaves the table exactly once (release, expiry, loss), settling gauge and hold time.
+#include <algorithm>
+#include <utility>
+
+#include "common/log.h"
+#include "lock/lock_service_impl.h"
+
+namespace sidelock::lock {
+namespace {
+
+int64_t ceilMs(int64_t us) { return us <= 0 ? 0 : (us + 999) / 1000; }
+
+}  // namespace
+
+void LockService::Impl::updateHeldGauge() {
+  metrics_.held_locks.Set(static_cast<double>(leases_.size()));
+}
+
+void LockService::Impl::recordGrant(Waiter& w, const backend::AcquireReply& reply) {
+  const int64_t now = scheduler_.nowUs();
+  const std::string& name = w.options.name;
+  if (Lease* old = leases_.find(name)) {
+    // The backend granted the name again, so our earlier lease lapsed before its timer told us.
+    if (old->renewing && !old->releasing) {
+      markLost(*old, "lease lapsed before renewal (granted again)", /*by_renewal=*/true,
+               /*wake=*/false);
+    } else {
+      expireLease(*old, /*wake=*/false);
+    }
+  }
+  auto owned = std::make_unique<Lease>(config_.retry_min_ms, config_.retry_max_ms);
+  Lease& lease = *owned;
+  lease.id = ++next_lease_id_;
+  lease.name = name;
+  lease.owner = w.options.owner;
+  lease.token = reply.token;
+  lease.ttl_ms = w.options.ttl_ms;
+  lease.granted_us = now;
+  lease.expiry_us = now + reply.validity_ms * 1000;
+  lease.auto_renew = w.options.auto_renew || w.options.stream;
+  lease.stream = w.options.stream;
+  if (lease.auto_renew) {
+    const int64_t max_hold =
+        w.options.max_hold_ms > 0 ? w.options.max_hold_ms : config_.default_max_hold_ms;
+    lease.hold_deadline_us = max_hold > 0 ? now + max_hold * 1000 : 0;
+  }
+  lease.on_event = std::move(w.on_event);
+  leases_.insert(std::move(owned));
+  lost_.forget(lease.name, lease.owner);
+  updateHeldGauge();
+  armExpiry(lease);
+  if (lease.auto_renew) {
+    lease.renewing = true;
+    scheduleRenewal(lease, renewIntervalMs(lease, reply.validity_ms));
+  }
+  SL_LOG(kDebug, "lock.granted", {"name", lease.name}, {"owner", ownerDigest(lease.owner)},
+         {"token", static_cast<unsigned long long>(lease.token)},
+         {"ttl_ms", static_cast<long long>(reply.validity_ms)}, {"auto_renew", lease.auto_renew},
+         {"stream", lease.stream});
+}
+
+void LockService::Impl::armExpiry(Lease& lease) {
+  const int64_t delay = ceilMs(lease.expiry_us - scheduler_.nowUs());
+  // The timer lives in the lease: it cannot fire once the lease left the table.
+  lease.expiry_timer.start(scheduler_, delay, guarded([this, lp = &lease] {
+                             lp->expiry_timer.markFired();
+                             onLeaseExpiry(*lp);
+                           }));
+}
+
+void LockService::Impl::onLeaseExpiry(Lease& lease) {
+  if (lease.renewing && !lease.releasing) {
+    // The watchdog was supposed to keep it alive: every renewal failed until validity ran out.
+    markLost(lease, "validity ran out before a renewal succeeded", /*by_renewal=*/true);
+  } else {
+    expireLease(lease, /*wake=*/true);
+  }
+}
+
+void LockService::Impl::expireLease(Lease& lease, bool wake) {
+  metrics_.lease_expired.Increment();
+  SL_LOG(kInfo, "lease.expired", {"name", lease.name}, {"owner", ownerDigest(lease.owner)},
+         {"token", static_cast<unsigned long long>(lease.token)},
+         {"held_ms", static_cast<long long>((scheduler_.nowUs() - lease.granted_us) / 1000)});
+  // A holder that listens (stream) learns that it no longer holds the lock, whatever the reason.
+  std::function<void(LeaseEvent)> on_event = std::move(lease.on_event);
+  const std::string name = lease.name;
+  endLease(name);
+  if (on_event) deliver([on_event = std::move(on_event)] { on_event(LeaseEvent::kLost); });
+  if (wake) wakeQueue(name, false);
+}
+
+int64_t LockService::Impl::renewIntervalMs(const Lease& lease, int64_t validity_ms) const {
+  // Paced on what the backend actually confirmed (Redlock validity < ttl), never below 1 ms.
+  const double base = static_cast<double>(std::min(lease.ttl_ms, validity_ms));
+  return std::max<int64_t>(1, static_cast<int64_t>(base * config_.renew_fraction));
+}
+
+void LockService::Impl::scheduleRenewal(Lease& lease, int64_t delay_ms) {
+  lease.renew_timer.start(scheduler_, delay_ms, guarded([this, lp = &lease] {
+                            lp->renew_timer.markFired();
+                            renew(*lp);
+                          }));
+}
+
+void LockService::Impl::renew(Lease& lease) {
+  if (!lease.renewing || lease.releasing || lease.renew_in_flight) return;
+  const int64_t now = scheduler_.nowUs();
+  if (lease.hold_deadline_us != 0 && now + lease.ttl_ms * 1000 > lease.hold_deadline_us) {
+    // One more renewal would carry the hold past max_hold_ms: stop; the lease runs out by itself
+    // (at most ttl * (1 - renew_fraction) from now, so the hold never exceeds the cap).
+    lease.renewing = false;
+    metrics_.renew_capped.Increment();
+    SL_LOG(kInfo, "lease.renew_capped", {"name", lease.name}, {"owner", ownerDigest(lease.owner)},
+           {"token", static_cast<unsigned long long>(lease.token)},
+           {"held_ms", static_cast<long long>((now - lease.granted_us) / 1000)});
+    if (lease.on_event) {
+      deliver([on_event = lease.on_event] { on_event(LeaseEvent::kCapped); });
+    }
+    return;
+  }
+  if (now >= lease.expiry_us) return;  // too late to renew: the expiry timer declares it lost
+  lease.renew_in_flight = true;
+  opStarted();
+  backend_.extend(lease.name, lease.owner, lease.ttl_ms,
+                  guarded([this, name = lease.name, owner = lease.owner,
+                           id = lease.id](StatusOr<backend::ExtendReply> reply) {
+                    onRenewReply(name, owner, id, std::move(reply));
+                  }));
+}
+
+void LockService::Impl::onRenewReply(const std::string& name, const std::string& owner,
+                                     uint64_t lease_id, StatusOr<backend::ExtendReply> reply) {
+  Lease* lease = leases_.find(name);
+  if (lease == nullptr || lease->id != lease_id) {
+    // The lease ended while this renewal was in flight (declared lost when its validity ran
+    // out). If the renewal did land, the key is alive for nobody: take it back.
+    if (reply.isOk() && reply->result == backend::OwnerCheck::kOk) releaseOrphan(name, owner);
+    opFinished();
+    return;
+  }
+  lease->renew_in_flight = false;
+  std::vector<std::function<void()>> after = std::move(lease->after_renewal);
+  lease->after_renewal.clear();
+  const bool active = lease->renewing && !lease->releasing;
+  const int64_t now = scheduler_.nowUs();
+
+  if (!reply.isOk()) {
+    metrics_.renew_error.Increment();
+    if (active) {
+      const int64_t remaining_ms = (lease->expiry_us - now) / 1000;
+      if (remaining_ms <= 0) {
+        markLost(*lease, "backend unavailable until validity ran out", /*by_renewal=*/true);
+      } else {
+        if (lease->renew_backoff.attempt() == 0) {  // log the first error of a streak only
+          SL_LOG(kWarn, "lease.renew_error", {"name", name}, {"owner", ownerDigest(owner)},
+                 {"error", reply.status().toString()},
+                 {"validity_ms", static_cast<long long>(remaining_ms)});
+        }
+        // Retry quickly and never past the validity we still have: at most half of what is
+        // left, so attempts get denser (not sparser) as the end nears and the last one still
+        // lands inside the validity.
+        scheduleRenewal(*lease,
+                        lease->renew_backoff.next(-1, std::max<int64_t>(1, remaining_ms / 2)));
+      }
+    }
+  } else if (reply->result == backend::OwnerCheck::kOk) {
+    metrics_.renew_renewed.Increment();
+    lease->expiry_us = now + reply->validity_ms * 1000;
+    armExpiry(*lease);
+    lease->renew_backoff.reset();
+    if (active) {
+      scheduleRenewal(*lease, renewIntervalMs(*lease, reply->validity_ms));
+      if (lease->on_event) {
+        deliver([on_event = lease->on_event] { on_event(LeaseEvent::kRenewed); });
+      }
+    }
+  } else {
+    markLost(*lease,
+             reply->result == backend::OwnerCheck::kNotOwner ? "renewal found another owner"
+                                                             : "renewal found the lease gone",
+             /*by_renewal=*/true);
+  }
+  for (auto& fn : after) fn();
+  opFinished();
+}
+
+void LockService::Impl::stopRenewal(Lease& lease) {
+  lease.renewing = false;
+  lease.releasing = true;
+  lease.renew_timer.reset();
+}
+
+void LockService::Impl::markLost(Lease& lease, const char* reason, bool by_renewal, bool wake) {
+  const int64_t now = scheduler_.nowUs();
+  metrics_.lease_lost.Increment();
+  // Issue 4 counts lost leases among the expired ones too: lease_expired_total is every lease
+  // that ended without a release; lease_lost_total is the subset the sidecar found lost.
+  metrics_.lease_expired.Increment();
+  if (by_renewal) metrics_.renew_lost.Increment();
+  lost_.remember(lease.name, lease.owner, now);
+  SL_LOG(kWarn, "lease.lost", {"name", lease.name}, {"owner", ownerDigest(lease.owner)},
+         {"token", static_cast<unsigned long long>(lease.token)}, {"reason", reason},
+         {"held_ms", static_cast<long long>((now - lease.granted_us) / 1000)});
+  std::function<void(LeaseEvent)> on_event = std::move(lease.on_event);
+  const std::string name = lease.name;
+  endLease(name);
+  if (on_event) deliver([on_event = std::move(on_event)] { on_event(LeaseEvent::kLost); });
+  if (wake) wakeQueue(name, false);
+}
+
+void LockService::Impl::endLease(std::string_view name) {
+  std::unique_ptr<Lease> lease = leases_.remove(name);
+  if (lease == nullptr) return;
+  metrics_.hold_seconds.Observe(static_cast<double>(scheduler_.nowUs() - lease->granted_us) / 1e6);
+  updateHeldGauge();
+  // A release still waiting for this lease's renewal goes out now (it will find the lease gone).
+  std::vector<std::function<void()>> after = std::move(lease->after_renewal);
+  lease.reset();
+  for (auto& fn : after) fn();
+}
+
+}  // namespace sidelock::lock

@@ -1,0 +1,745 @@
+// LockService on a FakeScheduler + MemoryBackend (wrapped by TestBackend): pure, fast and
+// deterministic. Time only moves when a test moves it.
+#include "lock/lock_service.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <memory>
+#include <optional>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "event/fake_scheduler.h"
+#include "lock/lease_table.h"
+#include "lock_test_backend.h"
+#include "metrics/metrics.h"
+
+namespace sidelock::lock {
+namespace {
+
+using testing::TestBackend;
+
+/// Collects the outcome of one acquire.
+struct Outcome {
+  std::optional<AcquireResult> result;
+  int64_t answered_us = 0;
+  std::vector<LeaseEvent> events;
+  AcquireTicket ticket;
+  bool done() const { return result.has_value(); }
+  AcquireStatus status() const { return result->status; }
+  const Grant& grant() const { return result->grant; }
+};
+
+class LockServiceTest : public ::testing::Test {
+ protected:
+  LockServiceTest() { make(); }
+
+  void make() {
+    cfg.retry_min_ms = 2;
+    cfg.retry_max_ms = 500;
+    svc.reset();
+    svc = std::make_unique<LockService>(cfg, backend, sched, metrics);
+  }
+
+  static AcquireOptions opts(std::string name, std::string owner, int64_t ttl_ms,
+                             int64_t wait_ms = 0) {
+    AcquireOptions o;
+    o.name = std::move(name);
+    o.owner = std::move(owner);
+    o.ttl_ms = ttl_ms;
+    o.wait_ms = wait_ms;
+    return o;
+  }
+
+  /// Starts an acquire; the outcome fills in as the scheduler runs.
+  std::shared_ptr<Outcome> start(AcquireOptions o) {
+    auto out = std::make_shared<Outcome>();
+    std::weak_ptr<Outcome> w = out;
+    out->ticket = svc->acquire(
+        std::move(o),
+        [w, this](AcquireResult r) {
+          if (auto o = w.lock()) {
+            EXPECT_FALSE(o->result) << "done ran twice";
+            o->result = std::move(r);
+            o->answered_us = sched.nowUs();
+          }
+        },
+        [w](LeaseEvent e) {
+          if (auto o = w.lock()) o->events.push_back(e);
+        });
+    EXPECT_FALSE(out->done()) << "done ran inside acquire()";
+    return out;
+  }
+  std::shared_ptr<Outcome> acquireNow(AcquireOptions o) {
+    auto out = start(std::move(o));
+    sched.runReady();
+    EXPECT_TRUE(out->done());
+    return out;
+  }
+
+  StatusOr<ReleaseStatus> release(std::string_view name, std::string_view owner) {
+    std::optional<StatusOr<ReleaseStatus>> r;
+    svc->release(name, owner, [&](StatusOr<ReleaseStatus> v) { r.emplace(std::move(v)); });
+    EXPECT_FALSE(r) << "done ran inside release()";
+    sched.runReady();
+    EXPECT_TRUE(r);
+    return std::move(*r);
+  }
+  StatusOr<ExtendResult> extend(std::string_view name, std::string_view owner, int64_t ttl) {
+    std::optional<StatusOr<ExtendResult>> r;
+    svc->extend(name, owner, ttl, [&](StatusOr<ExtendResult> v) { r.emplace(std::move(v)); });
+    sched.runReady();
+    EXPECT_TRUE(r);
+    return std::move(*r);
+  }
+  backend::LockState inspect(std::string_view name) {
+    std::optional<StatusOr<backend::LockState>> r;
+    svc->inspect(name, [&](StatusOr<backend::LockState> v) { r.emplace(std::move(v)); });
+    sched.runReady();
+    EXPECT_TRUE(r && r->isOk());
+    return r->value();
+  }
+  /// Advances in small steps so timers interleave the way they would on a real loop.
+  void advance(int64_t ms, int64_t step = 1) {
+    for (int64_t t = 0; t < ms; t += step) sched.advanceMs(std::min(step, ms - t));
+  }
+
+  double held() { return metrics.held_locks.Value(); }
+  double waiters() { return metrics.waiters.Value(); }
+  static uint64_t samples(prometheus::Histogram& h) { return h.Collect().histogram.sample_count; }
+
+  config::LocksConfig cfg;
+  event::FakeScheduler sched;
+  TestBackend backend{sched};
+  metrics::Metrics metrics;
+  std::unique_ptr<LockService> svc;
+};
+
+// --- single tries ----------------------------------------------------------------------------
+
+TEST_F(LockServiceTest, GrantGeneratesOwnerAndRecordsLease) {
+  auto a = acquireNow(opts("orders-42", "", 10'000));
+  ASSERT_EQ(a->status(), AcquireStatus::kGranted);
+  EXPECT_EQ(a->grant().name, "orders-42");
+  EXPECT_EQ(a->grant().owner.size(), 32u);
+  EXPECT_EQ(a->grant().owner.find_first_not_of("0123456789abcdef"), std::string::npos);
+  EXPECT_EQ(a->grant().token, 1u);
+  EXPECT_EQ(a->grant().ttl_ms, 10'000);
+  EXPECT_EQ(held(), 1);
+  sched.advanceMs(2500);
+  auto leases = svc->leases();
+  ASSERT_EQ(leases.size(), 1u);
+  EXPECT_EQ(leases[0].name, "orders-42");
+  EXPECT_EQ(leases[0].token, 1u);
+  EXPECT_EQ(leases[0].age_ms, 2500);
+  EXPECT_EQ(leases[0].ttl_remaining_ms, 7500);
+  EXPECT_FALSE(leases[0].auto_renew);
+
+  auto b = acquireNow(opts("orders-42", "", 10'000));
+  EXPECT_NE(b->grant().owner, a->grant().owner);
+  EXPECT_EQ(b->status(), AcquireStatus::kBusy);
+  EXPECT_EQ(b->result->retry_after_ms, 7500);
+  EXPECT_EQ(metrics.acquire_acquired.Value(), 1);
+  EXPECT_EQ(metrics.acquire_busy.Value(), 1);
+  EXPECT_EQ(metrics.acquire_contended.Value(), 1);
+  EXPECT_EQ(samples(metrics.acquire_wait_seconds), 2u);
+
+  EXPECT_EQ(*release("orders-42", a->grant().owner), ReleaseStatus::kReleased);
+  EXPECT_EQ(held(), 0);
+  EXPECT_TRUE(svc->leases().empty());
+  EXPECT_EQ(metrics.release_released.Value(), 1);
+  EXPECT_EQ(samples(metrics.hold_seconds), 1u);
+}
+
+TEST_F(LockServiceTest, ReleaseAndExtendAnswerOwnerMismatchAndNotHeld) {
+  auto a = acquireNow(opts("x", "alice", 1000));
+  ASSERT_EQ(a->status(), AcquireStatus::kGranted);
+  EXPECT_EQ(*release("x", "bob"), ReleaseStatus::kNotOwner);
+  EXPECT_EQ(extend("x", "bob", 1000)->status, ExtendStatus::kNotOwner);
+  EXPECT_EQ(*release("nothing", "bob"), ReleaseStatus::kNotHeld);
+  EXPECT_EQ(extend("nothing", "bob", 1000)->status, ExtendStatus::kNotHeld);
+  EXPECT_EQ(held(), 1);  // a wrong owner changed nothing
+  sched.advanceMs(900);
+  auto e = extend("x", "alice", 5000);
+  ASSERT_TRUE(e.isOk());
+  EXPECT_EQ(e->status, ExtendStatus::kExtended);
+  EXPECT_EQ(e->ttl_ms, 5000);
+  sched.advanceMs(4000);  // past the original TTL: the extension holds
+  EXPECT_EQ(svc->leases().size(), 1u);
+  EXPECT_EQ(svc->leases()[0].ttl_remaining_ms, 1000);
+  EXPECT_EQ(metrics.release_not_owner.Value(), 1);
+  EXPECT_EQ(metrics.release_not_held.Value(), 1);
+  EXPECT_EQ(metrics.extend_extended.Value(), 1);
+  EXPECT_EQ(metrics.extend_not_owner.Value(), 1);
+  EXPECT_EQ(metrics.extend_not_held.Value(), 1);
+  EXPECT_EQ(*release("x", "alice"), ReleaseStatus::kReleased);
+}
+
+TEST_F(LockServiceTest, ExpiryIsCountedAndTheNameCanBeGrantedAgain) {
+  auto a = acquireNow(opts("x", "alice", 100));
+  ASSERT_EQ(a->status(), AcquireStatus::kGranted);
+  sched.advanceMs(150);
+  EXPECT_EQ(metrics.lease_expired.Value(), 1);
+  EXPECT_EQ(metrics.lease_lost.Value(), 0);
+  EXPECT_EQ(held(), 0);
+  EXPECT_TRUE(svc->leases().empty());
+  EXPECT_EQ(*release("x", "alice"), ReleaseStatus::kNotHeld);  // expired, not lost
+  EXPECT_EQ(extend("x", "alice", 100)->status, ExtendStatus::kNotHeld);
+  auto b = acquireNow(opts("x", "bob", 100));
+  ASSERT_EQ(b->status(), AcquireStatus::kGranted);
+  EXPECT_GT(b->grant().token, a->grant().token);
+  EXPECT_EQ(held(), 1);
+}
+
+TEST_F(LockServiceTest, FencingTokensStrictlyIncrease) {
+  uint64_t last = 0;
+  for (int i = 0; i < 20; ++i) {
+    auto a = acquireNow(opts("x", "", 50));
+    ASSERT_EQ(a->status(), AcquireStatus::kGranted);
+    EXPECT_GT(a->grant().token, last);
+    last = a->grant().token;
+    if (i % 2 == 0) {
+      EXPECT_EQ(*release("x", a->grant().owner), ReleaseStatus::kReleased);
+    } else {
+      sched.advanceMs(60);
+    }
+  }
+  EXPECT_EQ(inspect("x").token, last);
+}
+
+TEST_F(LockServiceTest, BackendErrorIsAnErrorNotAGrant) {
+  backend.fail_acquire = unavailable("redis down");
+  auto a = acquireNow(opts("x", "alice", 100));
+  EXPECT_EQ(a->status(), AcquireStatus::kError);
+  EXPECT_EQ(a->result->error.code(), StatusCode::kUnavailable);
+  auto w = start(opts("x", "bob", 100, 5000));
+  sched.runReady();
+  ASSERT_TRUE(w->done());  // a waiter fails fast too, it does not sit out its wait
+  EXPECT_EQ(w->status(), AcquireStatus::kError);
+  EXPECT_EQ(metrics.acquire_error.Value(), 2);
+  EXPECT_EQ(waiters(), 0);
+  EXPECT_EQ(held(), 0);
+}
+
+// --- waiting ---------------------------------------------------------------------------------
+
+TEST_F(LockServiceTest, WaitersAreGrantedInFifoOrderOnRelease) {
+  auto holder = acquireNow(opts("x", "h", 60'000));
+  std::vector<std::shared_ptr<Outcome>> ws;
+  for (int i = 0; i < 4; ++i)
+    ws.push_back(start(opts("x", "w" + std::to_string(i), 60'000, 30'000)));
+  advance(1000, 10);
+  EXPECT_EQ(waiters(), 4);
+  ASSERT_EQ(svc->waiterCounts().size(), 1u);
+  EXPECT_EQ(svc->waiterCounts()[0].waiters, 4);
+  std::string prev = "h";
+  for (int i = 0; i < 4; ++i) {
+    for (int j = i; j < 4; ++j) EXPECT_FALSE(ws[j]->done()) << i << " " << j;
+    ASSERT_EQ(*release("x", prev), ReleaseStatus::kReleased);
+    sched.runReady();  // no time passes: the head is woken by the release itself
+    ASSERT_TRUE(ws[i]->done()) << i;
+    EXPECT_EQ(ws[i]->status(), AcquireStatus::kGranted);
+    EXPECT_EQ(ws[i]->grant().owner, "w" + std::to_string(i));
+    prev = ws[i]->grant().owner;
+    advance(100, 10);
+  }
+  EXPECT_EQ(waiters(), 0);
+  EXPECT_TRUE(svc->waiterCounts().empty());
+  EXPECT_EQ(backend.memory().watchedNames(), 0u);  // unwatched when the queue emptied
+  EXPECT_EQ(metrics.acquire_contended.Value(), 4);
+  EXPECT_EQ(samples(metrics.acquire_wait_seconds), 5u);
+}
+
+TEST_F(LockServiceTest, ReleaseFromAnotherSidecarWakesTheHeadThroughTheBackend) {
+  // The holder is not ours: "another sidecar" releases straight on the backend.
+  bool granted = false;
+  backend.memory().acquire("x", "other", 60'000, [&](StatusOr<backend::AcquireReply> r) {
+    granted = r.isOk() && r->granted;
+  });
+  sched.runReady();
+  ASSERT_TRUE(granted);
+  auto w = start(opts("x", "me", 1000, 30'000));
+  advance(2000, 10);  // backoff has grown to its cap by now
+  ASSERT_FALSE(w->done());
+  const int attempts = backend.count("acquire");
+  backend.memory().release("x", "other", [](StatusOr<backend::OwnerCheck>) {});
+  sched.runReady();
+  ASSERT_TRUE(w->done());
+  EXPECT_EQ(w->status(), AcquireStatus::kGranted);
+  EXPECT_EQ(backend.count("acquire"), attempts + 1);  // woken, not polled
+  EXPECT_EQ(metrics.wakeups.Value(), 1);
+}
+
+TEST_F(LockServiceTest, BackoffNeverSleepsPastTheHoldersTtl) {
+  auto holder = acquireNow(opts("x", "h", 300));
+  const int64_t t0 = sched.nowUs();
+  auto w = start(opts("x", "w", 1000, 10'000));
+  while (!w->done()) sched.advanceMs(1);
+  EXPECT_EQ(w->status(), AcquireStatus::kGranted);
+  // Granted within a ms of the holder's expiry, even though the lease was never released.
+  EXPECT_LE(sched.nowUs() - t0, 302'000);
+  EXPECT_GE(sched.nowUs() - t0, 300'000);
+  EXPECT_LE(backend.count("acquire"), 1 + 12);  // exponential: a handful of attempts, no spin
+}
+
+TEST_F(LockServiceTest, WaiterGivesUpAtItsDeadlineWithoutSpinning) {
+  auto holder = acquireNow(opts("x", "h", 60'000));
+  const int64_t t0 = sched.nowUs();
+  auto w = start(opts("x", "w", 1000, 10'000));
+  advance(9'999);
+  EXPECT_FALSE(w->done());
+  sched.advanceMs(1);
+  ASSERT_TRUE(w->done());
+  EXPECT_EQ(sched.nowUs() - t0, 10'000'000);  // exactly at the deadline
+  EXPECT_EQ(w->status(), AcquireStatus::kBusy);
+  EXPECT_GT(w->result->retry_after_ms, 49'000);  // the holder's remaining TTL
+  EXPECT_LE(w->result->retry_after_ms, 50'000);
+  // 10 s with backoff capped at 500 ms (jittered down to >= 250 ms): at most ~50 attempts.
+  const int attempts = backend.count("acquire") - 1;
+  EXPECT_GE(attempts, 10);
+  EXPECT_LE(attempts, 50);
+  EXPECT_EQ(metrics.acquire_busy.Value(), 1);
+  EXPECT_EQ(waiters(), 0);
+  EXPECT_EQ(sched.pendingTimers(), 1u);  // only the holder's expiry timer remains
+}
+
+TEST_F(LockServiceTest, SingleTryDoesNotJumpTheQueue) {
+  auto holder = acquireNow(opts("x", "h", 60'000));
+  auto w = start(opts("x", "w", 1000, 10'000));
+  advance(100);
+  const int attempts = backend.count("acquire");
+  auto t = acquireNow(opts("x", "t", 1000));
+  EXPECT_EQ(t->status(), AcquireStatus::kBusy);
+  EXPECT_EQ(backend.count("acquire"), attempts);  // answered locally
+  EXPECT_GT(t->result->retry_after_ms, 0);
+}
+
+TEST_F(LockServiceTest, CancelRemovesAQueuedWaiter) {
+  auto holder = acquireNow(opts("x", "h", 60'000));
+  auto a = start(opts("x", "a", 1000, 10'000));
+  auto b = start(opts("x", "b", 1000, 10'000));
+  advance(100);
+  EXPECT_EQ(waiters(), 2);
+  b->ticket.cancel();
+  EXPECT_FALSE(b->done());  // answered on a later turn
+  sched.runReady();
+  ASSERT_TRUE(b->done());
+  EXPECT_EQ(b->status(), AcquireStatus::kCancelled);
+  EXPECT_EQ(waiters(), 1);
+  a.reset();  // dropping the ticket (client gone) cancels too
+  sched.runReady();
+  EXPECT_EQ(waiters(), 0);
+  EXPECT_TRUE(svc->waiterCounts().empty());
+  EXPECT_EQ(backend.memory().watchedNames(), 0u);
+  EXPECT_EQ(metrics.acquire_cancelled.Value(), 2);
+  const int attempts = backend.count("acquire");
+  advance(5000, 50);
+  EXPECT_EQ(backend.count("acquire"), attempts);  // nobody is contending any more
+}
+
+TEST_F(LockServiceTest, CancelDuringAnInFlightAttemptReleasesTheLateGrant) {
+  auto w = start(opts("x", "w", 1000, 10'000));  // lock free: its attempt is in flight now
+  w->ticket.cancel();
+  auto t = start(opts("y", "t", 1000));  // a single try, cancelled the same way
+  t->ticket.cancel();
+  sched.runReady();
+  ASSERT_TRUE(w->done());
+  EXPECT_EQ(w->status(), AcquireStatus::kCancelled);
+  EXPECT_EQ(t->status(), AcquireStatus::kCancelled);
+  EXPECT_FALSE(inspect("x").held);
+  EXPECT_FALSE(inspect("y").held);
+  EXPECT_EQ(held(), 0);
+  EXPECT_TRUE(svc->leases().empty());
+  EXPECT_EQ(backend.memory().watchedNames(), 0u);
+}
+
+TEST_F(LockServiceTest, CancelledHeadLetsTheNextWaiterIn) {
+  auto w1 = start(opts("x", "w1", 1000, 10'000));  // in flight, will be granted
+  auto w2 = start(opts("x", "w2", 1000, 10'000));
+  w1->ticket.cancel();
+  sched.runReady();
+  EXPECT_EQ(w1->status(), AcquireStatus::kCancelled);
+  // w1's late grant is released, which wakes w2 at once.
+  sched.runReady();
+  ASSERT_TRUE(w2->done());
+  EXPECT_EQ(w2->status(), AcquireStatus::kGranted);
+  EXPECT_EQ(held(), 1);
+}
+
+TEST_F(LockServiceTest, QueueLimitsAnswerTooManyWaiters) {
+  cfg.max_waiters_per_lock = 2;
+  cfg.max_waiters = 3;
+  make();
+  auto hx = acquireNow(opts("x", "h", 60'000));
+  auto hy = acquireNow(opts("y", "h", 60'000));
+  auto a = start(opts("x", "a", 1000, 10'000));
+  auto b = start(opts("x", "b", 1000, 10'000));
+  auto c = acquireNow(opts("x", "c", 1000, 10'000));
+  EXPECT_EQ(c->status(), AcquireStatus::kTooManyWaiters);  // per lock
+  auto d = start(opts("y", "d", 1000, 10'000));
+  auto e = acquireNow(opts("z", "e", 1000, 10'000));
+  EXPECT_EQ(e->status(), AcquireStatus::kTooManyWaiters);  // global
+  auto f = acquireNow(opts("z", "f", 1000));               // single tries are not waiters
+  EXPECT_EQ(f->status(), AcquireStatus::kGranted);
+  EXPECT_EQ(metrics.acquire_too_many_waiters.Value(), 2);
+  EXPECT_EQ(waiters(), 3);
+  EXPECT_FALSE(a->done());
+  EXPECT_FALSE(b->done());
+  EXPECT_FALSE(d->done());
+}
+
+// --- renewal (watchdog) ----------------------------------------------------------------------
+
+TEST_F(LockServiceTest, AutoRenewKeepsA300msLeaseAliveForManyTtls) {
+  auto o = opts("x", "alice", 300);
+  o.auto_renew = true;
+  auto a = acquireNow(o);
+  ASSERT_EQ(a->status(), AcquireStatus::kGranted);
+  for (int i = 0; i < 12; ++i) {
+    advance(300);
+    EXPECT_TRUE(inspect("x").held) << i;
+    EXPECT_EQ(acquireNow(opts("x", "bob", 300))->status(), AcquireStatus::kBusy);
+  }
+  EXPECT_GE(metrics.renew_renewed.Value(), 30);
+  EXPECT_EQ(metrics.lease_expired.Value(), 0);
+  EXPECT_EQ(metrics.lease_lost.Value(), 0);
+  EXPECT_EQ(a->events.size(), static_cast<size_t>(metrics.renew_renewed.Value()));
+  ASSERT_EQ(svc->leases().size(), 1u);
+  EXPECT_TRUE(svc->leases()[0].auto_renew);
+  EXPECT_GE(svc->leases()[0].age_ms, 3600);
+  EXPECT_EQ(*release("x", "alice"), ReleaseStatus::kReleased);
+}
+
+TEST_F(LockServiceTest, ReleaseStopsRenewalAndNoExtendIsSentAfterwards) {
+  auto o = opts("x", "alice", 300);
+  o.auto_renew = true;
+  ASSERT_EQ(acquireNow(o)->status(), AcquireStatus::kGranted);
+  advance(250);
+  ASSERT_EQ(*release("x", "alice"), ReleaseStatus::kReleased);
+  const int extends = backend.count("extend");
+  EXPECT_GE(extends, 2);
+  advance(3000, 10);
+  EXPECT_EQ(backend.count("extend"), extends);
+  EXPECT_FALSE(inspect("x").held);  // nothing resurrected it
+  EXPECT_EQ(sched.pendingTimers(), 0u);
+  EXPECT_EQ(held(), 0);
+}
+
+TEST_F(LockServiceTest, ReleaseDuringAnInFlightRenewalWaitsForIt) {
+  backend.extend_reply_delay_ms = 50;
+  auto o = opts("x", "alice", 300);
+  o.auto_renew = true;
+  ASSERT_EQ(acquireNow(o)->status(), AcquireStatus::kGranted);
+  advance(120);  // the renewal went out at 100 ms; its answer comes at 150 ms
+  ASSERT_EQ(backend.count("extend"), 1);
+  ASSERT_EQ(backend.count("extend_reply"), 0);
+  std::optional<StatusOr<ReleaseStatus>> r;
+  svc->release("x", "alice", [&](StatusOr<ReleaseStatus> v) { r.emplace(std::move(v)); });
+  sched.runReady();
+  EXPECT_FALSE(r);  // sequenced behind the renewal
+  EXPECT_EQ(backend.count("release"), 0);
+  advance(40);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(**r, ReleaseStatus::kReleased);
+  // Order on the wire: the renewal's answer, then the release.
+  ASSERT_GE(backend.calls.size(), 3u);
+  EXPECT_EQ(backend.calls[backend.calls.size() - 2].op, "extend_reply");
+  EXPECT_EQ(backend.calls.back().op, "release");
+  advance(2000, 10);
+  EXPECT_EQ(backend.count("extend"), 1);
+  EXPECT_FALSE(inspect("x").held);
+}
+
+TEST_F(LockServiceTest, LeaseDeletedBehindOurBackIsReportedLost) {
+  auto o = opts("x", "alice", 300);
+  o.stream = true;
+  auto a = acquireNow(o);
+  ASSERT_EQ(a->status(), AcquireStatus::kGranted);
+  EXPECT_TRUE(svc->leases()[0].stream);
+  EXPECT_TRUE(svc->leases()[0].auto_renew);
+  advance(150);
+  backend.memory().forceDelete("x");
+  advance(100);  // the next renewal finds it gone
+  ASSERT_FALSE(a->events.empty());
+  EXPECT_EQ(a->events.back(), LeaseEvent::kLost);
+  EXPECT_EQ(metrics.lease_lost.Value(), 1);
+  EXPECT_EQ(metrics.renew_lost.Value(), 1);
+  EXPECT_EQ(held(), 0);
+  EXPECT_TRUE(svc->leases().empty());
+  EXPECT_EQ(*release("x", "alice"), ReleaseStatus::kLeaseLost);
+  EXPECT_EQ(extend("x", "alice", 300)->status, ExtendStatus::kLeaseLost);
+  EXPECT_EQ(metrics.release_lease_lost.Value(), 1);
+  const size_t events = a->events.size();
+  advance(1000, 10);
+  EXPECT_EQ(a->events.size(), events);  // reported once
+}
+
+TEST_F(LockServiceTest, LeaseStolenAfterAPauseIsReportedLost) {
+  auto o = opts("x", "alice", 300);
+  o.auto_renew = true;
+  auto a = acquireNow(o);
+  advance(50);
+  backend.memory().forceOwner("x", "mallory");
+  advance(100);
+  ASSERT_FALSE(a->events.empty());
+  EXPECT_EQ(a->events.back(), LeaseEvent::kLost);
+  EXPECT_EQ(*release("x", "alice"), ReleaseStatus::kLeaseLost);
+  EXPECT_TRUE(inspect("x").held);  // mallory's lease is untouched
+}
+
+TEST_F(LockServiceTest, ClientExtendThatFindsTheLeaseGoneMarksItLost) {
+  auto a = acquireNow(opts("x", "alice", 1000));
+  backend.memory().forceDelete("x");
+  EXPECT_EQ(extend("x", "alice", 1000)->status, ExtendStatus::kLeaseLost);
+  EXPECT_EQ(metrics.lease_lost.Value(), 1);
+  EXPECT_EQ(metrics.renew_lost.Value(), 0);
+  EXPECT_EQ(*release("x", "alice"), ReleaseStatus::kLeaseLost);
+  EXPECT_EQ(held(), 0);
+}
+
+TEST_F(LockServiceTest, MaxHoldCapStopsRenewingAndTheLeaseThenExpires) {
+  auto o = opts("x", "alice", 300);
+  o.auto_renew = true;
+  o.max_hold_ms = 1000;
+  auto a = acquireNow(o);
+  const int64_t t0 = sched.nowUs();
+  bool capped_seen = false;
+  while (inspect("x").held) {
+    sched.advanceMs(1);
+    for (auto e : a->events) capped_seen |= e == LeaseEvent::kCapped;
+    ASSERT_LE(sched.nowUs() - t0, 1'000'000) << "held past max_hold_ms";
+  }
+  EXPECT_TRUE(capped_seen);
+  EXPECT_GE(sched.nowUs() - t0, 700'000);  // renewed until close to the cap
+  EXPECT_EQ(metrics.renew_capped.Value(), 1);
+  sched.runReady();
+  EXPECT_EQ(metrics.lease_expired.Value(), 1);
+  EXPECT_EQ(metrics.lease_lost.Value(), 0);
+  EXPECT_EQ(a->events.back(), LeaseEvent::kLost);  // the holder learns it no longer holds it
+  EXPECT_EQ(held(), 0);
+}
+
+TEST_F(LockServiceTest, DefaultMaxHoldComesFromConfig) {
+  cfg.default_max_hold_ms = 600;
+  make();
+  auto o = opts("x", "alice", 300);
+  o.auto_renew = true;
+  acquireNow(o);
+  advance(2000, 10);
+  EXPECT_EQ(metrics.renew_capped.Value(), 1);
+  EXPECT_FALSE(inspect("x").held);
+}
+
+TEST_F(LockServiceTest, TransientErrorsAreRetriedOnlyWithinValidity) {
+  auto o = opts("x", "alice", 300);
+  o.auto_renew = true;
+  auto a = acquireNow(o);
+  advance(110);  // first renewal done at 100 ms: valid until 400 ms
+  ASSERT_EQ(metrics.renew_renewed.Value(), 1);
+  const int64_t valid_until = sched.nowUs() + 290'000;
+  backend.fail_extend = unavailable("redis down");
+  const size_t before = backend.calls.size();
+  advance(1000);
+  EXPECT_GT(metrics.renew_error.Value(), 3);  // retried quickly ...
+  for (size_t i = before; i < backend.calls.size(); ++i) {
+    if (backend.calls[i].op == "extend") {
+      EXPECT_LT(backend.calls[i].at_us, valid_until);  // ... never past validity
+    }
+  }
+  ASSERT_FALSE(a->events.empty());
+  EXPECT_EQ(a->events.back(), LeaseEvent::kLost);
+  EXPECT_EQ(metrics.lease_lost.Value(), 1);
+  EXPECT_EQ(metrics.renew_lost.Value(), 1);
+  EXPECT_EQ(held(), 0);
+  const int extends = backend.count("extend");
+  advance(1000);
+  EXPECT_EQ(backend.count("extend"), extends);
+  backend.fail_extend.reset();
+  EXPECT_EQ(*release("x", "alice"), ReleaseStatus::kLeaseLost);
+}
+
+TEST_F(LockServiceTest, TransientErrorsThatClearInTimeLoseNothing) {
+  auto o = opts("x", "alice", 300);
+  o.auto_renew = true;
+  auto a = acquireNow(o);
+  advance(90);
+  backend.fail_extend = unavailable("blip");
+  advance(100);
+  backend.fail_extend.reset();
+  advance(2000);
+  EXPECT_GT(metrics.renew_error.Value(), 0);
+  EXPECT_EQ(metrics.lease_lost.Value(), 0);
+  EXPECT_TRUE(inspect("x").held);
+  for (auto e : a->events) EXPECT_EQ(e, LeaseEvent::kRenewed);
+  EXPECT_EQ(*release("x", "alice"), ReleaseStatus::kReleased);
+}
+
+// --- shutdown ----------------------------------------------------------------------------------
+
+TEST_F(LockServiceTest, ShutdownFailsWaitersReleasesLeasesAndZeroesGauges) {
+  auto o = opts("x", "alice", 300);
+  o.auto_renew = true;
+  auto a = acquireNow(o);
+  auto b = acquireNow(opts("y", "bob", 60'000));
+  auto w = start(opts("x", "carol", 300, 10'000));
+  advance(50);
+  EXPECT_EQ(held(), 2);
+  EXPECT_EQ(waiters(), 1);
+  bool done = false;
+  svc->shutdown(true, 5000, [&] { done = true; });
+  EXPECT_FALSE(done);
+  sched.runReady();
+  EXPECT_TRUE(done);
+  ASSERT_TRUE(w->done());
+  EXPECT_EQ(w->status(), AcquireStatus::kCancelled);
+  EXPECT_FALSE(inspect("x").held);
+  EXPECT_FALSE(inspect("y").held);
+  EXPECT_EQ(held(), 0);
+  EXPECT_EQ(waiters(), 0);
+  EXPECT_EQ(backend.memory().watchedNames(), 0u);
+  auto late = acquireNow(opts("z", "dave", 300));
+  EXPECT_EQ(late->status(), AcquireStatus::kCancelled);
+  const int extends = backend.count("extend");
+  advance(2000, 10);
+  EXPECT_EQ(backend.count("extend"), extends);
+  EXPECT_EQ(sched.pendingTimers(), 0u);
+}
+
+TEST_F(LockServiceTest, ShutdownWithoutReleaseLeavesLeasesToExpire) {
+  auto o = opts("x", "alice", 300);
+  o.auto_renew = true;
+  acquireNow(o);
+  bool done = false;
+  svc->shutdown(false, 5000, [&] { done = true; });
+  sched.runReady();
+  EXPECT_TRUE(done);
+  EXPECT_TRUE(inspect("x").held);
+  advance(400, 10);
+  EXPECT_FALSE(inspect("x").held);  // renewals stopped
+  EXPECT_EQ(held(), 0);
+}
+
+TEST_F(LockServiceTest, ShutdownGiveUpAtGraceWhenTheBackendHangs) {
+  backend.extend_reply_delay_ms = 60'000;  // a renewal that never answers in time
+  auto o = opts("x", "alice", 300);
+  o.auto_renew = true;
+  acquireNow(o);
+  advance(110);  // renewal in flight
+  bool done = false;
+  svc->shutdown(true, 1000, [&] { done = true; });
+  advance(999);
+  EXPECT_FALSE(done);
+  advance(1);
+  EXPECT_TRUE(done);
+}
+
+TEST_F(LockServiceTest, DestroyingTheServiceWithWorkInFlightIsSafe) {
+  auto holder = acquireNow(opts("x", "h", 60'000));
+  auto w = start(opts("x", "w", 300, 10'000));
+  auto o = opts("y", "alice", 300);
+  o.auto_renew = true;
+  start(o);
+  svc.reset();
+  advance(1000, 10);
+  EXPECT_FALSE(w->done());  // nothing runs after the service is gone
+}
+
+}  // namespace
+}  // namespace sidelock::lock
+
+namespace sidelock::lock {
+namespace {
+
+TEST_F(LockServiceTest, ClientExtendSetsTheTtlTheWatchdogRenewsWith) {
+  auto o = opts("x", "alice", 300);
+  o.auto_renew = true;
+  acquireNow(o);
+  ASSERT_EQ(extend("x", "alice", 3000)->status, ExtendStatus::kExtended);
+  advance(2000);
+  // The client's extend, then renewals at 100 ms (already with ttl 3000) and 1100 ms.
+  EXPECT_EQ(backend.count("extend"), 3);
+  EXPECT_EQ(svc->leases()[0].ttl_remaining_ms, 2100);
+}
+
+TEST_F(LockServiceTest, ManyClientsNeverOverlapAndEverythingSettles) {
+  // Randomised (fixed seed) contention on 3 names: no two grants of a name overlap in time,
+  // tokens increase, every acquire is answered exactly once, and gauges, timers and watches
+  // return to zero.
+  std::mt19937 rng(42);
+  struct Holder {
+    uint64_t token = 0;
+    int64_t ends_us = 0;  // release time, or grant + ttl
+  };
+  std::map<std::string, Holder> last;
+  std::set<Outcome*> seen;
+  std::vector<std::shared_ptr<Outcome>> all;
+  int granted = 0, busy = 0;
+  for (int round = 0; round < 300; ++round) {
+    const std::string name = "n" + std::to_string(rng() % 3);
+    const std::string owner = "c" + std::to_string(round);
+    const int64_t wait = rng() % 2 ? 0 : 50 + rng() % 400;
+    auto out = start(opts(name, owner, 200 + rng() % 300, wait));
+    all.push_back(out);
+    if (rng() % 5 == 0) out->ticket.cancel();
+    advance(1 + rng() % 20);
+    for (auto& o : all) {
+      if (!o->done() || o->status() != AcquireStatus::kGranted || !seen.insert(o.get()).second) {
+        continue;
+      }
+      const int64_t at = o->answered_us;
+      Holder& h = last[o->grant().name];
+      EXPECT_LE(h.ends_us, at) << "two grants of " << o->grant().name << " overlap";
+      EXPECT_GT(o->grant().token, h.token);
+      h.token = o->grant().token;
+      h.ends_us = at + o->grant().ttl_ms * 1000;
+      ++granted;
+      if (rng() % 2 && svc->leases().size() > 0) {
+        auto r = release(o->grant().name, o->grant().owner);
+        ASSERT_TRUE(r.isOk());
+        if (*r == ReleaseStatus::kReleased) {
+          h.ends_us = sched.nowUs();
+        } else {
+          EXPECT_LE(h.ends_us, sched.nowUs()) << "not held before its TTL ran out";
+        }
+      }
+    }
+  }
+  advance(3000, 5);
+  for (auto& o : all) {
+    ASSERT_TRUE(o->done());
+    busy += o->status() == AcquireStatus::kBusy;
+  }
+  EXPECT_GT(granted, 20);
+  EXPECT_GT(busy, 5);
+  EXPECT_EQ(held(), 0);
+  EXPECT_EQ(waiters(), 0);
+  EXPECT_TRUE(svc->leases().empty());
+  EXPECT_TRUE(svc->waiterCounts().empty());
+  EXPECT_EQ(backend.memory().watchedNames(), 0u);
+  EXPECT_EQ(sched.pendingTimers(), 0u);
+  EXPECT_EQ(metrics.acquire_acquired.Value() + metrics.acquire_busy.Value() +
+                metrics.acquire_cancelled.Value() + metrics.acquire_error.Value() +
+                metrics.acquire_too_many_waiters.Value(),
+            static_cast<double>(all.size()));
+}
+
+TEST(LostLeaseMemoryTest, BoundedAndForgetful) {
+  LostLeaseMemory lost(2, 1000);
+  lost.remember("a", "o1", 0);
+  lost.remember("b", "o1", 10);
+  EXPECT_TRUE(lost.contains("a", "o1", 20));
+  EXPECT_FALSE(lost.contains("a", "o2", 20));
+  lost.remember("c", "o1", 30);  // evicts the oldest
+  EXPECT_FALSE(lost.contains("a", "o1", 40));
+  EXPECT_TRUE(lost.contains("c", "o1", 40));
+  EXPECT_EQ(lost.size(), 2u);
+  EXPECT_FALSE(lost.contains("b", "o1", 1010));  // retention over
+  lost.forget("c", "o1");
+  EXPECT_EQ(lost.size(), 0u);
+}
+
+}  // namespace
+}  // namespace sidelock::lock
