@@ -10,7 +10,8 @@ BUILD_PACKAGES=(
 )
 TEST_PACKAGES=(
   libgtest-dev prometheus
-  golang-go golang-github-masterminds-sprig-dev golang-gopkg-yaml.v3-dev
+  golang-go golang-github-masterminds-sprig-dev golang-gopkg-yaml.v3-dev golang-gopkg-yaml.v2-dev
+  golang-github-xeipuuv-gojsonschema-dev
 )
 
 packages=("${BUILD_PACKAGES[@]}")

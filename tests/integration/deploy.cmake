@@ -1,0 +1,12 @@
+# Deployment artefacts (issue 6): the Helm chart rendered by tests/helm/render (Go text/template + sprig
+# from Debian, built offline in a temp GOPATH/GOCACHE), golden outputs, schema validation, and checks of
+# deploy/ (compose, Dockerfile runtime packages, systemd unit). Uses the sidelock binary, when built, for
+# `--check-config` on every rendered config.
+find_program(SIDELOCK_GO go)
+if(SIDELOCK_GO)
+  add_test(NAME helm_chart
+    COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/helm/run.sh ${PROJECT_SOURCE_DIR} $<TARGET_FILE:sidelock>)
+  set_tests_properties(helm_chart PROPERTIES TIMEOUT 300 LABELS "integration")
+else()
+  message(WARNING "go not found (Debian: golang-go): the helm_chart test is not registered")
+endif()
