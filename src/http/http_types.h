@@ -17,6 +17,9 @@ struct Request {
   std::string method;  // "GET", "POST", ...
   std::string path;    // decoded path without the query string
   std::string query;   // raw query string without '?', may be empty
+  /// The path as sent (still percent-encoded). The router splits this into segments before
+  /// decoding, so an encoded "/" (%2F) stays inside one segment. Empty: the router uses `path`.
+  std::string raw_path;
   std::vector<std::pair<std::string, std::string>> headers;  // names lower-cased
   std::string body;
   /// Route parameters filled in by the router ("name" for /v1/locks/{name}/acquire).

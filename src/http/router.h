@@ -1,0 +1,73 @@
+// Method + path routing with whole-segment parameters ("/v1/locks/{name}/acquire"). Pure logic:
+// no loop, no sockets. The route table is fixed at start-up, so the matched pattern is a bounded
+// metrics label (Request::route).
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "common/status.h"
+#include "http/http_types.h"
+
+namespace sidelock::http {
+
+/// The metrics label for requests no route matched (404s, and errors found before routing).
+inline constexpr std::string_view kUnmatchedRoute = "unmatched";
+
+/// Percent-decodes `in` ("%2F" -> "/"); '+' stays '+' (paths are not form-encoded). False on a
+/// malformed escape ("%", "%4", "%zz").
+bool percentDecode(std::string_view in, std::string* out);
+
+class Router {
+ public:
+  struct Match {
+    enum class Kind { kFound, kNotFound, kMethodNotAllowed, kBadPath };
+    Kind kind = Kind::kNotFound;
+    const Handler* handler = nullptr;  // kFound only
+    /// The matched pattern; for kMethodNotAllowed the first pattern matching the path;
+    /// kUnmatchedRoute otherwise.
+    std::string_view route = kUnmatchedRoute;
+    /// kMethodNotAllowed: the methods the path supports, "GET, POST" (the Allow header).
+    std::string allow;
+    /// kFound: decoded parameter values by name.
+    std::vector<std::pair<std::string, std::string>> params;
+  };
+
+  /// Registers `handler` for `method` on `pattern`: "/"-separated segments, each a literal or a
+  /// whole-segment "{param}". Errors: pattern not starting with '/', malformed or duplicate
+  /// parameter names, or the same (method, pattern) twice.
+  Status add(std::string_view method, std::string_view pattern, Handler handler);
+
+  /// Matches a path (percent-encoded, no query string). Segments are split before decoding, so
+  /// "%2F" stays inside one segment. A parameter never matches an empty segment. When several
+  /// patterns match, the one with a literal at the first differing segment wins
+  /// ("/v1/locks/stats" beats "/v1/locks/{name}").
+  Match match(std::string_view method, std::string_view raw_path) const;
+
+  /// Routes `request` (using raw_path, or path when raw_path is empty): fills route and params
+  /// and calls the handler; otherwise answers 404 not_found, 405 method_not_allowed (with an
+  /// Allow header) or 400 bad_request (malformed percent-encoding), setting route to the label.
+  void dispatch(Request& request, ResponderPtr responder) const;
+
+  /// A Handler that dispatches through this router, which must outlive it.
+  Handler asHandler() const;
+
+  size_t size() const { return routes_.size(); }
+
+ private:
+  struct Segment {
+    std::string text;  // literal text, or the parameter name
+    bool is_param = false;
+  };
+  struct Route {
+    std::string method;
+    std::string pattern;
+    std::vector<Segment> segments;
+    Handler handler;
+  };
+  std::vector<Route> routes_;
+};
+
+}  // namespace sidelock::http

@@ -1,0 +1,114 @@
+// The HTTP/1.1 server: TCP and Unix-socket listeners, one Connection per client with llhttp
+// parsing under limits (config::ListenConfig), keep-alive, pipelining with in-order responses,
+// chunked streams, timeouts (header/slowloris, idle, write) and graceful stop. Knows nothing of
+// locks: requests go to one Handler (usually Router::asHandler()).
+//
+// Lifecycle (all on the loop thread):
+//   HttpServer server(loop, scheduler, cfg.listen, metrics, router.asHandler());
+//   server.start();                        // or listenTcp("127.0.0.1:0") / listenUnix(path, mode)
+//   ... uv_run ...
+//   server.stopAccepting();                // close listeners; later responses say Connection:
+//   close server.closeIdleConnections();         // and wait until inFlightRequests() == 0 (or a
+//   grace) server.close(done);                    // close every connection and handle; done is
+//   posted
+//   ... uv_run until the loop drains; uv_loop_close(loop) == 0
+#pragma once
+
+#include <uv.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "common/status.h"
+#include "config/config.h"
+#include "event/scheduler.h"
+#include "event/stream_listener.h"
+#include "http/http_types.h"
+#include "metrics/metrics.h"
+
+namespace sidelock::http {
+
+class Router;
+
+class HttpServer {
+ public:
+  /// `limits` is copied (tcp / unix_path / unix_mode are used only by start()). `scheduler`,
+  /// `metrics` and the loop must outlive the server.
+  HttpServer(uv_loop_t* loop, event::Scheduler& scheduler, const config::ListenConfig& limits,
+             metrics::Metrics& metrics, Handler handler);
+  /// Convenience: dispatches through `router`, which must outlive the server.
+  HttpServer(uv_loop_t* loop, event::Scheduler& scheduler, const config::ListenConfig& limits,
+             metrics::Metrics& metrics, const Router& router);
+  /// Closes everything (like close() without a callback).
+  ~HttpServer();
+  HttpServer(const HttpServer&) = delete;
+  HttpServer& operator=(const HttpServer&) = delete;
+
+  /// Listens on limits.tcp and limits.unix_path (each when non-empty) with limits.unix_mode.
+  /// On error nothing stays open.
+  Status start();
+  /// Listens on "host:port" (port 0: a free port, see tcpPort()). At most one TCP listener.
+  Status listenTcp(std::string_view host_port);
+  /// Listens on a Unix socket (stale socket file removed first, chmod to `mode`, unlinked on
+  /// stop). At most one Unix listener.
+  Status listenUnix(const std::string& path, uint32_t mode);
+
+  /// The bound TCP port, 0 when not listening on TCP.
+  int tcpPort() const { return tcp_.port(); }
+  /// The Unix socket path, "" when not listening on one.
+  const std::string& unixPath() const { return unix_.unixPath(); }
+
+  /// Closes the listeners (the Unix socket file is removed) and enters draining: every later
+  /// response carries Connection: close, no new request is read on an existing connection, and
+  /// connections close as soon as they have nothing in flight. Idempotent.
+  void stopAccepting();
+  /// Closes connections that have no request in flight or partly received and nothing left to
+  /// write. Returns how many were closed.
+  size_t closeIdleConnections();
+  /// Requests handed to the handler and not yet answered (a stream counts until endStream()).
+  size_t inFlightRequests() const { return in_flight_; }
+  size_t connectionCount() const { return connections_.size(); }
+
+  /// Stops accepting and closes every connection now: responders of unanswered requests see
+  /// onClientGone (posted, like every client-gone notification; they run before `done`) and
+  /// their later writes are dropped. `done` runs on a later loop turn (Scheduler::post), so keep
+  /// the scheduler open until it has run; then run the loop until it drains.
+  void close(std::function<void()> done = {});
+
+ private:
+  class Connection;
+  class Exchange;
+  struct Guard;
+  struct RouteMetrics {
+    prometheus::Histogram* latency = nullptr;
+    std::vector<std::pair<int, prometheus::Counter*>> codes;
+  };
+
+  void onConnection(event::StreamListener& listener);
+  void destroyConnection(Connection* connection);
+  void recordResponse(const std::string& route, int status, int64_t received_us);
+  void addInFlight(int delta);
+
+  uv_loop_t* loop_;
+  event::Scheduler& scheduler_;
+  config::ListenConfig limits_;
+  metrics::Metrics& metrics_;
+  Handler handler_;
+  event::StreamListener tcp_;
+  event::StreamListener unix_;
+  std::unordered_map<Connection*, std::unique_ptr<Connection>> connections_;
+  std::unordered_map<std::string, RouteMetrics> route_metrics_;
+  size_t in_flight_ = 0;
+  bool draining_ = false;
+  bool closed_ = false;
+  // One read buffer for all connections: the loop is single-threaded and each read is parsed
+  // (or its unparsed rest copied) before the next alloc callback.
+  std::vector<char> read_buffer_;
+};
+
+}  // namespace sidelock::http
