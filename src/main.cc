@@ -48,6 +48,8 @@ struct Sidecar {
   std::unique_ptr<api::LockApi> api;
   std::unique_ptr<http::Router> router;
   std::unique_ptr<http::HttpServer> server;
+  std::unique_ptr<http::Router> admin_router;
+  std::unique_ptr<http::HttpServer> admin_server;  // listen.admin: health and metrics only
   event::UvHandle<uv_signal_t> sigterm;
   event::UvHandle<uv_signal_t> sigint;
   event::ScopedTimer force_exit;
@@ -84,6 +86,7 @@ void beginShutdown(Sidecar& s, const config::Config& cfg, const char* why) {
   SL_LOG(kInfo, "shutdown.begin", {"signal", why}, {"grace_ms", cfg.shutdown.grace_ms});
   s.api->setDraining(true);
   s.server->stopAccepting();
+  // The admin listener stays up while draining so probes see /readyz turn 503.
   // Hard deadline: whatever is still open at grace + 1 s is abandoned and the process exits
   // non-zero, so a stuck Redis cannot hold a pod in Terminating forever.
   s.force_exit.start(*s.scheduler, cfg.shutdown.grace_ms + 1000, [&s] {
@@ -95,8 +98,12 @@ void beginShutdown(Sidecar& s, const config::Config& cfg, const char* why) {
   s.locks->shutdown(cfg.shutdown.release_held, cfg.shutdown.grace_ms, [&s] {
     s.backend->shutdown([&s] {
       s.server->close([&s] {
-        SL_LOG(kInfo, "shutdown.done");
-        closeEverything(s);
+        auto finish = [&s] {
+          SL_LOG(kInfo, "shutdown.done");
+          closeEverything(s);
+        };
+        if (s.admin_server) s.admin_server->close(finish);
+        else finish();
       });
     });
   });
@@ -128,11 +135,26 @@ int runSidecar(const config::Config& cfg) {
   s.server = std::make_unique<http::HttpServer>(&s.loop, *s.scheduler, cfg.listen, *s.metrics,
                                                 *s.router);
   Status listening = s.server->start();
+  if (listening.isOk() && !cfg.listen.admin.empty()) {
+    s.admin_router = std::make_unique<http::Router>();
+    for (auto& route : s.api->routes()) {
+      if (route.pattern.rfind("/v1/", 0) == 0) continue;  // no lock routes on the admin port
+      (void)s.admin_router->add(route.method, route.pattern, std::move(route.handler));
+    }
+    config::ListenConfig admin_listen = cfg.listen;
+    admin_listen.tcp = cfg.listen.admin;
+    admin_listen.unix_path.clear();
+    s.admin_server = std::make_unique<http::HttpServer>(&s.loop, *s.scheduler, admin_listen,
+                                                        *s.metrics, *s.admin_router);
+    listening = s.admin_server->start();
+    if (!listening.isOk()) s.server->close([] {});
+  }
   if (!listening.isOk()) {
     SL_LOG(kError, "listen.failed", {"error", listening.toString()});
     fprintf(stderr, "sidelock: %s\n", listening.toString().c_str());
     s.exit_code = 1;
     s.server->close([] {});
+    if (s.admin_server) s.admin_server->close([] {});
     s.backend->shutdown([&s] { closeEverything(s); });
   } else {
     s.backend->start();
@@ -153,6 +175,7 @@ int runSidecar(const config::Config& cfg) {
 
   uv_run(&s.loop, UV_RUN_DEFAULT);
   // Objects that own handles go first, then the loop drains their close callbacks.
+  s.admin_server.reset();
   s.server.reset();
   s.api.reset();
   s.locks.reset();

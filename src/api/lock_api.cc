@@ -258,7 +258,13 @@ void LockApi::acquire(http::Request& req, http::ResponderPtr res) {
     return;
   }
   opts.stream = hold == "stream";
-  if (opts.stream) opts.auto_renew = true;
+  if (opts.stream) {
+    opts.auto_renew = true;
+    // A stream hold proves its holder alive by the open connection, so it is capped by the
+    // largest allowed hold rather than the default for fire-and-forget auto_renew leases
+    // (a `sidelock run` job of two hours must not be killed at one).
+    if (!body.value.contains("max_hold_ms")) opts.max_hold_ms = locks_.max_hold_ms_limit;
+  }
 
   auto call = std::make_shared<AcquireCall>();
   call->responder = res;

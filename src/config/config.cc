@@ -149,6 +149,9 @@ void loadListen(const Section& root, ListenConfig& c) {
   s.readString("tcp", c.tcp);
   if (!c.tcp.empty()) validateHostPort(s.path("tcp"), c.tcp);
   s.readString("unix", c.unix_path);
+  s.readString("admin", c.admin);
+  if (!c.admin.empty()) validateHostPort(s.path("admin"), c.admin);
+  if (!c.admin.empty() && c.admin == c.tcp) fail(s.path("admin"), "must differ from listen.tcp");
   if (!c.unix_path.empty() && c.unix_path.size() >= 108) {
     fail(s.path("unix"), "socket path longer than 107 bytes");
   }
@@ -167,7 +170,7 @@ void loadListen(const Section& root, ListenConfig& c) {
   s.readInt("header_timeout_ms", c.header_timeout_ms, 10, kMaxMs);
   s.readInt("idle_timeout_ms", c.idle_timeout_ms, 10, kMaxMs);
   s.readInt("write_timeout_ms", c.write_timeout_ms, 10, kMaxMs);
-  s.rejectUnknown({"tcp", "unix", "unix_mode", "max_connections", "max_header_bytes",
+  s.rejectUnknown({"tcp", "unix", "admin", "unix_mode", "max_connections", "max_header_bytes",
                    "max_body_bytes", "max_pipelined_requests", "header_timeout_ms",
                    "idle_timeout_ms", "write_timeout_ms"});
   if (c.tcp.empty() && c.unix_path.empty()) {
