@@ -27,7 +27,7 @@ int exitCodeFromWaitStatus(int wait_status);
 /// `error` is the JSON "error" field ("locked", "too_many_waiters", ...), possibly empty.
 int exitCodeForRefusal(int http_status, std::string_view error);
 
-/// The exit-code table printed by `sidelock run --help` (and kept in RUN.md).
+/// The exit-code table printed by `sidelock run --help` (and kept in README.md).
 std::string exitCodeTable();
 
 }  // namespace sidelock::cli

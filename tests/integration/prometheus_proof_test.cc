@@ -5,7 +5,7 @@
 // does not export therefore fails here. The live /metrics text must also pass
 // `promtool check metrics`.
 //
-// Rules applied to the expressions (documented in dashboards/METRICS.md too):
+// Rules applied to the expressions (documented in README.md, "Metrics", too):
 // - Dashboard targets: Grafana variables are substituted ($__rate_interval -> 1m, $namespace /
 //   $pod / $instance -> the labels of the scraped sidecar) and the query must return >= 1 series.
 // - Dashboard variables `label_values(selector, label)`: the selector must return series that
