@@ -28,6 +28,9 @@ struct uv_loop_s;
 namespace sidelock::backend {
 
 /// An owned copy of a redisReply (the hiredis reply is freed inside the callback).
+/// A Redis error reply ("ERR ...", "WRONGTYPE ...") is delivered as an OK StatusOr holding a
+/// kError value; a non-OK Status means no reply: kUnavailable (link down / lost), kDeadlineExceeded
+/// (no reply in time), kCancelled (shutdown).
 struct RedisValue {
   enum class Type { kNil, kInteger, kString, kStatus, kError, kArray };
   Type type = Type::kNil;
@@ -40,7 +43,8 @@ struct RedisValue {
 
 using RedisReplyCallback = std::function<void(StatusOr<RedisValue>)>;
 
-/// The Lua scripts (src/redis/scripts.h holds their text and SHA1).
+/// The Lua scripts (src/redis/scripts.h holds their text; each node keeps the SHA1s that SCRIPT
+/// LOAD returned during its handshake).
 enum class ScriptId { kAcquire, kRelease, kExtend, kInspect };
 
 /// Which metric latency series an operation counts in.
@@ -55,13 +59,20 @@ struct RedisNodeOptions {
   int64_t reconnect_min_ms = 100;
   int64_t reconnect_max_ms = 5000;
   int64_t health_interval_ms = 1000;  // PING period while idle; INFO server after each connect
+  /// Deadline for PING and for calls made with timeout_ms <= 0. Handshake commands (AUTH,
+  /// SELECT, INFO, SCRIPT LOAD) use connect_timeout_ms.
+  int64_t command_timeout_ms = 500;
 };
+
+/// Reconnect delay after `attempt` consecutive failures (0-based): min * 2^attempt capped at max,
+/// then jittered uniformly into [delay/2, delay] so many sidecars do not reconnect in lockstep.
+int64_t reconnectDelayMs(int attempt, int64_t min_ms, int64_t max_ms);
 
 /// What the node said about itself at the last (re)connect: used by Redlock's delayed restarts.
 struct RedisServerInfo {
   std::string run_id;
-  int64_t uptime_ms = 0;       // server uptime when we asked
-  int64_t learned_at_ms = 0;   // Scheduler::nowMs() when we asked
+  int64_t uptime_ms = 0;      // server uptime when we asked
+  int64_t learned_at_ms = 0;  // Scheduler::nowMs() when we asked
 };
 
 class RedisNode {
@@ -89,13 +100,25 @@ class RedisNode {
   const std::string& address() const;
   const RedisServerInfo& serverInfo() const;
 
-  /// Called on every transition up (after AUTH/SELECT/INFO succeeded) or down.
+  /// Called on every transition up (after AUTH/SELECT/INFO/SCRIPT LOAD succeeded) or down, on a
+  /// later loop turn (posted), in transition order. The argument is the transition's value;
+  /// up() tells the state at the time the listener runs (it may have moved on).
   void setStateListener(std::function<void(bool up)> listener);
 
   /// Pub/sub on a dedicated connection: subscriptions are re-established after reconnects.
+  /// Counted: each subscribe(c) needs one unsubscribe(c); the channel is dropped at zero. The
+  /// connection is opened while the command link is up and some channel is wanted. Messages
+  /// published while it is down are lost (callers keep a polling fallback).
   void subscribe(const std::string& channel);
   void unsubscribe(const std::string& channel);
-  void setMessageListener(std::function<void(std::string_view channel, std::string_view message)> l);
+  /// Called from the hiredis read callback (never inside subscribe()).
+  void setMessageListener(
+      std::function<void(std::string_view channel, std::string_view message)> l);
+  /// True once the server confirmed the subscription to `channel` (tests, diagnostics).
+  bool subscribed(const std::string& channel) const;
+
+  /// Commands sent and not yet answered by hiredis (including ones already timed out).
+  size_t pendingRequests() const;
 
   /// Fails every pending request with kCancelled, closes both connections, then calls `done` on a
   /// later loop turn once hiredis and libuv have let go of everything.

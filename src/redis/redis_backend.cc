@@ -1,0 +1,138 @@
+#include "redis/redis_backend.h"
+
+#include "common/log.h"
+#include "redis/scripts.h"
+
+namespace sidelock::backend {
+
+RedisNodeOptions nodeOptionsFromConfig(const config::BackendConfig& config,
+                                       const config::RedisNodeAddress& address) {
+  RedisNodeOptions o;
+  o.address = address;
+  o.username = config.username;
+  o.password = config.password;
+  o.db = config.db;
+  o.connect_timeout_ms = config.connect_timeout_ms;
+  o.reconnect_min_ms = config.reconnect_min_ms;
+  o.reconnect_max_ms = config.reconnect_max_ms;
+  o.health_interval_ms = config.health_interval_ms;
+  o.command_timeout_ms = config.command_timeout_ms;
+  return o;
+}
+
+namespace {
+
+config::RedisNodeAddress firstNode(const config::BackendConfig& config) {
+  if (!config.nodes.empty()) return config.nodes.front();
+  config::RedisNodeAddress a;
+  a.host = "127.0.0.1";
+  a.port = 6379;
+  return a;
+}
+
+}  // namespace
+
+RedisBackend::RedisBackend(uv_loop_t* loop, event::Scheduler& scheduler,
+                           const config::BackendConfig& config, metrics::Metrics& metrics)
+    : metrics_(metrics), prefix_(config.key_prefix), timeout_ms_(config.command_timeout_ms) {
+  const config::RedisNodeAddress address = firstNode(config);
+  if (config.nodes.size() > 1) {
+    SL_LOG(kWarn, "redis.extra_nodes_ignored", {"node", address.toString()},
+           {"configured", static_cast<unsigned long>(config.nodes.size())});
+  }
+  node_ = std::make_unique<RedisNode>(loop, scheduler, nodeOptionsFromConfig(config, address),
+                                      &metrics.node(address.toString()));
+  address_ = std::make_shared<const std::string>(node_->address());
+  metrics_.backend_ready.Set(0);
+  node_->setStateListener([this](bool) {
+    // Posted by the node; read the current state rather than the (possibly stale) transition.
+    if (!shut_down_) metrics_.backend_ready.Set(node_->up() ? 1 : 0);
+  });
+  node_->setMessageListener(
+      [this](std::string_view channel, std::string_view) { onMessage(channel); });
+}
+
+RedisBackend::~RedisBackend() = default;
+
+void RedisBackend::start() { node_->start(); }
+
+void RedisBackend::acquire(std::string_view name, std::string_view owner, int64_t ttl_ms,
+                           AcquireCallback cb) {
+  node_->runScript(ScriptId::kAcquire, {lockKey(prefix_, name), tokenKey(prefix_, name)},
+                   {std::string(owner), std::to_string(ttl_ms)}, timeout_ms_, NodeOp::kAcquire,
+                   [address = address_, cb = std::move(cb)](StatusOr<RedisValue> r) {
+                     cb(decodeAcquire(r, *address));
+                   });
+}
+
+void RedisBackend::release(std::string_view name, std::string_view owner, OwnerCheckCallback cb) {
+  node_->runScript(ScriptId::kRelease, {lockKey(prefix_, name), tokenKey(prefix_, name)},
+                   {std::string(owner), releaseChannel(prefix_, name), std::string(name)},
+                   timeout_ms_, NodeOp::kRelease,
+                   [address = address_, cb = std::move(cb)](StatusOr<RedisValue> r) {
+                     cb(decodeRelease(r, *address));
+                   });
+}
+
+void RedisBackend::extend(std::string_view name, std::string_view owner, int64_t ttl_ms,
+                          ExtendCallback cb) {
+  node_->runScript(ScriptId::kExtend, {lockKey(prefix_, name), tokenKey(prefix_, name)},
+                   {std::string(owner), std::to_string(ttl_ms)}, timeout_ms_, NodeOp::kExtend,
+                   [address = address_, cb = std::move(cb)](StatusOr<RedisValue> r) {
+                     cb(decodeExtend(r, *address));
+                   });
+}
+
+void RedisBackend::inspect(std::string_view name, InspectCallback cb) {
+  node_->runScript(ScriptId::kInspect, {lockKey(prefix_, name), tokenKey(prefix_, name)}, {},
+                   timeout_ms_, NodeOp::kInspect,
+                   [address = address_, cb = std::move(cb)](StatusOr<RedisValue> r) {
+                     cb(decodeInspect(r, *address));
+                   });
+}
+
+void RedisBackend::setReleaseListener(ReleaseListener listener) { listener_ = std::move(listener); }
+
+void RedisBackend::watchReleases(std::string_view name) {
+  if (shut_down_) return;
+  auto it = watches_.find(name);
+  if (it == watches_.end()) it = watches_.emplace(std::string(name), 0).first;
+  if (++it->second == 1) node_->subscribe(releaseChannel(prefix_, name));
+}
+
+void RedisBackend::unwatchReleases(std::string_view name) {
+  auto it = watches_.find(name);
+  if (it == watches_.end()) return;
+  if (--it->second > 0) return;
+  watches_.erase(it);
+  node_->unsubscribe(releaseChannel(prefix_, name));
+}
+
+void RedisBackend::onMessage(std::string_view channel) {
+  std::string name;
+  if (!lockNameFromChannel(prefix_, channel, &name)) return;
+  if (watches_.find(name) == watches_.end() || !listener_) return;
+  auto listener = listener_;  // it may replace itself
+  listener(name);
+}
+
+BackendHealth RedisBackend::health() const {
+  BackendHealth h;
+  NodeHealth n;
+  n.address = node_->address();
+  n.up = node_->up();
+  n.reason = node_->downReason();
+  h.ready = n.up;
+  if (!h.ready) h.reason = "redis " + n.address + " is down: " + n.reason;
+  h.nodes.push_back(std::move(n));
+  return h;
+}
+
+void RedisBackend::shutdown(std::function<void()> done) {
+  shut_down_ = true;
+  watches_.clear();
+  metrics_.backend_ready.Set(0);
+  node_->shutdown(std::move(done));
+}
+
+}  // namespace sidelock::backend

@@ -1,0 +1,67 @@
+// backend.type: redis — one Redis master through one RedisNode. Every operation is one EVALSHA of
+// a script from src/redis/scripts.h, so acquire, release and extend are atomic on the server.
+//
+// Errors: link down -> kUnavailable (fails fast, the reason says why), no reply within
+// backend.command_timeout_ms -> kDeadlineExceeded (the link is then reconnected), a Redis error
+// reply -> kInternal with Redis's message, after shutdown() -> kCancelled.
+#pragma once
+
+#include <uv.h>
+
+#include <map>
+#include <memory>
+#include <string>
+
+#include "backend/backend.h"
+#include "config/config.h"
+#include "event/scheduler.h"
+#include "metrics/metrics.h"
+#include "redis/redis_node.h"
+
+namespace sidelock::backend {
+
+/// RedisNodeOptions for `address` from the backend config (credentials, db, timeouts).
+RedisNodeOptions nodeOptionsFromConfig(const config::BackendConfig& config,
+                                       const config::RedisNodeAddress& address);
+
+class RedisBackend final : public Backend {
+ public:
+  /// Uses config.nodes[0] (127.0.0.1:6379 when the list is empty). `metrics` must outlive us.
+  RedisBackend(uv_loop_t* loop, event::Scheduler& scheduler, const config::BackendConfig& config,
+               metrics::Metrics& metrics);
+  ~RedisBackend() override;
+
+  void start() override;
+  void acquire(std::string_view name, std::string_view owner, int64_t ttl_ms,
+               AcquireCallback cb) override;
+  void release(std::string_view name, std::string_view owner, OwnerCheckCallback cb) override;
+  void extend(std::string_view name, std::string_view owner, int64_t ttl_ms,
+              ExtendCallback cb) override;
+  void inspect(std::string_view name, InspectCallback cb) override;
+
+  void setReleaseListener(ReleaseListener listener) override;
+  void watchReleases(std::string_view name) override;
+  void unwatchReleases(std::string_view name) override;
+
+  BackendHealth health() const override;
+  void shutdown(std::function<void()> done) override;
+
+  /// The node, for tests and diagnostics.
+  RedisNode& node() { return *node_; }
+
+ private:
+  void onMessage(std::string_view channel);
+
+  metrics::Metrics& metrics_;
+  std::string prefix_;
+  int64_t timeout_ms_;
+  std::unique_ptr<RedisNode> node_;
+  // Captured by reply callbacks instead of `this`: a call made after shutdown() is answered after
+  // shutdown's done callback, when the owner may already have destroyed us.
+  std::shared_ptr<const std::string> address_;
+  ReleaseListener listener_;
+  std::map<std::string, int, std::less<>> watches_;  // lock name -> watch count
+  bool shut_down_ = false;
+};
+
+}  // namespace sidelock::backend

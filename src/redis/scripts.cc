@@ -1,0 +1,213 @@
+#include "redis/scripts.h"
+
+#include <algorithm>
+#include <cstdlib>
+
+namespace sidelock::backend {
+namespace {
+
+// SET NX PX and the INCR run in one script so a grant and its fencing token are atomic: no other
+// client can observe the lease without its token, and a failed SET never burns a token.
+constexpr std::string_view kAcquireLua = R"lua(
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  local token = redis.call('INCR', KEYS[2])
+  return {1, token, tonumber(ARGV[2])}
+end
+return {0, 0, redis.call('PTTL', KEYS[1])}
+)lua";
+
+// Compare-and-delete: never GET then DEL from the client (another owner may win in between).
+constexpr std::string_view kReleaseLua = R"lua(
+local v = redis.call('GET', KEYS[1])
+if v == ARGV[1] then
+  redis.call('DEL', KEYS[1])
+  redis.call('PUBLISH', ARGV[2], ARGV[3])
+  return 1
+elseif v then
+  return 0
+end
+return -1
+)lua";
+
+// PEXPIRE only an existing key we own: re-creating a missing key would silently re-acquire a lock
+// that expired and may since have been granted to (and released by) someone else.
+constexpr std::string_view kExtendLua = R"lua(
+local v = redis.call('GET', KEYS[1])
+if v == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return {1, redis.call('PTTL', KEYS[1])}
+elseif v then
+  return {0, redis.call('PTTL', KEYS[1])}
+end
+return {-1, -2}
+)lua";
+
+// The token counter is returned as the raw string: Lua numbers are doubles.
+constexpr std::string_view kInspectLua = R"lua(
+local exists = redis.call('EXISTS', KEYS[1])
+return {exists, redis.call('PTTL', KEYS[1]), redis.call('GET', KEYS[2])}
+)lua";
+
+constexpr std::string_view kChannelInfix = "released:{";
+
+}  // namespace
+
+std::string_view scriptText(ScriptId id) {
+  switch (id) {
+    case ScriptId::kAcquire:
+      return kAcquireLua;
+    case ScriptId::kRelease:
+      return kReleaseLua;
+    case ScriptId::kExtend:
+      return kExtendLua;
+    case ScriptId::kInspect:
+      return kInspectLua;
+  }
+  return {};
+}
+
+const char* scriptName(ScriptId id) {
+  switch (id) {
+    case ScriptId::kAcquire:
+      return "acquire";
+    case ScriptId::kRelease:
+      return "release";
+    case ScriptId::kExtend:
+      return "extend";
+    case ScriptId::kInspect:
+      return "inspect";
+  }
+  return "unknown";
+}
+
+std::string lockKey(std::string_view prefix, std::string_view name) {
+  std::string k;
+  k.reserve(prefix.size() + name.size() + 2);
+  k.append(prefix).append("{").append(name).append("}");
+  return k;
+}
+
+std::string tokenKey(std::string_view prefix, std::string_view name) {
+  return lockKey(prefix, name) + ":token";
+}
+
+std::string releaseChannel(std::string_view prefix, std::string_view name) {
+  std::string c;
+  c.reserve(prefix.size() + kChannelInfix.size() + name.size() + 1);
+  c.append(prefix).append(kChannelInfix).append(name).append("}");
+  return c;
+}
+
+bool lockNameFromChannel(std::string_view prefix, std::string_view channel, std::string* name) {
+  const size_t head = prefix.size() + kChannelInfix.size();
+  if (channel.size() < head + 1 || channel.substr(0, prefix.size()) != prefix ||
+      channel.substr(prefix.size(), kChannelInfix.size()) != kChannelInfix ||
+      channel.back() != '}') {
+    return false;
+  }
+  name->assign(channel.substr(head, channel.size() - head - 1));
+  return true;
+}
+
+namespace {
+
+Status replyError(const RedisValue& v, std::string_view node) {
+  return internalError("redis " + std::string(node) + ": " + v.str);
+}
+
+Status badShape(std::string_view node, const char* script) {
+  return internalError("redis " + std::string(node) + ": unexpected reply to the " + script +
+                       " script");
+}
+
+bool isInt(const RedisValue& v) { return v.type == RedisValue::Type::kInteger; }
+
+// An array of at least `n` leading integers.
+bool intArray(const RedisValue& v, size_t n) {
+  if (v.type != RedisValue::Type::kArray || v.elements.size() < n) return false;
+  for (size_t i = 0; i < n; ++i) {
+    if (!isInt(v.elements[i])) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+StatusOr<AcquireReply> decodeAcquire(const StatusOr<RedisValue>& reply, std::string_view node) {
+  if (!reply.isOk()) return reply.status();
+  const RedisValue& v = *reply;
+  if (v.isError()) return replyError(v, node);
+  if (!intArray(v, 3)) return badShape(node, "acquire");
+  AcquireReply r;
+  r.granted = v.elements[0].integer == 1;
+  if (r.granted) {
+    r.token = static_cast<uint64_t>(v.elements[1].integer);
+    r.validity_ms = v.elements[2].integer;
+  } else {
+    // PTTL -1: a key without expiry (not ours); unknown, so waiters fall back to their backoff.
+    r.holder_ttl_ms = v.elements[2].integer >= 0 ? v.elements[2].integer : -1;
+  }
+  return r;
+}
+
+StatusOr<OwnerCheck> decodeRelease(const StatusOr<RedisValue>& reply, std::string_view node) {
+  if (!reply.isOk()) return reply.status();
+  const RedisValue& v = *reply;
+  if (v.isError()) return replyError(v, node);
+  if (!isInt(v)) return badShape(node, "release");
+  switch (v.integer) {
+    case 1:
+      return OwnerCheck::kOk;
+    case 0:
+      return OwnerCheck::kNotOwner;
+    case -1:
+      return OwnerCheck::kNotHeld;
+    default:
+      return badShape(node, "release");
+  }
+}
+
+StatusOr<ExtendReply> decodeExtend(const StatusOr<RedisValue>& reply, std::string_view node) {
+  if (!reply.isOk()) return reply.status();
+  const RedisValue& v = *reply;
+  if (v.isError()) return replyError(v, node);
+  if (!intArray(v, 2)) return badShape(node, "extend");
+  ExtendReply r;
+  switch (v.elements[0].integer) {
+    case 1:
+      r.result = OwnerCheck::kOk;
+      r.validity_ms = std::max<int64_t>(0, v.elements[1].integer);
+      break;
+    case 0:
+      r.result = OwnerCheck::kNotOwner;
+      break;
+    case -1:
+      r.result = OwnerCheck::kNotHeld;
+      break;
+    default:
+      return badShape(node, "extend");
+  }
+  return r;
+}
+
+StatusOr<LockState> decodeInspect(const StatusOr<RedisValue>& reply, std::string_view node) {
+  if (!reply.isOk()) return reply.status();
+  const RedisValue& v = *reply;
+  if (v.isError()) return replyError(v, node);
+  // Lua turns a trailing nil (no token counter yet) into a shorter array.
+  if (!intArray(v, 2)) return badShape(node, "inspect");
+  LockState s;
+  s.held = v.elements[0].integer == 1;
+  s.ttl_ms = s.held ? std::max<int64_t>(0, v.elements[1].integer) : 0;
+  if (v.elements.size() >= 3) {
+    const RedisValue& t = v.elements[2];
+    if (t.type == RedisValue::Type::kString) {
+      s.token = std::strtoull(t.str.c_str(), nullptr, 10);
+    } else if (isInt(t)) {
+      s.token = static_cast<uint64_t>(t.integer);
+    }
+  }
+  return s;
+}
+
+}  // namespace sidelock::backend

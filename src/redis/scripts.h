@@ -1,0 +1,60 @@
+// sidelock's Lua scripts and the Redis key / channel names they work on.
+//
+// Keys of lock `name` under prefix `p` (default "sidelock:"):
+//   KEYS[1]  p{name}          the lease: value = owner id, PX = remaining TTL
+//   KEYS[2]  p{name}:token    the fencing counter: never expires, INCR on every grant
+// The `{name}` hash tag keeps both keys of one lock in the same Redis Cluster slot. A lock key
+// always ends with '}' and a counter key with ":token", so no name's lock key can equal another
+// name's counter key.
+//
+// Release channel: p + "released:{" + name + "}". The release script PUBLISHes the lock name on it
+// after a successful DEL; sidecars subscribed to it wake their local waiters (issue 4).
+//
+// Replies (all integers unless stated):
+//   acquire  ARGV owner, ttl_ms          -> {1, token, ttl_ms} granted | {0, 0, holder PTTL}
+//   release  ARGV owner, channel, name   -> 1 released | 0 held by another owner | -1 not held
+//   extend   ARGV owner, ttl_ms          -> {1, PTTL} | {0, holder PTTL} | {-1, -2}; never
+//   re-creates
+//                                           a missing key (that would silently re-acquire)
+//   inspect  (no ARGV)                   -> {exists 0|1, PTTL, token counter as bulk string or nil}
+//
+// The scripts are loaded with SCRIPT LOAD when a node connects and run with EVALSHA; a NOSCRIPT
+// reply (SCRIPT FLUSH, failover to a replica without the script) is retried once with EVAL, which
+// runs the script and caches it again (RedisNode does this transparently).
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include "backend/backend.h"
+#include "redis/redis_node.h"
+
+namespace sidelock::backend {
+
+/// Lua source of one script.
+std::string_view scriptText(ScriptId id);
+/// Short name for logs and errors ("acquire").
+const char* scriptName(ScriptId id);
+/// All script ids, for loading them in a loop.
+inline constexpr ScriptId kAllScripts[] = {ScriptId::kAcquire, ScriptId::kRelease,
+                                           ScriptId::kExtend, ScriptId::kInspect};
+
+/// KEYS[1]: `<prefix>{<name>}`.
+std::string lockKey(std::string_view prefix, std::string_view name);
+/// KEYS[2]: `<prefix>{<name>}:token`.
+std::string tokenKey(std::string_view prefix, std::string_view name);
+/// Pub/sub channel announcing releases of `name`: `<prefix>released:{<name>}`.
+std::string releaseChannel(std::string_view prefix, std::string_view name);
+/// Inverse of releaseChannel(); false if `channel` is not a release channel under `prefix`.
+bool lockNameFromChannel(std::string_view prefix, std::string_view channel, std::string* name);
+
+/// Decoding of the scripts' replies, shared by RedisBackend and RedlockBackend. A non-OK input
+/// status is passed through; a Redis error reply becomes kInternal "redis <node>: <message>"; a
+/// reply of the wrong shape becomes kInternal too.
+StatusOr<AcquireReply> decodeAcquire(const StatusOr<RedisValue>& reply, std::string_view node);
+StatusOr<OwnerCheck> decodeRelease(const StatusOr<RedisValue>& reply, std::string_view node);
+/// kOk: validity_ms = the key's PTTL after PEXPIRE.
+StatusOr<ExtendReply> decodeExtend(const StatusOr<RedisValue>& reply, std::string_view node);
+StatusOr<LockState> decodeInspect(const StatusOr<RedisValue>& reply, std::string_view node);
+
+}  // namespace sidelock::backend

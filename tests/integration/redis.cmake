@@ -1,0 +1,5 @@
+sidelock_test(redis_integration_test
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/redis_node_test.cc ${CMAKE_CURRENT_LIST_DIR}/redis_backend_test.cc
+  LIBS sidelock_redis
+  LABELS integration
+  TIMEOUT 300)

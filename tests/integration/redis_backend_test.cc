@@ -1,0 +1,443 @@
+// RedisBackend against real redis-server processes: lock semantics, key layout, NOSCRIPT, faults
+// (kill, SIGSTOP), AUTH / ACL users, SELECT, pub/sub wake-ups and clean shutdown.
+#include "redis/redis_backend.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <optional>
+
+#include "integration/redis_test_env.h"
+#include "redis/scripts.h"
+
+namespace sidelock::backend {
+namespace {
+
+using testing::LoopEnv;
+using testing::redisConfig;
+using testing::RedisServer;
+
+class RedisBackendTest : public ::testing::Test {
+ protected:
+  void TearDown() override {
+    for (auto& b : backends_) {
+      bool done = false;
+      b->shutdown([&] { done = true; });
+      EXPECT_TRUE(env_.runUntil([&] { return done; }));
+    }
+    backends_.clear();
+    env_.close();
+  }
+
+  RedisBackend& make(const config::BackendConfig& c, bool wait_ready = true) {
+    backends_.push_back(
+        std::make_unique<RedisBackend>(env_.loop(), env_.scheduler(), c, env_.metrics()));
+    RedisBackend& b = *backends_.back();
+    b.start();
+    if (wait_ready) {
+      EXPECT_TRUE(env_.runUntil([&] { return b.health().ready; })) << b.health().reason;
+    }
+    return b;
+  }
+
+  // Each helper checks the callback did not run inside the call, then runs the loop for it.
+  template <typename T, typename Start>
+  StatusOr<T> await(Start start, int64_t timeout_ms = 5000) {
+    std::optional<StatusOr<T>> result;
+    start([&](StatusOr<T> r) { result.emplace(std::move(r)); });
+    EXPECT_FALSE(result.has_value()) << "callback ran inside the call";
+    if (!env_.runUntil([&] { return result.has_value(); }, timeout_ms)) {
+      return internalError("test: no callback");
+    }
+    return std::move(*result);
+  }
+
+  StatusOr<AcquireReply> acquire(RedisBackend& b, std::string_view name, std::string_view owner,
+                                 int64_t ttl_ms) {
+    return await<AcquireReply>([&](auto cb) { b.acquire(name, owner, ttl_ms, cb); });
+  }
+  StatusOr<OwnerCheck> release(RedisBackend& b, std::string_view name, std::string_view owner) {
+    return await<OwnerCheck>([&](auto cb) { b.release(name, owner, cb); });
+  }
+  StatusOr<ExtendReply> extend(RedisBackend& b, std::string_view name, std::string_view owner,
+                               int64_t ttl_ms) {
+    return await<ExtendReply>([&](auto cb) { b.extend(name, owner, ttl_ms, cb); });
+  }
+  StatusOr<LockState> inspect(RedisBackend& b, std::string_view name) {
+    return await<LockState>([&](auto cb) { b.inspect(name, cb); });
+  }
+
+  RedisServer redis_;
+  LoopEnv env_;
+  std::vector<std::unique_ptr<RedisBackend>> backends_;
+};
+
+TEST_F(RedisBackendTest, AcquireReleaseSemantics) {
+  RedisBackend& b = make(redisConfig(redis_.port()));
+
+  auto a = acquire(b, "orders-42", "alice", 10'000);
+  ASSERT_TRUE(a.isOk()) << a.status().toString();
+  EXPECT_TRUE(a->granted);
+  EXPECT_EQ(a->token, 1u);
+  EXPECT_EQ(a->validity_ms, 10'000);
+
+  auto busy = acquire(b, "orders-42", "bob", 5'000);
+  ASSERT_TRUE(busy.isOk());
+  EXPECT_FALSE(busy->granted);
+  EXPECT_GT(busy->holder_ttl_ms, 0);
+  EXPECT_LE(busy->holder_ttl_ms, 10'000);
+
+  auto state = inspect(b, "orders-42");
+  ASSERT_TRUE(state.isOk());
+  EXPECT_TRUE(state->held);
+  EXPECT_GT(state->ttl_ms, 0);
+  EXPECT_EQ(state->token, 1u);
+
+  auto not_owner = release(b, "orders-42", "bob");
+  ASSERT_TRUE(not_owner.isOk());
+  EXPECT_EQ(*not_owner, OwnerCheck::kNotOwner);
+  EXPECT_EQ(redis_.cli({"GET", "sidelock:{orders-42}"}), "alice") << "a foreign release changed it";
+
+  auto ok = release(b, "orders-42", "alice");
+  ASSERT_TRUE(ok.isOk());
+  EXPECT_EQ(*ok, OwnerCheck::kOk);
+
+  auto again = release(b, "orders-42", "alice");
+  ASSERT_TRUE(again.isOk());
+  EXPECT_EQ(*again, OwnerCheck::kNotHeld);
+
+  state = inspect(b, "orders-42");
+  ASSERT_TRUE(state.isOk());
+  EXPECT_FALSE(state->held);
+  EXPECT_EQ(state->token, 1u) << "the last grant's token stays visible";
+
+  auto never = inspect(b, "never-granted");
+  ASSERT_TRUE(never.isOk());
+  EXPECT_FALSE(never->held);
+  EXPECT_EQ(never->token, 0u);
+
+  auto b2 = acquire(b, "orders-42", "bob", 5'000);
+  ASSERT_TRUE(b2.isOk());
+  EXPECT_TRUE(b2->granted);
+  EXPECT_EQ(b2->token, 2u);
+}
+
+TEST_F(RedisBackendTest, ExtendChecksOwnerAndNeverRecreates) {
+  RedisBackend& b = make(redisConfig(redis_.port()));
+  ASSERT_TRUE(acquire(b, "job", "alice", 1'000)->granted);
+
+  auto e = extend(b, "job", "alice", 60'000);
+  ASSERT_TRUE(e.isOk()) << e.status().toString();
+  EXPECT_EQ(e->result, OwnerCheck::kOk);
+  EXPECT_GT(e->validity_ms, 1'000);
+  EXPECT_LE(e->validity_ms, 60'000);
+  EXPECT_GT(std::stoll(redis_.cli({"PTTL", "sidelock:{job}"})), 1'000);
+
+  auto other = extend(b, "job", "bob", 60'000);
+  ASSERT_TRUE(other.isOk());
+  EXPECT_EQ(other->result, OwnerCheck::kNotOwner);
+
+  ASSERT_EQ(*release(b, "job", "alice"), OwnerCheck::kOk);
+  auto gone = extend(b, "job", "alice", 60'000);
+  ASSERT_TRUE(gone.isOk());
+  EXPECT_EQ(gone->result, OwnerCheck::kNotHeld);
+  EXPECT_EQ(redis_.cli({"EXISTS", "sidelock:{job}"}), "0") << "extend re-created the lease";
+
+  // Same after a natural expiry.
+  ASSERT_TRUE(acquire(b, "short", "alice", 50)->granted);
+  env_.runFor(150);
+  auto expired = extend(b, "short", "alice", 60'000);
+  ASSERT_TRUE(expired.isOk());
+  EXPECT_EQ(expired->result, OwnerCheck::kNotHeld);
+  EXPECT_EQ(redis_.cli({"EXISTS", "sidelock:{short}"}), "0");
+}
+
+TEST_F(RedisBackendTest, TokenStrictlyIncreasesAndSurvivesExpiry) {
+  RedisBackend& b = make(redisConfig(redis_.port()));
+  uint64_t last = 0;
+  for (int i = 0; i < 5; ++i) {
+    auto a = acquire(b, "fenced", "owner-" + std::to_string(i), 40);
+    ASSERT_TRUE(a.isOk());
+    ASSERT_TRUE(a->granted);
+    EXPECT_GT(a->token, last);
+    last = a->token;
+    env_.runFor(80);  // let it expire rather than releasing it
+  }
+  EXPECT_EQ(redis_.cli({"PTTL", "sidelock:{fenced}:token"}), "-1") << "the counter must not expire";
+  EXPECT_EQ(redis_.cli({"GET", "sidelock:{fenced}:token"}), std::to_string(last));
+}
+
+TEST_F(RedisBackendTest, KeysCarryPrefixAndHashTag) {
+  auto c = redisConfig(redis_.port());
+  c.key_prefix = "app1:";
+  RedisBackend& b = make(c);
+  ASSERT_TRUE(acquire(b, "orders-42", "alice", 10'000)->granted);
+  EXPECT_EQ(redis_.cli({"GET", "app1:{orders-42}"}), "alice");
+  EXPECT_EQ(redis_.cli({"GET", "app1:{orders-42}:token"}), "1");
+  EXPECT_EQ(redis_.cli({"EXISTS", "sidelock:{orders-42}"}), "0");
+  EXPECT_EQ(lockKey("app1:", "orders-42"), "app1:{orders-42}");
+}
+
+TEST_F(RedisBackendTest, NoscriptAfterScriptFlushIsTransparent) {
+  RedisBackend& b = make(redisConfig(redis_.port()));
+  ASSERT_TRUE(acquire(b, "n", "alice", 10'000)->granted);
+  ASSERT_EQ(redis_.cli({"SCRIPT", "FLUSH"}), "OK");
+
+  auto r = release(b, "n", "alice");
+  ASSERT_TRUE(r.isOk()) << r.status().toString();
+  EXPECT_EQ(*r, OwnerCheck::kOk);
+  // The retry put the script back: later calls need no reload.
+  ASSERT_TRUE(acquire(b, "n", "bob", 10'000).isOk());
+
+  // Both the release and (its cache flushed too) the acquire script were reloaded once each.
+  EXPECT_EQ(env_.metrics().node(redis_.address()).noscript_reloads->Value(), 2.0);
+  ASSERT_EQ(*release(b, "n", "bob"), OwnerCheck::kOk);
+  EXPECT_EQ(env_.metrics().node(redis_.address()).noscript_reloads->Value(), 2.0);
+}
+
+TEST_F(RedisBackendTest, KilledRedisFailsFastThenRecoversWithoutNewBackend) {
+  RedisBackend& b = make(redisConfig(redis_.port()));
+  ASSERT_TRUE(acquire(b, "k", "alice", 10'000)->granted);
+
+  redis_.kill();
+  ASSERT_TRUE(env_.runUntil([&] { return !b.health().ready; }, 2000));
+  const BackendHealth h = b.health();
+  EXPECT_FALSE(h.reason.empty());
+  ASSERT_EQ(h.nodes.size(), 1u);
+  EXPECT_FALSE(h.nodes[0].up);
+  EXPECT_FALSE(h.nodes[0].reason.empty());
+
+  const auto t0 = std::chrono::steady_clock::now();
+  auto down = acquire(b, "k", "bob", 10'000);
+  ASSERT_FALSE(down.isOk());
+  EXPECT_EQ(down.status().code(), StatusCode::kUnavailable) << down.status().toString();
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(2)) << "must fail fast";
+
+  redis_.restart();
+  ASSERT_TRUE(env_.runUntil([&] { return b.health().ready; }, 5000)) << b.health().reason;
+  auto a = acquire(b, "k", "bob", 10'000);
+  ASSERT_TRUE(a.isOk()) << a.status().toString();
+  EXPECT_TRUE(a->granted);  // data was lost with the kill (no persistence)
+  const std::string text = env_.metrics().render();
+  EXPECT_NE(text.find("sidelock_backend_ready 1"), std::string::npos);
+}
+
+TEST_F(RedisBackendTest, PausedRedisTimesOutThenRecovers) {
+  auto c = redisConfig(redis_.port());
+  c.command_timeout_ms = 200;
+  RedisBackend& b = make(c);
+  ASSERT_TRUE(acquire(b, "p", "alice", 10'000)->granted);
+
+  redis_.pause();
+  const auto t0 = std::chrono::steady_clock::now();
+  auto r = acquire(b, "p", "bob", 10'000);
+  ASSERT_FALSE(r.isOk());
+  EXPECT_EQ(r.status().code(), StatusCode::kDeadlineExceeded) << r.status().toString();
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(2));
+  EXPECT_FALSE(b.health().ready) << "a timed-out link counts as broken";
+
+  auto fast = acquire(b, "p", "bob", 10'000);
+  ASSERT_FALSE(fast.isOk());
+  EXPECT_EQ(fast.status().code(), StatusCode::kUnavailable);
+
+  redis_.resume();
+  ASSERT_TRUE(env_.runUntil([&] { return b.health().ready; }, 5000)) << b.health().reason;
+  auto after = release(b, "p", "alice");
+  ASSERT_TRUE(after.isOk()) << after.status().toString();
+  EXPECT_EQ(*after, OwnerCheck::kOk);
+  EXPECT_GE(env_.metrics().node(redis_.address()).errors_timeout->Value(), 1.0);
+}
+
+TEST_F(RedisBackendTest, AuthWithPasswordAndAclUser) {
+  ASSERT_EQ(redis_.cli({"ACL", "SETUSER", "app", "on", ">apppw", "~*", "&*", "+@all"}), "OK");
+  ASSERT_EQ(redis_.cli({"CONFIG", "SET", "requirepass", "secret"}), "OK");
+
+  auto c = redisConfig(redis_.port());
+  c.password = "secret";
+  RedisBackend& good = make(c);
+  auto a = acquire(good, "auth", "alice", 10'000);
+  ASSERT_TRUE(a.isOk()) << a.status().toString();
+  EXPECT_TRUE(a->granted);
+
+  auto user = redisConfig(redis_.port());
+  user.username = "app";
+  user.password = "apppw";
+  RedisBackend& acl = make(user);
+  EXPECT_EQ(*release(acl, "auth", "alice"), OwnerCheck::kOk);
+
+  auto wrong = redisConfig(redis_.port());
+  wrong.password = "nope";
+  RedisBackend& bad = make(wrong, /*wait_ready=*/false);
+  ASSERT_TRUE(env_.runUntil([&] { return bad.health().reason.find("AUTH") != std::string::npos; }))
+      << bad.health().reason;
+  EXPECT_FALSE(bad.health().ready);
+  auto denied = acquire(bad, "auth", "mallory", 10'000);
+  ASSERT_FALSE(denied.isOk());
+  EXPECT_EQ(denied.status().code(), StatusCode::kUnavailable);
+
+  RedisBackend& none = make(redisConfig(redis_.port()), /*wait_ready=*/false);
+  ASSERT_TRUE(env_.runUntil([&] {
+    return none.health().reason.find("NOAUTH") != std::string::npos;
+  })) << none.health().reason;
+  EXPECT_FALSE(none.health().ready);
+}
+
+TEST_F(RedisBackendTest, SelectsConfiguredDb) {
+  auto c = redisConfig(redis_.port());
+  c.db = 3;
+  RedisBackend& b = make(c);
+  ASSERT_TRUE(acquire(b, "db", "alice", 10'000)->granted);
+  EXPECT_EQ(redis_.cli({"-n", "3", "GET", "sidelock:{db}"}), "alice");
+  EXPECT_EQ(redis_.cli({"-n", "0", "EXISTS", "sidelock:{db}"}), "0");
+
+  auto bad = redisConfig(redis_.port());
+  bad.db = 99;  // above the server's `databases`
+  RedisBackend& nodb = make(bad, /*wait_ready=*/false);
+  ASSERT_TRUE(env_.runUntil([&] {
+    return nodb.health().reason.find("SELECT") != std::string::npos;
+  })) << nodb.health().reason;
+}
+
+TEST_F(RedisBackendTest, ReleaseWakesListenerOnAnotherBackend) {
+  RedisBackend& holder = make(redisConfig(redis_.port()));
+  RedisBackend& waiter = make(redisConfig(redis_.port()));
+  std::vector<std::string> woken;
+  waiter.setReleaseListener([&](std::string_view name) { woken.emplace_back(name); });
+  waiter.watchReleases("job");
+  waiter.watchReleases("job");  // counted
+  ASSERT_TRUE(
+      env_.runUntil([&] { return waiter.node().subscribed(releaseChannel("sidelock:", "job")); }));
+
+  ASSERT_TRUE(acquire(holder, "job", "alice", 10'000)->granted);
+  ASSERT_TRUE(acquire(holder, "other", "alice", 10'000)->granted);
+  ASSERT_EQ(*release(holder, "other", "alice"), OwnerCheck::kOk);  // not watched
+  ASSERT_EQ(*release(holder, "job", "alice"), OwnerCheck::kOk);
+  ASSERT_TRUE(env_.runUntil([&] { return !woken.empty(); }, 2000));
+  EXPECT_EQ(woken, std::vector<std::string>{"job"});
+
+  // A failed release announces nothing.
+  ASSERT_EQ(*release(holder, "job", "alice"), OwnerCheck::kNotHeld);
+
+  waiter.unwatchReleases("job");
+  EXPECT_TRUE(waiter.node().subscribed(releaseChannel("sidelock:", "job")));  // one watch left
+  waiter.unwatchReleases("job");
+  ASSERT_TRUE(
+      env_.runUntil([&] { return !waiter.node().subscribed(releaseChannel("sidelock:", "job")); }));
+  ASSERT_TRUE(acquire(holder, "job", "bob", 10'000)->granted);
+  ASSERT_EQ(*release(holder, "job", "bob"), OwnerCheck::kOk);
+  env_.runFor(100);
+  EXPECT_EQ(woken.size(), 1u);
+  EXPECT_EQ(redis_.cli({"PUBSUB", "NUMSUB", releaseChannel("sidelock:", "job")}),
+            releaseChannel("sidelock:", "job") + "\n0");
+}
+
+TEST_F(RedisBackendTest, SubscriptionsSurviveRedisRestart) {
+  RedisBackend& waiter = make(redisConfig(redis_.port()));
+  int woken = 0;
+  waiter.setReleaseListener([&](std::string_view) { ++woken; });
+  waiter.watchReleases("r");
+  const std::string channel = releaseChannel("sidelock:", "r");
+  ASSERT_TRUE(env_.runUntil([&] { return waiter.node().subscribed(channel); }));
+
+  redis_.restart();
+  // The old subscription dies with the connection; a new one is made after the reconnect.
+  ASSERT_TRUE(env_.runUntil([&] { return !waiter.node().subscribed(channel); }, 5000));
+  ASSERT_TRUE(env_.runUntil([&] { return waiter.node().subscribed(channel); }, 5000));
+  EXPECT_TRUE(waiter.health().ready);
+  RedisBackend& holder = make(redisConfig(redis_.port()));
+  ASSERT_TRUE(acquire(holder, "r", "alice", 10'000)->granted);
+  ASSERT_EQ(*release(holder, "r", "alice"), OwnerCheck::kOk);
+  EXPECT_TRUE(env_.runUntil([&] { return woken == 1; }, 2000));
+}
+
+TEST_F(RedisBackendTest, ShutdownCancelsPendingCallsAndClosesCleanly) {
+  auto c = redisConfig(redis_.port());
+  c.command_timeout_ms = 5000;
+  backends_.push_back(
+      std::make_unique<RedisBackend>(env_.loop(), env_.scheduler(), c, env_.metrics()));
+  RedisBackend& b = *backends_.back();
+  b.start();
+  ASSERT_TRUE(env_.runUntil([&] { return b.health().ready; }));
+  b.watchReleases("w");
+
+  redis_.pause();  // requests stay pending
+  std::vector<StatusCode> codes;
+  for (int i = 0; i < 3; ++i) {
+    b.acquire("s", "alice", 10'000, [&](StatusOr<AcquireReply> r) {
+      codes.push_back(r.isOk() ? StatusCode::kOk : r.status().code());
+    });
+  }
+  env_.runFor(20);
+  EXPECT_EQ(b.node().pendingRequests(), 3u);
+  bool done = false;
+  b.shutdown([&] {
+    EXPECT_EQ(codes.size(), 3u) << "done must come after the cancelled callbacks";
+    done = true;
+  });
+  EXPECT_TRUE(codes.empty()) << "callbacks ran inside shutdown()";
+  EXPECT_FALSE(done);
+  ASSERT_TRUE(env_.runUntil([&] { return done; }));
+  EXPECT_EQ(codes, std::vector<StatusCode>(3, StatusCode::kCancelled));
+
+  auto late = acquire(b, "s", "alice", 10'000);
+  ASSERT_FALSE(late.isOk());
+  EXPECT_EQ(late.status().code(), StatusCode::kCancelled);
+  EXPECT_FALSE(b.health().ready);
+  redis_.resume();
+  backends_.clear();  // destroyed after done; TearDown checks uv_loop_close() == 0
+}
+
+TEST_F(RedisBackendTest, PipelinesManyCallsOnOneConnection) {
+  RedisBackend& b = make(redisConfig(redis_.port()));
+  constexpr int kCalls = 2000;
+  int granted = 0;
+  int answered = 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < kCalls; ++i) {
+    b.acquire("many-" + std::to_string(i % 1000), "owner-" + std::to_string(i), 10'000,
+              [&](StatusOr<AcquireReply> r) {
+                ++answered;
+                if (r.isOk() && r->granted) ++granted;
+              });
+  }
+  ASSERT_TRUE(env_.runUntil([&] { return answered == kCalls; }, 20'000));
+  const auto us =
+      std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0)
+          .count();
+  EXPECT_EQ(granted, 1000) << "each name granted exactly once";
+  EXPECT_EQ(b.node().pendingRequests(), 0u);
+  RecordProperty("acquires_per_second", static_cast<int>(kCalls * 1e6 / std::max<int64_t>(us, 1)));
+}
+
+TEST_F(RedisBackendTest, CallAfterShutdownIsCancelledEvenIfBackendIsGone) {
+  backends_.push_back(std::make_unique<RedisBackend>(env_.loop(), env_.scheduler(),
+                                                     redisConfig(redis_.port()), env_.metrics()));
+  backends_.back()->start();
+  ASSERT_TRUE(env_.runUntil([&] { return backends_.back()->health().ready; }));
+  RedisBackend* b = backends_.back().get();
+  bool done = false;
+  b->shutdown([&] {
+    done = true;
+    backends_.clear();  // the owner destroys the backend as soon as done runs
+  });
+  std::optional<StatusCode> code;
+  b->inspect("x", [&](StatusOr<LockState> r) { code = r.status().code(); });
+  ASSERT_TRUE(env_.runUntil([&] { return code.has_value(); }));
+  EXPECT_TRUE(done);
+  EXPECT_EQ(*code, StatusCode::kCancelled);
+}
+
+TEST_F(RedisBackendTest, ConnectionRefusedIsNotReadyWithReason) {
+  const int port = testing::pickFreePort();
+  RedisBackend& b = make(redisConfig(port), /*wait_ready=*/false);
+  ASSERT_TRUE(env_.runUntil([&] {
+    return !b.health().reason.empty() && b.health().reason.find("connect") != std::string::npos;
+  })) << b.health().reason;
+  auto r = acquire(b, "x", "alice", 1000);
+  ASSERT_FALSE(r.isOk());
+  EXPECT_EQ(r.status().code(), StatusCode::kUnavailable);
+  EXPECT_NE(r.status().message().find("127.0.0.1:" + std::to_string(port)), std::string::npos);
+}
+
+}  // namespace
+}  // namespace sidelock::backend
