@@ -10,7 +10,7 @@ and from this chart:     .
   sidelock.initContainers     the sidecar item if sidecar.mode is native, else nothing
   sidelock.volumes            list items: the socket emptyDir, the config, the credentials (if mounted)
   sidelock.appVolumeMounts    list items: the socket volume mounted in the app container
-  sidelock.appEnv             list items: SIDELOCK_SOCKET and SIDELOCK_ADDR for the app
+  sidelock.appEnv             list items: SIDELOCK_SOCKET and SIDELOCK_ADDR (the lock API) for the app
   sidelock.podAnnotations     map entries: a checksum of the config (rolls pods on config change)
   sidelock.terminationGracePeriodSeconds   a number covering app shutdown + preStop + drain
   sidelock.fullname           "<release>-sidelock": the ConfigMap is named after it
@@ -52,13 +52,71 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 {{- end -}}
 
-{{/* The TCP port, from config.listen.tcp ("host:port"). Probes and scraping need it. */}}
-{{- define "sidelock.port" -}}
-{{- $tcp := .Values.config.listen.tcp -}}
-{{- if not $tcp -}}
-{{- fail "config.listen.tcp must be set in Kubernetes: the kubelet's probes and Prometheus use it" -}}
+{{/* The port of a "host:port" listen address. */}}
+{{- define "sidelock.portOf" -}}
+{{- regexReplaceAll "^.*:" . "" -}}
 {{- end -}}
-{{- regexReplaceAll "^.*:" $tcp "" -}}
+
+{{/* "true" if a "host:port" listen address binds loopback only: the kubelet and Prometheus, which connect
+to the pod IP, cannot reach it; the pod's own containers can (they share its network namespace). */}}
+{{- define "sidelock.isLoopback" -}}
+{{- if regexMatch `^(127\.[0-9.]+|localhost|\[::1\]):[0-9]+$` . -}}true{{- end -}}
+{{- end -}}
+
+{{/*
+The port the probes and Prometheus use (named sidelock-admin in the pod): config.listen.admin, which
+serves only /healthz, /readyz and /metrics, so the lock API can stay on localhost. Without listen.admin
+it falls back to listen.tcp, which must then listen beyond loopback (and so exposes the lock API: the
+chart then refuses the metrics Service). "" when listen.admin is empty and nothing needs the port.
+Fails on listen settings the probes or scraping cannot work with.
+*/}}
+{{- define "sidelock.adminPort" -}}
+{{- $l := .Values.config.listen -}}
+{{- $p := .Values.sidecar.probes -}}
+{{- $m := .Values.monitoring -}}
+{{- $users := list -}}
+{{- range $k := list "startup" "liveness" "readiness" -}}
+{{- if (get $p $k).enabled -}}{{- $users = append $users (printf "sidecar.probes.%s" $k) -}}{{- end -}}
+{{- end -}}
+{{- if $m.podMonitor.enabled -}}{{- $users = append $users "monitoring.podMonitor" -}}{{- end -}}
+{{- if $m.serviceMonitor.enabled -}}{{- $users = append $users "monitoring.serviceMonitor" -}}{{- end -}}
+{{- if not (or $l.tcp $l.unix) -}}
+{{- fail "config.listen.tcp and config.listen.unix are both empty: the app has no way to reach the lock API" -}}
+{{- end -}}
+{{- if $l.admin -}}
+{{- if and $users (include "sidelock.isLoopback" $l.admin) -}}
+{{- fail (printf "config.listen.admin (%s) binds loopback only, but %s connect to the pod IP: use \"0.0.0.0:PORT\"" $l.admin (join ", " $users)) -}}
+{{- end -}}
+{{- if and $l.tcp (eq (include "sidelock.portOf" $l.admin) (include "sidelock.portOf" $l.tcp)) -}}
+{{- fail (printf "config.listen.admin (%s) and config.listen.tcp (%s) must use different ports" $l.admin $l.tcp) -}}
+{{- end -}}
+{{- include "sidelock.portOf" $l.admin -}}
+{{- else if $users -}}
+{{- if or (not $l.tcp) (include "sidelock.isLoopback" $l.tcp) -}}
+{{- fail (printf "config.listen.admin is empty and config.listen.tcp (%q) is not reachable on the pod IP, but %s need it: set config.listen.admin (chart default \"0.0.0.0:7412\")" $l.tcp (join ", " $users)) -}}
+{{- end -}}
+{{- if $m.serviceMonitor.enabled -}}
+{{- fail "monitoring.serviceMonitor needs config.listen.admin: without it the metrics Service would expose the lock API (config.listen.tcp); set config.listen.admin or use monitoring.podMonitor" -}}
+{{- end -}}
+{{- include "sidelock.portOf" $l.tcp -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The lock API's address for the app containers (SIDELOCK_ADDR): listen.tcp, with a wildcard host
+replaced by loopback. "" when listen.tcp is empty (the lock API is then on the Unix socket only). */}}
+{{- define "sidelock.appAddress" -}}
+{{- $tcp := .Values.config.listen.tcp -}}
+{{- if $tcp -}}
+{{- $host := regexReplaceAll ":[0-9]+$" $tcp "" -}}
+{{- $port := include "sidelock.portOf" $tcp -}}
+{{- if or (eq $host "") (eq $host "0.0.0.0") -}}
+{{- printf "127.0.0.1:%s" $port -}}
+{{- else if eq $host "[::]" -}}
+{{- printf "[::1]:%s" $port -}}
+{{- else -}}
+{{- $tcp -}}
+{{- end -}}
+{{- end -}}
 {{- end -}}
 
 {{- define "sidelock.credentialsDir" -}}/etc/sidelock/redis{{- end -}}
@@ -106,7 +164,13 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- if and (eq .Values.sidecar.mode "native") (semverCompare "<1.29-0" .Capabilities.KubeVersion.Version) -}}
 {{- fail (printf "sidecar.mode native needs Kubernetes >= 1.29 (this cluster: %s); use sidecar.mode classic" .Capabilities.KubeVersion.Version) -}}
 {{- end -}}
-{{- $port := int (include "sidelock.port" .) -}}
+{{- $adminPort := include "sidelock.adminPort" . -}}
+{{- $tcp := .Values.config.listen.tcp -}}
+{{/* The lock API gets a port entry only when it listens beyond loopback on a port of its own. */}}
+{{- $lockPort := "" -}}
+{{- if and $tcp (not (include "sidelock.isLoopback" $tcp)) (ne (include "sidelock.portOf" $tcp) $adminPort) -}}
+{{- $lockPort = include "sidelock.portOf" $tcp -}}
+{{- end -}}
 {{- $sleep := int (include "sidelock.preStopSleep" .) -}}
 - name: {{ .Values.sidecar.name }}
   image: {{ printf "%s:%s" .Values.image.repository .Values.image.tag | quote }}
@@ -116,10 +180,25 @@ app.kubernetes.io/instance: {{ .Release.Name }}
   restartPolicy: Always
   {{- end }}
   args: ["--config", "/etc/sidelock/sidelock.yaml"]
+  {{- if or $adminPort $lockPort }}
   ports:
-    - name: sidelock
-      containerPort: {{ $port }}
+    {{- if $adminPort }}
+    {{- if .Values.config.listen.admin }}
+    # config.listen.admin: /healthz, /readyz, /metrics for the probes and Prometheus.
+    {{- else }}
+    # config.listen.tcp (no listen.admin): the lock API, and /healthz, /readyz, /metrics.
+    {{- end }}
+    - name: sidelock-admin
+      containerPort: {{ int $adminPort }}
       protocol: TCP
+    {{- end }}
+    {{- if $lockPort }}
+    # The lock API, listening beyond loopback (config.listen.tcp).
+    - name: sidelock
+      containerPort: {{ int $lockPort }}
+      protocol: TCP
+    {{- end }}
+  {{- end }}
   {{- if or .Values.redis.existingSecret .Values.sidecar.extraEnv }}
   env:
     {{- if and .Values.redis.existingSecret (not .Values.redis.mountAsFile) }}
@@ -145,7 +224,7 @@ app.kubernetes.io/instance: {{ .Release.Name }}
   startupProbe:
     httpGet:
       path: /healthz
-      port: sidelock
+      port: sidelock-admin
     periodSeconds: {{ int .periodSeconds }}
     timeoutSeconds: {{ int .timeoutSeconds }}
     failureThreshold: {{ int .failureThreshold }}
@@ -156,7 +235,7 @@ app.kubernetes.io/instance: {{ .Release.Name }}
   livenessProbe:
     httpGet:
       path: /healthz
-      port: sidelock
+      port: sidelock-admin
     periodSeconds: {{ int .periodSeconds }}
     timeoutSeconds: {{ int .timeoutSeconds }}
     failureThreshold: {{ int .failureThreshold }}
@@ -167,7 +246,7 @@ app.kubernetes.io/instance: {{ .Release.Name }}
   readinessProbe:
     httpGet:
       path: /readyz
-      port: sidelock
+      port: sidelock-admin
     periodSeconds: {{ int .periodSeconds }}
     timeoutSeconds: {{ int .timeoutSeconds }}
     failureThreshold: {{ int .failureThreshold }}
@@ -229,12 +308,18 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 
 {{- define "sidelock.appEnv" -}}
-{{- if .Values.config.listen.unix -}}
+{{- include "sidelock.appEnvItems" . | trim -}}
+{{- end -}}
+
+{{- define "sidelock.appEnvItems" -}}
+{{- if .Values.config.listen.unix }}
 - name: SIDELOCK_SOCKET
   value: {{ .Values.config.listen.unix | quote }}
-{{ end -}}
+{{- end }}
+{{- with include "sidelock.appAddress" . }}
 - name: SIDELOCK_ADDR
-  value: {{ printf "127.0.0.1:%s" (include "sidelock.port" .) | quote }}
+  value: {{ . | quote }}
+{{- end }}
 {{- end -}}
 
 {{- define "sidelock.podAnnotations" -}}

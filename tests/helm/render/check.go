@@ -198,7 +198,7 @@ func (s *suite) checkChartBasics() {
 	}
 	chartCfg, _ = vals["config"].(obj)
 	flattenKeys("", chartCfg, chartKeys)
-	intended := map[string]bool{"listen.tcp": true, "backend.nodes": true}
+	intended := map[string]bool{"listen.admin": true, "backend.nodes": true}
 	for k, v := range refKeys {
 		cv, ok := chartKeys[k]
 		if !ok {
@@ -229,7 +229,25 @@ func (s *suite) checkChartBasics() {
 	}
 	sort.Strings(errs)
 	s.check("config keys covered by values and schema", errs)
+
+	// By default the lock API stays on localhost (other pods cannot take or release locks) and only the
+	// admin listener, which serves no lock routes, is reachable on the pod IP.
+	errs = nil
+	tcp, admin := str(get(chartCfg, "listen", "tcp")), str(get(chartCfg, "listen", "admin"))
+	if !loopbackRe.MatchString(tcp) {
+		errs = append(errs, fmt.Sprintf("config.listen.tcp default %q is not loopback-only", tcp))
+	}
+	if admin == "" || loopbackRe.MatchString(admin) || portOf(admin) == portOf(tcp) {
+		errs = append(errs, fmt.Sprintf("config.listen.admin default %q must be reachable on the pod IP, on its own port", admin))
+	}
+	s.check("defaults: lock API on localhost, admin listener on the pod IP", errs)
 }
+
+// loopbackRe matches a "host:port" listen address that only the pod's own containers can reach
+// (mirrors sidelock.isLoopback in the chart).
+var loopbackRe = regexp.MustCompile(`^(127\.[0-9.]+|localhost|\[::1\]):[0-9]+$`)
+
+func portOf(addr string) string { return regexp.MustCompile(`^.*:`).ReplaceAllString(addr, "") }
 
 // The chart carries copies of files other areas own (Helm's .Files only sees the chart directory);
 // helm/sync-files.sh refreshes them and this check fails when they are stale.
@@ -408,16 +426,45 @@ func (s *suite) checkObjects(name string, docs []obj, vals map[string]interface{
 		if !reflect.DeepEqual(list(sc["args"]), []interface{}{"--config", "/etc/sidelock/sidelock.yaml"}) {
 			errs = append(errs, fmt.Sprintf("sidecar args %v", sc["args"]))
 		}
+		// Probes GET the admin port (listen.admin, else a listen.tcp beyond loopback); the lock API gets
+		// a container port only when it listens beyond loopback on a port of its own.
+		tcp, admin := str(get(vals, "config", "listen", "tcp")), str(get(vals, "config", "listen", "admin"))
+		probesOn := false
 		for probe, path := range map[string]string{"startupProbe": "/healthz", "livenessProbe": "/healthz",
 			"readinessProbe": "/readyz"} {
-			if str(get(sc, probe, "httpGet", "path")) != path || str(get(sc, probe, "httpGet", "port")) != "sidelock" {
-				errs = append(errs, fmt.Sprintf("sidecar %s: want GET %s on sidelock, got %v", probe, path, sc[probe]))
+			key := strings.TrimSuffix(probe, "Probe")
+			if get(vals, "sidecar", "probes", key, "enabled") != true {
+				if sc[probe] != nil {
+					errs = append(errs, fmt.Sprintf("sidecar %s rendered although sidecar.probes.%s.enabled is false", probe, key))
+				}
+				continue
+			}
+			probesOn = true
+			if str(get(sc, probe, "httpGet", "path")) != path || str(get(sc, probe, "httpGet", "port")) != "sidelock-admin" {
+				errs = append(errs, fmt.Sprintf("sidecar %s: want GET %s on sidelock-admin, got %v", probe, path, sc[probe]))
 			}
 		}
-		port := byName(list(sc["ports"]), "sidelock")
-		if port == nil || fmt.Sprint(port["containerPort"]) != regexp.MustCompile(`^.*:`).ReplaceAllString(
-			str(get(vals, "config", "listen", "tcp")), "") {
-			errs = append(errs, fmt.Sprintf("sidecar port %v does not match config.listen.tcp", port))
+		adminAddr := admin
+		if adminAddr == "" && probesOn {
+			adminAddr = tcp
+		}
+		adminPort := byName(list(sc["ports"]), "sidelock-admin")
+		switch {
+		case adminAddr == "" && adminPort != nil:
+			errs = append(errs, fmt.Sprintf("sidecar port sidelock-admin %v without an admin listener", adminPort))
+		case adminAddr != "" && (adminPort == nil || fmt.Sprint(adminPort["containerPort"]) != portOf(adminAddr)):
+			errs = append(errs, fmt.Sprintf("sidecar port sidelock-admin %v does not match %q", adminPort, adminAddr))
+		}
+		if probesOn && (adminAddr == "" || loopbackRe.MatchString(adminAddr)) {
+			errs = append(errs, fmt.Sprintf("probes on %q, which the kubelet cannot reach", adminAddr))
+		}
+		lockPort := byName(list(sc["ports"]), "sidelock")
+		lockExposed := tcp != "" && !loopbackRe.MatchString(tcp) && portOf(tcp) != portOf(adminAddr)
+		switch {
+		case !lockExposed && lockPort != nil:
+			errs = append(errs, fmt.Sprintf("sidecar port sidelock %v, but the lock API (%q) has no port of its own beyond loopback", lockPort, tcp))
+		case lockExposed && (lockPort == nil || fmt.Sprint(lockPort["containerPort"]) != portOf(tcp)):
+			errs = append(errs, fmt.Sprintf("sidecar port sidelock %v does not match config.listen.tcp %q", lockPort, tcp))
 		}
 		mounts := list(sc["volumeMounts"])
 		if m := byName(mounts, "sidelock-socket"); m == nil || str(m["mountPath"]) != socketDir {
@@ -434,6 +481,14 @@ func (s *suite) checkObjects(name string, docs []obj, vals map[string]interface{
 			}
 			if m := byName(list(c["volumeMounts"]), "sidelock-socket"); m == nil || str(m["mountPath"]) != socketDir {
 				errs = append(errs, fmt.Sprintf("app container %s does not mount the socket volume", c["name"]))
+			}
+			// The app reaches the lock API over loopback (SIDELOCK_ADDR) when listen.tcp is set.
+			addr := byName(list(c["env"]), "SIDELOCK_ADDR")
+			switch {
+			case tcp == "" && addr != nil:
+				errs = append(errs, fmt.Sprintf("app container %s: SIDELOCK_ADDR without listen.tcp", c["name"]))
+			case tcp != "" && (addr == nil || !loopbackRe.MatchString(str(addr["value"])) || portOf(str(addr["value"])) != portOf(tcp)):
+				errs = append(errs, fmt.Sprintf("app container %s: SIDELOCK_ADDR %v is not loopback on port %s", c["name"], addr, portOf(tcp)))
 			}
 		}
 		vols := list(spec["volumes"])
@@ -511,6 +566,40 @@ func (s *suite) checkObjects(name string, docs []obj, vals map[string]interface{
 		}
 	}
 	s.check(name+": monitoring objects match the toggles", errs)
+
+	// Scraping goes to the admin port; no Service exposes the lock API.
+	errs = nil
+	tcpPort := portOf(str(get(vals, "config", "listen", "tcp")))
+	if str(get(vals, "config", "listen", "tcp")) == "" {
+		tcpPort = ""
+	}
+	for _, d := range docs {
+		id := str(d["kind"]) + "/" + str(get(d, "metadata", "name"))
+		switch d["kind"] {
+		case "PodMonitor":
+			for _, e := range list(get(d, "spec", "podMetricsEndpoints")) {
+				if str(get(e, "port")) != "sidelock-admin" {
+					errs = append(errs, fmt.Sprintf("%s scrapes port %v, want sidelock-admin", id, get(e, "port")))
+				}
+			}
+		case "ServiceMonitor":
+			for _, e := range list(get(d, "spec", "endpoints")) {
+				if str(get(e, "port")) != "sidelock-admin" {
+					errs = append(errs, fmt.Sprintf("%s scrapes port %v, want sidelock-admin", id, get(e, "port")))
+				}
+			}
+		case "Service":
+			if sel := str(get(d, "spec", "selector", "app.kubernetes.io/name")); sel == "sidelock-redis" || sel == "sidelock-redlock" {
+				continue // the demo's Redis servers, not the sidecar pods
+			}
+			for _, p := range list(get(d, "spec", "ports")) {
+				if str(get(p, "targetPort")) != "sidelock-admin" || (tcpPort != "" && fmt.Sprint(get(p, "port")) == tcpPort) {
+					errs = append(errs, fmt.Sprintf("%s exposes port %v (target %v): only sidelock-admin, never the lock API", id, get(p, "port"), get(p, "targetPort")))
+				}
+			}
+		}
+	}
+	s.check(name+": scraping on the admin port, no Service for the lock API", errs)
 }
 
 func (s *suite) checkConfigMap(label string, cm obj, vals map[string]interface{}) {

@@ -75,6 +75,41 @@ func (s *suite) checkCompose() {
 		}
 	}
 	s.check("compose: redlock sidecar uses the five masters", errs)
+
+	// Prometheus scrapes each sidecar's admin listener (health and metrics only), not the lock API.
+	errs = nil
+	targets := map[string]bool{}
+	if prom, err := readYAML(filepath.Join(dir, "prometheus.yml")); err != nil {
+		errs = append(errs, err.Error())
+	} else {
+		for _, job := range list(get(prom, "scrape_configs")) {
+			for _, sc := range list(get(job, "static_configs")) {
+				for _, t := range list(get(sc, "targets")) {
+					targets[str(t)] = true
+				}
+			}
+		}
+	}
+	for _, svc := range []string{"sidelock-redis", "sidelock-redlock"} {
+		cfg, err := readYAML(filepath.Join(dir, svc+".yaml"))
+		if err != nil {
+			errs = append(errs, err.Error())
+			continue
+		}
+		admin := str(get(cfg, "listen", "admin"))
+		switch {
+		case admin == "" || loopbackRe.MatchString(admin):
+			errs = append(errs, fmt.Sprintf("%s.yaml: listen.admin %q is not reachable by Prometheus", svc, admin))
+		case !targets[svc+":"+portOf(admin)]:
+			errs = append(errs, fmt.Sprintf("prometheus.yml does not scrape %s:%s (its listen.admin)", svc, portOf(admin)))
+		}
+		delete(targets, svc+":"+portOf(admin))
+	}
+	for t := range targets {
+		errs = append(errs, "prometheus.yml scrapes "+t+", which is no sidecar's admin listener")
+	}
+	sort.Strings(errs)
+	s.check("compose: Prometheus scrapes the admin listeners", errs)
 	for _, f := range []string{"sidelock-redis.yaml", "sidelock-redlock.yaml"} {
 		raw, _ := os.ReadFile(filepath.Join(dir, f))
 		s.checkConfigWithBinary("compose "+f, string(raw))
