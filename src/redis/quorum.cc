@@ -1,0 +1,111 @@
+#include "redis/quorum.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+namespace sidelock::backend::quorum {
+
+namespace {
+constexpr int64_t kMin = std::numeric_limits<int64_t>::min();
+constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+
+int64_t saturatingAdd(int64_t a, int64_t b) {
+  if (b > 0 && a > kMax - b) return kMax;
+  if (b < 0 && a < kMin - b) return kMin;
+  return a + b;
+}
+}  // namespace
+
+int majority(int n) { return n / 2 + 1; }
+
+int64_t driftMs(int64_t ttl_ms, double drift_factor) {
+  return static_cast<int64_t>(std::ceil(static_cast<double>(ttl_ms) * drift_factor)) + 2;
+}
+
+int64_t validityMs(int64_t ttl_ms, int64_t elapsed_ms, double drift_factor) {
+  return ttl_ms - elapsed_ms - driftMs(ttl_ms, drift_factor);
+}
+
+bool granted(int n, int votes_for, int64_t validity_ms) {
+  return n > 0 && votes_for >= majority(n) && validity_ms > 0;
+}
+
+Outcome decide(int n, int votes_for, int votes_against) {
+  if (votes_for >= majority(n)) return Outcome::kWon;
+  if (votes_against > n - majority(n)) return Outcome::kLost;
+  return Outcome::kUndecided;
+}
+
+LossKind classifyLoss(int n, int votes_for, int busy, int failed) {
+  (void)failed;
+  return votes_for + busy >= majority(n) ? LossKind::kBusy : LossKind::kNoQuorum;
+}
+
+uint64_t fencingToken(const std::vector<uint64_t>& granting_tokens) {
+  uint64_t best = 0;
+  for (uint64_t t : granting_tokens) best = std::max(best, t);
+  return best;
+}
+
+int64_t holderTtlMs(int n, int free_nodes, std::vector<int64_t> busy_pttls) {
+  // A PTTL of -1 (no expiry) or -2 (gone) says nothing about when the lock frees up.
+  std::erase_if(busy_pttls, [](int64_t v) { return v < 0; });
+  if (busy_pttls.empty()) return -1;
+  std::sort(busy_pttls.begin(), busy_pttls.end());
+  int k = majority(n) - free_nodes;
+  k = std::clamp(k, 1, static_cast<int>(busy_pttls.size()));
+  return busy_pttls[static_cast<size_t>(k - 1)];
+}
+
+int64_t heldTtlMs(int n, std::vector<int64_t> held_pttls) {
+  if (static_cast<int>(held_pttls.size()) < majority(n)) return -1;
+  std::sort(held_pttls.begin(), held_pttls.end(), std::greater<>());
+  return held_pttls[static_cast<size_t>(majority(n) - 1)];
+}
+
+void noteNodeUp(NodeRestartState& state, const std::string& run_id, int64_t uptime_ms,
+                int64_t learned_at_ms) {
+  int64_t restart_at = learned_at_ms - std::max<int64_t>(uptime_ms, 0);
+  if (!state.run_id.empty() && state.run_id != run_id) {
+    // The process behind this address changed. If it claims to have started before we last saw
+    // the old one, it is another server (failover, DNS): other sidecars may have used the old one
+    // until just now, so its lock data is unrelated from the moment we noticed.
+    if (restart_at < state.last_seen_up_ms) restart_at = learned_at_ms;
+  } else if (!state.run_id.empty()) {
+    // Same process as before (a mere reconnect): keep the earlier, already-known restart time.
+    restart_at = std::min(restart_at, state.restart_at_ms);
+  }
+  state.run_id = run_id;
+  state.restart_at_ms = restart_at;
+  state.last_seen_up_ms = learned_at_ms;
+}
+
+void noteNodeDown(NodeRestartState& state, int64_t now_ms) {
+  if (!state.run_id.empty()) state.last_seen_up_ms = std::max(state.last_seen_up_ms, now_ms);
+}
+
+bool mayVote(const NodeRestartState& state, int64_t now_ms, int64_t max_ttl_ms) {
+  if (state.run_id.empty()) return false;
+  return now_ms >= votingFromMs(state, max_ttl_ms);
+}
+
+int64_t votingFromMs(const NodeRestartState& state, int64_t max_ttl_ms) {
+  if (state.restart_at_ms == kMin) return kMax;
+  return saturatingAdd(state.restart_at_ms, max_ttl_ms);
+}
+
+int64_t retryDelayMs(int attempt, int64_t min_ms, int64_t max_ms, int64_t jitter_ms,
+                     double unit_random) {
+  min_ms = std::max<int64_t>(min_ms, 0);
+  max_ms = std::max(max_ms, min_ms);
+  int64_t base = min_ms;
+  for (int i = 0; i < attempt && base < max_ms; ++i) base = base == 0 ? 1 : base * 2;
+  base = std::min(base, max_ms);
+  double u = std::clamp(unit_random, 0.0, 1.0);
+  auto jitter = static_cast<int64_t>(u * static_cast<double>(std::max<int64_t>(jitter_ms, 0) + 1));
+  jitter = std::min(jitter, std::max<int64_t>(jitter_ms, 0));
+  return base + jitter;
+}
+
+}  // namespace sidelock::backend::quorum

@@ -1,0 +1,153 @@
+// Redlock: one lock over N independent Redis masters (`backend.type: redlock`), granted by a
+// majority. The Redis distlock algorithm, with what client libraries usually leave out:
+//
+//  - All N nodes are asked in parallel, each with `redlock.node_timeout_ms`; the answer comes as
+//    soon as the outcome is decided (fail fast: a down node costs nothing, a paused one at most
+//    its timeout).
+//  - Granted iff a majority of *voting* nodes granted and validity = ttl - elapsed - drift > 0;
+//    the reply's validity_ms is that validity, not the requested TTL.
+//  - Fencing token = max of the granting nodes' counters. Because failed attempts bump counters
+//    on minority nodes, the counters drift apart; before answering, the winner raises the counter
+//    of every node to that token ("token sync", one more parallel round trip, skipped on nodes
+//    that already reported it) and needs a majority to confirm. Any two majorities intersect, so
+//    the next grant INCRs a counter that is >= this token: tokens strictly increase per name as
+//    long as nodes keep their data.
+//  - A failed attempt releases on all nodes (also those that did not answer) before answering,
+//    so no stale key stays on a live node.
+//  - Delayed restarts: a node whose run_id changed or whose uptime is below locks.max_ttl_ms
+//    still receives every command (so it converges) but casts no vote, for grants and extends,
+//    until max_ttl has passed since its restart (quorum::mayVote). health() shows it.
+//
+// Outcomes (precise definitions, see also src/redis/REDLOCK.md):
+//  acquire: granted (majority + validity) | busy {granted=false, holder_ttl_ms} when a majority
+//    of nodes answered but not enough said yes (held elsewhere or a split vote) |
+//    kUnavailable when fewer than a majority of voting nodes answered at all (counted in
+//    redlock_quorum_failures) | kDeadlineExceeded when the vote took the whole TTL |
+//    kInvalidArgument when ttl_ms <= drift (could never be valid).
+//  extend: kOk with validity when a majority of voting nodes extended within the new validity.
+//    Otherwise, if fewer than a majority answered: kUnavailable (the lease is not touched; it may
+//    still be valid until its previous validity). Otherwise the lease is lost: our remaining keys
+//    are released everywhere and the result is kNotOwner if a majority answered "held by another
+//    owner", else kNotHeld. Never re-creates a missing key.
+//  release: on all nodes, waiting for each (bounded by the node timeout). kOk if at least one
+//    node deleted our key (the lease is then gone from every reachable node); else kUnavailable
+//    if fewer than a majority answered; else kNotOwner if a majority answered "another owner";
+//    else kNotHeld.
+//  inspect: held iff a majority of voting nodes hold the key; ttl_ms = the time until fewer than a
+//    majority hold it; token = the highest counter seen (the last grant's token, or higher after
+//    failed attempts). kUnavailable if fewer than a majority of voting nodes answered.
+//  wake-ups: subscribed on every node; one release publishes on every node that held the key, so
+//    the listener fires once per release: when a majority of nodes has published (the lock is
+//    free at a majority) or node_timeout_ms after the first publication, whichever is first;
+//    further publications for that name within 2 x node_timeout_ms are dropped (a second real
+//    release inside that window is missed; waiters still retry with backoff).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "backend/backend.h"
+#include "config/config.h"
+#include "event/scheduler.h"
+#include "metrics/metrics.h"
+#include "redis/quorum.h"
+#include "redis/redis_node.h"
+
+struct uv_loop_s;
+
+namespace sidelock::backend {
+
+class RedlockBackend final : public Backend {
+ public:
+  /// `config.nodes` are the N masters (N >= 1; odd recommended). `max_ttl_ms` is
+  /// locks.max_ttl_ms: the delayed-restart quarantine.
+  RedlockBackend(uv_loop_s* loop, event::Scheduler& scheduler, const config::BackendConfig& config,
+                 int64_t max_ttl_ms, metrics::Metrics& metrics);
+  ~RedlockBackend() override;
+  RedlockBackend(const RedlockBackend&) = delete;
+  RedlockBackend& operator=(const RedlockBackend&) = delete;
+
+  void start() override;
+  void acquire(std::string_view name, std::string_view owner, int64_t ttl_ms,
+               AcquireCallback cb) override;
+  void release(std::string_view name, std::string_view owner, OwnerCheckCallback cb) override;
+  void extend(std::string_view name, std::string_view owner, int64_t ttl_ms,
+              ExtendCallback cb) override;
+  void inspect(std::string_view name, InspectCallback cb) override;
+
+  void setReleaseListener(ReleaseListener listener) override { listener_ = std::move(listener); }
+  void watchReleases(std::string_view name) override;
+  void unwatchReleases(std::string_view name) override;
+
+  BackendHealth health() const override;
+  void shutdown(std::function<void()> done) override;
+
+  /// Number of nodes, and whether node `i` (config order) is up and allowed to vote now.
+  size_t nodeCount() const { return nodes_.size(); }
+  bool nodeVoting(size_t i) const;
+
+ private:
+  struct NodeSlot;
+  struct AcquireOp;
+  struct ExtendOp;
+  struct ReleaseOp;
+  struct InspectOp;
+  struct WakeState;
+
+  int quorumSize() const;
+  /// The node's restart record, including a restart it reported that onNodeState has not
+  /// processed yet.
+  quorum::NodeRestartState currentRestartState(size_t i) const;
+  int votingUpCount() const;
+  void onNodeState(size_t i, bool up);
+  void updateReady();
+  void onMessage(size_t i, std::string_view channel);
+  void fireWake(const std::string& name);
+
+  void onAcquireReply(const std::shared_ptr<AcquireOp>& op, size_t i, StatusOr<RedisValue> r);
+  void evaluateAcquire(const std::shared_ptr<AcquireOp>& op);
+  void startTokenSync(const std::shared_ptr<AcquireOp>& op);
+  void evaluateTokenSync(const std::shared_ptr<AcquireOp>& op);
+  void startAcquireCleanup(const std::shared_ptr<AcquireOp>& op, Status error);
+  void finishAcquireLoss(const std::shared_ptr<AcquireOp>& op);
+
+  void onExtendReply(const std::shared_ptr<ExtendOp>& op, size_t i, StatusOr<RedisValue> r);
+  void finishExtendLoss(const std::shared_ptr<ExtendOp>& op);
+
+  /// Sends the release script for (name, owner) to every node; `each` runs once per node.
+  void releaseOnAll(const std::string& name, const std::string& owner,
+                    std::function<void(size_t, StatusOr<RedisValue>)> each);
+
+  /// Runs `fn` on a later loop turn (Backend contract), counted as in flight until then.
+  void deliver(std::function<void()> fn);
+  void beginOp() { ++in_flight_; }
+  void maybeFinishShutdown();
+  std::string nodeErrors(const std::vector<std::string>& errors) const;
+
+  uv_loop_s* loop_;
+  event::Scheduler& scheduler_;
+  config::BackendConfig config_;
+  int64_t max_ttl_ms_;
+  metrics::Metrics& metrics_;
+  std::vector<std::unique_ptr<NodeSlot>> nodes_;
+
+  std::map<std::string, int, std::less<>> watches_;
+  std::map<std::string, std::unique_ptr<WakeState>, std::less<>> wakes_;
+  ReleaseListener listener_;
+
+  bool started_ = false;
+  bool shutting_down_ = false;
+  size_t nodes_shutting_ = 0;
+  int64_t in_flight_ = 0;  // operations whose user callback has not run yet
+  std::function<void()> shutdown_done_;
+  // Callbacks posted to the loop hold a weak reference and do nothing once the backend is gone.
+  std::shared_ptr<char> alive_ = std::make_shared<char>();
+};
+
+}  // namespace sidelock::backend

@@ -1,0 +1,318 @@
+// Redlock semantics on five real redis-server processes, all nodes healthy: where grants are
+// written, release/extend/inspect outcomes, the quorum matrix, fencing tokens across diverged
+// counters, wake-up dedupe, and mutual exclusion under contention from several backends.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/random.h"
+#include "integration/redlock_test_env.h"
+#include "redis/quorum.h"
+
+namespace sidelock::testing {
+namespace {
+
+using backend::OwnerCheck;
+
+TEST_F(RedlockTest, GrantIsWrittenOnEveryNodeAndReleaseRemovesIt) {
+  auto& b = makeReadyBackend();
+  EXPECT_TRUE(b.health().ready);
+  auto r = acquire(b, "orders-1", "owner-a", 10'000);
+  ASSERT_TRUE(r.isOk()) << r.status().toString();
+  ASSERT_TRUE(r->granted);
+  EXPECT_EQ(r->token, 1u);
+  // validity = ttl - elapsed - drift: below the TTL by at least the drift allowance.
+  EXPECT_LE(r->validity_ms, 10'000 - backend::quorum::driftMs(10'000, 0.01));
+  EXPECT_GT(r->validity_ms, 9'000);
+  // Written on at least a majority; with every node healthy, on all of them.
+  EXPECT_GE(nodesHolding("orders-1", "owner-a"), 3);
+  EXPECT_EQ(nodesHolding("orders-1", "owner-a"), 5);
+  for (int i = 0; i < kNodes; ++i) {
+    int64_t pttl = std::stoll(servers_[i]->cli({"PTTL", key("orders-1")}));
+    EXPECT_GT(pttl, 9'000);
+    EXPECT_LE(pttl, 10'000);
+  }
+
+  auto rel = release(b, "orders-1", "owner-a");
+  ASSERT_TRUE(rel.isOk()) << rel.status().toString();
+  EXPECT_EQ(*rel, OwnerCheck::kOk);
+  EXPECT_EQ(nodesWithKey("orders-1"), 0);
+  EXPECT_GT(env_.metrics().redlock_validity_seconds.Collect().histogram.sample_count, 0u);
+}
+
+TEST_F(RedlockTest, SecondOwnerIsBusyWithHolderTtl) {
+  auto& b = makeReadyBackend();
+  ASSERT_TRUE(acquire(b, "l", "a", 5'000)->granted);
+  auto r = acquire(b, "l", "b", 5'000);
+  ASSERT_TRUE(r.isOk()) << r.status().toString();
+  EXPECT_FALSE(r->granted);
+  EXPECT_GT(r->holder_ttl_ms, 4'000);
+  EXPECT_LE(r->holder_ttl_ms, 5'000);
+  // The failed attempt left nothing of b's anywhere and did not disturb a.
+  EXPECT_EQ(nodesHolding("l", "a"), 5);
+  EXPECT_EQ(nodesHolding("l", "b"), 0);
+  // A busy lock is no outage.
+  EXPECT_EQ(env_.metrics().redlock_quorum_failures.Value(), 0);
+}
+
+TEST_F(RedlockTest, TinyTtlIsRejectedAsInvalid) {
+  auto& b = makeReadyBackend();
+  auto r = acquire(b, "l", "a", 2);  // drift alone is 3 ms
+  ASSERT_FALSE(r.isOk());
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(nodesWithKey("l"), 0);
+}
+
+TEST_F(RedlockTest, ReleaseOutcomes) {
+  auto& b = makeReadyBackend();
+  auto none = release(b, "l", "a");
+  ASSERT_TRUE(none.isOk());
+  EXPECT_EQ(*none, OwnerCheck::kNotHeld);
+
+  ASSERT_TRUE(acquire(b, "l", "a", 5'000)->granted);
+  auto wrong = release(b, "l", "b");
+  ASSERT_TRUE(wrong.isOk());
+  EXPECT_EQ(*wrong, OwnerCheck::kNotOwner);
+  EXPECT_EQ(nodesHolding("l", "a"), 5);  // untouched
+
+  // Our key survives on a single node only (the rest expired or were lost): still ours to
+  // release there, and release reports it.
+  for (int i = 1; i < kNodes; ++i) servers_[i]->cli({"DEL", key("l")});
+  auto partial = release(b, "l", "a");
+  ASSERT_TRUE(partial.isOk());
+  EXPECT_EQ(*partial, OwnerCheck::kOk);
+  EXPECT_EQ(nodesWithKey("l"), 0);
+}
+
+TEST_F(RedlockTest, ExtendOutcomesAndNeverRecreates) {
+  auto& b = makeReadyBackend();
+  ASSERT_TRUE(acquire(b, "l", "a", 2'000)->granted);
+  auto ok = extend(b, "l", "a", 20'000);
+  ASSERT_TRUE(ok.isOk()) << ok.status().toString();
+  EXPECT_EQ(ok->result, OwnerCheck::kOk);
+  EXPECT_LE(ok->validity_ms, 20'000 - backend::quorum::driftMs(20'000, 0.01));
+  EXPECT_GT(ok->validity_ms, 19'000);
+  EXPECT_GT(std::stoll(servers_[0]->cli({"PTTL", key("l")})), 19'000);
+
+  auto other = extend(b, "l", "b", 20'000);
+  ASSERT_TRUE(other.isOk());
+  EXPECT_EQ(other->result, OwnerCheck::kNotOwner);
+  EXPECT_EQ(nodesHolding("l", "a"), 5);
+
+  // The lease vanished on a majority (expiry, data loss): extend must not re-create it there,
+  // the lease is lost, and what is left of it is cleaned up.
+  for (int i = 0; i < 3; ++i) servers_[i]->cli({"DEL", key("l")});
+  auto lost = extend(b, "l", "a", 20'000);
+  ASSERT_TRUE(lost.isOk()) << lost.status().toString();
+  EXPECT_EQ(lost->result, OwnerCheck::kNotHeld);
+  EXPECT_EQ(nodesWithKey("l"), 0);
+
+  auto gone = extend(b, "l", "a", 20'000);
+  ASSERT_TRUE(gone.isOk());
+  EXPECT_EQ(gone->result, OwnerCheck::kNotHeld);
+  EXPECT_EQ(nodesWithKey("l"), 0);
+}
+
+TEST_F(RedlockTest, ExtendNeedsAMajorityOfTheOwnersKeys) {
+  auto& b = makeReadyBackend();
+  ASSERT_TRUE(acquire(b, "l", "a", 20'000)->granted);
+  // Another owner took three nodes (the lease had expired there and was re-granted).
+  for (int i = 0; i < 3; ++i) servers_[i]->cli({"SET", key("l"), "thief", "PX", "20000"});
+  auto r = extend(b, "l", "a", 20'000);
+  ASSERT_TRUE(r.isOk()) << r.status().toString();
+  EXPECT_EQ(r->result, OwnerCheck::kNotOwner);
+  // Our two remaining keys were released; the other owner's are untouched.
+  EXPECT_EQ(nodesHolding("l", "a"), 0);
+  EXPECT_EQ(nodesHolding("l", "thief"), 3);
+}
+
+TEST_F(RedlockTest, InspectReportsMajorityState) {
+  auto& b = makeReadyBackend();
+  auto free_state = inspect(b, "l");
+  ASSERT_TRUE(free_state.isOk()) << free_state.status().toString();
+  EXPECT_FALSE(free_state->held);
+  EXPECT_EQ(free_state->token, 0u);
+
+  auto g = acquire(b, "l", "a", 8'000);
+  ASSERT_TRUE(g->granted);
+  auto held = inspect(b, "l");
+  ASSERT_TRUE(held.isOk());
+  EXPECT_TRUE(held->held);
+  EXPECT_GT(held->ttl_ms, 7'000);
+  EXPECT_LE(held->ttl_ms, 8'000);
+  EXPECT_EQ(held->token, g->token);
+
+  // Held on two nodes only: not held.
+  for (int i = 0; i < 3; ++i) servers_[i]->cli({"DEL", key("l")});
+  auto minority = inspect(b, "l");
+  ASSERT_TRUE(minority.isOk());
+  EXPECT_FALSE(minority->held);
+  EXPECT_EQ(minority->token, g->token);
+}
+
+// redsync's quorum matrix: every subset of the five nodes pre-filled with a foreign value.
+TEST_F(RedlockTest, QuorumMatrixGrantedIffAtLeastThreeNodesFree) {
+  auto& b = makeReadyBackend();
+  for (int mask = 0; mask < 32; ++mask) {
+    const std::string name = "matrix-" + std::to_string(mask);
+    int free_nodes = 0;
+    for (int i = 0; i < kNodes; ++i) {
+      if (mask & (1 << i)) {
+        servers_[i]->cli({"SET", key(name), "foreign", "PX", "30000"});
+      } else {
+        ++free_nodes;
+      }
+    }
+    auto r = acquire(b, name, "me", 10'000);
+    ASSERT_TRUE(r.isOk()) << "mask " << mask << ": " << r.status().toString();
+    EXPECT_EQ(r->granted, free_nodes >= 3) << "mask " << mask;
+    if (r->granted) {
+      EXPECT_EQ(nodesHolding(name, "me"), free_nodes) << "mask " << mask;
+      EXPECT_EQ(*release(b, name, "me"), OwnerCheck::kOk);
+    } else {
+      EXPECT_GT(r->holder_ttl_ms, 0) << "mask " << mask;
+    }
+    // Either way: nothing of ours is left, and the foreign keys are untouched.
+    EXPECT_EQ(nodesHolding(name, "me"), 0) << "mask " << mask;
+    EXPECT_EQ(nodesHolding(name, "foreign"), kNodes - free_nodes) << "mask " << mask;
+  }
+  EXPECT_EQ(env_.metrics().redlock_quorum_failures.Value(), 0);
+}
+
+// Failed attempts INCR counters on minority nodes, so the nodes' counters drift apart. The
+// winner's token sync keeps "max over a majority" strictly increasing anyway.
+TEST_F(RedlockTest, TokensStrictlyIncreaseAcrossDivergedCounters) {
+  auto& b = makeReadyBackend();
+  servers_[0]->cli({"SET", counterKey("t"), "100"});  // node 0 ran far ahead
+  auto first = acquire(b, "t", "a", 5'000);
+  ASSERT_TRUE(first->granted);
+  EXPECT_EQ(first->token, 101u);
+  for (int i = 0; i < kNodes; ++i) {
+    EXPECT_EQ(servers_[i]->cli({"GET", counterKey("t")}), "101") << "node " << i;
+  }
+  ASSERT_EQ(*release(b, "t", "a"), OwnerCheck::kOk);
+  // The node that ran ahead is now taken by a foreign key: the next majority excludes it.
+  servers_[0]->cli({"SET", key("t"), "foreign", "PX", "30000"});
+  auto second = acquire(b, "t", "b", 5'000);
+  ASSERT_TRUE(second->granted);
+  EXPECT_GT(second->token, first->token);
+}
+
+TEST_F(RedlockTest, ReleaseWakesWatchersOncePerRelease) {
+  auto& waiter_side = makeReadyBackend();
+  auto& holder_side = makeReadyBackend();
+  std::vector<std::string> woken;
+  waiter_side.setReleaseListener([&](std::string_view name) { woken.emplace_back(name); });
+  waiter_side.watchReleases("w");
+  env_.runFor(200);  // let SUBSCRIBE reach every node
+
+  ASSERT_TRUE(acquire(holder_side, "w", "h", 5'000)->granted);
+  ASSERT_EQ(*release(holder_side, "w", "h"), OwnerCheck::kOk);  // published on all five nodes
+  ASSERT_TRUE(env_.runUntil([&] { return !woken.empty(); }, 2000));
+  env_.runFor(3 * kNodeTimeoutMs);
+  ASSERT_EQ(woken.size(), 1u);
+  EXPECT_EQ(woken[0], "w");
+
+  // After the dedupe window, the next release wakes again.
+  ASSERT_TRUE(acquire(holder_side, "w", "h", 5'000)->granted);
+  ASSERT_EQ(*release(holder_side, "w", "h"), OwnerCheck::kOk);
+  ASSERT_TRUE(env_.runUntil([&] { return woken.size() >= 2; }, 2000));
+  env_.runFor(3 * kNodeTimeoutMs);
+  EXPECT_EQ(woken.size(), 2u);
+
+  // Unwatched: no more wake-ups.
+  waiter_side.unwatchReleases("w");
+  env_.runFor(100);
+  ASSERT_TRUE(acquire(holder_side, "w", "h", 5'000)->granted);
+  ASSERT_EQ(*release(holder_side, "w", "h"), OwnerCheck::kOk);
+  env_.runFor(3 * kNodeTimeoutMs);
+  EXPECT_EQ(woken.size(), 2u);
+}
+
+// Several sidecars (backends with their own connections), several clients each, doing a
+// read-modify-write on a shared resource under the lock: no lost update, and the resource sees
+// strictly increasing fencing tokens (it would reject a stale one).
+TEST_F(RedlockTest, ConcurrentReadModifyWriteLosesNoUpdate) {
+  constexpr int kBackends = 3;
+  constexpr int kClientsPerBackend = 4;
+  constexpr int kIncrementsPerClient = 8;
+  std::vector<backend::RedlockBackend*> sidecars;
+  for (int i = 0; i < kBackends; ++i) sidecars.push_back(&makeReadyBackend());
+
+  struct Resource {
+    int64_t value = 0;
+    uint64_t last_token = 0;
+    int stale_tokens = 0;
+    int in_critical = 0;
+    int overlaps = 0;
+  } resource;
+  int finished_clients = 0;
+  int errors = 0;
+  auto& sched = env_.scheduler();
+
+  struct Client {
+    backend::Backend* b = nullptr;
+    std::string owner;
+    int done = 0;
+    int attempt = 0;
+    std::function<void()> step;
+  };
+  std::vector<std::unique_ptr<Client>> clients;
+  for (int s = 0; s < kBackends; ++s) {
+    for (int c = 0; c < kClientsPerBackend; ++c) {
+      auto client = std::make_unique<Client>();
+      client->b = sidecars[s];
+      client->owner = randomOwnerId();
+      Client* cl = client.get();
+      cl->step = [&, cl] {
+        cl->b->acquire("counter", cl->owner, 2'000, [&, cl](StatusOr<backend::AcquireReply> r) {
+          if (!r.isOk() || !r->granted) {
+            if (!r.isOk()) ++errors;
+            // Randomized backoff so competing clients do not retry in lockstep.
+            int64_t delay = backend::quorum::retryDelayMs(std::min(cl->attempt++, 4), 1, 20, 5,
+                                                          jitterBetween(0, 999) / 1000.0);
+            sched.runAfter(delay, cl->step);
+            return;
+          }
+          cl->attempt = 0;
+          const uint64_t token = r->token;
+          if (token <= resource.last_token) ++resource.stale_tokens;
+          resource.last_token = token;
+          if (++resource.in_critical > 1) ++resource.overlaps;
+          const int64_t read = resource.value;
+          // The "write" lands on a later loop turn: an overlapping holder would lose an update.
+          sched.runAfter(1, [&, cl, read] {
+            resource.value = read + 1;
+            --resource.in_critical;
+            cl->b->release("counter", cl->owner, [&, cl](StatusOr<OwnerCheck> rel) {
+              if (!rel.isOk() || *rel != OwnerCheck::kOk) ++errors;
+              if (++cl->done == kIncrementsPerClient) {
+                ++finished_clients;
+              } else {
+                cl->step();
+              }
+            });
+          });
+        });
+      };
+      clients.push_back(std::move(client));
+    }
+  }
+  for (auto& c : clients) c->step();
+  const int total_clients = kBackends * kClientsPerBackend;
+  ASSERT_TRUE(env_.runUntil([&] { return finished_clients == total_clients; }, 60'000))
+      << finished_clients << " of " << total_clients << " clients finished";
+  EXPECT_EQ(resource.value, total_clients * kIncrementsPerClient);
+  EXPECT_EQ(resource.overlaps, 0);
+  EXPECT_EQ(resource.stale_tokens, 0);
+  EXPECT_EQ(errors, 0);
+  EXPECT_GE(resource.last_token, static_cast<uint64_t>(total_clients * kIncrementsPerClient));
+  EXPECT_EQ(nodesWithKey("counter"), 0);
+}
+
+}  // namespace
+}  // namespace sidelock::testing

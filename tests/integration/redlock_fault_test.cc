@@ -1,0 +1,213 @@
+// Redlock under node failure, on five real redis-server processes: killed, paused (SIGSTOP) and
+// restarted nodes, and the delayed-restart rule for a node that comes back empty.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <optional>
+#include <string>
+
+#include "integration/redlock_test_env.h"
+
+namespace sidelock::testing {
+namespace {
+
+using backend::OwnerCheck;
+using Clock = std::chrono::steady_clock;
+
+TEST_F(RedlockTest, TwoNodesKilledStillGrantedAndReady) {
+  auto& b = makeReadyBackend();
+  servers_[3]->kill();
+  servers_[4]->kill();
+  // Right after the kill (before the backend noticed) and after it noticed: both granted.
+  auto early = acquire(b, "l", "a", 10'000);
+  ASSERT_TRUE(early.isOk()) << early.status().toString();
+  EXPECT_TRUE(early->granted);
+  ASSERT_TRUE(env_.runUntil([&] { return !b.health().nodes[3].up && !b.health().nodes[4].up; }));
+  auto h = b.health();
+  EXPECT_TRUE(h.ready) << h.reason;
+  EXPECT_FALSE(h.nodes[3].reason.empty());
+  EXPECT_EQ(env_.metrics().backend_ready.Value(), 1);
+  EXPECT_EQ(nodesHolding("l", "a"), 3);
+  EXPECT_EQ(*release(b, "l", "a"), OwnerCheck::kOk);
+  auto again = acquire(b, "l", "b", 10'000);
+  ASSERT_TRUE(again.isOk()) << again.status().toString();
+  EXPECT_TRUE(again->granted);
+  EXPECT_GT(again->token, early->token);
+}
+
+TEST_F(RedlockTest, ThreeNodesKilledFailsFastNotReadyAndLeavesNoStaleKeys) {
+  auto& b = makeReadyBackend();
+  for (int i = 2; i < kNodes; ++i) servers_[i]->kill();
+  // Before the backend has even noticed: the broken links fail fast.
+  auto t0 = Clock::now();
+  auto r = acquire(b, "l", "a", 10'000);
+  ASSERT_FALSE(r.isOk());
+  EXPECT_EQ(r.status().code(), StatusCode::kUnavailable) << r.status().toString();
+  EXPECT_LT(msSince(t0), 1000);
+
+  ASSERT_TRUE(env_.runUntil([&] { return !b.health().ready; }));
+  auto h = b.health();
+  EXPECT_NE(h.reason.find(servers_[4]->address()), std::string::npos) << h.reason;
+  EXPECT_EQ(env_.metrics().backend_ready.Value(), 0);
+
+  // And once it knows: still fast, and counted as a quorum failure.
+  const double failures_before = env_.metrics().redlock_quorum_failures.Value();
+  t0 = Clock::now();
+  auto r2 = acquire(b, "l", "a", 10'000);
+  ASSERT_FALSE(r2.isOk());
+  EXPECT_EQ(r2.status().code(), StatusCode::kUnavailable);
+  EXPECT_LT(msSince(t0), 1000);
+  EXPECT_EQ(env_.metrics().redlock_quorum_failures.Value(), failures_before + 1);
+  EXPECT_GE(failures_before, 1);
+  // The two live nodes granted, and the failed attempts took it back.
+  EXPECT_EQ(nodesWithKey("l"), 0);
+
+  // Extend and inspect with the majority gone: not extended, not answered.
+  auto e = extend(b, "l", "a", 10'000);
+  ASSERT_FALSE(e.isOk());
+  EXPECT_EQ(e.status().code(), StatusCode::kUnavailable);
+  EXPECT_EQ(nodesWithKey("l"), 0);  // never re-created
+  EXPECT_FALSE(inspect(b, "l").isOk());
+}
+
+TEST_F(RedlockTest, ExtendWithMajorityLostIsNotExtended) {
+  auto& b = makeReadyBackend();
+  ASSERT_TRUE(acquire(b, "l", "a", 10'000)->granted);
+  for (int i = 2; i < kNodes; ++i) servers_[i]->kill();
+  auto e = extend(b, "l", "a", 60'000);
+  ASSERT_FALSE(e.isOk());
+  EXPECT_EQ(e.status().code(), StatusCode::kUnavailable) << e.status().toString();
+  // Not extended: the two live nodes may have applied it, but two are no majority and the lease
+  // keeps its old validity (TTL at most the original 10 s on a majority ever).
+  ASSERT_TRUE(env_.runUntil([&] { return !b.health().nodes[2].up && !b.health().nodes[3].up; }));
+  servers_[2]->restart();
+  servers_[3]->restart();
+  ASSERT_TRUE(env_.runUntil([&] { return b.nodeVoting(2) && b.nodeVoting(3); }));
+  auto state = inspect(b, "l");
+  ASSERT_TRUE(state.isOk()) << state.status().toString();
+  EXPECT_FALSE(state->held);  // the restarted nodes came back empty: no majority holds it
+}
+
+TEST_F(RedlockTest, PausedNodeCostsAtMostItsTimeout) {
+  auto& b = makeReadyBackend();
+  ASSERT_TRUE(acquire(b, "held", "other", 30'000)->granted);
+
+  // Granted: answered once the majority voted, without waiting for the paused node.
+  servers_[2]->pause();
+  auto t0 = Clock::now();
+  auto r = acquire(b, "l", "a", 10'000);
+  ASSERT_TRUE(r.isOk()) << r.status().toString();
+  EXPECT_TRUE(r->granted);
+  EXPECT_LT(msSince(t0), kNodeTimeoutMs + 500);
+  servers_[2]->resume();
+  ASSERT_TRUE(env_.runUntil([&] { return b.nodeVoting(2); }, 5000)) << b.health().reason;
+
+  // Busy: decided by the live nodes; the cleanup release to the paused node (which the backend
+  // still believes up) is bounded by the node timeout.
+  servers_[2]->pause();
+  t0 = Clock::now();
+  auto busy = acquire(b, "held", "a", 10'000);
+  ASSERT_TRUE(busy.isOk()) << busy.status().toString();
+  EXPECT_FALSE(busy->granted);
+  EXPECT_LT(msSince(t0), kNodeTimeoutMs + 500);
+
+  servers_[2]->resume();
+  ASSERT_TRUE(env_.runUntil([&] { return b.nodeVoting(2); }, 5000)) << b.health().reason;
+  EXPECT_EQ(*release(b, "l", "a"), OwnerCheck::kOk);
+  // The paused node ran our late acquire of "l" when it woke up; the release removed it there
+  // too. Nothing of "a" on "held" remains anywhere.
+  EXPECT_EQ(nodesWithKey("l"), 0);
+  EXPECT_EQ(nodesHolding("held", "a"), 0);
+  EXPECT_EQ(nodesHolding("held", "other"), 5);
+}
+
+TEST_F(RedlockTest, ShutdownAnswersPendingCallsBeforeDone) {
+  auto& b = makeReadyBackend();
+  ASSERT_TRUE(acquire(b, "held", "other", 30'000)->granted);
+  servers_[2]->pause();  // keeps the next attempt's cleanup waiting on this node
+  std::optional<StatusOr<backend::AcquireReply>> reply;
+  bool callback_before_done = false;
+  bool done = false;
+  b.acquire("held", "a", 10'000, [&](StatusOr<backend::AcquireReply> r) { reply.emplace(r); });
+  env_.runFor(20);  // the live nodes said "busy": the attempt is cleaning up
+  b.shutdown([&] {
+    callback_before_done = reply.has_value();
+    done = true;
+  });
+  ASSERT_TRUE(env_.runUntil([&] { return done; }, 5000));
+  EXPECT_TRUE(callback_before_done);
+  EXPECT_FALSE(b.health().ready);
+  // New calls after shutdown fail (on a later turn), they do not hang.
+  auto late = acquire(b, "x", "a", 1'000);
+  ASSERT_FALSE(late.isOk());
+  EXPECT_EQ(late.status().code(), StatusCode::kCancelled);
+}
+
+TEST_F(RedlockTest, NodesRestartedRecoverWithoutRecreatingTheBackend) {
+  auto& b = makeReadyBackend();
+  for (int i = 0; i < 3; ++i) servers_[i]->kill();
+  ASSERT_TRUE(env_.runUntil([&] { return !b.health().ready; }));
+  EXPECT_FALSE(acquire(b, "l", "a", 5'000).isOk());
+  for (int i = 0; i < 3; ++i) servers_[i]->restart();
+  ASSERT_TRUE(env_.runUntil([&] { return b.health().ready; }, 5000)) << b.health().reason;
+  EXPECT_EQ(env_.metrics().backend_ready.Value(), 1);
+  ASSERT_TRUE(waitAllVoting(b)) << b.health().reason;
+  auto r = acquire(b, "l", "a", 5'000);
+  ASSERT_TRUE(r.isOk()) << r.status().toString();
+  EXPECT_TRUE(r->granted);
+  EXPECT_EQ(nodesHolding("l", "a"), 5);
+}
+
+// The hazard delayed restarts prevent, shown without them: three nodes restart empty while "a"
+// holds the lock, and "b" wins a majority through them. Two owners at once.
+TEST_F(RedlockTest, WithoutDelayedRestartsAnEmptyRestartAllowsASecondOwner) {
+  auto& b = makeReadyBackend(/*delayed_restart=*/false);
+  ASSERT_TRUE(acquire(b, "l", "a", 30'000)->granted);
+  ASSERT_NO_FATAL_FAILURE(restartEmpty(b, 2, kNodes));
+  ASSERT_TRUE(waitAllVoting(b));
+  auto second = acquire(b, "l", "b", 30'000);
+  ASSERT_TRUE(second.isOk());
+  EXPECT_TRUE(second->granted);  // unsafe: "a" still believes it holds the lock
+}
+
+TEST_F(RedlockTest, NodeRestartedEmptyCannotVoteUntilMaxTtlPassed) {
+  constexpr int64_t kMaxTtl = 2'000;
+  // Fresh servers have uptime ~0: they vote only kMaxTtl after their start.
+  auto& b = makeBackend(redlockConfig(/*delayed_restart=*/true), kMaxTtl);
+  env_.runFor(300);
+  EXPECT_FALSE(b.health().ready);
+  EXPECT_FALSE(b.health().nodes[0].voting);
+  EXPECT_NE(b.health().nodes[0].reason.find("delayed restart"), std::string::npos);
+  ASSERT_TRUE(waitAllVoting(b, kMaxTtl + 5000)) << b.health().reason;
+  EXPECT_TRUE(b.health().ready);
+
+  ASSERT_TRUE(acquire(b, "l", "a", kMaxTtl)->granted);
+  ASSERT_NO_FATAL_FAILURE(restartEmpty(b, 2, kNodes));
+  auto h = b.health();
+  EXPECT_FALSE(h.ready) << "only two nodes may vote";
+  for (int i = 2; i < kNodes; ++i) {
+    EXPECT_FALSE(h.nodes[i].voting) << i;
+    EXPECT_NE(h.nodes[i].reason.find("restarted"), std::string::npos) << h.nodes[i].reason;
+  }
+  EXPECT_NE(h.reason.find("not voting yet"), std::string::npos) << h.reason;
+
+  // The three empty nodes would grant "b", but their votes do not count.
+  auto second = acquire(b, "l", "b", kMaxTtl);
+  EXPECT_TRUE(!second.isOk() || !second->granted);
+  EXPECT_EQ(nodesHolding("l", "b"), 0);  // and the attempt was cleaned up everywhere
+  EXPECT_EQ(nodesHolding("l", "a"), 2);
+  // Extends count only voting nodes too: "a" keeps two voting keys, no majority.
+  auto e = extend(b, "l", "a", kMaxTtl);
+  EXPECT_TRUE(!e.isOk() || e->result != OwnerCheck::kOk);
+
+  // Once max TTL has passed since their restart (every lease they forgot has expired), they
+  // vote again and the lock can be granted.
+  ASSERT_TRUE(waitAllVoting(b, kMaxTtl + 5000)) << b.health().reason;
+  EXPECT_TRUE(b.health().ready);
+  auto later = acquire(b, "l", "b", kMaxTtl);
+  ASSERT_TRUE(later.isOk()) << later.status().toString();
+  EXPECT_TRUE(later->granted);
+}
+
+}  // namespace
+}  // namespace sidelock::testing

@@ -1,0 +1,183 @@
+// Redlock arithmetic: majority, drift, validity, fail-fast decisions, tokens, delayed restarts.
+#include "redis/quorum.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <limits>
+
+namespace sidelock::backend::quorum {
+namespace {
+
+TEST(QuorumTest, MajorityIsHalfPlusOne) {
+  EXPECT_EQ(majority(1), 1);
+  EXPECT_EQ(majority(2), 2);
+  EXPECT_EQ(majority(3), 2);
+  EXPECT_EQ(majority(4), 3);
+  EXPECT_EQ(majority(5), 3);
+  EXPECT_EQ(majority(7), 4);
+}
+
+TEST(QuorumTest, DriftIsFactorOfTtlPlusTwoMs) {
+  EXPECT_EQ(driftMs(10'000, 0.01), 102);
+  EXPECT_EQ(driftMs(1'000, 0.01), 12);
+  EXPECT_EQ(driftMs(0, 0.01), 2);
+  EXPECT_EQ(driftMs(150, 0.01), 4);  // 1.5 rounds up: never under-estimate drift
+  EXPECT_EQ(driftMs(1'000, 0.0), 2);
+}
+
+TEST(QuorumTest, ValidityIsTtlMinusElapsedMinusDrift) {
+  EXPECT_EQ(validityMs(10'000, 5, 0.01), 10'000 - 5 - 102);
+  EXPECT_EQ(validityMs(10, 7, 0.01), 10 - 7 - 3);  // exactly zero: nothing usable left
+  EXPECT_LT(validityMs(100, 200, 0.01), 0);
+}
+
+TEST(QuorumTest, GrantedNeedsMajorityAndPositiveValidity) {
+  EXPECT_TRUE(granted(5, 3, 1));
+  EXPECT_TRUE(granted(5, 5, 9'000));
+  EXPECT_FALSE(granted(5, 2, 9'000));
+  EXPECT_FALSE(granted(5, 3, 0));
+  EXPECT_FALSE(granted(5, 5, -1));
+  EXPECT_TRUE(granted(1, 1, 1));
+  EXPECT_FALSE(granted(0, 0, 1));
+}
+
+TEST(QuorumTest, DecideFailsFastBothWays) {
+  EXPECT_EQ(decide(5, 0, 0), Outcome::kUndecided);
+  EXPECT_EQ(decide(5, 2, 2), Outcome::kUndecided);
+  EXPECT_EQ(decide(5, 3, 0), Outcome::kWon);   // no need to wait for the other two
+  EXPECT_EQ(decide(5, 0, 3), Outcome::kLost);  // three down: answer at once
+  EXPECT_EQ(decide(5, 1, 2), Outcome::kUndecided);
+  EXPECT_EQ(decide(4, 2, 1), Outcome::kUndecided);
+  EXPECT_EQ(decide(4, 2, 2), Outcome::kLost);  // 4 nodes: 2-2 can never reach 3
+  EXPECT_EQ(decide(1, 0, 1), Outcome::kLost);
+}
+
+TEST(QuorumTest, DecideMatchesExhaustiveOutcomeForEveryPartialVote) {
+  // Cross-check against brute force: the outcome is decided iff every completion agrees.
+  for (int n = 1; n <= 7; ++n) {
+    for (int f = 0; f <= n; ++f) {
+      for (int a = 0; f + a <= n; ++a) {
+        int rest = n - f - a;
+        bool can_win = f + rest >= majority(n);
+        bool can_lose = f < majority(n);
+        Outcome o = decide(n, f, a);
+        if (can_win && can_lose) {
+          EXPECT_EQ(o, Outcome::kUndecided) << n << " " << f << " " << a;
+        } else if (can_win) {
+          EXPECT_EQ(o, Outcome::kWon) << n << " " << f << " " << a;
+        } else {
+          EXPECT_EQ(o, Outcome::kLost) << n << " " << f << " " << a;
+        }
+      }
+    }
+  }
+}
+
+TEST(QuorumTest, LossIsBusyWhenAMajorityAnswered) {
+  EXPECT_EQ(classifyLoss(5, 0, 3, 0), LossKind::kBusy);
+  EXPECT_EQ(classifyLoss(5, 0, 3, 2), LossKind::kBusy);  // 2 down + 3 held: just busy
+  EXPECT_EQ(classifyLoss(5, 2, 3, 0), LossKind::kBusy);
+  EXPECT_EQ(classifyLoss(5, 1, 2, 2), LossKind::kBusy);      // split vote among live nodes: retry
+  EXPECT_EQ(classifyLoss(5, 0, 0, 3), LossKind::kNoQuorum);  // 3 down
+  EXPECT_EQ(classifyLoss(5, 2, 0, 3), LossKind::kNoQuorum);
+  EXPECT_EQ(classifyLoss(5, 1, 1, 3), LossKind::kNoQuorum);
+  EXPECT_EQ(classifyLoss(3, 0, 1, 2), LossKind::kNoQuorum);
+}
+
+TEST(QuorumTest, TokenIsMaxOverGrantingNodes) {
+  EXPECT_EQ(fencingToken({}), 0u);
+  EXPECT_EQ(fencingToken({7}), 7u);
+  EXPECT_EQ(fencingToken({3, 11, 5}), 11u);
+}
+
+TEST(QuorumTest, HolderTtlIsWhenEnoughNodesFreeUp) {
+  // All five busy: three must expire, so the third smallest.
+  EXPECT_EQ(holderTtlMs(5, 0, {500, 100, 300, 200, 400}), 300);
+  // Two free already: one more is enough.
+  EXPECT_EQ(holderTtlMs(5, 2, {500, 100, 300}), 100);
+  // Fewer PTTLs known than needed: the largest known.
+  EXPECT_EQ(holderTtlMs(5, 0, {100, 200}), 200);
+  EXPECT_EQ(holderTtlMs(5, 0, {}), -1);
+  EXPECT_EQ(holderTtlMs(5, 0, {-1, -2}), -1);  // no expiry / gone say nothing
+}
+
+TEST(QuorumTest, HeldTtlIsMajorityThLargest) {
+  EXPECT_EQ(heldTtlMs(5, {900, 100, 800, 700}), 700);
+  EXPECT_EQ(heldTtlMs(5, {900, 800, 700}), 700);
+  EXPECT_EQ(heldTtlMs(5, {900, 800}), -1);
+}
+
+TEST(QuorumTest, NodeNeverSeenDoesNotVote) {
+  NodeRestartState s;
+  EXPECT_FALSE(mayVote(s, 1'000'000, 0));
+}
+
+TEST(QuorumTest, LongRunningNodeVotesAtOnce) {
+  NodeRestartState s;
+  noteNodeUp(s, "aaa", /*uptime_ms=*/3'600'000, /*learned_at_ms=*/10'000);
+  EXPECT_TRUE(mayVote(s, 10'000, 600'000));
+}
+
+TEST(QuorumTest, YoungNodeWaitsUntilMaxTtlAfterItsStart) {
+  NodeRestartState s;
+  noteNodeUp(s, "aaa", /*uptime_ms=*/1'000, /*learned_at_ms=*/50'000);  // started at 49'000
+  EXPECT_FALSE(mayVote(s, 50'000, 2'000));
+  EXPECT_FALSE(mayVote(s, 50'999, 2'000));
+  EXPECT_TRUE(mayVote(s, 51'000, 2'000));
+  EXPECT_EQ(votingFromMs(s, 2'000), 51'000);
+}
+
+TEST(QuorumTest, RunIdChangeIsARestart) {
+  NodeRestartState s;
+  noteNodeUp(s, "old", 3'600'000, 10'000);
+  EXPECT_TRUE(mayVote(s, 10'000, 5'000));
+  // Restarted: new run id, young.
+  noteNodeUp(s, "new", 500, 20'000);
+  EXPECT_FALSE(mayVote(s, 20'000, 5'000));
+  EXPECT_TRUE(mayVote(s, 24'500, 5'000));
+}
+
+TEST(QuorumTest, RunIdChangeToAnOlderServerCountsFromDetection) {
+  NodeRestartState s;
+  noteNodeUp(s, "old", 3'600'000, 10'000);
+  // A different, long-running server now answers at the same address (failover).
+  noteNodeDown(s, 25'000);
+  noteNodeUp(s, "other", 7'200'000, 30'000);
+  // Its data is unrelated to the old server's from the moment we noticed: wait a full max TTL.
+  EXPECT_FALSE(mayVote(s, 30'000, 5'000));
+  EXPECT_FALSE(mayVote(s, 34'999, 5'000));
+  EXPECT_TRUE(mayVote(s, 35'000, 5'000));
+}
+
+TEST(QuorumTest, ReconnectToSameProcessKeepsItsRestartTime) {
+  NodeRestartState s;
+  noteNodeUp(s, "aaa", 1'000, 10'000);  // started at 9'000
+  noteNodeUp(s, "aaa", 5'000, 14'500);  // uptime in whole seconds: 13'500 would be later
+  EXPECT_EQ(votingFromMs(s, 2'000), 11'000);
+}
+
+TEST(QuorumTest, VotingTimeSaturates) {
+  NodeRestartState s;
+  noteNodeUp(s, "aaa", 0, std::numeric_limits<int64_t>::max() - 10);
+  EXPECT_EQ(votingFromMs(s, 1'000), std::numeric_limits<int64_t>::max());
+}
+
+TEST(QuorumTest, RetryDelayGrowsCapsAndJitters) {
+  EXPECT_EQ(retryDelayMs(0, 2, 500, 0, 0.5), 2);
+  EXPECT_EQ(retryDelayMs(1, 2, 500, 0, 0.5), 4);
+  EXPECT_EQ(retryDelayMs(3, 2, 500, 0, 0.5), 16);
+  EXPECT_EQ(retryDelayMs(20, 2, 500, 0, 0.5), 500);
+  EXPECT_EQ(retryDelayMs(1000, 2, 500, 0, 0.5), 500);
+  EXPECT_EQ(retryDelayMs(0, 2, 500, 50, 0.0), 2);
+  EXPECT_EQ(retryDelayMs(0, 2, 500, 50, 0.999999), 52);
+  EXPECT_EQ(retryDelayMs(0, 2, 500, 50, 1.0), 52);  // clamped: never past the jitter bound
+  for (int i = 0; i < 100; ++i) {
+    int64_t d = retryDelayMs(2, 10, 100, 30, i / 100.0);
+    EXPECT_GE(d, 40);
+    EXPECT_LE(d, 70);
+  }
+}
+
+}  // namespace
+}  // namespace sidelock::backend::quorum
