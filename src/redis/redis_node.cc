@@ -3,6 +3,7 @@
 #include <hiredis/adapters/libuv.h>
 #include <hiredis/async.h>
 #include <hiredis/hiredis.h>
+#include <poll.h>
 #include <uv.h>
 
 #include <algorithm>
@@ -103,6 +104,7 @@ class RedisNode::Impl {
     event::Scheduler::TimerId timer = 0;
     NodeOp op = NodeOp::kOther;
     const char* what = "command";
+    int deadline_deferrals = 0;  // see armDeadline()
     int64_t start_us = 0;
     int64_t timeout_ms = 0;
     bool on_pubsub = false;
@@ -316,10 +318,31 @@ class RedisNode::Impl {
       return;
     }
     pending_.insert(r);
-    r->timer = scheduler_.runAfter(timeout_ms, [this, r] {
+    armDeadline(r, timeout_ms);
+  }
+
+  // libuv runs timers before it polls for I/O, so after a long loop stall (a busy machine, a slow
+  // callback) a deadline can fire while the reply already waits in the socket. Tearing down a
+  // healthy link then would mark a live node down. So when the deadline fires with the socket
+  // readable, give the poll phase one more turn (a few times at most) before timing out.
+  void armDeadline(Request* r, int64_t delay_ms) {
+    r->timer = scheduler_.runAfter(delay_ms, [this, r] {
       r->timer = 0;
+      Link* link = r->on_pubsub ? sub_ : main_;
+      if (r->deadline_deferrals < 3 && link != nullptr && link->ac != nullptr &&
+          socketReadable(link->ac->c.fd)) {
+        ++r->deadline_deferrals;
+        armDeadline(r, 0);
+        return;
+      }
       onRequestTimeout(r);
     });
+  }
+
+  static bool socketReadable(int fd) {
+    if (fd < 0) return false;
+    pollfd p{fd, POLLIN, 0};
+    return ::poll(&p, 1, 0) > 0 && (p.revents & POLLIN) != 0;
   }
 
   bool sendArgv(Link* link, Request* r, const std::vector<std::string>& argv) {
@@ -382,10 +405,7 @@ class RedisNode::Impl {
         pending_.insert(r);
         const int64_t left_ms =
             std::max<int64_t>(1, r->timeout_ms - (scheduler_.nowUs() - r->start_us) / 1000);
-        r->timer = scheduler_.runAfter(left_ms, [this, r] {
-          r->timer = 0;
-          onRequestTimeout(r);
-        });
+        armDeadline(r, left_ms);
         return;
       }
       post(std::move(r->cb), unavailable("redis " + address_ + ": connection lost"));
