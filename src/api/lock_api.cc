@@ -118,6 +118,9 @@ void sendBackendError(const http::ResponderPtr& res, const Status& status) {
     case StatusCode::kCancelled:
       sendError(res, 503, "shutting_down", "the sidecar is shutting down");
       return;
+    case StatusCode::kInvalidArgument:  // e.g. a Redlock TTL no larger than its own drift
+      sendError(res, 400, "bad_request", status.message());
+      return;
     case StatusCode::kUnavailable:
     case StatusCode::kDeadlineExceeded:
       sendError(res, 503, "backend_unavailable", status.message());

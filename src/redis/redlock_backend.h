@@ -18,7 +18,7 @@
 //    still receives every command (so it converges) but casts no vote, for grants and extends,
 //    until max_ttl has passed since its restart (quorum::mayVote). health() shows it.
 //
-// Outcomes (precise definitions, see also src/redis/REDLOCK.md):
+// Outcomes (precise definitions, see also README.md, "Redlock"):
 //  acquire: granted (majority + validity) | busy {granted=false, holder_ttl_ms} when a majority
 //    of nodes answered but not enough said yes (held elsewhere or a split vote) |
 //    kUnavailable when fewer than a majority of voting nodes answered at all (counted in
