@@ -322,6 +322,7 @@ Config load(const YAML::Node& root_node) {
   lg.rejectUnknown({"level", "format"});
 
   root.rejectUnknown({"listen", "backend", "locks", "shutdown", "log"});
+  if (c.backend.type == BackendType::kRedlock) c.locks.retry_jitter_ms = c.backend.redlock.retry_jitter_ms;
   if (c.backend.type == BackendType::kRedlock &&
       c.backend.redlock.node_timeout_ms * 4 > c.locks.default_ttl_ms) {
     fail("backend.redlock.node_timeout_ms", "must be far below locks.default_ttl_ms (at most 1/4)");

@@ -23,13 +23,17 @@ int64_t clipDelayMs(int64_t delay_ms, int64_t holder_ttl_ms, int64_t remaining_m
   return std::max<int64_t>(1, d);
 }
 
-Backoff::Backoff(int64_t min_ms, int64_t max_ms, JitterFn jitter)
-    : min_ms_(min_ms), max_ms_(max_ms), jitter_(jitter != nullptr ? jitter : &jitterBetween) {}
+Backoff::Backoff(int64_t min_ms, int64_t max_ms, JitterFn jitter, int64_t extra_jitter_ms)
+    : min_ms_(min_ms),
+      max_ms_(max_ms),
+      jitter_(jitter != nullptr ? jitter : &jitterBetween),
+      extra_jitter_ms_(std::max<int64_t>(0, extra_jitter_ms)) {}
 
 int64_t Backoff::next(int64_t holder_ttl_ms, int64_t remaining_ms) {
   const int64_t ceiling = backoffCeilingMs(attempt_, min_ms_, max_ms_);
   if (attempt_ < 64) ++attempt_;
-  const int64_t d = jitter_(std::max<int64_t>(1, ceiling / 2), ceiling);
+  int64_t d = jitter_(std::max<int64_t>(1, ceiling / 2), ceiling);
+  if (extra_jitter_ms_ > 0) d += jitter_(0, extra_jitter_ms_);
   return clipDelayMs(d, holder_ttl_ms, remaining_ms);
 }
 

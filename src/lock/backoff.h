@@ -21,10 +21,11 @@ int64_t clipDelayMs(int64_t delay_ms, int64_t holder_ttl_ms, int64_t remaining_m
 
 class Backoff {
  public:
-  Backoff(int64_t min_ms, int64_t max_ms, JitterFn jitter = nullptr);
+  /// `extra_jitter_ms`: a uniform [0, extra] added to every sleep (Redlock split votes).
+  Backoff(int64_t min_ms, int64_t max_ms, JitterFn jitter = nullptr, int64_t extra_jitter_ms = 0);
 
   /// Next sleep: "equal jitter" in [ceiling/2, ceiling] (keeps the exponential shape while
-  /// de-synchronising competing sidecars), then clipDelayMs().
+  /// de-synchronising competing sidecars) plus the extra jitter, then clipDelayMs().
   int64_t next(int64_t holder_ttl_ms = -1, int64_t remaining_ms = -1);
   /// After a wake-up or a grant: start again from the minimum.
   void reset() { attempt_ = 0; }
@@ -34,6 +35,7 @@ class Backoff {
   int64_t min_ms_;
   int64_t max_ms_;
   JitterFn jitter_;
+  int64_t extra_jitter_ms_;
   int attempt_ = 0;
 };
 

@@ -62,7 +62,7 @@ LockService::Impl::Impl(const config::LocksConfig& config, backend::Backend& bac
       backend_(backend),
       scheduler_(scheduler),
       metrics_(metrics),
-      queues_(config.retry_min_ms, config.retry_max_ms),
+      queues_(config.retry_min_ms, config.retry_max_ms, config.retry_jitter_ms),
       lost_(kLostLeaseCapacity, kLostLeaseRetentionUs) {
   backend_.setReleaseListener(
       guarded([this](std::string_view name) { wakeQueue(name, /*notified=*/true); }));

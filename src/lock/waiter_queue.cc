@@ -15,7 +15,8 @@ WaiterQueue& WaiterQueues::getOrCreate(std::string_view name, bool* created) {
   if (*created) {
     it =
         queues_
-            .emplace(std::string(name), std::make_unique<WaiterQueue>(retry_min_ms_, retry_max_ms_))
+            .emplace(std::string(name), std::make_unique<WaiterQueue>(retry_min_ms_, retry_max_ms_,
+                                                                       retry_jitter_ms_))
             .first;
   }
   return *it->second;

@@ -36,7 +36,8 @@ struct Waiter {
 };
 
 struct WaiterQueue {
-  WaiterQueue(int64_t retry_min_ms, int64_t retry_max_ms) : backoff(retry_min_ms, retry_max_ms) {}
+  WaiterQueue(int64_t retry_min_ms, int64_t retry_max_ms, int64_t retry_jitter_ms)
+      : backoff(retry_min_ms, retry_max_ms, nullptr, retry_jitter_ms) {}
 
   std::deque<Waiter*> fifo;
   bool attempt_in_flight = false;
@@ -49,8 +50,10 @@ struct WaiterQueue {
 
 class WaiterQueues {
  public:
-  WaiterQueues(int64_t retry_min_ms, int64_t retry_max_ms)
-      : retry_min_ms_(retry_min_ms), retry_max_ms_(retry_max_ms) {}
+  WaiterQueues(int64_t retry_min_ms, int64_t retry_max_ms, int64_t retry_jitter_ms = 0)
+      : retry_min_ms_(retry_min_ms),
+        retry_max_ms_(retry_max_ms),
+        retry_jitter_ms_(retry_jitter_ms) {}
 
   WaiterQueue* find(std::string_view name);
   /// Returns the queue of `name`, creating it if needed (`*created` tells which).
@@ -69,6 +72,7 @@ class WaiterQueues {
  private:
   int64_t retry_min_ms_;
   int64_t retry_max_ms_;
+  int64_t retry_jitter_ms_;
   size_t total_ = 0;
   std::unordered_map<std::string, std::unique_ptr<WaiterQueue>, StringHash, std::equal_to<>>
       queues_;

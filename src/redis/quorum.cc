@@ -95,17 +95,4 @@ int64_t votingFromMs(const NodeRestartState& state, int64_t max_ttl_ms) {
   return saturatingAdd(state.restart_at_ms, max_ttl_ms);
 }
 
-int64_t retryDelayMs(int attempt, int64_t min_ms, int64_t max_ms, int64_t jitter_ms,
-                     double unit_random) {
-  min_ms = std::max<int64_t>(min_ms, 0);
-  max_ms = std::max(max_ms, min_ms);
-  int64_t base = min_ms;
-  for (int i = 0; i < attempt && base < max_ms; ++i) base = base == 0 ? 1 : base * 2;
-  base = std::min(base, max_ms);
-  double u = std::clamp(unit_random, 0.0, 1.0);
-  auto jitter = static_cast<int64_t>(u * static_cast<double>(std::max<int64_t>(jitter_ms, 0) + 1));
-  jitter = std::min(jitter, std::max<int64_t>(jitter_ms, 0));
-  return base + jitter;
-}
-
 }  // namespace sidelock::backend::quorum

@@ -81,11 +81,5 @@ bool mayVote(const NodeRestartState& state, int64_t now_ms, int64_t max_ttl_ms);
 /// Scheduler time from which the node may vote (restart_at + max_ttl, saturating).
 int64_t votingFromMs(const NodeRestartState& state, int64_t max_ttl_ms);
 
-/// Randomized retry backoff for waiters: exponential from `min_ms` doubling per attempt
-/// (attempt 0 = first retry), capped at `max_ms`, plus a uniform jitter in [0, jitter_ms] so
-/// that sidecars that lost the same vote do not retry in lockstep (split votes). `unit_random`
-/// is a uniform sample in [0, 1).
-int64_t retryDelayMs(int attempt, int64_t min_ms, int64_t max_ms, int64_t jitter_ms,
-                     double unit_random);
 
 }  // namespace sidelock::backend::quorum

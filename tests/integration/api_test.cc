@@ -341,6 +341,36 @@ TEST(ApiMemoryBackendTest, MemoryBackendServesTheApi) {
   EXPECT_EQ(sidecar.stop(), 0);
 }
 
+TEST(ApiLogTest, JsonLogsAreOneObjectPerLineAndNeverShowOwnerIds) {
+  RedisServer redis;
+  auto sidecar = std::make_unique<SidecarProcess>(SidecarProcess::Options{
+      redisYaml(redis, "log:\n  level: debug\n  format: json\n"), {}, true});
+  HttpClient c = HttpClient::tcp(sidecar->port());
+  auto r = c.post("/v1/locks/logged/acquire", R"({"owner":"very-secret-owner-id"})");
+  ASSERT_EQ(r.status, 200);
+  ASSERT_EQ(c.post("/v1/locks/logged/release", R"({"owner":"very-secret-owner-id"})").status, 200);
+  ASSERT_EQ(sidecar->stop(), 0);
+  std::string logs = sidecar->logs();
+  EXPECT_EQ(logs.find("very-secret-owner-id"), std::string::npos) << logs;
+  std::set<std::string> events;
+  size_t start = 0;
+  while (start < logs.size()) {
+    size_t end = logs.find('\n', start);
+    if (end == std::string::npos) end = logs.size();
+    std::string line = logs.substr(start, end - start);
+    start = end + 1;
+    if (line.empty()) continue;
+    json j = json::parse(line, nullptr, false);
+    ASSERT_FALSE(j.is_discarded()) << line;
+    EXPECT_TRUE(j.contains("ts") && j.contains("level")) << line;
+    events.insert(j.value("event", ""));
+  }
+  for (const char* e : {"sidelock.started", "redis.up", "lock.granted", "lock.released",
+                        "shutdown.begin", "shutdown.done"}) {
+    EXPECT_EQ(events.count(e), 1u) << "missing event " << e << " in\n" << logs;
+  }
+}
+
 TEST(CommandLineTest, CheckConfigNamesTheBadKey) {
   std::string dir = makeTempDir("sidelock-cli");
   std::string good = dir + "/good.yaml", bad = dir + "/bad.yaml";

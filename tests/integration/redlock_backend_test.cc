@@ -188,6 +188,10 @@ TEST_F(RedlockTest, QuorumMatrixGrantedIffAtLeastThreeNodesFree) {
 TEST_F(RedlockTest, TokensStrictlyIncreaseAcrossDivergedCounters) {
   auto& b = makeReadyBackend();
   servers_[0]->cli({"SET", counterKey("t"), "100"});  // node 0 ran far ahead
+  // Nodes 3 and 4 are taken, so the granting majority must be {0, 1, 2} whatever order the
+  // answers arrive in (the backend decides as soon as a majority said yes).
+  servers_[3]->cli({"SET", key("t"), "foreign", "PX", "30000"});
+  servers_[4]->cli({"SET", key("t"), "foreign", "PX", "30000"});
   auto first = acquire(b, "t", "a", 5'000);
   ASSERT_TRUE(first->granted);
   EXPECT_EQ(first->token, 101u);
@@ -195,6 +199,8 @@ TEST_F(RedlockTest, TokensStrictlyIncreaseAcrossDivergedCounters) {
     EXPECT_EQ(servers_[i]->cli({"GET", counterKey("t")}), "101") << "node " << i;
   }
   ASSERT_EQ(*release(b, "t", "a"), OwnerCheck::kOk);
+  servers_[3]->cli({"DEL", key("t")});
+  servers_[4]->cli({"DEL", key("t")});
   // The node that ran ahead is now taken by a foreign key: the next majority excludes it.
   servers_[0]->cli({"SET", key("t"), "foreign", "PX", "30000"});
   auto second = acquire(b, "t", "b", 5'000);
@@ -273,8 +279,7 @@ TEST_F(RedlockTest, ConcurrentReadModifyWriteLosesNoUpdate) {
           if (!r.isOk() || !r->granted) {
             if (!r.isOk()) ++errors;
             // Randomized backoff so competing clients do not retry in lockstep.
-            int64_t delay = backend::quorum::retryDelayMs(std::min(cl->attempt++, 4), 1, 20, 5,
-                                                          jitterBetween(0, 999) / 1000.0);
+            const int64_t delay = (int64_t{1} << std::min(cl->attempt++, 4)) + jitterBetween(0, 5);
             sched.runAfter(delay, cl->step);
             return;
           }

@@ -31,6 +31,21 @@ TEST(BackoffTest, ClipNeverSleepsPastHolderTtlOrDeadline) {
   EXPECT_EQ(clipDelayMs(400, -1, 0), 1);  // never a zero sleep: no spinning
 }
 
+TEST(BackoffTest, ExtraJitterSpreadsRetriesAndStillRespectsTheClip) {
+  Backoff lo(2, 500, &lowest, 50);
+  Backoff hi(2, 500, &highest, 50);
+  EXPECT_EQ(lo.next(), 1);       // [ceiling/2 .. ceiling] + [0 .. 50]
+  EXPECT_EQ(hi.next(), 2 + 50);
+  EXPECT_EQ(hi.next(10, -1), 11);  // never past the holder's TTL, jitter or not
+  Backoff real(2, 500, nullptr, 50);
+  for (int i = 0; i < 100; ++i) {
+    real.reset();
+    int64_t d = real.next();
+    EXPECT_GE(d, 1);
+    EXPECT_LE(d, 52);
+  }
+}
+
 TEST(BackoffTest, JitterStaysWithinHalfToFullCeiling) {
   Backoff lo(2, 500, &lowest);
   Backoff hi(2, 500, &highest);

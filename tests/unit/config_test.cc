@@ -52,6 +52,10 @@ log: {level: debug, format: json}
   EXPECT_EQ(c->backend.nodes[2].toString(), "unix:/tmp/r.sock");
   EXPECT_EQ(c->locks.default_ttl_ms, 5000);
   EXPECT_EQ(c->log.level, LogLevel::kDebug);
+  EXPECT_EQ(c->locks.retry_jitter_ms, 50) << "redlock's retry jitter reaches the waiter backoff";
+  auto single = loadConfigFromString("backend:\n  type: redis\n");
+  ASSERT_TRUE(single.isOk());
+  EXPECT_EQ(single->locks.retry_jitter_ms, 0);
 }
 
 TEST(ConfigTest, ErrorsNameTheKey) {

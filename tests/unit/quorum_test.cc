@@ -163,21 +163,5 @@ TEST(QuorumTest, VotingTimeSaturates) {
   EXPECT_EQ(votingFromMs(s, 1'000), std::numeric_limits<int64_t>::max());
 }
 
-TEST(QuorumTest, RetryDelayGrowsCapsAndJitters) {
-  EXPECT_EQ(retryDelayMs(0, 2, 500, 0, 0.5), 2);
-  EXPECT_EQ(retryDelayMs(1, 2, 500, 0, 0.5), 4);
-  EXPECT_EQ(retryDelayMs(3, 2, 500, 0, 0.5), 16);
-  EXPECT_EQ(retryDelayMs(20, 2, 500, 0, 0.5), 500);
-  EXPECT_EQ(retryDelayMs(1000, 2, 500, 0, 0.5), 500);
-  EXPECT_EQ(retryDelayMs(0, 2, 500, 50, 0.0), 2);
-  EXPECT_EQ(retryDelayMs(0, 2, 500, 50, 0.999999), 52);
-  EXPECT_EQ(retryDelayMs(0, 2, 500, 50, 1.0), 52);  // clamped: never past the jitter bound
-  for (int i = 0; i < 100; ++i) {
-    int64_t d = retryDelayMs(2, 10, 100, 30, i / 100.0);
-    EXPECT_GE(d, 40);
-    EXPECT_LE(d, 70);
-  }
-}
-
 }  // namespace
 }  // namespace sidelock::backend::quorum
