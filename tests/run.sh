@@ -20,12 +20,19 @@ run_suite() {
   (cd "$dir" && ctest --output-on-failure -j"$JOBS" --timeout 600)
 }
 
+failed=()
 echo "== build and test (RelWithDebInfo)"
-run_suite build-test -DCMAKE_BUILD_TYPE=RelWithDebInfo
+run_suite build-test -DCMAKE_BUILD_TYPE=RelWithDebInfo || failed+=("RelWithDebInfo")
 
 if [[ "${SIDELOCK_SKIP_SANITIZE:-0}" != "1" ]]; then
   echo "== build and test (ASan + UBSan)"
   export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
   export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
-  run_suite build-asan -DCMAKE_BUILD_TYPE=Debug -DSIDELOCK_SANITIZE=ON
+  run_suite build-asan -DCMAKE_BUILD_TYPE=Debug -DSIDELOCK_SANITIZE=ON || failed+=("ASan+UBSan")
 fi
+
+if ((${#failed[@]})); then
+  echo "== FAILED: ${failed[*]}"
+  exit 1
+fi
+echo "== all test passes succeeded"
