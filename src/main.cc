@@ -24,7 +24,8 @@
 namespace sidelock {
 namespace {
 
-constexpr const char* kUsage = R"(sidelock — distributed locks for the apps beside it, over local HTTP.
+constexpr const char* kUsage =
+    R"(sidelock — distributed locks for the apps beside it, over local HTTP.
 
 Usage:
   sidelock --config FILE          run the sidecar with FILE (YAML)
@@ -102,8 +103,10 @@ void beginShutdown(Sidecar& s, const config::Config& cfg, const char* why) {
           SL_LOG(kInfo, "shutdown.done");
           closeEverything(s);
         };
-        if (s.admin_server) s.admin_server->close(finish);
-        else finish();
+        if (s.admin_server)
+          s.admin_server->close(finish);
+        else
+          finish();
       });
     });
   });
@@ -132,8 +135,8 @@ int runSidecar(const config::Config& cfg) {
       return 1;
     }
   }
-  s.server = std::make_unique<http::HttpServer>(&s.loop, *s.scheduler, cfg.listen, *s.metrics,
-                                                *s.router);
+  s.server =
+      std::make_unique<http::HttpServer>(&s.loop, *s.scheduler, cfg.listen, *s.metrics, *s.router);
   Status listening = s.server->start();
   if (listening.isOk() && !cfg.listen.admin.empty()) {
     s.admin_router = std::make_unique<http::Router>();
@@ -170,7 +173,8 @@ int runSidecar(const config::Config& cfg) {
     uv_signal_init(&s.loop, s.sigint.allocate(&signal_ctx));
     uv_signal_start(s.sigint.get(), on_signal, SIGINT);
     SL_LOG(kInfo, "sidelock.started", {"version", SIDELOCK_VERSION}, {"tcp", cfg.listen.tcp},
-           {"unix", cfg.listen.unix_path}, {"backend_nodes", static_cast<int>(cfg.backend.nodes.size())});
+           {"unix", cfg.listen.unix_path},
+           {"backend_nodes", static_cast<int>(cfg.backend.nodes.size())});
   }
 
   uv_run(&s.loop, UV_RUN_DEFAULT);

@@ -1,8 +1,7 @@
 #include "api/lock_api.h"
 
-#include <nlohmann/json.hpp>
-
 #include <memory>
+#include <nlohmann/json.hpp>
 
 #include "common/log.h"
 
@@ -29,7 +28,8 @@ Body parseBody(const http::Request& req, std::initializer_list<std::string_view>
   Body b;
   std::string_view content_type = req.header("content-type");
   if (!req.body.empty() && !content_type.empty() &&
-      content_type.substr(0, 16) != "application/json" && content_type.substr(0, 10) != "text/plain" &&
+      content_type.substr(0, 16) != "application/json" &&
+      content_type.substr(0, 10) != "text/plain" &&
       content_type.substr(0, 33) != "application/x-www-form-urlencoded") {
     // curl -d sends x-www-form-urlencoded by default; we accept it and parse the body as JSON.
     b.error_code = "unsupported_media_type";
@@ -112,6 +112,28 @@ bool readString(Body& b, const char* field, std::string& out) {
   return true;
 }
 
+/// Reads "owner": 1..max_bytes printable ASCII without spaces. Absent is an error only if
+/// `required`; returns false (with the body error set) on a bad value.
+bool readOwner(Body& b, size_t max_bytes, bool required, std::string& out) {
+  if (!b.value.contains("owner")) {
+    if (!required) return true;
+    b.error_code = "bad_request";
+    b.error = "owner is required";
+    return false;
+  }
+  if (!readString(b, "owner", out)) return false;
+  if (LockApi::validOwner(out, max_bytes)) return true;
+  b.error_code = "bad_request";
+  b.error = "owner must be 1.." + std::to_string(max_bytes) +
+            " printable ASCII characters without spaces";
+  return false;
+}
+
+/// Answers the first problem parseBody() or a read*() found: 415 for a non-JSON body, else 400.
+void sendBodyError(const http::ResponderPtr& res, const Body& b) {
+  sendError(res, b.error_code == "unsupported_media_type" ? 415 : 400, b.error_code, b.error);
+}
+
 /// Maps a backend Status to the API's error answer.
 void sendBackendError(const http::ResponderPtr& res, const Status& status) {
   switch (status.code()) {
@@ -177,7 +199,9 @@ LockApi::LockApi(const config::LocksConfig& locks, lock::LockService& service,
 
 std::vector<Route> LockApi::routes() {
   auto bind = [this](void (LockApi::*fn)(http::Request&, http::ResponderPtr)) {
-    return [this, fn](http::Request& req, http::ResponderPtr res) { (this->*fn)(req, std::move(res)); };
+    return [this, fn](http::Request& req, http::ResponderPtr res) {
+      (this->*fn)(req, std::move(res));
+    };
   };
   return {
       {"POST", "/v1/locks/{name}/acquire", bind(&LockApi::acquire)},
@@ -218,9 +242,12 @@ struct AcquireCall {
 
 const char* leaseEventName(lock::LeaseEvent e) {
   switch (e) {
-    case lock::LeaseEvent::kRenewed: return "renewed";
-    case lock::LeaseEvent::kLost: return "lost";
-    case lock::LeaseEvent::kCapped: return "capped";
+    case lock::LeaseEvent::kRenewed:
+      return "renewed";
+    case lock::LeaseEvent::kLost:
+      return "lost";
+    case lock::LeaseEvent::kCapped:
+      return "capped";
   }
   return "unknown";
 }
@@ -237,25 +264,16 @@ void LockApi::acquire(http::Request& req, http::ResponderPtr res) {
   if (body.ok()) {
     readInt(body, "ttl_ms", 1, locks_.max_ttl_ms, opts.ttl_ms) &&
         readInt(body, "wait_ms", 0, locks_.max_wait_ms, opts.wait_ms) &&
-        readString(body, "owner", opts.owner) && readBool(body, "auto_renew", opts.auto_renew) &&
+        readOwner(body, static_cast<size_t>(locks_.max_owner_bytes), false, opts.owner) &&
+        readBool(body, "auto_renew", opts.auto_renew) &&
         readInt(body, "max_hold_ms", 1, locks_.max_hold_ms_limit, opts.max_hold_ms) &&
         readString(body, "hold", hold);
-  }
-  if (body.ok() && body.value.contains("owner") &&
-      !validOwner(opts.owner, static_cast<size_t>(locks_.max_owner_bytes))) {
-    body.error_code = "bad_request";
-    body.error = "owner must be 1.." + std::to_string(locks_.max_owner_bytes) +
-                 " printable ASCII characters without spaces";
   }
   if (body.ok() && !hold.empty() && hold != "stream" && hold != "none") {
     body.error_code = "bad_request";
     body.error = "hold must be \"stream\" or \"none\"";
   }
-  if (!body.ok()) {
-    sendError(res, body.error_code == "unsupported_media_type" ? 415 : 400, body.error_code,
-              body.error);
-    return;
-  }
+  if (!body.ok()) return sendBodyError(res, body);
   if (draining_) {
     sendError(res, 503, "shutting_down", "the sidecar is shutting down");
     return;
@@ -279,7 +297,8 @@ void LockApi::acquire(http::Request& req, http::ResponderPtr res) {
     on_event = [call](lock::LeaseEvent e) {
       if (call->finished) return;
       json ev = {{"event", leaseEventName(e)}};
-      if (e == lock::LeaseEvent::kLost) ev["reason"] = "the lease expired or is held by another owner";
+      if (e == lock::LeaseEvent::kLost)
+        ev["reason"] = "the lease expired or is held by another owner";
       call->responder->writeChunk(ev.dump() + "\n");
       if (e == lock::LeaseEvent::kLost) {
         call->finished = true;
@@ -325,7 +344,8 @@ void LockApi::acquire(http::Request& req, http::ResponderPtr res) {
         return;
       case lock::AcquireStatus::kCancelled:
         call->finished = true;
-        if (out->clientConnected()) sendError(out, 503, "shutting_down", "the sidecar is shutting down");
+        if (out->clientConnected())
+          sendError(out, 503, "shutting_down", "the sidecar is shutting down");
         return;
       case lock::AcquireStatus::kError:
         call->finished = true;
@@ -358,19 +378,8 @@ void LockApi::release(http::Request& req, http::ResponderPtr res) {
   if (!checkName(req, res, static_cast<size_t>(locks_.max_name_bytes))) return;
   Body body = parseBody(req, {"owner"});
   std::string owner;
-  if (body.ok()) readString(body, "owner", owner);
-  if (body.ok() && !validOwner(owner, static_cast<size_t>(locks_.max_owner_bytes))) {
-    body.error_code = "bad_request";
-    body.error = body.value.contains("owner") ? "owner must be 1.." +
-                                                    std::to_string(locks_.max_owner_bytes) +
-                                                    " printable ASCII characters"
-                                              : "owner is required";
-  }
-  if (!body.ok()) {
-    sendError(res, body.error_code == "unsupported_media_type" ? 415 : 400, body.error_code,
-              body.error);
-    return;
-  }
+  if (body.ok()) readOwner(body, static_cast<size_t>(locks_.max_owner_bytes), true, owner);
+  if (!body.ok()) return sendBodyError(res, body);
   service_.release(req.param("name"), owner, [res](StatusOr<lock::ReleaseStatus> r) {
     if (!r.isOk()) return sendBackendError(res, r.status());
     switch (*r) {
@@ -392,19 +401,11 @@ void LockApi::extend(http::Request& req, http::ResponderPtr res) {
   Body body = parseBody(req, {"owner", "ttl_ms"});
   std::string owner;
   int64_t ttl_ms = locks_.default_ttl_ms;
-  if (body.ok()) readString(body, "owner", owner) && readInt(body, "ttl_ms", 1, locks_.max_ttl_ms, ttl_ms);
-  if (body.ok() && !validOwner(owner, static_cast<size_t>(locks_.max_owner_bytes))) {
-    body.error_code = "bad_request";
-    body.error = body.value.contains("owner") ? "owner must be 1.." +
-                                                    std::to_string(locks_.max_owner_bytes) +
-                                                    " printable ASCII characters"
-                                              : "owner is required";
+  if (body.ok()) {
+    readOwner(body, static_cast<size_t>(locks_.max_owner_bytes), true, owner) &&
+        readInt(body, "ttl_ms", 1, locks_.max_ttl_ms, ttl_ms);
   }
-  if (!body.ok()) {
-    sendError(res, body.error_code == "unsupported_media_type" ? 415 : 400, body.error_code,
-              body.error);
-    return;
-  }
+  if (!body.ok()) return sendBodyError(res, body);
   service_.extend(req.param("name"), owner, ttl_ms, [res](StatusOr<lock::ExtendResult> r) {
     if (!r.isOk()) return sendBackendError(res, r.status());
     switch (r->status) {
@@ -427,7 +428,9 @@ void LockApi::inspect(http::Request& req, http::ResponderPtr res) {
     if (!r.isOk()) return sendBackendError(res, r.status());
     // Never the owner id: it is the capability to release.
     sendJson(res, 200,
-             json{{"name", name}, {"held", r->held}, {"ttl_ms", r->held ? r->ttl_ms : 0},
+             json{{"name", name},
+                  {"held", r->held},
+                  {"ttl_ms", r->held ? r->ttl_ms : 0},
                   {"token", r->token}});
   });
 }

@@ -1,6 +1,6 @@
 // `sidelock run`: acquires a lock through the local sidecar with hold: "stream", runs a command
-// while the lock is held, and releases it when the command exits. See README.md ("sidelock run") for the user's view
-// and exit_codes.h for the exit statuses.
+// while the lock is held, and releases it when the command exits. See README.md ("sidelock run")
+// for the user's view and exit_codes.h for the exit statuses.
 //
 // A small blocking program (poll(2) over the sidecar socket and a signalfd), deliberately without
 // the sidecar's event loop: it must stay simple enough to trust with "never run CMD without the

@@ -130,7 +130,8 @@ RedisNodeAddress parseNode(const std::string& path, const std::string& value) {
   RedisNodeAddress a;
   if (value.rfind("unix:", 0) == 0) {
     a.unix_path = value.substr(5);
-    if (a.unix_path.empty() || a.unix_path[0] != '/') fail(path, "unix socket path must be absolute");
+    if (a.unix_path.empty() || a.unix_path[0] != '/')
+      fail(path, "unix socket path must be absolute");
     return a;
   }
   validateHostPort(path, value);
@@ -160,7 +161,8 @@ void loadListen(const Section& root, ListenConfig& c) {
   if (!mode.empty()) {
     char* end = nullptr;
     long m = strtol(mode.c_str(), &end, 8);
-    if (*end != '\0' || m < 0 || m > 0777) fail(s.path("unix_mode"), "must be an octal mode like \"0660\"");
+    if (*end != '\0' || m < 0 || m > 0777)
+      fail(s.path("unix_mode"), "must be an octal mode like \"0660\"");
     c.unix_mode = static_cast<uint32_t>(m);
   }
   s.readInt("max_connections", c.max_connections, 1, 1'000'000);
@@ -192,10 +194,14 @@ void loadBackend(const Section& root, BackendConfig& c) {
   Section s(root.child("backend"), "backend");
   std::string type = "redis";
   s.readString("type", type);
-  if (type == "redis") c.type = BackendType::kRedis;
-  else if (type == "redlock") c.type = BackendType::kRedlock;
-  else if (type == "memory") c.type = BackendType::kMemory;
-  else fail(s.path("type"), "must be one of redis, redlock, memory; got \"" + type + "\"");
+  if (type == "redis")
+    c.type = BackendType::kRedis;
+  else if (type == "redlock")
+    c.type = BackendType::kRedlock;
+  else if (type == "memory")
+    c.type = BackendType::kMemory;
+  else
+    fail(s.path("type"), "must be one of redis, redlock, memory; got \"" + type + "\"");
 
   YAML::Node nodes = s.child("nodes");
   if (nodes) {
@@ -264,7 +270,8 @@ void loadBackend(const Section& root, BackendConfig& c) {
   if (!c.password_env.empty()) {
     if (const char* v = getenv(c.password_env.c_str())) c.password = v;
   }
-  if (!c.password_file.empty()) c.password = readSecretFile(c.password_file, s.path("password_file"));
+  if (!c.password_file.empty())
+    c.password = readSecretFile(c.password_file, s.path("password_file"));
   if (!c.username.empty() && c.password.empty()) {
     fail(s.path("password_env"), "a Redis username is set but no password");
   }
@@ -287,8 +294,10 @@ void loadLocks(const Section& root, LocksConfig& c) {
   s.rejectUnknown({"default_ttl_ms", "max_ttl_ms", "max_wait_ms", "max_name_bytes",
                    "max_owner_bytes", "max_waiters_per_lock", "max_waiters", "retry_min_ms",
                    "retry_max_ms", "renew_fraction", "default_max_hold_ms", "max_hold_ms_limit"});
-  if (c.default_ttl_ms > c.max_ttl_ms) fail(s.path("default_ttl_ms"), "must be <= locks.max_ttl_ms");
-  if (c.retry_max_ms < c.retry_min_ms) fail(s.path("retry_max_ms"), "must be >= locks.retry_min_ms");
+  if (c.default_ttl_ms > c.max_ttl_ms)
+    fail(s.path("default_ttl_ms"), "must be <= locks.max_ttl_ms");
+  if (c.retry_max_ms < c.retry_min_ms)
+    fail(s.path("retry_max_ms"), "must be >= locks.retry_min_ms");
   if (c.default_max_hold_ms > c.max_hold_ms_limit) {
     fail(s.path("default_max_hold_ms"), "must be <= locks.max_hold_ms_limit");
   }
@@ -322,7 +331,8 @@ Config load(const YAML::Node& root_node) {
   lg.rejectUnknown({"level", "format"});
 
   root.rejectUnknown({"listen", "backend", "locks", "shutdown", "log"});
-  if (c.backend.type == BackendType::kRedlock) c.locks.retry_jitter_ms = c.backend.redlock.retry_jitter_ms;
+  if (c.backend.type == BackendType::kRedlock)
+    c.locks.retry_jitter_ms = c.backend.redlock.retry_jitter_ms;
   if (c.backend.type == BackendType::kRedlock &&
       c.backend.redlock.node_timeout_ms * 4 > c.locks.default_ttl_ms) {
     fail("backend.redlock.node_timeout_ms", "must be far below locks.default_ttl_ms (at most 1/4)");

@@ -13,11 +13,10 @@ WaiterQueue& WaiterQueues::getOrCreate(std::string_view name, bool* created) {
   auto it = queues_.find(name);
   *created = it == queues_.end();
   if (*created) {
-    it =
-        queues_
-            .emplace(std::string(name), std::make_unique<WaiterQueue>(retry_min_ms_, retry_max_ms_,
-                                                                       retry_jitter_ms_))
-            .first;
+    it = queues_
+             .emplace(std::string(name),
+                      std::make_unique<WaiterQueue>(retry_min_ms_, retry_max_ms_, retry_jitter_ms_))
+             .first;
   }
   return *it->second;
 }

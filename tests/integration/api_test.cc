@@ -23,7 +23,8 @@ using nlohmann::json;
 std::string redisYaml(const RedisServer& redis, const std::string& extra = "") {
   return "backend:\n  type: redis\n  nodes: [\"" + redis.address() +
          "\"]\n  command_timeout_ms: 300\n  connect_timeout_ms: 300\n  reconnect_min_ms: 20\n"
-         "  reconnect_max_ms: 200\n  health_interval_ms: 100\n" + extra;
+         "  reconnect_max_ms: 200\n  health_interval_ms: 100\n" +
+         extra;
 }
 
 json body(const HttpResponse& r) { return json::parse(r.body); }
@@ -84,7 +85,8 @@ TEST_F(ApiTest, AcquireInspectExtendRelease) {
   EXPECT_EQ(body(r)["error"], "not_owner");
   r = c.post("/v1/locks/orders-42/extend", R"({"owner":"somebody-else","ttl_ms":100})");
   EXPECT_EQ(r.status, 409);
-  EXPECT_EQ(redis_.cli({"GET", "sidelock:{orders-42}"}), owner) << "a foreign owner changed nothing";
+  EXPECT_EQ(redis_.cli({"GET", "sidelock:{orders-42}"}), owner)
+      << "a foreign owner changed nothing";
 
   r = c.post("/v1/locks/orders-42/release", json{{"owner", owner}}.dump());
   ASSERT_EQ(r.status, 200) << r.body;
@@ -120,7 +122,7 @@ TEST_F(ApiTest, LeaseExpires) {
 }
 
 TEST_F(ApiTest, UnixSocketServesTheSameApiWithItsMode) {
-  struct stat st{};
+  struct stat st {};
   ASSERT_EQ(stat(sidecar_->socketPath().c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 0777, 0660u);
   HttpClient u = HttpClient::unix(sidecar_->socketPath());
@@ -165,7 +167,8 @@ TEST_F(ApiTest, BadInputGetsClearErrorsAndChangesNothing) {
   };
   for (const auto& tc : cases) {
     auto r = c.request(tc.method, tc.path, tc.body);
-    EXPECT_EQ(r.status, tc.status) << tc.method << " " << tc.path << " " << tc.body << " -> " << r.body;
+    EXPECT_EQ(r.status, tc.status)
+        << tc.method << " " << tc.path << " " << tc.body << " -> " << r.body;
     json j = json::parse(r.body, nullptr, false);
     ASSERT_FALSE(j.is_discarded()) << r.body;
     EXPECT_EQ(j["error"], tc.error) << tc.path << " " << tc.body;
@@ -209,9 +212,10 @@ TEST_F(ApiTest, WaitersAreServedInFifoOrderWhenTheHolderReleases) {
   std::vector<HttpClient> waiters;
   for (int i = 0; i < 3; ++i) {
     waiters.push_back(client());
-    waiters.back().sendRequest("POST", "/v1/locks/fifo/acquire",
-                               json{{"ttl_ms", 10000}, {"wait_ms", 10000},
-                                    {"owner", "waiter-" + std::to_string(i)}}.dump());
+    waiters.back().sendRequest(
+        "POST", "/v1/locks/fifo/acquire",
+        json{{"ttl_ms", 10000}, {"wait_ms", 10000}, {"owner", "waiter-" + std::to_string(i)}}
+            .dump());
     std::this_thread::sleep_for(std::chrono::milliseconds(50));  // enqueue in a known order
   }
   auto listed = body(holder.get("/v1/locks"));
@@ -225,8 +229,10 @@ TEST_F(ApiTest, WaitersAreServedInFifoOrderWhenTheHolderReleases) {
     ASSERT_TRUE(got.has_value());
     ASSERT_EQ(got->status, 200) << got->body;
     EXPECT_EQ(body(*got)["owner"], "waiter-" + std::to_string(i));
-    ASSERT_EQ(holder.post("/v1/locks/fifo/release",
-                          json{{"owner", "waiter-" + std::to_string(i)}}.dump()).status, 200);
+    ASSERT_EQ(
+        holder.post("/v1/locks/fifo/release", json{{"owner", "waiter-" + std::to_string(i)}}.dump())
+            .status,
+        200);
   }
   // Three hand-offs complete far sooner than the 10 s TTL: waiters were woken, not timed out.
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));

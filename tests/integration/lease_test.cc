@@ -18,7 +18,8 @@ using std::chrono::milliseconds;
 
 std::string yamlFor(const RedisServer& redis, const std::string& extra = "") {
   return "backend:\n  type: redis\n  nodes: [\"" + redis.address() +
-         "\"]\n  command_timeout_ms: 300\n  reconnect_min_ms: 20\n  reconnect_max_ms: 200\n" + extra;
+         "\"]\n  command_timeout_ms: 300\n  reconnect_min_ms: 20\n  reconnect_max_ms: 200\n" +
+         extra;
 }
 
 json body(const HttpResponse& r) { return json::parse(r.body); }
@@ -114,8 +115,10 @@ TEST(LeaseTest, StreamClientThatDisconnectsFreesTheLock) {
 TEST(LeaseTest, WaiterOnAnotherSidecarIsWokenByPubSub) {
   RedisServer redis;
   // retry_max_ms is large so a fallback poll could not explain a fast hand-off.
-  SidecarProcess a({yamlFor(redis, "locks:\n  retry_min_ms: 5000\n  retry_max_ms: 10000\n"), {}, true});
-  SidecarProcess b({yamlFor(redis, "locks:\n  retry_min_ms: 5000\n  retry_max_ms: 10000\n"), {}, true});
+  SidecarProcess a(
+      {yamlFor(redis, "locks:\n  retry_min_ms: 5000\n  retry_max_ms: 10000\n"), {}, true});
+  SidecarProcess b(
+      {yamlFor(redis, "locks:\n  retry_min_ms: 5000\n  retry_max_ms: 10000\n"), {}, true});
   HttpClient holder = HttpClient::tcp(a.port());
   auto r = holder.post("/v1/locks/shared/acquire", R"({"ttl_ms":30000})");
   ASSERT_EQ(r.status, 200);
@@ -167,8 +170,8 @@ TEST(LeaseTest, MaxHoldCapsRenewal) {
   RedisServer redis;
   SidecarProcess sidecar({yamlFor(redis), {}, true});
   HttpClient c = HttpClient::tcp(sidecar.port());
-  auto r = c.post("/v1/locks/capped/acquire",
-                  R"({"ttl_ms":200,"auto_renew":true,"max_hold_ms":500})");
+  auto r =
+      c.post("/v1/locks/capped/acquire", R"({"ttl_ms":200,"auto_renew":true,"max_hold_ms":500})");
   ASSERT_EQ(r.status, 200);
   std::this_thread::sleep_for(milliseconds(1500));
   EXPECT_EQ(redis.cli({"EXISTS", "sidelock:{capped}"}), "0") << "never renewed forever";

@@ -1,12 +1,12 @@
 #include "support/http_client.h"
 
+#include <arpa/inet.h>
 #include <llhttp.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/un.h>
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <unistd.h>
 
 #include <cctype>
@@ -56,8 +56,10 @@ struct HttpClient::Parser {
     };
     settings.on_body = [](llhttp_t* p, const char* at, size_t len) {
       auto* self = static_cast<Parser*>(p->data);
-      if (self->stream_mode && self->stream_out != nullptr) self->stream_out->append(at, len);
-      else self->current.body.append(at, len);
+      if (self->stream_mode && self->stream_out != nullptr)
+        self->stream_out->append(at, len);
+      else
+        self->current.body.append(at, len);
       return 0;
     };
     settings.on_message_complete = [](llhttp_t* p) {
@@ -84,8 +86,10 @@ struct HttpClient::Parser {
   void feed(const char* data, size_t len) {
     if (failed) return;
     llhttp_errno_t err = llhttp_execute(&parser, data, len);
-    if (err == HPE_PAUSED_UPGRADE) llhttp_resume_after_upgrade(&parser);
-    else if (err != HPE_OK) failed = true;
+    if (err == HPE_PAUSED_UPGRADE)
+      llhttp_resume_after_upgrade(&parser);
+    else if (err != HPE_OK)
+      failed = true;
   }
   void finish() {
     if (!failed) llhttp_finish(&parser);
@@ -117,7 +121,9 @@ void writeAll(int fd, const std::string& data) {
 HttpClient::HttpClient(int fd) : fd_(fd), parser_(new Parser()) {}
 
 HttpClient::HttpClient(HttpClient&& o) noexcept
-    : fd_(o.fd_), inbuf_(std::move(o.inbuf_)), stream_buf_(std::move(o.stream_buf_)),
+    : fd_(o.fd_),
+      inbuf_(std::move(o.inbuf_)),
+      stream_buf_(std::move(o.stream_buf_)),
       parser_(o.parser_) {
   o.fd_ = -1;
   o.parser_ = nullptr;
@@ -151,8 +157,8 @@ HttpClient HttpClient::tcp(int port) {
   addr.sin_port = htons(static_cast<uint16_t>(port));
   if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
     ::close(fd);
-    throw std::runtime_error("connect to port " + std::to_string(port) + " failed: " +
-                             strerror(errno));
+    throw std::runtime_error("connect to port " + std::to_string(port) +
+                             " failed: " + strerror(errno));
   }
   int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
@@ -183,7 +189,8 @@ void HttpClient::sendRequest(const std::string& method, const std::string& path,
                              const std::string& body) {
   std::string req = method + " " + path + " HTTP/1.1\r\nHost: localhost\r\n";
   if (!body.empty() || method == "POST" || method == "PUT") {
-    req += "Content-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) + "\r\n";
+    req +=
+        "Content-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) + "\r\n";
   }
   req += "\r\n" + body;
   writeAll(fd_, req);

@@ -36,7 +36,8 @@ class HttpClient {
   }
 
   /// Sends a request without waiting (pipelining); readResponse() then reads answers in order.
-  void sendRequest(const std::string& method, const std::string& path, const std::string& body = "");
+  void sendRequest(const std::string& method, const std::string& path,
+                   const std::string& body = "");
   /// Sends raw bytes as-is.
   void sendRaw(const std::string& bytes);
   /// Reads one full response; nullopt if the server closed the connection or timed out first.

@@ -37,8 +37,8 @@ int pickFreePort() {
 
 std::string makeTempDir(const std::string& prefix) {
   const char* base = getenv("TMPDIR");
-  std::string templ = std::string(base != nullptr && *base != '\0' ? base : "/tmp") + "/" + prefix +
-                      "-XXXXXX";
+  std::string templ =
+      std::string(base != nullptr && *base != '\0' ? base : "/tmp") + "/" + prefix + "-XXXXXX";
   if (mkdtemp(templ.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
   return templ;
 }
@@ -70,14 +70,11 @@ RedisServer::~RedisServer() {
 }
 
 void RedisServer::start() {
-  std::vector<std::string> args = {"redis-server",
-                                   "--port", std::to_string(port_),
-                                   "--bind", "127.0.0.1",
-                                   "--dir", dir_,
-                                   "--save", "",
-                                   "--daemonize", "no",
-                                   "--loglevel", "warning",
-                                   "--logfile", dir_ + "/redis.log"};
+  std::vector<std::string> args = {"redis-server", "--port",    std::to_string(port_),
+                                   "--bind",       "127.0.0.1", "--dir",
+                                   dir_,           "--save",    "",
+                                   "--daemonize",  "no",        "--loglevel",
+                                   "warning",      "--logfile", dir_ + "/redis.log"};
   if (options_.persistence) {
     args.insert(args.end(), {"--appendonly", "yes", "--appendfsync", "always"});
   } else {
@@ -150,8 +147,10 @@ std::string RedisServer::cli(const std::vector<std::string>& args) const {
   for (const auto& a : args) {
     cmd += " '";
     for (char c : a) {
-      if (c == '\'') cmd += "'\\''";
-      else cmd += c;
+      if (c == '\'')
+        cmd += "'\\''";
+      else
+        cmd += c;
     }
     cmd += "'";
   }

@@ -18,7 +18,7 @@ void removeTree(const std::string& path);
 class RedisServer {
  public:
   struct Options {
-    bool persistence = false;  // appendonly yes + fsync always, so restart() keeps data
+    bool persistence = false;             // appendonly yes + fsync always, so restart() keeps data
     std::vector<std::string> extra_args;  // e.g. {"--requirepass", "secret"}
   };
 

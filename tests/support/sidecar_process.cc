@@ -73,7 +73,8 @@ SidecarProcess::SidecarProcess(Options options) : options_(std::move(options)) {
     // The port may have been taken between picking and binding: try again a few times.
     if (attempt >= 3 || log.find("address already in use") == std::string::npos) {
       throw std::runtime_error("sidelock did not become " +
-                               std::string(options_.wait_ready ? "ready" : "healthy") + ":\n" + log);
+                               std::string(options_.wait_ready ? "ready" : "healthy") + ":\n" +
+                               log);
     }
   }
 }

@@ -1,7 +1,7 @@
 // The real `sidelock` binary as a child process for integration tests: writes a config file into a
-// temp dir (TCP on a free port, Unix socket in the temp dir), starts the binary, waits for /healthz,
-// and on stop() sends SIGTERM and waits, returning the exit status. The destructor kills what is
-// left, so no process outlives the test.
+// temp dir (TCP on a free port, Unix socket in the temp dir), starts the binary, waits for
+// /healthz, and on stop() sends SIGTERM and waits, returning the exit status. The destructor kills
+// what is left, so no process outlives the test.
 #pragma once
 
 #include <sys/types.h>

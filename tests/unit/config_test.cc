@@ -64,12 +64,14 @@ TEST(ConfigTest, ErrorsNameTheKey) {
   EXPECT_NE(errorOf("backend:\n  type: etcd\n").find("backend.type:"), std::string::npos);
   EXPECT_NE(errorOf("locks:\n  default_ttl_ms: -5\n").find("locks.default_ttl_ms:"),
             std::string::npos);
-  EXPECT_NE(errorOf("locks:\n  default_ttl_ms: abc\n").find("locks.default_ttl_ms: must be an integer"),
-            std::string::npos);
+  EXPECT_NE(
+      errorOf("locks:\n  default_ttl_ms: abc\n").find("locks.default_ttl_ms: must be an integer"),
+      std::string::npos);
   EXPECT_NE(errorOf("backend:\n  nodes: [\"nohost\"]\n").find("backend.nodes[0]"),
             std::string::npos);
-  EXPECT_NE(errorOf("backend:\n  type: redlock\n  nodes: [\"a:1\", \"b:2\"]\n").find("backend.nodes"),
-            std::string::npos);
+  EXPECT_NE(
+      errorOf("backend:\n  type: redlock\n  nodes: [\"a:1\", \"b:2\"]\n").find("backend.nodes"),
+      std::string::npos);
   EXPECT_NE(errorOf("backend:\n  type: redis\n  nodes: [\"a:1\", \"a:1\"]\n").find("duplicate"),
             std::string::npos);
   EXPECT_NE(errorOf("backend:\n  password: hunter2\n").find("backend.password"), std::string::npos);
@@ -93,8 +95,8 @@ TEST(ConfigTest, CredentialsComeFromEnvironmentOrFile) {
 
   std::string path = testing::TempDir() + "/sidelock-pass";
   std::ofstream(path) << "from-file\n";
-  c = loadConfigFromString("backend:\n  password_env: SIDELOCK_TEST_PASS\n  password_file: " + path +
-                           "\n");
+  c = loadConfigFromString(
+      "backend:\n  password_env: SIDELOCK_TEST_PASS\n  password_file: " + path + "\n");
   ASSERT_TRUE(c.isOk()) << c.status().toString();
   EXPECT_EQ(c->backend.password, "from-file");
   EXPECT_NE(errorOf("backend:\n  password_file: /nonexistent/x\n").find("backend.password_file"),
