@@ -5,6 +5,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <random>
 
 namespace sidelock {
@@ -36,8 +37,19 @@ std::mt19937_64& prng() {
 }  // namespace
 
 std::string randomOwnerId() {
+  // One getrandom(2) call per 256 owner ids instead of one per acquire: the bytes come from the
+  // same kernel CSPRNG, they are only fetched in bulk (the process is single-threaded and never
+  // forks after start-up, so no two owners can share buffered bytes).
+  static unsigned char pool[4096];
+  static size_t used = sizeof(pool);
+  if (used + 16 > sizeof(pool)) {
+    fillRandom(pool, sizeof(pool));
+    used = 0;
+  }
   unsigned char bytes[16];
-  fillRandom(bytes, sizeof(bytes));
+  memcpy(bytes, pool + used, sizeof(bytes));
+  memset(pool + used, 0, sizeof(bytes));  // handed out once, then forgotten
+  used += sizeof(bytes);
   static const char kHex[] = "0123456789abcdef";
   std::string out(32, '0');
   for (int i = 0; i < 16; ++i) {

@@ -1,6 +1,8 @@
 #include <gtest/gtest.h>
 #include <uv.h>
 
+#include <set>
+#include <string>
 #include <vector>
 
 #include "common/random.h"
@@ -52,6 +54,11 @@ TEST(UvSchedulerTest, RunsTimersAndPostsOnTheLoopThenClosesCleanly) {
   }
   uv_run(&loop, UV_RUN_DEFAULT);  // drain the close callbacks
   EXPECT_EQ(uv_loop_close(&loop), 0);
+}
+
+TEST(RandomTest, OwnerIdsStayDistinctAcrossPoolRefills) {
+  std::set<std::string> seen;
+  for (int i = 0; i < 1000; ++i) EXPECT_TRUE(seen.insert(randomOwnerId()).second);
 }
 
 TEST(RandomTest, OwnerIdsAre128BitHexAndDistinct) {
