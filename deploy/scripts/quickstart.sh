@@ -5,13 +5,13 @@
 #   BUILD_DIR=build      where to build
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-ROOT=$(pwd)
 BUILD_DIR=${BUILD_DIR:-build}
 PORT=${SIDELOCK_PORT:-7411}
 
 deploy/scripts/install-deps.sh --runtime-only
 cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release -DSIDELOCK_BUILD_TESTS=OFF >/dev/null
 cmake --build "$BUILD_DIR" --target sidelock -j"$(nproc)"
+BIN=$(cd "$BUILD_DIR" && pwd)/src/sidelock
 
 WORK=$(mktemp -d /tmp/sidelock-quickstart.XXXXXX)
 REDIS_PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])' 2>/dev/null \
@@ -46,8 +46,8 @@ Try, in another terminal:
   curl -s -XPOST localhost:$PORT/v1/locks/orders-42/release -d '{"owner":"<owner from acquire>"}'
   curl -s --unix-socket $SOCK http://localhost/readyz
   curl -s localhost:$PORT/metrics | grep ^sidelock_
-  $ROOT/$BUILD_DIR/src/sidelock run --addr 127.0.0.1:$PORT --ttl 5000 demo -- sh -c 'echo token \$SIDELOCK_TOKEN; sleep 2'
+  $BIN run --addr 127.0.0.1:$PORT --ttl 5000 demo -- sh -c 'echo token \$SIDELOCK_TOKEN; sleep 2'
 Ctrl-C stops sidelock and Redis.
 
 EOT
-"$BUILD_DIR/src/sidelock" --config "$WORK/sidelock.yaml"
+"$BIN" --config "$WORK/sidelock.yaml"

@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "support/child_process.h"
 #include "support/http_client.h"
 #include "support/redis_server.h"
 #include "support/sidecar_process.h"
@@ -55,8 +56,10 @@ class RunProcess {
   RunProcess(const std::string& dir, const std::vector<std::string>& args) : dir_(dir) {
     static int counter = 0;
     stderr_path_ = dir + "/run-" + std::to_string(++counter) + ".err";
+    const pid_t parent = getpid();
     pid_ = fork();
     if (pid_ == 0) {
+      dieWithParent(parent);
       if (chdir(dir.c_str()) != 0) _exit(120);
       int err = open(stderr_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
       if (err >= 0) dup2(err, STDERR_FILENO);

@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "integration/prometheus_queries.h"
+#include "support/child_process.h"
 #include "support/http_client.h"
 #include "support/redis_server.h"
 #include "support/sidecar_process.h"
@@ -128,9 +129,11 @@ class PrometheusServer {
     const std::vector<std::string> args = {
         SIDELOCK_PROMETHEUS, "--config.file=" + config, "--storage.tsdb.path=" + dir_ + "/data",
         "--web.listen-address=127.0.0.1:" + std::to_string(port_), "--log.level=warn"};
+    const pid_t parent = getpid();
     pid_ = fork();
     if (pid_ < 0) throw std::runtime_error("fork failed");
     if (pid_ == 0) {
+      dieWithParent(parent);
       const int fd = open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
       if (fd >= 0) {
         dup2(fd, STDOUT_FILENO);

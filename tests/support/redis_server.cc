@@ -1,5 +1,7 @@
 #include "support/redis_server.h"
 
+#include "support/child_process.h"
+
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -82,10 +84,11 @@ void RedisServer::start() {
   }
   args.insert(args.end(), options_.extra_args.begin(), options_.extra_args.end());
 
+  const pid_t parent = getpid();
   pid_t pid = fork();
   if (pid < 0) throw std::runtime_error("fork failed");
   if (pid == 0) {
-    // Child: die with the test process even if it crashes before the destructor runs.
+    dieWithParent(parent);
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);

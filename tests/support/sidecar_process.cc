@@ -11,6 +11,7 @@
 #include <stdexcept>
 #include <thread>
 
+#include "support/child_process.h"
 #include "support/http_client.h"
 #include "support/redis_server.h"
 
@@ -37,9 +38,11 @@ SidecarProcess::SidecarProcess(Options options) : options_(std::move(options)) {
       out << options_.yaml << "\n";
     }
     const std::string log_path = dir_ + "/sidelock.log";
+    const pid_t parent = getpid();
     pid_t pid = fork();
     if (pid < 0) throw std::runtime_error("fork failed");
     if (pid == 0) {
+      dieWithParent(parent);
       int log_fd = open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
       if (log_fd >= 0) {
         dup2(log_fd, STDOUT_FILENO);
