@@ -108,5 +108,38 @@ TEST_F(SidecarRedlockTest, GrantsOnAMajoritySurvivesAMinorityAndReportsDownNodes
   EXPECT_EQ(sidecar_->stop(), 0) << sidecar_->logs();
 }
 
+// Issue 4 on Redlock: the watchdog renews on a majority, and a stream hold is released on every
+// node when its client goes away.
+TEST_F(SidecarRedlockTest, RenewalAndStreamHoldsWorkOnRedlock) {
+  HttpClient c = HttpClient::tcp(sidecar_->port());
+  auto r = c.post("/v1/locks/renewed/acquire", R"({"ttl_ms":300,"auto_renew":true})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  std::string owner = json::parse(r.body)["owner"];
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // five TTLs
+  EXPECT_GE(keysHolding("sidelock:{renewed}", owner), 3) << sidecar_->logs();
+  ASSERT_EQ(c.post("/v1/locks/renewed/release", json{{"owner", owner}}.dump()).status, 200);
+  EXPECT_EQ(keysHolding("sidelock:{renewed}", owner), 0);
+
+  std::string stream_owner;
+  {
+    HttpClient s = HttpClient::tcp(sidecar_->port());
+    s.sendRequest("POST", "/v1/locks/bound/acquire", R"({"ttl_ms":30000,"hold":"stream"})");
+    auto head = s.readStreamHead();
+    ASSERT_TRUE(head.has_value());
+    ASSERT_EQ(head->status, 200);
+    auto first = s.readStreamLine();
+    ASSERT_TRUE(first.has_value());
+    stream_owner = json::parse(*first)["owner"];
+    EXPECT_EQ(keysHolding("sidelock:{bound}", stream_owner), 5);
+  }  // the holder goes away
+  bool freed = false;
+  for (int i = 0; i < 100 && !freed; ++i) {
+    freed = keysHolding("sidelock:{bound}", stream_owner) == 0;
+    if (!freed) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_TRUE(freed) << "released on every node long before the 30 s TTL";
+  EXPECT_EQ(sidecar_->stop(), 0) << sidecar_->logs();
+}
+
 }  // namespace
 }  // namespace sidelock::testing
