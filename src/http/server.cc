@@ -17,6 +17,10 @@ constexpr int kListenBacklog = 511;
 // closing with unread input would send RST, and the client could lose our final response.
 constexpr int64_t kLingerMs = 2000;
 constexpr size_t kReadBufferSize = 64 * 1024;
+// Responses buffered for a client beyond this stop the reading of its further requests until it
+// reads some: every request answered at once never fills the pipeline, so without this a client
+// that pipelines and never reads would grow our output without bound.
+constexpr size_t kMaxOutputBacklog = 256 * 1024;
 // Request line framing ("GET  HTTP/1.1\r\n") and per-header ": " + CRLF, counted toward
 // max_header_bytes on top of the url, names and values llhttp hands us.
 constexpr size_t kRequestLineOverhead = 16;
@@ -82,6 +86,7 @@ class HttpServer::Exchange final : public Responder {
   std::string pending_;
   bool keep_alive_ = true;
   bool http10_ = false;
+  bool head_method_ = false;  // a response to HEAD carries no body (RFC 9110 9.3.2)
   bool close_after_ = false;
   bool in_flight_ = false;  // counted in HttpServer::in_flight_
   bool gone_ = false;
@@ -126,6 +131,8 @@ class HttpServer::Connection {
   void parseError(llhttp_errno_t err);
   void queueError(int status, std::string_view code, std::string message);
   void maybeResumeReading();
+  bool pipelineFull() const;
+  void scheduleResume();
 
   // llhttp callbacks.
   int onMessageBegin();
@@ -140,6 +147,9 @@ class HttpServer::Connection {
   int fail(int status, std::string_view code, std::string message);
 
   // Output.
+  size_t outputBacklog() const {
+    return out_.size() + (writing_ && write_ != nullptr ? write_->data.size() : 0);
+  }
   bool isHead(const Exchange* ex) const { return !queue_.empty() && queue_.front().get() == ex; }
   std::string& outputFor(Exchange* ex) { return isHead(ex) ? out_ : ex->pending_; }
   bool decideClose(Exchange* ex);
@@ -309,12 +319,16 @@ void HttpServer::Connection::onPeerClosed(ssize_t nread) {
   close_after_write_ = true;
 }
 
-void HttpServer::Connection::parseInput(const char* data, size_t len) {
-  parsing_active_ = true;
+bool HttpServer::Connection::pipelineFull() const {
   const size_t max_pipelined =
       static_cast<size_t>(std::max(1, server_->limits_.max_pipelined_requests));
+  return queue_.size() >= max_pipelined || outputBacklog() >= kMaxOutputBacklog;
+}
+
+void HttpServer::Connection::parseInput(const char* data, size_t len) {
+  parsing_active_ = true;
   while (len > 0 && !closed_ && !input_done_) {
-    if (queue_.size() >= max_pipelined) {
+    if (pipelineFull()) {
       // Back-pressure: keep the rest unparsed and stop reading until responses go out.
       pending_input_.append(data, len);
       readStop();
@@ -377,9 +391,7 @@ void HttpServer::Connection::queueError(int status, std::string_view code, std::
 
 void HttpServer::Connection::maybeResumeReading() {
   if (closed_ || input_done_ || parsing_active_ || peer_eof_ || lingering_) return;
-  const size_t max_pipelined =
-      static_cast<size_t>(std::max(1, server_->limits_.max_pipelined_requests));
-  if (queue_.size() >= max_pipelined) return;
+  if (pipelineFull()) return;
   if (!pending_input_.empty()) {
     std::string data;
     data.swap(pending_input_);
@@ -507,6 +519,7 @@ int HttpServer::Connection::onBody(const char* at, size_t len) {
 int HttpServer::Connection::onMessageComplete() {
   parsing_->keep_alive_ = llhttp_should_keep_alive(&parser_) != 0 && !llhttp_get_upgrade(&parser_);
   parsing_->http10_ = parser_.http_major == 1 && parser_.http_minor == 0;
+  parsing_->head_method_ = parser_.method == HTTP_HEAD;
   in_message_ = false;
   header_deadline_us_ = 0;
   ready_ = std::move(parsing_);
@@ -568,7 +581,7 @@ void HttpServer::Connection::respond(Exchange* ex, int status, std::string_view 
     out += "\r\n";
   }
   out += "\r\n";
-  out += body;
+  if (!ex->head_method_) out += body;
   server_->recordResponse(ex->request.route, status, ex->request.received_us);
   if (ex->in_flight_) {
     ex->in_flight_ = false;
@@ -594,7 +607,7 @@ void HttpServer::Connection::startStream(Exchange* ex, int status, std::string_v
 }
 
 void HttpServer::Connection::writeChunk(Exchange* ex, std::string_view data) {
-  if (data.empty()) return;  // an empty chunk would end the stream
+  if (data.empty() || ex->head_method_) return;  // an empty chunk would end the stream
   std::string& out = outputFor(ex);
   if (ex->http10_) {
     out += data;
@@ -608,7 +621,7 @@ void HttpServer::Connection::writeChunk(Exchange* ex, std::string_view data) {
 }
 
 void HttpServer::Connection::endStream(Exchange* ex) {
-  if (!ex->http10_) outputFor(ex) += "0\r\n\r\n";
+  if (!ex->http10_ && !ex->head_method_) outputFor(ex) += "0\r\n\r\n";
   if (ex->in_flight_) {
     ex->in_flight_ = false;
     server_->addInFlight(-1);
@@ -640,17 +653,21 @@ void HttpServer::Connection::advance() {
       break;
     }
   }
+  scheduleResume();
+}
+
+void HttpServer::Connection::scheduleResume() {
   // Parsing more input dispatches handlers; advance() runs inside a responder call (send()),
-  // and a handler must never run inside another handler's send(). Resume on a later turn.
-  if (!pending_input_.empty() || !reading_) {
-    if (!resume_timer_.pending() && !closed_ && !input_done_ && !peer_eof_ && !lingering_) {
-      resume_timer_.start(server_->scheduler_, 0, [this] {
-        resume_timer_.markFired();
-        Guard guard(this);
-        maybeResumeReading();
-      });
-    }
-  }
+  // and a handler must never run inside another handler's send(). Resume on a later turn, and
+  // only when it can make progress (or the resume would just re-arm itself every turn).
+  if (pending_input_.empty() && reading_) return;
+  if (resume_timer_.pending() || closed_ || input_done_ || peer_eof_ || lingering_) return;
+  if (pipelineFull()) return;
+  resume_timer_.start(server_->scheduler_, 0, [this] {
+    resume_timer_.markFired();
+    Guard guard(this);
+    maybeResumeReading();
+  });
 }
 
 void HttpServer::Connection::detach(Exchange* ex) {
@@ -766,6 +783,8 @@ void HttpServer::Connection::closeNow() {
 void HttpServer::Connection::settle() {
   // depth_ is 0 here: no frame of this connection is on the stack.
   if (!closed_) flush();
+  // Output drained below the backlog limit: read the client's further requests again.
+  if (!closed_) scheduleResume();
   if (!closed_) {
     const bool nothing_left = queue_.empty() && !in_message_ && out_.empty() && !writing_;
     if (nothing_left && server_->draining_) close_after_write_ = true;

@@ -117,6 +117,14 @@ class HttpServerTest : public ::testing::Test {
                            });
                          })
                     .isOk());
+    // A 64 KiB answer, counted (output back-pressure).
+    ASSERT_TRUE(router_
+                    .add("GET", "/big",
+                         [this](Request&, ResponderPtr r) {
+                           ++big_count_;
+                           r->send(200, "application/octet-stream", std::string(64 * 1024, 'g'));
+                         })
+                    .isOk());
     ASSERT_TRUE(router_
                     .add("GET", "/flood",
                          [this](Request&, ResponderPtr r) {
@@ -232,6 +240,7 @@ class HttpServerTest : public ::testing::Test {
   std::atomic<int> gone_{0};
   std::atomic<int> hung_count_{0};
   std::atomic<int> held_count_{0};
+  std::atomic<int> big_count_{0};
 };
 
 TEST_F(HttpServerTest, RoutesWith404And405OverOneKeepAliveConnection) {
@@ -626,6 +635,84 @@ TEST_F(HttpServerTest, ExpectContinueGetsInterimResponse) {
   ASSERT_TRUE(r.has_value());
   EXPECT_EQ(r->status, 200);
   EXPECT_EQ(r->body, "body");
+}
+
+TEST_F(HttpServerTest, PipeliningClientThatDoesNotReadStopsBeingRead) {
+  // Every request is answered at once, so the pipeline cap never holds; without back-pressure on
+  // the output the server would keep parsing and buffer 600 x 64 KiB for a client that reads
+  // nothing.
+  startServer();
+  HttpClient c = HttpClient::unix(socket_path_);
+  std::string many;
+  for (int i = 0; i < 600; ++i) many += requestBytes("GET", "/big");
+  c.sendRaw(many);
+  ASSERT_TRUE(eventually([&] { return big_count_ > 0; }));
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_LT(big_count_, 100);  // stopped reading with a bounded backlog
+  // Reading resumes as the client drains its responses; all arrive in order.
+  for (int i = 0; i < 600; ++i) {
+    auto r = c.readResponse(5000);
+    ASSERT_TRUE(r.has_value()) << i;
+    ASSERT_EQ(r->status, 200);
+    ASSERT_EQ(r->body.size(), 64u * 1024);
+  }
+  EXPECT_EQ(big_count_, 600);
+  EXPECT_EQ(c.get("/healthz").status, 200);
+}
+
+// Reads raw bytes until `pred(data)` holds, EOF, or the deadline.
+template <typename Pred>
+std::string readRawUntil(int fd, Pred pred, int timeout_ms = 5000) {
+  std::string data;
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  while (!pred(data) && std::chrono::steady_clock::now() < deadline) {
+    timeval tv{0, 20000};
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    char buf[4096];
+    ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
+    if (n == 0) break;
+    if (n > 0) data.append(buf, static_cast<size_t>(n));
+  }
+  return data;
+}
+
+TEST_F(HttpServerTest, ResponseToHeadHasNoBodySoTheNextResponseStaysFramed) {
+  startServer();
+  HttpClient c = HttpClient::tcp(port_);
+  // HEAD has no route here (405); the answer must still carry no body (RFC 9110 9.3.2), or its
+  // bytes would be read as the start of the next response on this keep-alive connection.
+  c.sendRaw("HEAD /healthz HTTP/1.1\r\nHost: x\r\n\r\n" + requestBytes("GET", "/healthz"));
+  std::string raw = readRawUntil(c.fd(), [](const std::string& d) {
+    return d.size() >= 2 && d.compare(d.size() - 2, 2, "ok") == 0;
+  });
+  size_t end_of_head = raw.find("\r\n\r\n");
+  ASSERT_NE(end_of_head, std::string::npos) << raw;
+  EXPECT_EQ(raw.compare(0, 12, "HTTP/1.1 405"), 0) << raw;
+  EXPECT_EQ(raw.compare(end_of_head + 4, 12, "HTTP/1.1 200"), 0) << raw;
+  EXPECT_EQ(raw.substr(raw.size() - 2), "ok") << raw;
+}
+
+TEST_F(HttpServerTest, AmbiguousBodyFramingIsRefused) {
+  startServer();
+  for (std::string bad : {
+           // Both framings: a request-smuggling vector.
+           std::string("POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n"
+                       "Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n"),
+           // A length that overflows 64 bits.
+           std::string("POST /echo HTTP/1.1\r\nHost: x\r\n"
+                       "Content-Length: 99999999999999999999999\r\n\r\n"),
+           std::string("POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: -1\r\n\r\n"),
+           // A transfer coding we cannot frame.
+           std::string("POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\n\r\nabc"),
+       }) {
+    HttpClient c = HttpClient::tcp(port_);
+    c.sendRaw(bad);
+    auto r = c.readResponse(5000);
+    ASSERT_TRUE(r.has_value()) << bad;
+    EXPECT_EQ(r->status, 400) << bad;
+    EXPECT_TRUE(c.waitForClose(5000)) << bad;
+  }
+  EXPECT_EQ(metrics_.httpRequests("/echo", 200).Value(), 0);
 }
 
 TEST(StreamListenerTest, RejectsBadAddressesAndNonSocketPaths) {
