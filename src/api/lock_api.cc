@@ -313,13 +313,15 @@ void LockApi::acquire(http::Request& req, http::ResponderPtr res) {
     switch (r.status) {
       case lock::AcquireStatus::kGranted:
         call->owner = r.grant.owner;
+        if (!out->clientConnected()) {
+          // The client left between grant and answer (its client-gone callback may still be
+          // queued): nobody will learn of this lease, so give the lock back now — a plain or
+          // auto_renew lease would otherwise be held (and renewed) for nobody.
+          service->release(r.grant.name, r.grant.owner, [](StatusOr<lock::ReleaseStatus>) {});
+          call->finished = true;
+          return;
+        }
         if (call->stream) {
-          if (!out->clientConnected()) {
-            // The client left between grant and answer: give the lock back now.
-            service->release(r.grant.name, r.grant.owner, [](StatusOr<lock::ReleaseStatus>) {});
-            call->finished = true;
-            return;
-          }
           out->startStream(200, "application/x-ndjson");
           json ev = grantJson(r.grant);
           ev["event"] = "acquired";
