@@ -248,6 +248,8 @@ const char* leaseEventName(lock::LeaseEvent e) {
       return "lost";
     case lock::LeaseEvent::kCapped:
       return "capped";
+    case lock::LeaseEvent::kReleased:
+      return "released";
   }
   return "unknown";
 }
@@ -300,7 +302,9 @@ void LockApi::acquire(http::Request& req, http::ResponderPtr res) {
       if (e == lock::LeaseEvent::kLost)
         ev["reason"] = "the lease expired or is held by another owner";
       call->responder->writeChunk(ev.dump() + "\n");
-      if (e == lock::LeaseEvent::kLost) {
+      // Both end the lease for good: close the stream so the connection can serve what the
+      // client pipelined behind it (a release through the API would otherwise leave it open).
+      if (e == lock::LeaseEvent::kLost || e == lock::LeaseEvent::kReleased) {
         call->finished = true;
         call->responder->endStream();
       }

@@ -447,8 +447,11 @@ void LockService::Impl::sendRelease(std::string name, std::string owner,
                  {"error", reply.status().toString()});
           result = reply.status();
         } else if (*reply == backend::OwnerCheck::kOk) {
-          if (leases_.find(name, owner) != nullptr) {
+          if (Lease* lease = leases_.find(name, owner)) {
             SL_LOG(kDebug, "lock.released", {"name", name}, {"owner", ownerDigest(owner)});
+            if (lease->on_event) {
+              deliver([on_event = std::move(lease->on_event)] { on_event(LeaseEvent::kReleased); });
+            }
             endLease(name);
           }
           lost_.forget(name, owner);

@@ -72,7 +72,9 @@ struct ExtendResult {
 ///  - kLost: the lease is no longer held although it was not released: a renewal or extend found
 ///    it gone / owned by another, renewals failed until its validity ran out, or it expired
 ///    (e.g. after kCapped). Sent at most once, always last.
-enum class LeaseEvent { kRenewed, kLost, kCapped };
+/// kReleased: the lease was released through release() (by its holder's request or at shutdown);
+/// always the last event, like kLost.
+enum class LeaseEvent { kRenewed, kLost, kCapped, kReleased };
 
 /// A lease this sidecar granted and still holds, for GET /v1/locks (no owner ids).
 struct LeaseInfo {

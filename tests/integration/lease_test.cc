@@ -112,6 +112,35 @@ TEST(LeaseTest, StreamClientThatDisconnectsFreesTheLock) {
   EXPECT_EQ(sidecar.stop(), 0);
 }
 
+TEST(LeaseTest, ReleasingAStreamHoldThroughTheApiEndsTheStream) {
+  RedisServer redis;
+  SidecarProcess sidecar({yamlFor(redis), {}, true});
+  HttpClient s = HttpClient::tcp(sidecar.port());
+  s.sendRequest("POST", "/v1/locks/ended/acquire", R"({"ttl_ms":30000,"hold":"stream"})");
+  ASSERT_TRUE(s.readStreamHead().has_value());
+  auto first = s.readStreamLine();
+  ASSERT_TRUE(first.has_value());
+  std::string owner = json::parse(*first)["owner"];
+  HttpClient c = HttpClient::tcp(sidecar.port());
+  ASSERT_EQ(c.post("/v1/locks/ended/release", json{{"owner", owner}}.dump()).status, 200);
+  bool released = false;
+  for (int i = 0; i < 5 && !released; ++i) {
+    auto line = s.readStreamLine(2000);
+    if (!line) break;
+    released = json::parse(*line)["event"] == "released";
+  }
+  EXPECT_TRUE(released);
+  // The chunked response is complete: the same connection serves the next request.
+  auto stream_message = s.readResponse();
+  ASSERT_TRUE(stream_message.has_value()) << "the stream's chunked message ended";
+  s.sendRequest("GET", "/healthz");
+  auto next = s.readResponse();
+  ASSERT_TRUE(next.has_value());
+  EXPECT_EQ(next->status, 200);
+  EXPECT_EQ(json::parse(next->body)["status"], "ok");
+  EXPECT_EQ(sidecar.stop(), 0);
+}
+
 TEST(LeaseTest, WaiterOnAnotherSidecarIsWokenByPubSub) {
   RedisServer redis;
   // retry_max_ms is large so a fallback poll could not explain a fast hand-off.

@@ -68,6 +68,9 @@ struct HttpClient::Parser {
       self->complete.push_back(std::move(self->current));
       self->current = HttpResponse{};
       self->headers_done = false;
+      // A stream ends with its message: later responses on the connection are ordinary ones.
+      self->stream_mode = false;
+      self->stream_out = nullptr;
       return 0;
     };
     llhttp_init(&parser, HTTP_RESPONSE, &settings);
