@@ -324,7 +324,9 @@ class RedisNode::Impl {
   // libuv runs timers before it polls for I/O, so after a long loop stall (a busy machine, a slow
   // callback) a deadline can fire while the reply already waits in the socket. Tearing down a
   // healthy link then would mark a live node down. So when the deadline fires with the socket
-  // readable, give the poll phase one more turn (a few times at most) before timing out.
+  // readable, give the poll phase one more turn (a few times at most) before timing out. The
+  // re-check waits 1 ms, not 0: libuv before 1.45 (Debian 12 ships 1.44) runs a timer restarted
+  // with 0 inside a timer callback again in the same timers phase, before any poll.
   void armDeadline(Request* r, int64_t delay_ms) {
     r->timer = scheduler_.runAfter(delay_ms, [this, r] {
       r->timer = 0;
@@ -332,7 +334,7 @@ class RedisNode::Impl {
       if (r->deadline_deferrals < 3 && link != nullptr && link->ac != nullptr &&
           socketReadable(link->ac->c.fd)) {
         ++r->deadline_deferrals;
-        armDeadline(r, 0);
+        armDeadline(r, 1);
         return;
       }
       onRequestTimeout(r);

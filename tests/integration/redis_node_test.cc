@@ -4,7 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <optional>
+#include <thread>
 
 #include "integration/redis_test_env.h"
 #include "redis/scripts.h"
@@ -152,6 +154,28 @@ TEST_F(RedisNodeTest, DestroyWithPendingRequestsDropsThem) {
   env_.runFor(20);
   EXPECT_FALSE(called);
   redis_.resume();
+}
+
+// libuv runs timers before it polls for I/O. After a loop stall (here: the test thread simply not
+// running the loop) a request's deadline fires while its reply already waits in the socket; the
+// node must let the poll phase read it instead of timing out a healthy link.
+TEST_F(RedisNodeTest, DeadlineDuringLoopStallReadsTheWaitingReply) {
+  RedisNode& n = make(options(redis_.port()));
+  n.start();
+  ASSERT_TRUE(env_.runUntil([&] { return n.up(); }));
+  redis_.pause();
+  std::optional<StatusOr<RedisValue>> r;
+  n.command({"PING"}, 100, [&](StatusOr<RedisValue> v) { r.emplace(v); });
+  env_.runFor(20);  // the command is written; the stopped server cannot answer yet
+  ASSERT_FALSE(r.has_value());
+  redis_.resume();
+  // The loop stalls past the deadline while the server answers into the socket.
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  ASSERT_TRUE(env_.runUntil([&] { return r.has_value(); }));
+  ASSERT_TRUE(r->isOk()) << r->status().toString();
+  EXPECT_EQ((*r)->str, "PONG");
+  EXPECT_TRUE(n.up()) << n.downReason();
+  EXPECT_EQ(env_.metrics().node(redis_.address()).errors_timeout->Value(), 0.0);
 }
 
 TEST_F(RedisNodeTest, UnixSocketAddress) {
