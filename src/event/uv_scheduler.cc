@@ -6,18 +6,29 @@
 namespace sidelock::event {
 
 UvScheduler::UvScheduler(uv_loop_t* loop) : loop_(loop) {
-  uv_timer_t* t = timer_.allocate(this);
-  if (uv_timer_init(loop_, t) != 0) abort();  // only fails on a bad loop pointer
-  // The timer must not keep the loop alive on its own during the final drain.
+  // These inits only fail on a bad loop pointer.
+  if (uv_timer_init(loop_, timer_.allocate(this)) != 0) abort();
+  if (uv_check_init(loop_, check_.allocate(this)) != 0) abort();
+  if (uv_idle_init(loop_, idle_.allocate(this)) != 0) abort();
+  // Neither the timer nor the check handle keeps the loop alive on its own (the final drain must
+  // end); pending work does: the timer is ref'd while armed, the idle handle while posts wait.
   uv_unref(timer_.raw());
+  uv_check_start(check_.get(), [](uv_check_t* h) {
+    if (h->data != nullptr) static_cast<UvScheduler*>(h->data)->onCheck();
+  });
+  uv_unref(check_.raw());
 }
 
 UvScheduler::~UvScheduler() { close(); }
 
 void UvScheduler::close() {
+  closed_ = true;
   timers_.clear();
   deadline_by_id_.clear();
+  posted_.clear();
   timer_.close();
+  check_.close();
+  idle_.close();
 }
 
 int64_t UvScheduler::nowUs() const {
@@ -39,10 +50,32 @@ void UvScheduler::cancel(TimerId id) {
   if (it == deadline_by_id_.end()) return;
   timers_.erase({it->second, id});
   deadline_by_id_.erase(it);
-  // Leaving the uv timer armed for an earlier deadline is harmless: onTimer re-arms.
+  // With nothing left to wait for, the armed uv timer must not keep the loop alive; otherwise
+  // leaving it armed for an earlier deadline is harmless: onTimer re-arms.
+  if (timers_.empty() && timer_) {
+    uv_timer_stop(timer_.get());
+    uv_unref(timer_.raw());
+    armed_for_us_ = -1;
+  }
 }
 
-void UvScheduler::post(Callback cb) { runAfter(0, std::move(cb)); }
+void UvScheduler::post(Callback cb) {
+  if (closed_) return;
+  posted_.push_back(std::move(cb));
+  if (posted_.size() == 1) uv_idle_start(idle_.get(), [](uv_idle_t*) {});
+}
+
+void UvScheduler::onCheck() {
+  if (posted_.empty()) return;
+  // This generation only: what these callbacks post runs in the next iteration, after a poll.
+  running_.swap(posted_);
+  for (auto& cb : running_) {
+    cb();
+    if (closed_) break;  // a callback closed the scheduler: the rest is dropped, as timers are
+  }
+  running_.clear();
+  if (!closed_ && posted_.empty()) uv_idle_stop(idle_.get());
+}
 
 void UvScheduler::rearm() {
   if (!timer_) return;
@@ -57,9 +90,12 @@ void UvScheduler::rearm() {
   uint64_t delay_ms = delay_us <= 0 ? 0 : static_cast<uint64_t>((delay_us + 999) / 1000);
   armed_for_us_ = deadline;
   uv_ref(timer_.raw());
-  uv_timer_start(timer_.get(), [](uv_timer_t* t) {
-    if (t->data != nullptr) static_cast<UvScheduler*>(t->data)->onTimer();
-  }, delay_ms, 0);
+  uv_timer_start(
+      timer_.get(),
+      [](uv_timer_t* t) {
+        if (t->data != nullptr) static_cast<UvScheduler*>(t->data)->onTimer();
+      },
+      delay_ms, 0);
 }
 
 void UvScheduler::onTimer() {

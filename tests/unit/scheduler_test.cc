@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 #include <uv.h>
 
+#include <functional>
 #include <set>
 #include <string>
 #include <vector>
@@ -53,6 +54,57 @@ TEST(UvSchedulerTest, RunsTimersAndPostsOnTheLoopThenClosesCleanly) {
     EXPECT_GE(s.nowMs() - start, 19);
   }
   uv_run(&loop, UV_RUN_DEFAULT);  // drain the close callbacks
+  EXPECT_EQ(uv_loop_close(&loop), 0);
+}
+
+// A callback that keeps re-posting itself must not starve I/O: each generation of posts runs
+// after a poll phase. A uv_async wake-up (delivered through the poll phase) must get through
+// while the loop is flooded with posts.
+TEST(UvSchedulerTest, SelfRepostingCallbackDoesNotStarveIo) {
+  uv_loop_t loop;
+  ASSERT_EQ(uv_loop_init(&loop), 0);
+  {
+    UvScheduler s(&loop);
+    int posts = 0;
+    bool io_ran = false;
+    UvHandle<uv_async_t> async;
+    ASSERT_EQ(uv_async_init(&loop, async.allocate(&io_ran),
+                            [](uv_async_t* h) { *static_cast<bool*>(h->data) = true; }),
+              0);
+    std::function<void()> again = [&] {
+      ++posts;
+      if (!io_ran && posts < 100'000) {
+        s.post(again);
+      } else {
+        async.close();
+      }
+    };
+    s.post(again);
+    uv_async_send(async.get());
+    uv_run(&loop, UV_RUN_DEFAULT);
+    EXPECT_TRUE(io_ran);
+    EXPECT_LT(posts, 100) << "the I/O callback waited behind the posts";
+  }
+  uv_run(&loop, UV_RUN_DEFAULT);
+  EXPECT_EQ(uv_loop_close(&loop), 0);
+}
+
+TEST(UvSchedulerTest, PostNeverRunsInsideTheCallAndCancelledTimersLetTheLoopEnd) {
+  uv_loop_t loop;
+  ASSERT_EQ(uv_loop_init(&loop), 0);
+  {
+    UvScheduler s(&loop);
+    bool ran = false;
+    s.post([&] { ran = true; });
+    EXPECT_FALSE(ran);
+    auto id = s.runAfter(60'000, [] {});
+    s.cancel(id);  // nothing left to wait for: uv_run must return at once, not in a minute
+    int64_t start = s.nowMs();
+    uv_run(&loop, UV_RUN_DEFAULT);
+    EXPECT_TRUE(ran);
+    EXPECT_LT(s.nowMs() - start, 5'000);
+  }
+  uv_run(&loop, UV_RUN_DEFAULT);
   EXPECT_EQ(uv_loop_close(&loop), 0);
 }
 
