@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "common/log.h"
+#include "redis/redis_backend.h"
 #include "redis/scripts.h"
 
 namespace sidelock::backend {
@@ -124,16 +125,10 @@ RedlockBackend::RedlockBackend(uv_loop_s* loop, event::Scheduler& scheduler,
   for (size_t i = 0; i < config_.nodes.size(); ++i) {
     auto slot = std::make_unique<NodeSlot>();
     slot->address = config_.nodes[i].toString();
-    RedisNodeOptions options;
-    options.address = config_.nodes[i];
-    options.username = config_.username;
-    options.password = config_.password;
-    options.db = config_.db;
-    options.connect_timeout_ms = config_.connect_timeout_ms;
-    options.reconnect_min_ms = config_.reconnect_min_ms;
-    options.reconnect_max_ms = config_.reconnect_max_ms;
-    options.health_interval_ms = config_.health_interval_ms;
-    slot->redis = std::make_unique<RedisNode>(loop_, scheduler_, std::move(options),
+    // Same connection settings as the single-master backend; each call then passes
+    // redlock.node_timeout_ms as its own deadline.
+    slot->redis = std::make_unique<RedisNode>(loop_, scheduler_,
+                                              nodeOptionsFromConfig(config_, config_.nodes[i]),
                                               &metrics_.node(slot->address));
     // The node posts state changes to the loop: a post still queued when we are destroyed must
     // not reach us (weak reference).
