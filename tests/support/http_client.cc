@@ -125,7 +125,6 @@ HttpClient::HttpClient(int fd) : fd_(fd), parser_(new Parser()) {}
 
 HttpClient::HttpClient(HttpClient&& o) noexcept
     : fd_(o.fd_),
-      inbuf_(std::move(o.inbuf_)),
       stream_buf_(std::move(o.stream_buf_)),
       parser_(o.parser_) {
   o.fd_ = -1;
@@ -207,26 +206,34 @@ HttpResponse HttpClient::request(const std::string& method, const std::string& p
   return *r;
 }
 
-std::optional<HttpResponse> HttpClient::readResponse(int timeout_ms) {
-  const int64_t deadline = nowMs() + timeout_ms;
-  while (parser_->complete.empty()) {
-    if (fd_ < 0 || parser_->failed) return std::nullopt;
-    int64_t left = deadline - nowMs();
-    if (left <= 0) return std::nullopt;
+HttpClient::ReadResult HttpClient::readSome(int64_t deadline_ms) {
+  while (true) {
+    if (fd_ < 0 || parser_->failed) return ReadResult::kClosed;
+    int64_t left = deadline_ms - nowMs();
+    if (left <= 0) return ReadResult::kTimeout;
     pollfd p{fd_, POLLIN, 0};
     int rc = poll(&p, 1, static_cast<int>(left));
     if (rc < 0 && errno == EINTR) continue;
-    if (rc <= 0) return std::nullopt;
+    if (rc == 0) return ReadResult::kTimeout;
+    if (rc < 0) return ReadResult::kClosed;
     char buf[16384];
     ssize_t n = ::recv(fd_, buf, sizeof(buf), 0);
-    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
     if (n <= 0) {
-      parser_->finish();
-      if (parser_->complete.empty()) return std::nullopt;
-      break;
+      parser_->finish();  // a response delimited by the close completes now
+      return ReadResult::kClosed;
     }
     parser_->feed(buf, static_cast<size_t>(n));
+    return ReadResult::kData;
   }
+}
+
+std::optional<HttpResponse> HttpClient::readResponse(int timeout_ms) {
+  const int64_t deadline = nowMs() + timeout_ms;
+  while (parser_->complete.empty()) {
+    if (readSome(deadline) != ReadResult::kData) break;
+  }
+  if (parser_->complete.empty()) return std::nullopt;
   HttpResponse r = std::move(parser_->complete.front());
   parser_->complete.pop_front();
   return r;
@@ -237,17 +244,7 @@ std::optional<HttpResponse> HttpClient::readStreamHead(int timeout_ms) {
   parser_->stream_out = &stream_buf_;
   const int64_t deadline = nowMs() + timeout_ms;
   while (!parser_->headers_done && parser_->complete.empty()) {
-    if (fd_ < 0 || parser_->failed) return std::nullopt;
-    int64_t left = deadline - nowMs();
-    if (left <= 0) return std::nullopt;
-    pollfd p{fd_, POLLIN, 0};
-    int rc = poll(&p, 1, static_cast<int>(left));
-    if (rc < 0 && errno == EINTR) continue;
-    if (rc <= 0) return std::nullopt;
-    char buf[16384];
-    ssize_t n = ::recv(fd_, buf, sizeof(buf), 0);
-    if (n <= 0) return std::nullopt;
-    parser_->feed(buf, static_cast<size_t>(n));
+    if (readSome(deadline) != ReadResult::kData && parser_->complete.empty()) return std::nullopt;
   }
   if (!parser_->complete.empty()) {
     // Not a stream after all (an error answer): hand it over whole, body included.
@@ -271,35 +268,26 @@ std::optional<std::string> HttpClient::readStreamLine(int timeout_ms) {
       stream_buf_.erase(0, nl + 1);
       return line;
     }
-    if (fd_ < 0 || parser_->failed || !parser_->complete.empty()) return std::nullopt;
-    int64_t left = deadline - nowMs();
-    if (left <= 0) return std::nullopt;
-    pollfd p{fd_, POLLIN, 0};
-    int rc = poll(&p, 1, static_cast<int>(left));
-    if (rc < 0 && errno == EINTR) continue;
-    if (rc <= 0) return std::nullopt;
-    char buf[16384];
-    ssize_t n = ::recv(fd_, buf, sizeof(buf), 0);
-    if (n <= 0) return std::nullopt;
-    parser_->feed(buf, static_cast<size_t>(n));
+    if (!parser_->complete.empty()) return std::nullopt;  // the stream ended
+    if (readSome(deadline) != ReadResult::kData) return std::nullopt;
   }
 }
 
 bool HttpClient::waitForClose(int timeout_ms) {
   const int64_t deadline = nowMs() + timeout_ms;
-  while (fd_ >= 0) {
-    int64_t left = deadline - nowMs();
-    if (left <= 0) return false;
-    pollfd p{fd_, POLLIN, 0};
-    int rc = poll(&p, 1, static_cast<int>(left));
-    if (rc < 0 && errno == EINTR) continue;
-    if (rc <= 0) return false;
-    char buf[4096];
-    ssize_t n = ::recv(fd_, buf, sizeof(buf), 0);
-    if (n == 0 || (n < 0 && errno != EINTR && errno != EAGAIN)) return true;
-    if (n > 0) parser_->feed(buf, static_cast<size_t>(n));
+  if (fd_ < 0) return true;
+  while (true) {
+    // A parse error is no close: keep reading (and discarding) until EOF.
+    parser_->failed = false;
+    switch (readSome(deadline)) {
+      case ReadResult::kData:
+        continue;
+      case ReadResult::kTimeout:
+        return false;
+      case ReadResult::kClosed:
+        return true;
+    }
   }
-  return true;
 }
 
 }  // namespace sidelock::testing

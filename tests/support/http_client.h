@@ -55,9 +55,11 @@ class HttpClient {
 
  private:
   explicit HttpClient(int fd);
+  enum class ReadResult { kData, kTimeout, kClosed };
+  /// Waits (until `deadline_ms`, steady clock) for bytes and feeds them to the parser.
+  ReadResult readSome(int64_t deadline_ms);
   struct Parser;
   int fd_ = -1;
-  std::string inbuf_;
   std::string stream_buf_;
   Parser* parser_ = nullptr;
 };
