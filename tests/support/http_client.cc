@@ -129,7 +129,10 @@ HttpClient::HttpClient(HttpClient&& o) noexcept
       parser_(o.parser_) {
   o.fd_ = -1;
   o.parser_ = nullptr;
-  if (parser_ != nullptr) parser_->parser.data = parser_;
+  if (parser_ != nullptr) {
+    parser_->parser.data = parser_;
+    if (parser_->stream_out != nullptr) parser_->stream_out = &stream_buf_;  // it pointed into o
+  }
 }
 
 HttpClient& HttpClient::operator=(HttpClient&& o) noexcept {
@@ -141,6 +144,10 @@ HttpClient& HttpClient::operator=(HttpClient&& o) noexcept {
     stream_buf_ = std::move(o.stream_buf_);
     o.fd_ = -1;
     o.parser_ = nullptr;
+    if (parser_ != nullptr) {
+      parser_->parser.data = parser_;
+      if (parser_->stream_out != nullptr) parser_->stream_out = &stream_buf_;
+    }
   }
   return *this;
 }
