@@ -133,12 +133,7 @@ class RedisNode::Impl {
   }
 
   ~Impl() {
-    connect_timer_.reset();
-    retry_timer_.reset();
-    ping_timer_.reset();
-    sub_connect_timer_.reset();
-    sub_retry_timer_.reset();
-    deferred_fail_.reset();
+    stopTimers();
     // Orphan every request still owned by hiredis: its reply (or the NULL reply from the frees
     // below) only deletes it.
     for (Request* r : pending_) {
@@ -240,12 +235,7 @@ class RedisNode::Impl {
     if (state_ != State::kShutdown) {
       state_ = State::kShutdown;
       down_reason_ = "shutting down";
-      connect_timer_.reset();
-      retry_timer_.reset();
-      ping_timer_.reset();
-      sub_connect_timer_.reset();
-      sub_retry_timer_.reset();
-      deferred_fail_.reset();
+      stopTimers();
       // Answer everything now; the NULL replies caused by the frees below only delete requests.
       for (Request* r : pending_) {
         cancelTimer(r);
@@ -264,6 +254,16 @@ class RedisNode::Impl {
   }
 
  private:
+  // Every timer the node arms (destruction and shutdown stop them all).
+  void stopTimers() {
+    connect_timer_.reset();
+    retry_timer_.reset();
+    ping_timer_.reset();
+    sub_connect_timer_.reset();
+    sub_retry_timer_.reset();
+    deferred_fail_.reset();
+  }
+
   // ---- requests ----
 
   // Fails fast (on a later turn) when the node cannot take commands.
