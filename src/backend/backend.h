@@ -43,10 +43,18 @@ struct ExtendReply {
   int64_t validity_ms = 0;
 };
 
+/// Result of a release with hand-off (Backend::releaseAndGrant).
+struct HandOffReply {
+  /// What the release found; only kOk handed the lock on.
+  OwnerCheck released = OwnerCheck::kNotHeld;
+  /// released == kOk: the grant to the next owner (granted, token, validity_ms).
+  AcquireReply next;
+};
+
 struct LockState {
   bool held = false;
-  int64_t ttl_ms = 0;   // remaining TTL when held
-  uint64_t token = 0;   // fencing token of the current (or last) grant; 0 if never granted
+  int64_t ttl_ms = 0;  // remaining TTL when held
+  uint64_t token = 0;  // fencing token of the current (or last) grant; 0 if never granted
 };
 
 struct NodeHealth {
@@ -67,6 +75,7 @@ using AcquireCallback = std::function<void(StatusOr<AcquireReply>)>;
 using OwnerCheckCallback = std::function<void(StatusOr<OwnerCheck>)>;
 using ExtendCallback = std::function<void(StatusOr<ExtendReply>)>;
 using InspectCallback = std::function<void(StatusOr<LockState>)>;
+using HandOffCallback = std::function<void(StatusOr<HandOffReply>)>;
 /// Called with a lock name when some sidecar released that lock (pub/sub wake-up).
 using ReleaseListener = std::function<void(std::string_view name)>;
 
@@ -82,6 +91,15 @@ class Backend {
                        AcquireCallback cb) = 0;
   /// Deletes the lease only if `owner` holds it; announces the release to waiters everywhere.
   virtual void release(std::string_view name, std::string_view owner, OwnerCheckCallback cb) = 0;
+  /// Whether releaseAndGrant() is served. A single master can hand a lock on in one atomic step;
+  /// Redlock cannot (the next owner needs a quorum vote of its own).
+  virtual bool canHandOff() const { return false; }
+  /// Hand-off in one round trip: if `owner` holds the lease it is replaced, atomically, by a
+  /// grant to `next_owner` for `next_ttl_ms` with the next fencing token. Nothing is announced to
+  /// other sidecars' waiters (the lock stays held). Called only when canHandOff().
+  virtual void releaseAndGrant(std::string_view name, std::string_view owner,
+                               std::string_view next_owner, int64_t next_ttl_ms,
+                               HandOffCallback cb) = 0;
   /// Sets the lease's TTL to `ttl_ms` only if `owner` holds it. Never re-creates a missing lease.
   virtual void extend(std::string_view name, std::string_view owner, int64_t ttl_ms,
                       ExtendCallback cb) = 0;

@@ -80,6 +80,36 @@ void MemoryBackend::release(std::string_view name, std::string_view owner, Owner
   if (result == OwnerCheck::kOk) notifyReleased(name);
 }
 
+void MemoryBackend::releaseAndGrant(std::string_view name, std::string_view owner,
+                                    std::string_view next_owner, int64_t next_ttl_ms,
+                                    HandOffCallback cb) {
+  if (shut_down_) {
+    deliver([cb = std::move(cb)] { cb(shutDownError()); });
+    return;
+  }
+  if (next_ttl_ms <= 0 || next_owner.empty()) {
+    deliver([cb = std::move(cb)] {
+      cb(invalidArgument("next ttl_ms must be > 0 and next owner non-empty"));
+    });
+    return;
+  }
+  HandOffReply reply;
+  if (Entry* held = liveEntry(name)) {
+    if (held->owner == owner) {
+      held->owner.assign(next_owner);
+      held->expiry_us = scheduler_.nowUs() + next_ttl_ms * 1000;
+      held->token += 1;
+      reply.released = OwnerCheck::kOk;
+      reply.next.granted = true;
+      reply.next.token = held->token;
+      reply.next.validity_ms = next_ttl_ms;
+    } else {
+      reply.released = OwnerCheck::kNotOwner;
+    }
+  }
+  deliver([cb = std::move(cb), reply] { cb(reply); });
+}
+
 void MemoryBackend::extend(std::string_view name, std::string_view owner, int64_t ttl_ms,
                            ExtendCallback cb) {
   if (shut_down_) {

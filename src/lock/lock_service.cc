@@ -434,61 +434,114 @@ void LockService::Impl::release(std::string_view name, std::string_view owner,
 void LockService::Impl::sendRelease(std::string name, std::string owner,
                                     std::function<void(StatusOr<ReleaseStatus>)> done,
                                     bool client_request) {
+  if (client_request && !stopping_ && backend_.canHandOff()) {
+    if (Waiter* next = handOffCandidate(name)) {
+      sendReleaseWithHandOff(std::move(name), std::move(owner), *next, std::move(done));
+      return;
+    }
+  }
   opStarted();
-  backend_.release(
-      name, owner,
-      guarded([this, name, owner, done = std::move(done),
-               client_request](StatusOr<backend::OwnerCheck> reply) mutable {
-        StatusOr<ReleaseStatus> result = ReleaseStatus::kNotHeld;
-        if (!reply.isOk()) {
-          // The lease (if ours) keeps its stopped renewal and simply expires.
-          if (client_request) metrics_.release_error.Increment();
-          SL_LOG(kWarn, "lock.release_failed", {"name", name},
-                 {"error", reply.status().toString()});
-          result = reply.status();
-        } else if (*reply == backend::OwnerCheck::kOk) {
-          if (Lease* lease = leases_.find(name, owner)) {
-            SL_LOG(kDebug, "lock.released", {"name", name}, {"owner", ownerDigest(owner)});
-            if (lease->on_event) {
-              deliver([on_event = std::move(lease->on_event)] { on_event(LeaseEvent::kReleased); });
-            }
-            endLease(name);
-          }
-          lost_.forget(name, owner);
-          if (client_request) metrics_.release_released.Increment();
-          result = ReleaseStatus::kReleased;
-          wakeQueue(name, false);
+  backend_.release(name, owner,
+                   guarded([this, name, owner, done = std::move(done),
+                            client_request](StatusOr<backend::OwnerCheck> reply) mutable {
+                     onReleaseReply(name, owner, std::move(reply), std::move(done), client_request,
+                                    /*wake=*/true);
+                     opFinished();
+                   }));
+}
+
+Waiter* LockService::Impl::handOffCandidate(std::string_view name) {
+  WaiterQueue* q = queues_.find(name);
+  if (q == nullptr || q->fifo.empty() || q->attempt_in_flight) return nullptr;
+  Waiter* head = q->fifo.front();
+  return head->abandoned ? nullptr : head;
+}
+
+// The release's answer is also the next waiter's grant: it goes out as soon as Redis answers,
+// instead of after a second round trip (release, wake-up, acquire). To the waiter this is its
+// attempt: fairness, fencing and metrics follow the acquire path.
+void LockService::Impl::sendReleaseWithHandOff(std::string name, std::string owner, Waiter& next,
+                                               std::function<void(StatusOr<ReleaseStatus>)> done) {
+  WaiterQueue* q = queues_.find(name);
+  q->retry_timer.reset();
+  q->attempt_in_flight = true;
+  next.attempting = true;
+  opStarted();  // the release
+  opStarted();  // the waiter's attempt, finished by onAttemptReply
+  backend_.releaseAndGrant(
+      name, owner, next.options.owner, next.options.ttl_ms,
+      guarded([this, name, owner, id = next.id,
+               done = std::move(done)](StatusOr<backend::HandOffReply> reply) mutable {
+        const bool handed_on = reply.isOk() && reply->released == backend::OwnerCheck::kOk;
+        StatusOr<backend::OwnerCheck> released =
+            reply.isOk() ? StatusOr<backend::OwnerCheck>(reply->released)
+                         : StatusOr<backend::OwnerCheck>(reply.status());
+        // The old lease leaves the table before the new one enters it (keyed by name).
+        onReleaseReply(name, owner, std::move(released), std::move(done), true, /*wake=*/false);
+        if (handed_on) {
+          onAttemptReply(id, reply->next);
         } else {
-          const bool not_owner = *reply == backend::OwnerCheck::kNotOwner;
-          if (Lease* lease = leases_.find(name, owner)) {
-            // We granted it and believed it held: it vanished or was taken behind our back.
-            markLost(*lease, not_owner ? "release found another owner" : "release found no lease",
-                     /*by_renewal=*/false);
-            result = ReleaseStatus::kLeaseLost;
-          } else if (lost_.contains(name, owner, scheduler_.nowUs())) {
-            result = ReleaseStatus::kLeaseLost;
-          } else {
-            result = not_owner ? ReleaseStatus::kNotOwner : ReleaseStatus::kNotHeld;
-          }
-          if (client_request) {
-            switch (*result) {
-              case ReleaseStatus::kLeaseLost:
-                metrics_.release_lease_lost.Increment();
-                break;
-              case ReleaseStatus::kNotOwner:
-                metrics_.release_not_owner.Increment();
-                break;
-              default:
-                metrics_.release_not_held.Increment();
-                break;
-            }
-          }
-        }
-        if (done) {
-          deliver([done = std::move(done), result = std::move(result)] { done(result); });
+          // Nothing was handed on: to the waiter this was a busy attempt; it retries with its
+          // backoff (a lock found not held is tried again at the shortest one).
+          backend::AcquireReply busy;
+          busy.holder_ttl_ms = reply.isOk() ? reply->next.holder_ttl_ms : -1;
+          onAttemptReply(id, busy);
         }
         opFinished();
       }));
+}
+
+void LockService::Impl::onReleaseReply(const std::string& name, const std::string& owner,
+                                       StatusOr<backend::OwnerCheck> reply,
+                                       std::function<void(StatusOr<ReleaseStatus>)> done,
+                                       bool client_request, bool wake) {
+  StatusOr<ReleaseStatus> result = ReleaseStatus::kNotHeld;
+  if (!reply.isOk()) {
+    // The lease (if ours) keeps its stopped renewal and simply expires.
+    if (client_request) metrics_.release_error.Increment();
+    SL_LOG(kWarn, "lock.release_failed", {"name", name}, {"error", reply.status().toString()});
+    result = reply.status();
+  } else if (*reply == backend::OwnerCheck::kOk) {
+    if (Lease* lease = leases_.find(name, owner)) {
+      SL_LOG(kDebug, "lock.released", {"name", name}, {"owner", ownerDigest(owner)});
+      if (lease->on_event) {
+        deliver([on_event = std::move(lease->on_event)] { on_event(LeaseEvent::kReleased); });
+      }
+      endLease(name);
+    }
+    lost_.forget(name, owner);
+    if (client_request) metrics_.release_released.Increment();
+    result = ReleaseStatus::kReleased;
+    if (wake) wakeQueue(name, false);
+  } else {
+    const bool not_owner = *reply == backend::OwnerCheck::kNotOwner;
+    if (Lease* lease = leases_.find(name, owner)) {
+      // We granted it and believed it held: it vanished or was taken behind our back.
+      markLost(*lease, not_owner ? "release found another owner" : "release found no lease",
+               /*by_renewal=*/false, wake);
+      result = ReleaseStatus::kLeaseLost;
+    } else if (lost_.contains(name, owner, scheduler_.nowUs())) {
+      result = ReleaseStatus::kLeaseLost;
+    } else {
+      result = not_owner ? ReleaseStatus::kNotOwner : ReleaseStatus::kNotHeld;
+    }
+    if (client_request) {
+      switch (*result) {
+        case ReleaseStatus::kLeaseLost:
+          metrics_.release_lease_lost.Increment();
+          break;
+        case ReleaseStatus::kNotOwner:
+          metrics_.release_not_owner.Increment();
+          break;
+        default:
+          metrics_.release_not_held.Increment();
+          break;
+      }
+    }
+  }
+  if (done) {
+    deliver([done = std::move(done), result = std::move(result)] { done(result); });
+  }
 }
 
 void LockService::Impl::extend(std::string_view name, std::string_view owner, int64_t ttl_ms,

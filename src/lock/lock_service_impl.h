@@ -101,6 +101,17 @@ class LockService::Impl {
   // --- release / extend (lock_service.cc) ---
   void sendRelease(std::string name, std::string owner,
                    std::function<void(StatusOr<ReleaseStatus>)> done, bool client_request);
+  /// The head of `name`'s queue, if a release may hand the lock straight to it.
+  Waiter* handOffCandidate(std::string_view name);
+  /// Release and grant to `next` in one backend round trip (Backend::releaseAndGrant).
+  void sendReleaseWithHandOff(std::string name, std::string owner, Waiter& next,
+                              std::function<void(StatusOr<ReleaseStatus>)> done);
+  /// Settles a release's answer: lease table, metrics, the caller's answer and (if `wake`) the
+  /// queue's head.
+  void onReleaseReply(const std::string& name, const std::string& owner,
+                      StatusOr<backend::OwnerCheck> reply,
+                      std::function<void(StatusOr<ReleaseStatus>)> done, bool client_request,
+                      bool wake);
 
   // --- lease lifecycle (watchdog.cc) ---
   void recordGrant(Waiter& w, const backend::AcquireReply& reply);

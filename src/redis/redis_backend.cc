@@ -17,6 +17,7 @@ RedisNodeOptions nodeOptionsFromConfig(const config::BackendConfig& config,
   o.reconnect_max_ms = config.reconnect_max_ms;
   o.health_interval_ms = config.health_interval_ms;
   o.command_timeout_ms = config.command_timeout_ms;
+  o.scripts = sidelockScripts();
   return o;
 }
 
@@ -71,6 +72,16 @@ void RedisBackend::release(std::string_view name, std::string_view owner, OwnerC
                    timeout_ms_, NodeOp::kRelease,
                    [address = address_, cb = std::move(cb)](StatusOr<RedisValue> r) {
                      cb(decodeRelease(r, *address));
+                   });
+}
+
+void RedisBackend::releaseAndGrant(std::string_view name, std::string_view owner,
+                                   std::string_view next_owner, int64_t next_ttl_ms,
+                                   HandOffCallback cb) {
+  node_->runScript(ScriptId::kReleaseGrant, {lockKey(prefix_, name), tokenKey(prefix_, name)},
+                   {owner, next_owner, std::to_string(next_ttl_ms)}, timeout_ms_, NodeOp::kRelease,
+                   [address = address_, cb = std::move(cb)](StatusOr<RedisValue> r) {
+                     cb(decodeReleaseGrant(r, *address));
                    });
 }
 

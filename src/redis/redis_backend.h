@@ -35,6 +35,9 @@ class RedisBackend final : public Backend {
   void acquire(std::string_view name, std::string_view owner, int64_t ttl_ms,
                AcquireCallback cb) override;
   void release(std::string_view name, std::string_view owner, OwnerCheckCallback cb) override;
+  bool canHandOff() const override { return true; }
+  void releaseAndGrant(std::string_view name, std::string_view owner, std::string_view next_owner,
+                       int64_t next_ttl_ms, HandOffCallback cb) override;
   void extend(std::string_view name, std::string_view owner, int64_t ttl_ms,
               ExtendCallback cb) override;
   void inspect(std::string_view name, InspectCallback cb) override;

@@ -1,54 +1,32 @@
-// One Redis master: a hiredis async connection on the libuv loop (hiredis/adapters/libuv.h), with
-// connect timeout, per-command timeout (hiredis 0.14 has none for async: a uv-driven deadline per
-// request; a timed-out link is treated as broken and reconnected), reconnect with backoff, AUTH
-// (ACL user + password), SELECT, and sidelock's Lua scripts called by EVALSHA with transparent
-// NOSCRIPT reload. A second connection carries pub/sub (release wake-ups).
+// One Redis server as sidelock uses it: a command connection (RedisConnection: our own socket,
+// pipelined, hiredis as the codec) with connect timeout, reconnect with backoff, a handshake
+// (AUTH with ACL user + password, SELECT, INFO server, SCRIPT LOAD of the script set), an idle
+// PING, and scripts run by index with transparent NOSCRIPT reload. A second connection carries
+// pub/sub (release wake-ups) while some channel is wanted.
 //
-// Used by RedisBackend (one node) and RedlockBackend (N nodes). Ownership rules (STYLE 3, 4):
-// each command is one heap request object passed as privdata and deleted in its reply callback;
-// redisAsyncContext::data points to a small bridge whose back pointer the node clears on
-// destruction. A request whose deadline passes completes with kDeadlineExceeded at once; the late
-// hiredis reply is then dropped.
+// Used by RedisBackend (one node) and RedlockBackend (N nodes). The node knows no lock semantics:
+// its owner hands it the script set. Its address may change at run time (setAddress), so nothing
+// outside caches it.
 #pragma once
 
 #include <cstdint>
 #include <functional>
+#include <initializer_list>
 #include <memory>
 #include <string>
 #include <string_view>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "common/status.h"
 #include "config/config.h"
 #include "event/scheduler.h"
 #include "metrics/metrics.h"
-
-struct uv_loop_s;
+#include "redis/redis_connection.h"
+#include "redis/resp.h"
 
 namespace sidelock::backend {
-
-/// An owned copy of a redisReply (the hiredis reply is freed inside the callback).
-/// A Redis error reply ("ERR ...", "WRONGTYPE ...") is delivered as an OK StatusOr holding a
-/// kError value; a non-OK Status means no reply: kUnavailable (link down / lost), kDeadlineExceeded
-/// (no reply in time), kCancelled (shutdown).
-struct RedisValue {
-  enum class Type { kNil, kInteger, kString, kStatus, kError, kArray };
-  Type type = Type::kNil;
-  int64_t integer = 0;
-  std::string str;  // kString, kStatus, kError
-  std::vector<RedisValue> elements;
-
-  bool isError() const { return type == Type::kError; }
-};
-
-using RedisReplyCallback = std::function<void(StatusOr<RedisValue>)>;
-
-/// The Lua scripts (src/redis/scripts.h holds their text; each node keeps the SHA1s that SCRIPT
-/// LOAD returned during its handshake).
-enum class ScriptId { kAcquire, kRelease, kExtend, kInspect };
-
-/// Which metric latency series an operation counts in.
-enum class NodeOp { kAcquire, kRelease, kExtend, kInspect, kOther };
 
 struct RedisNodeOptions {
   config::RedisNodeAddress address;
@@ -58,10 +36,13 @@ struct RedisNodeOptions {
   int64_t connect_timeout_ms = 1000;
   int64_t reconnect_min_ms = 100;
   int64_t reconnect_max_ms = 5000;
-  int64_t health_interval_ms = 1000;  // PING period while idle; INFO server after each connect
-  /// Deadline for PING and for calls made with timeout_ms <= 0. Handshake commands (AUTH,
-  /// SELECT, INFO, SCRIPT LOAD) use connect_timeout_ms.
+  int64_t health_interval_ms = 1000;  // PING period while idle
+  /// Budget for PING and for calls made with timeout_ms <= 0, and the link's liveness bound: a
+  /// link whose oldest request waited this long with nothing read meanwhile is torn down.
+  /// Handshake commands (AUTH, SELECT, INFO, SCRIPT LOAD) use connect_timeout_ms.
   int64_t command_timeout_ms = 500;
+  /// Loaded during every handshake; runScript() takes an index into it. May be null.
+  std::shared_ptr<const RedisScriptSet> scripts;
 };
 
 /// Reconnect delay after `attempt` consecutive failures (0-based): min * 2^attempt capped at max,
@@ -77,7 +58,7 @@ struct RedisServerInfo {
 
 class RedisNode {
  public:
-  RedisNode(uv_loop_s* loop, event::Scheduler& scheduler, RedisNodeOptions options,
+  RedisNode(uv_loop_t* loop, event::Scheduler& scheduler, RedisNodeOptions options,
             metrics::NodeMetrics* metrics);
   ~RedisNode();
   RedisNode(const RedisNode&) = delete;
@@ -86,23 +67,39 @@ class RedisNode {
   /// Starts connecting; reconnects with backoff forever until shutdown().
   void start();
 
-  /// Runs a sidelock script (EVALSHA, loading it on NOSCRIPT). While the link is down it fails
-  /// fast with kUnavailable; after `timeout_ms` with kDeadlineExceeded. The callback runs exactly
-  /// once, never inside this call.
-  void runScript(ScriptId script, std::vector<std::string> keys, std::vector<std::string> args,
-                 int64_t timeout_ms, NodeOp op, RedisReplyCallback cb);
-  /// Any command (argv form), same rules.
-  void command(std::vector<std::string> argv, int64_t timeout_ms, RedisReplyCallback cb);
+  /// Runs script `script` of the set (EVALSHA, EVAL on NOSCRIPT). While the link is down it fails
+  /// fast with kUnavailable; after `timeout_ms` (<= 0: command_timeout_ms) with
+  /// kDeadlineExceeded, leaving the link up. The callback runs exactly once, never inside this
+  /// call. The arguments are copied before this returns.
+  void runScript(size_t script, std::initializer_list<std::string_view> keys,
+                 std::initializer_list<std::string_view> args, int64_t timeout_ms, NodeOp op,
+                 RedisReplyCallback cb);
+  /// The same with the owner's enum of script indexes (scripts.h: ScriptId).
+  template <typename ScriptEnum>
+  requires std::is_enum_v<ScriptEnum>
+  void runScript(ScriptEnum script, std::initializer_list<std::string_view> keys,
+                 std::initializer_list<std::string_view> args, int64_t timeout_ms, NodeOp op,
+                 RedisReplyCallback cb) {
+    runScript(static_cast<size_t>(script), keys, args, timeout_ms, op, std::move(cb));
+  }
+  /// Any command, same rules.
+  void command(std::initializer_list<std::string_view> argv, int64_t timeout_ms,
+               RedisReplyCallback cb);
+  void commandArgv(RedisArgs argv, int64_t timeout_ms, RedisReplyCallback cb);
 
   bool up() const;
-  /// Why the node is down ("connect: Connection refused", "timeout"), empty when up.
+  /// Why the node is down ("connect 10.0.0.1:6379: connection refused"), empty when up.
   const std::string& downReason() const;
+  /// The address in use: "host:port" or "unix:/path".
   const std::string& address() const;
   const RedisServerInfo& serverInfo() const;
 
-  /// Called on every transition up (after AUTH/SELECT/INFO/SCRIPT LOAD succeeded) or down, on a
-  /// later loop turn (posted), in transition order. The argument is the transition's value;
-  /// up() tells the state at the time the listener runs (it may have moved on).
+  /// Points the node at another server (a Sentinel failover, a Cluster slot move): an open link to
+  /// the old address is dropped and the node reconnects to the new one. No-op when unchanged.
+  void setAddress(const config::RedisNodeAddress& address);
+
+  /// Called on every transition up (after the handshake succeeded) or down, on a later loop turn
+  /// (posted), in transition order. up() tells the state at the time the listener runs.
   void setStateListener(std::function<void(bool up)> listener);
 
   /// Pub/sub on a dedicated connection: subscriptions are re-established after reconnects.
@@ -111,17 +108,17 @@ class RedisNode {
   /// published while it is down are lost (callers keep a polling fallback).
   void subscribe(const std::string& channel);
   void unsubscribe(const std::string& channel);
-  /// Called from the hiredis read callback (never inside subscribe()).
+  /// Called from the read path (never inside subscribe()).
   void setMessageListener(
       std::function<void(std::string_view channel, std::string_view message)> l);
   /// True once the server confirmed the subscription to `channel` (tests, diagnostics).
   bool subscribed(const std::string& channel) const;
 
-  /// Commands sent and not yet answered by hiredis (including ones already timed out).
+  /// Commands sent and not yet answered (including ones whose caller was already answered).
   size_t pendingRequests() const;
 
   /// Fails every pending request with kCancelled, closes both connections, then calls `done` on a
-  /// later loop turn once hiredis and libuv have let go of everything.
+  /// later loop turn.
   void shutdown(std::function<void()> done);
 
  private:

@@ -10,17 +10,6 @@
 namespace sidelock::backend {
 namespace {
 
-// Raises a node's fencing counter to at least ARGV[1] (never lowers it). Sent with EVAL through
-// RedisNode::command: it is tiny, and Redis caches EVAL'd scripts itself. Lua numbers are doubles:
-// exact for counters below 2^53.
-constexpr char kTokenSyncLua[] = R"lua(
-local c = tonumber(redis.call('GET', KEYS[1]) or '0')
-if c < tonumber(ARGV[1]) then
-  redis.call('SET', KEYS[1], ARGV[1])
-end
-return 1
-)lua";
-
 enum class Vote { kPending, kFor, kBusy, kNotOwner, kNotHeld, kFailed };
 
 bool isInt(const RedisValue& v) { return v.type == RedisValue::Type::kInteger; }
@@ -315,9 +304,9 @@ void RedlockBackend::startTokenSync(const std::shared_ptr<AcquireOp>& op) {
     }
     // Also sent to nodes that are still voting or said busy: raising a counter never hurts, and
     // a counter that lags behind is what would let a later majority hand out a smaller token.
-    nodes_[i]->redis->command(
-        {"EVAL", kTokenSyncLua, "1", counter, std::to_string(op->token)},
-        config_.redlock.node_timeout_ms,
+    nodes_[i]->redis->runScript(
+        ScriptId::kTokenSync, {counter}, {std::to_string(op->token)},
+        config_.redlock.node_timeout_ms, NodeOp::kOther,
         [this, op, i, alive = std::weak_ptr<char>(alive_)](StatusOr<RedisValue> r) {
           if (alive.expired() || op->phase != AcquireOp::Phase::kSync || !op->voting[i]) return;
           if (r.isOk() && isInt(*r)) {
@@ -435,6 +424,13 @@ void RedlockBackend::releaseOnAll(const std::string& name, const std::string& ow
         NodeOp::kRelease,
         [shared_each, i](StatusOr<RedisValue> r) { (*shared_each)(i, std::move(r)); });
   }
+}
+
+void RedlockBackend::releaseAndGrant(std::string_view, std::string_view, std::string_view, int64_t,
+                                     HandOffCallback cb) {
+  deliver([cb = std::move(cb)] {
+    cb(Status(StatusCode::kFailedPrecondition, "redlock cannot hand a lock on in one step"));
+  });
 }
 
 void RedlockBackend::release(std::string_view name, std::string_view owner, OwnerCheckCallback cb) {
@@ -634,11 +630,11 @@ void RedlockBackend::inspect(std::string_view name, InspectCallback cb) {
   op->tokens.assign(n, 0);
   op->errors.assign(n, "");
   for (size_t i = 0; i < n; ++i) op->voting.push_back(nodeVoting(i));
-  const std::vector<std::string> keys = {lockKey(config_.key_prefix, name),
-                                         tokenKey(config_.key_prefix, name)};
+  const std::string key = lockKey(config_.key_prefix, name);
+  const std::string counter = tokenKey(config_.key_prefix, name);
   for (size_t i = 0; i < n; ++i) {
     nodes_[i]->redis->runScript(
-        ScriptId::kInspect, keys, {}, config_.redlock.node_timeout_ms, NodeOp::kInspect,
+        ScriptId::kInspect, {key, counter}, {}, config_.redlock.node_timeout_ms, NodeOp::kInspect,
         [this, op, i](StatusOr<RedisValue> r) {
           StatusOr<LockState> d = decodeInspect(r, nodes_[i]->address);
           if (d.isOk()) {

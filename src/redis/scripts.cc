@@ -48,6 +48,30 @@ local exists = redis.call('EXISTS', KEYS[1])
 return {exists, redis.call('PTTL', KEYS[1]), redis.call('GET', KEYS[2])}
 )lua";
 
+// Raises a node's fencing counter to at least ARGV[1] (never lowers it). Lua numbers are doubles:
+// exact for counters below 2^53.
+constexpr std::string_view kTokenSyncLua = R"lua(
+local c = tonumber(redis.call('GET', KEYS[1]) or '0')
+if c < tonumber(ARGV[1]) then
+  redis.call('SET', KEYS[1], ARGV[1])
+end
+return 1
+)lua";
+
+// Release with hand-off: the next owner's grant replaces ours in the same step, with the next
+// fencing token (as acquire would give it). No PUBLISH: the lock never became free.
+constexpr std::string_view kReleaseGrantLua = R"lua(
+local v = redis.call('GET', KEYS[1])
+if v == ARGV[1] then
+  redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+  local token = redis.call('INCR', KEYS[2])
+  return {1, token, tonumber(ARGV[3])}
+elseif v then
+  return {0, 0, redis.call('PTTL', KEYS[1])}
+end
+return {-1, 0, 0}
+)lua";
+
 constexpr std::string_view kChannelInfix = "released:{";
 
 }  // namespace
@@ -62,6 +86,10 @@ std::string_view scriptText(ScriptId id) {
       return kExtendLua;
     case ScriptId::kInspect:
       return kInspectLua;
+    case ScriptId::kTokenSync:
+      return kTokenSyncLua;
+    case ScriptId::kReleaseGrant:
+      return kReleaseGrantLua;
   }
   return {};
 }
@@ -76,8 +104,21 @@ const char* scriptName(ScriptId id) {
       return "extend";
     case ScriptId::kInspect:
       return "inspect";
+    case ScriptId::kTokenSync:
+      return "token_sync";
+    case ScriptId::kReleaseGrant:
+      return "release_grant";
   }
   return "unknown";
+}
+
+std::shared_ptr<const RedisScriptSet> sidelockScripts() {
+  static const auto kSet = [] {
+    auto set = std::make_shared<RedisScriptSet>();
+    for (ScriptId id : kAllScripts) set->push_back({scriptName(id), std::string(scriptText(id))});
+    return set;
+  }();
+  return kSet;
 }
 
 std::string lockKey(std::string_view prefix, std::string_view name) {
@@ -186,6 +227,33 @@ StatusOr<ExtendReply> decodeExtend(const StatusOr<RedisValue>& reply, std::strin
       break;
     default:
       return badShape(node, "extend");
+  }
+  return r;
+}
+
+StatusOr<HandOffReply> decodeReleaseGrant(const StatusOr<RedisValue>& reply,
+                                          std::string_view node) {
+  if (!reply.isOk()) return reply.status();
+  const RedisValue& v = *reply;
+  if (v.isError()) return replyError(v, node);
+  if (!intArray(v, 3)) return badShape(node, "release_grant");
+  HandOffReply r;
+  switch (v.elements[0].integer) {
+    case 1:
+      r.released = OwnerCheck::kOk;
+      r.next.granted = true;
+      r.next.token = static_cast<uint64_t>(v.elements[1].integer);
+      r.next.validity_ms = v.elements[2].integer;
+      break;
+    case 0:
+      r.released = OwnerCheck::kNotOwner;
+      r.next.holder_ttl_ms = v.elements[2].integer >= 0 ? v.elements[2].integer : -1;
+      break;
+    case -1:
+      r.released = OwnerCheck::kNotHeld;
+      break;
+    default:
+      return badShape(node, "release_grant");
   }
   return r;
 }

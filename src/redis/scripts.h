@@ -17,12 +17,20 @@
 //   re-creates
 //                                           a missing key (that would silently re-acquire)
 //   inspect  (no ARGV)                   -> {exists 0|1, PTTL, token counter as bulk string or nil}
+//   token_sync KEYS[1] counter, ARGV token -> 1 (Redlock: raises a counter to the token handed out)
+//   release_grant ARGV owner, next owner, next ttl_ms
+//                                        -> {1, token, ttl_ms} handed on | {0, 0, holder PTTL} held
+//                                        by
+//                                           another owner | {-1, 0, 0} not held (single master
+//                                           only)
 //
-// The scripts are loaded with SCRIPT LOAD when a node connects and run with EVALSHA; a NOSCRIPT
-// reply (SCRIPT FLUSH, failover to a replica without the script) is retried once with EVAL, which
-// runs the script and caches it again (RedisNode does this transparently).
+// The scripts are handed to every RedisNode as its script set (sidelockScripts(), indexed by
+// ScriptId), loaded with SCRIPT LOAD when a node connects and run with EVALSHA; a NOSCRIPT reply
+// (SCRIPT FLUSH, failover to a replica without the script) is retried once with EVAL, which runs
+// the script and caches it again (RedisConnection does this transparently).
 #pragma once
 
+#include <memory>
 #include <string>
 #include <string_view>
 
@@ -31,13 +39,19 @@
 
 namespace sidelock::backend {
 
+/// sidelock's scripts; the value is the script's index in sidelockScripts().
+enum class ScriptId : size_t { kAcquire, kRelease, kExtend, kInspect, kTokenSync, kReleaseGrant };
+
 /// Lua source of one script.
 std::string_view scriptText(ScriptId id);
 /// Short name for logs and errors ("acquire").
 const char* scriptName(ScriptId id);
-/// All script ids, for loading them in a loop.
-inline constexpr ScriptId kAllScripts[] = {ScriptId::kAcquire, ScriptId::kRelease,
-                                           ScriptId::kExtend, ScriptId::kInspect};
+/// All script ids, in index order.
+inline constexpr ScriptId kAllScripts[] = {ScriptId::kAcquire,   ScriptId::kRelease,
+                                           ScriptId::kExtend,    ScriptId::kInspect,
+                                           ScriptId::kTokenSync, ScriptId::kReleaseGrant};
+/// The script set for RedisNodeOptions::scripts (one shared instance).
+std::shared_ptr<const RedisScriptSet> sidelockScripts();
 
 /// KEYS[1]: `<prefix>{<name>}`.
 std::string lockKey(std::string_view prefix, std::string_view name);
@@ -55,6 +69,7 @@ StatusOr<AcquireReply> decodeAcquire(const StatusOr<RedisValue>& reply, std::str
 StatusOr<OwnerCheck> decodeRelease(const StatusOr<RedisValue>& reply, std::string_view node);
 /// kOk: validity_ms = the key's PTTL after PEXPIRE.
 StatusOr<ExtendReply> decodeExtend(const StatusOr<RedisValue>& reply, std::string_view node);
+StatusOr<HandOffReply> decodeReleaseGrant(const StatusOr<RedisValue>& reply, std::string_view node);
 StatusOr<LockState> decodeInspect(const StatusOr<RedisValue>& reply, std::string_view node);
 
 }  // namespace sidelock::backend

@@ -222,6 +222,44 @@ TEST_F(RedisBackendTest, KilledRedisFailsFastThenRecoversWithoutNewBackend) {
   EXPECT_NE(text.find("sidelock_backend_ready 1"), std::string::npos);
 }
 
+// Release with hand-off: one script replaces the holder's lease by the next owner's grant, with
+// the next fencing token and the next owner's TTL, and nothing is published (the lock never
+// became free).
+TEST_F(RedisBackendTest, ReleaseAndGrantHandsTheLockOnAtomically) {
+  RedisBackend& b = make(redisConfig(redis_.port()));
+  ASSERT_TRUE(b.canHandOff());
+  auto a = acquire(b, "hand", "alice", 10'000);
+  ASSERT_TRUE(a.isOk() && a->granted);
+  auto handoff = [&](std::string_view owner, std::string_view next) {
+    return await<HandOffReply>(
+        [&](auto cb) { b.releaseAndGrant("hand", owner, next, 20'000, cb); });
+  };
+  auto h = handoff("alice", "bob");
+  ASSERT_TRUE(h.isOk()) << h.status().toString();
+  EXPECT_EQ(h->released, OwnerCheck::kOk);
+  EXPECT_TRUE(h->next.granted);
+  EXPECT_EQ(h->next.token, a->token + 1);
+  EXPECT_EQ(h->next.validity_ms, 20'000);
+  EXPECT_EQ(redis_.cli({"GET", lockKey("sidelock:", "hand")}), "bob");
+  EXPECT_GT(std::stoll(redis_.cli({"PTTL", lockKey("sidelock:", "hand")})), 10'000);
+
+  auto stale = handoff("alice", "carol");
+  ASSERT_TRUE(stale.isOk());
+  EXPECT_EQ(stale->released, OwnerCheck::kNotOwner);
+  EXPECT_FALSE(stale->next.granted);
+  EXPECT_GT(stale->next.holder_ttl_ms, 0);
+  EXPECT_EQ(redis_.cli({"GET", lockKey("sidelock:", "hand")}), "bob");
+
+  ASSERT_EQ(*release(b, "hand", "bob"), OwnerCheck::kOk);
+  auto free = handoff("bob", "dave");
+  ASSERT_TRUE(free.isOk());
+  EXPECT_EQ(free->released, OwnerCheck::kNotHeld);
+  EXPECT_EQ(redis_.cli({"EXISTS", lockKey("sidelock:", "hand")}), "0");
+  auto next = acquire(b, "hand", "erin", 10'000);
+  ASSERT_TRUE(next.isOk() && next->granted);
+  EXPECT_EQ(next->token, a->token + 2) << "tokens run on through hand-offs";
+}
+
 TEST_F(RedisBackendTest, PausedRedisTimesOutThenRecovers) {
   auto c = redisConfig(redis_.port());
   c.command_timeout_ms = 200;

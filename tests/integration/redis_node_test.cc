@@ -25,6 +25,7 @@ RedisNodeOptions options(int port) {
   o.reconnect_min_ms = 20;
   o.reconnect_max_ms = 200;
   o.health_interval_ms = 100;
+  o.scripts = sidelockScripts();
   return o;
 }
 
@@ -48,7 +49,8 @@ class RedisNodeTest : public ::testing::Test {
 
   StatusOr<RedisValue> run(std::vector<std::string> argv, int64_t timeout_ms = 0) {
     std::optional<StatusOr<RedisValue>> r;
-    node_->command(std::move(argv), timeout_ms, [&](StatusOr<RedisValue> v) { r.emplace(v); });
+    const std::vector<std::string_view> args(argv.begin(), argv.end());
+    node_->commandArgv(args, timeout_ms, [&](StatusOr<RedisValue> v) { r.emplace(v); });
     EXPECT_FALSE(r.has_value()) << "callback ran inside the call";
     if (!env_.runUntil([&] { return r.has_value(); })) return internalError("test: no callback");
     return std::move(*r);
@@ -176,6 +178,131 @@ TEST_F(RedisNodeTest, DeadlineDuringLoopStallReadsTheWaitingReply) {
   EXPECT_EQ((*r)->str, "PONG");
   EXPECT_TRUE(n.up()) << n.downReason();
   EXPECT_EQ(env_.metrics().node(redis_.address()).errors_timeout->Value(), 0.0);
+}
+
+// A request's own budget only answers its caller: a Redis stall longer than a call's budget (a
+// fork, an fsync) but shorter than command_timeout_ms must not tear the link down, and the late
+// reply is discarded when it comes.
+TEST_F(RedisNodeTest, RequestBudgetEndsButTheLinkSurvivesAStall) {
+  RedisNodeOptions o = options(redis_.port());
+  o.command_timeout_ms = 2000;
+  o.health_interval_ms = 5000;
+  RedisNode& n = make(o);
+  std::vector<bool> transitions;
+  n.setStateListener([&](bool up) { transitions.push_back(up); });
+  n.start();
+  ASSERT_TRUE(env_.runUntil([&] { return n.up(); }));
+  ASSERT_TRUE(run({"SET", "budget", "before"}).isOk());
+
+  redis_.pause();
+  std::optional<StatusOr<RedisValue>> r;
+  n.command({"GET", "budget"}, 50, [&](StatusOr<RedisValue> v) { r.emplace(v); });
+  ASSERT_TRUE(env_.runUntil([&] { return r.has_value(); }, 1000));
+  ASSERT_FALSE(r->isOk());
+  EXPECT_EQ(r->status().code(), StatusCode::kDeadlineExceeded) << r->status().toString();
+  EXPECT_NE(r->status().message().find("timed out after 50 ms"), std::string::npos)
+      << r->status().toString();
+  env_.runFor(100);  // the stall outlasts the budget
+  EXPECT_TRUE(n.up()) << n.downReason();
+  EXPECT_EQ(n.pendingRequests(), 1u) << "the slot waits for the late reply";
+  redis_.resume();
+
+  // The late reply is dropped; the next request gets its own answer, not the old one.
+  auto after = run({"SET", "budget", "after"});
+  ASSERT_TRUE(after.isOk()) << after.status().toString();
+  EXPECT_EQ(after->str, "OK");
+  auto get = run({"GET", "budget"});
+  ASSERT_TRUE(get.isOk());
+  EXPECT_EQ(get->str, "after");
+  EXPECT_EQ(n.pendingRequests(), 0u);
+  EXPECT_EQ(transitions, std::vector<bool>{true}) << "never went down";
+  auto& m = env_.metrics().node(redis_.address());
+  EXPECT_EQ(m.reconnects->Value(), 0.0);
+  EXPECT_EQ(m.errors_timeout->Value(), 1.0);
+}
+
+// The link itself is declared dead only when the oldest request waited command_timeout_ms with
+// nothing read: then every pending caller hears it and the node reconnects.
+TEST_F(RedisNodeTest, SilentLinkIsTornDownAfterCommandTimeout) {
+  RedisNodeOptions o = options(redis_.port());
+  o.health_interval_ms = 5000;  // no PING: the user's request is what finds the silence
+  RedisNode& n = make(o);
+  n.start();
+  ASSERT_TRUE(env_.runUntil([&] { return n.up(); }));
+  redis_.pause();
+  std::optional<StatusOr<RedisValue>> r;
+  n.command({"PING"}, 10'000, [&](StatusOr<RedisValue> v) { r.emplace(v); });
+  ASSERT_TRUE(env_.runUntil([&] { return r.has_value(); }, 3000));
+  ASSERT_FALSE(r->isOk());
+  EXPECT_EQ(r->status().code(), StatusCode::kUnavailable) << r->status().toString();
+  EXPECT_FALSE(n.up());
+  EXPECT_NE(n.downReason().find("no reply for 300 ms"), std::string::npos) << n.downReason();
+  redis_.resume();
+  ASSERT_TRUE(env_.runUntil([&] { return n.up(); }, 5000)) << n.downReason();
+  EXPECT_GE(env_.metrics().node(redis_.address()).reconnects->Value(), 1.0);
+}
+
+// Many callers in one loop turn: their commands share the write buffer and the replies come back
+// to each caller in order.
+TEST_F(RedisNodeTest, PipelinedCommandsAnswerTheirOwnCallers) {
+  RedisNode& n = make(options(redis_.port()));
+  n.start();
+  ASSERT_TRUE(env_.runUntil([&] { return n.up(); }));
+  constexpr int kCount = 5000;
+  std::vector<int64_t> got(kCount, -1);
+  int answered = 0;
+  for (int i = 0; i < kCount; ++i) {
+    n.command({"INCR", "pipelined"}, 0, [&, i](StatusOr<RedisValue> v) {
+      ++answered;
+      if (v.isOk()) got[static_cast<size_t>(i)] = v->integer;
+    });
+  }
+  EXPECT_EQ(n.pendingRequests(), static_cast<size_t>(kCount));
+  ASSERT_TRUE(env_.runUntil([&] { return answered == kCount; }, 10'000));
+  for (int i = 0; i < kCount; ++i) ASSERT_EQ(got[static_cast<size_t>(i)], i + 1) << "caller " << i;
+}
+
+// hiredis 0.14 resolved names synchronously on the loop thread; ours go to libuv's thread pool.
+// "localhost" may resolve to ::1 first while redis-server listens on 127.0.0.1 only: every
+// address is tried.
+TEST_F(RedisNodeTest, HostNameIsResolved) {
+  RedisNodeOptions o = options(redis_.port());
+  o.address.host = "localhost";
+  node_ = std::make_unique<RedisNode>(env_.loop(), env_.scheduler(), o, nullptr);
+  node_->start();
+  ASSERT_TRUE(env_.runUntil([&] { return node_->up(); })) << node_->downReason();
+  EXPECT_EQ(node_->address(), "localhost:" + std::to_string(redis_.port()));
+  auto pong = run({"PING"});
+  ASSERT_TRUE(pong.isOk());
+  EXPECT_EQ(pong->str, "PONG");
+}
+
+TEST_F(RedisNodeTest, UnknownHostNameKeepsTheNodeDownWithTheReason) {
+  RedisNodeOptions o = options(redis_.port());
+  o.address.host = "no-such-host.invalid";
+  node_ = std::make_unique<RedisNode>(env_.loop(), env_.scheduler(), o, nullptr);
+  node_->start();
+  ASSERT_TRUE(
+      env_.runUntil([&] { return node_->downReason().find("resolve") != std::string::npos; }, 5000))
+      << node_->downReason();
+  EXPECT_FALSE(node_->up());
+}
+
+// Sentinel and Cluster move a node at run time: the node drops its link and reconnects to the
+// new address, with the new server's identity.
+TEST_F(RedisNodeTest, SetAddressMovesToAnotherServer) {
+  RedisServer other;
+  RedisNode& n = make(options(redis_.port()));
+  n.start();
+  ASSERT_TRUE(env_.runUntil([&] { return n.up(); }));
+  const std::string first_run_id = n.serverInfo().run_id;
+  n.setAddress(testing::localNode(other.port()));
+  EXPECT_EQ(n.address(), other.address());
+  ASSERT_TRUE(env_.runUntil([&] { return n.up() && n.serverInfo().run_id != first_run_id; }))
+      << n.downReason();
+  ASSERT_TRUE(run({"SET", "moved", "yes"}).isOk());
+  EXPECT_EQ(other.cli({"GET", "moved"}), "yes");
+  EXPECT_EQ(redis_.cli({"EXISTS", "moved"}), "0");
 }
 
 TEST_F(RedisNodeTest, UnixSocketAddress) {

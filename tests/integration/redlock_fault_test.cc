@@ -121,6 +121,32 @@ TEST_F(RedlockTest, PausedNodeCostsAtMostItsTimeout) {
   EXPECT_EQ(nodesHolding("held", "other"), 5);
 }
 
+// Redlock's per-node budget (node_timeout_ms) only answers the vote: a node that stalls past it
+// (a fork, an fsync) keeps its link, so a 60 ms hiccup does not reconnect the node with the full
+// handshake. Only command_timeout_ms of silence tears a link down.
+TEST_F(RedlockTest, NodeStalledPastItsBudgetKeepsItsLink) {
+  config::BackendConfig c = redlockConfig();
+  c.redlock.node_timeout_ms = 50;
+  c.command_timeout_ms = 3000;
+  auto& b = makeBackend(c);
+  ASSERT_TRUE(waitAllVoting(b));
+  auto& stalled = env_.metrics().node(servers_[2]->address());
+
+  servers_[2]->pause();
+  auto r = acquire(b, "stall", "a", 10'000);
+  ASSERT_TRUE(r.isOk()) << r.status().toString();
+  EXPECT_TRUE(r->granted);
+  env_.runFor(150);  // three node budgets
+  EXPECT_GE(stalled.errors_timeout->Value(), 1.0);
+  servers_[2]->resume();
+
+  EXPECT_TRUE(b.health().nodes[2].up) << b.health().nodes[2].reason;
+  EXPECT_EQ(stalled.reconnects->Value(), 0.0) << "the stalled node's link was torn down";
+  EXPECT_EQ(*release(b, "stall", "a"), OwnerCheck::kOk);
+  ASSERT_TRUE(env_.runUntil([&] { return nodesWithKey("stall") == 0; }));
+  EXPECT_EQ(stalled.reconnects->Value(), 0.0);
+}
+
 TEST_F(RedlockTest, ShutdownAnswersPendingCallsBeforeDone) {
   auto& b = makeReadyBackend();
   ASSERT_TRUE(acquire(b, "held", "other", 30'000)->granted);

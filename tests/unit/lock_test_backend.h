@@ -36,7 +36,8 @@ class TestBackend final : public backend::Backend {
   std::optional<Status> fail_acquire;
   std::optional<Status> fail_extend;
   std::optional<Status> fail_release;
-  int64_t extend_reply_delay_ms = 0;  // the extend is applied at once, its answer comes later
+  int64_t extend_reply_delay_ms = 0;   // the extend is applied at once, its answer comes later
+  int64_t release_reply_delay_ms = 0;  // hand-offs only: applied at once, answered later
 
   void start() override {}
   void acquire(std::string_view name, std::string_view owner, int64_t ttl_ms,
@@ -50,6 +51,23 @@ class TestBackend final : public backend::Backend {
     record("release", name);
     if (fail_release) return fail(std::move(cb), *fail_release);
     mem_.release(name, owner, std::move(cb));
+  }
+  // Hand-off is off unless a test turns it on, so the other tests see plain release + acquire.
+  bool hand_off = false;
+  bool canHandOff() const override { return hand_off; }
+  void releaseAndGrant(std::string_view name, std::string_view owner, std::string_view next_owner,
+                       int64_t next_ttl_ms, backend::HandOffCallback cb) override {
+    record("release_grant", name);
+    if (fail_release) return fail(std::move(cb), *fail_release);
+    if (release_reply_delay_ms == 0) {
+      return mem_.releaseAndGrant(name, owner, next_owner, next_ttl_ms, std::move(cb));
+    }
+    mem_.releaseAndGrant(
+        name, owner, next_owner, next_ttl_ms,
+        [this, cb = std::move(cb)](StatusOr<backend::HandOffReply> r) mutable {
+          sched_.runAfter(release_reply_delay_ms,
+                          [cb = std::move(cb), r = std::move(r)]() mutable { cb(std::move(r)); });
+        });
   }
   void extend(std::string_view name, std::string_view owner, int64_t ttl_ms,
               backend::ExtendCallback cb) override {

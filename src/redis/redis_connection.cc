@@ -1,0 +1,338 @@
+#include "redis/redis_connection.h"
+
+#include <algorithm>
+#include <charconv>
+#include <cstdlib>
+#include <limits>
+#include <utility>
+
+namespace sidelock::backend {
+namespace {
+
+constexpr std::string_view kNoScript = "NOSCRIPT";
+
+void inc(prometheus::Counter* c) {
+  if (c != nullptr) c->Increment();
+}
+
+// Retained script arguments are compacted once this much has been consumed at the front.
+constexpr size_t kRetainedCompactBytes = 64 * 1024;
+
+}  // namespace
+
+RedisConnection::RedisConnection(uv_loop_t* loop, event::Scheduler& scheduler,
+                                 RedisConnectionOptions options, Listener* listener)
+    : loop_(loop), scheduler_(scheduler), options_(std::move(options)), listener_(listener) {
+  if (options_.scripts) shas_.resize(options_.scripts->size());
+  uv_prepare_t* prepare = flush_handle_.allocate(this);
+  if (uv_prepare_init(loop_, prepare) != 0) abort();  // fails only on a bad loop pointer
+}
+
+RedisConnection::~RedisConnection() {
+  dead_ = true;
+  pending_.clear();
+  if (transport_) transport_->close();
+}
+
+void RedisConnection::open(const config::RedisNodeAddress& address,
+                           std::unique_ptr<RedisTransport> transport) {
+  transport_ = std::move(transport);
+  transport_->connect(address, this);
+}
+
+void RedisConnection::close(const Status& why) {
+  if (dead_) return;
+  dead_ = true;
+  connected_ = false;
+  if (transport_) transport_->close();
+  flush_handle_.close();
+  deadline_timer_.reset();
+  out_.clear();
+  retained_.clear();
+  retained_head_ = 0;
+  // Answered on a later turn: close() may be called from inside a caller's own call.
+  for (Pending& p : pending_) {
+    if (!p.cb) continue;
+    scheduler_.post([cb = std::move(p.cb), why] { cb(why); });
+  }
+  pending_.clear();
+}
+
+bool RedisConnection::admit(RedisReplyCallback& cb) {
+  if (!dead_) return true;
+  if (cb) {
+    scheduler_.post(
+        [cb = std::move(cb), s = unavailable(options_.name + ": connection lost")] { cb(s); });
+  }
+  return false;
+}
+
+void RedisConnection::command(RedisArgs argv, int64_t timeout_ms, NodeOp op, RedisReplyCallback cb,
+                              const char* what) {
+  if (!admit(cb)) return;
+  appendCommand(out_, argv);
+  Pending p;
+  p.cb = std::move(cb);
+  p.op = op;
+  p.what = what;
+  enqueue(std::move(p), timeout_ms);
+}
+
+void RedisConnection::script(size_t index, RedisArgs keys, RedisArgs args, int64_t timeout_ms,
+                             NodeOp op, RedisReplyCallback cb) {
+  if (!admit(cb)) return;
+  const RedisScript& s = (*options_.scripts)[index];
+  const std::string& sha = shas_[index];
+  Pending p;
+  p.cb = std::move(cb);
+  p.op = op;
+  p.is_script = true;
+  p.what = s.label.c_str();
+  p.script = static_cast<uint32_t>(index);
+  p.argc = static_cast<uint32_t>(3 + keys.size() + args.size());
+  appendArrayHeader(out_, p.argc);
+  if (sha.empty()) {
+    appendBulk(out_, "EVAL");  // EVAL caches the script itself: no retry needed
+    appendBulk(out_, s.text);
+  } else {
+    appendBulk(out_, "EVALSHA");
+    appendBulk(out_, sha);
+  }
+  const size_t args_start = out_.size();
+  char numkeys[24];
+  const auto [end, ec] = std::to_chars(numkeys, numkeys + sizeof(numkeys), keys.size());
+  appendBulk(out_, std::string_view(numkeys, static_cast<size_t>(end - numkeys)));
+  for (std::string_view k : keys) appendBulk(out_, k);
+  for (std::string_view a : args) appendBulk(out_, a);
+  if (!sha.empty()) {
+    p.retained_bytes = static_cast<uint32_t>(out_.size() - args_start);
+    retained_.append(out_, args_start, p.retained_bytes);
+  }
+  enqueue(std::move(p), timeout_ms);
+}
+
+void RedisConnection::setScriptSha(size_t index, std::string sha) {
+  if (index < shas_.size()) shas_[index] = std::move(sha);
+}
+
+void RedisConnection::send(RedisArgs argv) {
+  if (dead_) return;
+  appendCommand(out_, argv);
+  scheduleFlush();
+}
+
+void RedisConnection::enqueue(Pending p, int64_t timeout_ms) {
+  const int64_t now = scheduler_.nowUs();
+  p.sent_us = now;
+  p.deadline_us = now + std::max<int64_t>(1, timeout_ms) * 1000;
+  // The first outstanding request also starts the liveness clock.
+  const int64_t check_at = pending_.empty()
+                               ? std::min(p.deadline_us, now + options_.liveness_timeout_ms * 1000)
+                               : p.deadline_us;
+  pending_.push_back(std::move(p));
+  armDeadlineCheck(check_at);
+  scheduleFlush();
+}
+
+// ---- writing: one flush per loop turn ----
+
+void RedisConnection::scheduleFlush() {
+  if (flush_scheduled_ || !connected_) return;  // not connected: flushed when it is
+  flush_scheduled_ = true;
+  uv_prepare_start(flush_handle_.get(), [](uv_prepare_t* h) {
+    if (h->data != nullptr) static_cast<RedisConnection*>(h->data)->flush();
+  });
+}
+
+void RedisConnection::flush() {
+  flush_scheduled_ = false;
+  uv_prepare_stop(flush_handle_.get());
+  if (dead_ || !connected_) return;
+  transport_->write(out_);  // may report an error, but only on a later turn
+}
+
+// ---- reading ----
+
+void RedisConnection::onTransportConnected() {
+  connected_ = true;
+  last_read_us_ = scheduler_.nowUs();
+  scheduleFlush();
+  listener_->onConnectionUp(*this);
+}
+
+void RedisConnection::onTransportData(const char* data, size_t len) {
+  last_read_us_ = scheduler_.nowUs();
+  readable_deferrals_ = 0;
+  reader_.feed(data, len);
+  RedisValue value;
+  while (!dead_) {
+    switch (reader_.next(&value)) {
+      case RespReader::Result::kNeedMore:
+        return;
+      case RespReader::Result::kProtocolError:
+        die("protocol error: " + reader_.error());
+        return;
+      case RespReader::Result::kReply:
+        onReply(value);
+        break;
+    }
+  }
+}
+
+void RedisConnection::onReply(RedisValue& value) {
+  if (pending_.empty()) {
+    if (push_mode_) {
+      listener_->onPush(*this, value);
+    } else {
+      die("a reply nobody asked for");
+    }
+    return;
+  }
+  Pending p = std::move(pending_.front());
+  pending_.pop_front();
+  if (p.is_script && value.isError() && p.retained_bytes > 0 && p.cb &&
+      std::string_view(value.str).starts_with(kNoScript) && retryWithEval(p, value)) {
+    return;
+  }
+  consumeRetained(p.retained_bytes);
+  if (!p.cb) return;  // answered already (deadline) or dropped
+  const int64_t now = scheduler_.nowUs();
+  observeLatency(p, now);
+  if (value.isError() && options_.metrics != nullptr) inc(options_.metrics->errors_reply);
+  // Last: the callback may close this connection (onTransportData checks dead_).
+  p.cb(std::move(value));
+}
+
+// The server lost its script cache (SCRIPT FLUSH, restart, failover). EVAL runs the script and
+// caches it again; the retry keeps the original deadline and goes to the back of the FIFO.
+bool RedisConnection::retryWithEval(Pending& p, const RedisValue& /*noscript*/) {
+  const RedisScript& s = (*options_.scripts)[p.script];
+  if (options_.metrics != nullptr) inc(options_.metrics->noscript_reloads);
+  appendArrayHeader(out_, p.argc);
+  appendBulk(out_, "EVAL");
+  appendBulk(out_, s.text);
+  out_.append(retained_, retained_head_, p.retained_bytes);
+  consumeRetained(p.retained_bytes);
+  Pending retry = std::move(p);
+  retry.retained_bytes = 0;  // one retry only
+  pending_.push_back(std::move(retry));
+  scheduleFlush();
+  return true;
+}
+
+void RedisConnection::consumeRetained(uint32_t bytes) {
+  if (bytes == 0) return;
+  retained_head_ += bytes;
+  if (retained_head_ >= retained_.size()) {
+    retained_.clear();
+    retained_head_ = 0;
+  } else if (retained_head_ >= kRetainedCompactBytes) {
+    retained_.erase(0, retained_head_);
+    retained_head_ = 0;
+  }
+}
+
+void RedisConnection::onTransportError(std::string reason) { die(reason); }
+
+void RedisConnection::die(const std::string& reason) {
+  if (dead_) return;
+  dead_ = true;
+  connected_ = false;
+  if (transport_) transport_->close();
+  flush_handle_.close();
+  deadline_timer_.reset();
+  out_.clear();
+  retained_.clear();
+  std::deque<Pending> failed = std::move(pending_);
+  pending_.clear();
+  const std::string error = options_.name + ": " + reason;
+  metrics::NodeMetrics* metrics = options_.metrics;
+  listener_->onConnectionLost(*this, reason);
+  // From here on `this` may be closed or retired by the listener: only locals.
+  for (Pending& p : failed) {
+    if (!p.cb) continue;
+    if (metrics != nullptr) inc(metrics->errors_disconnected);
+    p.cb(unavailable(error));
+  }
+}
+
+// ---- deadlines ----
+
+void RedisConnection::armDeadlineCheck(int64_t at_us) {
+  if (deadline_timer_.pending() && deadline_armed_us_ <= at_us) return;
+  deadline_armed_us_ = at_us;
+  const int64_t delay_us = std::max<int64_t>(0, at_us - scheduler_.nowUs());
+  deadline_timer_.start(scheduler_, (delay_us + 999) / 1000, [this] {
+    deadline_timer_.markFired();
+    onDeadlineCheck();
+  });
+}
+
+void RedisConnection::onDeadlineCheck() {
+  if (dead_ || pending_.empty()) return;
+  const int64_t now = scheduler_.nowUs();
+  const int64_t liveness_us = options_.liveness_timeout_ms * 1000;
+  const bool silent =
+      now - pending_.front().sent_us >= liveness_us && now - last_read_us_ >= liveness_us;
+  bool any_due = silent;
+  for (const Pending& p : pending_) any_due = any_due || (p.cb && p.deadline_us <= now);
+  // libuv runs timers before it polls: after a loop stall the reply may already wait in the
+  // socket. Let the poll phase read it (a few times at most) before failing anything.
+  if (any_due && readable_deferrals_ < 3 && transport_ && transport_->readable()) {
+    ++readable_deferrals_;
+    armDeadlineCheck(now + 1000);
+    return;
+  }
+  // Answer the requests whose budget ended; their slots stay for the late replies.
+  std::vector<std::pair<RedisReplyCallback, std::string>> expired;
+  int64_t next = std::max(pending_.front().sent_us, last_read_us_) + liveness_us;
+  for (Pending& p : pending_) {
+    if (!p.cb) continue;
+    if (p.deadline_us > now) {
+      next = std::min(next, p.deadline_us);
+      continue;
+    }
+    const int64_t budget_ms = (p.deadline_us - p.sent_us) / 1000;
+    expired.emplace_back(std::move(p.cb), std::string(p.what) + " timed out after " +
+                                              std::to_string(budget_ms) + " ms");
+  }
+  // The oldest request's name, before its callback may go away with the connection.
+  const std::string silent_reason =
+      silent ? std::string(pending_.front().what) + " got no reply for " +
+                   std::to_string(options_.liveness_timeout_ms) + " ms"
+             : std::string();
+  if (!silent) armDeadlineCheck(std::max(next, now + 1000));
+  for (auto& [cb, message] : expired) {
+    if (options_.metrics != nullptr) inc(options_.metrics->errors_timeout);
+    cb(deadlineExceeded(options_.name + ": " + message));
+  }
+  // Callers first hear that their budget ended; then the silent link is torn down (a callback may
+  // already have closed it).
+  if (silent) die(silent_reason);
+}
+
+void RedisConnection::observeLatency(const Pending& p, int64_t now_us) {
+  metrics::NodeMetrics* m = options_.metrics;
+  if (m == nullptr) return;
+  prometheus::Histogram* h = nullptr;
+  switch (p.op) {
+    case NodeOp::kAcquire:
+      h = m->latency_acquire;
+      break;
+    case NodeOp::kRelease:
+      h = m->latency_release;
+      break;
+    case NodeOp::kExtend:
+      h = m->latency_extend;
+      break;
+    case NodeOp::kInspect:
+      h = m->latency_inspect;
+      break;
+    case NodeOp::kOther:
+      h = m->latency_other;
+      break;
+  }
+  if (h != nullptr) h->Observe(static_cast<double>(now_us - p.sent_us) / 1e6);
+}
+
+}  // namespace sidelock::backend

@@ -1,0 +1,127 @@
+#include "redis/resp.h"
+
+#include <hiredis/read.h>
+
+#include <charconv>
+#include <utility>
+
+namespace sidelock::backend {
+
+namespace {
+
+void appendDecimal(std::string& out, size_t n) {
+  char buf[24];
+  auto [end, ec] = std::to_chars(buf, buf + sizeof(buf), n);
+  out.append(buf, end);
+}
+
+}  // namespace
+
+void appendArrayHeader(std::string& out, size_t count) {
+  out.push_back('*');
+  appendDecimal(out, count);
+  out.append("\r\n", 2);
+}
+
+void appendBulk(std::string& out, std::string_view arg) {
+  out.push_back('$');
+  appendDecimal(out, arg.size());
+  out.append("\r\n", 2);
+  out.append(arg);
+  out.append("\r\n", 2);
+}
+
+void appendCommand(std::string& out, std::span<const std::string_view> argv) {
+  appendArrayHeader(out, argv.size());
+  for (std::string_view a : argv) appendBulk(out, a);
+}
+
+// ---- reader: hiredis' object functions building RedisValue in place ----
+//
+// hiredis calls createX for every value of a reply, children after their array; task->parent is
+// the enclosing array (whose elements vector createArray sized once, so element addresses stay
+// put), and the root lands in the reader's privdata slot. freeObject is only ever called on the
+// root (partial reply on a protocol error, reader reset): the slot is cleared, nothing is freed.
+
+namespace {
+
+RedisValue* slotFor(const redisReadTask* task) {
+  if (task->parent != nullptr) {
+    auto* parent = static_cast<RedisValue*>(task->parent->obj);
+    return &parent->elements[static_cast<size_t>(task->idx)];
+  }
+  return static_cast<RedisValue*>(task->privdata);
+}
+
+void* createString(const redisReadTask* task, char* str, size_t len) {
+  RedisValue* v = slotFor(task);
+  switch (task->type) {
+    case REDIS_REPLY_ERROR:
+      v->type = RedisValue::Type::kError;
+      break;
+    case REDIS_REPLY_STATUS:
+      v->type = RedisValue::Type::kStatus;
+      break;
+    default:
+      v->type = RedisValue::Type::kString;
+      break;
+  }
+  v->str.assign(str, len);
+  return v;
+}
+
+void* createArray(const redisReadTask* task, int elements) {
+  RedisValue* v = slotFor(task);
+  v->type = RedisValue::Type::kArray;
+  v->elements.resize(static_cast<size_t>(elements));
+  return v;
+}
+
+void* createInteger(const redisReadTask* task, long long value) {
+  RedisValue* v = slotFor(task);
+  v->type = RedisValue::Type::kInteger;
+  v->integer = value;
+  return v;
+}
+
+void* createNil(const redisReadTask* task) {
+  RedisValue* v = slotFor(task);
+  v->type = RedisValue::Type::kNil;
+  return v;
+}
+
+void freeObject(void* obj) { *static_cast<RedisValue*>(obj) = RedisValue{}; }
+
+redisReplyObjectFunctions kValueFunctions = {createString, createArray, createInteger, createNil,
+                                             freeObject};
+
+}  // namespace
+
+RespReader::RespReader() { reset(); }
+
+RespReader::~RespReader() {
+  if (reader_ != nullptr) redisReaderFree(reader_);
+}
+
+void RespReader::reset() {
+  if (reader_ != nullptr) redisReaderFree(reader_);
+  root_ = RedisValue{};
+  reader_ = redisReaderCreateWithFunctions(&kValueFunctions);
+  // hiredis hands privdata to every task: the root slot.
+  reader_->privdata = &root_;
+}
+
+void RespReader::feed(const char* data, size_t len) { redisReaderFeed(reader_, data, len); }
+
+RespReader::Result RespReader::next(RedisValue* out) {
+  void* reply = nullptr;
+  if (redisReaderGetReply(reader_, &reply) != REDIS_OK) return Result::kProtocolError;
+  if (reply == nullptr) return Result::kNeedMore;
+  *out = std::move(root_);
+  root_ = RedisValue{};
+  return Result::kReply;
+}
+
+std::string RespReader::error() const { return reader_->errstr; }
+
+}  // namespace sidelock::backend
