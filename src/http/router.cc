@@ -165,7 +165,7 @@ Router::Match Router::match(std::string_view method, std::string_view raw_path) 
   result.route = best->pattern;
   for (size_t i = 0; i < decoded.size(); ++i) {
     if (best->segments[i].is_param) {
-      result.params.emplace_back(best->segments[i].text, std::move(decoded[i]));
+      result.params.emplace_back(best->segments[i].text, decoded[i]);  // decoded keeps its capacity
     }
   }
   return result;
@@ -174,7 +174,7 @@ Router::Match Router::match(std::string_view method, std::string_view raw_path) 
 void Router::dispatch(Request& request, ResponderPtr responder) const {
   std::string_view path = request.raw_path.empty() ? request.path : request.raw_path;
   Match m = match(request.method, path);
-  request.route = std::string(m.route);
+  request.route = m.route;
   switch (m.kind) {
     case Match::Kind::kFound:
       request.params = std::move(m.params);

@@ -25,6 +25,9 @@ constexpr size_t kMaxOutputBacklog = 256 * 1024;
 // max_header_bytes on top of the url, names and values llhttp hands us.
 constexpr size_t kRequestLineOverhead = 16;
 constexpr size_t kHeaderOverhead = 4;
+// Room for a typical client's headers (Host, Content-Type, Content-Length, User-Agent, Accept...)
+// in one allocation; more only grow the vector.
+constexpr size_t kExpectedHeaders = 8;
 
 // The bytes of one uv_write and its request, reused for the connection's life. If the
 // connection closes while a write is pending, it is orphaned and the write callback frees it.
@@ -383,7 +386,7 @@ void HttpServer::Connection::queueError(int status, std::string_view code, std::
   input_done_ = true;
   auto ex = std::make_shared<Exchange>(this);
   ex->keep_alive_ = false;
-  ex->request.route = std::string(kUnmatchedRoute);
+  ex->request.route = kUnmatchedRoute;
   ex->request.received_us = server_->scheduler_.nowUs();
   queue_.push_back(ex);
   sendError(*ex, status, code, message);
@@ -422,6 +425,7 @@ int HttpServer::Connection::addHeadBytes(size_t n) {
 
 int HttpServer::Connection::onMessageBegin() {
   parsing_ = std::make_shared<Exchange>(this);
+  parsing_->request.headers.reserve(kExpectedHeaders);
   url_.clear();
   field_.clear();
   value_.clear();
@@ -970,10 +974,9 @@ void HttpServer::addInFlight(int delta) {
   }
 }
 
-void HttpServer::recordResponse(const std::string& route, int status, int64_t received_us) {
+void HttpServer::recordResponse(std::string_view route, int status, int64_t received_us) {
   // Family::Add builds a label map and takes a lock; cache the series per (route, code).
-  static const std::string kUnmatched(kUnmatchedRoute);
-  const std::string& label = route.empty() ? kUnmatched : route;  // both lvalues: no copy
+  const std::string_view label = route.empty() ? kUnmatchedRoute : route;
   auto it = route_metrics_.find(label);
   if (it == route_metrics_.end()) {
     it = route_metrics_.emplace(label, RouteMetrics{&metrics_.httpLatency(label), {}}).first;
