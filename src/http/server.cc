@@ -818,17 +818,16 @@ void HttpServer::Connection::armTimer() {
        {header_deadline_us_, idle_deadline_us_, write_deadline_us_, linger_deadline_us_}) {
     if (d != 0 && (earliest == 0 || d < earliest)) earliest = d;
   }
-  if (earliest == 0) {
-    timer_.reset();
-    timer_at_us_ = 0;
-    return;
-  }
   // Deadlines move on every request; re-arming only when one moves earlier keeps the timer
-  // heap quiet. A timer that fires early re-checks and re-arms.
-  if (timer_.pending() && timer_at_us_ <= earliest) return;
-  int64_t delay_us = earliest - server_->scheduler_.nowUs();
+  // heap quiet. A timer that fires early (or finds no deadline left) re-checks and re-arms.
+  if (earliest == 0 || (timer_.pending() && timer_at_us_ <= earliest)) return;
+  // Never armed further than one header timeout ahead: the next request's header deadline then
+  // cannot come before the armed time, so a busy keep-alive connection does not re-arm per request.
+  const int64_t now = server_->scheduler_.nowUs();
+  const int64_t wake_at = std::min(earliest, now + server_->limits_.header_timeout_ms * 1000);
+  int64_t delay_us = wake_at - now;
   int64_t delay_ms = delay_us <= 0 ? 0 : (delay_us + 999) / 1000;
-  timer_at_us_ = earliest;
+  timer_at_us_ = wake_at;
   timer_.start(server_->scheduler_, delay_ms, [this] {
     timer_.markFired();
     timer_at_us_ = 0;
