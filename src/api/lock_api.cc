@@ -3,6 +3,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 
+#include "api/json_object.h"
 #include "common/log.h"
 
 namespace sidelock::api {
@@ -16,122 +17,24 @@ void sendJson(const http::ResponderPtr& res, int status, const json& body) {
   res->send(status, kJson, body.dump(-1, ' ', false, json::error_handler_t::replace) + "\n");
 }
 
-/// A validated request body: the JSON object plus the first problem found.
-struct Body {
-  json value = json::object();
-  std::string error_code;
-  std::string error;
-  bool ok() const { return error.empty(); }
-};
-
-Body parseBody(const http::Request& req, std::initializer_list<std::string_view> allowed) {
-  Body b;
-  std::string_view content_type = req.header("content-type");
-  if (!req.body.empty() && !content_type.empty() &&
-      content_type.substr(0, 16) != "application/json" &&
-      content_type.substr(0, 10) != "text/plain" &&
-      content_type.substr(0, 33) != "application/x-www-form-urlencoded") {
-    // curl -d sends x-www-form-urlencoded by default; we accept it and parse the body as JSON.
-    b.error_code = "unsupported_media_type";
-    b.error = "request body must be JSON (Content-Type: application/json)";
-    return b;
-  }
-  bool blank = req.body.find_first_not_of(" \t\r\n") == std::string::npos;
-  if (blank) return b;
-  b.value = json::parse(req.body, nullptr, /*allow_exceptions=*/false);
-  if (b.value.is_discarded()) {
-    b.error_code = "bad_request";
-    b.error = "request body is not valid JSON";
-    return b;
-  }
-  if (!b.value.is_object()) {
-    b.error_code = "bad_request";
-    b.error = "request body must be a JSON object";
-    return b;
-  }
-  for (const auto& [key, _] : b.value.items()) {
-    bool known = false;
-    for (auto a : allowed) known = known || key == a;
-    if (!known) {
-      b.error_code = "bad_request";
-      b.error = "unknown field \"" + key + "\"";
-      return b;
-    }
-  }
-  return b;
-}
-
-/// Reads an optional integer field within [min, max]; returns false (and sets body error) if bad.
-bool readInt(Body& b, const char* field, int64_t min, int64_t max, int64_t& out) {
-  if (!b.value.contains(field)) return true;
-  const json& v = b.value[field];
-  if (!v.is_number_integer()) {
-    b.error_code = "bad_request";
-    b.error = std::string(field) + " must be an integer";
-    return false;
-  }
-  // Compare as signed/unsigned correctly: huge unsigned values are out of range.
-  if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)) {
-    b.error_code = "bad_request";
-    b.error = std::string(field) + " must be between " + std::to_string(min) + " and " +
-              std::to_string(max);
-    return false;
-  }
-  int64_t x = v.get<int64_t>();
-  if (x < min || x > max) {
-    b.error_code = "bad_request";
-    b.error = std::string(field) + " must be between " + std::to_string(min) + " and " +
-              std::to_string(max);
-    return false;
-  }
-  out = x;
-  return true;
-}
-
-bool readBool(Body& b, const char* field, bool& out) {
-  if (!b.value.contains(field)) return true;
-  const json& v = b.value[field];
-  if (!v.is_boolean()) {
-    b.error_code = "bad_request";
-    b.error = std::string(field) + " must be true or false";
-    return false;
-  }
-  out = v.get<bool>();
-  return true;
-}
-
-bool readString(Body& b, const char* field, std::string& out) {
-  if (!b.value.contains(field)) return true;
-  const json& v = b.value[field];
-  if (!v.is_string()) {
-    b.error_code = "bad_request";
-    b.error = std::string(field) + " must be a string";
-    return false;
-  }
-  out = v.get<std::string>();
-  return true;
-}
-
 /// Reads "owner": 1..max_bytes printable ASCII without spaces. Absent is an error only if
 /// `required`; returns false (with the body error set) on a bad value.
-bool readOwner(Body& b, size_t max_bytes, bool required, std::string& out) {
-  if (!b.value.contains("owner")) {
+bool readOwner(RequestBody& b, size_t max_bytes, bool required, std::string_view& out) {
+  if (!b.has(BodyField::kOwner)) {
     if (!required) return true;
-    b.error_code = "bad_request";
-    b.error = "owner is required";
+    b.setError("owner is required");
     return false;
   }
-  if (!readString(b, "owner", out)) return false;
+  if (!b.readString(BodyField::kOwner, out)) return false;
   if (LockApi::validOwner(out, max_bytes)) return true;
-  b.error_code = "bad_request";
-  b.error = "owner must be 1.." + std::to_string(max_bytes) +
-            " printable ASCII characters without spaces";
+  b.setError("owner must be 1.." + std::to_string(max_bytes) +
+             " printable ASCII characters without spaces");
   return false;
 }
 
-/// Answers the first problem parseBody() or a read*() found: 415 for a non-JSON body, else 400.
-void sendBodyError(const http::ResponderPtr& res, const Body& b) {
-  sendError(res, b.error_code == "unsupported_media_type" ? 415 : 400, b.error_code, b.error);
+/// Answers the first problem RequestBody found: 415 for a non-JSON body, else 400.
+void sendBodyError(const http::ResponderPtr& res, const RequestBody& b) {
+  sendError(res, b.errorCode() == "unsupported_media_type" ? 415 : 400, b.errorCode(), b.error());
 }
 
 /// Maps a backend Status to the API's error answer.
@@ -172,7 +75,7 @@ json healthJson(const backend::BackendHealth& h) {
 
 void sendError(const http::ResponderPtr& res, int status, std::string_view code,
                std::string_view message) {
-  sendJson(res, status, json{{"error", std::string(code)}, {"message", std::string(message)}});
+  res->send(status, kJson, JsonObject().text("error", code).text("message", message).finish());
 }
 
 bool LockApi::validLockName(std::string_view name, size_t max_bytes) {
@@ -226,8 +129,15 @@ bool checkName(const http::Request& req, const http::ResponderPtr& res, size_t m
   return false;
 }
 
-json grantJson(const lock::Grant& g) {
-  return json{{"name", g.name}, {"owner", g.owner}, {"token", g.token}, {"ttl_ms", g.ttl_ms}};
+/// The grant's fields, after `event` when it is a stream's first event.
+std::string grantAnswer(const lock::Grant& g, std::string_view event = {}) {
+  JsonObject answer;
+  if (!event.empty()) answer.text("event", event);
+  return answer.text("name", g.name)
+      .text("owner", g.owner)
+      .unsignedInteger("token", g.token)
+      .integer("ttl_ms", g.ttl_ms)
+      .finish();
 }
 
 /// State shared by the callbacks of one acquire request.
@@ -258,24 +168,28 @@ const char* leaseEventName(lock::LeaseEvent e) {
 
 void LockApi::acquire(http::Request& req, http::ResponderPtr res) {
   if (!checkName(req, res, static_cast<size_t>(locks_.max_name_bytes))) return;
-  Body body = parseBody(req, {"ttl_ms", "wait_ms", "owner", "auto_renew", "max_hold_ms", "hold"});
+  RequestBody& body = body_;
+  body.parse(req.header("content-type"), req.body,
+             {BodyField::kTtlMs, BodyField::kWaitMs, BodyField::kOwner, BodyField::kAutoRenew,
+              BodyField::kMaxHoldMs, BodyField::kHold});
   lock::AcquireOptions opts;
   opts.name = std::string(req.param("name"));
   opts.ttl_ms = locks_.default_ttl_ms;
-  std::string hold;
+  std::string_view owner;
+  std::string_view hold;
   if (body.ok()) {
-    readInt(body, "ttl_ms", 1, locks_.max_ttl_ms, opts.ttl_ms) &&
-        readInt(body, "wait_ms", 0, locks_.max_wait_ms, opts.wait_ms) &&
-        readOwner(body, static_cast<size_t>(locks_.max_owner_bytes), false, opts.owner) &&
-        readBool(body, "auto_renew", opts.auto_renew) &&
-        readInt(body, "max_hold_ms", 1, locks_.max_hold_ms_limit, opts.max_hold_ms) &&
-        readString(body, "hold", hold);
+    body.readInt(BodyField::kTtlMs, 1, locks_.max_ttl_ms, opts.ttl_ms) &&
+        body.readInt(BodyField::kWaitMs, 0, locks_.max_wait_ms, opts.wait_ms) &&
+        readOwner(body, static_cast<size_t>(locks_.max_owner_bytes), false, owner) &&
+        body.readBool(BodyField::kAutoRenew, opts.auto_renew) &&
+        body.readInt(BodyField::kMaxHoldMs, 1, locks_.max_hold_ms_limit, opts.max_hold_ms) &&
+        body.readString(BodyField::kHold, hold);
   }
   if (body.ok() && !hold.empty() && hold != "stream" && hold != "none") {
-    body.error_code = "bad_request";
-    body.error = "hold must be \"stream\" or \"none\"";
+    body.setError("hold must be \"stream\" or \"none\"");
   }
   if (!body.ok()) return sendBodyError(res, body);
+  opts.owner = owner;
   if (draining_) {
     sendError(res, 503, "shutting_down", "the sidecar is shutting down");
     return;
@@ -286,7 +200,7 @@ void LockApi::acquire(http::Request& req, http::ResponderPtr res) {
     // A stream hold proves its holder alive by the open connection, so it is capped by the
     // largest allowed hold rather than the default for fire-and-forget auto_renew leases
     // (a `sidelock run` job of two hours must not be killed at one).
-    if (!body.value.contains("max_hold_ms")) opts.max_hold_ms = locks_.max_hold_ms_limit;
+    if (!body.has(BodyField::kMaxHoldMs)) opts.max_hold_ms = locks_.max_hold_ms_limit;
   }
 
   auto call = std::make_shared<AcquireCall>();
@@ -298,10 +212,12 @@ void LockApi::acquire(http::Request& req, http::ResponderPtr res) {
   if (opts.stream) {
     on_event = [call](lock::LeaseEvent e) {
       if (call->finished) return;
-      json ev = {{"event", leaseEventName(e)}};
-      if (e == lock::LeaseEvent::kLost)
-        ev["reason"] = "the lease expired or is held by another owner";
-      call->responder->writeChunk(ev.dump() + "\n");
+      JsonObject event;
+      event.text("event", leaseEventName(e));
+      if (e == lock::LeaseEvent::kLost) {
+        event.text("reason", "the lease expired or is held by another owner");
+      }
+      call->responder->writeChunk(event.finish());
       // Both end the lease for good: close the stream so the connection can serve what the
       // client pipelined behind it (a release through the API would otherwise leave it open).
       if (e == lock::LeaseEvent::kLost || e == lock::LeaseEvent::kReleased) {
@@ -327,20 +243,20 @@ void LockApi::acquire(http::Request& req, http::ResponderPtr res) {
         }
         if (call->stream) {
           out->startStream(200, "application/x-ndjson");
-          json ev = grantJson(r.grant);
-          ev["event"] = "acquired";
-          out->writeChunk(ev.dump() + "\n");
+          out->writeChunk(grantAnswer(r.grant, "acquired"));
         } else {
           call->finished = true;
-          sendJson(out, 200, grantJson(r.grant));
+          out->send(200, kJson, grantAnswer(r.grant));
         }
         return;
       case lock::AcquireStatus::kBusy: {
         call->finished = true;
-        json body = {{"error", "locked"},
-                     {"message", "the lock is held by another owner"},
-                     {"retry_after_ms", r.retry_after_ms}};
-        out->send(409, kJson, body.dump() + "\n",
+        out->send(409, kJson,
+                  JsonObject()
+                      .text("error", "locked")
+                      .text("message", "the lock is held by another owner")
+                      .integer("retry_after_ms", r.retry_after_ms)
+                      .finish(),
                   {{"Retry-After", std::to_string((r.retry_after_ms + 999) / 1000)}});
         return;
       }
@@ -382,15 +298,16 @@ void LockApi::acquire(http::Request& req, http::ResponderPtr res) {
 
 void LockApi::release(http::Request& req, http::ResponderPtr res) {
   if (!checkName(req, res, static_cast<size_t>(locks_.max_name_bytes))) return;
-  Body body = parseBody(req, {"owner"});
-  std::string owner;
+  RequestBody& body = body_;
+  body.parse(req.header("content-type"), req.body, {BodyField::kOwner});
+  std::string_view owner;
   if (body.ok()) readOwner(body, static_cast<size_t>(locks_.max_owner_bytes), true, owner);
   if (!body.ok()) return sendBodyError(res, body);
   service_.release(req.param("name"), owner, [res](StatusOr<lock::ReleaseStatus> r) {
     if (!r.isOk()) return sendBackendError(res, r.status());
     switch (*r) {
       case lock::ReleaseStatus::kReleased:
-        return sendJson(res, 200, json{{"released", true}});
+        return res->send(200, kJson, JsonObject().boolean("released", true).finish());
       case lock::ReleaseStatus::kNotOwner:
         return sendError(res, 409, "not_owner", "the lock is held by another owner");
       case lock::ReleaseStatus::kNotHeld:
@@ -404,19 +321,20 @@ void LockApi::release(http::Request& req, http::ResponderPtr res) {
 
 void LockApi::extend(http::Request& req, http::ResponderPtr res) {
   if (!checkName(req, res, static_cast<size_t>(locks_.max_name_bytes))) return;
-  Body body = parseBody(req, {"owner", "ttl_ms"});
-  std::string owner;
+  RequestBody& body = body_;
+  body.parse(req.header("content-type"), req.body, {BodyField::kOwner, BodyField::kTtlMs});
+  std::string_view owner;
   int64_t ttl_ms = locks_.default_ttl_ms;
   if (body.ok()) {
     readOwner(body, static_cast<size_t>(locks_.max_owner_bytes), true, owner) &&
-        readInt(body, "ttl_ms", 1, locks_.max_ttl_ms, ttl_ms);
+        body.readInt(BodyField::kTtlMs, 1, locks_.max_ttl_ms, ttl_ms);
   }
   if (!body.ok()) return sendBodyError(res, body);
   service_.extend(req.param("name"), owner, ttl_ms, [res](StatusOr<lock::ExtendResult> r) {
     if (!r.isOk()) return sendBackendError(res, r.status());
     switch (r->status) {
       case lock::ExtendStatus::kExtended:
-        return sendJson(res, 200, json{{"ttl_ms", r->ttl_ms}});
+        return res->send(200, kJson, JsonObject().integer("ttl_ms", r->ttl_ms).finish());
       case lock::ExtendStatus::kNotOwner:
         return sendError(res, 409, "not_owner", "the lock is held by another owner");
       case lock::ExtendStatus::kNotHeld:
@@ -433,11 +351,13 @@ void LockApi::inspect(http::Request& req, http::ResponderPtr res) {
   service_.inspect(name, [res, name](StatusOr<backend::LockState> r) {
     if (!r.isOk()) return sendBackendError(res, r.status());
     // Never the owner id: it is the capability to release.
-    sendJson(res, 200,
-             json{{"name", name},
-                  {"held", r->held},
-                  {"ttl_ms", r->held ? r->ttl_ms : 0},
-                  {"token", r->token}});
+    res->send(200, kJson,
+              JsonObject()
+                  .boolean("held", r->held)
+                  .text("name", name)
+                  .unsignedInteger("token", r->token)
+                  .integer("ttl_ms", r->held ? r->ttl_ms : 0)
+                  .finish());
   });
 }
 

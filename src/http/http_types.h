@@ -25,7 +25,8 @@ struct Request {
   /// Route parameters filled in by the router ("name" for /v1/locks/{name}/acquire).
   std::vector<std::pair<std::string, std::string>> params;
   /// The route pattern that matched (a bounded label for metrics), e.g. "/v1/locks/{name}/acquire".
-  std::string route;
+  /// Views the Router's table (fixed at start-up, outlives the server) or kUnmatchedRoute.
+  std::string_view route;
   int64_t received_us = 0;  // monotonic, when the request head was complete
 
   std::string_view header(std::string_view lower_name) const;

@@ -41,20 +41,18 @@ bool isValidParamName(std::string_view name) {
 bool percentDecode(std::string_view in, std::string* out) {
   out->clear();
   out->reserve(in.size());
-  for (size_t i = 0; i < in.size(); ++i) {
-    char c = in[i];
-    if (c != '%') {
-      out->push_back(c);
-      continue;
-    }
-    if (i + 2 >= in.size()) return false;
-    int hi = hexValue(in[i + 1]);
-    int lo = hexValue(in[i + 2]);
+  while (true) {
+    // Copy the plain run up to the next escape in one go (most paths have no escape at all).
+    const size_t escape = in.find('%');
+    out->append(in.substr(0, escape));
+    if (escape == std::string_view::npos) return true;
+    if (escape + 2 >= in.size()) return false;
+    int hi = hexValue(in[escape + 1]);
+    int lo = hexValue(in[escape + 2]);
     if (hi < 0 || lo < 0) return false;
     out->push_back(static_cast<char>(hi * 16 + lo));
-    i += 2;
+    in.remove_prefix(escape + 3);
   }
-  return true;
 }
 
 Status Router::add(std::string_view method, std::string_view pattern, Handler handler) {
@@ -165,7 +163,7 @@ Router::Match Router::match(std::string_view method, std::string_view raw_path) 
   result.route = best->pattern;
   for (size_t i = 0; i < decoded.size(); ++i) {
     if (best->segments[i].is_param) {
-      result.params.emplace_back(best->segments[i].text, std::move(decoded[i]));
+      result.params.emplace_back(best->segments[i].text, decoded[i]);  // decoded keeps its capacity
     }
   }
   return result;
@@ -174,7 +172,7 @@ Router::Match Router::match(std::string_view method, std::string_view raw_path) 
 void Router::dispatch(Request& request, ResponderPtr responder) const {
   std::string_view path = request.raw_path.empty() ? request.path : request.raw_path;
   Match m = match(request.method, path);
-  request.route = std::string(m.route);
+  request.route = m.route;
   switch (m.kind) {
     case Match::Kind::kFound:
       request.params = std::move(m.params);

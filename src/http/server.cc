@@ -25,6 +25,9 @@ constexpr size_t kMaxOutputBacklog = 256 * 1024;
 // max_header_bytes on top of the url, names and values llhttp hands us.
 constexpr size_t kRequestLineOverhead = 16;
 constexpr size_t kHeaderOverhead = 4;
+// Room for a typical client's headers (Host, Content-Type, Content-Length, User-Agent, Accept...)
+// in one allocation; more only grow the vector.
+constexpr size_t kExpectedHeaders = 8;
 
 // The bytes of one uv_write and its request, reused for the connection's life. If the
 // connection closes while a write is pending, it is orphaned and the write callback frees it.
@@ -383,7 +386,7 @@ void HttpServer::Connection::queueError(int status, std::string_view code, std::
   input_done_ = true;
   auto ex = std::make_shared<Exchange>(this);
   ex->keep_alive_ = false;
-  ex->request.route = std::string(kUnmatchedRoute);
+  ex->request.route = kUnmatchedRoute;
   ex->request.received_us = server_->scheduler_.nowUs();
   queue_.push_back(ex);
   sendError(*ex, status, code, message);
@@ -422,6 +425,7 @@ int HttpServer::Connection::addHeadBytes(size_t n) {
 
 int HttpServer::Connection::onMessageBegin() {
   parsing_ = std::make_shared<Exchange>(this);
+  parsing_->request.headers.reserve(kExpectedHeaders);
   url_.clear();
   field_.clear();
   value_.clear();
@@ -814,17 +818,16 @@ void HttpServer::Connection::armTimer() {
        {header_deadline_us_, idle_deadline_us_, write_deadline_us_, linger_deadline_us_}) {
     if (d != 0 && (earliest == 0 || d < earliest)) earliest = d;
   }
-  if (earliest == 0) {
-    timer_.reset();
-    timer_at_us_ = 0;
-    return;
-  }
   // Deadlines move on every request; re-arming only when one moves earlier keeps the timer
-  // heap quiet. A timer that fires early re-checks and re-arms.
-  if (timer_.pending() && timer_at_us_ <= earliest) return;
-  int64_t delay_us = earliest - server_->scheduler_.nowUs();
+  // heap quiet. A timer that fires early (or finds no deadline left) re-checks and re-arms.
+  if (earliest == 0 || (timer_.pending() && timer_at_us_ <= earliest)) return;
+  // Never armed further than one header timeout ahead: the next request's header deadline then
+  // cannot come before the armed time, so a busy keep-alive connection does not re-arm per request.
+  const int64_t now = server_->scheduler_.nowUs();
+  const int64_t wake_at = std::min(earliest, now + server_->limits_.header_timeout_ms * 1000);
+  int64_t delay_us = wake_at - now;
   int64_t delay_ms = delay_us <= 0 ? 0 : (delay_us + 999) / 1000;
-  timer_at_us_ = earliest;
+  timer_at_us_ = wake_at;
   timer_.start(server_->scheduler_, delay_ms, [this] {
     timer_.markFired();
     timer_at_us_ = 0;
@@ -970,10 +973,9 @@ void HttpServer::addInFlight(int delta) {
   }
 }
 
-void HttpServer::recordResponse(const std::string& route, int status, int64_t received_us) {
+void HttpServer::recordResponse(std::string_view route, int status, int64_t received_us) {
   // Family::Add builds a label map and takes a lock; cache the series per (route, code).
-  static const std::string kUnmatched(kUnmatchedRoute);
-  const std::string& label = route.empty() ? kUnmatched : route;  // both lvalues: no copy
+  const std::string_view label = route.empty() ? kUnmatchedRoute : route;
   auto it = route_metrics_.find(label);
   if (it == route_metrics_.end()) {
     it = route_metrics_.emplace(label, RouteMetrics{&metrics_.httpLatency(label), {}}).first;

@@ -91,7 +91,7 @@ class HttpServer {
 
   void onConnection(event::StreamListener& listener);
   void destroyConnection(Connection* connection);
-  void recordResponse(const std::string& route, int status, int64_t received_us);
+  void recordResponse(std::string_view route, int status, int64_t received_us);
   void addInFlight(int delta);
 
   uv_loop_t* loop_;
@@ -102,7 +102,11 @@ class HttpServer {
   event::StreamListener tcp_;
   event::StreamListener unix_;
   std::unordered_map<Connection*, std::unique_ptr<Connection>> connections_;
-  std::unordered_map<std::string, RouteMetrics> route_metrics_;
+  struct RouteHash {
+    using is_transparent = void;  // look routes up by string_view, without a copy per request
+    size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+  };
+  std::unordered_map<std::string, RouteMetrics, RouteHash, std::equal_to<>> route_metrics_;
   size_t in_flight_ = 0;
   bool draining_ = false;
   bool closed_ = false;

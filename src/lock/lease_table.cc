@@ -74,6 +74,7 @@ bool LostLeaseMemory::contains(std::string_view name, std::string_view owner, in
 }
 
 void LostLeaseMemory::forget(std::string_view name, std::string_view owner) {
+  if (index_.empty()) return;  // the usual case: every grant and release forgets its pair
   auto it = index_.find(keyOf(name, owner));
   if (it == index_.end()) return;
   order_.erase(it->second);

@@ -57,7 +57,7 @@ class RouterTest : public ::testing::Test {
   Handler record(std::string label) {
     return [this, label](Request& req, ResponderPtr res) {
       called_ = label;
-      res->send(200, "text/plain", req.route);
+      res->send(200, "text/plain", std::string(req.route));
     };
   }
 
