@@ -94,6 +94,8 @@ class LockService::Impl {
   void onRetryTimer(WaiterQueue* q);
   /// The lock is probably free (released here, released elsewhere, expired): head tries now.
   void wakeQueue(std::string_view name, bool notified);
+  /// The backend can grant again: queues riding out the outage retry at once.
+  void onBackendReady();
   void releaseOrphan(const std::string& name, const std::string& owner);
   int64_t retryHintMs(std::string_view name, int64_t holder_ttl_ms);
   void updateWaiterGauge();

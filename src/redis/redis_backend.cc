@@ -46,7 +46,9 @@ RedisBackend::RedisBackend(uv_loop_t* loop, event::Scheduler& scheduler,
   metrics_.backend_ready.Set(0);
   node_->setStateListener([this](bool) {
     // Posted by the node; read the current state rather than the (possibly stale) transition.
-    if (!shut_down_) metrics_.backend_ready.Set(node_->up() ? 1 : 0);
+    if (shut_down_) return;
+    metrics_.backend_ready.Set(node_->up() ? 1 : 0);
+    if (node_->up() && ready_listener_) ready_listener_();
   });
   node_->setMessageListener(
       [this](std::string_view channel, std::string_view) { onMessage(channel); });

@@ -42,6 +42,9 @@ class RedisBackend final : public Backend {
   void setReleaseListener(ReleaseListener listener) override;
   void watchReleases(std::string_view name) override;
   void unwatchReleases(std::string_view name) override;
+  void setReadyListener(std::function<void()> listener) override {
+    ready_listener_ = std::move(listener);
+  }
 
   BackendHealth health() const override;
   void shutdown(std::function<void()> done) override;
@@ -60,6 +63,7 @@ class RedisBackend final : public Backend {
   // shutdown's done callback, when the owner may already have destroyed us.
   std::shared_ptr<const std::string> address_;
   ReleaseListener listener_;
+  std::function<void()> ready_listener_;
   std::map<std::string, int, std::less<>> watches_;  // lock name -> watch count
   bool shut_down_ = false;
 };

@@ -179,8 +179,11 @@ int RedlockBackend::votingUpCount() const {
 }
 
 void RedlockBackend::updateReady() {
-  metrics_.backend_ready.Set(
-      !shutting_down_ && !nodes_.empty() && votingUpCount() >= quorumSize() ? 1 : 0);
+  const bool ready = !shutting_down_ && !nodes_.empty() && votingUpCount() >= quorumSize();
+  metrics_.backend_ready.Set(ready ? 1 : 0);
+  // Runs from node state notifications and timers (never inside a caller's call).
+  if (ready && !std::exchange(ready_, true) && ready_listener_) ready_listener_();
+  if (!ready) ready_ = false;
 }
 
 void RedlockBackend::onNodeState(size_t i, bool up) {

@@ -84,6 +84,9 @@ class RedlockBackend final : public Backend {
   void setReleaseListener(ReleaseListener listener) override { listener_ = std::move(listener); }
   void watchReleases(std::string_view name) override;
   void unwatchReleases(std::string_view name) override;
+  void setReadyListener(std::function<void()> listener) override {
+    ready_listener_ = std::move(listener);
+  }
 
   BackendHealth health() const override;
   void shutdown(std::function<void()> done) override;
@@ -140,6 +143,8 @@ class RedlockBackend final : public Backend {
   std::map<std::string, int, std::less<>> watches_;
   std::map<std::string, std::unique_ptr<WakeState>, std::less<>> wakes_;
   ReleaseListener listener_;
+  std::function<void()> ready_listener_;
+  bool ready_ = false;  // last value of updateReady(), to call ready_listener_ on transitions
 
   bool started_ = false;
   bool shutting_down_ = false;
