@@ -489,8 +489,14 @@ void LockService::Impl::sendRelease(std::string name, std::string owner,
         if (!reply.isOk()) {
           // The lease (if ours) keeps its stopped renewal and simply expires.
           if (client_request) metrics_.release_error.Increment();
-          SL_LOG(kWarn, "lock.release_failed", {"name", name},
-                 {"error", reply.status().toString()});
+          if (auto suppressed = release_failed_log_.admit(
+                  scheduler_.nowMs(), std::to_string(static_cast<int>(reply.status().code())))) {
+            SL_LOG(kWarn, "lock.release_failed", {"name", name},
+                   {"error", reply.status().toString()},
+                   {"suppressed", static_cast<unsigned long long>(*suppressed)},
+                   {"suppressed_window_s",
+                    static_cast<long long>(release_failed_log_.windowMs() / 1000)});
+          }
           result = reply.status();
         } else if (*reply == backend::OwnerCheck::kOk) {
           if (Lease* lease = leases_.find(name, owner)) {

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "common/rate_limited_log.h"
 #include "config/config.h"
 #include "event/scheduler.h"
 #include "lock/lease_table.h"
@@ -144,6 +145,10 @@ class LockService::Impl {
   std::function<void()> shutdown_done_;
   event::ScopedTimer grace_timer_;
   int64_t inflight_ops_ = 0;  // backend calls not yet answered
+
+  // Per-request warnings during an outage: one line per change, then a count every 10 s.
+  RateLimitedLog release_failed_log_;
+  RateLimitedLog renew_error_log_;
 
   int depth_ = 0;
   std::deque<std::function<void()>> deferred_;

@@ -381,7 +381,13 @@ void RedlockBackend::finishAcquireLoss(const std::shared_ptr<AcquireOp>& op) {
   op->phase = AcquireOp::Phase::kDone;
   if (!op->error.isOk()) {
     metrics_.redlock_quorum_failures.Increment();
-    SL_LOG(kWarn, "redlock.acquire_failed", {"name", op->name}, {"error", op->error.toString()});
+    if (auto suppressed = acquire_failed_log_.admit(scheduler_.nowMs(),
+                                                    outageState(op->error.code(), op->errors))) {
+      SL_LOG(
+          kWarn, "redlock.acquire_failed", {"name", op->name}, {"error", op->error.toString()},
+          {"suppressed", static_cast<unsigned long long>(*suppressed)},
+          {"suppressed_window_s", static_cast<long long>(acquire_failed_log_.windowMs() / 1000)});
+    }
     deliver([op] { op->cb(op->error); });
     return;
   }
@@ -406,7 +412,12 @@ void RedlockBackend::finishAcquireLoss(const std::shared_ptr<AcquireOp>& op) {
     Status s = unavailable("redlock: only " + std::to_string(votes_for + busy) + " of " +
                            std::to_string(n) + " nodes voted, " + std::to_string(quorumSize()) +
                            " needed: " + nodeErrors(op->errors));
-    SL_LOG(kWarn, "redlock.no_quorum", {"name", op->name}, {"error", s.message()});
+    if (auto suppressed =
+            no_quorum_log_.admit(scheduler_.nowMs(), outageState(s.code(), op->errors))) {
+      SL_LOG(kWarn, "redlock.no_quorum", {"name", op->name}, {"error", s.message()},
+             {"suppressed", static_cast<unsigned long long>(*suppressed)},
+             {"suppressed_window_s", static_cast<long long>(no_quorum_log_.windowMs() / 1000)});
+    }
     deliver([op, s = std::move(s)] { op->cb(s); });
     return;
   }
@@ -833,6 +844,15 @@ void RedlockBackend::deliver(std::function<void()> fn) {
     --in_flight_;
     maybeFinishShutdown();
   });
+}
+
+std::string RedlockBackend::outageState(StatusCode code,
+                                        const std::vector<std::string>& errors) const {
+  std::string state = std::to_string(static_cast<int>(code)) + ":";
+  for (size_t i = 0; i < errors.size() && i < nodes_.size(); ++i) {
+    if (!errors[i].empty()) state += nodes_[i]->address + ",";
+  }
+  return state;
 }
 
 std::string RedlockBackend::nodeErrors(const std::vector<std::string>& errors) const {

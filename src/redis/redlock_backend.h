@@ -53,6 +53,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "common/rate_limited_log.h"
 #include "config/config.h"
 #include "event/scheduler.h"
 #include "metrics/metrics.h"
@@ -132,6 +133,9 @@ class RedlockBackend final : public Backend {
   void beginOp() { ++in_flight_; }
   void maybeFinishShutdown();
   std::string nodeErrors(const std::vector<std::string>& errors) const;
+  /// What tells one outage from another in the rate-limited warnings: the error code and the
+  /// nodes that failed (not timings, not lock names).
+  std::string outageState(StatusCode code, const std::vector<std::string>& errors) const;
 
   uv_loop_s* loop_;
   event::Scheduler& scheduler_;
@@ -143,6 +147,9 @@ class RedlockBackend final : public Backend {
   std::map<std::string, int, std::less<>> watches_;
   std::map<std::string, std::unique_ptr<WakeState>, std::less<>> wakes_;
   ReleaseListener listener_;
+  // Per-request warnings during an outage: one line per change, then a count every 10 s.
+  RateLimitedLog no_quorum_log_;
+  RateLimitedLog acquire_failed_log_;
   std::function<void()> ready_listener_;
   bool ready_ = false;  // last value of updateReady(), to call ready_listener_ on transitions
 

@@ -14,6 +14,8 @@
 #include <vector>
 
 #include "api/lock_api.h"
+#include "common/log.h"
+#include "common/rate_limited_log.h"
 #include "event/fake_scheduler.h"
 #include "http/http_types.h"
 #include "lock/lease_table.h"
@@ -287,6 +289,31 @@ TEST_F(LockServiceTest, BudgetEndingDuringTheOutageAnswersTheBackendError) {
   EXPECT_EQ(w->result->error.code(), StatusCode::kUnavailable);
   EXPECT_EQ(waiters(), 0);
   EXPECT_EQ(metrics.acquire_error.Value(), 1);
+}
+
+TEST_F(LockServiceTest, ReleaseFailuresDuringAnOutageLogOneLinePerWindow) {
+  FILE* captured = tmpfile();
+  ASSERT_NE(captured, nullptr);
+  configureLogging(LogLevel::kInfo, LogFormat::kLogfmt, captured);
+  backend.fail_release = unavailable("redis down");
+  for (int i = 0; i < 50; ++i) {
+    EXPECT_FALSE(release("x", "o" + std::to_string(i)).isOk());
+    sched.advanceMs(100);  // 5 s of one failed release every 100 ms
+  }
+  sched.advanceMs(RateLimitedLog::kDefaultWindowMs);
+  EXPECT_FALSE(release("x", "late").isOk());
+  configureLogging(LogLevel::kInfo, LogFormat::kLogfmt, stderr);
+  std::string out(4096, '\0');
+  rewind(captured);
+  out.resize(fread(out.data(), 1, out.size(), captured));
+  fclose(captured);
+  size_t lines = 0;
+  for (size_t at = out.find("event=lock.release_failed"); at != std::string::npos;
+       at = out.find("event=lock.release_failed", at + 1)) {
+    ++lines;
+  }
+  EXPECT_EQ(lines, 2u) << out;
+  EXPECT_NE(out.find("suppressed=49"), std::string::npos) << out;
 }
 
 // --- waiting ---------------------------------------------------------------------------------
