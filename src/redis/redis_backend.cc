@@ -33,8 +33,12 @@ config::RedisNodeAddress firstNode(const config::BackendConfig& config) {
 }  // namespace
 
 RedisBackend::RedisBackend(uv_loop_t* loop, event::Scheduler& scheduler,
-                           const config::BackendConfig& config, metrics::Metrics& metrics)
-    : metrics_(metrics), prefix_(config.key_prefix), timeout_ms_(config.command_timeout_ms) {
+                           const config::BackendConfig& config, int64_t max_ttl_ms,
+                           metrics::Metrics& metrics)
+    : metrics_(metrics),
+      prefix_(config.key_prefix),
+      timeout_ms_(config.command_timeout_ms),
+      counter_ttl_ms_(std::to_string(tokenCounterTtlMs(max_ttl_ms))) {
   const config::RedisNodeAddress address = firstNode(config);
   if (config.nodes.size() > 1) {
     SL_LOG(kWarn, "redis.extra_nodes_ignored", {"node", address.toString()},
@@ -61,7 +65,8 @@ void RedisBackend::start() { node_->start(); }
 void RedisBackend::acquire(std::string_view name, std::string_view owner, int64_t ttl_ms,
                            AcquireCallback cb) {
   node_->runScript(ScriptId::kAcquire, {lockKey(prefix_, name), tokenKey(prefix_, name)},
-                   {std::string(owner), std::to_string(ttl_ms)}, timeout_ms_, NodeOp::kAcquire,
+                   {std::string(owner), std::to_string(ttl_ms), counter_ttl_ms_}, timeout_ms_,
+                   NodeOp::kAcquire,
                    [address = address_, cb = std::move(cb)](StatusOr<RedisValue> r) {
                      cb(decodeAcquire(r, *address));
                    });

@@ -10,17 +10,6 @@
 namespace sidelock::backend {
 namespace {
 
-// Raises a node's fencing counter to at least ARGV[1] (never lowers it). Sent with EVAL through
-// RedisNode::command: it is tiny, and Redis caches EVAL'd scripts itself. Lua numbers are doubles:
-// exact for counters below 2^53.
-constexpr char kTokenSyncLua[] = R"lua(
-local c = tonumber(redis.call('GET', KEYS[1]) or '0')
-if c < tonumber(ARGV[1]) then
-  redis.call('SET', KEYS[1], ARGV[1])
-end
-return 1
-)lua";
-
 enum class Vote { kPending, kFor, kBusy, kNotOwner, kNotHeld, kFailed };
 
 bool isInt(const RedisValue& v) { return v.type == RedisValue::Type::kInteger; }
@@ -121,6 +110,7 @@ RedlockBackend::RedlockBackend(uv_loop_s* loop, event::Scheduler& scheduler,
       scheduler_(scheduler),
       config_(config),
       max_ttl_ms_(max_ttl_ms),
+      counter_ttl_ms_(std::to_string(tokenCounterTtlMs(max_ttl_ms))),
       metrics_(metrics) {
   for (size_t i = 0; i < config_.nodes.size(); ++i) {
     auto slot = std::make_unique<NodeSlot>();
@@ -255,7 +245,7 @@ void RedlockBackend::acquire(std::string_view name, std::string_view owner, int6
   for (size_t i = 0; i < n; ++i) {
     // Non-voting nodes get the command too, so their state converges while they wait.
     nodes_[i]->redis->runScript(
-        ScriptId::kAcquire, {key, counter}, {op->owner, std::to_string(ttl_ms)},
+        ScriptId::kAcquire, {key, counter}, {op->owner, std::to_string(ttl_ms), counter_ttl_ms_},
         config_.redlock.node_timeout_ms, NodeOp::kAcquire,
         [this, op, i](StatusOr<RedisValue> r) { onAcquireReply(op, i, std::move(r)); });
   }
@@ -319,7 +309,8 @@ void RedlockBackend::startTokenSync(const std::shared_ptr<AcquireOp>& op) {
     // Also sent to nodes that are still voting or said busy: raising a counter never hurts, and
     // a counter that lags behind is what would let a later majority hand out a smaller token.
     nodes_[i]->redis->command(
-        {"EVAL", kTokenSyncLua, "1", counter, std::to_string(op->token)},
+        {"EVAL", std::string(tokenSyncScriptText()), "1", counter, std::to_string(op->token),
+         counter_ttl_ms_},
         config_.redlock.node_timeout_ms,
         [this, op, i, alive = std::weak_ptr<char>(alive_)](StatusOr<RedisValue> r) {
           if (alive.expired() || op->phase != AcquireOp::Phase::kSync || !op->voting[i]) return;

@@ -141,6 +141,7 @@ class RedlockBackend final : public Backend {
   event::Scheduler& scheduler_;
   config::BackendConfig config_;
   int64_t max_ttl_ms_;
+  std::string counter_ttl_ms_;  // ARGV of the acquire and token sync scripts
   metrics::Metrics& metrics_;
   std::vector<std::unique_ptr<NodeSlot>> nodes_;
 

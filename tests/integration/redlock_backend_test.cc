@@ -24,7 +24,7 @@ TEST_F(RedlockTest, GrantIsWrittenOnEveryNodeAndReleaseRemovesIt) {
   auto r = acquire(b, "orders-1", "owner-a", 10'000);
   ASSERT_TRUE(r.isOk()) << r.status().toString();
   ASSERT_TRUE(r->granted);
-  EXPECT_EQ(r->token, 1u);
+  EXPECT_GT(r->token, 0u);
   // validity = ttl - elapsed - drift: below the TTL by at least the drift allowance.
   EXPECT_LE(r->validity_ms, 10'000 - backend::quorum::driftMs(10'000, 0.01));
   EXPECT_GT(r->validity_ms, 9'000);
@@ -144,14 +144,16 @@ TEST_F(RedlockTest, InspectReportsMajorityState) {
   EXPECT_TRUE(held->held);
   EXPECT_GT(held->ttl_ms, 7'000);
   EXPECT_LE(held->ttl_ms, 8'000);
-  EXPECT_EQ(held->token, g->token);
+  // The highest counter: the grant's token, or above it when a node that answered after the
+  // majority had seeded its new counter from a later clock reading.
+  EXPECT_GE(held->token, g->token);
 
   // Held on two nodes only: not held.
   for (int i = 0; i < 3; ++i) servers_[i]->cli({"DEL", key("l")});
   auto minority = inspect(b, "l");
   ASSERT_TRUE(minority.isOk());
   EXPECT_FALSE(minority->held);
-  EXPECT_EQ(minority->token, g->token);
+  EXPECT_EQ(minority->token, held->token);
 }
 
 // redsync's quorum matrix: every subset of the five nodes pre-filled with a foreign value.
@@ -187,7 +189,9 @@ TEST_F(RedlockTest, QuorumMatrixGrantedIffAtLeastThreeNodesFree) {
 // winner's token sync keeps "max over a majority" strictly increasing anyway.
 TEST_F(RedlockTest, TokensStrictlyIncreaseAcrossDivergedCounters) {
   auto& b = makeReadyBackend();
-  servers_[0]->cli({"SET", counterKey("t"), "100"});  // node 0 ran far ahead
+  // Node 0 ran far ahead of the others (counters that exist are INCRed, not re-seeded).
+  servers_[0]->cli({"SET", counterKey("t"), "100"});
+  for (int i = 1; i < kNodes; ++i) servers_[i]->cli({"SET", counterKey("t"), "50"});
   // Nodes 3 and 4 are taken, so the granting majority must be {0, 1, 2} whatever order the
   // answers arrive in (the backend decides as soon as a majority said yes).
   servers_[3]->cli({"SET", key("t"), "foreign", "PX", "30000"});

@@ -171,6 +171,33 @@ TEST_F(RedlockTest, WithoutDelayedRestartsAnEmptyRestartAllowsASecondOwner) {
   EXPECT_TRUE(second->granted);  // unsafe: "a" still believes it holds the lock
 }
 
+// Issue 10 finding 2 on Redlock: a majority of nodes restarts empty and the nodes that kept
+// their counters are gone, so the grant's token comes from recreated counters only. Seeded from
+// the nodes' clocks, it is still above every token handed out before.
+TEST_F(RedlockTest, TokensNeverDecreaseWhenAMajorityRestartsEmpty) {
+  auto& b = makeReadyBackend(/*delayed_restart=*/false);
+  uint64_t last = 0;
+  for (int i = 0; i < 3; ++i) {
+    auto r = acquire(b, "fenced", "before", 5'000);
+    ASSERT_TRUE(r.isOk() && r->granted) << r.status().toString();
+    EXPECT_GT(r->token, last);
+    last = r->token;
+    ASSERT_EQ(*release(b, "fenced", "before"), OwnerCheck::kOk);
+  }
+  ASSERT_NO_FATAL_FAILURE(restartEmpty(b, 0, 3));
+  for (int i = 3; i < kNodes; ++i) servers_[i]->kill();  // the nodes that remember the counter
+  ASSERT_TRUE(env_.runUntil([&] { return !b.health().nodes[3].up && !b.health().nodes[4].up; }));
+  ASSERT_TRUE(env_.runUntil([&] { return b.health().ready; })) << b.health().reason;
+  auto after = acquire(b, "fenced", "after", 5'000);
+  ASSERT_TRUE(after.isOk() && after->granted) << after.status().toString();
+  EXPECT_GT(after->token, last) << "the token went backwards after nodes restarted empty";
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(servers_[i]->cli({"GET", counterKey("fenced")}), std::to_string(after->token));
+    EXPECT_GT(std::stoll(servers_[i]->cli({"PTTL", counterKey("fenced")})), 600'000)
+        << "counters expire, after max_ttl_ms plus a margin";
+  }
+}
+
 TEST_F(RedlockTest, NodeRestartedEmptyCannotVoteUntilMaxTtlPassed) {
   constexpr int64_t kMaxTtl = 2'000;
   // Fresh servers have uptime ~0: they vote only kMaxTtl after their start.
