@@ -57,8 +57,10 @@ struct RedlockBackend::AcquireOp {
   std::vector<int64_t> pttls;
   std::vector<std::string> errors;
   uint64_t token = 0;
-  int sync_acks = 0;
-  int sync_against = 0;
+  std::vector<bool> granting;  // voted for us when the vote was decided (set by startTokenSync)
+  int sync_needed = 0;         // granting nodes
+  int sync_acks = 0;           // granting nodes whose counter is known to be >= token
+  int sync_failures = 0;       // granting nodes that failed to record it
   size_t cleanup_pending = 0;
   Status error;  // set when the attempt failed for a reason other than the vote itself
 };
@@ -294,30 +296,31 @@ void RedlockBackend::evaluateAcquire(const std::shared_ptr<AcquireOp>& op) {
 
 void RedlockBackend::startTokenSync(const std::shared_ptr<AcquireOp>& op) {
   op->phase = AcquireOp::Phase::kSync;
-  std::vector<uint64_t> granting;
+  std::vector<uint64_t> granting_tokens;
   for (size_t i = 0; i < nodes_.size(); ++i) {
-    if (op->voting[i] && op->votes[i] == Vote::kFor) granting.push_back(op->tokens[i]);
+    op->granting.push_back(op->voting[i] && op->votes[i] == Vote::kFor);
+    if (op->granting[i]) granting_tokens.push_back(op->tokens[i]);
   }
-  op->token = quorum::fencingToken(granting);
+  op->token = quorum::fencingToken(granting_tokens);
   const std::string counter = tokenKey(config_.key_prefix, op->name);
   for (size_t i = 0; i < nodes_.size(); ++i) {
-    if (!op->voting[i]) ++op->sync_against;
-    if (op->voting[i] && op->votes[i] == Vote::kFor && op->tokens[i] == op->token) {
+    if (op->granting[i]) ++op->sync_needed;
+    if (op->granting[i] && op->tokens[i] == op->token) {
       ++op->sync_acks;  // its counter already equals the token
       continue;
     }
-    // Also sent to nodes that are still voting or said busy: raising a counter never hurts, and
-    // a counter that lags behind is what would let a later majority hand out a smaller token.
+    // Sent to the other nodes too (best effort, not waited for): raising a counter never hurts,
+    // and a lagging one is what a later majority could otherwise hand out a smaller token from.
     nodes_[i]->redis->command(
         {"EVAL", std::string(tokenSyncScriptText()), "1", counter, std::to_string(op->token),
          counter_ttl_ms_},
         config_.redlock.node_timeout_ms,
         [this, op, i, alive = std::weak_ptr<char>(alive_)](StatusOr<RedisValue> r) {
-          if (alive.expired() || op->phase != AcquireOp::Phase::kSync || !op->voting[i]) return;
+          if (alive.expired() || op->phase != AcquireOp::Phase::kSync || !op->granting[i]) return;
           if (r.isOk() && isInt(*r)) {
             ++op->sync_acks;
           } else {
-            ++op->sync_against;
+            ++op->sync_failures;
             op->errors[i] = "token sync: " + replyError(r);
           }
           evaluateTokenSync(op);
@@ -327,18 +330,16 @@ void RedlockBackend::startTokenSync(const std::shared_ptr<AcquireOp>& op) {
 }
 
 void RedlockBackend::evaluateTokenSync(const std::shared_ptr<AcquireOp>& op) {
-  const int n = static_cast<int>(nodes_.size());
-  switch (quorum::decide(n, op->sync_acks, op->sync_against)) {
-    case quorum::Outcome::kUndecided:
-      return;
-    case quorum::Outcome::kLost:
-      startAcquireCleanup(op, unavailable("redlock: granted but the fencing token could not be "
-                                          "recorded on a majority: " +
-                                          nodeErrors(op->errors)));
-      return;
-    case quorum::Outcome::kWon:
-      break;
+  // Every granting node must record the token, not just some majority: the next grant's majority
+  // is only sure to intersect *this* granting majority, and the node they share must already
+  // count from the token, or the next grant could hand out a smaller one.
+  if (op->sync_failures > 0) {
+    startAcquireCleanup(op, unavailable("redlock: granted but the fencing token could not be "
+                                        "recorded on every granting node: " +
+                                        nodeErrors(op->errors)));
+    return;
   }
+  if (op->sync_acks < op->sync_needed) return;
   const int64_t elapsed_ms = (scheduler_.nowUs() - op->start_us + 999) / 1000;
   const int64_t validity = quorum::validityMs(op->ttl_ms, elapsed_ms, config_.redlock.drift_factor);
   if (validity <= 0) {
@@ -566,10 +567,19 @@ void RedlockBackend::onExtendReply(const std::shared_ptr<ExtendOp>& op, size_t i
         const int64_t validity =
             quorum::validityMs(op->ttl_ms, elapsed_ms, config_.redlock.drift_factor);
         if (validity <= 0) {
-          deliver([op, elapsed_ms] {
-            op->cb(deadlineExceeded("redlock: extend took " + std::to_string(elapsed_ms) +
-                                    " ms, leaving no validity"));
-          });
+          // Nobody may rely on keys that were extended too late: roll them back (release on
+          // every node) rather than leave a lease that blocks others and that its holder was
+          // told it does not have.
+          releaseOnAll(
+              op->name, op->owner,
+              [this, op, elapsed_ms, pending = std::make_shared<size_t>(nodes_.size())](
+                  size_t, StatusOr<RedisValue>) {
+                if (--*pending != 0) return;
+                deliver([op, elapsed_ms] {
+                  op->cb(deadlineExceeded("redlock: extend took " + std::to_string(elapsed_ms) +
+                                          " ms, leaving no validity; the lease was released"));
+                });
+              });
           return;
         }
         ExtendReply reply;

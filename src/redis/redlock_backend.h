@@ -9,9 +9,10 @@
 //  - Fencing token = max of the granting nodes' counters. Because failed attempts bump counters
 //    on minority nodes, the counters drift apart; before answering, the winner raises the counter
 //    of every node to that token ("token sync", one more parallel round trip, skipped on nodes
-//    that already reported it) and needs a majority to confirm. Any two majorities intersect, so
-//    the next grant INCRs a counter that is >= this token: tokens strictly increase per name as
-//    long as nodes keep their data.
+//    that already reported it) and needs every node of the granting majority to confirm (the
+//    others are raised best effort). The next grant's majority intersects the granting majority,
+//    so it INCRs a counter that is >= this token: tokens strictly increase per name (a counter a
+//    node lost is re-seeded from its clock, see scripts.h).
 //  - A failed attempt releases on all nodes (also those that did not answer) before answering,
 //    so no stale key stays on a live node.
 //  - Delayed restarts: a node whose run_id changed or whose uptime is below locks.max_ttl_ms
@@ -24,7 +25,8 @@
 //    kUnavailable when fewer than a majority of voting nodes answered at all (counted in
 //    redlock_quorum_failures) | kDeadlineExceeded when the vote took the whole TTL |
 //    kInvalidArgument when ttl_ms <= drift (could never be valid).
-//  extend: kOk with validity when a majority of voting nodes extended within the new validity.
+//  extend: kOk with validity when a majority of voting nodes extended within the new validity;
+//    a majority reached with no validity left releases the keys and answers kDeadlineExceeded.
 //    Otherwise, if fewer than a majority answered: kUnavailable (the lease is not touched; it may
 //    still be valid until its previous validity). Otherwise the lease is lost: our remaining keys
 //    are released everywhere and the result is kNotOwner if a majority answered "held by another
