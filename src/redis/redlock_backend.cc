@@ -39,6 +39,12 @@ struct RedlockBackend::NodeSlot {
   std::unique_ptr<RedisNode> redis;
   quorum::NodeRestartState restart;
   event::ScopedTimer voting_timer;  // fires when a restarted node may vote again
+  /// The run whose CONFIG said appendonly yes + appendfsync always: it keeps every write across
+  /// a restart, so delayed restarts do not apply to it.
+  std::string persistent_run_id;
+  std::string not_voting_logged_run_id;  // "log it once" per run, not per reconnect
+  std::string persistent_logged_run_id;
+  uint64_t persistence_check = 0;  // generation: the answer to an older check is ignored
   bool shut_down = false;
 };
 
@@ -161,7 +167,9 @@ bool RedlockBackend::nodeVoting(size_t i) const {
   const NodeSlot& n = *nodes_[i];
   if (!n.redis->up()) return false;
   if (!config_.redlock.delayed_restart) return true;
-  return quorum::mayVote(currentRestartState(i), scheduler_.nowMs(), max_ttl_ms_);
+  const quorum::NodeRestartState state = currentRestartState(i);
+  if (!n.persistent_run_id.empty() && n.persistent_run_id == state.run_id) return true;
+  return quorum::mayVote(state, scheduler_.nowMs(), max_ttl_ms_);
 }
 
 int RedlockBackend::votingUpCount() const {
@@ -180,28 +188,65 @@ void RedlockBackend::updateReady() {
 
 void RedlockBackend::onNodeState(size_t i, bool up) {
   NodeSlot& n = *nodes_[i];
-  const int64_t now = scheduler_.nowMs();
+  n.voting_timer.reset();
   if (up) {
     const RedisServerInfo& info = n.redis->serverInfo();
-    const std::string previous_run_id = n.restart.run_id;
     quorum::noteNodeUp(n.restart, info.run_id, info.uptime_ms, info.learned_at_ms);
-    const int64_t votes_from = quorum::votingFromMs(n.restart, max_ttl_ms_);
-    const bool restarted = !previous_run_id.empty() && previous_run_id != info.run_id;
-    if (config_.redlock.delayed_restart && now < votes_from) {
-      SL_LOG(kWarn, "redlock.node_not_voting", {"node", n.address}, {"run_id", info.run_id},
-             {"restarted", restarted}, {"uptime_ms", static_cast<long long>(info.uptime_ms)},
-             {"votes_in_ms", static_cast<long long>(votes_from - now)});
-      n.voting_timer.start(scheduler_, votes_from - now, [this, i] {
-        nodes_[i]->voting_timer.markFired();
-        SL_LOG(kInfo, "redlock.node_voting", {"node", nodes_[i]->address});
-        updateReady();
-      });
-    } else {
-      n.voting_timer.reset();
-    }
+    if (config_.redlock.delayed_restart) checkPersistence(i);
   } else {
-    quorum::noteNodeDown(n.restart, now);
-    n.voting_timer.reset();
+    quorum::noteNodeDown(n.restart, scheduler_.nowMs());
+    ++n.persistence_check;  // an answer still on its way belongs to the lost connection
+  }
+  updateReady();
+}
+
+void RedlockBackend::checkPersistence(size_t i) {
+  NodeSlot& n = *nodes_[i];
+  const uint64_t check = ++n.persistence_check;
+  // One pattern, so that Redis < 7 (one parameter per CONFIG GET) answers it too.
+  n.redis->command({"CONFIG", "GET", "append*"}, config_.command_timeout_ms,
+                   [this, i, check, alive = std::weak_ptr<char>(alive_)](StatusOr<RedisValue> r) {
+                     if (alive.expired() || shutting_down_) return;
+                     NodeSlot& node = *nodes_[i];
+                     if (check != node.persistence_check) return;
+                     std::vector<std::string> config;
+                     if (r.isOk() && r->type == RedisValue::Type::kArray) {
+                       for (const RedisValue& e : r->elements) config.push_back(e.str);
+                     } else {
+                       // CONFIG refused by an ACL, renamed away, or no answer: assume the worst.
+                       SL_LOG(kInfo, "redlock.persistence_unknown", {"node", node.address},
+                              {"error", replyError(r)});
+                     }
+                     if (quorum::persistsEveryWrite(config)) {
+                       node.persistent_run_id = node.restart.run_id;
+                     } else {
+                       node.persistent_run_id.clear();
+                     }
+                     applyDelayedRestart(i);
+                   });
+}
+
+void RedlockBackend::applyDelayedRestart(size_t i) {
+  NodeSlot& n = *nodes_[i];
+  const int64_t now = scheduler_.nowMs();
+  const int64_t votes_from = quorum::votingFromMs(n.restart, max_ttl_ms_);
+  if (now < votes_from && n.persistent_run_id == n.restart.run_id) {
+    if (std::exchange(n.persistent_logged_run_id, n.restart.run_id) != n.restart.run_id) {
+      SL_LOG(kInfo, "redlock.node_voting", {"node", n.address}, {"run_id", n.restart.run_id},
+             {"reason", "persists every write (appendonly yes, appendfsync always): no delay"});
+    }
+  } else if (now < votes_from) {
+    if (std::exchange(n.not_voting_logged_run_id, n.restart.run_id) != n.restart.run_id) {
+      SL_LOG(kWarn, "redlock.node_not_voting", {"node", n.address}, {"run_id", n.restart.run_id},
+             {"reason", quorum::notVotingReason(n.restart, now, max_ttl_ms_)},
+             {"votes_in_ms", static_cast<long long>(votes_from - now)});
+    }
+    n.voting_timer.start(scheduler_, votes_from - now, [this, i] {
+      nodes_[i]->voting_timer.markFired();
+      SL_LOG(kInfo, "redlock.node_voting", {"node", nodes_[i]->address},
+             {"reason", "delayed restart over"});
+      updateReady();
+    });
   }
   updateReady();
 }
@@ -782,11 +827,9 @@ BackendHealth RedlockBackend::health() const {
       nh.reason = n.redis->downReason().empty() ? "down" : n.redis->downReason();
       down += (down.empty() ? "" : ", ") + n.address + " (" + nh.reason + ")";
     } else if (!nh.voting) {
-      const quorum::NodeRestartState rs = currentRestartState(i);
-      const int64_t from = quorum::votingFromMs(rs, max_ttl_ms_);
-      nh.reason = "restarted (run_id " + rs.run_id + "); votes again in " +
-                  std::to_string(std::max<int64_t>(from - now, 0)) + " ms (delayed restart)";
-      not_voting += (not_voting.empty() ? "" : ", ") + n.address;
+      nh.reason =
+          quorum::notVotingReason(currentRestartState(i), now, max_ttl_ms_) + " (delayed restart)";
+      not_voting += (not_voting.empty() ? "" : ", ") + n.address + " (" + nh.reason + ")";
     }
     h.nodes.push_back(std::move(nh));
   }

@@ -17,7 +17,10 @@
 //    so no stale key stays on a live node.
 //  - Delayed restarts: a node whose run_id changed or whose uptime is below locks.max_ttl_ms
 //    still receives every command (so it converges) but casts no vote, for grants and extends,
-//    until max_ttl has passed since its restart (quorum::mayVote). health() shows it.
+//    until max_ttl has passed since its restart (quorum::mayVote). health() says why and for how
+//    long; the log says it once per node run. A node whose CONFIG GET (after each connect) shows
+//    appendonly yes + appendfsync always keeps every write across restarts and votes at once;
+//    CONFIG refused (ACL) counts as not persistent.
 //
 // Outcomes (precise definitions, see also README.md, "Redlock"):
 //  acquire: granted (majority + validity) | busy {granted=false, holder_ttl_ms} when a majority
@@ -112,6 +115,12 @@ class RedlockBackend final : public Backend {
   quorum::NodeRestartState currentRestartState(size_t i) const;
   int votingUpCount() const;
   void onNodeState(size_t i, bool up);
+  /// Asks a node that came up whether it persists every write (CONFIG GET append*), then
+  /// applyDelayedRestart().
+  void checkPersistence(size_t i);
+  /// Logs (once per run) and times the end of a node's delayed restart, unless it persists every
+  /// write.
+  void applyDelayedRestart(size_t i);
   void updateReady();
   void onMessage(size_t i, std::string_view channel);
   void fireWake(const std::string& name);
