@@ -64,7 +64,7 @@ std::unique_ptr<backend::Backend> makeBackend(Sidecar& s, const config::Config& 
       return std::make_unique<backend::MemoryBackend>(*s.scheduler);
     case config::BackendType::kRedis:
       return std::make_unique<backend::RedisBackend>(&s.loop, *s.scheduler, cfg.backend,
-                                                     *s.metrics);
+                                                     cfg.locks.max_ttl_ms, *s.metrics);
     case config::BackendType::kRedlock:
       return std::make_unique<backend::RedlockBackend>(&s.loop, *s.scheduler, cfg.backend,
                                                        cfg.locks.max_ttl_ms, *s.metrics);

@@ -113,6 +113,10 @@ class Backend {
   virtual void unwatchReleases(std::string_view name) = 0;
 
   virtual BackendHealth health() const = 0;
+  /// Called (on a loop turn of its own, never inside a call) each time the backend becomes able
+  /// to grant locks again after it was not: waiters that are riding out an outage retry at once
+  /// instead of at their next backoff. Backends that cannot go down keep the default (never).
+  virtual void setReadyListener(std::function<void()> listener) { (void)listener; }
 
   /// Fails pending calls, closes connections, then calls `done` on a later loop turn.
   virtual void shutdown(std::function<void()> done) = 0;

@@ -15,6 +15,19 @@ namespace {
 
 int64_t ceilMs(int64_t us) { return us <= 0 ? 0 : (us + 999) / 1000; }
 
+/// An outage a queued waiter rides out: the backend could not answer (down, no quorum, no reply
+/// in time, an error reply while Redis restarts). Not: a bad request, or cancellation.
+bool isTransientBackendError(const Status& s) {
+  switch (s.code()) {
+    case StatusCode::kUnavailable:
+    case StatusCode::kDeadlineExceeded:
+    case StatusCode::kInternal:
+      return true;
+    default:
+      return false;
+  }
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------
@@ -66,6 +79,7 @@ LockService::Impl::Impl(const config::LocksConfig& config, backend::Backend& bac
       lost_(kLostLeaseCapacity, kLostLeaseRetentionUs) {
   backend_.setReleaseListener(
       guarded([this](std::string_view name) { wakeQueue(name, /*notified=*/true); }));
+  backend_.setReadyListener(guarded([this] { onBackendReady(); }));
 }
 
 // Timers die with their owners (ScopedTimer); backend replies and posted callbacks still queued
@@ -158,11 +172,17 @@ AcquireTicket LockService::Impl::acquire(AcquireOptions options,
   if (w.options.wait_ms == 0) {
     if (queued_here > 0) {
       // Local waiters asked first: a single try must not jump the FIFO queue. The lock is
-      // contended by definition, so answer busy without a backend round trip.
-      w.contended = true;
+      // contended by definition, so answer busy without a backend round trip (or the outage the
+      // queue is riding out: a single try fails fast).
       AcquireResult r;
-      r.status = AcquireStatus::kBusy;
-      r.retry_after_ms = retryHintMs(w.options.name, -1);
+      if (!q->backend_error.isOk()) {
+        r.status = AcquireStatus::kError;
+        r.error = q->backend_error;
+      } else {
+        w.contended = true;
+        r.status = AcquireStatus::kBusy;
+        r.retry_after_ms = retryHintMs(w.options.name, -1);
+      }
       finishWaiter(w, std::move(r));
       return ticket;
     }
@@ -221,6 +241,7 @@ void LockService::Impl::onAttemptReply(uint64_t id, StatusOr<backend::AcquireRep
   if (q != nullptr) {
     q->attempt_in_flight = false;
     wake = std::exchange(q->wake_pending, false);
+    if (reply.isOk()) q->backend_error = Status::ok();
   }
   const bool granted = reply.isOk() && reply->granted;
 
@@ -241,7 +262,18 @@ void LockService::Impl::onAttemptReply(uint64_t id, StatusOr<backend::AcquireRep
   }
 
   AcquireResult r;
-  if (!reply.isOk()) {
+  if (!reply.isOk() && q != nullptr && isTransientBackendError(reply.status())) {
+    // A queued waiter rides out the outage: it keeps its place, the head retries with backoff
+    // (or as soon as the backend reports ready) and onDeadline answers 503 with this error if
+    // the budget runs out first. Logged by the backend, once per state change.
+    if (q->backend_error.isOk()) {
+      SL_LOG(kDebug, "lock.waiting_out_outage", {"name", name},
+             {"error", reply.status().toString()});
+    }
+    q->backend_error = reply.status();
+    q->holder_expiry_us = -1;
+    planRetry(*q);
+  } else if (!reply.isOk()) {
     r.status = reply.status().code() == StatusCode::kCancelled ? AcquireStatus::kCancelled
                                                                : AcquireStatus::kError;
     r.error = reply.status();
@@ -291,8 +323,15 @@ void LockService::Impl::onDeadline(uint64_t id) {
   w.deadline_timer.markFired();
   const std::string name = w.options.name;
   AcquireResult r;
-  r.status = AcquireStatus::kBusy;
-  r.retry_after_ms = retryHintMs(name, -1);
+  const WaiterQueue* q = queues_.find(name);
+  if (q != nullptr && !q->backend_error.isOk()) {
+    // The budget ended with the backend still out: that is the answer, not "locked".
+    r.status = AcquireStatus::kError;
+    r.error = q->backend_error;
+  } else {
+    r.status = AcquireStatus::kBusy;
+    r.retry_after_ms = retryHintMs(name, -1);
+  }
   finishWaiter(w, std::move(r));
   pumpQueue(name);
 }
@@ -383,6 +422,13 @@ void LockService::Impl::wakeQueue(std::string_view name, bool notified) {
   q->backoff.reset();
   q->holder_expiry_us = -1;
   attempt(*q->fifo.front());
+}
+
+void LockService::Impl::onBackendReady() {
+  for (const std::string& name : queues_.names()) {
+    const WaiterQueue* q = queues_.find(name);
+    if (q != nullptr && !q->backend_error.isOk()) wakeQueue(name, /*notified=*/false);
+  }
 }
 
 void LockService::Impl::releaseOrphan(const std::string& name, const std::string& owner) {
@@ -499,7 +545,13 @@ void LockService::Impl::onReleaseReply(const std::string& name, const std::strin
   if (!reply.isOk()) {
     // The lease (if ours) keeps its stopped renewal and simply expires.
     if (client_request) metrics_.release_error.Increment();
-    SL_LOG(kWarn, "lock.release_failed", {"name", name}, {"error", reply.status().toString()});
+    if (auto suppressed = release_failed_log_.admit(
+            scheduler_.nowMs(), std::to_string(static_cast<int>(reply.status().code())))) {
+      SL_LOG(
+          kWarn, "lock.release_failed", {"name", name}, {"error", reply.status().toString()},
+          {"suppressed", static_cast<unsigned long long>(*suppressed)},
+          {"suppressed_window_s", static_cast<long long>(release_failed_log_.windowMs() / 1000)});
+    }
     result = reply.status();
   } else if (*reply == backend::OwnerCheck::kOk) {
     if (Lease* lease = leases_.find(name, owner)) {

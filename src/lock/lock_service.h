@@ -25,7 +25,8 @@ struct AcquireOptions {
   int64_t ttl_ms = 0;  // validated by the API layer: 1..max_ttl_ms (<= 0: default_ttl_ms)
   /// 0 = try once (answered busy without a backend call if local waiters are queued for the
   /// name: a single try never jumps the FIFO); else queue up to this long (clamped to
-  /// max_wait_ms).
+  /// max_wait_ms). A queued waiter rides out backend outages: it fails with kError only if its
+  /// budget ends while the backend is still out.
   int64_t wait_ms = 0;
   bool auto_renew = false;
   /// auto_renew / stream cap; 0 = config default_max_hold_ms (0 there = no cap). No renewal

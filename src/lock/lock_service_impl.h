@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "common/rate_limited_log.h"
 #include "config/config.h"
 #include "event/scheduler.h"
 #include "lock/lease_table.h"
@@ -94,6 +95,8 @@ class LockService::Impl {
   void onRetryTimer(WaiterQueue* q);
   /// The lock is probably free (released here, released elsewhere, expired): head tries now.
   void wakeQueue(std::string_view name, bool notified);
+  /// The backend can grant again: queues riding out the outage retry at once.
+  void onBackendReady();
   void releaseOrphan(const std::string& name, const std::string& owner);
   int64_t retryHintMs(std::string_view name, int64_t holder_ttl_ms);
   void updateWaiterGauge();
@@ -153,6 +156,10 @@ class LockService::Impl {
   std::function<void()> shutdown_done_;
   event::ScopedTimer grace_timer_;
   int64_t inflight_ops_ = 0;  // backend calls not yet answered
+
+  // Per-request warnings during an outage: one line per change, then a count every 10 s.
+  RateLimitedLog release_failed_log_;
+  RateLimitedLog renew_error_log_;
 
   int depth_ = 0;
   std::deque<std::function<void()>> deferred_;

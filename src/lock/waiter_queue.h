@@ -12,6 +12,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "common/status.h"
 #include "event/scheduler.h"
 #include "lock/backoff.h"
 #include "lock/lease_table.h"
@@ -45,6 +46,10 @@ struct WaiterQueue {
   bool wake_pending = false;
   Backoff backoff;
   int64_t holder_expiry_us = -1;  // from the last busy reply; -1 unknown
+  /// Not OK while the backend is out: the head's last attempt failed with a transient error. The
+  /// waiters keep their places and the head retries; a deadline reached in this state answers
+  /// this error (503) instead of busy (409).
+  Status backend_error;
   event::ScopedTimer retry_timer;
 };
 

@@ -159,10 +159,18 @@ void LockService::Impl::onRenewReply(const std::string& name, const std::string&
       if (remaining_ms <= 0) {
         markLost(*lease, "backend unavailable until validity ran out", /*by_renewal=*/true);
       } else {
-        if (lease->renew_backoff.attempt() == 0) {  // log the first error of a streak only
-          SL_LOG(kWarn, "lease.renew_error", {"name", name}, {"owner", ownerDigest(owner)},
-                 {"error", reply.status().toString()},
-                 {"validity_ms", static_cast<long long>(remaining_ms)});
+        // The first error of a lease's streak only, and across leases (an outage hits them
+        // all) one line per kind of error, then a count every 10 s.
+        if (lease->renew_backoff.attempt() == 0) {
+          if (auto suppressed = renew_error_log_.admit(
+                  scheduler_.nowMs(), std::to_string(static_cast<int>(reply.status().code())))) {
+            SL_LOG(kWarn, "lease.renew_error", {"name", name}, {"owner", ownerDigest(owner)},
+                   {"error", reply.status().toString()},
+                   {"validity_ms", static_cast<long long>(remaining_ms)},
+                   {"suppressed", static_cast<unsigned long long>(*suppressed)},
+                   {"suppressed_window_s",
+                    static_cast<long long>(renew_error_log_.windowMs() / 1000)});
+          }
         }
         // Retry quickly and never past the validity we still have: at most half of what is
         // left, so attempts get denser (not sparser) as the end nears and the last one still

@@ -76,6 +76,7 @@ void noteNodeUp(NodeRestartState& state, const std::string& run_id, int64_t upti
     // Same process as before (a mere reconnect): keep the earlier, already-known restart time.
     restart_at = std::min(restart_at, state.restart_at_ms);
   }
+  if (!state.run_id.empty() && state.run_id != run_id) state.restarted = true;
   state.run_id = run_id;
   state.restart_at_ms = restart_at;
   state.last_seen_up_ms = learned_at_ms;
@@ -93,6 +94,28 @@ bool mayVote(const NodeRestartState& state, int64_t now_ms, int64_t max_ttl_ms) 
 int64_t votingFromMs(const NodeRestartState& state, int64_t max_ttl_ms) {
   if (state.restart_at_ms == kMin) return kMax;
   return saturatingAdd(state.restart_at_ms, max_ttl_ms);
+}
+
+std::string notVotingReason(const NodeRestartState& state, int64_t now_ms, int64_t max_ttl_ms) {
+  if (state.restart_at_ms == kMin) return "not voting: never seen up";
+  const int64_t left_ms = std::max<int64_t>(0, votingFromMs(state, max_ttl_ms) - now_ms);
+  const int64_t left_s = (left_ms + 999) / 1000;
+  const int64_t up_s = std::max<int64_t>(0, now_ms - state.restart_at_ms) / 1000;
+  const std::string max_s = std::to_string(max_ttl_ms / 1000);
+  std::string why = state.restarted ? "restarted " + std::to_string(up_s) + " s ago (new run_id)"
+                                    : "node up " + std::to_string(up_s) + " s";
+  return "not voting for another " + std::to_string(left_s) + " s: " + why + " < max ttl " + max_s +
+         " s";
+}
+
+bool persistsEveryWrite(const std::vector<std::string>& config) {
+  bool appendonly = false;
+  bool fsync_always = false;
+  for (size_t i = 0; i + 1 < config.size(); i += 2) {
+    if (config[i] == "appendonly") appendonly = config[i + 1] == "yes";
+    if (config[i] == "appendfsync") fsync_always = config[i + 1] == "always";
+  }
+  return appendonly && fsync_always;
 }
 
 }  // namespace sidelock::backend::quorum

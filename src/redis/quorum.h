@@ -63,6 +63,7 @@ struct NodeRestartState {
   std::string run_id;                 // empty before the first successful connect
   int64_t restart_at_ms = INT64_MIN;  // scheduler time of the node's last (re)start; MIN = unknown
   int64_t last_seen_up_ms = INT64_MIN;  // last scheduler time we knew the previous run_id was up
+  bool restarted = false;  // we saw another run_id at this address before (not a fresh start)
 };
 
 /// Updates `state` for a node that just came up reporting `run_id` and `uptime_ms`, learned at
@@ -81,5 +82,15 @@ bool mayVote(const NodeRestartState& state, int64_t now_ms, int64_t max_ttl_ms);
 /// Scheduler time from which the node may vote (restart_at + max_ttl, saturating).
 int64_t votingFromMs(const NodeRestartState& state, int64_t max_ttl_ms);
 
+/// Why a node does not vote yet, and until when, for /readyz and the log:
+/// "not voting for another 587 s: node up 13 s < max ttl 600 s" (a fresh start) or
+/// "not voting for another 587 s: restarted 13 s ago (new run_id) < max ttl 600 s".
+/// Seconds left are rounded up, seconds up rounded down.
+std::string notVotingReason(const NodeRestartState& state, int64_t now_ms, int64_t max_ttl_ms);
+
+/// What CONFIG GET append* says about a node's durability. Only `appendonly yes` with
+/// `appendfsync always` keeps every acknowledged write across a crash, so only then may a node
+/// that (re)started recently vote at once. `config` is the flat name/value list of the reply.
+bool persistsEveryWrite(const std::vector<std::string>& config);
 
 }  // namespace sidelock::backend::quorum

@@ -34,8 +34,12 @@ config::RedisNodeAddress firstNode(const config::BackendConfig& config) {
 }  // namespace
 
 RedisBackend::RedisBackend(uv_loop_t* loop, event::Scheduler& scheduler,
-                           const config::BackendConfig& config, metrics::Metrics& metrics)
-    : metrics_(metrics), prefix_(config.key_prefix), timeout_ms_(config.command_timeout_ms) {
+                           const config::BackendConfig& config, int64_t max_ttl_ms,
+                           metrics::Metrics& metrics)
+    : metrics_(metrics),
+      prefix_(config.key_prefix),
+      timeout_ms_(config.command_timeout_ms),
+      counter_ttl_ms_(std::to_string(tokenCounterTtlMs(max_ttl_ms))) {
   const config::RedisNodeAddress address = firstNode(config);
   if (config.nodes.size() > 1) {
     SL_LOG(kWarn, "redis.extra_nodes_ignored", {"node", address.toString()},
@@ -47,7 +51,9 @@ RedisBackend::RedisBackend(uv_loop_t* loop, event::Scheduler& scheduler,
   metrics_.backend_ready.Set(0);
   node_->setStateListener([this](bool) {
     // Posted by the node; read the current state rather than the (possibly stale) transition.
-    if (!shut_down_) metrics_.backend_ready.Set(node_->up() ? 1 : 0);
+    if (shut_down_) return;
+    metrics_.backend_ready.Set(node_->up() ? 1 : 0);
+    if (node_->up() && ready_listener_) ready_listener_();
   });
   node_->setMessageListener(
       [this](std::string_view channel, std::string_view) { onMessage(channel); });
@@ -60,7 +66,8 @@ void RedisBackend::start() { node_->start(); }
 void RedisBackend::acquire(std::string_view name, std::string_view owner, int64_t ttl_ms,
                            AcquireCallback cb) {
   node_->runScript(ScriptId::kAcquire, {lockKey(prefix_, name), tokenKey(prefix_, name)},
-                   {std::string(owner), std::to_string(ttl_ms)}, timeout_ms_, NodeOp::kAcquire,
+                   {std::string(owner), std::to_string(ttl_ms), counter_ttl_ms_}, timeout_ms_,
+                   NodeOp::kAcquire,
                    [address = address_, cb = std::move(cb)](StatusOr<RedisValue> r) {
                      cb(decodeAcquire(r, *address));
                    });
@@ -79,7 +86,8 @@ void RedisBackend::releaseAndGrant(std::string_view name, std::string_view owner
                                    std::string_view next_owner, int64_t next_ttl_ms,
                                    HandOffCallback cb) {
   node_->runScript(ScriptId::kReleaseGrant, {lockKey(prefix_, name), tokenKey(prefix_, name)},
-                   {owner, next_owner, std::to_string(next_ttl_ms)}, timeout_ms_, NodeOp::kRelease,
+                   {owner, next_owner, std::to_string(next_ttl_ms), counter_ttl_ms_}, timeout_ms_,
+                   NodeOp::kRelease,
                    [address = address_, cb = std::move(cb)](StatusOr<RedisValue> r) {
                      cb(decodeReleaseGrant(r, *address));
                    });

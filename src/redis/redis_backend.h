@@ -26,9 +26,11 @@ RedisNodeOptions nodeOptionsFromConfig(const config::BackendConfig& config,
 
 class RedisBackend final : public Backend {
  public:
-  /// Uses config.nodes[0] (127.0.0.1:6379 when the list is empty). `metrics` must outlive us.
+  /// Uses config.nodes[0] (127.0.0.1:6379 when the list is empty). `max_ttl_ms` is
+  /// locks.max_ttl_ms: fencing counters expire tokenCounterTtlMs(max_ttl_ms) after the last
+  /// grant. `metrics` must outlive us.
   RedisBackend(uv_loop_t* loop, event::Scheduler& scheduler, const config::BackendConfig& config,
-               metrics::Metrics& metrics);
+               int64_t max_ttl_ms, metrics::Metrics& metrics);
   ~RedisBackend() override;
 
   void start() override;
@@ -45,6 +47,9 @@ class RedisBackend final : public Backend {
   void setReleaseListener(ReleaseListener listener) override;
   void watchReleases(std::string_view name) override;
   void unwatchReleases(std::string_view name) override;
+  void setReadyListener(std::function<void()> listener) override {
+    ready_listener_ = std::move(listener);
+  }
 
   BackendHealth health() const override;
   void shutdown(std::function<void()> done) override;
@@ -58,11 +63,13 @@ class RedisBackend final : public Backend {
   metrics::Metrics& metrics_;
   std::string prefix_;
   int64_t timeout_ms_;
+  std::string counter_ttl_ms_;  // ARGV of the acquire script
   std::unique_ptr<RedisNode> node_;
   // Captured by reply callbacks instead of `this`: a call made after shutdown() is answered after
   // shutdown's done callback, when the owner may already have destroyed us.
   std::shared_ptr<const std::string> address_;
   ReleaseListener listener_;
+  std::function<void()> ready_listener_;
   std::map<std::string, int, std::less<>> watches_;  // lock name -> watch count
   bool shut_down_ = false;
 };

@@ -39,6 +39,12 @@ struct RedlockBackend::NodeSlot {
   std::unique_ptr<RedisNode> redis;
   quorum::NodeRestartState restart;
   event::ScopedTimer voting_timer;  // fires when a restarted node may vote again
+  /// The run whose CONFIG said appendonly yes + appendfsync always: it keeps every write across
+  /// a restart, so delayed restarts do not apply to it.
+  std::string persistent_run_id;
+  std::string not_voting_logged_run_id;  // "log it once" per run, not per reconnect
+  std::string persistent_logged_run_id;
+  uint64_t persistence_check = 0;  // generation: the answer to an older check is ignored
   bool shut_down = false;
 };
 
@@ -57,8 +63,10 @@ struct RedlockBackend::AcquireOp {
   std::vector<int64_t> pttls;
   std::vector<std::string> errors;
   uint64_t token = 0;
-  int sync_acks = 0;
-  int sync_against = 0;
+  std::vector<bool> granting;  // voted for us when the vote was decided (set by startTokenSync)
+  int sync_needed = 0;         // granting nodes
+  int sync_acks = 0;           // granting nodes whose counter is known to be >= token
+  int sync_failures = 0;       // granting nodes that failed to record it
   size_t cleanup_pending = 0;
   Status error;  // set when the attempt failed for a reason other than the vote itself
 };
@@ -110,6 +118,7 @@ RedlockBackend::RedlockBackend(uv_loop_s* loop, event::Scheduler& scheduler,
       scheduler_(scheduler),
       config_(config),
       max_ttl_ms_(max_ttl_ms),
+      counter_ttl_ms_(std::to_string(tokenCounterTtlMs(max_ttl_ms))),
       metrics_(metrics) {
   for (size_t i = 0; i < config_.nodes.size(); ++i) {
     auto slot = std::make_unique<NodeSlot>();
@@ -158,7 +167,9 @@ bool RedlockBackend::nodeVoting(size_t i) const {
   const NodeSlot& n = *nodes_[i];
   if (!n.redis->up()) return false;
   if (!config_.redlock.delayed_restart) return true;
-  return quorum::mayVote(currentRestartState(i), scheduler_.nowMs(), max_ttl_ms_);
+  const quorum::NodeRestartState state = currentRestartState(i);
+  if (!n.persistent_run_id.empty() && n.persistent_run_id == state.run_id) return true;
+  return quorum::mayVote(state, scheduler_.nowMs(), max_ttl_ms_);
 }
 
 int RedlockBackend::votingUpCount() const {
@@ -168,34 +179,74 @@ int RedlockBackend::votingUpCount() const {
 }
 
 void RedlockBackend::updateReady() {
-  metrics_.backend_ready.Set(
-      !shutting_down_ && !nodes_.empty() && votingUpCount() >= quorumSize() ? 1 : 0);
+  const bool ready = !shutting_down_ && !nodes_.empty() && votingUpCount() >= quorumSize();
+  metrics_.backend_ready.Set(ready ? 1 : 0);
+  // Runs from node state notifications and timers (never inside a caller's call).
+  if (ready && !std::exchange(ready_, true) && ready_listener_) ready_listener_();
+  if (!ready) ready_ = false;
 }
 
 void RedlockBackend::onNodeState(size_t i, bool up) {
   NodeSlot& n = *nodes_[i];
-  const int64_t now = scheduler_.nowMs();
+  n.voting_timer.reset();
   if (up) {
     const RedisServerInfo& info = n.redis->serverInfo();
-    const std::string previous_run_id = n.restart.run_id;
     quorum::noteNodeUp(n.restart, info.run_id, info.uptime_ms, info.learned_at_ms);
-    const int64_t votes_from = quorum::votingFromMs(n.restart, max_ttl_ms_);
-    const bool restarted = !previous_run_id.empty() && previous_run_id != info.run_id;
-    if (config_.redlock.delayed_restart && now < votes_from) {
-      SL_LOG(kWarn, "redlock.node_not_voting", {"node", n.address}, {"run_id", info.run_id},
-             {"restarted", restarted}, {"uptime_ms", static_cast<long long>(info.uptime_ms)},
-             {"votes_in_ms", static_cast<long long>(votes_from - now)});
-      n.voting_timer.start(scheduler_, votes_from - now, [this, i] {
-        nodes_[i]->voting_timer.markFired();
-        SL_LOG(kInfo, "redlock.node_voting", {"node", nodes_[i]->address});
-        updateReady();
-      });
-    } else {
-      n.voting_timer.reset();
-    }
+    if (config_.redlock.delayed_restart) checkPersistence(i);
   } else {
-    quorum::noteNodeDown(n.restart, now);
-    n.voting_timer.reset();
+    quorum::noteNodeDown(n.restart, scheduler_.nowMs());
+    ++n.persistence_check;  // an answer still on its way belongs to the lost connection
+  }
+  updateReady();
+}
+
+void RedlockBackend::checkPersistence(size_t i) {
+  NodeSlot& n = *nodes_[i];
+  const uint64_t check = ++n.persistence_check;
+  // One pattern, so that Redis < 7 (one parameter per CONFIG GET) answers it too.
+  n.redis->command({"CONFIG", "GET", "append*"}, config_.command_timeout_ms,
+                   [this, i, check, alive = std::weak_ptr<char>(alive_)](StatusOr<RedisValue> r) {
+                     if (alive.expired() || shutting_down_) return;
+                     NodeSlot& node = *nodes_[i];
+                     if (check != node.persistence_check) return;
+                     std::vector<std::string> config;
+                     if (r.isOk() && r->type == RedisValue::Type::kArray) {
+                       for (const RedisValue& e : r->elements) config.push_back(e.str);
+                     } else {
+                       // CONFIG refused by an ACL, renamed away, or no answer: assume the worst.
+                       SL_LOG(kInfo, "redlock.persistence_unknown", {"node", node.address},
+                              {"error", replyError(r)});
+                     }
+                     if (quorum::persistsEveryWrite(config)) {
+                       node.persistent_run_id = node.restart.run_id;
+                     } else {
+                       node.persistent_run_id.clear();
+                     }
+                     applyDelayedRestart(i);
+                   });
+}
+
+void RedlockBackend::applyDelayedRestart(size_t i) {
+  NodeSlot& n = *nodes_[i];
+  const int64_t now = scheduler_.nowMs();
+  const int64_t votes_from = quorum::votingFromMs(n.restart, max_ttl_ms_);
+  if (now < votes_from && n.persistent_run_id == n.restart.run_id) {
+    if (std::exchange(n.persistent_logged_run_id, n.restart.run_id) != n.restart.run_id) {
+      SL_LOG(kInfo, "redlock.node_voting", {"node", n.address}, {"run_id", n.restart.run_id},
+             {"reason", "persists every write (appendonly yes, appendfsync always): no delay"});
+    }
+  } else if (now < votes_from) {
+    if (std::exchange(n.not_voting_logged_run_id, n.restart.run_id) != n.restart.run_id) {
+      SL_LOG(kWarn, "redlock.node_not_voting", {"node", n.address}, {"run_id", n.restart.run_id},
+             {"reason", quorum::notVotingReason(n.restart, now, max_ttl_ms_)},
+             {"votes_in_ms", static_cast<long long>(votes_from - now)});
+    }
+    n.voting_timer.start(scheduler_, votes_from - now, [this, i] {
+      nodes_[i]->voting_timer.markFired();
+      SL_LOG(kInfo, "redlock.node_voting", {"node", nodes_[i]->address},
+             {"reason", "delayed restart over"});
+      updateReady();
+    });
   }
   updateReady();
 }
@@ -241,7 +292,7 @@ void RedlockBackend::acquire(std::string_view name, std::string_view owner, int6
   for (size_t i = 0; i < n; ++i) {
     // Non-voting nodes get the command too, so their state converges while they wait.
     nodes_[i]->redis->runScript(
-        ScriptId::kAcquire, {key, counter}, {op->owner, std::to_string(ttl_ms)},
+        ScriptId::kAcquire, {key, counter}, {op->owner, std::to_string(ttl_ms), counter_ttl_ms_},
         config_.redlock.node_timeout_ms, NodeOp::kAcquire,
         [this, op, i](StatusOr<RedisValue> r) { onAcquireReply(op, i, std::move(r)); });
   }
@@ -290,29 +341,30 @@ void RedlockBackend::evaluateAcquire(const std::shared_ptr<AcquireOp>& op) {
 
 void RedlockBackend::startTokenSync(const std::shared_ptr<AcquireOp>& op) {
   op->phase = AcquireOp::Phase::kSync;
-  std::vector<uint64_t> granting;
+  std::vector<uint64_t> granting_tokens;
   for (size_t i = 0; i < nodes_.size(); ++i) {
-    if (op->voting[i] && op->votes[i] == Vote::kFor) granting.push_back(op->tokens[i]);
+    op->granting.push_back(op->voting[i] && op->votes[i] == Vote::kFor);
+    if (op->granting[i]) granting_tokens.push_back(op->tokens[i]);
   }
-  op->token = quorum::fencingToken(granting);
+  op->token = quorum::fencingToken(granting_tokens);
   const std::string counter = tokenKey(config_.key_prefix, op->name);
   for (size_t i = 0; i < nodes_.size(); ++i) {
-    if (!op->voting[i]) ++op->sync_against;
-    if (op->voting[i] && op->votes[i] == Vote::kFor && op->tokens[i] == op->token) {
+    if (op->granting[i]) ++op->sync_needed;
+    if (op->granting[i] && op->tokens[i] == op->token) {
       ++op->sync_acks;  // its counter already equals the token
       continue;
     }
-    // Also sent to nodes that are still voting or said busy: raising a counter never hurts, and
-    // a counter that lags behind is what would let a later majority hand out a smaller token.
+    // Sent to the other nodes too (best effort, not waited for): raising a counter never hurts,
+    // and a lagging one is what a later majority could otherwise hand out a smaller token from.
     nodes_[i]->redis->runScript(
-        ScriptId::kTokenSync, {counter}, {std::to_string(op->token)},
+        ScriptId::kTokenSync, {counter}, {std::to_string(op->token), counter_ttl_ms_},
         config_.redlock.node_timeout_ms, NodeOp::kOther,
         [this, op, i, alive = std::weak_ptr<char>(alive_)](StatusOr<RedisValue> r) {
-          if (alive.expired() || op->phase != AcquireOp::Phase::kSync || !op->voting[i]) return;
+          if (alive.expired() || op->phase != AcquireOp::Phase::kSync || !op->granting[i]) return;
           if (r.isOk() && isInt(*r)) {
             ++op->sync_acks;
           } else {
-            ++op->sync_against;
+            ++op->sync_failures;
             op->errors[i] = "token sync: " + replyError(r);
           }
           evaluateTokenSync(op);
@@ -322,18 +374,16 @@ void RedlockBackend::startTokenSync(const std::shared_ptr<AcquireOp>& op) {
 }
 
 void RedlockBackend::evaluateTokenSync(const std::shared_ptr<AcquireOp>& op) {
-  const int n = static_cast<int>(nodes_.size());
-  switch (quorum::decide(n, op->sync_acks, op->sync_against)) {
-    case quorum::Outcome::kUndecided:
-      return;
-    case quorum::Outcome::kLost:
-      startAcquireCleanup(op, unavailable("redlock: granted but the fencing token could not be "
-                                          "recorded on a majority: " +
-                                          nodeErrors(op->errors)));
-      return;
-    case quorum::Outcome::kWon:
-      break;
+  // Every granting node must record the token, not just some majority: the next grant's majority
+  // is only sure to intersect *this* granting majority, and the node they share must already
+  // count from the token, or the next grant could hand out a smaller one.
+  if (op->sync_failures > 0) {
+    startAcquireCleanup(op, unavailable("redlock: granted but the fencing token could not be "
+                                        "recorded on every granting node: " +
+                                        nodeErrors(op->errors)));
+    return;
   }
+  if (op->sync_acks < op->sync_needed) return;
   const int64_t elapsed_ms = (scheduler_.nowUs() - op->start_us + 999) / 1000;
   const int64_t validity = quorum::validityMs(op->ttl_ms, elapsed_ms, config_.redlock.drift_factor);
   if (validity <= 0) {
@@ -367,7 +417,13 @@ void RedlockBackend::finishAcquireLoss(const std::shared_ptr<AcquireOp>& op) {
   op->phase = AcquireOp::Phase::kDone;
   if (!op->error.isOk()) {
     metrics_.redlock_quorum_failures.Increment();
-    SL_LOG(kWarn, "redlock.acquire_failed", {"name", op->name}, {"error", op->error.toString()});
+    if (auto suppressed = acquire_failed_log_.admit(scheduler_.nowMs(),
+                                                    outageState(op->error.code(), op->errors))) {
+      SL_LOG(
+          kWarn, "redlock.acquire_failed", {"name", op->name}, {"error", op->error.toString()},
+          {"suppressed", static_cast<unsigned long long>(*suppressed)},
+          {"suppressed_window_s", static_cast<long long>(acquire_failed_log_.windowMs() / 1000)});
+    }
     deliver([op] { op->cb(op->error); });
     return;
   }
@@ -392,7 +448,12 @@ void RedlockBackend::finishAcquireLoss(const std::shared_ptr<AcquireOp>& op) {
     Status s = unavailable("redlock: only " + std::to_string(votes_for + busy) + " of " +
                            std::to_string(n) + " nodes voted, " + std::to_string(quorumSize()) +
                            " needed: " + nodeErrors(op->errors));
-    SL_LOG(kWarn, "redlock.no_quorum", {"name", op->name}, {"error", s.message()});
+    if (auto suppressed =
+            no_quorum_log_.admit(scheduler_.nowMs(), outageState(s.code(), op->errors))) {
+      SL_LOG(kWarn, "redlock.no_quorum", {"name", op->name}, {"error", s.message()},
+             {"suppressed", static_cast<unsigned long long>(*suppressed)},
+             {"suppressed_window_s", static_cast<long long>(no_quorum_log_.windowMs() / 1000)});
+    }
     deliver([op, s = std::move(s)] { op->cb(s); });
     return;
   }
@@ -557,10 +618,19 @@ void RedlockBackend::onExtendReply(const std::shared_ptr<ExtendOp>& op, size_t i
         const int64_t validity =
             quorum::validityMs(op->ttl_ms, elapsed_ms, config_.redlock.drift_factor);
         if (validity <= 0) {
-          deliver([op, elapsed_ms] {
-            op->cb(deadlineExceeded("redlock: extend took " + std::to_string(elapsed_ms) +
-                                    " ms, leaving no validity"));
-          });
+          // Nobody may rely on keys that were extended too late: roll them back (release on
+          // every node) rather than leave a lease that blocks others and that its holder was
+          // told it does not have.
+          releaseOnAll(
+              op->name, op->owner,
+              [this, op, elapsed_ms, pending = std::make_shared<size_t>(nodes_.size())](
+                  size_t, StatusOr<RedisValue>) {
+                if (--*pending != 0) return;
+                deliver([op, elapsed_ms] {
+                  op->cb(deadlineExceeded("redlock: extend took " + std::to_string(elapsed_ms) +
+                                          " ms, leaving no validity; the lease was released"));
+                });
+              });
           return;
         }
         ExtendReply reply;
@@ -763,11 +833,9 @@ BackendHealth RedlockBackend::health() const {
       nh.reason = n.redis->downReason().empty() ? "down" : n.redis->downReason();
       down += (down.empty() ? "" : ", ") + n.address + " (" + nh.reason + ")";
     } else if (!nh.voting) {
-      const quorum::NodeRestartState rs = currentRestartState(i);
-      const int64_t from = quorum::votingFromMs(rs, max_ttl_ms_);
-      nh.reason = "restarted (run_id " + rs.run_id + "); votes again in " +
-                  std::to_string(std::max<int64_t>(from - now, 0)) + " ms (delayed restart)";
-      not_voting += (not_voting.empty() ? "" : ", ") + n.address;
+      nh.reason =
+          quorum::notVotingReason(currentRestartState(i), now, max_ttl_ms_) + " (delayed restart)";
+      not_voting += (not_voting.empty() ? "" : ", ") + n.address + " (" + nh.reason + ")";
     }
     h.nodes.push_back(std::move(nh));
   }
@@ -826,6 +894,15 @@ void RedlockBackend::deliver(std::function<void()> fn) {
     --in_flight_;
     maybeFinishShutdown();
   });
+}
+
+std::string RedlockBackend::outageState(StatusCode code,
+                                        const std::vector<std::string>& errors) const {
+  std::string state = std::to_string(static_cast<int>(code)) + ":";
+  for (size_t i = 0; i < errors.size() && i < nodes_.size(); ++i) {
+    if (!errors[i].empty()) state += nodes_[i]->address + ",";
+  }
+  return state;
 }
 
 std::string RedlockBackend::nodeErrors(const std::vector<std::string>& errors) const {

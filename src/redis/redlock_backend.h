@@ -9,14 +9,18 @@
 //  - Fencing token = max of the granting nodes' counters. Because failed attempts bump counters
 //    on minority nodes, the counters drift apart; before answering, the winner raises the counter
 //    of every node to that token ("token sync", one more parallel round trip, skipped on nodes
-//    that already reported it) and needs a majority to confirm. Any two majorities intersect, so
-//    the next grant INCRs a counter that is >= this token: tokens strictly increase per name as
-//    long as nodes keep their data.
+//    that already reported it) and needs every node of the granting majority to confirm (the
+//    others are raised best effort). The next grant's majority intersects the granting majority,
+//    so it INCRs a counter that is >= this token: tokens strictly increase per name (a counter a
+//    node lost is re-seeded from its clock, see scripts.h).
 //  - A failed attempt releases on all nodes (also those that did not answer) before answering,
 //    so no stale key stays on a live node.
 //  - Delayed restarts: a node whose run_id changed or whose uptime is below locks.max_ttl_ms
 //    still receives every command (so it converges) but casts no vote, for grants and extends,
-//    until max_ttl has passed since its restart (quorum::mayVote). health() shows it.
+//    until max_ttl has passed since its restart (quorum::mayVote). health() says why and for how
+//    long; the log says it once per node run. A node whose CONFIG GET (after each connect) shows
+//    appendonly yes + appendfsync always keeps every write across restarts and votes at once;
+//    CONFIG refused (ACL) counts as not persistent.
 //
 // Outcomes (precise definitions, see also README.md, "Redlock"):
 //  acquire: granted (majority + validity) | busy {granted=false, holder_ttl_ms} when a majority
@@ -24,7 +28,8 @@
 //    kUnavailable when fewer than a majority of voting nodes answered at all (counted in
 //    redlock_quorum_failures) | kDeadlineExceeded when the vote took the whole TTL |
 //    kInvalidArgument when ttl_ms <= drift (could never be valid).
-//  extend: kOk with validity when a majority of voting nodes extended within the new validity.
+//  extend: kOk with validity when a majority of voting nodes extended within the new validity;
+//    a majority reached with no validity left releases the keys and answers kDeadlineExceeded.
 //    Otherwise, if fewer than a majority answered: kUnavailable (the lease is not touched; it may
 //    still be valid until its previous validity). Otherwise the lease is lost: our remaining keys
 //    are released everywhere and the result is kNotOwner if a majority answered "held by another
@@ -53,6 +58,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "common/rate_limited_log.h"
 #include "config/config.h"
 #include "event/scheduler.h"
 #include "metrics/metrics.h"
@@ -87,6 +93,9 @@ class RedlockBackend final : public Backend {
   void setReleaseListener(ReleaseListener listener) override { listener_ = std::move(listener); }
   void watchReleases(std::string_view name) override;
   void unwatchReleases(std::string_view name) override;
+  void setReadyListener(std::function<void()> listener) override {
+    ready_listener_ = std::move(listener);
+  }
 
   BackendHealth health() const override;
   void shutdown(std::function<void()> done) override;
@@ -109,6 +118,12 @@ class RedlockBackend final : public Backend {
   quorum::NodeRestartState currentRestartState(size_t i) const;
   int votingUpCount() const;
   void onNodeState(size_t i, bool up);
+  /// Asks a node that came up whether it persists every write (CONFIG GET append*), then
+  /// applyDelayedRestart().
+  void checkPersistence(size_t i);
+  /// Logs (once per run) and times the end of a node's delayed restart, unless it persists every
+  /// write.
+  void applyDelayedRestart(size_t i);
   void updateReady();
   void onMessage(size_t i, std::string_view channel);
   void fireWake(const std::string& name);
@@ -132,17 +147,26 @@ class RedlockBackend final : public Backend {
   void beginOp() { ++in_flight_; }
   void maybeFinishShutdown();
   std::string nodeErrors(const std::vector<std::string>& errors) const;
+  /// What tells one outage from another in the rate-limited warnings: the error code and the
+  /// nodes that failed (not timings, not lock names).
+  std::string outageState(StatusCode code, const std::vector<std::string>& errors) const;
 
   uv_loop_s* loop_;
   event::Scheduler& scheduler_;
   config::BackendConfig config_;
   int64_t max_ttl_ms_;
+  std::string counter_ttl_ms_;  // ARGV of the acquire and token sync scripts
   metrics::Metrics& metrics_;
   std::vector<std::unique_ptr<NodeSlot>> nodes_;
 
   std::map<std::string, int, std::less<>> watches_;
   std::map<std::string, std::unique_ptr<WakeState>, std::less<>> wakes_;
   ReleaseListener listener_;
+  // Per-request warnings during an outage: one line per change, then a count every 10 s.
+  RateLimitedLog no_quorum_log_;
+  RateLimitedLog acquire_failed_log_;
+  std::function<void()> ready_listener_;
+  bool ready_ = false;  // last value of updateReady(), to call ready_listener_ on transitions
 
   bool started_ = false;
   bool shutting_down_ = false;

@@ -6,12 +6,31 @@
 namespace sidelock::backend {
 namespace {
 
-// SET NX PX and the INCR run in one script so a grant and its fencing token are atomic: no other
-// client can observe the lease without its token, and a failed SET never burns a token.
-constexpr std::string_view kAcquireLua = R"lua(
-if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+// The next fencing token of KEYS[2], shared by every script that grants. A missing counter (first
+// grant of the name, Redis restarted empty, the counter expired) starts at Redis's TIME in
+// microseconds, built as a string: above every token handed out before as long as the assumptions
+// in scripts.h hold. Every grant then pushes the counter's expiry out to `counter_ttl_ms`. INCR's
+// reply reaches Lua as a double: exact below 2^53 (TIME in us is ~1.8e15 in 2026, 2^53 is ~9e15,
+// i.e. the year 2255), and a Lua number goes back to the client as an integer.
+// redis.replicate_commands() lets Redis < 5 write after TIME (a no-op from Redis 5 on).
+constexpr std::string_view kNextTokenLua = R"lua(
+redis.replicate_commands()
+local function nextToken(counter_ttl_ms)
+  if redis.call('EXISTS', KEYS[2]) == 0 then
+    local now = redis.call('TIME')
+    redis.call('SET', KEYS[2], now[1] .. string.format('%06d', tonumber(now[2])))
+  end
   local token = redis.call('INCR', KEYS[2])
-  return {1, token, tonumber(ARGV[2])}
+  redis.call('PEXPIRE', KEYS[2], counter_ttl_ms)
+  return token
+end
+)lua";
+
+// SET NX PX and the token run in one script so a grant and its fencing token are atomic: no other
+// client can observe the lease without its token, and a failed SET never burns a token.
+constexpr std::string_view kAcquireBodyLua = R"lua(
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  return {1, nextToken(ARGV[3]), tonumber(ARGV[2])}
 end
 return {0, 0, redis.call('PTTL', KEYS[1])}
 )lua";
@@ -42,30 +61,32 @@ end
 return {-1, -2}
 )lua";
 
+// Redlock's token sync: raises a node's fencing counter to at least ARGV[1] (never lowers it) and
+// pushes its expiry out to ARGV[2] (ms). Comparing as Lua doubles is exact for counters below
+// 2^53; the value written is ARGV[1] itself (a string), never a formatted double.
+constexpr std::string_view kTokenSyncLua = R"lua(
+local c = tonumber(redis.call('GET', KEYS[1]) or '0')
+if c < tonumber(ARGV[1]) then
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+else
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+end
+return 1
+)lua";
+
 // The token counter is returned as the raw string: Lua numbers are doubles.
 constexpr std::string_view kInspectLua = R"lua(
 local exists = redis.call('EXISTS', KEYS[1])
 return {exists, redis.call('PTTL', KEYS[1]), redis.call('GET', KEYS[2])}
 )lua";
 
-// Raises a node's fencing counter to at least ARGV[1] (never lowers it). Lua numbers are doubles:
-// exact for counters below 2^53.
-constexpr std::string_view kTokenSyncLua = R"lua(
-local c = tonumber(redis.call('GET', KEYS[1]) or '0')
-if c < tonumber(ARGV[1]) then
-  redis.call('SET', KEYS[1], ARGV[1])
-end
-return 1
-)lua";
-
 // Release with hand-off: the next owner's grant replaces ours in the same step, with the next
 // fencing token (as acquire would give it). No PUBLISH: the lock never became free.
-constexpr std::string_view kReleaseGrantLua = R"lua(
+constexpr std::string_view kReleaseGrantBodyLua = R"lua(
 local v = redis.call('GET', KEYS[1])
 if v == ARGV[1] then
   redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
-  local token = redis.call('INCR', KEYS[2])
-  return {1, token, tonumber(ARGV[3])}
+  return {1, nextToken(ARGV[4]), tonumber(ARGV[3])}
 elseif v then
   return {0, 0, redis.call('PTTL', KEYS[1])}
 end
@@ -77,6 +98,9 @@ constexpr std::string_view kChannelInfix = "released:{";
 }  // namespace
 
 std::string_view scriptText(ScriptId id) {
+  static const std::string kAcquireLua = std::string(kNextTokenLua) + std::string(kAcquireBodyLua);
+  static const std::string kReleaseGrantLua =
+      std::string(kNextTokenLua) + std::string(kReleaseGrantBodyLua);
   switch (id) {
     case ScriptId::kAcquire:
       return kAcquireLua;
@@ -92,6 +116,10 @@ std::string_view scriptText(ScriptId id) {
       return kReleaseGrantLua;
   }
   return {};
+}
+
+int64_t tokenCounterTtlMs(int64_t max_ttl_ms) {
+  return std::max<int64_t>(max_ttl_ms, 0) + kTokenCounterMarginMs;
 }
 
 const char* scriptName(ScriptId id) {
@@ -182,6 +210,7 @@ StatusOr<AcquireReply> decodeAcquire(const StatusOr<RedisValue>& reply, std::str
   AcquireReply r;
   r.granted = v.elements[0].integer == 1;
   if (r.granted) {
+    if (v.elements[1].integer <= 0) return badShape(node, "acquire");
     r.token = static_cast<uint64_t>(v.elements[1].integer);
     r.validity_ms = v.elements[2].integer;
   } else {

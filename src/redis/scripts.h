@@ -2,7 +2,8 @@
 //
 // Keys of lock `name` under prefix `p` (default "sidelock:"):
 //   KEYS[1]  p{name}          the lease: value = owner id, PX = remaining TTL
-//   KEYS[2]  p{name}:token    the fencing counter: never expires, INCR on every grant
+//   KEYS[2]  p{name}:token    the fencing counter: INCR on every grant; expires
+//                             tokenCounterTtlMs(locks.max_ttl_ms) after the last grant
 // The `{name}` hash tag keeps both keys of one lock in the same Redis Cluster slot. A lock key
 // always ends with '}' and a counter key with ":token", so no name's lock key can equal another
 // name's counter key.
@@ -10,19 +11,35 @@
 // Release channel: p + "released:{" + name + "}". The release script PUBLISHes the lock name on it
 // after a successful DEL; sidecars subscribed to it wake their local waiters (issue 4).
 //
+// Fencing counters are seeded from the clock. A missing counter (first grant of a name, Redis
+// restarted without its data, a failover to a replica that missed the last increments, the
+// counter expired) is created at Redis's TIME in microseconds and INCRed from there. A recreated
+// counter therefore starts above every token handed out before, under these assumptions:
+//  1. Redis's clock does not go back (across restarts and failovers) by more than the counter's
+//     expiry margin: run NTP, slewing.
+//  2. A counter never runs ahead of the clock: a name is granted fewer than once per microsecond
+//     on average since its counter was seeded (Redis runs far fewer scripts than that).
+//  3. Redlock: the nodes' clocks agree within the same margin (a token synced from a node whose
+//     clock is ahead lands on the others; their counters expire no sooner than
+//     tokenCounterTtlMs after that, so the margin covers the difference).
+// Tokens are ~1.8e15 in 2026: below 2^53, so exact in Lua's doubles and in JavaScript numbers.
+// Counters expire tokenCounterTtlMs after the last grant (or token sync), so one key per lock
+// name no longer stays in Redis for good. A counter created before this scheme keeps counting
+// from its old value and gets the expiry at its next grant.
+//
 // Replies (all integers unless stated):
-//   acquire  ARGV owner, ttl_ms          -> {1, token, ttl_ms} granted | {0, 0, holder PTTL}
+//   acquire  ARGV owner, ttl_ms, counter_ttl_ms
+//                                        -> {1, token, ttl_ms} granted | {0, 0, holder PTTL}
 //   release  ARGV owner, channel, name   -> 1 released | 0 held by another owner | -1 not held
 //   extend   ARGV owner, ttl_ms          -> {1, PTTL} | {0, holder PTTL} | {-1, -2}; never
 //   re-creates
 //                                           a missing key (that would silently re-acquire)
 //   inspect  (no ARGV)                   -> {exists 0|1, PTTL, token counter as bulk string or nil}
-//   token_sync KEYS[1] counter, ARGV token -> 1 (Redlock: raises a counter to the token handed out)
-//   release_grant ARGV owner, next owner, next ttl_ms
+//   token sync (Redlock; KEYS[1] = the counter) ARGV token, counter_ttl_ms -> 1; raises the
+//                                           counter to `token`, never lowers it
+//   release_grant ARGV owner, next owner, next ttl_ms, counter_ttl_ms
 //                                        -> {1, token, ttl_ms} handed on | {0, 0, holder PTTL} held
-//                                        by
-//                                           another owner | {-1, 0, 0} not held (single master
-//                                           only)
+//                                           by another owner | {-1, 0, 0} not held (single master)
 //
 // The scripts are handed to every RedisNode as its script set (sidelockScripts(), indexed by
 // ScriptId), loaded with SCRIPT LOAD when a node connects and run with EVALSHA; a NOSCRIPT reply
@@ -30,6 +47,7 @@
 // the script and caches it again (RedisConnection does this transparently).
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -44,6 +62,13 @@ enum class ScriptId : size_t { kAcquire, kRelease, kExtend, kInspect, kTokenSync
 
 /// Lua source of one script.
 std::string_view scriptText(ScriptId id);
+
+/// How long a fencing counter outlives the last grant of its name: locks.max_ttl_ms (every lease
+/// granted from it has expired by then, unless renewed) plus a margin for clock differences
+/// between Redis servers and clock steps (see the assumptions above).
+inline constexpr int64_t kTokenCounterMarginMs = 60'000;
+int64_t tokenCounterTtlMs(int64_t max_ttl_ms);
+
 /// Short name for logs and errors ("acquire").
 const char* scriptName(ScriptId id);
 /// All script ids, in index order.

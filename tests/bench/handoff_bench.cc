@@ -257,7 +257,8 @@ constexpr const char* kDirectPrefix = "benchdirect:";
 bool directAcquire(DirectRedis& r, const Scripts& s, const std::string& name,
                    const std::string& owner) {
   return r.command({"EVALSHA", s.acquire_sha, "2", backend::lockKey(kDirectPrefix, name),
-                    backend::tokenKey(kDirectPrefix, name), owner, "10000"}) == 1;
+                    backend::tokenKey(kDirectPrefix, name), owner, "10000",
+                    std::to_string(backend::tokenCounterTtlMs(600'000))}) == 1;
 }
 
 bool directRelease(DirectRedis& r, const Scripts& s, const std::string& name,

@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <thread>
@@ -28,6 +29,26 @@ std::string redisYaml(const RedisServer& redis, const std::string& extra = "") {
 }
 
 json body(const HttpResponse& r) { return json::parse(r.body); }
+
+/// Waiters queued for `name` as GET /v1/locks lists them.
+int queuedWaiters(HttpClient& c, const std::string& name) {
+  const json listed = body(c.get("/v1/locks"));
+  for (const auto& w : listed["waiters"]) {
+    if (w["name"] == name) return w["waiters"].get<int>();
+  }
+  return 0;
+}
+
+/// Polls GET /v1/locks until `name` has `n` queued waiters (events are ordered by observed state,
+/// never by sleeping); false after `timeout_ms`.
+bool waitForWaiters(HttpClient& c, const std::string& name, int n, int64_t timeout_ms = 10000) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (queuedWaiters(c, name) == n) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return false;
+}
 
 class ApiTest : public ::testing::Test {
  protected:
@@ -218,7 +239,7 @@ TEST_F(ApiTest, WaitersAreServedInFifoOrderWhenTheHolderReleases) {
         "POST", "/v1/locks/fifo/acquire",
         json{{"ttl_ms", 10000}, {"wait_ms", 10000}, {"owner", "waiter-" + std::to_string(i)}}
             .dump());
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));  // enqueue in a known order
+    ASSERT_TRUE(waitForWaiters(holder, "fifo", i + 1));  // enqueued in a known order
   }
   auto listed = body(holder.get("/v1/locks"));
   ASSERT_EQ(listed["waiters"].size(), 1u) << listed.dump();
@@ -323,6 +344,69 @@ TEST_F(ApiTest, RedisDownGives503ThenRecoversWithoutRestart) {
   }
   ASSERT_TRUE(recovered) << sidecar_->logs();
   EXPECT_EQ(c.post("/v1/locks/down/acquire", "{}").status, 200);
+}
+
+// Issue 10 finding 1: six clients loop acquire (5 s budget) / release while Redis is paused for
+// a second. Every acquire must be granted: queued waiters ride out an outage shorter than their
+// budget. (Releases sent during the pause may fail; those leases then run out their 1 s TTL.)
+TEST_F(ApiTest, QueuedWaitersRideOutARedisPause) {
+  constexpr int kClients = 6;
+  std::atomic<int> granted{0};
+  std::atomic<int> refused{0};
+  std::atomic<bool> stop{false};
+  std::mutex mu;
+  std::string first_refusal;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kClients; ++t) {
+    threads.emplace_back([&] {
+      HttpClient c = HttpClient::tcp(sidecar_->port());
+      while (!stop) {
+        auto r = c.post("/v1/locks/blip/acquire", R"({"ttl_ms":1000,"wait_ms":5000})");
+        if (r.status != 200) {
+          std::lock_guard<std::mutex> lock(mu);
+          if (refused++ == 0) first_refusal = std::to_string(r.status) + " " + r.body;
+          continue;
+        }
+        ++granted;
+        c.post("/v1/locks/blip/release", json{{"owner", body(r)["owner"]}}.dump());
+      }
+    });
+  }
+  auto wait_granted = [&](int n) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (granted < n && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    return granted >= n;
+  };
+  EXPECT_TRUE(wait_granted(kClients));
+  HttpClient observer = client();
+  bool queued = false;
+  for (int i = 0; i < 1000 && !queued; ++i) queued = queuedWaiters(observer, "blip") > 0;
+  EXPECT_TRUE(queued) << observer.get("/v1/locks").body;
+  redis_.pause();
+  std::this_thread::sleep_for(std::chrono::milliseconds(1000));  // the outage itself
+  const int granted_at_resume = granted;
+  redis_.resume();
+  EXPECT_TRUE(wait_granted(granted_at_resume + 2 * kClients)) << sidecar_->logs();
+  stop = true;
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(refused.load(), 0) << "first refusal: " << first_refusal;
+}
+
+TEST_F(ApiTest, WaiterWhoseBudgetEndsDuringAnOutageGets503) {
+  HttpClient c = client();
+  redis_.kill();
+  constexpr int64_t kWaitMs = 600;
+  const auto t0 = std::chrono::steady_clock::now();
+  auto r = c.post("/v1/locks/down/acquire", json{{"wait_ms", kWaitMs}}.dump());
+  const auto elapsed = std::chrono::steady_clock::now() - t0;
+  EXPECT_EQ(r.status, 503) << r.body;
+  EXPECT_EQ(body(r)["error"], "backend_unavailable");
+  EXPECT_GE(elapsed, std::chrono::milliseconds(kWaitMs)) << "answered before its budget ended";
+  // wait_ms 0 keeps failing fast (bounded by the connect timeout, far below any budget).
+  r = c.post("/v1/locks/down/acquire", "{}");
+  EXPECT_EQ(r.status, 503);
 }
 
 TEST_F(ApiTest, GracefulShutdownAnswersWaitersAndReleasesHeldLeases) {

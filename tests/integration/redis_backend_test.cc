@@ -19,6 +19,8 @@ using testing::RedisServer;
 
 class RedisBackendTest : public ::testing::Test {
  protected:
+  static constexpr int64_t kMaxTtlMs = 600'000;
+
   void TearDown() override {
     for (auto& b : backends_) {
       bool done = false;
@@ -30,8 +32,8 @@ class RedisBackendTest : public ::testing::Test {
   }
 
   RedisBackend& make(const config::BackendConfig& c, bool wait_ready = true) {
-    backends_.push_back(
-        std::make_unique<RedisBackend>(env_.loop(), env_.scheduler(), c, env_.metrics()));
+    backends_.push_back(std::make_unique<RedisBackend>(env_.loop(), env_.scheduler(), c, kMaxTtlMs,
+                                                       env_.metrics()));
     RedisBackend& b = *backends_.back();
     b.start();
     if (wait_ready) {
@@ -78,7 +80,8 @@ TEST_F(RedisBackendTest, AcquireReleaseSemantics) {
   auto a = acquire(b, "orders-42", "alice", 10'000);
   ASSERT_TRUE(a.isOk()) << a.status().toString();
   EXPECT_TRUE(a->granted);
-  EXPECT_EQ(a->token, 1u);
+  const uint64_t first_token = a->token;
+  EXPECT_GT(first_token, 0u);
   EXPECT_EQ(a->validity_ms, 10'000);
 
   auto busy = acquire(b, "orders-42", "bob", 5'000);
@@ -91,7 +94,7 @@ TEST_F(RedisBackendTest, AcquireReleaseSemantics) {
   ASSERT_TRUE(state.isOk());
   EXPECT_TRUE(state->held);
   EXPECT_GT(state->ttl_ms, 0);
-  EXPECT_EQ(state->token, 1u);
+  EXPECT_EQ(state->token, first_token);
 
   auto not_owner = release(b, "orders-42", "bob");
   ASSERT_TRUE(not_owner.isOk());
@@ -109,7 +112,7 @@ TEST_F(RedisBackendTest, AcquireReleaseSemantics) {
   state = inspect(b, "orders-42");
   ASSERT_TRUE(state.isOk());
   EXPECT_FALSE(state->held);
-  EXPECT_EQ(state->token, 1u) << "the last grant's token stays visible";
+  EXPECT_EQ(state->token, first_token) << "the last grant's token stays visible";
 
   auto never = inspect(b, "never-granted");
   ASSERT_TRUE(never.isOk());
@@ -119,7 +122,7 @@ TEST_F(RedisBackendTest, AcquireReleaseSemantics) {
   auto b2 = acquire(b, "orders-42", "bob", 5'000);
   ASSERT_TRUE(b2.isOk());
   EXPECT_TRUE(b2->granted);
-  EXPECT_EQ(b2->token, 2u);
+  EXPECT_EQ(b2->token, first_token + 1);
 }
 
 TEST_F(RedisBackendTest, ExtendChecksOwnerAndNeverRecreates) {
@@ -152,7 +155,7 @@ TEST_F(RedisBackendTest, ExtendChecksOwnerAndNeverRecreates) {
   EXPECT_EQ(redis_.cli({"EXISTS", "sidelock:{short}"}), "0");
 }
 
-TEST_F(RedisBackendTest, TokenStrictlyIncreasesAndSurvivesExpiry) {
+TEST_F(RedisBackendTest, TokenStrictlyIncreasesAndSurvivesLeaseExpiry) {
   RedisBackend& b = make(redisConfig(redis_.port()));
   uint64_t last = 0;
   for (int i = 0; i < 5; ++i) {
@@ -163,8 +166,49 @@ TEST_F(RedisBackendTest, TokenStrictlyIncreasesAndSurvivesExpiry) {
     last = a->token;
     env_.runFor(80);  // let it expire rather than releasing it
   }
-  EXPECT_EQ(redis_.cli({"PTTL", "sidelock:{fenced}:token"}), "-1") << "the counter must not expire";
   EXPECT_EQ(redis_.cli({"GET", "sidelock:{fenced}:token"}), std::to_string(last));
+  // The counter outlives every lease granted from it, then goes: no key per name for good.
+  const int64_t counter_pttl = std::stoll(redis_.cli({"PTTL", "sidelock:{fenced}:token"}));
+  EXPECT_GT(counter_pttl, kMaxTtlMs);
+  EXPECT_LE(counter_pttl, tokenCounterTtlMs(kMaxTtlMs));
+}
+
+// Issue 10 finding 2: a counter seeded from Redis's clock starts above every token handed out
+// before, so tokens never go backwards when Redis loses its data (or the counter expired).
+TEST_F(RedisBackendTest, TokensNeverDecreaseWhenRedisRestartsEmpty) {
+  RedisBackend& b = make(redisConfig(redis_.port()));
+  uint64_t last = 0;
+  for (int i = 0; i < 3; ++i) {
+    auto a = acquire(b, "fenced", "before", 10'000);
+    ASSERT_TRUE(a.isOk() && a->granted);
+    EXPECT_GT(a->token, last);
+    last = a->token;
+    ASSERT_EQ(*release(b, "fenced", "before"), OwnerCheck::kOk);
+  }
+  redis_.kill();  // no persistence: it comes back empty
+  ASSERT_TRUE(env_.runUntil([&] { return !b.health().ready; }));
+  redis_.restart();
+  ASSERT_TRUE(env_.runUntil([&] { return b.health().ready; })) << b.health().reason;
+  ASSERT_EQ(redis_.cli({"EXISTS", "sidelock:{fenced}:token"}), "0") << "restarted with data";
+  auto after = acquire(b, "fenced", "after", 10'000);
+  ASSERT_TRUE(after.isOk() && after->granted) << after.status().toString();
+  EXPECT_GT(after->token, last) << "the token went backwards after Redis restarted empty";
+
+  // Same when the counter expired: the re-seeded counter is above the last token.
+  ASSERT_EQ(*release(b, "fenced", "after"), OwnerCheck::kOk);
+  redis_.cli({"DEL", "sidelock:{fenced}:token"});
+  auto expired = acquire(b, "fenced", "later", 10'000);
+  ASSERT_TRUE(expired.isOk() && expired->granted);
+  EXPECT_GT(expired->token, after->token);
+}
+
+TEST_F(RedisBackendTest, CounterFromBeforeSeedingKeepsCountingAndGetsAnExpiry) {
+  RedisBackend& b = make(redisConfig(redis_.port()));
+  redis_.cli({"SET", "sidelock:{legacy}:token", "41"});
+  auto a = acquire(b, "legacy", "alice", 10'000);
+  ASSERT_TRUE(a.isOk() && a->granted);
+  EXPECT_EQ(a->token, 42u);
+  EXPECT_GT(std::stoll(redis_.cli({"PTTL", "sidelock:{legacy}:token"})), kMaxTtlMs);
 }
 
 TEST_F(RedisBackendTest, KeysCarryPrefixAndHashTag) {
@@ -173,7 +217,7 @@ TEST_F(RedisBackendTest, KeysCarryPrefixAndHashTag) {
   RedisBackend& b = make(c);
   ASSERT_TRUE(acquire(b, "orders-42", "alice", 10'000)->granted);
   EXPECT_EQ(redis_.cli({"GET", "app1:{orders-42}"}), "alice");
-  EXPECT_EQ(redis_.cli({"GET", "app1:{orders-42}:token"}), "1");
+  EXPECT_NE(redis_.cli({"GET", "app1:{orders-42}:token"}), "");
   EXPECT_EQ(redis_.cli({"EXISTS", "sidelock:{orders-42}"}), "0");
   EXPECT_EQ(lockKey("app1:", "orders-42"), "app1:{orders-42}");
 }
@@ -392,7 +436,7 @@ TEST_F(RedisBackendTest, ShutdownCancelsPendingCallsAndClosesCleanly) {
   auto c = redisConfig(redis_.port());
   c.command_timeout_ms = 5000;
   backends_.push_back(
-      std::make_unique<RedisBackend>(env_.loop(), env_.scheduler(), c, env_.metrics()));
+      std::make_unique<RedisBackend>(env_.loop(), env_.scheduler(), c, kMaxTtlMs, env_.metrics()));
   RedisBackend& b = *backends_.back();
   b.start();
   ASSERT_TRUE(env_.runUntil([&] { return b.health().ready; }));
@@ -448,8 +492,8 @@ TEST_F(RedisBackendTest, PipelinesManyCallsOnOneConnection) {
 }
 
 TEST_F(RedisBackendTest, CallAfterShutdownIsCancelledEvenIfBackendIsGone) {
-  backends_.push_back(std::make_unique<RedisBackend>(env_.loop(), env_.scheduler(),
-                                                     redisConfig(redis_.port()), env_.metrics()));
+  backends_.push_back(std::make_unique<RedisBackend>(
+      env_.loop(), env_.scheduler(), redisConfig(redis_.port()), kMaxTtlMs, env_.metrics()));
   backends_.back()->start();
   ASSERT_TRUE(env_.runUntil([&] { return backends_.back()->health().ready; }));
   RedisBackend* b = backends_.back().get();

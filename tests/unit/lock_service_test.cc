@@ -14,6 +14,8 @@
 #include <vector>
 
 #include "api/lock_api.h"
+#include "common/log.h"
+#include "common/rate_limited_log.h"
 #include "event/fake_scheduler.h"
 #include "http/http_types.h"
 #include "lock/lease_table.h"
@@ -220,13 +222,100 @@ TEST_F(LockServiceTest, BackendErrorIsAnErrorNotAGrant) {
   auto a = acquireNow(opts("x", "alice", 100));
   EXPECT_EQ(a->status(), AcquireStatus::kError);
   EXPECT_EQ(a->result->error.code(), StatusCode::kUnavailable);
-  auto w = start(opts("x", "bob", 100, 5000));
-  sched.runReady();
-  ASSERT_TRUE(w->done());  // a waiter fails fast too, it does not sit out its wait
-  EXPECT_EQ(w->status(), AcquireStatus::kError);
-  EXPECT_EQ(metrics.acquire_error.Value(), 2);
+  EXPECT_EQ(metrics.acquire_error.Value(), 1);
   EXPECT_EQ(waiters(), 0);
   EXPECT_EQ(held(), 0);
+}
+
+TEST_F(LockServiceTest, BadRequestFailsAWaiterAtOnce) {
+  backend.fail_acquire = invalidArgument("ttl_ms too small for redlock");
+  auto w = start(opts("x", "bob", 1, 5000));
+  sched.runReady();
+  ASSERT_TRUE(w->done());  // not an outage: waiting cannot help
+  EXPECT_EQ(w->status(), AcquireStatus::kError);
+  EXPECT_EQ(w->result->error.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(waiters(), 0);
+}
+
+// --- backend outages -------------------------------------------------------------------------
+
+TEST_F(LockServiceTest, WaitersRideOutAnOutageShorterThanTheirBudget) {
+  backend.fail_acquire = unavailable("redis down");
+  auto first = start(opts("x", "w1", 10'000, 5000));
+  auto second = start(opts("x", "w2", 10'000, 5000));
+  advance(1000, 10);
+  EXPECT_FALSE(first->done());
+  EXPECT_FALSE(second->done());
+  EXPECT_EQ(waiters(), 2);
+  // Paced by the backoff (retry_max_ms 500), not one attempt per loop turn.
+  const int attempts_during_outage = backend.count("acquire");
+  EXPECT_GE(attempts_during_outage, 2);
+  EXPECT_LE(attempts_during_outage, 16);
+
+  // A single try does not queue: it fails fast with the outage the queue is riding out.
+  auto single = acquireNow(opts("x", "s", 10'000));
+  EXPECT_EQ(single->status(), AcquireStatus::kError);
+  EXPECT_EQ(single->result->error.code(), StatusCode::kUnavailable);
+
+  backend.fail_acquire.reset();
+  backend.announceReady();
+  sched.runReady();  // the ready notification retries at once, without waiting out the backoff
+  ASSERT_TRUE(first->done());
+  EXPECT_EQ(first->status(), AcquireStatus::kGranted);
+  EXPECT_FALSE(second->done()) << "still FIFO: the second waits for the first's release";
+  EXPECT_EQ(*release("x", "w1"), ReleaseStatus::kReleased);
+  sched.runReady();
+  ASSERT_TRUE(second->done());
+  EXPECT_EQ(second->status(), AcquireStatus::kGranted);
+  EXPECT_EQ(metrics.acquire_error.Value(), 1);  // the single try only
+}
+
+TEST_F(LockServiceTest, WaiterRetriesWithoutAReadyNotificationToo) {
+  backend.fail_acquire = deadlineExceeded("no reply in time");
+  auto w = start(opts("x", "w1", 10'000, 5000));
+  advance(300, 10);
+  backend.fail_acquire.reset();
+  advance(cfg.retry_max_ms + 1, 1);
+  ASSERT_TRUE(w->done());
+  EXPECT_EQ(w->status(), AcquireStatus::kGranted);
+}
+
+TEST_F(LockServiceTest, BudgetEndingDuringTheOutageAnswersTheBackendError) {
+  backend.fail_acquire = unavailable("redis down");
+  auto w = start(opts("x", "w1", 10'000, 2000));
+  advance(1999, 10);
+  EXPECT_FALSE(w->done()) << "answered before its budget ended";
+  advance(10, 1);
+  ASSERT_TRUE(w->done());
+  EXPECT_EQ(w->status(), AcquireStatus::kError) << "503, not 409: nobody holds the lock";
+  EXPECT_EQ(w->result->error.code(), StatusCode::kUnavailable);
+  EXPECT_EQ(waiters(), 0);
+  EXPECT_EQ(metrics.acquire_error.Value(), 1);
+}
+
+TEST_F(LockServiceTest, ReleaseFailuresDuringAnOutageLogOneLinePerWindow) {
+  FILE* captured = tmpfile();
+  ASSERT_NE(captured, nullptr);
+  configureLogging(LogLevel::kInfo, LogFormat::kLogfmt, captured);
+  backend.fail_release = unavailable("redis down");
+  for (int i = 0; i < 50; ++i) {
+    EXPECT_FALSE(release("x", "o" + std::to_string(i)).isOk());
+    sched.advanceMs(100);  // 5 s of one failed release every 100 ms
+  }
+  sched.advanceMs(RateLimitedLog::kDefaultWindowMs);
+  EXPECT_FALSE(release("x", "late").isOk());
+  configureLogging(LogLevel::kInfo, LogFormat::kLogfmt, stderr);
+  std::string out(4096, '\0');
+  rewind(captured);
+  out.resize(fread(out.data(), 1, out.size(), captured));
+  fclose(captured);
+  size_t lines = 0;
+  for (size_t at = out.find("event=lock.release_failed"); at != std::string::npos;
+       at = out.find("event=lock.release_failed", at + 1)) {
+    ++lines;
+  }
+  EXPECT_EQ(lines, 2u) << out;
+  EXPECT_NE(out.find("suppressed=49"), std::string::npos) << out;
 }
 
 // --- waiting ---------------------------------------------------------------------------------

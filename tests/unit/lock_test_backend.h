@@ -92,6 +92,12 @@ class TestBackend final : public backend::Backend {
   void watchReleases(std::string_view name) override { mem_.watchReleases(name); }
   void unwatchReleases(std::string_view name) override { mem_.unwatchReleases(name); }
   backend::BackendHealth health() const override { return mem_.health(); }
+  void setReadyListener(std::function<void()> l) override { ready_listener = std::move(l); }
+  /// The backend came back: what a real backend does after an outage.
+  void announceReady() {
+    if (ready_listener) sched_.post([this] { ready_listener(); });
+  }
+  std::function<void()> ready_listener;
   void shutdown(std::function<void()> done) override { mem_.shutdown(std::move(done)); }
 
  private:

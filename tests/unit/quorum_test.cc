@@ -163,5 +163,29 @@ TEST(QuorumTest, VotingTimeSaturates) {
   EXPECT_EQ(votingFromMs(s, 1'000), std::numeric_limits<int64_t>::max());
 }
 
+TEST(QuorumTest, NotVotingReasonSaysWhyAndForHowLong) {
+  NodeRestartState s;
+  noteNodeUp(s, "fresh", 13'000, 100'000);  // started at 87'000, first sight
+  EXPECT_EQ(notVotingReason(s, 100'000, 600'000),
+            "not voting for another 587 s: node up 13 s < max ttl 600 s");
+  EXPECT_EQ(notVotingReason(s, 100'001, 600'000),
+            "not voting for another 587 s: node up 13 s < max ttl 600 s")
+      << "seconds left round up";
+  noteNodeDown(s, 200'000);
+  noteNodeUp(s, "new-run", 2'000, 210'000);
+  EXPECT_EQ(notVotingReason(s, 210'000, 600'000),
+            "not voting for another 598 s: restarted 2 s ago (new run_id) < max ttl 600 s");
+}
+
+TEST(QuorumTest, OnlyAppendonlyWithFsyncAlwaysPersistsEveryWrite) {
+  EXPECT_TRUE(persistsEveryWrite({"appendonly", "yes", "appendfsync", "always"}));
+  EXPECT_TRUE(persistsEveryWrite(
+      {"appendfsync", "always", "appendfilename", "a.aof", "appendonly", "yes"}));
+  EXPECT_FALSE(persistsEveryWrite({"appendonly", "yes", "appendfsync", "everysec"}));
+  EXPECT_FALSE(persistsEveryWrite({"appendonly", "no", "appendfsync", "always"}));
+  EXPECT_FALSE(persistsEveryWrite({}));  // CONFIG refused: assume the worst
+  EXPECT_FALSE(persistsEveryWrite({"appendonly"}));
+}
+
 }  // namespace
 }  // namespace sidelock::backend::quorum
