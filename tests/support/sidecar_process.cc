@@ -35,6 +35,7 @@ SidecarProcess::SidecarProcess(Options options) : options_(std::move(options)) {
     {
       std::ofstream out(config_path);
       out << "listen:\n  tcp: \"127.0.0.1:" << port_ << "\"\n  unix: \"" << socket_path_ << "\"\n";
+      out << options_.listen_yaml;
       out << options_.yaml << "\n";
     }
     const std::string log_path = dir_ + "/sidelock.log";
