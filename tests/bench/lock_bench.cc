@@ -84,6 +84,7 @@ struct Options {
   int scale_leases = 100'000;  // auto-renewed leases held in the scale scenario
   int scale_waiters = 10'000;  // waiters queued meanwhile
   double scale_seconds = 10;   // CPU window and pairs run while holding (one renewal period)
+  int scale_ttl_ms = 30'000;   // lease TTL in the scale scenario (renewed every ttl/3)
   std::string placement = "auto";
 };
 
@@ -120,6 +121,7 @@ Options parseOptions(int argc, char** argv) {
     o.scale_leases = 300;
     o.scale_waiters = 30;
     o.scale_seconds = 0.6;
+    o.scale_ttl_ms = 1500;  // so that the quick window sees renewals
   }
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -143,6 +145,8 @@ Options parseOptions(int argc, char** argv) {
       o.scale_leases = static_cast<int>(parseNumber(a, v, 10, 1e7));
     } else if (a == "--scale-waiters") {
       o.scale_waiters = static_cast<int>(parseNumber(a, v, 1, 15'000));
+    } else if (a == "--scale-ttl-ms") {
+      o.scale_ttl_ms = static_cast<int>(parseNumber(a, v, 1000, 600'000));
     } else if (a == "--scale-seconds") {
       o.scale_seconds = parseNumber(a, v, 0.1, 600);
     } else if (a == "--placement") {
@@ -802,8 +806,9 @@ void acquireLeases(const SidecarProcess& sc, const std::string& prefix, int coun
       ++answered;
       if (r.http_status == 200) {
         ++out.leases;
-      } else {
-        ++out.lease_failures;
+      } else if (out.lease_failures++ == 0) {
+        out.first_error =
+            "lease acquire answered " + std::to_string(r.http_status) + " " + std::string(r.body);
       }
       if (next < count && !r.broken) {
         conn->send(httpPost(lockPath(prefix + std::to_string(next++), "acquire"), body));
@@ -824,7 +829,7 @@ void acquireLeases(const SidecarProcess& sc, const std::string& prefix, int coun
 ScaleRun runScale(const Options& o, const RedisServer& redis, const Scripts& scripts,
                   Placement& placement) {
   ScaleRun s;
-  const int ttl_ms = o.quick ? 1500 : 30'000;  // renewed every ttl/3
+  const int ttl_ms = o.scale_ttl_ms;
   const std::string yaml = "backend:\n  type: redis\n  nodes: [\"" + redis.address() +
                            "\"]\n  key_prefix: \"scale:\"\n"
                            "locks:\n  max_waiters: " +
