@@ -293,6 +293,14 @@ bool succeeded(const Reply& r, Protocol p) {
   return p == Protocol::kHttp ? r.http_status == 200 : !r.redis_error && r.integer == 1;
 }
 
+std::string describe(const Reply& r) {
+  if (r.broken) return "connection broken";
+  if (r.http_status != 0)
+    return "HTTP " + std::to_string(r.http_status) + " " + std::string(r.body);
+  if (r.redis_error) return "redis error " + std::string(r.redis_text);
+  return "script reply " + std::to_string(r.integer);
+}
+
 int64_t metricValue(const SidecarProcess& s, const std::string& series) {
   HttpClient c = HttpClient::tcp(s.port());
   const std::string text = c.get("/metrics").body;
@@ -319,6 +327,7 @@ struct PairRun {
   double seconds = 0;
   int64_t pairs = 0;
   int64_t failures = 0;
+  std::string first_error;  // what the first failed call answered
   double server_cpu_seconds = 0, redis_cpu_seconds = 0, bench_cpu_seconds = 0;
   std::vector<double> pair_samples, call_samples;
   // Derived by finish().
@@ -363,7 +372,9 @@ void runPairSlice(const Endpoint& e, const Scripts& scripts, int clients, double
       const auto now = Clock::now();
       const bool ok = succeeded(r, e.protocol);
       if (measuring) run.call_samples.push_back(microsBetween(me.call_start, now));
-      if (!ok) ++run.failures;
+      if (!ok && run.failures++ == 0) {
+        run.first_error = std::string(me.acquiring ? "acquire: " : "release: ") + describe(r);
+      }
       if (r.broken) return;
       if (me.acquiring && ok) {
         me.acquiring = false;
@@ -445,6 +456,7 @@ json toJson(const PairRun& r) {
               {"seconds", round3(r.seconds)},
               {"pairs", r.pairs},
               {"failures", r.failures},
+              {"first_error", r.first_error},
               {"pairs_per_sec", std::round(r.pairs_per_sec)},
               {"pair_latency", toJson(r.pair_us)},
               {"call_latency", toJson(r.call_us)},
@@ -461,6 +473,7 @@ struct OpenLoopRun {
   double rate = 0;
   int64_t calls = 0;
   int64_t failures = 0;
+  std::string first_error;
   Summary call_us;  // from the call's scheduled start (queueing behind busy connections counts)
 };
 
@@ -507,7 +520,9 @@ OpenLoopRun runOpenLoop(const Endpoint& e, const Scripts& scripts, double rate, 
         call_us.push_back(microsBetween(me.scheduled, Clock::now()));
         ++run.calls;
       }
-      if (!ok) ++run.failures;
+      if (!ok && run.failures++ == 0) {
+        run.first_error = std::string(me.acquiring ? "acquire: " : "release: ") + describe(r);
+      }
       if (r.broken) return;
       me.acquiring = !(me.acquiring && ok);  // after a failed acquire, acquire again
       if (!backlog.empty()) {
@@ -913,6 +928,13 @@ struct Target {
   bool pass() const { return at_most ? value <= limit : value >= limit; }
 };
 
+/// Failed calls are rare and each one matters: say what the first one answered.
+void printFailures(const PairRun& r) {
+  if (r.failures == 0) return;
+  std::printf("  ! %s, %d clients: %lld failed calls, first: %s\n", r.label.c_str(), r.clients,
+              static_cast<long long>(r.failures), r.first_error.c_str());
+}
+
 void printPairRow(const PairRun& r, const PairRun* direct) {
   std::printf("  %-34s %3d %10.0f %6.2fx %8.1f %8.1f %8.1f %8.1f %7.1f %7.1f %5.0f%%\n",
               r.label.c_str(), r.clients, r.pairs_per_sec,
@@ -1123,6 +1145,23 @@ int run(const Options& o) {
       scale.idle_pairs.pairs_per_sec, scale.loaded_pairs.pairs_per_sec,
       ratio(scale.loaded_pairs.pairs_per_sec, scale.idle_pairs.pairs_per_sec));
   if (!scale.first_error.empty()) std::printf("  scale error: %s\n", scale.first_error.c_str());
+  for (const auto& g : groups) {
+    for (const PairRun* r : {&g.direct, &g.tcp, &g.unix}) printFailures(*r);
+  }
+  for (const auto& p : open) {
+    for (const OpenLoopRun* r : {&p.direct, &p.sidecar}) {
+      if (r->failures == 0) continue;
+      std::printf("  ! open loop %s, %.0f calls/s: %lld failed calls, first: %s\n",
+                  r->label.c_str(), r->rate, static_cast<long long>(r->failures),
+                  r->first_error.c_str());
+    }
+  }
+  for (const auto& r : redlock) {
+    printFailures(r.single_node);
+    printFailures(r.five_nodes);
+  }
+  printFailures(scale.idle_pairs);
+  printFailures(scale.loaded_pairs);
   if (!same.first_error.empty()) std::printf("  hand-off error: %s\n", same.first_error.c_str());
   if (!cross.first_error.empty()) std::printf("  hand-off error: %s\n", cross.first_error.c_str());
   if (!polling.first_error.empty()) {
