@@ -22,6 +22,7 @@
 #include <deque>
 #include <functional>
 #include <iostream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <string>
@@ -86,15 +87,23 @@ struct Options {
   double scale_seconds = 10;   // CPU window and pairs run while holding (one renewal period)
   int scale_ttl_ms = 30'000;   // lease TTL in the scale scenario (renewed every ttl/3)
   std::string placement = "auto";
+  std::vector<std::string> only;  // scenarios to run; empty = all
+
+  bool wants(const std::string& scenario) const {
+    return only.empty() || std::find(only.begin(), only.end(), scenario) != only.end();
+  }
 };
+
+constexpr const char* kScenarios[] = {"pairs", "open", "handoff", "redlock", "scale"};
 
 [[noreturn]] void usage(const std::string& msg) {
   std::cerr
       << "lock_bench: " << msg << "\n"
       << "usage: lock_bench [--quick] [--seconds S] [--slices N] [--handoffs N] [--waiters N]\n"
       << "                  [--poll-rounds N] [--settle-ms MS] [--scale-leases N]\n"
-      << "                  [--scale-waiters N] [--scale-seconds S]\n"
-      << "                  [--placement auto|split|spread]\n";
+      << "                  [--scale-waiters N] [--scale-seconds S] [--scale-ttl-ms MS]\n"
+      << "                  [--placement auto|split|spread]\n"
+      << "                  [--only pairs,open,handoff,redlock,scale]\n";
   std::exit(2);
 }
 
@@ -149,6 +158,18 @@ Options parseOptions(int argc, char** argv) {
       o.scale_ttl_ms = static_cast<int>(parseNumber(a, v, 1000, 600'000));
     } else if (a == "--scale-seconds") {
       o.scale_seconds = parseNumber(a, v, 0.1, 600);
+    } else if (a == "--only") {
+      std::string list = v;
+      for (size_t from = 0; from <= list.size();) {
+        const size_t comma = std::min(list.find(',', from), list.size());
+        const std::string name = list.substr(from, comma - from);
+        if (std::find_if(std::begin(kScenarios), std::end(kScenarios),
+                         [&](const char* k) { return name == k; }) == std::end(kScenarios)) {
+          usage("--only takes a comma-separated list of pairs, open, handoff, redlock, scale");
+        }
+        o.only.push_back(name);
+        from = comma + 1;
+      }
     } else if (a == "--placement") {
       o.placement = v;
       if (o.placement != "auto" && o.placement != "split" && o.placement != "spread") {
@@ -928,13 +949,6 @@ struct Target {
   bool pass() const { return at_most ? value <= limit : value >= limit; }
 };
 
-/// Failed calls are rare and each one matters: say what the first one answered.
-void printFailures(const PairRun& r) {
-  if (r.failures == 0) return;
-  std::printf("  ! %s, %d clients: %lld failed calls, first: %s\n", r.label.c_str(), r.clients,
-              static_cast<long long>(r.failures), r.first_error.c_str());
-}
-
 void printPairRow(const PairRun& r, const PairRun* direct) {
   std::printf("  %-34s %3d %10.0f %6.2fx %8.1f %8.1f %8.1f %8.1f %7.1f %7.1f %5.0f%%\n",
               r.label.c_str(), r.clients, r.pairs_per_sec,
@@ -948,334 +962,360 @@ void printLatency(const char* label, const Summary& s, double base_p50) {
               ratio(s.p50, base_p50));
 }
 
-int run(const Options& o) {
-  RedisServer redis;
-  std::vector<std::unique_ptr<RedisServer>> redlock_nodes;
-  for (int i = 0; i < 5; ++i) redlock_nodes.push_back(std::make_unique<RedisServer>());
-  const std::string locks_yaml = "locks:\n  retry_min_ms: " + std::to_string(kFallbackRetryMinMs) +
-                                 "\n  retry_max_ms: " + std::to_string(kFallbackRetryMaxMs) + "\n";
-  const std::string single_yaml =
-      "backend:\n  type: redis\n  nodes: [\"" + redis.address() + "\"]\n" + locks_yaml;
-  std::string redlock_yaml = "backend:\n  type: redlock\n  nodes: [";
-  for (size_t i = 0; i < redlock_nodes.size(); ++i) {
-    redlock_yaml += (i ? ", \"" : "\"") + redlock_nodes[i]->address() + "\"";
-  }
-  // The nodes were just started: with delayed_restart they would not vote for max_ttl_ms.
-  redlock_yaml += "]\n  redlock:\n    delayed_restart: false\n" + locks_yaml;
-  // Every process starts before the first measurement (and the bench has no threads to fork).
-  SidecarProcess a({single_yaml, {}, true});
-  SidecarProcess b({single_yaml, {}, true});
-  SidecarProcess rl({redlock_yaml, {}, true});
-  Placement placement(o.placement);
-  for (pid_t p : {redis.pid(), a.pid(), b.pid(), rl.pid()}) placement.addServer(p);
-  for (const auto& n : redlock_nodes) placement.addServer(n->pid());
-  const Scripts scripts = loadScripts(redis);
-  int64_t failures = 0;
-
-  // Sidecar A's idle footprint, before it has served anything but /readyz.
-  const int64_t rss_a_idle = rssKiB(a.pid());
-
-  // 1 + 6: pairs.
-  const Endpoint direct{
-      "direct to Redis (EVALSHA x2)", Protocol::kResp, redis.port(), "", redis.pid(), redis.pid()};
-  const Endpoint sidecar_tcp = tcpEndpoint("sidecar, TCP", a, redis.pid());
-  const Endpoint sidecar_unix{"sidecar, Unix socket", Protocol::kHttp, 0,
-                              a.socketPath(),         a.pid(),         redis.pid()};
-  struct PairGroup {
-    int clients;
-    std::string placement;
-    PairRun direct, tcp, unix;
-  };
-  std::vector<PairGroup> groups;
-  for (int clients : {1, 16, 64}) {
-    PairGroup g;
-    g.clients = clients;
-    g.placement = clients == 1 ? placement.forLatency() : placement.forThroughput();
-    std::cerr << "lock_bench: pairs, " << clients << " client(s) [" << g.placement << "]\n";
-    const std::string prefix = "pairs" + std::to_string(clients) + "-";
-    auto runs = runPairs({direct, sidecar_tcp, sidecar_unix}, scripts, clients,
-                         o.seconds * o.slices, o.slices, prefix);
-    g.direct = std::move(runs[0]);
-    g.tcp = std::move(runs[1]);
-    g.unix = std::move(runs[2]);
-    failures += g.direct.failures + g.tcp.failures + g.unix.failures;
-    groups.push_back(std::move(g));
+/// The processes every scenario shares, the report being built, and one method per scenario:
+/// each runs, prints its section of the table, adds its part of the JSON and its target lines.
+class LockBench {
+ public:
+  explicit LockBench(const Options& o)
+      : o_(o),
+        a_({singleNodeYaml(), {}, true}),
+        placement_(o.placement),
+        scripts_(loadScripts(redis_)),
+        direct_{"direct to Redis (EVALSHA x2)",
+                Protocol::kResp,
+                redis_.port(),
+                "",
+                redis_.pid(),
+                redis_.pid()},
+        tcp_(tcpEndpoint("sidecar, TCP", a_, redis_.pid())),
+        unix_{"sidecar, Unix socket", Protocol::kHttp, 0, a_.socketPath(), a_.pid(), redis_.pid()} {
+    placement_.addServer(redis_.pid());
+    placement_.addServer(a_.pid());
+    // Sidecar A's idle footprint, before it has served anything but /readyz.
+    rss_a_idle_kib_ = rssKiB(a_.pid());
   }
 
-  // 2: open loop.
-  // Up to 20k calls/s is more than one core can serve for redis-server and the sidecar together
-  // at these per-call costs, so the open loop runs unpinned, as a loaded server would.
-  const std::string open_placement = placement.forThroughput();
-  std::cerr << "lock_bench: open loop [" << open_placement << "]\n";
-  struct OpenPair {
-    double rate;
-    OpenLoopRun direct, sidecar;
-  };
-  std::vector<OpenPair> open;
-  for (double rate : {5000.0, 20000.0}) {
-    const std::string prefix = "open" + std::to_string(static_cast<int>(rate)) + "-";
-    OpenPair p{rate, runOpenLoop(direct, scripts, rate, o.seconds, prefix),
-               runOpenLoop(sidecar_tcp, scripts, rate, o.seconds, prefix)};
-    failures += p.direct.failures + p.sidecar.failures;
-    open.push_back(std::move(p));
-  }
+  int run() {
+    char host[256] = {0};
+    gethostname(host, sizeof host - 1);
+    double load[3] = {0, 0, 0};
+    getloadavg(load, 3);
+    std::printf("sidelock lock_bench%s — %s, %ld CPUs, load at start %.2f %.2f %.2f\n",
+                o_.quick ? " (quick: tiny counts, figures meaningless)" : "", host,
+                sysconf(_SC_NPROCESSORS_ONLN), load[0], load[1], load[2]);
+    std::printf("times in µs; x = ratio against the baseline of the same row group\n");
+    out_ = {{"bench", "lock_bench"},
+            {"quick", o_.quick},
+            {"host", host},
+            {"cpus", sysconf(_SC_NPROCESSORS_ONLN)},
+            {"loadavg_start", {load[0], load[1], load[2]}},
+            {"placement_mode", o_.placement}};
+    if (o_.wants("pairs")) pairs();
+    if (o_.wants("open")) openLoop();
+    if (o_.wants("handoff")) handoff();
+    if (o_.wants("redlock")) redlock();
+    double idle_kib = static_cast<double>(rss_a_idle_kib_);
+    if (o_.wants("scale")) idle_kib = std::max(idle_kib, scale());
+    addTarget({"RSS idle", idle_kib / 1024, 20, true, "MiB"});
+    out_["rss_idle_kib"] = idle_kib;
 
-  // 3: hand-off.
-  const std::string handoff_placement = placement.forLatency();
-  std::cerr << "lock_bench: hand-off [" << handoff_placement << "]\n";
-  const int same_rounds = std::max(1, o.handoffs / o.waiters);
-  HandoffRun same = runHandoff(a, a, "handoff-same", same_rounds, o.waiters, o.settle_ms, false);
-  HandoffRun cross = runHandoff(a, b, "handoff-cross", o.handoffs, o.waiters, o.settle_ms, true);
-  HandoffRun polling = runPollingHandoff(a, "handoff-poll", o.poll_rounds);
-  const Summary idle_call =
-      runIdleScriptCalls(direct, scripts, std::min(o.handoffs, 200), o.settle_ms);
-  failures += same.failures + cross.failures + polling.failures;
-
-  // 4: Redlock, 1 client. On 2 cores the five nodes cannot all run in parallel (in production
-  // they are on five machines), so the ratio is measured in both placements.
-  struct RedlockRun {
-    std::string placement;
-    PairRun single_node, five_nodes;
-    double ratio() const { return bench::ratio(five_nodes.pair_us.p50, single_node.pair_us.p50); }
-  };
-  std::vector<RedlockRun> redlock;
-  for (bool latency_placement : {true, false}) {
-    RedlockRun r;
-    r.placement = latency_placement ? placement.forLatency() : placement.forThroughput();
-    if (!redlock.empty() && r.placement == redlock.front().placement) break;
-    std::cerr << "lock_bench: redlock [" << r.placement << "]\n";
-    auto runs = runPairs({tcpEndpoint("redis backend, 1 node", a, redis.pid()),
-                          tcpEndpoint("redlock backend, 5 nodes", rl, redlock_nodes[0]->pid())},
-                         scripts, 1, o.seconds * o.slices, o.slices, "redlock-");
-    r.single_node = std::move(runs[0]);
-    r.five_nodes = std::move(runs[1]);
-    failures += r.single_node.failures + r.five_nodes.failures;
-    redlock.push_back(std::move(r));
-  }
-
-  // 5: scale (its own sidecar, with raised limits).
-  std::cerr << "lock_bench: scale, " << o.scale_leases << " auto-renewed leases + "
-            << o.scale_waiters << " waiters\n";
-  const ScaleRun scale = runScale(o, redis, scripts, placement);
-  failures += scale.failures + scale.idle_pairs.failures + scale.loaded_pairs.failures;
-
-  const int stop_a = a.stop(), stop_b = b.stop(), stop_rl = rl.stop();
-  if (stop_a != 0 || stop_b != 0 || stop_rl != 0) ++failures;
-
-  // ---- table
-  char host[256] = {0};
-  gethostname(host, sizeof host - 1);
-  double load[3] = {0, 0, 0};
-  getloadavg(load, 3);
-  std::printf("\nsidelock lock_bench%s — %s, %ld CPUs, load %.2f %.2f %.2f\n",
-              o.quick ? " (quick: tiny counts, figures meaningless)" : "", host,
-              sysconf(_SC_NPROCESSORS_ONLN), load[0], load[1], load[2]);
-  std::printf(
-      "times in µs; x = ratio against the direct-to-Redis baseline of the same row group\n");
-
-  std::printf(
-      "\n1+6. acquire+release pairs on distinct names (closed loop, %d alternating slices of %.1f "
-      "s each)\n",
-      o.slices, o.seconds);
-  std::printf("  %-34s %3s %10s %7s %8s %8s %8s %8s %7s %7s %6s\n", "target", "cl", "pairs/s", "x",
-              "pair50", "pair99", "call50", "call99", "cpu/op", "redis", "bench");
-  for (const auto& g : groups) {
-    std::printf("  [%s]\n", g.placement.c_str());
-    printPairRow(g.direct, nullptr);
-    printPairRow(g.tcp, &g.direct);
-    printPairRow(g.unix, &g.direct);
-  }
-  std::printf(
-      "  cpu/op = CPU µs of the endpoint process per lock operation (redis-server when direct,\n"
-      "  sidelock otherwise); redis = redis-server's CPU µs per operation; bench = load generator "
-      "CPU\n");
-
-  std::printf("\n2. open loop, added latency per call [%s]\n", open_placement.c_str());
-  std::printf("  %-12s %10s %10s %10s %10s %10s %10s\n", "calls/s", "direct50", "direct99",
-              "sidecar50", "sidecar99", "added50", "added99");
-  for (const auto& p : open) {
-    std::printf("  %-12.0f %10.1f %10.1f %10.1f %10.1f %+10.1f %+10.1f\n", p.rate,
-                p.direct.call_us.p50, p.direct.call_us.p99, p.sidecar.call_us.p50,
-                p.sidecar.call_us.p99, p.sidecar.call_us.p50 - p.direct.call_us.p50,
-                p.sidecar.call_us.p99 - p.direct.call_us.p99);
-  }
-
-  const double rtt = idle_call.p50;
-  std::printf(
-      "\n3. hand-off, %d waiters on one name [%s]\n  x = p50 / p50 of one direct acquire-script "
-      "call after the same %d ms idle pause\n",
-      o.waiters, handoff_placement.c_str(), o.settle_ms);
-  std::printf("  %-44s %9s %9s %9s %9s\n", "hand-off (µs)", "p50", "p99", "max", "x");
-  printLatency("direct acquire script after idle (baseline)", idle_call, rtt);
-  printLatency("same sidecar", same.latency_us, rtt);
-  printLatency("other sidecar (pub/sub)", cross.latency_us, rtt);
-  printLatency("client polling every 50 ms", polling.latency_us, rtt);
-  std::printf(
-      "  same: %d ok / %d failed; other: %d ok / %d failed, pushed wake-ups %lld; "
-      "slower than the fallback poll: %d + %d; polling is %.0fx slower than same\n",
-      same.ok, same.failures, cross.ok, cross.failures,
-      static_cast<long long>(cross.pushed_wakeups), same.slower_than_fallback,
-      cross.slower_than_fallback, ratio(polling.latency_us.p50, same.latency_us.p50));
-
-  std::printf("\n4. Redlock, 1 client: pair latency (µs)\n");
-  std::printf("  %-44s %9s %9s %9s\n", "", "p50", "p99", "x");
-  for (const auto& r : redlock) {
-    std::printf("  [%s]\n", r.placement.c_str());
-    std::printf("  %-44s %9.1f %9.1f %9.2f\n", "redis backend, 1 node", r.single_node.pair_us.p50,
-                r.single_node.pair_us.p99, 1.0);
-    std::printf("  %-44s %9.1f %9.1f %9.2f\n", "redlock backend, 5 nodes", r.five_nodes.pair_us.p50,
-                r.five_nodes.pair_us.p99, r.ratio());
-  }
-
-  const double idle_mib = static_cast<double>(std::max(rss_a_idle, scale.rss_idle_kib)) / 1024;
-  const double loaded_mib = static_cast<double>(scale.rss_loaded_kib) / 1024;
-  std::printf("\n5. scale [%s]\n", placement.forThroughput().c_str());
-  std::printf("  RSS idle: %.1f MiB (sidecar A %.1f, scale sidecar %.1f)\n", idle_mib,
-              static_cast<double>(rss_a_idle) / 1024,
-              static_cast<double>(scale.rss_idle_kib) / 1024);
-  std::printf(
-      "  %d auto-renewed leases taken in %.2f s (%.0f/s); held %lld; waiters queued %lld\n",
-      scale.leases, scale.lease_acquire_seconds, ratio(scale.leases, scale.lease_acquire_seconds),
-      static_cast<long long>(scale.held_locks), static_cast<long long>(scale.waiters_queued));
-  std::printf("  holding: RSS %.1f MiB, sidecar CPU %.1f%% of a core, %lld renewals in %.1f s\n",
-              loaded_mib, scale.cpu_cores_holding * 100, static_cast<long long>(scale.renewals),
-              scale.window_seconds);
-  std::printf(
-      "  16-client pairs/s on that sidecar: idle %.0f, while holding/renewing %.0f (%.2fx)\n",
-      scale.idle_pairs.pairs_per_sec, scale.loaded_pairs.pairs_per_sec,
-      ratio(scale.loaded_pairs.pairs_per_sec, scale.idle_pairs.pairs_per_sec));
-  if (!scale.first_error.empty()) std::printf("  scale error: %s\n", scale.first_error.c_str());
-  for (const auto& g : groups) {
-    for (const PairRun* r : {&g.direct, &g.tcp, &g.unix}) printFailures(*r);
-  }
-  for (const auto& p : open) {
-    for (const OpenLoopRun* r : {&p.direct, &p.sidecar}) {
-      if (r->failures == 0) continue;
-      std::printf("  ! open loop %s, %.0f calls/s: %lld failed calls, first: %s\n",
-                  r->label.c_str(), r->rate, static_cast<long long>(r->failures),
-                  r->first_error.c_str());
+    const int stop_a = a_.stop();
+    if (stop_a != 0) {
+      ++failures_;
+      std::printf("  ! sidecar A exit code %d\n", stop_a);
     }
-  }
-  for (const auto& r : redlock) {
-    printFailures(r.single_node);
-    printFailures(r.five_nodes);
-  }
-  printFailures(scale.idle_pairs);
-  printFailures(scale.loaded_pairs);
-  if (!same.first_error.empty()) std::printf("  hand-off error: %s\n", same.first_error.c_str());
-  if (!cross.first_error.empty()) std::printf("  hand-off error: %s\n", cross.first_error.c_str());
-  if (!polling.first_error.empty()) {
-    std::printf("  polling error: %s\n", polling.first_error.c_str());
+    getloadavg(load, 3);
+    std::printf("\ntargets (load at end %.2f %.2f %.2f)\n", load[0], load[1], load[2]);
+    json targets_json = json::array();
+    for (const auto& t : targets_) {
+      std::printf("  %s  %-44s %10.3f %-3s (%s %g)\n", t.pass() ? "PASS" : "FAIL", t.what.c_str(),
+                  t.value, t.unit.c_str(), t.at_most ? "<=" : ">=", t.limit);
+      targets_json.push_back(json{{"target", t.what},
+                                  {"value", round3(t.value)},
+                                  {"unit", t.unit},
+                                  {"limit", t.limit},
+                                  {"at_most", t.at_most},
+                                  {"pass", t.pass()}});
+    }
+    std::printf("  operations failed: %lld\n", static_cast<long long>(failures_));
+    out_["loadavg_end"] = {load[0], load[1], load[2]};
+    out_["targets"] = targets_json;
+    out_["failures"] = failures_;
+    std::printf("BENCH_JSON %s\n", out_.dump().c_str());
+    std::fflush(stdout);
+    if (failures_ > 0) {
+      std::fprintf(stderr, "lock_bench: %lld operations failed\n",
+                   static_cast<long long>(failures_));
+    }
+    return failures_ > 0 ? 1 : 0;
   }
 
-  // ---- targets
-  const PairGroup& g1 = groups[0];
-  const PairGroup& g16 = groups[1];
-  const PairGroup& g64 = groups[2];
-  const std::vector<Target> targets = {
-      {"64 clients, pairs/s vs direct (TCP)",
-       ratio(g64.tcp.pairs_per_sec, g64.direct.pairs_per_sec), 0.75, false, "x"},
-      {"sidecar CPU per lock operation, 16 clients", g16.tcp.server_cpu_us_per_op, 10, true, "µs"},
-      {"sidecar CPU per lock operation, 64 clients", g64.tcp.server_cpu_us_per_op, 10, true, "µs"},
-      {"1 client, added latency p50 (TCP)", g1.tcp.call_us.p50 - g1.direct.call_us.p50, 40, true,
-       "µs"},
-      {"1 client, added latency p99 (TCP)", g1.tcp.call_us.p99 - g1.direct.call_us.p99, 150, true,
-       "µs"},
-      {"hand-off, same sidecar, p50", same.latency_us.p50 / 1000, 0.2, true, "ms"},
-      {"hand-off, same sidecar, p99", same.latency_us.p99 / 1000, 0.6, true, "ms"},
-      {"hand-off, other sidecar, p50", cross.latency_us.p50 / 1000, 0.4, true, "ms"},
-      {"Redlock 5 nodes vs 1, pair latency p50", redlock.front().ratio(), 1.3, true, "x"},
-      {"RSS idle", idle_mib, 20, true, "MiB"},
-      {"RSS with leases + waiters", loaded_mib, 100, true, "MiB"},
-  };
-  std::printf("\ntargets%s\n", o.scale_leases < 100'000 || o.scale_waiters < 10'000
-                                   ? " (scale below 100k leases / 10k waiters: RSS line not "
-                                     "comparable)"
-                                   : "");
-  json targets_json = json::array();
-  for (const auto& t : targets) {
-    std::printf("  %s  %-44s %10.3f %-3s (%s %g)\n", t.pass() ? "PASS" : "FAIL", t.what.c_str(),
-                t.value, t.unit.c_str(), t.at_most ? "<=" : ">=", t.limit);
-    targets_json.push_back(json{{"target", t.what},
-                                {"value", round3(t.value)},
-                                {"unit", t.unit},
-                                {"limit", t.limit},
-                                {"at_most", t.at_most},
-                                {"pass", t.pass()}});
+ private:
+  static std::string locksYaml() {
+    return "locks:\n  retry_min_ms: " + std::to_string(kFallbackRetryMinMs) +
+           "\n  retry_max_ms: " + std::to_string(kFallbackRetryMaxMs) + "\n";
   }
-  std::printf("  operations failed: %lld; sidecar exit codes %d %d %d\n",
-              static_cast<long long>(failures), stop_a, stop_b, stop_rl);
+  std::string singleNodeYaml() const {
+    return "backend:\n  type: redis\n  nodes: [\"" + redis_.address() + "\"]\n" + locksYaml();
+  }
 
-  json pairs_json = json::array();
-  for (const auto& g : groups) {
-    pairs_json.push_back(
-        json{{"clients", g.clients},
-             {"placement", g.placement},
-             {"direct", toJson(g.direct)},
-             {"sidecar_tcp", toJson(g.tcp)},
-             {"sidecar_unix", toJson(g.unix)},
-             {"tcp_over_direct", round3(ratio(g.tcp.pairs_per_sec, g.direct.pairs_per_sec))},
-             {"unix_over_direct", round3(ratio(g.unix.pairs_per_sec, g.direct.pairs_per_sec))}});
+  void addTarget(Target t) { targets_.push_back(std::move(t)); }
+
+  /// Counts a run's failed calls and prints the first one (they are rare and each one matters).
+  void account(const PairRun& r) {
+    failures_ += r.failures;
+    if (r.failures == 0) return;
+    std::printf("  ! %s, %d clients: %lld failed calls, first: %s\n", r.label.c_str(), r.clients,
+                static_cast<long long>(r.failures), r.first_error.c_str());
   }
-  json open_json = json::array();
-  for (const auto& p : open) {
-    open_json.push_back(json{{"rate", p.rate},
-                             {"direct", toJson(p.direct.call_us)},
-                             {"sidecar", toJson(p.sidecar.call_us)},
-                             {"added_p50_us", round3(p.sidecar.call_us.p50 - p.direct.call_us.p50)},
-                             {"added_p99_us", round3(p.sidecar.call_us.p99 - p.direct.call_us.p99)},
-                             {"failures", p.direct.failures + p.sidecar.failures}});
+  void account(const OpenLoopRun& r) {
+    failures_ += r.failures;
+    if (r.failures == 0) return;
+    std::printf("  ! open loop %s, %.0f calls/s: %lld failed calls, first: %s\n", r.label.c_str(),
+                r.rate, static_cast<long long>(r.failures), r.first_error.c_str());
   }
-  json redlock_json = json::array();
-  for (const auto& r : redlock) {
-    redlock_json.push_back(json{{"placement", r.placement},
-                                {"single_node", toJson(r.single_node)},
-                                {"five_nodes", toJson(r.five_nodes)},
-                                {"pair_p50_ratio", round3(r.ratio())}});
+  void account(const char* what, const HandoffRun& h) {
+    failures_ += h.failures;
+    if (h.failures == 0) return;
+    std::printf("  ! %s: %d failed, first: %s\n", what, h.failures, h.first_error.c_str());
   }
-  const json out = {
-      {"bench", "lock_bench"},
-      {"quick", o.quick},
-      {"host", host},
-      {"cpus", sysconf(_SC_NPROCESSORS_ONLN)},
-      {"loadavg", {load[0], load[1], load[2]}},
-      {"placement_mode", o.placement},
-      {"pairs", pairs_json},
-      {"open_loop", {{"placement", open_placement}, {"rates", open_json}}},
-      {"handoff",
-       {{"placement", handoff_placement},
-        {"waiters", o.waiters},
-        {"settle_ms", o.settle_ms},
+
+  // 1 + 6
+  void pairs() {
+    std::printf(
+        "\n1+6. acquire+release pairs on distinct names (closed loop, %d alternating slices of "
+        "%.1f s)\n",
+        o_.slices, o_.seconds);
+    std::printf("  %-34s %3s %10s %7s %8s %8s %8s %8s %7s %7s %6s\n", "target", "cl", "pairs/s",
+                "x", "pair50", "pair99", "call50", "call99", "cpu/op", "redis", "bench");
+    json groups = json::array();
+    std::map<int, std::vector<PairRun>> by_clients;
+    for (int clients : {1, 16, 64}) {
+      const std::string where = clients == 1 ? placement_.forLatency() : placement_.forThroughput();
+      std::cerr << "lock_bench: pairs, " << clients << " client(s) [" << where << "]\n";
+      auto runs = runPairs({direct_, tcp_, unix_}, scripts_, clients, o_.seconds * o_.slices,
+                           o_.slices, "pairs" + std::to_string(clients) + "-");
+      std::printf("  [%s]\n", where.c_str());
+      printPairRow(runs[0], nullptr);
+      printPairRow(runs[1], &runs[0]);
+      printPairRow(runs[2], &runs[0]);
+      for (const auto& r : runs) account(r);
+      groups.push_back(
+          json{{"clients", clients},
+               {"placement", where},
+               {"direct", toJson(runs[0])},
+               {"sidecar_tcp", toJson(runs[1])},
+               {"sidecar_unix", toJson(runs[2])},
+               {"tcp_over_direct", round3(ratio(runs[1].pairs_per_sec, runs[0].pairs_per_sec))},
+               {"unix_over_direct", round3(ratio(runs[2].pairs_per_sec, runs[0].pairs_per_sec))}});
+      by_clients[clients] = std::move(runs);
+    }
+    std::printf(
+        "  cpu/op = CPU µs of the serving process per lock operation (redis-server when direct,\n"
+        "  sidelock otherwise); redis = redis-server's CPU µs per operation; bench = the load\n"
+        "  generator's CPU time / wall time\n");
+    out_["pairs"] = groups;
+    const auto& g1 = by_clients[1];
+    const auto& g16 = by_clients[16];
+    const auto& g64 = by_clients[64];
+    addTarget({"64 clients, pairs/s vs direct (TCP)",
+               ratio(g64[1].pairs_per_sec, g64[0].pairs_per_sec), 0.75, false, "x"});
+    addTarget({"sidecar CPU per lock operation, 16 clients", g16[1].server_cpu_us_per_op, 10, true,
+               "µs"});
+    addTarget({"sidecar CPU per lock operation, 64 clients", g64[1].server_cpu_us_per_op, 10, true,
+               "µs"});
+    addTarget({"1 client, added latency p50 (TCP)", g1[1].call_us.p50 - g1[0].call_us.p50, 40, true,
+               "µs"});
+    addTarget({"1 client, added latency p99 (TCP)", g1[1].call_us.p99 - g1[0].call_us.p99, 150,
+               true, "µs"});
+  }
+
+  // 2
+  void openLoop() {
+    // Up to 20k calls/s is more than one core can serve for redis-server and the sidecar
+    // together at these per-call costs, so the open loop runs unpinned, as a loaded server would.
+    const std::string where = placement_.forThroughput();
+    std::cerr << "lock_bench: open loop [" << where << "]\n";
+    std::printf("\n2. open loop, added latency per call (%.1f s per rate) [%s]\n", o_.seconds,
+                where.c_str());
+    std::printf("  %-12s %10s %10s %10s %10s %10s %10s\n", "calls/s", "direct50", "direct99",
+                "sidecar50", "sidecar99", "added50", "added99");
+    json rates = json::array();
+    for (double rate : {5000.0, 20000.0}) {
+      const std::string prefix = "open" + std::to_string(static_cast<int>(rate)) + "-";
+      const OpenLoopRun d = runOpenLoop(direct_, scripts_, rate, o_.seconds, prefix);
+      const OpenLoopRun s = runOpenLoop(tcp_, scripts_, rate, o_.seconds, prefix);
+      std::printf("  %-12.0f %10.1f %10.1f %10.1f %10.1f %+10.1f %+10.1f\n", rate, d.call_us.p50,
+                  d.call_us.p99, s.call_us.p50, s.call_us.p99, s.call_us.p50 - d.call_us.p50,
+                  s.call_us.p99 - d.call_us.p99);
+      account(d);
+      account(s);
+      rates.push_back(json{{"rate", rate},
+                           {"direct", toJson(d.call_us)},
+                           {"sidecar", toJson(s.call_us)},
+                           {"added_p50_us", round3(s.call_us.p50 - d.call_us.p50)},
+                           {"added_p99_us", round3(s.call_us.p99 - d.call_us.p99)},
+                           {"failures", d.failures + s.failures}});
+    }
+    out_["open_loop"] = {{"placement", where}, {"rates", rates}};
+  }
+
+  // 3
+  void handoff() {
+    SidecarProcess b({singleNodeYaml(), {}, true});
+    placement_.addServer(b.pid());
+    const std::string where = placement_.forLatency();
+    std::cerr << "lock_bench: hand-off [" << where << "]\n";
+    const int same_rounds = std::max(1, o_.handoffs / o_.waiters);
+    const HandoffRun same =
+        runHandoff(a_, a_, "handoff-same", same_rounds, o_.waiters, o_.settle_ms, false);
+    const HandoffRun cross =
+        runHandoff(a_, b, "handoff-cross", o_.handoffs, o_.waiters, o_.settle_ms, true);
+    const HandoffRun polling = runPollingHandoff(a_, "handoff-poll", o_.poll_rounds);
+    const Summary idle_call =
+        runIdleScriptCalls(direct_, scripts_, std::min(o_.handoffs, 200), o_.settle_ms);
+
+    const double base = idle_call.p50;
+    std::printf(
+        "\n3. hand-off, %d waiters on one name [%s]\n  x = p50 / p50 of one direct "
+        "acquire-script call after the same %d ms idle pause\n",
+        o_.waiters, where.c_str(), o_.settle_ms);
+    std::printf("  %-44s %9s %9s %9s %9s\n", "hand-off (µs)", "p50", "p99", "max", "x");
+    printLatency("direct acquire script after idle (baseline)", idle_call, base);
+    printLatency("same sidecar", same.latency_us, base);
+    printLatency("other sidecar (pub/sub)", cross.latency_us, base);
+    printLatency("client polling every 50 ms", polling.latency_us, base);
+    std::printf(
+        "  same: %d ok; other: %d ok, pushed wake-ups %lld; slower than the fallback poll: "
+        "%d + %d; polling is %.0fx slower than same\n",
+        same.ok, cross.ok, static_cast<long long>(cross.pushed_wakeups), same.slower_than_fallback,
+        cross.slower_than_fallback, ratio(polling.latency_us.p50, same.latency_us.p50));
+    account("hand-off, same sidecar", same);
+    account("hand-off, other sidecar", cross);
+    account("polling client", polling);
+    const int stop_b = b.stop();
+    if (stop_b != 0) {
+      ++failures_;
+      std::printf("  ! sidecar B exit code %d\n", stop_b);
+    }
+    out_["handoff"] = {
+        {"placement", where},
+        {"waiters", o_.waiters},
+        {"settle_ms", o_.settle_ms},
         {"direct_call_after_idle", toJson(idle_call)},
         {"same_sidecar", toJson(same)},
         {"other_sidecar", toJson(cross)},
         {"polling_50ms", toJson(polling)},
-        {"polling_over_same_p50", round3(ratio(polling.latency_us.p50, same.latency_us.p50))}}},
-      {"redlock", redlock_json},
-      {"scale",
-       {{"rss_idle_kib", std::max(rss_a_idle, scale.rss_idle_kib)},
-        {"rss_loaded_kib", scale.rss_loaded_kib},
-        {"leases", scale.leases},
-        {"lease_acquire_seconds", round3(scale.lease_acquire_seconds)},
-        {"held_locks", scale.held_locks},
-        {"waiters_queued", scale.waiters_queued},
-        {"cpu_cores_holding", round3(scale.cpu_cores_holding)},
-        {"renewals", scale.renewals},
-        {"window_seconds", round3(scale.window_seconds)},
-        {"idle_pairs", toJson(scale.idle_pairs)},
-        {"loaded_pairs", toJson(scale.loaded_pairs)},
-        {"loaded_over_idle",
-         round3(ratio(scale.loaded_pairs.pairs_per_sec, scale.idle_pairs.pairs_per_sec))},
-        {"first_error", scale.first_error}}},
-      {"targets", targets_json},
-      {"failures", failures},
-  };
-  std::printf("BENCH_JSON %s\n", out.dump().c_str());
-  std::fflush(stdout);
-  if (failures > 0)
-    std::fprintf(stderr, "lock_bench: %lld operations failed\n", static_cast<long long>(failures));
-  return failures > 0 ? 1 : 0;
-}
+        {"polling_over_same_p50", round3(ratio(polling.latency_us.p50, same.latency_us.p50))}};
+    addTarget({"hand-off, same sidecar, p50", same.latency_us.p50 / 1000, 0.2, true, "ms"});
+    addTarget({"hand-off, same sidecar, p99", same.latency_us.p99 / 1000, 0.6, true, "ms"});
+    addTarget({"hand-off, other sidecar, p50", cross.latency_us.p50 / 1000, 0.4, true, "ms"});
+  }
+
+  // 4. On 2 cores the five nodes cannot all run in parallel (in production they are on five
+  // machines), so the ratio is measured in both placements; the target line uses the first.
+  void redlock() {
+    std::vector<std::unique_ptr<RedisServer>> nodes;
+    for (int i = 0; i < 5; ++i) nodes.push_back(std::make_unique<RedisServer>());
+    std::string yaml = "backend:\n  type: redlock\n  nodes: [";
+    for (size_t i = 0; i < nodes.size(); ++i) {
+      yaml += (i ? ", \"" : "\"") + nodes[i]->address() + "\"";
+    }
+    // The nodes were just started: with delayed_restart they would not vote for max_ttl_ms.
+    yaml += "]\n  redlock:\n    delayed_restart: false\n" + locksYaml();
+    SidecarProcess rl({yaml, {}, true});
+    placement_.addServer(rl.pid());
+    for (const auto& n : nodes) placement_.addServer(n->pid());
+
+    std::printf("\n4. Redlock, 1 client: pair latency (µs), interleaved\n");
+    std::printf("  %-44s %9s %9s %9s\n", "", "p50", "p99", "x");
+    json placements = json::array();
+    double first_ratio = -1;
+    std::string first_where;
+    for (bool latency_placement : {true, false}) {
+      const std::string where =
+          latency_placement ? placement_.forLatency() : placement_.forThroughput();
+      if (where == first_where) break;  // --placement split/spread: one placement only
+      std::cerr << "lock_bench: redlock [" << where << "]\n";
+      auto runs = runPairs({tcpEndpoint("redis backend, 1 node", a_, redis_.pid()),
+                            tcpEndpoint("redlock backend, 5 nodes", rl, nodes[0]->pid())},
+                           scripts_, 1, o_.seconds * o_.slices, o_.slices, "redlock-");
+      const double r = ratio(runs[1].pair_us.p50, runs[0].pair_us.p50);
+      std::printf("  [%s]\n", where.c_str());
+      std::printf("  %-44s %9.1f %9.1f %9.2f\n", "redis backend, 1 node", runs[0].pair_us.p50,
+                  runs[0].pair_us.p99, 1.0);
+      std::printf("  %-44s %9.1f %9.1f %9.2f\n", "redlock backend, 5 nodes", runs[1].pair_us.p50,
+                  runs[1].pair_us.p99, r);
+      account(runs[0]);
+      account(runs[1]);
+      placements.push_back(json{{"placement", where},
+                                {"single_node", toJson(runs[0])},
+                                {"five_nodes", toJson(runs[1])},
+                                {"pair_p50_ratio", round3(r)}});
+      if (first_ratio < 0) {
+        first_ratio = r;
+        first_where = where;
+      }
+    }
+    const int stop_rl = rl.stop();
+    if (stop_rl != 0) {
+      ++failures_;
+      std::printf("  ! Redlock sidecar exit code %d\n", stop_rl);
+    }
+    out_["redlock"] = placements;
+    addTarget({"Redlock 5 nodes vs 1, pair latency p50", first_ratio, 1.3, true, "x"});
+  }
+
+  // 5. Returns the scale sidecar's idle RSS in KiB.
+  double scale() {
+    std::cerr << "lock_bench: scale, " << o_.scale_leases << " auto-renewed leases + "
+              << o_.scale_waiters << " waiters\n";
+    const ScaleRun s = runScale(o_, redis_, scripts_, placement_);
+    const double loaded_mib = static_cast<double>(s.rss_loaded_kib) / 1024;
+    std::printf("\n5. scale [%s]\n", placement_.forThroughput().c_str());
+    std::printf("  RSS idle: sidecar A %.1f MiB, scale sidecar %.1f MiB\n",
+                static_cast<double>(rss_a_idle_kib_) / 1024,
+                static_cast<double>(s.rss_idle_kib) / 1024);
+    std::printf(
+        "  %d auto-renewed leases (ttl %d ms) taken in %.2f s (%.0f/s); held %lld; waiters "
+        "queued %lld\n",
+        s.leases, o_.scale_ttl_ms, s.lease_acquire_seconds,
+        ratio(s.leases, s.lease_acquire_seconds), static_cast<long long>(s.held_locks),
+        static_cast<long long>(s.waiters_queued));
+    std::printf("  holding: RSS %.1f MiB, sidecar CPU %.1f%% of a core, %lld renewals in %.1f s\n",
+                loaded_mib, s.cpu_cores_holding * 100, static_cast<long long>(s.renewals),
+                s.window_seconds);
+    std::printf(
+        "  16-client pairs/s on that sidecar: idle %.0f, while holding/renewing %.0f (%.2fx)\n",
+        s.idle_pairs.pairs_per_sec, s.loaded_pairs.pairs_per_sec,
+        ratio(s.loaded_pairs.pairs_per_sec, s.idle_pairs.pairs_per_sec));
+    if (!s.first_error.empty()) std::printf("  ! scale: %s\n", s.first_error.c_str());
+    failures_ += s.failures;
+    account(s.idle_pairs);
+    account(s.loaded_pairs);
+    if (o_.scale_leases < 100'000 || o_.scale_waiters < 10'000) {
+      std::printf("  (below 100k leases / 10k waiters: the RSS target line is not comparable)\n");
+    }
+    out_["scale"] = {{"rss_idle_kib", s.rss_idle_kib},
+                     {"rss_loaded_kib", s.rss_loaded_kib},
+                     {"leases", s.leases},
+                     {"lease_ttl_ms", o_.scale_ttl_ms},
+                     {"lease_acquire_seconds", round3(s.lease_acquire_seconds)},
+                     {"held_locks", s.held_locks},
+                     {"waiters_queued", s.waiters_queued},
+                     {"cpu_cores_holding", round3(s.cpu_cores_holding)},
+                     {"renewals", s.renewals},
+                     {"window_seconds", round3(s.window_seconds)},
+                     {"idle_pairs", toJson(s.idle_pairs)},
+                     {"loaded_pairs", toJson(s.loaded_pairs)},
+                     {"loaded_over_idle",
+                      round3(ratio(s.loaded_pairs.pairs_per_sec, s.idle_pairs.pairs_per_sec))},
+                     {"first_error", s.first_error}};
+    addTarget({"RSS with leases + waiters", loaded_mib, 100, true, "MiB"});
+    return static_cast<double>(s.rss_idle_kib);
+  }
+
+  const Options& o_;
+  RedisServer redis_;
+  SidecarProcess a_;  // the sidecar under test; B and the Redlock one live in their scenarios
+  Placement placement_;
+  const Scripts scripts_;
+  const Endpoint direct_, tcp_, unix_;
+  int64_t rss_a_idle_kib_ = -1;
+  std::vector<Target> targets_;
+  json out_;
+  int64_t failures_ = 0;
+};
 
 }  // namespace
 }  // namespace sidelock::bench
@@ -1283,7 +1323,7 @@ int run(const Options& o) {
 int main(int argc, char** argv) {
   const auto options = sidelock::bench::parseOptions(argc, argv);
   try {
-    return sidelock::bench::run(options);
+    return sidelock::bench::LockBench(options).run();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "lock_bench: %s\n", e.what());
     return 1;
