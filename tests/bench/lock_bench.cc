@@ -102,7 +102,7 @@ constexpr const char* kScenarios[] = {"pairs", "open", "handoff", "redlock", "sc
       << "usage: lock_bench [--quick] [--seconds S] [--slices N] [--handoffs N] [--waiters N]\n"
       << "                  [--poll-rounds N] [--settle-ms MS] [--scale-leases N]\n"
       << "                  [--scale-waiters N] [--scale-seconds S] [--scale-ttl-ms MS]\n"
-      << "                  [--placement auto|split|spread]\n"
+      << "                  [--placement auto|split|spread|shared]\n"
       << "                  [--only pairs,open,handoff,redlock,scale]\n";
   std::exit(2);
 }
@@ -172,8 +172,9 @@ Options parseOptions(int argc, char** argv) {
       }
     } else if (a == "--placement") {
       o.placement = v;
-      if (o.placement != "auto" && o.placement != "split" && o.placement != "spread") {
-        usage("--placement wants auto, split or spread");
+      if (o.placement != "auto" && o.placement != "split" && o.placement != "spread" &&
+          o.placement != "shared") {
+        usage("--placement wants auto, split, spread or shared");
       }
     } else {
       usage("unknown argument " + a);
@@ -227,15 +228,21 @@ class Placement {
 
   void addServer(pid_t pid) { servers_.push_back(pid); }
 
+  // With --placement auto; any other mode applies to every scenario.
   /// Latency scenarios: the load generator on CPU 0, every server on CPU 1, so the bench never
   /// steals the servers' CPU and direct and sidecar calls both cross the same core boundary.
-  std::string forLatency() { return apply(mode_ == "spread" ? "spread" : "split"); }
+  std::string forLatency() { return apply(mode_ == "auto" ? "split" : mode_); }
   /// Throughput scenarios: the scheduler spreads the processes over every CPU (as in
   /// production); pinning the sidecar and Redis onto one core would measure their sum instead.
-  std::string forThroughput() { return apply(mode_ == "split" ? "split" : "spread"); }
+  std::string forThroughput() { return apply(mode_ == "auto" ? "spread" : mode_); }
 
  private:
   std::string apply(const std::string& how) {
+    if (how == "shared") {
+      pinProcess(0, {0});
+      for (pid_t p : servers_) pinProcess(p, {0});
+      return "shared: bench, redis-server and sidelock all on cpu0";
+    }
     if (how == "split" && can_split_) {
       pinProcess(0, {0});
       for (pid_t p : servers_) pinProcess(p, {1});
@@ -814,6 +821,7 @@ json toJson(const HandoffRun& h) {
 struct ScaleRun {
   int64_t rss_idle_kib = -1;
   int64_t rss_loaded_kib = -1;
+  int64_t rss_leases_kib = -1;  // after the leases, before the waiters
   int leases = 0;
   int64_t lease_failures = 0;
   double lease_acquire_seconds = 0;
@@ -875,6 +883,7 @@ ScaleRun runScale(const Options& o, const RedisServer& redis, const Scripts& scr
       {yaml, {}, true, "  max_connections: " + std::to_string(o.scale_waiters + 1024) + "\n"});
   placement.addServer(sc.pid());
   placement.forThroughput();
+  std::cerr << "lock_bench: scale sidecar pid " << sc.pid() << " (for a profiler)\n";
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   s.rss_idle_kib = rssKiB(sc.pid());
 
@@ -882,6 +891,7 @@ ScaleRun runScale(const Options& o, const RedisServer& redis, const Scripts& scr
   s.idle_pairs = runPairs(e, scripts, 16, o.seconds, "scale-idle-");
 
   acquireLeases(sc, "scale-lease-", o.scale_leases, ttl_ms, s);
+  s.rss_leases_kib = rssKiB(sc.pid());
   // Waiters: one connection each (a waiting request blocks its connection), 10 per held name.
   EventLoop loop;
   std::vector<std::unique_ptr<Connection>> waiters;
@@ -981,6 +991,8 @@ class LockBench {
         unix_{"sidecar, Unix socket", Protocol::kHttp, 0, a_.socketPath(), a_.pid(), redis_.pid()} {
     placement_.addServer(redis_.pid());
     placement_.addServer(a_.pid());
+    std::cerr << "lock_bench: redis-server pid " << redis_.pid() << ", sidecar A pid " << a_.pid()
+              << " (for a profiler)\n";
     // Sidecar A's idle footprint, before it has served anything but /readyz.
     rss_a_idle_kib_ = rssKiB(a_.pid());
   }
@@ -1272,6 +1284,8 @@ class LockBench {
         s.leases, o_.scale_ttl_ms, s.lease_acquire_seconds,
         ratio(s.leases, s.lease_acquire_seconds), static_cast<long long>(s.held_locks),
         static_cast<long long>(s.waiters_queued));
+    std::printf("  RSS with the leases only: %.1f MiB\n",
+                static_cast<double>(s.rss_leases_kib) / 1024);
     std::printf("  holding: RSS %.1f MiB, sidecar CPU %.1f%% of a core, %lld renewals in %.1f s\n",
                 loaded_mib, s.cpu_cores_holding * 100, static_cast<long long>(s.renewals),
                 s.window_seconds);
@@ -1288,6 +1302,7 @@ class LockBench {
     }
     out_["scale"] = {{"rss_idle_kib", s.rss_idle_kib},
                      {"rss_loaded_kib", s.rss_loaded_kib},
+                     {"rss_leases_only_kib", s.rss_leases_kib},
                      {"leases", s.leases},
                      {"lease_ttl_ms", o_.scale_ttl_ms},
                      {"lease_acquire_seconds", round3(s.lease_acquire_seconds)},
