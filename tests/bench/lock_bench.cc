@@ -1337,6 +1337,22 @@ class LockBench {
 
 int main(int argc, char** argv) {
   const auto options = sidelock::bench::parseOptions(argc, argv);
+  // The scale scenario holds one connection per waiter in the bench and in the sidecar (which
+  // inherits this limit): raise the soft limit as far as the hard one allows.
+  rlimit files{};
+  const rlim_t wanted = static_cast<rlim_t>(options.scale_waiters) + 2048;
+  if (options.wants("scale") && getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur < wanted) {
+    files.rlim_cur = std::min(wanted, files.rlim_max);
+    setrlimit(RLIMIT_NOFILE, &files);
+    if (files.rlim_cur < wanted) {
+      std::fprintf(stderr,
+                   "lock_bench: open-file limit %llu is below the %llu the scale "
+                   "scenario needs (raise ulimit -n or lower --scale-waiters)\n",
+                   static_cast<unsigned long long>(files.rlim_cur),
+                   static_cast<unsigned long long>(wanted));
+      return 2;
+    }
+  }
   try {
     return sidelock::bench::LockBench(options).run();
   } catch (const std::exception& e) {
