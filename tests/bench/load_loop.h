@@ -7,6 +7,9 @@
 // A connection has one reply handler for its whole life (the caller knows what it sent, the
 // replies come back in order), so a call is: build the request bytes once, send(), wait for the
 // handler. Nothing here knows about locks.
+//
+// Handlers may send on any connection but must not destroy one: connections are destroyed
+// outside runUntil().
 #pragma once
 
 #include <chrono>
