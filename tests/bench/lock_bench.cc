@@ -48,9 +48,8 @@ using sidelock::testing::SidecarProcess;
 // pushed wake-up, and a lost wake-up shows as an outlier rather than as noise.
 constexpr int kFallbackRetryMinMs = 1000;
 constexpr int kFallbackRetryMaxMs = 2000;
-constexpr int kPollIntervalMs = 50;
-constexpr int kRedlockNodeTimeoutMs = 250;  // backend.redlock.node_timeout_ms (default 50)  // the
-                                            // polling client the hand-off is compared with
+constexpr int kPollIntervalMs = 50;         // the polling client the hand-off is compared with
+constexpr int kRedlockNodeTimeoutMs = 250;  // backend.redlock.node_timeout_ms (default 50)
 // Direct calls use their own key prefix so they never touch a sidecar's keys.
 constexpr const char* kDirectPrefix = "benchdirect:";
 
