@@ -31,6 +31,8 @@ class RedisServer {
   int port() const { return port_; }
   std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
   bool running() const { return pid_ > 0; }
+  /// The process id while running (benchmarks read its CPU time and pin it to a core).
+  pid_t pid() const { return pid_; }
 
   /// SIGKILL and wait. Data is lost unless persistence is on.
   void kill();

@@ -35,6 +35,7 @@ SidecarProcess::SidecarProcess(Options options) : options_(std::move(options)) {
     {
       std::ofstream out(config_path);
       out << "listen:\n  tcp: \"127.0.0.1:" << port_ << "\"\n  unix: \"" << socket_path_ << "\"\n";
+      out << options_.listen_yaml;
       out << options_.yaml << "\n";
     }
     const std::string log_path = dir_ + "/sidelock.log";
@@ -75,6 +76,7 @@ SidecarProcess::SidecarProcess(Options options) : options_(std::move(options)) {
     kill();
     // The port may have been taken between picking and binding: try again a few times.
     if (attempt >= 3 || log.find("address already in use") == std::string::npos) {
+      removeTree(dir_);  // a throwing constructor gets no destructor to do it
       throw std::runtime_error("sidelock did not become " +
                                std::string(options_.wait_ready ? "ready" : "healthy") + ":\n" +
                                log);

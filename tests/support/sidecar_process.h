@@ -19,6 +19,8 @@ class SidecarProcess {
     std::string yaml;
     std::vector<std::string> env;  // extra "K=V" entries
     bool wait_ready = false;       // also wait for /readyz to answer 200
+    /// Extra YAML lines under `listen:` (indented two spaces), e.g. "  max_connections: 20000\n".
+    std::string listen_yaml = "";
   };
 
   explicit SidecarProcess(Options options);

@@ -1,0 +1,1368 @@
+// lock_bench: every benchmark scenario of sidelock in one run, each figure next to a baseline
+// measured in the same run (the machine is shared and noisy: compare ratios, not microseconds).
+//
+//   1. pairs      uncontended acquire+release on distinct names, 1/16/64 clients, TCP and Unix
+//                 socket, vs the sidecar's own Lua scripts sent directly to Redis
+//   2. open loop  added latency per call at a fixed call rate, sidecar minus direct
+//   3. hand-off   N waiters on one name, on the holder's sidecar and on another; vs 50 ms polling
+//   4. redlock    pair latency with 5 redis-server nodes vs the single-node backend
+//   5. scale      RSS idle and with many auto-renewed leases and waiters; pairs/s while renewing
+//   6. CPU        sidecar CPU per lock operation (from /proc) at 16 and 64 clients
+//
+// All load comes from one epoll loop (load_loop.h). Output: a table, one PASS/FAIL line per
+// target, one `BENCH_JSON {...}` line. Exit code 1 only when an operation failed: a missed target
+// is a figure, not an error (see README.md).
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <deque>
+#include <functional>
+#include <iostream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "bench/load_loop.h"
+#include "bench/proc_stats.h"
+#include "redis/scripts.h"
+#include "support/http_client.h"
+#include "support/redis_server.h"
+#include "support/sidecar_process.h"
+
+namespace sidelock::bench {
+namespace {
+
+using nlohmann::json;
+using sidelock::testing::HttpClient;
+using sidelock::testing::RedisServer;
+using sidelock::testing::SidecarProcess;
+
+// The fallback polling of waiters starts this late, so a fast hand-off can only come from the
+// pushed wake-up, and a lost wake-up shows as an outlier rather than as noise.
+constexpr int kFallbackRetryMinMs = 1000;
+constexpr int kFallbackRetryMaxMs = 2000;
+constexpr int kPollIntervalMs = 50;         // the polling client the hand-off is compared with
+constexpr int kRedlockNodeTimeoutMs = 250;  // backend.redlock.node_timeout_ms (default 50)
+// Direct calls use their own key prefix so they never touch a sidecar's keys.
+constexpr const char* kDirectPrefix = "benchdirect:";
+
+double microsBetween(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double, std::micro>(b - a).count();
+}
+
+Clock::duration seconds(double s) {
+  return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
+}
+
+double ratio(double a, double b) { return b > 0 ? a / b : 0; }
+
+double round3(double x) { return std::round(x * 1000.0) / 1000.0; }
+
+double selfCpuSeconds() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  auto s = [](const timeval& t) { return static_cast<double>(t.tv_sec) + t.tv_usec / 1e6; };
+  return s(u.ru_utime) + s(u.ru_stime);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Options
+
+struct Options {
+  bool quick = false;
+  double seconds = 1.0;        // one slice of a closed-loop run / one open-loop run
+  int slices = 3;              // alternating slices per closed-loop comparison
+  int handoffs = 300;          // hand-offs measured per hand-off scenario
+  int waiters = 4;             // waiters queued on the one name
+  int poll_rounds = 40;        // hand-offs to the 50 ms polling client
+  int settle_ms = 5;           // pause between "waiters queued" and the release
+  int scale_leases = 100'000;  // auto-renewed leases held in the scale scenario
+  int scale_waiters = 10'000;  // waiters queued meanwhile
+  double scale_seconds = 10;   // CPU window and pairs run while holding (one renewal period)
+  int scale_ttl_ms = 30'000;   // lease TTL in the scale scenario (renewed every ttl/3)
+  std::string placement = "auto";
+  std::vector<std::string> only;  // scenarios to run; empty = all
+
+  bool wants(const std::string& scenario) const {
+    return only.empty() || std::find(only.begin(), only.end(), scenario) != only.end();
+  }
+};
+
+constexpr const char* kScenarios[] = {"pairs", "open", "handoff", "redlock", "scale"};
+
+[[noreturn]] void usage(const std::string& msg) {
+  std::cerr
+      << "lock_bench: " << msg << "\n"
+      << "usage: lock_bench [--quick] [--seconds S] [--slices N] [--handoffs N] [--waiters N]\n"
+      << "                  [--poll-rounds N] [--settle-ms MS] [--scale-leases N]\n"
+      << "                  [--scale-waiters N] [--scale-seconds S] [--scale-ttl-ms MS]\n"
+      << "                  [--placement auto|split|spread|shared]\n"
+      << "                  [--only pairs,open,handoff,redlock,scale]\n";
+  std::exit(2);
+}
+
+double parseNumber(const std::string& flag, const char* text, double min, double max) {
+  char* end = nullptr;
+  const double v = std::strtod(text, &end);
+  if (end == text || *end != '\0' || !(v >= min) || v > max) {
+    usage(flag + " wants a number in [" + std::to_string(min) + ", " + std::to_string(max) + "]");
+  }
+  return v;
+}
+
+Options parseOptions(int argc, char** argv) {
+  Options o;
+  // --quick first, so explicit sizes given with it win.
+  for (int i = 1; i < argc; ++i) {
+    if (std::string(argv[i]) != "--quick") continue;
+    o.quick = true;
+    o.seconds = 0.3;
+    o.slices = 1;
+    o.handoffs = 12;
+    o.waiters = 3;
+    o.poll_rounds = 3;
+    o.scale_leases = 300;
+    o.scale_waiters = 30;
+    o.scale_seconds = 0.6;
+    o.scale_ttl_ms = 1500;  // so that the quick window sees renewals
+  }
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--quick") continue;
+    if (a == "--help" || a == "-h") usage("help");
+    if (i + 1 >= argc) usage(a + " needs a value (or is unknown)");
+    const char* v = argv[++i];
+    if (a == "--seconds") {
+      o.seconds = parseNumber(a, v, 0.05, 600);
+    } else if (a == "--slices") {
+      o.slices = static_cast<int>(parseNumber(a, v, 1, 100));
+    } else if (a == "--handoffs") {
+      o.handoffs = static_cast<int>(parseNumber(a, v, 1, 1e6));
+    } else if (a == "--waiters") {
+      o.waiters = static_cast<int>(parseNumber(a, v, 1, 1000));
+    } else if (a == "--poll-rounds") {
+      o.poll_rounds = static_cast<int>(parseNumber(a, v, 1, 1e5));
+    } else if (a == "--settle-ms") {
+      o.settle_ms = static_cast<int>(parseNumber(a, v, 0, 10'000));
+    } else if (a == "--scale-leases") {
+      o.scale_leases = static_cast<int>(parseNumber(a, v, 10, 1e7));
+    } else if (a == "--scale-waiters") {
+      o.scale_waiters = static_cast<int>(parseNumber(a, v, 1, 15'000));
+    } else if (a == "--scale-ttl-ms") {
+      o.scale_ttl_ms = static_cast<int>(parseNumber(a, v, 1000, 600'000));
+    } else if (a == "--scale-seconds") {
+      o.scale_seconds = parseNumber(a, v, 0.1, 600);
+    } else if (a == "--only") {
+      std::string list = v;
+      for (size_t from = 0; from <= list.size();) {
+        const size_t comma = std::min(list.find(',', from), list.size());
+        const std::string name = list.substr(from, comma - from);
+        if (std::find_if(std::begin(kScenarios), std::end(kScenarios),
+                         [&](const char* k) { return name == k; }) == std::end(kScenarios)) {
+          usage("--only takes a comma-separated list of pairs, open, handoff, redlock, scale");
+        }
+        o.only.push_back(name);
+        from = comma + 1;
+      }
+    } else if (a == "--placement") {
+      o.placement = v;
+      if (o.placement != "auto" && o.placement != "split" && o.placement != "spread" &&
+          o.placement != "shared") {
+        usage("--placement wants auto, split, spread or shared");
+      }
+    } else {
+      usage("unknown argument " + a);
+    }
+  }
+  return o;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Statistics (microseconds)
+
+struct Summary {
+  size_t n = 0;
+  double p50 = 0, p99 = 0, max = 0, mean = 0;
+};
+
+Summary summarize(std::vector<double> v) {
+  Summary s;
+  s.n = v.size();
+  if (v.empty()) return s;
+  std::sort(v.begin(), v.end());
+  auto rank = [&](double p) {  // nearest rank
+    const auto idx = static_cast<size_t>(std::ceil(p * static_cast<double>(v.size())));
+    return v[std::clamp<size_t>(idx, 1, v.size()) - 1];
+  };
+  s.p50 = rank(0.50);
+  s.p99 = rank(0.99);
+  s.max = v.back();
+  double sum = 0;
+  for (double x : v) sum += x;
+  s.mean = sum / static_cast<double>(v.size());
+  return s;
+}
+
+json toJson(const Summary& s) {
+  return json{{"n", s.n},
+              {"p50_us", round3(s.p50)},
+              {"p99_us", round3(s.p99)},
+              {"max_us", round3(s.max)},
+              {"mean_us", round3(s.mean)}};
+}
+
+// ---------------------------------------------------------------------------------------------
+// CPU placement. On this 2-core VM a ping-pong between two processes is 4-5x faster when they
+// share a core than when one has to wake the other on an idle core, so where everything runs is
+// part of every latency figure and is printed with it.
+
+class Placement {
+ public:
+  explicit Placement(std::string mode) : mode_(std::move(mode)), can_split_(usableCpus() >= 2) {}
+
+  void addServer(pid_t pid) { servers_.push_back(pid); }
+
+  // With --placement auto; any other mode applies to every scenario.
+  /// Latency scenarios: the load generator on CPU 0, every server on CPU 1, so the bench never
+  /// steals the servers' CPU and direct and sidecar calls both cross the same core boundary.
+  std::string forLatency() { return apply(mode_ == "auto" ? "split" : mode_); }
+  /// Throughput scenarios: the scheduler spreads the processes over every CPU (as in
+  /// production); pinning the sidecar and Redis onto one core would measure their sum instead.
+  std::string forThroughput() { return apply(mode_ == "auto" ? "spread" : mode_); }
+
+ private:
+  std::string apply(const std::string& how) {
+    if (how == "shared") {
+      pinProcess(0, {0});
+      for (pid_t p : servers_) pinProcess(p, {0});
+      return "shared: bench, redis-server and sidelock all on cpu0";
+    }
+    if (how == "split" && can_split_) {
+      pinProcess(0, {0});
+      for (pid_t p : servers_) pinProcess(p, {1});
+      return "split: bench on cpu0, redis-server + sidelock on cpu1";
+    }
+    pinProcess(0, {});
+    for (pid_t p : servers_) pinProcess(p, {});
+    return can_split_ ? "spread: no pinning, every process on all CPUs"
+                      : "spread: no pinning (fewer than 2 CPUs usable)";
+  }
+  std::string mode_;
+  bool can_split_;
+  std::vector<pid_t> servers_;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Endpoints and the requests of one acquire+release pair
+
+struct Endpoint {
+  std::string label;
+  Protocol protocol = Protocol::kHttp;
+  int port = 0;
+  std::string unix_path;  // set: connect over the Unix socket
+  pid_t pid = -1;         // the server whose CPU time is charged to the calls
+  pid_t redis_pid = -1;   // the redis-server behind it (the same when direct)
+};
+
+Endpoint tcpEndpoint(const std::string& label, const SidecarProcess& s, pid_t redis_pid) {
+  return Endpoint{label, Protocol::kHttp, s.port(), "", s.pid(), redis_pid};
+}
+
+std::unique_ptr<Connection> connectTo(EventLoop& loop, const Endpoint& e) {
+  return e.unix_path.empty() ? Connection::tcp(loop, e.port, e.protocol)
+                             : Connection::unix(loop, e.unix_path, e.protocol);
+}
+
+/// SHA1s of the sidecar's acquire / release scripts, loaded into the direct-baseline Redis.
+struct Scripts {
+  std::string acquire_sha;
+  std::string release_sha;
+};
+
+Scripts loadScripts(const RedisServer& redis) {
+  auto load = [&](backend::ScriptId id) {
+    std::string sha = redis.cli({"SCRIPT", "LOAD", std::string(backend::scriptText(id))});
+    if (sha.size() != 40) throw std::runtime_error("SCRIPT LOAD failed: " + sha);
+    return sha;
+  };
+  return Scripts{load(backend::ScriptId::kAcquire), load(backend::ScriptId::kRelease)};
+}
+
+struct PairRequests {
+  std::string acquire;
+  std::string release;
+};
+
+std::string lockPath(const std::string& name, const char* verb) {
+  return "/v1/locks/" + name + "/" + verb;
+}
+
+PairRequests pairRequests(const Endpoint& e, const Scripts& s, const std::string& name,
+                          const std::string& owner) {
+  if (e.protocol == Protocol::kHttp) {
+    return {httpPost(lockPath(name, "acquire"), json{{"ttl_ms", 10000}, {"owner", owner}}.dump()),
+            httpPost(lockPath(name, "release"), json{{"owner", owner}}.dump())};
+  }
+  return {respCommand({"EVALSHA", s.acquire_sha, "2", backend::lockKey(kDirectPrefix, name),
+                       backend::tokenKey(kDirectPrefix, name), owner, "10000",
+                       std::to_string(backend::tokenCounterTtlMs(600'000))}),
+          respCommand({"EVALSHA", s.release_sha, "1", backend::lockKey(kDirectPrefix, name), owner,
+                       backend::releaseChannel(kDirectPrefix, name), name})};
+}
+
+/// An acquire that granted or a release that released (script reply 1, HTTP 200).
+bool succeeded(const Reply& r, Protocol p) {
+  if (r.broken) return false;
+  return p == Protocol::kHttp ? r.http_status == 200 : !r.redis_error && r.integer == 1;
+}
+
+std::string describe(const Reply& r) {
+  if (r.broken) return "connection broken";
+  if (r.http_status != 0)
+    return "HTTP " + std::to_string(r.http_status) + " " + std::string(r.body);
+  if (r.redis_error) return "redis error " + std::string(r.redis_text);
+  return "script reply " + std::to_string(r.integer);
+}
+
+int64_t metricValue(const SidecarProcess& s, const std::string& series) {
+  HttpClient c = HttpClient::tcp(s.port());
+  const std::string text = c.get("/metrics").body;
+  int64_t sum = -1;
+  // Sums every series of the family (labelled or not): "name 3" or "name{a="b"} 3".
+  for (size_t pos = text.find("\n" + series); pos != std::string::npos;
+       pos = text.find("\n" + series, pos + 1)) {
+    const size_t start = pos + 1 + series.size();
+    if (start >= text.size() || (text[start] != ' ' && text[start] != '{')) continue;
+    const size_t value = text.find(' ', text.find_first_of(" }", start));
+    if (value == std::string::npos) continue;
+    sum = std::max<int64_t>(sum, 0) + std::llround(std::strtod(text.c_str() + value + 1, nullptr));
+  }
+  return sum;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Scenario 1 and 6: closed-loop pairs
+
+struct PairRun {
+  std::string label;
+  int clients = 0;
+  // Accumulated over the slices of the run.
+  double seconds = 0;
+  int64_t pairs = 0;
+  int64_t failures = 0;
+  std::string first_error;  // what the first failed call answered
+  double server_cpu_seconds = 0, redis_cpu_seconds = 0, bench_cpu_seconds = 0;
+  std::vector<double> pair_samples, call_samples;
+  // Derived by finish().
+  double pairs_per_sec = 0;
+  Summary pair_us, call_us;
+  double server_cpu_us_per_op = 0;  // the endpoint's process (sidecar, or redis when direct)
+  double redis_cpu_us_per_op = 0;   // the redis-server behind it
+  double bench_cpu_share = 0;       // the load generator's CPU / wall time
+
+  void finish() {
+    pairs_per_sec = ratio(static_cast<double>(pairs), seconds);
+    pair_us = summarize(std::move(pair_samples));
+    call_us = summarize(std::move(call_samples));
+    const double ops = 2.0 * static_cast<double>(pairs);
+    server_cpu_us_per_op = ratio(server_cpu_seconds * 1e6, ops);
+    redis_cpu_us_per_op = ratio(redis_cpu_seconds * 1e6, ops);
+    bench_cpu_share = ratio(bench_cpu_seconds, seconds);
+  }
+};
+
+/// `clients` fresh connections, each looping acquire+release on its own name for `duration`
+/// (after a short warm-up that is not counted); adds what it measured to `run`. Operations = 2
+/// per pair, for the CPU figures.
+void runPairSlice(const Endpoint& e, const Scripts& scripts, int clients, double duration,
+                  const std::string& name_prefix, PairRun& run) {
+  EventLoop loop;
+  struct Client {
+    std::unique_ptr<Connection> conn;
+    PairRequests requests;
+    bool acquiring = true;
+    Clock::time_point pair_start, call_start;
+  };
+  std::vector<Client> cl(static_cast<size_t>(clients));
+  bool measuring = false, stopping = false;
+  for (int i = 0; i < clients; ++i) {
+    Client& c = cl[static_cast<size_t>(i)];
+    c.conn = connectTo(loop, e);
+    const std::string name = name_prefix + std::to_string(i);
+    c.requests = pairRequests(e, scripts, name, "owner-" + name);
+    c.conn->onReply([&, i](const Reply& r) {
+      Client& me = cl[static_cast<size_t>(i)];
+      const auto now = Clock::now();
+      const bool ok = succeeded(r, e.protocol);
+      if (measuring) run.call_samples.push_back(microsBetween(me.call_start, now));
+      if (!ok && run.failures++ == 0) {
+        run.first_error = std::string(me.acquiring ? "acquire: " : "release: ") + describe(r);
+      }
+      if (r.broken) return;
+      if (me.acquiring && ok) {
+        me.acquiring = false;
+        me.call_start = now;
+        me.conn->send(me.requests.release);
+        return;
+      }
+      if (!me.acquiring && ok && measuring) {
+        ++run.pairs;
+        run.pair_samples.push_back(microsBetween(me.pair_start, now));
+      }
+      if (stopping) return;
+      me.acquiring = true;
+      me.pair_start = me.call_start = now;
+      me.conn->send(me.requests.acquire);
+    });
+  }
+  const double warmup = std::min(0.1, duration / 4);
+  const auto t0 = Clock::now();
+  Clock::time_point measure_start;
+  double cpu0 = 0, redis_cpu0 = 0, self_cpu0 = 0;
+  loop.at(t0 + seconds(warmup), [&] {
+    measuring = true;
+    measure_start = Clock::now();
+    cpu0 = cpuSeconds(e.pid);
+    redis_cpu0 = cpuSeconds(e.redis_pid);
+    self_cpu0 = selfCpuSeconds();
+  });
+  loop.at(t0 + seconds(warmup + duration), [&] {
+    measuring = false;
+    stopping = true;
+    run.seconds += std::chrono::duration<double>(Clock::now() - measure_start).count();
+    run.server_cpu_seconds += cpuSeconds(e.pid) - cpu0;
+    run.redis_cpu_seconds += cpuSeconds(e.redis_pid) - redis_cpu0;
+    run.bench_cpu_seconds += selfCpuSeconds() - self_cpu0;
+  });
+  for (Client& c : cl) {
+    c.pair_start = c.call_start = Clock::now();
+    c.conn->send(c.requests.acquire);
+  }
+  auto idle = [&] {
+    return stopping && std::all_of(cl.begin(), cl.end(),
+                                   [](const Client& c) { return c.conn->pending() == 0; });
+  };
+  if (!loop.runUntil(idle, t0 + seconds(warmup + duration + 15))) {
+    for (const Client& c : cl) run.failures += c.conn->pending();
+  }
+}
+
+/// Closed-loop pairs against each endpoint in `slices` alternating slices of `duration / slices`,
+/// so that background load drifting during the run (this machine is shared) hits every endpoint
+/// alike and their ratio stays meaningful. Results in the order of `endpoints`.
+std::vector<PairRun> runPairs(const std::vector<Endpoint>& endpoints, const Scripts& scripts,
+                              int clients, double duration, int slices,
+                              const std::string& name_prefix) {
+  std::vector<PairRun> runs(endpoints.size());
+  for (size_t k = 0; k < endpoints.size(); ++k) {
+    runs[k].label = endpoints[k].label;
+    runs[k].clients = clients;
+  }
+  for (int slice = 0; slice < slices; ++slice) {
+    for (size_t k = 0; k < endpoints.size(); ++k) {
+      runPairSlice(endpoints[k], scripts, clients, duration / slices,
+                   name_prefix + std::to_string(k) + "-", runs[k]);
+    }
+  }
+  for (PairRun& r : runs) r.finish();
+  return runs;
+}
+
+PairRun runPairs(const Endpoint& e, const Scripts& scripts, int clients, double duration,
+                 const std::string& name_prefix) {
+  return std::move(runPairs({e}, scripts, clients, duration, 1, name_prefix).front());
+}
+
+json toJson(const PairRun& r) {
+  return json{{"target", r.label},
+              {"clients", r.clients},
+              {"seconds", round3(r.seconds)},
+              {"pairs", r.pairs},
+              {"failures", r.failures},
+              {"first_error", r.first_error},
+              {"pairs_per_sec", std::round(r.pairs_per_sec)},
+              {"pair_latency", toJson(r.pair_us)},
+              {"call_latency", toJson(r.call_us)},
+              {"server_cpu_us_per_op", round3(r.server_cpu_us_per_op)},
+              {"redis_cpu_us_per_op", round3(r.redis_cpu_us_per_op)},
+              {"bench_cpu_share", round3(r.bench_cpu_share)}};
+}
+
+// ---------------------------------------------------------------------------------------------
+// Scenario 2: open loop
+
+struct OpenLoopRun {
+  std::string label;
+  double rate = 0;
+  int64_t calls = 0;
+  int64_t failures = 0;
+  std::string first_error;
+  Summary call_us;  // from the call's scheduled start (queueing behind busy connections counts)
+};
+
+/// Calls start on a fixed schedule (`rate` per second) whatever the answers do, so a slow
+/// server shows up as latency instead of as a lower request rate (no coordinated omission).
+/// Each of the pooled connections alternates acquire and release on its own name.
+OpenLoopRun runOpenLoop(const Endpoint& e, const Scripts& scripts, double rate, double duration,
+                        const std::string& name_prefix) {
+  constexpr int kPool = 64;
+  OpenLoopRun run;
+  run.label = e.label;
+  run.rate = rate;
+  EventLoop loop;
+  struct Client {
+    std::unique_ptr<Connection> conn;
+    PairRequests requests;
+    bool acquiring = true;
+    Clock::time_point scheduled;
+  };
+  std::vector<Client> cl(kPool);
+  std::vector<int> idle;
+  std::deque<Clock::time_point> backlog;  // calls due while every connection was busy
+  std::vector<double> call_us;
+  call_us.reserve(static_cast<size_t>(rate * duration) + 16);
+  const double warmup = std::min(0.25, duration / 4);
+  const auto t0 = Clock::now() + std::chrono::milliseconds(1);
+  const auto measure_from = t0 + seconds(warmup);
+  const auto end = t0 + seconds(warmup + duration);
+  auto issue = [&](int i, Clock::time_point scheduled) {
+    Client& c = cl[static_cast<size_t>(i)];
+    c.scheduled = scheduled;
+    c.conn->send(c.acquiring ? c.requests.acquire : c.requests.release);
+  };
+  for (int i = 0; i < kPool; ++i) {
+    Client& c = cl[static_cast<size_t>(i)];
+    c.conn = connectTo(loop, e);
+    const std::string name = name_prefix + std::to_string(i);
+    c.requests = pairRequests(e, scripts, name, "owner-" + name);
+    idle.push_back(i);
+    c.conn->onReply([&, i](const Reply& r) {
+      Client& me = cl[static_cast<size_t>(i)];
+      const bool ok = succeeded(r, e.protocol);
+      if (me.scheduled >= measure_from) {
+        call_us.push_back(microsBetween(me.scheduled, Clock::now()));
+        ++run.calls;
+      }
+      if (!ok && run.failures++ == 0) {
+        run.first_error = std::string(me.acquiring ? "acquire: " : "release: ") + describe(r);
+      }
+      if (r.broken) return;
+      me.acquiring = !(me.acquiring && ok);  // after a failed acquire, acquire again
+      if (!backlog.empty()) {
+        const auto scheduled = backlog.front();
+        backlog.pop_front();
+        issue(i, scheduled);
+      } else {
+        idle.push_back(i);
+      }
+    });
+  }
+  int64_t issued = 0;
+  bool schedule_done = false;
+  std::function<void()> tick = [&] {
+    const auto now = Clock::now();
+    for (;;) {
+      const auto due = t0 + seconds(static_cast<double>(issued) / rate);
+      if (due >= end) {
+        schedule_done = true;
+        return;
+      }
+      if (due > now) {
+        loop.at(due, tick);
+        return;
+      }
+      ++issued;
+      if (!idle.empty()) {
+        const int i = idle.back();
+        idle.pop_back();
+        issue(i, due);
+      } else {
+        backlog.push_back(due);
+      }
+    }
+  };
+  loop.at(t0, tick);
+  auto done = [&] {
+    return schedule_done && backlog.empty() && idle.size() == static_cast<size_t>(kPool);
+  };
+  if (!loop.runUntil(done, end + std::chrono::seconds(15))) {
+    for (const Client& c : cl) run.failures += c.conn->pending();
+  }
+  run.call_us = summarize(std::move(call_us));
+  return run;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Scenario 3: hand-off
+
+struct HandoffRun {
+  Summary latency_us;  // release sent -> next holder's 200 complete
+  int ok = 0;
+  int failures = 0;
+  int slower_than_fallback = 0;  // only a fallback poll explains these (a lost wake-up)
+  int64_t pushed_wakeups = -1;   // sidelock_wakeups_total delta on the waiters' sidecar
+  std::string first_error;
+};
+
+int queuedWaiters(const SidecarProcess& s, const std::string& name) {
+  HttpClient c = HttpClient::tcp(s.port());
+  const json b = json::parse(c.get("/v1/locks").body, nullptr, false);
+  if (!b.is_object() || !b.contains("waiters")) return 0;
+  for (const auto& w : b["waiters"]) {
+    if (w.value("name", "") == name) return w.value("waiters", 0);
+  }
+  return 0;
+}
+
+int64_t tokenOf(const Reply& r) {
+  const json b = json::parse(r.body, nullptr, false);
+  return b.is_object() && b.contains("token") ? b["token"].get<int64_t>() : -1;
+}
+
+/// Rounds of: a holder on `holder_sc` takes `name`; `waiters` clients on `waiter_sc` queue for it;
+/// once they show as queued (+ the settle pause, so every process is idle as in real use) the
+/// holder releases, and each waiter releases as soon as it is granted, passing the lock down the
+/// queue. Each hand-off is timed from its release being sent to the next grant. With
+/// `first_only`, only the holder -> first waiter hand-off of a round counts (the cross-sidecar
+/// one; the rest of the queue hands off inside the waiters' sidecar).
+HandoffRun runHandoff(const SidecarProcess& holder_sc, const SidecarProcess& waiter_sc,
+                      const std::string& name, int rounds, int waiters, int settle_ms,
+                      bool first_only) {
+  HandoffRun h;
+  auto fail = [&](const std::string& why) {
+    ++h.failures;
+    if (h.first_error.empty()) h.first_error = why;
+  };
+  EventLoop loop;
+  auto holder = Connection::tcp(loop, holder_sc.port(), Protocol::kHttp);
+  std::vector<std::unique_ptr<Connection>> queue;
+  for (int i = 0; i < waiters; ++i) {
+    queue.push_back(Connection::tcp(loop, waiter_sc.port(), Protocol::kHttp));
+  }
+  const std::string holder_acquire =
+      httpPost(lockPath(name, "acquire"), R"({"ttl_ms":30000,"owner":"holder"})");
+  const std::string holder_release = httpPost(lockPath(name, "release"), R"({"owner":"holder"})");
+  std::vector<double> latencies;
+  const int64_t wakeups_before = metricValue(waiter_sc, "sidelock_wakeups_total");
+
+  for (int round = 0; round < rounds && h.failures == 0; ++round) {
+    int64_t last_token = -1;
+    bool holder_done = false;
+    holder->onReply([&](const Reply& r) {
+      holder_done = true;
+      if (r.http_status == 200 && last_token < 0) last_token = tokenOf(r);
+      if (r.http_status != 200) fail("holder call failed: " + std::to_string(r.http_status));
+    });
+    holder->send(holder_acquire);
+    loop.runUntil([&] { return holder_done; }, Clock::now() + std::chrono::seconds(10));
+    if (last_token < 0) {
+      fail("holder could not acquire in round " + std::to_string(round));
+      break;
+    }
+    int granted = 0, released = 0;
+    Clock::time_point release_sent;
+    for (int i = 0; i < waiters; ++i) {
+      const std::string owner = "waiter-" + std::to_string(i);
+      Connection* conn = queue[static_cast<size_t>(i)].get();
+      conn->onReply([&, conn, owner, holding = false](const Reply& r) mutable {
+        const auto now = Clock::now();
+        if (holding) {  // this waiter's own release
+          ++released;
+          if (r.http_status != 200) fail("waiter release failed");
+          return;
+        }
+        const int64_t token = r.http_status == 200 ? tokenOf(r) : -1;
+        if (token < 0) {
+          fail("waiter not granted: " + std::to_string(r.http_status) + " " + std::string(r.body));
+          ++released;
+          return;
+        }
+        if (token <= last_token) fail("fencing token did not grow");
+        last_token = token;
+        const double us = microsBetween(release_sent, now);
+        if (!first_only || granted == 0) {
+          latencies.push_back(us);
+          ++h.ok;
+          if (us >= kFallbackRetryMinMs * 500.0) ++h.slower_than_fallback;
+        }
+        ++granted;
+        holding = true;
+        release_sent = Clock::now();
+        conn->send(httpPost(lockPath(name, "release"), json{{"owner", owner}}.dump()));
+      });
+      conn->send(httpPost(lockPath(name, "acquire"),
+                          json{{"ttl_ms", 30000}, {"wait_ms", 20000}, {"owner", owner}}.dump()));
+    }
+    // Release only once every waiter is queued, so we time wake-ups, not a race with queueing.
+    bool queued = false;
+    for (int tries = 0; tries < 2000 && !queued; ++tries) {
+      queued = queuedWaiters(waiter_sc, name) >= waiters;
+      if (!queued) std::this_thread::sleep_for(std::chrono::microseconds(500));
+    }
+    if (!queued) fail("waiters never showed as queued in round " + std::to_string(round));
+    std::this_thread::sleep_for(std::chrono::milliseconds(settle_ms));
+    holder_done = false;
+    release_sent = Clock::now();
+    holder->send(holder_release);
+    if (!loop.runUntil([&] { return holder_done && released == waiters; },
+                       Clock::now() + std::chrono::seconds(25))) {
+      fail("hand-off round " + std::to_string(round) + " did not finish");
+    }
+  }
+  h.latency_us = summarize(std::move(latencies));
+  const int64_t wakeups_after = metricValue(waiter_sc, "sidelock_wakeups_total");
+  if (wakeups_before >= 0 && wakeups_after >= 0) h.pushed_wakeups = wakeups_after - wakeups_before;
+  return h;
+}
+
+/// The hand-off's fair baseline: one direct acquire-script call after the same settle pause, so
+/// redis-server has gone idle as the processes of a hand-off have (waking them is part of both).
+Summary runIdleScriptCalls(const Endpoint& direct, const Scripts& scripts, int samples,
+                           int settle_ms) {
+  EventLoop loop;
+  auto conn = connectTo(loop, direct);
+  const PairRequests requests = pairRequests(direct, scripts, "idle-baseline", "owner-idle");
+  int answers = 0;
+  conn->onReply([&](const Reply&) { ++answers; });
+  std::vector<double> latencies;
+  for (int i = 0; i < samples; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(settle_ms));
+    const auto t0 = Clock::now();
+    conn->send(requests.acquire);
+    loop.runUntil([&] { return answers == 2 * i + 1; }, t0 + std::chrono::seconds(10));
+    latencies.push_back(microsBetween(t0, Clock::now()));
+    conn->send(requests.release);
+    loop.runUntil([&] { return answers == 2 * i + 2; }, t0 + std::chrono::seconds(10));
+  }
+  return summarize(std::move(latencies));
+}
+
+/// The alternative the sidecar replaces: a client retrying a non-blocking acquire every 50 ms.
+/// The release happens at a random phase of its polling, so it waits ~25 ms on average.
+HandoffRun runPollingHandoff(const SidecarProcess& sc, const std::string& name, int rounds) {
+  HandoffRun h;
+  EventLoop loop;
+  auto holder = Connection::tcp(loop, sc.port(), Protocol::kHttp);
+  auto poller = Connection::tcp(loop, sc.port(), Protocol::kHttp);
+  std::mt19937 rng(42);
+  std::uniform_int_distribution<int> phase_us(0, kPollIntervalMs * 1000);
+  const std::string poll = httpPost(lockPath(name, "acquire"), R"({"ttl_ms":30000,"owner":"p"})");
+  const std::string poll_release = httpPost(lockPath(name, "release"), R"({"owner":"p"})");
+  std::vector<double> latencies;
+  for (int round = 0; round < rounds; ++round) {
+    int holder_answers = 0;
+    bool holder_ok = true, granted = false, finished = false;
+    Clock::time_point release_sent{};
+    holder->onReply([&](const Reply& r) {
+      ++holder_answers;
+      holder_ok = holder_ok && r.http_status == 200;
+    });
+    holder->send(httpPost(lockPath(name, "acquire"), R"({"ttl_ms":30000,"owner":"h"})"));
+    loop.runUntil([&] { return holder_answers == 1; }, Clock::now() + std::chrono::seconds(10));
+    poller->onReply([&](const Reply& r) {
+      if (granted) {  // the poller's own release
+        finished = true;
+        holder_ok = holder_ok && r.http_status == 200;
+      } else if (r.http_status == 200) {
+        granted = true;
+        latencies.push_back(microsBetween(release_sent, Clock::now()));
+        poller->send(poll_release);
+      } else if (r.http_status != 409) {  // 409 "locked" is the expected answer while held
+        holder_ok = false;
+      }
+    });
+    const auto start = Clock::now();
+    bool poll_scheduled = false;
+    std::function<void()> pollOnce = [&] {
+      poll_scheduled = false;
+      if (granted) return;
+      if (poller->pending() == 0) poller->send(poll);
+      poll_scheduled = true;
+      loop.at(Clock::now() + std::chrono::milliseconds(kPollIntervalMs), pollOnce);
+    };
+    pollOnce();
+    loop.at(start + std::chrono::milliseconds(kPollIntervalMs + 10) +
+                std::chrono::microseconds(phase_us(rng)),
+            [&] {
+              release_sent = Clock::now();
+              holder->send(httpPost(lockPath(name, "release"), R"({"owner":"h"})"));
+            });
+    // Also wait out the last scheduled poll: its timer refers to this round's pollOnce.
+    loop.runUntil([&] { return finished && holder_answers == 2 && !poll_scheduled; },
+                  Clock::now() + std::chrono::seconds(10));
+    if (!finished || !holder_ok) {
+      ++h.failures;
+      if (h.first_error.empty()) h.first_error = "polling round " + std::to_string(round);
+    } else {
+      ++h.ok;
+    }
+  }
+  h.latency_us = summarize(std::move(latencies));
+  return h;
+}
+
+json toJson(const HandoffRun& h) {
+  return json{{"ok", h.ok},
+              {"failures", h.failures},
+              {"latency", toJson(h.latency_us)},
+              {"slower_than_fallback", h.slower_than_fallback},
+              {"pushed_wakeups", h.pushed_wakeups},
+              {"first_error", h.first_error}};
+}
+
+// ---------------------------------------------------------------------------------------------
+// Scenario 5: scale
+
+struct ScaleRun {
+  int64_t rss_idle_kib = -1;
+  int64_t rss_loaded_kib = -1;
+  int64_t rss_leases_kib = -1;  // after the leases, before the waiters
+  int leases = 0;
+  int64_t lease_failures = 0;
+  double lease_acquire_seconds = 0;
+  int64_t waiters_queued = 0;
+  int64_t held_locks = 0;
+  double cpu_cores_holding = 0;  // sidecar CPU seconds per wall second while only holding
+  int64_t renewals = 0;          // sidelock_renew_total delta over that window
+  double window_seconds = 0;
+  PairRun idle_pairs, loaded_pairs;
+  int failures = 0;
+  std::string first_error;
+};
+
+/// Takes `count` auto-renewed leases named `prefix<i>` through 64 pipelined connections.
+void acquireLeases(const SidecarProcess& sc, const std::string& prefix, int count, int ttl_ms,
+                   ScaleRun& out) {
+  constexpr int kConnections = 64;
+  EventLoop loop;
+  std::vector<std::unique_ptr<Connection>> conns;
+  const std::string body = json{{"ttl_ms", ttl_ms}, {"auto_renew", true}}.dump();
+  int next = 0, answered = 0;
+  for (int i = 0; i < kConnections; ++i) {
+    conns.push_back(Connection::tcp(loop, sc.port(), Protocol::kHttp));
+    Connection* conn = conns.back().get();
+    conn->onReply([&, conn](const Reply& r) {
+      ++answered;
+      if (r.http_status == 200) {
+        ++out.leases;
+      } else if (out.lease_failures++ == 0) {
+        out.first_error =
+            "lease acquire answered " + std::to_string(r.http_status) + " " + std::string(r.body);
+      }
+      if (next < count && !r.broken) {
+        conn->send(httpPost(lockPath(prefix + std::to_string(next++), "acquire"), body));
+      }
+    });
+  }
+  const auto t0 = Clock::now();
+  for (auto& c : conns) {
+    if (next < count) c->send(httpPost(lockPath(prefix + std::to_string(next++), "acquire"), body));
+  }
+  if (!loop.runUntil([&] { return answered == next && next == count; },
+                     t0 + std::chrono::seconds(300))) {
+    out.lease_failures += count - answered;
+  }
+  out.lease_acquire_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+ScaleRun runScale(const Options& o, const RedisServer& redis, const Scripts& scripts,
+                  Placement& placement) {
+  ScaleRun s;
+  const int ttl_ms = o.scale_ttl_ms;
+  const std::string yaml = "backend:\n  type: redis\n  nodes: [\"" + redis.address() +
+                           "\"]\n  key_prefix: \"scale:\"\n"
+                           "locks:\n  max_waiters: " +
+                           std::to_string(o.scale_waiters + 1024) +
+                           "\nshutdown:\n  release_held: false\n";
+  SidecarProcess sc(
+      {yaml, {}, true, "  max_connections: " + std::to_string(o.scale_waiters + 1024) + "\n"});
+  placement.addServer(sc.pid());
+  placement.forThroughput();
+  std::cerr << "lock_bench: scale sidecar pid " << sc.pid() << " (for a profiler)\n";
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  s.rss_idle_kib = rssKiB(sc.pid());
+
+  const Endpoint e = tcpEndpoint("sidecar TCP (scale sidecar, idle)", sc, redis.pid());
+  s.idle_pairs = runPairs(e, scripts, 16, o.seconds, "scale-idle-");
+
+  acquireLeases(sc, "scale-lease-", o.scale_leases, ttl_ms, s);
+  s.rss_leases_kib = rssKiB(sc.pid());
+  // Waiters: one connection each (a waiting request blocks its connection), 10 per held name.
+  EventLoop loop;
+  std::vector<std::unique_ptr<Connection>> waiters;
+  int64_t waiter_answers = 0;
+  const std::string wait_body = json{{"ttl_ms", ttl_ms}, {"wait_ms", 300'000}}.dump();
+  const int names = std::max(1, std::min(o.scale_leases, o.scale_waiters / 10));
+  for (int i = 0; i < o.scale_waiters; ++i) {
+    waiters.push_back(Connection::tcp(loop, sc.port(), Protocol::kHttp));
+    waiters.back()->onReply([&](const Reply&) { ++waiter_answers; });
+    waiters.back()->send(
+        httpPost(lockPath("scale-lease-" + std::to_string(i % names), "acquire"), wait_body));
+  }
+  for (int tries = 0; tries < 600; ++tries) {
+    s.waiters_queued = metricValue(sc, "sidelock_waiters");
+    if (s.waiters_queued >= o.scale_waiters) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  s.held_locks = metricValue(sc, "sidelock_held_locks");
+
+  const int64_t renew0 = metricValue(sc, "sidelock_renew_total");
+  const double cpu0 = cpuSeconds(sc.pid());
+  const auto w0 = Clock::now();
+  std::this_thread::sleep_for(seconds(o.scale_seconds));
+  s.window_seconds = std::chrono::duration<double>(Clock::now() - w0).count();
+  s.cpu_cores_holding = (cpuSeconds(sc.pid()) - cpu0) / s.window_seconds;
+  s.renewals = metricValue(sc, "sidelock_renew_total") - renew0;
+  s.rss_loaded_kib = rssKiB(sc.pid());
+
+  const Endpoint busy = tcpEndpoint("sidecar TCP (scale sidecar, holding)", sc, redis.pid());
+  s.loaded_pairs = runPairs(busy, scripts, 16, o.scale_seconds, "scale-busy-");
+  s.rss_loaded_kib = std::max(s.rss_loaded_kib, rssKiB(sc.pid()));
+  s.held_locks = std::max(s.held_locks, metricValue(sc, "sidelock_held_locks"));
+
+  if (s.leases != o.scale_leases || s.lease_failures > 0) {
+    ++s.failures;
+    s.first_error =
+        "leases granted " + std::to_string(s.leases) + " of " + std::to_string(o.scale_leases);
+  }
+  if (s.waiters_queued < o.scale_waiters || waiter_answers > 0) {
+    ++s.failures;
+    if (s.first_error.empty()) {
+      s.first_error = "waiters queued " + std::to_string(s.waiters_queued) + " of " +
+                      std::to_string(o.scale_waiters) + ", answered early " +
+                      std::to_string(waiter_answers);
+    }
+  }
+  waiters.clear();  // the sidecar cancels the waits of closed connections
+  const int code = sc.stop(30'000);
+  if (code != 0) {
+    ++s.failures;
+    if (s.first_error.empty()) s.first_error = "scale sidecar exit code " + std::to_string(code);
+  }
+  return s;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Report
+
+struct Target {
+  std::string what;
+  double value;
+  double limit;
+  bool at_most;  // value <= limit passes (else value >= limit)
+  std::string unit;
+  bool pass() const { return at_most ? value <= limit : value >= limit; }
+};
+
+void printPairRow(const PairRun& r, const PairRun* direct) {
+  std::printf("  %-34s %3d %10.0f %6.2fx %8.1f %8.1f %8.1f %8.1f %7.1f %7.1f %5.0f%%\n",
+              r.label.c_str(), r.clients, r.pairs_per_sec,
+              direct ? ratio(r.pairs_per_sec, direct->pairs_per_sec) : 1.0, r.pair_us.p50,
+              r.pair_us.p99, r.call_us.p50, r.call_us.p99, r.server_cpu_us_per_op,
+              r.redis_cpu_us_per_op, r.bench_cpu_share * 100);
+}
+
+void printLatency(const char* label, const Summary& s, double base_p50) {
+  std::printf("  %-44s %9.1f %9.1f %9.1f %8.2fx\n", label, s.p50, s.p99, s.max,
+              ratio(s.p50, base_p50));
+}
+
+/// The processes every scenario shares, the report being built, and one method per scenario:
+/// each runs, prints its section of the table, adds its part of the JSON and its target lines.
+class LockBench {
+ public:
+  explicit LockBench(const Options& o)
+      : o_(o),
+        a_({singleNodeYaml(), {}, true}),
+        placement_(o.placement),
+        scripts_(loadScripts(redis_)),
+        direct_{"direct to Redis (EVALSHA x2)",
+                Protocol::kResp,
+                redis_.port(),
+                "",
+                redis_.pid(),
+                redis_.pid()},
+        tcp_(tcpEndpoint("sidecar, TCP", a_, redis_.pid())),
+        unix_{"sidecar, Unix socket", Protocol::kHttp, 0, a_.socketPath(), a_.pid(), redis_.pid()} {
+    placement_.addServer(redis_.pid());
+    placement_.addServer(a_.pid());
+    std::cerr << "lock_bench: redis-server pid " << redis_.pid() << ", sidecar A pid " << a_.pid()
+              << " (for a profiler)\n";
+    // Sidecar A's idle footprint, before it has served anything but /readyz.
+    rss_a_idle_kib_ = rssKiB(a_.pid());
+  }
+
+  int run() {
+    char host[256] = {0};
+    gethostname(host, sizeof host - 1);
+    double load[3] = {0, 0, 0};
+    getloadavg(load, 3);
+    std::printf("sidelock lock_bench%s — %s, %ld CPUs, load at start %.2f %.2f %.2f\n",
+                o_.quick ? " (quick: tiny counts, figures meaningless)" : "", host,
+                sysconf(_SC_NPROCESSORS_ONLN), load[0], load[1], load[2]);
+    std::printf("times in µs; x = ratio against the baseline of the same row group\n");
+    out_ = {{"bench", "lock_bench"},
+            {"quick", o_.quick},
+            {"host", host},
+            {"cpus", sysconf(_SC_NPROCESSORS_ONLN)},
+            {"loadavg_start", {load[0], load[1], load[2]}},
+            {"placement_mode", o_.placement}};
+    if (o_.wants("pairs")) pairs();
+    if (o_.wants("open")) openLoop();
+    if (o_.wants("handoff")) handoff();
+    if (o_.wants("redlock")) redlock();
+    double idle_kib = static_cast<double>(rss_a_idle_kib_);
+    if (o_.wants("scale")) idle_kib = std::max(idle_kib, scale());
+    addTarget({"RSS idle", idle_kib / 1024, 20, true, "MiB"});
+    out_["rss_idle_kib"] = idle_kib;
+
+    const int stop_a = a_.stop();
+    if (stop_a != 0) {
+      ++failures_;
+      std::printf("  ! sidecar A exit code %d\n", stop_a);
+    }
+    getloadavg(load, 3);
+    std::printf("\ntargets (load at end %.2f %.2f %.2f)\n", load[0], load[1], load[2]);
+    json targets_json = json::array();
+    for (const auto& t : targets_) {
+      std::printf("  %s  %-44s %10.3f %-3s (%s %g)\n", t.pass() ? "PASS" : "FAIL", t.what.c_str(),
+                  t.value, t.unit.c_str(), t.at_most ? "<=" : ">=", t.limit);
+      targets_json.push_back(json{{"target", t.what},
+                                  {"value", round3(t.value)},
+                                  {"unit", t.unit},
+                                  {"limit", t.limit},
+                                  {"at_most", t.at_most},
+                                  {"pass", t.pass()}});
+    }
+    std::printf("  operations failed: %lld\n", static_cast<long long>(failures_));
+    out_["loadavg_end"] = {load[0], load[1], load[2]};
+    out_["targets"] = targets_json;
+    out_["failures"] = failures_;
+    std::printf("BENCH_JSON %s\n", out_.dump().c_str());
+    std::fflush(stdout);
+    if (failures_ > 0) {
+      std::fprintf(stderr, "lock_bench: %lld operations failed\n",
+                   static_cast<long long>(failures_));
+    }
+    return failures_ > 0 ? 1 : 0;
+  }
+
+ private:
+  static std::string locksYaml() {
+    return "locks:\n  retry_min_ms: " + std::to_string(kFallbackRetryMinMs) +
+           "\n  retry_max_ms: " + std::to_string(kFallbackRetryMaxMs) + "\n";
+  }
+  std::string singleNodeYaml() const {
+    return "backend:\n  type: redis\n  nodes: [\"" + redis_.address() + "\"]\n" + locksYaml();
+  }
+
+  void addTarget(Target t) { targets_.push_back(std::move(t)); }
+
+  /// Counts a run's failed calls and prints the first one (they are rare and each one matters).
+  void account(const PairRun& r) {
+    failures_ += r.failures;
+    if (r.failures == 0) return;
+    std::printf("  ! %s, %d clients: %lld failed calls, first: %s\n", r.label.c_str(), r.clients,
+                static_cast<long long>(r.failures), r.first_error.c_str());
+  }
+  void account(const OpenLoopRun& r) {
+    failures_ += r.failures;
+    if (r.failures == 0) return;
+    std::printf("  ! open loop %s, %.0f calls/s: %lld failed calls, first: %s\n", r.label.c_str(),
+                r.rate, static_cast<long long>(r.failures), r.first_error.c_str());
+  }
+  void account(const char* what, const HandoffRun& h) {
+    failures_ += h.failures;
+    if (h.failures == 0) return;
+    std::printf("  ! %s: %d failed, first: %s\n", what, h.failures, h.first_error.c_str());
+  }
+
+  // 1 + 6
+  void pairs() {
+    std::printf(
+        "\n1+6. acquire+release pairs on distinct names (closed loop, %d alternating slices of "
+        "%.1f s)\n",
+        o_.slices, o_.seconds);
+    std::printf("  %-34s %3s %10s %7s %8s %8s %8s %8s %7s %7s %6s\n", "target", "cl", "pairs/s",
+                "x", "pair50", "pair99", "call50", "call99", "cpu/op", "redis", "bench");
+    json groups = json::array();
+    std::map<int, std::vector<PairRun>> by_clients;
+    for (int clients : {1, 16, 64}) {
+      const std::string where = clients == 1 ? placement_.forLatency() : placement_.forThroughput();
+      std::cerr << "lock_bench: pairs, " << clients << " client(s) [" << where << "]\n";
+      auto runs = runPairs({direct_, tcp_, unix_}, scripts_, clients, o_.seconds * o_.slices,
+                           o_.slices, "pairs" + std::to_string(clients) + "-");
+      std::printf("  [%s]\n", where.c_str());
+      printPairRow(runs[0], nullptr);
+      printPairRow(runs[1], &runs[0]);
+      printPairRow(runs[2], &runs[0]);
+      for (const auto& r : runs) account(r);
+      groups.push_back(
+          json{{"clients", clients},
+               {"placement", where},
+               {"direct", toJson(runs[0])},
+               {"sidecar_tcp", toJson(runs[1])},
+               {"sidecar_unix", toJson(runs[2])},
+               {"tcp_over_direct", round3(ratio(runs[1].pairs_per_sec, runs[0].pairs_per_sec))},
+               {"unix_over_direct", round3(ratio(runs[2].pairs_per_sec, runs[0].pairs_per_sec))}});
+      by_clients[clients] = std::move(runs);
+    }
+    std::printf(
+        "  cpu/op = CPU µs of the serving process per lock operation (redis-server when direct,\n"
+        "  sidelock otherwise); redis = redis-server's CPU µs per operation; bench = the load\n"
+        "  generator's CPU time / wall time\n");
+    out_["pairs"] = groups;
+    const auto& g1 = by_clients[1];
+    const auto& g16 = by_clients[16];
+    const auto& g64 = by_clients[64];
+    addTarget({"64 clients, pairs/s vs direct (TCP)",
+               ratio(g64[1].pairs_per_sec, g64[0].pairs_per_sec), 0.75, false, "x"});
+    addTarget({"sidecar CPU per lock operation, 16 clients", g16[1].server_cpu_us_per_op, 10, true,
+               "µs"});
+    addTarget({"sidecar CPU per lock operation, 64 clients", g64[1].server_cpu_us_per_op, 10, true,
+               "µs"});
+    addTarget({"1 client, added latency p50 (TCP)", g1[1].call_us.p50 - g1[0].call_us.p50, 40, true,
+               "µs"});
+    addTarget({"1 client, added latency p99 (TCP)", g1[1].call_us.p99 - g1[0].call_us.p99, 150,
+               true, "µs"});
+  }
+
+  // 2
+  void openLoop() {
+    // Up to 20k calls/s is more than one core can serve for redis-server and the sidecar
+    // together at these per-call costs, so the open loop runs unpinned, as a loaded server would.
+    const std::string where = placement_.forThroughput();
+    std::cerr << "lock_bench: open loop [" << where << "]\n";
+    std::printf("\n2. open loop, added latency per call (%.1f s per rate) [%s]\n", o_.seconds,
+                where.c_str());
+    std::printf("  %-12s %10s %10s %10s %10s %10s %10s\n", "calls/s", "direct50", "direct99",
+                "sidecar50", "sidecar99", "added50", "added99");
+    json rates = json::array();
+    for (double rate : {5000.0, 20000.0}) {
+      const std::string prefix = "open" + std::to_string(static_cast<int>(rate)) + "-";
+      const OpenLoopRun d = runOpenLoop(direct_, scripts_, rate, o_.seconds, prefix);
+      const OpenLoopRun s = runOpenLoop(tcp_, scripts_, rate, o_.seconds, prefix);
+      std::printf("  %-12.0f %10.1f %10.1f %10.1f %10.1f %+10.1f %+10.1f\n", rate, d.call_us.p50,
+                  d.call_us.p99, s.call_us.p50, s.call_us.p99, s.call_us.p50 - d.call_us.p50,
+                  s.call_us.p99 - d.call_us.p99);
+      account(d);
+      account(s);
+      rates.push_back(json{{"rate", rate},
+                           {"direct", toJson(d.call_us)},
+                           {"sidecar", toJson(s.call_us)},
+                           {"added_p50_us", round3(s.call_us.p50 - d.call_us.p50)},
+                           {"added_p99_us", round3(s.call_us.p99 - d.call_us.p99)},
+                           {"failures", d.failures + s.failures}});
+    }
+    out_["open_loop"] = {{"placement", where}, {"rates", rates}};
+  }
+
+  // 3
+  void handoff() {
+    SidecarProcess b({singleNodeYaml(), {}, true});
+    placement_.addServer(b.pid());
+    const std::string where = placement_.forLatency();
+    std::cerr << "lock_bench: hand-off [" << where << "]\n";
+    const int same_rounds = std::max(1, o_.handoffs / o_.waiters);
+    const HandoffRun same =
+        runHandoff(a_, a_, "handoff-same", same_rounds, o_.waiters, o_.settle_ms, false);
+    const HandoffRun cross =
+        runHandoff(a_, b, "handoff-cross", o_.handoffs, o_.waiters, o_.settle_ms, true);
+    const HandoffRun polling = runPollingHandoff(a_, "handoff-poll", o_.poll_rounds);
+    const Summary idle_call =
+        runIdleScriptCalls(direct_, scripts_, std::min(o_.handoffs, 200), o_.settle_ms);
+
+    const double base = idle_call.p50;
+    std::printf(
+        "\n3. hand-off, %d waiters on one name [%s]\n  x = p50 / p50 of one direct "
+        "acquire-script call after the same %d ms idle pause\n",
+        o_.waiters, where.c_str(), o_.settle_ms);
+    std::printf("  %-44s %9s %9s %9s %9s\n", "hand-off (µs)", "p50", "p99", "max", "x");
+    printLatency("direct acquire script after idle (baseline)", idle_call, base);
+    printLatency("same sidecar", same.latency_us, base);
+    printLatency("other sidecar (pub/sub)", cross.latency_us, base);
+    printLatency("client polling every 50 ms", polling.latency_us, base);
+    std::printf(
+        "  same: %d ok; other: %d ok, pushed wake-ups %lld; slower than the fallback poll: "
+        "%d + %d; polling is %.0fx slower than same\n",
+        same.ok, cross.ok, static_cast<long long>(cross.pushed_wakeups), same.slower_than_fallback,
+        cross.slower_than_fallback, ratio(polling.latency_us.p50, same.latency_us.p50));
+    account("hand-off, same sidecar", same);
+    account("hand-off, other sidecar", cross);
+    account("polling client", polling);
+    const int stop_b = b.stop();
+    if (stop_b != 0) {
+      ++failures_;
+      std::printf("  ! sidecar B exit code %d\n", stop_b);
+    }
+    out_["handoff"] = {
+        {"placement", where},
+        {"waiters", o_.waiters},
+        {"settle_ms", o_.settle_ms},
+        {"direct_call_after_idle", toJson(idle_call)},
+        {"same_sidecar", toJson(same)},
+        {"other_sidecar", toJson(cross)},
+        {"polling_50ms", toJson(polling)},
+        {"polling_over_same_p50", round3(ratio(polling.latency_us.p50, same.latency_us.p50))}};
+    addTarget({"hand-off, same sidecar, p50", same.latency_us.p50 / 1000, 0.2, true, "ms"});
+    addTarget({"hand-off, same sidecar, p99", same.latency_us.p99 / 1000, 0.6, true, "ms"});
+    addTarget({"hand-off, other sidecar, p50", cross.latency_us.p50 / 1000, 0.4, true, "ms"});
+  }
+
+  // 4. On 2 cores the five nodes cannot all run in parallel (in production they are on five
+  // machines), so the ratio is measured in both placements; the target line uses the first.
+  void redlock() {
+    std::vector<std::unique_ptr<RedisServer>> nodes;
+    for (int i = 0; i < 5; ++i) nodes.push_back(std::make_unique<RedisServer>());
+    std::string yaml = "backend:\n  type: redlock\n  nodes: [";
+    for (size_t i = 0; i < nodes.size(); ++i) {
+      yaml += (i ? ", \"" : "\"") + nodes[i]->address() + "\"";
+    }
+    // The nodes were just started: with delayed_restart they would not vote for max_ttl_ms.
+    // The per-node budget is raised from 50 ms: on a loaded 2-core machine five local nodes miss
+    // 50 ms now and then, and today's connection layer then tears every link down and fails
+    // calls for the reconnect (issue 9) — a fault-test matter that would drown the latency here.
+    yaml += "]\n  redlock:\n    delayed_restart: false\n    node_timeout_ms: " +
+            std::to_string(kRedlockNodeTimeoutMs) + "\n" + locksYaml();
+    SidecarProcess rl({yaml, {}, true});
+    placement_.addServer(rl.pid());
+    for (const auto& n : nodes) placement_.addServer(n->pid());
+
+    std::printf("\n4. Redlock, 1 client: pair latency (µs), interleaved\n");
+    std::printf("  %-44s %9s %9s %9s\n", "", "p50", "p99", "x");
+    json placements = json::array();
+    double first_ratio = -1;
+    std::string first_where;
+    for (bool latency_placement : {true, false}) {
+      const std::string where =
+          latency_placement ? placement_.forLatency() : placement_.forThroughput();
+      if (where == first_where) break;  // --placement split/spread: one placement only
+      std::cerr << "lock_bench: redlock [" << where << "]\n";
+      auto runs = runPairs({tcpEndpoint("redis backend, 1 node", a_, redis_.pid()),
+                            tcpEndpoint("redlock backend, 5 nodes", rl, nodes[0]->pid())},
+                           scripts_, 1, o_.seconds * o_.slices, o_.slices, "redlock-");
+      const double r = ratio(runs[1].pair_us.p50, runs[0].pair_us.p50);
+      std::printf("  [%s]\n", where.c_str());
+      std::printf("  %-44s %9.1f %9.1f %9.2f\n", "redis backend, 1 node", runs[0].pair_us.p50,
+                  runs[0].pair_us.p99, 1.0);
+      std::printf("  %-44s %9.1f %9.1f %9.2f\n", "redlock backend, 5 nodes", runs[1].pair_us.p50,
+                  runs[1].pair_us.p99, r);
+      account(runs[0]);
+      account(runs[1]);
+      placements.push_back(json{{"placement", where},
+                                {"single_node", toJson(runs[0])},
+                                {"five_nodes", toJson(runs[1])},
+                                {"pair_p50_ratio", round3(r)}});
+      if (first_ratio < 0) {
+        first_ratio = r;
+        first_where = where;
+      }
+    }
+    const int stop_rl = rl.stop();
+    if (stop_rl != 0) {
+      ++failures_;
+      std::printf("  ! Redlock sidecar exit code %d\n", stop_rl);
+    }
+    out_["redlock"] = placements;
+    addTarget({"Redlock 5 nodes vs 1, pair latency p50", first_ratio, 1.3, true, "x"});
+  }
+
+  // 5. Returns the scale sidecar's idle RSS in KiB.
+  double scale() {
+    std::cerr << "lock_bench: scale, " << o_.scale_leases << " auto-renewed leases + "
+              << o_.scale_waiters << " waiters\n";
+    const ScaleRun s = runScale(o_, redis_, scripts_, placement_);
+    const double loaded_mib = static_cast<double>(s.rss_loaded_kib) / 1024;
+    std::printf("\n5. scale [%s]\n", placement_.forThroughput().c_str());
+    std::printf("  RSS idle: sidecar A %.1f MiB, scale sidecar %.1f MiB\n",
+                static_cast<double>(rss_a_idle_kib_) / 1024,
+                static_cast<double>(s.rss_idle_kib) / 1024);
+    std::printf(
+        "  %d auto-renewed leases (ttl %d ms) taken in %.2f s (%.0f/s); held %lld; waiters "
+        "queued %lld\n",
+        s.leases, o_.scale_ttl_ms, s.lease_acquire_seconds,
+        ratio(s.leases, s.lease_acquire_seconds), static_cast<long long>(s.held_locks),
+        static_cast<long long>(s.waiters_queued));
+    std::printf("  RSS with the leases only: %.1f MiB\n",
+                static_cast<double>(s.rss_leases_kib) / 1024);
+    std::printf("  holding: RSS %.1f MiB, sidecar CPU %.1f%% of a core, %lld renewals in %.1f s\n",
+                loaded_mib, s.cpu_cores_holding * 100, static_cast<long long>(s.renewals),
+                s.window_seconds);
+    std::printf(
+        "  16-client pairs/s on that sidecar: idle %.0f, while holding/renewing %.0f (%.2fx)\n",
+        s.idle_pairs.pairs_per_sec, s.loaded_pairs.pairs_per_sec,
+        ratio(s.loaded_pairs.pairs_per_sec, s.idle_pairs.pairs_per_sec));
+    if (!s.first_error.empty()) std::printf("  ! scale: %s\n", s.first_error.c_str());
+    failures_ += s.failures;
+    account(s.idle_pairs);
+    account(s.loaded_pairs);
+    if (o_.scale_leases < 100'000 || o_.scale_waiters < 10'000) {
+      std::printf("  (below 100k leases / 10k waiters: the RSS target line is not comparable)\n");
+    }
+    out_["scale"] = {{"rss_idle_kib", s.rss_idle_kib},
+                     {"rss_loaded_kib", s.rss_loaded_kib},
+                     {"rss_leases_only_kib", s.rss_leases_kib},
+                     {"leases", s.leases},
+                     {"lease_ttl_ms", o_.scale_ttl_ms},
+                     {"lease_acquire_seconds", round3(s.lease_acquire_seconds)},
+                     {"held_locks", s.held_locks},
+                     {"waiters_queued", s.waiters_queued},
+                     {"cpu_cores_holding", round3(s.cpu_cores_holding)},
+                     {"renewals", s.renewals},
+                     {"window_seconds", round3(s.window_seconds)},
+                     {"idle_pairs", toJson(s.idle_pairs)},
+                     {"loaded_pairs", toJson(s.loaded_pairs)},
+                     {"loaded_over_idle",
+                      round3(ratio(s.loaded_pairs.pairs_per_sec, s.idle_pairs.pairs_per_sec))},
+                     {"first_error", s.first_error}};
+    addTarget({"RSS with leases + waiters", loaded_mib, 100, true, "MiB"});
+    return static_cast<double>(s.rss_idle_kib);
+  }
+
+  const Options& o_;
+  RedisServer redis_;
+  SidecarProcess a_;  // the sidecar under test; B and the Redlock one live in their scenarios
+  Placement placement_;
+  const Scripts scripts_;
+  const Endpoint direct_, tcp_, unix_;
+  int64_t rss_a_idle_kib_ = -1;
+  std::vector<Target> targets_;
+  json out_;
+  int64_t failures_ = 0;
+};
+
+}  // namespace
+}  // namespace sidelock::bench
+
+int main(int argc, char** argv) {
+  const auto options = sidelock::bench::parseOptions(argc, argv);
+  // The scale scenario holds one connection per waiter in the bench and in the sidecar (which
+  // inherits this limit): raise the soft limit as far as the hard one allows.
+  rlimit files{};
+  const rlim_t wanted = static_cast<rlim_t>(options.scale_waiters) + 2048;
+  if (options.wants("scale") && getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur < wanted) {
+    files.rlim_cur = std::min(wanted, files.rlim_max);
+    setrlimit(RLIMIT_NOFILE, &files);
+    if (files.rlim_cur < wanted) {
+      std::fprintf(stderr,
+                   "lock_bench: open-file limit %llu is below the %llu the scale "
+                   "scenario needs (raise ulimit -n or lower --scale-waiters)\n",
+                   static_cast<unsigned long long>(files.rlim_cur),
+                   static_cast<unsigned long long>(wanted));
+      return 2;
+    }
+  }
+  try {
+    return sidelock::bench::LockBench(options).run();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "lock_bench: %s\n", e.what());
+    return 1;
+  }
+}
