@@ -20,6 +20,7 @@
 #include "metrics/metrics.h"
 #include "redis/redis_backend.h"
 #include "redis/redlock_backend.h"
+#include "redis/tls_transport.h"
 
 namespace sidelock {
 namespace {
@@ -213,6 +214,15 @@ int main(int argc, char** argv) {
     if (!cfg.isOk()) {
       fprintf(stderr, "sidelock: invalid config: %s\n", cfg.status().message().c_str());
       return 2;
+    }
+    // TLS material is loaded here once, so a bad certificate or key stops start-up (and
+    // --check-config) instead of leaving every node down.
+    if (cfg->backend.tls.enabled && cfg->backend.type != config::BackendType::kMemory) {
+      auto tls = backend::TlsClientContext::create(cfg->backend.tls);
+      if (!tls.isOk()) {
+        fprintf(stderr, "sidelock: invalid config: %s\n", tls.status().message().c_str());
+        return 2;
+      }
     }
     if (strcmp(argv[1], "--check-config") == 0) {
       printf("%s: ok\n", argv[2]);

@@ -5,11 +5,11 @@ set -euo pipefail
 
 BUILD_PACKAGES=(
   build-essential cmake pkg-config git ca-certificates
-  libuv1-dev node-llhttp libhiredis-dev libyaml-cpp-dev prometheus-cpp-dev nlohmann-json3-dev
+  libuv1-dev node-llhttp libhiredis-dev libssl-dev libyaml-cpp-dev prometheus-cpp-dev nlohmann-json3-dev
   redis-server redis-tools
 )
 TEST_PACKAGES=(
-  libgtest-dev prometheus
+  libgtest-dev prometheus openssl
   golang-go golang-github-masterminds-sprig-dev golang-gopkg-yaml.v3-dev golang-gopkg-yaml.v2-dev
   golang-github-xeipuuv-gojsonschema-dev
 )

@@ -1,9 +1,11 @@
 #include "config/config.h"
 
+#include <unistd.h>
 #include <yaml-cpp/yaml.h>
 
 #include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -246,6 +248,36 @@ void loadBackend(const Section& root, BackendConfig& c) {
   }
   s.readInt("health_interval_ms", c.health_interval_ms, 10, 600'000);
 
+  Section t(s.child("tls"), s.path("tls"));
+  t.readBool("enabled", c.tls.enabled);
+  t.readString("ca_file", c.tls.ca_file);
+  t.readString("cert_file", c.tls.cert_file);
+  t.readString("key_file", c.tls.key_file);
+  t.readString("server_name", c.tls.server_name);
+  t.rejectUnknown({"enabled", "ca_file", "cert_file", "key_file", "server_name"});
+  if (c.tls.cert_file.empty() != c.tls.key_file.empty()) {
+    fail(t.path(c.tls.cert_file.empty() ? "cert_file" : "key_file"),
+         "cert_file and key_file go together (mutual TLS needs both)");
+  }
+  if (c.tls.enabled) {
+    for (const auto& [key, file] :
+         {std::pair<const char*, const std::string&>{"ca_file", c.tls.ca_file},
+          {"cert_file", c.tls.cert_file},
+          {"key_file", c.tls.key_file}}) {
+      if (!file.empty() && access(file.c_str(), R_OK) != 0) {
+        fail(t.path(key), "cannot read \"" + file + "\": " + strerror(errno));
+      }
+    }
+    for (const auto& node : c.nodes) {
+      if (!node.unix_path.empty()) {
+        fail(s.path("tls.enabled"),
+             "TLS needs host:port nodes; " + node.toString() + " is a Unix socket");
+      }
+    }
+  } else if (!c.tls.ca_file.empty() || !c.tls.cert_file.empty() || !c.tls.server_name.empty()) {
+    fail(t.path("enabled"), "TLS settings are given but tls.enabled is false");
+  }
+
   Section r(s.child("redlock"), s.path("redlock"));
   r.readInt("node_timeout_ms", c.redlock.node_timeout_ms, 1, 60'000);
   r.readDouble("drift_factor", c.redlock.drift_factor, 0.0, 0.5);
@@ -255,7 +287,8 @@ void loadBackend(const Section& root, BackendConfig& c) {
 
   s.rejectUnknown({"type", "nodes", "key_prefix", "db", "username_env", "password_env",
                    "password_file", "connect_timeout_ms", "command_timeout_ms", "reconnect_min_ms",
-                   "reconnect_max_ms", "health_interval_ms", "redlock", "username", "password"});
+                   "reconnect_max_ms", "health_interval_ms", "tls", "redlock", "username",
+                   "password"});
   // Credentials in the YAML itself are refused on purpose: config files end up in ConfigMaps and
   // repositories. (Listed as known above so the message is specific.)
   if (s.child("password") || s.child("username")) {

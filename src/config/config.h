@@ -46,6 +46,16 @@ struct RedlockConfig {
   int64_t retry_jitter_ms = 50;   // randomized backoff between competing sidecars
 };
 
+/// TLS to every Redis node (backend.tls). Certificate and host-name verification are always on
+/// when enabled; there is deliberately no switch to turn them off.
+struct TlsConfig {
+  bool enabled = false;
+  std::string ca_file;      // PEM bundle to verify servers; "" = the system store
+  std::string cert_file;    // client certificate (mutual TLS), with key_file
+  std::string key_file;
+  std::string server_name;  // name verified and sent as SNI; "" = each node's host
+};
+
 struct BackendConfig {
   BackendType type = BackendType::kRedis;
   std::vector<RedisNodeAddress> nodes;  // default: 127.0.0.1:6379
@@ -64,6 +74,7 @@ struct BackendConfig {
   int64_t reconnect_min_ms = 100;
   int64_t reconnect_max_ms = 5000;
   int64_t health_interval_ms = 1000;  // PING (and Redlock INFO) period
+  TlsConfig tls;
   RedlockConfig redlock;
 };
 

@@ -18,6 +18,14 @@ RedisNodeOptions nodeOptionsFromConfig(const config::BackendConfig& config,
   o.health_interval_ms = config.health_interval_ms;
   o.command_timeout_ms = config.command_timeout_ms;
   o.scripts = sidelockScripts();
+  if (config.tls.enabled) {
+    auto tls = TlsClientContext::create(config.tls);
+    if (tls.isOk()) {
+      o.tls = std::move(*tls);
+    } else {
+      o.tls_error = tls.status().message();
+    }
+  }
   return o;
 }
 

@@ -106,6 +106,7 @@ class RedisNode::Impl final : public RedisConnection::Listener {
   }
   const std::string& address() const { return address_; }
   const RedisServerInfo& serverInfo() const { return info_; }
+  int tlsResumptions() const { return tls_sessions_ ? tls_sessions_->resumed : 0; }
   void setStateListener(std::function<void(bool)> l) { state_listener_ = std::move(l); }
   void setMessageListener(std::function<void(std::string_view, std::string_view)> l) {
     message_listener_ = std::move(l);
@@ -213,7 +214,12 @@ class RedisNode::Impl final : public RedisConnection::Listener {
     o.scripts = options_.scripts;
     o.metrics = metrics_;
     auto c = std::make_unique<RedisConnection>(loop_, scheduler_, std::move(o), this);
-    c->open(options_.address, makeSocketTransport(loop_, scheduler_));
+    std::unique_ptr<RedisTransport> transport = makeSocketTransport(loop_, scheduler_);
+    if (options_.tls) {
+      if (!tls_sessions_) tls_sessions_ = std::make_shared<TlsSessionCache>();
+      transport = makeTlsTransport(std::move(transport), options_.tls, tls_sessions_);
+    }
+    c->open(options_.address, std::move(transport));
     return c;
   }
 
@@ -273,6 +279,11 @@ class RedisNode::Impl final : public RedisConnection::Listener {
 
   void connect() {
     if (state_ == State::kShutdown) return;
+    if (!options_.tls_error.empty()) {
+      state_ = State::kWaitRetry;
+      down_reason_ = options_.tls_error;
+      return;  // nothing to retry: the configuration must change
+    }
     if (connected_before_) inc(metrics_ != nullptr ? metrics_->reconnects : nullptr);
     connected_before_ = true;
     ++generation_;
@@ -561,6 +572,7 @@ class RedisNode::Impl final : public RedisConnection::Listener {
   std::unique_ptr<RedisConnection> main_;
   std::unique_ptr<RedisConnection> sub_;
   std::vector<std::unique_ptr<RedisConnection>> retired_;  // closed, freed on a later turn
+  std::shared_ptr<TlsSessionCache> tls_sessions_;          // this node's resumable TLS session
   uint64_t generation_ = 0;  // bumped per command connection: stale handshake replies are ignored
   bool sub_ready_ = false;
   bool connected_before_ = false;
@@ -617,6 +629,7 @@ void RedisNode::setMessageListener(
 }
 bool RedisNode::subscribed(const std::string& channel) const { return impl_->subscribed(channel); }
 size_t RedisNode::pendingRequests() const { return impl_->pendingRequests(); }
+int RedisNode::tlsResumptions() const { return impl_->tlsResumptions(); }
 void RedisNode::shutdown(std::function<void()> done) { impl_->shutdown(std::move(done)); }
 
 }  // namespace sidelock::backend

@@ -25,6 +25,7 @@
 #include "metrics/metrics.h"
 #include "redis/redis_connection.h"
 #include "redis/resp.h"
+#include "redis/tls_transport.h"
 
 namespace sidelock::backend {
 
@@ -43,6 +44,10 @@ struct RedisNodeOptions {
   int64_t command_timeout_ms = 500;
   /// Loaded during every handshake; runScript() takes an index into it. May be null.
   std::shared_ptr<const RedisScriptSet> scripts;
+  /// Set: every connection speaks TLS with this context (verification always on).
+  std::shared_ptr<TlsClientContext> tls;
+  /// Why TLS could not be set up (bad certificate file): the node stays down with this reason.
+  std::string tls_error;
 };
 
 /// Reconnect delay after `attempt` consecutive failures (0-based): min * 2^attempt capped at max,
@@ -116,6 +121,8 @@ class RedisNode {
 
   /// Commands sent and not yet answered (including ones whose caller was already answered).
   size_t pendingRequests() const;
+  /// TLS handshakes that resumed the node's previous session (diagnostics, tests).
+  int tlsResumptions() const;
 
   /// Fails every pending request with kCancelled, closes both connections, then calls `done` on a
   /// later loop turn.

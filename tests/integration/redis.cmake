@@ -3,3 +3,8 @@ sidelock_test(redis_integration_test
   LIBS sidelock_redis
   LABELS integration
   TIMEOUT 300)
+sidelock_test(redis_tls_test
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/redis_tls_test.cc
+  LIBS sidelock_redis
+  LABELS integration
+  TIMEOUT 300)

@@ -84,6 +84,31 @@ TEST(ConfigTest, ErrorsNameTheKey) {
             std::string::npos);
 }
 
+TEST(ConfigTest, TlsKeysAreValidated) {
+  auto c = loadConfigFromString(
+      "backend:\n  tls:\n    enabled: true\n    server_name: redis.internal\n");
+  ASSERT_TRUE(c.isOk()) << c.status().message();
+  EXPECT_TRUE(c->backend.tls.enabled);
+  EXPECT_TRUE(c->backend.tls.ca_file.empty()) << "default: the system store";
+  EXPECT_EQ(c->backend.tls.server_name, "redis.internal");
+  EXPECT_FALSE(loadConfigFromString("")->backend.tls.enabled);
+
+  EXPECT_EQ(errorOf("backend:\n  tls:\n    verify: false\n"), "backend.tls.verify: unknown key")
+      << "there is no switch to turn verification off";
+  EXPECT_NE(errorOf("backend:\n  tls: {enabled: true, cert_file: /etc/hosts}\n")
+                .find("backend.tls.key_file: cert_file and key_file go together"),
+            std::string::npos);
+  EXPECT_NE(errorOf("backend:\n  tls: {enabled: true, ca_file: /nonexistent/ca.pem}\n")
+                .find("backend.tls.ca_file: cannot read \"/nonexistent/ca.pem\""),
+            std::string::npos);
+  EXPECT_NE(errorOf("backend:\n  tls: {ca_file: /etc/hosts}\n")
+                .find("backend.tls.enabled: TLS settings are given but tls.enabled is false"),
+            std::string::npos);
+  EXPECT_NE(errorOf("backend:\n  nodes: [\"unix:/tmp/r.sock\"]\n  tls: {enabled: true}\n")
+                .find("backend.tls.enabled: TLS needs host:port nodes"),
+            std::string::npos);
+}
+
 TEST(ConfigTest, CredentialsComeFromEnvironmentOrFile) {
   setenv("SIDELOCK_TEST_USER", "app", 1);
   setenv("SIDELOCK_TEST_PASS", "from-env", 1);
