@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cstdlib>
 #include <deque>
 
 #include "http/http_error.h"
@@ -205,6 +206,7 @@ class HttpServer::Connection {
   std::string out_;
   WriteReq* write_ = nullptr;
   bool writing_ = false;
+  bool flush_queued_ = false;  // in HttpServer::flush_queue_
 
   event::ScopedTimer timer_;
   int64_t timer_at_us_ = 0;
@@ -786,7 +788,7 @@ void HttpServer::Connection::closeNow() {
 
 void HttpServer::Connection::settle() {
   // depth_ is 0 here: no frame of this connection is on the stack.
-  if (!closed_) flush();
+  if (!closed_ && !out_.empty() && !writing_) server_->queueFlush(this);
   // Output drained below the backlog limit: read the client's further requests again.
   if (!closed_) scheduleResume();
   if (!closed_) {
@@ -913,7 +915,10 @@ HttpServer::HttpServer(uv_loop_t* loop, event::Scheduler& scheduler,
       handler_(std::move(handler)),
       tcp_(loop),
       unix_(loop),
-      read_buffer_(kReadBufferSize) {}
+      read_buffer_(kReadBufferSize) {
+  // Only fails on a bad loop pointer.
+  if (uv_prepare_init(loop_, flush_prepare_.allocate(this)) != 0) abort();
+}
 
 HttpServer::HttpServer(uv_loop_t* loop, event::Scheduler& scheduler,
                        const config::ListenConfig& limits, metrics::Metrics& metrics,
@@ -961,7 +966,34 @@ void HttpServer::onConnection(event::StreamListener& listener) {
   c->start();
 }
 
-void HttpServer::destroyConnection(Connection* connection) { connections_.erase(connection); }
+void HttpServer::destroyConnection(Connection* connection) {
+  if (connection->flush_queued_) std::erase(flush_queue_, connection);
+  connections_.erase(connection);
+}
+
+void HttpServer::queueFlush(Connection* connection) {
+  if (connection->flush_queued_ || !flush_prepare_) return;
+  connection->flush_queued_ = true;
+  flush_queue_.push_back(connection);
+  if (flush_queue_.size() == 1) {
+    uv_prepare_start(flush_prepare_.get(), [](uv_prepare_t* h) {
+      if (h->data != nullptr) static_cast<HttpServer*>(h->data)->flushQueued();
+    });
+  }
+}
+
+void HttpServer::flushQueued() {
+  // One at a time: a write error destroys its connection, and destroyConnection() takes a
+  // queued connection out of the queue.
+  while (!flush_queue_.empty()) {
+    Connection* c = flush_queue_.back();
+    flush_queue_.pop_back();
+    c->flush_queued_ = false;
+    Guard guard(c);
+    c->flush();
+  }
+  uv_prepare_stop(flush_prepare_.get());
+}
 
 void HttpServer::addInFlight(int delta) {
   if (delta > 0) {
@@ -1026,6 +1058,7 @@ void HttpServer::close(std::function<void()> done) {
     Guard guard(c);
     c->closeNow();
   }
+  flush_prepare_.close();
   if (done) scheduler_.post(std::move(done));
 }
 
