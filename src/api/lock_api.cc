@@ -147,6 +147,8 @@ struct AcquireCall {
   lock::LockService* service = nullptr;
   lock::AcquireTicket ticket;
   http::ResponderPtr responder;
+  bool granted = false;
+  // Stream holds only: the lease to release when the client leaves.
   std::string name;
   std::string owner;
   bool stream = false;
@@ -208,7 +210,7 @@ void LockApi::acquire(http::Request& req, http::ResponderPtr res) {
 
   auto call = std::make_shared<AcquireCall>();
   call->responder = res;
-  call->name = opts.name;
+  if (opts.stream) call->name = opts.name;
   call->stream = opts.stream;
 
   std::function<void(lock::LeaseEvent)> on_event;
@@ -235,7 +237,8 @@ void LockApi::acquire(http::Request& req, http::ResponderPtr res) {
     const http::ResponderPtr& out = call->responder;
     switch (r.status) {
       case lock::AcquireStatus::kGranted:
-        call->owner = r.grant.owner;
+        call->granted = true;
+        if (call->stream) call->owner = r.grant.owner;
         if (!out->clientConnected()) {
           // The client left between grant and answer (its client-gone callback may still be
           // queued): nobody will learn of this lease, so give the lock back now — a plain or
@@ -286,7 +289,7 @@ void LockApi::acquire(http::Request& req, http::ResponderPtr res) {
   res->onClientGone([weak] {
     auto c = weak.lock();
     if (!c) return;
-    if (c->owner.empty()) {
+    if (!c->granted) {
       c->ticket.cancel();
       return;
     }

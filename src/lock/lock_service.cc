@@ -119,7 +119,7 @@ AcquireTicket LockService::Impl::acquire(AcquireOptions options,
       metrics_.acquire_too_many_waiters.Increment();
     }
     metrics_.acquire_wait_seconds.Observe(0);
-    deliver([done = std::move(done), r = std::move(r)] { done(r); });
+    deliver([done = std::move(done), r = std::move(r)]() mutable { done(std::move(r)); });
     return AcquireTicket();
   };
   if (stopping_) return reject(AcquireStatus::kCancelled);
@@ -327,7 +327,10 @@ void LockService::Impl::finishWaiter(Waiter& w, AcquireResult result) {
   } else {
     waiters_.erase(w.id);  // `w` is gone from here on
   }
-  if (done) deliver([done = std::move(done), result = std::move(result)] { done(result); });
+  if (done)
+    deliver([done = std::move(done), result = std::move(result)]() mutable {
+      done(std::move(result));
+    });
 }
 
 void LockService::Impl::detachFromQueue(Waiter& w) {
@@ -485,7 +488,9 @@ void LockService::Impl::sendRelease(std::string name, std::string owner,
           }
         }
         if (done) {
-          deliver([done = std::move(done), result = std::move(result)] { done(result); });
+          deliver([done = std::move(done), result = std::move(result)]() mutable {
+            done(std::move(result));
+          });
         }
         opFinished();
       }));
@@ -542,7 +547,9 @@ void LockService::Impl::extend(std::string_view name, std::string_view owner, in
           result = ExtendResult{status, 0};
         }
         if (done) {
-          deliver([done = std::move(done), result = std::move(result)] { done(result); });
+          deliver([done = std::move(done), result = std::move(result)]() mutable {
+            done(std::move(result));
+          });
         }
         opFinished();
       }));
@@ -553,7 +560,10 @@ void LockService::Impl::inspect(std::string_view name,
   opStarted();
   backend_.inspect(
       name, guarded([this, done = std::move(done)](StatusOr<backend::LockState> reply) mutable {
-        if (done) deliver([done = std::move(done), reply = std::move(reply)] { done(reply); });
+        if (done)
+          deliver([done = std::move(done), reply = std::move(reply)]() mutable {
+            done(std::move(reply));
+          });
         opFinished();
       }));
 }
