@@ -191,6 +191,7 @@ class HttpServer::Connection {
   std::string pending_input_;  // unparsed bytes held while the pipeline is full
 
   std::deque<std::shared_ptr<Exchange>> queue_;  // dispatched, in request order
+  std::shared_ptr<Exchange> answered_;           // the last one popped from queue_
 
   bool reading_ = false;
   bool parsing_active_ = false;
@@ -427,6 +428,12 @@ int HttpServer::Connection::addHeadBytes(size_t n) {
 
 int HttpServer::Connection::onMessageBegin() {
   parsing_ = std::make_shared<Exchange>(this);
+  if (answered_ != nullptr && answered_.use_count() == 1) {
+    // Nobody holds the last answered exchange any more: its request's storage serves this one.
+    parsing_->request = std::move(answered_->request);
+    parsing_->request.clear();
+  }
+  answered_.reset();
   parsing_->request.headers.reserve(kExpectedHeaders);
   url_.clear();
   field_.clear();
@@ -488,10 +495,10 @@ int HttpServer::Connection::onHeadersComplete() {
   if (hash != std::string_view::npos) target = target.substr(0, hash);
   size_t q = target.find('?');
   if (q != std::string_view::npos) {
-    r.query = std::string(target.substr(q + 1));
+    r.query.assign(target.substr(q + 1));
     target = target.substr(0, q);
   }
-  r.raw_path = std::string(target);
+  r.raw_path.assign(target);
   if (!percentDecode(r.raw_path, &r.path)) {
     return fail(400, kBadRequest, "malformed percent-encoding in the path");
   }
@@ -647,6 +654,7 @@ void HttpServer::Connection::advance() {
     if (head->state_ != Exchange::State::kDone) break;
     bool close = head->close_after_;
     head->conn_ = nullptr;
+    answered_ = std::move(queue_.front());
     queue_.pop_front();
     if (close) {
       close_after_write_ = true;
@@ -782,6 +790,7 @@ void HttpServer::Connection::closeNow() {
   queue_.clear();
   parsing_.reset();
   ready_.reset();
+  answered_.reset();
   pending_input_.clear();
   in_message_ = false;
 }
