@@ -11,6 +11,9 @@ namespace sidelock::api {
 
 class JsonObject {
  public:
+  /// One allocation for the usual answer (a grant with a random owner id is ~90 bytes).
+  JsonObject() { out_.reserve(kTypicalSize); }
+
   JsonObject& text(std::string_view key, std::string_view value);
   JsonObject& integer(std::string_view key, int64_t value);
   JsonObject& unsignedInteger(std::string_view key, uint64_t value);
@@ -19,6 +22,8 @@ class JsonObject {
   std::string finish();
 
  private:
+  static constexpr size_t kTypicalSize = 128;
+
   void appendKey(std::string_view key);
 
   std::string out_ = "{";

@@ -141,9 +141,14 @@ std::string grantAnswer(const lock::Grant& g, std::string_view event = {}) {
 }
 
 /// State shared by the callbacks of one acquire request.
+/// Its callbacks capture nothing but a shared or weak pointer to it: 16 bytes, which
+/// std::function stores without a heap allocation.
 struct AcquireCall {
+  lock::LockService* service = nullptr;
   lock::AcquireTicket ticket;
   http::ResponderPtr responder;
+  bool granted = false;
+  // Stream holds only: the lease to release when the client leaves.
   std::string name;
   std::string owner;
   bool stream = false;
@@ -205,7 +210,7 @@ void LockApi::acquire(http::Request& req, http::ResponderPtr res) {
 
   auto call = std::make_shared<AcquireCall>();
   call->responder = res;
-  call->name = opts.name;
+  if (opts.stream) call->name = opts.name;
   call->stream = opts.stream;
 
   std::function<void(lock::LeaseEvent)> on_event;
@@ -227,17 +232,18 @@ void LockApi::acquire(http::Request& req, http::ResponderPtr res) {
     };
   }
 
-  lock::LockService* service = &service_;
-  auto done = [call, service](lock::AcquireResult r) {
+  call->service = &service_;
+  auto done = [call](lock::AcquireResult r) {
     const http::ResponderPtr& out = call->responder;
     switch (r.status) {
       case lock::AcquireStatus::kGranted:
-        call->owner = r.grant.owner;
+        call->granted = true;
+        if (call->stream) call->owner = r.grant.owner;
         if (!out->clientConnected()) {
           // The client left between grant and answer (its client-gone callback may still be
           // queued): nobody will learn of this lease, so give the lock back now — a plain or
           // auto_renew lease would otherwise be held (and renewed) for nobody.
-          service->release(r.grant.name, r.grant.owner, [](StatusOr<lock::ReleaseStatus>) {});
+          call->service->release(r.grant.name, r.grant.owner, [](StatusOr<lock::ReleaseStatus>) {});
           call->finished = true;
           return;
         }
@@ -280,16 +286,16 @@ void LockApi::acquire(http::Request& req, http::ResponderPtr res) {
   // A client that goes away while queued leaves the queue; a stream client that goes away while
   // holding releases its lock (the lock a crashed app cannot leak).
   std::weak_ptr<AcquireCall> weak = call;
-  res->onClientGone([weak, service] {
+  res->onClientGone([weak] {
     auto c = weak.lock();
     if (!c) return;
-    if (c->owner.empty()) {
+    if (!c->granted) {
       c->ticket.cancel();
       return;
     }
     if (c->stream && !c->finished) {
       c->finished = true;
-      service->release(c->name, c->owner, [](StatusOr<lock::ReleaseStatus>) {});
+      c->service->release(c->name, c->owner, [](StatusOr<lock::ReleaseStatus>) {});
     }
   });
   // Keep the call alive until the response completes: the responder holds it via onClientGone's

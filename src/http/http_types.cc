@@ -16,4 +16,16 @@ std::string_view Request::param(std::string_view name) const {
   return {};
 }
 
+void Request::clear() {
+  method.clear();
+  path.clear();
+  query.clear();
+  raw_path.clear();
+  headers.clear();
+  body.clear();
+  params.clear();
+  route = {};
+  received_us = 0;
+}
+
 }  // namespace sidelock::http

@@ -31,6 +31,8 @@ struct Request {
 
   std::string_view header(std::string_view lower_name) const;
   std::string_view param(std::string_view name) const;
+  /// Empties every field but keeps the strings' and vectors' capacity, for the next request.
+  void clear();
 };
 
 /// The answer to one request. Owned jointly by the connection and the handler (shared_ptr), so a

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cstdlib>
 #include <deque>
 
 #include "http/http_error.h"
@@ -190,6 +191,7 @@ class HttpServer::Connection {
   std::string pending_input_;  // unparsed bytes held while the pipeline is full
 
   std::deque<std::shared_ptr<Exchange>> queue_;  // dispatched, in request order
+  std::shared_ptr<Exchange> answered_;           // the last one popped from queue_
 
   bool reading_ = false;
   bool parsing_active_ = false;
@@ -205,6 +207,7 @@ class HttpServer::Connection {
   std::string out_;
   WriteReq* write_ = nullptr;
   bool writing_ = false;
+  bool flush_queued_ = false;  // in HttpServer::flush_queue_
 
   event::ScopedTimer timer_;
   int64_t timer_at_us_ = 0;
@@ -425,6 +428,12 @@ int HttpServer::Connection::addHeadBytes(size_t n) {
 
 int HttpServer::Connection::onMessageBegin() {
   parsing_ = std::make_shared<Exchange>(this);
+  if (answered_ != nullptr && answered_.use_count() == 1) {
+    // Nobody holds the last answered exchange any more: its request's storage serves this one.
+    parsing_->request = std::move(answered_->request);
+    parsing_->request.clear();
+  }
+  answered_.reset();
   parsing_->request.headers.reserve(kExpectedHeaders);
   url_.clear();
   field_.clear();
@@ -486,10 +495,10 @@ int HttpServer::Connection::onHeadersComplete() {
   if (hash != std::string_view::npos) target = target.substr(0, hash);
   size_t q = target.find('?');
   if (q != std::string_view::npos) {
-    r.query = std::string(target.substr(q + 1));
+    r.query.assign(target.substr(q + 1));
     target = target.substr(0, q);
   }
-  r.raw_path = std::string(target);
+  r.raw_path.assign(target);
   if (!percentDecode(r.raw_path, &r.path)) {
     return fail(400, kBadRequest, "malformed percent-encoding in the path");
   }
@@ -645,6 +654,7 @@ void HttpServer::Connection::advance() {
     if (head->state_ != Exchange::State::kDone) break;
     bool close = head->close_after_;
     head->conn_ = nullptr;
+    answered_ = std::move(queue_.front());
     queue_.pop_front();
     if (close) {
       close_after_write_ = true;
@@ -780,13 +790,14 @@ void HttpServer::Connection::closeNow() {
   queue_.clear();
   parsing_.reset();
   ready_.reset();
+  answered_.reset();
   pending_input_.clear();
   in_message_ = false;
 }
 
 void HttpServer::Connection::settle() {
   // depth_ is 0 here: no frame of this connection is on the stack.
-  if (!closed_) flush();
+  if (!closed_ && !out_.empty() && !writing_) server_->queueFlush(this);
   // Output drained below the backlog limit: read the client's further requests again.
   if (!closed_) scheduleResume();
   if (!closed_) {
@@ -913,7 +924,10 @@ HttpServer::HttpServer(uv_loop_t* loop, event::Scheduler& scheduler,
       handler_(std::move(handler)),
       tcp_(loop),
       unix_(loop),
-      read_buffer_(kReadBufferSize) {}
+      read_buffer_(kReadBufferSize) {
+  // Only fails on a bad loop pointer.
+  if (uv_prepare_init(loop_, flush_prepare_.allocate(this)) != 0) abort();
+}
 
 HttpServer::HttpServer(uv_loop_t* loop, event::Scheduler& scheduler,
                        const config::ListenConfig& limits, metrics::Metrics& metrics,
@@ -961,7 +975,34 @@ void HttpServer::onConnection(event::StreamListener& listener) {
   c->start();
 }
 
-void HttpServer::destroyConnection(Connection* connection) { connections_.erase(connection); }
+void HttpServer::destroyConnection(Connection* connection) {
+  if (connection->flush_queued_) std::erase(flush_queue_, connection);
+  connections_.erase(connection);
+}
+
+void HttpServer::queueFlush(Connection* connection) {
+  if (connection->flush_queued_ || !flush_prepare_) return;
+  connection->flush_queued_ = true;
+  flush_queue_.push_back(connection);
+  if (flush_queue_.size() == 1) {
+    uv_prepare_start(flush_prepare_.get(), [](uv_prepare_t* h) {
+      if (h->data != nullptr) static_cast<HttpServer*>(h->data)->flushQueued();
+    });
+  }
+}
+
+void HttpServer::flushQueued() {
+  // One at a time: a write error destroys its connection, and destroyConnection() takes a
+  // queued connection out of the queue.
+  while (!flush_queue_.empty()) {
+    Connection* c = flush_queue_.back();
+    flush_queue_.pop_back();
+    c->flush_queued_ = false;
+    Guard guard(c);
+    c->flush();
+  }
+  uv_prepare_stop(flush_prepare_.get());
+}
 
 void HttpServer::addInFlight(int delta) {
   if (delta > 0) {
@@ -1026,6 +1067,7 @@ void HttpServer::close(std::function<void()> done) {
     Guard guard(c);
     c->closeNow();
   }
+  flush_prepare_.close();
   if (done) scheduler_.post(std::move(done));
 }
 

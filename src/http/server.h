@@ -28,6 +28,7 @@
 #include "config/config.h"
 #include "event/scheduler.h"
 #include "event/stream_listener.h"
+#include "event/uv_handle.h"
 #include "http/http_types.h"
 #include "metrics/metrics.h"
 
@@ -91,6 +92,9 @@ class HttpServer {
 
   void onConnection(event::StreamListener& listener);
   void destroyConnection(Connection* connection);
+  /// Writes `connection`'s output just before the loop next polls (once per loop turn).
+  void queueFlush(Connection* connection);
+  void flushQueued();
   void recordResponse(std::string_view route, int status, int64_t received_us);
   void addInFlight(int delta);
 
@@ -107,6 +111,10 @@ class HttpServer {
     size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
   };
   std::unordered_map<std::string, RouteMetrics, RouteHash, std::equal_to<>> route_metrics_;
+  // Connections with output waiting for the end of the loop turn: all the responses a connection
+  // completes in one turn leave in one write.
+  event::UvHandle<uv_prepare_t> flush_prepare_;
+  std::vector<Connection*> flush_queue_;
   size_t in_flight_ = 0;
   bool draining_ = false;
   bool closed_ = false;

@@ -133,7 +133,7 @@ AcquireTicket LockService::Impl::acquire(AcquireOptions options,
       metrics_.acquire_too_many_waiters.Increment();
     }
     metrics_.acquire_wait_seconds.Observe(0);
-    deliver([done = std::move(done), r = std::move(r)] { done(r); });
+    deliver([done = std::move(done), r = std::move(r)]() mutable { done(std::move(r)); });
     return AcquireTicket();
   };
   if (stopping_) return reject(AcquireStatus::kCancelled);
@@ -366,7 +366,10 @@ void LockService::Impl::finishWaiter(Waiter& w, AcquireResult result) {
   } else {
     waiters_.erase(w.id);  // `w` is gone from here on
   }
-  if (done) deliver([done = std::move(done), result = std::move(result)] { done(result); });
+  if (done)
+    deliver([done = std::move(done), result = std::move(result)]() mutable {
+      done(std::move(result));
+    });
 }
 
 void LockService::Impl::detachFromQueue(Waiter& w) {
@@ -592,7 +595,9 @@ void LockService::Impl::onReleaseReply(const std::string& name, const std::strin
     }
   }
   if (done) {
-    deliver([done = std::move(done), result = std::move(result)] { done(result); });
+    deliver([done = std::move(done), result = std::move(result)]() mutable {
+      done(std::move(result));
+    });
   }
 }
 
@@ -647,7 +652,9 @@ void LockService::Impl::extend(std::string_view name, std::string_view owner, in
           result = ExtendResult{status, 0};
         }
         if (done) {
-          deliver([done = std::move(done), result = std::move(result)] { done(result); });
+          deliver([done = std::move(done), result = std::move(result)]() mutable {
+            done(std::move(result));
+          });
         }
         opFinished();
       }));
@@ -658,7 +665,10 @@ void LockService::Impl::inspect(std::string_view name,
   opStarted();
   backend_.inspect(
       name, guarded([this, done = std::move(done)](StatusOr<backend::LockState> reply) mutable {
-        if (done) deliver([done = std::move(done), reply = std::move(reply)] { done(reply); });
+        if (done)
+          deliver([done = std::move(done), reply = std::move(reply)]() mutable {
+            done(std::move(reply));
+          });
         opFinished();
       }));
 }

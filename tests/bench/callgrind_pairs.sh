@@ -1,0 +1,49 @@
+#!/bin/bash
+# Instructions the sidecar executes per acquire+release pair, counted by callgrind (repeatable on
+# a noisy shared VM, unlike time). Runs the sidecar twice under callgrind, driven by
+# pair_load.py (16 keep-alive clients, distinct names), with 1 600 and 8 000 pairs; the difference
+# divided by 6 400 cancels start-up and shutdown.
+#
+#   tests/bench/callgrind_pairs.sh build/src/sidelock memory   # HTTP + API + lock service only
+#   tests/bench/callgrind_pairs.sh build/src/sidelock redis    # plus the Redis connection layer
+#
+# Profiles stay in $OUT (default: a temp dir) for callgrind_annotate.
+set -euo pipefail
+SIDELOCK=$1
+BACKEND=${2:-memory}
+OUT=${OUT:-$(mktemp -d)}
+mkdir -p "$OUT"
+HERE=$(cd "$(dirname "$0")" && pwd)
+PORT=$((20000 + RANDOM % 20000))
+REDIS_PORT=$((PORT + 1))
+REDIS_PID=""
+if [ "$BACKEND" = redis ]; then
+  redis-server --port $REDIS_PORT --save "" --appendonly no >/dev/null &
+  REDIS_PID=$!
+  sleep 0.3
+fi
+cat >"$OUT/sidelock.yaml" <<CFG
+listen: {tcp: "127.0.0.1:$PORT", unix: ""}
+backend: {type: $BACKEND, nodes: ["127.0.0.1:$REDIS_PORT"]}
+log: {level: warn}
+CFG
+
+instructions() {
+  local pairs=$1
+  valgrind --tool=callgrind --callgrind-out-file="$OUT/callgrind.$pairs" \
+    "$SIDELOCK" --config "$OUT/sidelock.yaml" 2>"$OUT/valgrind.$pairs.log" &
+  local pid=$!
+  for _ in $(seq 100); do
+    curl -s -o /dev/null "http://127.0.0.1:$PORT/healthz" && break
+    sleep 0.2
+  done
+  python3 "$HERE/pair_load.py" "127.0.0.1:$PORT" 16 $((pairs / 16)) >&2
+  kill -TERM $pid
+  wait $pid || true
+  grep -o 'summary: [0-9]*' "$OUT/callgrind.$pairs" | awk '{print $2}'
+}
+
+SMALL=$(instructions 1600)
+LARGE=$(instructions 8000)
+[ -n "$REDIS_PID" ] && kill $REDIS_PID
+echo "backend=$BACKEND instructions_per_pair=$(((LARGE - SMALL) / 6400)) profiles=$OUT"

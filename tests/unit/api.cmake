@@ -1,0 +1,4 @@
+sidelock_test(api_unit_test
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/request_body_test.cc
+  LIBS sidelock_api
+  LABELS unit)
