@@ -14,6 +14,7 @@
 
 #include "support/http_client.h"
 #include "support/redis_server.h"
+#include "support/sidecar_polling.h"
 #include "support/sidecar_process.h"
 
 namespace sidelock::testing {
@@ -29,26 +30,6 @@ std::string redisYaml(const RedisServer& redis, const std::string& extra = "") {
 }
 
 json body(const HttpResponse& r) { return json::parse(r.body); }
-
-/// Waiters queued for `name` as GET /v1/locks lists them.
-int queuedWaiters(HttpClient& c, const std::string& name) {
-  const json listed = body(c.get("/v1/locks"));
-  for (const auto& w : listed["waiters"]) {
-    if (w["name"] == name) return w["waiters"].get<int>();
-  }
-  return 0;
-}
-
-/// Polls GET /v1/locks until `name` has `n` queued waiters (events are ordered by observed state,
-/// never by sleeping); false after `timeout_ms`.
-bool waitForWaiters(HttpClient& c, const std::string& name, int n, int64_t timeout_ms = 10000) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (queuedWaiters(c, name) == n) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  return false;
-}
 
 class ApiTest : public ::testing::Test {
  protected:
@@ -135,9 +116,8 @@ TEST_F(ApiTest, LeaseExpires) {
   auto r = c.post("/v1/locks/short/acquire", R"({"ttl_ms":100})");
   ASSERT_EQ(r.status, 200);
   std::string owner = body(r)["owner"];
-  std::this_thread::sleep_for(std::chrono::milliseconds(250));
-  r = c.get("/v1/locks/short");
-  EXPECT_EQ(body(r)["held"], false);
+  EXPECT_TRUE(pollUntil([&] { return body(c.get("/v1/locks/short"))["held"] == false; }))
+      << "a 100 ms lease never expired";
   r = c.post("/v1/locks/short/release", json{{"owner", owner}}.dump());
   EXPECT_EQ(r.status, 404);
   auto metrics = c.get("/metrics").body;
@@ -257,8 +237,8 @@ TEST_F(ApiTest, WaitersAreServedInFifoOrderWhenTheHolderReleases) {
             .status,
         200);
   }
-  // Three hand-offs complete far sooner than the 10 s TTL: waiters were woken, not timed out.
-  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
+  // Three hand-offs complete sooner than one 10 s TTL: waiters were woken, not timed out.
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(10000));
 }
 
 TEST_F(ApiTest, WaitTimesOutWith409AndDisconnectedWaiterLeavesTheQueue) {
@@ -269,14 +249,9 @@ TEST_F(ApiTest, WaitTimesOutWith409AndDisconnectedWaiterLeavesTheQueue) {
   {
     HttpClient gone = client();
     gone.sendRequest("POST", "/v1/locks/busy/acquire", R"({"wait_ms":20000})");
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    EXPECT_EQ(body(holder.get("/v1/locks"))["waiters"].size(), 1u);
+    EXPECT_TRUE(waitForWaiters(holder, "busy", 1));
   }  // closes the socket
-  for (int i = 0; i < 100; ++i) {
-    if (body(holder.get("/v1/locks"))["waiters"].empty()) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  EXPECT_TRUE(body(holder.get("/v1/locks"))["waiters"].empty());
+  EXPECT_TRUE(waitForWaiters(holder, "busy", 0)) << "the disconnected waiter stayed queued";
 }
 
 // Many clients doing read-modify-write of a counter under the lock lose no update, and the
@@ -321,28 +296,19 @@ TEST_F(ApiTest, ContendedReadModifyWriteLosesNoUpdate) {
 TEST_F(ApiTest, RedisDownGives503ThenRecoversWithoutRestart) {
   HttpClient c = client();
   redis_.kill();
-  bool saw_not_ready = false;
-  for (int i = 0; i < 100 && !saw_not_ready; ++i) {
-    saw_not_ready = c.get("/readyz").status == 503;
-    if (!saw_not_ready) std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  EXPECT_TRUE(saw_not_ready);
+  EXPECT_TRUE(pollUntil([&] { return c.get("/readyz").status == 503; }));
   auto t0 = std::chrono::steady_clock::now();
   auto r = c.post("/v1/locks/down/acquire", "{}");
   EXPECT_EQ(r.status, 503);
   EXPECT_EQ(body(r)["error"], "backend_unavailable");
-  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(2)) << "fails fast";
+  // Fails fast: within the command timeout (300 ms in redisYaml), with room for a loaded machine.
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(300 * 5));
   auto ready = body(c.get("/readyz"));
   EXPECT_EQ(ready["error"], "not_ready");
   EXPECT_FALSE(ready["message"].get<std::string>().empty());
 
   redis_.restart();
-  bool recovered = false;
-  for (int i = 0; i < 200 && !recovered; ++i) {
-    recovered = c.get("/readyz").status == 200;
-    if (!recovered) std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  ASSERT_TRUE(recovered) << sidecar_->logs();
+  ASSERT_TRUE(pollUntil([&] { return c.get("/readyz").status == 200; })) << sidecar_->logs();
   EXPECT_EQ(c.post("/v1/locks/down/acquire", "{}").status, 200);
 }
 
@@ -372,18 +338,11 @@ TEST_F(ApiTest, QueuedWaitersRideOutARedisPause) {
       }
     });
   }
-  auto wait_granted = [&](int n) {
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-    while (granted < n && std::chrono::steady_clock::now() < deadline) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
-    return granted >= n;
-  };
+  auto wait_granted = [&](int n) { return pollUntil([&] { return granted >= n; }); };
   EXPECT_TRUE(wait_granted(kClients));
   HttpClient observer = client();
-  bool queued = false;
-  for (int i = 0; i < 1000 && !queued; ++i) queued = queuedWaiters(observer, "blip") > 0;
-  EXPECT_TRUE(queued) << observer.get("/v1/locks").body;
+  EXPECT_TRUE(pollUntil([&] { return queuedWaiters(observer, "blip") > 0; }))
+      << "the clients were expected to queue behind each other";
   redis_.pause();
   std::this_thread::sleep_for(std::chrono::milliseconds(1000));  // the outage itself
   const int granted_at_resume = granted;
@@ -414,7 +373,7 @@ TEST_F(ApiTest, GracefulShutdownAnswersWaitersAndReleasesHeldLeases) {
   ASSERT_EQ(c.post("/v1/locks/held/acquire", R"({"ttl_ms":60000})").status, 200);
   HttpClient waiter = client();
   waiter.sendRequest("POST", "/v1/locks/held/acquire", R"({"wait_ms":60000})");
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  ASSERT_TRUE(waitForWaiters(c, "held", 1));
   EXPECT_EQ(redis_.cli({"EXISTS", "sidelock:{held}"}), "1");
   EXPECT_EQ(sidecar_->stop(), 0) << sidecar_->logs();
   auto answered = waiter.readResponse(2000);

@@ -18,6 +18,7 @@
 #include "support/child_process.h"
 #include "support/http_client.h"
 #include "support/redis_server.h"
+#include "support/sidecar_polling.h"
 #include "support/sidecar_process.h"
 
 namespace sidelock::testing {
@@ -185,7 +186,7 @@ TEST_F(CliRunTest, LockIsHeldWhileTheCommandRunsAndFreedAfter) {
 
   // A waiter gets it once the first command ends.
   RunProcess waiter(dir_, tcp({"--wait", "20000", "held", "--", "sh", "-c", "touch waited"}));
-  std::this_thread::sleep_for(milliseconds(200));
+  ASSERT_TRUE(waitForWaiters(c, "held", 1));
   EXPECT_FALSE(fileExists(path("waited")));
   std::ofstream(path("go")).put('x');
   EXPECT_EQ(holder.wait(), 0) << holder.stderrText();

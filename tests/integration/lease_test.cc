@@ -8,6 +8,7 @@
 
 #include "support/http_client.h"
 #include "support/redis_server.h"
+#include "support/sidecar_polling.h"
 #include "support/sidecar_process.h"
 
 namespace sidelock::testing {
@@ -24,12 +25,6 @@ std::string yamlFor(const RedisServer& redis, const std::string& extra = "") {
 
 json body(const HttpResponse& r) { return json::parse(r.body); }
 
-int64_t metricValue(const std::string& text, const std::string& series) {
-  auto pos = text.find("\n" + series + " ");
-  if (pos == std::string::npos) return -1;
-  return std::stoll(text.substr(pos + series.size() + 2));
-}
-
 TEST(LeaseTest, WatchdogKeepsA300msLeaseAliveAndStopsAtRelease) {
   RedisServer redis;
   SidecarProcess sidecar({yamlFor(redis), {}, true});
@@ -37,8 +32,9 @@ TEST(LeaseTest, WatchdogKeepsA300msLeaseAliveAndStopsAtRelease) {
   auto r = c.post("/v1/locks/renewed/acquire", R"({"ttl_ms":300,"auto_renew":true})");
   ASSERT_EQ(r.status, 200) << r.body;
   std::string owner = body(r)["owner"];
-  // Ten TTLs later it is still ours.
-  std::this_thread::sleep_for(milliseconds(3000));
+  // Ten TTLs later (30 renewals at ttl x renew_fraction 0.333) it is still ours.
+  const std::string renewed = "sidelock_renew_total{result=\"renewed\"}";
+  EXPECT_TRUE(pollUntil([&] { return metricValue(c.get("/metrics").body, renewed) >= 30; }));
   EXPECT_EQ(redis.cli({"GET", "sidelock:{renewed}"}), owner);
   auto listed = body(c.get("/v1/locks"));
   ASSERT_EQ(listed["leases"].size(), 1u);
@@ -103,12 +99,9 @@ TEST(LeaseTest, StreamClientThatDisconnectsFreesTheLock) {
     ASSERT_TRUE(s.readStreamLine().has_value());
     EXPECT_EQ(redis.cli({"EXISTS", "sidelock:{bound}"}), "1");
   }  // the app "crashes": its connection closes
-  bool freed = false;
-  for (int i = 0; i < 100 && !freed; ++i) {
-    freed = redis.cli({"EXISTS", "sidelock:{bound}"}) == "0";
-    if (!freed) std::this_thread::sleep_for(milliseconds(20));
-  }
-  EXPECT_TRUE(freed) << "released long before its 30 s TTL";
+  EXPECT_TRUE(pollUntil([&] {
+    return redis.cli({"EXISTS", "sidelock:{bound}"}) == "0";
+  })) << "released long before its 30 s TTL";
   EXPECT_EQ(sidecar.stop(), 0);
 }
 
@@ -155,7 +148,14 @@ TEST(LeaseTest, WaiterOnAnotherSidecarIsWokenByPubSub) {
 
   HttpClient waiter = HttpClient::tcp(b.port());
   waiter.sendRequest("POST", "/v1/locks/shared/acquire", R"({"ttl_ms":5000,"wait_ms":20000})");
-  std::this_thread::sleep_for(milliseconds(300));  // queued on b, first attempt found it held
+  // Queued on b, and b's first attempt has answered (found it held): the release below must be
+  // what wakes it, not race with that attempt.
+  HttpClient observer = HttpClient::tcp(b.port());
+  ASSERT_TRUE(waitForWaiters(observer, "shared", 1));
+  const std::string b_acquires =
+      "sidelock_backend_request_seconds_count{node=\"" + redis.address() + "\",op=\"acquire\"}";
+  ASSERT_TRUE(
+      pollUntil([&] { return metricValue(observer.get("/metrics").body, b_acquires) >= 1; }));
   auto t0 = std::chrono::steady_clock::now();
   ASSERT_EQ(holder.post("/v1/locks/shared/release", json{{"owner", owner}}.dump()).status, 200);
   auto got = waiter.readResponse(20000);
@@ -181,13 +181,13 @@ TEST(LeaseTest, QueueLimitsAnswer429) {
     waiting.push_back(HttpClient::tcp(sidecar.port()));
     waiting.back().sendRequest("POST", "/v1/locks/q/acquire", R"({"wait_ms":10000})");
   }
-  std::this_thread::sleep_for(milliseconds(200));
+  ASSERT_TRUE(waitForWaiters(holder, "q", 2));
   auto r = HttpClient::tcp(sidecar.port()).post("/v1/locks/q/acquire", R"({"wait_ms":10000})");
   EXPECT_EQ(r.status, 429);
   EXPECT_EQ(body(r)["error"], "too_many_waiters");
   waiting.push_back(HttpClient::tcp(sidecar.port()));
   waiting.back().sendRequest("POST", "/v1/locks/q2/acquire", R"({"wait_ms":10000})");
-  std::this_thread::sleep_for(milliseconds(200));
+  ASSERT_TRUE(waitForWaiters(holder, "q2", 1));
   r = HttpClient::tcp(sidecar.port()).post("/v1/locks/q2/acquire", R"({"wait_ms":10000})");
   EXPECT_EQ(r.status, 429) << "global limit";
   // A try-once acquire is not a waiter and is never refused for queue limits.
@@ -202,8 +202,10 @@ TEST(LeaseTest, MaxHoldCapsRenewal) {
   auto r =
       c.post("/v1/locks/capped/acquire", R"({"ttl_ms":200,"auto_renew":true,"max_hold_ms":500})");
   ASSERT_EQ(r.status, 200);
-  std::this_thread::sleep_for(milliseconds(1500));
-  EXPECT_EQ(redis.cli({"EXISTS", "sidelock:{capped}"}), "0") << "never renewed forever";
+  // Gone after max_hold_ms + one TTL; a lease renewed forever would reach the poll deadline.
+  EXPECT_TRUE(pollUntil([&] {
+    return redis.cli({"EXISTS", "sidelock:{capped}"}) == "0";
+  })) << "never renewed forever";
   auto metrics = c.get("/metrics").body;
   EXPECT_EQ(metricValue(metrics, "sidelock_renew_total{result=\"capped\"}"), 1);
   EXPECT_EQ(sidecar.stop(), 0);

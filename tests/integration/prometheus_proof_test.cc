@@ -35,6 +35,7 @@
 #include "support/child_process.h"
 #include "support/http_client.h"
 #include "support/redis_server.h"
+#include "support/sidecar_polling.h"
 #include "support/sidecar_process.h"
 
 namespace sidelock::testing {
@@ -226,7 +227,7 @@ void runWorkload(int port) {
       }
     });
   }
-  std::this_thread::sleep_for(milliseconds(400));
+  EXPECT_TRUE(waitForWaiters(other, "obs-hot", 3));
   EXPECT_EQ(other.get(hot).status, 200);  // inspect
   r = holder.post(hot + "/extend", json{{"owner", owner}, {"ttl_ms", 10000}}.dump());
   EXPECT_EQ(r.status, 200) << r.body;
@@ -242,7 +243,17 @@ void runWorkload(int port) {
   r = other.post("/v1/locks/obs-expire/acquire", R"({"ttl_ms":200})");
   ASSERT_EQ(r.status, 200) << r.body;
   const std::string late_owner = ownerOf(r);
-  std::this_thread::sleep_for(milliseconds(700));
+  // Expired in Redis and in the sidecar's own lease table (its expiry timer has fired), so the
+  // release below finds no lease at all: not_held, not lease_lost.
+  EXPECT_TRUE(pollUntil([&] {
+    const json state = json::parse(other.get("/v1/locks/obs-expire").body, nullptr, false);
+    const json listed = json::parse(other.get("/v1/locks").body, nullptr, false);
+    if (!state.is_object() || state.value("held", true) || !listed.is_object()) return false;
+    for (const auto& lease : listed["leases"]) {
+      if (lease["name"] == "obs-expire") return false;
+    }
+    return true;
+  }));
   r = other.post("/v1/locks/obs-expire/release", json{{"owner", late_owner}}.dump());
   EXPECT_EQ(r.status, 404) << r.body;
 

@@ -14,13 +14,13 @@
 #include <vector>
 
 #include "api/lock_api.h"
-#include "common/log.h"
 #include "common/rate_limited_log.h"
 #include "event/fake_scheduler.h"
 #include "http/http_types.h"
 #include "lock/lease_table.h"
 #include "lock_test_backend.h"
 #include "metrics/metrics.h"
+#include "support/log_capture.h"
 
 namespace sidelock::lock {
 namespace {
@@ -294,9 +294,8 @@ TEST_F(LockServiceTest, BudgetEndingDuringTheOutageAnswersTheBackendError) {
 }
 
 TEST_F(LockServiceTest, ReleaseFailuresDuringAnOutageLogOneLinePerWindow) {
-  FILE* captured = tmpfile();
-  ASSERT_NE(captured, nullptr);
-  configureLogging(LogLevel::kInfo, LogFormat::kLogfmt, captured);
+  sidelock::testing::LogCapture log;
+  ASSERT_TRUE(log.ok());
   backend.fail_release = unavailable("redis down");
   for (int i = 0; i < 50; ++i) {
     EXPECT_FALSE(release("x", "o" + std::to_string(i)).isOk());
@@ -304,18 +303,8 @@ TEST_F(LockServiceTest, ReleaseFailuresDuringAnOutageLogOneLinePerWindow) {
   }
   sched.advanceMs(RateLimitedLog::kDefaultWindowMs);
   EXPECT_FALSE(release("x", "late").isOk());
-  configureLogging(LogLevel::kInfo, LogFormat::kLogfmt, stderr);
-  std::string out(4096, '\0');
-  rewind(captured);
-  out.resize(fread(out.data(), 1, out.size(), captured));
-  fclose(captured);
-  size_t lines = 0;
-  for (size_t at = out.find("event=lock.release_failed"); at != std::string::npos;
-       at = out.find("event=lock.release_failed", at + 1)) {
-    ++lines;
-  }
-  EXPECT_EQ(lines, 2u) << out;
-  EXPECT_NE(out.find("suppressed=49"), std::string::npos) << out;
+  EXPECT_EQ(log.count("event=lock.release_failed"), 2) << log.text();
+  EXPECT_EQ(log.count("suppressed=49 "), 1) << log.text();
 }
 
 // --- waiting ---------------------------------------------------------------------------------

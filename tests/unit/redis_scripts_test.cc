@@ -58,6 +58,13 @@ TEST(RedisReplies, Acquire) {
   EXPECT_TRUE(granted->granted);
   EXPECT_EQ(granted->token, 7u);
   EXPECT_EQ(granted->validity_ms, 5000);
+  // A counter seeded from Redis TIME in microseconds: well above 2^32, exact below 2^53.
+  auto seeded =
+      decodeAcquire(array({integer(1), integer(1'795'376'077'464'695), integer(5000)}), "n");
+  ASSERT_TRUE(seeded.isOk());
+  EXPECT_EQ(seeded->token, 1'795'376'077'464'695u);
+  EXPECT_FALSE(decodeAcquire(array({integer(1), integer(0), integer(5000)}), "n").isOk())
+      << "a grant always carries a token";
 
   auto busy = decodeAcquire(array({integer(0), integer(0), integer(1234)}), "n");
   ASSERT_TRUE(busy.isOk());
@@ -75,6 +82,12 @@ TEST(RedisReplies, Acquire) {
 
   auto down = decodeAcquire(StatusOr<RedisValue>(unavailable("down")), "n");
   EXPECT_EQ(down.status().code(), StatusCode::kUnavailable);
+}
+
+TEST(RedisScripts, TokenCounterOutlivesTheLongestLeaseByTheMargin) {
+  EXPECT_EQ(tokenCounterTtlMs(600'000), 600'000 + kTokenCounterMarginMs);
+  EXPECT_EQ(tokenCounterTtlMs(0), kTokenCounterMarginMs);
+  EXPECT_FALSE(tokenSyncScriptText().empty());
 }
 
 TEST(RedisReplies, ReleaseAndExtend) {
