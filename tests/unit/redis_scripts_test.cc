@@ -87,7 +87,7 @@ TEST(RedisReplies, Acquire) {
 TEST(RedisScripts, TokenCounterOutlivesTheLongestLeaseByTheMargin) {
   EXPECT_EQ(tokenCounterTtlMs(600'000), 600'000 + kTokenCounterMarginMs);
   EXPECT_EQ(tokenCounterTtlMs(0), kTokenCounterMarginMs);
-  EXPECT_FALSE(tokenSyncScriptText().empty());
+  EXPECT_FALSE(scriptText(ScriptId::kTokenSync).empty());
 }
 
 TEST(RedisReplies, ReleaseAndExtend) {

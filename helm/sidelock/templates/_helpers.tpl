@@ -120,6 +120,7 @@ replaced by loopback. "" when listen.tcp is empty (the lock API is then on the U
 {{- end -}}
 
 {{- define "sidelock.credentialsDir" -}}/etc/sidelock/redis{{- end -}}
+{{- define "sidelock.tlsDir" -}}/etc/sidelock/tls{{- end -}}
 
 {{/* The config file: values.config with what the chart decides (demo node addresses, password file). */}}
 {{- define "sidelock.config" -}}
@@ -136,6 +137,20 @@ replaced by loopback. "" when listen.tcp is empty (the lock API is then on the U
 {{- end -}}
 {{- if and .Values.redis.existingSecret .Values.redis.mountAsFile -}}
 {{- $_ := set $cfg.backend "password_file" (printf "%s/%s" (include "sidelock.credentialsDir" .) .Values.redis.passwordKey) -}}
+{{- end -}}
+{{- with .Values.redis.tls -}}
+{{- if .existingSecret -}}
+{{- if ne (empty .certKey) (empty .keyKey) -}}
+{{- fail "redis.tls.certKey and redis.tls.keyKey go together (mutual TLS needs both)" -}}
+{{- end -}}
+{{- $dir := include "sidelock.tlsDir" $ -}}
+{{- $_ := set $cfg.backend.tls "enabled" true -}}
+{{- $_ := set $cfg.backend.tls "ca_file" (printf "%s/%s" $dir .caKey) -}}
+{{- if .certKey -}}
+{{- $_ := set $cfg.backend.tls "cert_file" (printf "%s/%s" $dir .certKey) -}}
+{{- $_ := set $cfg.backend.tls "key_file" (printf "%s/%s" $dir .keyKey) -}}
+{{- end -}}
+{{- end -}}
 {{- end -}}
 {{- if and $cfg.listen.unix (not (hasPrefix (printf "%s/" .Values.sidecar.socketDir) $cfg.listen.unix)) -}}
 {{- fail (printf "config.listen.unix (%s) must be inside sidecar.socketDir (%s), the volume shared with the app" $cfg.listen.unix .Values.sidecar.socketDir) -}}
@@ -273,6 +288,11 @@ replaced by loopback. "" when listen.tcp is empty (the lock API is then on the U
       mountPath: {{ include "sidelock.credentialsDir" . }}
       readOnly: true
     {{- end }}
+    {{- if .Values.redis.tls.existingSecret }}
+    - name: sidelock-redis-tls
+      mountPath: {{ include "sidelock.tlsDir" . }}
+      readOnly: true
+    {{- end }}
 {{- end -}}
 
 {{- define "sidelock.containers" -}}
@@ -298,6 +318,12 @@ replaced by loopback. "" when listen.tcp is empty (the lock API is then on the U
 - name: sidelock-redis-credentials
   secret:
     secretName: {{ .Values.redis.existingSecret }}
+    defaultMode: 0440
+{{- end }}
+{{- if .Values.redis.tls.existingSecret }}
+- name: sidelock-redis-tls
+  secret:
+    secretName: {{ .Values.redis.tls.existingSecret }}
     defaultMode: 0440
 {{- end }}
 {{- end -}}

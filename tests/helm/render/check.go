@@ -516,6 +516,13 @@ func (s *suite) checkObjects(name string, docs []obj, vals map[string]interface{
 		if tgp := toInt(spec["terminationGracePeriodSeconds"]); tgp < graceS+sleep+toInt(get(vals, "sidecar", "appShutdownSeconds")) {
 			errs = append(errs, fmt.Sprintf("terminationGracePeriodSeconds %d < app + preStop %d + drain %d", tgp, sleep, graceS))
 		}
+		// TLS material comes from its Secret, mounted where the config points.
+		if secret := str(get(vals, "redis", "tls", "existingSecret")); secret != "" {
+			v := byName(vols, "sidelock-redis-tls")
+			if str(get(v, "secret", "secretName")) != secret || byName(mounts, "sidelock-redis-tls") == nil {
+				errs = append(errs, "TLS secret not mounted")
+			}
+		}
 		// Credentials come from the Secret, never from the ConfigMap.
 		if secret := str(get(vals, "redis", "existingSecret")); secret != "" {
 			if get(vals, "redis", "mountAsFile") == true {
@@ -623,6 +630,9 @@ func (s *suite) checkConfigMap(label string, cm obj, vals map[string]interface{}
 		if k == "backend.nodes" || k == "backend.password_file" {
 			continue
 		}
+		if strings.HasPrefix(k, "backend.tls.") && str(get(vals, "redis", "tls", "existingSecret")) != "" {
+			continue // set by the chart from redis.tls
+		}
 		if !sameValue(v, g) {
 			errs = append(errs, fmt.Sprintf("ConfigMap %s = %v, values say %v", k, g, v))
 		}
@@ -671,6 +681,24 @@ func (s *suite) checkConfigWithBinary(label, text string) {
 		pw := filepath.Join(dir, "password")
 		_ = os.WriteFile(pw, []byte("secret\n"), 0o600)
 		text = re.ReplaceAllString(text, "${1} "+pw)
+	}
+	// Mounted TLS files do not exist here either: point them at a certificate made for the check.
+	tlsRe := regexp.MustCompile(`(?m)^(\s*(?:ca_file|cert_file|key_file):)\s*(/etc/sidelock/tls/\S+)\s*$`)
+	if tlsRe.MatchString(text) {
+		crt, key := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
+		gen := exec.Command("openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
+			"-nodes", "-keyout", key, "-out", crt, "-days", "1", "-subj", "/CN=helmtest")
+		if out, err := gen.CombinedOutput(); err != nil {
+			s.check(label+": sidelock --check-config accepts the ConfigMap", []string{"openssl: " + string(out)})
+			return
+		}
+		text = tlsRe.ReplaceAllStringFunc(text, func(line string) string {
+			m := tlsRe.FindStringSubmatch(line)
+			if strings.Contains(m[1], "key_file") {
+				return m[1] + " " + key
+			}
+			return m[1] + " " + crt
+		})
 	}
 	out, err := run(text)
 	var errs []string
