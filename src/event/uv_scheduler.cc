@@ -23,8 +23,10 @@ UvScheduler::~UvScheduler() { close(); }
 
 void UvScheduler::close() {
   closed_ = true;
-  timers_.clear();
-  deadline_by_id_.clear();
+  slots_.clear();
+  free_slots_.clear();
+  heap_.clear();
+  live_timers_ = 0;
   posted_.clear();
   timer_.close();
   check_.close();
@@ -36,27 +38,84 @@ int64_t UvScheduler::nowUs() const {
   return static_cast<int64_t>(uv_hrtime() / 1000);
 }
 
+namespace {
+
+// Min-heap order on (deadline, seq): std::push_heap/pop_heap build a max-heap, so "less" is later.
+struct Later {
+  template <typename E>
+  bool operator()(const E& a, const E& b) const {
+    return a.deadline_us != b.deadline_us ? a.deadline_us > b.deadline_us : a.seq > b.seq;
+  }
+};
+
+}  // namespace
+
+bool UvScheduler::stale(const HeapEntry& e) const {
+  const Slot& s = slots_[e.slot];
+  return !s.armed || s.generation != e.generation;
+}
+
+void UvScheduler::popHeap() {
+  std::pop_heap(heap_.begin(), heap_.end(), Later{});
+  heap_.pop_back();
+}
+
+void UvScheduler::dropStaleTop() {
+  while (!heap_.empty() && stale(heap_.front())) popHeap();
+}
+
+void UvScheduler::releaseSlot(uint32_t slot) {
+  Slot& s = slots_[slot];
+  s.cb = nullptr;  // captured state goes now, not when the stale entry surfaces
+  s.armed = false;
+  ++s.generation;
+  free_slots_.push_back(slot);
+  --live_timers_;
+}
+
 Scheduler::TimerId UvScheduler::runAfter(int64_t delay_ms, Callback cb) {
-  TimerId id = ++next_id_;
-  int64_t deadline = nowUs() + std::max<int64_t>(0, delay_ms) * 1000;
-  timers_.emplace(std::make_pair(deadline, id), std::move(cb));
-  deadline_by_id_.emplace(id, deadline);
+  uint32_t slot;
+  if (!free_slots_.empty()) {
+    slot = free_slots_.back();
+    free_slots_.pop_back();
+  } else {
+    slot = static_cast<uint32_t>(slots_.size());
+    slots_.emplace_back();
+  }
+  Slot& s = slots_[slot];
+  s.cb = std::move(cb);
+  s.armed = true;
+  ++live_timers_;
+  const int64_t deadline = nowUs() + std::max<int64_t>(0, delay_ms) * 1000;
+  heap_.push_back(HeapEntry{deadline, ++next_seq_, slot, s.generation});
+  std::push_heap(heap_.begin(), heap_.end(), Later{});
   if (armed_for_us_ < 0 || deadline < armed_for_us_) rearm();
-  return id;
+  // Slot + 1, so that 0 stays invalid.
+  return (static_cast<TimerId>(s.generation) << 32) | (static_cast<TimerId>(slot) + 1);
 }
 
 void UvScheduler::cancel(TimerId id) {
-  auto it = deadline_by_id_.find(id);
-  if (it == deadline_by_id_.end()) return;
-  timers_.erase({it->second, id});
-  deadline_by_id_.erase(it);
-  // With nothing left to wait for, the armed uv timer must not keep the loop alive; otherwise
-  // leaving it armed for an earlier deadline is harmless: onTimer re-arms.
-  if (timers_.empty() && timer_) {
-    uv_timer_stop(timer_.get());
-    uv_unref(timer_.raw());
+  const uint64_t low = id & 0xffffffffu;
+  if (low == 0 || low > slots_.size()) return;
+  const auto slot = static_cast<uint32_t>(low - 1);
+  const Slot& s = slots_[slot];
+  if (!s.armed || s.generation != static_cast<uint32_t>(id >> 32)) return;
+  releaseSlot(slot);
+  if (live_timers_ == 0) {
+    // Nothing left to wait for: the armed uv timer must not keep the loop alive.
+    heap_.clear();
+    if (timer_) {
+      uv_timer_stop(timer_.get());
+      uv_unref(timer_.raw());
+    }
     armed_for_us_ = -1;
+  } else if (heap_.size() > 2 * live_timers_ + 64) {
+    // Mostly stale (leases re-arm their timers at every renewal): rebuild from the live entries.
+    std::erase_if(heap_, [this](const HeapEntry& e) { return stale(e); });
+    std::make_heap(heap_.begin(), heap_.end(), Later{});
   }
+  // Leaving the uv timer armed for an earlier, now cancelled deadline is harmless: onTimer
+  // re-arms.
 }
 
 void UvScheduler::post(Callback cb) {
@@ -79,15 +138,16 @@ void UvScheduler::onCheck() {
 
 void UvScheduler::rearm() {
   if (!timer_) return;
-  if (timers_.empty()) {
+  dropStaleTop();
+  if (heap_.empty()) {
     uv_timer_stop(timer_.get());
     armed_for_us_ = -1;
     return;
   }
-  int64_t deadline = timers_.begin()->first.first;
-  int64_t delay_us = deadline - nowUs();
+  const int64_t deadline = heap_.front().deadline_us;
+  const int64_t delay_us = deadline - nowUs();
   // Round up so we never wake before the deadline and spin.
-  uint64_t delay_ms = delay_us <= 0 ? 0 : static_cast<uint64_t>((delay_us + 999) / 1000);
+  const uint64_t delay_ms = delay_us <= 0 ? 0 : static_cast<uint64_t>((delay_us + 999) / 1000);
   armed_for_us_ = deadline;
   uv_ref(timer_.raw());
   uv_timer_start(
@@ -103,18 +163,20 @@ void UvScheduler::onTimer() {
   // Fire everything due now; callbacks scheduled while we run with delay 0 wait for the next turn
   // so a callback that re-posts itself cannot starve I/O.
   const int64_t now = nowUs();
-  const TimerId last_id = next_id_;
-  while (!timers_.empty()) {
-    auto it = timers_.begin();
-    if (it->first.first > now || it->first.second > last_id) break;
-    TimerId id = it->first.second;
-    Callback cb = std::move(it->second);
-    timers_.erase(it);
-    deadline_by_id_.erase(id);
+  const uint64_t last_seq = next_seq_;
+  while (true) {
+    dropStaleTop();
+    if (heap_.empty()) break;
+    const HeapEntry top = heap_.front();
+    if (top.deadline_us > now || top.seq > last_seq) break;
+    popHeap();
+    Callback cb = std::move(slots_[top.slot].cb);
+    releaseSlot(top.slot);
     cb();
     if (!timer_) return;  // closed by the callback
   }
-  if (timers_.empty()) {
+  if (live_timers_ == 0) {
+    heap_.clear();
     uv_timer_stop(timer_.get());
     uv_unref(timer_.raw());
   } else {

@@ -8,7 +8,7 @@
 
 #include <uv.h>
 
-#include <map>
+#include <cstdint>
 #include <utility>
 #include <vector>
 
@@ -30,7 +30,7 @@ class UvScheduler final : public Scheduler {
   /// Drops pending timers and posts and closes the uv handles (call before the loop's final
   /// drain). Callbacks that were due but not yet run are dropped.
   void close();
-  size_t pendingTimers() const { return timers_.size() + posted_.size(); }
+  size_t pendingTimers() const { return live_timers_ + posted_.size(); }
 
  private:
   void rearm();
@@ -44,11 +44,31 @@ class UvScheduler final : public Scheduler {
   std::vector<Callback> posted_;
   std::vector<Callback> running_;  // the generation being run; swapped with posted_ (no churn)
   bool closed_ = false;
-  TimerId next_id_ = 0;
   int64_t armed_for_us_ = -1;
-  // (deadline_us, id) -> callback; id breaks ties so equal deadlines fire in scheduling order.
-  std::map<std::pair<int64_t, TimerId>, Callback> timers_;
-  std::map<TimerId, int64_t> deadline_by_id_;
+  // Timers: callbacks in a slab (a TimerId names a slot and its generation), deadlines in a binary
+  // min-heap. Cancelling frees the slot at once and leaves the heap entry behind as stale, skipped
+  // when it surfaces; the heap is rebuilt when stale entries outnumber live ones. No allocation per
+  // timer (a lease holds two), unlike one map node per deadline and per id.
+  struct Slot {
+    Callback cb;
+    uint32_t generation = 0;
+    bool armed = false;
+  };
+  struct HeapEntry {
+    int64_t deadline_us;
+    uint64_t seq;  // scheduling order: equal deadlines fire in it
+    uint32_t slot;
+    uint32_t generation;
+  };
+  bool stale(const HeapEntry& e) const;
+  void popHeap();
+  void dropStaleTop();
+  void releaseSlot(uint32_t slot);
+  std::vector<Slot> slots_;
+  std::vector<uint32_t> free_slots_;
+  std::vector<HeapEntry> heap_;
+  size_t live_timers_ = 0;
+  uint64_t next_seq_ = 0;
 };
 
 }  // namespace sidelock::event

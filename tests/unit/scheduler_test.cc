@@ -57,6 +57,32 @@ TEST(UvSchedulerTest, RunsTimersAndPostsOnTheLoopThenClosesCleanly) {
   EXPECT_EQ(uv_loop_close(&loop), 0);
 }
 
+// Timer ids name a reused slot plus its generation: a stale id (fired or cancelled) must never
+// cancel the timer that now occupies the same slot. Equal deadlines fire in scheduling order, and
+// a heap full of cancelled entries (leases re-arm at every renewal) still fires the live ones.
+TEST(UvSchedulerTest, StaleIdsNeverCancelNewTimersAndManyCancellationsAreCheap) {
+  uv_loop_t loop;
+  ASSERT_EQ(uv_loop_init(&loop), 0);
+  {
+    UvScheduler s(&loop);
+    std::vector<int> order;
+    auto first = s.runAfter(1000, [&] { order.push_back(-1); });
+    s.cancel(first);
+    auto reused = s.runAfter(2, [&] { order.push_back(1); });  // takes the freed slot
+    s.cancel(first);                                           // stale: must not touch `reused`
+    EXPECT_NE(first, reused);
+    for (int i = 0; i < 5000; ++i) s.cancel(s.runAfter(1000 + i, [&] { order.push_back(-2); }));
+    for (int i = 2; i <= 4; ++i) s.runAfter(3, [&order, i] { order.push_back(i); });
+    EXPECT_EQ(s.pendingTimers(), 4u);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    EXPECT_EQ(order, std::vector<int>({1, 2, 3, 4}));
+    EXPECT_EQ(s.pendingTimers(), 0u);
+    s.cancel(reused);  // fired: ignored
+  }
+  uv_run(&loop, UV_RUN_DEFAULT);
+  EXPECT_EQ(uv_loop_close(&loop), 0);
+}
+
 // A callback that keeps re-posting itself must not starve I/O: each generation of posts runs
 // after a poll phase. A uv_async wake-up (delivered through the poll phase) must get through
 // while the loop is flooded with posts.
