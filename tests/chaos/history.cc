@@ -1,0 +1,180 @@
+#include "chaos/history.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <map>
+#include <sstream>
+
+namespace sidelock::testing::chaos {
+
+int64_t nowUs() {
+  static const auto kStart = std::chrono::steady_clock::now();
+  return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() -
+                                                               kStart)
+      .count();
+}
+
+const char* opName(OpKind kind) {
+  switch (kind) {
+    case OpKind::kAcquire:
+      return "acquire";
+    case OpKind::kRelease:
+      return "release";
+    case OpKind::kRead:
+      return "read";
+    case OpKind::kWrite:
+      return "write";
+  }
+  return "?";
+}
+
+void History::add(Operation op) {
+  std::lock_guard lock(mu_);
+  ops_.push_back(std::move(op));
+}
+
+size_t History::beginFault(std::string what, int process, bool loses_data) {
+  std::lock_guard lock(mu_);
+  const int64_t now = nowUs();
+  faults_.push_back(Fault{std::move(what), process, now, now, loses_data});
+  return faults_.size() - 1;
+}
+
+void History::endFault(size_t index) {
+  std::lock_guard lock(mu_);
+  faults_.at(index).end_us = nowUs();
+}
+
+std::vector<Operation> History::operations() const {
+  std::lock_guard lock(mu_);
+  return ops_;
+}
+
+std::vector<Fault> History::faults() const {
+  std::lock_guard lock(mu_);
+  return faults_;
+}
+
+namespace {
+
+std::string describe(const GrantWindow& w) {
+  std::ostringstream out;
+  out << "sidecar " << w.process << " client " << w.client << " token " << w.token << " ["
+      << w.start_us / 1000 << " ms, " << w.end_us / 1000 << " ms]";
+  return out.str();
+}
+
+bool overlaps(int64_t a_start, int64_t a_end, int64_t b_start, int64_t b_end) {
+  return a_start < b_end && b_start < a_end;
+}
+
+}  // namespace
+
+std::vector<GrantWindow> grantWindows(const History& history) {
+  const auto ops = history.operations();
+  // The release that ends a grant is the next release by the same client on the same lock.
+  std::vector<GrantWindow> windows;
+  for (size_t i = 0; i < ops.size(); ++i) {
+    const Operation& grant = ops[i];
+    if (grant.kind != OpKind::kAcquire || grant.status != 200) continue;
+    GrantWindow w{grant.process, grant.client,      grant.lock,
+                  grant.token,   grant.complete_us, grant.invoke_us + grant.validity_ms * 1000};
+    for (size_t j = 0; j < ops.size(); ++j) {
+      const Operation& r = ops[j];
+      if (r.kind == OpKind::kRelease && r.client == grant.client && r.lock == grant.lock &&
+          r.token == grant.token && r.invoke_us >= grant.complete_us) {
+        w.end_us = std::min(w.end_us, r.invoke_us);
+        break;
+      }
+    }
+    if (w.end_us > w.start_us) windows.push_back(w);
+  }
+  std::sort(windows.begin(), windows.end(),
+            [](const GrantWindow& a, const GrantWindow& b) { return a.start_us < b.start_us; });
+  return windows;
+}
+
+std::vector<std::string> checkMutualExclusion(const History& history) {
+  const auto windows = grantWindows(history);
+  const auto faults = history.faults();
+  auto data_lost_during = [&](const GrantWindow& a, const GrantWindow& b) {
+    for (const Fault& f : faults) {
+      if (f.loses_data && f.start_us <= std::max(a.end_us, b.end_us) &&
+          f.start_us >= std::min(a.start_us, b.start_us)) {
+        return true;
+      }
+    }
+    return false;
+  };
+  std::vector<std::string> violations;
+  for (size_t i = 0; i < windows.size(); ++i) {
+    for (size_t j = i + 1; j < windows.size() && windows[j].start_us < windows[i].end_us; ++j) {
+      const GrantWindow& a = windows[i];
+      const GrantWindow& b = windows[j];
+      if (a.lock != b.lock || !overlaps(a.start_us, a.end_us, b.start_us, b.end_us)) continue;
+      if (data_lost_during(a, b)) continue;
+      violations.push_back("mutual exclusion: lock " + a.lock + " held by " + describe(a) +
+                           " and " + describe(b));
+    }
+  }
+  return violations;
+}
+
+std::vector<std::string> checkTokenOrder(const History& history) {
+  std::map<std::string, GrantWindow> last_by_lock;
+  std::vector<std::string> violations;
+  for (const GrantWindow& w : grantWindows(history)) {
+    auto it = last_by_lock.find(w.lock);
+    if (it != last_by_lock.end() && w.token <= it->second.token) {
+      violations.push_back("fencing: lock " + w.lock + " granted " + describe(w) + " after " +
+                           describe(it->second));
+    }
+    last_by_lock[w.lock] = w;
+  }
+  return violations;
+}
+
+std::vector<std::string> checkLiveness(const History& history, int64_t slack_ms) {
+  const auto faults = history.faults();
+  std::vector<std::string> violations;
+  for (const Operation& op : history.operations()) {
+    const int64_t bound_us = (op.deadline_ms + slack_ms) * 1000;
+    if (op.complete_us - op.invoke_us <= bound_us) continue;
+    const bool excused = std::any_of(faults.begin(), faults.end(), [&](const Fault& f) {
+      return f.process == op.process &&
+             overlaps(f.start_us, f.end_us + 1, op.invoke_us, op.complete_us);
+    });
+    if (excused) continue;
+    std::ostringstream out;
+    out << "liveness: " << opName(op.kind) << " " << op.lock << " by sidecar " << op.process
+        << " client " << op.client << " took " << (op.complete_us - op.invoke_us) / 1000
+        << " ms, bound " << bound_us / 1000 << " ms (status " << op.status << ")";
+    violations.push_back(out.str());
+  }
+  return violations;
+}
+
+Figures report(const std::string& scenario, const History& history,
+               const std::vector<std::string>& violations) {
+  Figures figures;
+  const auto ops = history.operations();
+  figures.operations = ops.size();
+  figures.grants = static_cast<size_t>(std::count_if(ops.begin(), ops.end(), [](const auto& op) {
+    return op.kind == OpKind::kAcquire && op.status == 200;
+  }));
+  const auto faults = history.faults();
+  figures.faults = faults.size();
+  figures.violations = violations.size();
+  std::printf("[chaos] %s: operations=%zu grants=%zu faults=%zu violations=%zu\n", scenario.c_str(),
+              figures.operations, figures.grants, figures.faults, figures.violations);
+  for (const Fault& f : faults) {
+    std::printf("[chaos]   fault: %s (%lld..%lld ms)\n", f.what.c_str(),
+                static_cast<long long>(f.start_us / 1000), static_cast<long long>(f.end_us / 1000));
+  }
+  for (const std::string& v : violations) std::printf("[chaos]   VIOLATION %s\n", v.c_str());
+  std::fflush(stdout);
+  return figures;
+}
+
+}  // namespace sidelock::testing::chaos
