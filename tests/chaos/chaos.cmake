@@ -3,6 +3,7 @@
 find_package(Threads REQUIRED)
 add_library(sidelock_chaos STATIC
   ${CMAKE_CURRENT_LIST_DIR}/cluster.cc
+  ${CMAKE_CURRENT_LIST_DIR}/fault_proxy.cc
   ${CMAKE_CURRENT_LIST_DIR}/fenced_register.cc
   ${CMAKE_CURRENT_LIST_DIR}/history.cc
   ${CMAKE_CURRENT_LIST_DIR}/metrics_watch.cc

@@ -48,7 +48,12 @@ Cluster::Cluster(ClusterOptions options) : options_(std::move(options)) {
   for (int i = 0; i < options_.backend_nodes; ++i) {
     nodes_.push_back(std::make_unique<RedisServer>(
         RedisServer::Options{options_.persistence, options_.redis_args}));
-    addresses.push_back(nodes_.back()->address());
+    if (options_.proxied) {
+      proxies_.push_back(std::make_unique<FaultProxy>(nodes_.back()->port()));
+      addresses.push_back("127.0.0.1:" + std::to_string(proxies_.back()->port()));
+    } else {
+      addresses.push_back(nodes_.back()->address());
+    }
   }
   const std::string yaml = sidecarYaml(options_, addresses);
   for (int i = 0; i < options_.sidecars; ++i) {

@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "chaos/fault_proxy.h"
 #include "chaos/history.h"
 #include "chaos/metrics_watch.h"
 #include "chaos/workload.h"
@@ -40,6 +41,7 @@ struct ClusterOptions {
   bool persistence = false;
   std::vector<std::string> redis_args;
   bool delayed_restart = false;   // Redlock
+  bool proxied = false;           // sidecars reach each node through a FaultProxy
   std::string extra_locks_yaml;   // more keys under `locks:` (each line indented by 2)
   std::string extra_listen_yaml;  // more keys under `listen:`
 };
@@ -53,6 +55,8 @@ class Cluster {
   SidecarProcess& sidecar(int i) { return *sidecars_.at(static_cast<size_t>(i)); }
   int sidecarCount() const { return static_cast<int>(sidecars_.size()); }
   RedisServer& resource() { return resource_; }
+  /// The proxy in front of node i (ClusterOptions::proxied).
+  FaultProxy& proxy(int i) { return *proxies_.at(static_cast<size_t>(i)); }
   std::vector<int> sidecarPorts() const;
 
   /// Workload options for these sidecars and this resource, with the standard timings.
@@ -74,6 +78,7 @@ class Cluster {
  private:
   ClusterOptions options_;
   std::vector<std::unique_ptr<RedisServer>> nodes_;
+  std::vector<std::unique_ptr<FaultProxy>> proxies_;
   RedisServer resource_;
   std::vector<std::unique_ptr<SidecarProcess>> sidecars_;
 };

@@ -120,6 +120,45 @@ TEST(ChaosRedisFaults, RedisDownStoppedAndSlow) {
   EXPECT_TRUE(cluster.verdict("Redis down, stopped and slow", history, metrics, locks).empty());
 }
 
+TEST(ChaosRedisFaults, RedisLinkDelayedLossyBlackholedRepliesLostAndReset) {
+  ClusterOptions options;
+  options.proxied = true;
+  Cluster cluster(options);
+  History history;
+  MetricsWatch metrics(cluster.sidecarPorts());
+  const std::vector<std::string> locks = {"network"};
+  Workload workload(history, cluster.workload(locks, 4));
+  ASSERT_TRUE(workload.waitForMoreGrants(10, kProgressTimeoutMs));
+  FaultProxy& link = cluster.proxy(0);
+  const int64_t outage_ms = 3 * Timings::kCommandTimeoutMs;
+  auto degrade = [&](const std::string& what, FaultProxy::Mode mode, int64_t delay_ms, double loss,
+                     int64_t duration_ms) {
+    inject(history, workload, what, [&] {
+      link.setMode(mode, delay_ms, loss);
+      sleepMs(duration_ms);
+      link.setMode(FaultProxy::Mode::kPass);
+    });
+  };
+  degrade("link to Redis: every chunk delayed 50 ms, for 1 s", FaultProxy::Mode::kDelay, 50, 0,
+          1000);
+  // TCP does not lose bytes, it retransmits them: a lost segment shows up as a delay of about
+  // one retransmission timeout (200 ms on Linux).
+  degrade("link to Redis: 20 % of chunks lost (200 ms retransmission), for 2 s",
+          FaultProxy::Mode::kLossy, 200, 0.2, 2000);
+  degrade("link to Redis blackholed for " + std::to_string(outage_ms) + " ms",
+          FaultProxy::Mode::kBlackhole, 0, 0, outage_ms);
+  degrade("link to Redis: replies lost after the commands ran, for " + std::to_string(outage_ms) +
+              " ms",
+          FaultProxy::Mode::kDropReplies, 0, 0, outage_ms);
+  inject(history, workload, "link to Redis reset (RST on every connection)",
+         [&] { link.resetAll(); });
+  workload.stop();
+  EXPECT_TRUE(cluster
+                  .verdict("Redis link delayed, lossy, blackholed, replies lost, reset", history,
+                           metrics, locks)
+                  .empty());
+}
+
 /// Grants that were asked for and answered entirely inside [from_us, to_us].
 int64_t grantsWithin(const History& history, int64_t from_us, int64_t to_us) {
   const auto ops = history.operations();
