@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 
@@ -42,6 +43,11 @@ std::string sidecarYaml(const ClusterOptions& options, const std::vector<std::st
 }
 
 }  // namespace
+
+int chaosRounds() {
+  const char* long_run = getenv("SIDELOCK_CHAOS_LONG");
+  return long_run != nullptr && std::string(long_run) == "1" ? 5 : 1;
+}
 
 Cluster::Cluster(ClusterOptions options) : options_(std::move(options)) {
   std::vector<std::string> addresses;
@@ -123,6 +129,20 @@ std::vector<std::string> Cluster::verdict(const std::string& scenario, History& 
   add(checkLeasesGone(locks, quiesce_ms));
   report(scenario, history, violations);
   return violations;
+}
+
+Scenario::Scenario(ClusterOptions options, std::vector<std::string> workload_locks, int clients)
+    : cluster(std::move(options)),
+      metrics(cluster.sidecarPorts()),
+      locks(std::move(workload_locks)),
+      workload(history, cluster.workload(locks, clients)) {}
+
+std::vector<std::string> Scenario::verdict(const std::string& name,
+                                           const std::vector<std::string>& more_locks) {
+  workload.stop();
+  std::vector<std::string> all = locks;
+  all.insert(all.end(), more_locks.begin(), more_locks.end());
+  return cluster.verdict(name, history, metrics, all);
 }
 
 HolderProcess::HolderProcess(History& history, int port, int process, int client,

@@ -35,6 +35,9 @@ struct Timings {
   static constexpr int64_t kLivenessSlackMs = 2 * (kConnectTimeoutMs + kCommandTimeoutMs) + 1000;
 };
 
+/// How many times the scenarios repeat their faults: 1, or 5 with SIDELOCK_CHAOS_LONG=1.
+int chaosRounds();
+
 struct ClusterOptions {
   int sidecars = 2;
   int backend_nodes = 1;  // 1: backend.type redis; an odd N >= 3: redlock
@@ -81,6 +84,22 @@ class Cluster {
   std::vector<std::unique_ptr<FaultProxy>> proxies_;
   RedisServer resource_;
   std::vector<std::unique_ptr<SidecarProcess>> sidecars_;
+};
+
+/// What most scenarios start from: a cluster, its log, a metrics watch and a fenced workload of
+/// `clients` clients on `locks`.
+struct Scenario {
+  Scenario(ClusterOptions options, std::vector<std::string> locks, int clients = 4);
+  /// Stops the workload and judges the run (Cluster::verdict) over the workload's locks and
+  /// `more_locks` the scenario used itself.
+  std::vector<std::string> verdict(const std::string& name,
+                                   const std::vector<std::string>& more_locks = {});
+
+  Cluster cluster;
+  History history;
+  MetricsWatch metrics;
+  std::vector<std::string> locks;
+  Workload workload;
 };
 
 /// A lock holder in a process of its own, so that it can be killed -9 like a crashed

@@ -22,30 +22,23 @@ constexpr int64_t kProgressTimeoutMs = 4 * Timings::kWaitMs;
 
 /// Runs `fault` as one logged fault, then expects the workload to make progress again.
 template <typename Fault>
-void inject(History& history, Workload& workload, const std::string& what, Fault fault,
-            bool loses_data = false) {
-  const size_t index = history.beginFault(what, -1, loses_data);
+void inject(Scenario& s, const std::string& what, Fault fault, bool loses_data = false) {
+  const size_t index = s.history.beginFault(what, -1, loses_data);
   fault();
-  history.endFault(index);
-  EXPECT_TRUE(workload.waitForMoreGrants(3, kProgressTimeoutMs)) << "no progress after " << what;
+  s.history.endFault(index);
+  EXPECT_TRUE(s.workload.waitForMoreGrants(3, kProgressTimeoutMs)) << "no progress after " << what;
 }
 
 void sleepMs(int64_t ms) { std::this_thread::sleep_for(std::chrono::milliseconds(ms)); }
 
 TEST(ChaosRedisFaults, RedisKilledAndRestartedEmptyTokensNeverDecrease) {
-  Cluster cluster({});
-  History history;
-  MetricsWatch metrics(cluster.sidecarPorts());
-  const std::vector<std::string> locks = {"empty"};
-  Workload workload(history, cluster.workload(locks, 4));
-  ASSERT_TRUE(workload.waitForMoreGrants(10, kProgressTimeoutMs));
+  Scenario s({}, {"empty"});
+  ASSERT_TRUE(s.workload.waitForMoreGrants(10, kProgressTimeoutMs));
   inject(
-      history, workload, "kill -9 of Redis, restarted without its data",
-      [&] { cluster.node(0).restart(); }, /*loses_data=*/true);
-  EXPECT_TRUE(workload.waitForMoreGrants(10, kProgressTimeoutMs));
-  workload.stop();
-  const auto violations =
-      cluster.verdict("Redis kill -9 and restart empty", history, metrics, locks);
+      s, "kill -9 of Redis, restarted without its data", [&] { s.cluster.node(0).restart(); },
+      /*loses_data=*/true);
+  EXPECT_TRUE(s.workload.waitForMoreGrants(10, kProgressTimeoutMs));
+  const auto violations = s.verdict("Redis kill -9 and restart empty");
   const bool tokens_went_back = std::any_of(violations.begin(), violations.end(),
                                             [](auto& v) { return v.starts_with("fencing:"); });
   if (tokens_went_back) {
@@ -59,18 +52,14 @@ TEST(ChaosRedisFaults, RedisKilledAndRestartedEmptyTokensNeverDecrease) {
 TEST(ChaosRedisFaults, LeaseSurvivesRestartWithAppendfsyncAlways) {
   ClusterOptions options;
   options.persistence = true;
-  Cluster cluster(options);
-  History history;
-  MetricsWatch metrics(cluster.sidecarPorts());
-  const std::vector<std::string> locks = {"durable-work", "durable"};
-  Workload workload(history, cluster.workload({"durable-work"}, 4));
-  ASSERT_TRUE(workload.waitForMoreGrants(10, kProgressTimeoutMs));
-  HttpClient http = HttpClient::tcp(cluster.sidecar(0).port());
+  Scenario s(options, {"durable-work"});
+  ASSERT_TRUE(s.workload.waitForMoreGrants(10, kProgressTimeoutMs));
+  HttpClient http = HttpClient::tcp(s.cluster.sidecar(0).port());
   auto r = http.post("/v1/locks/durable/acquire", json{{"ttl_ms", Timings::kMaxTtlMs}}.dump());
   ASSERT_EQ(r.status, 200) << r.body;
   const json grant = json::parse(r.body);
-  inject(history, workload, "kill -9 of Redis (appendfsync always), restarted",
-         [&] { cluster.node(0).restart(); });
+  inject(s, "kill -9 of Redis (appendfsync always), restarted",
+         [&] { s.cluster.node(0).restart(); });
   const json seen = json::parse(http.get("/v1/locks/durable").body);
   EXPECT_TRUE(seen.value("held", false)) << "the lease did not survive the restart";
   EXPECT_EQ(seen.value("token", uint64_t{0}), grant["token"].get<uint64_t>());
@@ -80,83 +69,70 @@ TEST(ChaosRedisFaults, LeaseSurvivesRestartWithAppendfsyncAlways) {
             200);
   EXPECT_EQ(http.post("/v1/locks/durable/release", json{{"owner", grant["owner"]}}.dump()).status,
             200);
-  workload.stop();
-  EXPECT_TRUE(
-      cluster.verdict("Redis appendfsync always, kill -9 and restart", history, metrics, locks)
-          .empty());
+  EXPECT_TRUE(s.verdict("Redis appendfsync always, kill -9 and restart", {"durable"}).empty());
 }
 
 TEST(ChaosRedisFaults, RedisDownStoppedAndSlow) {
   ClusterOptions options;
   options.persistence = true;  // "down" must not mean "lost its data" here
   options.redis_args = {"--enable-debug-command", "local"};
-  Cluster cluster(options);
-  History history;
-  MetricsWatch metrics(cluster.sidecarPorts());
-  const std::vector<std::string> locks = {"slow"};
-  Workload workload(history, cluster.workload(locks, 4));
-  ASSERT_TRUE(workload.waitForMoreGrants(10, kProgressTimeoutMs));
-  RedisServer& redis = cluster.node(0);
+  Scenario s(options, {"slow"});
+  ASSERT_TRUE(s.workload.waitForMoreGrants(10, kProgressTimeoutMs));
+  RedisServer& redis = s.cluster.node(0);
   // Each outage lasts longer than the command timeout, so requests do fail meanwhile.
   const int64_t outage_ms = 3 * Timings::kCommandTimeoutMs;
-  inject(history, workload, "CLIENT PAUSE " + std::to_string(outage_ms) + " WRITE", [&] {
-    RedisLink(redis.port()).text({"CLIENT", "PAUSE", std::to_string(outage_ms), "WRITE"});
-    sleepMs(outage_ms);
-  });
-  inject(history, workload, "DEBUG SLEEP " + std::to_string(outage_ms) + " ms", [&] {
-    RedisLink(redis.port()).text({"DEBUG", "SLEEP", std::to_string(outage_ms / 1000.0)});
-  });
-  inject(history, workload, "SIGSTOP of Redis for " + std::to_string(outage_ms) + " ms", [&] {
-    redis.pause();
-    sleepMs(outage_ms);
-    redis.resume();
-  });
-  inject(history, workload, "kill -9 of Redis, down " + std::to_string(outage_ms) + " ms", [&] {
-    redis.kill();
-    sleepMs(outage_ms);
-    redis.restart();
-  });
-  workload.stop();
-  EXPECT_TRUE(cluster.verdict("Redis down, stopped and slow", history, metrics, locks).empty());
+  for (int round = 0; round < chaosRounds(); ++round) {
+    inject(s, "CLIENT PAUSE " + std::to_string(outage_ms) + " WRITE", [&] {
+      RedisLink(redis.port()).text({"CLIENT", "PAUSE", std::to_string(outage_ms), "WRITE"});
+      sleepMs(outage_ms);
+    });
+    inject(s, "DEBUG SLEEP " + std::to_string(outage_ms) + " ms", [&] {
+      RedisLink(redis.port()).text({"DEBUG", "SLEEP", std::to_string(outage_ms / 1000.0)});
+    });
+    inject(s, "SIGSTOP of Redis for " + std::to_string(outage_ms) + " ms", [&] {
+      redis.pause();
+      sleepMs(outage_ms);
+      redis.resume();
+    });
+    inject(s, "kill -9 of Redis, down " + std::to_string(outage_ms) + " ms", [&] {
+      redis.kill();
+      sleepMs(outage_ms);
+      redis.restart();
+    });
+  }
+  EXPECT_TRUE(s.verdict("Redis down, stopped and slow").empty());
 }
 
 TEST(ChaosRedisFaults, RedisLinkDelayedLossyBlackholedRepliesLostAndReset) {
   ClusterOptions options;
   options.proxied = true;
-  Cluster cluster(options);
-  History history;
-  MetricsWatch metrics(cluster.sidecarPorts());
-  const std::vector<std::string> locks = {"network"};
-  Workload workload(history, cluster.workload(locks, 4));
-  ASSERT_TRUE(workload.waitForMoreGrants(10, kProgressTimeoutMs));
-  FaultProxy& link = cluster.proxy(0);
+  Scenario s(options, {"network"});
+  ASSERT_TRUE(s.workload.waitForMoreGrants(10, kProgressTimeoutMs));
+  FaultProxy& link = s.cluster.proxy(0);
   const int64_t outage_ms = 3 * Timings::kCommandTimeoutMs;
   auto degrade = [&](const std::string& what, FaultProxy::Mode mode, int64_t delay_ms, double loss,
                      int64_t duration_ms) {
-    inject(history, workload, what, [&] {
+    inject(s, what, [&] {
       link.setMode(mode, delay_ms, loss);
       sleepMs(duration_ms);
       link.setMode(FaultProxy::Mode::kPass);
     });
   };
-  degrade("link to Redis: every chunk delayed 50 ms, for 1 s", FaultProxy::Mode::kDelay, 50, 0,
-          1000);
-  // TCP does not lose bytes, it retransmits them: a lost segment shows up as a delay of about
-  // one retransmission timeout (200 ms on Linux).
-  degrade("link to Redis: 20 % of chunks lost (200 ms retransmission), for 2 s",
-          FaultProxy::Mode::kLossy, 200, 0.2, 2000);
-  degrade("link to Redis blackholed for " + std::to_string(outage_ms) + " ms",
-          FaultProxy::Mode::kBlackhole, 0, 0, outage_ms);
-  degrade("link to Redis: replies lost after the commands ran, for " + std::to_string(outage_ms) +
-              " ms",
-          FaultProxy::Mode::kDropReplies, 0, 0, outage_ms);
-  inject(history, workload, "link to Redis reset (RST on every connection)",
-         [&] { link.resetAll(); });
-  workload.stop();
-  EXPECT_TRUE(cluster
-                  .verdict("Redis link delayed, lossy, blackholed, replies lost, reset", history,
-                           metrics, locks)
-                  .empty());
+  for (int round = 0; round < chaosRounds(); ++round) {
+    degrade("link to Redis: every chunk delayed 50 ms, for 1 s", FaultProxy::Mode::kDelay, 50, 0,
+            1000);
+    // TCP does not lose bytes, it retransmits them: a lost segment shows up as a delay of about
+    // one retransmission timeout (200 ms on Linux).
+    degrade("link to Redis: 20 % of chunks lost (200 ms retransmission), for 2 s",
+            FaultProxy::Mode::kLossy, 200, 0.2, 2000);
+    degrade("link to Redis blackholed for " + std::to_string(outage_ms) + " ms",
+            FaultProxy::Mode::kBlackhole, 0, 0, outage_ms);
+    degrade("link to Redis: replies lost after the commands ran, for " + std::to_string(outage_ms) +
+                " ms",
+            FaultProxy::Mode::kDropReplies, 0, 0, outage_ms);
+    inject(s, "link to Redis reset (RST on every connection)", [&] { link.resetAll(); });
+  }
+  EXPECT_TRUE(s.verdict("Redis link delayed, lossy, blackholed, replies lost, reset").empty());
 }
 
 /// Grants that were asked for and answered entirely inside [from_us, to_us].
@@ -173,46 +149,41 @@ TEST(ChaosRedisFaults, RedlockMinorityMajoritySlowAndRestartedEmptyNodes) {
   ClusterOptions options;
   options.backend_nodes = 5;
   options.delayed_restart = true;
-  Cluster cluster(options);
-  History history;
-  MetricsWatch metrics(cluster.sidecarPorts());
-  const std::vector<std::string> locks = {"redlock"};
-  Workload workload(history, cluster.workload(locks, 4));
-  ASSERT_TRUE(workload.waitForMoreGrants(10, kProgressTimeoutMs));
+  Scenario s(options, {"redlock"});
+  ASSERT_TRUE(s.workload.waitForMoreGrants(10, kProgressTimeoutMs));
   const int64_t outage_ms = 3 * Timings::kTtlMs;
 
-  inject(history, workload, "Redlock: one slow node (SIGSTOP of node 4)", [&] {
-    cluster.node(4).pause();
-    EXPECT_TRUE(workload.waitForMoreGrants(3, kProgressTimeoutMs)) << "one slow node of five";
-    cluster.node(4).resume();
-  });
+  for (int round = 0; round < chaosRounds(); ++round) {
+    inject(s, "Redlock: one slow node (SIGSTOP of node 4)", [&] {
+      s.cluster.node(4).pause();
+      EXPECT_TRUE(s.workload.waitForMoreGrants(3, kProgressTimeoutMs)) << "one slow node of five";
+      s.cluster.node(4).resume();
+    });
 
-  const int64_t majority_down_us = nowUs();
-  inject(history, workload, "Redlock: majority down (SIGSTOP of nodes 2, 3, 4)", [&] {
-    for (int i : {2, 3, 4}) cluster.node(i).pause();
-    sleepMs(outage_ms);
-    for (int i : {2, 3, 4}) cluster.node(i).resume();
-  });
-  // Requests that started after the majority stopped answering, and ended before it came back,
-  // can not have been granted.
-  EXPECT_EQ(grantsWithin(history, majority_down_us + Timings::kNodeTimeoutMs * 1000,
-                         majority_down_us + outage_ms * 1000),
-            0);
+    const int64_t majority_down_us = nowUs();
+    inject(s, "Redlock: majority down (SIGSTOP of nodes 2, 3, 4)", [&] {
+      for (int i : {2, 3, 4}) s.cluster.node(i).pause();
+      sleepMs(outage_ms);
+      for (int i : {2, 3, 4}) s.cluster.node(i).resume();
+    });
+    // Requests that started after the majority stopped answering, and ended before it came back,
+    // can not have been granted.
+    EXPECT_EQ(grantsWithin(s.history, majority_down_us + Timings::kNodeTimeoutMs * 1000,
+                           majority_down_us + outage_ms * 1000),
+              0);
 
-  inject(history, workload, "Redlock: minority down (kill -9 of nodes 0, 1)", [&] {
-    cluster.node(0).kill();
-    cluster.node(1).kill();
-    EXPECT_TRUE(workload.waitForMoreGrants(3, kProgressTimeoutMs)) << "two of five down";
-  });
-  inject(history, workload, "Redlock: nodes 0, 1 restarted empty (quarantined)", [&] {
-    cluster.node(0).restart();
-    cluster.node(1).restart();
-  });
-  workload.stop();
-  EXPECT_TRUE(cluster
-                  .verdict("Redlock minority down, majority down, slow node, restarted empty",
-                           history, metrics, locks)
-                  .empty());
+    inject(s, "Redlock: minority down (kill -9 of nodes 0, 1)", [&] {
+      s.cluster.node(0).kill();
+      s.cluster.node(1).kill();
+      EXPECT_TRUE(s.workload.waitForMoreGrants(3, kProgressTimeoutMs)) << "two of five down";
+    });
+    inject(s, "Redlock: nodes 0, 1 restarted empty (quarantined)", [&] {
+      s.cluster.node(0).restart();
+      s.cluster.node(1).restart();
+    });
+  }
+  EXPECT_TRUE(
+      s.verdict("Redlock minority down, majority down, slow node, restarted empty").empty());
 }
 
 }  // namespace

@@ -66,54 +66,51 @@ TEST(ChaosSidecarFaults, HolderCrashWithQueuedWaiters) {
 }
 
 TEST(ChaosSidecarFaults, SidecarKilledAndRestarted) {
-  Cluster cluster({});
-  History history;
-  MetricsWatch metrics(cluster.sidecarPorts());
-  const std::vector<std::string> locks = {"restart"};
-  Workload workload(history, cluster.workload(locks, 4));
-  ASSERT_TRUE(workload.waitForMoreGrants(10, kProgressTimeoutMs));
-  for (int round = 0; round < 2; ++round) {
-    const int victim = round;  // each sidecar once
+  Scenario s({}, {"restart"});
+  ASSERT_TRUE(s.workload.waitForMoreGrants(10, kProgressTimeoutMs));
+  for (int round = 0; round < 2 * chaosRounds(); ++round) {
+    const int victim = round % 2;  // each sidecar in turn
     const int survivor = 1 - victim;
-    const size_t fault =
-        history.beginFault("kill -9 of sidecar " + std::to_string(victim) + ", restarted", victim);
-    metrics.forget(victim);
-    cluster.sidecar(victim).kill();
+    const size_t fault = s.history.beginFault(
+        "kill -9 of sidecar " + std::to_string(victim) + ", restarted", victim);
+    s.metrics.forget(victim);
+    s.cluster.sidecar(victim).kill();
     const int64_t killed_us = nowUs();
     // The survivor's clients go on, at the latest once the dead sidecar's leases expire.
     EXPECT_TRUE(pollUntil(Timings::kTtlMs + Timings::kWaitMs + Timings::kLivenessSlackMs,
-                          [&] { return grantsOf(history, survivor, killed_us) >= 3; }));
-    metrics.forget(victim);
-    cluster.sidecar(victim).restart();
-    history.endFault(fault);
+                          [&] { return grantsOf(s.history, survivor, killed_us) >= 3; }));
+    s.metrics.forget(victim);
+    s.cluster.sidecar(victim).restart();
+    s.history.endFault(fault);
     const int64_t restarted_us = nowUs();
     EXPECT_TRUE(pollUntil(kProgressTimeoutMs, [&] {
-      return grantsOf(history, victim, restarted_us) >= 3;
+      return grantsOf(s.history, victim, restarted_us) >= 3;
     })) << "the restarted sidecar's clients got no lock";
   }
-  workload.stop();
-  EXPECT_TRUE(cluster.verdict("sidecar kill -9 and restart", history, metrics, locks).empty());
+  EXPECT_TRUE(s.verdict("sidecar kill -9 and restart").empty());
 }
 
 TEST(ChaosSidecarFaults, SidecarStoppedForThreeTtls) {
-  Cluster cluster({});
-  History history;
-  MetricsWatch metrics(cluster.sidecarPorts());
-  const std::vector<std::string> locks = {"stopped"};
-  Workload workload(history, cluster.workload(locks, 4));
-  ASSERT_TRUE(workload.waitForMoreGrants(10, kProgressTimeoutMs));
-  const size_t fault = history.beginFault("SIGSTOP of sidecar 0 for 3 x TTL", 0);
-  const int64_t stopped_us = nowUs();
-  cluster.sidecar(0).pause();
-  // The fault lasts a fixed 3 x TTL; meanwhile sidecar 1 grants once sidecar 0's leases expire.
-  std::this_thread::sleep_for(std::chrono::milliseconds(3 * Timings::kTtlMs));
-  EXPECT_GE(grantsOf(history, 1, stopped_us), 1) << "sidecar 1 made no progress";
-  cluster.sidecar(0).resume();
-  history.endFault(fault);
-  const int64_t resumed_us = nowUs();
-  EXPECT_TRUE(pollUntil(kProgressTimeoutMs, [&] { return grantsOf(history, 0, resumed_us) >= 3; }));
-  workload.stop();
-  EXPECT_TRUE(cluster.verdict("sidecar SIGSTOP for 3 x TTL", history, metrics, locks).empty());
+  Scenario s({}, {"stopped"});
+  ASSERT_TRUE(s.workload.waitForMoreGrants(10, kProgressTimeoutMs));
+  for (int round = 0; round < chaosRounds(); ++round) {
+    const int victim = round % 2;
+    const int survivor = 1 - victim;
+    const size_t fault = s.history.beginFault(
+        "SIGSTOP of sidecar " + std::to_string(victim) + " for 3 x TTL", victim);
+    const int64_t stopped_us = nowUs();
+    s.cluster.sidecar(victim).pause();
+    // The fault lasts a fixed 3 x TTL; meanwhile the other sidecar grants once the stopped
+    // one's leases expired.
+    std::this_thread::sleep_for(std::chrono::milliseconds(3 * Timings::kTtlMs));
+    EXPECT_GE(grantsOf(s.history, survivor, stopped_us), 1) << "the other sidecar made no progress";
+    s.cluster.sidecar(victim).resume();
+    s.history.endFault(fault);
+    const int64_t resumed_us = nowUs();
+    EXPECT_TRUE(pollUntil(kProgressTimeoutMs,
+                          [&] { return grantsOf(s.history, victim, resumed_us) >= 3; }));
+  }
+  EXPECT_TRUE(s.verdict("sidecar SIGSTOP for 3 x TTL").empty());
 }
 
 TEST(ChaosSidecarFaults, ClientPausedInsideItsCriticalSection) {
@@ -124,7 +121,7 @@ TEST(ChaosSidecarFaults, ClientPausedInsideItsCriticalSection) {
     const std::vector<std::string> locks = {"paused"};
     Workload workload(history, cluster.workload(locks, 4));
     ASSERT_TRUE(workload.waitForMoreGrants(5, kProgressTimeoutMs));
-    for (int i = 0; i < 2; ++i) {
+    for (int i = 0; i < 2 * chaosRounds(); ++i) {
       auto late =
           workload.pauseOneClientInCriticalSection(kProgressTimeoutMs + 20 * Timings::kTtlMs);
       ASSERT_TRUE(late.has_value()) << "no client paused";
@@ -162,14 +159,12 @@ HttpClient sendAcquire(int port, const std::string& lock, const json& body) {
 }
 
 TEST(ChaosSidecarFaults, DisconnectAndCancelStormsLeaveNoRenewals) {
-  Cluster cluster({});
-  History history;
-  MetricsWatch metrics(cluster.sidecarPorts());
-  std::vector<std::string> locks = {"storm-work", "storm"};
+  Scenario s({}, {"storm-work"});
+  Cluster& cluster = s.cluster;
+  std::vector<std::string> storm_locks = {"storm"};
   constexpr int kQueuedPerSidecar = 100;
   constexpr int kStreams = 50;
-  for (int i = 0; i < kStreams; ++i) locks.push_back("storm-stream-" + std::to_string(i));
-  Workload workload(history, cluster.workload({"storm-work"}, 4));
+  for (int i = 0; i < kStreams; ++i) storm_locks.push_back("storm-stream-" + std::to_string(i));
   const json queued_body = {
       {"ttl_ms", Timings::kTtlMs}, {"wait_ms", 5 * Timings::kWaitMs}, {"auto_renew", true}};
 
@@ -179,7 +174,7 @@ TEST(ChaosSidecarFaults, DisconnectAndCancelStormsLeaveNoRenewals) {
         holder.post("/v1/locks/storm/acquire", json{{"ttl_ms", Timings::kMaxTtlMs}}.dump());
     ASSERT_EQ(grant.status, 200) << grant.body;
     const std::string owner = json::parse(grant.body)["owner"];
-    const size_t fault = history.beginFault(
+    const size_t fault = s.history.beginFault(
         std::string("disconnect storm: ") + std::to_string(2 * kQueuedPerSidecar) +
         " queued auto_renew acquires dropped " +
         (cancel_at_release ? "as the holder releases" : "while queued"));
@@ -208,12 +203,12 @@ TEST(ChaosSidecarFaults, DisconnectAndCancelStormsLeaveNoRenewals) {
       })) << "waiters that hung up are still queued";
       EXPECT_EQ(holder.post("/v1/locks/storm/release", json{{"owner", owner}}.dump()).status, 200);
     }
-    history.endFault(fault);
+    s.history.endFault(fault);
   }
 
   // Stream holds dropped right after their grant: each must be released, none renewed on.
-  const size_t fault = history.beginFault(std::to_string(kStreams) +
-                                          " stream holds dropped right after their grant");
+  const size_t fault = s.history.beginFault(std::to_string(kStreams) +
+                                            " stream holds dropped right after their grant");
   for (int i = 0; i < kStreams; ++i) {
     HttpClient c = sendAcquire(cluster.sidecar(i % 2).port(), "storm-stream-" + std::to_string(i),
                                {{"ttl_ms", Timings::kTtlMs}, {"hold", "stream"}});
@@ -221,10 +216,9 @@ TEST(ChaosSidecarFaults, DisconnectAndCancelStormsLeaveNoRenewals) {
       ASSERT_TRUE(c.readStreamHead().has_value());
     }
   }
-  history.endFault(fault);
-  EXPECT_TRUE(workload.waitForMoreGrants(5, kProgressTimeoutMs));
-  workload.stop();
-  const auto violations = cluster.verdict("disconnect and cancel storms", history, metrics, locks);
+  s.history.endFault(fault);
+  EXPECT_TRUE(s.workload.waitForMoreGrants(5, kProgressTimeoutMs));
+  const auto violations = s.verdict("disconnect and cancel storms", storm_locks);
   const bool orphaned_storm_lease =
       std::any_of(violations.begin(), violations.end(),
                   [](const std::string& v) { return v.find("{storm}") != std::string::npos; });
