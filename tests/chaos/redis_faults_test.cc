@@ -154,9 +154,13 @@ TEST(ChaosRedisFaults, RedlockMinorityMajoritySlowAndRestartedEmptyNodes) {
   const int64_t outage_ms = 3 * Timings::kTtlMs;
 
   for (int round = 0; round < chaosRounds(); ++round) {
-    inject(s, "Redlock: one slow node (SIGSTOP of node 4)", [&] {
+    // A stopped node answers nothing: every call to it costs its node timeout, and a majority of
+    // the others must carry the grants meanwhile.
+    inject(s, "Redlock: one slow node (SIGSTOP of node 4 for 3 x TTL)", [&] {
       s.cluster.node(4).pause();
-      EXPECT_TRUE(s.workload.waitForMoreGrants(3, kProgressTimeoutMs)) << "one slow node of five";
+      const int64_t grants_before = s.workload.grants();
+      sleepMs(outage_ms);
+      EXPECT_GT(s.workload.grants(), grants_before) << "no grant with one slow node of five";
       s.cluster.node(4).resume();
     });
 
@@ -172,10 +176,12 @@ TEST(ChaosRedisFaults, RedlockMinorityMajoritySlowAndRestartedEmptyNodes) {
                            majority_down_us + outage_ms * 1000),
               0);
 
-    inject(s, "Redlock: minority down (kill -9 of nodes 0, 1)", [&] {
+    inject(s, "Redlock: minority down (kill -9 of nodes 0, 1 for 3 x TTL)", [&] {
       s.cluster.node(0).kill();
       s.cluster.node(1).kill();
-      EXPECT_TRUE(s.workload.waitForMoreGrants(3, kProgressTimeoutMs)) << "two of five down";
+      const int64_t grants_before = s.workload.grants();
+      sleepMs(outage_ms);
+      EXPECT_GT(s.workload.grants(), grants_before) << "no grant with two of five down";
     });
     inject(s, "Redlock: nodes 0, 1 restarted empty (quarantined)", [&] {
       s.cluster.node(0).restart();
