@@ -206,6 +206,9 @@ HolderProcess::~HolderProcess() { crash(); }
 
 void HolderProcess::crash() {
   if (pid_ <= 0) return;
+  // The window ends when the kill is sent: the sidecar may see the connection drop (and grant
+  // the lock to the next waiter) before waitpid() returns here.
+  const int64_t killed_us = nowUs();
   ::kill(pid_, SIGKILL);
   int status = 0;
   waitpid(pid_, &status, 0);
@@ -216,7 +219,7 @@ void HolderProcess::crash() {
                 .kind = OpKind::kRelease,
                 .lock = lock_,
                 .token = token_};
-  end.invoke_us = end.complete_us = nowUs();
+  end.invoke_us = end.complete_us = killed_us;
   end.status = kNoAnswer;
   history_.add(end);
 }
