@@ -11,7 +11,7 @@ add_library(sidelock_chaos STATIC
 target_compile_options(sidelock_chaos PRIVATE ${SIDELOCK_WARNINGS})
 target_include_directories(sidelock_chaos PUBLIC ${CMAKE_CURRENT_LIST_DIR}/..)
 target_link_libraries(sidelock_chaos PUBLIC sidelock_test_support nlohmann_json::nlohmann_json
-  PkgConfig::HIREDIS Threads::Threads)
+  Threads::Threads)
 
 foreach(suite sidecar_faults redis_faults)
   sidelock_test(chaos_${suite}_test

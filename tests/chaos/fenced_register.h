@@ -8,27 +8,9 @@
 #include <string>
 #include <vector>
 
-struct redisContext;
+#include "support/redis_link.h"
 
 namespace sidelock::testing::chaos {
-
-/// A blocking hiredis connection to one Redis (one per thread; not thread-safe).
-class RedisLink {
- public:
-  explicit RedisLink(int port);
-  ~RedisLink();
-  RedisLink(const RedisLink&) = delete;
-  RedisLink& operator=(const RedisLink&) = delete;
-
-  /// Runs one command; integer replies and arrays of integers come back as numbers, a nil as
-  /// nothing, a string as its number if it is one. Throws on connection or reply errors.
-  std::vector<int64_t> command(const std::vector<std::string>& args);
-  /// Runs one command whose reply is a status or bulk string ("" for nil).
-  std::string text(const std::vector<std::string>& args);
-
- private:
-  redisContext* ctx_ = nullptr;
-};
 
 class FencedRegister {
  public:
