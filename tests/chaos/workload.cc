@@ -106,9 +106,11 @@ void Workload::pauseUntilOvertaken(const std::string& register_key, int64_t wind
 }
 
 void Workload::runClient(int index) {
-  const int process = index % static_cast<int>(options_.sidecar_ports.size());
-  const int client = options_.first_client_id + index;
-  const std::string lock = options_.locks[static_cast<size_t>(index) % options_.locks.size()];
+  const int sidecars = static_cast<int>(options_.sidecar_ports.size());
+  const int process = index % sidecars;
+  const int client = index;
+  const std::string lock =
+      options_.locks[static_cast<size_t>(index / sidecars) % options_.locks.size()];
   const std::string register_key = options_.register_prefix + lock;
   const std::string base = "/v1/locks/" + lock;
   const int64_t timeout_ms = options_.wait_ms + options_.answer_slack_ms;

@@ -20,7 +20,8 @@ namespace sidelock::testing::chaos {
 struct WorkloadOptions {
   std::vector<int> sidecar_ports;  // client i talks to sidecar i % size (its `process`)
   int clients = 4;
-  std::vector<std::string> locks = {"chaos"};  // client i uses lock i % size
+  /// Client i uses lock (i / sidecars) % size: every lock has clients on every sidecar.
+  std::vector<std::string> locks = {"chaos"};
   int resource_port = 0;
   /// Register key per lock: prefix + lock name.
   std::string register_prefix = "register:";
@@ -32,7 +33,6 @@ struct WorkloadOptions {
   /// HTTP client timeout beyond the wait budget: a request without an answer by then is logged
   /// as kNoAnswer (a stopped sidecar) and the client reconnects.
   int64_t answer_slack_ms = 3000;
-  int first_client_id = 0;
 };
 
 /// What the paused client saw when it woke up and wrote anyway.
