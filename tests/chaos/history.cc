@@ -1,8 +1,11 @@
 #include "chaos/history.h"
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <fstream>
 #include <map>
 #include <sstream>
 
@@ -155,8 +158,35 @@ std::vector<std::string> checkLiveness(const History& history, int64_t slack_ms)
   return violations;
 }
 
+namespace {
+
+/// With SIDELOCK_CHAOS_LOG_DIR set, writes the scenario's log there as `<scenario>.log`: one line
+/// per fault and per operation, for reading a violation against what happened around it.
+void writeLog(const std::string& scenario, const History& history) {
+  const char* dir = getenv("SIDELOCK_CHAOS_LOG_DIR");
+  if (dir == nullptr || *dir == '\0') return;
+  std::string file = scenario;
+  for (char& c : file) {
+    if (!isalnum(static_cast<unsigned char>(c))) c = '_';
+  }
+  std::ofstream out(std::string(dir) + "/" + file + ".log");
+  for (const Fault& f : history.faults()) {
+    out << "fault start_us=" << f.start_us << " end_us=" << f.end_us << " process=" << f.process
+        << " loses_data=" << f.loses_data << " what=\"" << f.what << "\"\n";
+  }
+  for (const Operation& op : history.operations()) {
+    out << "op process=" << op.process << " client=" << op.client << " op=" << opName(op.kind)
+        << " lock=" << op.lock << " token=" << op.token << " validity_ms=" << op.validity_ms
+        << " wait_ms=" << op.deadline_ms << " status=" << op.status << " fenced=" << op.fenced
+        << " invoke_us=" << op.invoke_us << " complete_us=" << op.complete_us << "\n";
+  }
+}
+
+}  // namespace
+
 Figures report(const std::string& scenario, const History& history,
                const std::vector<std::string>& violations) {
+  writeLog(scenario, history);
   Figures figures;
   const auto ops = history.operations();
   figures.operations = ops.size();
