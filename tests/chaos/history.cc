@@ -8,6 +8,7 @@
 #include <fstream>
 #include <map>
 #include <sstream>
+#include <tuple>
 
 namespace sidelock::testing::chaos {
 
@@ -76,20 +77,22 @@ bool overlaps(int64_t a_start, int64_t a_end, int64_t b_start, int64_t b_end) {
 
 std::vector<GrantWindow> grantWindows(const History& history) {
   const auto ops = history.operations();
-  // The release that ends a grant is the next release by the same client on the same lock.
+  // The release that ends a grant is the first release by the same client of the same lock and
+  // token after the grant (a token can repeat after Redis lost its data, hence the list).
+  std::map<std::tuple<int, std::string, uint64_t>, std::vector<int64_t>> releases;
+  for (const Operation& r : ops) {
+    if (r.kind == OpKind::kRelease) releases[{r.client, r.lock, r.token}].push_back(r.invoke_us);
+  }
+  for (auto& [key, invokes] : releases) std::sort(invokes.begin(), invokes.end());
   std::vector<GrantWindow> windows;
-  for (size_t i = 0; i < ops.size(); ++i) {
-    const Operation& grant = ops[i];
+  for (const Operation& grant : ops) {
     if (grant.kind != OpKind::kAcquire || grant.status != 200) continue;
     GrantWindow w{grant.process, grant.client,      grant.lock,
                   grant.token,   grant.complete_us, grant.invoke_us + grant.validity_ms * 1000};
-    for (size_t j = 0; j < ops.size(); ++j) {
-      const Operation& r = ops[j];
-      if (r.kind == OpKind::kRelease && r.client == grant.client && r.lock == grant.lock &&
-          r.token == grant.token && r.invoke_us >= grant.complete_us) {
-        w.end_us = std::min(w.end_us, r.invoke_us);
-        break;
-      }
+    auto it = releases.find({grant.client, grant.lock, grant.token});
+    if (it != releases.end()) {
+      auto release = std::lower_bound(it->second.begin(), it->second.end(), grant.complete_us);
+      if (release != it->second.end()) w.end_us = std::min(w.end_us, *release);
     }
     if (w.end_us > w.start_us) windows.push_back(w);
   }
