@@ -38,11 +38,15 @@ void History::add(Operation op) {
   ops_.push_back(std::move(op));
 }
 
-size_t History::beginFault(std::string what, int process, bool loses_data) {
+size_t History::addFault(Fault fault) {
   std::lock_guard lock(mu_);
-  const int64_t now = nowUs();
-  faults_.push_back(Fault{std::move(what), process, now, now, loses_data});
+  faults_.push_back(std::move(fault));
   return faults_.size() - 1;
+}
+
+size_t History::beginFault(std::string what, int process, bool loses_data) {
+  const int64_t now = nowUs();
+  return addFault(Fault{std::move(what), process, now, now, loses_data});
 }
 
 void History::endFault(size_t index) {

@@ -49,6 +49,8 @@ struct Fault {
 class History {
  public:
   void add(Operation op);
+  /// Records a fault as it is (checker tests build their logs by hand).
+  size_t addFault(Fault fault);
   /// Records a fault that starts now; endFault() closes it.
   size_t beginFault(std::string what, int process = -1, bool loses_data = false);
   void endFault(size_t index);
