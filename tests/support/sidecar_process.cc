@@ -31,56 +31,78 @@ SidecarProcess::SidecarProcess(Options options) : options_(std::move(options)) {
   socket_path_ = dir_ + "/sidelock.sock";
   for (int attempt = 0;; ++attempt) {
     port_ = pickFreePort();
-    const std::string config_path = dir_ + "/sidelock.yaml";
-    {
-      std::ofstream out(config_path);
-      out << "listen:\n  tcp: \"127.0.0.1:" << port_ << "\"\n  unix: \"" << socket_path_ << "\"\n";
-      out << options_.listen_yaml;
-      out << options_.yaml << "\n";
-    }
-    const std::string log_path = dir_ + "/sidelock.log";
-    const pid_t parent = getpid();
-    pid_t pid = fork();
-    if (pid < 0) throw std::runtime_error("fork failed");
-    if (pid == 0) {
-      dieWithParent(parent);
-      int log_fd = open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-      if (log_fd >= 0) {
-        dup2(log_fd, STDOUT_FILENO);
-        dup2(log_fd, STDERR_FILENO);
-      }
-      for (const auto& kv : options_.env) putenv(const_cast<char*>(kv.c_str()));
-      std::string bin = sidelockBinary();
-      execl(bin.c_str(), bin.c_str(), "--config", config_path.c_str(), static_cast<char*>(nullptr));
-      _exit(127);
-    }
-    pid_ = pid;
-    // Wait until it serves /healthz (and /readyz if asked).
-    bool up = false;
-    for (int i = 0; i < 1000 && !up; ++i) {
-      int status = 0;
-      if (waitpid(pid_, &status, WNOHANG) == pid_) {
-        pid_ = -1;
-        break;
-      }
-      try {
-        HttpClient c = HttpClient::tcp(port_);
-        auto r = c.get(options_.wait_ready ? "/readyz" : "/healthz");
-        up = r.status == 200;
-      } catch (const std::exception&) {
-      }
-      if (!up) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    if (up) return;
-    std::string log = logs();
-    kill();
+    if (start()) return;
     // The port may have been taken between picking and binding: try again a few times.
-    if (attempt >= 3 || log.find("address already in use") == std::string::npos) {
+    if (attempt >= 3 || logs().find("address already in use") == std::string::npos) {
+      const std::string log = logs();
       removeTree(dir_);  // a throwing constructor gets no destructor to do it
       throw std::runtime_error("sidelock did not become " +
                                std::string(options_.wait_ready ? "ready" : "healthy") + ":\n" +
                                log);
     }
+  }
+}
+
+bool SidecarProcess::start() {
+  const std::string config_path = dir_ + "/sidelock.yaml";
+  {
+    std::ofstream out(config_path);
+    out << "listen:\n  tcp: \"127.0.0.1:" << port_ << "\"\n  unix: \"" << socket_path_ << "\"\n";
+    out << options_.listen_yaml;
+    out << options_.yaml << "\n";
+  }
+  const std::string log_path = dir_ + "/sidelock.log";
+  const pid_t parent = getpid();
+  pid_t pid = fork();
+  if (pid < 0) throw std::runtime_error("fork failed");
+  if (pid == 0) {
+    dieWithParent(parent);
+    int log_fd = open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+    if (log_fd >= 0) {
+      dup2(log_fd, STDOUT_FILENO);
+      dup2(log_fd, STDERR_FILENO);
+    }
+    for (const auto& kv : options_.env) putenv(const_cast<char*>(kv.c_str()));
+    std::string bin = sidelockBinary();
+    execl(bin.c_str(), bin.c_str(), "--config", config_path.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  pid_ = pid;
+  paused_ = false;
+  // Wait until it serves /healthz (and /readyz if asked).
+  for (int i = 0; i < 1000; ++i) {
+    int status = 0;
+    if (waitpid(pid_, &status, WNOHANG) == pid_) {
+      pid_ = -1;
+      return false;
+    }
+    try {
+      HttpClient c = HttpClient::tcp(port_);
+      if (c.get(options_.wait_ready ? "/readyz" : "/healthz").status == 200) return true;
+    } catch (const std::exception&) {
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  kill();
+  return false;
+}
+
+void SidecarProcess::restart() {
+  kill();
+  if (!start()) throw std::runtime_error("sidelock did not come back after a restart:\n" + logs());
+}
+
+void SidecarProcess::pause() {
+  if (pid_ > 0 && !paused_) {
+    ::kill(pid_, SIGSTOP);
+    paused_ = true;
+  }
+}
+
+void SidecarProcess::resume() {
+  if (pid_ > 0 && paused_) {
+    ::kill(pid_, SIGCONT);
+    paused_ = false;
   }
 }
 
@@ -98,6 +120,7 @@ std::string SidecarProcess::logs() const {
 
 int SidecarProcess::stop(int timeout_ms) {
   if (pid_ <= 0) return -1;
+  resume();  // a stopped process would not act on SIGTERM
   ::kill(pid_, SIGTERM);
   auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
   while (std::chrono::steady_clock::now() < deadline) {
@@ -116,6 +139,8 @@ int SidecarProcess::stop(int timeout_ms) {
 
 void SidecarProcess::kill() {
   if (pid_ <= 0) return;
+  if (paused_) ::kill(pid_, SIGCONT);
+  paused_ = false;
   ::kill(pid_, SIGKILL);
   int status = 0;
   waitpid(pid_, &status, 0);

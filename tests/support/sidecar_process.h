@@ -39,13 +39,23 @@ class SidecarProcess {
   /// which the process is killed).
   int stop(int timeout_ms = 15000);
   void kill();  // SIGKILL and reap
+  /// Starts the binary again with the same config, port and socket (after stop() or kill()).
+  void restart();
+  /// SIGSTOP / SIGCONT: the process keeps its sockets but answers nothing while stopped.
+  void pause();
+  void resume();
+  bool running() const { return pid_ > 0; }
 
  private:
+  /// Writes the config for port_ and starts the binary; false if it never became healthy (the
+  /// reason is in logs()).
+  bool start();
   Options options_;
   std::string dir_;
   std::string socket_path_;
   int port_ = 0;
   pid_t pid_ = -1;
+  bool paused_ = false;
 };
 
 /// Path of the built sidelock binary (from the SIDELOCK_BINARY compile definition).

@@ -1,0 +1,84 @@
+#include "support/redis_link.h"
+
+#include <hiredis/hiredis.h>
+
+#include <cstdlib>
+#include <memory>
+#include <stdexcept>
+
+namespace sidelock::testing {
+
+RedisLink::RedisLink(int port) {
+  const timeval timeout{5, 0};
+  ctx_ = redisConnectWithTimeout("127.0.0.1", port, timeout);
+  if (ctx_ == nullptr || ctx_->err != 0) {
+    const std::string why = ctx_ != nullptr ? ctx_->errstr : "out of memory";
+    redisFree(ctx_);
+    throw std::runtime_error("connect to redis port " + std::to_string(port) + ": " + why);
+  }
+  redisSetTimeout(ctx_, timeout);
+}
+
+RedisLink::~RedisLink() { redisFree(ctx_); }
+
+namespace {
+
+struct ReplyDeleter {
+  void operator()(redisReply* r) const { freeReplyObject(r); }
+};
+
+std::unique_ptr<redisReply, ReplyDeleter> run(redisContext* ctx,
+                                              const std::vector<std::string>& args) {
+  std::vector<const char*> argv;
+  std::vector<size_t> lens;
+  for (const auto& a : args) {
+    argv.push_back(a.data());
+    lens.push_back(a.size());
+  }
+  auto* reply = static_cast<redisReply*>(
+      redisCommandArgv(ctx, static_cast<int>(args.size()), argv.data(), lens.data()));
+  if (reply == nullptr) throw std::runtime_error(std::string("redis: ") + ctx->errstr);
+  std::unique_ptr<redisReply, ReplyDeleter> owned(reply);
+  if (reply->type == REDIS_REPLY_ERROR)
+    throw std::runtime_error("redis: " + std::string(reply->str));
+  return owned;
+}
+
+void appendNumbers(const redisReply* r, std::vector<int64_t>& out) {
+  switch (r->type) {
+    case REDIS_REPLY_INTEGER:
+      out.push_back(r->integer);
+      break;
+    case REDIS_REPLY_STRING: {
+      const std::string text(r->str, r->len);
+      char* end = nullptr;
+      const long long n = std::strtoll(text.c_str(), &end, 10);
+      if (!text.empty() && *end == '\0') out.push_back(n);  // other strings are not numbers
+      break;
+    }
+    case REDIS_REPLY_ARRAY:
+      for (size_t i = 0; i < r->elements; ++i) appendNumbers(r->element[i], out);
+      break;
+    default:
+      break;
+  }
+}
+
+}  // namespace
+
+std::vector<int64_t> RedisLink::command(const std::vector<std::string>& args) {
+  auto reply = run(ctx_, args);
+  std::vector<int64_t> numbers;
+  appendNumbers(reply.get(), numbers);
+  return numbers;
+}
+
+std::string RedisLink::text(const std::vector<std::string>& args) {
+  auto reply = run(ctx_, args);
+  if (reply->type == REDIS_REPLY_STRING || reply->type == REDIS_REPLY_STATUS) {
+    return std::string(reply->str, reply->len);
+  }
+  return "";
+}
+
+}  // namespace sidelock::testing
