@@ -78,6 +78,18 @@ void sendError(const http::ResponderPtr& res, int status, std::string_view code,
   res->send(status, kJson, JsonObject().text("error", code).text("message", message).finish());
 }
 
+// 409 and 429: come back later, with the hint in the body and as Retry-After (whole seconds).
+void sendRetryLater(const http::ResponderPtr& res, int status, std::string_view code,
+                    std::string_view message, int64_t retry_after_ms) {
+  res->send(status, kJson,
+            JsonObject()
+                .text("error", code)
+                .text("message", message)
+                .integer("retry_after_ms", retry_after_ms)
+                .finish(),
+            {{"Retry-After", std::to_string((retry_after_ms + 999) / 1000)}});
+}
+
 bool LockApi::validLockName(std::string_view name, size_t max_bytes) {
   if (name.empty() || name.size() > max_bytes) return false;
   for (unsigned char c : name) {
@@ -257,18 +269,13 @@ void LockApi::acquire(http::Request& req, http::ResponderPtr res) {
         return;
       case lock::AcquireStatus::kBusy: {
         call->finished = true;
-        out->send(409, kJson,
-                  JsonObject()
-                      .text("error", "locked")
-                      .text("message", "the lock is held by another owner")
-                      .integer("retry_after_ms", r.retry_after_ms)
-                      .finish(),
-                  {{"Retry-After", std::to_string((r.retry_after_ms + 999) / 1000)}});
+        sendRetryLater(out, 409, "locked", "the lock is held by another owner", r.retry_after_ms);
         return;
       }
       case lock::AcquireStatus::kTooManyWaiters:
         call->finished = true;
-        sendError(out, 429, "too_many_waiters", "too many waiters queued for this lock");
+        sendRetryLater(out, 429, "too_many_waiters", "too many waiters queued for this lock",
+                       r.retry_after_ms);
         return;
       case lock::AcquireStatus::kCancelled:
         call->finished = true;

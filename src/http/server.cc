@@ -1,6 +1,7 @@
 #include "http/server.h"
 
 #include <llhttp.h>
+#include <sys/socket.h>
 
 #include <algorithm>
 #include <charconv>
@@ -79,7 +80,7 @@ class HttpServer::Exchange final : public Responder {
   void startStream(int status, std::string_view content_type) override;
   bool writeChunk(std::string_view data) override;
   void endStream() override;
-  bool clientConnected() const override { return !gone_; }
+  bool clientConnected() const override;
   void onClientGone(std::function<void()> cb) override {
     if (state_ != State::kDone && !gone_) gone_cb_ = std::move(cb);
   }
@@ -121,6 +122,15 @@ class HttpServer::Connection {
   void start();
   void settle();
   void closeNow();
+  /// The peer closed its end, and the EOF waits unread in the socket (it is read on a later
+  /// turn). Callers about to hand out something the client must act on (a lock grant) check it.
+  bool peerHungUp() const {
+    if (closed_ || !stream_) return true;
+    uv_os_fd_t fd = -1;
+    if (uv_fileno(reinterpret_cast<const uv_handle_t*>(stream_.get()), &fd) != 0) return false;
+    char byte;
+    return ::recv(fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
+  }
   bool idleForClose() const {
     return !closed_ && queue_.empty() && !in_message_ && out_.empty() && !writing_;
   }
@@ -226,6 +236,10 @@ struct HttpServer::Guard {
   Guard& operator=(const Guard&) = delete;
   Connection* c_;
 };
+
+bool HttpServer::Exchange::clientConnected() const {
+  return !gone_ && (conn_ == nullptr || !conn_->peerHungUp());
+}
 
 void HttpServer::Connection::start() {
   counted_ = true;

@@ -152,7 +152,7 @@ AcquireTicket LockService::Impl::acquire(AcquireOptions options,
        queues_.total() >= static_cast<size_t>(std::max(0, config_.max_waiters)))) {
     SL_LOG(kDebug, "lock.too_many_waiters", {"name", options.name},
            {"queued", static_cast<unsigned long>(queued_here)});
-    return reject(AcquireStatus::kTooManyWaiters);
+    return reject(AcquireStatus::kTooManyWaiters, retryHintMs(options.name, -1));
   }
 
   const uint64_t id = ++next_waiter_id_;

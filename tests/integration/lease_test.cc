@@ -185,6 +185,8 @@ TEST(LeaseTest, QueueLimitsAnswer429) {
   auto r = HttpClient::tcp(sidecar.port()).post("/v1/locks/q/acquire", R"({"wait_ms":10000})");
   EXPECT_EQ(r.status, 429);
   EXPECT_EQ(body(r)["error"], "too_many_waiters");
+  EXPECT_GE(body(r)["retry_after_ms"].get<int64_t>(), 1);
+  EXPECT_EQ(r.headers.count("retry-after"), 1u) << "a 429 says when to come back, as a 409 does";
   waiting.push_back(HttpClient::tcp(sidecar.port()));
   waiting.back().sendRequest("POST", "/v1/locks/q2/acquire", R"({"wait_ms":10000})");
   ASSERT_TRUE(waitForWaiters(holder, "q2", 1));
