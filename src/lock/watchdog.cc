@@ -68,11 +68,14 @@ void LockService::Impl::recordGrant(Waiter& w, const backend::AcquireReply& repl
 
 void LockService::Impl::armExpiry(Lease& lease) {
   const int64_t delay = ceilMs(lease.expiry_us - scheduler_.nowUs());
-  // The timer lives in the lease: it cannot fire once the lease left the table.
-  lease.expiry_timer.start(scheduler_, delay, guarded([this, lp = &lease] {
-                             lp->expiry_timer.markFired();
-                             onLeaseExpiry(*lp);
-                           }));
+  // The timer lives in the lease: it cannot fire once the lease (or the service) is gone, so it
+  // needs no liveness guard, and [this, lp] fits std::function's inline buffer: no allocation
+  // per timer, with two timers per lease and 100k leases.
+  lease.expiry_timer.start(scheduler_, delay, [this, lp = &lease] {
+    TurnScope scope(*this);
+    lp->expiry_timer.markFired();
+    onLeaseExpiry(*lp);
+  });
 }
 
 void LockService::Impl::onLeaseExpiry(Lease& lease) {
@@ -104,10 +107,12 @@ int64_t LockService::Impl::renewIntervalMs(const Lease& lease, int64_t validity_
 }
 
 void LockService::Impl::scheduleRenewal(Lease& lease, int64_t delay_ms) {
-  lease.renew_timer.start(scheduler_, delay_ms, guarded([this, lp = &lease] {
-                            lp->renew_timer.markFired();
-                            renew(*lp);
-                          }));
+  // Owned by the lease, like the expiry timer (see armExpiry).
+  lease.renew_timer.start(scheduler_, delay_ms, [this, lp = &lease] {
+    TurnScope scope(*this);
+    lp->renew_timer.markFired();
+    renew(*lp);
+  });
 }
 
 void LockService::Impl::renew(Lease& lease) {
