@@ -136,7 +136,7 @@ void UvScheduler::onCheck() {
   if (!closed_ && posted_.empty()) uv_idle_stop(idle_.get());
 }
 
-void UvScheduler::rearm() {
+void UvScheduler::rearm(uint64_t min_delay_ms) {
   if (!timer_) return;
   dropStaleTop();
   if (heap_.empty()) {
@@ -147,7 +147,8 @@ void UvScheduler::rearm() {
   const int64_t deadline = heap_.front().deadline_us;
   const int64_t delay_us = deadline - nowUs();
   // Round up so we never wake before the deadline and spin.
-  const uint64_t delay_ms = delay_us <= 0 ? 0 : static_cast<uint64_t>((delay_us + 999) / 1000);
+  const uint64_t delay_ms = std::max<uint64_t>(
+      min_delay_ms, delay_us <= 0 ? 0 : static_cast<uint64_t>((delay_us + 999) / 1000));
   armed_for_us_ = deadline;
   uv_ref(timer_.raw());
   uv_timer_start(
@@ -164,11 +165,16 @@ void UvScheduler::onTimer() {
   // so a callback that re-posts itself cannot starve I/O.
   const int64_t now = nowUs();
   const uint64_t last_seq = next_seq_;
+  bool deferred = false;  // a due timer scheduled by this run waits for the next loop iteration
   while (true) {
     dropStaleTop();
     if (heap_.empty()) break;
     const HeapEntry top = heap_.front();
-    if (top.deadline_us > now || top.seq > last_seq) break;
+    if (top.deadline_us > now) break;
+    if (top.seq > last_seq) {
+      deferred = true;
+      break;
+    }
     popHeap();
     Callback cb = std::move(slots_[top.slot].cb);
     releaseSlot(top.slot);
@@ -179,6 +185,10 @@ void UvScheduler::onTimer() {
     heap_.clear();
     uv_timer_stop(timer_.get());
     uv_unref(timer_.raw());
+  } else if (deferred) {
+    // Not 0 ms: libuv 1.44 runs a timer restarted with 0 inside the timers phase again in the
+    // same phase, before any poll.
+    rearm(/*min_delay_ms=*/1);
   } else {
     rearm();
   }

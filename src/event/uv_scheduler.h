@@ -33,7 +33,7 @@ class UvScheduler final : public Scheduler {
   size_t pendingTimers() const { return live_timers_ + posted_.size(); }
 
  private:
-  void rearm();
+  void rearm(uint64_t min_delay_ms = 0);
   void onTimer();
   void onCheck();
 

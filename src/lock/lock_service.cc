@@ -519,7 +519,7 @@ void LockService::Impl::sendReleaseWithHandOff(std::string name, std::string own
   opStarted();  // the waiter's attempt, finished by onAttemptReply
   backend_.releaseAndGrant(
       name, owner, next.options.owner, next.options.ttl_ms,
-      guarded([this, name, owner, id = next.id,
+      guarded([this, name, owner, id = next.id, next_owner = next.options.owner,
                done = std::move(done)](StatusOr<backend::HandOffReply> reply) mutable {
         const bool handed_on = reply.isOk() && reply->released == backend::OwnerCheck::kOk;
         StatusOr<backend::OwnerCheck> released =
@@ -529,6 +529,12 @@ void LockService::Impl::sendReleaseWithHandOff(std::string name, std::string own
         onReleaseReply(name, owner, std::move(released), std::move(done), true, /*wake=*/false);
         if (handed_on) {
           onAttemptReply(id, reply->next);
+        } else if (!reply.isOk()) {
+          // No answer (timeout, lost link): the script may still have run. Give back a grant the
+          // waiter never heard of (compare-and-delete: harmless if it never happened), and let
+          // the waiter's own error handling decide, as for a failed acquire.
+          releaseOrphan(name, next_owner);
+          onAttemptReply(id, reply.status());
         } else {
           // Nothing was handed on: to the waiter this was a busy attempt; it retries with its
           // backoff (a lock found not held is tried again at the shortest one).

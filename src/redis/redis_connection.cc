@@ -156,6 +156,8 @@ void RedisConnection::flush() {
 void RedisConnection::onTransportConnected() {
   connected_ = true;
   last_read_us_ = scheduler_.nowUs();
+  // Requests queued while connecting get their liveness clock from now.
+  if (!pending_.empty()) armDeadlineCheck(last_read_us_ + options_.liveness_timeout_ms * 1000);
   scheduleFlush();
   listener_->onConnectionUp(*this);
 }
@@ -243,6 +245,7 @@ void RedisConnection::die(const std::string& reason) {
   deadline_timer_.reset();
   out_.clear();
   retained_.clear();
+  retained_head_ = 0;
   std::deque<Pending> failed = std::move(pending_);
   pending_.clear();
   const std::string error = options_.name + ": " + reason;
@@ -272,8 +275,10 @@ void RedisConnection::onDeadlineCheck() {
   if (dead_ || pending_.empty()) return;
   const int64_t now = scheduler_.nowUs();
   const int64_t liveness_us = options_.liveness_timeout_ms * 1000;
-  const bool silent =
-      now - pending_.front().sent_us >= liveness_us && now - last_read_us_ >= liveness_us;
+  // Silent: the oldest request waited the liveness bound and nothing was read for as long (the
+  // connect counts as a read). Only once connected: until then connect_timeout_ms bounds it.
+  const int64_t quiet_since = std::max(pending_.front().sent_us, last_read_us_);
+  const bool silent = connected_ && now - quiet_since >= liveness_us;
   bool any_due = silent;
   for (const Pending& p : pending_) any_due = any_due || (p.cb && p.deadline_us <= now);
   // libuv runs timers before it polls: after a loop stall the reply may already wait in the
@@ -285,7 +290,7 @@ void RedisConnection::onDeadlineCheck() {
   }
   // Answer the requests whose budget ended; their slots stay for the late replies.
   std::vector<std::pair<RedisReplyCallback, std::string>> expired;
-  int64_t next = std::max(pending_.front().sent_us, last_read_us_) + liveness_us;
+  int64_t next = connected_ ? quiet_since + liveness_us : std::numeric_limits<int64_t>::max();
   for (Pending& p : pending_) {
     if (!p.cb) continue;
     if (p.deadline_us > now) {
@@ -293,15 +298,18 @@ void RedisConnection::onDeadlineCheck() {
       continue;
     }
     const int64_t budget_ms = (p.deadline_us - p.sent_us) / 1000;
-    expired.emplace_back(std::move(p.cb), std::string(p.what) + " timed out after " +
-                                              std::to_string(budget_ms) + " ms");
+    // exchange, not move: the slot must read as answered when the late reply comes.
+    expired.emplace_back(std::exchange(p.cb, nullptr), std::string(p.what) + " timed out after " +
+                                                           std::to_string(budget_ms) + " ms");
   }
   // The oldest request's name, before its callback may go away with the connection.
   const std::string silent_reason =
       silent ? std::string(pending_.front().what) + " got no reply for " +
                    std::to_string(options_.liveness_timeout_ms) + " ms"
              : std::string();
-  if (!silent) armDeadlineCheck(std::max(next, now + 1000));
+  if (!silent && next != std::numeric_limits<int64_t>::max()) {
+    armDeadlineCheck(std::max(next, now + 1000));
+  }
   for (auto& [cb, message] : expired) {
     if (options_.metrics != nullptr) inc(options_.metrics->errors_timeout);
     cb(deadlineExceeded(options_.name + ": " + message));

@@ -217,7 +217,7 @@ class RedisNode::Impl final : public RedisConnection::Listener {
     std::unique_ptr<RedisTransport> transport = makeSocketTransport(loop_, scheduler_);
     if (options_.tls) {
       if (!tls_sessions_) tls_sessions_ = std::make_shared<TlsSessionCache>();
-      transport = makeTlsTransport(std::move(transport), options_.tls, tls_sessions_);
+      transport = makeTlsTransport(std::move(transport), scheduler_, options_.tls, tls_sessions_);
     }
     c->open(options_.address, std::move(transport));
     return c;
@@ -239,18 +239,21 @@ class RedisNode::Impl final : public RedisConnection::Listener {
   // real reply or a deadline (a lost link is handled by onConnectionLost).
   template <typename OnValue>
   RedisReplyCallback internalReply(RedisConnection* conn, std::string what, OnValue on_value) {
-    return [this, conn, generation = generation_, what = std::move(what),
-            on_value = std::move(on_value)](StatusOr<RedisValue> r) mutable {
-      if (generation != generation_ || conn != main_.get()) return;
-      if (r.isOk()) {
-        on_value(*r);
-      } else if (r.status().code() == StatusCode::kDeadlineExceeded) {
-        failLink(what + " timed out after " +
-                 std::to_string(what == "PING" ? options_.command_timeout_ms
-                                               : options_.connect_timeout_ms) +
-                 " ms");
-      }
-    };
+    // Guarded: a retired connection answers its requests on a later turn, when the node may be
+    // gone (destroyed without shutdown()).
+    return
+        [this, alive = std::weak_ptr<char>(alive_), conn, generation = generation_,
+         what = std::move(what), on_value = std::move(on_value)](StatusOr<RedisValue> r) mutable {
+          if (alive.expired() || generation != generation_ || conn != main_.get()) return;
+          if (r.isOk()) {
+            on_value(*r);
+          } else if (r.status().code() == StatusCode::kDeadlineExceeded) {
+            failLink(what + " timed out after " +
+                     std::to_string(what == "PING" ? options_.command_timeout_ms
+                                                   : options_.connect_timeout_ms) +
+                     " ms");
+          }
+        };
   }
 
   void onConnectionUp(RedisConnection& c) override {
@@ -307,42 +310,53 @@ class RedisNode::Impl final : public RedisConnection::Listener {
       std::vector<std::string_view> auth = {"AUTH"};
       if (!options_.username.empty()) auth.push_back(options_.username);
       auth.push_back(options_.password);
-      c->command(auth, t, NodeOp::kOther, internalReply(c, "AUTH", [this](const RedisValue& v) {
-                   if (v.isError()) failLink("AUTH failed: " + v.str);
-                 }));
+      c->command(auth, t, NodeOp::kOther,
+                 internalReply(c, "AUTH",
+                               [this](const RedisValue& v) {
+                                 if (v.isError()) failLink("AUTH failed: " + v.str);
+                               }),
+                 "AUTH");
     }
     if (options_.db != 0) {
       const std::string db = std::to_string(options_.db);
-      c->command(argsOf({"SELECT", db}), t, NodeOp::kOther,
-                 internalReply(c, "SELECT", [this](const RedisValue& v) {
-                   if (v.isError()) {
-                     failLink("SELECT " + std::to_string(options_.db) + " failed: " + v.str);
-                   }
-                 }));
+      c->command(
+          argsOf({"SELECT", db}), t, NodeOp::kOther,
+          internalReply(c, "SELECT",
+                        [this](const RedisValue& v) {
+                          if (v.isError()) {
+                            failLink("SELECT " + std::to_string(options_.db) + " failed: " + v.str);
+                          }
+                        }),
+          "SELECT");
     }
     c->command(argsOf({"INFO", "server"}), t, NodeOp::kOther,
-               internalReply(c, "INFO", [this](const RedisValue& v) { onServerInfo(v); }));
+               internalReply(c, "INFO", [this](const RedisValue& v) { onServerInfo(v); }), "INFO");
     const size_t scripts = options_.scripts ? options_.scripts->size() : 0;
     for (size_t i = 0; i < scripts; ++i) {
       const RedisScript& s = (*options_.scripts)[i];
       c->command(argsOf({"SCRIPT", "LOAD", s.text}), t, NodeOp::kOther,
-                 internalReply(c, "SCRIPT LOAD", [this, c, i](const RedisValue& v) {
-                   if (v.isError() || v.type != RedisValue::Type::kString) {
-                     failLink("SCRIPT LOAD " + (*options_.scripts)[i].label + " failed: " + v.str);
-                     return;
-                   }
-                   c->setScriptSha(i, v.str);
-                 }));
+                 internalReply(c, "SCRIPT LOAD",
+                               [this, c, i](const RedisValue& v) {
+                                 if (v.isError() || v.type != RedisValue::Type::kString) {
+                                   failLink("SCRIPT LOAD " + (*options_.scripts)[i].label +
+                                            " failed: " + v.str);
+                                   return;
+                                 }
+                                 c->setScriptSha(i, v.str);
+                               }),
+                 "SCRIPT LOAD");
     }
     // A PING closes the handshake, so "up" needs no knowledge of which step came last.
     c->command(argsOf({"PING"}), t, NodeOp::kOther,
-               internalReply(c, "handshake PING", [this](const RedisValue& v) {
-                 if (v.isError()) {
-                   failLink("PING failed: " + v.str);
-                 } else if (state_ == State::kConnecting) {
-                   markUp();
-                 }
-               }));
+               internalReply(c, "handshake PING",
+                             [this](const RedisValue& v) {
+                               if (v.isError()) {
+                                 failLink("PING failed: " + v.str);
+                               } else if (state_ == State::kConnecting) {
+                                 markUp();
+                               }
+                             }),
+               "PING");
   }
 
   void onServerInfo(const RedisValue& v) {
@@ -466,8 +480,8 @@ class RedisNode::Impl final : public RedisConnection::Listener {
     if (!options_.username.empty()) auth.push_back(options_.username);
     auth.push_back(options_.password);
     c->command(auth, options_.connect_timeout_ms, NodeOp::kOther,
-               [this, c](StatusOr<RedisValue> r) {
-                 if (c != sub_.get()) return;
+               [this, alive = std::weak_ptr<char>(alive_), c](StatusOr<RedisValue> r) {
+                 if (alive.expired() || c != sub_.get()) return;
                  if (!r.isOk()) {
                    if (r.status().code() == StatusCode::kDeadlineExceeded) {
                      failPubSub("pubsub AUTH timed out");

@@ -69,9 +69,12 @@ int onNewSession(SSL* ssl, SSL_SESSION* session) {
 
 class TlsTransport final : public RedisTransport, private RedisTransport::Handler {
  public:
-  TlsTransport(std::unique_ptr<RedisTransport> inner, std::shared_ptr<TlsClientContext> context,
-               std::shared_ptr<TlsSessionCache> sessions)
-      : inner_(std::move(inner)), context_(std::move(context)), sessions_(std::move(sessions)) {}
+  TlsTransport(std::unique_ptr<RedisTransport> inner, event::Scheduler& scheduler,
+               std::shared_ptr<TlsClientContext> context, std::shared_ptr<TlsSessionCache> sessions)
+      : inner_(std::move(inner)),
+        scheduler_(scheduler),
+        context_(std::move(context)),
+        sessions_(std::move(sessions)) {}
   ~TlsTransport() override {
     close();
     if (ssl_ != nullptr) SSL_free(ssl_);  // frees both BIOs
@@ -93,9 +96,9 @@ class TlsTransport final : public RedisTransport, private RedisTransport::Handle
       bytes.clear();
       return;
     }
-    encrypt(bytes);
+    const bool ok = encrypt(bytes);
     bytes.clear();
-    flushNetwork();
+    if (ok) flushNetwork();
   }
 
   bool readable() const override {
@@ -155,7 +158,14 @@ class TlsTransport final : public RedisTransport, private RedisTransport::Handle
       fail("TLS: cannot verify against \"" + name_ + "\": " + opensslError("bad name"));
       return false;
     }
-    if (sessions_ && sessions_->get() != nullptr) SSL_set_session(ssl_, sessions_->get());
+    // A copy again: with TLS 1.2 the session offered becomes this connection's own, and OpenSSL
+    // spoils it if the link ends without a TLS shutdown.
+    if (sessions_ && sessions_->get() != nullptr) {
+      if (SSL_SESSION* copy = SSL_SESSION_dup(sessions_->get())) {
+        SSL_set_session(ssl_, copy);
+        SSL_SESSION_free(copy);  // SSL_set_session took its own reference
+      }
+    }
     return true;
   }
 
@@ -166,8 +176,9 @@ class TlsTransport final : public RedisTransport, private RedisTransport::Handle
       established_ = true;
       if (SSL_session_reused(ssl_) == 1 && sessions_) ++sessions_->resumed;
       if (!pending_plain_.empty()) {
-        encrypt(pending_plain_);
+        const bool ok = encrypt(pending_plain_);
         pending_plain_.clear();
+        if (!ok) return;
         flushNetwork();
       }
       handler_->onTransportConnected();
@@ -194,11 +205,19 @@ class TlsTransport final : public RedisTransport, private RedisTransport::Handle
     return "TLS handshake failed: " + opensslError("connection closed during the handshake");
   }
 
-  void encrypt(const std::string& plain) {
-    // Memory BIOs grow as needed: SSL_write takes everything at once.
-    if (!plain.empty() && SSL_write(ssl_, plain.data(), static_cast<int>(plain.size())) <= 0) {
-      fail("TLS write: " + opensslError("failed"));
+  // Memory BIOs grow as needed, so every record is accepted; SSL_write_ex still writes one record
+  // (16 KiB) at a time, hence the loop.
+  bool encrypt(const std::string& plain) {
+    size_t done = 0;
+    while (done < plain.size()) {
+      size_t written = 0;
+      if (SSL_write_ex(ssl_, plain.data() + done, plain.size() - done, &written) != 1) {
+        failLater("TLS write: " + opensslError("failed"));
+        return false;
+      }
+      done += written;
     }
+    return true;
   }
 
   void decrypt() {
@@ -236,7 +255,19 @@ class TlsTransport final : public RedisTransport, private RedisTransport::Handle
     handler_->onTransportError(std::move(reason));  // last: the handler may close us
   }
 
+  // From inside write(): tell the handler on a later turn (RedisTransport contract).
+  void failLater(std::string reason) {
+    if (closed_ || failed_) return;
+    failed_ = true;
+    inner_->close();
+    scheduler_.post([this, alive = std::weak_ptr<char>(alive_), reason = std::move(reason)] {
+      if (!alive.expired() && !closed_) handler_->onTransportError(reason);
+    });
+  }
+
   std::unique_ptr<RedisTransport> inner_;
+  event::Scheduler& scheduler_;
+  std::shared_ptr<char> alive_ = std::make_shared<char>();  // guards posted callbacks
   std::shared_ptr<TlsClientContext> context_;
   std::shared_ptr<TlsSessionCache> sessions_;
   RedisTransport::Handler* handler_ = nullptr;  // the RESP connection above
@@ -261,7 +292,7 @@ StatusOr<std::shared_ptr<TlsClientContext>> TlsClientContext::create(
   auto owned = std::shared_ptr<TlsClientContext>(new TlsClientContext(ctx, config.server_name));
   SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
   SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, onVerify);
-  SSL_CTX_set_mode(ctx, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+  SSL_CTX_set_mode(ctx, SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
   const int loaded = config.ca_file.empty()
                          ? SSL_CTX_set_default_verify_paths(ctx)
                          : SSL_CTX_load_verify_locations(ctx, config.ca_file.c_str(), nullptr);
@@ -298,9 +329,11 @@ void TlsSessionCache::store(ssl_session_st* session) {
 }
 
 std::unique_ptr<RedisTransport> makeTlsTransport(std::unique_ptr<RedisTransport> inner,
+                                                 event::Scheduler& scheduler,
                                                  std::shared_ptr<TlsClientContext> context,
                                                  std::shared_ptr<TlsSessionCache> sessions) {
-  return std::make_unique<TlsTransport>(std::move(inner), std::move(context), std::move(sessions));
+  return std::make_unique<TlsTransport>(std::move(inner), scheduler, std::move(context),
+                                        std::move(sessions));
 }
 
 }  // namespace sidelock::backend

@@ -10,6 +10,7 @@
 
 #include "common/status.h"
 #include "config/config.h"
+#include "event/scheduler.h"
 #include "redis/transport.h"
 
 struct ssl_ctx_st;
@@ -58,6 +59,7 @@ class TlsSessionCache {
 
 /// Wraps `inner` (a socket transport) in TLS.
 std::unique_ptr<RedisTransport> makeTlsTransport(std::unique_ptr<RedisTransport> inner,
+                                                 event::Scheduler& scheduler,
                                                  std::shared_ptr<TlsClientContext> context,
                                                  std::shared_ptr<TlsSessionCache> sessions);
 

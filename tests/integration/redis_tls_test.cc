@@ -103,6 +103,12 @@ TEST_F(RedisTlsTest, VerifiedServerServesCommandsAndResumesItsSession) {
   auto set = run({"SET", "over-tls", "yes"});
   ASSERT_TRUE(set.isOk()) << set.status().toString();
   EXPECT_EQ(redis->cli({"GET", "over-tls"}), "yes") << "written through the TLS port";
+  // More than one TLS record (16 KiB) in one write: every byte must reach the server.
+  const std::string big(100'000, 'x');
+  ASSERT_TRUE(run({"SET", "big", big}).isOk());
+  auto got = run({"GET", "big"});
+  ASSERT_TRUE(got.isOk()) << got.status().toString();
+  EXPECT_EQ(got->str, big);
   EXPECT_EQ(n.tlsResumptions(), 0);
 
   // Drop our TLS connections from the server side: the node reconnects and resumes.

@@ -390,6 +390,27 @@ TEST_F(LockServiceTest, HandOffByTheWrongOwnerGrantsNothing) {
   EXPECT_EQ(w->grant().token, holder->grant().token + 1);
 }
 
+// A hand-off without an answer may still have run: the grant the waiter never heard of is given
+// back (compare-and-delete), and the waiter keeps its place as after any failed attempt.
+TEST_F(LockServiceTest, HandOffWithoutAnAnswerGivesTheGrantBackAndTheWaiterStays) {
+  backend.hand_off = true;
+  auto holder = acquireNow(opts("x", "h", 60'000));
+  auto w = start(opts("x", "w", 60'000, 30'000));
+  advance(100, 10);
+  backend.fail_release = unavailable("link lost");
+  const int releases_before = backend.count("release");
+  auto r = release("x", "h");
+  EXPECT_FALSE(r.isOk());
+  EXPECT_GT(backend.count("release"), releases_before) << "the possible grant is given back";
+  advance(100, 10);
+  EXPECT_FALSE(w->done()) << "the waiter rides out the failed hand-off";
+  backend.fail_release.reset();
+  ASSERT_EQ(*release("x", "h"), ReleaseStatus::kReleased);
+  advance(10, 1);
+  ASSERT_TRUE(w->done());
+  EXPECT_EQ(w->status(), AcquireStatus::kGranted);
+}
+
 TEST_F(LockServiceTest, HandOffToAWaiterWhoLeftIsReleasedAgain) {
   backend.hand_off = true;
   auto holder = acquireNow(opts("x", "h", 60'000));
