@@ -40,8 +40,7 @@ void RedisConnection::open(const config::RedisNodeAddress& address,
   transport_->connect(address, this);
 }
 
-void RedisConnection::close(const Status& why) {
-  if (dead_) return;
+void RedisConnection::stopIo() {
   dead_ = true;
   connected_ = false;
   if (transport_) transport_->close();
@@ -50,6 +49,11 @@ void RedisConnection::close(const Status& why) {
   out_.clear();
   retained_.clear();
   retained_head_ = 0;
+}
+
+void RedisConnection::close(const Status& why) {
+  if (dead_) return;
+  stopIo();
   // Answered on a later turn: close() may be called from inside a caller's own call.
   for (Pending& p : pending_) {
     if (!p.cb) continue;
@@ -238,14 +242,7 @@ void RedisConnection::onTransportError(std::string reason) { die(reason); }
 
 void RedisConnection::die(const std::string& reason) {
   if (dead_) return;
-  dead_ = true;
-  connected_ = false;
-  if (transport_) transport_->close();
-  flush_handle_.close();
-  deadline_timer_.reset();
-  out_.clear();
-  retained_.clear();
-  retained_head_ = 0;
+  stopIo();
   std::deque<Pending> failed = std::move(pending_);
   pending_.clear();
   const std::string error = options_.name + ": " + reason;

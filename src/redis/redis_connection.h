@@ -130,6 +130,8 @@ class RedisConnection final : private RedisTransport::Handler {
   void armDeadlineCheck(int64_t at_us);
   void onDeadlineCheck();
   void observeLatency(const Pending& p, int64_t now_us);
+  /// Marks the connection dead and stops every kind of I/O (close() and die() share it).
+  void stopIo();
   /// The link is dead: stop I/O, tell the listener, fail what was pending. Last thing a caller
   /// does (the listener may close or retire us).
   void die(const std::string& reason);

@@ -238,22 +238,20 @@ class RedisNode::Impl final : public RedisConnection::Listener {
   // Handshake and internal replies: act only if `conn` is still the current link, and only on a
   // real reply or a deadline (a lost link is handled by onConnectionLost).
   template <typename OnValue>
-  RedisReplyCallback internalReply(RedisConnection* conn, std::string what, OnValue on_value) {
+  RedisReplyCallback internalReply(RedisConnection* conn, std::string what, int64_t timeout_ms,
+                                   OnValue on_value) {
     // Guarded: a retired connection answers its requests on a later turn, when the node may be
     // gone (destroyed without shutdown()).
-    return
-        [this, alive = std::weak_ptr<char>(alive_), conn, generation = generation_,
-         what = std::move(what), on_value = std::move(on_value)](StatusOr<RedisValue> r) mutable {
-          if (alive.expired() || generation != generation_ || conn != main_.get()) return;
-          if (r.isOk()) {
-            on_value(*r);
-          } else if (r.status().code() == StatusCode::kDeadlineExceeded) {
-            failLink(what + " timed out after " +
-                     std::to_string(what == "PING" ? options_.command_timeout_ms
-                                                   : options_.connect_timeout_ms) +
-                     " ms");
-          }
-        };
+    return [this, alive = std::weak_ptr<char>(alive_), conn, generation = generation_,
+            what = std::move(what), timeout_ms,
+            on_value = std::move(on_value)](StatusOr<RedisValue> r) mutable {
+      if (alive.expired() || generation != generation_ || conn != main_.get()) return;
+      if (r.isOk()) {
+        on_value(*r);
+      } else if (r.status().code() == StatusCode::kDeadlineExceeded) {
+        failLink(what + " timed out after " + std::to_string(timeout_ms) + " ms");
+      }
+    };
   }
 
   void onConnectionUp(RedisConnection& c) override {
@@ -311,7 +309,7 @@ class RedisNode::Impl final : public RedisConnection::Listener {
       if (!options_.username.empty()) auth.push_back(options_.username);
       auth.push_back(options_.password);
       c->command(auth, t, NodeOp::kOther,
-                 internalReply(c, "AUTH",
+                 internalReply(c, "AUTH", t,
                                [this](const RedisValue& v) {
                                  if (v.isError()) failLink("AUTH failed: " + v.str);
                                }),
@@ -321,7 +319,7 @@ class RedisNode::Impl final : public RedisConnection::Listener {
       const std::string db = std::to_string(options_.db);
       c->command(
           argsOf({"SELECT", db}), t, NodeOp::kOther,
-          internalReply(c, "SELECT",
+          internalReply(c, "SELECT", t,
                         [this](const RedisValue& v) {
                           if (v.isError()) {
                             failLink("SELECT " + std::to_string(options_.db) + " failed: " + v.str);
@@ -330,12 +328,13 @@ class RedisNode::Impl final : public RedisConnection::Listener {
           "SELECT");
     }
     c->command(argsOf({"INFO", "server"}), t, NodeOp::kOther,
-               internalReply(c, "INFO", [this](const RedisValue& v) { onServerInfo(v); }), "INFO");
+               internalReply(c, "INFO", t, [this](const RedisValue& v) { onServerInfo(v); }),
+               "INFO");
     const size_t scripts = options_.scripts ? options_.scripts->size() : 0;
     for (size_t i = 0; i < scripts; ++i) {
       const RedisScript& s = (*options_.scripts)[i];
       c->command(argsOf({"SCRIPT", "LOAD", s.text}), t, NodeOp::kOther,
-                 internalReply(c, "SCRIPT LOAD",
+                 internalReply(c, "SCRIPT LOAD", t,
                                [this, c, i](const RedisValue& v) {
                                  if (v.isError() || v.type != RedisValue::Type::kString) {
                                    failLink("SCRIPT LOAD " + (*options_.scripts)[i].label +
@@ -348,7 +347,7 @@ class RedisNode::Impl final : public RedisConnection::Listener {
     }
     // A PING closes the handshake, so "up" needs no knowledge of which step came last.
     c->command(argsOf({"PING"}), t, NodeOp::kOther,
-               internalReply(c, "handshake PING",
+               internalReply(c, "handshake PING", t,
                              [this](const RedisValue& v) {
                                if (v.isError()) {
                                  failLink("PING failed: " + v.str);
@@ -434,7 +433,7 @@ class RedisNode::Impl final : public RedisConnection::Listener {
       ping_in_flight_ = true;
       RedisConnection* c = main_.get();
       c->command(argsOf({"PING"}), options_.command_timeout_ms, NodeOp::kOther,
-                 internalReply(c, "PING",
+                 internalReply(c, "PING", options_.command_timeout_ms,
                                [this](const RedisValue& v) {
                                  ping_in_flight_ = false;
                                  if (v.isError()) failLink("PING failed: " + v.str);
