@@ -26,6 +26,7 @@ void Request::clear() {
   params.clear();
   route = {};
   received_us = 0;
+  principal.reset();
 }
 
 }  // namespace sidelock::http

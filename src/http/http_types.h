@@ -13,6 +13,13 @@
 
 namespace sidelock::http {
 
+/// The caller a verified bearer token stands for (http/access_policy.h). What `scopes` mean is up
+/// to the handlers (the lock API reads them as lock-name prefixes); empty = no restriction.
+struct Principal {
+  std::string label;  // where the token was configured ("auth.tokens_file line 3"), never the token
+  std::vector<std::string> scopes;
+};
+
 struct Request {
   std::string method;  // "GET", "POST", ...
   std::string path;    // decoded path without the query string
@@ -28,6 +35,8 @@ struct Request {
   /// Views the Router's table (fixed at start-up, outlives the server) or kUnmatchedRoute.
   std::string_view route;
   int64_t received_us = 0;  // monotonic, when the request head was complete
+  /// Set by the listener's access policy when the request carried a valid bearer token.
+  std::shared_ptr<const Principal> principal;
 
   std::string_view header(std::string_view lower_name) const;
   std::string_view param(std::string_view name) const;
