@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <charconv>
 
+#include "http/http_error.h"
+
 namespace sidelock::http {
 namespace {
 
@@ -160,6 +162,22 @@ std::optional<Refusal> checkAccess(Request& request, const ListenerPolicy& polic
     }
   }
   return std::nullopt;
+}
+
+Handler guardHandler(const ListenerPolicy& tcp_policy, const ListenerPolicy& unix_policy,
+                     Handler inner) {
+  return [&tcp_policy, &unix_policy, inner = std::move(inner)](Request& request,
+                                                               ResponderPtr responder) {
+    // PEER_PLACEHOLDER
+    const std::optional<uint32_t> peer_uid;
+    const ListenerPolicy& policy = peer_uid ? unix_policy : tcp_policy;
+    if (auto refusal = checkAccess(request, policy, peer_uid)) {
+      sendError(*responder, refusal->status, refusal->code, refusal->message,
+                std::move(refusal->headers));
+      return;
+    }
+    inner(request, std::move(responder));
+  };
 }
 
 }  // namespace sidelock::http

@@ -83,4 +83,11 @@ bool isLoopbackHost(std::string_view host);
 std::optional<Refusal> checkAccess(Request& request, const ListenerPolicy& policy,
                                    std::optional<uint32_t> peer_uid);
 
+/// Wraps `inner` so that every request first passes the policy of the listener it came in on:
+/// `unix_policy` for Unix socket peers, `tcp_policy` for the rest. A refused request is answered
+/// here (JSON error) and never reaches `inner`. The policies must outlive the handler (main owns
+/// them; a SIGHUP reload replaces the tokens inside their TokenVerifier).
+Handler guardHandler(const ListenerPolicy& tcp_policy, const ListenerPolicy& unix_policy,
+                     Handler inner);
+
 }  // namespace sidelock::http
