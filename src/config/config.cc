@@ -242,10 +242,16 @@ void loadListenAccess(const Section& s, ListenConfig& c) {
   const std::vector<std::string> hosts = readScalarList(s, "allowed_hosts");
   for (size_t i = 0; i < hosts.size(); ++i) {
     std::string h = lowerAscii(hosts[i]);
+    // "*" alone turns the Host check off, for a lock listener meant to be reached by address from
+    // other hosts (no browser shares its loopback then). Never a pattern like "*.example".
+    if (h == "*") {
+      c.allowed_hosts.push_back(std::move(h));
+      continue;
+    }
     if (!validHostName(h)) {
       fail(
           s.path("allowed_hosts") + "[" + std::to_string(i) + "]",
-          "must be a host name or address without a port (no wildcards), got \"" + hosts[i] + "\"");
+          "must be a host name or address without a port, or \"*\" alone, got \"" + hosts[i] + "\"");
     }
     c.allowed_hosts.push_back(std::move(h));
   }

@@ -37,7 +37,7 @@ struct ListenConfig {
   /// the lock listeners accept; a request with any other Origin header is refused (403).
   std::vector<std::string> allowed_origins;
   /// Host header names (lower-cased, no port) accepted on the lock listeners besides the loopback
-  /// names (localhost, 127.0.0.0/8, [::1]); any other Host is refused (421).
+  /// names (localhost, 127.0.0.0/8, [::1]); any other Host is refused (421). "*": any Host.
   std::vector<std::string> allowed_hosts;
 };
 

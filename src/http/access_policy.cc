@@ -142,6 +142,8 @@ std::optional<Refusal> checkAccess(Request& request, const ListenerPolicy& polic
       if (name != "host") continue;
       const std::string host = hostWithoutPort(value);
       if (!isLoopbackHost(host) &&
+          std::find(policy.allowed_hosts.begin(), policy.allowed_hosts.end(), "*") ==
+              policy.allowed_hosts.end() &&
           std::find(policy.allowed_hosts.begin(), policy.allowed_hosts.end(), host) ==
               policy.allowed_hosts.end()) {
         return Refusal{421,

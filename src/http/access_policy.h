@@ -55,7 +55,7 @@ struct ListenerPolicy {
   /// allowed_hosts (421). Off for the admin listener, which probes reach by pod IP.
   bool browser_checks = true;
   std::vector<std::string> allowed_origins;  // lower-case scheme://host[:port]
-  std::vector<std::string> allowed_hosts;    // lower-case, no port
+  std::vector<std::string> allowed_hosts;    // lower-case, no port; "*" = any Host
   /// Null: no token needed. Otherwise every path but token_free_paths needs one of its tokens.
   const TokenVerifier* tokens = nullptr;
   /// Probes (the kubelet cannot send a secret header) and nothing else.

@@ -156,6 +156,9 @@ TEST(AccessPolicyTest, HostMustBeLoopbackOrConfigured) {
   EXPECT_EQ(refusal->code, kHostNotAllowed);
   Request named = request({{"host", "SideLock:7411"}});
   EXPECT_FALSE(checkAccess(named, p, std::nullopt));
+  p.allowed_hosts = {"*"};  // a listener reached by address from other hosts
+  EXPECT_FALSE(checkAccess(rebound, p, std::nullopt));
+  p.allowed_hosts = {};
   p.browser_checks = false;  // the admin listener
   EXPECT_FALSE(checkAccess(rebound, p, std::nullopt));
 }
