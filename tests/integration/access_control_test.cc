@@ -266,6 +266,27 @@ TEST_F(TokenTest, SighupReloadsTokensAndABadFileKeepsTheOldSet) {
   EXPECT_EQ(call("GET", "/v1/locks/x", kFullToken).status, 401);
 }
 
+TEST_F(TokenTest, SidelockRunSendsTheTokenFromItsEnvironment) {
+  const std::string run = "timeout 60 " + sidelockBinary() +
+                          " run --addr 127.0.0.1:" + std::to_string(sidecar_->port()) +
+                          " --wait 0 ";
+  std::string out;
+  EXPECT_EQ(shell("SIDELOCK_AUTH_TOKEN=" + std::string(kOrdersToken) + " " + run +
+                      "orders-run -- sh -c 'echo token=$SIDELOCK_TOKEN'",
+                  &out),
+            0)
+      << out;
+  EXPECT_NE(out.find("token="), std::string::npos) << out;
+  EXPECT_EQ(shell(run + "orders-run -- true", &out), 77) << out;
+  EXPECT_NE(out.find("token_required"), std::string::npos) << out;
+  EXPECT_EQ(
+      shell("SIDELOCK_AUTH_TOKEN=" + std::string(kOrdersToken) + " " + run + "billing-run -- true",
+            &out),
+      77)
+      << out;
+  EXPECT_NE(out.find("lock_not_allowed"), std::string::npos) << out;
+}
+
 TEST(UnixSocketTest, ModeAndGroupAreApplied) {
   // Root may give the socket any group; others only one of their own.
   gid_t gid = getegid();
