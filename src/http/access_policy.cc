@@ -19,10 +19,6 @@ std::string lowerAscii(std::string_view in) {
   return out;
 }
 
-bool equalsIgnoreCase(std::string_view a, std::string_view b) {
-  return a.size() == b.size() && lowerAscii(a) == lowerAscii(b);
-}
-
 std::array<unsigned char, 32> sha256(std::string_view data) {
   std::array<unsigned char, 32> digest{};
   SHA256(reinterpret_cast<const unsigned char*>(data.data()), data.size(), digest.data());
@@ -110,15 +106,20 @@ bool isLoopbackHost(std::string_view host) {
   return host == "localhost" || host == "[::1]" || isDottedQuadIn127(host);
 }
 
-std::optional<Refusal> checkAccess(Request& request, const ListenerPolicy& policy,
-                                   std::optional<uint32_t> peer_uid) {
-  if (peer_uid && !policy.allowed_uids.empty() &&
-      std::find(policy.allowed_uids.begin(), policy.allowed_uids.end(), *peer_uid) ==
-          policy.allowed_uids.end()) {
-    return Refusal{403,
-                   kPeerNotAllowed,
-                   "uid " + std::to_string(*peer_uid) + " is not in listen.unix_allowed_uids",
-                   {}};
+std::optional<Refusal> checkAccess(Request& request, const ListenerPolicy& policy) {
+  if (!policy.allowed_uids.empty()) {
+    // Fail closed: a peer whose credentials could not be read is not on the list.
+    const PeerIdentity* peer = request.peer.get();
+    if (peer == nullptr || !peer->has_credentials) {
+      return Refusal{403, kPeerNotAllowed, "the peer's uid is unknown (SO_PEERCRED failed)", {}};
+    }
+    if (std::find(policy.allowed_uids.begin(), policy.allowed_uids.end(), peer->uid) ==
+        policy.allowed_uids.end()) {
+      return Refusal{403,
+                     kPeerNotAllowed,
+                     "uid " + std::to_string(peer->uid) + " is not in listen.unix_allowed_uids",
+                     {}};
+    }
   }
   if (policy.browser_checks) {
     // A web page's request: browsers always send Origin on cross-origin POSTs (and on fetches),
@@ -170,10 +171,10 @@ Handler guardHandler(const ListenerPolicy& tcp_policy, const ListenerPolicy& uni
                      Handler inner) {
   return [&tcp_policy, &unix_policy, inner = std::move(inner)](Request& request,
                                                                ResponderPtr responder) {
-    // PEER_PLACEHOLDER
-    const std::optional<uint32_t> peer_uid;
-    const ListenerPolicy& policy = peer_uid ? unix_policy : tcp_policy;
-    if (auto refusal = checkAccess(request, policy, peer_uid)) {
+    const bool over_unix =
+        request.peer && request.peer->transport == PeerIdentity::Transport::kUnix;
+    const ListenerPolicy& policy = over_unix ? unix_policy : tcp_policy;
+    if (auto refusal = checkAccess(request, policy)) {
       sendError(*responder, refusal->status, refusal->code, refusal->message,
                 std::move(refusal->headers));
       return;

@@ -60,7 +60,8 @@ struct ListenerPolicy {
   const TokenVerifier* tokens = nullptr;
   /// Probes (the kubelet cannot send a secret header) and nothing else.
   std::vector<std::string> token_free_paths = {"/healthz", "/readyz"};
-  /// Unix socket peers: empty = anyone the socket's file mode lets connect.
+  /// Unix socket peers (Request::peer, SO_PEERCRED): empty = anyone the socket's file mode lets
+  /// connect; otherwise a peer without credentials is refused too.
   std::vector<uint32_t> allowed_uids;
 };
 
@@ -77,11 +78,9 @@ std::string hostWithoutPort(std::string_view host_header);
 /// localhost, a dotted-quad in 127.0.0.0/8, or [::1] (no port).
 bool isLoopbackHost(std::string_view host);
 
-/// Checks `request` against `policy`; `peer_uid` is the Unix socket peer's uid (nullopt on TCP).
-/// On success sets request.principal (when a token was presented and verified) and returns
-/// nullopt.
-std::optional<Refusal> checkAccess(Request& request, const ListenerPolicy& policy,
-                                   std::optional<uint32_t> peer_uid);
+/// Checks `request` (its headers and Request::peer) against `policy`. On success sets
+/// request.principal (when a token was presented and verified) and returns nullopt.
+std::optional<Refusal> checkAccess(Request& request, const ListenerPolicy& policy);
 
 /// Wraps `inner` so that every request first passes the policy of the listener it came in on:
 /// `unix_policy` for Unix socket peers, `tcp_policy` for the rest. A refused request is answered

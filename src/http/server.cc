@@ -44,7 +44,7 @@ HttpServer::~HttpServer() {
 Status HttpServer::start() {
   if (!limits_.tcp.empty()) SIDELOCK_RETURN_IF_ERROR(listenTcp(limits_.tcp));
   if (!limits_.unix_path.empty()) {
-    Status s = listenUnix(limits_.unix_path, limits_.unix_mode);
+    Status s = listenUnix(limits_.unix_path, limits_.unix_mode, limits_.unix_gid);
     if (!s.isOk()) {
       tcp_.close();
       return s;
@@ -58,9 +58,9 @@ Status HttpServer::listenTcp(std::string_view host_port) {
   return tcp_.listenTcp(host_port, kListenBacklog, [this] { onConnection(tcp_); });
 }
 
-Status HttpServer::listenUnix(const std::string& path, uint32_t mode) {
+Status HttpServer::listenUnix(const std::string& path, uint32_t mode, int64_t gid) {
   if (closed_) return unavailable("server is closed");
-  return unix_.listenUnix(path, mode, kListenBacklog, [this] { onConnection(unix_); });
+  return unix_.listenUnix(path, mode, kListenBacklog, [this] { onConnection(unix_); }, gid);
 }
 
 void HttpServer::onConnection(event::StreamListener& listener) {

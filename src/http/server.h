@@ -51,14 +51,15 @@ class HttpServer {
   HttpServer(const HttpServer&) = delete;
   HttpServer& operator=(const HttpServer&) = delete;
 
-  /// Listens on limits.tcp and limits.unix_path (each when non-empty) with limits.unix_mode.
+  /// Listens on limits.tcp and limits.unix_path (each when non-empty) with limits.unix_mode and
+  /// limits.unix_gid.
   /// On error nothing stays open.
   Status start();
   /// Listens on "host:port" (port 0: a free port, see tcpPort()). At most one TCP listener.
   Status listenTcp(std::string_view host_port);
-  /// Listens on a Unix socket (stale socket file removed first, chmod to `mode`, unlinked on
-  /// stop). At most one Unix listener.
-  Status listenUnix(const std::string& path, uint32_t mode);
+  /// Listens on a Unix socket (stale socket file removed first, group `gid` unless -1, chmod to
+  /// `mode`, unlinked on stop; see event::StreamListener::listenUnix). At most one Unix listener.
+  Status listenUnix(const std::string& path, uint32_t mode, int64_t gid = -1);
 
   /// The bound TCP port, 0 when not listening on TCP.
   int tcpPort() const { return tcp_.port(); }

@@ -121,11 +121,10 @@ TEST(AccessPolicyTest, CurlDefaultsPass) {
     Request r = request({{"host", host},
                          {"user-agent", "curl/7.88.1"},
                          {"content-type", "application/x-www-form-urlencoded"}});
-    EXPECT_FALSE(checkAccess(r, p, std::nullopt)) << host;
+    EXPECT_FALSE(checkAccess(r, p)) << host;
   }
   Request no_host = request({});
-  EXPECT_FALSE(checkAccess(no_host, p, std::nullopt))
-      << "HTTP/1.0 without Host is not ours to judge";
+  EXPECT_FALSE(checkAccess(no_host, p)) << "HTTP/1.0 without Host is not ours to judge";
 }
 
 TEST(AccessPolicyTest, OriginMustBeAllowed) {
@@ -134,33 +133,33 @@ TEST(AccessPolicyTest, OriginMustBeAllowed) {
   for (const char* origin :
        {"http://evil.example", "null", "http://localhost:3001", "https://localhost:3000"}) {
     Request r = request({{"host", "localhost:7411"}, {"origin", origin}});
-    auto refusal = checkAccess(r, p, std::nullopt);
+    auto refusal = checkAccess(r, p);
     ASSERT_TRUE(refusal) << origin;
     EXPECT_EQ(refusal->status, 403);
     EXPECT_EQ(refusal->code, kOriginNotAllowed);
   }
   Request ok = request({{"host", "localhost:7411"}, {"origin", "HTTP://LOCALHOST:3000"}});
-  EXPECT_FALSE(checkAccess(ok, p, std::nullopt));
+  EXPECT_FALSE(checkAccess(ok, p));
   Request two = request(
       {{"host", "localhost"}, {"origin", "http://localhost:3000"}, {"origin", "http://evil"}});
-  EXPECT_TRUE(checkAccess(two, p, std::nullopt)) << "every Origin header must be allowed";
+  EXPECT_TRUE(checkAccess(two, p)) << "every Origin header must be allowed";
 }
 
 TEST(AccessPolicyTest, HostMustBeLoopbackOrConfigured) {
   ListenerPolicy p;
   p.allowed_hosts = {"sidelock"};
   Request rebound = request({{"host", "attacker.example:7411"}});
-  auto refusal = checkAccess(rebound, p, std::nullopt);
+  auto refusal = checkAccess(rebound, p);
   ASSERT_TRUE(refusal);
   EXPECT_EQ(refusal->status, 421);
   EXPECT_EQ(refusal->code, kHostNotAllowed);
   Request named = request({{"host", "SideLock:7411"}});
-  EXPECT_FALSE(checkAccess(named, p, std::nullopt));
+  EXPECT_FALSE(checkAccess(named, p));
   p.allowed_hosts = {"*"};  // a listener reached by address from other hosts
-  EXPECT_FALSE(checkAccess(rebound, p, std::nullopt));
+  EXPECT_FALSE(checkAccess(rebound, p));
   p.allowed_hosts = {};
   p.browser_checks = false;  // the admin listener
-  EXPECT_FALSE(checkAccess(rebound, p, std::nullopt));
+  EXPECT_FALSE(checkAccess(rebound, p));
 }
 
 TEST(AccessPolicyTest, TokensOnTheListener) {
@@ -171,7 +170,7 @@ TEST(AccessPolicyTest, TokensOnTheListener) {
   p.tokens = &tokens;
 
   Request none = request({{"host", "localhost"}});
-  auto refusal = checkAccess(none, p, std::nullopt);
+  auto refusal = checkAccess(none, p);
   ASSERT_TRUE(refusal);
   EXPECT_EQ(refusal->status, 401);
   EXPECT_EQ(refusal->code, kTokenRequired);
@@ -181,39 +180,53 @@ TEST(AccessPolicyTest, TokensOnTheListener) {
 
   Request wrong =
       request({{"host", "localhost"}, {"authorization", "Bearer wrongwrongwrongwrong"}});
-  refusal = checkAccess(wrong, p, std::nullopt);
+  refusal = checkAccess(wrong, p);
   ASSERT_TRUE(refusal);
   EXPECT_EQ(refusal->code, kInvalidToken);
   EXPECT_NE(refusal->headers[0].second.find("invalid_token"), std::string::npos);
 
   Request basic =
       request({{"host", "localhost"}, {"authorization", std::string("Basic ") + kTokenA}});
-  refusal = checkAccess(basic, p, std::nullopt);
+  refusal = checkAccess(basic, p);
   ASSERT_TRUE(refusal);
   EXPECT_EQ(refusal->code, kTokenRequired);
 
   Request good =
       request({{"host", "localhost"}, {"authorization", std::string("bearer  ") + kTokenA}});
-  EXPECT_FALSE(checkAccess(good, p, std::nullopt));
+  EXPECT_FALSE(checkAccess(good, p));
   ASSERT_TRUE(good.principal);
   EXPECT_EQ(good.principal->scopes, std::vector<std::string>{"orders-"});
 
   Request probe = request({{"host", "localhost"}}, "/healthz");
-  EXPECT_FALSE(checkAccess(probe, p, std::nullopt)) << "probes need no token";
+  EXPECT_FALSE(checkAccess(probe, p)) << "probes need no token";
   Request metrics = request({{"host", "localhost"}}, "/metrics");
-  EXPECT_TRUE(checkAccess(metrics, p, std::nullopt));
+  EXPECT_TRUE(checkAccess(metrics, p));
 }
 
 TEST(AccessPolicyTest, PeerUidAllowList) {
   ListenerPolicy p;
   p.allowed_uids = {1000, 0};
-  Request r = request({{"host", "localhost"}});
-  EXPECT_FALSE(checkAccess(r, p, 1000u));
-  auto refusal = checkAccess(r, p, 1001u);
+  auto from = [](uint32_t uid, bool has_credentials) {
+    auto peer = std::make_shared<PeerIdentity>();
+    peer->transport = PeerIdentity::Transport::kUnix;
+    peer->has_credentials = has_credentials;
+    peer->uid = uid;
+    Request r = request({{"host", "localhost"}});
+    r.peer = std::move(peer);
+    return r;
+  };
+  Request allowed = from(1000, true);
+  EXPECT_FALSE(checkAccess(allowed, p));
+  Request other = from(1001, true);
+  auto refusal = checkAccess(other, p);
   ASSERT_TRUE(refusal);
   EXPECT_EQ(refusal->status, 403);
   EXPECT_EQ(refusal->code, kPeerNotAllowed);
-  EXPECT_FALSE(checkAccess(r, p, std::nullopt)) << "TCP peers have no uid";
+  EXPECT_NE(refusal->message.find("uid 1001"), std::string::npos);
+  Request unknown = from(1000, false);
+  EXPECT_TRUE(checkAccess(unknown, p)) << "no credentials: refused (fail closed)";
+  p.allowed_uids.clear();
+  EXPECT_FALSE(checkAccess(other, p)) << "no list: the socket's mode decides";
 }
 
 TEST(LockScopeTest, PrefixesLimitLockNames) {
