@@ -130,7 +130,8 @@ void setUpAccessPolicies(Sidecar& s, const config::Config& cfg) {
   s.tcp_policy.allowed_hosts = cfg.listen.allowed_hosts;
   if (cfg.auth.tokens.configured()) s.tcp_policy.tokens = &s.lock_tokens;
   s.unix_policy = s.tcp_policy;
-  if (!cfg.auth.unix_requires_token) s.unix_policy.tokens = nullptr;
+  // Optional on the socket: a token that is sent is still checked and its prefixes apply.
+  s.unix_policy.token_required = cfg.auth.unix_requires_token;
   s.unix_policy.allowed_uids = cfg.listen.unix_allowed_uids;
   // Probes and Prometheus reach the admin listener by pod IP: no browser checks there.
   s.admin_policy.browser_checks = false;

@@ -159,7 +159,8 @@ std::optional<Refusal> checkAccess(Request& request, const ListenerPolicy& polic
     if (!token.empty()) {
       request.principal = policy.tokens->verify(token);
       if (!request.principal) return unauthorized(kInvalidToken, "the bearer token is not valid");
-    } else if (std::find(policy.token_free_paths.begin(), policy.token_free_paths.end(),
+    } else if (policy.token_required &&
+               std::find(policy.token_free_paths.begin(), policy.token_free_paths.end(),
                          request.path) == policy.token_free_paths.end()) {
       return unauthorized(kTokenRequired, "this listener requires Authorization: Bearer <token>");
     }

@@ -56,8 +56,10 @@ struct ListenerPolicy {
   bool browser_checks = true;
   std::vector<std::string> allowed_origins;  // lower-case scheme://host[:port]
   std::vector<std::string> allowed_hosts;    // lower-case, no port; "*" = any Host
-  /// Null: no token needed. Otherwise every path but token_free_paths needs one of its tokens.
+  /// Null: tokens are ignored. Otherwise a presented token must be one of these (401 if not) and
+  /// its scopes apply; and with token_required every path but token_free_paths needs one.
   const TokenVerifier* tokens = nullptr;
+  bool token_required = true;
   /// Probes (the kubelet cannot send a secret header) and nothing else.
   std::vector<std::string> token_free_paths = {"/healthz", "/readyz"};
   /// Unix socket peers (Request::peer, SO_PEERCRED): empty = anyone the socket's file mode lets

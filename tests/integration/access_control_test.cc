@@ -287,6 +287,52 @@ TEST_F(TokenTest, SidelockRunSendsTheTokenFromItsEnvironment) {
   EXPECT_NE(out.find("lock_not_allowed"), std::string::npos) << out;
 }
 
+TEST_F(TokenTest, UnixSocketNeedsATokenOnlyWhenConfigured) {
+  HttpClient u = HttpClient::unix(sidecar_->socketPath());
+  auto r = send(u, "POST", "/v1/locks/orders-9/acquire", {"Host: localhost"}, "{}");
+  EXPECT_EQ(r.status, 200) << "the socket's mode decides who connects: " << r.body;
+  r = send(u, "GET", "/v1/locks/anything", {"Host: localhost", bearer(kOrdersToken)});
+  EXPECT_EQ(r.status, 403) << "a token that is sent still limits the names";
+  EXPECT_EQ(call("POST", "/v1/locks/orders-9/acquire", nullptr).status, 401) << "TCP still does";
+
+  SidecarProcess strict({"backend:\n  type: memory\nauth:\n  tokens_file: " + tokens_file_ +
+                             "\n  unix_requires_token: true\n",
+                         {},
+                         false});
+  HttpClient su = HttpClient::unix(strict.socketPath());
+  r = send(su, "GET", "/v1/locks", {"Host: localhost"});
+  EXPECT_EQ(r.status, 401);
+  EXPECT_EQ(errorOf(r), "token_required");
+  r = send(su, "GET", "/v1/locks", {"Host: localhost", bearer(kFullToken)});
+  EXPECT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(strict.stop(), 0) << strict.logs();
+}
+
+TEST(UnixSocketTest, PeerUidAllowList) {
+  const std::string me = std::to_string(getuid());
+  const std::string other = std::to_string(getuid() + 1);
+  SidecarProcess refused(
+      {"backend:\n  type: memory\n", {}, false, "  unix_allowed_uids: [" + other + "]\n"});
+  HttpClient u = HttpClient::unix(refused.socketPath());
+  auto r = send(u, "POST", "/v1/locks/by-uid/acquire", {"Host: localhost"}, "{}");
+  EXPECT_EQ(r.status, 403);
+  EXPECT_EQ(errorOf(r), "peer_not_allowed") << r.body;
+  EXPECT_NE(r.body.find("uid " + me), std::string::npos) << r.body;
+  HttpClient c = HttpClient::tcp(refused.port());
+  EXPECT_EQ(json::parse(c.get("/v1/locks/by-uid").body)["held"], false) << "nothing changed";
+  EXPECT_EQ(c.post("/v1/locks/by-tcp/acquire", "{}").status, 200) << "TCP has no uid list";
+  EXPECT_EQ(refused.stop(), 0) << refused.logs();
+
+  SidecarProcess allowed({"backend:\n  type: memory\n",
+                          {},
+                          false,
+                          "  unix_allowed_uids: [" + other + ", " + me + "]\n"});
+  HttpClient a = HttpClient::unix(allowed.socketPath());
+  r = send(a, "POST", "/v1/locks/by-uid/acquire", {"Host: localhost"}, "{}");
+  EXPECT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(allowed.stop(), 0) << allowed.logs();
+}
+
 TEST(UnixSocketTest, ModeAndGroupAreApplied) {
   // Root may give the socket any group; others only one of their own.
   gid_t gid = getegid();

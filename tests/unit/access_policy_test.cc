@@ -201,6 +201,16 @@ TEST(AccessPolicyTest, TokensOnTheListener) {
   EXPECT_FALSE(checkAccess(probe, p)) << "probes need no token";
   Request metrics = request({{"host", "localhost"}}, "/metrics");
   EXPECT_TRUE(checkAccess(metrics, p));
+
+  p.token_required = false;  // the Unix socket without auth.unix_requires_token
+  Request anonymous = request({{"host", "localhost"}});
+  EXPECT_FALSE(checkAccess(anonymous, p));
+  EXPECT_FALSE(anonymous.principal);
+  Request scoped =
+      request({{"host", "localhost"}, {"authorization", std::string("Bearer ") + kTokenA}});
+  EXPECT_FALSE(checkAccess(scoped, p));
+  ASSERT_TRUE(scoped.principal) << "a token that is sent still limits the names";
+  EXPECT_TRUE(checkAccess(wrong, p)) << "and a wrong one is refused";
 }
 
 TEST(AccessPolicyTest, PeerUidAllowList) {
