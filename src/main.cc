@@ -14,6 +14,7 @@
 #include "config/config.h"
 #include "event/uv_handle.h"
 #include "event/uv_scheduler.h"
+#include "http/access_policy.h"
 #include "http/router.h"
 #include "http/server.h"
 #include "lock/lock_service.h"
@@ -37,7 +38,7 @@ Usage:
   sidelock --help                 this text
 
 Signals: SIGTERM/SIGINT drain (stop accepting, answer waiters, release held leases, exit 0
-within shutdown.grace_ms). Docs: README.md.
+within shutdown.grace_ms); SIGHUP reloads the bearer tokens (auth.tokens_file). Docs: README.md.
 )";
 
 /// Everything the running sidecar owns, in construction order (destroyed in reverse).
@@ -49,11 +50,18 @@ struct Sidecar {
   std::unique_ptr<lock::LockService> locks;
   std::unique_ptr<api::LockApi> api;
   std::unique_ptr<http::Router> router;
+  // Who may use each listener (README "Access control"); the servers' handlers refer to these.
+  http::TokenVerifier lock_tokens;
+  http::TokenVerifier admin_tokens;
+  http::ListenerPolicy tcp_policy;
+  http::ListenerPolicy unix_policy;
+  http::ListenerPolicy admin_policy;
   std::unique_ptr<http::HttpServer> server;
   std::unique_ptr<http::Router> admin_router;
   std::unique_ptr<http::HttpServer> admin_server;  // listen.admin: health and metrics only
   event::UvHandle<uv_signal_t> sigterm;
   event::UvHandle<uv_signal_t> sigint;
+  event::UvHandle<uv_signal_t> sighup;  // reloads the bearer tokens
   event::ScopedTimer force_exit;
   bool stopping = false;
   int exit_code = 0;
@@ -76,6 +84,7 @@ std::unique_ptr<backend::Backend> makeBackend(Sidecar& s, const config::Config& 
 void closeEverything(Sidecar& s) {
   s.sigterm.close();
   s.sigint.close();
+  s.sighup.close();
   s.force_exit.reset();
   s.scheduler->close();
 }
@@ -113,6 +122,45 @@ void beginShutdown(Sidecar& s, const config::Config& cfg, const char* why) {
   });
 }
 
+/// The listeners' access policies from the config (tokens as loaded by loadConfig).
+void setUpAccessPolicies(Sidecar& s, const config::Config& cfg) {
+  s.lock_tokens.replace(cfg.auth.token_entries);
+  s.admin_tokens.replace(cfg.auth.admin_token_entries);
+  s.tcp_policy.allowed_origins = cfg.listen.allowed_origins;
+  s.tcp_policy.allowed_hosts = cfg.listen.allowed_hosts;
+  if (cfg.auth.tokens.configured()) s.tcp_policy.tokens = &s.lock_tokens;
+  s.unix_policy = s.tcp_policy;
+  // Optional on the socket: a token that is sent is still checked and its prefixes apply.
+  s.unix_policy.token_required = cfg.auth.unix_requires_token;
+  s.unix_policy.allowed_uids = cfg.listen.unix_allowed_uids;
+  // Probes and Prometheus reach the admin listener by pod IP: no browser checks there.
+  s.admin_policy.browser_checks = false;
+  if (cfg.auth.admin_tokens.configured()) s.admin_policy.tokens = &s.admin_tokens;
+}
+
+/// SIGHUP: re-reads both token sets. A set that fails to load keeps the previous one; either way
+/// the log says so (counts and key/line only, never a token).
+void reloadTokens(Sidecar& s, const config::Config& cfg) {
+  struct Set {
+    const config::TokenSource& source;
+    http::TokenVerifier& verifier;
+  };
+  for (const Set& set :
+       {Set{cfg.auth.tokens, s.lock_tokens}, Set{cfg.auth.admin_tokens, s.admin_tokens}}) {
+    if (!set.source.configured()) continue;
+    auto loaded = config::loadTokens(set.source);
+    if (!loaded.isOk()) {
+      SL_LOG(kError, "auth.tokens_reload_failed", {"key", set.source.key},
+             {"error", loaded.status().message()},
+             {"kept_tokens", static_cast<int>(set.verifier.size())});
+      continue;
+    }
+    set.verifier.replace(*loaded);
+    SL_LOG(kInfo, "auth.tokens_reloaded", {"key", set.source.key},
+           {"tokens", static_cast<int>(set.verifier.size())});
+  }
+}
+
 int runSidecar(const config::Config& cfg) {
   configureLogging(cfg.log.level, cfg.log.format);
   signal(SIGPIPE, SIG_IGN);
@@ -136,8 +184,10 @@ int runSidecar(const config::Config& cfg) {
       return 1;
     }
   }
-  s.server =
-      std::make_unique<http::HttpServer>(&s.loop, *s.scheduler, cfg.listen, *s.metrics, *s.router);
+  setUpAccessPolicies(s, cfg);
+  s.server = std::make_unique<http::HttpServer>(
+      &s.loop, *s.scheduler, cfg.listen, *s.metrics,
+      http::guardHandler(s.tcp_policy, s.unix_policy, s.router->asHandler()));
   Status listening = s.server->start();
   if (listening.isOk() && !cfg.listen.admin.empty()) {
     s.admin_router = std::make_unique<http::Router>();
@@ -148,8 +198,9 @@ int runSidecar(const config::Config& cfg) {
     config::ListenConfig admin_listen = cfg.listen;
     admin_listen.tcp = cfg.listen.admin;
     admin_listen.unix_path.clear();
-    s.admin_server = std::make_unique<http::HttpServer>(&s.loop, *s.scheduler, admin_listen,
-                                                        *s.metrics, *s.admin_router);
+    s.admin_server = std::make_unique<http::HttpServer>(
+        &s.loop, *s.scheduler, admin_listen, *s.metrics,
+        http::guardHandler(s.admin_policy, s.admin_policy, s.admin_router->asHandler()));
     listening = s.admin_server->start();
     if (!listening.isOk()) s.server->close([] {});
   }
@@ -173,6 +224,15 @@ int runSidecar(const config::Config& cfg) {
     uv_signal_start(s.sigterm.get(), on_signal, SIGTERM);
     uv_signal_init(&s.loop, s.sigint.allocate(&signal_ctx));
     uv_signal_start(s.sigint.get(), on_signal, SIGINT);
+    uv_signal_init(&s.loop, s.sighup.allocate(&signal_ctx));
+    uv_signal_start(
+        s.sighup.get(),
+        [](uv_signal_t* h, int) {
+          if (h->data == nullptr) return;
+          auto* pair = static_cast<std::pair<Sidecar*, const config::Config*>*>(h->data);
+          reloadTokens(*pair->first, *pair->second);
+        },
+        SIGHUP);
     SL_LOG(kInfo, "sidelock.started", {"version", SIDELOCK_VERSION}, {"tcp", cfg.listen.tcp},
            {"unix", cfg.listen.unix_path},
            {"backend_nodes", static_cast<int>(cfg.backend.nodes.size())});

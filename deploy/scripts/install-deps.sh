@@ -9,7 +9,7 @@ BUILD_PACKAGES=(
   redis-server redis-tools
 )
 TEST_PACKAGES=(
-  libgtest-dev prometheus openssl
+  libgtest-dev prometheus openssl curl
   golang-go golang-github-masterminds-sprig-dev golang-gopkg-yaml.v3-dev golang-gopkg-yaml.v2-dev
   golang-github-xeipuuv-gojsonschema-dev
 )

@@ -108,6 +108,14 @@ bool LockApi::validOwner(std::string_view owner, size_t max_bytes) {
   return true;
 }
 
+bool LockApi::mayUseLock(const http::Principal* principal, std::string_view name) {
+  if (principal == nullptr || principal->scopes.empty()) return true;
+  for (const auto& prefix : principal->scopes) {
+    if (name.substr(0, prefix.size()) == prefix) return true;
+  }
+  return false;
+}
+
 LockApi::LockApi(const config::LocksConfig& locks, lock::LockService& service,
                  backend::Backend& backend, metrics::Metrics& metrics)
     : locks_(locks), service_(service), backend_(backend), metrics_(metrics) {}
@@ -118,11 +126,26 @@ std::vector<Route> LockApi::routes() {
       (this->*fn)(req, std::move(res));
     };
   };
+  // Routes on one lock: a token limited to prefixes gets 403 outside them, before anything else
+  // (a scoped token learns nothing about other locks, not even whether a name is valid).
+  auto bindNamed = [this](void (LockApi::*fn)(http::Request&, http::ResponderPtr)) {
+    return [this, fn](http::Request& req, http::ResponderPtr res) {
+      if (!mayUseLock(req.principal.get(), req.param("name"))) {
+        std::string allowed;
+        for (const auto& prefix : req.principal->scopes) {
+          allowed += (allowed.empty() ? "\"" : ", \"") + prefix + "\"";
+        }
+        return sendError(res, 403, "lock_not_allowed",
+                         "this token may use only lock names starting with " + allowed);
+      }
+      (this->*fn)(req, std::move(res));
+    };
+  };
   return {
-      {"POST", "/v1/locks/{name}/acquire", bind(&LockApi::acquire)},
-      {"POST", "/v1/locks/{name}/release", bind(&LockApi::release)},
-      {"POST", "/v1/locks/{name}/extend", bind(&LockApi::extend)},
-      {"GET", "/v1/locks/{name}", bind(&LockApi::inspect)},
+      {"POST", "/v1/locks/{name}/acquire", bindNamed(&LockApi::acquire)},
+      {"POST", "/v1/locks/{name}/release", bindNamed(&LockApi::release)},
+      {"POST", "/v1/locks/{name}/extend", bindNamed(&LockApi::extend)},
+      {"GET", "/v1/locks/{name}", bindNamed(&LockApi::inspect)},
       {"GET", "/v1/locks", bind(&LockApi::list)},
       {"GET", "/healthz", bind(&LockApi::healthz)},
       {"GET", "/readyz", bind(&LockApi::readyz)},
@@ -374,9 +397,13 @@ void LockApi::inspect(http::Request& req, http::ResponderPtr res) {
   });
 }
 
-void LockApi::list(http::Request&, http::ResponderPtr res) {
+void LockApi::list(http::Request& req, http::ResponderPtr res) {
+  // A token limited to prefixes sees only the names it may use (filtered, not refused: the
+  // listing stays useful to a scoped app and reveals nothing beyond its own names).
+  const http::Principal* principal = req.principal.get();
   json leases = json::array();
   for (const auto& l : service_.leases()) {
+    if (!mayUseLock(principal, l.name)) continue;
     leases.push_back(json{{"name", l.name},
                           {"token", l.token},
                           {"age_ms", l.age_ms},
@@ -386,6 +413,7 @@ void LockApi::list(http::Request&, http::ResponderPtr res) {
   }
   json waiters = json::array();
   for (const auto& w : service_.waiterCounts()) {
+    if (!mayUseLock(principal, w.name)) continue;
     waiters.push_back(json{{"name", w.name}, {"waiters", w.waiters}});
   }
   sendJson(res, 200, json{{"leases", std::move(leases)}, {"waiters", std::move(waiters)}});

@@ -40,6 +40,9 @@ class LockApi {
   static bool validLockName(std::string_view name, size_t max_bytes);
   /// Owner ids: 1..max_owner_bytes printable ASCII (0x21..0x7e).
   static bool validOwner(std::string_view owner, size_t max_bytes);
+  /// Whether the caller may use lock `name`: no token (none configured on its listener), a token
+  /// without prefixes, or a token with a prefix `name` starts with (README "Access control").
+  static bool mayUseLock(const http::Principal* principal, std::string_view name);
 
  private:
   void acquire(http::Request& req, http::ResponderPtr res);

@@ -50,7 +50,10 @@ std::string buildAcquireRequest(const AcquireRequest& request) {
   std::string text = body.dump();
   return "POST /v1/locks/" + percentEncode(request.name) +
          "/acquire HTTP/1.1\r\n"
-         "Host: sidelock\r\n"
+         // A loopback name: the sidecar refuses other Host names (DNS rebinding).
+         "Host: localhost\r\n" +
+         (request.token.empty() ? std::string()
+                                : "Authorization: Bearer " + request.token + "\r\n") +
          "User-Agent: sidelock-run\r\n"
          "Accept: application/x-ndjson, application/json\r\n"
          "Content-Type: application/json\r\n"

@@ -20,6 +20,7 @@ struct AcquireRequest {
   std::optional<int64_t> ttl_ms;
   std::optional<int64_t> wait_ms;
   std::optional<int64_t> max_hold_ms;
+  std::string token;  // bearer token ($SIDELOCK_AUTH_TOKEN); "" sends none
 };
 
 /// The full HTTP/1.1 request text (path percent-encoded, JSON body).

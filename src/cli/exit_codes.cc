@@ -15,6 +15,9 @@ int exitCodeForRefusal(int http_status, std::string_view error) {
   if (http_status == 409 || error == "locked") return kExitNotAcquired;
   if (http_status == 429 || error == "too_many_waiters") return kExitNotAcquired;
   if (http_status >= 500) return kExitUnavailable;
+  // Access control (a missing or wrong $SIDELOCK_AUTH_TOKEN, a name outside the token's prefixes,
+  // a peer uid or Host the sidecar does not serve): retrying will not help.
+  if (http_status == 401 || http_status == 403 || http_status == 421) return kExitNotPermitted;
   // The request was well-formed HTTP but our arguments were not acceptable (name too long, TTL
   // above the sidecar's maximum, ...): that is a usage error from the user's point of view.
   if (http_status == 400 || http_status == 413 || http_status == 414 || http_status == 422) {
@@ -33,6 +36,8 @@ std::string exitCodeTable() {
          "  75     lock not acquired within --wait (409 locked, or 429 too many waiters)\n"
          "  76     lock lost while CMD ran (lost event, sidecar connection broken or renewal\n"
          "         overdue): CMD got SIGTERM at once and SIGKILL after --grace\n"
+         "  77     not permitted: the sidecar refused the request (401/403/421: token,\n"
+         "         lock-name prefixes, peer uid)\n"
          "  124    --max-hold reached: CMD got SIGTERM, SIGKILL after --grace\n"
          "  126    CMD could not be executed (permission denied, ...)\n"
          "  127    CMD not found\n";

@@ -14,6 +14,7 @@ inline constexpr int kExitUnavailable = 69;     // EX_UNAVAILABLE: sidecar unrea
 inline constexpr int kExitInternal = 70;        // EX_SOFTWARE: malformed answer, fork/pipe failure
 inline constexpr int kExitNotAcquired = 75;     // EX_TEMPFAIL: lock busy for --wait (409), or 429
 inline constexpr int kExitLockLost = 76;        // the lease was lost while CMD ran; CMD was stopped
+inline constexpr int kExitNotPermitted = 77;    // EX_NOPERM: 401/403/421 (token, prefixes, origin)
 inline constexpr int kExitMaxHold = 124;        // --max-hold reached (like timeout(1)); CMD stopped
 inline constexpr int kExitCannotExecute = 126;  // CMD found but not executable (like shells)
 inline constexpr int kExitNotFound = 127;       // CMD not found (like shells)

@@ -243,7 +243,7 @@ std::optional<int> Runner::acquireOnce(int64_t wait_ms, Lease* lease, bool* lock
         sock.status().message().c_str());
     return kExitUnavailable;
   }
-  AcquireRequest req{opts_.name, opts_.ttl_ms, wait_ms, opts_.max_hold_ms};
+  AcquireRequest req{opts_.name, opts_.ttl_ms, wait_ms, opts_.max_hold_ms, opts_.token};
   std::string out = buildAcquireRequest(req);
   auto parser = std::make_unique<AcquireResponseParser>();
   const int64_t answer_by = nowMs() + wait_ms + kAnswerSlackMs;

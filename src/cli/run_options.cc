@@ -186,6 +186,8 @@ StatusOr<RunOptions> parseRunArgs(const std::vector<std::string>& args, const Ru
       addr_flag = kDefaultAddr;
     }
   }
+  // From the environment only: a flag would show the token in `ps`.
+  if (auto t = env.getenv("SIDELOCK_AUTH_TOKEN")) opts.token = *t;
   if (socket_flag) {
     opts.socket_path = *socket_flag;
   } else {
@@ -216,6 +218,7 @@ std::string runUsage() {
          kDefaultSocketPath + " if it exists, else --addr " + kDefaultAddr +
          ")\n"
          "  --addr HOST:PORT sidecar TCP address (env SIDELOCK_ADDR)\n"
+         "  (env SIDELOCK_AUTH_TOKEN: bearer token when the sidecar has auth.tokens)\n"
          "  --ttl MS         lease TTL (default: the sidecar's locks.default_ttl_ms)\n"
          "  --wait MS        how long to wait for the lock; 0 = try once (default: forever)\n"
          "  --max-hold MS    stop CMD after holding the lock this long (default: the sidecar's\n"

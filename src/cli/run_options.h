@@ -35,6 +35,7 @@ struct RunOptions {
   std::optional<int64_t> max_hold_ms;  // unset: the sidecar's locks.default_max_hold_ms
   int64_t grace_ms = kDefaultGraceMs;  // SIGTERM -> SIGKILL delay after a loss
   bool quiet = false;                  // no diagnostics on stderr (usage errors still print)
+  std::string token;                   // $SIDELOCK_AUTH_TOKEN: bearer token for auth.tokens
 
   /// "unix:/run/sidelock/sidelock.sock" or "127.0.0.1:7411", for messages.
   std::string endpoint() const;

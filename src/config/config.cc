@@ -1,5 +1,7 @@
 #include "config/config.h"
 
+#include <grp.h>
+#include <pwd.h>
 #include <unistd.h>
 #include <yaml-cpp/yaml.h>
 
@@ -147,6 +149,138 @@ RedisNodeAddress parseNode(const std::string& path, const std::string& value) {
   return a;
 }
 
+/// A YAML list of scalars under `key` (absent: unchanged).
+std::vector<std::string> readScalarList(const Section& s, const std::string& key) {
+  std::vector<std::string> out;
+  YAML::Node n = s.child(key);
+  if (!n || n.IsNull()) return out;
+  if (!n.IsSequence()) fail(s.path(key), "must be a list");
+  for (size_t i = 0; i < n.size(); ++i) {
+    if (!n[i].IsScalar()) fail(s.path(key) + "[" + std::to_string(i) + "]", "must be a string");
+    out.push_back(n[i].Scalar());
+  }
+  return out;
+}
+
+std::string lowerAscii(std::string v) {
+  for (char& ch : v) {
+    if (ch >= 'A' && ch <= 'Z') ch = static_cast<char>(ch - 'A' + 'a');
+  }
+  return v;
+}
+
+/// A name ("sidelock.internal"), an IPv4 address or a bracketed IPv6 address; no port.
+bool validHostName(const std::string& h) {
+  if (h.empty() || h.size() > 253) return false;
+  if (h.front() == '[') return h.size() > 2 && h.back() == ']';
+  for (char ch : h) {
+    if (!((ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9') || ch == '-' || ch == '.'))
+      return false;
+  }
+  return true;
+}
+
+/// An origin as browsers send it: scheme "://" host [":" port], nothing after.
+bool validOrigin(const std::string& o) {
+  size_t sep = o.find("://");
+  if (sep == std::string::npos) return false;
+  const std::string scheme = o.substr(0, sep);
+  if (scheme != "http" && scheme != "https") return false;
+  std::string rest = o.substr(sep + 3);
+  size_t colon = rest.rfind(':');
+  if (colon != std::string::npos && rest.find(']', colon) == std::string::npos) {
+    const std::string port = rest.substr(colon + 1);
+    if (port.empty() || port.size() > 5 ||
+        port.find_first_not_of("0123456789") != std::string::npos)
+      return false;
+    rest = rest.substr(0, colon);
+  }
+  return validHostName(rest);
+}
+
+/// Browser policy, socket group and peer uids (README "Access control").
+void loadListenAccess(const Section& s, ListenConfig& c) {
+  s.readString("unix_group", c.unix_group);
+  if (!c.unix_group.empty()) {
+    char* end = nullptr;
+    long gid = strtol(c.unix_group.c_str(), &end, 10);
+    if (*end == '\0' && gid >= 0) {
+      c.unix_gid = gid;
+    } else if (const group* g = getgrnam(c.unix_group.c_str())) {
+      c.unix_gid = g->gr_gid;
+    } else {
+      fail(s.path("unix_group"), "no such group \"" + c.unix_group + "\"");
+    }
+  }
+  const std::vector<std::string> uids = readScalarList(s, "unix_allowed_uids");
+  for (size_t i = 0; i < uids.size(); ++i) {
+    const std::string path = s.path("unix_allowed_uids") + "[" + std::to_string(i) + "]";
+    char* end = nullptr;
+    long uid = strtol(uids[i].c_str(), &end, 10);
+    if (!uids[i].empty() && *end == '\0' && uid >= 0 && uid <= 0xfffffffeL) {
+      c.unix_allowed_uids.push_back(static_cast<uint32_t>(uid));
+    } else if (const passwd* pw = getpwnam(uids[i].c_str())) {
+      c.unix_allowed_uids.push_back(pw->pw_uid);
+    } else {
+      fail(path, "must be a uid or a user name; no such user \"" + uids[i] + "\"");
+    }
+  }
+  if (!c.unix_allowed_uids.empty() && c.unix_path.empty()) {
+    fail(s.path("unix_allowed_uids"), "is set but listen.unix is empty");
+  }
+  const std::vector<std::string> origins = readScalarList(s, "allowed_origins");
+  for (size_t i = 0; i < origins.size(); ++i) {
+    std::string o = lowerAscii(origins[i]);
+    if (!validOrigin(o)) {
+      fail(s.path("allowed_origins") + "[" + std::to_string(i) + "]",
+           "must be an origin like \"http://localhost:3000\" (scheme://host[:port], no path), "
+           "got \"" +
+               origins[i] + "\"");
+    }
+    c.allowed_origins.push_back(std::move(o));
+  }
+  const std::vector<std::string> hosts = readScalarList(s, "allowed_hosts");
+  for (size_t i = 0; i < hosts.size(); ++i) {
+    std::string h = lowerAscii(hosts[i]);
+    // "*" alone turns the Host check off, for a lock listener meant to be reached by address from
+    // other hosts (no browser shares its loopback then). Never a pattern like "*.example".
+    if (h == "*") {
+      c.allowed_hosts.push_back(std::move(h));
+      continue;
+    }
+    if (!validHostName(h)) {
+      fail(
+          s.path("allowed_hosts") + "[" + std::to_string(i) + "]",
+          "must be a host name or address without a port, or \"*\" alone, got \"" + hosts[i] + "\"");
+    }
+    c.allowed_hosts.push_back(std::move(h));
+  }
+}
+
+void loadAuth(const Section& root, AuthConfig& c, const ListenConfig& listen) {
+  Section s(root.child("auth"), "auth");
+  s.readString("tokens_file", c.tokens.file);
+  s.readString("tokens_env", c.tokens.env);
+  s.readString("admin_tokens_file", c.admin_tokens.file);
+  s.readString("admin_tokens_env", c.admin_tokens.env);
+  s.readBool("unix_requires_token", c.unix_requires_token);
+  s.rejectUnknown({"tokens_file", "tokens_env", "admin_tokens_file", "admin_tokens_env",
+                   "unix_requires_token"});
+  if (c.unix_requires_token && !c.tokens.configured()) {
+    fail(s.path("unix_requires_token"), "needs auth.tokens_file or auth.tokens_env");
+  }
+  if (c.admin_tokens.configured() && listen.admin.empty()) {
+    fail(s.path(c.admin_tokens.file.empty() ? "admin_tokens_env" : "admin_tokens_file"),
+         "is set but listen.admin is empty");
+  }
+  auto tokens = loadTokens(c.tokens);
+  if (!tokens.isOk()) throw ConfigError{"", tokens.status().message()};
+  c.token_entries = std::move(*tokens);
+  auto admin = loadTokens(c.admin_tokens);
+  if (!admin.isOk()) throw ConfigError{"", admin.status().message()};
+  c.admin_token_entries = std::move(*admin);
+}
+
 void loadListen(const Section& root, ListenConfig& c) {
   Section s(root.child("listen"), "listen");
   s.readString("tcp", c.tcp);
@@ -174,9 +308,11 @@ void loadListen(const Section& root, ListenConfig& c) {
   s.readInt("header_timeout_ms", c.header_timeout_ms, 10, kMaxMs);
   s.readInt("idle_timeout_ms", c.idle_timeout_ms, 10, kMaxMs);
   s.readInt("write_timeout_ms", c.write_timeout_ms, 10, kMaxMs);
+  loadListenAccess(s, c);
   s.rejectUnknown({"tcp", "unix", "admin", "unix_mode", "max_connections", "max_header_bytes",
                    "max_body_bytes", "max_pipelined_requests", "header_timeout_ms",
-                   "idle_timeout_ms", "write_timeout_ms"});
+                   "idle_timeout_ms", "write_timeout_ms", "unix_group", "unix_allowed_uids",
+                   "allowed_origins", "allowed_hosts"});
   if (c.tcp.empty() && c.unix_path.empty()) {
     fail("listen", "at least one of listen.tcp and listen.unix must be set");
   }
@@ -363,7 +499,8 @@ Config load(const YAML::Node& root_node) {
   c.log.format = *parsed_format;
   lg.rejectUnknown({"level", "format"});
 
-  root.rejectUnknown({"listen", "backend", "locks", "shutdown", "log"});
+  loadAuth(root, c.auth, c.listen);
+  root.rejectUnknown({"listen", "backend", "locks", "shutdown", "log", "auth"});
   if (c.backend.type == BackendType::kRedlock)
     c.locks.retry_jitter_ms = c.backend.redlock.retry_jitter_ms;
   if (c.backend.type == BackendType::kRedlock &&
@@ -389,7 +526,8 @@ StatusOr<Config> loadConfigFromString(const std::string& yaml_text) {
     }
     return load(root);
   } catch (const ConfigError& e) {
-    return invalidArgument(e.path + ": " + e.message);
+    // An empty path: the message names its key already (token files name key and line).
+    return invalidArgument(e.path.empty() ? e.message : e.path + ": " + e.message);
   } catch (const YAML::Exception& e) {
     return invalidArgument(std::string("config: YAML syntax error: ") + e.what());
   }

@@ -9,49 +9,74 @@
 
 #include "common/log.h"
 #include "common/status.h"
+#include "config/tokens.h"
 
 namespace sidelock::config {
 
 struct ListenConfig {
-  std::string tcp = "127.0.0.1:7411";                 // "" disables
+  std::string tcp = "127.0.0.1:7411";                     // "" disables
   std::string unix_path = "/run/sidelock/sidelock.sock";  // YAML key `unix`; "" disables
   /// Optional second TCP listener serving only /healthz, /readyz and /metrics, so probes and
   /// Prometheus can reach the pod IP while the lock API stays on localhost. "" disables.
   std::string admin;
-  uint32_t unix_mode = 0660;                           // YAML `unix_mode: "0660"` (octal string)
+  uint32_t unix_mode = 0660;  // YAML `unix_mode: "0660"` (octal string)
   int max_connections = 1024;
-  int max_header_bytes = 16 * 1024;   // request line + headers
+  int max_header_bytes = 16 * 1024;  // request line + headers
   int max_body_bytes = 64 * 1024;
-  int max_pipelined_requests = 64;    // parsed but unanswered requests per connection
+  int max_pipelined_requests = 64;     // parsed but unanswered requests per connection
   int64_t header_timeout_ms = 10'000;  // whole request head must arrive within this
   int64_t idle_timeout_ms = 60'000;    // keep-alive connection with no request in flight
   int64_t write_timeout_ms = 30'000;   // a client that does not read its responses is dropped
+  /// Group given to the Unix socket file (a name or a number); "" keeps the process's group.
+  std::string unix_group;
+  int64_t unix_gid = -1;  // resolved from unix_group at load time; -1 = unchanged
+  /// Peer uids (SO_PEERCRED) allowed on the Unix socket; empty = anyone the file mode lets in.
+  /// YAML takes numbers or user names.
+  std::vector<uint32_t> unix_allowed_uids;
+  /// Browser origins ("http://localhost:3000", lower-cased scheme://host[:port]) whose requests
+  /// the lock listeners accept; a request with any other Origin header is refused (403).
+  std::vector<std::string> allowed_origins;
+  /// Host header names (lower-cased, no port) accepted on the lock listeners besides the loopback
+  /// names (localhost, 127.0.0.0/8, [::1]); any other Host is refused (421). "*": any Host.
+  std::vector<std::string> allowed_hosts;
+};
+
+/// Bearer tokens (auth:). Keys name where tokens come from, never the tokens themselves.
+struct AuthConfig {
+  TokenSource tokens{"", "", "auth.tokens"};              // lock listeners
+  TokenSource admin_tokens{"", "", "auth.admin_tokens"};  // listen.admin
+  /// With tokens configured, TCP always requires one; the Unix socket only when this is true
+  /// (its file mode, group and unix_allowed_uids already say who may connect).
+  bool unix_requires_token = false;
+  // Loaded at start-up from the sources above (and again on SIGHUP by main); not YAML keys.
+  std::vector<TokenEntry> token_entries;
+  std::vector<TokenEntry> admin_token_entries;
 };
 
 enum class BackendType { kMemory, kRedis, kRedlock };
 
 struct RedisNodeAddress {
-  std::string host;       // empty for unix sockets
+  std::string host;  // empty for unix sockets
   int port = 0;
-  std::string unix_path;  // "unix:/path" in YAML
+  std::string unix_path;         // "unix:/path" in YAML
   std::string toString() const;  // "host:port" or "unix:/path"
 };
 
 struct RedlockConfig {
-  int64_t node_timeout_ms = 50;   // per-node budget for one acquire/extend/release call
-  double drift_factor = 0.01;     // drift = ttl * drift_factor + 2 ms
+  int64_t node_timeout_ms = 50;  // per-node budget for one acquire/extend/release call
+  double drift_factor = 0.01;    // drift = ttl * drift_factor + 2 ms
   /// Ignore the vote of a node that restarted (run_id changed or uptime < max TTL) until
   /// locks.max_ttl_ms has passed since its restart.
   bool delayed_restart = true;
-  int64_t retry_jitter_ms = 50;   // randomized backoff between competing sidecars
+  int64_t retry_jitter_ms = 50;  // randomized backoff between competing sidecars
 };
 
 /// TLS to every Redis node (backend.tls). Certificate and host-name verification are always on
 /// when enabled; there is deliberately no switch to turn them off.
 struct TlsConfig {
   bool enabled = false;
-  std::string ca_file;      // PEM bundle to verify servers; "" = the system store
-  std::string cert_file;    // client certificate (mutual TLS), with key_file
+  std::string ca_file;    // PEM bundle to verify servers; "" = the system store
+  std::string cert_file;  // client certificate (mutual TLS), with key_file
   std::string key_file;
   std::string server_name;  // name verified and sent as SNI; "" = each node's host
 };
@@ -70,7 +95,7 @@ struct BackendConfig {
   std::string password;
 
   int64_t connect_timeout_ms = 1000;
-  int64_t command_timeout_ms = 500;   // single redis: a link silent this long is broken
+  int64_t command_timeout_ms = 500;  // single redis: a link silent this long is broken
   int64_t reconnect_min_ms = 100;
   int64_t reconnect_max_ms = 5000;
   int64_t health_interval_ms = 1000;  // PING (and Redlock INFO) period
@@ -115,6 +140,7 @@ struct Config {
   LocksConfig locks;
   ShutdownConfig shutdown;
   LogConfig log;
+  AuthConfig auth;
 };
 
 /// Parses and validates YAML text. Credentials are resolved from the environment / files.

@@ -22,16 +22,28 @@ void onConnectionCb(uv_stream_t* server, int status) {
   self->notifyConnection();
 }
 
-// True if something accepts connections on the Unix socket at `path` right now.
-bool unixSocketIsLive(const std::string& path) {
-  int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return false;
+enum class SocketFileState { kStale, kLive, kUnknown };
+
+// Whether something accepts connections on the Unix socket at `path` right now. Only a refused
+// connection (ECONNREFUSED: a socket file nobody listens on) proves the file stale; any other
+// failure (EACCES: somebody else's socket, EAGAIN: a full backlog) is kUnknown with `why` set,
+// and the file is left alone.
+SocketFileState probeUnixSocket(const std::string& path, std::string* why) {
+  int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (fd < 0) {
+    *why = std::string("socket: ") + std::strerror(errno);
+    return SocketFileState::kUnknown;
+  }
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
   std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
-  bool live = ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+  int rc = ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  int err = errno;
   ::close(fd);
-  return live;
+  if (rc == 0) return SocketFileState::kLive;
+  if (err == ECONNREFUSED || err == ENOENT) return SocketFileState::kStale;
+  *why = std::strerror(err);
+  return SocketFileState::kUnknown;
 }
 
 }  // namespace
@@ -111,7 +123,7 @@ Status StreamListener::listenTcp(std::string_view host_port, int backlog,
 }
 
 Status StreamListener::listenUnix(const std::string& path, uint32_t mode, int backlog,
-                                  OnConnection on_connection) {
+                                  OnConnection on_connection, int64_t gid) {
   if (listening()) return invalidArgument("listener already listening");
   if (path.empty() || path.size() >= sizeof(sockaddr_un{}.sun_path)) {
     return invalidArgument("unix socket path \"" + path + "\" is empty or too long");
@@ -121,12 +133,20 @@ Status StreamListener::listenUnix(const std::string& path, uint32_t mode, int ba
     if (!S_ISSOCK(st.st_mode)) {
       return invalidArgument("unix socket path " + path + " exists and is not a socket");
     }
-    if (unixSocketIsLive(path)) {
-      return unavailable("unix socket " + path + " is in use by another process");
-    }
-    // A stale socket file from a process that died: bind would fail with EADDRINUSE.
-    if (::unlink(path.c_str()) != 0 && errno != ENOENT) {
-      return unavailable("cannot remove stale socket " + path + ": " + std::strerror(errno));
+    std::string why;
+    switch (probeUnixSocket(path, &why)) {
+      case SocketFileState::kLive:
+        return unavailable("unix socket " + path +
+                           " is in use: another process accepts connections on it");
+      case SocketFileState::kUnknown:
+        return unavailable("unix socket " + path + " exists and cannot be probed (" + why +
+                           "); not removing it: remove it by hand if nothing uses it");
+      case SocketFileState::kStale:
+        // A socket file left by a process that died: bind would fail with EADDRINUSE.
+        if (::unlink(path.c_str()) != 0 && errno != ENOENT) {
+          return unavailable("cannot remove stale socket " + path + ": " + std::strerror(errno));
+        }
+        break;
     }
   }
   uv_pipe_t* p = pipe_.allocate(this);
@@ -134,11 +154,24 @@ Status StreamListener::listenUnix(const std::string& path, uint32_t mode, int ba
     pipe_.discardUninitialised();
     return internalError("uv_pipe_init: " + uvError(rc));
   }
-  if (int rc = uv_pipe_bind(p, path.c_str()); rc != 0) {
+  // bind() creates the file with 0777 & ~umask. Under umask 0177 it is 0600 (this user only)
+  // until chown and chmod below give it the configured group and mode, so nobody is let in by a
+  // lax umask in between. The umask is process-wide: this runs at start-up on the loop thread,
+  // and nothing else creates files meanwhile (libuv's thread pool has no work queued).
+  const mode_t old_umask = ::umask(0177);
+  const int bind_rc = uv_pipe_bind(p, path.c_str());
+  ::umask(old_umask);
+  if (bind_rc != 0) {
     pipe_.close();
-    return unavailable("cannot bind unix socket " + path + ": " + uvError(rc));
+    return unavailable("cannot bind unix socket " + path + ": " + uvError(bind_rc));
   }
   unix_path_ = path;
+  if (gid >= 0 && ::chown(path.c_str(), static_cast<uid_t>(-1), static_cast<gid_t>(gid)) != 0) {
+    int err = errno;
+    close();
+    return unavailable("cannot give unix socket " + path + " group " + std::to_string(gid) + ": " +
+                       std::strerror(err));
+  }
   if (::chmod(path.c_str(), static_cast<mode_t>(mode)) != 0) {
     int err = errno;
     close();

@@ -57,11 +57,12 @@ class StreamListener {
 
   /// Binds and listens on "host:port".
   Status listenTcp(std::string_view host_port, int backlog, OnConnection on_connection);
-  /// Binds and listens on a Unix socket path. A stale socket file (nobody accepting on it) is
-  /// removed first; a live one, or a path that exists and is not a socket, is an error. The file
-  /// is chmod-ed to `mode` and unlinked by close().
-  Status listenUnix(const std::string& path, uint32_t mode, int backlog,
-                    OnConnection on_connection);
+  /// Binds and listens on a Unix socket path. A stale socket file (a connection to it is
+  /// refused) is removed first; a live one, one that cannot be probed, or a path that exists and
+  /// is not a socket, is an error. The file is created private (umask 0177), given group `gid`
+  /// (-1: unchanged) and mode `mode` before listening, and unlinked by close().
+  Status listenUnix(const std::string& path, uint32_t mode, int backlog, OnConnection on_connection,
+                    int64_t gid = -1);
 
   /// Accepts one pending connection into `out` (replacing what it held) and sets the new
   /// handle's data to `data`. TCP connections get TCP_NODELAY (small request/response traffic).

@@ -57,6 +57,8 @@ std::string_view reasonPhrase(int status) {
       return "Precondition Failed";
     case 413:
       return "Payload Too Large";
+    case 421:
+      return "Misdirected Request";
     case 415:
       return "Unsupported Media Type";
     case 422:

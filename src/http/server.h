@@ -1,5 +1,6 @@
-// The HTTP/1.1 server: TCP and Unix-socket listeners, one Connection per client with llhttp
-// parsing under limits (config::ListenConfig), keep-alive, pipelining with in-order responses,
+// The HTTP/1.1 server: TCP and Unix-socket listeners, one Connection per client (connection.h)
+// with a RequestParser (request_parser.h) and a response writer (response_writer.h)
+// under limits (config::ListenConfig), keep-alive, pipelining with in-order responses,
 // chunked streams, timeouts (header/slowloris, idle, write) and graceful stop. Knows nothing of
 // locks: requests go to one Handler (usually Router::asHandler()).
 //
@@ -50,14 +51,15 @@ class HttpServer {
   HttpServer(const HttpServer&) = delete;
   HttpServer& operator=(const HttpServer&) = delete;
 
-  /// Listens on limits.tcp and limits.unix_path (each when non-empty) with limits.unix_mode.
+  /// Listens on limits.tcp and limits.unix_path (each when non-empty) with limits.unix_mode and
+  /// limits.unix_gid.
   /// On error nothing stays open.
   Status start();
   /// Listens on "host:port" (port 0: a free port, see tcpPort()). At most one TCP listener.
   Status listenTcp(std::string_view host_port);
-  /// Listens on a Unix socket (stale socket file removed first, chmod to `mode`, unlinked on
-  /// stop). At most one Unix listener.
-  Status listenUnix(const std::string& path, uint32_t mode);
+  /// Listens on a Unix socket (stale socket file removed first, group `gid` unless -1, chmod to
+  /// `mode`, unlinked on stop; see event::StreamListener::listenUnix). At most one Unix listener.
+  Status listenUnix(const std::string& path, uint32_t mode, int64_t gid = -1);
 
   /// The bound TCP port, 0 when not listening on TCP.
   int tcpPort() const { return tcp_.port(); }

@@ -316,7 +316,7 @@ void Connection::fail() {
 std::string httpPost(std::string_view path, std::string_view json_body) {
   std::string r;
   r.reserve(path.size() + json_body.size() + 128);
-  r.append("POST ").append(path).append(" HTTP/1.1\r\nHost: sidelock\r\n");
+  r.append("POST ").append(path).append(" HTTP/1.1\r\nHost: localhost\r\n");
   r.append("Content-Type: application/json\r\nContent-Length: ");
   r.append(std::to_string(json_body.size())).append("\r\n\r\n").append(json_body);
   return r;
@@ -324,7 +324,7 @@ std::string httpPost(std::string_view path, std::string_view json_body) {
 
 std::string httpGet(std::string_view path) {
   std::string r("GET ");
-  r.append(path).append(" HTTP/1.1\r\nHost: sidelock\r\n\r\n");
+  r.append(path).append(" HTTP/1.1\r\nHost: localhost\r\n\r\n");
   return r;
 }
 

@@ -15,7 +15,7 @@ def request(client, step):
         path, body = f"/v1/locks/{name}/acquire", f'{{"owner":"owner-{client}","ttl_ms":30000}}'
     else:
         path, body = f"/v1/locks/{name}/release", f'{{"owner":"owner-{client}"}}'
-    return (f"POST {path} HTTP/1.1\r\nHost: sidelock\r\nContent-Type: application/json\r\n"
+    return (f"POST {path} HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
             f"Content-Length: {len(body)}\r\n\r\n{body}").encode()
 
 

@@ -42,6 +42,9 @@ TEST(ExitCodesTest, RefusalMapping) {
   EXPECT_EQ(exitCodeForRefusal(500, ""), kExitUnavailable);
   EXPECT_EQ(exitCodeForRefusal(400, "invalid_argument"), kExitUsage);
   EXPECT_EQ(exitCodeForRefusal(413, ""), kExitUsage);
+  EXPECT_EQ(exitCodeForRefusal(401, "token_required"), kExitNotPermitted);
+  EXPECT_EQ(exitCodeForRefusal(403, "lock_not_allowed"), kExitNotPermitted);
+  EXPECT_EQ(exitCodeForRefusal(421, "host_not_allowed"), kExitNotPermitted);
   EXPECT_EQ(exitCodeForRefusal(404, "not_found"), kExitInternal);
   EXPECT_EQ(exitCodeForRefusal(302, ""), kExitInternal);
 }

@@ -113,6 +113,16 @@ TEST(RunOptionsTest, EndpointPrecedence) {
   EXPECT_FALSE(parse({"j", "c"}, fakeEnv({{"SIDELOCK_ADDR", "nonsense"}})).isOk());
 }
 
+TEST(RunOptionsTest, BearerTokenComesFromTheEnvironmentOnly) {
+  auto opts = parse({"j", "c"}, fakeEnv({{"SIDELOCK_AUTH_TOKEN", "t0ken-from-env-0123"}}));
+  ASSERT_TRUE(opts.isOk());
+  EXPECT_EQ(opts->token, "t0ken-from-env-0123");
+  opts = parse({"j", "c"}, fakeEnv({{"SIDELOCK_TOKEN", "42"}}));
+  ASSERT_TRUE(opts.isOk());
+  EXPECT_EQ(opts->token, "")
+      << "SIDELOCK_TOKEN is the fencing token handed to CMD, not a credential";
+}
+
 TEST(RunOptionsTest, HelpWinsAnywhereBeforeName) {
   auto opts = parse({"--ttl", "5", "--help"});
   ASSERT_TRUE(opts.isOk());

@@ -235,7 +235,7 @@ TEST(AcquireStreamTest, OkWithoutNdjsonIsNotAStream) {
 }
 
 TEST(AcquireRequestTest, BuildsStreamAcquire) {
-  std::string req = buildAcquireRequest({"nightly report/1", 5000, 0, std::nullopt});
+  std::string req = buildAcquireRequest({"nightly report/1", 5000, 0, std::nullopt, ""});
   ASSERT_EQ(req.rfind("POST /v1/locks/nightly%20report%2F1/acquire HTTP/1.1\r\n", 0), 0u) << req;
   size_t body_at = req.find("\r\n\r\n");
   ASSERT_NE(body_at, std::string::npos);
@@ -247,11 +247,17 @@ TEST(AcquireRequestTest, BuildsStreamAcquire) {
   EXPECT_EQ(j["wait_ms"], 0);
   EXPECT_FALSE(j.contains("max_hold_ms"));
 
-  req = buildAcquireRequest({"a", std::nullopt, std::nullopt, 60000});
+  EXPECT_NE(req.find("\r\nHost: localhost\r\n"), std::string::npos) << "a loopback Host name";
+  EXPECT_EQ(req.find("Authorization"), std::string::npos);
+
+  req = buildAcquireRequest({"a", std::nullopt, std::nullopt, 60000, ""});
   j = nlohmann::json::parse(req.substr(req.find("\r\n\r\n") + 4));
   EXPECT_FALSE(j.contains("ttl_ms"));
   EXPECT_FALSE(j.contains("wait_ms"));
   EXPECT_EQ(j["max_hold_ms"], 60000);
+
+  req = buildAcquireRequest({"a", std::nullopt, std::nullopt, std::nullopt, "t0ken-from-env"});
+  EXPECT_NE(req.find("\r\nAuthorization: Bearer t0ken-from-env\r\n"), std::string::npos) << req;
 }
 
 TEST(AcquireRequestTest, PercentEncoding) {

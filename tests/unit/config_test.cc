@@ -130,5 +130,79 @@ TEST(ConfigTest, CredentialsComeFromEnvironmentOrFile) {
   unsetenv("SIDELOCK_TEST_PASS");
 }
 
+TEST(ConfigTest, AccessControlKeys) {
+  setenv("SIDELOCK_TEST_API_TOKENS", "abcdefghijklmnopqrstuvwxyz012345 prefixes=orders-", 1);
+  auto c = loadConfigFromString(R"(
+listen:
+  admin: "0.0.0.0:7412"
+  unix_group: "0"
+  unix_allowed_uids: [1000, "0"]
+  allowed_origins: ["HTTP://LocalHost:3000", "https://app.example"]
+  allowed_hosts: ["SideLock", "[::1]"]
+auth:
+  tokens_env: SIDELOCK_TEST_API_TOKENS
+  unix_requires_token: true
+)");
+  ASSERT_TRUE(c.isOk()) << c.status().toString();
+  EXPECT_EQ(c->listen.unix_gid, 0);
+  EXPECT_EQ(c->listen.unix_allowed_uids, (std::vector<uint32_t>{1000, 0}));
+  EXPECT_EQ(c->listen.allowed_origins,
+            (std::vector<std::string>{"http://localhost:3000", "https://app.example"}));
+  EXPECT_EQ(c->listen.allowed_hosts, (std::vector<std::string>{"sidelock", "[::1]"}));
+  EXPECT_TRUE(c->auth.unix_requires_token);
+  ASSERT_EQ(c->auth.token_entries.size(), 1u);
+  EXPECT_EQ(c->auth.token_entries[0].prefixes, std::vector<std::string>{"orders-"});
+  EXPECT_TRUE(c->auth.admin_token_entries.empty());
+
+  auto defaults = loadConfigFromString("");
+  ASSERT_TRUE(defaults.isOk());
+  EXPECT_EQ(defaults->listen.unix_gid, -1);
+  EXPECT_TRUE(defaults->auth.token_entries.empty());
+  unsetenv("SIDELOCK_TEST_API_TOKENS");
+}
+
+TEST(ConfigTest, AccessControlErrorsNameTheKey) {
+  EXPECT_NE(errorOf("listen:\n  unix_group: no-such-group-here\n")
+                .find("listen.unix_group: no such group"),
+            std::string::npos);
+  EXPECT_NE(errorOf("listen:\n  unix_allowed_uids: [no-such-user-here]\n")
+                .find("listen.unix_allowed_uids[0]"),
+            std::string::npos);
+  EXPECT_NE(
+      errorOf("listen:\n  unix_allowed_uids: 5\n").find("listen.unix_allowed_uids: must be a list"),
+      std::string::npos);
+  EXPECT_NE(errorOf("listen:\n  unix: \"\"\n  unix_allowed_uids: [5]\n")
+                .find("listen.unix_allowed_uids: is set but listen.unix is empty"),
+            std::string::npos);
+  for (const char* bad : {"localhost:3000", "http://localhost:3000/", "ftp://x", "http://a b",
+                          "http://x:99999x", "*"}) {
+    EXPECT_NE(errorOf(std::string("listen:\n  allowed_origins: [\"") + bad + "\"]\n")
+                  .find("listen.allowed_origins[0]: must be an origin"),
+              std::string::npos)
+        << bad;
+  }
+  for (const char* bad : {"sidelock:7411", "*.example", "a/b", ""}) {
+    EXPECT_NE(errorOf(std::string("listen:\n  allowed_hosts: [\"") + bad + "\"]\n")
+                  .find("listen.allowed_hosts[0]"),
+              std::string::npos)
+        << bad;
+  }
+  EXPECT_NE(errorOf("auth:\n  unix_requires_token: true\n").find("auth.unix_requires_token"),
+            std::string::npos);
+  EXPECT_NE(
+      errorOf("auth:\n  tokens_file: /nonexistent/tokens\n").find("auth.tokens_file: cannot read"),
+      std::string::npos);
+  EXPECT_NE(errorOf("auth:\n  admin_tokens_env: X\n")
+                .find("auth.admin_tokens_env: is set but listen.admin"),
+            std::string::npos);
+  EXPECT_NE(errorOf("auth:\n  token: abc\n").find("auth.token: unknown key"), std::string::npos);
+  setenv("SIDELOCK_TEST_BAD_TOKENS", "short", 1);
+  const std::string message = errorOf("auth:\n  tokens_env: SIDELOCK_TEST_BAD_TOKENS\n");
+  EXPECT_NE(message.find("auth.tokens_env (SIDELOCK_TEST_BAD_TOKENS) line 1"), std::string::npos)
+      << message;
+  EXPECT_EQ(message.find("short"), std::string::npos) << "never echo a token";
+  unsetenv("SIDELOCK_TEST_BAD_TOKENS");
+}
+
 }  // namespace
 }  // namespace sidelock::config

@@ -10,7 +10,8 @@ and from this chart:     .
   sidelock.initContainers     the sidecar item if sidecar.mode is native, else nothing
   sidelock.volumes            list items: the socket emptyDir, the config, the credentials (if mounted)
   sidelock.appVolumeMounts    list items: the socket volume mounted in the app container
-  sidelock.appEnv             list items: SIDELOCK_SOCKET and SIDELOCK_ADDR (the lock API) for the app
+  sidelock.appEnv             list items: SIDELOCK_SOCKET and SIDELOCK_ADDR (the lock API) for the app, and
+                              SIDELOCK_AUTH_TOKEN when auth.appTokenKey is set
   sidelock.podAnnotations     map entries: a checksum of the config (rolls pods on config change)
   sidelock.terminationGracePeriodSeconds   a number covering app shutdown + preStop + drain
   sidelock.fullname           "<release>-sidelock": the ConfigMap is named after it
@@ -121,6 +122,18 @@ replaced by loopback. "" when listen.tcp is empty (the lock API is then on the U
 
 {{- define "sidelock.credentialsDir" -}}/etc/sidelock/redis{{- end -}}
 {{- define "sidelock.tlsDir" -}}/etc/sidelock/tls{{- end -}}
+{{- define "sidelock.authDir" -}}/etc/sidelock/auth{{- end -}}
+
+{{/* Prometheus's bearer token (auth.prometheusTokenKey), for a PodMonitor / ServiceMonitor endpoint. */}}
+{{- define "sidelock.monitorAuthorization" -}}
+{{- if and .Values.auth.existingSecret .Values.auth.prometheusTokenKey -}}
+authorization:
+  type: Bearer
+  credentials:
+    name: {{ .Values.auth.existingSecret }}
+    key: {{ .Values.auth.prometheusTokenKey }}
+{{- end -}}
+{{- end -}}
 
 {{/* The config file: values.config with what the chart decides (demo node addresses, password file). */}}
 {{- define "sidelock.config" -}}
@@ -151,6 +164,23 @@ replaced by loopback. "" when listen.tcp is empty (the lock API is then on the U
 {{- $_ := set $cfg.backend.tls "key_file" (printf "%s/%s" $dir .keyKey) -}}
 {{- end -}}
 {{- end -}}
+{{- end -}}
+{{- with .Values.auth -}}
+{{- if .existingSecret -}}
+{{- $dir := include "sidelock.authDir" $ -}}
+{{- $_ := set $cfg.auth "tokens_file" (printf "%s/%s" $dir .tokensKey) -}}
+{{- if .adminTokensKey -}}
+{{- if not $cfg.listen.admin -}}
+{{- fail "auth.adminTokensKey needs config.listen.admin (the admin listener it protects)" -}}
+{{- end -}}
+{{- $_ := set $cfg.auth "admin_tokens_file" (printf "%s/%s" $dir .adminTokensKey) -}}
+{{- end -}}
+{{- else if or .adminTokensKey .appTokenKey .prometheusTokenKey -}}
+{{- fail "auth.adminTokensKey, appTokenKey and prometheusTokenKey need auth.existingSecret" -}}
+{{- end -}}
+{{- end -}}
+{{- if and (not $cfg.listen.admin) .Values.monitoring.podMonitor.enabled (not (has "*" $cfg.listen.allowed_hosts)) -}}
+{{- fail "without config.listen.admin Prometheus scrapes config.listen.tcp by pod IP, which the lock API refuses as a Host (DNS-rebinding check): set config.listen.admin, or config.listen.allowed_hosts: [\"*\"]" -}}
 {{- end -}}
 {{- if and $cfg.listen.unix (not (hasPrefix (printf "%s/" .Values.sidecar.socketDir) $cfg.listen.unix)) -}}
 {{- fail (printf "config.listen.unix (%s) must be inside sidecar.socketDir (%s), the volume shared with the app" $cfg.listen.unix .Values.sidecar.socketDir) -}}
@@ -240,6 +270,12 @@ replaced by loopback. "" when listen.tcp is empty (the lock API is then on the U
     httpGet:
       path: /healthz
       port: sidelock-admin
+      {{- if not $.Values.config.listen.admin }}
+      # listen.tcp: the lock API accepts only loopback Host names (DNS-rebinding check).
+      httpHeaders:
+        - name: Host
+          value: localhost
+      {{- end }}
     periodSeconds: {{ int .periodSeconds }}
     timeoutSeconds: {{ int .timeoutSeconds }}
     failureThreshold: {{ int .failureThreshold }}
@@ -251,6 +287,12 @@ replaced by loopback. "" when listen.tcp is empty (the lock API is then on the U
     httpGet:
       path: /healthz
       port: sidelock-admin
+      {{- if not $.Values.config.listen.admin }}
+      # listen.tcp: the lock API accepts only loopback Host names (DNS-rebinding check).
+      httpHeaders:
+        - name: Host
+          value: localhost
+      {{- end }}
     periodSeconds: {{ int .periodSeconds }}
     timeoutSeconds: {{ int .timeoutSeconds }}
     failureThreshold: {{ int .failureThreshold }}
@@ -262,6 +304,12 @@ replaced by loopback. "" when listen.tcp is empty (the lock API is then on the U
     httpGet:
       path: /readyz
       port: sidelock-admin
+      {{- if not $.Values.config.listen.admin }}
+      # listen.tcp: the lock API accepts only loopback Host names (DNS-rebinding check).
+      httpHeaders:
+        - name: Host
+          value: localhost
+      {{- end }}
     periodSeconds: {{ int .periodSeconds }}
     timeoutSeconds: {{ int .timeoutSeconds }}
     failureThreshold: {{ int .failureThreshold }}
@@ -291,6 +339,11 @@ replaced by loopback. "" when listen.tcp is empty (the lock API is then on the U
     {{- if .Values.redis.tls.existingSecret }}
     - name: sidelock-redis-tls
       mountPath: {{ include "sidelock.tlsDir" . }}
+      readOnly: true
+    {{- end }}
+    {{- if .Values.auth.existingSecret }}
+    - name: sidelock-auth
+      mountPath: {{ include "sidelock.authDir" . }}
       readOnly: true
     {{- end }}
 {{- end -}}
@@ -326,6 +379,12 @@ replaced by loopback. "" when listen.tcp is empty (the lock API is then on the U
     secretName: {{ .Values.redis.tls.existingSecret }}
     defaultMode: 0440
 {{- end }}
+{{- if .Values.auth.existingSecret }}
+- name: sidelock-auth
+  secret:
+    secretName: {{ .Values.auth.existingSecret }}
+    defaultMode: 0440
+{{- end }}
 {{- end -}}
 
 {{- define "sidelock.appVolumeMounts" -}}
@@ -345,6 +404,13 @@ replaced by loopback. "" when listen.tcp is empty (the lock API is then on the U
 {{- with include "sidelock.appAddress" . }}
 - name: SIDELOCK_ADDR
   value: {{ . | quote }}
+{{- end }}
+{{- if and .Values.auth.existingSecret .Values.auth.appTokenKey }}
+- name: SIDELOCK_AUTH_TOKEN
+  valueFrom:
+    secretKeyRef:
+      name: {{ .Values.auth.existingSecret }}
+      key: {{ .Values.auth.appTokenKey }}
 {{- end }}
 {{- end -}}
 

@@ -1,0 +1,187 @@
+#include "http/access_policy.h"
+
+#include <openssl/crypto.h>
+#include <openssl/sha.h>
+
+#include <algorithm>
+#include <charconv>
+
+#include "http/http_error.h"
+
+namespace sidelock::http {
+namespace {
+
+std::string lowerAscii(std::string_view in) {
+  std::string out(in);
+  for (char& c : out) {
+    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
+  }
+  return out;
+}
+
+std::array<unsigned char, 32> sha256(std::string_view data) {
+  std::array<unsigned char, 32> digest{};
+  SHA256(reinterpret_cast<const unsigned char*>(data.data()), data.size(), digest.data());
+  return digest;
+}
+
+bool isDottedQuadIn127(std::string_view host) {
+  int parts = 0;
+  int first = -1;
+  size_t pos = 0;
+  while (pos <= host.size()) {
+    size_t dot = host.find('.', pos);
+    if (dot == std::string_view::npos) dot = host.size();
+    std::string_view part = host.substr(pos, dot - pos);
+    int value = -1;
+    auto [ptr, ec] = std::from_chars(part.data(), part.data() + part.size(), value);
+    if (part.empty() || part.size() > 3 || ec != std::errc() || ptr != part.data() + part.size() ||
+        value > 255) {
+      return false;
+    }
+    if (parts == 0) first = value;
+    ++parts;
+    pos = dot + 1;
+  }
+  return parts == 4 && first == 127;
+}
+
+Refusal unauthorized(std::string_view code, std::string message) {
+  // RFC 6750 section 3: the challenge names the scheme; invalid_token when one was presented.
+  std::string challenge = "Bearer realm=\"sidelock\"";
+  if (code == kInvalidToken) challenge += ", error=\"invalid_token\"";
+  return Refusal{401, code, std::move(message), {{"WWW-Authenticate", std::move(challenge)}}};
+}
+
+/// The token of "Authorization: Bearer <token>" (scheme case-insensitive), or "" if none.
+std::string_view bearerToken(std::string_view authorization) {
+  constexpr std::string_view kScheme = "bearer";
+  if (authorization.size() <= kScheme.size() ||
+      !equalsIgnoreCase(authorization.substr(0, kScheme.size()), kScheme) ||
+      authorization[kScheme.size()] != ' ') {
+    return {};
+  }
+  std::string_view token = authorization.substr(kScheme.size());
+  while (!token.empty() && token.front() == ' ') token.remove_prefix(1);
+  while (!token.empty() && token.back() == ' ') token.remove_suffix(1);
+  return token;
+}
+
+}  // namespace
+
+void TokenVerifier::replace(const std::vector<config::TokenEntry>& entries) {
+  std::vector<Stored> next;
+  next.reserve(entries.size());
+  for (const auto& e : entries) {
+    auto principal = std::make_shared<Principal>();
+    principal->label = e.label;
+    principal->scopes = e.prefixes;
+    next.push_back(Stored{sha256(e.secret), std::move(principal)});
+  }
+  tokens_ = std::move(next);
+}
+
+std::shared_ptr<const Principal> TokenVerifier::verify(std::string_view presented) const {
+  const std::array<unsigned char, 32> digest = sha256(presented);
+  std::shared_ptr<const Principal> found;
+  for (const auto& t : tokens_) {
+    // No early exit: every digest is compared whatever matched before.
+    if (CRYPTO_memcmp(digest.data(), t.digest.data(), digest.size()) == 0) found = t.principal;
+  }
+  return found;
+}
+
+std::string hostWithoutPort(std::string_view host_header) {
+  std::string_view host = host_header;
+  if (!host.empty() && host.front() == '[') {
+    size_t close = host.find(']');
+    if (close != std::string_view::npos) host = host.substr(0, close + 1);
+  } else if (size_t colon = host.rfind(':'); colon != std::string_view::npos) {
+    host = host.substr(0, colon);
+  }
+  return lowerAscii(host);
+}
+
+bool isLoopbackHost(std::string_view host) {
+  return host == "localhost" || host == "[::1]" || isDottedQuadIn127(host);
+}
+
+std::optional<Refusal> checkAccess(Request& request, const ListenerPolicy& policy) {
+  if (!policy.allowed_uids.empty()) {
+    // Fail closed: a peer whose credentials could not be read is not on the list.
+    const PeerIdentity* peer = request.peer.get();
+    if (peer == nullptr || !peer->has_credentials) {
+      return Refusal{403, kPeerNotAllowed, "the peer's uid is unknown (SO_PEERCRED failed)", {}};
+    }
+    if (std::find(policy.allowed_uids.begin(), policy.allowed_uids.end(), peer->uid) ==
+        policy.allowed_uids.end()) {
+      return Refusal{403,
+                     kPeerNotAllowed,
+                     "uid " + std::to_string(peer->uid) + " is not in listen.unix_allowed_uids",
+                     {}};
+    }
+  }
+  if (policy.browser_checks) {
+    // A web page's request: browsers always send Origin on cross-origin POSTs (and on fetches),
+    // curl and HTTP libraries never do. A text/plain POST needs no CORS preflight, so checking
+    // here is what stops a page from taking locks.
+    for (const auto& [name, value] : request.headers) {
+      if (name != "origin") continue;
+      const std::string origin = lowerAscii(value);
+      if (std::find(policy.allowed_origins.begin(), policy.allowed_origins.end(), origin) ==
+          policy.allowed_origins.end()) {
+        return Refusal{403,
+                       kOriginNotAllowed,
+                       "requests from web pages are refused unless their origin is in "
+                       "listen.allowed_origins",
+                       {}};
+      }
+    }
+    // DNS rebinding: a page on attacker.example re-resolved to 127.0.0.1 still sends
+    // Host: attacker.example. A missing Host (HTTP/1.0) is left to the HTTP layer's rules.
+    for (const auto& [name, value] : request.headers) {
+      if (name != "host") continue;
+      const std::string host = hostWithoutPort(value);
+      if (!isLoopbackHost(host) &&
+          std::find(policy.allowed_hosts.begin(), policy.allowed_hosts.end(), "*") ==
+              policy.allowed_hosts.end() &&
+          std::find(policy.allowed_hosts.begin(), policy.allowed_hosts.end(), host) ==
+              policy.allowed_hosts.end()) {
+        return Refusal{421,
+                       kHostNotAllowed,
+                       "this server answers only to loopback names and listen.allowed_hosts",
+                       {}};
+      }
+    }
+  }
+  if (policy.tokens != nullptr) {
+    std::string_view token = bearerToken(request.header("authorization"));
+    if (!token.empty()) {
+      request.principal = policy.tokens->verify(token);
+      if (!request.principal) return unauthorized(kInvalidToken, "the bearer token is not valid");
+    } else if (policy.token_required &&
+               std::find(policy.token_free_paths.begin(), policy.token_free_paths.end(),
+                         request.path) == policy.token_free_paths.end()) {
+      return unauthorized(kTokenRequired, "this listener requires Authorization: Bearer <token>");
+    }
+  }
+  return std::nullopt;
+}
+
+Handler guardHandler(const ListenerPolicy& tcp_policy, const ListenerPolicy& unix_policy,
+                     Handler inner) {
+  return [&tcp_policy, &unix_policy, inner = std::move(inner)](Request& request,
+                                                               ResponderPtr responder) {
+    const bool over_unix =
+        request.peer && request.peer->transport == PeerIdentity::Transport::kUnix;
+    const ListenerPolicy& policy = over_unix ? unix_policy : tcp_policy;
+    if (auto refusal = checkAccess(request, policy)) {
+      sendError(*responder, refusal->status, refusal->code, refusal->message,
+                std::move(refusal->headers));
+      return;
+    }
+    inner(request, std::move(responder));
+  };
+}
+
+}  // namespace sidelock::http

@@ -1,0 +1,255 @@
+// Access control without sockets: token files, the constant-time verifier, the Origin / Host /
+// token / peer-uid checks of a listener policy, and the API's lock-name scopes.
+#include "http/access_policy.h"
+
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <fstream>
+
+#include "api/lock_api.h"
+#include "config/config.h"
+#include "config/tokens.h"
+
+namespace sidelock::http {
+namespace {
+
+constexpr const char* kTokenA = "tokenAAAAAAAAAAAAAAAAAAAAAAAAAAA";
+constexpr const char* kTokenB = "tokenBBBBBBBBBBBBBBBBBBBBBBBBBBB";
+
+Request request(std::vector<std::pair<std::string, std::string>> headers,
+                std::string path = "/v1/locks/a/acquire") {
+  Request r;
+  r.method = "POST";
+  r.path = std::move(path);
+  r.headers = std::move(headers);
+  return r;
+}
+
+TEST(TokenFileTest, ParsesTokensPrefixesAndComments) {
+  auto t = config::parseTokens(std::string("# ops tokens\n\n") + kTokenA + "\n" + kTokenB +
+                                   "  prefixes=orders-,invoices:\r\n",
+                               "auth.tokens_file");
+  ASSERT_TRUE(t.isOk()) << t.status().toString();
+  ASSERT_EQ(t->size(), 2u);
+  EXPECT_EQ((*t)[0].secret, kTokenA);
+  EXPECT_TRUE((*t)[0].prefixes.empty());
+  EXPECT_EQ((*t)[0].label, "auth.tokens_file line 3");
+  EXPECT_EQ((*t)[1].prefixes, (std::vector<std::string>{"orders-", "invoices:"}));
+}
+
+TEST(TokenFileTest, ErrorsNameTheLineButNeverTheToken) {
+  struct Case {
+    std::string text;
+    std::string expect;
+  } cases[] = {
+      {"short\n", "line 1: a token must be 16..4096"},
+      {std::string("# c\n") + kTokenA + " " + kTokenB + "\n", "line 2: expected the token alone"},
+      {std::string(kTokenA) + " prefixes=a-,,b\n", "line 1: prefixes must be non-empty"},
+      {std::string(kTokenA) + " prefixes=a/b\n", "line 1: prefixes must be non-empty"},
+      {std::string(kTokenA) + "\n" + kTokenA + "\n", "line 2: the same token appears twice"},
+      {"tokenAAAAAAAAAAAA\"AAAAAA\n", "line 1: a token must be base64"},
+  };
+  for (const auto& c : cases) {
+    auto t = config::parseTokens(c.text, "auth.tokens_file");
+    ASSERT_FALSE(t.isOk()) << c.text;
+    EXPECT_NE(t.status().message().find("auth.tokens_file " + c.expect), std::string::npos)
+        << t.status().message();
+    EXPECT_EQ(t.status().message().find("tokenA"), std::string::npos) << "never log a token";
+  }
+}
+
+TEST(TokenFileTest, LoadsFileAndEnvAndRefusesAnEmptySet) {
+  const std::string path = ::testing::TempDir() + "/sidelock_tokens_test";
+  std::ofstream(path) << kTokenA << "\n";
+  setenv("SIDELOCK_TEST_TOKENS", kTokenB, 1);
+  auto both = config::loadTokens({path, "SIDELOCK_TEST_TOKENS", "auth.tokens"});
+  ASSERT_TRUE(both.isOk()) << both.status().toString();
+  EXPECT_EQ(both->size(), 2u);
+  EXPECT_EQ((*both)[1].label, "auth.tokens_env (SIDELOCK_TEST_TOKENS) line 1");
+
+  std::ofstream(path) << "# nothing yet\n";
+  auto empty = config::loadTokens({path, "", "auth.tokens"});
+  ASSERT_FALSE(empty.isOk());
+  EXPECT_NE(empty.status().message().find("auth.tokens_file: no token"), std::string::npos);
+  auto unset = config::loadTokens({"", "SIDELOCK_TEST_UNSET_TOKENS", "auth.admin_tokens"});
+  ASSERT_FALSE(unset.isOk());
+  EXPECT_NE(unset.status().message().find("auth.admin_tokens_env"), std::string::npos);
+  EXPECT_TRUE(config::loadTokens({"", "", "auth.tokens"}).isOk()) << "nothing configured is fine";
+  unsetenv("SIDELOCK_TEST_TOKENS");
+  ::unlink(path.c_str());
+}
+
+TEST(TokenVerifierTest, FindsThePrincipalOfEachTokenAndNothingElse) {
+  auto entries = config::parseTokens(std::string(kTokenA) + "\n" + kTokenB + " prefixes=x-\n", "f");
+  ASSERT_TRUE(entries.isOk());
+  TokenVerifier v(*entries);
+  ASSERT_EQ(v.size(), 2u);
+  auto a = v.verify(kTokenA);
+  ASSERT_TRUE(a);
+  EXPECT_TRUE(a->scopes.empty());
+  auto b = v.verify(kTokenB);
+  ASSERT_TRUE(b);
+  EXPECT_EQ(b->scopes, std::vector<std::string>{"x-"});
+  EXPECT_EQ(b->label, "f line 2");
+  EXPECT_FALSE(v.verify(std::string(kTokenA).substr(0, 20)));
+  EXPECT_FALSE(v.verify(std::string(kTokenA) + "A"));
+  EXPECT_FALSE(v.verify(""));
+  v.replace({});  // a reload to an empty set (never configured so, but must hold)
+  EXPECT_FALSE(v.verify(kTokenA));
+  EXPECT_EQ(a->label, "f line 1") << "a request's principal outlives a reload";
+}
+
+TEST(AccessPolicyTest, HostNames) {
+  EXPECT_EQ(hostWithoutPort("LocalHost:7411"), "localhost");
+  EXPECT_EQ(hostWithoutPort("[::1]:7411"), "[::1]");
+  EXPECT_EQ(hostWithoutPort("[::1]"), "[::1]");
+  EXPECT_EQ(hostWithoutPort("127.0.0.1"), "127.0.0.1");
+  for (const char* ok : {"localhost", "127.0.0.1", "127.255.0.9", "[::1]"}) {
+    EXPECT_TRUE(isLoopbackHost(ok)) << ok;
+  }
+  for (const char* bad :
+       {"", "evil.example", "localhost.evil.example", "127.0.0.1.evil.example", "128.0.0.1",
+        "127.0.0", "127.0.0.256", "0x7f.0.0.1", "[::2]", "127.0.0.1x", "10.0.0.1"}) {
+    EXPECT_FALSE(isLoopbackHost(bad)) << bad;
+  }
+}
+
+TEST(AccessPolicyTest, CurlDefaultsPass) {
+  ListenerPolicy p;
+  for (const char* host : {"localhost:7411", "127.0.0.1:7411", "[::1]:7411", "localhost"}) {
+    Request r = request({{"host", host},
+                         {"user-agent", "curl/7.88.1"},
+                         {"content-type", "application/x-www-form-urlencoded"}});
+    EXPECT_FALSE(checkAccess(r, p)) << host;
+  }
+  Request no_host = request({});
+  EXPECT_FALSE(checkAccess(no_host, p)) << "HTTP/1.0 without Host is not ours to judge";
+}
+
+TEST(AccessPolicyTest, OriginMustBeAllowed) {
+  ListenerPolicy p;
+  p.allowed_origins = {"http://localhost:3000"};
+  for (const char* origin :
+       {"http://evil.example", "null", "http://localhost:3001", "https://localhost:3000"}) {
+    Request r = request({{"host", "localhost:7411"}, {"origin", origin}});
+    auto refusal = checkAccess(r, p);
+    ASSERT_TRUE(refusal) << origin;
+    EXPECT_EQ(refusal->status, 403);
+    EXPECT_EQ(refusal->code, kOriginNotAllowed);
+  }
+  Request ok = request({{"host", "localhost:7411"}, {"origin", "HTTP://LOCALHOST:3000"}});
+  EXPECT_FALSE(checkAccess(ok, p));
+  Request two = request(
+      {{"host", "localhost"}, {"origin", "http://localhost:3000"}, {"origin", "http://evil"}});
+  EXPECT_TRUE(checkAccess(two, p)) << "every Origin header must be allowed";
+}
+
+TEST(AccessPolicyTest, HostMustBeLoopbackOrConfigured) {
+  ListenerPolicy p;
+  p.allowed_hosts = {"sidelock"};
+  Request rebound = request({{"host", "attacker.example:7411"}});
+  auto refusal = checkAccess(rebound, p);
+  ASSERT_TRUE(refusal);
+  EXPECT_EQ(refusal->status, 421);
+  EXPECT_EQ(refusal->code, kHostNotAllowed);
+  Request named = request({{"host", "SideLock:7411"}});
+  EXPECT_FALSE(checkAccess(named, p));
+  p.allowed_hosts = {"*"};  // a listener reached by address from other hosts
+  EXPECT_FALSE(checkAccess(rebound, p));
+  p.allowed_hosts = {};
+  p.browser_checks = false;  // the admin listener
+  EXPECT_FALSE(checkAccess(rebound, p));
+}
+
+TEST(AccessPolicyTest, TokensOnTheListener) {
+  auto entries = config::parseTokens(std::string(kTokenA) + " prefixes=orders-\n", "f");
+  ASSERT_TRUE(entries.isOk());
+  TokenVerifier tokens(*entries);
+  ListenerPolicy p;
+  p.tokens = &tokens;
+
+  Request none = request({{"host", "localhost"}});
+  auto refusal = checkAccess(none, p);
+  ASSERT_TRUE(refusal);
+  EXPECT_EQ(refusal->status, 401);
+  EXPECT_EQ(refusal->code, kTokenRequired);
+  ASSERT_EQ(refusal->headers.size(), 1u);
+  EXPECT_EQ(refusal->headers[0].first, "WWW-Authenticate");
+  EXPECT_EQ(refusal->headers[0].second.rfind("Bearer", 0), 0u);
+
+  Request wrong =
+      request({{"host", "localhost"}, {"authorization", "Bearer wrongwrongwrongwrong"}});
+  refusal = checkAccess(wrong, p);
+  ASSERT_TRUE(refusal);
+  EXPECT_EQ(refusal->code, kInvalidToken);
+  EXPECT_NE(refusal->headers[0].second.find("invalid_token"), std::string::npos);
+
+  Request basic =
+      request({{"host", "localhost"}, {"authorization", std::string("Basic ") + kTokenA}});
+  refusal = checkAccess(basic, p);
+  ASSERT_TRUE(refusal);
+  EXPECT_EQ(refusal->code, kTokenRequired);
+
+  Request good =
+      request({{"host", "localhost"}, {"authorization", std::string("bearer  ") + kTokenA}});
+  EXPECT_FALSE(checkAccess(good, p));
+  ASSERT_TRUE(good.principal);
+  EXPECT_EQ(good.principal->scopes, std::vector<std::string>{"orders-"});
+
+  Request probe = request({{"host", "localhost"}}, "/healthz");
+  EXPECT_FALSE(checkAccess(probe, p)) << "probes need no token";
+  Request metrics = request({{"host", "localhost"}}, "/metrics");
+  EXPECT_TRUE(checkAccess(metrics, p));
+
+  p.token_required = false;  // the Unix socket without auth.unix_requires_token
+  Request anonymous = request({{"host", "localhost"}});
+  EXPECT_FALSE(checkAccess(anonymous, p));
+  EXPECT_FALSE(anonymous.principal);
+  Request scoped =
+      request({{"host", "localhost"}, {"authorization", std::string("Bearer ") + kTokenA}});
+  EXPECT_FALSE(checkAccess(scoped, p));
+  ASSERT_TRUE(scoped.principal) << "a token that is sent still limits the names";
+  EXPECT_TRUE(checkAccess(wrong, p)) << "and a wrong one is refused";
+}
+
+TEST(AccessPolicyTest, PeerUidAllowList) {
+  ListenerPolicy p;
+  p.allowed_uids = {1000, 0};
+  auto from = [](uint32_t uid, bool has_credentials) {
+    auto peer = std::make_shared<PeerIdentity>();
+    peer->transport = PeerIdentity::Transport::kUnix;
+    peer->has_credentials = has_credentials;
+    peer->uid = uid;
+    Request r = request({{"host", "localhost"}});
+    r.peer = std::move(peer);
+    return r;
+  };
+  Request allowed = from(1000, true);
+  EXPECT_FALSE(checkAccess(allowed, p));
+  Request other = from(1001, true);
+  auto refusal = checkAccess(other, p);
+  ASSERT_TRUE(refusal);
+  EXPECT_EQ(refusal->status, 403);
+  EXPECT_EQ(refusal->code, kPeerNotAllowed);
+  EXPECT_NE(refusal->message.find("uid 1001"), std::string::npos);
+  Request unknown = from(1000, false);
+  EXPECT_TRUE(checkAccess(unknown, p)) << "no credentials: refused (fail closed)";
+  p.allowed_uids.clear();
+  EXPECT_FALSE(checkAccess(other, p)) << "no list: the socket's mode decides";
+}
+
+TEST(LockScopeTest, PrefixesLimitLockNames) {
+  Principal scoped{"f line 1", {"orders-", "jobs:"}};
+  Principal everything{"f line 2", {}};
+  EXPECT_TRUE(api::LockApi::mayUseLock(nullptr, "anything"));
+  EXPECT_TRUE(api::LockApi::mayUseLock(&everything, "anything"));
+  EXPECT_TRUE(api::LockApi::mayUseLock(&scoped, "orders-42"));
+  EXPECT_TRUE(api::LockApi::mayUseLock(&scoped, "jobs:nightly"));
+  EXPECT_FALSE(api::LockApi::mayUseLock(&scoped, "orders"));
+  EXPECT_FALSE(api::LockApi::mayUseLock(&scoped, "invoices-1"));
+  EXPECT_FALSE(api::LockApi::mayUseLock(&scoped, ""));
+}
+
+}  // namespace
+}  // namespace sidelock::http
