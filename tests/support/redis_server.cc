@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <stdexcept>
 #include <thread>
 
@@ -71,16 +72,49 @@ RedisServer::~RedisServer() {
   removeTree(dir_);
 }
 
+RedisServer::Options RedisServer::replicaOf(const RedisServer& master) {
+  Options o;
+  o.replica_of = master.address();
+  return o;
+}
+
+RedisServer::Options RedisServer::sentinelFor(const RedisServer& master,
+                                              const std::string& master_name, int quorum,
+                                              int down_after_ms, int failover_timeout_ms) {
+  Options o;
+  o.sentinel = true;
+  o.config_lines = {
+      "sentinel monitor " + master_name + " 127.0.0.1 " + std::to_string(master.port()) + " " +
+          std::to_string(quorum),
+      "sentinel down-after-milliseconds " + master_name + " " + std::to_string(down_after_ms),
+      "sentinel failover-timeout " + master_name + " " + std::to_string(failover_timeout_ms),
+      "sentinel parallel-syncs " + master_name + " 1"};
+  return o;
+}
+
 void RedisServer::start() {
-  std::vector<std::string> args = {"redis-server", "--port",    std::to_string(port_),
-                                   "--bind",       "127.0.0.1", "--dir",
-                                   dir_,           "--save",    "",
-                                   "--daemonize",  "no",        "--loglevel",
-                                   "warning",      "--logfile", dir_ + "/redis.log"};
+  std::vector<std::string> args = {"redis-server"};
+  if (options_.sentinel || !options_.config_lines.empty()) {
+    const std::string conf = dir_ + "/redis.conf";
+    if (!std::filesystem::exists(conf)) {  // a restarted sentinel keeps what it rewrote
+      std::ofstream out(conf);
+      for (const auto& line : options_.config_lines) out << line << "\n";
+    }
+    args.push_back(conf);
+    if (options_.sentinel) args.push_back("--sentinel");
+  }
+  args.insert(args.end(),
+              {"--port", std::to_string(port_), "--bind", "127.0.0.1", "--dir", dir_, "--save", "",
+               "--daemonize", "no", "--loglevel", "warning", "--logfile", dir_ + "/redis.log"});
   if (options_.persistence) {
     args.insert(args.end(), {"--appendonly", "yes", "--appendfsync", "always"});
   } else {
     args.insert(args.end(), {"--appendonly", "no"});
+  }
+  if (!options_.replica_of.empty()) {
+    const size_t colon = options_.replica_of.rfind(':');
+    args.insert(args.end(), {"--replicaof", options_.replica_of.substr(0, colon),
+                             options_.replica_of.substr(colon + 1)});
   }
   args.insert(args.end(), options_.extra_args.begin(), options_.extra_args.end());
 

@@ -20,7 +20,21 @@ class RedisServer {
   struct Options {
     bool persistence = false;             // appendonly yes + fsync always, so restart() keeps data
     std::vector<std::string> extra_args;  // e.g. {"--requirepass", "secret"}
+    /// "127.0.0.1:port": start as a replica of that server (--replicaof).
+    std::string replica_of;
+    /// Lines of a config file written into the server's dir and passed first (a sentinel needs
+    /// its monitor lines in a writable file; it rewrites it).
+    std::vector<std::string> config_lines;
+    bool sentinel = false;  // run as `redis-server <conf> --sentinel`
   };
+
+  /// A replica of `master` (--replicaof), as a server of its own.
+  static Options replicaOf(const RedisServer& master);
+  /// A sentinel monitoring `master` as `master_name` with `quorum`, quick to react (failure
+  /// detected after `down_after_ms`; a failed election retried after 2 x `failover_timeout_ms`).
+  static Options sentinelFor(const RedisServer& master, const std::string& master_name,
+                             int quorum = 2, int down_after_ms = 1000,
+                             int failover_timeout_ms = 3000);
 
   RedisServer();  // default options
   explicit RedisServer(Options options);
