@@ -25,8 +25,10 @@ bool isReadOnly(const Status& s) {
 }  // namespace
 
 /// Joins a grant's reply with the reply of the WAIT sent right behind it (either may come first
-/// when the link fails).
+/// when the link fails). Holds what it needs to judge the WAIT, so no callback needs `this`.
 struct SentinelBackend::GrantCheck {
+  int required = 0;
+  int64_t wait_timeout_ms = 0;
   std::optional<StatusOr<RedisValue>> wait;
   std::function<void()> then;
 
@@ -45,6 +47,17 @@ struct SentinelBackend::GrantCheck {
   int64_t acked() const {
     if (!wait || !wait->isOk() || (*wait)->type != RedisValue::Type::kInteger) return -1;
     return (*wait)->integer;
+  }
+  bool enough() const { return acked() >= required; }
+  /// Why a grant was given back.
+  Status notReplicated() const {
+    const int64_t n = acked();
+    const std::string why =
+        n >= 0 ? std::to_string(n) + " of " + std::to_string(required) +
+                     " replicas acknowledged it within " + std::to_string(wait_timeout_ms) + " ms"
+               : "WAIT failed: " + (wait && !wait->isOk() ? wait->status().message()
+                                                          : std::string("unexpected reply"));
+    return unavailable("grant given back, not replicated (backend.sentinel.wait_replicas): " + why);
   }
 };
 
@@ -116,84 +129,69 @@ StatusOr<T> SentinelBackend::watchReadOnly(StatusOr<T> reply, const std::weak_pt
   return unavailable(reply.status().message());
 }
 
-std::shared_ptr<SentinelBackend::GrantCheck> SentinelBackend::sendWait() {
+template <typename Reply, typename Send, typename Finish>
+void SentinelBackend::grantThenWait(Send send, Finish finish) {
   auto check = std::make_shared<GrantCheck>();
+  check->required = wait_replicas_;
+  check->wait_timeout_ms = wait_timeout_ms_;
+  send([this, alive = std::weak_ptr<char>(alive_), check, wait = wait_replicas_ > 0,
+        finish = std::move(finish)](StatusOr<Reply> r) mutable {
+    r = watchReadOnly(std::move(r), alive);
+    if (!wait) {
+      finish(std::move(r), nullptr, alive);
+      return;
+    }
+    check->grantDone([check, alive, r = std::move(r), finish = std::move(finish)]() mutable {
+      finish(std::move(r), check.get(), alive);
+    });
+  });
+  if (wait_replicas_ == 0) return;
+  // In the same write as the script, right behind it on the same link.
   redis_->node().command({"WAIT", std::to_string(wait_replicas_), std::to_string(wait_timeout_ms_)},
                          command_timeout_ms_,
                          [check](StatusOr<RedisValue> r) { check->waitDone(std::move(r)); });
-  return check;
-}
-
-Status SentinelBackend::notReplicated(const GrantCheck& check) const {
-  const int64_t acked = check.acked();
-  std::string why =
-      acked < 0
-          ? "WAIT failed: " + (check.wait && !check.wait->isOk() ? check.wait->status().message()
-                                                                 : std::string("bad reply"))
-          : std::to_string(acked) + " of " + std::to_string(wait_replicas_) +
-                " replicas acknowledged it within " + std::to_string(wait_timeout_ms_) + " ms";
-  return unavailable("grant given back, not replicated (backend.sentinel.wait_replicas): " + why);
 }
 
 void SentinelBackend::acquire(std::string_view name, std::string_view owner, int64_t ttl_ms,
                               AcquireCallback cb) {
-  auto holder = std::make_shared<std::shared_ptr<GrantCheck>>();
-  redis_->acquire(
-      name, owner, ttl_ms,
-      [this, alive = std::weak_ptr<char>(alive_), holder, name = std::string(name),
-       owner = std::string(owner), cb = std::move(cb)](StatusOr<AcquireReply> r) mutable {
-        r = watchReadOnly(std::move(r), alive);
-        std::shared_ptr<GrantCheck> check = *holder;
-        if (!check) {
+  grantThenWait<AcquireReply>(
+      [&](AcquireCallback done) { redis_->acquire(name, owner, ttl_ms, std::move(done)); },
+      [redis = redis_.get(), name = std::string(name), owner = std::string(owner),
+       cb = std::move(cb)](StatusOr<AcquireReply> r, const GrantCheck* check,
+                           const std::weak_ptr<char>& alive) mutable {
+        if (check == nullptr || !r.isOk() || !r->granted || check->enough()) {
           cb(std::move(r));
           return;
         }
-        check->grantDone([this, alive, check, r = std::move(r), name = std::move(name),
-                          owner = std::move(owner), cb = std::move(cb)]() mutable {
-          if (!r.isOk() || !r->granted || check->acked() >= wait_replicas_) {
-            cb(std::move(r));
-            return;
-          }
-          // Give the grant back: nobody will be told of it, so nobody may be left holding it.
-          if (!alive.expired()) redis_->release(name, owner, [](StatusOr<OwnerCheck>) {});
-          cb(notReplicated(*check));
-        });
+        // Give the grant back: nobody will be told of it, so nobody may be left holding it.
+        if (!alive.expired()) redis->release(name, owner, [](StatusOr<OwnerCheck>) {});
+        cb(check->notReplicated());
       });
-  // The WAIT leaves in the same write as the script, right behind it.
-  if (wait_replicas_ > 0) *holder = sendWait();
 }
 
 void SentinelBackend::releaseAndGrant(std::string_view name, std::string_view owner,
                                       std::string_view next_owner, int64_t next_ttl_ms,
                                       HandOffCallback cb) {
-  auto holder = std::make_shared<std::shared_ptr<GrantCheck>>();
-  redis_->releaseAndGrant(
-      name, owner, next_owner, next_ttl_ms,
-      [this, alive = std::weak_ptr<char>(alive_), holder, name = std::string(name),
-       next_owner = std::string(next_owner), cb = std::move(cb)](StatusOr<HandOffReply> r) mutable {
-        r = watchReadOnly(std::move(r), alive);
-        std::shared_ptr<GrantCheck> check = *holder;
-        if (!check) {
+  grantThenWait<HandOffReply>(
+      [&](HandOffCallback done) {
+        redis_->releaseAndGrant(name, owner, next_owner, next_ttl_ms, std::move(done));
+      },
+      [redis = redis_.get(), name = std::string(name), next_owner = std::string(next_owner),
+       cb = std::move(cb)](StatusOr<HandOffReply> r, const GrantCheck* check,
+                           const std::weak_ptr<char>& alive) mutable {
+        if (check == nullptr || !r.isOk() || r->released != OwnerCheck::kOk || !r->next.granted ||
+            check->enough()) {
           cb(std::move(r));
           return;
         }
-        check->grantDone([this, alive, check, r = std::move(r), name = std::move(name),
-                          next_owner = std::move(next_owner), cb = std::move(cb)]() mutable {
-          if (!r.isOk() || r->released != OwnerCheck::kOk || !r->next.granted ||
-              check->acked() >= wait_replicas_) {
-            cb(std::move(r));
-            return;
-          }
-          // The release stands (losing it in a failover only keeps the lock held until its TTL);
-          // the grant to the next owner is taken back and it retries as after a busy attempt.
-          if (!alive.expired()) redis_->release(name, next_owner, [](StatusOr<OwnerCheck>) {});
-          SL_LOG(kWarn, "sentinel.handoff_not_replicated", {"name", name},
-                 {"error", notReplicated(*check).message()});
-          r->next = AcquireReply{};
-          cb(std::move(r));
-        });
+        // The release stands (losing it in a failover only keeps the lock held until its TTL);
+        // the grant to the next owner is taken back and it retries as after a busy attempt.
+        if (!alive.expired()) redis->release(name, next_owner, [](StatusOr<OwnerCheck>) {});
+        SL_LOG(kWarn, "sentinel.handoff_not_replicated", {"name", name},
+               {"error", check->notReplicated().message()});
+        r->next = AcquireReply{};
+        cb(std::move(r));
       });
-  if (wait_replicas_ > 0) *holder = sendWait();
 }
 
 void SentinelBackend::release(std::string_view name, std::string_view owner,

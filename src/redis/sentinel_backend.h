@@ -61,10 +61,11 @@ class SentinelBackend final : public Backend {
 
  private:
   struct GrantCheck;
-  /// Sends WAIT right behind the grant just queued on the master link (wait_replicas > 0).
-  std::shared_ptr<GrantCheck> sendWait();
-  /// Why a grant was given back after its WAIT.
-  Status notReplicated(const GrantCheck& check) const;
+  /// Runs a grant script through `send(callback)` and, with wait_replicas, a WAIT right behind it
+  /// on the same link; `finish(reply, check, alive)` runs once both replies are in (`check` null
+  /// without wait_replicas).
+  template <typename Reply, typename Send, typename Finish>
+  void grantThenWait(Send send, Finish finish);
   /// A READONLY answer means the node was demoted: re-resolve (while we are alive) and tell the
   /// caller "unavailable" so queued waiters ride it out.
   template <typename T>

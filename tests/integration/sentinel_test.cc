@@ -140,6 +140,24 @@ TEST_F(SentinelTest, FailoverResumesGrantsForQueuedWaitersAndTokensKeepGoingUp) 
   EXPECT_TRUE(replica_->cli({"GET", counter}) == std::to_string(last_before) ||
               spares_[0]->cli({"GET", counter}) == std::to_string(last_before));
 
+  // A release hands the lock on to a queued waiter (release_grant), WAITed for like an acquire.
+  auto first = c.post("/v1/locks/handoff/acquire", R"({"ttl_ms":10000})");
+  ASSERT_EQ(first.status, 200) << first.body;
+  const int sidecar_port = sidecar_->port();
+  auto next = std::async(std::launch::async, [sidecar_port] {
+    HttpClient w = HttpClient::tcp(sidecar_port);
+    return w.post("/v1/locks/handoff/acquire", R"({"ttl_ms":10000,"wait_ms":8000})");
+  });
+  ASSERT_TRUE(waitForWaiters(c, "handoff", 1));
+  ASSERT_EQ(c.post("/v1/locks/handoff/release",
+                   json{{"owner", json::parse(first.body)["owner"]}}.dump())
+                .status,
+            200);
+  auto handed = next.get();
+  ASSERT_EQ(handed.status, 200) << handed.body;
+  EXPECT_GT(json::parse(handed.body)["token"].get<uint64_t>(),
+            json::parse(first.body)["token"].get<uint64_t>());
+
   // A holder, and a waiter queued behind it that rides out the failover.
   auto held = c.post("/v1/locks/queue/acquire", R"({"ttl_ms":4000})");
   ASSERT_EQ(held.status, 200) << held.body;
