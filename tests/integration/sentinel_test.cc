@@ -32,16 +32,14 @@ class SentinelTest : public ::testing::Test {
  protected:
   void SetUp() override {
     // Full syncs at once (Redis 7 waits 5 s for more replicas before a diskless sync).
-    RedisServer::Options master;
-    master.extra_args = {"--repl-diskless-sync-delay", "0"};
-    master_ = std::make_unique<RedisServer>(master);
-    replica_ = std::make_unique<RedisServer>(RedisServer::replicaOf(*master_));
+    master_ = std::make_unique<RedisServer>(
+        RedisServer::Options{false, {"--repl-diskless-sync-delay", "0"}});
+    replica_ = RedisServer::startReplica(*master_);
     ASSERT_TRUE(pollUntil([&] {
       return master_->cli({"INFO", "replication"}).find("state=online") != std::string::npos;
     })) << "the replica never finished its first sync";
     for (int i = 0; i < 3; ++i) {
-      sentinels_.push_back(
-          std::make_unique<RedisServer>(RedisServer::sentinelFor(*master_, kMasterName)));
+      sentinels_.push_back(RedisServer::startSentinel(*master_, kMasterName));
     }
   }
 
@@ -110,7 +108,7 @@ class SentinelTest : public ::testing::Test {
 TEST_F(SentinelTest, FailoverResumesGrantsForQueuedWaitersAndTokensKeepGoingUp) {
   // wait_replicas: 1 needs a replica after the failover too: the sentinels attach this one to the
   // promoted master.
-  spares_.push_back(std::make_unique<RedisServer>(RedisServer::replicaOf(*master_)));
+  spares_.push_back(RedisServer::startReplica(*master_));
   ASSERT_TRUE(pollUntil([&] {
     return master_->cli({"INFO", "replication"}).find("connected_slaves:2") != std::string::npos;
   }));
