@@ -188,8 +188,9 @@ void SentinelResolver::onAddress(const std::string& host, const std::string& por
   if (moved || !master_.up()) {
     // The node reconnects by itself; onMasterState(true) checks ROLE. If it does not come up, the
     // sentinels are asked again (they may name another master by then).
-    setConfirmed(false, "connecting to master " + text + " named by the sentinels");
-    retryLater("master " + text + " named by the sentinels is not reachable yet");
+    const std::string& why = master_.downReason();
+    retryLater("master " + text + " named by the sentinels is not up yet" +
+               (why.empty() ? std::string() : ": " + why));
     return;
   }
   checkRole();

@@ -147,10 +147,10 @@ TEST_F(SentinelTest, FailoverResumesGrantsForQueuedWaitersAndTokensKeepGoingUp) 
     return w.post("/v1/locks/handoff/acquire", R"({"ttl_ms":10000,"wait_ms":8000})");
   });
   ASSERT_TRUE(waitForWaiters(c, "handoff", 1));
-  ASSERT_EQ(c.post("/v1/locks/handoff/release",
-                   json{{"owner", json::parse(first.body)["owner"]}}.dump())
-                .status,
-            200);
+  ASSERT_EQ(
+      c.post("/v1/locks/handoff/release", json{{"owner", json::parse(first.body)["owner"]}}.dump())
+          .status,
+      200);
   auto handed = next.get();
   ASSERT_EQ(handed.status, 200) << handed.body;
   EXPECT_GT(json::parse(handed.body)["token"].get<uint64_t>(),
@@ -211,8 +211,13 @@ TEST_F(SentinelTest, FailoverResumesGrantsForQueuedWaitersAndTokensKeepGoingUp) 
 }
 
 TEST_F(SentinelTest, ReadOnlyReplyReresolvesAndRecoversWhenTheMasterIsBack) {
+  sentinels_[0]->kill();  // the next sentinel answers instead
   startSidecar(kMasterName, /*wait_replicas=*/0, /*wait_ready=*/true);
   HttpClient c = HttpClient::tcp(sidecar_->port());
+  const std::string ready = c.get("/readyz").body;
+  EXPECT_NE(ready.find("{\"node\":\"" + sentinels_[0]->address() + "\",\"reason\""),
+            std::string::npos)
+      << ready;
   ASSERT_GT(grantAndRelease(c, "ro"), 0u);
 
   // Demoted by hand behind the sentinels' back: it keeps its data but refuses writes.
