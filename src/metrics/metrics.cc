@@ -195,6 +195,11 @@ Metrics::Metrics(std::string version)
       .Register(*registry_)
       .Add({{"version", std::move(version)}})
       .Set(1);
+  // Present (at 0) with every backend, like the Redlock series: dashboards and alerts need not
+  // care which backend a sidecar runs.
+  for (const char* reason : {"switch_master", "readonly", "reresolve"}) {
+    backend_topology_changes_total.Add({{"reason", reason}});
+  }
   process_rss_ = &BuildGauge()
                       .Name("process_resident_memory_bytes")
                       .Help("Resident memory size in bytes.")

@@ -20,12 +20,20 @@ RedisNodeOptions sentinelOptions(const config::BackendConfig& config,
   return o;
 }
 
-const char* triggerLabel(int trigger) {
-  static const char* const kLabels[] = {"switch_master", "readonly", "reresolve"};
-  return kLabels[trigger];
-}
-
 }  // namespace
+
+// The `reason` label of sidelock_backend_topology_changes_total.
+const char* SentinelResolver::triggerLabel(Trigger trigger) {
+  switch (trigger) {
+    case Trigger::kSwitchMaster:
+      return "switch_master";
+    case Trigger::kReadOnly:
+      return "readonly";
+    case Trigger::kReresolve:
+      return "reresolve";
+  }
+  return "reresolve";
+}
 
 SentinelResolver::SentinelResolver(uv_loop_t* loop, event::Scheduler& scheduler,
                                    const config::BackendConfig& config, RedisNode& master,
@@ -37,8 +45,6 @@ SentinelResolver::SentinelResolver(uv_loop_t* loop, event::Scheduler& scheduler,
       timeout_ms_(config.command_timeout_ms),
       backoff_min_ms_(config.reconnect_min_ms),
       backoff_max_ms_(config.reconnect_max_ms) {
-  for (int t = 0; t < 3; ++t)
-    metrics_.backend_topology_changes_total.Add({{"reason", triggerLabel(t)}});
   for (const auto& address : config.nodes) {
     auto node = std::make_unique<RedisNode>(loop, scheduler, sentinelOptions(config, address),
                                             &metrics.node(address.toString()));
@@ -109,8 +115,7 @@ void SentinelResolver::onSentinelMessage(std::string_view channel, std::string_v
 void SentinelResolver::countChange(Trigger trigger) {
   if (change_counted_) return;
   change_counted_ = true;
-  metrics_.backend_topology_changes_total.Add({{"reason", triggerLabel(static_cast<int>(trigger))}})
-      .Increment();
+  metrics_.backend_topology_changes_total.Add({{"reason", triggerLabel(trigger)}}).Increment();
 }
 
 void SentinelResolver::resolve() {

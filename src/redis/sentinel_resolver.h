@@ -74,6 +74,7 @@ class SentinelResolver {
  private:
   enum class Trigger { kSwitchMaster, kReadOnly, kReresolve };
 
+  static const char* triggerLabel(Trigger trigger);
   void resolve();
   void ask(size_t tried, std::string errors);
   void onAddress(const std::string& host, const std::string& port);

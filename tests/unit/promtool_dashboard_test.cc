@@ -29,7 +29,6 @@ const std::vector<std::string> kPrefixes = {"sidelock_", "process_"};
 std::string renderAllFamilies() {
   metrics::Metrics m("0.0.0-test");
   m.node("127.0.0.1:6379").up->Set(1);
-  m.backend_topology_changes_total.Add({{"reason", "switch_master"}}).Increment();
   m.httpRequests("/v1/locks/{name}/acquire", 200).Increment();
   m.httpLatency("/v1/locks/{name}/acquire").Observe(0.001);
   return m.render();
