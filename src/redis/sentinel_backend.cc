@@ -141,9 +141,10 @@ void SentinelBackend::grantThenWait(Send send, Finish finish) {
       finish(std::move(r), nullptr, alive);
       return;
     }
-    check->grantDone([check, alive, r = std::move(r), finish = std::move(finish)]() mutable {
-      finish(std::move(r), check.get(), alive);
-    });
+    // A raw pointer: the continuation is stored in *check (a shared_ptr would be a cycle); it
+    // runs either right here or from the WAIT's callback, both of which hold `check`.
+    check->grantDone([raw = check.get(), alive, r = std::move(r),
+                      finish = std::move(finish)]() mutable { finish(std::move(r), raw, alive); });
   });
   if (wait_replicas_ == 0) return;
   // In the same write as the script, right behind it on the same link.
