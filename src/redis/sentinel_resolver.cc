@@ -245,7 +245,11 @@ void SentinelResolver::setConfirmed(bool confirmed, std::string reason) {
     } else {
       SL_LOG(kWarn, "sentinel.master_unconfirmed", {"master", master_name_}, {"reason", reason});
     }
-    if (listener_) scheduler_.post([l = listener_] { l(); });
+    if (listener_) {
+      scheduler_.post([alive = std::weak_ptr<char>(alive_), l = listener_] {
+        if (!alive.expired()) l();
+      });
+    }
   }
   confirmed_ = confirmed;
   reason_ = std::move(reason);
