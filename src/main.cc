@@ -21,6 +21,7 @@
 #include "metrics/metrics.h"
 #include "redis/redis_backend.h"
 #include "redis/redlock_backend.h"
+#include "redis/sentinel_backend.h"
 #include "redis/tls_transport.h"
 
 namespace sidelock {
@@ -77,6 +78,9 @@ std::unique_ptr<backend::Backend> makeBackend(Sidecar& s, const config::Config& 
     case config::BackendType::kRedlock:
       return std::make_unique<backend::RedlockBackend>(&s.loop, *s.scheduler, cfg.backend,
                                                        cfg.locks.max_ttl_ms, *s.metrics);
+    case config::BackendType::kSentinel:
+      return std::make_unique<backend::SentinelBackend>(&s.loop, *s.scheduler, cfg.backend,
+                                                        cfg.locks.max_ttl_ms, *s.metrics);
   }
   return nullptr;
 }

@@ -66,6 +66,7 @@ json healthJson(const backend::BackendHealth& h) {
   for (const auto& n : h.nodes) {
     json node = {{"node", n.address}, {"state", nodeState(n)}};
     if (!n.reason.empty()) node["reason"] = n.reason;
+    if (!n.role.empty()) node["role"] = n.role;
     nodes.push_back(std::move(node));
   }
   return nodes;

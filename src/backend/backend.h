@@ -63,6 +63,9 @@ struct NodeHealth {
   /// Up but not allowed to vote yet (Redlock delayed restart).
   bool voting = true;
   std::string reason;  // why down / not voting; empty when fine
+  /// What the node is to the backend when that is not obvious: "master" or "sentinel" for type
+  /// sentinel; empty otherwise.
+  std::string role;
 };
 
 struct BackendHealth {

@@ -328,6 +328,53 @@ std::string readSecretFile(const std::string& path, const std::string& key_path)
   return v;
 }
 
+// Username and password from the env vars / secret file named under section `s` (the file wins).
+void resolveCredentials(const Section& s, const std::string& username_env,
+                        const std::string& password_env, const std::string& password_file,
+                        const char* whose, std::string& username, std::string& password) {
+  if (!username_env.empty()) {
+    if (const char* v = getenv(username_env.c_str())) username = v;
+  }
+  if (!password_env.empty()) {
+    if (const char* v = getenv(password_env.c_str())) password = v;
+  }
+  if (!password_file.empty()) password = readSecretFile(password_file, s.path("password_file"));
+  if (!username.empty() && password.empty()) {
+    fail(s.path("password_env"), std::string("a ") + whose + " username is set but no password");
+  }
+}
+
+// backend.sentinel: only with type sentinel, where master_name is required.
+void loadSentinel(const Section& backend, BackendConfig& c) {
+  const YAML::Node node = backend.child("sentinel");
+  Section s(node, backend.path("sentinel"));
+  if (c.type != BackendType::kSentinel) {
+    if (!node) return;
+    std::string key;
+    if (node.IsMap() && node.size() > 0) key = node.begin()->first.as<std::string>();
+    fail(key.empty() ? backend.path("sentinel") : s.path(key),
+         "only applies to backend.type sentinel");
+  }
+  s.readString("master_name", c.sentinel.master_name);
+  s.readInt("wait_replicas", c.sentinel.wait_replicas, 0, 100);
+  s.readString("username_env", c.sentinel.username_env);
+  s.readString("password_env", c.sentinel.password_env);
+  s.readString("password_file", c.sentinel.password_file);
+  s.rejectUnknown(
+      {"master_name", "wait_replicas", "username_env", "password_env", "password_file"});
+  if (c.sentinel.master_name.empty()) {
+    fail(s.path("master_name"),
+         "required for backend.type sentinel (the name the sentinels "
+         "monitor, as in `sentinel monitor <name> ...`)");
+  }
+  for (unsigned char ch : c.sentinel.master_name) {
+    if (ch < 0x21 || ch > 0x7e)
+      fail(s.path("master_name"), "must be printable ASCII without spaces");
+  }
+  resolveCredentials(s, c.sentinel.username_env, c.sentinel.password_env, c.sentinel.password_file,
+                     "sentinel", c.sentinel.username, c.sentinel.password);
+}
+
 void loadBackend(const Section& root, BackendConfig& c) {
   Section s(root.child("backend"), "backend");
   std::string type = "redis";
@@ -336,10 +383,12 @@ void loadBackend(const Section& root, BackendConfig& c) {
     c.type = BackendType::kRedis;
   else if (type == "redlock")
     c.type = BackendType::kRedlock;
+  else if (type == "sentinel")
+    c.type = BackendType::kSentinel;
   else if (type == "memory")
     c.type = BackendType::kMemory;
   else
-    fail(s.path("type"), "must be one of redis, redlock, memory; got \"" + type + "\"");
+    fail(s.path("type"), "must be one of redis, redlock, sentinel, memory; got \"" + type + "\"");
 
   YAML::Node nodes = s.child("nodes");
   if (nodes) {
@@ -349,6 +398,9 @@ void loadBackend(const Section& root, BackendConfig& c) {
       if (!nodes[i].IsScalar()) fail(p, "must be a \"host:port\" string");
       c.nodes.push_back(parseNode(p, nodes[i].as<std::string>()));
     }
+  }
+  if (c.nodes.empty() && c.type == BackendType::kSentinel) {
+    fail(s.path("nodes"), "type sentinel needs the sentinels' addresses (typically 3)");
   }
   if (c.nodes.empty()) c.nodes.push_back(parseNode("backend.nodes[0]", "127.0.0.1:6379"));
   std::set<std::string> seen;
@@ -424,7 +476,7 @@ void loadBackend(const Section& root, BackendConfig& c) {
   s.rejectUnknown({"type", "nodes", "key_prefix", "db", "username_env", "password_env",
                    "password_file", "connect_timeout_ms", "command_timeout_ms", "reconnect_min_ms",
                    "reconnect_max_ms", "health_interval_ms", "tls", "redlock", "username",
-                   "password"});
+                   "password", "sentinel"});
   // Credentials in the YAML itself are refused on purpose: config files end up in ConfigMaps and
   // repositories. (Listed as known above so the message is specific.)
   if (s.child("password") || s.child("username")) {
@@ -433,17 +485,9 @@ void loadBackend(const Section& root, BackendConfig& c) {
          "backend.username_env (environment) or backend.password_file");
   }
 
-  if (!c.username_env.empty()) {
-    if (const char* v = getenv(c.username_env.c_str())) c.username = v;
-  }
-  if (!c.password_env.empty()) {
-    if (const char* v = getenv(c.password_env.c_str())) c.password = v;
-  }
-  if (!c.password_file.empty())
-    c.password = readSecretFile(c.password_file, s.path("password_file"));
-  if (!c.username.empty() && c.password.empty()) {
-    fail(s.path("password_env"), "a Redis username is set but no password");
-  }
+  resolveCredentials(s, c.username_env, c.password_env, c.password_file, "Redis", c.username,
+                     c.password);
+  loadSentinel(s, c);
 }
 
 void loadLocks(const Section& root, LocksConfig& c) {

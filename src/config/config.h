@@ -53,7 +53,7 @@ struct AuthConfig {
   std::vector<TokenEntry> admin_token_entries;
 };
 
-enum class BackendType { kMemory, kRedis, kRedlock };
+enum class BackendType { kMemory, kRedis, kRedlock, kSentinel };
 
 struct RedisNodeAddress {
   std::string host;  // empty for unix sockets
@@ -81,9 +81,25 @@ struct TlsConfig {
   std::string server_name;  // name verified and sent as SNI; "" = each node's host
 };
 
+/// backend.sentinel (type sentinel only): the master is found by asking the sentinels listed in
+/// backend.nodes. TLS (backend.tls) applies to the sentinels and the master alike.
+struct SentinelConfig {
+  std::string master_name;  // required for type sentinel
+  /// > 0: after a grant, WAIT for this many replicas to acknowledge it (bounded by
+  /// backend.command_timeout_ms); a grant with fewer acks is released and answered unavailable.
+  int wait_replicas = 0;
+  /// Sentinel credentials, read like the node credentials (names of env vars / a file).
+  std::string username_env = "SIDELOCK_SENTINEL_USERNAME";
+  std::string password_env = "SIDELOCK_SENTINEL_PASSWORD";
+  std::string password_file;
+  // Resolved at load time from the above (not YAML keys).
+  std::string username;
+  std::string password;
+};
+
 struct BackendConfig {
   BackendType type = BackendType::kRedis;
-  std::vector<RedisNodeAddress> nodes;  // default: 127.0.0.1:6379
+  std::vector<RedisNodeAddress> nodes;  // default: 127.0.0.1:6379; type sentinel: the sentinels
   std::string key_prefix = "sidelock:";
   int db = 0;
   /// Credentials never live in the YAML itself: names of env vars / files that hold them.
@@ -101,6 +117,7 @@ struct BackendConfig {
   int64_t health_interval_ms = 1000;  // PING (and Redlock INFO) period
   TlsConfig tls;
   RedlockConfig redlock;
+  SentinelConfig sentinel;
 };
 
 struct LocksConfig {

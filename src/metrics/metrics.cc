@@ -148,6 +148,12 @@ Metrics::Metrics(std::string version)
                               "up), else 0.")
                         .Register(*registry_)
                         .Add({})),
+      backend_topology_changes_total(
+          BuildCounter()
+              .Name("sidelock_backend_topology_changes_total")
+              .Help("Times the backend's view of the Redis topology changed (sentinel: "
+                    "switch_master, readonly, reresolve; cluster: moved, slots_refresh)")
+              .Register(*registry_)),
       redlock_quorum_failures(BuildCounter()
                                   .Name("sidelock_redlock_quorum_failures_total")
                                   .Help("Redlock attempts that could not reach a majority of "
@@ -189,6 +195,11 @@ Metrics::Metrics(std::string version)
       .Register(*registry_)
       .Add({{"version", std::move(version)}})
       .Set(1);
+  // Present (at 0) with every backend, like the Redlock series: dashboards and alerts need not
+  // care which backend a sidecar runs.
+  for (const char* reason : {"switch_master", "readonly", "reresolve"}) {
+    backend_topology_changes_total.Add({{"reason", reason}});
+  }
   process_rss_ = &BuildGauge()
                       .Name("process_resident_memory_bytes")
                       .Help("Resident memory size in bytes.")
@@ -222,13 +233,17 @@ Metrics::Metrics(std::string version)
   updateProcessMetrics();
 }
 
-NodeMetrics& Metrics::node(std::string_view address) {
+NodeMetrics& Metrics::node(std::string_view address) { return makeNode(address, true); }
+
+NodeMetrics& Metrics::nodeWithoutUpGauge(std::string_view label) { return makeNode(label, false); }
+
+NodeMetrics& Metrics::makeNode(std::string_view label, bool with_up_gauge) {
   for (auto& [name, m] : nodes_) {
-    if (name == address) return *m;
+    if (name == label) return *m;
   }
   auto m = std::make_unique<NodeMetrics>();
-  const std::string node(address);
-  m->up = &backend_up.Add({{"node", node}});
+  const std::string node(label);
+  if (with_up_gauge) m->up = &backend_up.Add({{"node", node}});
   m->reconnects = &backend_reconnects_total.Add({{"node", node}});
   m->errors_timeout = &backend_errors_total.Add({{"node", node}, {"kind", "timeout"}});
   m->errors_disconnected = &backend_errors_total.Add({{"node", node}, {"kind", "disconnected"}});

@@ -50,6 +50,10 @@ class Metrics {
 
   /// Series for one backend node; call once per node at start-up (idempotent for the same name).
   NodeMetrics& node(std::string_view address);
+  /// The same without the backend_up series (up == nullptr), for a node whose address changes at
+  /// run time (the Sentinel master): its owner keeps backend_up{node=<current address>} itself.
+  /// `label` stays fixed, so rates over the node's errors and latency survive a failover.
+  NodeMetrics& nodeWithoutUpGauge(std::string_view label);
 
   /// Hooks run just before each scrape, to compute gauges from live state.
   void addScrapeHook(std::function<void()> hook) { scrape_hooks_.push_back(std::move(hook)); }
@@ -102,6 +106,7 @@ class Metrics {
   prometheus::Family<prometheus::Counter>& backend_errors_total;      // {node,kind}
   prometheus::Family<prometheus::Counter>& backend_reconnects_total;  // {node}
   prometheus::Gauge& backend_ready;
+  prometheus::Family<prometheus::Counter>& backend_topology_changes_total;  // {reason}
   prometheus::Counter& redlock_quorum_failures;
   prometheus::Histogram& redlock_validity_seconds;  // validity remaining at grant
 
@@ -116,6 +121,7 @@ class Metrics {
   prometheus::Histogram& httpLatency(std::string_view route);
 
  private:
+  NodeMetrics& makeNode(std::string_view label, bool with_up_gauge);
   std::vector<std::function<void()>> scrape_hooks_;
   std::vector<std::pair<std::string, std::unique_ptr<NodeMetrics>>> nodes_;
   // process_* and build info (updated at scrape time)

@@ -44,24 +44,34 @@ config::RedisNodeAddress firstNode(const config::BackendConfig& config) {
 RedisBackend::RedisBackend(uv_loop_t* loop, event::Scheduler& scheduler,
                            const config::BackendConfig& config, int64_t max_ttl_ms,
                            metrics::Metrics& metrics)
+    : RedisBackend(loop, scheduler, config, max_ttl_ms, metrics, firstNode(config),
+                   &metrics.node(firstNode(config).toString())) {
+  if (config.nodes.size() > 1) {
+    SL_LOG(kWarn, "redis.extra_nodes_ignored", {"node", node_->address()},
+           {"configured", static_cast<unsigned long>(config.nodes.size())});
+  }
+}
+
+RedisBackend::RedisBackend(uv_loop_t* loop, event::Scheduler& scheduler,
+                           const config::BackendConfig& config, int64_t max_ttl_ms,
+                           metrics::Metrics& metrics, const config::RedisNodeAddress& address,
+                           metrics::NodeMetrics* node_metrics)
     : metrics_(metrics),
       prefix_(config.key_prefix),
       timeout_ms_(config.command_timeout_ms),
       counter_ttl_ms_(std::to_string(tokenCounterTtlMs(max_ttl_ms))) {
-  const config::RedisNodeAddress address = firstNode(config);
-  if (config.nodes.size() > 1) {
-    SL_LOG(kWarn, "redis.extra_nodes_ignored", {"node", address.toString()},
-           {"configured", static_cast<unsigned long>(config.nodes.size())});
-  }
   node_ = std::make_unique<RedisNode>(loop, scheduler, nodeOptionsFromConfig(config, address),
-                                      &metrics.node(address.toString()));
-  address_ = std::make_shared<const std::string>(node_->address());
+                                      node_metrics);
+  address_ = std::make_shared<std::string>(node_->address());
   metrics_.backend_ready.Set(0);
   node_->setStateListener([this](bool) {
     // Posted by the node; read the current state rather than the (possibly stale) transition.
     if (shut_down_) return;
-    metrics_.backend_ready.Set(node_->up() ? 1 : 0);
-    if (node_->up() && ready_listener_) ready_listener_();
+    *address_ = node_->address();
+    if (topology_.on_node_state) topology_.on_node_state(node_->up());
+    const bool ready = node_->up() && (!topology_.confirmed || topology_.confirmed());
+    metrics_.backend_ready.Set(ready ? 1 : 0);
+    if (ready && ready_listener_) ready_listener_();
   });
   node_->setMessageListener(
       [this](std::string_view channel, std::string_view) { onMessage(channel); });

@@ -31,7 +31,20 @@ class RedisBackend final : public Backend {
   /// grant. `metrics` must outlive us.
   RedisBackend(uv_loop_t* loop, event::Scheduler& scheduler, const config::BackendConfig& config,
                int64_t max_ttl_ms, metrics::Metrics& metrics);
+  /// The node at `address` with `node_metrics` (type sentinel: the master, which the resolver
+  /// points at its real address with node().setAddress() before it starts the node).
+  RedisBackend(uv_loop_t* loop, event::Scheduler& scheduler, const config::BackendConfig& config,
+               int64_t max_ttl_ms, metrics::Metrics& metrics,
+               const config::RedisNodeAddress& address, metrics::NodeMetrics* node_metrics);
   ~RedisBackend() override;
+
+  /// Lets a topology layer (the Sentinel resolver) follow the node: `on_node_state` sees each
+  /// up/down transition first, and the backend counts as ready only while `confirmed()` is true.
+  struct TopologyHook {
+    std::function<void(bool up)> on_node_state;
+    std::function<bool()> confirmed;
+  };
+  void setTopologyHook(TopologyHook hook) { topology_ = std::move(hook); }
 
   void start() override;
   void acquire(std::string_view name, std::string_view owner, int64_t ttl_ms,
@@ -67,9 +80,10 @@ class RedisBackend final : public Backend {
   std::unique_ptr<RedisNode> node_;
   // Captured by reply callbacks instead of `this`: a call made after shutdown() is answered after
   // shutdown's done callback, when the owner may already have destroyed us.
-  std::shared_ptr<const std::string> address_;
+  std::shared_ptr<std::string> address_;  // follows the node's address (setAddress)
   ReleaseListener listener_;
   std::function<void()> ready_listener_;
+  TopologyHook topology_;
   std::map<std::string, int, std::less<>> watches_;  // lock name -> watch count
   bool shut_down_ = false;
 };

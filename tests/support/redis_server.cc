@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <stdexcept>
 #include <thread>
 
@@ -52,7 +53,10 @@ void removeTree(const std::string& path) {
 
 RedisServer::RedisServer() : RedisServer(Options{}) {}
 
-RedisServer::RedisServer(Options options) : options_(std::move(options)) {
+RedisServer::RedisServer(Options options) : RedisServer(std::move(options), Role()) {}
+
+RedisServer::RedisServer(Options options, Role role)
+    : options_(std::move(options)), role_(std::move(role)) {
   dir_ = makeTempDir("sidelock-redis");
   // A port picked free can be taken by someone else before redis binds it: try a few.
   for (int attempt = 0; attempt < 5; ++attempt) {
@@ -71,16 +75,50 @@ RedisServer::~RedisServer() {
   removeTree(dir_);
 }
 
+std::unique_ptr<RedisServer> RedisServer::startReplica(const RedisServer& master) {
+  Role role;
+  role.replica_of = master.address();
+  return std::make_unique<RedisServer>(Options(), std::move(role));
+}
+
+std::unique_ptr<RedisServer> RedisServer::startSentinel(const RedisServer& master,
+                                                        const std::string& master_name,
+                                                        int quorum, int down_after_ms,
+                                                        int failover_timeout_ms) {
+  Role role;
+  role.sentinel = true;
+  role.config_lines = {
+      "sentinel monitor " + master_name + " 127.0.0.1 " + std::to_string(master.port()) + " " +
+          std::to_string(quorum),
+      "sentinel down-after-milliseconds " + master_name + " " + std::to_string(down_after_ms),
+      "sentinel failover-timeout " + master_name + " " + std::to_string(failover_timeout_ms),
+      "sentinel parallel-syncs " + master_name + " 1"};
+  return std::make_unique<RedisServer>(Options(), std::move(role));
+}
+
 void RedisServer::start() {
-  std::vector<std::string> args = {"redis-server", "--port",    std::to_string(port_),
-                                   "--bind",       "127.0.0.1", "--dir",
-                                   dir_,           "--save",    "",
-                                   "--daemonize",  "no",        "--loglevel",
-                                   "warning",      "--logfile", dir_ + "/redis.log"};
+  std::vector<std::string> args = {"redis-server"};
+  if (role_.sentinel || !role_.config_lines.empty()) {
+    const std::string conf = dir_ + "/redis.conf";
+    if (!std::filesystem::exists(conf)) {  // a restarted sentinel keeps what it rewrote
+      std::ofstream out(conf);
+      for (const auto& line : role_.config_lines) out << line << "\n";
+    }
+    args.push_back(conf);
+    if (role_.sentinel) args.push_back("--sentinel");
+  }
+  args.insert(args.end(),
+              {"--port", std::to_string(port_), "--bind", "127.0.0.1", "--dir", dir_, "--save", "",
+               "--daemonize", "no", "--loglevel", "warning", "--logfile", dir_ + "/redis.log"});
   if (options_.persistence) {
     args.insert(args.end(), {"--appendonly", "yes", "--appendfsync", "always"});
   } else {
     args.insert(args.end(), {"--appendonly", "no"});
+  }
+  if (!role_.replica_of.empty()) {
+    const size_t colon = role_.replica_of.rfind(':');
+    args.insert(args.end(), {"--replicaof", role_.replica_of.substr(0, colon),
+                             role_.replica_of.substr(colon + 1)});
   }
   args.insert(args.end(), options_.extra_args.begin(), options_.extra_args.end());
 

@@ -4,6 +4,7 @@
 
 #include <sys/types.h>
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -21,9 +22,29 @@ class RedisServer {
     bool persistence = false;             // appendonly yes + fsync always, so restart() keeps data
     std::vector<std::string> extra_args;  // e.g. {"--requirepass", "secret"}
   };
+  /// What else the process is besides a plain server (kept apart from Options, which callers
+  /// brace-initialize).
+  struct Role {
+    /// "127.0.0.1:port": start as a replica of that server (--replicaof).
+    std::string replica_of;
+    /// Lines of a config file written into the server's dir and passed first (a sentinel needs
+    /// its monitor lines in a writable file; it rewrites it).
+    std::vector<std::string> config_lines;
+    bool sentinel = false;  // run as `redis-server <conf> --sentinel`
+  };
+
+  /// A replica of `master` (--replicaof).
+  static std::unique_ptr<RedisServer> startReplica(const RedisServer& master);
+  /// A sentinel monitoring `master` as `master_name` with `quorum`, quick to react (failure
+  /// detected after `down_after_ms`; a failed election retried after 2 x `failover_timeout_ms`).
+  static std::unique_ptr<RedisServer> startSentinel(const RedisServer& master,
+                                                    const std::string& master_name,
+                                                    int quorum = 2, int down_after_ms = 1000,
+                                                    int failover_timeout_ms = 3000);
 
   RedisServer();  // default options
   explicit RedisServer(Options options);
+  RedisServer(Options options, Role role);
   ~RedisServer();
   RedisServer(const RedisServer&) = delete;
   RedisServer& operator=(const RedisServer&) = delete;
@@ -48,6 +69,7 @@ class RedisServer {
  private:
   void start();
   Options options_;
+  Role role_;
   std::string dir_;
   int port_ = 0;
   pid_t pid_ = -1;

@@ -204,5 +204,69 @@ TEST(ConfigTest, AccessControlErrorsNameTheKey) {
   unsetenv("SIDELOCK_TEST_BAD_TOKENS");
 }
 
+TEST(ConfigTest, SentinelKeysParse) {
+  setenv("SIDELOCK_TEST_SENTINEL_PASS", "s3cret", 1);
+  auto c = loadConfigFromString(R"(
+backend:
+  type: sentinel
+  nodes: ["10.0.0.1:26379", "10.0.0.2:26379", "10.0.0.3:26379"]
+  sentinel:
+    master_name: locks
+    wait_replicas: 1
+    password_env: SIDELOCK_TEST_SENTINEL_PASS
+)");
+  unsetenv("SIDELOCK_TEST_SENTINEL_PASS");
+  ASSERT_TRUE(c.isOk()) << c.status().toString();
+  EXPECT_EQ(c->backend.type, BackendType::kSentinel);
+  EXPECT_EQ(c->backend.nodes.size(), 3u);
+  EXPECT_EQ(c->backend.sentinel.master_name, "locks");
+  EXPECT_EQ(c->backend.sentinel.wait_replicas, 1);
+  EXPECT_EQ(c->backend.sentinel.password, "s3cret");
+  EXPECT_TRUE(c->backend.sentinel.username.empty());
+  EXPECT_TRUE(c->backend.password.empty()) << "sentinel credentials are not the node's";
+}
+
+TEST(ConfigTest, SentinelCombinationsAreValidated) {
+  const std::string sentinels = "  nodes: [\"127.0.0.1:26379\"]\n";
+  EXPECT_NE(errorOf("backend:\n  type: sentinel\n" + sentinels)
+                .find("backend.sentinel.master_name: required for backend.type sentinel"),
+            std::string::npos);
+  EXPECT_NE(errorOf("backend:\n  type: sentinel\n  sentinel: {master_name: m}\n")
+                .find("backend.nodes: type sentinel needs the sentinels"),
+            std::string::npos);
+  EXPECT_NE(errorOf("backend:\n  type: redis\n  sentinel: {master_name: m}\n")
+                .find("backend.sentinel.master_name: only applies to backend.type sentinel"),
+            std::string::npos);
+  EXPECT_NE(errorOf("backend:\n  type: redlock\n  nodes: [\"a:1\", \"b:1\", \"c:1\"]\n"
+                    "  sentinel:\n    wait_replicas: 1\n")
+                .find("backend.sentinel.wait_replicas: only applies to backend.type sentinel"),
+            std::string::npos);
+  EXPECT_NE(errorOf("backend:\n  type: sentinel\n" + sentinels +
+                    "  sentinel: {master_name: m, wait_replicas: -1}\n")
+                .find("backend.sentinel.wait_replicas: must be between 0 and 100"),
+            std::string::npos);
+  EXPECT_NE(errorOf("backend:\n  type: sentinel\n" + sentinels +
+                    "  sentinel: {master_name: m, replicas: 1}\n")
+                .find("backend.sentinel.replicas: unknown key"),
+            std::string::npos);
+  EXPECT_NE(errorOf("backend:\n  type: sentinel\n" + sentinels +
+                    "  sentinel: {master_name: m, password_file: /nonexistent/x}\n")
+                .find("backend.sentinel.password_file: cannot read"),
+            std::string::npos);
+  setenv("SIDELOCK_TEST_SENTINEL_USER", "ops", 1);
+  EXPECT_NE(errorOf("backend:\n  type: sentinel\n" + sentinels +
+                    "  sentinel: {master_name: m, username_env: SIDELOCK_TEST_SENTINEL_USER, "
+                    "password_env: SIDELOCK_TEST_UNSET}\n")
+                .find("backend.sentinel.password_env: a sentinel username is set but no password"),
+            std::string::npos);
+  unsetenv("SIDELOCK_TEST_SENTINEL_USER");
+  EXPECT_NE(errorOf("backend:\n  type: sentinel\n  nodes: [\"unix:/tmp/s.sock\"]\n"
+                    "  sentinel: {master_name: m}\n  tls: {enabled: true}\n")
+                .find("backend.tls.enabled: TLS needs host:port nodes"),
+            std::string::npos)
+      << "TLS reaches the sentinels too";
+  EXPECT_NE(errorOf("backend:\n  type: etcd\n").find("sentinel"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace sidelock::config

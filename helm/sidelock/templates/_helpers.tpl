@@ -148,6 +148,12 @@ authorization:
 {{- else if and .Values.demo.enabled .Values.demo.redis.enabled (eq $cfg.backend.type "redis") -}}
 {{- $_ := set $cfg.backend "nodes" (list (printf "%s-redis.%s.svc:6379" $fullname .Release.Namespace)) -}}
 {{- end -}}
+{{- $sentinel := $cfg.backend.sentinel | default dict -}}
+{{- if and (eq $cfg.backend.type "sentinel") (not $sentinel.master_name) -}}
+{{- fail "config.backend.sentinel.master_name is required for config.backend.type sentinel" -}}
+{{- else if and (ne $cfg.backend.type "sentinel") $cfg.backend.sentinel -}}
+{{- fail (printf "config.backend.sentinel only applies to config.backend.type sentinel (type is %s)" $cfg.backend.type) -}}
+{{- end -}}
 {{- if and .Values.redis.existingSecret .Values.redis.mountAsFile -}}
 {{- $_ := set $cfg.backend "password_file" (printf "%s/%s" (include "sidelock.credentialsDir" .) .Values.redis.passwordKey) -}}
 {{- end -}}
@@ -244,7 +250,8 @@ authorization:
       protocol: TCP
     {{- end }}
   {{- end }}
-  {{- if or .Values.redis.existingSecret .Values.sidecar.extraEnv }}
+  {{- $sentinelSecret := and (eq .Values.config.backend.type "sentinel") .Values.redis.sentinel.existingSecret }}
+  {{- if or .Values.redis.existingSecret $sentinelSecret .Values.sidecar.extraEnv }}
   env:
     {{- if and .Values.redis.existingSecret (not .Values.redis.mountAsFile) }}
     {{- if .Values.redis.usernameKey }}
@@ -259,6 +266,23 @@ authorization:
         secretKeyRef:
           name: {{ .Values.redis.existingSecret }}
           key: {{ .Values.redis.passwordKey }}
+    {{- end }}
+    {{- if $sentinelSecret }}
+    {{- $sentinelCfg := .Values.config.backend.sentinel | default dict }}
+    {{- with .Values.redis.sentinel }}
+    {{- if .usernameKey }}
+    - name: {{ $sentinelCfg.username_env | default "SIDELOCK_SENTINEL_USERNAME" }}
+      valueFrom:
+        secretKeyRef:
+          name: {{ .existingSecret }}
+          key: {{ .usernameKey }}
+    {{- end }}
+    - name: {{ $sentinelCfg.password_env | default "SIDELOCK_SENTINEL_PASSWORD" }}
+      valueFrom:
+        secretKeyRef:
+          name: {{ .existingSecret }}
+          key: {{ .passwordKey }}
+    {{- end }}
     {{- end }}
     {{- with .Values.sidecar.extraEnv }}
     {{- toYaml . | nindent 4 }}

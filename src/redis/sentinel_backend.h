@@ -1,0 +1,91 @@
+// backend.type: sentinel — the single-master backend (RedisBackend: same scripts, same hand-off)
+// on the master that Redis Sentinel names, kept there by a SentinelResolver.
+//
+// What this adds to RedisBackend:
+//  - the master's address comes from the sentinels and follows failovers; the backend is ready
+//    only while ROLE confirms the node is the master; a READONLY reply re-resolves and is answered
+//    kUnavailable (queued waiters ride it out like any outage);
+//  - backend.sentinel.wait_replicas = N > 0: every grant (acquire, release-and-grant hand-off) is
+//    followed, pipelined on the same link, by `WAIT N <timeout>`. A grant that fewer than N
+//    replicas acknowledged is given back (the release script's compare-and-delete) and answered
+//    kUnavailable (acquire) or as not handed on (hand-off): the client never sees a grant or a
+//    fencing token that only the master holds. Extends are not WAITed for (an extension cannot be
+//    taken back; losing one in a failover only shortens the lease to its previous expiry).
+//  - /readyz and sidelock_backend_up{node}: the resolved master's address and every sentinel.
+#pragma once
+
+#include <uv.h>
+
+#include <map>
+#include <memory>
+#include <string>
+
+#include "backend/backend.h"
+#include "config/config.h"
+#include "event/scheduler.h"
+#include "metrics/metrics.h"
+#include "redis/redis_backend.h"
+#include "redis/sentinel_resolver.h"
+
+namespace sidelock::backend {
+
+class SentinelBackend final : public Backend {
+ public:
+  /// config.nodes are the sentinels; config.sentinel names the master. `metrics` must outlive us.
+  SentinelBackend(uv_loop_t* loop, event::Scheduler& scheduler, const config::BackendConfig& config,
+                  int64_t max_ttl_ms, metrics::Metrics& metrics);
+  ~SentinelBackend() override;
+
+  void start() override;
+  void acquire(std::string_view name, std::string_view owner, int64_t ttl_ms,
+               AcquireCallback cb) override;
+  void release(std::string_view name, std::string_view owner, OwnerCheckCallback cb) override;
+  bool canHandOff() const override { return true; }
+  void releaseAndGrant(std::string_view name, std::string_view owner, std::string_view next_owner,
+                       int64_t next_ttl_ms, HandOffCallback cb) override;
+  void extend(std::string_view name, std::string_view owner, int64_t ttl_ms,
+              ExtendCallback cb) override;
+  void inspect(std::string_view name, InspectCallback cb) override;
+
+  void setReleaseListener(ReleaseListener listener) override;
+  void watchReleases(std::string_view name) override;
+  void unwatchReleases(std::string_view name) override;
+  void setReadyListener(std::function<void()> listener) override;
+
+  BackendHealth health() const override;
+  void shutdown(std::function<void()> done) override;
+
+  /// For tests and diagnostics.
+  RedisNode& master() { return redis_->node(); }
+  SentinelResolver& resolver() { return *resolver_; }
+
+ private:
+  struct GrantCheck;
+  /// Runs a grant script through `send(callback)` and, with wait_replicas, a WAIT right behind it
+  /// on the same link; `finish(reply, check, alive)` runs once both replies are in (`check` null
+  /// without wait_replicas).
+  template <typename Reply, typename Send, typename Finish>
+  void grantThenWait(Send send, Finish finish);
+  /// A READONLY answer means the node was demoted: re-resolve (while we are alive) and tell the
+  /// caller "unavailable" so queued waiters ride it out.
+  template <typename T>
+  StatusOr<T> watchReadOnly(StatusOr<T> reply, const std::weak_ptr<char>& alive);
+  bool ready() const;
+  void onConfirmedChanged();
+  void updateUpGauges();
+
+  metrics::Metrics& metrics_;
+  int wait_replicas_;
+  int64_t wait_timeout_ms_;
+  int64_t command_timeout_ms_;
+  std::unique_ptr<RedisBackend> redis_;
+  std::unique_ptr<SentinelResolver> resolver_;
+  std::function<void()> ready_listener_;
+  std::map<std::string, prometheus::Gauge*> up_series_;  // backend_up{node} of the master
+  // Reply callbacks check it before touching `this`: a call made after shutdown() is answered
+  // after shutdown's done callback, when the owner may already have destroyed us.
+  std::shared_ptr<char> alive_ = std::make_shared<char>();
+  bool shut_down_ = false;
+};
+
+}  // namespace sidelock::backend

@@ -1,0 +1,285 @@
+// The real binary with `backend.type: sentinel` against a master, a replica and three real
+// `redis-server --sentinel` processes: master resolution, a kill -9 failover with waiters queued
+// across it, fencing tokens across the failover with wait_replicas, READONLY re-resolution and an
+// unknown master name.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <future>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "support/http_client.h"
+#include "support/redis_server.h"
+#include "support/sidecar_polling.h"
+#include "support/sidecar_process.h"
+
+namespace sidelock::testing {
+namespace {
+
+using nlohmann::json;
+
+constexpr const char* kMasterName = "locks";
+// A failover takes the sentinels down-after (1 s) + agreement + election + promotion: a few
+// seconds, more on a loaded machine. Polls for it use this bound, far above the usual time.
+constexpr int64_t kFailoverPollMs = 60'000;
+
+class SentinelTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    // Full syncs at once (Redis 7 waits 5 s for more replicas before a diskless sync).
+    master_ = std::make_unique<RedisServer>(
+        RedisServer::Options{false, {"--repl-diskless-sync-delay", "0"}});
+    replica_ = RedisServer::startReplica(*master_);
+    ASSERT_TRUE(pollUntil([&] {
+      return master_->cli({"INFO", "replication"}).find("state=online") != std::string::npos;
+    })) << "the replica never finished its first sync";
+    for (int i = 0; i < 3; ++i) {
+      sentinels_.push_back(RedisServer::startSentinel(*master_, kMasterName));
+    }
+  }
+
+  void TearDown() override {
+    sidecar_.reset();
+    sentinels_.clear();
+    spares_.clear();
+    replica_.reset();
+    master_.reset();
+  }
+
+  std::string sentinelList() const {
+    std::string list;
+    for (const auto& s : sentinels_) list += (list.empty() ? "\"" : ", \"") + s->address() + "\"";
+    return list;
+  }
+
+  void startSidecar(const std::string& master_name, int wait_replicas, bool wait_ready) {
+    sidecar_ = std::make_unique<SidecarProcess>(SidecarProcess::Options{
+        "backend:\n  type: sentinel\n  nodes: [" + sentinelList() +
+            "]\n  reconnect_min_ms: 20\n  reconnect_max_ms: 300\n  health_interval_ms: 100\n"
+            "  command_timeout_ms: 1000\n  sentinel:\n    master_name: " +
+            master_name + "\n    wait_replicas: " + std::to_string(wait_replicas) + "\n",
+        {},
+        wait_ready});
+  }
+
+  // Every sentinel sees the replica and the two other sentinels: a failover can be agreed on.
+  bool sentinelsKnowEachOther() {
+    for (auto& s : sentinels_) {
+      const std::string m = s->cli({"SENTINEL", "master", kMasterName});
+      if (m.find("num-other-sentinels\n2") == std::string::npos ||
+          m.find("num-slaves\n" + std::to_string(1 + spares_.size())) == std::string::npos) {
+        return false;
+      }
+    }
+    return true;
+  }
+
+  static json readyMaster(const HttpResponse& readyz) {
+    const json body = json::parse(readyz.body);
+    for (const auto& n : body["nodes"]) {
+      if (n.value("role", "") == "master") return n;
+    }
+    return json();
+  }
+
+  uint64_t grantAndRelease(HttpClient& c, const std::string& name) {
+    auto r = c.post("/v1/locks/" + name + "/acquire", R"({"ttl_ms":10000})");
+    EXPECT_EQ(r.status, 200) << r.body;
+    if (r.status != 200) return 0;
+    json grant = json::parse(r.body);
+    EXPECT_EQ(
+        c.post("/v1/locks/" + name + "/release", json{{"owner", grant["owner"]}}.dump()).status,
+        200);
+    return grant["token"].get<uint64_t>();
+  }
+
+  std::unique_ptr<RedisServer> master_;
+  std::unique_ptr<RedisServer> replica_;
+  std::vector<std::unique_ptr<RedisServer>> spares_;  // more replicas, for after a failover
+  std::vector<std::unique_ptr<RedisServer>> sentinels_;
+  std::unique_ptr<SidecarProcess> sidecar_;
+};
+
+TEST_F(SentinelTest, FailoverResumesGrantsForQueuedWaitersAndTokensKeepGoingUp) {
+  // wait_replicas: 1 needs a replica after the failover too: the sentinels attach this one to the
+  // promoted master.
+  spares_.push_back(RedisServer::startReplica(*master_));
+  ASSERT_TRUE(pollUntil([&] {
+    return master_->cli({"INFO", "replication"}).find("connected_slaves:2") != std::string::npos;
+  }));
+  ASSERT_TRUE(pollUntil([&] { return sentinelsKnowEachOther(); }, kFailoverPollMs));
+  startSidecar(kMasterName, /*wait_replicas=*/1, /*wait_ready=*/true);
+  HttpClient c = HttpClient::tcp(sidecar_->port());
+
+  auto ready = c.get("/readyz");
+  ASSERT_EQ(ready.status, 200) << ready.body;
+  EXPECT_EQ(readyMaster(ready)["node"], master_->address()) << ready.body;
+  int sentinels_up = 0;
+  const json ready_body = json::parse(ready.body);
+  for (const auto& n : ready_body["nodes"]) {
+    sentinels_up += n.value("role", "") == "sentinel" && n["state"] == "up";
+  }
+  EXPECT_EQ(sentinels_up, 3) << ready.body;
+  std::string metrics = c.get("/metrics").body;
+  EXPECT_EQ(metricValue(metrics, "sidelock_backend_up{node=\"" + master_->address() + "\"}"), 1);
+  EXPECT_EQ(metricValue(metrics, "sidelock_backend_up{node=\"" + sentinels_[0]->address() + "\"}"),
+            1);
+
+  uint64_t last_before = 0;
+  for (int i = 0; i < 5; ++i) last_before = grantAndRelease(c, "tokens");
+  ASSERT_GT(last_before, 0u);
+  // With wait_replicas: 1 every grant reached a replica before the client saw it.
+  const std::string counter = "sidelock:{tokens}:token";
+  EXPECT_TRUE(replica_->cli({"GET", counter}) == std::to_string(last_before) ||
+              spares_[0]->cli({"GET", counter}) == std::to_string(last_before));
+
+  // A release hands the lock on to a queued waiter (release_grant), WAITed for like an acquire.
+  auto first = c.post("/v1/locks/handoff/acquire", R"({"ttl_ms":10000})");
+  ASSERT_EQ(first.status, 200) << first.body;
+  const int sidecar_port = sidecar_->port();
+  auto next = std::async(std::launch::async, [sidecar_port] {
+    HttpClient w = HttpClient::tcp(sidecar_port);
+    return w.post("/v1/locks/handoff/acquire", R"({"ttl_ms":10000,"wait_ms":8000})");
+  });
+  ASSERT_TRUE(waitForWaiters(c, "handoff", 1));
+  ASSERT_EQ(
+      c.post("/v1/locks/handoff/release", json{{"owner", json::parse(first.body)["owner"]}}.dump())
+          .status,
+      200);
+  auto handed = next.get();
+  ASSERT_EQ(handed.status, 200) << handed.body;
+  EXPECT_GT(json::parse(handed.body)["token"].get<uint64_t>(),
+            json::parse(first.body)["token"].get<uint64_t>());
+
+  // A holder, and a waiter queued behind it that rides out the failover.
+  auto held = c.post("/v1/locks/queue/acquire", R"({"ttl_ms":4000})");
+  ASSERT_EQ(held.status, 200) << held.body;
+  const uint64_t held_token = json::parse(held.body)["token"].get<uint64_t>();
+  const int port = sidecar_->port();
+  auto waiter = std::async(std::launch::async, [port] {
+    HttpClient w = HttpClient::tcp(port);
+    return w.request("POST", "/v1/locks/queue/acquire", R"({"ttl_ms":10000,"wait_ms":90000})",
+                     100'000);
+  });
+  ASSERT_TRUE(waitForWaiters(c, "queue", 1));
+
+  master_->kill();
+  const auto killed_at = std::chrono::steady_clock::now();
+  HttpResponse moved;
+  std::string promoted;
+  ASSERT_TRUE(pollUntil(
+      [&] {
+        moved = c.get("/readyz");
+        promoted = moved.status == 200 ? readyMaster(moved)["node"].get<std::string>() : "";
+        return promoted == replica_->address() || promoted == spares_[0]->address();
+      },
+      kFailoverPollMs))
+      << moved.body << sidecar_->logs();
+  RedisServer& new_master = promoted == replica_->address() ? *replica_ : *spares_[0];
+  const auto failover_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                               std::chrono::steady_clock::now() - killed_at)
+                               .count();
+  EXPECT_EQ(new_master.cli({"ROLE"}).substr(0, 6), "master");
+
+  // The queued waiter is granted on the new master once the old holder's lease (replicated)
+  // expires, with a token above the holder's.
+  auto granted = waiter.get();
+  ASSERT_EQ(granted.status, 200) << granted.body << sidecar_->logs();
+  EXPECT_GT(json::parse(granted.body)["token"].get<uint64_t>(), held_token);
+
+  const uint64_t first_after = grantAndRelease(c, "tokens");
+  EXPECT_GT(first_after, last_before) << "fencing tokens never go backwards across a failover";
+
+  metrics = c.get("/metrics").body;
+  EXPECT_GE(
+      metricValue(metrics, "sidelock_backend_topology_changes_total{reason=\"switch_master\"}") +
+          metricValue(metrics, "sidelock_backend_topology_changes_total{reason=\"reresolve\"}"),
+      1)
+      << metrics;
+  EXPECT_EQ(metricValue(metrics, "sidelock_backend_up{node=\"" + new_master.address() + "\"}"), 1);
+  EXPECT_EQ(metricValue(metrics, "sidelock_backend_up{node=\"" + master_->address() + "\"}"), -1)
+      << "the former master is no longer shown";
+  RecordProperty("failover_ms", std::to_string(failover_ms));
+  std::printf("kill -9 of the master -> /readyz ready on the promoted master after %lld ms\n",
+              static_cast<long long>(failover_ms));
+  EXPECT_EQ(sidecar_->stop(), 0) << sidecar_->logs();
+}
+
+TEST_F(SentinelTest, ReadOnlyReplyReresolvesAndRecoversWhenTheMasterIsBack) {
+  sentinels_[0]->kill();  // the next sentinel answers instead
+  startSidecar(kMasterName, /*wait_replicas=*/0, /*wait_ready=*/true);
+  HttpClient c = HttpClient::tcp(sidecar_->port());
+  const std::string ready = c.get("/readyz").body;
+  EXPECT_NE(ready.find("{\"node\":\"" + sentinels_[0]->address() + "\",\"reason\""),
+            std::string::npos)
+      << ready;
+  ASSERT_GT(grantAndRelease(c, "ro"), 0u);
+
+  // Demoted by hand behind the sentinels' back: it keeps its data but refuses writes.
+  const int nowhere = pickFreePort();
+  ASSERT_EQ(master_->cli({"REPLICAOF", "127.0.0.1", std::to_string(nowhere)}), "OK");
+  auto refused = c.post("/v1/locks/ro/acquire", "{}");
+  EXPECT_EQ(refused.status, 503) << refused.body;
+  EXPECT_EQ(json::parse(refused.body)["error"], "backend_unavailable") << refused.body;
+
+  HttpResponse not_ready;
+  ASSERT_TRUE(pollUntil([&] {
+    not_ready = c.get("/readyz");
+    return not_ready.status == 503 && not_ready.body.find("is not a master") != std::string::npos;
+  })) << not_ready.body;
+  EXPECT_NE(not_ready.body.find("ROLE says slave"), std::string::npos) << not_ready.body;
+  std::string metrics = c.get("/metrics").body;
+  EXPECT_EQ(metricValue(metrics, "sidelock_backend_topology_changes_total{reason=\"readonly\"}"), 1)
+      << metrics;
+
+  // A waiter queued meanwhile is granted once the master is a master again.
+  const int port = sidecar_->port();
+  auto waiter = std::async(std::launch::async, [port] {
+    HttpClient w = HttpClient::tcp(port);
+    return w.request("POST", "/v1/locks/ro/acquire", R"({"ttl_ms":5000,"wait_ms":30000})", 40'000);
+  });
+  ASSERT_TRUE(waitForWaiters(c, "ro", 1));
+  ASSERT_EQ(master_->cli({"REPLICAOF", "NO", "ONE"}), "OK");
+  EXPECT_TRUE(pollUntil([&] { return c.get("/readyz").status == 200; })) << sidecar_->logs();
+  auto granted = waiter.get();
+  EXPECT_EQ(granted.status, 200) << granted.body;
+  EXPECT_EQ(sidecar_->stop(), 0) << sidecar_->logs();
+}
+
+TEST_F(SentinelTest, UnknownMasterNameStaysNotReadyWithTheReason) {
+  startSidecar("no-such-master", /*wait_replicas=*/0, /*wait_ready=*/false);
+  HttpClient c = HttpClient::tcp(sidecar_->port());
+  HttpResponse r;
+  ASSERT_TRUE(pollUntil([&] {
+    r = c.get("/readyz");
+    return r.status == 503 &&
+           r.body.find("knows no master named no-such-master") != std::string::npos;
+  })) << r.body;
+  json body = json::parse(r.body);
+  EXPECT_EQ(readyMaster(r)["state"], "down") << r.body;
+  EXPECT_NE(body["message"].get<std::string>().find("sentinel"), std::string::npos);
+  auto refused = c.post("/v1/locks/x/acquire", "{}");
+  EXPECT_EQ(refused.status, 503) << refused.body;
+  EXPECT_EQ(master_->cli({"EXISTS", "sidelock:{x}"}), "0");
+  EXPECT_EQ(sidecar_->stop(), 0) << sidecar_->logs();
+}
+
+TEST_F(SentinelTest, GrantNotAcknowledgedByEnoughReplicasIsGivenBack) {
+  startSidecar(kMasterName, /*wait_replicas=*/2, /*wait_ready=*/true);  // only one replica exists
+  HttpClient c = HttpClient::tcp(sidecar_->port());
+  auto r = c.post("/v1/locks/lonely/acquire", "{}");
+  EXPECT_EQ(r.status, 503) << r.body;
+  EXPECT_NE(r.body.find("1 of 2 replicas"), std::string::npos) << r.body;
+  EXPECT_TRUE(pollUntil([&] {
+    return master_->cli({"EXISTS", "sidelock:{lonely}"}) == "0";
+  })) << "the unacknowledged grant was released";
+  EXPECT_EQ(sidecar_->stop(), 0) << sidecar_->logs();
+}
+
+}  // namespace
+}  // namespace sidelock::testing
