@@ -274,7 +274,8 @@ TEST_F(SentinelTest, GrantNotAcknowledgedByEnoughReplicasIsGivenBack) {
   HttpClient c = HttpClient::tcp(sidecar_->port());
   auto r = c.post("/v1/locks/lonely/acquire", "{}");
   EXPECT_EQ(r.status, 503) << r.body;
-  EXPECT_NE(r.body.find("1 of 2 replicas"), std::string::npos) << r.body;
+  // "1 of 2" normally; "0 of 2" when the one replica is slow to ack on a loaded machine.
+  EXPECT_NE(r.body.find(" of 2 replicas acknowledged"), std::string::npos) << r.body;
   EXPECT_TRUE(pollUntil([&] {
     return master_->cli({"EXISTS", "sidelock:{lonely}"}) == "0";
   })) << "the unacknowledged grant was released";
