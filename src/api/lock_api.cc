@@ -79,14 +79,14 @@ void sendError(const http::ResponderPtr& res, int status, std::string_view code,
 }
 
 // 409 and 429: come back later, with the hint in the body and as Retry-After (whole seconds).
+// `limit` (429 only) names the config key of the queue limit that was hit.
 void sendRetryLater(const http::ResponderPtr& res, int status, std::string_view code,
-                    std::string_view message, int64_t retry_after_ms) {
+                    std::string_view message, int64_t retry_after_ms, std::string_view limit = {}) {
+  JsonObject answer;
+  answer.text("error", code);
+  if (!limit.empty()) answer.text("limit", limit);
   res->send(status, kJson,
-            JsonObject()
-                .text("error", code)
-                .text("message", message)
-                .integer("retry_after_ms", retry_after_ms)
-                .finish(),
+            answer.text("message", message).integer("retry_after_ms", retry_after_ms).finish(),
             {{"Retry-After", std::to_string((retry_after_ms + 999) / 1000)}});
 }
 
@@ -157,6 +157,7 @@ std::string grantAnswer(const lock::Grant& g, std::string_view event = {}) {
 /// std::function stores without a heap allocation.
 struct AcquireCall {
   lock::LockService* service = nullptr;
+  const config::LocksConfig* locks = nullptr;  // the limits a 429 names
   lock::AcquireTicket ticket;
   http::ResponderPtr responder;
   bool granted = false;
@@ -245,6 +246,7 @@ void LockApi::acquire(http::Request& req, http::ResponderPtr res) {
   }
 
   call->service = &service_;
+  call->locks = &locks_;
   auto done = [call](lock::AcquireResult r) {
     const http::ResponderPtr& out = call->responder;
     switch (r.status) {
@@ -274,8 +276,17 @@ void LockApi::acquire(http::Request& req, http::ResponderPtr res) {
       }
       case lock::AcquireStatus::kTooManyWaiters:
         call->finished = true;
-        sendRetryLater(out, 429, "too_many_waiters", "too many waiters queued for this lock",
-                       r.retry_after_ms);
+        if (r.limit == lock::WaiterLimit::kSidecar) {
+          sendRetryLater(out, 429, "too_many_waiters",
+                         "the lock is held and the sidecar's waiter budget (max_waiters " +
+                             std::to_string(call->locks->max_waiters) + ") is used up",
+                         r.retry_after_ms, "max_waiters");
+        } else {
+          sendRetryLater(out, 429, "too_many_waiters",
+                         "too many waiters queued for this lock (max_waiters_per_lock " +
+                             std::to_string(call->locks->max_waiters_per_lock) + ")",
+                         r.retry_after_ms, "max_waiters_per_lock");
+        }
         return;
       case lock::AcquireStatus::kCancelled:
         call->finished = true;
