@@ -1,5 +1,6 @@
 #include "api/lock_api.h"
 
+#include <cstdio>
 #include <memory>
 #include <nlohmann/json.hpp>
 
@@ -90,14 +91,26 @@ void sendRetryLater(const http::ResponderPtr& res, int status, std::string_view 
             {{"Retry-After", std::to_string((retry_after_ms + 999) / 1000)}});
 }
 
-bool LockApi::validLockName(std::string_view name, size_t max_bytes) {
-  if (name.empty() || name.size() > max_bytes) return false;
-  for (unsigned char c : name) {
+std::string LockApi::lockNameProblem(std::string_view name, size_t max_bytes) {
+  if (name.empty()) return "the lock name is empty";
+  if (name.size() > max_bytes) {
+    return "the lock name is " + std::to_string(name.size()) + " bytes long; the limit is " +
+           std::to_string(max_bytes);
+  }
+  if (name == "." || name == "..") {
+    return "\"" + std::string(name) + "\" is not a lock name (HTTP clients rewrite it as a path)";
+  }
+  for (size_t i = 0; i < name.size(); ++i) {
+    const unsigned char c = static_cast<unsigned char>(name[i]);
     bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
               c == '-' || c == '_' || c == '.' || c == ':' || c == '@';
-    if (!ok) return false;
+    if (ok) continue;
+    char shown[8];
+    std::snprintf(shown, sizeof(shown), c >= 0x21 && c <= 0x7e ? "'%c'" : "0x%02X", c);
+    return "the lock name has " + std::string(shown) + " at byte " + std::to_string(i + 1) +
+           "; lock names are A-Z a-z 0-9 and - _ . : @";
   }
-  return true;
+  return "";
 }
 
 bool LockApi::validOwner(std::string_view owner, size_t max_bytes) {
@@ -132,12 +145,12 @@ std::vector<Route> LockApi::routes() {
 
 namespace {
 
-/// Validates the {name} route parameter; answers 400 and returns false if it is bad.
+/// Validates the {name} route parameter (percent-decoded by the router, so "%41bc" is "Abc");
+/// answers 400 and returns false if it is bad.
 bool checkName(const http::Request& req, const http::ResponderPtr& res, size_t max_bytes) {
-  if (LockApi::validLockName(req.param("name"), max_bytes)) return true;
-  sendError(res, 400, "invalid_name",
-            "lock names are 1.." + std::to_string(max_bytes) +
-                " characters of A-Z a-z 0-9 and - _ . : @");
+  const std::string problem = LockApi::lockNameProblem(req.param("name"), max_bytes);
+  if (problem.empty()) return true;
+  sendError(res, 400, "invalid_name", problem);
   return false;
 }
 
