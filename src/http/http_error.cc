@@ -57,6 +57,8 @@ std::string_view reasonPhrase(int status) {
       return "Precondition Failed";
     case 413:
       return "Payload Too Large";
+    case 414:
+      return "URI Too Long";
     case 415:
       return "Unsupported Media Type";
     case 422:
@@ -77,6 +79,8 @@ std::string_view reasonPhrase(int status) {
       return "Service Unavailable";
     case 504:
       return "Gateway Timeout";
+    case 505:
+      return "HTTP Version Not Supported";
     default:
       return "Unknown";
   }
