@@ -3,7 +3,10 @@
 // a clean JSON error (status + code), leave the connection usable when the framing was fine, and
 // change nothing: no key is ever written to Redis by a refused request.
 #include <gtest/gtest.h>
+#include <sys/socket.h>
+#include <sys/time.h>
 
+#include <chrono>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -18,11 +21,35 @@ namespace {
 using nlohmann::json;
 using namespace std::string_literals;
 
+/// Everything the server sends on `fd` until it closes the connection or `timeout_ms` passes
+/// (`closed` tells which). Raw bytes: a HEAD answer has a Content-Length but no body.
+std::string readUntilClose(int fd, bool* closed, int timeout_ms = 5000) {
+  std::string data;
+  *closed = false;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  while (std::chrono::steady_clock::now() < deadline) {
+    timeval tv{0, 50'000};
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    char buf[4096];
+    const ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
+    if (n == 0 || (n < 0 && errno == ECONNRESET)) {
+      *closed = true;
+      break;
+    }
+    if (n > 0) data.append(buf, static_cast<size_t>(n));
+  }
+  return data;
+}
+
 class HostileInputTest : public ::testing::Test {
  protected:
   void SetUp() override {
+    // A short header timeout, so the test of a body that never arrives is quick.
     sidecar_ = std::make_unique<SidecarProcess>(SidecarProcess::Options{
-        "backend:\n  type: redis\n  nodes: [\"" + redis_.address() + "\"]\n", {}, true});
+        "backend:\n  type: redis\n  nodes: [\"" + redis_.address() + "\"]\n",
+        {},
+        true,
+        "  header_timeout_ms: 1000\n"});
   }
   void TearDown() override { EXPECT_EQ(sidecar_->stop(), 0) << sidecar_->logs(); }
 
@@ -198,6 +225,172 @@ TEST_F(HostileInputTest, PercentEncodedNameIsTheSameLock) {
   // Names are case-sensitive: %61 is 'a', another lock.
   EXPECT_EQ(rawPost(c, "/v1/locks/%61bc/acquire", "application/json", "{}").status, 200);
   EXPECT_EQ(redis_.cli({"EXISTS", "sidelock:{abc}"}), "1");
+}
+
+// Framing attacks, each on its own connection: a clean JSON error with its status and code,
+// Connection: close and the connection closed (the framing of anything after them is unknown),
+// and no lock taken. A probe on a fresh connection still works after all of them.
+TEST_F(HostileInputTest, HostileFramingGetsCleanErrorsClosesAndTakesNothing) {
+  struct Case {
+    std::string what;
+    std::string bytes;
+    int status;
+    std::string code;
+  };
+  const std::string kAcquire = "POST /v1/locks/framed/acquire HTTP/1.1\r\nHost: localhost\r\n";
+  std::string chunks;
+  for (int i = 0; i < 3; ++i) chunks += "8000\r\n" + std::string(0x8000, ' ') + "\r\n";
+  std::string many_headers = kAcquire;
+  for (int i = 0; i < 150; ++i) many_headers += "X-" + std::to_string(i) + ": v\r\n";
+  const std::vector<Case> cases = {
+      {"garbage request line", "\x16\x03\x01\x00\xa5\x01\x00\x00\xa1\x03\x03 garbage\r\n\r\n", 400,
+       "bad_request"},
+      {"HTTP/2 preface", "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", 505, "http_version_not_supported"},
+      {"Content-Length with Transfer-Encoding",
+       kAcquire + "Content-Length: 2\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n",
+       400, "bad_request"},
+      {"duplicate Content-Length", kAcquire + "Content-Length: 2\r\nContent-Length: 2\r\n\r\n{}",
+       400, "bad_request"},
+      {"Content-Length list", kAcquire + "Content-Length: 2,2\r\n\r\n{}", 400, "bad_request"},
+      {"overflowing Content-Length", kAcquire + "Content-Length: 184467440737095516160\r\n\r\n{}",
+       400, "bad_request"},
+      {"bad chunk size", kAcquire + "Transfer-Encoding: chunked\r\n\r\n2x\r\n{}\r\n0\r\n\r\n", 400,
+       "bad_request"},
+      {"overflowing chunk size",
+       kAcquire + "Transfer-Encoding: chunked\r\n\r\n10000000000000000\r\n{}\r\n0\r\n\r\n", 400,
+       "bad_request"},
+      {"NUL in a header", kAcquire + "X-A: a\0b\r\nContent-Length: 2\r\n\r\n{}"s, 400,
+       "bad_request"},
+      {"CR in a header", kAcquire + "X-A: a\rb\r\nContent-Length: 2\r\n\r\n{}", 400, "bad_request"},
+      {"LF in a header", kAcquire + "X-A: a\nb\r\nContent-Length: 2\r\n\r\n{}", 400, "bad_request"},
+      {"whitespace before a colon", kAcquire + "Content-Length : 2\r\n\r\n{}", 400, "bad_request"},
+      {"URI too long",
+       "POST /v1/locks/" + std::string(9000, 'a') + "/acquire HTTP/1.1\r\nHost: x\r\n\r\n", 414,
+       "uri_too_long"},
+      {"headers too large",
+       kAcquire + "X-Big: " + std::string(20'000, 'b') + "\r\nContent-Length: 2\r\n\r\n{}", 431,
+       "headers_too_large"},
+      {"too many headers", many_headers + "Content-Length: 2\r\n\r\n{}", 431, "headers_too_large"},
+      {"body too large", kAcquire + "Content-Length: 70000\r\n\r\n{}", 413, "payload_too_large"},
+      {"chunked body too large in total",
+       kAcquire + "Transfer-Encoding: chunked\r\n\r\n" + chunks + "0\r\n\r\n", 413,
+       "payload_too_large"},
+      {"HTTP/1.1 without Host",
+       "POST /v1/locks/framed/acquire HTTP/1.1\r\nContent-Length: 2\r\n\r\n{}", 400, "bad_request"},
+      {"two Hosts", kAcquire + "Host: other\r\nContent-Length: 2\r\n\r\n{}", 400, "bad_request"},
+      {"gzip, chunked", kAcquire + "Transfer-Encoding: gzip, chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n",
+       501, "not_implemented"},
+      {"gzip alone", kAcquire + "Transfer-Encoding: gzip\r\n\r\n{}", 400, "bad_request"},
+      {"chunked in HTTP/1.0",
+       "POST /v1/locks/framed/acquire HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n"
+       "2\r\n{}\r\n0\r\n\r\n",
+       400, "bad_request"},
+      {"HTTP/0.9 request line", "GET /v1/locks/framed\r\n\r\n", 400, "bad_request"},
+      {"HTTP/0.9 request line, nothing after", "GET /healthz\r\n", 400, "bad_request"},
+  };
+  for (const Case& tc : cases) {
+    HttpClient c = client();
+    c.sendRaw(tc.bytes);
+    bool closed = false;
+    const std::string raw = readUntilClose(c.fd(), &closed);
+    EXPECT_TRUE(closed) << tc.what << ": the connection stays open";
+    const size_t head_end = raw.find("\r\n\r\n");
+    ASSERT_NE(head_end, std::string::npos) << tc.what << ": " << raw;
+    const std::string head = raw.substr(0, head_end + 2);
+    EXPECT_EQ(head.rfind("HTTP/1.1 " + std::to_string(tc.status) + " ", 0), 0u)
+        << tc.what << ": " << head;
+    EXPECT_NE(head.find("Connection: close\r\n"), std::string::npos) << tc.what;
+    EXPECT_NE(head.find("Content-Type: application/json\r\n"), std::string::npos) << tc.what;
+    EXPECT_EQ(head.find("100 Continue"), std::string::npos) << tc.what;
+    json j = json::parse(raw.substr(head_end + 4), nullptr, false);
+    ASSERT_TRUE(j.is_object()) << tc.what << ": " << raw;
+    EXPECT_EQ(j.value("error", ""), tc.code) << tc.what << ": " << raw;
+    EXPECT_TRUE(j["message"].is_string()) << tc.what;
+  }
+  EXPECT_EQ(dbsize(), "0") << "a refused request took a lock";
+  EXPECT_EQ(client().get("/healthz").status, 200);
+}
+
+// Expect: 100-continue with a body over the limit: 413 at once, without the interim 100 (the
+// client must not send the body) and without waiting for the body.
+TEST_F(HostileInputTest, ExpectContinueWithAnOversizedBodyGets413WithoutReadingIt) {
+  HttpClient c = client();
+  c.sendRaw(
+      "POST /v1/locks/big/acquire HTTP/1.1\r\nHost: localhost\r\nExpect: 100-continue\r\n"
+      "Content-Type: application/json\r\nContent-Length: 1000000000\r\n\r\n");
+  bool closed = false;
+  const std::string raw = readUntilClose(c.fd(), &closed);
+  EXPECT_EQ(raw.rfind("HTTP/1.1 413 ", 0), 0u) << raw;
+  EXPECT_EQ(raw.find("100 Continue"), std::string::npos) << raw;
+  EXPECT_NE(raw.find("\"error\":\"payload_too_large\""), std::string::npos) << raw;
+  EXPECT_TRUE(closed);
+  EXPECT_EQ(dbsize(), "0");
+}
+
+// A body shorter than its Content-Length: the client hanging up ends the connection, and one
+// that stays silent gets 408 after the header timeout; the request is never run.
+TEST_F(HostileInputTest, BodyShorterThanContentLengthIsNeverRun) {
+  const std::string partial =
+      "POST /v1/locks/short/acquire HTTP/1.1\r\nHost: localhost\r\n"
+      "Content-Type: application/json\r\nContent-Length: 50\r\n\r\n{\"ttl_ms\":5000}";
+  {
+    HttpClient c = client();
+    c.sendRaw(partial);
+    ::shutdown(c.fd(), SHUT_WR);
+    bool closed = false;
+    const std::string raw = readUntilClose(c.fd(), &closed);
+    EXPECT_TRUE(closed);
+    EXPECT_EQ(raw, "") << "nobody is left to read an answer";
+  }
+  {
+    HttpClient c = client();
+    c.sendRaw(partial);
+    bool closed = false;
+    const std::string raw = readUntilClose(c.fd(), &closed, 10'000);
+    EXPECT_EQ(raw.rfind("HTTP/1.1 408 ", 0), 0u) << raw;
+    EXPECT_NE(raw.find("\"error\":\"request_timeout\""), std::string::npos) << raw;
+    EXPECT_TRUE(closed);
+  }
+  EXPECT_EQ(dbsize(), "0");
+  EXPECT_EQ(json::parse(client().get("/v1/locks/short").body)["held"], false);
+}
+
+// HEAD works wherever GET does: the GET answer's status and headers (Content-Length included),
+// no body, and the connection stays in step for the next request. POST-only routes answer 405.
+TEST_F(HostileInputTest, HeadIsAnsweredLikeGetWithoutABody) {
+  HttpClient setup = client();
+  ASSERT_EQ(rawPost(setup, "/v1/locks/seen/acquire", "application/json", "{}").status, 200);
+  for (const std::string path :
+       {"/healthz", "/readyz", "/metrics", "/v1/locks", "/v1/locks/seen", "/v1/locks/unseen"}) {
+    HttpResponse get = client().get(path);
+    ASSERT_EQ(get.status, 200) << path;
+    HttpClient c = client();
+    c.sendRaw("HEAD " + path + " HTTP/1.1\r\nHost: localhost\r\n\r\nGET /healthz HTTP/1.1\r\n" +
+              "Host: localhost\r\nConnection: close\r\n\r\n");
+    bool closed = false;
+    const std::string raw = readUntilClose(c.fd(), &closed);
+    const size_t head_end = raw.find("\r\n\r\n");
+    ASSERT_NE(head_end, std::string::npos) << path << ": " << raw;
+    EXPECT_EQ(raw.rfind("HTTP/1.1 200 ", 0), 0u) << path << ": " << raw;
+    // /metrics changes between two requests; its length may too.
+    if (path != "/metrics") {
+      EXPECT_NE(raw.substr(0, head_end + 2)
+                    .find("Content-Length: " + std::to_string(get.body.size()) + "\r\n"),
+                std::string::npos)
+          << path << ": " << raw;
+    }
+    EXPECT_EQ(raw.compare(head_end + 4, 13, "HTTP/1.1 200 "), 0)
+        << path << ": the HEAD answer carried a body: " << raw;
+    EXPECT_TRUE(closed);
+  }
+  HttpClient c = client();
+  c.sendRaw("HEAD /v1/locks/framed/acquire HTTP/1.1\r\nHost: localhost\r\n\r\n");
+  bool closed = false;
+  const std::string raw = readUntilClose(c.fd(), &closed, 1000);
+  EXPECT_EQ(raw.rfind("HTTP/1.1 405 ", 0), 0u) << raw;
+  EXPECT_NE(raw.find("Allow: POST\r\n"), std::string::npos) << raw;
+  EXPECT_EQ(raw.substr(raw.find("\r\n\r\n") + 4), "") << "no body for HEAD";
+  EXPECT_EQ(redis_.cli({"EXISTS", "sidelock:{framed}"}), "0");
 }
 
 }  // namespace
