@@ -138,6 +138,7 @@ int RequestParser::onMessageBegin() {
   head_bytes_ = 0;
   header_count_ = 0;
   host_count_ = 0;
+  content_type_count_ = 0;
   transfer_encoding_.clear();
   in_message_ = true;
   return addHeadBytes(kRequestLineOverhead);
@@ -198,6 +199,10 @@ int RequestParser::onHeaderValueComplete() {
     return fail(400, kBadRequest, "header \"" + field_ + "\" is folded over several lines");
   }
   if (field_ == "host") ++host_count_;
+  if (field_ == "content-type" && ++content_type_count_ > 1) {
+    // Two media types for one body: which one counts would depend on the reader.
+    return fail(400, kBadRequest, "more than one Content-Type header");
+  }
   if (field_ == "transfer-encoding") {
     if (!transfer_encoding_.empty()) transfer_encoding_ += ',';
     transfer_encoding_ += value_;

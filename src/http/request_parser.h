@@ -104,6 +104,7 @@ class RequestParser {
   size_t head_bytes_ = 0;
   size_t header_count_ = 0;
   int host_count_ = 0;
+  int content_type_count_ = 0;
   std::string transfer_encoding_;  // every Transfer-Encoding line, joined with ","
   // HTTP/0.9 detection: the byte after the URL is the end of the line instead of " HTTP/x.y".
   const char* feed_begin_ = nullptr;  // the buffer being fed

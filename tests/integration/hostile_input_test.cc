@@ -245,6 +245,12 @@ TEST_F(HostileInputTest, HostileFramingGetsCleanErrorsClosesAndTakesNothing) {
   const std::vector<Case> cases = {
       {"garbage request line", "\x16\x03\x01\x00\xa5\x01\x00\x00\xa1\x03\x03 garbage\r\n\r\n", 400,
        "bad_request"},
+      {"raw control byte in the target",
+       "POST /v1/locks/a\x01b/acquire HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}", 400,
+       "bad_request"},
+      {"raw space in the target",
+       "POST /v1/locks/a b/acquire HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}", 400,
+       "bad_request"},
       {"HTTP/2 preface", "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", 505, "http_version_not_supported"},
       {"Content-Length with Transfer-Encoding",
        kAcquire + "Content-Length: 2\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n",
@@ -277,6 +283,10 @@ TEST_F(HostileInputTest, HostileFramingGetsCleanErrorsClosesAndTakesNothing) {
        "payload_too_large"},
       {"HTTP/1.1 without Host",
        "POST /v1/locks/framed/acquire HTTP/1.1\r\nContent-Length: 2\r\n\r\n{}", 400, "bad_request"},
+      {"two Content-Types",
+       kAcquire + "Content-Type: text/xml\r\nContent-Type: application/json\r\n"
+                  "Content-Length: 2\r\n\r\n{}",
+       400, "bad_request"},
       {"two Hosts", kAcquire + "Host: other\r\nContent-Length: 2\r\n\r\n{}", 400, "bad_request"},
       {"gzip, chunked", kAcquire + "Transfer-Encoding: gzip, chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n",
        501, "not_implemented"},

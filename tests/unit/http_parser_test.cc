@@ -154,6 +154,9 @@ TEST(RequestParser, HostileFramingIsRefusedWithItsOwnStatus) {
       {many + "\r\n", 431, kHeadersTooLarge, "more than 100 header lines"},
       {"GET / HTTP/1.1\r\n\r\n", 400, kBadRequest, "need a Host"},
       {"GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", 400, kBadRequest, "more than one Host"},
+      {"POST / HTTP/1.1\r\n" + kHost +
+           "Content-Type: text/xml\r\nContent-Type: application/json\r\n\r\n",
+       400, kBadRequest, "more than one Content-Type"},
       {"POST / HTTP/1.1\r\n" + kHost + "Transfer-Encoding: gzip, chunked\r\n\r\n", 501,
        kNotImplemented, "\"gzip\""},
       {"POST / HTTP/1.1\r\n" + kHost +
