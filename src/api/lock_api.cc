@@ -1,5 +1,6 @@
 #include "api/lock_api.h"
 
+#include <cstdio>
 #include <memory>
 #include <nlohmann/json.hpp>
 
@@ -80,25 +81,37 @@ void sendError(const http::ResponderPtr& res, int status, std::string_view code,
 }
 
 // 409 and 429: come back later, with the hint in the body and as Retry-After (whole seconds).
+// `limit` (429 only) names the config key of the queue limit that was hit.
 void sendRetryLater(const http::ResponderPtr& res, int status, std::string_view code,
-                    std::string_view message, int64_t retry_after_ms) {
+                    std::string_view message, int64_t retry_after_ms, std::string_view limit = {}) {
+  JsonObject answer;
+  answer.text("error", code);
+  if (!limit.empty()) answer.text("limit", limit);
   res->send(status, kJson,
-            JsonObject()
-                .text("error", code)
-                .text("message", message)
-                .integer("retry_after_ms", retry_after_ms)
-                .finish(),
+            answer.text("message", message).integer("retry_after_ms", retry_after_ms).finish(),
             {{"Retry-After", std::to_string((retry_after_ms + 999) / 1000)}});
 }
 
-bool LockApi::validLockName(std::string_view name, size_t max_bytes) {
-  if (name.empty() || name.size() > max_bytes) return false;
-  for (unsigned char c : name) {
+std::string LockApi::lockNameProblem(std::string_view name, size_t max_bytes) {
+  if (name.empty()) return "the lock name is empty";
+  if (name.size() > max_bytes) {
+    return "the lock name is " + std::to_string(name.size()) + " bytes long; the limit is " +
+           std::to_string(max_bytes);
+  }
+  if (name == "." || name == "..") {
+    return "\"" + std::string(name) + "\" is not a lock name (HTTP clients rewrite it as a path)";
+  }
+  for (size_t i = 0; i < name.size(); ++i) {
+    const unsigned char c = static_cast<unsigned char>(name[i]);
     bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
               c == '-' || c == '_' || c == '.' || c == ':' || c == '@';
-    if (!ok) return false;
+    if (ok) continue;
+    char shown[8];
+    std::snprintf(shown, sizeof(shown), c >= 0x21 && c <= 0x7e ? "'%c'" : "0x%02X", c);
+    return "the lock name has " + std::string(shown) + " at byte " + std::to_string(i + 1) +
+           "; lock names are A-Z a-z 0-9 and - _ . : @";
   }
-  return true;
+  return "";
 }
 
 bool LockApi::validOwner(std::string_view owner, size_t max_bytes) {
@@ -156,12 +169,12 @@ std::vector<Route> LockApi::routes() {
 
 namespace {
 
-/// Validates the {name} route parameter; answers 400 and returns false if it is bad.
+/// Validates the {name} route parameter (percent-decoded by the router, so "%41bc" is "Abc");
+/// answers 400 and returns false if it is bad.
 bool checkName(const http::Request& req, const http::ResponderPtr& res, size_t max_bytes) {
-  if (LockApi::validLockName(req.param("name"), max_bytes)) return true;
-  sendError(res, 400, "invalid_name",
-            "lock names are 1.." + std::to_string(max_bytes) +
-                " characters of A-Z a-z 0-9 and - _ . : @");
+  const std::string problem = LockApi::lockNameProblem(req.param("name"), max_bytes);
+  if (problem.empty()) return true;
+  sendError(res, 400, "invalid_name", problem);
   return false;
 }
 
@@ -181,6 +194,7 @@ std::string grantAnswer(const lock::Grant& g, std::string_view event = {}) {
 /// std::function stores without a heap allocation.
 struct AcquireCall {
   lock::LockService* service = nullptr;
+  const config::LocksConfig* locks = nullptr;  // the limits a 429 names
   lock::AcquireTicket ticket;
   http::ResponderPtr responder;
   bool granted = false;
@@ -269,6 +283,7 @@ void LockApi::acquire(http::Request& req, http::ResponderPtr res) {
   }
 
   call->service = &service_;
+  call->locks = &locks_;
   auto done = [call](lock::AcquireResult r) {
     const http::ResponderPtr& out = call->responder;
     switch (r.status) {
@@ -298,8 +313,17 @@ void LockApi::acquire(http::Request& req, http::ResponderPtr res) {
       }
       case lock::AcquireStatus::kTooManyWaiters:
         call->finished = true;
-        sendRetryLater(out, 429, "too_many_waiters", "too many waiters queued for this lock",
-                       r.retry_after_ms);
+        if (r.limit == lock::WaiterLimit::kSidecar) {
+          sendRetryLater(out, 429, "too_many_waiters",
+                         "the lock is held and the sidecar's waiter budget (max_waiters " +
+                             std::to_string(call->locks->max_waiters) + ") is used up",
+                         r.retry_after_ms, "max_waiters");
+        } else {
+          sendRetryLater(out, 429, "too_many_waiters",
+                         "too many waiters queued for this lock (max_waiters_per_lock " +
+                             std::to_string(call->locks->max_waiters_per_lock) + ")",
+                         r.retry_after_ms, "max_waiters_per_lock");
+        }
         return;
       case lock::AcquireStatus::kCancelled:
         call->finished = true;

@@ -35,9 +35,16 @@ class LockApi {
   /// While draining (SIGTERM), /readyz answers 503 and new acquires 503 shutting_down.
   void setDraining(bool draining) { draining_ = draining; }
 
-  /// Lock names: 1..max_name_bytes of A-Z a-z 0-9 and "-_.:@". Everything else is refused: braces
-  /// would break the Redis Cluster hash tag, '/' the route, NUL/control bytes/spaces logs and keys.
-  static bool validLockName(std::string_view name, size_t max_bytes);
+  /// Lock names: 1..max_name_bytes of A-Z a-z 0-9 and "-_.:@", except "." and "..". Everything
+  /// else is refused: braces would break the Redis Cluster hash tag, '/' the route, NUL/control
+  /// bytes/spaces logs and keys, glob characters KEYS-style patterns; "." and ".." are path
+  /// segments that HTTP clients rewrite (curl, browsers and proxies remove them), so such a
+  /// name would reach a different lock than the one its caller meant.
+  static bool validLockName(std::string_view name, size_t max_bytes) {
+    return lockNameProblem(name, max_bytes).empty();
+  }
+  /// What is wrong with `name` (for the 400 answer), "" if it is a valid lock name.
+  static std::string lockNameProblem(std::string_view name, size_t max_bytes);
   /// Owner ids: 1..max_owner_bytes printable ASCII (0x21..0x7e).
   static bool validOwner(std::string_view owner, size_t max_bytes);
   /// Whether the caller may use lock `name`: no token (none configured on its listener), a token

@@ -1,5 +1,6 @@
 #include "api/request_body.h"
 
+#include <cctype>
 #include <nlohmann/json.hpp>
 
 namespace sidelock::api {
@@ -7,12 +8,16 @@ namespace sidelock::api {
 using nlohmann::json;
 
 /// nlohmann SAX events -> RequestBody values. Only the top level is recorded: a value nested
-/// deeper (or an object or array as a field's value) makes its field "of another type". A key
-/// given twice keeps its last value, as a DOM would.
+/// deeper (or an object or array as a field's value) makes its field "of another type". A field
+/// given twice is refused (a DOM would silently keep the last one, and two parsers in a chain may
+/// disagree on which one counts). Nesting deeper than kMaxNestingDepth stops the parse.
 class BodyReader {
  public:
   BodyReader(RequestBody& body, std::initializer_list<BodyField> allowed)
       : body_(body), allowed_(allowed) {}
+
+  /// Why the parse stopped, when the reader (not the JSON grammar) stopped it.
+  enum class Stop { kNone, kTooDeep, kDuplicate };
 
   bool null() { return other(); }
   bool boolean(bool value) {
@@ -36,8 +41,13 @@ class BodyReader {
     }
     return true;
   }
-  bool number_float(json::number_float_t, const json::string_t&) {
-    if (RequestBody::Value* v = take()) v->kind = RequestBody::Kind::kFloat;
+  bool number_float(json::number_float_t, const json::string_t& literal) {
+    if (RequestBody::Value* v = take()) {
+      // nlohmann reads an integer too large for 64 bits as a float: it is an out-of-range
+      // integer, not a fraction.
+      const bool integer_literal = literal.find_first_of(".eE") == json::string_t::npos;
+      v->kind = integer_literal ? RequestBody::Kind::kHugeInteger : RequestBody::Kind::kFloat;
+    }
     return true;
   }
   bool string(json::string_t& value) {
@@ -50,28 +60,25 @@ class BodyReader {
   bool binary(json::binary_t&) { return other(); }
   bool start_object(std::size_t) {
     if (depth_ == 0) top_is_object_ = true;
-    other();
-    ++depth_;
-    return true;
+    return enter();
   }
-  bool start_array(std::size_t) {
-    other();
-    ++depth_;
-    return true;
-  }
-  bool end_object() {
-    --depth_;
-    return true;
-  }
-  bool end_array() {
-    --depth_;
-    return true;
-  }
+  bool start_array(std::size_t) { return enter(); }
+  bool end_object() { return leave(); }
+  bool end_array() { return leave(); }
   bool key(json::string_t& name) {
+    current_name_.clear();
     if (depth_ != 1) return true;
     for (BodyField field : allowed_) {
       if (name == RequestBody::fieldName(field)) {
+        const unsigned bit = 1u << static_cast<unsigned>(field);
+        if ((seen_ & bit) != 0) {
+          stop_ = Stop::kDuplicate;
+          current_name_ = name;
+          return false;
+        }
+        seen_ |= bit;
         current_ = &body_.slot(field);
+        current_name_ = name;
         return true;
       }
     }
@@ -80,11 +87,21 @@ class BodyReader {
     has_unknown_ = true;
     return true;
   }
-  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) {
+  bool parse_error(std::size_t position, const std::string&,
+                   const nlohmann::detail::exception& error) {
+    error_position_ = position;
+    error_message_ = error.what();
     return false;
   }
 
   bool topIsObject() const { return top_is_object_; }
+  /// The top-level value was complete when the parse failed: what failed is trailing data.
+  bool topComplete() const { return top_complete_; }
+  Stop stop() const { return stop_; }
+  /// The allowed field whose value was being read (or the duplicate), "" if none.
+  const std::string& currentName() const { return current_name_; }
+  size_t errorPosition() const { return error_position_; }
+  const std::string& errorMessage() const { return error_message_; }
   bool hasUnknown() const { return has_unknown_; }
   const std::string& firstUnknown() const { return first_unknown_; }
 
@@ -98,11 +115,29 @@ class BodyReader {
     if (RequestBody::Value* v = take()) v->kind = RequestBody::Kind::kOther;
     return true;
   }
+  bool enter() {
+    other();
+    if (++depth_ > RequestBody::kMaxNestingDepth) {
+      stop_ = Stop::kTooDeep;
+      return false;
+    }
+    return true;
+  }
+  bool leave() {
+    if (--depth_ == 0) top_complete_ = true;
+    return true;
+  }
 
   RequestBody& body_;
   std::initializer_list<BodyField> allowed_;
   int depth_ = 0;
   bool top_is_object_ = false;
+  bool top_complete_ = false;
+  unsigned seen_ = 0;  // bit per BodyField
+  Stop stop_ = Stop::kNone;
+  std::string current_name_;
+  size_t error_position_ = 0;
+  std::string error_message_;
   RequestBody::Value* current_ = nullptr;
   bool has_unknown_ = false;
   std::string first_unknown_;
@@ -134,22 +169,116 @@ bool RequestBody::fail(std::string_view code, std::string message) {
   return false;
 }
 
+namespace {
+
+bool isTokenChar(char c) {
+  // RFC 9110 tchar.
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+         std::string_view("!#$%&'*+-.^_`|~").find(c) != std::string_view::npos;
+}
+
+std::string_view trimSpaces(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+  return s;
+}
+
+bool equalsIgnoreCase(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (std::tolower(static_cast<unsigned char>(a[i])) !=
+        std::tolower(static_cast<unsigned char>(b[i]))) {
+      return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+MediaType parseMediaType(std::string_view header) {
+  MediaType out;
+  std::string_view rest = trimSpaces(header);
+  const size_t semicolon = rest.find(';');
+  std::string_view type = trimSpaces(rest.substr(0, semicolon));
+  const size_t slash = type.find('/');
+  if (slash == std::string_view::npos || slash == 0 || slash + 1 == type.size()) return out;
+  for (size_t i = 0; i < type.size(); ++i) {
+    if (i != slash && !isTokenChar(type[i])) return out;
+  }
+  out.type.reserve(type.size());
+  for (char c : type) out.type += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  rest = semicolon == std::string_view::npos ? std::string_view() : rest.substr(semicolon + 1);
+  // Parameters: name=value or name="quoted value", separated by ';'.
+  while (!trimSpaces(rest).empty()) {
+    rest = trimSpaces(rest);
+    const size_t eq = rest.find('=');
+    if (eq == std::string_view::npos) return {};
+    const std::string_view name = rest.substr(0, eq);
+    for (char c : name) {
+      if (!isTokenChar(c)) return {};
+    }
+    if (name.empty()) return {};
+    rest.remove_prefix(eq + 1);
+    std::string value;
+    if (!rest.empty() && rest.front() == '"') {
+      size_t i = 1;
+      for (; i < rest.size() && rest[i] != '"'; ++i) {
+        if (rest[i] == '\\' && i + 1 < rest.size()) ++i;
+        value += rest[i];
+      }
+      if (i == rest.size()) return {};  // unterminated quote
+      rest.remove_prefix(i + 1);
+      rest = trimSpaces(rest);
+      if (!rest.empty() && rest.front() != ';') return {};
+    } else {
+      const size_t end = rest.find(';');
+      const std::string_view token = trimSpaces(rest.substr(0, end));
+      if (token.empty()) return {};
+      for (char c : token) {
+        if (!isTokenChar(c)) return {};
+      }
+      value = token;
+      rest = end == std::string_view::npos ? std::string_view() : rest.substr(end);
+    }
+    if (!rest.empty()) rest.remove_prefix(1);  // the ';'
+    if (equalsIgnoreCase(name, "charset")) out.charset = std::move(value);
+  }
+  out.valid = true;
+  return out;
+}
+
+bool RequestBody::acceptsContentType(std::string_view content_type) {
+  if (content_type.empty()) return true;
+  const MediaType media = parseMediaType(content_type);
+  if (!media.valid) return false;
+  if (!media.charset.empty() && !equalsIgnoreCase(media.charset, "utf-8")) return false;
+  // JSON, and the two types browsers' and curl's defaults send, which are read as JSON too:
+  // `curl -d '{...}'` sends application/x-www-form-urlencoded unless told otherwise.
+  return media.type == "application/json" || media.type == "text/plain" ||
+         media.type == "application/x-www-form-urlencoded";
+}
+
 bool RequestBody::parse(std::string_view content_type, std::string_view text,
                         std::initializer_list<BodyField> allowed) {
   for (Value& v : values_) v.kind = Kind::kAbsent;
   error_code_ = {};
   error_.clear();
-  if (!text.empty() && !content_type.empty() && content_type.substr(0, 16) != "application/json" &&
-      content_type.substr(0, 10) != "text/plain" &&
-      content_type.substr(0, 33) != "application/x-www-form-urlencoded") {
-    // curl -d sends x-www-form-urlencoded by default; we accept it and parse the body as JSON.
+  if (!text.empty() && !acceptsContentType(content_type)) {
     return fail("unsupported_media_type",
-                "request body must be JSON (Content-Type: application/json)");
+                "request body must be JSON (Content-Type: application/json, charset UTF-8 if "
+                "given)");
   }
   if (text.find_first_not_of(" \t\r\n") == std::string_view::npos) return true;
+  // nlohmann's lexer takes a NUL byte for the end of the input (for C strings), which would let
+  // anything after it through unread. JSON has no place for a raw NUL.
+  if (const size_t nul = text.find('\0'); nul != std::string_view::npos) {
+    return fail(kBadRequest,
+                "request body is not valid JSON: NUL byte at byte " + std::to_string(nul + 1));
+  }
   BodyReader reader(*this, allowed);
   if (!json::sax_parse(text.begin(), text.end(), &reader)) {
-    return fail(kBadRequest, "request body is not valid JSON");
+    return failParse(reader);
   }
   if (!reader.topIsObject()) {
     return fail(kBadRequest, "request body must be a JSON object");
@@ -160,13 +289,42 @@ bool RequestBody::parse(std::string_view content_type, std::string_view text,
   return true;
 }
 
+bool RequestBody::failParse(const BodyReader& reader) {
+  switch (reader.stop()) {
+    case BodyReader::Stop::kTooDeep:
+      return fail(kBadRequest,
+                  "request body nests deeper than " + std::to_string(kMaxNestingDepth) + " levels");
+    case BodyReader::Stop::kDuplicate:
+      return fail(kBadRequest, "field \"" + reader.currentName() + "\" is given twice");
+    case BodyReader::Stop::kNone:
+      break;
+  }
+  const std::string at = " at byte " + std::to_string(reader.errorPosition());
+  if (reader.topComplete()) {
+    return fail(kBadRequest, "request body is not valid JSON: trailing data after the object" + at);
+  }
+  // nlohmann names these two in its message; everything else is a plain syntax error.
+  const std::string& what = reader.errorMessage();
+  if (what.find("UTF-8") != std::string::npos) {
+    return fail(kBadRequest, "request body is not valid JSON: invalid UTF-8" + at);
+  }
+  if (what.find("number overflow") != std::string::npos) {
+    if (!reader.currentName().empty()) {
+      return fail(kBadRequest, reader.currentName() + " is out of range (number too large)");
+    }
+    return fail(kBadRequest, "request body is not valid JSON: number too large" + at);
+  }
+  return fail(kBadRequest, "request body is not valid JSON" + at);
+}
+
 bool RequestBody::readInt(BodyField field, int64_t min, int64_t max, int64_t& out) {
   const Value& v = slot(field);
   if (v.kind == Kind::kAbsent) return true;
-  if (v.kind != Kind::kInteger && v.kind != Kind::kUnsigned) {
+  if (v.kind != Kind::kInteger && v.kind != Kind::kUnsigned && v.kind != Kind::kHugeInteger) {
     return fail(kBadRequest, std::string(fieldName(field)) + " must be an integer");
   }
-  const bool in_range = v.kind == Kind::kInteger
+  const bool in_range = v.kind == Kind::kHugeInteger ? false
+                        : v.kind == Kind::kInteger
                             ? v.integer >= min && v.integer <= max
                             : v.unsigned_integer <= static_cast<uint64_t>(INT64_MAX) &&
                                   static_cast<int64_t>(v.unsigned_integer) >= min &&

@@ -11,11 +11,30 @@
 
 namespace sidelock::api {
 
+/// A Content-Type value taken apart (RFC 9110 media-type): type/subtype lowercased, the charset
+/// parameter kept as given. `valid` is false when the value does not parse.
+struct MediaType {
+  bool valid = false;
+  std::string type;  // "application/json"
+  std::string charset;
+};
+MediaType parseMediaType(std::string_view header);
+
 /// The fields any lock route accepts; each route allows a subset.
 enum class BodyField { kTtlMs, kWaitMs, kOwner, kAutoRenew, kMaxHoldMs, kHold };
 
+class BodyReader;
+
 class RequestBody {
  public:
+  /// Objects and arrays nested deeper than this stop the parse (no field takes one at all).
+  static constexpr int kMaxNestingDepth = 16;
+
+  /// The Content-Type policy: none, or application/json, text/plain or
+  /// application/x-www-form-urlencoded (curl -d's default), each case-insensitive with parameters
+  /// allowed; a charset, if given, must be UTF-8. The body is read as JSON in every case.
+  static bool acceptsContentType(std::string_view content_type);
+
   /// Reads `text` (sent with `content_type`, "" if none): a blank body is an empty object. Fields
   /// outside `allowed` are refused. Returns false with error() set on the first problem.
   bool parse(std::string_view content_type, std::string_view text,
@@ -40,7 +59,8 @@ class RequestBody {
 
  private:
   friend class BodyReader;
-  enum class Kind { kAbsent, kInteger, kUnsigned, kFloat, kBool, kString, kOther };
+  // kHugeInteger: an integer literal beyond 64 bits (out of range for every field).
+  enum class Kind { kAbsent, kInteger, kUnsigned, kHugeInteger, kFloat, kBool, kString, kOther };
   struct Value {
     Kind kind = Kind::kAbsent;
     int64_t integer = 0;
@@ -55,6 +75,7 @@ class RequestBody {
   const Value& slot(BodyField field) const { return values_[static_cast<size_t>(field)]; }
   static std::string_view fieldName(BodyField field);
   bool fail(std::string_view code, std::string message);
+  bool failParse(const BodyReader& reader);
 
   std::array<Value, kFieldCount> values_;
   std::string_view error_code_;

@@ -57,10 +57,12 @@ std::string_view reasonPhrase(int status) {
       return "Precondition Failed";
     case 413:
       return "Payload Too Large";
-    case 421:
-      return "Misdirected Request";
+    case 414:
+      return "URI Too Long";
     case 415:
       return "Unsupported Media Type";
+    case 421:
+      return "Misdirected Request";
     case 422:
       return "Unprocessable Entity";
     case 423:
@@ -79,6 +81,8 @@ std::string_view reasonPhrase(int status) {
       return "Service Unavailable";
     case 504:
       return "Gateway Timeout";
+    case 505:
+      return "HTTP Version Not Supported";
     default:
       return "Unknown";
   }

@@ -26,6 +26,7 @@ const llhttp_settings_t& RequestParser::settings() {
     llhttp_settings_init(&s);
     s.on_message_begin = [](llhttp_t* p) { return parserOf(p)->onMessageBegin(); };
     s.on_url = [](llhttp_t* p, const char* at, size_t len) { return parserOf(p)->onUrl(at, len); };
+    s.on_url_complete = [](llhttp_t* p) { return parserOf(p)->onUrlComplete(); };
     s.on_header_field = [](llhttp_t* p, const char* at, size_t len) {
       return parserOf(p)->onHeaderField(at, len);
     };
@@ -47,10 +48,20 @@ RequestParser::RequestParser(const ParserLimits& limits, ParserListener* listene
     : limits_(limits), listener_(listener) {
   llhttp_init(&parser_, HTTP_REQUEST, &settings());
   parser_.data = this;
+  // Strict parsing, said out loud: every lenient mode stays off. Header values with control
+  // bytes, conflicting Content-Length / Transfer-Encoding, a Transfer-Encoding whose last coding
+  // is not chunked, bad chunk lengths and malformed versions are all errors, which we answer
+  // with 400 and a close (the framing of anything after them is unknown).
+  llhttp_set_lenient_headers(&parser_, 0);
+  llhttp_set_lenient_chunked_length(&parser_, 0);
+  llhttp_set_lenient_keep_alive(&parser_, 0);
+  llhttp_set_lenient_transfer_encoding(&parser_, 0);
 }
 
 RequestParser::FeedResult RequestParser::feed(const char* data, size_t len) {
   FeedResult result;
+  feed_begin_ = data;
+  url_end_ = nullptr;
   llhttp_errno_t err = llhttp_execute(&parser_, data, len);
   if (err == HPE_OK) {
     result.consumed = len;
@@ -71,7 +82,13 @@ RequestParser::FeedResult RequestParser::feed(const char* data, size_t len) {
   }
   result.error = true;
   in_message_ = false;
-  if (!failed_by_us_) {
+  if (!failed_by_us_ && err == HPE_PAUSED_H2_UPGRADE) {
+    // "PRI * HTTP/2.0": an HTTP/2 client with prior knowledge. It will not read this answer, but
+    // anything speaking HTTP/1.1 that sent it gets a clear one.
+    error_.status = 505;
+    error_.code = kHttpVersionNotSupported;
+    error_.message = "HTTP/2 is not supported: use HTTP/1.1";
+  } else if (!failed_by_us_) {
     error_.status = 400;
     error_.code = kBadRequest;
     error_.message = std::string("malformed request: ") + llhttp_errno_name(err) + ": " +
@@ -119,17 +136,43 @@ int RequestParser::onMessageBegin() {
   field_.clear();
   value_.clear();
   head_bytes_ = 0;
+  header_count_ = 0;
+  host_count_ = 0;
+  content_type_count_ = 0;
+  transfer_encoding_.clear();
   in_message_ = true;
   return addHeadBytes(kRequestLineOverhead);
 }
 
 int RequestParser::onUrl(const char* at, size_t len) {
+  if (url_.size() + len > limits_.max_uri_bytes) {
+    return fail(414, kUriTooLong,
+                "request target exceeds " + std::to_string(limits_.max_uri_bytes) + " bytes");
+  }
   if (int rc = addHeadBytes(len); rc != 0) return rc;
   url_.append(at, len);
+  url_end_ = at + len;
   return 0;
 }
 
+int RequestParser::onUrlComplete() {
+  // llhttp calls this on the byte that ends the URL: in this buffer right after the URL's last
+  // byte, or (when the URL ended the previous buffer) this buffer's first byte.
+  const char* end = url_end_ != nullptr ? url_end_ : feed_begin_;
+  if (end != nullptr && (*end == '\r' || *end == '\n')) return refuseHttp09();
+  return 0;
+}
+
+int RequestParser::refuseHttp09() {
+  return fail(400, kBadRequest,
+              "HTTP/0.9 request lines are not supported: the request line needs \" HTTP/1.1\"");
+}
+
 int RequestParser::onHeaderField(const char* at, size_t len) {
+  if (field_.empty() && ++header_count_ > limits_.max_header_count) {
+    return fail(431, kHeadersTooLarge,
+                "more than " + std::to_string(limits_.max_header_count) + " header lines");
+  }
   if (int rc = addHeadBytes(len); rc != 0) return rc;
   field_.append(at, len);
   return 0;
@@ -146,13 +189,74 @@ int RequestParser::onHeaderValueComplete() {
   for (char& ch : field_) {
     if (ch >= 'A' && ch <= 'Z') ch = static_cast<char>(ch - 'A' + 'a');
   }
+  // llhttp 8 lets two things through that RFC 9112 says a server must refuse (5.1, 5.2):
+  // whitespace between a field name and its colon, and obsolete line folding (a value carried
+  // on to the next line), which would put CR/LF inside the value.
+  if (field_.find_first_of(" \t") != std::string::npos) {
+    return fail(400, kBadRequest, "whitespace between a header name and its colon");
+  }
+  if (value_.find_first_of("\r\n") != std::string::npos) {
+    return fail(400, kBadRequest, "header \"" + field_ + "\" is folded over several lines");
+  }
+  if (field_ == "host") ++host_count_;
+  if (field_ == "content-type" && ++content_type_count_ > 1) {
+    // Two media types for one body: which one counts would depend on the reader.
+    return fail(400, kBadRequest, "more than one Content-Type header");
+  }
+  if (field_ == "transfer-encoding") {
+    if (!transfer_encoding_.empty()) transfer_encoding_ += ',';
+    transfer_encoding_ += value_;
+  }
   current_.request.headers.emplace_back(std::move(field_), std::move(value_));
   field_.clear();
   value_.clear();
   return 0;
 }
 
+int RequestParser::checkFraming() {
+  const bool http11 = parser_.http_major == 1 && parser_.http_minor == 1;
+  if (http11 && host_count_ == 0) return fail(400, kBadRequest, "HTTP/1.1 requests need a Host");
+  if (host_count_ > 1) return fail(400, kBadRequest, "more than one Host header");
+  if (transfer_encoding_.empty()) return 0;
+  if (!http11) {
+    return fail(400, kBadRequest, "Transfer-Encoding is not allowed in an HTTP/1.0 request");
+  }
+  // RFC 9112 6.1: a request whose last coding is not chunked has no knowable length (400, as
+  // llhttp would say after this callback); one that also names another coding ("gzip, chunked")
+  // llhttp would decode as plain chunked, handing us gzip bytes as the body: we implement no
+  // other coding (501).
+  std::string_view rest = transfer_encoding_;
+  std::string_view unsupported;
+  std::string_view last;
+  while (!rest.empty()) {
+    const size_t comma = rest.find(',');
+    std::string_view coding = rest.substr(0, comma);
+    while (!coding.empty() && (coding.front() == ' ' || coding.front() == '\t')) {
+      coding.remove_prefix(1);
+    }
+    while (!coding.empty() && (coding.back() == ' ' || coding.back() == '\t')) {
+      coding.remove_suffix(1);
+    }
+    if (!coding.empty()) {
+      last = coding;
+      if (unsupported.empty() && !equalsIgnoreCase(coding, "chunked")) unsupported = coding;
+    }
+    rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
+  }
+  if (!equalsIgnoreCase(last, "chunked")) {
+    return fail(400, kBadRequest, "Transfer-Encoding must end with chunked");
+  }
+  if (!unsupported.empty()) {
+    return fail(501, kNotImplemented,
+                "transfer coding \"" + std::string(unsupported.substr(0, 64)) +
+                    "\" is not supported (only chunked)");
+  }
+  return 0;
+}
+
 int RequestParser::onHeadersComplete() {
+  if (parser_.http_major == 0) return refuseHttp09();
+  if (int rc = checkFraming(); rc != 0) return rc;
   Request& r = current_.request;
   r.method = llhttp_method_name(static_cast<llhttp_method_t>(llhttp_get_method(&parser_)));
   std::string_view target = url_;

@@ -17,6 +17,8 @@ namespace sidelock::http {
 struct ParserLimits {
   size_t max_header_bytes = 16 * 1024;  // request line + headers, framing included
   size_t max_body_bytes = 64 * 1024;
+  size_t max_uri_bytes = 8 * 1024;  // the request target (414 beyond)
+  size_t max_header_count = 100;    // header lines (431 beyond)
 };
 
 /// What the connection learns while a request is being received (both optional).
@@ -79,10 +81,15 @@ class RequestParser {
   static const llhttp_settings_t& settings();
   int onMessageBegin();
   int onUrl(const char* at, size_t len);
+  int onUrlComplete();
+  /// An HTTP/0.9-style request line ("GET /path" and end of line, no version) is refused.
+  int refuseHttp09();
   int onHeaderField(const char* at, size_t len);
   int onHeaderValue(const char* at, size_t len);
   int onHeaderValueComplete();
   int onHeadersComplete();
+  /// Host and Transfer-Encoding rules llhttp leaves to us (RFC 9112 3.2 and 6.1).
+  int checkFraming();
   int onBody(const char* at, size_t len);
   int onMessageComplete();
   int addHeadBytes(size_t n);
@@ -95,6 +102,13 @@ class RequestParser {
   bool ready_ = false;
   std::string url_, field_, value_;
   size_t head_bytes_ = 0;
+  size_t header_count_ = 0;
+  int host_count_ = 0;
+  int content_type_count_ = 0;
+  std::string transfer_encoding_;  // every Transfer-Encoding line, joined with ","
+  // HTTP/0.9 detection: the byte after the URL is the end of the line instead of " HTTP/x.y".
+  const char* feed_begin_ = nullptr;  // the buffer being fed
+  const char* url_end_ = nullptr;     // just past the last URL byte seen in that buffer, if any
   bool in_message_ = false;
   bool failed_by_us_ = false;
   ParseError error_;

@@ -114,6 +114,8 @@ Router::Match Router::match(std::string_view method, std::string_view raw_path) 
     }
   }
 
+  // HEAD is answered wherever GET is, by the GET handler (the server sends no body for it).
+  const bool head = method == "HEAD";
   const Route* best = nullptr;
   for (const Route& r : routes_) {
     if (r.segments.size() != decoded.size()) continue;
@@ -123,7 +125,7 @@ Router::Match Router::match(std::string_view method, std::string_view raw_path) 
       path_matches = seg.is_param ? !decoded[i].empty() : seg.text == decoded[i];
     }
     if (!path_matches) continue;
-    if (r.method != method) {
+    if (r.method != method && !(head && r.method == "GET")) {
       if (result.kind == Match::Kind::kNotFound) {
         result.kind = Match::Kind::kMethodNotAllowed;
         result.route = r.pattern;
@@ -140,6 +142,7 @@ Router::Match Router::match(std::string_view method, std::string_view raw_path) 
       if (!listed) {
         if (!result.allow.empty()) result.allow += ", ";
         result.allow += r.method;
+        if (r.method == "GET") result.allow += ", HEAD";
       }
       continue;
     }

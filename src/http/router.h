@@ -43,7 +43,8 @@ class Router {
   /// Matches a path (percent-encoded, no query string). Segments are split before decoding, so
   /// "%2F" stays inside one segment. A parameter never matches an empty segment. When several
   /// patterns match, the one with a literal at the first differing segment wins
-  /// ("/v1/locks/stats" beats "/v1/locks/{name}").
+  /// ("/v1/locks/stats" beats "/v1/locks/{name}"). HEAD matches the GET routes (RFC 9110 9.3.2),
+  /// and a 405's Allow lists HEAD after GET.
   Match match(std::string_view method, std::string_view raw_path) const;
 
   /// Routes `request` (using raw_path, or path when raw_path is empty): fills route and params

@@ -123,10 +123,12 @@ AcquireTicket LockService::Impl::acquire(AcquireOptions options,
                                          std::function<void(AcquireResult)> done,
                                          std::function<void(LeaseEvent)> on_event) {
   const int64_t now = scheduler_.nowUs();
-  auto reject = [&](AcquireStatus status, int64_t retry_after_ms = 0) {
+  auto reject = [&](AcquireStatus status, int64_t retry_after_ms = 0,
+                    WaiterLimit limit = WaiterLimit::kNone) {
     AcquireResult r;
     r.status = status;
     r.retry_after_ms = retry_after_ms;
+    r.limit = limit;
     if (status == AcquireStatus::kCancelled) {
       metrics_.acquire_cancelled.Increment();
     } else if (status == AcquireStatus::kTooManyWaiters) {
@@ -147,12 +149,19 @@ AcquireTicket LockService::Impl::acquire(AcquireOptions options,
 
   WaiterQueue* q = queues_.find(options.name);
   const size_t queued_here = q != nullptr ? q->fifo.size() : 0;
-  if (options.wait_ms > 0 &&
-      (queued_here >= static_cast<size_t>(std::max(0, config_.max_waiters_per_lock)) ||
-       queues_.total() >= static_cast<size_t>(std::max(0, config_.max_waiters)))) {
-    SL_LOG(kDebug, "lock.too_many_waiters", {"name", options.name},
-           {"queued", static_cast<unsigned long>(queued_here)});
-    return reject(AcquireStatus::kTooManyWaiters, retryHintMs(options.name, -1));
+  int64_t wait_if_busy_ms = 0;
+  if (options.wait_ms > 0) {
+    if (const WaiterLimit full = fullWaiterLimit(queued_here); full != WaiterLimit::kNone) {
+      if (queued_here > 0) {
+        // Others wait for this name already: the caller would have to queue behind them.
+        SL_LOG(kDebug, "lock.too_many_waiters", {"name", options.name},
+               {"queued", static_cast<unsigned long>(queued_here)});
+        return reject(AcquireStatus::kTooManyWaiters, retryHintMs(options.name, -1), full);
+      }
+      // No local queue: the lock may well be free, and a full queue elsewhere must not refuse
+      // it. Try once; queue (or refuse) only if the answer is busy.
+      wait_if_busy_ms = std::exchange(options.wait_ms, 0);
+    }
   }
 
   const uint64_t id = ++next_waiter_id_;
@@ -164,6 +173,7 @@ AcquireTicket LockService::Impl::acquire(AcquireOptions options,
   w.on_event = std::move(on_event);
   w.started_us = now;
   w.deadline_us = now + w.options.wait_ms * 1000;
+  w.wait_if_busy_ms = wait_if_busy_ms;
   waiters_.emplace(id, std::move(owned));
   AcquireTicket ticket([this, alive = std::weak_ptr<char>(alive_), id] {
     if (!alive.expired()) cancelWaiter(id);
@@ -190,14 +200,63 @@ AcquireTicket LockService::Impl::acquire(AcquireOptions options,
     return ticket;
   }
 
+  enqueue(w, -1);
+  return ticket;
+}
+
+WaiterLimit LockService::Impl::fullWaiterLimit(size_t queued_here) const {
+  if (queued_here >= static_cast<size_t>(std::max(0, config_.max_waiters_per_lock))) {
+    return WaiterLimit::kPerLock;
+  }
+  if (queues_.total() >= static_cast<size_t>(std::max(0, config_.max_waiters))) {
+    return WaiterLimit::kSidecar;
+  }
+  return WaiterLimit::kNone;
+}
+
+void LockService::Impl::enqueue(Waiter& w, int64_t holder_ttl_ms) {
+  const uint64_t id = w.id;
+  const int64_t wait_ms = std::max<int64_t>(1, ceilMs(w.deadline_us - scheduler_.nowUs()));
   bool created = false;
   WaiterQueue& queue = queues_.getOrCreate(w.options.name, &created);
   if (created) backend_.watchReleases(w.options.name);
   queues_.push(queue, &w);
   updateWaiterGauge();
-  w.deadline_timer.start(scheduler_, w.options.wait_ms, guarded([this, id] { onDeadline(id); }));
+  w.deadline_timer.start(scheduler_, wait_ms, guarded([this, id] { onDeadline(id); }));
+  if (created && holder_ttl_ms >= 0) {
+    // Just found held: the first attempt waits for the holder's TTL (or its release).
+    queue.holder_expiry_us = scheduler_.nowUs() + holder_ttl_ms * 1000;
+    planRetry(queue);
+    return;
+  }
   pumpQueue(w.options.name);
-  return ticket;
+}
+
+void LockService::Impl::queueAfterBusyTry(Waiter& w, int64_t holder_ttl_ms) {
+  const int64_t now = scheduler_.nowUs();
+  const WaiterQueue* q = queues_.find(w.options.name);
+  const WaiterLimit full = fullWaiterLimit(q != nullptr ? q->fifo.size() : 0);
+  const int64_t deadline_us = w.started_us + w.wait_if_busy_ms * 1000;
+  AcquireResult r;
+  if (full != WaiterLimit::kNone) {
+    SL_LOG(kDebug, "lock.too_many_waiters", {"name", w.options.name});
+    r.status = AcquireStatus::kTooManyWaiters;
+    r.limit = full;
+    r.retry_after_ms = retryHintMs(w.options.name, holder_ttl_ms);
+    finishWaiter(w, std::move(r));
+    return;
+  }
+  if (deadline_us <= now) {  // the try took the whole budget
+    r.status = AcquireStatus::kBusy;
+    r.retry_after_ms = retryHintMs(w.options.name, holder_ttl_ms);
+    finishWaiter(w, std::move(r));
+    return;
+  }
+  // Room again (waiters left while we tried): wait as if queued from the start.
+  w.options.wait_ms = w.wait_if_busy_ms;
+  w.wait_if_busy_ms = 0;
+  w.deadline_us = deadline_us;
+  enqueue(w, holder_ttl_ms);
 }
 
 void LockService::Impl::cancelWaiter(uint64_t id) {
@@ -296,7 +355,9 @@ void LockService::Impl::onAttemptReply(uint64_t id, StatusOr<backend::AcquireRep
     }
   } else {
     w.contended = true;
-    if (!queued_attempt) {
+    if (!queued_attempt && w.wait_if_busy_ms > 0) {
+      queueAfterBusyTry(w, reply->holder_ttl_ms);
+    } else if (!queued_attempt) {
       r.status = AcquireStatus::kBusy;
       r.retry_after_ms = retryHintMs(name, reply->holder_ttl_ms);
       finishWaiter(w, std::move(r));

@@ -26,7 +26,10 @@ struct AcquireOptions {
   /// 0 = try once (answered busy without a backend call if local waiters are queued for the
   /// name: a single try never jumps the FIFO); else queue up to this long (clamped to
   /// max_wait_ms). A queued waiter rides out backend outages: it fails with kError only if its
-  /// budget ends while the backend is still out.
+  /// budget ends while the backend is still out. The queue limits (max_waiters_per_lock,
+  /// max_waiters) apply only when the caller must wait: with no local queue for the name, a full
+  /// limit first makes the acquire a single try, and only a busy answer is refused with
+  /// kTooManyWaiters (a free lock is never refused for want of queue room).
   int64_t wait_ms = 0;
   bool auto_renew = false;
   /// auto_renew / stream cap; 0 = config default_max_hold_ms (0 there = no cap). No renewal
@@ -50,11 +53,19 @@ enum class AcquireStatus {
   kError,           // backend error (503); see `error`
 };
 
+/// The queue limit a kTooManyWaiters answer hit.
+enum class WaiterLimit {
+  kNone,
+  kPerLock,  // config max_waiters_per_lock: this name's queue is full
+  kSidecar,  // config max_waiters: the waiters of all names together
+};
+
 struct AcquireResult {
   AcquireStatus status = AcquireStatus::kError;
   Grant grant;                 // kGranted
-  int64_t retry_after_ms = 0;  // kBusy: a hint (holder's remaining TTL when known)
-  Status error;                // kError
+  int64_t retry_after_ms = 0;  // kBusy, kTooManyWaiters: a hint (holder's remaining TTL if known)
+  WaiterLimit limit = WaiterLimit::kNone;  // kTooManyWaiters
+  Status error;                            // kError
 };
 
 /// kLeaseLost: the sidecar had granted this (name, owner) and found it lost (remembered for

@@ -84,6 +84,13 @@ class LockService::Impl {
   void attempt(Waiter& w);
   void onAttemptReply(uint64_t id, StatusOr<backend::AcquireReply> reply);
   void onDeadline(uint64_t id);
+  /// The queue limit a waiter on `name` would exceed by queueing now, or kNone if there is room.
+  WaiterLimit fullWaiterLimit(size_t queued_here) const;
+  /// Puts `w` at the back of its name's queue with its remaining budget (a new queue waits out
+  /// `holder_ttl_ms` / backoff before its first attempt; an existing one keeps its schedule).
+  void enqueue(Waiter& w, int64_t holder_ttl_ms);
+  /// A try-first acquire (wait_if_busy_ms) found the lock busy: queue it or refuse with 429.
+  void queueAfterBusyTry(Waiter& w, int64_t holder_ttl_ms);
   /// Answers the waiter, detaches it from its queue and forgets it (or, if an attempt of it is in
   /// flight, marks it abandoned until that attempt answers).
   void finishWaiter(Waiter& w, AcquireResult result);

@@ -33,6 +33,9 @@ struct Waiter {
   /// Already answered (cancelled, deadline, shutdown) while its attempt was in flight: a late
   /// grant is released at once.
   bool abandoned = false;
+  /// A waiting acquire that found the queue limits full: it tries once first, and only if the
+  /// lock is busy does it queue (room permitting) with this budget, counted from started_us.
+  int64_t wait_if_busy_ms = 0;
   event::ScopedTimer deadline_timer;
 };
 

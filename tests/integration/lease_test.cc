@@ -187,11 +187,23 @@ TEST(LeaseTest, QueueLimitsAnswer429) {
   EXPECT_EQ(body(r)["error"], "too_many_waiters");
   EXPECT_GE(body(r)["retry_after_ms"].get<int64_t>(), 1);
   EXPECT_EQ(r.headers.count("retry-after"), 1u) << "a 429 says when to come back, as a 409 does";
+  EXPECT_EQ(body(r)["limit"], "max_waiters_per_lock");
   waiting.push_back(HttpClient::tcp(sidecar.port()));
   waiting.back().sendRequest("POST", "/v1/locks/q2/acquire", R"({"wait_ms":10000})");
   ASSERT_TRUE(waitForWaiters(holder, "q2", 1));
   r = HttpClient::tcp(sidecar.port()).post("/v1/locks/q2/acquire", R"({"wait_ms":10000})");
   EXPECT_EQ(r.status, 429) << "global limit";
+  EXPECT_EQ(body(r)["limit"], "max_waiters");
+  EXPECT_EQ(r.headers.count("retry-after"), 1u);
+  // The budget is used up, but a free lock is not a wait: a waiting acquire gets it at once.
+  r = HttpClient::tcp(sidecar.port()).post("/v1/locks/free/acquire", R"({"wait_ms":10000})");
+  EXPECT_EQ(r.status, 200) << r.body;
+  // A held lock with nobody queued locally is tried first, then refused for want of room.
+  ASSERT_EQ(holder.post("/v1/locks/q3/acquire", "{}").status, 200);
+  r = HttpClient::tcp(sidecar.port()).post("/v1/locks/q3/acquire", R"({"wait_ms":10000})");
+  EXPECT_EQ(r.status, 429) << r.body;
+  EXPECT_EQ(body(r)["limit"], "max_waiters");
+  EXPECT_GE(body(r)["retry_after_ms"].get<int64_t>(), 1);
   // A try-once acquire is not a waiter and is never refused for queue limits.
   EXPECT_EQ(HttpClient::tcp(sidecar.port()).post("/v1/locks/q/acquire", "{}").status, 409);
   EXPECT_EQ(sidecar.stop(), 0);

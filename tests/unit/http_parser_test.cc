@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "http/http_error.h"
 #include "http/request_parser.h"
 #include "http/response_writer.h"
 
@@ -75,12 +76,14 @@ TEST(RequestParser, LimitsGive431And413) {
   Collected head = parseAll("GET /" + std::string(100, 'a') + " HTTP/1.1\r\n\r\n", 3, small);
   ASSERT_TRUE(head.error);
   EXPECT_EQ(head.last_error.status, 431);
-  Collected declared = parseAll("POST / HTTP/1.1\r\nContent-Length: 5\r\n\r\nhello", 0, small);
+  Collected declared =
+      parseAll("POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 5\r\n\r\nhello", 0, small);
   ASSERT_TRUE(declared.error);
   EXPECT_EQ(declared.last_error.status, 413);
   Collected chunked = parseAll(
-      "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n3\r\ndef\r\n0\r\n\r\n", 0,
-      small);
+      "POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: "
+      "chunked\r\n\r\n3\r\nabc\r\n3\r\ndef\r\n0\r\n\r\n",
+      0, small);
   ASSERT_TRUE(chunked.error);
   EXPECT_EQ(chunked.last_error.status, 413);
 }
@@ -97,18 +100,113 @@ TEST(RequestParser, MalformedInputIsA400WithAReason) {
 
 TEST(RequestParser, RecycledStorageDoesNotLeakIntoTheNextRequest) {
   RequestParser parser({}, nullptr);
-  std::string first = "POST /one HTTP/1.1\r\nA: 1\r\nContent-Length: 3\r\n\r\nabc";
+  std::string first = "POST /one HTTP/1.1\r\nHost: h\r\nA: 1\r\nContent-Length: 3\r\n\r\nabc";
   auto r = parser.feed(first.data(), first.size());
   ASSERT_TRUE(r.request_ready);
   ParsedRequest one = parser.takeRequest();
   parser.recycle(std::move(one.request));
-  std::string second = "GET /two HTTP/1.1\r\n\r\n";
+  std::string second = "GET /two HTTP/1.1\r\nHost: h\r\n\r\n";
   r = parser.feed(second.data(), second.size());
   ASSERT_TRUE(r.request_ready);
   ParsedRequest two = parser.takeRequest();
   EXPECT_EQ(two.request.path, "/two");
   EXPECT_TRUE(two.request.body.empty());
-  EXPECT_TRUE(two.request.headers.empty());
+  ASSERT_EQ(two.request.headers.size(), 1u);
+  EXPECT_EQ(two.request.header("a"), "");
+}
+
+// Issue 11, hostile input: each framing problem is an error with its own status, code and
+// reason, whether the bytes come at once or one by one.
+TEST(RequestParser, HostileFramingIsRefusedWithItsOwnStatus) {
+  using namespace std::string_literals;
+  struct Case {
+    std::string input;
+    int status;
+    std::string_view code;
+    std::string message_part;
+  };
+  const std::string kHost = "Host: h\r\n";
+  std::string many = "GET / HTTP/1.1\r\n" + kHost;
+  for (int i = 0; i < 100; ++i) many += "X-" + std::to_string(i) + ": v\r\n";
+  const std::vector<Case> cases = {
+      {"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03", 400, kBadRequest, "HPE_INVALID_METHOD"},
+      {"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", 505, kHttpVersionNotSupported, "HTTP/2"},
+      {"POST / HTTP/1.1\r\n" + kHost + "Content-Length: 2\r\nTransfer-Encoding: chunked\r\n\r\n",
+       400, kBadRequest, "Content-Length can't be present with Transfer-Encoding"},
+      {"POST / HTTP/1.1\r\n" + kHost + "Content-Length: 2\r\nContent-Length: 2\r\n\r\n{}", 400,
+       kBadRequest, "Duplicate Content-Length"},
+      {"POST / HTTP/1.1\r\n" + kHost + "Content-Length: 2, 2\r\n\r\n{}", 400, kBadRequest,
+       "Content-Length"},
+      {"POST / HTTP/1.1\r\n" + kHost + "Content-Length: 99999999999999999999\r\n\r\n", 400,
+       kBadRequest, "Content-Length overflow"},
+      {"POST / HTTP/1.1\r\n" + kHost + "Transfer-Encoding: chunked\r\n\r\nzz\r\n", 400, kBadRequest,
+       "chunk size"},
+      {"POST / HTTP/1.1\r\n" + kHost + "Transfer-Encoding: chunked\r\n\r\nFFFFFFFFFFFFFFFFFF\r\n",
+       400, kBadRequest, "Chunk size overflow"},
+      {"POST / HTTP/1.1\r\n" + kHost + "Transfer-Encoding: chunked\r\n\r\n-1\r\n", 400, kBadRequest,
+       "chunk size"},
+      {"GET / HTTP/1.1\r\n" + kHost + "X-A: a\0b\r\n\r\n"s, 400, kBadRequest, "header value"},
+      {"GET / HTTP/1.1\r\n" + kHost + "X-A: a\rb\r\n\r\n", 400, kBadRequest, "LF"},
+      {"GET / HTTP/1.1\r\n" + kHost + "X-A: a\nb\r\n\r\n", 400, kBadRequest, "header value"},
+      {"GET / HTTP/1.1\r\n" + kHost + "X-\0A: a\r\n\r\n"s, 400, kBadRequest, "header"},
+      {"GET / HTTP/1.1\r\n" + kHost + "X-A : a\r\n\r\n", 400, kBadRequest, "colon"},
+      {"GET /" + std::string(9000, 'a') + " HTTP/1.1\r\n\r\n", 414, kUriTooLong, "8192"},
+      {many + "\r\n", 431, kHeadersTooLarge, "more than 100 header lines"},
+      {"GET / HTTP/1.1\r\n\r\n", 400, kBadRequest, "need a Host"},
+      {"GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", 400, kBadRequest, "more than one Host"},
+      {"POST / HTTP/1.1\r\n" + kHost +
+           "Content-Type: text/xml\r\nContent-Type: application/json\r\n\r\n",
+       400, kBadRequest, "more than one Content-Type"},
+      {"POST / HTTP/1.1\r\n" + kHost + "Transfer-Encoding: gzip, chunked\r\n\r\n", 501,
+       kNotImplemented, "\"gzip\""},
+      {"POST / HTTP/1.1\r\n" + kHost +
+           "Transfer-Encoding: gzip\r\nTransfer-Encoding: chunked\r\n\r\n",
+       501, kNotImplemented, "\"gzip\""},
+      {"POST / HTTP/1.1\r\n" + kHost + "Transfer-Encoding: gzip\r\n\r\n", 400, kBadRequest,
+       "end with chunked"},
+      {"POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n", 400, kBadRequest, "HTTP/1.0"},
+      {"GET /\r\n\r\n", 400, kBadRequest, "HTTP/0.9"},
+      {"GET /healthz\r\n", 400, kBadRequest, "HTTP/0.9"},
+      {"GET /healthz\n", 400, kBadRequest, "HTTP/0.9"},
+  };
+  for (const Case& tc : cases) {
+    for (size_t step : {size_t{0}, size_t{1}}) {
+      Collected c = parseAll(tc.input, step);
+      ASSERT_TRUE(c.error) << tc.input.substr(0, 80) << " step " << step;
+      EXPECT_TRUE(c.requests.empty()) << tc.input.substr(0, 80);
+      EXPECT_EQ(c.last_error.status, tc.status) << tc.input.substr(0, 80) << " step " << step;
+      EXPECT_EQ(c.last_error.code, tc.code) << tc.input.substr(0, 80);
+      EXPECT_NE(c.last_error.message.find(tc.message_part), std::string::npos)
+          << tc.input.substr(0, 80) << " -> " << c.last_error.message;
+    }
+  }
+}
+
+TEST(RequestParser, WhatStaysAcceptedAtTheEdges) {
+  // A chunk extension, exactly 100 headers, HTTP/1.0 without Host, a list Transfer-Encoding of
+  // just chunked, and obs-fold (which llhttp turns into spaces: no CR or LF reaches a value).
+  std::string hundred = "GET / HTTP/1.1\r\nHost: h\r\n";
+  for (int i = 1; i < 100; ++i) hundred += "X-" + std::to_string(i) + ": v\r\n";
+  for (const std::string& input : {
+           std::string("POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n"
+                       "2;name=value\r\n{}\r\n0\r\n\r\n"),
+           hundred + "\r\n",
+           std::string("GET / HTTP/1.0\r\n\r\n"),
+           std::string("GET /" + std::string(8000, 'a') + " HTTP/1.1\r\nHost: h\r\n\r\n"),
+           std::string("GET / HTTP/1.1\r\nHost: h\r\nX-A: a\r\n b\r\n\r\n"),
+       }) {
+    for (size_t step : {size_t{0}, size_t{1}}) {
+      Collected c = parseAll(input, step);
+      EXPECT_FALSE(c.error) << input.substr(0, 80) << " -> " << c.last_error.message;
+      ASSERT_EQ(c.requests.size(), 1u) << input.substr(0, 80);
+      for (const auto& [name, value] : c.requests[0].request.headers) {
+        EXPECT_EQ(value.find_first_of("\r\n"), std::string::npos) << name;
+      }
+      if (input.find("X-A:") != std::string::npos) {
+        EXPECT_EQ(c.requests[0].request.header("x-a"), "a b") << "obs-fold becomes a space";
+      }
+    }
+  }
 }
 
 TEST(ResponseWriter, FramesResponsesAndChunks) {

@@ -128,11 +128,25 @@ TEST_F(RouterTest, WrongMethodIs405WithAllowHeaderListingEachMethodOnce) {
 
   auto [res2, req2] = run("PUT", "/v1/locks/x");
   EXPECT_EQ(res2->status, 405);
-  EXPECT_EQ(res2->header("Allow"), "GET, DELETE");
+  EXPECT_EQ(res2->header("Allow"), "GET, HEAD, DELETE");
 
   auto [res3, req3] = run("POST", "/metrics");
   EXPECT_EQ(res3->status, 405);
-  EXPECT_EQ(res3->header("Allow"), "GET");
+  EXPECT_EQ(res3->header("Allow"), "GET, HEAD");
+  EXPECT_TRUE(called_.empty());
+}
+
+// Issue 11: HEAD works wherever GET does (it was 405), through the GET handler; POST-only
+// routes still refuse it.
+TEST_F(RouterTest, HeadIsServedByTheGetRoute) {
+  for (const char* path : {"/healthz", "/metrics", "/v1/locks/x", "/v1/locks"}) {
+    auto [res, req] = run("HEAD", path);
+    EXPECT_EQ(res->status, 200) << path;
+    EXPECT_EQ(called_, "GET " + std::string(req.route)) << path;
+  }
+  auto [res, req] = run("HEAD", "/v1/locks/x/acquire");
+  EXPECT_EQ(res->status, 405);
+  EXPECT_EQ(res->header("Allow"), "POST");
   EXPECT_TRUE(called_.empty());
 }
 

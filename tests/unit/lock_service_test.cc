@@ -552,20 +552,74 @@ TEST_F(LockServiceTest, QueueLimitsAnswerTooManyWaiters) {
   make();
   auto hx = acquireNow(opts("x", "h", 60'000));
   auto hy = acquireNow(opts("y", "h", 60'000));
+  auto hz = acquireNow(opts("z", "h", 60'000));
   auto a = start(opts("x", "a", 1000, 10'000));
   auto b = start(opts("x", "b", 1000, 10'000));
   auto c = acquireNow(opts("x", "c", 1000, 10'000));
-  EXPECT_EQ(c->status(), AcquireStatus::kTooManyWaiters);  // per lock
+  EXPECT_EQ(c->status(), AcquireStatus::kTooManyWaiters);
+  EXPECT_EQ(c->result->limit, WaiterLimit::kPerLock);
+  EXPECT_GT(c->result->retry_after_ms, 0);
   auto d = start(opts("y", "d", 1000, 10'000));
-  auto e = acquireNow(opts("z", "e", 1000, 10'000));
-  EXPECT_EQ(e->status(), AcquireStatus::kTooManyWaiters);  // global
-  auto f = acquireNow(opts("z", "f", 1000));               // single tries are not waiters
+  auto e = acquireNow(opts("z", "e", 1000, 10'000));  // held, and no room anywhere
+  EXPECT_EQ(e->status(), AcquireStatus::kTooManyWaiters);
+  EXPECT_EQ(e->result->limit, WaiterLimit::kSidecar);
+  EXPECT_GT(e->result->retry_after_ms, 0);
+  auto f = acquireNow(opts("free", "f", 1000));  // single tries are not waiters
   EXPECT_EQ(f->status(), AcquireStatus::kGranted);
   EXPECT_EQ(metrics.acquire_too_many_waiters.Value(), 2);
   EXPECT_EQ(waiters(), 3);
   EXPECT_FALSE(a->done());
   EXPECT_FALSE(b->done());
   EXPECT_FALSE(d->done());
+}
+
+// Finding 3 of issue 11: the sidecar's waiter budget is for callers that must wait; a free lock
+// is granted to a waiting acquire even when every waiter slot is taken elsewhere.
+TEST_F(LockServiceTest, FullWaiterBudgetStillGrantsAFreeLock) {
+  cfg.max_waiters_per_lock = 2;
+  cfg.max_waiters = 2;
+  make();
+  auto h = acquireNow(opts("x", "h", 60'000));
+  auto a = start(opts("x", "a", 1000, 10'000));
+  auto b = start(opts("x", "b", 1000, 10'000));
+  sched.runReady();
+  ASSERT_EQ(waiters(), 2);
+  auto free_lock = acquireNow(opts("free", "c", 1000, 10'000));
+  EXPECT_EQ(free_lock->status(), AcquireStatus::kGranted);
+  EXPECT_EQ(waiters(), 2);
+  EXPECT_EQ(metrics.acquire_too_many_waiters.Value(), 0);
+  // A per-lock limit of 0 (no waiting at all) also tries first.
+  cfg.max_waiters_per_lock = 0;
+  make();
+  auto g = acquireNow(opts("y", "g", 1000, 10'000));
+  EXPECT_EQ(g->status(), AcquireStatus::kGranted);
+  auto refused = acquireNow(opts("y", "r", 1000, 10'000));
+  EXPECT_EQ(refused->status(), AcquireStatus::kTooManyWaiters);
+  EXPECT_EQ(refused->result->limit, WaiterLimit::kPerLock);
+}
+
+// A try-first acquire that finds the lock busy queues if a slot came free meanwhile, with the
+// rest of its budget, and is granted on the holder's release like any waiter.
+TEST_F(LockServiceTest, TryFirstAcquireQueuesWhenRoomAppears) {
+  cfg.max_waiters_per_lock = 1;
+  cfg.max_waiters = 1;
+  make();
+  auto hx = acquireNow(opts("x", "h", 60'000));
+  auto hy = acquireNow(opts("y", "h", 60'000));
+  auto a = start(opts("x", "a", 1000, 10'000));
+  sched.runReady();
+  ASSERT_EQ(waiters(), 1);
+  auto b = start(opts("y", "b", 1000, 10'000));  // tries: the budget is full
+  a->ticket.cancel();                            // a slot frees while b's try is in flight
+  sched.runReady();
+  EXPECT_FALSE(b->done());
+  EXPECT_EQ(waiters(), 1);
+  ASSERT_TRUE(release("y", "h").isOk());
+  sched.runReady();
+  advance(10);
+  ASSERT_TRUE(b->done());
+  EXPECT_EQ(b->status(), AcquireStatus::kGranted);
+  EXPECT_EQ(waiters(), 0);
 }
 
 // --- renewal (watchdog) ----------------------------------------------------------------------

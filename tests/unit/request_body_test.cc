@@ -26,12 +26,16 @@ TEST(RequestBody, BlankBodyIsAnEmptyObject) {
 }
 
 TEST(RequestBody, RefusesWhatIsNotAJsonObject) {
-  EXPECT_EQ(parseError("{not json"), "request body is not valid JSON");
-  EXPECT_EQ(parseError("{\"owner\":\"a\"} x"), "request body is not valid JSON");
+  EXPECT_EQ(parseError("{not json"), "request body is not valid JSON at byte 3");
+  EXPECT_EQ(parseError("not json"), "request body is not valid JSON at byte 2");
+  EXPECT_EQ(parseError("{\"owner\":\"a\"} x"),
+            "request body is not valid JSON: trailing data after the object at byte 15");
+  EXPECT_EQ(parseError("{} {}"),
+            "request body is not valid JSON: trailing data after the object at byte 4");
   EXPECT_EQ(parseError("[1,2]"), "request body must be a JSON object");
   EXPECT_EQ(parseError("3"), "request body must be a JSON object");
   EXPECT_EQ(parseError("{}", "text/xml"),
-            "request body must be JSON (Content-Type: application/json)");
+            "request body must be JSON (Content-Type: application/json, charset UTF-8 if given)");
 }
 
 TEST(RequestBody, NamesTheSmallestUnknownTopLevelField) {
@@ -40,10 +44,9 @@ TEST(RequestBody, NamesTheSmallestUnknownTopLevelField) {
   EXPECT_EQ(parseError(R"({"owner":"x","ttl_ms":{"zz":1}})"), "");
 }
 
-TEST(RequestBody, ReadsTypedFieldsAndKeepsTheLastOfDuplicates) {
+TEST(RequestBody, ReadsTypedFields) {
   RequestBody body;
-  ASSERT_TRUE(
-      body.parse("", R"({"ttl_ms":5,"ttl_ms":7,"auto_renew":true,"owner":"o"})", kAcquireFields));
+  ASSERT_TRUE(body.parse("", R"({"ttl_ms":7,"auto_renew":true,"owner":"o"})", kAcquireFields));
   int64_t ttl = 0;
   bool renew = false;
   std::string_view owner;
@@ -55,6 +58,83 @@ TEST(RequestBody, ReadsTypedFieldsAndKeepsTheLastOfDuplicates) {
   EXPECT_EQ(owner, "o");
 }
 
+// Issue 11, hostile input: a body means one thing to every reader, or it is refused.
+TEST(RequestBody, RefusesDuplicateFields) {
+  EXPECT_EQ(parseError(R"({"ttl_ms":5,"ttl_ms":7})"), "field \"ttl_ms\" is given twice");
+  EXPECT_EQ(parseError(R"({"owner":"a","ttl_ms":5,"owner":"b"})"),
+            "field \"owner\" is given twice");
+  // Nested keys belong to a value no field accepts: that is the error, not the duplicate.
+  EXPECT_EQ(parseError(R"({"zz":{"a":1,"a":2}})"), "unknown field \"zz\"");
+}
+
+TEST(RequestBody, RefusesEverythingAfterANulByte) {
+  using namespace std::string_literals;
+  EXPECT_EQ(parseError("{\"ttl_ms\":1000}\0garbage"s),
+            "request body is not valid JSON: NUL byte at byte 16");
+  EXPECT_EQ(parseError("{\"ttl_ms\":1000}\0"s),
+            "request body is not valid JSON: NUL byte at byte 16");
+  EXPECT_EQ(parseError("{\"owner\":\"a\0b\"}"s),
+            "request body is not valid JSON: NUL byte at byte 12");
+}
+
+TEST(RequestBody, RefusesInvalidUtf8) {
+  EXPECT_EQ(parseError("{\"owner\":\"\xff\"}"),
+            "request body is not valid JSON: invalid UTF-8 at byte 11");
+  EXPECT_EQ(parseError("{\"owner\":\"\xc3\x28\"}"),  // a lead byte without its continuation
+            "request body is not valid JSON: invalid UTF-8 at byte 12");
+  EXPECT_EQ(parseError("{\"\xed\xa0\x80\":1}"),  // a UTF-16 surrogate, encoded
+            "request body is not valid JSON: invalid UTF-8 at byte 4");
+  // nlohmann skips a leading UTF-8 byte-order mark (RFC 8259 lets parsers ignore it).
+  EXPECT_EQ(parseError("\xef\xbb\xbf{}"), "");
+}
+
+TEST(RequestBody, RefusesDeepNesting) {
+  const std::string deep = std::string(1000, '[') + std::string(1000, ']');
+  EXPECT_EQ(parseError(deep), "request body nests deeper than 16 levels");
+  EXPECT_EQ(parseError(R"({"ttl_ms":)" + deep + "}"), "request body nests deeper than 16 levels");
+  const std::string ok = std::string(15, '[') + std::string(15, ']');
+  EXPECT_EQ(parseError(R"({"zz":)" + ok + "}"), "unknown field \"zz\"");
+}
+
+// An integer beyond 64 bits is out of range for its field, not "not an integer" (see
+// IntegerChecks); a float beyond a double's range stops the parse but still names its field.
+TEST(RequestBody, HugeNumbersAreOutOfRangeForTheirField) {
+  EXPECT_EQ(parseError(R"({"wait_ms":1e400})"), "wait_ms is out of range (number too large)");
+  EXPECT_EQ(parseError(R"({"zz":-1e400})"),
+            "request body is not valid JSON: number too large at byte 12");
+}
+
+TEST(RequestBody, ContentTypeIsAMediaTypeNotAPrefix) {
+  for (const char* type :
+       {"", "application/json", "Application/JSON; charset=UTF-8", "application/json;charset=utf-8",
+        "APPLICATION/JSON ; Charset=\"utf-8\"", "text/plain;charset=UTF-8",
+        "application/x-www-form-urlencoded", "application/json; foo=bar", "application/json;"}) {
+    EXPECT_TRUE(RequestBody::acceptsContentType(type)) << type;
+    EXPECT_EQ(parseError("{}", type), "") << type;
+  }
+  for (const char* type : {"application/jsonx", "application/json-patch+json", "text/plainx",
+                           "application/json; charset=latin1", "application/json charset=utf-8",
+                           "application/json; charset", "application", "/json", "application/",
+                           "application/json, text/plain", "application/json; a=\"unterminated",
+                           "text/xml", "multipart/form-data"}) {
+    EXPECT_FALSE(RequestBody::acceptsContentType(type)) << type;
+    RequestBody body;
+    EXPECT_FALSE(body.parse(type, "{}", kAcquireFields)) << type;
+    EXPECT_EQ(body.errorCode(), "unsupported_media_type") << type;
+  }
+  // A blank body has no media type to check.
+  EXPECT_EQ(parseError("", "application/jsonx"), "");
+}
+
+TEST(RequestBody, ParsesMediaTypeParameters) {
+  MediaType m = parseMediaType(" Text/Plain ; format=flowed; CHARSET=\"UTF-8\" ");
+  EXPECT_TRUE(m.valid);
+  EXPECT_EQ(m.type, "text/plain");
+  EXPECT_EQ(m.charset, "UTF-8");
+  EXPECT_FALSE(parseMediaType("text/plain; =x").valid);
+  EXPECT_FALSE(parseMediaType("te xt/plain").valid);
+}
+
 TEST(RequestBody, IntegerChecks) {
   for (const char* text :
        {R"({"ttl_ms":"10"})", R"({"ttl_ms":1.5})", R"({"ttl_ms":null})", R"({"ttl_ms":[1]})"}) {
@@ -64,8 +144,10 @@ TEST(RequestBody, IntegerChecks) {
     EXPECT_FALSE(body.readInt(BodyField::kTtlMs, 1, 10, ttl)) << text;
     EXPECT_EQ(body.error(), "ttl_ms must be an integer") << text;
   }
-  for (const char* text : {R"({"ttl_ms":0})", R"({"ttl_ms":-1})", R"({"ttl_ms":11})",
-                           R"({"ttl_ms":9223372036854775808})"}) {
+  for (const char* text :
+       {R"({"ttl_ms":0})", R"({"ttl_ms":-1})", R"({"ttl_ms":11})",
+        R"({"ttl_ms":9223372036854775808})", R"({"ttl_ms":18446744073709551616})",
+        R"({"ttl_ms":99999999999999999999999})", R"({"ttl_ms":-99999999999999999999999})"}) {
     RequestBody body;
     ASSERT_TRUE(body.parse("", text, kAcquireFields)) << text;
     int64_t ttl = 0;
