@@ -16,8 +16,13 @@ namespace {
 constexpr int64_t kLingerMs = 2000;
 // Responses buffered for a client beyond this stop the reading of its further requests until it
 // reads some: every request answered at once never fills the pipeline, so without this a client
-// that pipelines and never reads would grow our output without bound.
-constexpr size_t kMaxOutputBacklog = 256 * 1024;
+// that pipelines and never reads would grow our output without bound. Small, because loopback
+// socket buffers absorb megabytes: this also bounds the bytes one connection produces per turn.
+constexpr size_t kMaxOutputBacklog = 64 * 1024;
+// Requests one connection may have parsed and dispatched per loop turn. A client pipelining
+// thousands of requests would otherwise be served to the end of its input before the loop polls
+// again, and renewals, probes and every other client would wait (issue 11, finding 1).
+constexpr int kRequestsPerTurn = 8;
 
 ParserLimits parserLimits(const config::ListenConfig& limits) {
   ParserLimits p;
@@ -145,7 +150,13 @@ void HttpServer::Connection::onRead(ssize_t nread) {
   // After the last request (Connection: close, an error, draining) input is read only to notice
   // the client leaving, and discarded.
   if (lingering_ || input_done_) return;
-  parseInput(server_->read_buffer_.data(), static_cast<size_t>(nread));
+  const char* data = server_->read_buffer_.data();
+  const size_t len = static_cast<size_t>(nread);
+  const size_t used = parseInput(data, len);
+  if (used < len) {
+    pending_input_.assign(data + used, len - used);
+    pending_offset_ = 0;
+  }
 }
 
 void HttpServer::Connection::onPeerClosed(ssize_t nread) {
@@ -168,29 +179,40 @@ bool HttpServer::Connection::pipelineFull() const {
   return queue_.size() >= max_pipelined || outputBacklog() >= kMaxOutputBacklog;
 }
 
-void HttpServer::Connection::parseInput(const char* data, size_t len) {
+bool HttpServer::Connection::turnBudgetSpent() {
+  if (budget_turn_ != server_->turn_) {
+    budget_turn_ = server_->turn_;
+    requests_this_turn_ = 0;
+  }
+  return requests_this_turn_ >= kRequestsPerTurn;
+}
+
+size_t HttpServer::Connection::parseInput(const char* data, size_t len) {
   parsing_active_ = true;
-  while (len > 0 && !closed_ && !input_done_) {
-    if (pipelineFull()) {
-      // Back-pressure: keep the rest unparsed and stop reading until responses go out.
-      pending_input_.append(data, len);
+  size_t used = 0;
+  while (used < len && !closed_ && !input_done_) {
+    if (pipelineFull() || turnBudgetSpent()) {
+      // Back-pressure: the caller keeps the rest unparsed, and reading stops until responses go
+      // out (a full pipeline) or the next loop turn (this turn's budget is spent; see
+      // scheduleResume()).
       readStop();
-      break;
+      parsing_active_ = false;
+      return used;
     }
-    RequestParser::FeedResult r = parser_.feed(data, len);
+    RequestParser::FeedResult r = parser_.feed(data + used, len - used);
     if (r.error) {
       header_deadline_us_ = 0;
       const ParseError& e = parser_.error();
       queueError(e.status, e.code, e.message);
       break;
     }
-    data += r.consumed;
-    len -= r.consumed;
+    used += r.consumed;
     if (r.upgrade) input_done_ = true;
     if (r.request_ready) dispatch(parser_.takeRequest());
     if (!r.request_ready && !r.upgrade) break;  // all of the input is inside a request
   }
   parsing_active_ = false;
+  return len;  // parsed, or dropped with the connection's input
 }
 
 void HttpServer::Connection::dispatch(ParsedRequest parsed) {
@@ -204,6 +226,7 @@ void HttpServer::Connection::dispatch(ParsedRequest parsed) {
   if (!ex->keep_alive_ || server_->draining_) input_done_ = true;
   queue_.push_back(ex);
   ex->in_flight_ = true;
+  ++requests_this_turn_;
   server_->addInFlight(1);
   server_->handler_(ex->request, ex);
 }
@@ -221,10 +244,15 @@ void HttpServer::Connection::maybeResumeReading() {
   if (closed_ || input_done_ || parsing_active_ || peer_eof_ || lingering_) return;
   if (pipelineFull()) return;
   if (!pending_input_.empty()) {
-    std::string data;
-    data.swap(pending_input_);
-    parseInput(data.data(), data.size());
-    if (closed_ || input_done_ || !pending_input_.empty()) return;
+    // Parsed in place: a pipelined backlog is consumed a budget at a time, so copying the rest
+    // on every turn would cost its size squared.
+    pending_offset_ += parseInput(pending_input_.data() + pending_offset_,
+                                  pending_input_.size() - pending_offset_);
+    if (closed_) return;
+    if (pending_offset_ < pending_input_.size() && !input_done_) return;
+    pending_input_.clear();
+    pending_offset_ = 0;
+    if (input_done_) return;
   }
   readStart();
 }
@@ -445,6 +473,7 @@ void HttpServer::Connection::closeNow() {
   queue_.clear();
   answered_.reset();
   pending_input_.clear();
+  pending_offset_ = 0;
   parser_.abandonMessage();
 }
 

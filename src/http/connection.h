@@ -83,11 +83,16 @@ class HttpServer::Connection final : public ParserListener {
   void readStop();
   void onRead(ssize_t nread);
   void onPeerClosed(ssize_t nread);
-  void parseInput(const char* data, size_t len);
+  /// Parses and dispatches requests from `data`; returns the bytes used. Less than `len` when
+  /// back-pressure or the turn's budget stopped it (reading is then stopped; the caller keeps
+  /// the rest for maybeResumeReading()).
+  size_t parseInput(const char* data, size_t len);
   void dispatch(ParsedRequest parsed);
   void queueError(int status, std::string_view code, std::string message);
   void maybeResumeReading();
   bool pipelineFull() const;
+  /// True once this connection has used its share of the current loop turn.
+  bool turnBudgetSpent();
   void scheduleResume();
 
   // ParserListener.
@@ -125,6 +130,7 @@ class HttpServer::Connection final : public ParserListener {
   bool counted_ = false;
 
   std::string pending_input_;  // unparsed bytes held while the pipeline is full
+  size_t pending_offset_ = 0;  // how much of pending_input_ is parsed
 
   // Dispatched, in request order. A vector, not a deque: libstdc++'s deque allocates ~600 bytes
   // up front, and most connections (a waiter's, say) never have more than one request here.
@@ -141,6 +147,8 @@ class HttpServer::Connection final : public ParserListener {
   bool closed_ = false;
   int depth_ = 0;
   event::ScopedTimer resume_timer_;  // deferred maybeResumeReading()
+  uint64_t budget_turn_ = 0;         // the HttpServer::turn_ requests_this_turn_ counts in
+  int requests_this_turn_ = 0;
 
   std::string out_;
   WriteReq* write_ = nullptr;

@@ -29,6 +29,12 @@ HttpServer::HttpServer(uv_loop_t* loop, event::Scheduler& scheduler,
       read_buffer_(kReadBufferSize) {
   // Only fails on a bad loop pointer.
   if (uv_prepare_init(loop_, flush_prepare_.allocate(this)) != 0) abort();
+  if (uv_check_init(loop_, turn_check_.allocate(this)) != 0) abort();
+  uv_check_start(turn_check_.get(), [](uv_check_t* h) {
+    if (h->data != nullptr) ++static_cast<HttpServer*>(h->data)->turn_;
+  });
+  // Counting turns must not keep the loop alive.
+  uv_unref(reinterpret_cast<uv_handle_t*>(turn_check_.get()));
 }
 
 HttpServer::HttpServer(uv_loop_t* loop, event::Scheduler& scheduler,
@@ -170,6 +176,7 @@ void HttpServer::close(std::function<void()> done) {
     c->closeNow();
   }
   flush_prepare_.close();
+  turn_check_.close();
   if (done) scheduler_.post(std::move(done));
 }
 

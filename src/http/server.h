@@ -116,6 +116,10 @@ class HttpServer {
   // completes in one turn leave in one write.
   event::UvHandle<uv_prepare_t> flush_prepare_;
   std::vector<Connection*> flush_queue_;
+  // Counts loop turns (a check handle, after each poll), so each connection's work budget is
+  // per turn however many reads and resumes it gets within one.
+  event::UvHandle<uv_check_t> turn_check_;
+  uint64_t turn_ = 1;
   size_t in_flight_ = 0;
   bool draining_ = false;
   bool closed_ = false;

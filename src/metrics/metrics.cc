@@ -180,9 +180,23 @@ Metrics::Metrics(std::string version)
                            .Add({})),
       http_connections_rejected(BuildCounter()
                                     .Name("sidelock_http_connections_rejected_total")
-                                    .Help("Connections closed at accept because of max_connections.")
+                                    .Help("Connections answered 503 (or closed) at accept "
+                                          "because of max_connections or "
+                                          "max_connections_per_peer.")
                                     .Register(*registry_)
-                                    .Add({})) {
+                                    .Add({})),
+      http_connections_evicted(BuildCounter()
+                                   .Name("sidelock_http_connections_evicted_total")
+                                   .Help("Idle keep-alive connections closed to admit a new "
+                                         "client at max_connections.")
+                                   .Register(*registry_)
+                                   .Add({})),
+      http_stream_holds(BuildGauge()
+                            .Name("sidelock_http_stream_holds")
+                            .Help("Connections holding a streamed response (counted against "
+                                  "listen.max_stream_holds, not max_connections).")
+                            .Register(*registry_)
+                            .Add({})) {
   BuildGauge()
       .Name("sidelock_build_info")
       .Help("Build information; always 1.")
@@ -292,6 +306,17 @@ void Metrics::updateProcessMetrics() {
   }
   rlimit lim{};
   if (getrlimit(RLIMIT_NOFILE, &lim) == 0) process_max_fds_->Set(static_cast<double>(lim.rlim_cur));
+}
+
+const std::string& Metrics::renderCached(int64_t now_us, int64_t max_age_us) {
+  // now_us 0 is "time unknown" (a request not stamped by the server): render afresh.
+  if (!cache_valid_ || now_us <= 0 || now_us - cached_at_us_ >= max_age_us ||
+      now_us < cached_at_us_) {
+    cached_render_ = render();
+    cached_at_us_ = now_us;
+    cache_valid_ = true;
+  }
+  return cached_render_;
 }
 
 std::string Metrics::render() {

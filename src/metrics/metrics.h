@@ -12,6 +12,7 @@
 #include <prometheus/histogram.h>
 #include <prometheus/registry.h>
 
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -56,6 +57,9 @@ class Metrics {
 
   /// Prometheus text exposition format 0.0.4 of everything registered.
   std::string render();
+  /// render(), reused while it is younger than `max_age_us` (`now_us` on any monotonic clock):
+  /// a flood of scrapes then costs one render per period, not one per request.
+  const std::string& renderCached(int64_t now_us, int64_t max_age_us);
 
   // --- acquire ---
   prometheus::Family<prometheus::Counter>& acquire_total;  // {result}
@@ -111,12 +115,17 @@ class Metrics {
   prometheus::Gauge& http_in_flight;
   prometheus::Gauge& http_connections;
   prometheus::Counter& http_connections_rejected;  // over max_connections
+  prometheus::Counter& http_connections_evicted;   // idle ones closed to admit a new client
+  prometheus::Gauge& http_stream_holds;            // connections counted as stream holds
 
   prometheus::Counter& httpRequests(std::string_view route, int code);
   prometheus::Histogram& httpLatency(std::string_view route);
 
  private:
   std::vector<std::function<void()>> scrape_hooks_;
+  std::string cached_render_;
+  int64_t cached_at_us_ = 0;
+  bool cache_valid_ = false;
   std::vector<std::pair<std::string, std::unique_ptr<NodeMetrics>>> nodes_;
   // process_* and build info (updated at scrape time)
   prometheus::Gauge* process_rss_ = nullptr;

@@ -26,5 +26,19 @@ TEST(MetricsTest, NodeSeriesAreResolvedOnce) {
   EXPECT_NE(&m.node("a:1"), &m.node("b:2"));
 }
 
+TEST(MetricsTest, CachedRenderIsReusedUntilItIsOlderThanTheMaxAge) {
+  Metrics m;
+  m.wakeups.Increment();
+  const std::string first = m.renderCached(1'000'000, 1'000'000);
+  EXPECT_NE(first.find("sidelock_wakeups_total 1"), std::string::npos);
+  m.wakeups.Increment();
+  EXPECT_EQ(m.renderCached(1'999'999, 1'000'000), first) << "younger than the max age";
+  EXPECT_NE(m.renderCached(2'000'000, 1'000'000).find("sidelock_wakeups_total 2"),
+            std::string::npos);
+  m.wakeups.Increment();
+  EXPECT_NE(m.renderCached(0, 1'000'000).find("sidelock_wakeups_total 3"), std::string::npos)
+      << "an unknown time always renders";
+}
+
 }  // namespace
 }  // namespace sidelock::metrics

@@ -1,0 +1,194 @@
+// Issue 11, hostile and careless clients against the real binary and a real redis-server: a flood
+// of pipelined requests that are never read, idle connections filling the budget, slow clients.
+// Each attack runs while an honest client probes /healthz and holds leases; every bound is
+// relative to the configured timings, never an absolute wall-clock figure.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "support/http_client.h"
+#include "support/redis_server.h"
+#include "support/sidecar_polling.h"
+#include "support/sidecar_process.h"
+
+namespace sidelock::testing {
+namespace {
+
+using nlohmann::json;
+using std::chrono::milliseconds;
+using std::chrono::steady_clock;
+
+constexpr int64_t kLeaseTtlMs = 1000;
+
+std::string yamlFor(const RedisServer& redis) {
+  return "backend:\n  type: redis\n  nodes: [\"" + redis.address() +
+         "\"]\n  command_timeout_ms: 300\n  reconnect_min_ms: 20\n  reconnect_max_ms: 200\n";
+}
+
+/// Raises this process's open-file limit to the hard limit (the attacks open > 1,024 sockets).
+void raiseFileLimit() {
+  rlimit lim{};
+  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &lim), 0);
+  lim.rlim_cur = lim.rlim_max;
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &lim), 0);
+}
+
+/// A raw client socket the attacker never reads from; closed on destruction.
+class RawSocket {
+ public:
+  static RawSocket tcp(int port) {
+    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(port));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (fd >= 0 && ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+      ::close(fd);
+      fd = -1;
+    }
+    return RawSocket(fd);
+  }
+  static RawSocket unix(const std::string& path) {
+    int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
+    if (fd >= 0 && ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+      ::close(fd);
+      fd = -1;
+    }
+    return RawSocket(fd);
+  }
+  explicit RawSocket(int fd) : fd_(fd) {}
+  RawSocket(RawSocket&& o) noexcept : fd_(o.fd_) { o.fd_ = -1; }
+  RawSocket& operator=(RawSocket&& o) noexcept {
+    std::swap(fd_, o.fd_);
+    return *this;
+  }
+  ~RawSocket() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  bool ok() const { return fd_ >= 0; }
+  int fd() const { return fd_; }
+  void setNonBlocking() { ::fcntl(fd_, F_SETFL, ::fcntl(fd_, F_GETFL) | O_NONBLOCK); }
+  /// Writes as much of `data` from `offset` as the socket takes now; returns the new offset.
+  size_t writeSome(const std::string& data, size_t offset) {
+    while (offset < data.size()) {
+      ssize_t n = ::send(fd_, data.data() + offset, data.size() - offset, MSG_NOSIGNAL);
+      if (n <= 0) break;
+      offset += static_cast<size_t>(n);
+    }
+    return offset;
+  }
+  bool writeAll(const std::string& data) { return writeSome(data, 0) == data.size(); }
+
+ private:
+  int fd_;
+};
+
+/// The honest client's view while an attack runs: /healthz over fresh connections, timed.
+struct ProbeLog {
+  int probes = 0;
+  int failures = 0;
+  int64_t slowest_ms = 0;
+};
+
+ProbeLog probeHealthz(int port, int64_t for_ms, int64_t timeout_ms) {
+  ProbeLog log;
+  auto end = steady_clock::now() + milliseconds(for_ms);
+  while (steady_clock::now() < end) {
+    auto t0 = steady_clock::now();
+    HttpClient c = HttpClient::tcp(port);
+    c.sendRequest("GET", "/healthz");
+    auto r = c.readResponse(static_cast<int>(timeout_ms));
+    const int64_t took = std::chrono::duration_cast<milliseconds>(steady_clock::now() - t0).count();
+    ++log.probes;
+    if (!r || r->status != 200) ++log.failures;
+    log.slowest_ms = std::max(log.slowest_ms, took);
+    std::this_thread::sleep_for(milliseconds(50));
+  }
+  return log;
+}
+
+TEST(HttpAbuseTest, PipelinedMetricsFloodDoesNotFreezeTheLoop) {
+  raiseFileLimit();
+  RedisServer redis;
+  SidecarProcess sidecar({yamlFor(redis), {}, true});
+  HttpClient c = HttpClient::tcp(sidecar.port());
+  // An honest client's auto-renewed lease and stream hold, both with a short TTL.
+  auto r = c.post("/v1/locks/flood-lease/acquire",
+                  json{{"ttl_ms", kLeaseTtlMs}, {"auto_renew", true}}.dump());
+  ASSERT_EQ(r.status, 200) << r.body;
+  const std::string lease_owner = json::parse(r.body)["owner"];
+  HttpClient stream = HttpClient::tcp(sidecar.port());
+  stream.sendRequest("POST", "/v1/locks/flood-stream/acquire",
+                     json{{"ttl_ms", kLeaseTtlMs}, {"hold", "stream"}}.dump());
+  ASSERT_TRUE(stream.readStreamHead().has_value());
+  auto first = stream.readStreamLine();
+  ASSERT_TRUE(first.has_value());
+  const std::string stream_owner = json::parse(*first)["owner"];
+
+  // 200 connections, each writing ~68 KB of pipelined GET /metrics and never reading.
+  std::string pipeline;
+  while (pipeline.size() < 68 * 1024) pipeline += "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n";
+  std::vector<RawSocket> attackers;
+  for (int i = 0; i < 200; ++i) {
+    attackers.push_back(RawSocket::tcp(sidecar.port()));
+    ASSERT_TRUE(attackers.back().ok());
+    attackers.back().setNonBlocking();
+  }
+  std::atomic<bool> stop{false};
+  std::thread writer([&] {
+    std::vector<size_t> sent(attackers.size(), 0);
+    while (!stop) {
+      bool all_sent = true;
+      for (size_t i = 0; i < attackers.size(); ++i) {
+        sent[i] = attackers[i].writeSome(pipeline, sent[i]);
+        all_sent = all_sent && sent[i] == pipeline.size();
+      }
+      if (all_sent) break;
+      std::this_thread::sleep_for(milliseconds(5));
+    }
+  });
+
+  // Three TTLs of probing while the flood is served.
+  ProbeLog log = probeHealthz(sidecar.port(), 3 * kLeaseTtlMs, 5 * kLeaseTtlMs);
+  stop = true;
+  writer.join();
+  EXPECT_EQ(log.failures, 0);
+  EXPECT_GE(log.probes, 3);
+  std::cerr << "probes: " << log.probes << ", slowest " << log.slowest_ms << " ms\n";
+  EXPECT_LT(log.slowest_ms, kLeaseTtlMs / 2) << "a /healthz took half a lease TTL or more";
+  // Neither hold was lost: Redis still has both owners, and the renewals never failed.
+  EXPECT_EQ(redis.cli({"GET", "sidelock:{flood-lease}"}), lease_owner);
+  EXPECT_EQ(redis.cli({"GET", "sidelock:{flood-stream}"}), stream_owner);
+  attackers.clear();
+  auto metrics = c.get("/metrics").body;
+  EXPECT_LE(metricValue(metrics, "sidelock_renew_total{result=\"lost\"}"), 0) << metrics;
+  EXPECT_EQ(metricValue(metrics, "sidelock_lease_lost_total"), 0);
+  // The stream reports each renewal; nothing else (a "lost" event) may have come.
+  int renewals = 0;
+  while (auto line = stream.readStreamLine(200)) {
+    auto event = json::parse(*line)["event"];
+    EXPECT_EQ(event, "renewed") << *line;
+    renewals += event == "renewed";
+  }
+  EXPECT_GE(renewals, 1);
+  EXPECT_EQ(sidecar.stop(), 0) << sidecar.logs();
+}
+
+}  // namespace
+}  // namespace sidelock::testing
