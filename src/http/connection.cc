@@ -108,6 +108,13 @@ void HttpServer::Connection::start(std::shared_ptr<const PeerIdentity> peer) {
   readStart();
 }
 
+void HttpServer::Connection::refuse() {
+  // Answered before its request is read: a reset would look like a crash to the client, a 503
+  // says "busy, come back". The request, if any, is read and discarded while lingering.
+  queueError(503, kTooManyConnections, "too many connections; try again later",
+             {{"Retry-After", "1"}});
+}
+
 // --- input -------------------------------------------------------------------------------------
 
 void HttpServer::Connection::readStart() {
@@ -230,14 +237,15 @@ void HttpServer::Connection::dispatch(ParsedRequest parsed) {
   server_->addInFlight(1);
   server_->handler_(ex->request, ex);
 }
-void HttpServer::Connection::queueError(int status, std::string_view code, std::string message) {
+void HttpServer::Connection::queueError(int status, std::string_view code, std::string message,
+                                        HeaderList extra_headers) {
   input_done_ = true;
   auto ex = std::make_shared<Exchange>(this);
   ex->keep_alive_ = false;
   ex->request.route = kUnmatchedRoute;
   ex->request.received_us = server_->scheduler_.nowUs();
   queue_.push_back(ex);
-  sendError(*ex, status, code, message);
+  sendError(*ex, status, code, message, std::move(extra_headers));
 }
 
 void HttpServer::Connection::maybeResumeReading() {
@@ -260,6 +268,7 @@ void HttpServer::Connection::maybeResumeReading() {
 // --- parser events -------------------------------------------------------------------------------
 
 void HttpServer::Connection::onRequestBegin() {
+  idle_since_us_ = 0;
   if (answered_ != nullptr && answered_.use_count() == 1) {
     // Nobody holds the last answered exchange any more: its request's storage serves this one.
     parser_.recycle(std::move(answered_->request));
@@ -309,6 +318,7 @@ void HttpServer::Connection::respond(Exchange* ex, int status, std::string_view 
 
 void HttpServer::Connection::startStream(Exchange* ex, int status, std::string_view content_type) {
   // HTTP/1.0 has no chunked encoding: the stream ends when the connection does.
+  server_->enterStreamHold(this);
   ex->framing_.close = decideClose(ex) || ex->framing_.http10;
   appendStreamHead(outputFor(ex), ex->framing_, status, content_type);
   server_->recordResponse(ex->request.route, status, ex->request.received_us);
@@ -323,6 +333,7 @@ void HttpServer::Connection::writeChunk(Exchange* ex, std::string_view data) {
 }
 
 void HttpServer::Connection::endStream(Exchange* ex) {
+  server_->leaveStreamHold(this);
   appendStreamEnd(outputFor(ex), ex->framing_);
   finish(ex);
 }
@@ -459,6 +470,7 @@ void HttpServer::Connection::startShutdown() {
 void HttpServer::Connection::closeNow() {
   if (closed_) return;
   closed_ = true;
+  server_->countOut(this);
   if (writing_) {
     write_->orphaned = true;  // the pending write's callback frees it
     write_ = nullptr;
@@ -491,8 +503,10 @@ void HttpServer::Connection::settle() {
         if (idle_deadline_us_ == 0) {
           idle_deadline_us_ = server_->scheduler_.nowUs() + server_->limits_.idle_timeout_ms * 1000;
         }
+        if (idle_since_us_ == 0) idle_since_us_ = server_->scheduler_.nowUs();
       } else {
         idle_deadline_us_ = 0;
+        idle_since_us_ = 0;
       }
     }
   }

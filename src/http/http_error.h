@@ -18,6 +18,7 @@ inline constexpr std::string_view kMethodNotAllowed = "method_not_allowed";
 inline constexpr std::string_view kPayloadTooLarge = "payload_too_large";
 inline constexpr std::string_view kHeadersTooLarge = "headers_too_large";
 inline constexpr std::string_view kRequestTimeout = "request_timeout";
+inline constexpr std::string_view kTooManyConnections = "too_many_connections";
 
 /// `{"error":code,"message":message}` (nlohmann::json; invalid UTF-8 is replaced, never thrown).
 std::string errorBody(std::string_view code, std::string_view message);

@@ -190,5 +190,70 @@ TEST(HttpAbuseTest, PipelinedMetricsFloodDoesNotFreezeTheLoop) {
   EXPECT_EQ(sidecar.stop(), 0) << sidecar.logs();
 }
 
+TEST(HttpAbuseTest, IdleKeepAliveConnectionsAtTheCapDoNotLockOutNewClients) {
+  raiseFileLimit();
+  RedisServer redis;
+  SidecarProcess sidecar({yamlFor(redis), {}, true});
+  EXPECT_NE(sidecar.logs().find("open_files_limit"), std::string::npos) << sidecar.logs();
+  // The default listen.max_connections (1,024) keep-alive connections, each after one request,
+  // on both the TCP listener and the Unix socket.
+  std::vector<RawSocket> idle;
+  const std::string request = "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n";
+  for (int i = 0; i < 1024; ++i) {
+    idle.push_back(RawSocket::tcp(sidecar.port()));
+    ASSERT_TRUE(idle.back().ok()) << i;
+    ASSERT_TRUE(idle.back().writeAll(request));
+    idle.push_back(RawSocket::unix(sidecar.socketPath()));
+    ASSERT_TRUE(idle.back().ok()) << i;
+    ASSERT_TRUE(idle.back().writeAll(request));
+  }
+  ASSERT_TRUE(pollUntil([&] {
+    HttpClient probe = HttpClient::unix(sidecar.socketPath());
+    return metricValue(probe.get("/metrics").body, "sidelock_http_connections") >= 2048;
+  })) << "every idle connection was admitted";
+  // New clients on either listener are served at once: the longest-idle connections make room.
+  HttpClient tcp = HttpClient::tcp(sidecar.port());
+  EXPECT_EQ(tcp.get("/healthz").status, 200);
+  HttpClient unix_client = HttpClient::unix(sidecar.socketPath());
+  EXPECT_EQ(unix_client.get("/healthz").status, 200);
+  auto r = tcp.post("/v1/locks/after-idle/acquire", "{}");
+  EXPECT_EQ(r.status, 200) << r.body;
+  // (/metrics may serve a render up to a second old.)
+  EXPECT_TRUE(pollUntil([&] {
+    return metricValue(tcp.get("/metrics").body, "sidelock_http_connections_evicted_total") >= 2;
+  }));
+  idle.clear();
+  EXPECT_EQ(sidecar.stop(), 0) << sidecar.logs();
+}
+
+TEST(HttpAbuseTest, BusyConnectionsBeyondTheCapGetA503NotAReset) {
+  RedisServer redis;
+  SidecarProcess sidecar({yamlFor(redis), {}, true, "  max_connections: 8\n"});
+  HttpClient holder = HttpClient::tcp(sidecar.port());
+  auto held = holder.post("/v1/locks/busy/acquire", R"({"ttl_ms":30000})");
+  ASSERT_EQ(held.status, 200) << held.body;
+  holder.close();
+  // Eight waiters fill the TCP listener's budget; none may be evicted.
+  std::vector<HttpClient> waiters;
+  for (int i = 0; i < 8; ++i) {
+    waiters.push_back(HttpClient::tcp(sidecar.port()));
+    waiters.back().sendRequest("POST", "/v1/locks/busy/acquire", R"({"wait_ms":30000})");
+  }
+  HttpClient observer = HttpClient::unix(sidecar.socketPath());
+  ASSERT_TRUE(waitForWaiters(observer, "busy", 8));
+  HttpClient late = HttpClient::tcp(sidecar.port());
+  late.sendRequest("GET", "/healthz");
+  auto refused = late.readResponse(5000);
+  ASSERT_TRUE(refused.has_value()) << "an answer, not a reset";
+  EXPECT_EQ(refused->status, 503);
+  EXPECT_EQ(json::parse(refused->body)["error"], "too_many_connections");
+  EXPECT_EQ(queuedWaiters(observer, "busy"), 8) << "no waiter was dropped";
+  auto metrics = observer.get("/metrics").body;
+  EXPECT_EQ(metricValue(metrics, "sidelock_http_connections_rejected_total"), 1);
+  EXPECT_EQ(metricValue(metrics, "sidelock_http_connections_evicted_total"), 0);
+  waiters.clear();
+  EXPECT_EQ(sidecar.stop(), 0) << sidecar.logs();
+}
+
 }  // namespace
 }  // namespace sidelock::testing
