@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -13,7 +14,9 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <functional>
 #include <iostream>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
@@ -94,6 +97,20 @@ class RawSocket {
     return offset;
   }
   bool writeAll(const std::string& data) { return writeSome(data, 0) == data.size(); }
+  /// Reads (and keeps) what the server sends until it closes the connection or `timeout_ms`
+  /// passes; true if it closed.
+  bool readUntilClosed(int timeout_ms, std::string* received = nullptr) {
+    auto end = steady_clock::now() + milliseconds(timeout_ms);
+    char buf[16 * 1024];
+    while (steady_clock::now() < end) {
+      pollfd p{fd_, POLLIN, 0};
+      if (::poll(&p, 1, 50) <= 0) continue;
+      ssize_t n = ::recv(fd_, buf, sizeof(buf), 0);
+      if (n <= 0) return true;
+      if (received != nullptr) received->append(buf, static_cast<size_t>(n));
+    }
+    return false;
+  }
 
  private:
   int fd_;
@@ -253,6 +270,120 @@ TEST(HttpAbuseTest, BusyConnectionsBeyondTheCapGetA503NotAReset) {
   EXPECT_EQ(metricValue(metrics, "sidelock_http_connections_evicted_total"), 0);
   waiters.clear();
   EXPECT_EQ(sidecar.stop(), 0) << sidecar.logs();
+}
+
+// Short timeouts, so each slow attack is cut off within the test; the probes must meanwhile be
+// answered within a fraction of them.
+constexpr int64_t kHeaderTimeoutMs = 600;
+constexpr int64_t kIdleTimeoutMs = 800;
+constexpr int64_t kWriteTimeoutMs = 800;
+const std::string kSlowListen = "  header_timeout_ms: " + std::to_string(kHeaderTimeoutMs) +
+                                "\n  idle_timeout_ms: " + std::to_string(kIdleTimeoutMs) +
+                                "\n  write_timeout_ms: " + std::to_string(kWriteTimeoutMs) + "\n";
+
+/// Runs `attack_step` on every attacker every 50 ms while /healthz is probed for `for_ms`.
+ProbeLog probeWhile(int port, int64_t for_ms, const std::function<void()>& attack_step) {
+  std::atomic<bool> stop{false};
+  std::thread attacker([&] {
+    while (!stop) {
+      attack_step();
+      std::this_thread::sleep_for(milliseconds(50));
+    }
+  });
+  ProbeLog log = probeHealthz(port, for_ms, 5 * for_ms);
+  stop = true;
+  attacker.join();
+  return log;
+}
+
+class SlowAttackTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    redis_ = std::make_unique<RedisServer>();
+    sidecar_ = std::make_unique<SidecarProcess>(
+        SidecarProcess::Options{yamlFor(*redis_), {}, true, kSlowListen});
+  }
+  void TearDown() override { EXPECT_EQ(sidecar_->stop(), 0) << sidecar_->logs(); }
+
+  std::vector<RawSocket> connectAttackers(int n) {
+    std::vector<RawSocket> sockets;
+    for (int i = 0; i < n; ++i) {
+      sockets.push_back(RawSocket::tcp(sidecar_->port()));
+      EXPECT_TRUE(sockets.back().ok());
+    }
+    return sockets;
+  }
+  void expectProbesServed(const ProbeLog& log, int64_t timeout_ms) {
+    EXPECT_GE(log.probes, 3);
+    EXPECT_EQ(log.failures, 0);
+    EXPECT_LT(log.slowest_ms, timeout_ms) << "a probe waited as long as the attack's timeout";
+  }
+
+  std::unique_ptr<RedisServer> redis_;
+  std::unique_ptr<SidecarProcess> sidecar_;
+};
+
+TEST_F(SlowAttackTest, SlowlorisHeadersAreCutOffWhileProbesSucceed) {
+  std::vector<RawSocket> attackers = connectAttackers(50);
+  for (auto& a : attackers) ASSERT_TRUE(a.writeAll("GET /healthz HTTP/1.1\r\nHost: x\r\n"));
+  ProbeLog log = probeWhile(sidecar_->port(), 2 * kHeaderTimeoutMs, [&] {
+    for (auto& a : attackers) a.writeAll("X-Slow: 1\r\n");  // a header line, never the end
+  });
+  expectProbesServed(log, kHeaderTimeoutMs);
+  for (auto& a : attackers) {
+    std::string answer;
+    EXPECT_TRUE(a.readUntilClosed(static_cast<int>(4 * kHeaderTimeoutMs), &answer));
+    EXPECT_EQ(answer.rfind("HTTP/1.1 408", 0), 0u) << answer;
+  }
+}
+
+TEST_F(SlowAttackTest, SlowBodyIsCutOffWhileProbesSucceed) {
+  std::vector<RawSocket> attackers = connectAttackers(50);
+  for (auto& a : attackers) {
+    ASSERT_TRUE(a.writeAll(
+        "POST /v1/locks/slow/acquire HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        "Content-Length: 4000\r\n\r\n{"));
+  }
+  ProbeLog log = probeWhile(sidecar_->port(), 2 * kHeaderTimeoutMs, [&] {
+    for (auto& a : attackers) a.writeAll(" ");  // one byte of body at a time
+  });
+  expectProbesServed(log, kHeaderTimeoutMs);
+  for (auto& a : attackers) {
+    std::string answer;
+    EXPECT_TRUE(a.readUntilClosed(static_cast<int>(4 * kHeaderTimeoutMs), &answer));
+    EXPECT_EQ(answer.rfind("HTTP/1.1 408", 0), 0u) << answer;
+  }
+  EXPECT_EQ(redis_->cli({"EXISTS", "sidelock:{slow}"}), "0") << "nothing was acquired";
+}
+
+TEST_F(SlowAttackTest, SlowReaderIsDroppedWhileProbesSucceed) {
+  // Pipelined requests for large answers that the attackers never read.
+  std::string pipeline;
+  while (pipeline.size() < 32 * 1024) pipeline += "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n";
+  std::vector<RawSocket> attackers = connectAttackers(20);
+  for (auto& a : attackers) a.setNonBlocking();
+  std::vector<size_t> sent(attackers.size(), 0);
+  ProbeLog log = probeWhile(sidecar_->port(), 2 * kWriteTimeoutMs, [&] {
+    for (size_t i = 0; i < attackers.size(); ++i)
+      sent[i] = attackers[i].writeSome(pipeline, sent[i]);
+  });
+  expectProbesServed(log, kWriteTimeoutMs);
+  // The server gives up on them after the write timeout: only the probe's connection is left.
+  HttpClient c = HttpClient::tcp(sidecar_->port());
+  EXPECT_TRUE(pollUntil(
+      [&] { return metricValue(c.get("/metrics").body, "sidelock_http_connections") == 1; }));
+}
+
+TEST_F(SlowAttackTest, IdleKeepAliveConnectionsAreClosedWhileProbesSucceed) {
+  std::vector<RawSocket> attackers = connectAttackers(50);
+  for (auto& a : attackers) ASSERT_TRUE(a.writeAll("GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"));
+  ProbeLog log = probeWhile(sidecar_->port(), 2 * kIdleTimeoutMs, [] {});
+  expectProbesServed(log, kIdleTimeoutMs);
+  for (auto& a : attackers) {
+    std::string answer;
+    EXPECT_TRUE(a.readUntilClosed(static_cast<int>(4 * kIdleTimeoutMs), &answer));
+    EXPECT_EQ(answer.rfind("HTTP/1.1 200", 0), 0u) << answer;
+  }
 }
 
 }  // namespace
