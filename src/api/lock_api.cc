@@ -409,12 +409,9 @@ void LockApi::readyz(http::Request&, http::ResponderPtr res) {
 }
 
 void LockApi::metricsText(http::Request& req, http::ResponderPtr res) {
-  // Rendering walks every series (milliseconds with many routes and nodes): a client pipelining
-  // thousands of scrapes must not buy thousands of renders. Scrapers poll every few seconds, so
-  // a render up to this old is as good as a fresh one.
-  constexpr int64_t kMetricsMaxAgeUs = 1'000'000;
-  res->send(200, "text/plain; version=0.0.4; charset=utf-8",
-            metrics_.renderCached(req.received_us, kMetricsMaxAgeUs));
+  // Rendering walks every series (about a millisecond): a client pipelining thousands of scrapes
+  // must not buy thousands of renders. The requests of one loop turn share one render.
+  res->send(200, "text/plain; version=0.0.4; charset=utf-8", metrics_.renderCached(req.loop_turn));
 }
 
 }  // namespace sidelock::api

@@ -227,6 +227,7 @@ void HttpServer::Connection::dispatch(ParsedRequest parsed) {
   auto ex = std::make_shared<Exchange>(this);
   ex->request = std::move(parsed.request);
   ex->request.peer = peer_;
+  ex->request.loop_turn = server_->turn_;
   ex->keep_alive_ = parsed.keep_alive;
   ex->framing_.http10 = parsed.http10;
   ex->framing_.head_method = parsed.head_method;

@@ -308,13 +308,10 @@ void Metrics::updateProcessMetrics() {
   if (getrlimit(RLIMIT_NOFILE, &lim) == 0) process_max_fds_->Set(static_cast<double>(lim.rlim_cur));
 }
 
-const std::string& Metrics::renderCached(int64_t now_us, int64_t max_age_us) {
-  // now_us 0 is "time unknown" (a request not stamped by the server): render afresh.
-  if (!cache_valid_ || now_us <= 0 || now_us - cached_at_us_ >= max_age_us ||
-      now_us < cached_at_us_) {
+const std::string& Metrics::renderCached(uint64_t epoch) {
+  if (epoch == 0 || epoch != cached_epoch_) {
     cached_render_ = render();
-    cached_at_us_ = now_us;
-    cache_valid_ = true;
+    cached_epoch_ = epoch;
   }
   return cached_render_;
 }

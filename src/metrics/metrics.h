@@ -57,9 +57,11 @@ class Metrics {
 
   /// Prometheus text exposition format 0.0.4 of everything registered.
   std::string render();
-  /// render(), reused while it is younger than `max_age_us` (`now_us` on any monotonic clock):
-  /// a flood of scrapes then costs one render per period, not one per request.
-  const std::string& renderCached(int64_t now_us, int64_t max_age_us);
+  /// render(), reused for every call with the same `epoch` (the event loop's turn): a flood of
+  /// pipelined scrapes costs one render per loop turn, not one per request, and every answer is
+  /// as fresh as a render of its own would be (nothing else runs between them). Epoch 0 always
+  /// renders.
+  const std::string& renderCached(uint64_t epoch);
 
   // --- acquire ---
   prometheus::Family<prometheus::Counter>& acquire_total;  // {result}
@@ -124,8 +126,7 @@ class Metrics {
  private:
   std::vector<std::function<void()>> scrape_hooks_;
   std::string cached_render_;
-  int64_t cached_at_us_ = 0;
-  bool cache_valid_ = false;
+  uint64_t cached_epoch_ = 0;
   std::vector<std::pair<std::string, std::unique_ptr<NodeMetrics>>> nodes_;
   // process_* and build info (updated at scrape time)
   prometheus::Gauge* process_rss_ = nullptr;
