@@ -1,5 +1,6 @@
 // sidelock: flags, signals and wiring. The only code the tests don't link.
 #include <signal.h>
+#include <sys/resource.h>
 #include <uv.h>
 
 #include <cstdio>
@@ -165,8 +166,25 @@ void reloadTokens(Sidecar& s, const config::Config& cfg) {
   }
 }
 
+/// Every client connection (and every stream hold) is a file descriptor: the soft limit, often
+/// 1,024, would cap the sidecar below listen.max_connections + listen.max_stream_holds. Raise it
+/// to the hard limit, which needs no privilege, and log what we got.
+void raiseFileLimit() {
+  rlimit lim{};
+  if (getrlimit(RLIMIT_NOFILE, &lim) != 0) return;
+  if (lim.rlim_cur < lim.rlim_max) {
+    rlimit raised = lim;
+    raised.rlim_cur = lim.rlim_max;
+    if (setrlimit(RLIMIT_NOFILE, &raised) == 0) lim = raised;
+  }
+  SL_LOG(kInfo, "sidelock.open_files_limit",
+         {"soft", static_cast<unsigned long long>(lim.rlim_cur)},
+         {"hard", static_cast<unsigned long long>(lim.rlim_max)});
+}
+
 int runSidecar(const config::Config& cfg) {
   configureLogging(cfg.log.level, cfg.log.format);
+  raiseFileLimit();
   signal(SIGPIPE, SIG_IGN);
 
   Sidecar s;

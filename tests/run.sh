@@ -2,6 +2,7 @@
 # Installs what is missing, builds, and runs the whole test suite twice: a normal build, then an
 # ASan+UBSan build. This is what CI runs (.ci/run).
 #   SIDELOCK_SKIP_SANITIZE=1  skip the sanitizer pass (local iteration only)
+#   SIDELOCK_SKIP_FUZZ=1      skip the bounded libFuzzer step; SIDELOCK_FUZZ_SECONDS=N per target
 set -euo pipefail
 cd "$(dirname "$0")/.."
 JOBS=${JOBS:-$(nproc)}
@@ -29,6 +30,11 @@ if [[ "${SIDELOCK_SKIP_SANITIZE:-0}" != "1" ]]; then
   export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
   export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
   run_suite build-asan -DCMAKE_BUILD_TYPE=Debug -DSIDELOCK_SANITIZE=ON || failed+=("ASan+UBSan")
+fi
+
+if [[ "${SIDELOCK_SKIP_FUZZ:-0}" != "1" ]]; then
+  echo "== fuzz (libFuzzer, ${SIDELOCK_FUZZ_SECONDS:-30} s per target; tests/fuzz/README.md)"
+  tests/fuzz/run_fuzz.sh build-fuzz "${SIDELOCK_FUZZ_SECONDS:-30}" || failed+=("fuzz")
 fi
 
 if ((${#failed[@]})); then

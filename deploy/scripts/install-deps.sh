@@ -12,6 +12,7 @@ TEST_PACKAGES=(
   libgtest-dev prometheus openssl curl
   golang-go golang-github-masterminds-sprig-dev golang-gopkg-yaml.v3-dev golang-gopkg-yaml.v2-dev
   golang-github-xeipuuv-gojsonschema-dev
+  clang libclang-rt-14-dev
 )
 
 packages=("${BUILD_PACKAGES[@]}")

@@ -302,6 +302,8 @@ void loadListen(const Section& root, ListenConfig& c) {
     c.unix_mode = static_cast<uint32_t>(m);
   }
   s.readInt("max_connections", c.max_connections, 1, 1'000'000);
+  s.readInt("max_connections_per_peer", c.max_connections_per_peer, 0, 1'000'000);
+  s.readInt("max_stream_holds", c.max_stream_holds, 0, 1'000'000);
   s.readInt("max_header_bytes", c.max_header_bytes, 1024, 1 << 20);
   s.readInt("max_body_bytes", c.max_body_bytes, 256, 16 << 20);
   s.readInt("max_pipelined_requests", c.max_pipelined_requests, 1, 10'000);
@@ -309,7 +311,8 @@ void loadListen(const Section& root, ListenConfig& c) {
   s.readInt("idle_timeout_ms", c.idle_timeout_ms, 10, kMaxMs);
   s.readInt("write_timeout_ms", c.write_timeout_ms, 10, kMaxMs);
   loadListenAccess(s, c);
-  s.rejectUnknown({"tcp", "unix", "admin", "unix_mode", "max_connections", "max_header_bytes",
+  s.rejectUnknown({"tcp", "unix", "admin", "unix_mode", "max_connections",
+                   "max_connections_per_peer", "max_stream_holds", "max_header_bytes",
                    "max_body_bytes", "max_pipelined_requests", "header_timeout_ms",
                    "idle_timeout_ms", "write_timeout_ms", "unix_group", "unix_allowed_uids",
                    "allowed_origins", "allowed_hosts"});

@@ -19,9 +19,14 @@ struct ListenConfig {
   /// Optional second TCP listener serving only /healthz, /readyz and /metrics, so probes and
   /// Prometheus can reach the pod IP while the lock API stays on localhost. "" disables.
   std::string admin;
-  uint32_t unix_mode = 0660;  // YAML `unix_mode: "0660"` (octal string)
-  int max_connections = 1024;
-  int max_header_bytes = 16 * 1024;  // request line + headers
+  uint32_t unix_mode = 0660;                           // YAML `unix_mode: "0660"` (octal string)
+  int max_connections = 1024;         // per listener; idle ones are evicted to admit new ones
+  /// Connections one peer (uid on the Unix socket, IP on TCP) may hold on a listener; 0: no cap.
+  int max_connections_per_peer = 0;
+  /// Connections holding a streamed response (hold: stream), per listener, on top of
+  /// max_connections.
+  int max_stream_holds = 16384;
+  int max_header_bytes = 16 * 1024;   // request line + headers
   int max_body_bytes = 64 * 1024;
   int max_pipelined_requests = 64;     // parsed but unanswered requests per connection
   int64_t header_timeout_ms = 10'000;  // whole request head must arrive within this

@@ -16,8 +16,13 @@ namespace {
 constexpr int64_t kLingerMs = 2000;
 // Responses buffered for a client beyond this stop the reading of its further requests until it
 // reads some: every request answered at once never fills the pipeline, so without this a client
-// that pipelines and never reads would grow our output without bound.
-constexpr size_t kMaxOutputBacklog = 256 * 1024;
+// that pipelines and never reads would grow our output without bound. Small, because loopback
+// socket buffers absorb megabytes: this also bounds the bytes one connection produces per turn.
+constexpr size_t kMaxOutputBacklog = 64 * 1024;
+// Requests one connection may have parsed and dispatched per loop turn. A client pipelining
+// thousands of requests would otherwise be served to the end of its input before the loop polls
+// again, and renewals, probes and every other client would wait (issue 11, finding 1).
+constexpr int kRequestsPerTurn = 8;
 
 ParserLimits parserLimits(const config::ListenConfig& limits) {
   ParserLimits p;
@@ -103,6 +108,13 @@ void HttpServer::Connection::start(std::shared_ptr<const PeerIdentity> peer) {
   readStart();
 }
 
+void HttpServer::Connection::refuse() {
+  // Answered before its request is read: a reset would look like a crash to the client, a 503
+  // says "busy, come back". The request, if any, is read and discarded while lingering.
+  queueError(503, kTooManyConnections, "too many connections; try again later",
+             {{"Retry-After", "1"}});
+}
+
 // --- input -------------------------------------------------------------------------------------
 
 void HttpServer::Connection::readStart() {
@@ -145,7 +157,13 @@ void HttpServer::Connection::onRead(ssize_t nread) {
   // After the last request (Connection: close, an error, draining) input is read only to notice
   // the client leaving, and discarded.
   if (lingering_ || input_done_) return;
-  parseInput(server_->read_buffer_.data(), static_cast<size_t>(nread));
+  const char* data = server_->read_buffer_.data();
+  const size_t len = static_cast<size_t>(nread);
+  const size_t used = parseInput(data, len);
+  if (used < len) {
+    pending_input_.assign(data + used, len - used);
+    pending_offset_ = 0;
+  }
 }
 
 void HttpServer::Connection::onPeerClosed(ssize_t nread) {
@@ -168,29 +186,40 @@ bool HttpServer::Connection::pipelineFull() const {
   return queue_.size() >= max_pipelined || outputBacklog() >= kMaxOutputBacklog;
 }
 
-void HttpServer::Connection::parseInput(const char* data, size_t len) {
+bool HttpServer::Connection::turnBudgetSpent() {
+  if (budget_turn_ != server_->turn_) {
+    budget_turn_ = server_->turn_;
+    requests_this_turn_ = 0;
+  }
+  return requests_this_turn_ >= kRequestsPerTurn;
+}
+
+size_t HttpServer::Connection::parseInput(const char* data, size_t len) {
   parsing_active_ = true;
-  while (len > 0 && !closed_ && !input_done_) {
-    if (pipelineFull()) {
-      // Back-pressure: keep the rest unparsed and stop reading until responses go out.
-      pending_input_.append(data, len);
+  size_t used = 0;
+  while (used < len && !closed_ && !input_done_) {
+    if (pipelineFull() || turnBudgetSpent()) {
+      // Back-pressure: the caller keeps the rest unparsed, and reading stops until responses go
+      // out (a full pipeline) or the next loop turn (this turn's budget is spent; see
+      // scheduleResume()).
       readStop();
-      break;
+      parsing_active_ = false;
+      return used;
     }
-    RequestParser::FeedResult r = parser_.feed(data, len);
+    RequestParser::FeedResult r = parser_.feed(data + used, len - used);
     if (r.error) {
       header_deadline_us_ = 0;
       const ParseError& e = parser_.error();
       queueError(e.status, e.code, e.message);
       break;
     }
-    data += r.consumed;
-    len -= r.consumed;
+    used += r.consumed;
     if (r.upgrade) input_done_ = true;
     if (r.request_ready) dispatch(parser_.takeRequest());
     if (!r.request_ready && !r.upgrade) break;  // all of the input is inside a request
   }
   parsing_active_ = false;
+  return len;  // parsed, or dropped with the connection's input
 }
 
 void HttpServer::Connection::dispatch(ParsedRequest parsed) {
@@ -198,33 +227,41 @@ void HttpServer::Connection::dispatch(ParsedRequest parsed) {
   auto ex = std::make_shared<Exchange>(this);
   ex->request = std::move(parsed.request);
   ex->request.peer = peer_;
+  ex->request.loop_turn = server_->turn_;
   ex->keep_alive_ = parsed.keep_alive;
   ex->framing_.http10 = parsed.http10;
   ex->framing_.head_method = parsed.head_method;
   if (!ex->keep_alive_ || server_->draining_) input_done_ = true;
   queue_.push_back(ex);
   ex->in_flight_ = true;
+  ++requests_this_turn_;
   server_->addInFlight(1);
   server_->handler_(ex->request, ex);
 }
-void HttpServer::Connection::queueError(int status, std::string_view code, std::string message) {
+void HttpServer::Connection::queueError(int status, std::string_view code, std::string message,
+                                        HeaderList extra_headers) {
   input_done_ = true;
   auto ex = std::make_shared<Exchange>(this);
   ex->keep_alive_ = false;
   ex->request.route = kUnmatchedRoute;
   ex->request.received_us = server_->scheduler_.nowUs();
   queue_.push_back(ex);
-  sendError(*ex, status, code, message);
+  sendError(*ex, status, code, message, std::move(extra_headers));
 }
 
 void HttpServer::Connection::maybeResumeReading() {
   if (closed_ || input_done_ || parsing_active_ || peer_eof_ || lingering_) return;
   if (pipelineFull()) return;
   if (!pending_input_.empty()) {
-    std::string data;
-    data.swap(pending_input_);
-    parseInput(data.data(), data.size());
-    if (closed_ || input_done_ || !pending_input_.empty()) return;
+    // Parsed in place: a pipelined backlog is consumed a budget at a time, so copying the rest
+    // on every turn would cost its size squared.
+    pending_offset_ += parseInput(pending_input_.data() + pending_offset_,
+                                  pending_input_.size() - pending_offset_);
+    if (closed_) return;
+    if (pending_offset_ < pending_input_.size() && !input_done_) return;
+    pending_input_.clear();
+    pending_offset_ = 0;
+    if (input_done_) return;
   }
   readStart();
 }
@@ -232,6 +269,7 @@ void HttpServer::Connection::maybeResumeReading() {
 // --- parser events -------------------------------------------------------------------------------
 
 void HttpServer::Connection::onRequestBegin() {
+  idle_since_us_ = 0;
   if (answered_ != nullptr && answered_.use_count() == 1) {
     // Nobody holds the last answered exchange any more: its request's storage serves this one.
     parser_.recycle(std::move(answered_->request));
@@ -281,6 +319,7 @@ void HttpServer::Connection::respond(Exchange* ex, int status, std::string_view 
 
 void HttpServer::Connection::startStream(Exchange* ex, int status, std::string_view content_type) {
   // HTTP/1.0 has no chunked encoding: the stream ends when the connection does.
+  server_->enterStreamHold(this);
   ex->framing_.close = decideClose(ex) || ex->framing_.http10;
   appendStreamHead(outputFor(ex), ex->framing_, status, content_type);
   server_->recordResponse(ex->request.route, status, ex->request.received_us);
@@ -295,6 +334,7 @@ void HttpServer::Connection::writeChunk(Exchange* ex, std::string_view data) {
 }
 
 void HttpServer::Connection::endStream(Exchange* ex) {
+  server_->leaveStreamHold(this);
   appendStreamEnd(outputFor(ex), ex->framing_);
   finish(ex);
 }
@@ -431,6 +471,7 @@ void HttpServer::Connection::startShutdown() {
 void HttpServer::Connection::closeNow() {
   if (closed_) return;
   closed_ = true;
+  server_->countOut(this);
   if (writing_) {
     write_->orphaned = true;  // the pending write's callback frees it
     write_ = nullptr;
@@ -445,6 +486,7 @@ void HttpServer::Connection::closeNow() {
   queue_.clear();
   answered_.reset();
   pending_input_.clear();
+  pending_offset_ = 0;
   parser_.abandonMessage();
 }
 
@@ -462,8 +504,10 @@ void HttpServer::Connection::settle() {
         if (idle_deadline_us_ == 0) {
           idle_deadline_us_ = server_->scheduler_.nowUs() + server_->limits_.idle_timeout_ms * 1000;
         }
+        if (idle_since_us_ == 0) idle_since_us_ = server_->scheduler_.nowUs();
       } else {
         idle_deadline_us_ = 0;
+        idle_since_us_ = 0;
       }
     }
   }

@@ -69,6 +69,13 @@ class HttpServer::Connection final : public ParserListener {
   ~Connection() override;
 
   void start(std::shared_ptr<const PeerIdentity> peer);
+  /// Answers 503 at once (no room for this connection), then closes.
+  void refuse();
+  /// Nothing in flight, partly received, buffered or unparsed: may be closed to admit another
+  /// client.
+  bool evictable() const {
+    return idleForClose() && pending_input_.empty() && !lingering_ && !shutdown_started_;
+  }
   void settle();
   void closeNow();
   /// The peer closed its end, and the EOF waits unread in the socket (it is read on a later
@@ -83,11 +90,17 @@ class HttpServer::Connection final : public ParserListener {
   void readStop();
   void onRead(ssize_t nread);
   void onPeerClosed(ssize_t nread);
-  void parseInput(const char* data, size_t len);
+  /// Parses and dispatches requests from `data`; returns the bytes used. Less than `len` when
+  /// back-pressure or the turn's budget stopped it (reading is then stopped; the caller keeps
+  /// the rest for maybeResumeReading()).
+  size_t parseInput(const char* data, size_t len);
   void dispatch(ParsedRequest parsed);
-  void queueError(int status, std::string_view code, std::string message);
+  void queueError(int status, std::string_view code, std::string message,
+                  HeaderList extra_headers = {});
   void maybeResumeReading();
   bool pipelineFull() const;
+  /// True once this connection has used its share of the current loop turn.
+  bool turnBudgetSpent();
   void scheduleResume();
 
   // ParserListener.
@@ -122,9 +135,16 @@ class HttpServer::Connection final : public ParserListener {
   event::ClientStream stream_;
   RequestParser parser_;
   std::shared_ptr<const PeerIdentity> peer_;
+  // Admission accounting (HttpServer::countIn / countOut).
+  ConnectionBudget* budget_ = nullptr;  // null: not counted (refused, or not yet admitted)
+  std::string peer_key_;                // counted in budget_->per_peer when non-empty
+  bool stream_hold_ = false;            // counted in budget_->stream_holds instead
+  bool refusing_ = false;               // counted in HttpServer::refusing_
+  int64_t idle_since_us_ = 0;           // 0 while busy
   bool counted_ = false;
 
   std::string pending_input_;  // unparsed bytes held while the pipeline is full
+  size_t pending_offset_ = 0;  // how much of pending_input_ is parsed
 
   // Dispatched, in request order. A vector, not a deque: libstdc++'s deque allocates ~600 bytes
   // up front, and most connections (a waiter's, say) never have more than one request here.
@@ -141,6 +161,8 @@ class HttpServer::Connection final : public ParserListener {
   bool closed_ = false;
   int depth_ = 0;
   event::ScopedTimer resume_timer_;  // deferred maybeResumeReading()
+  uint64_t budget_turn_ = 0;         // the HttpServer::turn_ requests_this_turn_ counts in
+  int requests_this_turn_ = 0;
 
   std::string out_;
   WriteReq* write_ = nullptr;

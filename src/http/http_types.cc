@@ -49,6 +49,7 @@ void Request::clear() {
   params.clear();
   route = {};
   received_us = 0;
+  loop_turn = 0;
   peer.reset();
   principal.reset();
 }

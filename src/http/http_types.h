@@ -54,6 +54,9 @@ struct Request {
   /// Views the Router's table (fixed at start-up, outlives the server) or kUnmatchedRoute.
   std::string_view route;
   int64_t received_us = 0;  // monotonic, when the request head was complete
+  /// The event-loop turn the request was dispatched in (never 0 from HttpServer): requests of
+  /// one turn may share work, such as one /metrics render.
+  uint64_t loop_turn = 0;
   /// The connection's peer (never null for requests from HttpServer; shared because a handler
   /// may hold the request after the connection is gone).
   std::shared_ptr<const PeerIdentity> peer;

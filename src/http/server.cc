@@ -11,6 +11,9 @@ namespace {
 
 constexpr int kListenBacklog = 511;
 constexpr size_t kReadBufferSize = 64 * 1024;
+// Connections over budget being answered 503 at the same time (each holds its socket until the
+// client has read the answer, at most the linger time).
+constexpr size_t kMaxRefusing = 64;
 
 }  // namespace
 
@@ -29,6 +32,12 @@ HttpServer::HttpServer(uv_loop_t* loop, event::Scheduler& scheduler,
       read_buffer_(kReadBufferSize) {
   // Only fails on a bad loop pointer.
   if (uv_prepare_init(loop_, flush_prepare_.allocate(this)) != 0) abort();
+  if (uv_check_init(loop_, turn_check_.allocate(this)) != 0) abort();
+  uv_check_start(turn_check_.get(), [](uv_check_t* h) {
+    if (h->data != nullptr) ++static_cast<HttpServer*>(h->data)->turn_;
+  });
+  // Counting turns must not keep the loop alive.
+  uv_unref(reinterpret_cast<uv_handle_t*>(turn_check_.get()));
 }
 
 HttpServer::HttpServer(uv_loop_t* loop, event::Scheduler& scheduler,
@@ -55,26 +64,124 @@ Status HttpServer::start() {
 
 Status HttpServer::listenTcp(std::string_view host_port) {
   if (closed_) return unavailable("server is closed");
-  return tcp_.listenTcp(host_port, kListenBacklog, [this] { onConnection(tcp_); });
+  return tcp_.listenTcp(host_port, kListenBacklog, [this] { onConnection(tcp_, tcp_budget_); });
 }
 
 Status HttpServer::listenUnix(const std::string& path, uint32_t mode, int64_t gid) {
   if (closed_) return unavailable("server is closed");
-  return unix_.listenUnix(path, mode, kListenBacklog, [this] { onConnection(unix_); }, gid);
+  return unix_.listenUnix(path, mode, kListenBacklog,
+                          [this] { onConnection(unix_, unix_budget_); }, gid);
 }
 
-void HttpServer::onConnection(event::StreamListener& listener) {
+void HttpServer::onConnection(event::StreamListener& listener, ConnectionBudget& budget) {
   auto connection = std::make_unique<Connection>(this);
   if (!listener.accept(connection->stream_, connection.get()).isOk()) return;
-  if (closed_ || connections_.size() >= static_cast<size_t>(std::max(0, limits_.max_connections))) {
-    // Accepting and closing at once tells the client "no" instead of leaving it in the backlog.
+  if (closed_) {
     metrics_.http_connections_rejected.Increment();
     return;  // the destructor closes the stream
+  }
+  auto peer = std::make_shared<const PeerIdentity>(identifyPeer(connection->stream_.get()));
+  std::string peer_key = limits_.max_connections_per_peer > 0 ? peer->key() : std::string();
+  const bool admitted = makeRoom(budget, peer_key);
+  if (!admitted) {
+    metrics_.http_connections_rejected.Increment();
+    // Each refusal holds a socket for a moment (answer, then linger); past this many at once,
+    // close at accept instead.
+    if (refusing_ >= kMaxRefusing) return;
   }
   Connection* c = connection.get();
   connections_.emplace(c, std::move(connection));
   Guard guard(c);
-  c->start(std::make_shared<const PeerIdentity>(identifyPeer(c->stream_.get())));
+  if (admitted) {
+    c->budget_ = &budget;
+    c->peer_key_ = std::move(peer_key);
+    countIn(c);
+  } else {
+    c->refusing_ = true;
+    ++refusing_;
+  }
+  c->start(std::move(peer));
+  if (!admitted) c->refuse();
+}
+
+bool HttpServer::makeRoom(ConnectionBudget& budget, const std::string& peer_key) {
+  const auto max_per_peer = static_cast<size_t>(std::max(0, limits_.max_connections_per_peer));
+  if (max_per_peer > 0 && !peer_key.empty()) {
+    auto it = budget.per_peer.find(peer_key);
+    if (it != budget.per_peer.end() && it->second >= max_per_peer &&
+        !evictLongestIdle(budget, &peer_key)) {
+      return false;
+    }
+  }
+  const auto max_connections = static_cast<size_t>(std::max(0, limits_.max_connections));
+  if (budget.connections >= max_connections) return evictLongestIdle(budget, nullptr);
+  return true;
+}
+
+bool HttpServer::evictLongestIdle(const ConnectionBudget& budget, const std::string* peer_key) {
+  // A linear scan: it runs only when a listener is full, and a few thousand connections take
+  // microseconds; an ordered idle list would cost every request a relink.
+  Connection* victim = nullptr;
+  for (auto& [c, owned] : connections_) {
+    if (c->budget_ != &budget || c->stream_hold_ || c->idle_since_us_ == 0 || !c->evictable()) {
+      continue;
+    }
+    if (peer_key != nullptr && c->peer_key_ != *peer_key) continue;
+    if (victim == nullptr || c->idle_since_us_ < victim->idle_since_us_) victim = c;
+  }
+  if (victim == nullptr) return false;
+  metrics_.http_connections_evicted.Increment();
+  Guard guard(victim);
+  victim->closeNow();  // counted out at once; destroyed when the guard exits
+  return true;
+}
+
+void HttpServer::countIn(Connection* c) {
+  ++c->budget_->connections;
+  if (!c->peer_key_.empty()) ++c->budget_->per_peer[c->peer_key_];
+}
+
+void HttpServer::countOut(Connection* c) {
+  if (c->refusing_) {
+    c->refusing_ = false;
+    --refusing_;
+  }
+  if (c->budget_ == nullptr) return;
+  if (c->stream_hold_) {
+    c->stream_hold_ = false;
+    --c->budget_->stream_holds;
+    metrics_.http_stream_holds.Decrement();
+  } else {
+    --c->budget_->connections;
+    if (!c->peer_key_.empty()) {
+      auto it = c->budget_->per_peer.find(c->peer_key_);
+      if (it != c->budget_->per_peer.end() && --it->second == 0) c->budget_->per_peer.erase(it);
+    }
+  }
+  c->budget_ = nullptr;
+}
+
+void HttpServer::enterStreamHold(Connection* c) {
+  if (c->budget_ == nullptr || c->stream_hold_) return;
+  if (c->budget_->stream_holds >= static_cast<size_t>(std::max(0, limits_.max_stream_holds))) {
+    return;  // the stream pool is full: the connection keeps its ordinary slot
+  }
+  ConnectionBudget* budget = c->budget_;
+  countOut(c);
+  c->budget_ = budget;
+  c->stream_hold_ = true;
+  ++budget->stream_holds;
+  metrics_.http_stream_holds.Increment();
+}
+
+void HttpServer::leaveStreamHold(Connection* c) {
+  if (c->budget_ == nullptr || !c->stream_hold_) return;
+  ConnectionBudget* budget = c->budget_;
+  countOut(c);
+  // Back among ordinary connections, even if that is one over max_connections for a while:
+  // evictions make room again.
+  c->budget_ = budget;
+  countIn(c);
 }
 
 void HttpServer::destroyConnection(Connection* connection) {
@@ -170,6 +277,7 @@ void HttpServer::close(std::function<void()> done) {
     c->closeNow();
   }
   flush_prepare_.close();
+  turn_check_.close();
   if (done) scheduler_.post(std::move(done));
 }
 

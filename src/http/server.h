@@ -92,7 +92,25 @@ class HttpServer {
     std::vector<std::pair<int, prometheus::Counter*>> codes;
   };
 
-  void onConnection(event::StreamListener& listener);
+  /// Connections of one listener: each listener (TCP, Unix; the admin listener is its own
+  /// server) has its own max_connections, per-peer counts and stream-hold pool.
+  struct ConnectionBudget {
+    size_t connections = 0;                            // against limits_.max_connections
+    size_t stream_holds = 0;                           // against limits_.max_stream_holds
+    std::unordered_map<std::string, size_t> per_peer;  // only with max_connections_per_peer
+  };
+
+  void onConnection(event::StreamListener& listener, ConnectionBudget& budget);
+  /// Admits a connection of `peer_key` to `budget`, closing the longest-idle connection of the
+  /// peer (at its cap) or of the listener (at max_connections) when needed. False: no room.
+  bool makeRoom(ConnectionBudget& budget, const std::string& peer_key);
+  bool evictLongestIdle(const ConnectionBudget& budget, const std::string* peer_key);
+  void countIn(Connection* connection);
+  void countOut(Connection* connection);
+  /// A connection that starts a streamed response moves to the stream-hold pool (when it has
+  /// room), freeing its max_connections slot; it moves back when the stream ends.
+  void enterStreamHold(Connection* connection);
+  void leaveStreamHold(Connection* connection);
   void destroyConnection(Connection* connection);
   /// Writes `connection`'s output just before the loop next polls (once per loop turn).
   void queueFlush(Connection* connection);
@@ -107,6 +125,9 @@ class HttpServer {
   Handler handler_;
   event::StreamListener tcp_;
   event::StreamListener unix_;
+  ConnectionBudget tcp_budget_;
+  ConnectionBudget unix_budget_;
+  size_t refusing_ = 0;  // connections over budget being answered 503
   std::unordered_map<Connection*, std::unique_ptr<Connection>> connections_;
   struct RouteHash {
     using is_transparent = void;  // look routes up by string_view, without a copy per request
@@ -117,6 +138,10 @@ class HttpServer {
   // completes in one turn leave in one write.
   event::UvHandle<uv_prepare_t> flush_prepare_;
   std::vector<Connection*> flush_queue_;
+  // Counts loop turns (a check handle, after each poll), so each connection's work budget is
+  // per turn however many reads and resumes it gets within one.
+  event::UvHandle<uv_check_t> turn_check_;
+  uint64_t turn_ = 1;
   size_t in_flight_ = 0;
   bool draining_ = false;
   bool closed_ = false;

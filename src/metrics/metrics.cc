@@ -186,9 +186,23 @@ Metrics::Metrics(std::string version)
                            .Add({})),
       http_connections_rejected(BuildCounter()
                                     .Name("sidelock_http_connections_rejected_total")
-                                    .Help("Connections closed at accept because of max_connections.")
+                                    .Help("Connections answered 503 (or closed) at accept "
+                                          "because of max_connections or "
+                                          "max_connections_per_peer.")
                                     .Register(*registry_)
-                                    .Add({})) {
+                                    .Add({})),
+      http_connections_evicted(BuildCounter()
+                                   .Name("sidelock_http_connections_evicted_total")
+                                   .Help("Idle keep-alive connections closed to admit a new "
+                                         "client at max_connections.")
+                                   .Register(*registry_)
+                                   .Add({})),
+      http_stream_holds(BuildGauge()
+                            .Name("sidelock_http_stream_holds")
+                            .Help("Connections holding a streamed response (counted against "
+                                  "listen.max_stream_holds, not max_connections).")
+                            .Register(*registry_)
+                            .Add({})) {
   BuildGauge()
       .Name("sidelock_build_info")
       .Help("Build information; always 1.")
@@ -307,6 +321,14 @@ void Metrics::updateProcessMetrics() {
   }
   rlimit lim{};
   if (getrlimit(RLIMIT_NOFILE, &lim) == 0) process_max_fds_->Set(static_cast<double>(lim.rlim_cur));
+}
+
+const std::string& Metrics::renderCached(uint64_t epoch) {
+  if (epoch == 0 || epoch != cached_epoch_) {
+    cached_render_ = render();
+    cached_epoch_ = epoch;
+  }
+  return cached_render_;
 }
 
 std::string Metrics::render() {

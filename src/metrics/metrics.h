@@ -12,6 +12,7 @@
 #include <prometheus/histogram.h>
 #include <prometheus/registry.h>
 
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -60,6 +61,11 @@ class Metrics {
 
   /// Prometheus text exposition format 0.0.4 of everything registered.
   std::string render();
+  /// render(), reused for every call with the same `epoch` (the event loop's turn): a flood of
+  /// pipelined scrapes costs one render per loop turn, not one per request, and every answer is
+  /// as fresh as a render of its own would be (nothing else runs between them). Epoch 0 always
+  /// renders.
+  const std::string& renderCached(uint64_t epoch);
 
   // --- acquire ---
   prometheus::Family<prometheus::Counter>& acquire_total;  // {result}
@@ -116,6 +122,8 @@ class Metrics {
   prometheus::Gauge& http_in_flight;
   prometheus::Gauge& http_connections;
   prometheus::Counter& http_connections_rejected;  // over max_connections
+  prometheus::Counter& http_connections_evicted;   // idle ones closed to admit a new client
+  prometheus::Gauge& http_stream_holds;            // connections counted as stream holds
 
   prometheus::Counter& httpRequests(std::string_view route, int code);
   prometheus::Histogram& httpLatency(std::string_view route);
@@ -123,6 +131,8 @@ class Metrics {
  private:
   NodeMetrics& makeNode(std::string_view label, bool with_up_gauge);
   std::vector<std::function<void()>> scrape_hooks_;
+  std::string cached_render_;
+  uint64_t cached_epoch_ = 0;
   std::vector<std::pair<std::string, std::unique_ptr<NodeMetrics>>> nodes_;
   // process_* and build info (updated at scrape time)
   prometheus::Gauge* process_rss_ = nullptr;

@@ -125,6 +125,15 @@ class HttpServerTest : public ::testing::Test {
                            r->send(200, "application/octet-stream", std::string(64 * 1024, 'g'));
                          })
                     .isOk());
+    // A stream that stays open until the client leaves (a stream hold).
+    ASSERT_TRUE(router_
+                    .add("GET", "/streamhold",
+                         [this](Request&, ResponderPtr r) {
+                           r->startStream(200, "application/x-ndjson");
+                           r->writeChunk("{\"event\":\"acquired\"}\n");
+                           hung_.push_back(r);
+                         })
+                    .isOk());
     // The connection's peer identity, as JSON.
     ASSERT_TRUE(router_
                     .add("GET", "/whoami",
@@ -229,6 +238,24 @@ class HttpServerTest : public ::testing::Test {
       EXPECT_EQ(uv_loop_close(&loop_), 0);
     }
     std::filesystem::remove_all(dir_);
+  }
+
+  // `n` TCP clients, each with a request the server holds unanswered (never idle).
+  std::vector<HttpClient> busyClients(int n) {
+    const int before = hung_count_;
+    std::vector<HttpClient> clients;
+    for (int i = 0; i < n; ++i) {
+      clients.push_back(HttpClient::tcp(port_));
+      clients.back().sendRequest("GET", "/hang");
+    }
+    EXPECT_TRUE(eventually([&] { return hung_count_ == before + n; }));
+    return clients;
+  }
+
+  // What `client` gets for GET /healthz (nothing if the connection was reset or closed).
+  static std::optional<HttpResponse> healthzAnswer(HttpClient& client) {
+    client.sendRequest("GET", "/healthz");
+    return client.readResponse(5000);
   }
 
   std::string requestBytes(const std::string& method, const std::string& path,
@@ -468,20 +495,106 @@ TEST_F(HttpServerTest, ChunkedStreamDeliversLinesThenEnds) {
   EXPECT_EQ(metrics_.httpRequests("/stream", 200).Value(), 1);
 }
 
-TEST_F(HttpServerTest, ConnectionsBeyondMaxAreAcceptedThenClosed) {
+TEST_F(HttpServerTest, AtMaxConnectionsTheLongestIdleConnectionMakesRoom) {
   limits_.max_connections = 2;
   startServer();
   HttpClient a = HttpClient::tcp(port_);
-  HttpClient b = HttpClient::tcp(port_);
   EXPECT_EQ(a.get("/healthz").status, 200);
+  HttpClient b = HttpClient::tcp(port_);
   EXPECT_EQ(b.get("/healthz").status, 200);
   HttpClient extra = HttpClient::tcp(port_);
+  EXPECT_EQ(extra.get("/healthz").status, 200);
+  EXPECT_TRUE(a.waitForClose(5000)) << "the longest idle one was closed";
+  EXPECT_EQ(metrics_.http_connections_evicted.Value(), 1);
+  EXPECT_EQ(metrics_.http_connections_rejected.Value(), 0);
+  EXPECT_EQ(b.get("/healthz").status, 200);
+  EXPECT_EQ(extra.get("/healthz").status, 200);
+}
+
+TEST_F(HttpServerTest, BusyConnectionsAreNeverEvictedAndANewcomerGetsA503) {
+  limits_.max_connections = 2;
+  startServer();
+  std::vector<HttpClient> busy = busyClients(2);
+  HttpClient extra = HttpClient::tcp(port_);
+  auto refused = healthzAnswer(extra);
+  ASSERT_TRUE(refused.has_value()) << "a 503, not a reset";
+  EXPECT_EQ(refused->status, 503);
+  EXPECT_EQ(errorCode(*refused), "too_many_connections");
+  EXPECT_EQ(refused->headers["retry-after"], "1");
+  EXPECT_FALSE(refused->keep_alive);
   EXPECT_TRUE(extra.waitForClose(5000));
   EXPECT_EQ(metrics_.http_connections_rejected.Value(), 1);
-  a.close();
-  ASSERT_TRUE(eventually([&] { return metrics_.http_connections.Value() == 1; }));
+  EXPECT_EQ(metrics_.http_connections_evicted.Value(), 0);
+  EXPECT_EQ(gone_, 0) << "no waiter was dropped";
+  busy.erase(busy.begin());
+  ASSERT_TRUE(eventually([&] { return server_->connectionCount() == 1; }));
   HttpClient again = HttpClient::tcp(port_);
   EXPECT_EQ(again.get("/healthz").status, 200);
+}
+
+TEST_F(HttpServerTest, EachListenerHasItsOwnBudget) {
+  limits_.max_connections = 1;
+  startServer();
+  HttpClient tcp = HttpClient::tcp(port_);
+  tcp.sendRequest("GET", "/hang");
+  ASSERT_TRUE(eventually([&] { return hung_count_ == 1; }));
+  HttpClient unix_client = HttpClient::unix(socket_path_);
+  EXPECT_EQ(unix_client.get("/healthz").status, 200);
+  EXPECT_EQ(metrics_.http_connections_rejected.Value(), 0);
+}
+
+TEST_F(HttpServerTest, PerPeerCapKeepsOnePeerFromTakingTheWholeBudget) {
+  limits_.max_connections = 10;
+  limits_.max_connections_per_peer = 2;
+  startServer();
+  // Two busy connections from 127.0.0.1: a third from the same address is refused...
+  std::vector<HttpClient> busy = busyClients(2);
+  HttpClient c = HttpClient::tcp(port_);
+  auto refused = healthzAnswer(c);
+  ASSERT_TRUE(refused.has_value());
+  EXPECT_EQ(refused->status, 503);
+  // ...while the listener has room for other peers (the Unix socket's uid is another key, on
+  // another listener; the budget there is untouched).
+  HttpClient u = HttpClient::unix(socket_path_);
+  EXPECT_EQ(u.get("/healthz").status, 200);
+  // An idle connection of the capped peer makes room for the same peer.
+  busy.erase(busy.begin());
+  ASSERT_TRUE(eventually([&] { return gone_ == 1; }));
+  HttpClient idle = HttpClient::tcp(port_);
+  EXPECT_EQ(idle.get("/healthz").status, 200);
+  HttpClient d = HttpClient::tcp(port_);
+  EXPECT_EQ(d.get("/healthz").status, 200);
+  EXPECT_TRUE(idle.waitForClose(5000)) << "the peer's idle connection was evicted";
+  EXPECT_EQ(metrics_.http_connections_evicted.Value(), 1);
+}
+
+TEST_F(HttpServerTest, StreamHoldsHaveTheirOwnPool) {
+  limits_.max_connections = 1;
+  limits_.max_stream_holds = 2;
+  startServer();
+  std::vector<HttpClient> holders;
+  for (int i = 0; i < 2; ++i) {
+    holders.push_back(HttpClient::tcp(port_));
+    holders.back().sendRequest("GET", "/streamhold");
+    ASSERT_TRUE(holders.back().readStreamHead().has_value());
+  }
+  EXPECT_EQ(metrics_.http_stream_holds.Value(), 2);
+  // Two stream holds and still room for an ordinary client.
+  HttpClient c = HttpClient::tcp(port_);
+  EXPECT_EQ(c.get("/healthz").status, 200);
+  // The stream pool is full: a third stream keeps an ordinary slot, so the next client is refused.
+  HttpClient third = HttpClient::tcp(port_);
+  c.close();
+  ASSERT_TRUE(eventually([&] { return server_->connectionCount() == 3; }));
+  third.sendRequest("GET", "/streamhold");
+  ASSERT_TRUE(third.readStreamHead().has_value());
+  EXPECT_EQ(metrics_.http_stream_holds.Value(), 2);
+  HttpClient refused = HttpClient::tcp(port_);
+  auto r = healthzAnswer(refused);
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->status, 503);
+  holders.clear();
+  ASSERT_TRUE(eventually([&] { return metrics_.http_stream_holds.Value() == 0; }));
 }
 
 TEST_F(HttpServerTest, UnixSocketServesAndHasConfiguredMode) {

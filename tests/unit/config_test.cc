@@ -84,6 +84,21 @@ TEST(ConfigTest, ErrorsNameTheKey) {
             std::string::npos);
 }
 
+TEST(ConfigTest, ConnectionBudgetKeysParseAndAreValidated) {
+  auto defaults = loadConfigFromString("");
+  ASSERT_TRUE(defaults.isOk());
+  EXPECT_EQ(defaults->listen.max_connections_per_peer, 0);
+  EXPECT_EQ(defaults->listen.max_stream_holds, 16384);
+  auto c = loadConfigFromString("listen:\n  max_connections_per_peer: 64\n  max_stream_holds: 5000\n");
+  ASSERT_TRUE(c.isOk()) << c.status().toString();
+  EXPECT_EQ(c->listen.max_connections_per_peer, 64);
+  EXPECT_EQ(c->listen.max_stream_holds, 5000);
+  EXPECT_NE(errorOf("listen:\n  max_connections_per_peer: -1\n").find("listen.max_connections_per_peer"),
+            std::string::npos);
+  EXPECT_NE(errorOf("listen:\n  max_stream_holds: lots\n").find("listen.max_stream_holds"),
+            std::string::npos);
+}
+
 TEST(ConfigTest, TlsKeysAreValidated) {
   auto c = loadConfigFromString(
       "backend:\n  tls:\n    enabled: true\n    server_name: redis.internal\n");

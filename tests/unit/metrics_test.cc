@@ -26,5 +26,18 @@ TEST(MetricsTest, NodeSeriesAreResolvedOnce) {
   EXPECT_NE(&m.node("a:1"), &m.node("b:2"));
 }
 
+TEST(MetricsTest, CachedRenderIsSharedWithinOneEpochOnly) {
+  Metrics m;
+  m.wakeups.Increment();
+  const std::string first = m.renderCached(7);
+  EXPECT_NE(first.find("sidelock_wakeups_total 1"), std::string::npos);
+  m.wakeups.Increment();
+  EXPECT_EQ(m.renderCached(7), first) << "the same loop turn";
+  EXPECT_NE(m.renderCached(8).find("sidelock_wakeups_total 2"), std::string::npos);
+  m.wakeups.Increment();
+  EXPECT_NE(m.renderCached(0).find("sidelock_wakeups_total 3"), std::string::npos)
+      << "epoch 0 always renders";
+}
+
 }  // namespace
 }  // namespace sidelock::metrics

@@ -1,0 +1,22 @@
+# Fuzz targets (tests/fuzz/README.md). In the normal builds each target is linked with a small
+# replay main and its in-tree corpus is replayed as a CTest (so the ASan pass checks every seed).
+# With -DSIDELOCK_FUZZ=ON (clang) each is also a libFuzzer binary: <target>.
+set(SIDELOCK_FUZZ_TARGETS http_request_fuzz request_body_fuzz)
+set(http_request_fuzz_LIBS sidelock_http)
+set(request_body_fuzz_LIBS sidelock_api)
+
+foreach(target ${SIDELOCK_FUZZ_TARGETS})
+  add_executable(${target}_replay ${CMAKE_CURRENT_LIST_DIR}/${target}.cc
+                                  ${CMAKE_CURRENT_LIST_DIR}/replay_main.cc)
+  target_compile_options(${target}_replay PRIVATE ${SIDELOCK_WARNINGS})
+  target_link_libraries(${target}_replay PRIVATE ${${target}_LIBS})
+  add_test(NAME ${target}_corpus
+           COMMAND ${target}_replay ${CMAKE_CURRENT_LIST_DIR}/corpus/${target})
+  set_tests_properties(${target}_corpus PROPERTIES TIMEOUT 120 LABELS "unit;fuzz")
+  if(SIDELOCK_FUZZ)
+    add_executable(${target} ${CMAKE_CURRENT_LIST_DIR}/${target}.cc)
+    target_compile_options(${target} PRIVATE ${SIDELOCK_WARNINGS} -fsanitize=fuzzer)
+    target_link_libraries(${target} PRIVATE ${${target}_LIBS})
+    target_link_options(${target} PRIVATE -fsanitize=fuzzer)
+  endif()
+endforeach()
