@@ -166,7 +166,7 @@ TEST(HttpAbuseTest, PipelinedMetricsFloodDoesNotFreezeTheLoop) {
 
   // 200 connections, each writing ~68 KB of pipelined GET /metrics and never reading.
   std::string pipeline;
-  while (pipeline.size() < 68 * 1024) pipeline += "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n";
+  while (pipeline.size() < 68 * 1024) pipeline += "GET /metrics HTTP/1.1\r\nHost: localhost\r\n\r\n";
   std::vector<RawSocket> attackers;
   for (int i = 0; i < 200; ++i) {
     attackers.push_back(RawSocket::tcp(sidecar.port()));
@@ -221,7 +221,7 @@ TEST(HttpAbuseTest, IdleKeepAliveConnectionsAtTheCapDoNotLockOutNewClients) {
   // The default listen.max_connections (1,024) keep-alive connections, each after one request,
   // on both the TCP listener and the Unix socket.
   std::vector<RawSocket> idle;
-  const std::string request = "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n";
+  const std::string request = "GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n";
   for (int i = 0; i < 1024; ++i) {
     idle.push_back(RawSocket::tcp(sidecar.port()));
     ASSERT_TRUE(idle.back().ok()) << i;
@@ -331,7 +331,7 @@ class SlowAttackTest : public ::testing::Test {
 
 TEST_F(SlowAttackTest, SlowlorisHeadersAreCutOffWhileProbesSucceed) {
   std::vector<RawSocket> attackers = connectAttackers(50);
-  for (auto& a : attackers) ASSERT_TRUE(a.writeAll("GET /healthz HTTP/1.1\r\nHost: x\r\n"));
+  for (auto& a : attackers) ASSERT_TRUE(a.writeAll("GET /healthz HTTP/1.1\r\nHost: localhost\r\n"));
   ProbeLog log = probeWhile(sidecar_->port(), 2 * kHeaderTimeoutMs, [&] {
     for (auto& a : attackers) a.writeAll("X-Slow: 1\r\n");  // a header line, never the end
   });
@@ -347,7 +347,7 @@ TEST_F(SlowAttackTest, SlowBodyIsCutOffWhileProbesSucceed) {
   std::vector<RawSocket> attackers = connectAttackers(50);
   for (auto& a : attackers) {
     ASSERT_TRUE(a.writeAll(
-        "POST /v1/locks/slow/acquire HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        "POST /v1/locks/slow/acquire HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
         "Content-Length: 4000\r\n\r\n{"));
   }
   ProbeLog log = probeWhile(sidecar_->port(), 2 * kHeaderTimeoutMs, [&] {
@@ -365,7 +365,7 @@ TEST_F(SlowAttackTest, SlowBodyIsCutOffWhileProbesSucceed) {
 TEST_F(SlowAttackTest, SlowReaderIsDroppedWhileProbesSucceed) {
   // Pipelined requests for large answers that the attackers never read.
   std::string pipeline;
-  while (pipeline.size() < 32 * 1024) pipeline += "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n";
+  while (pipeline.size() < 32 * 1024) pipeline += "GET /metrics HTTP/1.1\r\nHost: localhost\r\n\r\n";
   std::vector<RawSocket> attackers = connectAttackers(20);
   for (auto& a : attackers) a.setNonBlocking();
   std::vector<size_t> sent(attackers.size(), 0);
@@ -382,7 +382,7 @@ TEST_F(SlowAttackTest, SlowReaderIsDroppedWhileProbesSucceed) {
 
 TEST_F(SlowAttackTest, IdleKeepAliveConnectionsAreClosedWhileProbesSucceed) {
   std::vector<RawSocket> attackers = connectAttackers(50);
-  for (auto& a : attackers) ASSERT_TRUE(a.writeAll("GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"));
+  for (auto& a : attackers) ASSERT_TRUE(a.writeAll("GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n"));
   ProbeLog log = probeWhile(sidecar_->port(), 2 * kIdleTimeoutMs, [] {});
   expectProbesServed(log, kIdleTimeoutMs);
   for (auto& a : attackers) {
