@@ -18,6 +18,7 @@
 #include "http/server.h"
 #include "lock/lock_service.h"
 #include "metrics/metrics.h"
+#include "redis/cluster_backend.h"
 #include "redis/redis_backend.h"
 #include "redis/redlock_backend.h"
 #include "redis/tls_transport.h"
@@ -68,6 +69,9 @@ std::unique_ptr<backend::Backend> makeBackend(Sidecar& s, const config::Config& 
                                                      cfg.locks.max_ttl_ms, *s.metrics);
     case config::BackendType::kRedlock:
       return std::make_unique<backend::RedlockBackend>(&s.loop, *s.scheduler, cfg.backend,
+                                                       cfg.locks.max_ttl_ms, *s.metrics);
+    case config::BackendType::kCluster:
+      return std::make_unique<backend::ClusterBackend>(&s.loop, *s.scheduler, cfg.backend,
                                                        cfg.locks.max_ttl_ms, *s.metrics);
   }
   return nullptr;

@@ -28,7 +28,7 @@ struct ListenConfig {
   int64_t write_timeout_ms = 30'000;   // a client that does not read its responses is dropped
 };
 
-enum class BackendType { kMemory, kRedis, kRedlock };
+enum class BackendType { kMemory, kRedis, kRedlock, kCluster };
 
 struct RedisNodeAddress {
   std::string host;       // empty for unix sockets
@@ -58,7 +58,7 @@ struct TlsConfig {
 
 struct BackendConfig {
   BackendType type = BackendType::kRedis;
-  std::vector<RedisNodeAddress> nodes;  // default: 127.0.0.1:6379
+  std::vector<RedisNodeAddress> nodes;  // default: 127.0.0.1:6379; cluster: the seed nodes
   std::string key_prefix = "sidelock:";
   int db = 0;
   /// Credentials never live in the YAML itself: names of env vars / files that hold them.

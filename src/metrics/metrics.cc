@@ -148,6 +148,17 @@ Metrics::Metrics(std::string version)
                               "up), else 0.")
                         .Register(*registry_)
                         .Add({})),
+      backend_topology_changes_total(
+          BuildCounter()
+              .Name("sidelock_backend_topology_changes_total")
+              .Help("Times the backend's view of the Redis topology changed (sentinel: "
+                    "switch_master, readonly, reresolve; cluster: moved, slots_refresh)")
+              .Register(*registry_)),
+      backend_cluster_redirects_total(
+          BuildCounter()
+              .Name("sidelock_backend_cluster_redirects_total")
+              .Help("Redis Cluster redirections followed, by kind (moved, ask).")
+              .Register(*registry_)),
       redlock_quorum_failures(BuildCounter()
                                   .Name("sidelock_redlock_quorum_failures_total")
                                   .Help("Redlock attempts that could not reach a majority of "

@@ -102,6 +102,10 @@ class Metrics {
   prometheus::Family<prometheus::Counter>& backend_errors_total;      // {node,kind}
   prometheus::Family<prometheus::Counter>& backend_reconnects_total;  // {node}
   prometheus::Gauge& backend_ready;
+  /// {reason}: sentinel switch_master / readonly / reresolve, cluster moved / slots_refresh.
+  prometheus::Family<prometheus::Counter>& backend_topology_changes_total;
+  /// {kind}: moved / ask (Redis Cluster redirections followed).
+  prometheus::Family<prometheus::Counter>& backend_cluster_redirects_total;
   prometheus::Counter& redlock_quorum_failures;
   prometheus::Histogram& redlock_validity_seconds;  // validity remaining at grant
 
