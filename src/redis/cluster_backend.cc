@@ -153,24 +153,11 @@ void ClusterBackend::onReply(std::shared_ptr<Call> call, const std::string& addr
     ClusterRedirect redirect;
     if (parseClusterRedirect(r->str, &redirect) && call->redirects < kMaxRedirects) {
       ++call->redirects;
-      if (redirect.target.host.empty()) {
-        auto it = nodes_.find(address);
-        redirect.target.host = it != nodes_.end() ? it->second.address.host : "127.0.0.1";
-      }
-      if (redirect.kind == ClusterRedirect::Kind::kAsk) {
-        metrics_.backend_cluster_redirects_total.Add({{"kind", "ask"}}).Increment();
-        send(std::move(call), redirect.target, true);
-        return;
-      }
-      metrics_.backend_cluster_redirects_total.Add({{"kind", "moved"}}).Increment();
-      if (map_.assign(redirect.slot, redirect.target)) {
-        metrics_.backend_topology_changes_total.Add({{"reason", kReasonMoved}}).Increment();
-        SL_LOG(kDebug, "redis.cluster_moved", {"slot", static_cast<int>(redirect.slot)},
-               {"from", address}, {"to", redirect.target.toString()});
-        rehomeWatches();
-      }
-      scheduleRefresh();
-      send(std::move(call), redirect.target, false);
+      const bool ask = redirect.kind == ClusterRedirect::Kind::kAsk;
+      metrics_.backend_cluster_redirects_total.Add({{"kind", ask ? "ask" : "moved"}}).Increment();
+      if (!ask) applyMoved(&redirect, address);
+      if (redirect.target.host.empty()) redirect.target.host = hostOf(address);
+      send(std::move(call), redirect.target, ask);
       return;
     }
     if (std::string_view(r->str).starts_with("TRYAGAIN") && call->tries_left > 0) {
@@ -226,9 +213,17 @@ ClusterBackend::Node& ClusterBackend::nodeFor(const config::RedisNodeAddress& ad
   });
   raw->setMessageListener(
       [this](std::string_view channel, std::string_view) { watches_.onMessage(channel); });
-  raw->setSubscribeErrorListener([this](const std::string&, const std::string&) {
-    // A shard channel's slot moved away from the node we subscribed on.
-    scheduleRefresh();
+  raw->setSubscribeErrorListener([this, key](const std::string&, const std::string& error) {
+    // A shard channel's slot moved away from the node we subscribed on (the node said
+    // "sunsubscribe", our SSUBSCRIBE again got MOVED): follow it now, before the other nodes
+    // may even know.
+    ClusterRedirect redirect;
+    if (!shut_down_ && parseClusterRedirect(error, &redirect) &&
+        redirect.kind == ClusterRedirect::Kind::kMoved) {
+      applyMoved(&redirect, key);
+    } else {
+      scheduleRefresh();
+    }
   });
   it = nodes_.emplace(key, std::move(node)).first;
   if (!shut_down_) raw->start();
@@ -247,6 +242,26 @@ void ClusterBackend::retireNode(const std::string& address) {
     if (alive.expired() || shut_down_) return;  // shutdown() waits for it and frees it
     std::erase_if(retiring_, [raw](const std::unique_ptr<RedisNode>& n) { return n.get() == raw; });
   });
+}
+
+std::string ClusterBackend::hostOf(const std::string& address) const {
+  auto it = nodes_.find(address);
+  return it != nodes_.end() ? it->second.address.host : std::string("127.0.0.1");
+}
+
+// A node said a slot is served elsewhere now: patch the map, move the slot's subscriptions and
+// have the whole map re-read (other slots probably moved too).
+void ClusterBackend::applyMoved(ClusterRedirect* redirect, const std::string& from) {
+  // An empty host ("MOVED 1 :6380") is the host of the node that answered.
+  if (redirect->target.host.empty()) redirect->target.host = hostOf(from);
+  if (map_.assign(redirect->slot, redirect->target)) {
+    metrics_.backend_topology_changes_total.Add({{"reason", kReasonMoved}}).Increment();
+    SL_LOG(kDebug, "redis.cluster_moved", {"slot", static_cast<int>(redirect->slot)},
+           {"from", from}, {"to", redirect->target.toString()});
+    rehomeWatches();
+    updateReady();
+  }
+  scheduleRefresh();
 }
 
 // Seeds are only needed to find the cluster: they stay as nodes until the first map says which

@@ -94,6 +94,9 @@ class ClusterBackend final : public Backend {
   void onReply(std::shared_ptr<Call> call, const std::string& address, StatusOr<RedisValue> r);
   void retryLater(std::shared_ptr<Call> call);
 
+  void applyMoved(ClusterRedirect* redirect, const std::string& from);
+  std::string hostOf(const std::string& address) const;
+
   Node& nodeFor(const config::RedisNodeAddress& address);
   void retireNode(const std::string& address);
   void ensureSeeds();

@@ -327,5 +327,116 @@ TEST_F(ClusterBackendTest, AMasterDownShowsInReadyzAndMetricsUntilItIsBack) {
   EXPECT_EQ(sidecar_->stop(), 0) << sidecar_->logs();
 }
 
+// The waiter's subscription follows its lock's slot: moved to another master while a waiter
+// waits, the release still wakes it at once.
+TEST_F(ClusterBackendTest, SubscriptionFollowsItsSlotToAnotherMaster) {
+  SidecarProcess waiter_side(SidecarProcess::Options{
+      sidecarYaml(cluster_->address(0), "locks:\n  retry_min_ms: 60000\n  retry_max_ms: 60000\n"),
+      {},
+      /*wait_ready=*/true});
+  HttpClient holder = HttpClient::tcp(sidecar_->port());
+  HttpClient watcher = HttpClient::tcp(waiter_side.port());
+  const std::string name = "wanderer";
+  auto r = holder.post("/v1/locks/" + name + "/acquire", R"({"ttl_ms":120000})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  const std::string owner = json::parse(r.body)["owner"];
+  HttpClient waiter = HttpClient::tcp(waiter_side.port());
+  waiter.sendRequest("POST", "/v1/locks/" + name + "/acquire", R"({"wait_ms":100000})");
+  ASSERT_TRUE(waitForWaiters(watcher, name, 1));
+
+  const std::string channel = "sidelock:released:{" + name + "}";
+  const int slot = cluster_->keySlot(lockKey(name));
+  const size_t from = static_cast<size_t>(cluster_->ownerOf(slot));
+  const size_t to = (from + 1) % cluster_->size();
+  auto subscribers = [&](size_t node) {
+    return cluster_->server(node).cli({"PUBSUB", "SHARDNUMSUB", channel});
+  };
+  ASSERT_TRUE(pollUntil([&] { return subscribers(from).ends_with("\n1"); }));
+  // Move the slot with its keys, as redis-cli --cluster reshard does for each slot.
+  const std::string s = std::to_string(slot);
+  RedisServer& src = cluster_->server(from);
+  RedisServer& dst = cluster_->server(to);
+  ASSERT_EQ(dst.cli({"CLUSTER", "SETSLOT", s, "IMPORTING", cluster_->nodeId(from)}), "OK");
+  ASSERT_EQ(src.cli({"CLUSTER", "SETSLOT", s, "MIGRATING", cluster_->nodeId(to)}), "OK");
+  ASSERT_EQ(src.cli({"MIGRATE", "127.0.0.1", std::to_string(dst.port()), "", "0", "5000", "KEYS",
+                     lockKey(name), lockKey(name) + ":token"}),
+            "OK");
+  for (size_t n = 0; n < cluster_->size(); ++n) {
+    ASSERT_EQ(cluster_->server(n).cli({"CLUSTER", "SETSLOT", s, "NODE", cluster_->nodeId(to)}),
+              "OK");
+  }
+  ASSERT_TRUE(cluster_->waitConsistent()) << cluster_->lastOutput();
+  EXPECT_TRUE(pollUntil([&] { return subscribers(to).ends_with("\n1"); }))
+      << "the waiter's sidecar re-subscribed on the new owner: " << waiter_side.logs();
+  EXPECT_TRUE(subscribers(from).ends_with("\n0"));
+
+  const auto t0 = std::chrono::steady_clock::now();
+  ASSERT_EQ(holder.post("/v1/locks/" + name + "/release", json{{"owner", owner}}.dump()).status,
+            200);
+  auto got = waiter.readResponse(30'000);
+  ASSERT_TRUE(got.has_value());
+  EXPECT_EQ(got->status, 200) << got->body;
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(20));
+  EXPECT_EQ(waiter_side.stop(), 0) << waiter_side.logs();
+  EXPECT_EQ(sidecar_->stop(), 0) << sidecar_->logs();
+}
+
+// A master with a replica fails: the replica is promoted, the sidecar finds it in the slot map,
+// the held lock is still held there, and tokens keep increasing.
+TEST(ClusterFailoverTest, GrantsResumeOnThePromotedReplica) {
+  RedisCluster cluster(3, 1);
+  SidecarProcess sidecar(
+      SidecarProcess::Options{sidecarYaml(cluster.address(0)), {}, /*wait_ready=*/true});
+  HttpClient c = HttpClient::tcp(sidecar.port());
+  // A lock whose master is not the seed (node 0), so the seed keeps answering.
+  std::string name;
+  int master = -1;
+  for (int i = 0; name.empty() && i < 1000; ++i) {
+    const std::string candidate = "failover-" + std::to_string(i);
+    master = cluster.ownerOf(cluster.keySlot("sidelock:{" + candidate + "}"));
+    if (master == 1) name = candidate;
+  }
+  ASSERT_FALSE(name.empty());
+  auto r = c.post("/v1/locks/" + name + "/acquire", R"({"ttl_ms":120000})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  const std::string owner = json::parse(r.body)["owner"];
+  const uint64_t token = json::parse(r.body)["token"];
+  // The grant reached the replica before the master dies (else it could be lost: README).
+  ASSERT_EQ(cluster.server(1).cli({"WAIT", "1", "5000"}), "1");
+  const std::string old_master = cluster.address(1);
+  cluster.server(1).kill();
+
+  // The replica takes over the slots (cluster-node-timeout 3 s) and the sidecar follows.
+  int promoted = -1;
+  ASSERT_TRUE(pollUntil(
+      [&] {
+        promoted = cluster.ownerOf(cluster.keySlot("sidelock:{" + name + "}"));
+        return promoted >= 3;
+      },
+      60'000))
+      << "no replica was promoted";
+  HttpResponse ready;
+  ASSERT_TRUE(pollUntil(
+      [&] {
+        ready = c.get("/readyz");
+        return ready.status == 200;
+      },
+      60'000))
+      << ready.body << sidecar.logs();
+  EXPECT_NE(ready.body.find(cluster.address(static_cast<size_t>(promoted))), std::string::npos)
+      << ready.body;
+  EXPECT_EQ(ready.body.find(old_master), std::string::npos) << ready.body;
+  EXPECT_GE(metricValue(c.get("/metrics").body,
+                        "sidelock_backend_topology_changes_total{reason=\"slots_refresh\"}"),
+            1);
+
+  EXPECT_EQ(c.post("/v1/locks/" + name + "/acquire", "{}").status, 409) << "still held";
+  ASSERT_EQ(c.post("/v1/locks/" + name + "/release", json{{"owner", owner}}.dump()).status, 200);
+  r = c.post("/v1/locks/" + name + "/acquire", "{}");
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_GT(json::parse(r.body)["token"].get<uint64_t>(), token);
+  EXPECT_EQ(sidecar.stop(), 0) << sidecar.logs();
+}
+
 }  // namespace
 }  // namespace sidelock::testing

@@ -12,13 +12,15 @@
 
 namespace sidelock::testing {
 
-RedisCluster::RedisCluster(int masters) {
+RedisCluster::RedisCluster(int masters, int replicas) {
   RedisServer::Options options;
   options.cluster = true;
-  for (int i = 0; i < masters; ++i) servers_.push_back(std::make_unique<RedisServer>(options));
+  for (int i = 0; i < masters * (1 + replicas); ++i) {
+    servers_.push_back(std::make_unique<RedisServer>(options));
+  }
   std::string args = "--cluster create";
   for (const auto& s : servers_) args.append(" ").append(s->address());
-  args += " --cluster-replicas 0 --cluster-yes";
+  args += " --cluster-replicas " + std::to_string(replicas) + " --cluster-yes";
   if (runCli(args) != 0)
     throw std::runtime_error("redis-cli --cluster create failed:\n" + last_output_);
   for (const auto& s : servers_) ids_.push_back(s->cli({"CLUSTER", "MYID"}));
@@ -73,8 +75,8 @@ std::vector<std::vector<std::pair<int, int>>> slotRanges(RedisServer& asker,
 
 }  // namespace
 
-int RedisCluster::ownerOf(int slot) {
-  const auto ranges = slotRanges(*servers_[0], ids_);
+int RedisCluster::ownerOf(int slot, size_t asker) {
+  const auto ranges = slotRanges(*servers_[asker], ids_);
   for (size_t n = 0; n < ranges.size(); ++n) {
     for (const auto& [first, last] : ranges[n]) {
       if (slot >= first && slot <= last) return static_cast<int>(n);

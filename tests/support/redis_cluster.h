@@ -13,9 +13,10 @@ namespace sidelock::testing {
 
 class RedisCluster {
  public:
-  /// Starts `masters` nodes, creates the cluster and waits until every node reports
-  /// cluster_state:ok with all 16384 slots served. Throws on failure.
-  explicit RedisCluster(int masters = 3);
+  /// Starts `masters` * (1 + `replicas`) nodes, creates the cluster (nodes 0 .. masters-1 are
+  /// the masters, the rest their replicas) and waits until every node reports cluster_state:ok
+  /// with all 16384 slots served. Throws on failure.
+  explicit RedisCluster(int masters = 3, int replicas = 0);
 
   size_t size() const { return servers_.size(); }
   RedisServer& server(size_t i) { return *servers_[i]; }
@@ -25,8 +26,8 @@ class RedisCluster {
   const std::string& nodeId(size_t i) const { return ids_[i]; }
   /// `CLUSTER KEYSLOT key`, asked of node 0.
   int keySlot(const std::string& key);
-  /// Index of the node that serves `slot` as node 0 sees it now; -1 if none.
-  int ownerOf(int slot);
+  /// Index of the node that serves `slot` as node `asker` sees it now; -1 if none.
+  int ownerOf(int slot, size_t asker = 0);
   /// Slots node i serves (CLUSTER SLOTS as node i sees it).
   int slotCount(size_t i);
   /// `redis-cli --cluster reshard` of `slots` slots from node `from` to node `to`. Returns
