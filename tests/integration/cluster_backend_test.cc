@@ -67,6 +67,47 @@ class ClusterBackendTest : public ::testing::Test {
     return owners;
   }
 
+  /// A second sidecar on the same cluster whose waiters retry only once a minute: only a
+  /// published release can get them a lock within seconds.
+  std::unique_ptr<SidecarProcess> slowPollingSidecar(size_t seed) {
+    return std::make_unique<SidecarProcess>(SidecarProcess::Options{
+        sidecarYaml(cluster_->address(seed),
+                    "locks:\n  retry_min_ms: 60000\n  retry_max_ms: 60000\n"),
+        {},
+        /*wait_ready=*/true});
+  }
+  /// Acquires `name` through our sidecar (returns the owner) and queues a waiter for it on
+  /// `other`, whose connection is left in `waiter`.
+  std::string holdWithWaiter(SidecarProcess& other, const std::string& name,
+                             std::unique_ptr<HttpClient>* waiter) {
+    HttpClient holder = HttpClient::tcp(sidecar_->port());
+    auto r = holder.post("/v1/locks/" + name + "/acquire", R"({"ttl_ms":120000})");
+    EXPECT_EQ(r.status, 200) << r.body;
+    *waiter = std::make_unique<HttpClient>(HttpClient::tcp(other.port()));
+    (*waiter)->sendRequest("POST", "/v1/locks/" + name + "/acquire", R"({"wait_ms":100000})");
+    HttpClient watcher = HttpClient::tcp(other.port());
+    EXPECT_TRUE(waitForWaiters(watcher, name, 1));
+    return r.status == 200 ? json::parse(r.body)["owner"].get<std::string>() : "";
+  }
+  /// Releases through our sidecar; the waiter must get the lock far sooner than its next poll.
+  void releaseAndExpectWakeUp(const std::string& name, const std::string& owner,
+                              HttpClient& waiter) {
+    HttpClient holder = HttpClient::tcp(sidecar_->port());
+    const auto t0 = std::chrono::steady_clock::now();
+    ASSERT_EQ(holder.post("/v1/locks/" + name + "/release", json{{"owner", owner}}.dump()).status,
+              200);
+    auto got = waiter.readResponse(30'000);
+    ASSERT_TRUE(got.has_value());
+    EXPECT_EQ(got->status, 200) << got->body;
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(20)) << name;
+  }
+  /// Subscribers of `name`'s release channel on node `n` (PUBSUB SHARDNUMSUB).
+  bool subscribedOn(size_t n, const std::string& name) {
+    return cluster_->server(n)
+        .cli({"PUBSUB", "SHARDNUMSUB", "sidelock:released:{" + name + "}"})
+        .ends_with("\n1");
+  }
+
   std::unique_ptr<RedisCluster> cluster_;
   std::unique_ptr<SidecarProcess> sidecar_;
 };
@@ -200,14 +241,7 @@ TEST_F(ClusterBackendTest, FollowsAskDuringMigrationAndMovedAfterIt) {
   const int slot = cluster_->keySlot(lockKey(name));
   const size_t from = static_cast<size_t>(cluster_->ownerOf(slot));
   const size_t to = (from + 1) % cluster_->size();
-  const std::string s = std::to_string(slot);
-  RedisServer& src = cluster_->server(from);
-  RedisServer& dst = cluster_->server(to);
-  ASSERT_EQ(dst.cli({"CLUSTER", "SETSLOT", s, "IMPORTING", cluster_->nodeId(from)}), "OK");
-  ASSERT_EQ(src.cli({"CLUSTER", "SETSLOT", s, "MIGRATING", cluster_->nodeId(to)}), "OK");
-  ASSERT_EQ(src.cli({"MIGRATE", "127.0.0.1", std::to_string(dst.port()), "", "0", "5000", "KEYS",
-                     lockKey(name), lockKey(name) + ":token"}),
-            "OK");
+  ASSERT_TRUE(cluster_->startMigration(slot, from, to, {lockKey(name), lockKey(name) + ":token"}));
 
   // The keys left the source: it answers ASK, the sidecar asks the importing node.
   r = c.post("/v1/locks/" + name + "/extend", json{{"owner", owner}, {"ttl_ms", 300'000}}.dump());
@@ -216,9 +250,7 @@ TEST_F(ClusterBackendTest, FollowsAskDuringMigrationAndMovedAfterIt) {
   EXPECT_EQ(metric("sidelock_backend_cluster_redirects_total{kind=\"moved\"}"), -1)
       << "ASK does not change the map";
 
-  for (RedisServer* n : {&src, &dst}) {
-    ASSERT_EQ(n->cli({"CLUSTER", "SETSLOT", s, "NODE", cluster_->nodeId(to)}), "OK");
-  }
+  ASSERT_TRUE(cluster_->finishMigration(slot, to));
   ASSERT_TRUE(cluster_->waitConsistent());
   // The source now answers MOVED: the map is patched and the call lands on the new owner.
   r = c.post("/v1/locks/" + name + "/acquire", "{}");
@@ -226,7 +258,7 @@ TEST_F(ClusterBackendTest, FollowsAskDuringMigrationAndMovedAfterIt) {
   EXPECT_GE(metric("sidelock_backend_cluster_redirects_total{kind=\"moved\"}"), 1);
   EXPECT_GE(metric("sidelock_backend_topology_changes_total{reason=\"moved\"}"), 1);
   ASSERT_EQ(c.post("/v1/locks/" + name + "/release", json{{"owner", owner}}.dump()).status, 200);
-  EXPECT_EQ(dst.cli({"EXISTS", lockKey(name)}), "0");
+  EXPECT_EQ(cluster_->server(to).cli({"EXISTS", lockKey(name)}), "0");
   // The counter moved with the lock: the next token is above the first.
   r = c.post("/v1/locks/" + name + "/acquire", "{}");
   ASSERT_EQ(r.status, 200) << r.body;
@@ -237,13 +269,7 @@ TEST_F(ClusterBackendTest, FollowsAskDuringMigrationAndMovedAfterIt) {
 // A waiter on one sidecar wakes as soon as another sidecar releases, for a lock on each master:
 // its subscription sits on the master serving the lock's slot, wherever that is.
 TEST_F(ClusterBackendTest, WakeUpsReachWaitersOnEveryShard) {
-  // The waiter's sidecar polls at most every 60 s, so only a wake-up gets it the lock quickly.
-  SidecarProcess waiter_side(SidecarProcess::Options{
-      sidecarYaml(cluster_->address(2), "locks:\n  retry_min_ms: 60000\n  retry_max_ms: 60000\n"),
-      {},
-      /*wait_ready=*/true});
-  HttpClient holder = HttpClient::tcp(sidecar_->port());
-  HttpClient watcher = HttpClient::tcp(waiter_side.port());
+  auto waiter_side = slowPollingSidecar(2);
   // One lock name per master.
   std::map<int, std::string> names;
   for (int i = 0; names.size() < 3 && i < 1000; ++i) {
@@ -251,36 +277,17 @@ TEST_F(ClusterBackendTest, WakeUpsReachWaitersOnEveryShard) {
     names.emplace(cluster_->ownerOf(cluster_->keySlot(lockKey(name))), name);
   }
   ASSERT_EQ(names.size(), 3u);
-  int woken = 0;
   for (const auto& [master, name] : names) {
-    auto r = holder.post("/v1/locks/" + name + "/acquire", R"({"ttl_ms":120000})");
-    ASSERT_EQ(r.status, 200) << r.body;
-    const std::string owner = json::parse(r.body)["owner"];
-    HttpClient waiter = HttpClient::tcp(waiter_side.port());
-    waiter.sendRequest("POST", "/v1/locks/" + name + "/acquire", R"({"wait_ms":100000})");
-    ASSERT_TRUE(waitForWaiters(watcher, name, 1));
+    std::unique_ptr<HttpClient> waiter;
+    const std::string owner = holdWithWaiter(*waiter_side, name, &waiter);
     // The release channel is subscribed on the master of the lock's slot (sharded pub/sub).
-    const std::string channel = "sidelock:released:{" + name + "}";
-    ASSERT_TRUE(pollUntil([&] {
-      return cluster_->server(static_cast<size_t>(master))
-          .cli({"PUBSUB", "SHARDNUMSUB", channel})
-          .ends_with("\n1");
-    })) << channel
-        << " on master " << master;
-    const auto t0 = std::chrono::steady_clock::now();
-    ASSERT_EQ(holder.post("/v1/locks/" + name + "/release", json{{"owner", owner}}.dump()).status,
-              200);
-    auto got = waiter.readResponse(30'000);
-    ASSERT_TRUE(got.has_value());
-    EXPECT_EQ(got->status, 200) << got->body;
-    // Far below the 60 s poll: only the published release can have woken it.
-    EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(20)) << name;
-    ++woken;
+    ASSERT_TRUE(pollUntil([&] { return subscribedOn(static_cast<size_t>(master), name); }))
+        << name << " on master " << master;
+    releaseAndExpectWakeUp(name, owner, *waiter);
   }
-  EXPECT_EQ(woken, 3);
-  HttpClient m = HttpClient::tcp(waiter_side.port());
+  HttpClient m = HttpClient::tcp(waiter_side->port());
   EXPECT_GE(metricValue(m.get("/metrics").body, "sidelock_wakeups_total"), 3);
-  EXPECT_EQ(waiter_side.stop(), 0) << waiter_side.logs();
+  EXPECT_EQ(waiter_side->stop(), 0) << waiter_side->logs();
   EXPECT_EQ(sidecar_->stop(), 0) << sidecar_->logs();
 }
 
@@ -330,54 +337,25 @@ TEST_F(ClusterBackendTest, AMasterDownShowsInReadyzAndMetricsUntilItIsBack) {
 // The waiter's subscription follows its lock's slot: moved to another master while a waiter
 // waits, the release still wakes it at once.
 TEST_F(ClusterBackendTest, SubscriptionFollowsItsSlotToAnotherMaster) {
-  SidecarProcess waiter_side(SidecarProcess::Options{
-      sidecarYaml(cluster_->address(0), "locks:\n  retry_min_ms: 60000\n  retry_max_ms: 60000\n"),
-      {},
-      /*wait_ready=*/true});
-  HttpClient holder = HttpClient::tcp(sidecar_->port());
-  HttpClient watcher = HttpClient::tcp(waiter_side.port());
+  auto waiter_side = slowPollingSidecar(0);
   const std::string name = "wanderer";
-  auto r = holder.post("/v1/locks/" + name + "/acquire", R"({"ttl_ms":120000})");
-  ASSERT_EQ(r.status, 200) << r.body;
-  const std::string owner = json::parse(r.body)["owner"];
-  HttpClient waiter = HttpClient::tcp(waiter_side.port());
-  waiter.sendRequest("POST", "/v1/locks/" + name + "/acquire", R"({"wait_ms":100000})");
-  ASSERT_TRUE(waitForWaiters(watcher, name, 1));
-
-  const std::string channel = "sidelock:released:{" + name + "}";
+  std::unique_ptr<HttpClient> waiter;
+  const std::string owner = holdWithWaiter(*waiter_side, name, &waiter);
   const int slot = cluster_->keySlot(lockKey(name));
   const size_t from = static_cast<size_t>(cluster_->ownerOf(slot));
   const size_t to = (from + 1) % cluster_->size();
-  auto subscribers = [&](size_t node) {
-    return cluster_->server(node).cli({"PUBSUB", "SHARDNUMSUB", channel});
-  };
-  ASSERT_TRUE(pollUntil([&] { return subscribers(from).ends_with("\n1"); }));
-  // Move the slot with its keys, as redis-cli --cluster reshard does for each slot.
-  const std::string s = std::to_string(slot);
-  RedisServer& src = cluster_->server(from);
-  RedisServer& dst = cluster_->server(to);
-  ASSERT_EQ(dst.cli({"CLUSTER", "SETSLOT", s, "IMPORTING", cluster_->nodeId(from)}), "OK");
-  ASSERT_EQ(src.cli({"CLUSTER", "SETSLOT", s, "MIGRATING", cluster_->nodeId(to)}), "OK");
-  ASSERT_EQ(src.cli({"MIGRATE", "127.0.0.1", std::to_string(dst.port()), "", "0", "5000", "KEYS",
-                     lockKey(name), lockKey(name) + ":token"}),
-            "OK");
-  for (size_t n = 0; n < cluster_->size(); ++n) {
-    ASSERT_EQ(cluster_->server(n).cli({"CLUSTER", "SETSLOT", s, "NODE", cluster_->nodeId(to)}),
-              "OK");
-  }
-  ASSERT_TRUE(cluster_->waitConsistent()) << cluster_->lastOutput();
-  EXPECT_TRUE(pollUntil([&] { return subscribers(to).ends_with("\n1"); }))
-      << "the waiter's sidecar re-subscribed on the new owner: " << waiter_side.logs();
-  EXPECT_TRUE(subscribers(from).ends_with("\n0"));
+  ASSERT_TRUE(pollUntil([&] { return subscribedOn(from, name); }));
 
-  const auto t0 = std::chrono::steady_clock::now();
-  ASSERT_EQ(holder.post("/v1/locks/" + name + "/release", json{{"owner", owner}}.dump()).status,
-            200);
-  auto got = waiter.readResponse(30'000);
-  ASSERT_TRUE(got.has_value());
-  EXPECT_EQ(got->status, 200) << got->body;
-  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(20));
-  EXPECT_EQ(waiter_side.stop(), 0) << waiter_side.logs();
+  // Move the slot with its keys, as redis-cli --cluster reshard does for each slot.
+  ASSERT_TRUE(cluster_->startMigration(slot, from, to, {lockKey(name), lockKey(name) + ":token"}));
+  ASSERT_TRUE(cluster_->finishMigration(slot, to));
+  ASSERT_TRUE(cluster_->waitConsistent()) << cluster_->lastOutput();
+  EXPECT_TRUE(pollUntil([&] { return subscribedOn(to, name); }))
+      << "the waiter's sidecar re-subscribed on the new owner: " << waiter_side->logs();
+  EXPECT_FALSE(subscribedOn(from, name));
+
+  releaseAndExpectWakeUp(name, owner, *waiter);
+  EXPECT_EQ(waiter_side->stop(), 0) << waiter_side->logs();
   EXPECT_EQ(sidecar_->stop(), 0) << sidecar_->logs();
 }
 

@@ -98,6 +98,26 @@ int RedisCluster::reshard(size_t from, size_t to, int slots) {
                 " --cluster-yes --cluster-pipeline 100");
 }
 
+bool RedisCluster::startMigration(int slot, size_t from, size_t to,
+                                  const std::vector<std::string>& keys) {
+  const std::string s = std::to_string(slot);
+  if (servers_[to]->cli({"CLUSTER", "SETSLOT", s, "IMPORTING", ids_[from]}) != "OK") return false;
+  if (servers_[from]->cli({"CLUSTER", "SETSLOT", s, "MIGRATING", ids_[to]}) != "OK") return false;
+  std::vector<std::string> migrate = {
+      "MIGRATE", "127.0.0.1", std::to_string(servers_[to]->port()), "", "0", "5000", "KEYS"};
+  migrate.insert(migrate.end(), keys.begin(), keys.end());
+  return servers_[from]->cli(migrate) == "OK";
+}
+
+bool RedisCluster::finishMigration(int slot, size_t to) {
+  for (const auto& server : servers_) {
+    if (server->cli({"CLUSTER", "SETSLOT", std::to_string(slot), "NODE", ids_[to]}) != "OK") {
+      return false;
+    }
+  }
+  return true;
+}
+
 bool RedisCluster::waitConsistent(int timeout_ms) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
   while (std::chrono::steady_clock::now() < deadline) {

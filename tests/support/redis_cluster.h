@@ -33,6 +33,11 @@ class RedisCluster {
   /// `redis-cli --cluster reshard` of `slots` slots from node `from` to node `to`. Returns
   /// redis-cli's exit status; its output goes to lastOutput().
   int reshard(size_t from, size_t to, int slots);
+  /// First half of moving `slot` from node `from` to node `to` by hand: marks it importing and
+  /// migrating, then MIGRATEs `keys`. Clients now get ASK for those keys. False on any error.
+  bool startMigration(int slot, size_t from, size_t to, const std::vector<std::string>& keys);
+  /// Second half: tells every node that `to` serves `slot` (clients now get MOVED).
+  bool finishMigration(int slot, size_t to);
   /// Waits until every node reports cluster_state:ok and all agree on the slot owners
   /// (`redis-cli --cluster check` passes). False on timeout.
   bool waitConsistent(int timeout_ms = 30'000);
