@@ -21,6 +21,7 @@
 #include "support/redis_link.h"
 #include "support/sidecar_polling.h"
 #include "support/sidecar_process.h"
+#include "support/test_pki.h"
 
 namespace sidelock::testing {
 namespace {
@@ -414,6 +415,54 @@ TEST(ClusterFailoverTest, GrantsResumeOnThePromotedReplica) {
   ASSERT_EQ(r.status, 200) << r.body;
   EXPECT_GT(json::parse(r.body)["token"].get<uint64_t>(), token);
   EXPECT_EQ(sidecar.stop(), 0) << sidecar.logs();
+}
+
+// TLS to every node: the seed and the masters discovered from the slot map (which announces
+// the nodes' TLS ports with tls-cluster), all verified against the configured server_name.
+TEST(ClusterTlsTest, EveryMasterSpeaksTlsVerifiedAgainstServerName) {
+  TestPki pki;
+  std::vector<int> tls_ports;
+  RedisCluster cluster(3, 0, [&] {
+    tls_ports.push_back(pickFreePort());
+    auto args = redisTlsArgs(tls_ports.back(), pki.namedServerCert(), pki.namedServerKey(),
+                             pki.caCert(), /*require_client_cert=*/false);
+    args.insert(args.end(), {"--tls-cluster", "yes"});
+    return args;
+  });
+  const std::string tls = "  tls:\n    enabled: true\n    ca_file: \"" + pki.caCert() + "\"\n";
+  const std::string seed = "127.0.0.1:" + std::to_string(tls_ports[0]);
+  SidecarProcess sidecar(SidecarProcess::Options{
+      sidecarYaml(seed, tls + "    server_name: redis.internal\n"), {}, /*wait_ready=*/true});
+  HttpClient c = HttpClient::tcp(sidecar.port());
+  auto ready = c.get("/readyz");
+  ASSERT_EQ(ready.status, 200) << ready.body;
+  for (int port : tls_ports) {
+    EXPECT_NE(ready.body.find("127.0.0.1:" + std::to_string(port)), std::string::npos)
+        << "every master on its TLS port: " << ready.body;
+  }
+  for (int i = 0; i < 30; ++i) {
+    const std::string name = "tls-" + std::to_string(i);
+    auto r = c.post("/v1/locks/" + name + "/acquire", "{}");
+    ASSERT_EQ(r.status, 200) << r.body;
+    EXPECT_EQ(c.post("/v1/locks/" + name + "/release",
+                     json{{"owner", json::parse(r.body)["owner"]}}.dump())
+                  .status,
+              200);
+  }
+  EXPECT_EQ(sidecar.stop(), 0) << sidecar.logs();
+
+  // The same cluster with the host name left to default: the certificates name redis.internal,
+  // not 127.0.0.1, so no node is trusted and nothing is granted.
+  SidecarProcess wrong_name(SidecarProcess::Options{sidecarYaml(seed, tls), {}, false});
+  HttpClient w = HttpClient::tcp(wrong_name.port());
+  HttpResponse not_ready;
+  EXPECT_TRUE(pollUntil([&] {
+    not_ready = w.get("/readyz");
+    return not_ready.body.find("IP address mismatch") != std::string::npos;
+  })) << not_ready.body;
+  EXPECT_EQ(not_ready.status, 503);
+  EXPECT_EQ(w.post("/v1/locks/x/acquire", "{}").status, 503);
+  EXPECT_EQ(wrong_name.stop(), 0) << wrong_name.logs();
 }
 
 }  // namespace

@@ -12,10 +12,12 @@
 
 namespace sidelock::testing {
 
-RedisCluster::RedisCluster(int masters, int replicas) {
+RedisCluster::RedisCluster(int masters, int replicas,
+                           const std::function<std::vector<std::string>()>& extra_args) {
   RedisServer::Options options;
   options.cluster = true;
   for (int i = 0; i < masters * (1 + replicas); ++i) {
+    if (extra_args) options.extra_args = extra_args();
     servers_.push_back(std::make_unique<RedisServer>(options));
   }
   std::string args = "--cluster create";

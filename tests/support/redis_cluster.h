@@ -3,6 +3,7 @@
 // `redis-cli --cluster create`. Every process is killed by the servers' destructors.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -16,7 +17,10 @@ class RedisCluster {
   /// Starts `masters` * (1 + `replicas`) nodes, creates the cluster (nodes 0 .. masters-1 are
   /// the masters, the rest their replicas) and waits until every node reports cluster_state:ok
   /// with all 16384 slots served. Throws on failure.
-  explicit RedisCluster(int masters = 3, int replicas = 0);
+  /// `extra_args`, when set, is called once per node (in index order) for more redis-server
+  /// arguments, e.g. a TLS port of its own.
+  explicit RedisCluster(int masters = 3, int replicas = 0,
+                        const std::function<std::vector<std::string>()>& extra_args = {});
 
   size_t size() const { return servers_.size(); }
   RedisServer& server(size_t i) { return *servers_[i]; }
