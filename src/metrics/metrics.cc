@@ -257,6 +257,25 @@ NodeMetrics& Metrics::node(std::string_view address) {
   return *nodes_.back().second;
 }
 
+void Metrics::forgetNode(std::string_view address) {
+  for (auto it = nodes_.begin(); it != nodes_.end(); ++it) {
+    if (it->first != address) continue;
+    NodeMetrics& m = *it->second;
+    backend_up.Remove(m.up);
+    backend_reconnects_total.Remove(m.reconnects);
+    for (prometheus::Counter* c :
+         {m.errors_timeout, m.errors_disconnected, m.errors_reply, m.noscript_reloads}) {
+      backend_errors_total.Remove(c);
+    }
+    for (prometheus::Histogram* h : {m.latency_acquire, m.latency_release, m.latency_extend,
+                                     m.latency_inspect, m.latency_other}) {
+      backend_request_seconds.Remove(h);
+    }
+    nodes_.erase(it);
+    return;
+  }
+}
+
 prometheus::Counter& Metrics::httpRequests(std::string_view route, int code) {
   // Family::Add returns the existing series for known labels, so this is a lookup after the first.
   return http_requests_total.Add({{"route", std::string(route)}, {"code", std::to_string(code)}});

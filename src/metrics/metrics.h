@@ -50,6 +50,10 @@ class Metrics {
 
   /// Series for one backend node; call once per node at start-up (idempotent for the same name).
   NodeMetrics& node(std::string_view address);
+  /// Removes every series of a node that left the topology (a Cluster master replaced by its
+  /// replica), so `sidelock_backend_up{node}` does not report it down forever. Call only once
+  /// nothing holds its NodeMetrics any more.
+  void forgetNode(std::string_view address);
 
   /// Hooks run just before each scrape, to compute gauges from live state.
   void addScrapeHook(std::function<void()> hook) { scrape_hooks_.push_back(std::move(hook)); }

@@ -167,10 +167,11 @@ void ClusterBackend::onReply(std::shared_ptr<Call> call, const std::string& addr
     }
     if (std::string_view(r->str).starts_with("CLUSTERDOWN")) scheduleRefresh();
   } else if (!shut_down_ && !r.isOk()) {
-    // The node went away under the call: retired by a map refresh (cancelled) or down (failover?).
-    if (r.status().code() == StatusCode::kCancelled && call->redirects < kMaxRedirects) {
-      ++call->redirects;
-      route(std::move(call));
+    if (r.status().code() == StatusCode::kCancelled) {
+      // The node left the slot map while the script was in flight. It may or may not have run
+      // there, so it is not run again elsewhere (a hand-off run twice would lose its grant): a
+      // transient failure, as for a node that went down.
+      call->done(unavailable("redis " + address + " left the cluster's slot map"), address);
       return;
     }
     if (r.status().code() == StatusCode::kUnavailable) scheduleRefresh();
@@ -238,9 +239,12 @@ void ClusterBackend::retireNode(const std::string& address) {
   nodes_.erase(it);
   RedisNode* raw = redis.get();
   retiring_.push_back(std::move(redis));
-  raw->shutdown([this, alive = std::weak_ptr<char>(alive_), raw] {
+  raw->shutdown([this, alive = std::weak_ptr<char>(alive_), raw, address] {
     if (alive.expired() || shut_down_) return;  // shutdown() waits for it and frees it
     std::erase_if(retiring_, [raw](const std::unique_ptr<RedisNode>& n) { return n.get() == raw; });
+    // Its series go too (a node that left is not "down"), unless a node at the same address was
+    // made again meanwhile and shares them.
+    if (nodes_.count(address) == 0) metrics_.forgetNode(address);
   });
 }
 

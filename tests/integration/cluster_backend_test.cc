@@ -405,6 +405,11 @@ TEST(ClusterFailoverTest, GrantsResumeOnThePromotedReplica) {
   EXPECT_NE(ready.body.find(cluster.address(static_cast<size_t>(promoted))), std::string::npos)
       << ready.body;
   EXPECT_EQ(ready.body.find(old_master), std::string::npos) << ready.body;
+  // The old master left the topology: its series are gone rather than "down" forever.
+  EXPECT_TRUE(pollUntil([&] {
+    return metricValue(c.get("/metrics").body,
+                       "sidelock_backend_up{node=\"" + old_master + "\"}") == -1;
+  }));
   EXPECT_GE(metricValue(c.get("/metrics").body,
                         "sidelock_backend_topology_changes_total{reason=\"slots_refresh\"}"),
             1);
