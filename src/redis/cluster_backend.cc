@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdlib>
 #include <set>
 
 #include "common/log.h"
@@ -130,6 +131,10 @@ void ClusterBackend::send(std::shared_ptr<Call> call, const config::RedisNodeAdd
                           bool asking) {
   Node& node = nodeFor(target);
   const std::string address = node.redis->address();
+  if (std::string why; node.redis->up() && !supported(*node.redis, &why)) {
+    scheduler_.post([call, why, address] { call->done(unavailable(why), address); });
+    return;
+  }
   if (asking) {
     // Same connection, same turn: ASKING and the script leave in one write, in this order.
     node.redis->command({"ASKING"}, timeout_ms_, [](StatusOr<RedisValue>) {});
@@ -190,6 +195,16 @@ void ClusterBackend::retryLater(std::shared_ptr<Call> call) {
     route(std::move(c));
   });
   delayed_.emplace(*id, std::move(call));
+}
+
+// The release script SPUBLISHes: on Redis 6 every release would fail, so such a master is
+// refused as a whole (not ready, every call unavailable) with a reason that says why.
+bool ClusterBackend::supported(const RedisNode& node, std::string* reason) {
+  const std::string& version = node.serverInfo().version;
+  if (std::atoi(version.c_str()) >= 7) return true;
+  *reason = "redis cluster master " + node.address() + " runs Redis " + version +
+            "; type cluster needs Redis 7.0 or later (sharded pub/sub)";
+  return false;
 }
 
 // ---- nodes ----
@@ -442,6 +457,7 @@ bool ClusterBackend::computeReady(std::string* reason) const {
                 (it != nodes_.end() ? ": " + it->second.redis->downReason() : std::string());
       return false;
     }
+    if (!supported(*it->second.redis, reason)) return false;
   }
   return true;
 }

@@ -97,6 +97,7 @@ class ClusterBackend final : public Backend {
   void retryLater(std::shared_ptr<Call> call);
 
   void applyMoved(ClusterRedirect* redirect, const std::string& from);
+  static bool supported(const RedisNode& node, std::string* reason);
   std::string hostOf(const std::string& address) const;
 
   Node& nodeFor(const config::RedisNodeAddress& address);

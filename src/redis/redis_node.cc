@@ -369,6 +369,7 @@ class RedisNode::Impl final : public RedisConnection::Listener {
     }
     RedisServerInfo info;
     info.run_id = infoField(v.str, "run_id");
+    info.version = infoField(v.str, "redis_version");
     info.uptime_ms = std::atoll(infoField(v.str, "uptime_in_seconds").c_str()) * 1000;
     info.learned_at_ms = scheduler_.nowMs();
     if (!info_.run_id.empty() && info.run_id != info_.run_id) {

@@ -60,6 +60,7 @@ int64_t reconnectDelayMs(int attempt, int64_t min_ms, int64_t max_ms);
 /// What the node said about itself at the last (re)connect: used by Redlock's delayed restarts.
 struct RedisServerInfo {
   std::string run_id;
+  std::string version;        // redis_version, e.g. "7.0.15"
   int64_t uptime_ms = 0;      // server uptime when we asked
   int64_t learned_at_ms = 0;  // Scheduler::nowMs() when we asked
 };
