@@ -349,11 +349,17 @@ void ClusterBackend::onClusterSlots(const config::RedisNodeAddress& asked,
       reply.isOk() ? SlotMap::fromClusterSlots(*reply, asked) : StatusOr<SlotMap>(reply.status());
   if (map.isOk() && map->empty()) map = unavailable("the cluster has no slots assigned");
   if (!map.isOk()) {
-    SL_LOG(kWarn, "redis.cluster_slots_failed", {"node", asked.toString()},
-           {"reason", map.status().message()});
-    refresh_again_ = true;  // try another node (the gap bounds the rate)
+    // Retried by the periodic refresh (every second while not ready), asking the next node.
+    refresh_error_ = asked.toString() + ": " + map.status().message();
+    if (auto suppressed = refresh_log_.admit(scheduler_.nowMs(), map.status().message())) {
+      SL_LOG(kWarn, "redis.cluster_slots_failed", {"node", asked.toString()},
+             {"reason", map.status().message()}, {"suppressed", *suppressed});
+    }
+    updateReady();
     return;
   }
+  refresh_error_.clear();
+  refresh_log_.reset();
   if (map->sameAs(map_)) return;
   const bool first = map_.empty();
   map_ = std::move(*map);
@@ -438,6 +444,7 @@ RedisNode* ClusterBackend::node(const std::string& address) {
 bool ClusterBackend::computeReady(std::string* reason) const {
   if (map_.empty()) {
     std::string why = "redis cluster: no slot map yet";
+    if (!refresh_error_.empty()) why += "; CLUSTER SLOTS from " + refresh_error_;
     for (const auto& [address, node] : nodes_) {
       if (!node.redis->up()) why += "; " + address + ": " + node.redis->downReason();
     }

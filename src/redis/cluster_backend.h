@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "common/rate_limited_log.h"
 #include "config/config.h"
 #include "event/scheduler.h"
 #include "metrics/metrics.h"
@@ -131,6 +132,8 @@ class ClusterBackend final : public Backend {
   bool refresh_again_ = false;
   int64_t last_refresh_ms_ = -kMinRefreshGapMs;
   size_t refresh_cursor_ = 0;  // rotates the node asked for CLUSTER SLOTS
+  std::string refresh_error_;  // why the last CLUSTER SLOTS failed ("" after a success)
+  RateLimitedLog refresh_log_;
   event::ScopedTimer refresh_timer_;
   event::ScopedTimer periodic_timer_;
   std::map<event::Scheduler::TimerId, std::shared_ptr<Call>> delayed_;  // TRYAGAIN retries

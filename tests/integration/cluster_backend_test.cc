@@ -470,5 +470,22 @@ TEST(ClusterTlsTest, EveryMasterSpeaksTlsVerifiedAgainstServerName) {
   EXPECT_EQ(wrong_name.stop(), 0) << wrong_name.logs();
 }
 
+// Pointed at a Redis that is not a cluster node, the sidecar says so instead of granting.
+TEST(ClusterConfigTest, APlainRedisAsSeedKeepsItNotReadyWithTheReason) {
+  RedisServer plain;
+  SidecarProcess sidecar(SidecarProcess::Options{sidecarYaml(plain.address()), {}, false});
+  HttpClient c = HttpClient::tcp(sidecar.port());
+  HttpResponse not_ready;
+  EXPECT_TRUE(pollUntil([&] {
+    not_ready = c.get("/readyz");
+    return not_ready.body.find("cluster support disabled") != std::string::npos;
+  })) << not_ready.body;
+  EXPECT_EQ(not_ready.status, 503);
+  auto r = c.post("/v1/locks/x/acquire", "{}");
+  EXPECT_EQ(r.status, 503) << r.body;
+  EXPECT_EQ(plain.cli({"EXISTS", "sidelock:{x}"}), "0");
+  EXPECT_EQ(sidecar.stop(), 0) << sidecar.logs();
+}
+
 }  // namespace
 }  // namespace sidelock::testing
