@@ -38,6 +38,19 @@ std::string sidecarYaml(const std::string& seed, const std::string& extra = "") 
          extra;
 }
 
+/// The sidecar comes to say `reason` in /readyz (503) and refuses to grant.
+void expectRefused(SidecarProcess& sidecar, const std::string& reason) {
+  HttpClient c = HttpClient::tcp(sidecar.port());
+  HttpResponse not_ready;
+  EXPECT_TRUE(pollUntil([&] {
+    not_ready = c.get("/readyz");
+    return not_ready.body.find(reason) != std::string::npos;
+  })) << not_ready.body;
+  EXPECT_EQ(not_ready.status, 503);
+  auto r = c.post("/v1/locks/x/acquire", "{}");
+  EXPECT_EQ(r.status, 503) << r.body;
+}
+
 class ClusterBackendTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -459,14 +472,7 @@ TEST(ClusterTlsTest, EveryMasterSpeaksTlsVerifiedAgainstServerName) {
   // The same cluster with the host name left to default: the certificates name redis.internal,
   // not 127.0.0.1, so no node is trusted and nothing is granted.
   SidecarProcess wrong_name(SidecarProcess::Options{sidecarYaml(seed, tls), {}, false});
-  HttpClient w = HttpClient::tcp(wrong_name.port());
-  HttpResponse not_ready;
-  EXPECT_TRUE(pollUntil([&] {
-    not_ready = w.get("/readyz");
-    return not_ready.body.find("IP address mismatch") != std::string::npos;
-  })) << not_ready.body;
-  EXPECT_EQ(not_ready.status, 503);
-  EXPECT_EQ(w.post("/v1/locks/x/acquire", "{}").status, 503);
+  expectRefused(wrong_name, "IP address mismatch");
   EXPECT_EQ(wrong_name.stop(), 0) << wrong_name.logs();
 }
 
@@ -474,15 +480,7 @@ TEST(ClusterTlsTest, EveryMasterSpeaksTlsVerifiedAgainstServerName) {
 TEST(ClusterConfigTest, APlainRedisAsSeedKeepsItNotReadyWithTheReason) {
   RedisServer plain;
   SidecarProcess sidecar(SidecarProcess::Options{sidecarYaml(plain.address()), {}, false});
-  HttpClient c = HttpClient::tcp(sidecar.port());
-  HttpResponse not_ready;
-  EXPECT_TRUE(pollUntil([&] {
-    not_ready = c.get("/readyz");
-    return not_ready.body.find("cluster support disabled") != std::string::npos;
-  })) << not_ready.body;
-  EXPECT_EQ(not_ready.status, 503);
-  auto r = c.post("/v1/locks/x/acquire", "{}");
-  EXPECT_EQ(r.status, 503) << r.body;
+  expectRefused(sidecar, "cluster support disabled");
   EXPECT_EQ(plain.cli({"EXISTS", "sidelock:{x}"}), "0");
   EXPECT_EQ(sidecar.stop(), 0) << sidecar.logs();
 }
