@@ -441,13 +441,16 @@ TEST(ClusterTlsTest, EveryMasterSpeaksTlsVerifiedAgainstServerName) {
   TestPki pki;
   std::vector<int> tls_ports;
   RedisCluster cluster(3, 0, [&] {
-    tls_ports.push_back(pickFreePort());
-    auto args = redisTlsArgs(tls_ports.back(), pki.namedServerCert(), pki.namedServerKey(),
+    auto args = redisTlsArgs(pickFreePort(), pki.namedServerCert(), pki.namedServerKey(),
                              pki.caCert(), /*require_client_cert=*/false);
     args.insert(args.end(), {"--tls-cluster", "yes"});
     return args;
   });
   const std::string tls = "  tls:\n    enabled: true\n    ca_file: \"" + pki.caCert() + "\"\n";
+  for (size_t i = 0; i < cluster.size(); ++i) {
+    const std::string reply = cluster.server(i).cli({"CONFIG", "GET", "tls-port"});  // name\nport
+    tls_ports.push_back(std::atoi(reply.substr(reply.find('\n') + 1).c_str()));
+  }
   const std::string seed = "127.0.0.1:" + std::to_string(tls_ports[0]);
   SidecarProcess sidecar(SidecarProcess::Options{
       sidecarYaml(seed, tls + "    server_name: redis.internal\n"), {}, /*wait_ready=*/true});

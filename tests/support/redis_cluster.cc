@@ -17,8 +17,17 @@ RedisCluster::RedisCluster(int masters, int replicas,
   RedisServer::Options options;
   options.cluster = true;
   for (int i = 0; i < masters * (1 + replicas); ++i) {
-    if (extra_args) options.extra_args = extra_args();
-    servers_.push_back(std::make_unique<RedisServer>(options));
+    // Ports in extra_args (a TLS port) were free when picked but may be taken, even by another
+    // node's bus port (port + 10000), before the server binds them: ask for new ones and retry.
+    for (int attempt = 0;; ++attempt) {
+      if (extra_args) options.extra_args = extra_args();
+      try {
+        servers_.push_back(std::make_unique<RedisServer>(options));
+        break;
+      } catch (const std::exception&) {
+        if (attempt == 4) throw;
+      }
+    }
   }
   std::string args = "--cluster create";
   for (const auto& s : servers_) args.append(" ").append(s->address());
