@@ -20,6 +20,7 @@
 #include "http/server.h"
 #include "lock/lock_service.h"
 #include "metrics/metrics.h"
+#include "redis/cluster_backend.h"
 #include "redis/redis_backend.h"
 #include "redis/redlock_backend.h"
 #include "redis/sentinel_backend.h"
@@ -82,6 +83,9 @@ std::unique_ptr<backend::Backend> makeBackend(Sidecar& s, const config::Config& 
     case config::BackendType::kSentinel:
       return std::make_unique<backend::SentinelBackend>(&s.loop, *s.scheduler, cfg.backend,
                                                         cfg.locks.max_ttl_ms, *s.metrics);
+    case config::BackendType::kCluster:
+      return std::make_unique<backend::ClusterBackend>(&s.loop, *s.scheduler, cfg.backend,
+                                                       cfg.locks.max_ttl_ms, *s.metrics);
   }
   return nullptr;
 }

@@ -390,8 +390,11 @@ void loadBackend(const Section& root, BackendConfig& c) {
     c.type = BackendType::kSentinel;
   else if (type == "memory")
     c.type = BackendType::kMemory;
+  else if (type == "cluster")
+    c.type = BackendType::kCluster;
   else
-    fail(s.path("type"), "must be one of redis, redlock, sentinel, memory; got \"" + type + "\"");
+    fail(s.path("type"),
+         "must be one of redis, redlock, sentinel, cluster, memory; got \"" + type + "\"");
 
   YAML::Node nodes = s.child("nodes");
   if (nodes) {
@@ -427,6 +430,9 @@ void loadBackend(const Section& root, BackendConfig& c) {
     }
   }
   s.readInt("db", c.db, 0, 10'000);
+  if (c.type == BackendType::kCluster && c.db != 0) {
+    fail(s.path("db"), "must be 0 for type cluster (Redis Cluster has only database 0)");
+  }
   s.readString("username_env", c.username_env);
   s.readString("password_env", c.password_env);
   s.readString("password_file", c.password_file);

@@ -58,7 +58,7 @@ struct AuthConfig {
   std::vector<TokenEntry> admin_token_entries;
 };
 
-enum class BackendType { kMemory, kRedis, kRedlock, kSentinel };
+enum class BackendType { kMemory, kRedis, kRedlock, kSentinel, kCluster };
 
 struct RedisNodeAddress {
   std::string host;  // empty for unix sockets
@@ -104,7 +104,8 @@ struct SentinelConfig {
 
 struct BackendConfig {
   BackendType type = BackendType::kRedis;
-  std::vector<RedisNodeAddress> nodes;  // default: 127.0.0.1:6379; type sentinel: the sentinels
+  /// default: 127.0.0.1:6379; type sentinel: the sentinels; type cluster: the seed nodes
+  std::vector<RedisNodeAddress> nodes;
   std::string key_prefix = "sidelock:";
   int db = 0;
   /// Credentials never live in the YAML itself: names of env vars / files that hold them.

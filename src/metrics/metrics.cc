@@ -154,6 +154,11 @@ Metrics::Metrics(std::string version)
               .Help("Times the backend's view of the Redis topology changed (sentinel: "
                     "switch_master, readonly, reresolve; cluster: moved, slots_refresh)")
               .Register(*registry_)),
+      backend_cluster_redirects_total(
+          BuildCounter()
+              .Name("sidelock_backend_cluster_redirects_total")
+              .Help("Redis Cluster redirections followed, by kind (moved, ask).")
+              .Register(*registry_)),
       redlock_quorum_failures(BuildCounter()
                                   .Name("sidelock_redlock_quorum_failures_total")
                                   .Help("Redlock attempts that could not reach a majority of "
@@ -273,6 +278,25 @@ NodeMetrics& Metrics::makeNode(std::string_view label, bool with_up_gauge) {
   m->latency_other = latency("other");
   nodes_.emplace_back(node, std::move(m));
   return *nodes_.back().second;
+}
+
+void Metrics::forgetNode(std::string_view address) {
+  for (auto it = nodes_.begin(); it != nodes_.end(); ++it) {
+    if (it->first != address) continue;
+    NodeMetrics& m = *it->second;
+    backend_up.Remove(m.up);
+    backend_reconnects_total.Remove(m.reconnects);
+    for (prometheus::Counter* c :
+         {m.errors_timeout, m.errors_disconnected, m.errors_reply, m.noscript_reloads}) {
+      backend_errors_total.Remove(c);
+    }
+    for (prometheus::Histogram* h : {m.latency_acquire, m.latency_release, m.latency_extend,
+                                     m.latency_inspect, m.latency_other}) {
+      backend_request_seconds.Remove(h);
+    }
+    nodes_.erase(it);
+    return;
+  }
 }
 
 prometheus::Counter& Metrics::httpRequests(std::string_view route, int code) {

@@ -55,6 +55,10 @@ class Metrics {
   /// run time (the Sentinel master): its owner keeps backend_up{node=<current address>} itself.
   /// `label` stays fixed, so rates over the node's errors and latency survive a failover.
   NodeMetrics& nodeWithoutUpGauge(std::string_view label);
+  /// Removes every series of a node that left the topology (a Cluster master replaced by its
+  /// replica), so `sidelock_backend_up{node}` does not report it down forever. Call only once
+  /// nothing holds its NodeMetrics any more.
+  void forgetNode(std::string_view address);
 
   /// Hooks run just before each scrape, to compute gauges from live state.
   void addScrapeHook(std::function<void()> hook) { scrape_hooks_.push_back(std::move(hook)); }
@@ -112,7 +116,10 @@ class Metrics {
   prometheus::Family<prometheus::Counter>& backend_errors_total;      // {node,kind}
   prometheus::Family<prometheus::Counter>& backend_reconnects_total;  // {node}
   prometheus::Gauge& backend_ready;
-  prometheus::Family<prometheus::Counter>& backend_topology_changes_total;  // {reason}
+  /// {reason}: sentinel switch_master / readonly / reresolve, cluster moved / slots_refresh.
+  prometheus::Family<prometheus::Counter>& backend_topology_changes_total;
+  /// {kind}: moved / ask (Redis Cluster redirections followed).
+  prometheus::Family<prometheus::Counter>& backend_cluster_redirects_total;
   prometheus::Counter& redlock_quorum_failures;
   prometheus::Histogram& redlock_validity_seconds;  // validity remaining at grant
 

@@ -59,7 +59,8 @@ RedisBackend::RedisBackend(uv_loop_t* loop, event::Scheduler& scheduler,
     : metrics_(metrics),
       prefix_(config.key_prefix),
       timeout_ms_(config.command_timeout_ms),
-      counter_ttl_ms_(std::to_string(tokenCounterTtlMs(max_ttl_ms))) {
+      counter_ttl_ms_(std::to_string(tokenCounterTtlMs(max_ttl_ms))),
+      watches_(config.key_prefix) {
   node_ = std::make_unique<RedisNode>(loop, scheduler, nodeOptionsFromConfig(config, address),
                                       node_metrics);
   address_ = std::make_shared<std::string>(node_->address());
@@ -74,7 +75,7 @@ RedisBackend::RedisBackend(uv_loop_t* loop, event::Scheduler& scheduler,
     if (ready && ready_listener_) ready_listener_();
   });
   node_->setMessageListener(
-      [this](std::string_view channel, std::string_view) { onMessage(channel); });
+      [this](std::string_view channel, std::string_view) { watches_.onMessage(channel); });
 }
 
 RedisBackend::~RedisBackend() = default;
@@ -128,29 +129,13 @@ void RedisBackend::inspect(std::string_view name, InspectCallback cb) {
                    });
 }
 
-void RedisBackend::setReleaseListener(ReleaseListener listener) { listener_ = std::move(listener); }
-
 void RedisBackend::watchReleases(std::string_view name) {
   if (shut_down_) return;
-  auto it = watches_.find(name);
-  if (it == watches_.end()) it = watches_.emplace(std::string(name), 0).first;
-  if (++it->second == 1) node_->subscribe(releaseChannel(prefix_, name));
+  if (watches_.add(name)) node_->subscribe(releaseChannel(prefix_, name));
 }
 
 void RedisBackend::unwatchReleases(std::string_view name) {
-  auto it = watches_.find(name);
-  if (it == watches_.end()) return;
-  if (--it->second > 0) return;
-  watches_.erase(it);
-  node_->unsubscribe(releaseChannel(prefix_, name));
-}
-
-void RedisBackend::onMessage(std::string_view channel) {
-  std::string name;
-  if (!lockNameFromChannel(prefix_, channel, &name)) return;
-  if (watches_.find(name) == watches_.end() || !listener_) return;
-  auto listener = listener_;  // it may replace itself
-  listener(name);
+  if (watches_.remove(name)) node_->unsubscribe(releaseChannel(prefix_, name));
 }
 
 BackendHealth RedisBackend::health() const {

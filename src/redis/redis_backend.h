@@ -8,7 +8,6 @@
 
 #include <uv.h>
 
-#include <map>
 #include <memory>
 #include <string>
 
@@ -17,6 +16,7 @@
 #include "event/scheduler.h"
 #include "metrics/metrics.h"
 #include "redis/redis_node.h"
+#include "redis/release_watches.h"
 
 namespace sidelock::backend {
 
@@ -57,7 +57,9 @@ class RedisBackend final : public Backend {
               ExtendCallback cb) override;
   void inspect(std::string_view name, InspectCallback cb) override;
 
-  void setReleaseListener(ReleaseListener listener) override;
+  void setReleaseListener(ReleaseListener listener) override {
+    watches_.setListener(std::move(listener));
+  }
   void watchReleases(std::string_view name) override;
   void unwatchReleases(std::string_view name) override;
   void setReadyListener(std::function<void()> listener) override {
@@ -71,8 +73,6 @@ class RedisBackend final : public Backend {
   RedisNode& node() { return *node_; }
 
  private:
-  void onMessage(std::string_view channel);
-
   metrics::Metrics& metrics_;
   std::string prefix_;
   int64_t timeout_ms_;
@@ -81,10 +81,9 @@ class RedisBackend final : public Backend {
   // Captured by reply callbacks instead of `this`: a call made after shutdown() is answered after
   // shutdown's done callback, when the owner may already have destroyed us.
   std::shared_ptr<std::string> address_;  // follows the node's address (setAddress)
-  ReleaseListener listener_;
   std::function<void()> ready_listener_;
   TopologyHook topology_;
-  std::map<std::string, int, std::less<>> watches_;  // lock name -> watch count
+  ReleaseWatches watches_;
   bool shut_down_ = false;
 };
 

@@ -1,6 +1,7 @@
 #include "redis/redis_node.h"
 
 #include <algorithm>
+#include <deque>
 #include <map>
 #include <utility>
 
@@ -110,6 +111,9 @@ class RedisNode::Impl final : public RedisConnection::Listener {
   void setStateListener(std::function<void(bool)> l) { state_listener_ = std::move(l); }
   void setMessageListener(std::function<void(std::string_view, std::string_view)> l) {
     message_listener_ = std::move(l);
+  }
+  void setSubscribeErrorListener(std::function<void(const std::string&, const std::string&)> l) {
+    subscribe_error_listener_ = std::move(l);
   }
   size_t pendingRequests() const { return main_ ? main_->pendingRequests() : 0; }
   bool subscribed(const std::string& channel) const {
@@ -365,6 +369,7 @@ class RedisNode::Impl final : public RedisConnection::Listener {
     }
     RedisServerInfo info;
     info.run_id = infoField(v.str, "run_id");
+    info.version = infoField(v.str, "redis_version");
     info.uptime_ms = std::atoll(infoField(v.str, "uptime_in_seconds").c_str()) * 1000;
     info.learned_at_ms = scheduler_.nowMs();
     if (!info_.run_id.empty() && info.run_id != info_.run_id) {
@@ -496,6 +501,7 @@ class RedisNode::Impl final : public RedisConnection::Listener {
 
   void onPubSubReady() {
     sub_ready_ = true;
+    sub_sent_.clear();
     sub_attempt_ = 0;
     std::vector<std::string> names;
     names.reserve(channels_.size());
@@ -548,27 +554,60 @@ class RedisNode::Impl final : public RedisConnection::Listener {
       if (!want) channels_.erase(it);
       return;
     }
-    sub_->send(argsOf({want ? "SUBSCRIBE" : "UNSUBSCRIBE", name}));
+    const bool sharded = options_.sharded_pubsub;
+    const char* verb =
+        want ? (sharded ? "SSUBSCRIBE" : "SUBSCRIBE") : (sharded ? "SUNSUBSCRIBE" : "UNSUBSCRIBE");
+    sub_->send(argsOf({verb, name}));
+    sub_sent_.push_back(name);
     c.in_flight = true;
   }
 
+  // An error reply answers the oldest (un)subscribe still unanswered: replies come in order.
+  void onPubSubError(const std::string& error) {
+    if (sub_sent_.empty()) return;
+    const std::string name = std::move(sub_sent_.front());
+    sub_sent_.pop_front();
+    auto it = channels_.find(name);
+    if (it != channels_.end()) {
+      it->second.in_flight = false;
+      it->second.confirmed = false;
+      // Not re-sent here: the same server would refuse again. Dropped if nobody wants it.
+      if (it->second.refs == 0) channels_.erase(it);
+    }
+    SL_LOG(kDebug, "redis.subscribe_refused", {"node", address_}, {"channel", name},
+           {"error", error});
+    if (subscribe_error_listener_) {
+      auto listener = subscribe_error_listener_;
+      listener(name, error);
+    }
+  }
+
   void onPubSubReply(const RedisValue& reply) {
+    if (reply.isError()) {
+      onPubSubError(reply.str);
+      return;
+    }
     if (reply.type != RedisValue::Type::kArray || reply.elements.size() < 3) return;
     const RedisValue& kind = reply.elements[0];
     const RedisValue& chan = reply.elements[1];
     if (kind.type != RedisValue::Type::kString || chan.type != RedisValue::Type::kString) return;
-    if (kind.str == "message") {
+    if (kind.str == "message" || kind.str == "smessage") {
       const RedisValue& msg = reply.elements[2];
       if (!message_listener_ || msg.type != RedisValue::Type::kString) return;
       auto listener = message_listener_;  // the listener may replace itself
       listener(chan.str, msg.str);
       return;
     }
-    if (kind.str != "subscribe" && kind.str != "unsubscribe") return;
+    const bool subscribed = kind.str == "subscribe" || kind.str == "ssubscribe";
+    if (!subscribed && kind.str != "unsubscribe" && kind.str != "sunsubscribe") return;
+    // A confirmation the server sent unasked (a cluster node that lost the channel's slot says
+    // "sunsubscribe") matches nothing in sub_sent_.
+    auto sent = std::find(sub_sent_.begin(), sub_sent_.end(), chan.str);
+    if (sent != sub_sent_.end()) sub_sent_.erase(sent);
     auto it = channels_.find(chan.str);
     if (it == channels_.end()) return;
     it->second.in_flight = false;
-    it->second.confirmed = kind.str == "subscribe";
+    it->second.confirmed = subscribed;
     syncChannel(chan.str);
   }
 
@@ -593,7 +632,9 @@ class RedisNode::Impl final : public RedisConnection::Listener {
   int attempt_ = 0;
   int sub_attempt_ = 0;
   std::map<std::string, Channel, std::less<>> channels_;
+  std::deque<std::string> sub_sent_;  // channels of unanswered (un)subscribes, oldest first
   std::function<void(bool)> state_listener_;
+  std::function<void(const std::string&, const std::string&)> subscribe_error_listener_;
   std::function<void(std::string_view, std::string_view)> message_listener_;
 
   event::ScopedTimer connect_timer_;
@@ -615,6 +656,11 @@ void RedisNode::runScript(size_t script, std::initializer_list<std::string_view>
                           std::initializer_list<std::string_view> args, int64_t timeout_ms,
                           NodeOp op, RedisReplyCallback cb) {
   impl_->runScript(script, argsOf(keys), argsOf(args), timeout_ms, op, std::move(cb));
+}
+
+void RedisNode::runScriptArgs(size_t script, RedisArgs keys, RedisArgs args, int64_t timeout_ms,
+                              NodeOp op, RedisReplyCallback cb) {
+  impl_->runScript(script, keys, args, timeout_ms, op, std::move(cb));
 }
 
 void RedisNode::command(std::initializer_list<std::string_view> argv, int64_t timeout_ms,
@@ -639,6 +685,10 @@ void RedisNode::unsubscribe(const std::string& channel) { impl_->unsubscribe(cha
 void RedisNode::setMessageListener(
     std::function<void(std::string_view channel, std::string_view message)> l) {
   impl_->setMessageListener(std::move(l));
+}
+void RedisNode::setSubscribeErrorListener(
+    std::function<void(const std::string& channel, const std::string& error)> l) {
+  impl_->setSubscribeErrorListener(std::move(l));
 }
 bool RedisNode::subscribed(const std::string& channel) const { return impl_->subscribed(channel); }
 size_t RedisNode::pendingRequests() const { return impl_->pendingRequests(); }

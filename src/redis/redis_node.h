@@ -48,6 +48,9 @@ struct RedisNodeOptions {
   std::shared_ptr<TlsClientContext> tls;
   /// Why TLS could not be set up (bad certificate file): the node stays down with this reason.
   std::string tls_error;
+  /// Pub/sub with SSUBSCRIBE / SUNSUBSCRIBE (Redis Cluster's sharded pub/sub, Redis >= 7): each
+  /// channel must hash to a slot this node serves.
+  bool sharded_pubsub = false;
 };
 
 /// Reconnect delay after `attempt` consecutive failures (0-based): min * 2^attempt capped at max,
@@ -57,6 +60,7 @@ int64_t reconnectDelayMs(int attempt, int64_t min_ms, int64_t max_ms);
 /// What the node said about itself at the last (re)connect: used by Redlock's delayed restarts.
 struct RedisServerInfo {
   std::string run_id;
+  std::string version;        // redis_version, e.g. "7.0.15"
   int64_t uptime_ms = 0;      // server uptime when we asked
   int64_t learned_at_ms = 0;  // Scheduler::nowMs() when we asked
 };
@@ -79,6 +83,9 @@ class RedisNode {
   void runScript(size_t script, std::initializer_list<std::string_view> keys,
                  std::initializer_list<std::string_view> args, int64_t timeout_ms, NodeOp op,
                  RedisReplyCallback cb);
+  /// The same with arguments the caller keeps (a call retried after a cluster redirection).
+  void runScriptArgs(size_t script, RedisArgs keys, RedisArgs args, int64_t timeout_ms, NodeOp op,
+                     RedisReplyCallback cb);
   /// The same with the owner's enum of script indexes (scripts.h: ScriptId).
   template <typename ScriptEnum>
   requires std::is_enum_v<ScriptEnum>
@@ -116,6 +123,11 @@ class RedisNode {
   /// Called from the read path (never inside subscribe()).
   void setMessageListener(
       std::function<void(std::string_view channel, std::string_view message)> l);
+  /// Called when the server refused a (S)SUBSCRIBE, e.g. a cluster node answering MOVED for a
+  /// shard channel whose slot moved away. The channel stays wanted but unconfirmed until the
+  /// owner moves it (unsubscribe here, subscribe elsewhere) or the pub/sub link reconnects.
+  void setSubscribeErrorListener(
+      std::function<void(const std::string& channel, const std::string& error)> l);
   /// True once the server confirmed the subscription to `channel` (tests, diagnostics).
   bool subscribed(const std::string& channel) const;
 

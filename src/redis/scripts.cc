@@ -36,11 +36,18 @@ return {0, 0, redis.call('PTTL', KEYS[1])}
 )lua";
 
 // Compare-and-delete: never GET then DEL from the client (another owner may win in between).
+// On Redis Cluster (ARGV[4] = kShardedPublish) the release is announced with SPUBLISH: the
+// channel carries the lock's `{name}` hash tag, so it stays in the script's slot and reaches only
+// the subscribers of that shard instead of being broadcast over the cluster bus.
 constexpr std::string_view kReleaseLua = R"lua(
 local v = redis.call('GET', KEYS[1])
 if v == ARGV[1] then
   redis.call('DEL', KEYS[1])
-  redis.call('PUBLISH', ARGV[2], ARGV[3])
+  if ARGV[4] == 'sharded' then
+    redis.call('SPUBLISH', ARGV[2], ARGV[3])
+  else
+    redis.call('PUBLISH', ARGV[2], ARGV[3])
+  end
   return 1
 elseif v then
   return 0

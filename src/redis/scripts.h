@@ -30,7 +30,9 @@
 // Replies (all integers unless stated):
 //   acquire  ARGV owner, ttl_ms, counter_ttl_ms
 //                                        -> {1, token, ttl_ms} granted | {0, 0, holder PTTL}
-//   release  ARGV owner, channel, name   -> 1 released | 0 held by another owner | -1 not held
+//   release  ARGV owner, channel, name[, "sharded"]
+//                                        -> 1 released | 0 held by another owner | -1 not held;
+//                                           "sharded" (Redis Cluster) announces with SPUBLISH
 //   extend   ARGV owner, ttl_ms          -> {1, PTTL} | {0, holder PTTL} | {-1, -2}; never
 //   re-creates
 //                                           a missing key (that would silently re-acquire)
@@ -82,6 +84,8 @@ std::shared_ptr<const RedisScriptSet> sidelockScripts();
 std::string lockKey(std::string_view prefix, std::string_view name);
 /// KEYS[2]: `<prefix>{<name>}:token`.
 std::string tokenKey(std::string_view prefix, std::string_view name);
+/// ARGV[4] of the release script on Redis Cluster: announce with SPUBLISH (sharded pub/sub).
+inline constexpr std::string_view kShardedPublish = "sharded";
 /// Pub/sub channel announcing releases of `name`: `<prefix>released:{<name>}`.
 std::string releaseChannel(std::string_view prefix, std::string_view name);
 /// Inverse of releaseChannel(); false if `channel` is not a release channel under `prefix`.

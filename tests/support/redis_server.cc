@@ -38,6 +38,30 @@ int pickFreePort() {
   return ntohs(addr.sin_port);
 }
 
+namespace {
+
+bool portFree(int port) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return false;
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  const bool ok = bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+  close(fd);
+  return ok;
+}
+
+}  // namespace
+
+int pickFreeClusterPort() {
+  for (int attempt = 0; attempt < 1000; ++attempt) {
+    const int port = pickFreePort();
+    if (port + 10000 <= 65535 && portFree(port + 10000)) return port;
+  }
+  throw std::runtime_error("no free port with a free cluster bus port (+10000)");
+}
+
 std::string makeTempDir(const std::string& prefix) {
   const char* base = getenv("TMPDIR");
   std::string templ =
@@ -60,7 +84,7 @@ RedisServer::RedisServer(Options options, Role role)
   dir_ = makeTempDir("sidelock-redis");
   // A port picked free can be taken by someone else before redis binds it: try a few.
   for (int attempt = 0; attempt < 5; ++attempt) {
-    port_ = pickFreePort();
+    port_ = options_.cluster ? pickFreeClusterPort() : pickFreePort();
     try {
       start();
       return;
@@ -119,6 +143,10 @@ void RedisServer::start() {
     const size_t colon = role_.replica_of.rfind(':');
     args.insert(args.end(), {"--replicaof", role_.replica_of.substr(0, colon),
                              role_.replica_of.substr(colon + 1)});
+  }
+  if (options_.cluster) {
+    args.insert(args.end(), {"--cluster-enabled", "yes", "--cluster-config-file",
+                             dir_ + "/nodes.conf", "--cluster-node-timeout", "3000"});
   }
   args.insert(args.end(), options_.extra_args.begin(), options_.extra_args.end());
 

@@ -12,6 +12,8 @@ namespace sidelock::testing {
 
 /// A TCP port that was free a moment ago (bind to port 0, read it back, close).
 int pickFreePort();
+/// A free TCP port whose port + 10000 is free too (a Redis Cluster node binds both).
+int pickFreeClusterPort();
 /// Creates a fresh directory under $TMPDIR (or /tmp); removed by removeTree().
 std::string makeTempDir(const std::string& prefix);
 void removeTree(const std::string& path);
@@ -21,6 +23,9 @@ class RedisServer {
   struct Options {
     bool persistence = false;             // appendonly yes + fsync always, so restart() keeps data
     std::vector<std::string> extra_args;  // e.g. {"--requirepass", "secret"}
+    /// Cluster mode (--cluster-enabled yes, its nodes.conf in the temp dir). The port is picked so
+    /// that port + 10000 (the cluster bus) is free too.
+    bool cluster = false;
   };
   /// What else the process is besides a plain server (kept apart from Options, which callers
   /// brace-initialize).

@@ -3,34 +3,10 @@
 
 #include "redis/redis_node.h"
 #include "redis/scripts.h"
+#include "redis_value_builders.h"
 
 namespace sidelock::backend {
 namespace {
-
-RedisValue integer(int64_t i) {
-  RedisValue v;
-  v.type = RedisValue::Type::kInteger;
-  v.integer = i;
-  return v;
-}
-RedisValue str(std::string s) {
-  RedisValue v;
-  v.type = RedisValue::Type::kString;
-  v.str = std::move(s);
-  return v;
-}
-RedisValue array(std::vector<RedisValue> e) {
-  RedisValue v;
-  v.type = RedisValue::Type::kArray;
-  v.elements = std::move(e);
-  return v;
-}
-RedisValue error(std::string s) {
-  RedisValue v;
-  v.type = RedisValue::Type::kError;
-  v.str = std::move(s);
-  return v;
-}
 
 TEST(RedisKeys, PrefixAndHashTag) {
   EXPECT_EQ(lockKey("sidelock:", "orders-42"), "sidelock:{orders-42}");

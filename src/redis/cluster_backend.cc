@@ -1,0 +1,540 @@
+#include "redis/cluster_backend.h"
+
+#include <algorithm>
+#include <array>
+#include <cstdlib>
+#include <set>
+
+#include "common/log.h"
+#include "redis/redis_backend.h"
+
+namespace sidelock::backend {
+
+/// One script call on its way through the cluster: kept until answered, so a redirection can send
+/// the same arguments elsewhere.
+struct ClusterBackend::Call {
+  ScriptId script = ScriptId::kInspect;
+  uint16_t slot = 0;
+  std::array<std::string, 2> keys;
+  std::vector<std::string> args;
+  NodeOp op = NodeOp::kOther;
+  int redirects = 0;
+  int tries_left = 0;  // TRYAGAIN retries still allowed
+  CallDone done;
+};
+
+namespace {
+
+const char* kReasonMoved = "moved";
+const char* kReasonSlotsRefresh = "slots_refresh";
+
+}  // namespace
+
+ClusterBackend::ClusterBackend(uv_loop_t* loop, event::Scheduler& scheduler,
+                               const config::BackendConfig& config, int64_t max_ttl_ms,
+                               metrics::Metrics& metrics)
+    : loop_(loop),
+      scheduler_(scheduler),
+      metrics_(metrics),
+      seeds_(config.nodes),
+      prefix_(config.key_prefix),
+      timeout_ms_(config.command_timeout_ms),
+      counter_ttl_ms_(std::to_string(tokenCounterTtlMs(max_ttl_ms))),
+      watches_(config.key_prefix) {
+  // One TLS context (and one set of credentials) for every node: discovered masters are verified
+  // against backend.tls.server_name, or against the host the cluster announces for them.
+  config::RedisNodeAddress any = seeds_.empty() ? config::RedisNodeAddress{} : seeds_.front();
+  base_options_ = nodeOptionsFromConfig(config, any);
+  base_options_.sharded_pubsub = true;
+  metrics_.backend_ready.Set(0);
+}
+
+ClusterBackend::~ClusterBackend() = default;
+
+void ClusterBackend::start() {
+  ensureSeeds();
+  armPeriodicRefresh();
+}
+
+// ---- script calls ----
+
+void ClusterBackend::acquire(std::string_view name, std::string_view owner, int64_t ttl_ms,
+                             AcquireCallback cb) {
+  run(ScriptId::kAcquire, name, {std::string(owner), std::to_string(ttl_ms), counter_ttl_ms_},
+      NodeOp::kAcquire, [cb = std::move(cb)](const StatusOr<RedisValue>& r, const std::string& n) {
+        cb(decodeAcquire(r, n));
+      });
+}
+
+void ClusterBackend::release(std::string_view name, std::string_view owner, OwnerCheckCallback cb) {
+  run(ScriptId::kRelease, name,
+      {std::string(owner), releaseChannel(prefix_, name), std::string(name),
+       std::string(kShardedPublish)},
+      NodeOp::kRelease, [cb = std::move(cb)](const StatusOr<RedisValue>& r, const std::string& n) {
+        cb(decodeRelease(r, n));
+      });
+}
+
+void ClusterBackend::releaseAndGrant(std::string_view name, std::string_view owner,
+                                     std::string_view next_owner, int64_t next_ttl_ms,
+                                     HandOffCallback cb) {
+  run(ScriptId::kReleaseGrant, name,
+      {std::string(owner), std::string(next_owner), std::to_string(next_ttl_ms), counter_ttl_ms_},
+      NodeOp::kRelease, [cb = std::move(cb)](const StatusOr<RedisValue>& r, const std::string& n) {
+        cb(decodeReleaseGrant(r, n));
+      });
+}
+
+void ClusterBackend::extend(std::string_view name, std::string_view owner, int64_t ttl_ms,
+                            ExtendCallback cb) {
+  run(ScriptId::kExtend, name, {std::string(owner), std::to_string(ttl_ms)}, NodeOp::kExtend,
+      [cb = std::move(cb)](const StatusOr<RedisValue>& r, const std::string& n) {
+        cb(decodeExtend(r, n));
+      });
+}
+
+void ClusterBackend::inspect(std::string_view name, InspectCallback cb) {
+  run(ScriptId::kInspect, name, {}, NodeOp::kInspect,
+      [cb = std::move(cb)](const StatusOr<RedisValue>& r, const std::string& n) {
+        cb(decodeInspect(r, n));
+      });
+}
+
+void ClusterBackend::run(ScriptId script, std::string_view name, std::vector<std::string> args,
+                         NodeOp op, CallDone done) {
+  auto call = std::make_shared<Call>();
+  call->script = script;
+  call->keys = {lockKey(prefix_, name), tokenKey(prefix_, name)};
+  call->slot = clusterKeySlot(call->keys[0]);
+  call->args = std::move(args);
+  call->op = op;
+  call->tries_left = static_cast<int>(std::max<int64_t>(4, timeout_ms_ / kTryAgainDelayMs));
+  call->done = std::move(done);
+  route(std::move(call));
+}
+
+void ClusterBackend::route(std::shared_ptr<Call> call) {
+  const config::RedisNodeAddress* master = shut_down_ ? nullptr : map_.masterOf(call->slot);
+  if (master == nullptr) {
+    const Status why = shut_down_ ? cancelled("redis cluster backend shutting down")
+                                  : unavailable("redis cluster: no master known for slot " +
+                                                std::to_string(call->slot) +
+                                                (map_.empty() ? " (no slot map yet)" : ""));
+    if (!shut_down_) scheduleRefresh();
+    scheduler_.post([call, why] { call->done(why, "cluster"); });
+    return;
+  }
+  send(std::move(call), *master, false);
+}
+
+void ClusterBackend::send(std::shared_ptr<Call> call, const config::RedisNodeAddress& target,
+                          bool asking) {
+  Node& node = nodeFor(target);
+  const std::string address = node.redis->address();
+  if (std::string why; node.redis->up() && !supported(*node.redis, &why)) {
+    scheduler_.post([call, why, address] { call->done(unavailable(why), address); });
+    return;
+  }
+  if (asking) {
+    // Same connection, same turn: ASKING and the script leave in one write, in this order.
+    node.redis->command({"ASKING"}, timeout_ms_, [](StatusOr<RedisValue>) {});
+  }
+  const std::array<std::string_view, 2> keys = {call->keys[0], call->keys[1]};
+  std::vector<std::string_view> args(call->args.begin(), call->args.end());
+  node.redis->runScriptArgs(
+      static_cast<size_t>(call->script), keys, args, timeout_ms_, call->op,
+      [this, alive = std::weak_ptr<char>(alive_), call, address](StatusOr<RedisValue> r) {
+        if (alive.expired()) {
+          call->done(cancelled("redis cluster backend destroyed"), address);
+          return;
+        }
+        onReply(call, address, std::move(r));
+      });
+}
+
+void ClusterBackend::onReply(std::shared_ptr<Call> call, const std::string& address,
+                             StatusOr<RedisValue> r) {
+  if (!shut_down_ && r.isOk() && r->isError()) {
+    ClusterRedirect redirect;
+    if (parseClusterRedirect(r->str, &redirect) && call->redirects < kMaxRedirects) {
+      ++call->redirects;
+      const bool ask = redirect.kind == ClusterRedirect::Kind::kAsk;
+      metrics_.backend_cluster_redirects_total.Add({{"kind", ask ? "ask" : "moved"}}).Increment();
+      if (!ask) applyMoved(&redirect, address);
+      if (redirect.target.host.empty()) redirect.target.host = hostOf(address);
+      send(std::move(call), redirect.target, ask);
+      return;
+    }
+    if (std::string_view(r->str).starts_with("TRYAGAIN") && call->tries_left > 0) {
+      --call->tries_left;
+      retryLater(std::move(call));
+      return;
+    }
+    if (std::string_view(r->str).starts_with("CLUSTERDOWN")) scheduleRefresh();
+  } else if (!shut_down_ && !r.isOk()) {
+    if (r.status().code() == StatusCode::kCancelled) {
+      // The node left the slot map while the script was in flight. It may or may not have run
+      // there, so it is not run again elsewhere (a hand-off run twice would lose its grant): a
+      // transient failure, as for a node that went down.
+      call->done(unavailable("redis " + address + " left the cluster's slot map"), address);
+      return;
+    }
+    if (r.status().code() == StatusCode::kUnavailable) scheduleRefresh();
+  }
+  call->done(r, address);
+}
+
+void ClusterBackend::retryLater(std::shared_ptr<Call> call) {
+  auto id = std::make_shared<event::Scheduler::TimerId>(0);
+  *id = scheduler_.runAfter(kTryAgainDelayMs, [this, alive = std::weak_ptr<char>(alive_), id] {
+    if (alive.expired()) return;
+    auto it = delayed_.find(*id);
+    if (it == delayed_.end()) return;
+    std::shared_ptr<Call> c = std::move(it->second);
+    delayed_.erase(it);
+    route(std::move(c));
+  });
+  delayed_.emplace(*id, std::move(call));
+}
+
+// The release script SPUBLISHes: on Redis 6 every release would fail, so such a master is
+// refused as a whole (not ready, every call unavailable) with a reason that says why.
+bool ClusterBackend::supported(const RedisNode& node, std::string* reason) {
+  const std::string& version = node.serverInfo().version;
+  if (std::atoi(version.c_str()) >= 7) return true;
+  *reason = "redis cluster master " + node.address() + " runs Redis " + version +
+            "; type cluster needs Redis 7.0 or later (sharded pub/sub)";
+  return false;
+}
+
+// ---- nodes ----
+
+ClusterBackend::Node& ClusterBackend::nodeFor(const config::RedisNodeAddress& address) {
+  const std::string key = address.toString();
+  auto it = nodes_.find(key);
+  if (it != nodes_.end()) return it->second;
+  RedisNodeOptions options = base_options_;
+  options.address = address;
+  Node node;
+  node.address = address;
+  node.redis =
+      std::make_unique<RedisNode>(loop_, scheduler_, std::move(options), &metrics_.node(key));
+  RedisNode* raw = node.redis.get();
+  raw->setStateListener([this, key](bool) {
+    auto it = nodes_.find(key);
+    if (shut_down_ || it == nodes_.end()) return;  // retired meanwhile
+    // A master went down (maybe failing over) or a node came up (maybe the first we can ask).
+    if (!it->second.redis->up() || map_.empty()) scheduleRefresh();
+    updateReady();
+  });
+  raw->setMessageListener(
+      [this](std::string_view channel, std::string_view) { watches_.onMessage(channel); });
+  raw->setSubscribeErrorListener([this, key](const std::string&, const std::string& error) {
+    // A shard channel's slot moved away from the node we subscribed on (the node said
+    // "sunsubscribe", our SSUBSCRIBE again got MOVED): follow it now, before the other nodes
+    // may even know.
+    ClusterRedirect redirect;
+    if (!shut_down_ && parseClusterRedirect(error, &redirect) &&
+        redirect.kind == ClusterRedirect::Kind::kMoved) {
+      applyMoved(&redirect, key);
+    } else {
+      scheduleRefresh();
+    }
+  });
+  it = nodes_.emplace(key, std::move(node)).first;
+  if (!shut_down_) raw->start();
+  return it->second;
+}
+
+void ClusterBackend::retireNode(const std::string& address) {
+  auto it = nodes_.find(address);
+  if (it == nodes_.end()) return;
+  SL_LOG(kInfo, "redis.cluster_node_dropped", {"node", address});
+  std::unique_ptr<RedisNode> redis = std::move(it->second.redis);
+  nodes_.erase(it);
+  RedisNode* raw = redis.get();
+  retiring_.push_back(std::move(redis));
+  raw->shutdown([this, alive = std::weak_ptr<char>(alive_), raw, address] {
+    if (alive.expired() || shut_down_) return;  // shutdown() waits for it and frees it
+    std::erase_if(retiring_, [raw](const std::unique_ptr<RedisNode>& n) { return n.get() == raw; });
+    // Its series go too (a node that left is not "down"), unless a node at the same address was
+    // made again meanwhile and shares them.
+    if (nodes_.count(address) == 0) metrics_.forgetNode(address);
+  });
+}
+
+std::string ClusterBackend::hostOf(const std::string& address) const {
+  auto it = nodes_.find(address);
+  return it != nodes_.end() ? it->second.address.host : std::string("127.0.0.1");
+}
+
+// A node said a slot is served elsewhere now: patch the map, move the slot's subscriptions and
+// have the whole map re-read (other slots probably moved too).
+void ClusterBackend::applyMoved(ClusterRedirect* redirect, const std::string& from) {
+  // An empty host ("MOVED 1 :6380") is the host of the node that answered.
+  if (redirect->target.host.empty()) redirect->target.host = hostOf(from);
+  if (map_.assign(redirect->slot, redirect->target)) {
+    metrics_.backend_topology_changes_total.Add({{"reason", kReasonMoved}}).Increment();
+    SL_LOG(kDebug, "redis.cluster_moved", {"slot", static_cast<int>(redirect->slot)},
+           {"from", from}, {"to", redirect->target.toString()});
+    rehomeWatches();
+    updateReady();
+  }
+  scheduleRefresh();
+}
+
+// Seeds are only needed to find the cluster: they stay as nodes until the first map says which
+// of them are masters, and come back when no node at all is up.
+void ClusterBackend::ensureSeeds() {
+  for (const auto& seed : seeds_) nodeFor(seed);
+}
+
+// ---- slot map ----
+
+void ClusterBackend::scheduleRefresh() {
+  if (shut_down_) return;
+  if (refresh_in_flight_) {
+    refresh_again_ = true;
+    return;
+  }
+  if (refresh_timer_.pending()) return;
+  const int64_t delay =
+      std::max<int64_t>(0, last_refresh_ms_ + kMinRefreshGapMs - scheduler_.nowMs());
+  refresh_timer_.start(scheduler_, delay, [this] {
+    refresh_timer_.markFired();
+    refreshNow();
+  });
+}
+
+void ClusterBackend::armPeriodicRefresh() {
+  if (shut_down_) return;
+  periodic_timer_.start(scheduler_, ready_ ? kRefreshIntervalMs : kDegradedRefreshIntervalMs,
+                        [this] {
+                          periodic_timer_.markFired();
+                          scheduleRefresh();
+                          armPeriodicRefresh();
+                        });
+}
+
+void ClusterBackend::refreshNow() {
+  if (shut_down_ || refresh_in_flight_) return;
+  // Ask the up nodes in turn, so one node with a stale view does not pin ours.
+  std::vector<Node*> up;
+  for (auto& [address, node] : nodes_) {
+    if (node.redis->up()) up.push_back(&node);
+  }
+  if (up.empty()) {
+    ensureSeeds();  // a node coming up calls scheduleRefresh()
+    return;
+  }
+  Node* asked = up[refresh_cursor_++ % up.size()];
+  refresh_in_flight_ = true;
+  last_refresh_ms_ = scheduler_.nowMs();
+  asked->redis->command({"CLUSTER", "SLOTS"}, timeout_ms_,
+                        [this, alive = std::weak_ptr<char>(alive_),
+                         address = asked->address](StatusOr<RedisValue> r) {
+                          if (alive.expired() || shut_down_) return;
+                          refresh_in_flight_ = false;
+                          onClusterSlots(address, r);
+                          if (refresh_again_) {
+                            refresh_again_ = false;
+                            scheduleRefresh();
+                          }
+                        });
+}
+
+void ClusterBackend::onClusterSlots(const config::RedisNodeAddress& asked,
+                                    const StatusOr<RedisValue>& reply) {
+  StatusOr<SlotMap> map =
+      reply.isOk() ? SlotMap::fromClusterSlots(*reply, asked) : StatusOr<SlotMap>(reply.status());
+  if (map.isOk() && map->empty()) map = unavailable("the cluster has no slots assigned");
+  if (!map.isOk()) {
+    // Retried by the periodic refresh (every second while not ready), asking the next node.
+    refresh_error_ = asked.toString() + ": " + map.status().message();
+    if (auto suppressed = refresh_log_.admit(scheduler_.nowMs(), map.status().message())) {
+      SL_LOG(kWarn, "redis.cluster_slots_failed", {"node", asked.toString()},
+             {"reason", map.status().message()}, {"suppressed", *suppressed});
+    }
+    updateReady();
+    return;
+  }
+  refresh_error_.clear();
+  refresh_log_.reset();
+  if (map->sameAs(map_)) return;
+  const bool first = map_.empty();
+  map_ = std::move(*map);
+  if (!first) {
+    metrics_.backend_topology_changes_total.Add({{"reason", kReasonSlotsRefresh}}).Increment();
+  }
+  const auto masters = map_.masters();
+  SL_LOG(kInfo, "redis.cluster_slots", {"asked", asked.toString()},
+         {"masters", static_cast<int>(masters.size())}, {"slots", map_.assignedSlots()});
+  applyMap();
+}
+
+void ClusterBackend::applyMap() {
+  std::set<std::string> wanted;
+  for (const auto& master : map_.masters()) {
+    wanted.insert(master.toString());
+    nodeFor(master);
+  }
+  rehomeWatches();
+  std::vector<std::string> drop;
+  for (const auto& [address, node] : nodes_) {
+    if (wanted.count(address) == 0) drop.push_back(address);
+  }
+  for (const auto& address : drop) retireNode(address);
+  updateReady();
+}
+
+// ---- wake-ups ----
+
+void ClusterBackend::watchReleases(std::string_view name) {
+  if (shut_down_) return;
+  if (watches_.add(name)) subscribeHome(std::string(name));
+}
+
+void ClusterBackend::unwatchReleases(std::string_view name) {
+  if (!watches_.remove(name)) return;
+  auto home = homes_.find(name);
+  if (home == homes_.end()) return;
+  auto node = nodes_.find(home->second);
+  if (node != nodes_.end()) node->second.redis->unsubscribe(releaseChannel(prefix_, name));
+  homes_.erase(home);
+}
+
+void ClusterBackend::subscribeHome(const std::string& name) {
+  const std::string channel = releaseChannel(prefix_, name);
+  const config::RedisNodeAddress* master = map_.masterOf(clusterKeySlot(channel));
+  if (master == nullptr) return;  // subscribed when a map arrives (rehomeWatches)
+  Node& node = nodeFor(*master);
+  node.redis->subscribe(channel);
+  homes_[name] = master->toString();
+}
+
+// Moves every watched channel to the master now serving its slot.
+void ClusterBackend::rehomeWatches() {
+  for (const auto& [name, count] : watches_.names()) {
+    const std::string channel = releaseChannel(prefix_, name);
+    const config::RedisNodeAddress* master = map_.masterOf(clusterKeySlot(channel));
+    auto home = homes_.find(name);
+    const std::string want = master != nullptr ? master->toString() : std::string();
+    if (home != homes_.end() && home->second == want) continue;
+    if (home != homes_.end()) {
+      auto old = nodes_.find(home->second);
+      if (old != nodes_.end()) old->second.redis->unsubscribe(channel);
+      homes_.erase(home);
+    }
+    if (master != nullptr) subscribeHome(name);
+  }
+}
+
+std::string ClusterBackend::subscriptionHome(std::string_view name) const {
+  auto it = homes_.find(name);
+  return it == homes_.end() ? std::string() : it->second;
+}
+
+RedisNode* ClusterBackend::node(const std::string& address) {
+  auto it = nodes_.find(address);
+  return it == nodes_.end() ? nullptr : it->second.redis.get();
+}
+
+// ---- health ----
+
+bool ClusterBackend::computeReady(std::string* reason) const {
+  if (map_.empty()) {
+    std::string why = "redis cluster: no slot map yet";
+    if (!refresh_error_.empty()) why += "; CLUSTER SLOTS from " + refresh_error_;
+    for (const auto& [address, node] : nodes_) {
+      if (!node.redis->up()) why += "; " + address + ": " + node.redis->downReason();
+    }
+    *reason = why;
+    return false;
+  }
+  const int missing = kClusterSlots - map_.assignedSlots();
+  if (missing > 0) {
+    *reason = "redis cluster: " + std::to_string(missing) + " of " + std::to_string(kClusterSlots) +
+              " slots have no master";
+    return false;
+  }
+  for (const auto& master : map_.masters()) {
+    auto it = nodes_.find(master.toString());
+    if (it == nodes_.end() || !it->second.redis->up()) {
+      *reason = "redis cluster master " + master.toString() + " is down" +
+                (it != nodes_.end() ? ": " + it->second.redis->downReason() : std::string());
+      return false;
+    }
+    if (!supported(*it->second.redis, reason)) return false;
+  }
+  return true;
+}
+
+void ClusterBackend::updateReady() {
+  if (shut_down_) return;
+  std::string reason;
+  const bool ready = computeReady(&reason);
+  metrics_.backend_ready.Set(ready ? 1 : 0);
+  if (ready == ready_) return;
+  ready_ = ready;
+  armPeriodicRefresh();  // the period depends on readiness
+  if (ready && ready_listener_) {
+    scheduler_.post([this, alive = std::weak_ptr<char>(alive_)] {
+      if (!alive.expired() && !shut_down_ && ready_ && ready_listener_) ready_listener_();
+    });
+  }
+}
+
+BackendHealth ClusterBackend::health() const {
+  BackendHealth h;
+  h.ready = computeReady(&h.reason);
+  if (h.ready) h.reason.clear();
+  // Every shard's master; before the first map, the seeds.
+  std::vector<std::string> shown;
+  if (!map_.empty()) {
+    for (const auto& master : map_.masters()) shown.push_back(master.toString());
+  } else {
+    for (const auto& [address, node] : nodes_) shown.push_back(address);
+  }
+  for (const auto& address : shown) {
+    NodeHealth n;
+    n.address = address;
+    auto it = nodes_.find(address);
+    n.up = it != nodes_.end() && it->second.redis->up();
+    n.reason = it != nodes_.end() ? it->second.redis->downReason() : "not connected";
+    h.nodes.push_back(std::move(n));
+  }
+  return h;
+}
+
+void ClusterBackend::shutdown(std::function<void()> done) {
+  if (!shut_down_) {
+    shut_down_ = true;
+    metrics_.backend_ready.Set(0);
+    refresh_timer_.reset();
+    periodic_timer_.reset();
+    watches_.clear();
+    homes_.clear();
+    for (auto& [id, call] : delayed_) {
+      scheduler_.cancel(id);
+      scheduler_.post(
+          [call] { call->done(cancelled("redis cluster backend shutting down"), "cluster"); });
+    }
+    delayed_.clear();
+  }
+  std::vector<RedisNode*> all;
+  for (auto& [address, node] : nodes_) all.push_back(node.redis.get());
+  for (auto& node : retiring_) all.push_back(node.get());
+  auto left = std::make_shared<size_t>(all.size());
+  auto finish = std::make_shared<std::function<void()>>(std::move(done));
+  if (all.empty()) {
+    if (*finish) scheduler_.post(std::move(*finish));
+    return;
+  }
+  for (RedisNode* node : all) {
+    node->shutdown([left, finish] {
+      if (--*left == 0 && *finish) (*finish)();
+    });
+  }
+}
+
+}  // namespace sidelock::backend
