@@ -12,6 +12,7 @@ TEST_PACKAGES=(
   libgtest-dev prometheus openssl
   golang-go golang-github-masterminds-sprig-dev golang-gopkg-yaml.v3-dev golang-gopkg-yaml.v2-dev
   golang-github-xeipuuv-gojsonschema-dev
+  iproute2 iptables faketime libtcmalloc-minimal4
 )
 
 packages=("${BUILD_PACKAGES[@]}")

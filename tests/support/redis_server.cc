@@ -1,7 +1,5 @@
 #include "support/redis_server.h"
 
-#include "support/child_process.h"
-
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -17,6 +15,8 @@
 #include <filesystem>
 #include <stdexcept>
 #include <thread>
+
+#include "support/child_process.h"
 
 namespace sidelock::testing {
 
@@ -52,7 +52,10 @@ void removeTree(const std::string& path) {
 
 RedisServer::RedisServer() : RedisServer(Options{}) {}
 
-RedisServer::RedisServer(Options options) : options_(std::move(options)) {
+RedisServer::RedisServer(Options options) : RedisServer(std::move(options), Launch{}) {}
+
+RedisServer::RedisServer(Options options, Launch launch)
+    : options_(std::move(options)), launch_(std::move(launch)) {
   dir_ = makeTempDir("sidelock-redis");
   // A port picked free can be taken by someone else before redis binds it: try a few.
   for (int attempt = 0; attempt < 5; ++attempt) {
@@ -72,11 +75,10 @@ RedisServer::~RedisServer() {
 }
 
 void RedisServer::start() {
-  std::vector<std::string> args = {"redis-server", "--port",    std::to_string(port_),
-                                   "--bind",       "127.0.0.1", "--dir",
-                                   dir_,           "--save",    "",
-                                   "--daemonize",  "no",        "--loglevel",
-                                   "warning",      "--logfile", dir_ + "/redis.log"};
+  std::vector<std::string> args = launch_.command_prefix;
+  args.insert(args.end(), {"redis-server", "--port", std::to_string(port_), "--bind", launch_.host,
+                           "--dir", dir_, "--save", "", "--daemonize", "no", "--loglevel",
+                           "warning", "--logfile", dir_ + "/redis.log"});
   if (options_.persistence) {
     args.insert(args.end(), {"--appendonly", "yes", "--appendfsync", "always"});
   } else {
@@ -97,7 +99,8 @@ void RedisServer::start() {
       dup2(devnull, STDIN_FILENO);
       dup2(devnull, STDOUT_FILENO);
     }
-    execvp("redis-server", argv.data());
+    for (auto& entry : launch_.env) putenv(entry.data());
+    execvp(argv[0], argv.data());
     _exit(127);
   }
   pid_ = pid;
@@ -146,7 +149,7 @@ void RedisServer::resume() {
 }
 
 std::string RedisServer::cli(const std::vector<std::string>& args) const {
-  std::string cmd = "redis-cli -h 127.0.0.1 -p " + std::to_string(port_);
+  std::string cmd = "redis-cli -h " + launch_.host + " -p " + std::to_string(port_);
   for (const auto& a : args) {
     cmd += " '";
     for (char c : a) {
