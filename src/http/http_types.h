@@ -13,6 +13,25 @@
 
 namespace sidelock::http {
 
+/// Who is at the other end of a connection, captured once at accept. Per-peer caps and
+/// allow-lists key on it: the uid on the Unix socket (SO_PEERCRED), the address on TCP.
+struct PeerIdentity {
+  enum class Transport { kUnknown, kTcp, kUnix };
+  Transport transport = Transport::kUnknown;
+  /// TCP: the peer's IP address as text ("127.0.0.1", "::1"); empty otherwise.
+  std::string address;
+  int port = 0;  // TCP only
+  /// Unix socket: the peer process's credentials at connect time (SO_PEERCRED).
+  bool has_credentials = false;
+  uint32_t uid = 0;
+  uint32_t gid = 0;
+  int32_t pid = 0;
+
+  /// A bounded key for per-peer accounting: "uid:1000" on the Unix socket, "ip:127.0.0.1" on
+  /// TCP, "" when the peer is unknown (then no per-peer limit applies).
+  std::string key() const;
+};
+
 struct Request {
   std::string method;  // "GET", "POST", ...
   std::string path;    // decoded path without the query string
@@ -28,6 +47,9 @@ struct Request {
   /// Views the Router's table (fixed at start-up, outlives the server) or kUnmatchedRoute.
   std::string_view route;
   int64_t received_us = 0;  // monotonic, when the request head was complete
+  /// The connection's peer (never null for requests from HttpServer; shared because a handler
+  /// may hold the request after the connection is gone).
+  std::shared_ptr<const PeerIdentity> peer;
 
   std::string_view header(std::string_view lower_name) const;
   std::string_view param(std::string_view name) const;
@@ -61,6 +83,9 @@ class Responder {
   /// release stream-held locks. Not called after the response completed.
   virtual void onClientGone(std::function<void()> cb) = 0;
 };
+
+/// ASCII case-insensitive comparison (header names and tokens).
+bool equalsIgnoreCase(std::string_view a, std::string_view b);
 
 using ResponderPtr = std::shared_ptr<Responder>;
 using Handler = std::function<void(Request& request, ResponderPtr responder)>;

@@ -1,5 +1,6 @@
-// The HTTP/1.1 server: TCP and Unix-socket listeners, one Connection per client with llhttp
-// parsing under limits (config::ListenConfig), keep-alive, pipelining with in-order responses,
+// The HTTP/1.1 server: TCP and Unix-socket listeners, one Connection per client (connection.h)
+// with a RequestParser (request_parser.h) and a response writer (response_writer.h)
+// under limits (config::ListenConfig), keep-alive, pipelining with in-order responses,
 // chunked streams, timeouts (header/slowloris, idle, write) and graceful stop. Knows nothing of
 // locks: requests go to one Handler (usually Router::asHandler()).
 //

@@ -125,6 +125,24 @@ class HttpServerTest : public ::testing::Test {
                            r->send(200, "application/octet-stream", std::string(64 * 1024, 'g'));
                          })
                     .isOk());
+    // The connection's peer identity, as JSON.
+    ASSERT_TRUE(router_
+                    .add("GET", "/whoami",
+                         [](Request& req, ResponderPtr r) {
+                           nlohmann::json j;
+                           if (req.peer != nullptr) {
+                             j["transport"] = static_cast<int>(req.peer->transport);
+                             j["address"] = req.peer->address;
+                             j["port"] = req.peer->port;
+                             j["has_credentials"] = req.peer->has_credentials;
+                             j["uid"] = req.peer->uid;
+                             j["gid"] = req.peer->gid;
+                             j["pid"] = req.peer->pid;
+                             j["key"] = req.peer->key();
+                           }
+                           r->send(200, "application/json", j.dump());
+                         })
+                    .isOk());
     ASSERT_TRUE(router_
                     .add("GET", "/flood",
                          [this](Request&, ResponderPtr r) {
@@ -479,6 +497,29 @@ TEST_F(HttpServerTest, UnixSocketServesAndHasConfiguredMode) {
   c.close();
   onLoop([this] { server_->stopAccepting(); });
   EXPECT_FALSE(std::filesystem::exists(socket_path_));  // unlinked on stop
+}
+
+TEST_F(HttpServerTest, RequestsCarryThePeerIdentityCapturedAtAccept) {
+  startServer();
+  HttpClient tcp = HttpClient::tcp(port_);
+  auto over_tcp = nlohmann::json::parse(tcp.get("/whoami").body);
+  EXPECT_EQ(over_tcp["transport"], static_cast<int>(PeerIdentity::Transport::kTcp));
+  EXPECT_EQ(over_tcp["address"], "127.0.0.1");
+  EXPECT_GT(over_tcp["port"].get<int>(), 0);
+  EXPECT_FALSE(over_tcp["has_credentials"].get<bool>());
+  EXPECT_EQ(over_tcp["key"], "ip:127.0.0.1");
+
+  HttpClient unix_client = HttpClient::unix(socket_path_);
+  auto over_unix = nlohmann::json::parse(unix_client.get("/whoami").body);
+  EXPECT_EQ(over_unix["transport"], static_cast<int>(PeerIdentity::Transport::kUnix));
+  EXPECT_TRUE(over_unix["has_credentials"].get<bool>());
+  // The test process is the client.
+  EXPECT_EQ(over_unix["uid"].get<uint32_t>(), ::getuid());
+  EXPECT_EQ(over_unix["gid"].get<uint32_t>(), ::getgid());
+  EXPECT_EQ(over_unix["pid"].get<int32_t>(), ::getpid());
+  EXPECT_EQ(over_unix["key"], "uid:" + std::to_string(::getuid()));
+  // A second request on the same connection sees the same identity.
+  EXPECT_EQ(nlohmann::json::parse(unix_client.get("/whoami").body), over_unix);
 }
 
 TEST_F(HttpServerTest, StaleUnixSocketFileIsReplaced) {

@@ -2,3 +2,7 @@ sidelock_test(http_router_test
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/http_router_test.cc
   LIBS sidelock_http nlohmann_json::nlohmann_json
   LABELS unit)
+sidelock_test(http_parser_test
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/http_parser_test.cc
+  LIBS sidelock_http
+  LABELS unit)

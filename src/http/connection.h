@@ -1,0 +1,171 @@
+// Internal to the HTTP server (server.cc, connection.cc): one client connection and the
+// exchanges (request + responder) it serves in order. Not part of the http layer's interface.
+#pragma once
+
+#include <uv.h>
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "event/stream_listener.h"
+#include "event/uv_handle.h"
+#include "http/request_parser.h"
+#include "http/response_writer.h"
+#include "http/server.h"
+
+namespace sidelock::http {
+
+// The bytes of one uv_write and its request, reused for the connection's life. If the
+// connection closes while a write is pending, it is orphaned and the write callback frees it.
+struct WriteReq {
+  uv_write_t req{};
+  std::string data;
+  bool orphaned = false;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Exchange: one request and its (shared) responder. The connection queues exchanges in request
+// order; an exchange's bytes go straight to the connection's output while it is at the head of
+// the queue and are buffered in pending_ otherwise.
+
+class HttpServer::Exchange final : public Responder {
+ public:
+  enum class State { kWaiting, kStreaming, kDone };
+
+  explicit Exchange(Connection* connection) : conn_(connection) {}
+
+  void send(int status, std::string_view content_type, std::string body,
+            std::vector<std::pair<std::string, std::string>> extra_headers) override;
+  void startStream(int status, std::string_view content_type) override;
+  bool writeChunk(std::string_view data) override;
+  void endStream() override;
+  bool clientConnected() const override;
+  void onClientGone(std::function<void()> cb) override {
+    if (state_ != State::kDone && !gone_) gone_cb_ = std::move(cb);
+  }
+
+  Request request;
+  Connection* conn_;  // null once written out or detached; later calls are then no-ops
+  State state_ = State::kWaiting;
+  std::string pending_;
+  bool keep_alive_ = true;
+  ResponseFraming framing_;  // close is decided when the response starts
+  bool in_flight_ = false;   // counted in HttpServer::in_flight_
+  bool gone_ = false;
+  std::function<void()> gone_cb_;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Connection. Every entry point (uv callbacks, timers, responder calls, server calls) holds a
+// Guard; when the outermost Guard exits, pending client-gone callbacks run, output is flushed,
+// timers are re-armed, and a closed connection is destroyed. So nothing deletes a connection
+// while one of its frames is on the stack.
+
+class HttpServer::Connection final : public ParserListener {
+ public:
+  explicit Connection(HttpServer* server);
+  ~Connection() override;
+
+  void start(std::shared_ptr<const PeerIdentity> peer);
+  void settle();
+  void closeNow();
+  /// The peer closed its end, and the EOF waits unread in the socket (it is read on a later
+  /// turn). Callers about to hand out something the client must act on (a lock grant) check it.
+  bool peerHungUp() const;
+  bool idleForClose() const {
+    return !closed_ && queue_.empty() && !parser_.inMessage() && out_.empty() && !writing_;
+  }
+
+  // Input.
+  void readStart();
+  void readStop();
+  void onRead(ssize_t nread);
+  void onPeerClosed(ssize_t nread);
+  void parseInput(const char* data, size_t len);
+  void dispatch(ParsedRequest parsed);
+  void queueError(int status, std::string_view code, std::string message);
+  void maybeResumeReading();
+  bool pipelineFull() const;
+  void scheduleResume();
+
+  // ParserListener.
+  void onRequestBegin() override;
+  void onRequestHead(Request& request, bool expect_continue) override;
+
+  // Output.
+  size_t outputBacklog() const {
+    return out_.size() + (writing_ && write_ != nullptr ? write_->data.size() : 0);
+  }
+  bool isHead(const Exchange* ex) const { return !queue_.empty() && queue_.front().get() == ex; }
+  std::string& outputFor(Exchange* ex) { return isHead(ex) ? out_ : ex->pending_; }
+  bool decideClose(Exchange* ex);
+  void respond(Exchange* ex, int status, std::string_view content_type, std::string body,
+               const HeaderList& extra_headers);
+  void startStream(Exchange* ex, int status, std::string_view content_type);
+  void writeChunk(Exchange* ex, std::string_view data);
+  void endStream(Exchange* ex);
+  /// The response is complete: no longer in flight, no client-gone callback; move the queue on.
+  void finish(Exchange* ex);
+  void advance();
+  void detach(Exchange* ex);
+  void flush();
+  void onWriteDone(int status);
+  void startShutdown();
+
+  // Timers.
+  void armTimer();
+  void onTimer();
+
+  HttpServer* server_;
+  event::ClientStream stream_;
+  RequestParser parser_;
+  std::shared_ptr<const PeerIdentity> peer_;
+  bool counted_ = false;
+
+  std::string pending_input_;  // unparsed bytes held while the pipeline is full
+
+  // Dispatched, in request order. A vector, not a deque: libstdc++'s deque allocates ~600 bytes
+  // up front, and most connections (a waiter's, say) never have more than one request here.
+  std::vector<std::shared_ptr<Exchange>> queue_;
+  std::shared_ptr<Exchange> answered_;  // the last one popped from queue_
+
+  bool reading_ = false;
+  bool parsing_active_ = false;
+  bool input_done_ = false;         // no further request will be parsed
+  bool close_after_write_ = false;  // shut down once the queue is empty and output written
+  bool peer_eof_ = false;
+  bool shutdown_started_ = false;
+  bool lingering_ = false;
+  bool closed_ = false;
+  int depth_ = 0;
+  event::ScopedTimer resume_timer_;  // deferred maybeResumeReading()
+
+  std::string out_;
+  WriteReq* write_ = nullptr;
+  bool writing_ = false;
+  bool flush_queued_ = false;  // in HttpServer::flush_queue_
+
+  event::ScopedTimer timer_;
+  int64_t timer_at_us_ = 0;
+  int64_t header_deadline_us_ = 0;
+  int64_t idle_deadline_us_ = 0;
+  int64_t write_deadline_us_ = 0;
+  int64_t linger_deadline_us_ = 0;
+};
+
+struct HttpServer::Guard {
+  explicit Guard(Connection* c) : c_(c) { ++c_->depth_; }
+  ~Guard() {
+    if (--c_->depth_ == 0) c_->settle();  // may delete c_
+  }
+  Guard(const Guard&) = delete;
+  Guard& operator=(const Guard&) = delete;
+  Connection* c_;
+};
+
+/// Who is connected on `stream` (SO_PEERCRED on a Unix socket, the peer address on TCP).
+PeerIdentity identifyPeer(uv_stream_t* stream);
+
+}  // namespace sidelock::http

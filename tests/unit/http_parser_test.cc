@@ -1,0 +1,140 @@
+// RequestParser alone: bytes in, requests out, no loop or socket (what the fuzzer drives).
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "http/request_parser.h"
+#include "http/response_writer.h"
+
+namespace sidelock::http {
+namespace {
+
+struct Collected {
+  std::vector<ParsedRequest> requests;
+  bool error = false;
+  bool upgrade = false;
+  ParseError last_error;
+};
+
+// Feeds `input` in pieces of `step` bytes, taking every complete request.
+Collected parseAll(std::string_view input, size_t step = 0, ParserLimits limits = {}) {
+  RequestParser parser(limits, nullptr);
+  Collected out;
+  if (step == 0) step = input.size();
+  size_t pos = 0;
+  while (pos < input.size() && !out.error && !out.upgrade) {
+    std::string_view piece = input.substr(pos, step);
+    while (!piece.empty()) {
+      RequestParser::FeedResult r = parser.feed(piece.data(), piece.size());
+      piece.remove_prefix(r.consumed);
+      if (r.error) {
+        out.error = true;
+        out.last_error = parser.error();
+        break;
+      }
+      if (r.request_ready) out.requests.push_back(parser.takeRequest());
+      if (r.upgrade) {
+        out.upgrade = true;
+        break;
+      }
+      if (!r.request_ready) break;
+    }
+    pos += step;
+  }
+  return out;
+}
+
+TEST(RequestParser, PipelinedRequestsComeOutOneAtATimeInOrder) {
+  const std::string input =
+      "GET /a?x=1 HTTP/1.1\r\nHost: h\r\n\r\n"
+      "POST /b%20c HTTP/1.1\r\nHost: h\r\nContent-Length: 5\r\nX-Y: Z\r\n\r\nhello"
+      "HEAD /c HTTP/1.0\r\n\r\n";
+  for (size_t step : {size_t{0}, size_t{1}, size_t{7}}) {
+    Collected c = parseAll(input, step);
+    ASSERT_FALSE(c.error) << "step " << step;
+    ASSERT_EQ(c.requests.size(), 3u) << "step " << step;
+    EXPECT_EQ(c.requests[0].request.method, "GET");
+    EXPECT_EQ(c.requests[0].request.path, "/a");
+    EXPECT_EQ(c.requests[0].request.query, "x=1");
+    EXPECT_EQ(c.requests[1].request.path, "/b c");
+    EXPECT_EQ(c.requests[1].request.raw_path, "/b%20c");
+    EXPECT_EQ(c.requests[1].request.body, "hello");
+    EXPECT_EQ(c.requests[1].request.header("x-y"), "Z");
+    EXPECT_TRUE(c.requests[1].keep_alive);
+    EXPECT_TRUE(c.requests[2].head_method);
+    EXPECT_TRUE(c.requests[2].http10);
+    EXPECT_FALSE(c.requests[2].keep_alive);
+  }
+}
+
+TEST(RequestParser, LimitsGive431And413) {
+  ParserLimits small;
+  small.max_header_bytes = 64;
+  small.max_body_bytes = 4;
+  Collected head = parseAll("GET /" + std::string(100, 'a') + " HTTP/1.1\r\n\r\n", 3, small);
+  ASSERT_TRUE(head.error);
+  EXPECT_EQ(head.last_error.status, 431);
+  Collected declared = parseAll("POST / HTTP/1.1\r\nContent-Length: 5\r\n\r\nhello", 0, small);
+  ASSERT_TRUE(declared.error);
+  EXPECT_EQ(declared.last_error.status, 413);
+  Collected chunked = parseAll(
+      "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n3\r\ndef\r\n0\r\n\r\n", 0,
+      small);
+  ASSERT_TRUE(chunked.error);
+  EXPECT_EQ(chunked.last_error.status, 413);
+}
+
+TEST(RequestParser, MalformedInputIsA400WithAReason) {
+  Collected c = parseAll("GET / HTTP/1.1\r\nBad Header\r\n\r\n");
+  ASSERT_TRUE(c.error);
+  EXPECT_EQ(c.last_error.status, 400);
+  EXPECT_NE(c.last_error.message.find("malformed request"), std::string::npos);
+  Collected relative = parseAll("GET a/b HTTP/1.1\r\n\r\n");
+  ASSERT_TRUE(relative.error);
+  EXPECT_EQ(relative.last_error.status, 400);
+}
+
+TEST(RequestParser, RecycledStorageDoesNotLeakIntoTheNextRequest) {
+  RequestParser parser({}, nullptr);
+  std::string first = "POST /one HTTP/1.1\r\nA: 1\r\nContent-Length: 3\r\n\r\nabc";
+  auto r = parser.feed(first.data(), first.size());
+  ASSERT_TRUE(r.request_ready);
+  ParsedRequest one = parser.takeRequest();
+  parser.recycle(std::move(one.request));
+  std::string second = "GET /two HTTP/1.1\r\n\r\n";
+  r = parser.feed(second.data(), second.size());
+  ASSERT_TRUE(r.request_ready);
+  ParsedRequest two = parser.takeRequest();
+  EXPECT_EQ(two.request.path, "/two");
+  EXPECT_TRUE(two.request.body.empty());
+  EXPECT_TRUE(two.request.headers.empty());
+}
+
+TEST(ResponseWriter, FramesResponsesAndChunks) {
+  std::string out;
+  ResponseFraming keep_alive;
+  appendResponse(out, keep_alive, 200, "text/plain", "ok",
+                 {{"X-A", "b"}, {"Content-Length", "99"}, {"Connection", "close"}});
+  EXPECT_EQ(out,
+            "HTTP/1.1 200 OK\r\nServer: sidelock\r\nContent-Type: text/plain\r\n"
+            "Content-Length: 2\r\nX-A: b\r\n\r\nok");
+  EXPECT_TRUE(asksToClose({{"connection", "Close"}}));
+  out.clear();
+  ResponseFraming head{.close = true, .http10 = false, .head_method = true};
+  appendResponse(out, head, 404, "", "body", {});
+  EXPECT_EQ(out,
+            "HTTP/1.1 404 Not Found\r\nServer: sidelock\r\nConnection: close\r\n"
+            "Content-Length: 4\r\n\r\n");
+  out.clear();
+  ResponseFraming chunked;
+  appendStreamHead(out, chunked, 200, "application/x-ndjson");
+  appendChunk(out, chunked, "");
+  appendChunk(out, chunked, "0123456789abcdef!");
+  appendStreamEnd(out, chunked);
+  EXPECT_NE(out.find("Transfer-Encoding: chunked\r\n\r\n11\r\n0123456789abcdef!\r\n0\r\n\r\n"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace sidelock::http
