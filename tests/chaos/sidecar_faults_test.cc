@@ -197,7 +197,7 @@ TEST(ChaosSidecarFaults, CpuStarvationDuringLongAutoRenewedHolds) {
     // the lock, and sidecar 0 must report the loss once it runs again.
     for (int i = 0; i < 3; ++i) {
       ASSERT_TRUE(pollUntil(kProgressTimeoutMs, [&] { return renewing() > 0; }));
-      starve(2 * Timings::kTtlMs, 200, 1);
+      starve(2 * Timings::kTtlMs, 200, 2 * Timings::kTtlMs);  // one stop
     }
   }
   EXPECT_TRUE(workload.waitForMoreGrants(2, kProgressTimeoutMs));
