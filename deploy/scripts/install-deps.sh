@@ -13,6 +13,7 @@ TEST_PACKAGES=(
   golang-go golang-github-masterminds-sprig-dev golang-gopkg-yaml.v3-dev golang-gopkg-yaml.v2-dev
   golang-github-xeipuuv-gojsonschema-dev
   clang libclang-rt-14-dev
+  iproute2 iptables faketime libtcmalloc-minimal4
 )
 
 packages=("${BUILD_PACKAGES[@]}")

@@ -195,6 +195,7 @@ std::string grantAnswer(const lock::Grant& g, std::string_view event = {}) {
 struct AcquireCall {
   lock::LockService* service = nullptr;
   const config::LocksConfig* locks = nullptr;  // the limits a 429 names
+  metrics::Metrics* metrics = nullptr;
   lock::AcquireTicket ticket;
   http::ResponderPtr responder;
   bool granted = false;
@@ -284,6 +285,7 @@ void LockApi::acquire(http::Request& req, http::ResponderPtr res) {
 
   call->service = &service_;
   call->locks = &locks_;
+  call->metrics = &metrics_;
   auto done = [call](lock::AcquireResult r) {
     const http::ResponderPtr& out = call->responder;
     switch (r.status) {
@@ -294,15 +296,24 @@ void LockApi::acquire(http::Request& req, http::ResponderPtr res) {
           // The client left between grant and answer (its client-gone callback may still be
           // queued): nobody will learn of this lease, so give the lock back now — a plain or
           // auto_renew lease would otherwise be held (and renewed) for nobody.
+          call->metrics->grants_undelivered.Increment();
           call->service->release(r.grant.name, r.grant.owner, [](StatusOr<lock::ReleaseStatus>) {});
           call->finished = true;
           return;
         }
         if (call->stream) {
+          // A dropped stream releases its lease through onClientGone.
           out->startStream(200, "application/x-ndjson");
           out->writeChunk(grantAnswer(r.grant, "acquired"));
         } else {
           call->finished = true;
+          // The client may still hang up after the answer left: if it provably never read it
+          // (the connection reset), nobody can use or release this lease; give it back.
+          out->onUndelivered([service = call->service, metrics = call->metrics, name = r.grant.name,
+                              owner = r.grant.owner] {
+            metrics->grants_undelivered.Increment();
+            service->release(name, owner, [](StatusOr<lock::ReleaseStatus>) {});
+          });
           out->send(200, kJson, grantAnswer(r.grant));
         }
         return;

@@ -1,5 +1,7 @@
 #include "http/connection.h"
 
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/socket.h>
 
 #include <algorithm>
@@ -14,6 +16,13 @@ namespace {
 // After answering with Connection: close we send FIN and keep reading (discarding) for a while:
 // closing with unread input would send RST, and the client could lose our final response.
 constexpr int64_t kLingerMs = 2000;
+// After a peer's EOF, how long to look for the reset that proves the last response unread, and
+// how often. On loopback the reset follows within microseconds; on a LAN within a round trip.
+constexpr int64_t kResetWaitMs = 200;
+constexpr int64_t kResetPollMs = 5;
+
+/// Errors by which the peer tells that it did not read what we sent.
+bool isPeerReset(ssize_t status) { return status == UV_ECONNRESET || status == UV_EPIPE; }
 // Responses buffered for a client beyond this stop the reading of its further requests until it
 // reads some: every request answered at once never fills the pipeline, so without this a client
 // that pipelines and never reads would grow our output without bound. Small, because loopback
@@ -172,7 +181,7 @@ void HttpServer::Connection::onPeerClosed(ssize_t nread) {
   if (lingering_ || nread != UV_EOF || parser_.inMessage() || !queue_.empty()) {
     // Errors, or EOF before every request was answered: the client is gone (a half-closed
     // client counts as gone, so waiters behind it leave their queues).
-    closeNow();
+    closeNow(isPeerReset(nread));
     return;
   }
   // Everything was answered; finish writing what is buffered, then close.
@@ -284,7 +293,10 @@ void HttpServer::Connection::onRequestHead(Request& request, bool expect_continu
   request.received_us = now;
   // The body must follow within the same budget as the head.
   header_deadline_us_ = now + server_->limits_.header_timeout_ms * 1000;
-  if (expect_continue && queue_.empty()) out_ += kContinueResponse;
+  if (expect_continue && queue_.empty()) {
+    delivery_watch_.reset();
+    out_ += kContinueResponse;
+  }
 }
 
 // --- output ----------------------------------------------------------------------------------
@@ -343,6 +355,7 @@ void HttpServer::Connection::advance() {
   while (!queue_.empty()) {
     Exchange* head = queue_.front().get();
     if (!head->pending_.empty()) {
+      delivery_watch_.reset();
       out_ += head->pending_;
       head->pending_.clear();
     }
@@ -350,6 +363,8 @@ void HttpServer::Connection::advance() {
     bool close = head->framing_.close;
     head->conn_ = nullptr;
     answered_ = std::move(queue_.front());
+    // Its bytes are the last in out_ now.
+    if (answered_->undelivered_cb_) delivery_watch_ = answered_;
     queue_.erase(queue_.begin());
     if (close) {
       close_after_write_ = true;
@@ -402,7 +417,7 @@ void HttpServer::Connection::flush() {
   int n = uv_try_write(stream_.get(), &buf, 1);
   if (n == UV_EAGAIN || n == UV_ENOSYS) n = 0;
   if (n < 0) {
-    closeNow();
+    closeNow(isPeerReset(n));
     return;
   }
   if (static_cast<size_t>(n) == out_.size()) {
@@ -426,7 +441,7 @@ void HttpServer::Connection::flush() {
     if (c != nullptr) c->onWriteDone(status);
   });
   if (rc != 0) {
-    closeNow();
+    closeNow(isPeerReset(rc));
     return;
   }
   writing_ = true;
@@ -438,7 +453,7 @@ void HttpServer::Connection::onWriteDone(int status) {
   writing_ = false;
   write_deadline_us_ = 0;
   write_->data.clear();
-  if (status < 0) closeNow();
+  if (status < 0) closeNow(isPeerReset(status));
   // settle() flushes what accumulated meanwhile.
 }
 
@@ -446,6 +461,10 @@ void HttpServer::Connection::startShutdown() {
   if (shutdown_started_ || closed_) return;
   shutdown_started_ = true;
   if (peer_eof_) {
+    if (delivery_watch_ && peer_ && peer_->transport == PeerIdentity::Transport::kTcp) {
+      awaitReset();
+      return;
+    }
     closeNow();
     return;
   }
@@ -468,10 +487,20 @@ void HttpServer::Connection::startShutdown() {
   readStart();  // to see the client's EOF (reading may have stopped for back-pressure)
 }
 
-void HttpServer::Connection::closeNow() {
+void HttpServer::Connection::closeNow(bool peer_reset) {
   if (closed_) return;
   closed_ = true;
   server_->countOut(this);
+  // Answers still queued behind an unfinished one never left pending_; the last one written
+  // was not read if the peer reset, and not (wholly) sent if output is left.
+  for (auto& ex : queue_) {
+    if (ex->state_ == Exchange::State::kDone) reportUndelivered(ex.get());
+  }
+  if (delivery_watch_ && (peer_reset || !out_.empty() || writing_)) {
+    reportUndelivered(delivery_watch_.get());
+  }
+  delivery_watch_.reset();
+  reset_deadline_us_ = reset_check_us_ = 0;
   if (writing_) {
     write_->orphaned = true;  // the pending write's callback frees it
     write_ = nullptr;
@@ -518,12 +547,41 @@ void HttpServer::Connection::settle() {
   armTimer();
 }
 
+// --- delivery of the last response ---------------------------------------------------------------
+
+void HttpServer::Connection::reportUndelivered(Exchange* ex) {
+  if (!ex->undelivered_cb_) return;
+  // Posted like client-gone callbacks: never inside whatever call noticed it.
+  server_->scheduler_.post(std::move(ex->undelivered_cb_));
+  ex->undelivered_cb_ = nullptr;
+}
+
+bool HttpServer::Connection::peerReset() const {
+  if (closed_ || !stream_) return false;
+  uv_os_fd_t fd = -1;
+  if (uv_fileno(reinterpret_cast<const uv_handle_t*>(stream_.get()), &fd) != 0) return false;
+  tcp_info info{};
+  socklen_t len = sizeof(info);
+  if (::getsockopt(fd, IPPROTO_TCP, TCP_INFO, &info, &len) != 0) return false;
+  return info.tcpi_state == TCP_CLOSE;  // after EOF alone it would be TCP_CLOSE_WAIT
+}
+
+void HttpServer::Connection::awaitReset() {
+  if (peerReset()) {
+    closeNow(/*peer_reset=*/true);
+    return;
+  }
+  const int64_t now = server_->scheduler_.nowUs();
+  reset_deadline_us_ = now + kResetWaitMs * 1000;
+  reset_check_us_ = now + kResetPollMs * 1000;
+}
+
 // --- timers ----------------------------------------------------------------------------------
 
 void HttpServer::Connection::armTimer() {
   int64_t earliest = 0;
-  for (int64_t d :
-       {header_deadline_us_, idle_deadline_us_, write_deadline_us_, linger_deadline_us_}) {
+  for (int64_t d : {header_deadline_us_, idle_deadline_us_, write_deadline_us_, linger_deadline_us_,
+                    reset_check_us_}) {
     if (d != 0 && (earliest == 0 || d < earliest)) earliest = d;
   }
   // Deadlines move on every request; re-arming only when one moves earlier keeps the timer
@@ -548,6 +606,16 @@ void HttpServer::Connection::onTimer() {
   if (closed_) return;
   const int64_t now = server_->scheduler_.nowUs();
   auto due = [now](int64_t deadline) { return deadline != 0 && deadline <= now; };
+  if (reset_deadline_us_ != 0) {
+    if (peerReset()) {
+      closeNow(/*peer_reset=*/true);
+    } else if (due(reset_deadline_us_)) {
+      closeNow();  // no reset: the client may have read the answer, so it stands
+    } else if (due(reset_check_us_)) {
+      reset_check_us_ = now + kResetPollMs * 1000;
+    }
+    return;
+  }
   if (due(linger_deadline_us_) || due(write_deadline_us_)) {
     // A client that does not read our responses (or our FIN) is dropped.
     closeNow();

@@ -45,6 +45,9 @@ class HttpServer::Exchange final : public Responder {
   void onClientGone(std::function<void()> cb) override {
     if (state_ != State::kDone && !gone_) gone_cb_ = std::move(cb);
   }
+  void onUndelivered(std::function<void()> cb) override {
+    if (state_ == State::kWaiting) undelivered_cb_ = std::move(cb);
+  }
 
   Request request;
   Connection* conn_;  // null once written out or detached; later calls are then no-ops
@@ -55,6 +58,7 @@ class HttpServer::Exchange final : public Responder {
   bool in_flight_ = false;   // counted in HttpServer::in_flight_
   bool gone_ = false;
   std::function<void()> gone_cb_;
+  std::function<void()> undelivered_cb_;
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -77,7 +81,9 @@ class HttpServer::Connection final : public ParserListener {
     return idleForClose() && pending_input_.empty() && !lingering_ && !shutdown_started_;
   }
   void settle();
-  void closeNow();
+  /// `peer_reset`: the peer reset the connection (ECONNRESET / EPIPE), so the last response
+  /// written was not read.
+  void closeNow(bool peer_reset = false);
   /// The peer closed its end, and the EOF waits unread in the socket (it is read on a later
   /// turn). Callers about to hand out something the client must act on (a lock grant) check it.
   bool peerHungUp() const;
@@ -112,7 +118,11 @@ class HttpServer::Connection final : public ParserListener {
     return out_.size() + (writing_ && write_ != nullptr ? write_->data.size() : 0);
   }
   bool isHead(const Exchange* ex) const { return !queue_.empty() && queue_.front().get() == ex; }
-  std::string& outputFor(Exchange* ex) { return isHead(ex) ? out_ : ex->pending_; }
+  std::string& outputFor(Exchange* ex) {
+    if (!isHead(ex)) return ex->pending_;
+    delivery_watch_.reset();  // these bytes follow the watched response
+    return out_;
+  }
   bool decideClose(Exchange* ex);
   void respond(Exchange* ex, int status, std::string_view content_type, std::string body,
                const HeaderList& extra_headers);
@@ -126,6 +136,15 @@ class HttpServer::Connection final : public ParserListener {
   void flush();
   void onWriteDone(int status);
   void startShutdown();
+
+  // Delivery of the last response (Responder::onUndelivered).
+  /// Posts the exchange's undelivered callback, if it has one.
+  void reportUndelivered(Exchange* ex);
+  /// TCP only: the kernel saw a reset from the peer (the socket is in TCP_CLOSE).
+  bool peerReset() const;
+  /// The peer closed its end after the watched response was written: keep the socket a while
+  /// and look for the reset that says the response was never read.
+  void awaitReset();
 
   // Timers.
   void armTimer();
@@ -163,6 +182,13 @@ class HttpServer::Connection final : public ParserListener {
   event::ScopedTimer resume_timer_;  // deferred maybeResumeReading()
   uint64_t budget_turn_ = 0;         // the HttpServer::turn_ requests_this_turn_ counts in
   int requests_this_turn_ = 0;
+
+  // The last response written to out_ whose handler wants to know if it is not delivered; reset
+  // as soon as any other byte follows it (only the last bytes written are surely unread when
+  // the peer resets).
+  std::shared_ptr<Exchange> delivery_watch_;
+  int64_t reset_deadline_us_ = 0;  // awaitReset(): give up (no reset: maybe read) at this time
+  int64_t reset_check_us_ = 0;     // awaitReset(): look at the socket again at this time
 
   std::string out_;
   WriteReq* write_ = nullptr;

@@ -94,6 +94,15 @@ class Responder {
   /// response completed (send() written, or endStream()). Used to drop queued waiters and to
   /// release stream-held locks. Not called after the response completed.
   virtual void onClientGone(std::function<void()> cb) = 0;
+  /// Called at most once, on a later loop turn, when the response given to send() certainly did
+  /// not reach the client's application: the connection ended (EOF, reset, write error, server
+  /// close) before all of it was written, or the peer reset the connection (ECONNRESET, EPIPE)
+  /// while it was the last thing written. Linux resets a TCP connection that is closed with
+  /// unread data, or that receives data after it was closed; a Unix socket reports the same as
+  /// ECONNRESET / EPIPE: either way the client did not read the answer. A clean close after the
+  /// answer never calls it (the client may have read it). Register before send(). The default
+  /// ignores it (responders that cannot tell).
+  virtual void onUndelivered(std::function<void()> cb) { (void)cb; }
 };
 
 /// ASCII case-insensitive comparison (header names and tokens).

@@ -1,6 +1,7 @@
 #include "metrics/metrics.h"
 
 #include <dirent.h>
+#include <prometheus/text_serializer.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -8,7 +9,6 @@
 #include <cstring>
 #include <ctime>
 #include <fstream>
-#include <prometheus/text_serializer.h>
 #include <sstream>
 
 namespace sidelock::metrics {
@@ -36,14 +36,15 @@ double readBootTimeSeconds() {
 
 const prometheus::Histogram::BucketBoundaries& waitBuckets() {
   static const prometheus::Histogram::BucketBoundaries kBuckets = {
-      0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600};
+      0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
+      1,     2.5,    5,     10,   30,    60,   120, 300,  600};
   return kBuckets;
 }
 
 const prometheus::Histogram::BucketBoundaries& latencyBuckets() {
   static const prometheus::Histogram::BucketBoundaries kBuckets = {
-      0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
-      1, 2.5, 5};
+      0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01,
+      0.025,   0.05,   0.1,     0.25,   0.5,   1,      2.5,   5};
   return kBuckets;
 }
 
@@ -64,6 +65,13 @@ Metrics::Metrics(std::string version)
                             .Help("Acquire requests that found the lock held at least once.")
                             .Register(*registry_)
                             .Add({})),
+      grants_undelivered(BuildCounter()
+                             .Name("sidelock_grants_undelivered_total")
+                             .Help("Grants given back because the client never read them: it "
+                                   "hung up before the answer went out, or reset the "
+                                   "connection after it.")
+                             .Register(*registry_)
+                             .Add({})),
       acquire_wait_seconds(BuildHistogram()
                                .Name("sidelock_acquire_wait_seconds")
                                .Help("Time from an acquire request to its outcome.")

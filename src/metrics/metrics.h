@@ -77,16 +77,17 @@ class Metrics {
   prometheus::Counter& acquire_busy;
   prometheus::Counter& acquire_error;
   prometheus::Counter& acquire_too_many_waiters;
-  prometheus::Counter& acquire_cancelled;  // the client went away while waiting
-  prometheus::Counter& acquire_contended;  // found the lock held at least once
+  prometheus::Counter& acquire_cancelled;   // the client went away while waiting
+  prometheus::Counter& acquire_contended;   // found the lock held at least once
+  prometheus::Counter& grants_undelivered;  // granted, never read by the client, given back
   prometheus::Histogram& acquire_wait_seconds;
   prometheus::Gauge& waiters;
 
   // --- leases ---
   prometheus::Gauge& held_locks;
-  prometheus::Histogram& hold_seconds;      // grant -> release / expiry / loss
-  prometheus::Counter& lease_expired;       // TTL ran out before release
-  prometheus::Counter& lease_lost;          // renewal / extend found the lease gone or stolen
+  prometheus::Histogram& hold_seconds;  // grant -> release / expiry / loss
+  prometheus::Counter& lease_expired;   // TTL ran out before release
+  prometheus::Counter& lease_lost;      // renewal / extend found the lease gone or stolen
 
   prometheus::Family<prometheus::Counter>& release_total;  // {result}
   prometheus::Counter& release_released;
@@ -105,16 +106,16 @@ class Metrics {
   prometheus::Family<prometheus::Counter>& renew_total;  // {result} watchdog renewals
   prometheus::Counter& renew_renewed;
   prometheus::Counter& renew_lost;
-  prometheus::Counter& renew_error;    // transient backend error, retried
-  prometheus::Counter& renew_capped;   // stopped at max_hold_ms
+  prometheus::Counter& renew_error;   // transient backend error, retried
+  prometheus::Counter& renew_capped;  // stopped at max_hold_ms
 
   prometheus::Counter& wakeups;  // pub/sub release notifications that woke a waiter
 
   // --- backend ---
-  prometheus::Family<prometheus::Gauge>& backend_up;                  // {node}
+  prometheus::Family<prometheus::Gauge>& backend_up;                   // {node}
   prometheus::Family<prometheus::Histogram>& backend_request_seconds;  // {node,op}
-  prometheus::Family<prometheus::Counter>& backend_errors_total;      // {node,kind}
-  prometheus::Family<prometheus::Counter>& backend_reconnects_total;  // {node}
+  prometheus::Family<prometheus::Counter>& backend_errors_total;       // {node,kind}
+  prometheus::Family<prometheus::Counter>& backend_reconnects_total;   // {node}
   prometheus::Gauge& backend_ready;
   /// {reason}: sentinel switch_master / readonly / reresolve, cluster moved / slots_refresh.
   prometheus::Family<prometheus::Counter>& backend_topology_changes_total;
@@ -124,7 +125,7 @@ class Metrics {
   prometheus::Histogram& redlock_validity_seconds;  // validity remaining at grant
 
   // --- http ---
-  prometheus::Family<prometheus::Counter>& http_requests_total;  // {route,code}
+  prometheus::Family<prometheus::Counter>& http_requests_total;     // {route,code}
   prometheus::Family<prometheus::Histogram>& http_request_seconds;  // {route}
   prometheus::Gauge& http_in_flight;
   prometheus::Gauge& http_connections;

@@ -7,13 +7,15 @@ add_library(sidelock_chaos STATIC
   ${CMAKE_CURRENT_LIST_DIR}/fenced_register.cc
   ${CMAKE_CURRENT_LIST_DIR}/history.cc
   ${CMAKE_CURRENT_LIST_DIR}/metrics_watch.cc
+  ${CMAKE_CURRENT_LIST_DIR}/net_namespace.cc
+  ${CMAKE_CURRENT_LIST_DIR}/shell.cc
   ${CMAKE_CURRENT_LIST_DIR}/workload.cc)
 target_compile_options(sidelock_chaos PRIVATE ${SIDELOCK_WARNINGS})
 target_include_directories(sidelock_chaos PUBLIC ${CMAKE_CURRENT_LIST_DIR}/..)
 target_link_libraries(sidelock_chaos PUBLIC sidelock_test_support nlohmann_json::nlohmann_json
   Threads::Threads)
 
-foreach(suite checkers sidecar_faults redis_faults soak)
+foreach(suite checkers sidecar_faults redis_faults clock_and_network soak)
   sidelock_test(chaos_${suite}_test
     SOURCES ${CMAKE_CURRENT_LIST_DIR}/${suite}_test.cc
     LIBS sidelock_chaos

@@ -35,7 +35,7 @@ std::string sidecarYaml(const ClusterOptions& options, const std::vector<std::st
     yaml += "  redlock:\n    node_timeout_ms: " + std::to_string(Timings::kNodeTimeoutMs) +
             "\n    delayed_restart: " + (options.delayed_restart ? "true" : "false") + "\n";
   }
-  yaml += "locks:\n  max_ttl_ms: " + std::to_string(Timings::kMaxTtlMs) +
+  yaml += "locks:\n  max_ttl_ms: " + std::to_string(options.max_ttl_ms) +
           "\n  default_ttl_ms: " + std::to_string(Timings::kTtlMs) + "\n  retry_max_ms: 50\n" +
           options.extra_locks_yaml;
   yaml += "shutdown:\n  grace_ms: 2000\nlog:\n  level: error\n";
@@ -52,8 +52,10 @@ int chaosRounds() {
 Cluster::Cluster(ClusterOptions options) : options_(std::move(options)) {
   std::vector<std::string> addresses;
   for (int i = 0; i < options_.backend_nodes; ++i) {
+    RedisServer::Launch launch;
+    if (options_.node_setup) options_.node_setup(i, launch);
     nodes_.push_back(std::make_unique<RedisServer>(
-        RedisServer::Options{options_.persistence, options_.redis_args}));
+        RedisServer::Options{options_.persistence, options_.redis_args}, std::move(launch)));
     if (options_.proxied) {
       proxies_.push_back(std::make_unique<FaultProxy>(nodes_.back()->port()));
       addresses.push_back("127.0.0.1:" + std::to_string(proxies_.back()->port()));
@@ -93,7 +95,7 @@ std::vector<std::string> Cluster::checkLeasesGone(const std::vector<std::string>
     left.clear();
     for (auto& node : nodes_) {
       if (!node->running()) continue;
-      RedisLink link(node->port());
+      RedisLink link(node->host(), node->port());
       for (const auto& lock : locks) {
         const std::string key = "sidelock:{" + lock + "}";
         if (link.command({"EXISTS", key}).at(0) != 0) {

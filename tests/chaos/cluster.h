@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -47,6 +48,9 @@ struct ClusterOptions {
   bool proxied = false;           // sidecars reach each node through a FaultProxy
   std::string extra_locks_yaml;   // more keys under `locks:` (each line indented by 2)
   std::string extra_listen_yaml;  // more keys under `listen:`
+  /// Adjusts node i's server options before it starts (a faked clock, a network namespace).
+  std::function<void(int, RedisServer::Launch&)> node_setup;
+  int64_t max_ttl_ms = Timings::kMaxTtlMs;  // locks.max_ttl_ms
 };
 
 class Cluster {

@@ -89,6 +89,11 @@ std::optional<PausedWrite> Workload::pauseOneClientInCriticalSection(int64_t tim
   return paused_write_;
 }
 
+HoldOutcomes Workload::holdOutcomes() const {
+  std::lock_guard guard(outcomes_mu_);
+  return outcomes_;
+}
+
 void Workload::pauseUntilOvertaken(const std::string& register_key, int64_t window_end_us,
                                    int64_t accepted_at_read, int process, int client) {
   FencedRegister observer(options_.resource_port);
@@ -124,8 +129,14 @@ void Workload::runClient(int index) {
                       .lock = lock,
                       .deadline_ms = options_.wait_ms,
                       .fenced = options_.fenced};
-    json grant = session.post(acquire, base + "/acquire",
-                              acquireBody(options_.ttl_ms, options_.wait_ms), timeout_ms);
+    const bool long_hold = options_.auto_renew_hold_ms > 0;
+    json grant = session.post(
+        acquire, base + "/acquire",
+        long_hold
+            ? json{{"ttl_ms", options_.ttl_ms}, {"wait_ms", options_.wait_ms}, {"auto_renew", true}}
+                  .dump()
+            : acquireBody(options_.ttl_ms, options_.wait_ms),
+        timeout_ms);
     if (acquire.status != 200 || !grant.is_object()) {
       history_.add(acquire);
       sleepMs(10 + jitter_ms(rng));
@@ -133,7 +144,7 @@ void Workload::runClient(int index) {
     }
     acquire.token = grant.value("token", uint64_t{0});
     acquire.validity_ms = grant.value("ttl_ms", int64_t{0});
-    history_.add(acquire);
+    if (!long_hold) history_.add(acquire);  // a long hold's is logged once its length is known
     ++grants_;
     const std::string owner = grant.value("owner", "");
     const int64_t window_end_us = acquire.invoke_us + acquire.validity_ms * 1000;
@@ -155,6 +166,50 @@ void Workload::runClient(int index) {
       return result;
     };
 
+    if (long_hold) {
+      // The watchdog renews the lease; the client works until its hold ends, or until the
+      // register refuses its token (someone was granted the lock after it: its lease was lost).
+      const int64_t hold_end_us = nowUs() + options_.auto_renew_hold_ms * 1000;
+      bool refused = false;
+      while (!refused && !stopping_ && nowUs() < hold_end_us) {
+        const FencedRegister::Access seen = logged(OpKind::kRead, [&] {
+          return resource.read(register_key, acquire.token, options_.fenced);
+        });
+        refused = !seen.accepted || !logged(OpKind::kWrite, [&] {
+                                       return resource.write(register_key, acquire.token,
+                                                             seen.value + 1, options_.fenced);
+                                     }).accepted;
+        if (!refused) sleepMs(100);
+      }
+      Operation release{.kind = OpKind::kRelease,
+                        .lock = lock,
+                        .token = acquire.token,
+                        .fenced = options_.fenced};
+      session.post(release, base + "/release", json{{"owner", owner}}.dump(),
+                   options_.answer_slack_ms);
+      history_.add(release);
+      // A release answered 200 says the lease was ours until then; any other answer reports the
+      // loss, and the grant counts only for the TTL it was answered with.
+      if (release.status == 200) {
+        acquire.validity_ms = (release.invoke_us - acquire.invoke_us) / 1000;
+      }
+      history_.add(acquire);
+      std::lock_guard guard(outcomes_mu_);
+      outcomes_.refused_accesses += refused ? 1 : 0;
+      if (release.status == 200) {
+        ++outcomes_.held_through;
+        if (refused) {
+          outcomes_.silent_losses.push_back(
+              "silent loss: lock " + lock + " token " + std::to_string(acquire.token) +
+              " released with 200 although the register had seen a later holder");
+        }
+      } else if (release.status == kNoAnswer) {
+        ++outcomes_.unanswered;
+      } else {
+        ++outcomes_.loss_reported;
+      }
+      continue;
+    }
     if (validity_left()) {
       const FencedRegister::Access seen = logged(OpKind::kRead, [&] {
         return resource.read(register_key, acquire.token, options_.fenced);

@@ -33,6 +33,21 @@ struct WorkloadOptions {
   /// HTTP client timeout beyond the wait budget: a request without an answer by then is logged
   /// as kNoAnswer (a stopped sidecar) and the client reconnects.
   int64_t answer_slack_ms = 3000;
+  /// > 0: every grant is an `auto_renew` lease held this long (the sidecar's watchdog renews
+  /// it), the register written about every 100 ms meanwhile, until the hold ends or the register
+  /// refuses the token (a later holder exists: the lease was lost).
+  int64_t auto_renew_hold_ms = 0;
+};
+
+/// How the long auto_renew holds ended (WorkloadOptions::auto_renew_hold_ms).
+struct HoldOutcomes {
+  int64_t held_through = 0;      // release answered 200: the lease was ours throughout
+  int64_t loss_reported = 0;     // release answered 404 lease_lost / not_held or 409 not_owner
+  int64_t unanswered = 0;        // no answer to the release
+  int64_t refused_accesses = 0;  // register accesses refused by token (stale holder caught)
+  /// Holds whose release said 200 although the register had refused their token: the lease was
+  /// lost and re-taken without telling the client (never allowed).
+  std::vector<std::string> silent_losses;
 };
 
 /// What the paused client saw when it woke up and wrote anyway.
@@ -61,6 +76,8 @@ class Workload {
   /// again. Waits for that write and returns it (nullopt if nothing happened by timeout_ms).
   std::optional<PausedWrite> pauseOneClientInCriticalSection(int64_t timeout_ms);
 
+  HoldOutcomes holdOutcomes() const;
+
  private:
   void runClient(int index);
   /// Holds the calling client (which took the pause request) until its window ended and another
@@ -76,6 +93,8 @@ class Workload {
   std::mutex pause_mu_;
   std::condition_variable pause_done_;
   std::optional<PausedWrite> paused_write_;
+  mutable std::mutex outcomes_mu_;
+  HoldOutcomes outcomes_;
   std::vector<std::thread> threads_;
 };
 

@@ -8,13 +8,13 @@
 
 namespace sidelock::testing {
 
-RedisLink::RedisLink(int port) {
+RedisLink::RedisLink(const std::string& host, int port) {
   const timeval timeout{5, 0};
-  ctx_ = redisConnectWithTimeout("127.0.0.1", port, timeout);
+  ctx_ = redisConnectWithTimeout(host.c_str(), port, timeout);
   if (ctx_ == nullptr || ctx_->err != 0) {
     const std::string why = ctx_ != nullptr ? ctx_->errstr : "out of memory";
     redisFree(ctx_);
-    throw std::runtime_error("connect to redis port " + std::to_string(port) + ": " + why);
+    throw std::runtime_error("connect to redis " + host + ":" + std::to_string(port) + ": " + why);
   }
   redisSetTimeout(ctx_, timeout);
 }

@@ -10,10 +10,11 @@ struct redisContext;
 
 namespace sidelock::testing {
 
-/// Connects to 127.0.0.1:port (5 s connect and command timeout); throws on failure.
+/// Connects to 127.0.0.1:port, or host:port (5 s connect and command timeout); throws on failure.
 class RedisLink {
  public:
-  explicit RedisLink(int port);
+  explicit RedisLink(int port) : RedisLink("127.0.0.1", port) {}
+  RedisLink(const std::string& host, int port);
   ~RedisLink();
   RedisLink(const RedisLink&) = delete;
   RedisLink& operator=(const RedisLink&) = delete;

@@ -1,7 +1,5 @@
 #include "support/redis_server.h"
 
-#include "support/child_process.h"
-
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -18,6 +16,8 @@
 #include <fstream>
 #include <stdexcept>
 #include <thread>
+
+#include "support/child_process.h"
 
 namespace sidelock::testing {
 
@@ -77,10 +77,16 @@ void removeTree(const std::string& path) {
 
 RedisServer::RedisServer() : RedisServer(Options{}) {}
 
-RedisServer::RedisServer(Options options) : RedisServer(std::move(options), Role()) {}
+RedisServer::RedisServer(Options options) : RedisServer(std::move(options), Role(), Launch()) {}
 
 RedisServer::RedisServer(Options options, Role role)
-    : options_(std::move(options)), role_(std::move(role)) {
+    : RedisServer(std::move(options), std::move(role), Launch()) {}
+
+RedisServer::RedisServer(Options options, Launch launch)
+    : RedisServer(std::move(options), Role(), std::move(launch)) {}
+
+RedisServer::RedisServer(Options options, Role role, Launch launch)
+    : options_(std::move(options)), role_(std::move(role)), launch_(std::move(launch)) {
   dir_ = makeTempDir("sidelock-redis");
   // A port picked free can be taken by someone else before redis binds it: try a few.
   for (int attempt = 0; attempt < 5; ++attempt) {
@@ -121,18 +127,20 @@ std::unique_ptr<RedisServer> RedisServer::startSentinel(const RedisServer& maste
 }
 
 void RedisServer::start() {
-  std::vector<std::string> args = {"redis-server"};
+  std::vector<std::string> args = launch_.command_prefix;
+  args.push_back("redis-server");
   if (role_.sentinel || !role_.config_lines.empty()) {
     const std::string conf = dir_ + "/redis.conf";
     if (!std::filesystem::exists(conf)) {  // a restarted sentinel keeps what it rewrote
       std::ofstream out(conf);
-      for (const auto& line : role_.config_lines) out << line << "\n";
+      for (const auto& line : role_.config_lines) out << line << "
+";
     }
     args.push_back(conf);
     if (role_.sentinel) args.push_back("--sentinel");
   }
   args.insert(args.end(),
-              {"--port", std::to_string(port_), "--bind", "127.0.0.1", "--dir", dir_, "--save", "",
+              {"--port", std::to_string(port_), "--bind", launch_.host, "--dir", dir_, "--save", "",
                "--daemonize", "no", "--loglevel", "warning", "--logfile", dir_ + "/redis.log"});
   if (options_.persistence) {
     args.insert(args.end(), {"--appendonly", "yes", "--appendfsync", "always"});
@@ -163,7 +171,8 @@ void RedisServer::start() {
       dup2(devnull, STDIN_FILENO);
       dup2(devnull, STDOUT_FILENO);
     }
-    execvp("redis-server", argv.data());
+    for (auto& entry : launch_.env) putenv(entry.data());
+    execvp(argv[0], argv.data());
     _exit(127);
   }
   pid_ = pid;
@@ -212,7 +221,7 @@ void RedisServer::resume() {
 }
 
 std::string RedisServer::cli(const std::vector<std::string>& args) const {
-  std::string cmd = "redis-cli -h 127.0.0.1 -p " + std::to_string(port_);
+  std::string cmd = "redis-cli -h " + launch_.host + " -p " + std::to_string(port_);
   for (const auto& a : args) {
     cmd += " '";
     for (char c : a) {

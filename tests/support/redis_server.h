@@ -47,15 +47,30 @@ class RedisServer {
                                                     int quorum = 2, int down_after_ms = 1000,
                                                     int failover_timeout_ms = 3000);
 
+  /// How and where the process runs, for fault tests (kept apart from Options so that existing
+  /// `Options{persistence, args}` initializers stay complete).
+  struct Launch {
+    /// Extra "K=V" environment entries (e.g. LD_PRELOAD of libfaketime: a node whose clock jumps).
+    std::vector<std::string> env;
+    /// Words run before redis-server (e.g. {"ip", "netns", "exec", "ns"}: a server in a network
+    /// namespace).
+    std::vector<std::string> command_prefix;
+    /// The address it binds to and is reached at (a veth address for a server in a namespace).
+    std::string host = "127.0.0.1";
+  };
+
   RedisServer();  // default options
   explicit RedisServer(Options options);
   RedisServer(Options options, Role role);
+  RedisServer(Options options, Launch launch);
+  RedisServer(Options options, Role role, Launch launch);
   ~RedisServer();
   RedisServer(const RedisServer&) = delete;
   RedisServer& operator=(const RedisServer&) = delete;
 
   int port() const { return port_; }
-  std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
+  std::string address() const { return launch_.host + ":" + std::to_string(port_); }
+  const std::string& host() const { return launch_.host; }
   bool running() const { return pid_ > 0; }
   /// The process id while running (benchmarks read its CPU time and pin it to a core).
   pid_t pid() const { return pid_; }
@@ -75,6 +90,7 @@ class RedisServer {
   void start();
   Options options_;
   Role role_;
+  Launch launch_;
   std::string dir_;
   int port_ = 0;
   pid_t pid_ = -1;
