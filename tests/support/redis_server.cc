@@ -133,8 +133,7 @@ void RedisServer::start() {
     const std::string conf = dir_ + "/redis.conf";
     if (!std::filesystem::exists(conf)) {  // a restarted sentinel keeps what it rewrote
       std::ofstream out(conf);
-      for (const auto& line : role_.config_lines) out << line << "
-";
+      for (const auto& line : role_.config_lines) out << line << "\n";
     }
     args.push_back(conf);
     if (role_.sentinel) args.push_back("--sentinel");
