@@ -84,6 +84,12 @@ class HttpServer::Connection final : public ParserListener {
   /// `peer_reset`: the peer reset the connection (ECONNRESET / EPIPE), so the last response
   /// written was not read.
   void closeNow(bool peer_reset = false);
+  /// The client has hung up and we only wait to see whether it reset (awaitReset()); it still
+  /// holds a slot of its listener's budget.
+  bool awaitingReset() const { return !closed_ && reset_deadline_us_ != 0; }
+  /// Ends that wait now (a full listener needs the slot): the answer counts as undelivered only
+  /// if the reset has already arrived.
+  void endResetWait() { closeNow(peerReset()); }
   /// The peer closed its end, and the EOF waits unread in the socket (it is read on a later
   /// turn). Callers about to hand out something the client must act on (a lock grant) check it.
   bool peerHungUp() const;

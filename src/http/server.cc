@@ -122,6 +122,15 @@ bool HttpServer::evictLongestIdle(const ConnectionBudget& budget, const std::str
   // A linear scan: it runs only when a listener is full, and a few thousand connections take
   // microseconds; an ordered idle list would cost every request a relink.
   Connection* victim = nullptr;
+  // A client that already hung up, whose connection only waits to learn whether our last answer
+  // was read, goes first: closing it costs nobody anything (not counted as an eviction).
+  for (auto& [c, owned] : connections_) {
+    if (c->budget_ != &budget || !c->awaitingReset()) continue;
+    if (peer_key != nullptr && c->peer_key_ != *peer_key) continue;
+    Guard guard(c);
+    c->endResetWait();  // counted out at once; destroyed when the guard exits
+    return true;
+  }
   for (auto& [c, owned] : connections_) {
     if (c->budget_ != &budget || c->stream_hold_ || c->idle_since_us_ == 0 || !c->evictable()) {
       continue;
