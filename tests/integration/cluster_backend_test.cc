@@ -394,7 +394,7 @@ TEST(ClusterFailoverTest, GrantsResumeOnThePromotedReplica) {
   const std::string owner = json::parse(r.body)["owner"];
   const uint64_t token = json::parse(r.body)["token"];
   // The grant reached the replica before the master dies (else it could be lost: README).
-  ASSERT_EQ(cluster.server(1).cli({"WAIT", "1", "5000"}), "1");
+  ASSERT_EQ(cluster.server(1).cli({"WAIT", "1", "10000"}), "1");
   const std::string old_master = cluster.address(1);
   cluster.server(1).kill();
 

@@ -36,6 +36,27 @@ RedisCluster::RedisCluster(int masters, int replicas,
     throw std::runtime_error("redis-cli --cluster create failed:\n" + last_output_);
   for (const auto& s : servers_) ids_.push_back(s->cli({"CLUSTER", "MYID"}));
   if (!waitConsistent()) throw std::runtime_error("cluster did not settle:\n" + last_output_);
+  if (replicas > 0 && !waitReplicasInSync()) {
+    throw std::runtime_error("replicas did not finish their first sync");
+  }
+}
+
+bool RedisCluster::waitReplicasInSync(int timeout_ms) {
+  // cluster_state:ok comes before a replica's first full sync ends; until it does, WAIT on its
+  // master answers 0 and a failover test would kill a master whose writes reached nobody.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  while (std::chrono::steady_clock::now() < deadline) {
+    bool synced = true;
+    for (const auto& s : servers_) {
+      const std::string info = s->cli({"INFO", "replication"});
+      if (info.find("role:slave") == std::string::npos) continue;
+      synced = synced && info.find("master_link_status:up") != std::string::npos &&
+               info.find("master_sync_in_progress:0") != std::string::npos;
+    }
+    if (synced) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return false;
 }
 
 int RedisCluster::runCli(const std::string& args) {

@@ -16,7 +16,8 @@ class RedisCluster {
  public:
   /// Starts `masters` * (1 + `replicas`) nodes, creates the cluster (nodes 0 .. masters-1 are
   /// the masters, the rest their replicas) and waits until every node reports cluster_state:ok
-  /// with all 16384 slots served. Throws on failure.
+  /// with all 16384 slots served, and every replica has finished its first sync. Throws on
+  /// failure.
   /// `extra_args`, when set, is called once per node (in index order) for more redis-server
   /// arguments, e.g. a TLS port of its own.
   explicit RedisCluster(int masters = 3, int replicas = 0,
@@ -45,6 +46,8 @@ class RedisCluster {
   /// Waits until every node reports cluster_state:ok and all agree on the slot owners
   /// (`redis-cli --cluster check` passes). False on timeout.
   bool waitConsistent(int timeout_ms = 30'000);
+  /// Waits until every replica's link to its master is up and its first sync has ended.
+  bool waitReplicasInSync(int timeout_ms = 30'000);
   const std::string& lastOutput() const { return last_output_; }
 
  private:
