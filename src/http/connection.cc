@@ -246,6 +246,13 @@ void HttpServer::Connection::dispatch(ParsedRequest parsed) {
   ++requests_this_turn_;
   server_->addInFlight(1);
   server_->handler_(ex->request, ex);
+  if (ex->state_ == Exchange::State::kWaiting) {
+    // A request that waits (a queued acquire: thousands of them) keeps only what the answer needs
+    // (route and arrival time for the metrics). Handlers read headers and body during the call
+    // (Handler's contract) and copy what they need later.
+    std::vector<std::pair<std::string, std::string>>().swap(ex->request.headers);
+    std::string().swap(ex->request.body);
+  }
 }
 void HttpServer::Connection::queueError(int status, std::string_view code, std::string message,
                                         HeaderList extra_headers) {

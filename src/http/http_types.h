@@ -109,6 +109,8 @@ class Responder {
 bool equalsIgnoreCase(std::string_view a, std::string_view b);
 
 using ResponderPtr = std::shared_ptr<Responder>;
+/// Called once per request. The request's headers and body are valid during the call only: a
+/// handler that answers later copies what it needs (the server frees them while the answer waits).
 using Handler = std::function<void(Request& request, ResponderPtr responder)>;
 
 }  // namespace sidelock::http

@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 
@@ -98,14 +99,19 @@ class RequestParser {
   ParserLimits limits_;
   ParserListener* listener_;
   llhttp_t parser_{};
-  ParsedRequest current_;
+  // What only lives while a request is parsed, on the heap so that a connection whose request
+  // waits (thousands of queued acquires) does not carry it.
+  struct InMessage {
+    ParsedRequest parsed;
+    std::string url, field, value;
+    std::string transfer_encoding;  // every Transfer-Encoding line, joined with ","
+  };
+  std::unique_ptr<InMessage> msg_;  // null between takeRequest() and the next request
   bool ready_ = false;
-  std::string url_, field_, value_;
   size_t head_bytes_ = 0;
   size_t header_count_ = 0;
   int host_count_ = 0;
   int content_type_count_ = 0;
-  std::string transfer_encoding_;  // every Transfer-Encoding line, joined with ","
   // HTTP/0.9 detection: the byte after the URL is the end of the line instead of " HTTP/x.y".
   const char* feed_begin_ = nullptr;  // the buffer being fed
   const char* url_end_ = nullptr;     // just past the last URL byte seen in that buffer, if any
