@@ -61,7 +61,7 @@ struct Sidecar {
   http::ListenerPolicy admin_policy;
   std::unique_ptr<http::HttpServer> server;
   std::unique_ptr<http::Router> admin_router;
-  std::unique_ptr<http::HttpServer> admin_server;  // listen.admin: health and metrics only
+  std::unique_ptr<http::HttpServer> admin_server;  // listen.admin: health, metrics, force release
   event::UvHandle<uv_signal_t> sigterm;
   event::UvHandle<uv_signal_t> sigint;
   event::UvHandle<uv_signal_t> sighup;  // reloads the bearer tokens
@@ -219,6 +219,9 @@ int runSidecar(const config::Config& cfg) {
     s.admin_router = std::make_unique<http::Router>();
     for (auto& route : s.api->routes()) {
       if (route.pattern.rfind("/v1/", 0) == 0) continue;  // no lock routes on the admin port
+      (void)s.admin_router->add(route.method, route.pattern, std::move(route.handler));
+    }
+    for (auto& route : s.api->adminRoutes()) {  // operator routes: on the admin port only
       (void)s.admin_router->add(route.method, route.pattern, std::move(route.handler));
     }
     config::ListenConfig admin_listen = cfg.listen;

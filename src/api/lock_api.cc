@@ -167,6 +167,13 @@ std::vector<Route> LockApi::routes() {
   };
 }
 
+std::vector<Route> LockApi::adminRoutes() {
+  return {
+      {"POST", "/admin/v1/locks/{name}/release",
+       [this](http::Request& req, http::ResponderPtr res) { forceRelease(req, std::move(res)); }},
+  };
+}
+
 namespace {
 
 /// Validates the {name} route parameter (percent-decoded by the router, so "%41bc" is "Abc");
@@ -388,6 +395,38 @@ void LockApi::release(http::Request& req, http::ResponderPtr res) {
         return sendError(res, 404, "lease_lost",
                          "the lease was lost before release (expired or taken by another owner)");
     }
+  });
+}
+
+// Frees a stuck lock whoever holds it. Only with an admin token: the admin listener is often
+// bound to the pod IP for probes and Prometheus, and without tokens anybody who reaches it could
+// take every lock away from its holder.
+void LockApi::forceRelease(http::Request& req, http::ResponderPtr res) {
+  if (req.principal == nullptr) {
+    return sendError(res, 403, "admin_token_required",
+                     "force release needs an admin token: configure auth.admin_tokens_file or "
+                     "auth.admin_tokens_env and send it as 'Authorization: Bearer <token>'");
+  }
+  if (!checkName(req, res, static_cast<size_t>(locks_.max_name_bytes))) return;
+  RequestBody& body = body_;
+  body.parse(req.header("content-type"), req.body, {});
+  if (!body.ok()) return sendBodyError(res, body);
+  std::string who = req.principal->label;
+  if (req.peer != nullptr && !req.peer->key().empty()) who += " from " + req.peer->key();
+  std::string name(req.param("name"));
+  service_.forceRelease(name, [res, name, who](StatusOr<backend::ForcedRelease> r) {
+    if (!r.isOk()) return sendBackendError(res, r.status());
+    if (!r->released) {
+      return sendError(res, 404, "not_held", "the lock is not held (it expired or was released)");
+    }
+    SL_LOG(kWarn, "lock.force_released", {"name", name},
+           {"token", static_cast<unsigned long long>(r->token)}, {"by", who});
+    res->send(200, kJson,
+              JsonObject()
+                  .text("name", name)
+                  .boolean("released", true)
+                  .unsignedInteger("token", r->token)
+                  .finish());
   });
 }
 

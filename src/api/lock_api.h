@@ -31,6 +31,9 @@ class LockApi {
 
   /// Every route this API serves; main registers them with the HTTP router.
   std::vector<Route> routes();
+  /// Operator routes, for the admin listener only (listen.admin): POST
+  /// /admin/v1/locks/{name}/release. They answer only requests that carried an admin token.
+  std::vector<Route> adminRoutes();
 
   /// While draining (SIGTERM), /readyz answers 503 and new acquires 503 shutting_down.
   void setDraining(bool draining) { draining_ = draining; }
@@ -60,6 +63,7 @@ class LockApi {
   void healthz(http::Request& req, http::ResponderPtr res);
   void readyz(http::Request& req, http::ResponderPtr res);
   void metricsText(http::Request& req, http::ResponderPtr res);
+  void forceRelease(http::Request& req, http::ResponderPtr res);
 
   const config::LocksConfig& locks_;
   lock::LockService& service_;

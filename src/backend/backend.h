@@ -51,6 +51,13 @@ struct HandOffReply {
   AcquireReply next;
 };
 
+/// Result of an operator's force release (Backend::forceRelease).
+struct ForcedRelease {
+  bool released = false;  // a lease existed and was deleted
+  /// Fencing token of the freed lease (the counter's value: the last grant's token); 0 if none.
+  uint64_t token = 0;
+};
+
 struct LockState {
   bool held = false;
   int64_t ttl_ms = 0;  // remaining TTL when held
@@ -79,6 +86,7 @@ using OwnerCheckCallback = std::function<void(StatusOr<OwnerCheck>)>;
 using ExtendCallback = std::function<void(StatusOr<ExtendReply>)>;
 using InspectCallback = std::function<void(StatusOr<LockState>)>;
 using HandOffCallback = std::function<void(StatusOr<HandOffReply>)>;
+using ForceReleaseCallback = std::function<void(StatusOr<ForcedRelease>)>;
 /// Called with a lock name when some sidecar released that lock (pub/sub wake-up).
 using ReleaseListener = std::function<void(std::string_view name)>;
 
@@ -108,6 +116,10 @@ class Backend {
                       ExtendCallback cb) = 0;
   /// Reads the lock's state without revealing the owner.
   virtual void inspect(std::string_view name, InspectCallback cb) = 0;
+  /// Operators only (the admin listener): deletes the lease whoever holds it and announces the
+  /// release to waiters everywhere, as release() does. The fencing counter is left alone: the
+  /// next grant gets the next token, the freed holder's renew/extend finds its lease gone.
+  virtual void forceRelease(std::string_view name, ForceReleaseCallback cb) = 0;
 
   /// Wake-ups: while at least one watch on `name` is active the backend listens for its releases
   /// and calls the listener. Watches are counted; each watchReleases needs one unwatchReleases.

@@ -149,6 +149,20 @@ void MemoryBackend::inspect(std::string_view name, InspectCallback cb) {
   deliver([cb = std::move(cb), state] { cb(state); });
 }
 
+void MemoryBackend::forceRelease(std::string_view name, ForceReleaseCallback cb) {
+  if (shut_down_) {
+    deliver([cb = std::move(cb)] { cb(shutDownError()); });
+    return;
+  }
+  ForcedRelease result;
+  if (Entry* held = liveEntry(name)) {
+    held->owner.clear();
+    result = ForcedRelease{true, held->token};
+  }
+  deliver([cb = std::move(cb), result] { cb(result); });
+  if (result.released) notifyReleased(name);
+}
+
 void MemoryBackend::watchReleases(std::string_view name) {
   auto it = watches_.find(name);
   if (it == watches_.end()) {

@@ -59,6 +59,11 @@ void LockService::inspect(std::string_view name,
   impl_->inspect(name, std::move(done));
 }
 
+void LockService::forceRelease(std::string_view name,
+                               std::function<void(StatusOr<backend::ForcedRelease>)> done) {
+  impl_->forceRelease(name, std::move(done));
+}
+
 std::vector<LeaseInfo> LockService::leases() const { return impl_->leases(); }
 std::vector<WaiterCount> LockService::waiterCounts() const { return impl_->waiterCounts(); }
 
@@ -732,6 +737,30 @@ void LockService::Impl::inspect(std::string_view name,
   opStarted();
   backend_.inspect(
       name, guarded([this, done = std::move(done)](StatusOr<backend::LockState> reply) mutable {
+        if (done)
+          deliver([done = std::move(done), reply = std::move(reply)]() mutable {
+            done(std::move(reply));
+          });
+        opFinished();
+      }));
+}
+
+void LockService::Impl::forceRelease(std::string_view name,
+                                     std::function<void(StatusOr<backend::ForcedRelease>)> done) {
+  opStarted();
+  backend_.forceRelease(
+      name, guarded([this, n = std::string(name),
+                     done = std::move(done)](StatusOr<backend::ForcedRelease> reply) mutable {
+        if (reply.isOk() && reply->released) {
+          metrics_.forced_releases.Increment();
+          // Our own holder learns it now rather than at its next renewal; a lease already being
+          // released by its holder is left to that release (it will find the key gone).
+          if (Lease* lease = leases_.find(n); lease != nullptr && !lease->releasing) {
+            markLost(*lease, "force-released by an operator", /*by_renewal=*/false,
+                     /*wake=*/false);
+          }
+          wakeQueue(n, /*notified=*/true);
+        }
         if (done)
           deliver([done = std::move(done), reply = std::move(reply)]() mutable {
             done(std::move(reply));

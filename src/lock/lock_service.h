@@ -153,6 +153,11 @@ class LockService {
   void extend(std::string_view name, std::string_view owner, int64_t ttl_ms,
               std::function<void(StatusOr<ExtendResult>)> done);
   void inspect(std::string_view name, std::function<void(StatusOr<backend::LockState>)> done);
+  /// Operators only: frees the lock whoever holds it (no owner check, no new token), wakes the
+  /// waiters, and if this sidecar granted the lease, ends it as lost (its holder's stream gets
+  /// `lost`; its release / extend answer lease_lost).
+  void forceRelease(std::string_view name,
+                    std::function<void(StatusOr<backend::ForcedRelease>)> done);
 
   std::vector<LeaseInfo> leases() const;
   std::vector<WaiterCount> waiterCounts() const;

@@ -47,6 +47,8 @@ class LockService::Impl {
   void extend(std::string_view name, std::string_view owner, int64_t ttl_ms,
               std::function<void(StatusOr<ExtendResult>)> done);
   void inspect(std::string_view name, std::function<void(StatusOr<backend::LockState>)> done);
+  void forceRelease(std::string_view name,
+                    std::function<void(StatusOr<backend::ForcedRelease>)> done);
   std::vector<LeaseInfo> leases() const;
   std::vector<WaiterCount> waiterCounts() const;
   void shutdown(bool release_held, int64_t grace_ms, std::function<void()> done);

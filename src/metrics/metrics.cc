@@ -72,6 +72,12 @@ Metrics::Metrics(std::string version)
                                    "connection after it.")
                              .Register(*registry_)
                              .Add({})),
+      forced_releases(BuildCounter()
+                          .Name("sidelock_forced_releases_total")
+                          .Help("Leases an operator freed with the admin force release, "
+                                "whoever held them.")
+                          .Register(*registry_)
+                          .Add({})),
       acquire_wait_seconds(BuildHistogram()
                                .Name("sidelock_acquire_wait_seconds")
                                .Help("Time from an acquire request to its outcome.")

@@ -80,6 +80,7 @@ class Metrics {
   prometheus::Counter& acquire_cancelled;   // the client went away while waiting
   prometheus::Counter& acquire_contended;   // found the lock held at least once
   prometheus::Counter& grants_undelivered;  // granted, never read by the client, given back
+  prometheus::Counter& forced_releases;     // leases an operator freed (admin force release)
   prometheus::Histogram& acquire_wait_seconds;
   prometheus::Gauge& waiters;
 

@@ -100,6 +100,14 @@ void ClusterBackend::inspect(std::string_view name, InspectCallback cb) {
       });
 }
 
+void ClusterBackend::forceRelease(std::string_view name, ForceReleaseCallback cb) {
+  run(ScriptId::kForceRelease, name,
+      {releaseChannel(prefix_, name), std::string(name), std::string(kShardedPublish)},
+      NodeOp::kRelease, [cb = std::move(cb)](const StatusOr<RedisValue>& r, const std::string& n) {
+        cb(decodeForceRelease(r, n));
+      });
+}
+
 void ClusterBackend::run(ScriptId script, std::string_view name, std::vector<std::string> args,
                          NodeOp op, CallDone done) {
   auto call = std::make_shared<Call>();

@@ -129,6 +129,15 @@ void RedisBackend::inspect(std::string_view name, InspectCallback cb) {
                    });
 }
 
+void RedisBackend::forceRelease(std::string_view name, ForceReleaseCallback cb) {
+  node_->runScript(ScriptId::kForceRelease, {lockKey(prefix_, name), tokenKey(prefix_, name)},
+                   {releaseChannel(prefix_, name), std::string(name)}, timeout_ms_,
+                   NodeOp::kRelease,
+                   [address = address_, cb = std::move(cb)](StatusOr<RedisValue> r) {
+                     cb(decodeForceRelease(r, *address));
+                   });
+}
+
 void RedisBackend::watchReleases(std::string_view name) {
   if (shut_down_) return;
   if (watches_.add(name)) node_->subscribe(releaseChannel(prefix_, name));

@@ -56,6 +56,7 @@ class RedisBackend final : public Backend {
   void extend(std::string_view name, std::string_view owner, int64_t ttl_ms,
               ExtendCallback cb) override;
   void inspect(std::string_view name, InspectCallback cb) override;
+  void forceRelease(std::string_view name, ForceReleaseCallback cb) override;
 
   void setReleaseListener(ReleaseListener listener) override {
     watches_.setListener(std::move(listener));

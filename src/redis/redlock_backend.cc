@@ -682,6 +682,57 @@ void RedlockBackend::finishExtendLoss(const std::shared_ptr<ExtendOp>& op) {
 // ---------------------------------------------------------------------------------------------
 // Inspect
 
+// Deletes the key on every node it can reach, whoever holds it. Freed when at least one node
+// deleted it and a quorum of voting nodes answered (the others may still hold it, but fewer than
+// a majority); with fewer answers the operator gets 503 and retries: the lock may still be held.
+void RedlockBackend::forceRelease(std::string_view name, ForceReleaseCallback cb) {
+  beginOp();
+  if (shutting_down_ || nodes_.empty()) {
+    deliver([cb = std::move(cb), down = shutting_down_] {
+      cb(down ? cancelled("backend is shutting down") : unavailable("redlock: no nodes"));
+    });
+    return;
+  }
+  struct ForceOp {
+    ForceReleaseCallback cb;
+    size_t pending = 0;
+    int answered = 0;  // voting nodes
+    ForcedRelease result;
+    std::vector<std::string> errors;
+  };
+  auto op = std::make_shared<ForceOp>();
+  op->cb = std::move(cb);
+  op->pending = nodes_.size();
+  op->errors.assign(nodes_.size(), "");
+  const std::string key = lockKey(config_.key_prefix, name);
+  const std::string counter = tokenKey(config_.key_prefix, name);
+  const std::string channel = releaseChannel(config_.key_prefix, name);
+  for (size_t i = 0; i < nodes_.size(); ++i) {
+    nodes_[i]->redis->runScript(
+        ScriptId::kForceRelease, {key, counter}, {channel, std::string(name)},
+        config_.redlock.node_timeout_ms, NodeOp::kRelease,
+        [this, op, i, voting = nodeVoting(i)](StatusOr<RedisValue> r) {
+          StatusOr<ForcedRelease> d = decodeForceRelease(r, nodes_[i]->address);
+          if (d.isOk()) {
+            if (voting) ++op->answered;
+            op->result.released = op->result.released || d->released;
+            op->result.token = std::max(op->result.token, d->token);
+          } else {
+            op->errors[i] = d.status().toString();
+          }
+          if (--op->pending != 0) return;
+          StatusOr<ForcedRelease> result = op->result;
+          if (op->answered < quorumSize()) {
+            result =
+                unavailable("redlock: force release answered by " + std::to_string(op->answered) +
+                            " of " + std::to_string(nodes_.size()) +
+                            " nodes (the lock may still be held): " + nodeErrors(op->errors));
+          }
+          deliver([op, result = std::move(result)] { op->cb(result); });
+        });
+  }
+}
+
 void RedlockBackend::inspect(std::string_view name, InspectCallback cb) {
   beginOp();
   if (shutting_down_ || nodes_.empty()) {

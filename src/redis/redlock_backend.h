@@ -89,6 +89,7 @@ class RedlockBackend final : public Backend {
   void extend(std::string_view name, std::string_view owner, int64_t ttl_ms,
               ExtendCallback cb) override;
   void inspect(std::string_view name, InspectCallback cb) override;
+  void forceRelease(std::string_view name, ForceReleaseCallback cb) override;
 
   void setReleaseListener(ReleaseListener listener) override { listener_ = std::move(listener); }
   void watchReleases(std::string_view name) override;

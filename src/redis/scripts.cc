@@ -100,6 +100,21 @@ end
 return {-1, 0, 0}
 )lua";
 
+// An operator's force release: delete the lease whoever holds it and announce it like a release.
+// The reply has inspect's shape ({deleted 0|1, 0, token counter or nil}) so one decoder serves
+// both; the counter is read, never changed (the next grant gets the next token).
+constexpr std::string_view kForceReleaseLua = R"lua(
+local deleted = redis.call('DEL', KEYS[1])
+if deleted == 1 then
+  if ARGV[3] == 'sharded' then
+    redis.call('SPUBLISH', ARGV[1], ARGV[2])
+  else
+    redis.call('PUBLISH', ARGV[1], ARGV[2])
+  end
+end
+return {deleted, 0, redis.call('GET', KEYS[2])}
+)lua";
+
 constexpr std::string_view kChannelInfix = "released:{";
 
 }  // namespace
@@ -121,6 +136,8 @@ std::string_view scriptText(ScriptId id) {
       return kTokenSyncLua;
     case ScriptId::kReleaseGrant:
       return kReleaseGrantLua;
+    case ScriptId::kForceRelease:
+      return kForceReleaseLua;
   }
   return {};
 }
@@ -143,6 +160,8 @@ const char* scriptName(ScriptId id) {
       return "token_sync";
     case ScriptId::kReleaseGrant:
       return "release_grant";
+    case ScriptId::kForceRelease:
+      return "force_release";
   }
   return "unknown";
 }
@@ -312,6 +331,13 @@ StatusOr<LockState> decodeInspect(const StatusOr<RedisValue>& reply, std::string
     }
   }
   return s;
+}
+
+StatusOr<ForcedRelease> decodeForceRelease(const StatusOr<RedisValue>& reply,
+                                           std::string_view node) {
+  StatusOr<LockState> state = decodeInspect(reply, node);
+  if (!state.isOk()) return state.status();
+  return ForcedRelease{state->held, state->token};
 }
 
 }  // namespace sidelock::backend

@@ -42,6 +42,9 @@
 //   release_grant ARGV owner, next owner, next ttl_ms, counter_ttl_ms
 //                                        -> {1, token, ttl_ms} handed on | {0, 0, holder PTTL} held
 //                                           by another owner | {-1, 0, 0} not held (single master)
+//   force_release (operators) ARGV channel, name[, "sharded"]
+//                                        -> {deleted 0|1, 0, token counter or nil} (inspect's
+//                                           shape); deletes whoever holds it, announces it
 //
 // The scripts are handed to every RedisNode as its script set (sidelockScripts(), indexed by
 // ScriptId), loaded with SCRIPT LOAD when a node connects and run with EVALSHA; a NOSCRIPT reply
@@ -60,7 +63,15 @@
 namespace sidelock::backend {
 
 /// sidelock's scripts; the value is the script's index in sidelockScripts().
-enum class ScriptId : size_t { kAcquire, kRelease, kExtend, kInspect, kTokenSync, kReleaseGrant };
+enum class ScriptId : size_t {
+  kAcquire,
+  kRelease,
+  kExtend,
+  kInspect,
+  kTokenSync,
+  kReleaseGrant,
+  kForceRelease,
+};
 
 /// Lua source of one script.
 std::string_view scriptText(ScriptId id);
@@ -74,9 +85,9 @@ int64_t tokenCounterTtlMs(int64_t max_ttl_ms);
 /// Short name for logs and errors ("acquire").
 const char* scriptName(ScriptId id);
 /// All script ids, in index order.
-inline constexpr ScriptId kAllScripts[] = {ScriptId::kAcquire,   ScriptId::kRelease,
-                                           ScriptId::kExtend,    ScriptId::kInspect,
-                                           ScriptId::kTokenSync, ScriptId::kReleaseGrant};
+inline constexpr ScriptId kAllScripts[] = {
+    ScriptId::kAcquire,   ScriptId::kRelease,      ScriptId::kExtend,      ScriptId::kInspect,
+    ScriptId::kTokenSync, ScriptId::kReleaseGrant, ScriptId::kForceRelease};
 /// The script set for RedisNodeOptions::scripts (one shared instance).
 std::shared_ptr<const RedisScriptSet> sidelockScripts();
 
@@ -100,5 +111,7 @@ StatusOr<OwnerCheck> decodeRelease(const StatusOr<RedisValue>& reply, std::strin
 StatusOr<ExtendReply> decodeExtend(const StatusOr<RedisValue>& reply, std::string_view node);
 StatusOr<HandOffReply> decodeReleaseGrant(const StatusOr<RedisValue>& reply, std::string_view node);
 StatusOr<LockState> decodeInspect(const StatusOr<RedisValue>& reply, std::string_view node);
+StatusOr<ForcedRelease> decodeForceRelease(const StatusOr<RedisValue>& reply,
+                                           std::string_view node);
 
 }  // namespace sidelock::backend

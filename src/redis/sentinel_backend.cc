@@ -213,6 +213,12 @@ void SentinelBackend::inspect(std::string_view name, InspectCallback cb) {
   redis_->inspect(name, std::move(cb));
 }
 
+void SentinelBackend::forceRelease(std::string_view name, ForceReleaseCallback cb) {
+  redis_->forceRelease(
+      name, [this, alive = std::weak_ptr<char>(alive_), cb = std::move(cb)](
+                StatusOr<ForcedRelease> r) mutable { cb(watchReadOnly(std::move(r), alive)); });
+}
+
 void SentinelBackend::setReleaseListener(ReleaseListener listener) {
   redis_->setReleaseListener(std::move(listener));
 }

@@ -185,6 +185,39 @@ TEST_F(LockServiceTest, ReleaseAndExtendAnswerOwnerMismatchAndNotHeld) {
   EXPECT_EQ(*release("x", "alice"), ReleaseStatus::kReleased);
 }
 
+// An operator's force release: the holder's lease ends as lost (stream event, lease_lost), the
+// queued waiter is granted with the next token, the counter is not bumped, and it is counted.
+TEST_F(LockServiceTest, ForceReleaseEndsTheLeaseAsLostAndGrantsTheWaiter) {
+  auto holder = acquireNow(opts("stuck", "alice", 60'000));
+  ASSERT_EQ(holder->status(), AcquireStatus::kGranted);
+  auto waiter = start(opts("stuck", "bob", 10'000, /*wait_ms=*/30'000));
+  sched.runReady();
+  EXPECT_FALSE(waiter->done());
+
+  std::optional<StatusOr<backend::ForcedRelease>> r;
+  svc->forceRelease("stuck", [&](StatusOr<backend::ForcedRelease> v) { r.emplace(std::move(v)); });
+  EXPECT_FALSE(r) << "done ran inside forceRelease()";
+  advance(10);
+  ASSERT_TRUE(r && r->isOk());
+  EXPECT_TRUE((*r)->released);
+  EXPECT_EQ((*r)->token, holder->grant().token);
+  ASSERT_FALSE(holder->events.empty());
+  EXPECT_EQ(holder->events.back(), LeaseEvent::kLost);
+  ASSERT_TRUE(waiter->done());
+  ASSERT_EQ(waiter->status(), AcquireStatus::kGranted);
+  EXPECT_EQ(waiter->grant().token, holder->grant().token + 1);
+  EXPECT_EQ(*release("stuck", "alice"), ReleaseStatus::kLeaseLost);
+  EXPECT_EQ(metrics.forced_releases.Value(), 1);
+
+  r.reset();
+  svc->forceRelease("never", [&](StatusOr<backend::ForcedRelease> v) { r.emplace(std::move(v)); });
+  sched.runReady();
+  ASSERT_TRUE(r && r->isOk());
+  EXPECT_FALSE((*r)->released);
+  EXPECT_EQ(metrics.forced_releases.Value(), 1) << "nothing freed, nothing counted";
+  EXPECT_EQ(*release("stuck", "bob"), ReleaseStatus::kReleased);
+}
+
 TEST_F(LockServiceTest, ExpiryIsCountedAndTheNameCanBeGrantedAgain) {
   auto a = acquireNow(opts("x", "alice", 100));
   ASSERT_EQ(a->status(), AcquireStatus::kGranted);

@@ -86,6 +86,10 @@ class TestBackend final : public backend::Backend {
   void inspect(std::string_view name, backend::InspectCallback cb) override {
     mem_.inspect(name, std::move(cb));
   }
+  void forceRelease(std::string_view name, backend::ForceReleaseCallback cb) override {
+    record("force_release", name);
+    mem_.forceRelease(name, std::move(cb));
+  }
   void setReleaseListener(backend::ReleaseListener l) override {
     mem_.setReleaseListener(std::move(l));
   }

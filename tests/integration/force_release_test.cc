@@ -1,0 +1,178 @@
+// Operator force release (issue 13): POST /admin/v1/locks/{name}/release on the admin listener,
+// with an admin token, frees a stuck lock whoever holds it, wakes the waiters of every sidecar,
+// bumps no token, is counted and logged, and its holder learns the lease is lost. Real
+// redis-server processes and real sidecars.
+#include <gtest/gtest.h>
+
+#include <future>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "support/http_client.h"
+#include "support/redis_server.h"
+#include "support/sidecar_polling.h"
+#include "support/sidecar_process.h"
+
+namespace sidelock::testing {
+namespace {
+
+using nlohmann::json;
+
+constexpr const char* kAdminToken = "AdminToken-0123456789abcdefghijklmnop";
+constexpr const char* kReleasePath = "/admin/v1/locks/stuck/release";
+
+/// POST to the admin listener with an optional bearer token.
+HttpResponse adminPost(int port, const std::string& path, const char* token) {
+  HttpClient c = HttpClient::tcp(port);
+  std::string raw = "POST " + path + " HTTP/1.1\r\nHost: localhost\r\nContent-Length: 0\r\n";
+  if (token != nullptr) raw += std::string("Authorization: Bearer ") + token + "\r\n";
+  c.sendRaw(raw + "\r\n");
+  auto r = c.readResponse();
+  return r ? *r : HttpResponse{};
+}
+
+/// A sidecar on `backend_yaml` with an admin listener; admin tokens unless `with_tokens` is false.
+std::unique_ptr<SidecarProcess> startSidecar(const std::string& backend_yaml, int admin_port,
+                                             bool with_tokens = true) {
+  std::string yaml = backend_yaml;
+  std::vector<std::string> env;
+  if (with_tokens) {
+    yaml += "auth:\n  admin_tokens_env: SIDELOCK_TEST_ADMIN_TOKENS\n";
+    env.push_back(std::string("SIDELOCK_TEST_ADMIN_TOKENS=") + kAdminToken);
+  }
+  return std::make_unique<SidecarProcess>(
+      SidecarProcess::Options{yaml, env, /*wait_ready=*/true,
+                              "  admin: \"127.0.0.1:" + std::to_string(admin_port) + "\"\n"});
+}
+
+std::string redisYaml(const RedisServer& redis) {
+  return "backend:\n  type: redis\n  nodes: [\"" + redis.address() + "\"]\n";
+}
+
+TEST(ForceReleaseTest, FreesAStuckLockWakesWaitersEverywhereAndTheHolderLearnsItIsLost) {
+  RedisServer redis;
+  const int admin_a = pickFreePort();
+  auto a = startSidecar(redisYaml(redis), admin_a);
+  auto b = startSidecar(redisYaml(redis), pickFreePort());
+
+  // The stuck holder: a stream hold on sidecar A (its app hangs but keeps the connection).
+  HttpClient holder = HttpClient::tcp(a->port());
+  holder.sendRequest("POST", "/v1/locks/stuck/acquire", R"({"ttl_ms":30000,"hold":"stream"})");
+  auto head = holder.readStreamHead();
+  ASSERT_TRUE(head.has_value());
+  ASSERT_EQ(head->status, 200);
+  auto first = holder.readStreamLine();
+  ASSERT_TRUE(first.has_value());
+  const json acquired = json::parse(*first);
+  const uint64_t held_token = acquired["token"];
+
+  // A waiter on the other sidecar, woken by the release announcement.
+  const int port_b = b->port();
+  auto waiter = std::async(std::launch::async, [port_b] {
+    HttpClient w = HttpClient::tcp(port_b);
+    return w.request("POST", "/v1/locks/stuck/acquire", R"({"ttl_ms":10000,"wait_ms":25000})",
+                     30'000);
+  });
+  ASSERT_TRUE(pollUntil([&] {
+    HttpClient c = HttpClient::tcp(port_b);
+    return c.get("/v1/locks").body.find("\"stuck\"") != std::string::npos;
+  }));
+
+  // Not served on the lock listener, and not without the admin token.
+  HttpClient c = HttpClient::tcp(a->port());
+  EXPECT_EQ(c.post(kReleasePath, "").status, 404);
+  auto refused = adminPost(admin_a, kReleasePath, nullptr);
+  EXPECT_EQ(refused.status, 401) << refused.body;
+  EXPECT_EQ(json::parse(c.get("/v1/locks/stuck").body)["held"], true) << "refusals change nothing";
+
+  auto r = adminPost(admin_a, kReleasePath, kAdminToken);
+  ASSERT_EQ(r.status, 200) << r.body;
+  const json freed = json::parse(r.body);
+  EXPECT_EQ(freed["name"], "stuck");
+  EXPECT_EQ(freed["released"], true);
+  EXPECT_EQ(freed["token"].get<uint64_t>(), held_token) << "the freed lease's token";
+  EXPECT_EQ(r.body.find(acquired["owner"].get<std::string>()), std::string::npos)
+      << "the owner id never leaves the sidecar";
+
+  // The waiter on B is granted at once (pushed wake-up), with the next token: nothing was bumped.
+  ASSERT_EQ(waiter.wait_for(std::chrono::seconds(10)), std::future_status::ready);
+  auto granted = waiter.get();
+  ASSERT_EQ(granted.status, 200) << granted.body;
+  EXPECT_EQ(json::parse(granted.body)["token"].get<uint64_t>(), held_token + 1);
+
+  // The stuck holder's stream says lost; its release answers lease_lost and frees nothing.
+  bool lost = false;
+  for (int i = 0; i < 10 && !lost; ++i) {
+    auto line = holder.readStreamLine(2000);
+    if (!line) break;
+    lost = json::parse(*line)["event"] == "lost";
+  }
+  EXPECT_TRUE(lost) << a->logs();
+  auto late = c.post("/v1/locks/stuck/release", json{{"owner", acquired["owner"]}}.dump());
+  EXPECT_EQ(late.status, 404) << late.body;
+  EXPECT_EQ(json::parse(late.body)["error"], "lease_lost");
+  EXPECT_EQ(json::parse(c.get("/v1/locks/stuck").body)["held"], true) << "B's grant stands";
+
+  // Nothing held: 404 not_held, nothing counted. Bad names: 400.
+  r = adminPost(admin_a, "/admin/v1/locks/never-held/release", kAdminToken);
+  EXPECT_EQ(r.status, 404) << r.body;
+  EXPECT_EQ(json::parse(r.body)["error"], "not_held");
+  r = adminPost(admin_a, "/admin/v1/locks/a%7Bb/release", kAdminToken);
+  EXPECT_EQ(r.status, 400) << r.body;
+
+  HttpClient admin = HttpClient::tcp(admin_a);
+  std::string raw = "GET /metrics HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer ";
+  admin.sendRaw(raw + kAdminToken + "\r\n\r\n");
+  auto metrics = admin.readResponse();
+  ASSERT_TRUE(metrics.has_value());
+  EXPECT_EQ(metricValue(metrics->body, "sidelock_forced_releases_total"), 1) << metrics->body;
+  const std::string logs = a->logs();
+  EXPECT_NE(logs.find("lock.force_released"), std::string::npos) << logs;
+  EXPECT_NE(logs.find("SIDELOCK_TEST_ADMIN_TOKENS"), std::string::npos)
+      << "the log says which admin token was used: " << logs;
+  EXPECT_EQ(logs.find(kAdminToken), std::string::npos) << "never the token itself";
+  EXPECT_EQ(a->stop(), 0) << a->logs();
+  EXPECT_EQ(b->stop(), 0) << b->logs();
+}
+
+TEST(ForceReleaseTest, RefusedWithoutAdminTokensConfigured) {
+  RedisServer redis;
+  const int admin_port = pickFreePort();
+  auto sidecar = startSidecar(redisYaml(redis), admin_port, /*with_tokens=*/false);
+  HttpClient c = HttpClient::tcp(sidecar->port());
+  ASSERT_EQ(c.post("/v1/locks/stuck/acquire", "{}").status, 200);
+  auto r = adminPost(admin_port, kReleasePath, nullptr);
+  EXPECT_EQ(r.status, 403) << r.body;
+  EXPECT_EQ(json::parse(r.body)["error"], "admin_token_required");
+  EXPECT_EQ(json::parse(c.get("/v1/locks/stuck").body)["held"], true);
+  EXPECT_EQ(sidecar->stop(), 0) << sidecar->logs();
+}
+
+TEST(ForceReleaseTest, RedlockDeletesTheKeyOnEveryNode) {
+  std::vector<std::unique_ptr<RedisServer>> nodes;
+  std::string list;
+  for (int i = 0; i < 3; ++i) {
+    nodes.push_back(std::make_unique<RedisServer>());
+    list += (i ? ", \"" : "\"") + nodes.back()->address() + "\"";
+  }
+  const int admin_port = pickFreePort();
+  auto sidecar = startSidecar("backend:\n  type: redlock\n  nodes: [" + list +
+                                  "]\n  redlock:\n    delayed_restart: false\n",
+                              admin_port);
+  HttpClient c = HttpClient::tcp(sidecar->port());
+  auto held = c.post("/v1/locks/stuck/acquire", R"({"ttl_ms":60000})");
+  ASSERT_EQ(held.status, 200) << held.body;
+  auto r = adminPost(admin_port, kReleasePath, kAdminToken);
+  ASSERT_EQ(r.status, 200) << r.body;
+  // The highest counter among the nodes: a node whose late vote was not counted may be ahead.
+  EXPECT_GE(json::parse(r.body)["token"].get<uint64_t>(),
+            json::parse(held.body)["token"].get<uint64_t>());
+  for (auto& node : nodes) EXPECT_EQ(node->cli({"EXISTS", "sidelock:{stuck}"}), "0");
+  EXPECT_EQ(c.post("/v1/locks/stuck/acquire", "{}").status, 200) << "free again";
+  EXPECT_EQ(sidecar->stop(), 0) << sidecar->logs();
+}
+
+}  // namespace
+}  // namespace sidelock::testing
