@@ -10,6 +10,7 @@
 
 #include "api/lock_api.h"
 #include "backend/memory_backend.h"
+#include "cli/locks_command.h"
 #include "cli/run_command.h"
 #include "common/log.h"
 #include "config/config.h"
@@ -37,6 +38,7 @@ Usage:
   sidelock --check-config FILE    validate FILE and exit (0 ok, 2 invalid)
   sidelock run [options] NAME -- CMD ARGS...
                                   run CMD while holding lock NAME (sidelock run --help)
+  sidelock locks [--json]         the leases and waiters of a sidecar (sidelock locks --help)
   sidelock --version              print the version
   sidelock --help                 this text
 
@@ -290,6 +292,7 @@ int runSidecar(const config::Config& cfg) {
 int main(int argc, char** argv) {
   using namespace sidelock;
   if (argc >= 2 && strcmp(argv[1], "run") == 0) return cli::runCommand(argc - 1, argv + 1);
+  if (argc >= 2 && strcmp(argv[1], "locks") == 0) return cli::locksCommand(argc - 1, argv + 1);
   if (argc == 2 && (strcmp(argv[1], "--version") == 0 || strcmp(argv[1], "-V") == 0)) {
     printf("sidelock %s\n", SIDELOCK_VERSION);
     return 0;

@@ -185,7 +185,8 @@ struct AcquireResponseParser::Impl {
   }
 };
 
-AcquireResponseParser::AcquireResponseParser() : impl_(std::make_unique<Impl>()) {
+AcquireResponseParser::AcquireResponseParser(size_t max_body_bytes)
+    : max_body_bytes_(max_body_bytes), impl_(std::make_unique<Impl>()) {
   llhttp_settings_init(&impl_->settings);
   impl_->settings.on_status = &Impl::onStatus;
   impl_->settings.on_header_field = &Impl::onHeaderField;
@@ -202,8 +203,9 @@ AcquireResponseParser::~AcquireResponseParser() = default;
 
 Status AcquireResponseParser::onBody(std::string_view data) {
   if (!is_stream_) {
-    if (body_.size() + data.size() > kMaxBodyBytes) {
-      return resourceExhausted("response body larger than 64 KiB");
+    if (body_.size() + data.size() > max_body_bytes_) {
+      return resourceExhausted("response body larger than " + std::to_string(max_body_bytes_) +
+                               " bytes");
     }
     body_.append(data);
     return Status::ok();

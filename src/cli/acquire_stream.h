@@ -58,7 +58,8 @@ class AcquireResponseParser {
   static constexpr size_t kMaxHeaderBytes = 16 * 1024;
   static constexpr size_t kMaxBodyBytes = 64 * 1024;  // a refusal body / one stream line
 
-  AcquireResponseParser();
+  /// `max_body_bytes` bounds a non-stream body (a refusal; the lease list of `sidelock locks`).
+  explicit AcquireResponseParser(size_t max_body_bytes = kMaxBodyBytes);
   ~AcquireResponseParser();
   AcquireResponseParser(const AcquireResponseParser&) = delete;
   AcquireResponseParser& operator=(const AcquireResponseParser&) = delete;
@@ -85,6 +86,7 @@ class AcquireResponseParser {
   friend struct Impl;
   Status onBody(std::string_view data);
 
+  size_t max_body_bytes_;
   std::unique_ptr<Impl> impl_;
   bool head_complete_ = false;
   bool is_stream_ = false;

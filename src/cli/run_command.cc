@@ -49,34 +49,6 @@ int pollTimeout(int64_t deadline_ms) {
 }
 
 /// RAII for a file descriptor.
-class Fd {
- public:
-  Fd() = default;
-  explicit Fd(int fd) : fd_(fd) {}
-  ~Fd() { reset(); }
-  Fd(Fd&& o) noexcept : fd_(o.release()) {}
-  Fd& operator=(Fd&& o) noexcept {
-    if (this != &o) {
-      reset();
-      fd_ = o.release();
-    }
-    return *this;
-  }
-  int get() const { return fd_; }
-  bool valid() const { return fd_ >= 0; }
-  int release() {
-    int fd = fd_;
-    fd_ = -1;
-    return fd;
-  }
-  void reset() {
-    if (fd_ >= 0) ::close(fd_);
-    fd_ = -1;
-  }
-
- private:
-  int fd_ = -1;
-};
 
 class Runner {
  public:
@@ -175,49 +147,8 @@ std::vector<int> Runner::readSignals() {
 }
 
 StatusOr<Fd> Runner::connectSidecar() {
-  auto connectOne = [](int family, const sockaddr* addr, socklen_t len) -> StatusOr<Fd> {
-    Fd fd(socket(family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
-    if (!fd.valid()) return unavailable(std::string("socket: ") + strerror(errno));
-    if (connect(fd.get(), addr, len) != 0) {
-      if (errno != EINPROGRESS && errno != EAGAIN) return unavailable(strerror(errno));
-      pollfd p{fd.get(), POLLOUT, 0};
-      int r = poll(&p, 1, static_cast<int>(kConnectTimeoutMs));
-      if (r == 0) return unavailable("connect timed out");
-      int err = 0;
-      socklen_t err_len = sizeof(err);
-      getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &err, &err_len);
-      if (r < 0 || err != 0) return unavailable(strerror(r < 0 ? errno : err));
-    }
-    return fd;
-  };
-
-  if (!opts_.socket_path.empty()) {
-    sockaddr_un addr{};
-    addr.sun_family = AF_UNIX;
-    if (opts_.socket_path.size() >= sizeof(addr.sun_path)) {
-      return unavailable("socket path too long");
-    }
-    memcpy(addr.sun_path, opts_.socket_path.c_str(), opts_.socket_path.size() + 1);
-    return connectOne(AF_UNIX, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  }
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* res = nullptr;
-  std::string port = std::to_string(opts_.port);
-  int gai = getaddrinfo(opts_.host.c_str(), port.c_str(), &hints, &res);
-  if (gai != 0) return unavailable(gai_strerror(gai));
-  Status last = unavailable("no address");
-  for (addrinfo* ai = res; ai != nullptr; ai = ai->ai_next) {
-    StatusOr<Fd> fd = connectOne(ai->ai_family, ai->ai_addr, ai->ai_addrlen);
-    if (fd.isOk()) {
-      freeaddrinfo(res);
-      return fd;
-    }
-    last = fd.status();
-  }
-  freeaddrinfo(res);
-  return last;
+  return cli::connectSidecar(SidecarEndpoint{opts_.socket_path, opts_.host, opts_.port},
+                             kConnectTimeoutMs);
 }
 
 bool Runner::sleepInterruptibly(int64_t ms, int* signal_out) {

@@ -1,7 +1,5 @@
 #include "cli/run_options.h"
 
-#include <sys/stat.h>
-
 #include <charconv>
 #include <cstdlib>
 
@@ -12,46 +10,10 @@ namespace {
 
 constexpr int64_t kMaxDurationMs = int64_t{100} * 365 * 24 * 3600 * 1000;
 
-/// For options that take a value: "--ttl 500" or "--ttl=500".
-bool takeValue(const std::vector<std::string>& args, size_t* i, std::string_view flag,
-               std::optional<std::string>* value, Status* error) {
-  const std::string& arg = args[*i];
-  if (arg == flag) {
-    if (*i + 1 >= args.size()) {
-      *error = invalidArgument(std::string(flag) + " needs a value");
-      return true;
-    }
-    *value = args[++*i];
-    return true;
-  }
-  if (arg.size() > flag.size() && arg.compare(0, flag.size(), flag) == 0 &&
-      arg[flag.size()] == '=') {
-    *value = arg.substr(flag.size() + 1);
-    return true;
-  }
-  return false;
-}
-
 }  // namespace
 
 std::string RunOptions::endpoint() const {
-  if (!socket_path.empty()) return "unix:" + socket_path;
-  if (host.find(':') != std::string::npos) return "[" + host + "]:" + std::to_string(port);
-  return host + ":" + std::to_string(port);
-}
-
-RunEnvironment RunEnvironment::system() {
-  RunEnvironment env;
-  env.getenv = [](const char* name) -> std::optional<std::string> {
-    const char* v = ::getenv(name);
-    if (v == nullptr || *v == '\0') return std::nullopt;
-    return std::string(v);
-  };
-  env.socket_exists = [](const std::string& path) {
-    struct stat st {};
-    return ::stat(path.c_str(), &st) == 0 && S_ISSOCK(st.st_mode);
-  };
-  return env;
+  return SidecarEndpoint{socket_path, host, port}.describe();
 }
 
 StatusOr<int64_t> parseDurationMs(std::string_view text) {
@@ -80,38 +42,6 @@ StatusOr<int64_t> parseDurationMs(std::string_view text) {
   return value * scale;
 }
 
-Status parseHostPort(std::string_view text, std::string* host, int* port) {
-  std::string_view h;
-  std::string_view p;
-  if (!text.empty() && text.front() == '[') {
-    size_t close = text.find(']');
-    if (close == std::string_view::npos || close + 1 >= text.size() || text[close + 1] != ':') {
-      return invalidArgument("'" + std::string(text) + "' is not [IPV6]:PORT");
-    }
-    h = text.substr(1, close - 1);
-    p = text.substr(close + 2);
-  } else {
-    size_t colon = text.rfind(':');
-    if (colon == std::string_view::npos) {
-      return invalidArgument("'" + std::string(text) + "' is not HOST:PORT");
-    }
-    h = text.substr(0, colon);
-    p = text.substr(colon + 1);
-    if (h.find(':') != std::string_view::npos) {
-      return invalidArgument("'" + std::string(text) + "': write IPv6 addresses as [ADDR]:PORT");
-    }
-  }
-  int value = 0;
-  auto [end, ec] = std::from_chars(p.data(), p.data() + p.size(), value);
-  if (h.empty() || p.empty() || ec != std::errc() || end != p.data() + p.size() || value < 1 ||
-      value > 65535) {
-    return invalidArgument("'" + std::string(text) + "' is not HOST:PORT (port 1-65535)");
-  }
-  *host = std::string(h);
-  *port = value;
-  return Status::ok();
-}
-
 StatusOr<RunOptions> parseRunArgs(const std::vector<std::string>& args, const RunEnvironment& env) {
   RunOptions opts;
   std::optional<std::string> socket_flag;
@@ -135,8 +65,8 @@ StatusOr<RunOptions> parseRunArgs(const std::vector<std::string>& args, const Ru
     }
     Status error;
     std::optional<std::string> value;
-    if (takeValue(args, &i, "--socket", &socket_flag, &error) ||
-        takeValue(args, &i, "--addr", &addr_flag, &error)) {
+    if (takeFlagValue(args, &i, "--socket", &socket_flag, &error) ||
+        takeFlagValue(args, &i, "--addr", &addr_flag, &error)) {
       if (!error.isOk()) return error;
       continue;
     }
@@ -152,7 +82,7 @@ StatusOr<RunOptions> parseRunArgs(const std::vector<std::string>& args, const Ru
                                       {"--grace", &grace, true}};
     bool matched = false;
     for (const DurationFlag& d : durations) {
-      if (!takeValue(args, &i, d.flag, &value, &error)) continue;
+      if (!takeFlagValue(args, &i, d.flag, &value, &error)) continue;
       if (!error.isOk()) return error;
       StatusOr<int64_t> ms = parseDurationMs(*value);
       if (!ms.isOk()) return invalidArgument(std::string(d.flag) + ": " + ms.status().message());
@@ -172,28 +102,13 @@ StatusOr<RunOptions> parseRunArgs(const std::vector<std::string>& args, const Ru
   if (i >= args.size()) return invalidArgument("missing CMD to run (NAME -- CMD [ARGS...])");
   opts.command.assign(args.begin() + static_cast<std::ptrdiff_t>(i), args.end());
 
-  if (socket_flag && addr_flag) return invalidArgument("give either --socket or --addr, not both");
-  if (socket_flag && socket_flag->empty()) return invalidArgument("--socket needs a path");
-  // Flags win over the environment, which wins over the defaults.
-  if (!socket_flag && !addr_flag) {
-    if (auto s = env.getenv("SIDELOCK_SOCKET")) {
-      socket_flag = *s;
-    } else if (auto a = env.getenv("SIDELOCK_ADDR")) {
-      addr_flag = *a;
-    } else if (env.socket_exists(kDefaultSocketPath)) {
-      socket_flag = kDefaultSocketPath;
-    } else {
-      addr_flag = kDefaultAddr;
-    }
-  }
+  StatusOr<SidecarEndpoint> endpoint = resolveEndpoint(socket_flag, addr_flag, env);
+  if (!endpoint.isOk()) return endpoint.status();
+  opts.socket_path = endpoint->socket_path;
+  opts.host = endpoint->host;
+  opts.port = endpoint->port;
   // From the environment only: a flag would show the token in `ps`.
   if (auto t = env.getenv("SIDELOCK_AUTH_TOKEN")) opts.token = *t;
-  if (socket_flag) {
-    opts.socket_path = *socket_flag;
-  } else {
-    Status s = parseHostPort(*addr_flag, &opts.host, &opts.port);
-    if (!s.isOk()) return invalidArgument("address: " + s.message());
-  }
   return opts;
 }
 
@@ -212,13 +127,8 @@ std::string runUsage() {
              "process\n"
              "group gets SIGTERM at once and SIGKILL after the grace period.\n"
              "\n"
-             "Options:\n"
-             "  --socket PATH    sidecar Unix socket (env SIDELOCK_SOCKET; default:\n"
-             "                   ") +
-         kDefaultSocketPath + " if it exists, else --addr " + kDefaultAddr +
-         ")\n"
-         "  --addr HOST:PORT sidecar TCP address (env SIDELOCK_ADDR)\n"
-         "  (env SIDELOCK_AUTH_TOKEN: bearer token when the sidecar has auth.tokens)\n"
+             "Options:\n") +
+         endpointUsage() +
          "  --ttl MS         lease TTL (default: the sidecar's locks.default_ttl_ms)\n"
          "  --wait MS        how long to wait for the lock; 0 = try once (default: forever)\n"
          "  --max-hold MS    stop CMD after holding the lock this long (default: the sidecar's\n"

@@ -11,12 +11,11 @@
 #include <string_view>
 #include <vector>
 
+#include "cli/sidecar_socket.h"
 #include "common/status.h"
 
 namespace sidelock::cli {
 
-inline constexpr const char* kDefaultSocketPath = "/run/sidelock/sidelock.sock";
-inline constexpr const char* kDefaultAddr = "127.0.0.1:7411";
 inline constexpr int64_t kDefaultGraceMs = 10'000;
 
 struct RunOptions {
@@ -41,23 +40,12 @@ struct RunOptions {
   std::string endpoint() const;
 };
 
-/// What parsing may look at besides argv, injectable for tests.
-struct RunEnvironment {
-  std::function<std::optional<std::string>(const char* name)> getenv;
-  std::function<bool(const std::string& path)> socket_exists;
-  /// The process environment and the real filesystem.
-  static RunEnvironment system();
-};
-
 /// Parses the arguments after `sidelock run`. Errors are kInvalidArgument with a message fit for
 /// "sidelock run: <message>" (the caller prints usage and exits 64).
 StatusOr<RunOptions> parseRunArgs(const std::vector<std::string>& args, const RunEnvironment& env);
 
 /// "1500", "1500ms", "30s", "5m", "2h" -> milliseconds. Non-negative, at most ~100 years.
 StatusOr<int64_t> parseDurationMs(std::string_view text);
-
-/// "HOST:PORT" or "[V6]:PORT" -> host, port.
-Status parseHostPort(std::string_view text, std::string* host, int* port);
 
 /// The usage text, exit-code table included.
 std::string runUsage();
