@@ -8,6 +8,7 @@
 #include <memory>
 #include <string>
 
+#include "api/dapr_api.h"
 #include "api/lock_api.h"
 #include "backend/memory_backend.h"
 #include "cli/locks_command.h"
@@ -54,6 +55,7 @@ struct Sidecar {
   std::unique_ptr<backend::Backend> backend;
   std::unique_ptr<lock::LockService> locks;
   std::unique_ptr<api::LockApi> api;
+  std::unique_ptr<api::DaprApi> dapr_api;  // dapr.enabled: Dapr's lock routes
   std::unique_ptr<http::Router> router;
   // Who may use each listener (README "Access control"); the servers' handlers refer to these.
   http::TokenVerifier lock_tokens;
@@ -203,8 +205,11 @@ int runSidecar(const config::Config& cfg) {
   s.backend = makeBackend(s, cfg);
   s.locks = std::make_unique<lock::LockService>(cfg.locks, *s.backend, *s.scheduler, *s.metrics);
   s.api = std::make_unique<api::LockApi>(cfg.locks, *s.locks, *s.backend, *s.metrics);
+  s.dapr_api = std::make_unique<api::DaprApi>(cfg.dapr, cfg.locks, *s.locks);
   s.router = std::make_unique<http::Router>();
-  for (auto& route : s.api->routes()) {
+  std::vector<api::Route> lock_routes = s.api->routes();
+  for (auto& route : s.dapr_api->routes()) lock_routes.push_back(std::move(route));
+  for (auto& route : lock_routes) {
     Status added = s.router->add(route.method, route.pattern, std::move(route.handler));
     if (!added.isOk()) {  // a programming error in the route table, caught by every test run
       fprintf(stderr, "sidelock: bad route %s: %s\n", route.pattern.c_str(),

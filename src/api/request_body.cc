@@ -157,6 +157,12 @@ std::string_view RequestBody::fieldName(BodyField field) {
       return "max_hold_ms";
     case BodyField::kHold:
       return "hold";
+    case BodyField::kResourceId:
+      return "resourceId";
+    case BodyField::kLockOwner:
+      return "lockOwner";
+    case BodyField::kExpiryInSeconds:
+      return "expiryInSeconds";
   }
   return "";
 }

@@ -21,7 +21,18 @@ struct MediaType {
 MediaType parseMediaType(std::string_view header);
 
 /// The fields any lock route accepts; each route allows a subset.
-enum class BodyField { kTtlMs, kWaitMs, kOwner, kAutoRenew, kMaxHoldMs, kHold };
+enum class BodyField {
+  kTtlMs,
+  kWaitMs,
+  kOwner,
+  kAutoRenew,
+  kMaxHoldMs,
+  kHold,
+  // Dapr's lock API (api/dapr_api.h): its field names, camelCase.
+  kResourceId,
+  kLockOwner,
+  kExpiryInSeconds,
+};
 
 class BodyReader;
 
@@ -69,7 +80,7 @@ class RequestBody {
     std::string text;  // kept between requests: its capacity is reused
   };
   static constexpr std::string_view kBadRequest = "bad_request";
-  static constexpr size_t kFieldCount = 6;
+  static constexpr size_t kFieldCount = 9;
 
   Value& slot(BodyField field) { return values_[static_cast<size_t>(field)]; }
   const Value& slot(BodyField field) const { return values_[static_cast<size_t>(field)]; }

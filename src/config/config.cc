@@ -249,9 +249,9 @@ void loadListenAccess(const Section& s, ListenConfig& c) {
       continue;
     }
     if (!validHostName(h)) {
-      fail(
-          s.path("allowed_hosts") + "[" + std::to_string(i) + "]",
-          "must be a host name or address without a port, or \"*\" alone, got \"" + hosts[i] + "\"");
+      fail(s.path("allowed_hosts") + "[" + std::to_string(i) + "]",
+           "must be a host name or address without a port, or \"*\" alone, got \"" + hosts[i] +
+               "\"");
     }
     c.allowed_hosts.push_back(std::move(h));
   }
@@ -528,6 +528,31 @@ void loadLocks(const Section& root, LocksConfig& c) {
   }
 }
 
+void loadDapr(const Section& root, DaprConfig& c) {
+  Section s(root.child("dapr"), "dapr");
+  s.readBool("enabled", c.enabled);
+  if (s.child("stores")) {
+    c.stores = readScalarList(s, "stores");
+    if (c.stores.empty()) fail(s.path("stores"), "must name at least one store (or \"*\")");
+    for (size_t i = 0; i < c.stores.size(); ++i) {
+      if (c.stores[i].empty()) fail(s.path("stores") + "[" + std::to_string(i) + "]", "is empty");
+    }
+  }
+  s.readString("owner_secret_env", c.owner_secret_env);
+  s.readString("owner_secret_file", c.owner_secret_file);
+  s.rejectUnknown({"enabled", "stores", "owner_secret_env", "owner_secret_file"});
+  if (!c.owner_secret_env.empty()) {
+    if (const char* v = getenv(c.owner_secret_env.c_str())) c.owner_secret = v;
+  }
+  if (!c.owner_secret_file.empty()) {
+    c.owner_secret = readSecretFile(c.owner_secret_file, s.path("owner_secret_file"));
+  }
+  if (!c.owner_secret.empty() && c.owner_secret.size() < 16) {
+    fail(s.path(c.owner_secret_file.empty() ? "owner_secret_env" : "owner_secret_file"),
+         "the secret must have at least 16 characters");
+  }
+}
+
 Config load(const YAML::Node& root_node) {
   Config c;
   Section root(root_node, "");
@@ -553,7 +578,8 @@ Config load(const YAML::Node& root_node) {
   lg.rejectUnknown({"level", "format"});
 
   loadAuth(root, c.auth, c.listen);
-  root.rejectUnknown({"listen", "backend", "locks", "shutdown", "log", "auth"});
+  loadDapr(root, c.dapr);
+  root.rejectUnknown({"listen", "backend", "locks", "shutdown", "log", "auth", "dapr"});
   if (c.backend.type == BackendType::kRedlock)
     c.locks.retry_jitter_ms = c.backend.redlock.retry_jitter_ms;
   if (c.backend.type == BackendType::kRedlock &&

@@ -19,14 +19,14 @@ struct ListenConfig {
   /// Optional second TCP listener serving only /healthz, /readyz and /metrics, so probes and
   /// Prometheus can reach the pod IP while the lock API stays on localhost. "" disables.
   std::string admin;
-  uint32_t unix_mode = 0660;                           // YAML `unix_mode: "0660"` (octal string)
-  int max_connections = 1024;         // per listener; idle ones are evicted to admit new ones
+  uint32_t unix_mode = 0660;   // YAML `unix_mode: "0660"` (octal string)
+  int max_connections = 1024;  // per listener; idle ones are evicted to admit new ones
   /// Connections one peer (uid on the Unix socket, IP on TCP) may hold on a listener; 0: no cap.
   int max_connections_per_peer = 0;
   /// Connections holding a streamed response (hold: stream), per listener, on top of
   /// max_connections.
   int max_stream_holds = 16384;
-  int max_header_bytes = 16 * 1024;   // request line + headers
+  int max_header_bytes = 16 * 1024;  // request line + headers
   int max_body_bytes = 64 * 1024;
   int max_pipelined_requests = 64;     // parsed but unanswered requests per connection
   int64_t header_timeout_ms = 10'000;  // whole request head must arrive within this
@@ -157,6 +157,19 @@ struct LogConfig {
   LogFormat format = LogFormat::kLogfmt;
 };
 
+/// Dapr's lock API (`/v1.0-alpha1/lock/{store}`, `/unlock/{store}`), README "Dapr compatibility".
+struct DaprConfig {
+  bool enabled = true;
+  /// Store names accepted in the route; ["*"] = any (an app's component name keeps working).
+  std::vector<std::string> stores = {"*"};
+  /// The secret that turns a Dapr lockOwner into a sidecar owner id (HMAC-SHA256). From the
+  /// environment variable or the file (the file wins); neither set: a random secret per process,
+  /// so a lock taken before a restart can only expire, not be unlocked.
+  std::string owner_secret_env = "SIDELOCK_DAPR_OWNER_SECRET";
+  std::string owner_secret_file;
+  std::string owner_secret;  // resolved at load; not a YAML key
+};
+
 struct Config {
   ListenConfig listen;
   BackendConfig backend;
@@ -164,6 +177,7 @@ struct Config {
   ShutdownConfig shutdown;
   LogConfig log;
   AuthConfig auth;
+  DaprConfig dapr;
 };
 
 /// Parses and validates YAML text. Credentials are resolved from the environment / files.

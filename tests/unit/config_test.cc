@@ -84,17 +84,41 @@ TEST(ConfigTest, ErrorsNameTheKey) {
             std::string::npos);
 }
 
+TEST(ConfigTest, DaprSectionParsesAndIsValidated) {
+  auto defaults = loadConfigFromString("");
+  ASSERT_TRUE(defaults.isOk());
+  EXPECT_TRUE(defaults->dapr.enabled);
+  EXPECT_EQ(defaults->dapr.stores, std::vector<std::string>{"*"});
+  auto c = loadConfigFromString("dapr:\n  enabled: false\n  stores: [lockstore, redisStore]\n");
+  ASSERT_TRUE(c.isOk()) << c.status().toString();
+  EXPECT_FALSE(c->dapr.enabled);
+  EXPECT_EQ(c->dapr.stores, (std::vector<std::string>{"lockstore", "redisStore"}));
+  EXPECT_EQ(errorOf("dapr:\n  stores: []\n").find("dapr.stores"), 0u);
+  EXPECT_EQ(errorOf("dapr:\n  secret: x\n"), "dapr.secret: unknown key");
+  setenv("SIDELOCK_TEST_DAPR_SECRET", "short", 1);
+  EXPECT_NE(errorOf("dapr:\n  owner_secret_env: SIDELOCK_TEST_DAPR_SECRET\n")
+                .find("at least 16 characters"),
+            std::string::npos);
+  setenv("SIDELOCK_TEST_DAPR_SECRET", "long-enough-secret-0123", 1);
+  auto secret = loadConfigFromString("dapr:\n  owner_secret_env: SIDELOCK_TEST_DAPR_SECRET\n");
+  ASSERT_TRUE(secret.isOk());
+  EXPECT_EQ(secret->dapr.owner_secret, "long-enough-secret-0123");
+  unsetenv("SIDELOCK_TEST_DAPR_SECRET");
+}
+
 TEST(ConfigTest, ConnectionBudgetKeysParseAndAreValidated) {
   auto defaults = loadConfigFromString("");
   ASSERT_TRUE(defaults.isOk());
   EXPECT_EQ(defaults->listen.max_connections_per_peer, 0);
   EXPECT_EQ(defaults->listen.max_stream_holds, 16384);
-  auto c = loadConfigFromString("listen:\n  max_connections_per_peer: 64\n  max_stream_holds: 5000\n");
+  auto c =
+      loadConfigFromString("listen:\n  max_connections_per_peer: 64\n  max_stream_holds: 5000\n");
   ASSERT_TRUE(c.isOk()) << c.status().toString();
   EXPECT_EQ(c->listen.max_connections_per_peer, 64);
   EXPECT_EQ(c->listen.max_stream_holds, 5000);
-  EXPECT_NE(errorOf("listen:\n  max_connections_per_peer: -1\n").find("listen.max_connections_per_peer"),
-            std::string::npos);
+  EXPECT_NE(
+      errorOf("listen:\n  max_connections_per_peer: -1\n").find("listen.max_connections_per_peer"),
+      std::string::npos);
   EXPECT_NE(errorOf("listen:\n  max_stream_holds: lots\n").find("listen.max_stream_holds"),
             std::string::npos);
 }

@@ -1,0 +1,53 @@
+// Dapr's distributed lock API (v1.0-alpha1), so apps written for Dapr switch to sidelock without
+// code changes:
+//   POST /v1.0-alpha1/lock/{store}    {"resourceId","lockOwner","expiryInSeconds"} -> {"success"}
+//   POST /v1.0-alpha1/unlock/{store}  {"resourceId","lockOwner"} -> {"status": 0|1|2|3}
+// Errors have Dapr's shape: {"errorCode": "ERR_...", "message": "..."}.
+//
+// The lock is the sidecar lock named resourceId (so Dapr and v1 clients of one resource exclude
+// each other). Dapr lets the client choose lockOwner, while a sidecar owner id is a secret: the
+// owner id is derived as HMAC-SHA256(dapr owner secret, resourceId NUL lockOwner), so unlock
+// needs the same lockOwner, works across sidecars that share the secret and across restarts
+// when the secret is configured, and nobody can release a lock without knowing its lockOwner.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "api/lock_api.h"
+#include "api/request_body.h"
+#include "config/config.h"
+#include "lock/lock_service.h"
+
+namespace sidelock::api {
+
+class DaprApi {
+ public:
+  /// `dapr.owner_secret` empty: a random secret for this process.
+  DaprApi(const config::DaprConfig& dapr, const config::LocksConfig& locks,
+          lock::LockService& service);
+
+  /// The two routes, or none when dapr.enabled is false.
+  std::vector<Route> routes();
+
+  /// The sidecar owner id for a Dapr (resourceId, lockOwner): 32 hex digits of the HMAC.
+  std::string ownerFor(std::string_view resource_id, std::string_view lock_owner) const;
+
+ private:
+  void lock(http::Request& req, http::ResponderPtr res);
+  void unlock(http::Request& req, http::ResponderPtr res);
+  /// Store accepted, body parsed, resourceId a valid lock name the token may use, lockOwner set;
+  /// otherwise answers the Dapr error and returns false.
+  bool readCommon(http::Request& req, const http::ResponderPtr& res,
+                  std::initializer_list<BodyField> fields, std::string_view* resource_id,
+                  std::string_view* lock_owner);
+
+  const config::DaprConfig& dapr_;
+  const config::LocksConfig& locks_;
+  lock::LockService& service_;
+  std::string secret_;
+  RequestBody body_;
+};
+
+}  // namespace sidelock::api

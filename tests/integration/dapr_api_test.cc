@@ -1,0 +1,168 @@
+// Dapr's lock API served by sidelock (issue 13): conformance with Dapr's request and response
+// shapes and status values, against real sidecars on real redis-server processes (and Redlock).
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "support/http_client.h"
+#include "support/redis_server.h"
+#include "support/sidecar_polling.h"
+#include "support/sidecar_process.h"
+
+namespace sidelock::testing {
+namespace {
+
+using nlohmann::json;
+
+constexpr const char* kSecretEnv = "SIDELOCK_DAPR_OWNER_SECRET=shared-secret-0123456789abcdef";
+
+std::unique_ptr<SidecarProcess> sidecarOn(const std::string& backend_yaml,
+                                          const std::string& extra_yaml = "",
+                                          bool with_secret = true) {
+  std::vector<std::string> env;
+  if (with_secret) env.push_back(kSecretEnv);
+  return std::make_unique<SidecarProcess>(
+      SidecarProcess::Options{backend_yaml + extra_yaml, env, /*wait_ready=*/true});
+}
+
+std::string redisYaml(const RedisServer& redis) {
+  return "backend:\n  type: redis\n  nodes: [\"" + redis.address() + "\"]\n";
+}
+
+json lock(SidecarProcess& s, const std::string& resource, const std::string& owner,
+          int expiry_s = 60, const std::string& store = "lockstore") {
+  HttpClient c = HttpClient::tcp(s.port());
+  auto r = c.post(
+      "/v1.0-alpha1/lock/" + store,
+      json{{"resourceId", resource}, {"lockOwner", owner}, {"expiryInSeconds", expiry_s}}.dump());
+  EXPECT_EQ(r.status, 200) << r.body;
+  return json::parse(r.body);
+}
+
+json unlock(SidecarProcess& s, const std::string& resource, const std::string& owner) {
+  HttpClient c = HttpClient::tcp(s.port());
+  auto r = c.post("/v1.0-alpha1/unlock/lockstore",
+                  json{{"resourceId", resource}, {"lockOwner", owner}}.dump());
+  EXPECT_EQ(r.status, 200) << r.body;
+  return json::parse(r.body);
+}
+
+TEST(DaprApiTest, LockAndUnlockAnswerLikeDaprAcrossSidecarsSharingTheSecret) {
+  RedisServer redis;
+  auto a = sidecarOn(redisYaml(redis));
+  auto b = sidecarOn(redisYaml(redis));
+
+  EXPECT_EQ(lock(*a, "lock1", "vader"), json({{"success", true}}));
+  EXPECT_EQ(lock(*b, "lock1", "luke"), json({{"success", false}})) << "held by vader";
+  EXPECT_EQ(lock(*a, "lock1", "vader"), json({{"success", false}})) << "a try-lock, not reentrant";
+
+  // The same lock as the v1 API's lock1: v1 clients see it held and cannot take it.
+  HttpClient v1 = HttpClient::tcp(a->port());
+  auto inspect = json::parse(v1.get("/v1/locks/lock1").body);
+  EXPECT_EQ(inspect["held"], true);
+  EXPECT_GT(inspect["token"].get<uint64_t>(), 0u);
+  EXPECT_EQ(v1.post("/v1/locks/lock1/acquire", "{}").status, 409);
+
+  EXPECT_EQ(unlock(*b, "lock1", "luke"), json({{"status", 2}})) << "belongs to others";
+  EXPECT_EQ(unlock(*b, "lock1", "vader"), json({{"status", 0}})) << "the other sidecar, same owner";
+  EXPECT_EQ(unlock(*a, "lock1", "vader"), json({{"status", 1}})) << "does not exist any more";
+  EXPECT_EQ(lock(*b, "lock1", "luke"), json({{"success", true}}));
+
+  // The lease expires after expiryInSeconds.
+  EXPECT_EQ(lock(*a, "short", "vader", 1), json({{"success", true}}));
+  EXPECT_TRUE(pollUntil([&] { return lock(*b, "short", "luke")["success"] == true; }, 5000));
+  EXPECT_EQ(a->stop(), 0) << a->logs();
+  EXPECT_EQ(b->stop(), 0) << b->logs();
+}
+
+TEST(DaprApiTest, UnlockWorksAfterASidecarRestartWhenTheSecretIsConfigured) {
+  RedisServer redis;
+  auto a = sidecarOn(redisYaml(redis));
+  EXPECT_EQ(lock(*a, "job-7", "worker-1"), json({{"success", true}}));
+  a->kill();  // a crash: nothing is released on the way out
+  a = sidecarOn(redisYaml(redis));
+  EXPECT_EQ(unlock(*a, "job-7", "worker-2"), json({{"status", 2}}));
+  EXPECT_EQ(unlock(*a, "job-7", "worker-1"), json({{"status", 0}}));
+  EXPECT_EQ(a->stop(), 0) << a->logs();
+
+  // Without a configured secret the owner ids change with the process: the lock only expires.
+  auto c = sidecarOn(redisYaml(redis), "", /*with_secret=*/false);
+  EXPECT_EQ(lock(*c, "job-8", "worker-1"), json({{"success", true}}));
+  EXPECT_NE(c->logs().find("dapr.owner_secret"), std::string::npos) << c->logs();
+  c->kill();
+  c = sidecarOn(redisYaml(redis), "", /*with_secret=*/false);
+  EXPECT_EQ(unlock(*c, "job-8", "worker-1"), json({{"status", 2}}));
+  EXPECT_EQ(c->stop(), 0) << c->logs();
+}
+
+TEST(DaprApiTest, BadRequestsGetDaprErrorsAndChangeNothing) {
+  RedisServer redis;
+  auto s = sidecarOn(redisYaml(redis), "dapr:\n  stores: [\"lockstore\"]\n");
+  HttpClient c = HttpClient::tcp(s->port());
+  struct Case {
+    std::string path;
+    std::string body;
+    int status;
+    std::string code;
+  };
+  const std::vector<Case> cases = {
+      {"/v1.0-alpha1/lock/other", R"({"resourceId":"r","lockOwner":"o","expiryInSeconds":5})", 400,
+       "ERR_LOCK_STORE_NOT_FOUND"},
+      {"/v1.0-alpha1/lock/lockstore", R"({"resourceId":"","lockOwner":"o","expiryInSeconds":5})",
+       400, "ERR_MALFORMED_REQUEST"},
+      {"/v1.0-alpha1/lock/lockstore", R"({"resourceId":"r","lockOwner":"","expiryInSeconds":5})",
+       400, "ERR_MALFORMED_REQUEST"},
+      {"/v1.0-alpha1/lock/lockstore", R"({"resourceId":"r","lockOwner":"o"})", 400,
+       "ERR_MALFORMED_REQUEST"},
+      {"/v1.0-alpha1/lock/lockstore", R"({"resourceId":"r","lockOwner":"o","expiryInSeconds":0})",
+       400, "ERR_MALFORMED_REQUEST"},
+      {"/v1.0-alpha1/lock/lockstore", R"({"resourceId":"r","lockOwner":"o","expiryInSeconds":"5"})",
+       400, "ERR_MALFORMED_REQUEST"},
+      {"/v1.0-alpha1/lock/lockstore", R"({"resourceId":"a{b","lockOwner":"o","expiryInSeconds":5})",
+       400, "ERR_MALFORMED_REQUEST"},
+      {"/v1.0-alpha1/lock/lockstore",
+       R"({"resourceId":"r","lockOwner":"o","expiryInSeconds":5,"resourceId":"s"})", 400,
+       "ERR_MALFORMED_REQUEST"},
+      {"/v1.0-alpha1/lock/lockstore", R"({"resourceId":"r","lockOwner":"o","expiryInSeconds":5)",
+       400, "ERR_MALFORMED_REQUEST"},
+      {"/v1.0-alpha1/unlock/lockstore", R"({"resourceId":"r"})", 400, "ERR_MALFORMED_REQUEST"},
+      {"/v1.0-alpha1/unlock/lockstore", R"({"resourceId":"r","lockOwner":"o","extra":1})", 400,
+       "ERR_MALFORMED_REQUEST"},
+  };
+  for (const Case& k : cases) {
+    auto r = c.post(k.path, k.body);
+    EXPECT_EQ(r.status, k.status) << k.body << " -> " << r.body;
+    auto body = json::parse(r.body, nullptr, false);
+    ASSERT_TRUE(body.is_object()) << r.body;
+    EXPECT_EQ(body["errorCode"], k.code) << k.body;
+    EXPECT_FALSE(body.value("message", "").empty()) << k.body;
+  }
+  EXPECT_EQ(json::parse(c.get("/v1/locks/r").body)["held"], false) << "nothing was locked";
+  EXPECT_EQ(c.post("/v1.0-alpha1/lock/lockstore", "{}").status, 400);
+  EXPECT_EQ(s->stop(), 0) << s->logs();
+}
+
+TEST(DaprApiTest, WorksOnRedlock) {
+  std::vector<std::unique_ptr<RedisServer>> nodes;
+  std::string list;
+  for (int i = 0; i < 3; ++i) {
+    nodes.push_back(std::make_unique<RedisServer>());
+    list += (i ? ", \"" : "\"") + nodes.back()->address() + "\"";
+  }
+  auto s = sidecarOn("backend:\n  type: redlock\n  nodes: [" + list +
+                     "]\n  redlock:\n    delayed_restart: false\n");
+  EXPECT_EQ(lock(*s, "lock1", "vader"), json({{"success", true}}));
+  EXPECT_EQ(lock(*s, "lock1", "luke"), json({{"success", false}}));
+  EXPECT_EQ(unlock(*s, "lock1", "luke"), json({{"status", 2}}));
+  EXPECT_EQ(unlock(*s, "lock1", "vader"), json({{"status", 0}}));
+  for (auto& node : nodes) EXPECT_EQ(node->cli({"EXISTS", "sidelock:{lock1}"}), "0");
+  EXPECT_EQ(s->stop(), 0) << s->logs();
+}
+
+}  // namespace
+}  // namespace sidelock::testing
