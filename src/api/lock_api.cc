@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "api/json_object.h"
+#include "api/openapi_document.h"
 #include "common/log.h"
 
 namespace sidelock::api {
@@ -164,6 +165,7 @@ std::vector<Route> LockApi::routes() {
       {"GET", "/healthz", bind(&LockApi::healthz)},
       {"GET", "/readyz", bind(&LockApi::readyz)},
       {"GET", "/metrics", bind(&LockApi::metricsText)},
+      {"GET", "/v1/openapi.json", bind(&LockApi::openapi)},
   };
 }
 
@@ -171,6 +173,8 @@ std::vector<Route> LockApi::adminRoutes() {
   return {
       {"POST", "/admin/v1/locks/{name}/release",
        [this](http::Request& req, http::ResponderPtr res) { forceRelease(req, std::move(res)); }},
+      {"GET", "/v1/openapi.json",
+       [this](http::Request& req, http::ResponderPtr res) { openapi(req, std::move(res)); }},
   };
 }
 
@@ -509,6 +513,10 @@ void LockApi::readyz(http::Request&, http::ResponderPtr res) {
     return sendJson(res, 503, body);
   }
   sendJson(res, 200, json{{"ready", true}, {"nodes", healthJson(h)}});
+}
+
+void LockApi::openapi(http::Request& /*req*/, http::ResponderPtr res) {
+  res->send(200, kJson, std::string(openApiDocument()));
 }
 
 void LockApi::metricsText(http::Request& req, http::ResponderPtr res) {

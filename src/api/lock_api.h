@@ -31,8 +31,8 @@ class LockApi {
 
   /// Every route this API serves; main registers them with the HTTP router.
   std::vector<Route> routes();
-  /// Operator routes, for the admin listener only (listen.admin): POST
-  /// /admin/v1/locks/{name}/release. They answer only requests that carried an admin token.
+  /// Routes for the admin listener only (listen.admin): POST /admin/v1/locks/{name}/release
+  /// (answers only requests that carried an admin token) and GET /v1/openapi.json.
   std::vector<Route> adminRoutes();
 
   /// While draining (SIGTERM), /readyz answers 503 and new acquires 503 shutting_down.
@@ -64,6 +64,7 @@ class LockApi {
   void readyz(http::Request& req, http::ResponderPtr res);
   void metricsText(http::Request& req, http::ResponderPtr res);
   void forceRelease(http::Request& req, http::ResponderPtr res);
+  void openapi(http::Request& req, http::ResponderPtr res);
 
   const config::LocksConfig& locks_;
   lock::LockService& service_;

@@ -1,0 +1,379 @@
+#!/usr/bin/env python3
+"""Keeps src/api/openapi.json honest (issue 13): the document is a well-formed OpenAPI 3.1 whose
+schemas are valid JSON Schema 2020-12; the running sidecar serves exactly it; every JSON example
+in README.md validates against the route it belongs to; and real answers of a real sidecar on a
+real redis-server, for every route and the errors that are cheap to provoke, validate against the
+response the document gives for that route and status.
+
+Usage: openapi_test.py --sidelock BINARY --repo REPO_ROOT
+"""
+import argparse
+import copy
+import http.client
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+import jsonschema
+
+FAILURES = []
+CHECKED = {"responses": 0, "readme": 0}
+ADMIN_TOKEN = "OpenApiAdminToken-0123456789abcdef"
+
+
+def fail(msg):
+    FAILURES.append(msg)
+    print("FAIL " + msg)
+
+
+# --- the document ------------------------------------------------------------------------------
+
+def inline_refs(node, doc, seen=()):
+    """The schema with every local $ref replaced by its target (works on any jsonschema version)."""
+    if isinstance(node, dict):
+        if "$ref" in node:
+            ref = node["$ref"]
+            if not ref.startswith("#/") or ref in seen:
+                raise ValueError("unsupported or recursive $ref " + ref)
+            target = doc
+            for part in ref[2:].split("/"):
+                target = target[part]
+            merged = inline_refs(target, doc, seen + (ref,))
+            rest = {k: v for k, v in node.items() if k != "$ref"}
+            return {**merged, **inline_refs(rest, doc, seen)} if rest else merged
+        return {k: inline_refs(v, doc, seen) for k, v in node.items()}
+    if isinstance(node, list):
+        return [inline_refs(v, doc, seen) for v in node]
+    return node
+
+
+def check_document(doc):
+    if doc.get("openapi") != "3.1.0":
+        fail("openapi must be 3.1.0")
+    for key in ("info", "paths", "components"):
+        if key not in doc:
+            fail("document lacks " + key)
+    for name, schema in doc["components"]["schemas"].items():
+        try:
+            jsonschema.Draft202012Validator.check_schema(inline_refs(schema, doc))
+        except Exception as e:  # noqa: BLE001 - report any schema problem
+            fail("components.schemas.%s: %s" % (name, e))
+    for path, item in doc["paths"].items():
+        params = set(re.findall(r"{([^}]+)}", path))
+        for method, op in item.items():
+            where = "%s %s" % (method.upper(), path)
+            if "responses" not in op or not op["responses"]:
+                fail(where + ": no responses")
+            declared = {p["name"] for p in op.get("parameters", []) if p.get("in") == "path"}
+            if declared != params:
+                fail("%s: path parameters %s declared as %s" % (where, sorted(params), sorted(declared)))
+            for status, resp in op.get("responses", {}).items():
+                if not re.fullmatch(r"[1-5][0-9][0-9]", status):
+                    fail("%s: response key %s" % (where, status))
+                if "description" not in resp:
+                    fail("%s %s: no description" % (where, status))
+                for ctype, media in resp.get("content", {}).items():
+                    try:
+                        jsonschema.Draft202012Validator.check_schema(inline_refs(media["schema"], doc))
+                    except Exception as e:  # noqa: BLE001
+                        fail("%s %s %s: %s" % (where, status, ctype, e))
+
+
+def find_operation(doc, method, path):
+    path = path.split("?")[0]
+    for template, item in doc["paths"].items():
+        pattern = "^" + re.sub(r"{[^}]+}", "[^/]+", re.escape(template).replace(r"\{", "{").replace(r"\}", "}")) + "$"
+        if re.match(pattern, path) and method.lower() in item:
+            return template, item[method.lower()]
+    return None, None
+
+
+def validate(instance, schema, doc):
+    jsonschema.Draft202012Validator(inline_refs(schema, doc)).validate(instance)
+
+
+def check_response(doc, method, path, status, ctype, body, note=""):
+    template, op = find_operation(doc, method, path)
+    where = "%s %s -> %d%s" % (method, path, status, " (" + note + ")" if note else "")
+    if op is None:
+        return fail(where + ": no such operation in the document")
+    resp = op["responses"].get(str(status))
+    if resp is None:
+        return fail("%s: status not documented for %s %s" % (where, method, template))
+    content = resp.get("content", {})
+    media = ctype.split(";")[0].strip().lower()
+    if media not in content:
+        return fail("%s: content type %s not documented (has %s)" % (where, media, sorted(content)))
+    schema = content[media]["schema"]
+    try:
+        if media in ("application/json",):
+            validate(json.loads(body), schema, doc)
+        elif media == "application/x-ndjson":
+            for line in body.splitlines():
+                if line.strip():
+                    validate(json.loads(line), schema, doc)
+        else:
+            validate(body, schema, doc)
+    except Exception as e:  # noqa: BLE001
+        return fail("%s: %s\n    body: %s" % (where, str(e).splitlines()[0], body[:300]))
+    CHECKED["responses"] += 1
+
+
+# --- README examples ----------------------------------------------------------------------------
+
+CURL_PATH = re.compile(r"(?:https?://)?(?:localhost|127\.0\.0\.1)(?::\d+)?(/[^\s'\"]*)")
+
+
+def readme_examples(text):
+    """(method, path, request body or None, [(status, response text)]) per curl in ```sh blocks."""
+    examples = []
+    for block in re.findall(r"```sh\n(.*?)```", text, re.S):
+        lines = block.split("\n")
+        i = 0
+        while i < len(lines):
+            line = lines[i].strip()
+            if "curl " not in line or line.startswith("#") and "curl" not in line[:8]:
+                i += 1
+                continue
+            cmd = line
+            while cmd.endswith("\\") and i + 1 < len(lines):
+                i += 1
+                cmd = cmd[:-1] + " " + lines[i].strip()
+            i += 1
+            m = CURL_PATH.search(cmd)
+            if not m:
+                continue
+            data = re.search(r"-d '([^']*)'", cmd)
+            method = "POST" if ("-XPOST" in cmd or "-X POST" in cmd or data) else "GET"
+            answers = []
+            while i < len(lines) and "curl " not in lines[i]:
+                out = lines[i].strip()
+                i += 1
+                if out.startswith("# "):
+                    out = out[2:]
+                if not out.startswith("{"):
+                    continue
+                status = 200
+                tail = re.search(r"#\s*(\d{3})\s*$", out)
+                if tail:
+                    status = int(tail.group(1))
+                obj, _ = json.JSONDecoder().raw_decode(out)
+                answers.append((status, obj))
+            examples.append((method, m.group(1), data.group(1) if data else None, answers))
+    return examples
+
+
+def check_readme(doc, readme):
+    examples = readme_examples(readme)
+    if len(examples) < 5:
+        fail("found only %d curl examples in README.md" % len(examples))
+    for method, path, data, answers in examples:
+        template, op = find_operation(doc, method, path)
+        if op is None:
+            fail("README %s %s: no such operation in the document" % (method, path))
+            continue
+        if data is not None:
+            schema = op.get("requestBody", {}).get("content", {}).get("application/json", {}).get("schema")
+            if schema is None:
+                fail("README %s %s: sends a body the document does not describe" % (method, path))
+            else:
+                try:
+                    validate(json.loads(data), schema, doc)
+                    CHECKED["readme"] += 1
+                except Exception as e:  # noqa: BLE001
+                    fail("README %s %s body %s: %s" % (method, path, data, str(e).splitlines()[0]))
+        stream = data is not None and '"hold":"stream"' in data.replace(" ", "")
+        for status, obj in answers:
+            resp = op["responses"].get(str(status))
+            if resp is None:
+                fail("README %s %s: status %d not documented" % (method, path, status))
+                continue
+            media = "application/x-ndjson" if stream else "application/json"
+            try:
+                validate(obj, resp["content"][media]["schema"], doc)
+                CHECKED["readme"] += 1
+            except Exception as e:  # noqa: BLE001
+                fail("README %s %s answer %s: %s" % (method, path, obj, str(e).splitlines()[0]))
+
+
+# --- a real sidecar -----------------------------------------------------------------------------
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_port(port, deadline_s=20):
+    end = time.time() + deadline_s
+    while time.time() < end:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                return True
+        except OSError:
+            time.sleep(0.05)
+    return False
+
+
+def call(port, method, path, body=None, headers=None, timeout=10):
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    h = {"Host": "localhost"}
+    h.update(headers or {})
+    if body is not None and "Content-Type" not in h:
+        h["Content-Type"] = "application/json"
+    conn.request(method, path, body=body, headers=h)
+    r = conn.getresponse()
+    data = r.read().decode()
+    conn.close()
+    return r.status, r.getheader("Content-Type", ""), data
+
+
+def exercise(doc, lock_port, admin_port):
+    def check(method, path, body=None, headers=None, expect=None, port=lock_port):
+        status, ctype, data = call(port, method, path, body, headers)
+        if expect is not None and status != expect:
+            fail("%s %s: expected %d, got %d %s" % (method, path, expect, status, data[:200]))
+        check_response(doc, method, path, status, ctype, data)
+        return status, data
+
+    check("GET", "/healthz", expect=200)
+    check("GET", "/readyz", expect=200)
+    _, served = check("GET", "/v1/openapi.json", expect=200)
+    if json.loads(served) != doc:
+        fail("GET /v1/openapi.json differs from src/api/openapi.json")
+    check("GET", "/metrics", expect=200)
+    check("GET", "/v1/locks", expect=200)
+    check("GET", "/v1/locks/x", expect=200)
+    _, grant = check("POST", "/v1/locks/x/acquire", '{"ttl_ms":30000,"auto_renew":true}', expect=200)
+    owner = json.loads(grant)["owner"]
+    check("GET", "/v1/locks", expect=200)
+    check("GET", "/v1/locks/x", expect=200)
+    check("POST", "/v1/locks/x/acquire", '{"wait_ms":0}', expect=409)
+    check("POST", "/v1/locks/x/acquire", '{"ttl":1}', expect=400)
+    check("POST", "/v1/locks/a%7Bb/acquire", "{}", expect=400)
+    check("POST", "/v1/locks/x/acquire", "{}", {"Content-Type": "text/html"}, expect=415)
+    check("POST", "/v1/locks/x/extend", json.dumps({"owner": owner, "ttl_ms": 20000}), expect=200)
+    check("POST", "/v1/locks/x/extend", '{"owner":"somebody-else"}', expect=409)
+    check("POST", "/v1/locks/y/extend", '{"owner":"somebody-else"}', expect=404)
+    check("POST", "/v1/locks/x/release", '{"owner":"somebody-else"}', expect=409)
+    check("POST", "/v1/locks/x/release", json.dumps({"owner": owner}), expect=200)
+    check("POST", "/v1/locks/x/release", json.dumps({"owner": owner}), expect=404)
+    check("GET", "/v1/locks/x", headers={"Host": "attacker.example"}, expect=421)
+    check("POST", "/v1/locks/x/acquire", "{}", {"Origin": "http://evil.example"}, expect=403)
+
+    # 429: max_waiters_per_lock is 1 in this sidecar's config; one waiter queues, the next is refused.
+    check("POST", "/v1/locks/q/acquire", '{"ttl_ms":30000}', expect=200)
+    waiter = threading.Thread(target=call, args=(lock_port, "POST", "/v1/locks/q/acquire", '{"wait_ms":3000}'))
+    waiter.start()
+    end = time.time() + 5
+    while time.time() < end and '"q"' not in json.dumps(json.loads(call(lock_port, "GET", "/v1/locks")[2])["waiters"]):
+        time.sleep(0.02)
+    check("POST", "/v1/locks/q/acquire", '{"wait_ms":3000}', expect=429)
+    waiter.join()
+
+    # A stream hold: its first line, then the connection closes and the lock is freed.
+    conn = http.client.HTTPConnection("127.0.0.1", lock_port, timeout=10)
+    conn.request("POST", "/v1/locks/s/acquire", body='{"ttl_ms":5000,"hold":"stream"}',
+                 headers={"Host": "localhost", "Content-Type": "application/json"})
+    r = conn.getresponse()
+    first = r.readline().decode()
+    check_response(doc, "POST", "/v1/locks/s/acquire", r.status, r.getheader("Content-Type", ""), first, "stream")
+    conn.close()
+
+    # Dapr's routes (dapr.stores is [lockstore] here).
+    lock = lambda owner: json.dumps({"resourceId": "d1", "lockOwner": owner, "expiryInSeconds": 30})  # noqa: E731
+    unlock = lambda owner: json.dumps({"resourceId": "d1", "lockOwner": owner})  # noqa: E731
+    check("POST", "/v1.0-alpha1/lock/lockstore", lock("vader"), expect=200)
+    check("POST", "/v1.0-alpha1/lock/lockstore", lock("luke"), expect=200)
+    check("POST", "/v1.0-alpha1/unlock/lockstore", unlock("luke"), expect=200)
+    check("POST", "/v1.0-alpha1/unlock/lockstore", unlock("vader"), expect=200)
+    check("POST", "/v1.0-alpha1/unlock/lockstore", unlock("vader"), expect=200)
+    check("POST", "/v1.0-alpha1/lock/lockstore", '{"resourceId":"d1"}', expect=400)
+    check("POST", "/v1.0-alpha1/lock/elsewhere", lock("vader"), expect=400)
+    check("POST", "/v1.0-alpha1/unlock/lockstore", "{}", {"Content-Type": "text/html"}, expect=415)
+
+    # The admin listener: force release with and without the admin token.
+    auth = {"Authorization": "Bearer " + ADMIN_TOKEN}
+    check("POST", "/v1/locks/f/acquire", "{}", expect=200)
+    check("POST", "/admin/v1/locks/f/release", port=admin_port, expect=401)
+    check("POST", "/admin/v1/locks/f/release", headers=auth, port=admin_port, expect=200)
+    check("POST", "/admin/v1/locks/f/release", headers=auth, port=admin_port, expect=404)
+    check("POST", "/admin/v1/locks/a%7Bb/release", headers=auth, port=admin_port, expect=400)
+    check("GET", "/readyz", port=admin_port, expect=200)
+    check("GET", "/v1/openapi.json", headers=auth, port=admin_port, expect=200)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--sidelock", required=True)
+    ap.add_argument("--repo", required=True)
+    args = ap.parse_args()
+    with open(os.path.join(args.repo, "src/api/openapi.json")) as f:
+        doc = json.load(f)
+    with open(os.path.join(args.repo, "README.md")) as f:
+        readme = f.read()
+
+    check_document(doc)
+    check_readme(doc, readme)
+
+    tmp = tempfile.mkdtemp(prefix="sidelock-openapi-")
+    procs = []
+    try:
+        redis_port, lock_port, admin_port = free_port(), free_port(), free_port()
+        procs.append(subprocess.Popen(
+            ["redis-server", "--port", str(redis_port), "--bind", "127.0.0.1", "--save", "",
+             "--appendonly", "no", "--dir", tmp],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        if not wait_port(redis_port):
+            fail("redis-server did not start")
+            return 1
+        config = os.path.join(tmp, "sidelock.yaml")
+        with open(config, "w") as f:
+            f.write(
+                'listen:\n  tcp: "127.0.0.1:%d"\n  unix: ""\n  admin: "127.0.0.1:%d"\n'
+                'backend:\n  type: redis\n  nodes: ["127.0.0.1:%d"]\n'
+                "locks:\n  max_waiters_per_lock: 1\n"
+                "auth:\n  admin_tokens_env: OPENAPI_TEST_ADMIN_TOKENS\n"
+                'dapr:\n  stores: ["lockstore"]\n' % (lock_port, admin_port, redis_port))
+        env = dict(os.environ, OPENAPI_TEST_ADMIN_TOKENS=ADMIN_TOKEN,
+                   SIDELOCK_DAPR_OWNER_SECRET="openapi-test-secret-0123456789")
+        log = open(os.path.join(tmp, "sidecar.log"), "w")
+        procs.append(subprocess.Popen([args.sidelock, "--config", config], env=env, stdout=log, stderr=log))
+        if not wait_port(lock_port) or not wait_port(admin_port):
+            fail("the sidecar did not start:\n" + open(os.path.join(tmp, "sidecar.log")).read())
+            return 1
+        end = time.time() + 20
+        while time.time() < end and call(lock_port, "GET", "/readyz")[0] != 200:
+            time.sleep(0.05)
+        exercise(doc, lock_port, admin_port)
+    finally:
+        for p in reversed(procs):
+            p.send_signal(signal.SIGTERM)
+        for p in reversed(procs):
+            try:
+                p.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+    print("checked %d real responses and %d README examples against the document"
+          % (CHECKED["responses"], CHECKED["readme"]))
+    if CHECKED["responses"] < 30:
+        fail("only %d responses checked" % CHECKED["responses"])
+    if FAILURES:
+        print("%d failure(s)" % len(FAILURES))
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
