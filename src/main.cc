@@ -31,6 +31,25 @@
 namespace sidelock {
 namespace {
 
+/// The HTTP layer's view of the listen: section (it does not include the configuration).
+http::ServerOptions serverOptions(const config::ListenConfig& l) {
+  http::ServerOptions o;
+  o.tcp = l.tcp;
+  o.unix_path = l.unix_path;
+  o.unix_mode = l.unix_mode;
+  o.unix_gid = l.unix_gid;
+  o.max_connections = l.max_connections;
+  o.max_connections_per_peer = l.max_connections_per_peer;
+  o.max_stream_holds = l.max_stream_holds;
+  o.max_header_bytes = l.max_header_bytes;
+  o.max_body_bytes = l.max_body_bytes;
+  o.max_pipelined_requests = l.max_pipelined_requests;
+  o.header_timeout_ms = l.header_timeout_ms;
+  o.idle_timeout_ms = l.idle_timeout_ms;
+  o.write_timeout_ms = l.write_timeout_ms;
+  return o;
+}
+
 constexpr const char* kUsage =
     R"(sidelock — distributed locks for the apps beside it, over local HTTP.
 
@@ -204,7 +223,7 @@ int runSidecar(const config::Config& cfg) {
   s.metrics = std::make_unique<metrics::Metrics>(SIDELOCK_VERSION);
   s.backend = makeBackend(s, cfg);
   s.locks = std::make_unique<lock::LockService>(cfg.locks, *s.backend, *s.scheduler, *s.metrics);
-  s.api = std::make_unique<api::LockApi>(cfg.locks, *s.locks, *s.backend, *s.metrics);
+  s.api = std::make_unique<api::LockApi>(cfg.locks, *s.locks, *s.metrics);
   s.dapr_api = std::make_unique<api::DaprApi>(cfg.dapr, cfg.locks, *s.locks);
   s.router = std::make_unique<http::Router>();
   std::vector<api::Route> lock_routes = s.api->routes();
@@ -219,7 +238,7 @@ int runSidecar(const config::Config& cfg) {
   }
   setUpAccessPolicies(s, cfg);
   s.server = std::make_unique<http::HttpServer>(
-      &s.loop, *s.scheduler, cfg.listen, *s.metrics,
+      &s.loop, *s.scheduler, serverOptions(cfg.listen), *s.metrics,
       http::guardHandler(s.tcp_policy, s.unix_policy, s.router->asHandler()));
   Status listening = s.server->start();
   if (listening.isOk() && !cfg.listen.admin.empty()) {
@@ -235,7 +254,7 @@ int runSidecar(const config::Config& cfg) {
     admin_listen.tcp = cfg.listen.admin;
     admin_listen.unix_path.clear();
     s.admin_server = std::make_unique<http::HttpServer>(
-        &s.loop, *s.scheduler, admin_listen, *s.metrics,
+        &s.loop, *s.scheduler, serverOptions(admin_listen), *s.metrics,
         http::guardHandler(s.admin_policy, s.admin_policy, s.admin_router->asHandler()));
     listening = s.admin_server->start();
     if (!listening.isOk()) s.server->close([] {});

@@ -58,12 +58,12 @@ void sendBackendError(const http::ResponderPtr& res, const Status& status) {
   }
 }
 
-const char* nodeState(const backend::NodeHealth& n) {
+const char* nodeState(const lock::NodeHealth& n) {
   if (!n.up) return "down";
   return n.voting ? "up" : "not_voting";
 }
 
-json healthJson(const backend::BackendHealth& h) {
+json healthJson(const lock::BackendHealth& h) {
   json nodes = json::array();
   for (const auto& n : h.nodes) {
     json node = {{"node", n.address}, {"state", nodeState(n)}};
@@ -132,8 +132,8 @@ bool LockApi::mayUseLock(const http::Principal* principal, std::string_view name
 }
 
 LockApi::LockApi(const config::LocksConfig& locks, lock::LockService& service,
-                 backend::Backend& backend, metrics::Metrics& metrics)
-    : locks_(locks), service_(service), backend_(backend), metrics_(metrics) {}
+                 metrics::Metrics& metrics)
+    : locks_(locks), service_(service), metrics_(metrics) {}
 
 std::vector<Route> LockApi::routes() {
   auto bind = [this](void (LockApi::*fn)(http::Request&, http::ResponderPtr)) {
@@ -418,7 +418,7 @@ void LockApi::forceRelease(http::Request& req, http::ResponderPtr res) {
   std::string who = req.principal->label;
   if (req.peer != nullptr && !req.peer->key().empty()) who += " from " + req.peer->key();
   std::string name(req.param("name"));
-  service_.forceRelease(name, [res, name, who](StatusOr<backend::ForcedRelease> r) {
+  service_.forceRelease(name, [res, name, who](StatusOr<lock::ForcedRelease> r) {
     if (!r.isOk()) return sendBackendError(res, r.status());
     if (!r->released) {
       return sendError(res, 404, "not_held", "the lock is not held (it expired or was released)");
@@ -463,7 +463,7 @@ void LockApi::extend(http::Request& req, http::ResponderPtr res) {
 void LockApi::inspect(http::Request& req, http::ResponderPtr res) {
   if (!checkName(req, res, static_cast<size_t>(locks_.max_name_bytes))) return;
   std::string name(req.param("name"));
-  service_.inspect(name, [res, name](StatusOr<backend::LockState> r) {
+  service_.inspect(name, [res, name](StatusOr<lock::LockState> r) {
     if (!r.isOk()) return sendBackendError(res, r.status());
     // Never the owner id: it is the capability to release.
     res->send(200, kJson,
@@ -503,7 +503,7 @@ void LockApi::healthz(http::Request&, http::ResponderPtr res) {
 }
 
 void LockApi::readyz(http::Request&, http::ResponderPtr res) {
-  backend::BackendHealth h = backend_.health();
+  lock::BackendHealth h = service_.backendHealth();
   if (draining_) {
     json body = {{"error", "not_ready"}, {"message", "shutting down"}, {"nodes", healthJson(h)}};
     return sendJson(res, 503, body);

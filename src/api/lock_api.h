@@ -1,7 +1,8 @@
 // The v1 HTTP API: JSON <-> LockService. Validates every input before it reaches the lock service
 // (bad input changes nothing) and maps results to status codes and JSON error bodies:
 //   {"error": "<code>", "message": "..."}
-// The HTTP layer knows nothing of locks; this layer knows nothing of Redis.
+// The HTTP layer knows nothing of locks; this layer knows nothing of Redis, and speaks to the lock
+// service only (never to the backend).
 #pragma once
 
 #include <functional>
@@ -10,7 +11,6 @@
 #include <vector>
 
 #include "api/request_body.h"
-#include "backend/backend.h"
 #include "config/config.h"
 #include "http/http_types.h"
 #include "lock/lock_service.h"
@@ -26,8 +26,7 @@ struct Route {
 
 class LockApi {
  public:
-  LockApi(const config::LocksConfig& locks, lock::LockService& service, backend::Backend& backend,
-          metrics::Metrics& metrics);
+  LockApi(const config::LocksConfig& locks, lock::LockService& service, metrics::Metrics& metrics);
 
   /// Every route this API serves; main registers them with the HTTP router.
   std::vector<Route> routes();
@@ -68,7 +67,6 @@ class LockApi {
 
   const config::LocksConfig& locks_;
   lock::LockService& service_;
-  backend::Backend& backend_;
   metrics::Metrics& metrics_;
   bool draining_ = false;
   // The body of the request being handled: reused so that parsing allocates nothing once warm.

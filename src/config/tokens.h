@@ -15,16 +15,11 @@
 #include <vector>
 
 #include "common/status.h"
+#include "common/token_entry.h"
 
 namespace sidelock::config {
 
-struct TokenEntry {
-  std::string secret;
-  /// Lock-name prefixes this token may use; empty = every lock name.
-  std::vector<std::string> prefixes;
-  /// Where it came from, for logs and refusals: "auth.tokens_file line 3".
-  std::string label;
-};
+using TokenEntry = sidelock::TokenEntry;
 
 /// Where one set of tokens comes from. Both empty: no tokens (none required).
 struct TokenSource {

@@ -69,7 +69,7 @@ std::string_view bearerToken(std::string_view authorization) {
 
 }  // namespace
 
-void TokenVerifier::replace(const std::vector<config::TokenEntry>& entries) {
+void TokenVerifier::replace(const std::vector<TokenEntry>& entries) {
   std::vector<Stored> next;
   next.reserve(entries.size());
   for (const auto& e : entries) {

@@ -14,7 +14,7 @@
 #include <utility>
 #include <vector>
 
-#include "config/tokens.h"
+#include "common/token_entry.h"
 #include "http/http_types.h"
 
 namespace sidelock::http {
@@ -31,9 +31,9 @@ inline constexpr std::string_view kPeerNotAllowed = "peer_not_allowed";
 class TokenVerifier {
  public:
   TokenVerifier() = default;
-  explicit TokenVerifier(const std::vector<config::TokenEntry>& entries) { replace(entries); }
+  explicit TokenVerifier(const std::vector<TokenEntry>& entries) { replace(entries); }
 
-  void replace(const std::vector<config::TokenEntry>& entries);
+  void replace(const std::vector<TokenEntry>& entries);
   size_t size() const { return tokens_.size(); }
 
   /// The principal `presented` belongs to, or null. Every stored digest is compared with

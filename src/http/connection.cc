@@ -33,7 +33,7 @@ constexpr size_t kMaxOutputBacklog = 64 * 1024;
 // again, and renewals, probes and every other client would wait (issue 11, finding 1).
 constexpr int kRequestsPerTurn = 8;
 
-ParserLimits parserLimits(const config::ListenConfig& limits) {
+ParserLimits parserLimits(const ServerOptions& limits) {
   ParserLimits p;
   p.max_header_bytes = static_cast<size_t>(std::max(0, limits.max_header_bytes));
   p.max_body_bytes = static_cast<size_t>(std::max(0, limits.max_body_bytes));

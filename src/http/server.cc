@@ -19,9 +19,8 @@ constexpr size_t kMaxRefusing = 64;
 
 // --- HttpServer --------------------------------------------------------------------------------
 
-HttpServer::HttpServer(uv_loop_t* loop, event::Scheduler& scheduler,
-                       const config::ListenConfig& limits, metrics::Metrics& metrics,
-                       Handler handler)
+HttpServer::HttpServer(uv_loop_t* loop, event::Scheduler& scheduler, const ServerOptions& limits,
+                       metrics::Metrics& metrics, Handler handler)
     : loop_(loop),
       scheduler_(scheduler),
       limits_(limits),
@@ -40,9 +39,8 @@ HttpServer::HttpServer(uv_loop_t* loop, event::Scheduler& scheduler,
   uv_unref(reinterpret_cast<uv_handle_t*>(turn_check_.get()));
 }
 
-HttpServer::HttpServer(uv_loop_t* loop, event::Scheduler& scheduler,
-                       const config::ListenConfig& limits, metrics::Metrics& metrics,
-                       const Router& router)
+HttpServer::HttpServer(uv_loop_t* loop, event::Scheduler& scheduler, const ServerOptions& limits,
+                       metrics::Metrics& metrics, const Router& router)
     : HttpServer(loop, scheduler, limits, metrics, router.asHandler()) {}
 
 HttpServer::~HttpServer() {
@@ -69,8 +67,8 @@ Status HttpServer::listenTcp(std::string_view host_port) {
 
 Status HttpServer::listenUnix(const std::string& path, uint32_t mode, int64_t gid) {
   if (closed_) return unavailable("server is closed");
-  return unix_.listenUnix(path, mode, kListenBacklog,
-                          [this] { onConnection(unix_, unix_budget_); }, gid);
+  return unix_.listenUnix(
+      path, mode, kListenBacklog, [this] { onConnection(unix_, unix_budget_); }, gid);
 }
 
 void HttpServer::onConnection(event::StreamListener& listener, ConnectionBudget& budget) {

@@ -1,6 +1,6 @@
 // The HTTP/1.1 server: TCP and Unix-socket listeners, one Connection per client (connection.h)
 // with a RequestParser (request_parser.h) and a response writer (response_writer.h)
-// under limits (config::ListenConfig), keep-alive, pipelining with in-order responses,
+// under limits (ServerOptions), keep-alive, pipelining with in-order responses,
 // chunked streams, timeouts (header/slowloris, idle, write) and graceful stop. Knows nothing of
 // locks: requests go to one Handler (usually Router::asHandler()).
 //
@@ -26,11 +26,11 @@
 #include <vector>
 
 #include "common/status.h"
-#include "config/config.h"
 #include "event/scheduler.h"
 #include "event/stream_listener.h"
 #include "event/uv_handle.h"
 #include "http/http_types.h"
+#include "http/server_options.h"
 #include "metrics/metrics.h"
 
 namespace sidelock::http {
@@ -41,10 +41,10 @@ class HttpServer {
  public:
   /// `limits` is copied (tcp / unix_path / unix_mode are used only by start()). `scheduler`,
   /// `metrics` and the loop must outlive the server.
-  HttpServer(uv_loop_t* loop, event::Scheduler& scheduler, const config::ListenConfig& limits,
+  HttpServer(uv_loop_t* loop, event::Scheduler& scheduler, const ServerOptions& limits,
              metrics::Metrics& metrics, Handler handler);
   /// Convenience: dispatches through `router`, which must outlive the server.
-  HttpServer(uv_loop_t* loop, event::Scheduler& scheduler, const config::ListenConfig& limits,
+  HttpServer(uv_loop_t* loop, event::Scheduler& scheduler, const ServerOptions& limits,
              metrics::Metrics& metrics, const Router& router);
   /// Closes everything (like close() without a callback).
   ~HttpServer();
@@ -120,7 +120,7 @@ class HttpServer {
 
   uv_loop_t* loop_;
   event::Scheduler& scheduler_;
-  config::ListenConfig limits_;
+  ServerOptions limits_;
   metrics::Metrics& metrics_;
   Handler handler_;
   event::StreamListener tcp_;

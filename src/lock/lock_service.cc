@@ -67,6 +67,8 @@ void LockService::forceRelease(std::string_view name,
 std::vector<LeaseInfo> LockService::leases() const { return impl_->leases(); }
 std::vector<WaiterCount> LockService::waiterCounts() const { return impl_->waiterCounts(); }
 
+BackendHealth LockService::backendHealth() const { return impl_->backendHealth(); }
+
 void LockService::shutdown(bool release_held, int64_t grace_ms, std::function<void()> done) {
   impl_->shutdown(release_held, grace_ms, std::move(done));
 }

@@ -19,6 +19,13 @@
 
 namespace sidelock::lock {
 
+// The backend's result types the service hands through unchanged, named here so the layers above
+// (api) speak to the lock service only and never include the backend.
+using LockState = backend::LockState;
+using ForcedRelease = backend::ForcedRelease;
+using BackendHealth = backend::BackendHealth;
+using NodeHealth = backend::NodeHealth;
+
 struct AcquireOptions {
   std::string name;
   std::string owner;   // empty: the service generates a 128-bit random owner id
@@ -161,6 +168,8 @@ class LockService {
 
   std::vector<LeaseInfo> leases() const;
   std::vector<WaiterCount> waiterCounts() const;
+  /// The backend's health, for /readyz.
+  BackendHealth backendHealth() const;
 
   /// Stops accepting work, fails waiters with kCancelled, stops renewals, releases held leases
   /// if `release_held`, then calls `done` (on a later turn) once every backend call it made has

@@ -50,6 +50,7 @@ class LockService::Impl {
   void forceRelease(std::string_view name,
                     std::function<void(StatusOr<backend::ForcedRelease>)> done);
   std::vector<LeaseInfo> leases() const;
+  BackendHealth backendHealth() const { return backend_.health(); }
   std::vector<WaiterCount> waiterCounts() const;
   void shutdown(bool release_held, int64_t grace_ms, std::function<void()> done);
 

@@ -266,7 +266,7 @@ class HttpServerTest : public ::testing::Test {
   }
 
   std::string dir_, socket_path_;
-  config::ListenConfig limits_;
+  ServerOptions limits_;
   metrics::Metrics metrics_;
   Router router_;
   uv_loop_t loop_{};

@@ -1043,7 +1043,7 @@ class FakeResponder final : public http::Responder {
 };
 
 TEST_F(LockServiceTest, ApiGrantThatReachesAClientThatLeftIsReleased) {
-  api::LockApi lock_api(cfg, *svc, backend, metrics);
+  api::LockApi lock_api(cfg, *svc, metrics);
   http::Handler acquire;
   for (auto& r : lock_api.routes()) {
     if (r.pattern == "/v1/locks/{name}/acquire") acquire = r.handler;
