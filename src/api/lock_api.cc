@@ -1,5 +1,6 @@
 #include "api/lock_api.h"
 
+#include <chrono>
 #include <cstdio>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -21,6 +22,45 @@ void sendJson(const http::ResponderPtr& res, int status, const json& body) {
 
 /// Reads "owner": 1..max_bytes printable ASCII without spaces. Absent is an error only if
 /// `required`; returns false (with the body error set) on a bad value.
+constexpr size_t kMaxRequestIdBytes = 128;
+constexpr std::string_view kAcquireRoute = "acquire";
+constexpr std::string_view kReleaseRoute = "release";
+
+int64_t monotonicUs() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+/// request_id: optional, 1..128 printable ASCII characters.
+bool readRequestId(RequestBody& b, std::string_view& out) {
+  if (!b.readString(BodyField::kRequestId, out)) return false;
+  if (!b.has(BodyField::kRequestId)) return true;
+  bool printable = !out.empty() && out.size() <= kMaxRequestIdBytes;
+  for (unsigned char c : out) printable = printable && c >= 0x21 && c <= 0x7e;
+  if (!printable) {
+    b.setError("request_id must be 1.." + std::to_string(kMaxRequestIdBytes) +
+               " printable ASCII characters without spaces");
+  }
+  return b.ok();
+}
+
+/// What a remembered answer is filed under besides route and request_id: the lock, the owner id
+/// the client sent (if any) and its token's label. A retry must repeat all of them, so a guessed
+/// request_id alone never yields somebody else's answer (or owner id).
+std::string retryScope(std::string_view name, std::string_view owner,
+                       const http::Principal* principal) {
+  std::string scope(name);
+  scope.append(1, '\0').append(owner).append(1, '\0');
+  if (principal != nullptr) scope.append(principal->label);
+  return scope;
+}
+
+/// Sends a remembered (or just computed) answer.
+void sendAnswer(const http::ResponderPtr& res, const IdempotencyCache::Answer& a) {
+  res->send(a.status, "application/json", a.body, a.headers);
+}
+
 bool readOwner(RequestBody& b, size_t max_bytes, bool required, std::string_view& out) {
   if (!b.has(BodyField::kOwner)) {
     if (!required) return true;
@@ -133,7 +173,11 @@ bool LockApi::mayUseLock(const http::Principal* principal, std::string_view name
 
 LockApi::LockApi(const config::LocksConfig& locks, lock::LockService& service,
                  metrics::Metrics& metrics)
-    : locks_(locks), service_(service), metrics_(metrics) {}
+    : locks_(locks),
+      service_(service),
+      metrics_(metrics),
+      replies_(std::make_shared<IdempotencyCache>(locks.request_id_window_ms,
+                                                  static_cast<size_t>(locks.max_request_ids))) {}
 
 std::vector<Route> LockApi::routes() {
   auto bind = [this](void (LockApi::*fn)(http::Request&, http::ResponderPtr)) {
@@ -215,7 +259,38 @@ struct AcquireCall {
   std::string owner;
   bool stream = false;
   bool finished = false;  // stream ended or plain response sent
+  // request_id retries (plain leases only): the answer is remembered under it.
+  std::string request_id;
+  std::string retry_scope;  // retryScope() of the request
+  std::shared_ptr<IdempotencyCache> replies;
+  std::string given_owner;  // the client's own owner id, if it chose one
+  bool auto_renew = false;
+  int64_t ttl_ms = 0;
 };
+
+/// A retried acquire (request_id) of a client that chose its owner id, answered busy: if the
+/// lease is the client's own (its first attempt was granted, but the answer was lost or the
+/// sidecar restarted since), it is granted again in place: TTL set anew, same token.
+void reclaimOwnGrant(const std::shared_ptr<AcquireCall>& call, const std::string& name,
+                     int64_t retry_after_ms) {
+  call->service->extend(
+      name, call->given_owner, call->ttl_ms,
+      [call, name, retry_after_ms](StatusOr<lock::ExtendResult> extended) {
+        if (!extended.isOk() || extended->status != lock::ExtendStatus::kExtended) {
+          return sendRetryLater(call->responder, 409, "locked", "the lock is held by another owner",
+                                retry_after_ms);
+        }
+        const int64_t ttl_ms = extended->ttl_ms;
+        call->service->inspect(name, [call, name, ttl_ms](StatusOr<lock::LockState> state) {
+          if (!state.isOk()) return sendBackendError(call->responder, state.status());
+          IdempotencyCache::Answer answer{
+              200, grantAnswer({name, call->given_owner, state->token, ttl_ms}), {}};
+          call->replies->store(kAcquireRoute, call->retry_scope, call->request_id, answer,
+                               monotonicUs());
+          sendAnswer(call->responder, answer);
+        });
+      });
+}
 
 const char* leaseEventName(lock::LeaseEvent e) {
   switch (e) {
@@ -238,24 +313,34 @@ void LockApi::acquire(http::Request& req, http::ResponderPtr res) {
   RequestBody& body = body_;
   body.parse(req.header("content-type"), req.body,
              {BodyField::kTtlMs, BodyField::kWaitMs, BodyField::kOwner, BodyField::kAutoRenew,
-              BodyField::kMaxHoldMs, BodyField::kHold});
+              BodyField::kMaxHoldMs, BodyField::kHold, BodyField::kRequestId});
   lock::AcquireOptions opts;
   opts.name = std::string(req.param("name"));
   opts.ttl_ms = locks_.default_ttl_ms;
   std::string_view owner;
   std::string_view hold;
+  std::string_view request_id;
   if (body.ok()) {
     body.readInt(BodyField::kTtlMs, 1, locks_.max_ttl_ms, opts.ttl_ms) &&
         body.readInt(BodyField::kWaitMs, 0, locks_.max_wait_ms, opts.wait_ms) &&
         readOwner(body, static_cast<size_t>(locks_.max_owner_bytes), false, owner) &&
         body.readBool(BodyField::kAutoRenew, opts.auto_renew) &&
         body.readInt(BodyField::kMaxHoldMs, 1, locks_.max_hold_ms_limit, opts.max_hold_ms) &&
-        body.readString(BodyField::kHold, hold);
+        body.readString(BodyField::kHold, hold) && readRequestId(body, request_id);
   }
   if (body.ok() && !hold.empty() && hold != "stream" && hold != "none") {
     body.setError("hold must be \"stream\" or \"none\"");
   }
+  if (body.ok() && hold == "stream" && !request_id.empty()) {
+    body.setError("request_id cannot be used with hold: stream (the stream is the lease's answer)");
+  }
   if (!body.ok()) return sendBodyError(res, body);
+  const std::string retry_scope = retryScope(opts.name, owner, req.principal.get());
+  if (!request_id.empty()) {
+    if (const auto* first = replies_->find(kAcquireRoute, retry_scope, request_id, monotonicUs())) {
+      return sendAnswer(res, *first);  // a retry of an acquire that was granted
+    }
+  }
   opts.owner = owner;
   if (draining_) {
     sendError(res, 503, "shutting_down", "the sidecar is shutting down");
@@ -272,7 +357,7 @@ void LockApi::acquire(http::Request& req, http::ResponderPtr res) {
 
   auto call = std::make_shared<AcquireCall>();
   call->responder = res;
-  if (opts.stream) call->name = opts.name;
+  call->name = opts.name;
   call->stream = opts.stream;
 
   std::function<void(lock::LeaseEvent)> on_event;
@@ -297,6 +382,12 @@ void LockApi::acquire(http::Request& req, http::ResponderPtr res) {
   call->service = &service_;
   call->locks = &locks_;
   call->metrics = &metrics_;
+  call->request_id = std::string(request_id);
+  call->retry_scope = retry_scope;
+  call->replies = replies_;
+  call->given_owner = std::string(owner);
+  call->auto_renew = opts.auto_renew;
+  call->ttl_ms = opts.ttl_ms;
   auto done = [call](lock::AcquireResult r) {
     const http::ResponderPtr& out = call->responder;
     switch (r.status) {
@@ -318,6 +409,14 @@ void LockApi::acquire(http::Request& req, http::ResponderPtr res) {
           out->writeChunk(grantAnswer(r.grant, "acquired"));
         } else {
           call->finished = true;
+          if (!call->request_id.empty()) {
+            // Remembered for the retry, which then gets this very grant; so it is not given
+            // back if undelivered (a plain lease ends by its TTL even if no retry comes).
+            IdempotencyCache::Answer answer{200, grantAnswer(r.grant), {}};
+            call->replies->store(kAcquireRoute, call->retry_scope, call->request_id, answer,
+                                 monotonicUs());
+            if (!call->auto_renew) return sendAnswer(out, answer);
+          }
           // The client may still hang up after the answer left: if it provably never read it
           // (the connection reset), nobody can use or release this lease; give it back.
           out->onUndelivered([service = call->service, metrics = call->metrics, name = r.grant.name,
@@ -330,6 +429,9 @@ void LockApi::acquire(http::Request& req, http::ResponderPtr res) {
         return;
       case lock::AcquireStatus::kBusy: {
         call->finished = true;
+        if (!call->request_id.empty() && !call->given_owner.empty() && !call->auto_renew) {
+          return reclaimOwnGrant(call, call->name, r.retry_after_ms);
+        }
         sendRetryLater(out, 409, "locked", "the lock is held by another owner", r.retry_after_ms);
         return;
       }
@@ -382,24 +484,50 @@ void LockApi::acquire(http::Request& req, http::ResponderPtr res) {
 void LockApi::release(http::Request& req, http::ResponderPtr res) {
   if (!checkName(req, res, static_cast<size_t>(locks_.max_name_bytes))) return;
   RequestBody& body = body_;
-  body.parse(req.header("content-type"), req.body, {BodyField::kOwner});
+  body.parse(req.header("content-type"), req.body, {BodyField::kOwner, BodyField::kRequestId});
   std::string_view owner;
-  if (body.ok()) readOwner(body, static_cast<size_t>(locks_.max_owner_bytes), true, owner);
+  std::string_view request_id;
+  if (body.ok()) {
+    readOwner(body, static_cast<size_t>(locks_.max_owner_bytes), true, owner) &&
+        readRequestId(body, request_id);
+  }
   if (!body.ok()) return sendBodyError(res, body);
-  service_.release(req.param("name"), owner, [res](StatusOr<lock::ReleaseStatus> r) {
-    if (!r.isOk()) return sendBackendError(res, r.status());
-    switch (*r) {
-      case lock::ReleaseStatus::kReleased:
-        return res->send(200, kJson, JsonObject().boolean("released", true).finish());
-      case lock::ReleaseStatus::kNotOwner:
-        return sendError(res, 409, "not_owner", "the lock is held by another owner");
-      case lock::ReleaseStatus::kNotHeld:
-        return sendError(res, 404, "not_held", "no such lease (it expired or was released)");
-      case lock::ReleaseStatus::kLeaseLost:
-        return sendError(res, 404, "lease_lost",
-                         "the lease was lost before release (expired or taken by another owner)");
+  const std::string name(req.param("name"));
+  const std::string retry_scope = retryScope(name, owner, req.principal.get());
+  if (!request_id.empty()) {
+    if (const auto* first = replies_->find(kReleaseRoute, retry_scope, request_id, monotonicUs())) {
+      return sendAnswer(res, *first);  // a retried release gets the first answer
     }
-  });
+  }
+  auto error = [](int status, std::string_view code, std::string_view message) {
+    return IdempotencyCache::Answer{
+        status, JsonObject().text("error", code).text("message", message).finish(), {}};
+  };
+  service_.release(
+      name, owner,
+      [res, error, retry_scope, request_id = std::string(request_id),
+       replies = replies_](StatusOr<lock::ReleaseStatus> r) {
+        if (!r.isOk()) return sendBackendError(res, r.status());  // not remembered: retry for real
+        IdempotencyCache::Answer answer;
+        switch (*r) {
+          case lock::ReleaseStatus::kReleased:
+            answer = {200, JsonObject().boolean("released", true).finish(), {}};
+            break;
+          case lock::ReleaseStatus::kNotOwner:
+            answer = error(409, "not_owner", "the lock is held by another owner");
+            break;
+          case lock::ReleaseStatus::kNotHeld:
+            answer = error(404, "not_held", "no such lease (it expired or was released)");
+            break;
+          case lock::ReleaseStatus::kLeaseLost:
+            answer = error(404, "lease_lost",
+                           "the lease was lost before release (expired or taken by another owner)");
+            break;
+        }
+        if (!request_id.empty())
+          replies->store(kReleaseRoute, retry_scope, request_id, answer, monotonicUs());
+        sendAnswer(res, answer);
+      });
 }
 
 // Frees a stuck lock whoever holds it. Only with an admin token: the admin listener is often

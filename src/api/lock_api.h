@@ -6,10 +6,12 @@
 #pragma once
 
 #include <functional>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "api/idempotency_cache.h"
 #include "api/request_body.h"
 #include "config/config.h"
 #include "http/http_types.h"
@@ -69,6 +71,8 @@ class LockApi {
   lock::LockService& service_;
   metrics::Metrics& metrics_;
   bool draining_ = false;
+  // Answers by request_id (safe retries); shared with the callbacks that fill it in.
+  std::shared_ptr<IdempotencyCache> replies_;
   // The body of the request being handled: reused so that parsing allocates nothing once warm.
   RequestBody body_;
 };

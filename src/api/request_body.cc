@@ -163,6 +163,8 @@ std::string_view RequestBody::fieldName(BodyField field) {
       return "lockOwner";
     case BodyField::kExpiryInSeconds:
       return "expiryInSeconds";
+    case BodyField::kRequestId:
+      return "request_id";
   }
   return "";
 }

@@ -32,6 +32,7 @@ enum class BodyField {
   kResourceId,
   kLockOwner,
   kExpiryInSeconds,
+  kRequestId,
 };
 
 class BodyReader;
@@ -80,7 +81,7 @@ class RequestBody {
     std::string text;  // kept between requests: its capacity is reused
   };
   static constexpr std::string_view kBadRequest = "bad_request";
-  static constexpr size_t kFieldCount = 9;
+  static constexpr size_t kFieldCount = 10;
 
   Value& slot(BodyField field) { return values_[static_cast<size_t>(field)]; }
   const Value& slot(BodyField field) const { return values_[static_cast<size_t>(field)]; }

@@ -513,9 +513,12 @@ void loadLocks(const Section& root, LocksConfig& c) {
   s.readDouble("renew_fraction", c.renew_fraction, 0.05, 0.9);
   s.readInt("default_max_hold_ms", c.default_max_hold_ms, 0, kMaxMs * 52);
   s.readInt("max_hold_ms_limit", c.max_hold_ms_limit, 1, kMaxMs * 52);
+  s.readInt("request_id_window_ms", c.request_id_window_ms, 0, kMaxMs * 52);
+  s.readInt("max_request_ids", c.max_request_ids, 0, 10'000'000);
   s.rejectUnknown({"default_ttl_ms", "max_ttl_ms", "max_wait_ms", "max_name_bytes",
                    "max_owner_bytes", "max_waiters_per_lock", "max_waiters", "retry_min_ms",
-                   "retry_max_ms", "renew_fraction", "default_max_hold_ms", "max_hold_ms_limit"});
+                   "retry_max_ms", "renew_fraction", "default_max_hold_ms", "max_hold_ms_limit",
+                   "request_id_window_ms", "max_request_ids"});
   if (c.default_ttl_ms > c.max_ttl_ms)
     fail(s.path("default_ttl_ms"), "must be <= locks.max_ttl_ms");
   if (c.retry_max_ms < c.retry_min_ms)

@@ -141,6 +141,10 @@ struct LocksConfig {
   /// Default cap on auto-renewed holds (0 = no default cap; requests may still set max_hold_ms).
   int64_t default_max_hold_ms = 3'600'000;
   int64_t max_hold_ms_limit = 86'400'000;  // largest max_hold_ms a request may ask for
+  /// How long an acquire's or release's answer is remembered under its request_id, and how many
+  /// answers at most (README "Safe retries"). 0 turns request_id replays off.
+  int64_t request_id_window_ms = 600'000;
+  int max_request_ids = 100'000;
   /// Extra random spread added to every waiter retry, so sidecars that split a Redlock vote do
   /// not retry in lockstep. Resolved at load time from backend.redlock.retry_jitter_ms when the
   /// backend is redlock, else 0 (not a YAML key under locks).

@@ -1,0 +1,84 @@
+// request_id (issue 13, "Safe retries over HTTP"): a retried acquire whose first attempt was
+// granted gets the same grant instead of 409; a retried release gets the first answer; with the
+// client's own owner id, a retry after a sidecar restart still gets its grant. Real sidecars on a
+// real redis-server.
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "support/http_client.h"
+#include "support/redis_server.h"
+#include "support/sidecar_polling.h"
+#include "support/sidecar_process.h"
+
+namespace sidelock::testing {
+namespace {
+
+using nlohmann::json;
+
+std::unique_ptr<SidecarProcess> sidecarOn(const RedisServer& redis) {
+  return std::make_unique<SidecarProcess>(SidecarProcess::Options{
+      "backend:\n  type: redis\n  nodes: [\"" + redis.address() + "\"]\n", {}, true});
+}
+
+TEST(SafeRetriesTest, RetriedAcquireAndReleaseGetTheFirstAnswers) {
+  RedisServer redis;
+  auto s = sidecarOn(redis);
+  HttpClient c = HttpClient::tcp(s->port());
+  const std::string acquire = R"({"ttl_ms":30000,"request_id":"job-17-try"})";
+  auto first = c.post("/v1/locks/orders-1/acquire", acquire);
+  ASSERT_EQ(first.status, 200) << first.body;
+  auto retry = c.post("/v1/locks/orders-1/acquire", acquire);
+  ASSERT_EQ(retry.status, 200) << retry.body;
+  EXPECT_EQ(json::parse(retry.body), json::parse(first.body)) << "same owner, same token";
+  // Another request id is another acquire: the lock is held.
+  EXPECT_EQ(c.post("/v1/locks/orders-1/acquire", R"({"request_id":"other"})").status, 409);
+  // The same request id on another lock is another request.
+  EXPECT_EQ(c.post("/v1/locks/orders-2/acquire", acquire).status, 200);
+
+  const std::string owner = json::parse(first.body)["owner"];
+  const std::string release = json{{"owner", owner}, {"request_id", "rel-1"}}.dump();
+  auto released = c.post("/v1/locks/orders-1/release", release);
+  EXPECT_EQ(released.status, 200) << released.body;
+  auto again = c.post("/v1/locks/orders-1/release", release);
+  EXPECT_EQ(again.status, 200) << "the first answer, not 404: " << again.body;
+  EXPECT_EQ(again.body, released.body);
+  EXPECT_EQ(c.post("/v1/locks/orders-1/release", json{{"owner", owner}}.dump()).status, 404)
+      << "without request_id a release is a release";
+
+  // Bad request ids and streams are refused and change nothing.
+  for (const char* bad : {R"({"request_id":""})", R"({"request_id":"has space"})",
+                          R"({"request_id":7})", R"({"request_id":"x","hold":"stream"})"}) {
+    auto r = c.post("/v1/locks/orders-3/acquire", bad);
+    EXPECT_EQ(r.status, 400) << bad << " -> " << r.body;
+  }
+  EXPECT_EQ(json::parse(c.get("/v1/locks/orders-3").body)["held"], false);
+  EXPECT_EQ(s->stop(), 0) << s->logs();
+}
+
+TEST(SafeRetriesTest, WithItsOwnOwnerIdARetryAfterASidecarRestartGetsItsGrant) {
+  RedisServer redis;
+  auto s = sidecarOn(redis);
+  const std::string acquire = R"({"ttl_ms":30000,"owner":"worker-7-lease","request_id":"r-1"})";
+  HttpClient c = HttpClient::tcp(s->port());
+  auto first = c.post("/v1/locks/report/acquire", acquire);
+  ASSERT_EQ(first.status, 200) << first.body;
+  s->kill();  // the answer may never have reached the client; the sidecar is back without memory
+  s = sidecarOn(redis);
+  HttpClient c2 = HttpClient::tcp(s->port());
+  auto retry = c2.post("/v1/locks/report/acquire", acquire);
+  ASSERT_EQ(retry.status, 200) << retry.body;
+  EXPECT_EQ(json::parse(retry.body)["token"], json::parse(first.body)["token"]);
+  EXPECT_EQ(json::parse(retry.body)["owner"], "worker-7-lease");
+  // Somebody else's retry with the same request id is not the owner: 409.
+  EXPECT_EQ(c2.post("/v1/locks/report/acquire",
+                    R"({"owner":"worker-8-lease","request_id":"r-1"})")
+                .status,
+            409);
+  EXPECT_EQ(s->stop(), 0) << s->logs();
+}
+
+}  // namespace
+}  // namespace sidelock::testing
