@@ -87,6 +87,20 @@ def check_document(doc):
                         fail("%s %s %s: %s" % (where, status, ctype, e))
 
 
+def check_routes_documented(doc, repo):
+    """Every route the C++ registers ({"METHOD", "/pattern", ...} rows) is in the document."""
+    found = 0
+    for source in ("src/api/lock_api.cc", "src/api/dapr_api.cc"):
+        with open(os.path.join(repo, source)) as f:
+            text = f.read()
+        for method, pattern in re.findall(r'\{"(GET|POST|PUT|DELETE|PATCH)",\s*"(/[^"]*)"', text):
+            found += 1
+            if method.lower() not in doc["paths"].get(pattern, {}):
+                fail("%s serves %s %s, which the document lacks" % (source, method, pattern))
+    if found < 10:
+        fail("found only %d route rows in the sources" % found)
+
+
 def find_operation(doc, method, path):
     path = path.split("?")[0]
     for template, item in doc["paths"].items():
@@ -322,6 +336,7 @@ def main():
         readme = f.read()
 
     check_document(doc)
+    check_routes_documented(doc, args.repo)
     check_readme(doc, readme)
 
     tmp = tempfile.mkdtemp(prefix="sidelock-openapi-")
