@@ -23,6 +23,10 @@ class IdempotencyCache {
     int status = 200;
     std::string body;
     std::vector<std::pair<std::string, std::string>> headers;
+    // Acquire answers: the grant's owner id and token, so a retry can check the lease is still
+    // that owner's before answering with it.
+    std::string owner;
+    uint64_t token = 0;
   };
 
   IdempotencyCache(int64_t window_ms, size_t max_entries)
@@ -34,6 +38,10 @@ class IdempotencyCache {
   /// Remembers `answer` (replacing an older one under the same key).
   void store(std::string_view route, std::string_view name, std::string_view request_id,
              Answer answer, int64_t now_us);
+  /// Forgets the answer under this key (its expiry record goes when it comes due).
+  void erase(std::string_view route, std::string_view name, std::string_view request_id) {
+    entries_.erase(keyOf(route, name, request_id));
+  }
   size_t size() const { return entries_.size(); }
 
  private:

@@ -284,7 +284,11 @@ void reclaimOwnGrant(const std::shared_ptr<AcquireCall>& call, const std::string
         call->service->inspect(name, [call, name, ttl_ms](StatusOr<lock::LockState> state) {
           if (!state.isOk()) return sendBackendError(call->responder, state.status());
           IdempotencyCache::Answer answer{
-              200, grantAnswer({name, call->given_owner, state->token, ttl_ms}), {}};
+              200,
+              grantAnswer({name, call->given_owner, state->token, ttl_ms}),
+              {},
+              call->given_owner,
+              state->token};
           call->replies->store(kAcquireRoute, call->retry_scope, call->request_id, answer,
                                monotonicUs());
           sendAnswer(call->responder, answer);
@@ -336,11 +340,6 @@ void LockApi::acquire(http::Request& req, http::ResponderPtr res) {
   }
   if (!body.ok()) return sendBodyError(res, body);
   const std::string retry_scope = retryScope(opts.name, owner, req.principal.get());
-  if (!request_id.empty()) {
-    if (const auto* first = replies_->find(kAcquireRoute, retry_scope, request_id, monotonicUs())) {
-      return sendAnswer(res, *first);  // a retry of an acquire that was granted
-    }
-  }
   opts.owner = owner;
   if (draining_) {
     sendError(res, 503, "shutting_down", "the sidecar is shutting down");
@@ -354,7 +353,39 @@ void LockApi::acquire(http::Request& req, http::ResponderPtr res) {
     // (a `sidelock run` job of two hours must not be killed at one).
     if (!body.has(BodyField::kMaxHoldMs)) opts.max_hold_ms = locks_.max_hold_ms_limit;
   }
+  if (!request_id.empty()) {
+    if (const auto* first = replies_->find(kAcquireRoute, retry_scope, request_id, monotonicUs())) {
+      return retryGrant(std::move(opts), std::string(request_id), retry_scope, first->owner,
+                        first->token, std::move(res));
+    }
+  }
+  startAcquire(std::move(opts), std::string(request_id), retry_scope, std::move(res));
+}
 
+// A retry of an acquire that was granted: the same grant, if that lease is still its owner's
+// (an owner-checked extend proves it and sets the TTL anew; a replayed answer alone could hand
+// out a lease that expired or was released since). Otherwise the retry is a new acquire.
+void LockApi::retryGrant(lock::AcquireOptions opts, std::string request_id, std::string retry_scope,
+                         std::string owner, uint64_t token, http::ResponderPtr res) {
+  const std::string name = opts.name;
+  const int64_t ttl_ms = opts.ttl_ms;
+  service_.extend(
+      name, owner, ttl_ms,
+      [this, opts = std::move(opts), request_id = std::move(request_id),
+       retry_scope = std::move(retry_scope), owner, token,
+       res = std::move(res)](StatusOr<lock::ExtendResult> r) mutable {
+        if (!r.isOk()) return sendBackendError(res, r.status());
+        if (r->status == lock::ExtendStatus::kExtended) {
+          return res->send(200, kJson, grantAnswer({opts.name, owner, token, r->ttl_ms}));
+        }
+        replies_->erase(kAcquireRoute, retry_scope, request_id);
+        startAcquire(std::move(opts), std::move(request_id), std::move(retry_scope),
+                     std::move(res));
+      });
+}
+
+void LockApi::startAcquire(lock::AcquireOptions opts, std::string request_id,
+                           std::string retry_scope, http::ResponderPtr res) {
   auto call = std::make_shared<AcquireCall>();
   call->responder = res;
   call->name = opts.name;
@@ -382,10 +413,10 @@ void LockApi::acquire(http::Request& req, http::ResponderPtr res) {
   call->service = &service_;
   call->locks = &locks_;
   call->metrics = &metrics_;
-  call->request_id = std::string(request_id);
-  call->retry_scope = retry_scope;
+  call->request_id = std::move(request_id);
+  call->retry_scope = std::move(retry_scope);
   call->replies = replies_;
-  call->given_owner = std::string(owner);
+  call->given_owner = opts.owner;  // empty: the service generates one
   call->auto_renew = opts.auto_renew;
   call->ttl_ms = opts.ttl_ms;
   auto done = [call](lock::AcquireResult r) {
@@ -412,16 +443,21 @@ void LockApi::acquire(http::Request& req, http::ResponderPtr res) {
           if (!call->request_id.empty()) {
             // Remembered for the retry, which then gets this very grant; so it is not given
             // back if undelivered (a plain lease ends by its TTL even if no retry comes).
-            IdempotencyCache::Answer answer{200, grantAnswer(r.grant), {}};
+            IdempotencyCache::Answer answer{
+                200, grantAnswer(r.grant), {}, r.grant.owner, r.grant.token};
             call->replies->store(kAcquireRoute, call->retry_scope, call->request_id, answer,
                                  monotonicUs());
             if (!call->auto_renew) return sendAnswer(out, answer);
           }
           // The client may still hang up after the answer left: if it provably never read it
           // (the connection reset), nobody can use or release this lease; give it back.
+          // An auto_renew grant remembered for a retry is forgotten with it: a retry must not be
+          // handed a lease that was given back.
           out->onUndelivered([service = call->service, metrics = call->metrics, name = r.grant.name,
-                              owner = r.grant.owner] {
+                              owner = r.grant.owner, replies = call->replies,
+                              scope = call->retry_scope, request_id = call->request_id] {
             metrics->grants_undelivered.Increment();
+            if (!request_id.empty()) replies->erase(kAcquireRoute, scope, request_id);
             service->release(name, owner, [](StatusOr<lock::ReleaseStatus>) {});
           });
           out->send(200, kJson, grantAnswer(r.grant));
@@ -500,8 +536,10 @@ void LockApi::release(http::Request& req, http::ResponderPtr res) {
     }
   }
   auto error = [](int status, std::string_view code, std::string_view message) {
-    return IdempotencyCache::Answer{
-        status, JsonObject().text("error", code).text("message", message).finish(), {}};
+    IdempotencyCache::Answer answer;
+    answer.status = status;
+    answer.body = JsonObject().text("error", code).text("message", message).finish();
+    return answer;
   };
   service_.release(
       name, owner,
@@ -511,7 +549,8 @@ void LockApi::release(http::Request& req, http::ResponderPtr res) {
         IdempotencyCache::Answer answer;
         switch (*r) {
           case lock::ReleaseStatus::kReleased:
-            answer = {200, JsonObject().boolean("released", true).finish(), {}};
+            answer.status = 200;
+            answer.body = JsonObject().boolean("released", true).finish();
             break;
           case lock::ReleaseStatus::kNotOwner:
             answer = error(409, "not_owner", "the lock is held by another owner");

@@ -57,6 +57,11 @@ class LockApi {
 
  private:
   void acquire(http::Request& req, http::ResponderPtr res);
+  /// The acquire after its request is read (shared by first tries and retries).
+  void startAcquire(lock::AcquireOptions opts, std::string request_id, std::string retry_scope,
+                    http::ResponderPtr res);
+  void retryGrant(lock::AcquireOptions opts, std::string request_id, std::string retry_scope,
+                  std::string owner, uint64_t token, http::ResponderPtr res);
   void release(http::Request& req, http::ResponderPtr res);
   void extend(http::Request& req, http::ResponderPtr res);
   void inspect(http::Request& req, http::ResponderPtr res);

@@ -47,6 +47,21 @@ TEST(SafeRetriesTest, RetriedAcquireAndReleaseGetTheFirstAnswers) {
   EXPECT_EQ(again.body, released.body);
   EXPECT_EQ(c.post("/v1/locks/orders-1/release", json{{"owner", owner}}.dump()).status, 404)
       << "without request_id a release is a release";
+  // The first grant is gone (released): a retry of its acquire is a new acquire, never a replay
+  // of a lease that no longer exists.
+  auto after_release = c.post("/v1/locks/orders-1/acquire", acquire);
+  ASSERT_EQ(after_release.status, 200) << after_release.body;
+  EXPECT_GT(json::parse(after_release.body)["token"].get<uint64_t>(),
+            json::parse(first.body)["token"].get<uint64_t>());
+  // Expired too: the retry gets a fresh lease.
+  const std::string short_acquire = R"({"ttl_ms":200,"request_id":"short-1"})";
+  auto short_first = c.post("/v1/locks/orders-4/acquire", short_acquire);
+  ASSERT_EQ(short_first.status, 200);
+  ASSERT_TRUE(pollUntil(
+      [&] { return json::parse(c.get("/v1/locks/orders-4").body)["held"] == false; }, 5000));
+  auto short_retry = c.post("/v1/locks/orders-4/acquire", short_acquire);
+  ASSERT_EQ(short_retry.status, 200);
+  EXPECT_NE(json::parse(short_retry.body)["owner"], json::parse(short_first.body)["owner"]);
 
   // Bad request ids and streams are refused and change nothing.
   for (const char* bad : {R"({"request_id":""})", R"({"request_id":"has space"})",
