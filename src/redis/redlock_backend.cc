@@ -470,6 +470,12 @@ void RedlockBackend::releaseOnAll(const std::string& name, const std::string& ow
                                   std::function<void(size_t, StatusOr<RedisValue>)> each) {
   const std::string key = lockKey(config_.key_prefix, name);
   const std::string channel = releaseChannel(config_.key_prefix, name);
+  runOnAll(ScriptId::kRelease, {key}, {owner, channel, name}, NodeOp::kRelease, std::move(each));
+}
+
+void RedlockBackend::runOnAll(ScriptId script, std::initializer_list<std::string_view> keys,
+                              std::initializer_list<std::string_view> args, NodeOp op,
+                              std::function<void(size_t, StatusOr<RedisValue>)> each) {
   auto shared_each =
       std::make_shared<std::function<void(size_t, StatusOr<RedisValue>)>>(std::move(each));
   for (size_t i = 0; i < nodes_.size(); ++i) {
@@ -481,8 +487,7 @@ void RedlockBackend::releaseOnAll(const std::string& name, const std::string& ow
       continue;
     }
     nodes_[i]->redis->runScript(
-        ScriptId::kRelease, {key}, {owner, channel, name}, config_.redlock.node_timeout_ms,
-        NodeOp::kRelease,
+        static_cast<size_t>(script), keys, args, config_.redlock.node_timeout_ms, op,
         [shared_each, i](StatusOr<RedisValue> r) { (*shared_each)(i, std::move(r)); });
   }
 }
@@ -696,7 +701,8 @@ void RedlockBackend::forceRelease(std::string_view name, ForceReleaseCallback cb
   struct ForceOp {
     ForceReleaseCallback cb;
     size_t pending = 0;
-    int answered = 0;  // voting nodes
+    std::vector<bool> voting;  // per node, when the call was sent
+    int answered = 0;          // voting nodes
     ForcedRelease result;
     std::vector<std::string> errors;
   };
@@ -707,30 +713,27 @@ void RedlockBackend::forceRelease(std::string_view name, ForceReleaseCallback cb
   const std::string key = lockKey(config_.key_prefix, name);
   const std::string counter = tokenKey(config_.key_prefix, name);
   const std::string channel = releaseChannel(config_.key_prefix, name);
-  for (size_t i = 0; i < nodes_.size(); ++i) {
-    nodes_[i]->redis->runScript(
-        ScriptId::kForceRelease, {key, counter}, {channel, std::string(name)},
-        config_.redlock.node_timeout_ms, NodeOp::kRelease,
-        [this, op, i, voting = nodeVoting(i)](StatusOr<RedisValue> r) {
-          StatusOr<ForcedRelease> d = decodeForceRelease(r, nodes_[i]->address);
-          if (d.isOk()) {
-            if (voting) ++op->answered;
-            op->result.released = op->result.released || d->released;
-            op->result.token = std::max(op->result.token, d->token);
-          } else {
-            op->errors[i] = d.status().toString();
-          }
-          if (--op->pending != 0) return;
-          StatusOr<ForcedRelease> result = op->result;
-          if (op->answered < quorumSize()) {
-            result =
-                unavailable("redlock: force release answered by " + std::to_string(op->answered) +
-                            " of " + std::to_string(nodes_.size()) +
-                            " nodes (the lock may still be held): " + nodeErrors(op->errors));
-          }
-          deliver([op, result = std::move(result)] { op->cb(result); });
-        });
-  }
+  for (size_t i = 0; i < nodes_.size(); ++i) op->voting.push_back(nodeVoting(i));
+  runOnAll(ScriptId::kForceRelease, {key, counter}, {channel, name}, NodeOp::kRelease,
+           [this, op](size_t i, StatusOr<RedisValue> r) {
+             StatusOr<ForcedRelease> d = decodeForceRelease(r, nodes_[i]->address);
+             if (d.isOk()) {
+               if (op->voting[i]) ++op->answered;
+               op->result.released = op->result.released || d->released;
+               op->result.token = std::max(op->result.token, d->token);
+             } else {
+               op->errors[i] = d.status().toString();
+             }
+             if (--op->pending != 0) return;
+             StatusOr<ForcedRelease> result = op->result;
+             if (op->answered < quorumSize()) {
+               result = unavailable(
+                   "redlock: force release answered by " + std::to_string(op->answered) + " of " +
+                   std::to_string(nodes_.size()) +
+                   " nodes (the lock may still be held): " + nodeErrors(op->errors));
+             }
+             deliver([op, result = std::move(result)] { op->cb(result); });
+           });
 }
 
 void RedlockBackend::inspect(std::string_view name, InspectCallback cb) {

@@ -64,6 +64,7 @@
 #include "metrics/metrics.h"
 #include "redis/quorum.h"
 #include "redis/redis_node.h"
+#include "redis/scripts.h"
 
 struct uv_loop_s;
 
@@ -142,6 +143,11 @@ class RedlockBackend final : public Backend {
   /// Sends the release script for (name, owner) to every node; `each` runs once per node.
   void releaseOnAll(const std::string& name, const std::string& owner,
                     std::function<void(size_t, StatusOr<RedisValue>)> each);
+  /// Sends `script` to every node (answered kCancelled for each once shutting down); `each`
+  /// runs once per node, with the node's index.
+  void runOnAll(ScriptId script, std::initializer_list<std::string_view> keys,
+                std::initializer_list<std::string_view> args, NodeOp op,
+                std::function<void(size_t, StatusOr<RedisValue>)> each);
 
   /// Runs `fn` on a later loop turn (Backend contract), counted as in flight until then.
   void deliver(std::function<void()> fn);
