@@ -9,6 +9,7 @@
 
 #include "api/json_object.h"
 #include "common/log.h"
+#include "common/random.h"
 
 namespace sidelock::api {
 namespace {
@@ -77,13 +78,8 @@ std::string DaprApi::ownerFor(std::string_view resource_id, std::string_view loc
   unsigned int mac_len = 0;
   HMAC(EVP_sha256(), secret_.data(), static_cast<int>(secret_.size()),
        reinterpret_cast<const unsigned char*>(message.data()), message.size(), mac, &mac_len);
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string owner;
-  for (unsigned int i = 0; i < std::min(mac_len, 16u); ++i) {
-    owner.push_back(kHex[mac[i] >> 4]);
-    owner.push_back(kHex[mac[i] & 0xf]);
-  }
-  return owner;
+  // 128 bits, spelled like a generated owner id.
+  return lowerHex(mac, std::min(mac_len, 16u));
 }
 
 bool DaprApi::readCommon(http::Request& req, const http::ResponderPtr& res,

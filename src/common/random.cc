@@ -50,9 +50,13 @@ std::string randomOwnerId() {
   memcpy(bytes, pool + used, sizeof(bytes));
   memset(pool + used, 0, sizeof(bytes));  // handed out once, then forgotten
   used += sizeof(bytes);
-  static const char kHex[] = "0123456789abcdef";
-  std::string out(32, '0');
-  for (int i = 0; i < 16; ++i) {
+  return lowerHex(bytes, sizeof(bytes));
+}
+
+std::string lowerHex(const unsigned char* bytes, size_t n) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out(2 * n, '0');
+  for (size_t i = 0; i < n; ++i) {
     out[2 * i] = kHex[bytes[i] >> 4];
     out[2 * i + 1] = kHex[bytes[i] & 0xf];
   }
