@@ -114,11 +114,16 @@ json healthJson(const lock::BackendHealth& h) {
   return nodes;
 }
 
+/// The body of every v1 error: {"error": code, "message": message}.
+std::string errorBody(std::string_view code, std::string_view message) {
+  return JsonObject().text("error", code).text("message", message).finish();
+}
+
 }  // namespace
 
 void sendError(const http::ResponderPtr& res, int status, std::string_view code,
                std::string_view message) {
-  res->send(status, kJson, JsonObject().text("error", code).text("message", message).finish());
+  res->send(status, kJson, errorBody(code, message));
 }
 
 // 409 and 429: come back later, with the hint in the body and as Retry-After (whole seconds).
@@ -538,7 +543,7 @@ void LockApi::release(http::Request& req, http::ResponderPtr res) {
   auto error = [](int status, std::string_view code, std::string_view message) {
     IdempotencyCache::Answer answer;
     answer.status = status;
-    answer.body = JsonObject().text("error", code).text("message", message).finish();
+    answer.body = errorBody(code, message);
     return answer;
   };
   service_.release(
