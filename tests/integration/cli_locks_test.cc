@@ -41,8 +41,7 @@ CliResult locks(const std::string& args, const std::string& env = "") {
 
 TEST(CliLocksTest, ListsLeasesAndWaitersAsATableOrJsonOverTcpAndUnix) {
   RedisServer redis;
-  SidecarProcess sidecar(SidecarProcess::Options{
-      "backend:\n  type: redis\n  nodes: [\"" + redis.address() + "\"]\n", {}, true});
+  SidecarProcess sidecar(SidecarProcess::Options{redisBackendYaml(redis.address()), {}, true});
   const std::string addr = "--addr 127.0.0.1:" + std::to_string(sidecar.port());
 
   auto empty = locks(addr);
@@ -110,11 +109,8 @@ TEST(CliLocksTest, ExitCodesForUsageUnreachableAndRefused) {
     fclose(f);
   }
   RedisServer redis;
-  SidecarProcess sidecar(
-      SidecarProcess::Options{"backend:\n  type: redis\n  nodes: [\"" + redis.address() +
-                                  "\"]\nauth:\n  tokens_file: " + dir + "/tokens\n",
-                              {},
-                              true});
+  SidecarProcess sidecar(SidecarProcess::Options{
+      redisBackendYaml(redis.address()) + "auth:\n  tokens_file: " + dir + "/tokens\n", {}, true});
   const std::string addr = "--addr 127.0.0.1:" + std::to_string(sidecar.port());
   auto refused = locks(addr);
   EXPECT_EQ(refused.exit_code, 77) << refused.out;

@@ -30,10 +30,6 @@ std::unique_ptr<SidecarProcess> sidecarOn(const std::string& backend_yaml,
       SidecarProcess::Options{backend_yaml + extra_yaml, env, /*wait_ready=*/true});
 }
 
-std::string redisYaml(const RedisServer& redis) {
-  return "backend:\n  type: redis\n  nodes: [\"" + redis.address() + "\"]\n";
-}
-
 json lock(SidecarProcess& s, const std::string& resource, const std::string& owner,
           int expiry_s = 60, const std::string& store = "lockstore") {
   HttpClient c = HttpClient::tcp(s.port());
@@ -54,8 +50,8 @@ json unlock(SidecarProcess& s, const std::string& resource, const std::string& o
 
 TEST(DaprApiTest, LockAndUnlockAnswerLikeDaprAcrossSidecarsSharingTheSecret) {
   RedisServer redis;
-  auto a = sidecarOn(redisYaml(redis));
-  auto b = sidecarOn(redisYaml(redis));
+  auto a = sidecarOn(redisBackendYaml(redis.address()));
+  auto b = sidecarOn(redisBackendYaml(redis.address()));
 
   EXPECT_EQ(lock(*a, "lock1", "vader"), json({{"success", true}}));
   EXPECT_EQ(lock(*b, "lock1", "luke"), json({{"success", false}})) << "held by vader";
@@ -82,27 +78,27 @@ TEST(DaprApiTest, LockAndUnlockAnswerLikeDaprAcrossSidecarsSharingTheSecret) {
 
 TEST(DaprApiTest, UnlockWorksAfterASidecarRestartWhenTheSecretIsConfigured) {
   RedisServer redis;
-  auto a = sidecarOn(redisYaml(redis));
+  auto a = sidecarOn(redisBackendYaml(redis.address()));
   EXPECT_EQ(lock(*a, "job-7", "worker-1"), json({{"success", true}}));
   a->kill();  // a crash: nothing is released on the way out
-  a = sidecarOn(redisYaml(redis));
+  a = sidecarOn(redisBackendYaml(redis.address()));
   EXPECT_EQ(unlock(*a, "job-7", "worker-2"), json({{"status", 2}}));
   EXPECT_EQ(unlock(*a, "job-7", "worker-1"), json({{"status", 0}}));
   EXPECT_EQ(a->stop(), 0) << a->logs();
 
   // Without a configured secret the owner ids change with the process: the lock only expires.
-  auto c = sidecarOn(redisYaml(redis), "", /*with_secret=*/false);
+  auto c = sidecarOn(redisBackendYaml(redis.address()), "", /*with_secret=*/false);
   EXPECT_EQ(lock(*c, "job-8", "worker-1"), json({{"success", true}}));
   EXPECT_NE(c->logs().find("dapr.owner_secret"), std::string::npos) << c->logs();
   c->kill();
-  c = sidecarOn(redisYaml(redis), "", /*with_secret=*/false);
+  c = sidecarOn(redisBackendYaml(redis.address()), "", /*with_secret=*/false);
   EXPECT_EQ(unlock(*c, "job-8", "worker-1"), json({{"status", 2}}));
   EXPECT_EQ(c->stop(), 0) << c->logs();
 }
 
 TEST(DaprApiTest, BadRequestsGetDaprErrorsAndChangeNothing) {
   RedisServer redis;
-  auto s = sidecarOn(redisYaml(redis), "dapr:\n  stores: [\"lockstore\"]\n");
+  auto s = sidecarOn(redisBackendYaml(redis.address()), "dapr:\n  stores: [\"lockstore\"]\n");
   HttpClient c = HttpClient::tcp(s->port());
   struct Case {
     std::string path;

@@ -47,15 +47,11 @@ std::unique_ptr<SidecarProcess> startSidecar(const std::string& backend_yaml, in
                               "  admin: \"127.0.0.1:" + std::to_string(admin_port) + "\"\n"});
 }
 
-std::string redisYaml(const RedisServer& redis) {
-  return "backend:\n  type: redis\n  nodes: [\"" + redis.address() + "\"]\n";
-}
-
 TEST(ForceReleaseTest, FreesAStuckLockWakesWaitersEverywhereAndTheHolderLearnsItIsLost) {
   RedisServer redis;
   const int admin_a = pickFreePort();
-  auto a = startSidecar(redisYaml(redis), admin_a);
-  auto b = startSidecar(redisYaml(redis), pickFreePort());
+  auto a = startSidecar(redisBackendYaml(redis.address()), admin_a);
+  auto b = startSidecar(redisBackendYaml(redis.address()), pickFreePort());
 
   // The stuck holder: a stream hold on sidecar A (its app hangs but keeps the connection).
   HttpClient holder = HttpClient::tcp(a->port());
@@ -140,7 +136,7 @@ TEST(ForceReleaseTest, FreesAStuckLockWakesWaitersEverywhereAndTheHolderLearnsIt
 TEST(ForceReleaseTest, RefusedWithoutAdminTokensConfigured) {
   RedisServer redis;
   const int admin_port = pickFreePort();
-  auto sidecar = startSidecar(redisYaml(redis), admin_port, /*with_tokens=*/false);
+  auto sidecar = startSidecar(redisBackendYaml(redis.address()), admin_port, /*with_tokens=*/false);
   HttpClient c = HttpClient::tcp(sidecar->port());
   ASSERT_EQ(c.post("/v1/locks/stuck/acquire", "{}").status, 200);
   auto r = adminPost(admin_port, kReleasePath, nullptr);

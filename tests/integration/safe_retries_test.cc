@@ -19,8 +19,8 @@ namespace {
 using nlohmann::json;
 
 std::unique_ptr<SidecarProcess> sidecarOn(const RedisServer& redis) {
-  return std::make_unique<SidecarProcess>(SidecarProcess::Options{
-      "backend:\n  type: redis\n  nodes: [\"" + redis.address() + "\"]\n", {}, true});
+  return std::make_unique<SidecarProcess>(
+      SidecarProcess::Options{redisBackendYaml(redis.address()), {}, true});
 }
 
 TEST(SafeRetriesTest, RetriedAcquireAndReleaseGetTheFirstAnswers) {
@@ -88,8 +88,7 @@ TEST(SafeRetriesTest, WithItsOwnOwnerIdARetryAfterASidecarRestartGetsItsGrant) {
   EXPECT_EQ(json::parse(retry.body)["token"], json::parse(first.body)["token"]);
   EXPECT_EQ(json::parse(retry.body)["owner"], "worker-7-lease");
   // Somebody else's retry with the same request id is not the owner: 409.
-  EXPECT_EQ(c2.post("/v1/locks/report/acquire",
-                    R"({"owner":"worker-8-lease","request_id":"r-1"})")
+  EXPECT_EQ(c2.post("/v1/locks/report/acquire", R"({"owner":"worker-8-lease","request_id":"r-1"})")
                 .status,
             409);
   EXPECT_EQ(s->stop(), 0) << s->logs();

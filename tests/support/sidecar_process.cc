@@ -17,6 +17,10 @@
 
 namespace sidelock::testing {
 
+std::string redisBackendYaml(const std::string& address) {
+  return "backend:\n  type: redis\n  nodes: [\"" + address + "\"]\n";
+}
+
 std::string sidelockBinary() {
 #ifdef SIDELOCK_BINARY
   return SIDELOCK_BINARY;

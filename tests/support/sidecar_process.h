@@ -61,4 +61,7 @@ class SidecarProcess {
 /// Path of the built sidelock binary (from the SIDELOCK_BINARY compile definition).
 std::string sidelockBinary();
 
+/// Options::yaml for a sidecar on one Redis at `address` ("127.0.0.1:port"), defaults otherwise.
+std::string redisBackendYaml(const std::string& address);
+
 }  // namespace sidelock::testing
