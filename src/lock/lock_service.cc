@@ -304,9 +304,11 @@ void LockService::Impl::onAttemptReply(uint64_t id, StatusOr<backend::AcquireRep
   const bool queued_attempt = w.options.wait_ms > 0;
   WaiterQueue* q = queued_attempt ? queues_.find(name) : nullptr;
   bool wake = false;
+  bool wake_notified = false;
   if (q != nullptr) {
     q->attempt_in_flight = false;
     wake = std::exchange(q->wake_pending, false);
+    wake_notified = std::exchange(q->wake_pending_notified, false);
     if (reply.isOk()) q->backend_error = Status::ok();
   }
   const bool granted = reply.isOk() && reply->granted;
@@ -373,6 +375,7 @@ void LockService::Impl::onAttemptReply(uint64_t id, StatusOr<backend::AcquireRep
           reply->holder_ttl_ms >= 0 ? scheduler_.nowUs() + reply->holder_ttl_ms * 1000 : -1;
       if (wake && !q->fifo.empty()) {
         // A release was announced while we were asking: it may have landed after our attempt.
+        if (wake_notified) metrics_.wakeups.Increment();
         q->backoff.reset();
         attempt(*q->fifo.front());
       } else {
@@ -484,6 +487,7 @@ void LockService::Impl::wakeQueue(std::string_view name, bool notified) {
   if (q == nullptr || q->fifo.empty()) return;
   if (q->attempt_in_flight) {
     q->wake_pending = true;
+    q->wake_pending_notified = q->wake_pending_notified || notified;
     return;
   }
   // Counted only when the notification is what set the head going (our own releases wake it

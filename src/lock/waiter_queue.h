@@ -47,6 +47,9 @@ struct WaiterQueue {
   bool attempt_in_flight = false;
   /// A release was announced while an attempt was in flight: if it comes back busy, retry at once.
   bool wake_pending = false;
+  /// That announcement came from the backend (another sidecar's release), not our own release:
+  /// the retry it causes counts as a wake-up.
+  bool wake_pending_notified = false;
   Backoff backoff;
   int64_t holder_expiry_us = -1;  // from the last busy reply; -1 unknown
   /// Not OK while the backend is out: the head's last attempt failed with a transient error. The

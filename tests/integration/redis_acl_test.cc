@@ -54,10 +54,11 @@ class RedisAclTest : public ::testing::Test {
       }
     }
   }
-  std::unique_ptr<SidecarProcess> startSidecar() {
+  std::unique_ptr<SidecarProcess> startSidecar(const std::string& extra_yaml = "") {
     return std::make_unique<SidecarProcess>(SidecarProcess::Options{
         "backend:\n  type: redis\n  nodes: [\"" + redis_.address() +
-            "\"]\n  username_env: SIDELOCK_ACL_TEST_USER\n  password_env: SIDELOCK_ACL_TEST_PASS\n",
+            "\"]\n  username_env: SIDELOCK_ACL_TEST_USER\n  password_env: SIDELOCK_ACL_TEST_PASS\n" +
+            extra_yaml,
         {"SIDELOCK_ACL_TEST_USER=sidelock", std::string("SIDELOCK_ACL_TEST_PASS=") + kPassword},
         /*wait_ready=*/true});
   }
@@ -83,8 +84,10 @@ TEST_F(RedisAclTest, EveryLockOperationWorksUnderTheReadmeAcl) {
 
   // A waiter on another sidecar queues (SUBSCRIBE on the release channel) and is woken by the
   // release script's PUBLISH. (A waiter on the same sidecar would be handed the lock in the
-  // release's own round trip, without pub/sub.)
-  other_sidecar_ = startSidecar();
+  // release's own round trip, without pub/sub.) Its backoff is set far beyond the test so that
+  // only the notification can get it going: a backoff retry landing just after the release would
+  // be granted without a wake-up.
+  other_sidecar_ = startSidecar("locks:\n  retry_min_ms: 60000\n  retry_max_ms: 60000\n");
   HttpClient other = HttpClient::tcp(other_sidecar_->port());
   HttpClient waiter = HttpClient::tcp(other_sidecar_->port());
   waiter.sendRequest("POST", "/v1/locks/acl-lock/acquire", R"({"ttl_ms":5000,"wait_ms":20000})");
