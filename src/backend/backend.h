@@ -19,50 +19,80 @@
 
 namespace sidelock::backend {
 
-struct AcquireReply {
-  bool granted = false;
-  /// Fencing token of this grant (granted only); strictly increasing per lock name.
+/// What a lock operation does. Every backend serves every verb through Backend::run().
+enum class Verb : uint8_t {
+  kAcquire,       // one atomic attempt to grant `name` to `owner` for `ttl_ms`; never waits
+  kRelease,       // owner-checked delete; announces the release to waiters everywhere
+  kExtend,        // owner-checked: the lease's TTL becomes `ttl_ms`; never re-creates a lease
+  kInspect,       // the lock's state, without revealing the owner
+  kHandOff,       // owner-checked release that grants `next_owner` for `ttl_ms` in the same step
+  kForceRelease,  // operators: delete whoever holds it, announce it; the token counter stays
+};
+
+/// The kind of lock an operation works on. Each kind has its own keys (so one name used as two
+/// kinds never collides) and its own scripts; today there is the exclusive mutex.
+enum class LockKind : uint8_t {
+  kMutex,
+};
+
+/// One lock operation: a verb on one lock of one kind, as `owner`. The strings are views: the
+/// backend copies what it keeps before run() returns.
+struct Operation {
+  Verb verb = Verb::kInspect;
+  LockKind kind = LockKind::kMutex;
+  std::string_view name;
+  std::string_view owner;       // acquire, release, extend, hand-off (the current holder)
+  int64_t ttl_ms = 0;           // acquire, extend; hand-off: the next owner's TTL
+  std::string_view next_owner;  // hand-off only
+
+  static Operation acquire(std::string_view name, std::string_view owner, int64_t ttl_ms) {
+    return {Verb::kAcquire, LockKind::kMutex, name, owner, ttl_ms, {}};
+  }
+  static Operation release(std::string_view name, std::string_view owner) {
+    return {Verb::kRelease, LockKind::kMutex, name, owner, 0, {}};
+  }
+  static Operation extend(std::string_view name, std::string_view owner, int64_t ttl_ms) {
+    return {Verb::kExtend, LockKind::kMutex, name, owner, ttl_ms, {}};
+  }
+  static Operation inspect(std::string_view name) {
+    return {Verb::kInspect, LockKind::kMutex, name, {}, 0, {}};
+  }
+  static Operation handOff(std::string_view name, std::string_view owner,
+                           std::string_view next_owner, int64_t next_ttl_ms) {
+    return {Verb::kHandOff, LockKind::kMutex, name, owner, next_ttl_ms, next_owner};
+  }
+  static Operation forceRelease(std::string_view name) {
+    return {Verb::kForceRelease, LockKind::kMutex, name, {}, 0, {}};
+  }
+};
+
+/// How an operation came out (when it ran at all: a backend failure is the StatusOr's error).
+enum class OutcomeCode : uint8_t {
+  kOk,        // done: granted / released / extended / handed on / held (inspect)
+  kBusy,      // acquire: held by somebody else
+  kNotOwner,  // release, extend, hand-off: held by somebody else; nothing changed
+  kNotHeld,   // no lease exists (expired, released, never granted); inspect: free
+};
+
+/// The one reply shape of every verb and every backend.
+struct Outcome {
+  OutcomeCode code = OutcomeCode::kNotHeld;
+  /// Fencing token. Acquire / hand-off kOk: this grant's token (strictly increasing per lock).
+  /// Inspect, force release: the lock's last token (0 if never granted). Otherwise 0.
   uint64_t token = 0;
-  /// Granted: the usable lease time in ms (Redlock: ttl - elapsed - drift; single redis: ttl).
+  /// kOk of acquire, hand-off, extend: the usable lease time from now (Redlock: ttl - elapsed -
+  /// drift; single Redis: the TTL). Inspect kOk: the lease's remaining TTL.
   int64_t validity_ms = 0;
-  /// Not granted: the current holder's remaining TTL in ms, or -1 when unknown. Waiters never
-  /// sleep past it.
+  /// kBusy / kNotOwner: the holder's remaining TTL, -1 when unknown. Waiters never sleep past it.
   int64_t holder_ttl_ms = -1;
+
+  bool ok() const { return code == OutcomeCode::kOk; }
 };
 
-/// Result of an owner-checked operation (release, extend).
-enum class OwnerCheck {
-  kOk,        // the owner held the lease; the action was done
-  kNotOwner,  // the lock is held by somebody else (nothing changed)
-  kNotHeld,   // no lease exists (it expired or was released)
-};
-
-struct ExtendReply {
-  OwnerCheck result = OwnerCheck::kNotHeld;
-  /// kOk: the lease's usable time from now (Redlock: new ttl - elapsed - drift).
-  int64_t validity_ms = 0;
-};
-
-/// Result of a release with hand-off (Backend::releaseAndGrant).
-struct HandOffReply {
-  /// What the release found; only kOk handed the lock on.
-  OwnerCheck released = OwnerCheck::kNotHeld;
-  /// released == kOk: the grant to the next owner (granted, token, validity_ms).
-  AcquireReply next;
-};
-
-/// Result of an operator's force release (Backend::forceRelease).
-struct ForcedRelease {
-  bool released = false;  // a lease existed and was deleted
-  /// Fencing token of the freed lease (the counter's value: the last grant's token); 0 if none.
-  uint64_t token = 0;
-};
-
-struct LockState {
-  bool held = false;
-  int64_t ttl_ms = 0;  // remaining TTL when held
-  uint64_t token = 0;  // fencing token of the current (or last) grant; 0 if never granted
-};
+/// Short name for logs and metrics ("acquire").
+const char* verbName(Verb verb);
+const char* lockKindName(LockKind kind);
+const char* outcomeName(OutcomeCode code);
 
 struct NodeHealth {
   std::string address;  // "127.0.0.1:6379" or "unix:/path"
@@ -81,12 +111,7 @@ struct BackendHealth {
   std::vector<NodeHealth> nodes;
 };
 
-using AcquireCallback = std::function<void(StatusOr<AcquireReply>)>;
-using OwnerCheckCallback = std::function<void(StatusOr<OwnerCheck>)>;
-using ExtendCallback = std::function<void(StatusOr<ExtendReply>)>;
-using InspectCallback = std::function<void(StatusOr<LockState>)>;
-using HandOffCallback = std::function<void(StatusOr<HandOffReply>)>;
-using ForceReleaseCallback = std::function<void(StatusOr<ForcedRelease>)>;
+using OutcomeCallback = std::function<void(StatusOr<Outcome>)>;
 /// Called with a lock name when some sidecar released that lock (pub/sub wake-up).
 using ReleaseListener = std::function<void(std::string_view name)>;
 
@@ -97,29 +122,12 @@ class Backend {
   /// Connects (asynchronously); health() reports progress. Errors are retried with backoff.
   virtual void start() = 0;
 
-  /// One atomic attempt to grant `name` to `owner` for `ttl_ms`. Never waits for the lock.
-  virtual void acquire(std::string_view name, std::string_view owner, int64_t ttl_ms,
-                       AcquireCallback cb) = 0;
-  /// Deletes the lease only if `owner` holds it; announces the release to waiters everywhere.
-  virtual void release(std::string_view name, std::string_view owner, OwnerCheckCallback cb) = 0;
-  /// Whether releaseAndGrant() is served. A single master can hand a lock on in one atomic step;
+  /// Runs one operation (see Verb for what each does). Atomic on the server: one script per
+  /// node. Operations the backend cannot serve are answered kFailedPrecondition.
+  virtual void run(const Operation& op, OutcomeCallback cb) = 0;
+  /// Whether Verb::kHandOff is served. A single master can hand a lock on in one atomic step;
   /// Redlock cannot (the next owner needs a quorum vote of its own).
   virtual bool canHandOff() const { return false; }
-  /// Hand-off in one round trip: if `owner` holds the lease it is replaced, atomically, by a
-  /// grant to `next_owner` for `next_ttl_ms` with the next fencing token. Nothing is announced to
-  /// other sidecars' waiters (the lock stays held). Called only when canHandOff().
-  virtual void releaseAndGrant(std::string_view name, std::string_view owner,
-                               std::string_view next_owner, int64_t next_ttl_ms,
-                               HandOffCallback cb) = 0;
-  /// Sets the lease's TTL to `ttl_ms` only if `owner` holds it. Never re-creates a missing lease.
-  virtual void extend(std::string_view name, std::string_view owner, int64_t ttl_ms,
-                      ExtendCallback cb) = 0;
-  /// Reads the lock's state without revealing the owner.
-  virtual void inspect(std::string_view name, InspectCallback cb) = 0;
-  /// Operators only (the admin listener): deletes the lease whoever holds it and announces the
-  /// release to waiters everywhere, as release() does. The fencing counter is left alone: the
-  /// next grant gets the next token, the freed holder's renew/extend finds its lease gone.
-  virtual void forceRelease(std::string_view name, ForceReleaseCallback cb) = 0;
 
   /// Wake-ups: while at least one watch on `name` is active the backend listens for its releases
   /// and calls the listener. Watches are counted; each watchReleases needs one unwatchReleases.

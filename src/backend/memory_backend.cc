@@ -35,132 +35,86 @@ MemoryBackend::Entry* MemoryBackend::liveEntry(std::string_view name) {
   return &e;
 }
 
-void MemoryBackend::acquire(std::string_view name, std::string_view owner, int64_t ttl_ms,
-                            AcquireCallback cb) {
-  if (shut_down_) {
-    deliver([cb = std::move(cb)] { cb(shutDownError()); });
-    return;
-  }
-  if (ttl_ms <= 0 || owner.empty()) {
-    deliver(
-        [cb = std::move(cb)] { cb(invalidArgument("ttl_ms must be > 0 and owner non-empty")); });
-    return;
-  }
-  AcquireReply reply;
+void MemoryBackend::run(const Operation& op, OutcomeCallback cb) {
+  StatusOr<Outcome> result = shut_down_ ? StatusOr<Outcome>(shutDownError()) : apply(op);
+  const bool announce = result.isOk() && result->ok() &&
+                        (op.verb == Verb::kRelease || op.verb == Verb::kForceRelease);
+  deliver([cb = std::move(cb), result = std::move(result)]() mutable { cb(std::move(result)); });
+  if (announce) notifyReleased(op.name);
+}
+
+StatusOr<Outcome> MemoryBackend::apply(const Operation& op) {
   const int64_t now = scheduler_.nowUs();
-  if (Entry* held = liveEntry(name)) {
-    reply.holder_ttl_ms = remainingMs(held->expiry_us, now);
-  } else {
-    Entry& e = locks_[std::string(name)];
-    e.owner.assign(owner);
-    e.expiry_us = now + ttl_ms * 1000;
-    e.token += 1;
-    reply.granted = true;
-    reply.token = e.token;
-    reply.validity_ms = ttl_ms;
-  }
-  deliver([cb = std::move(cb), reply] { cb(reply); });
-}
-
-void MemoryBackend::release(std::string_view name, std::string_view owner, OwnerCheckCallback cb) {
-  if (shut_down_) {
-    deliver([cb = std::move(cb)] { cb(shutDownError()); });
-    return;
-  }
-  OwnerCheck result = OwnerCheck::kNotHeld;
-  if (Entry* held = liveEntry(name)) {
-    if (held->owner == owner) {
+  Outcome o;
+  Entry* held = liveEntry(op.name);
+  // Held by somebody else: busy for acquire, not the owner for the owner-checked verbs.
+  auto heldByOther = [&](OutcomeCode code) {
+    o.code = code;
+    o.holder_ttl_ms = remainingMs(held->expiry_us, now);
+    return o;
+  };
+  switch (op.verb) {
+    case Verb::kAcquire: {
+      if (op.ttl_ms <= 0 || op.owner.empty()) {
+        return invalidArgument("ttl_ms must be > 0 and owner non-empty");
+      }
+      if (held != nullptr) return heldByOther(OutcomeCode::kBusy);
+      Entry& e = locks_[std::string(op.name)];
+      e.owner.assign(op.owner);
+      e.expiry_us = now + op.ttl_ms * 1000;
+      e.token += 1;
+      o.code = OutcomeCode::kOk;
+      o.token = e.token;
+      o.validity_ms = op.ttl_ms;
+      return o;
+    }
+    case Verb::kRelease:
+      if (held == nullptr) return o;
+      if (held->owner != op.owner) return heldByOther(OutcomeCode::kNotOwner);
       held->owner.clear();
-      result = OwnerCheck::kOk;
-    } else {
-      result = OwnerCheck::kNotOwner;
-    }
-  }
-  deliver([cb = std::move(cb), result] { cb(result); });
-  if (result == OwnerCheck::kOk) notifyReleased(name);
-}
-
-void MemoryBackend::releaseAndGrant(std::string_view name, std::string_view owner,
-                                    std::string_view next_owner, int64_t next_ttl_ms,
-                                    HandOffCallback cb) {
-  if (shut_down_) {
-    deliver([cb = std::move(cb)] { cb(shutDownError()); });
-    return;
-  }
-  if (next_ttl_ms <= 0 || next_owner.empty()) {
-    deliver([cb = std::move(cb)] {
-      cb(invalidArgument("next ttl_ms must be > 0 and next owner non-empty"));
-    });
-    return;
-  }
-  HandOffReply reply;
-  if (Entry* held = liveEntry(name)) {
-    if (held->owner == owner) {
-      held->owner.assign(next_owner);
-      held->expiry_us = scheduler_.nowUs() + next_ttl_ms * 1000;
+      o.code = OutcomeCode::kOk;
+      return o;
+    case Verb::kHandOff:
+      if (op.ttl_ms <= 0 || op.next_owner.empty()) {
+        return invalidArgument("next ttl_ms must be > 0 and next owner non-empty");
+      }
+      if (held == nullptr) return o;
+      if (held->owner != op.owner) return heldByOther(OutcomeCode::kNotOwner);
+      held->owner.assign(op.next_owner);
+      held->expiry_us = now + op.ttl_ms * 1000;
       held->token += 1;
-      reply.released = OwnerCheck::kOk;
-      reply.next.granted = true;
-      reply.next.token = held->token;
-      reply.next.validity_ms = next_ttl_ms;
-    } else {
-      reply.released = OwnerCheck::kNotOwner;
-    }
+      o.code = OutcomeCode::kOk;
+      o.token = held->token;
+      o.validity_ms = op.ttl_ms;
+      return o;
+    case Verb::kExtend:
+      if (op.ttl_ms <= 0) return invalidArgument("ttl_ms must be > 0");
+      if (held == nullptr) return o;
+      if (held->owner != op.owner) return heldByOther(OutcomeCode::kNotOwner);
+      held->expiry_us = now + op.ttl_ms * 1000;
+      o.code = OutcomeCode::kOk;
+      o.validity_ms = op.ttl_ms;
+      return o;
+    case Verb::kInspect:
+      if (held != nullptr) {
+        o.code = OutcomeCode::kOk;
+        o.validity_ms = remainingMs(held->expiry_us, now);
+        o.token = held->token;
+      } else if (auto it = locks_.find(op.name); it != locks_.end()) {
+        o.token = it->second.token;
+      }
+      return o;
+    case Verb::kForceRelease:
+      if (held != nullptr) {
+        held->owner.clear();
+        o.code = OutcomeCode::kOk;
+        o.token = held->token;
+      } else if (auto it = locks_.find(op.name); it != locks_.end()) {
+        o.token = it->second.token;
+      }
+      return o;
   }
-  deliver([cb = std::move(cb), reply] { cb(reply); });
-}
-
-void MemoryBackend::extend(std::string_view name, std::string_view owner, int64_t ttl_ms,
-                           ExtendCallback cb) {
-  if (shut_down_) {
-    deliver([cb = std::move(cb)] { cb(shutDownError()); });
-    return;
-  }
-  if (ttl_ms <= 0) {
-    deliver([cb = std::move(cb)] { cb(invalidArgument("ttl_ms must be > 0")); });
-    return;
-  }
-  ExtendReply reply;
-  if (Entry* held = liveEntry(name)) {
-    if (held->owner == owner) {
-      held->expiry_us = scheduler_.nowUs() + ttl_ms * 1000;
-      reply.result = OwnerCheck::kOk;
-      reply.validity_ms = ttl_ms;
-    } else {
-      reply.result = OwnerCheck::kNotOwner;
-    }
-  }
-  deliver([cb = std::move(cb), reply] { cb(reply); });
-}
-
-void MemoryBackend::inspect(std::string_view name, InspectCallback cb) {
-  if (shut_down_) {
-    deliver([cb = std::move(cb)] { cb(shutDownError()); });
-    return;
-  }
-  LockState state;
-  if (Entry* held = liveEntry(name)) {
-    state.held = true;
-    state.ttl_ms = remainingMs(held->expiry_us, scheduler_.nowUs());
-    state.token = held->token;
-  } else if (auto it = locks_.find(name); it != locks_.end()) {
-    state.token = it->second.token;
-  }
-  deliver([cb = std::move(cb), state] { cb(state); });
-}
-
-void MemoryBackend::forceRelease(std::string_view name, ForceReleaseCallback cb) {
-  if (shut_down_) {
-    deliver([cb = std::move(cb)] { cb(shutDownError()); });
-    return;
-  }
-  ForcedRelease result;
-  if (Entry* held = liveEntry(name)) {
-    held->owner.clear();
-    result = ForcedRelease{true, held->token};
-  }
-  deliver([cb = std::move(cb), result] { cb(result); });
-  if (result.released) notifyReleased(name);
+  return invalidArgument("unknown operation");
 }
 
 void MemoryBackend::watchReleases(std::string_view name) {

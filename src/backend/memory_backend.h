@@ -27,16 +27,8 @@ class MemoryBackend final : public Backend {
   MemoryBackend& operator=(const MemoryBackend&) = delete;
 
   void start() override {}
-  void acquire(std::string_view name, std::string_view owner, int64_t ttl_ms,
-               AcquireCallback cb) override;
-  void release(std::string_view name, std::string_view owner, OwnerCheckCallback cb) override;
+  void run(const Operation& op, OutcomeCallback cb) override;
   bool canHandOff() const override { return true; }
-  void releaseAndGrant(std::string_view name, std::string_view owner, std::string_view next_owner,
-                       int64_t next_ttl_ms, HandOffCallback cb) override;
-  void extend(std::string_view name, std::string_view owner, int64_t ttl_ms,
-              ExtendCallback cb) override;
-  void inspect(std::string_view name, InspectCallback cb) override;
-  void forceRelease(std::string_view name, ForceReleaseCallback cb) override;
 
   void setReleaseListener(ReleaseListener listener) override { listener_ = std::move(listener); }
   void watchReleases(std::string_view name) override;
@@ -68,6 +60,8 @@ class MemoryBackend final : public Backend {
 
   /// The entry if the name is currently held (expired leases are cleared on the way).
   Entry* liveEntry(std::string_view name);
+  /// One verb, synchronously (the Redis scripts' semantics); errors for bad arguments.
+  StatusOr<Outcome> apply(const Operation& op);
   /// Posts `fn` unless this backend has been destroyed by then.
   void deliver(std::function<void()> fn);
   void notifyReleased(std::string_view name);

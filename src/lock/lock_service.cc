@@ -54,13 +54,12 @@ void LockService::extend(std::string_view name, std::string_view owner, int64_t 
   impl_->extend(name, owner, ttl_ms, std::move(done));
 }
 
-void LockService::inspect(std::string_view name,
-                          std::function<void(StatusOr<backend::LockState>)> done) {
+void LockService::inspect(std::string_view name, std::function<void(StatusOr<LockState>)> done) {
   impl_->inspect(name, std::move(done));
 }
 
 void LockService::forceRelease(std::string_view name,
-                               std::function<void(StatusOr<backend::ForcedRelease>)> done) {
+                               std::function<void(StatusOr<ForcedRelease>)> done) {
   impl_->forceRelease(name, std::move(done));
 }
 
@@ -286,13 +285,13 @@ void LockService::Impl::attempt(Waiter& w) {
     if (WaiterQueue* q = queues_.find(w.options.name)) q->attempt_in_flight = true;
   }
   opStarted();
-  backend_.acquire(w.options.name, w.options.owner, w.options.ttl_ms,
-                   guarded([this, id = w.id](StatusOr<backend::AcquireReply> reply) {
-                     onAttemptReply(id, std::move(reply));
-                   }));
+  backend_.run(backend::Operation::acquire(w.options.name, w.options.owner, w.options.ttl_ms),
+               guarded([this, id = w.id](StatusOr<backend::Outcome> reply) {
+                 onAttemptReply(id, std::move(reply));
+               }));
 }
 
-void LockService::Impl::onAttemptReply(uint64_t id, StatusOr<backend::AcquireReply> reply) {
+void LockService::Impl::onAttemptReply(uint64_t id, StatusOr<backend::Outcome> reply) {
   auto it = waiters_.find(id);
   if (it == waiters_.end()) {  // cannot happen: attempting waiters are kept until here
     opFinished();
@@ -311,7 +310,7 @@ void LockService::Impl::onAttemptReply(uint64_t id, StatusOr<backend::AcquireRep
     wake_notified = std::exchange(q->wake_pending_notified, false);
     if (reply.isOk()) q->backend_error = Status::ok();
   }
-  const bool granted = reply.isOk() && reply->granted;
+  const bool granted = reply.isOk() && reply->ok();
 
   if (w.abandoned) {
     // Answered already (client gone, deadline, shutdown): a late grant must not linger.
@@ -508,15 +507,16 @@ void LockService::Impl::onBackendReady() {
 
 void LockService::Impl::releaseOrphan(const std::string& name, const std::string& owner) {
   opStarted();
-  backend_.release(name, owner, guarded([this, name](StatusOr<backend::OwnerCheck> r) {
-                     // Either way the queue was paused for this release: get its head going again.
-                     if (r.isOk() && *r == backend::OwnerCheck::kOk) {
-                       wakeQueue(name, false);
-                     } else {
-                       pumpQueue(name);
-                     }
-                     opFinished();
-                   }));
+  backend_.run(backend::Operation::release(name, owner),
+               guarded([this, name](StatusOr<backend::Outcome> r) {
+                 // Either way the queue was paused for this release: get its head going again.
+                 if (r.isOk() && r->ok()) {
+                   wakeQueue(name, false);
+                 } else {
+                   pumpQueue(name);
+                 }
+                 opFinished();
+               }));
 }
 
 int64_t LockService::Impl::retryHintMs(std::string_view name, int64_t holder_ttl_ms) {
@@ -562,13 +562,13 @@ void LockService::Impl::sendRelease(std::string name, std::string owner,
     }
   }
   opStarted();
-  backend_.release(name, owner,
-                   guarded([this, name, owner, done = std::move(done),
-                            client_request](StatusOr<backend::OwnerCheck> reply) mutable {
-                     onReleaseReply(name, owner, std::move(reply), std::move(done), client_request,
-                                    /*wake=*/true);
-                     opFinished();
-                   }));
+  backend_.run(backend::Operation::release(name, owner),
+               guarded([this, name, owner, done = std::move(done),
+                        client_request](StatusOr<backend::Outcome> reply) mutable {
+                 onReleaseReply(name, owner, std::move(reply), std::move(done), client_request,
+                                /*wake=*/true);
+                 opFinished();
+               }));
 }
 
 Waiter* LockService::Impl::handOffCandidate(std::string_view name) {
@@ -589,37 +589,37 @@ void LockService::Impl::sendReleaseWithHandOff(std::string name, std::string own
   next.attempting = true;
   opStarted();  // the release
   opStarted();  // the waiter's attempt, finished by onAttemptReply
-  backend_.releaseAndGrant(
-      name, owner, next.options.owner, next.options.ttl_ms,
-      guarded([this, name, owner, id = next.id, next_owner = next.options.owner,
-               done = std::move(done)](StatusOr<backend::HandOffReply> reply) mutable {
-        const bool handed_on = reply.isOk() && reply->released == backend::OwnerCheck::kOk;
-        StatusOr<backend::OwnerCheck> released =
-            reply.isOk() ? StatusOr<backend::OwnerCheck>(reply->released)
-                         : StatusOr<backend::OwnerCheck>(reply.status());
-        // The old lease leaves the table before the new one enters it (keyed by name).
-        onReleaseReply(name, owner, std::move(released), std::move(done), true, /*wake=*/false);
-        if (handed_on) {
-          onAttemptReply(id, reply->next);
-        } else if (!reply.isOk()) {
-          // No answer (timeout, lost link): the script may still have run. Give back a grant the
-          // waiter never heard of (compare-and-delete: harmless if it never happened), and let
-          // the waiter's own error handling decide, as for a failed acquire.
-          releaseOrphan(name, next_owner);
-          onAttemptReply(id, reply.status());
-        } else {
-          // Nothing was handed on: to the waiter this was a busy attempt; it retries with its
-          // backoff (a lock found not held is tried again at the shortest one).
-          backend::AcquireReply busy;
-          busy.holder_ttl_ms = reply.isOk() ? reply->next.holder_ttl_ms : -1;
-          onAttemptReply(id, busy);
-        }
-        opFinished();
-      }));
+  backend_.run(backend::Operation::handOff(name, owner, next.options.owner, next.options.ttl_ms),
+               guarded([this, name, owner, id = next.id, next_owner = next.options.owner,
+                        done = std::move(done)](StatusOr<backend::Outcome> reply) mutable {
+                 // kOk released our lease; a token means the lock went on to the waiter (a hand-off
+                 // whose grant had to be taken back answers kOk without one).
+                 const bool handed_on = reply.isOk() && reply->ok() && reply->token != 0;
+                 // The old lease leaves the table before the new one enters it (keyed by name).
+                 onReleaseReply(name, owner, reply, std::move(done), true, /*wake=*/false);
+                 if (handed_on) {
+                   onAttemptReply(id, reply);
+                 } else if (!reply.isOk()) {
+                   // No answer (timeout, lost link): the script may still have run. Give back a
+                   // grant the waiter never heard of (compare-and-delete: harmless if it never
+                   // happened), and let the waiter's own error handling decide, as for a failed
+                   // acquire.
+                   releaseOrphan(name, next_owner);
+                   onAttemptReply(id, reply.status());
+                 } else {
+                   // Nothing was handed on: to the waiter this was a busy attempt; it retries with
+                   // its backoff (a lock found not held is tried again at the shortest one).
+                   backend::Outcome busy;
+                   busy.code = backend::OutcomeCode::kBusy;
+                   busy.holder_ttl_ms = reply->holder_ttl_ms;
+                   onAttemptReply(id, busy);
+                 }
+                 opFinished();
+               }));
 }
 
 void LockService::Impl::onReleaseReply(const std::string& name, const std::string& owner,
-                                       StatusOr<backend::OwnerCheck> reply,
+                                       StatusOr<backend::Outcome> reply,
                                        std::function<void(StatusOr<ReleaseStatus>)> done,
                                        bool client_request, bool wake) {
   StatusOr<ReleaseStatus> result = ReleaseStatus::kNotHeld;
@@ -634,7 +634,7 @@ void LockService::Impl::onReleaseReply(const std::string& name, const std::strin
           {"suppressed_window_s", static_cast<long long>(release_failed_log_.windowMs() / 1000)});
     }
     result = reply.status();
-  } else if (*reply == backend::OwnerCheck::kOk) {
+  } else if (reply->ok()) {
     if (Lease* lease = leases_.find(name, owner)) {
       SL_LOG(kDebug, "lock.released", {"name", name}, {"owner", ownerDigest(owner)});
       if (lease->on_event) {
@@ -647,7 +647,7 @@ void LockService::Impl::onReleaseReply(const std::string& name, const std::strin
     result = ReleaseStatus::kReleased;
     if (wake) wakeQueue(name, false);
   } else {
-    const bool not_owner = *reply == backend::OwnerCheck::kNotOwner;
+    const bool not_owner = reply->code == backend::OutcomeCode::kNotOwner;
     if (Lease* lease = leases_.find(name, owner)) {
       // We granted it and believed it held: it vanished or was taken behind our back.
       markLost(*lease, not_owner ? "release found another owner" : "release found no lease",
@@ -686,17 +686,17 @@ void LockService::Impl::extend(std::string_view name, std::string_view owner, in
   const uint64_t lease_id = lease != nullptr ? lease->id : 0;
   std::string n(name);
   std::string o(owner);
-  backend_.extend(
-      name, owner, ttl_ms,
+  backend_.run(
+      backend::Operation::extend(name, owner, ttl_ms),
       guarded([this, n = std::move(n), o = std::move(o), lease_id, ttl_ms,
-               done = std::move(done)](StatusOr<backend::ExtendReply> reply) mutable {
+               done = std::move(done)](StatusOr<backend::Outcome> reply) mutable {
         StatusOr<ExtendResult> result = ExtendResult{};
         Lease* lease = leases_.find(n, o);
         if (lease != nullptr && lease->id != lease_id) lease = nullptr;  // a different grant
         if (!reply.isOk()) {
           metrics_.extend_error.Increment();
           result = reply.status();
-        } else if (reply->result == backend::OwnerCheck::kOk) {
+        } else if (reply->ok()) {
           metrics_.extend_extended.Increment();
           if (lease != nullptr) {
             // The client chose a new TTL: the watchdog (if any) renews with it from now on.
@@ -707,7 +707,7 @@ void LockService::Impl::extend(std::string_view name, std::string_view owner, in
           lost_.forget(n, o);
           result = ExtendResult{ExtendStatus::kExtended, reply->validity_ms};
         } else {
-          const bool not_owner = reply->result == backend::OwnerCheck::kNotOwner;
+          const bool not_owner = reply->code == backend::OutcomeCode::kNotOwner;
           ExtendStatus status = not_owner ? ExtendStatus::kNotOwner : ExtendStatus::kNotHeld;
           if (lease != nullptr) {
             markLost(*lease, not_owner ? "extend found another owner" : "extend found no lease",
@@ -739,40 +739,50 @@ void LockService::Impl::extend(std::string_view name, std::string_view owner, in
 }
 
 void LockService::Impl::inspect(std::string_view name,
-                                std::function<void(StatusOr<backend::LockState>)> done) {
+                                std::function<void(StatusOr<LockState>)> done) {
   opStarted();
-  backend_.inspect(
-      name, guarded([this, done = std::move(done)](StatusOr<backend::LockState> reply) mutable {
-        if (done)
-          deliver([done = std::move(done), reply = std::move(reply)]() mutable {
-            done(std::move(reply));
+  backend_.run(
+      backend::Operation::inspect(name),
+      guarded([this, done = std::move(done)](StatusOr<backend::Outcome> reply) mutable {
+        StatusOr<LockState> state = reply.status();
+        if (reply.isOk()) {
+          state = LockState{reply->ok(), reply->ok() ? reply->validity_ms : 0, reply->token};
+        }
+        if (done) {
+          deliver([done = std::move(done), state = std::move(state)]() mutable {
+            done(std::move(state));
           });
+        }
         opFinished();
       }));
 }
 
 void LockService::Impl::forceRelease(std::string_view name,
-                                     std::function<void(StatusOr<backend::ForcedRelease>)> done) {
+                                     std::function<void(StatusOr<ForcedRelease>)> done) {
   opStarted();
-  backend_.forceRelease(
-      name, guarded([this, n = std::string(name),
-                     done = std::move(done)](StatusOr<backend::ForcedRelease> reply) mutable {
-        if (reply.isOk() && reply->released) {
-          metrics_.forced_releases.Increment();
-          // Our own holder learns it now rather than at its next renewal; a lease already being
-          // released by its holder is left to that release (it will find the key gone).
-          if (Lease* lease = leases_.find(n); lease != nullptr && !lease->releasing) {
-            markLost(*lease, "force-released by an operator", /*by_renewal=*/false,
-                     /*wake=*/false);
-          }
-          wakeQueue(n, /*notified=*/true);
-        }
-        if (done)
-          deliver([done = std::move(done), reply = std::move(reply)]() mutable {
-            done(std::move(reply));
-          });
-        opFinished();
-      }));
+  backend_.run(backend::Operation::forceRelease(name),
+               guarded([this, n = std::string(name),
+                        done = std::move(done)](StatusOr<backend::Outcome> reply) mutable {
+                 StatusOr<ForcedRelease> result = reply.status();
+                 if (reply.isOk()) result = ForcedRelease{reply->ok(), reply->token};
+                 if (reply.isOk() && reply->ok()) {
+                   metrics_.forced_releases.Increment();
+                   // Our own holder learns it now rather than at its next renewal; a lease already
+                   // being released by its holder is left to that release (it will find the key
+                   // gone).
+                   if (Lease* lease = leases_.find(n); lease != nullptr && !lease->releasing) {
+                     markLost(*lease, "force-released by an operator", /*by_renewal=*/false,
+                              /*wake=*/false);
+                   }
+                   wakeQueue(n, /*notified=*/true);
+                 }
+                 if (done) {
+                   deliver([done = std::move(done), result = std::move(result)]() mutable {
+                     done(std::move(result));
+                   });
+                 }
+                 opFinished();
+               }));
 }
 
 std::vector<LeaseInfo> LockService::Impl::leases() const {

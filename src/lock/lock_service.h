@@ -19,10 +19,21 @@
 
 namespace sidelock::lock {
 
-// The backend's result types the service hands through unchanged, named here so the layers above
-// (api) speak to the lock service only and never include the backend.
-using LockState = backend::LockState;
-using ForcedRelease = backend::ForcedRelease;
+/// What inspect reports of a lock (never its owner).
+struct LockState {
+  bool held = false;
+  int64_t ttl_ms = 0;  // remaining TTL when held
+  uint64_t token = 0;  // fencing token of the current (or last) grant; 0 if never granted
+};
+
+/// What an operator's force release did.
+struct ForcedRelease {
+  bool released = false;  // a lease existed and was deleted
+  uint64_t token = 0;     // the lock's last token (the freed lease's, normally); 0 if none
+};
+
+// The backend's health types, named here so the layers above (api) speak to the lock service only
+// and never include the backend.
 using BackendHealth = backend::BackendHealth;
 using NodeHealth = backend::NodeHealth;
 
@@ -159,12 +170,11 @@ class LockService {
   /// Owner-checked extend; on success a watchdog (auto_renew) renews with `ttl_ms` from then on.
   void extend(std::string_view name, std::string_view owner, int64_t ttl_ms,
               std::function<void(StatusOr<ExtendResult>)> done);
-  void inspect(std::string_view name, std::function<void(StatusOr<backend::LockState>)> done);
+  void inspect(std::string_view name, std::function<void(StatusOr<LockState>)> done);
   /// Operators only: frees the lock whoever holds it (no owner check, no new token), wakes the
   /// waiters, and if this sidecar granted the lease, ends it as lost (its holder's stream gets
   /// `lost`; its release / extend answer lease_lost).
-  void forceRelease(std::string_view name,
-                    std::function<void(StatusOr<backend::ForcedRelease>)> done);
+  void forceRelease(std::string_view name, std::function<void(StatusOr<ForcedRelease>)> done);
 
   std::vector<LeaseInfo> leases() const;
   std::vector<WaiterCount> waiterCounts() const;

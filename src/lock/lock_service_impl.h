@@ -46,9 +46,8 @@ class LockService::Impl {
                std::function<void(StatusOr<ReleaseStatus>)> done);
   void extend(std::string_view name, std::string_view owner, int64_t ttl_ms,
               std::function<void(StatusOr<ExtendResult>)> done);
-  void inspect(std::string_view name, std::function<void(StatusOr<backend::LockState>)> done);
-  void forceRelease(std::string_view name,
-                    std::function<void(StatusOr<backend::ForcedRelease>)> done);
+  void inspect(std::string_view name, std::function<void(StatusOr<LockState>)> done);
+  void forceRelease(std::string_view name, std::function<void(StatusOr<ForcedRelease>)> done);
   std::vector<LeaseInfo> leases() const;
   BackendHealth backendHealth() const { return backend_.health(); }
   std::vector<WaiterCount> waiterCounts() const;
@@ -85,7 +84,7 @@ class LockService::Impl {
   // --- acquire and waiting (lock_service.cc) ---
   void cancelWaiter(uint64_t id);
   void attempt(Waiter& w);
-  void onAttemptReply(uint64_t id, StatusOr<backend::AcquireReply> reply);
+  void onAttemptReply(uint64_t id, StatusOr<backend::Outcome> reply);
   void onDeadline(uint64_t id);
   /// The queue limit a waiter on `name` would exceed by queueing now, or kNone if there is room.
   WaiterLimit fullWaiterLimit(size_t queued_here) const;
@@ -116,18 +115,18 @@ class LockService::Impl {
                    std::function<void(StatusOr<ReleaseStatus>)> done, bool client_request);
   /// The head of `name`'s queue, if a release may hand the lock straight to it.
   Waiter* handOffCandidate(std::string_view name);
-  /// Release and grant to `next` in one backend round trip (Backend::releaseAndGrant).
+  /// Release and grant to `next` in one backend round trip (Verb::kHandOff).
   void sendReleaseWithHandOff(std::string name, std::string owner, Waiter& next,
                               std::function<void(StatusOr<ReleaseStatus>)> done);
   /// Settles a release's answer: lease table, metrics, the caller's answer and (if `wake`) the
   /// queue's head.
   void onReleaseReply(const std::string& name, const std::string& owner,
-                      StatusOr<backend::OwnerCheck> reply,
+                      StatusOr<backend::Outcome> reply,
                       std::function<void(StatusOr<ReleaseStatus>)> done, bool client_request,
                       bool wake);
 
   // --- lease lifecycle (watchdog.cc) ---
-  void recordGrant(Waiter& w, const backend::AcquireReply& reply);
+  void recordGrant(Waiter& w, const backend::Outcome& grant);
   void armExpiry(Lease& lease);
   void onLeaseExpiry(Lease& lease);
   /// The lease ran out without a release (or renewals had stopped): count, tell, drop it.
@@ -136,7 +135,7 @@ class LockService::Impl {
   void scheduleRenewal(Lease& lease, int64_t delay_ms);
   void renew(Lease& lease);
   void onRenewReply(const std::string& name, const std::string& owner, uint64_t lease_id,
-                    StatusOr<backend::ExtendReply> reply);
+                    StatusOr<backend::Outcome> reply);
   /// Stops renewals for good (release or shutdown); the lease itself stays until answered.
   void stopRenewal(Lease& lease);
   /// The lease is gone behind our back: count, log once, remember, tell the holder, drop it.

@@ -23,7 +23,7 @@ void LockService::Impl::updateHeldGauge() {
   metrics_.held_locks.Set(static_cast<double>(leases_.size()));
 }
 
-void LockService::Impl::recordGrant(Waiter& w, const backend::AcquireReply& reply) {
+void LockService::Impl::recordGrant(Waiter& w, const backend::Outcome& grant) {
   const int64_t now = scheduler_.nowUs();
   const std::string& name = w.options.name;
   if (Lease* old = leases_.find(name)) {
@@ -40,10 +40,10 @@ void LockService::Impl::recordGrant(Waiter& w, const backend::AcquireReply& repl
   lease.id = ++next_lease_id_;
   lease.name = name;
   lease.owner = w.options.owner;
-  lease.token = reply.token;
+  lease.token = grant.token;
   lease.ttl_ms = w.options.ttl_ms;
   lease.granted_us = now;
-  lease.expiry_us = now + reply.validity_ms * 1000;
+  lease.expiry_us = now + grant.validity_ms * 1000;
   lease.auto_renew = w.options.auto_renew || w.options.stream;
   lease.stream = w.options.stream;
   if (lease.auto_renew) {
@@ -58,11 +58,11 @@ void LockService::Impl::recordGrant(Waiter& w, const backend::AcquireReply& repl
   armExpiry(lease);
   if (lease.auto_renew) {
     lease.renewing = true;
-    scheduleRenewal(lease, renewIntervalMs(lease, reply.validity_ms));
+    scheduleRenewal(lease, renewIntervalMs(lease, grant.validity_ms));
   }
   SL_LOG(kDebug, "lock.granted", {"name", lease.name}, {"owner", ownerDigest(lease.owner)},
          {"token", static_cast<unsigned long long>(lease.token)},
-         {"ttl_ms", static_cast<long long>(reply.validity_ms)}, {"auto_renew", lease.auto_renew},
+         {"ttl_ms", static_cast<long long>(grant.validity_ms)}, {"auto_renew", lease.auto_renew},
          {"stream", lease.stream});
 }
 
@@ -134,20 +134,20 @@ void LockService::Impl::renew(Lease& lease) {
   if (now >= lease.expiry_us) return;  // too late to renew: the expiry timer declares it lost
   lease.renew_in_flight = true;
   opStarted();
-  backend_.extend(lease.name, lease.owner, lease.ttl_ms,
-                  guarded([this, name = lease.name, owner = lease.owner,
-                           id = lease.id](StatusOr<backend::ExtendReply> reply) {
-                    onRenewReply(name, owner, id, std::move(reply));
-                  }));
+  backend_.run(backend::Operation::extend(lease.name, lease.owner, lease.ttl_ms),
+               guarded([this, name = lease.name, owner = lease.owner,
+                        id = lease.id](StatusOr<backend::Outcome> reply) {
+                 onRenewReply(name, owner, id, std::move(reply));
+               }));
 }
 
 void LockService::Impl::onRenewReply(const std::string& name, const std::string& owner,
-                                     uint64_t lease_id, StatusOr<backend::ExtendReply> reply) {
+                                     uint64_t lease_id, StatusOr<backend::Outcome> reply) {
   Lease* lease = leases_.find(name);
   if (lease == nullptr || lease->id != lease_id) {
     // The lease ended while this renewal was in flight (declared lost when its validity ran
     // out). If the renewal did land, the key is alive for nobody: take it back.
-    if (reply.isOk() && reply->result == backend::OwnerCheck::kOk) releaseOrphan(name, owner);
+    if (reply.isOk() && reply->ok()) releaseOrphan(name, owner);
     opFinished();
     return;
   }
@@ -184,7 +184,7 @@ void LockService::Impl::onRenewReply(const std::string& name, const std::string&
                         lease->renew_backoff.next(-1, std::max<int64_t>(1, remaining_ms / 2)));
       }
     }
-  } else if (reply->result == backend::OwnerCheck::kOk) {
+  } else if (reply->ok()) {
     metrics_.renew_renewed.Increment();
     lease->expiry_us = now + reply->validity_ms * 1000;
     armExpiry(*lease);
@@ -197,8 +197,8 @@ void LockService::Impl::onRenewReply(const std::string& name, const std::string&
     }
   } else {
     markLost(*lease,
-             reply->result == backend::OwnerCheck::kNotOwner ? "renewal found another owner"
-                                                             : "renewal found the lease gone",
+             reply->code == backend::OutcomeCode::kNotOwner ? "renewal found another owner"
+                                                            : "renewal found the lease gone",
              /*by_renewal=*/true);
   }
   for (auto& fn : after) fn();

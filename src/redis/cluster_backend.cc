@@ -12,15 +12,18 @@ namespace sidelock::backend {
 
 /// One script call on its way through the cluster: kept until answered, so a redirection can send
 /// the same arguments elsewhere.
+// One operation on its way through redirections and TRYAGAIN retries: the script call is kept
+// so that it can be sent again as it was.
 struct ClusterBackend::Call {
-  ScriptId script = ScriptId::kInspect;
+  ScriptCall script;
   uint16_t slot = 0;
-  std::array<std::string, 2> keys;
-  std::vector<std::string> args;
-  NodeOp op = NodeOp::kOther;
   int redirects = 0;
   int tries_left = 0;  // TRYAGAIN retries still allowed
-  CallDone done;
+  OutcomeCallback cb;
+
+  void done(const StatusOr<RedisValue>& reply, const std::string& node) {
+    cb(decodeOutcome(reply, script.script, node));
+  }
 };
 
 namespace {
@@ -37,9 +40,8 @@ ClusterBackend::ClusterBackend(uv_loop_t* loop, event::Scheduler& scheduler,
       scheduler_(scheduler),
       metrics_(metrics),
       seeds_(config.nodes),
-      prefix_(config.key_prefix),
+      scripts_{config.key_prefix, std::to_string(tokenCounterTtlMs(max_ttl_ms)), true},
       timeout_ms_(config.command_timeout_ms),
-      counter_ttl_ms_(std::to_string(tokenCounterTtlMs(max_ttl_ms))),
       watches_(config.key_prefix) {
   // One TLS context (and one set of credentials) for every node: discovered masters are verified
   // against backend.tls.server_name, or against the host the cluster announces for them.
@@ -58,66 +60,12 @@ void ClusterBackend::start() {
 
 // ---- script calls ----
 
-void ClusterBackend::acquire(std::string_view name, std::string_view owner, int64_t ttl_ms,
-                             AcquireCallback cb) {
-  run(ScriptId::kAcquire, name, {std::string(owner), std::to_string(ttl_ms), counter_ttl_ms_},
-      NodeOp::kAcquire, [cb = std::move(cb)](const StatusOr<RedisValue>& r, const std::string& n) {
-        cb(decodeAcquire(r, n));
-      });
-}
-
-void ClusterBackend::release(std::string_view name, std::string_view owner, OwnerCheckCallback cb) {
-  run(ScriptId::kRelease, name,
-      {std::string(owner), releaseChannel(prefix_, name), std::string(name),
-       std::string(kShardedPublish)},
-      NodeOp::kRelease, [cb = std::move(cb)](const StatusOr<RedisValue>& r, const std::string& n) {
-        cb(decodeRelease(r, n));
-      });
-}
-
-void ClusterBackend::releaseAndGrant(std::string_view name, std::string_view owner,
-                                     std::string_view next_owner, int64_t next_ttl_ms,
-                                     HandOffCallback cb) {
-  run(ScriptId::kReleaseGrant, name,
-      {std::string(owner), std::string(next_owner), std::to_string(next_ttl_ms), counter_ttl_ms_},
-      NodeOp::kRelease, [cb = std::move(cb)](const StatusOr<RedisValue>& r, const std::string& n) {
-        cb(decodeReleaseGrant(r, n));
-      });
-}
-
-void ClusterBackend::extend(std::string_view name, std::string_view owner, int64_t ttl_ms,
-                            ExtendCallback cb) {
-  run(ScriptId::kExtend, name, {std::string(owner), std::to_string(ttl_ms)}, NodeOp::kExtend,
-      [cb = std::move(cb)](const StatusOr<RedisValue>& r, const std::string& n) {
-        cb(decodeExtend(r, n));
-      });
-}
-
-void ClusterBackend::inspect(std::string_view name, InspectCallback cb) {
-  run(ScriptId::kInspect, name, {}, NodeOp::kInspect,
-      [cb = std::move(cb)](const StatusOr<RedisValue>& r, const std::string& n) {
-        cb(decodeInspect(r, n));
-      });
-}
-
-void ClusterBackend::forceRelease(std::string_view name, ForceReleaseCallback cb) {
-  run(ScriptId::kForceRelease, name,
-      {releaseChannel(prefix_, name), std::string(name), std::string(kShardedPublish)},
-      NodeOp::kRelease, [cb = std::move(cb)](const StatusOr<RedisValue>& r, const std::string& n) {
-        cb(decodeForceRelease(r, n));
-      });
-}
-
-void ClusterBackend::run(ScriptId script, std::string_view name, std::vector<std::string> args,
-                         NodeOp op, CallDone done) {
+void ClusterBackend::run(const Operation& op, OutcomeCallback cb) {
   auto call = std::make_shared<Call>();
-  call->script = script;
-  call->keys = {lockKey(prefix_, name), tokenKey(prefix_, name)};
-  call->slot = clusterKeySlot(call->keys[0]);
-  call->args = std::move(args);
-  call->op = op;
+  call->script = scriptCallFor(op, scripts_);
+  call->slot = clusterKeySlot(call->script.keys[0]);
   call->tries_left = static_cast<int>(std::max<int64_t>(4, timeout_ms_ / kTryAgainDelayMs));
-  call->done = std::move(done);
+  call->cb = std::move(cb);
   route(std::move(call));
 }
 
@@ -147,10 +95,10 @@ void ClusterBackend::send(std::shared_ptr<Call> call, const config::RedisNodeAdd
     // Same connection, same turn: ASKING and the script leave in one write, in this order.
     node.redis->command({"ASKING"}, timeout_ms_, [](StatusOr<RedisValue>) {});
   }
-  const std::array<std::string_view, 2> keys = {call->keys[0], call->keys[1]};
-  std::vector<std::string_view> args(call->args.begin(), call->args.end());
+  const ScriptCall::Views v = call->script.views();
   node.redis->runScriptArgs(
-      static_cast<size_t>(call->script), keys, args, timeout_ms_, call->op,
+      static_cast<size_t>(call->script.script), v.keyArgs(), v.argArgs(), timeout_ms_,
+      call->script.node_op,
       [this, alive = std::weak_ptr<char>(alive_), call, address](StatusOr<RedisValue> r) {
         if (alive.expired()) {
           call->done(cancelled("redis cluster backend destroyed"), address);
@@ -407,12 +355,12 @@ void ClusterBackend::unwatchReleases(std::string_view name) {
   auto home = homes_.find(name);
   if (home == homes_.end()) return;
   auto node = nodes_.find(home->second);
-  if (node != nodes_.end()) node->second.redis->unsubscribe(releaseChannel(prefix_, name));
+  if (node != nodes_.end()) node->second.redis->unsubscribe(releaseChannel(scripts_.prefix, name));
   homes_.erase(home);
 }
 
 void ClusterBackend::subscribeHome(const std::string& name) {
-  const std::string channel = releaseChannel(prefix_, name);
+  const std::string channel = releaseChannel(scripts_.prefix, name);
   const config::RedisNodeAddress* master = map_.masterOf(clusterKeySlot(channel));
   if (master == nullptr) return;  // subscribed when a map arrives (rehomeWatches)
   Node& node = nodeFor(*master);
@@ -423,7 +371,7 @@ void ClusterBackend::subscribeHome(const std::string& name) {
 // Moves every watched channel to the master now serving its slot.
 void ClusterBackend::rehomeWatches() {
   for (const auto& [name, count] : watches_.names()) {
-    const std::string channel = releaseChannel(prefix_, name);
+    const std::string channel = releaseChannel(scripts_.prefix, name);
     const config::RedisNodeAddress* master = map_.masterOf(clusterKeySlot(channel));
     auto home = homes_.find(name);
     const std::string want = master != nullptr ? master->toString() : std::string();

@@ -53,16 +53,8 @@ class ClusterBackend final : public Backend {
   ~ClusterBackend() override;
 
   void start() override;
-  void acquire(std::string_view name, std::string_view owner, int64_t ttl_ms,
-               AcquireCallback cb) override;
-  void release(std::string_view name, std::string_view owner, OwnerCheckCallback cb) override;
+  void run(const Operation& op, OutcomeCallback cb) override;
   bool canHandOff() const override { return true; }
-  void releaseAndGrant(std::string_view name, std::string_view owner, std::string_view next_owner,
-                       int64_t next_ttl_ms, HandOffCallback cb) override;
-  void extend(std::string_view name, std::string_view owner, int64_t ttl_ms,
-              ExtendCallback cb) override;
-  void inspect(std::string_view name, InspectCallback cb) override;
-  void forceRelease(std::string_view name, ForceReleaseCallback cb) override;
 
   void setReleaseListener(ReleaseListener listener) override {
     watches_.setListener(std::move(listener));
@@ -85,14 +77,11 @@ class ClusterBackend final : public Backend {
 
  private:
   struct Call;
-  using CallDone = std::function<void(const StatusOr<RedisValue>& reply, const std::string& node)>;
   struct Node {
     config::RedisNodeAddress address;
     std::unique_ptr<RedisNode> redis;
   };
 
-  void run(ScriptId script, std::string_view name, std::vector<std::string> args, NodeOp op,
-           CallDone done);
   void route(std::shared_ptr<Call> call);
   void send(std::shared_ptr<Call> call, const config::RedisNodeAddress& target, bool asking);
   void onReply(std::shared_ptr<Call> call, const std::string& address, StatusOr<RedisValue> r);
@@ -122,9 +111,8 @@ class ClusterBackend final : public Backend {
   metrics::Metrics& metrics_;
   RedisNodeOptions base_options_;  // per node: a copy with its address
   std::vector<config::RedisNodeAddress> seeds_;
-  std::string prefix_;
+  ScriptContext scripts_;
   int64_t timeout_ms_;
-  std::string counter_ttl_ms_;
 
   std::map<std::string, Node> nodes_;                 // by "host:port"
   std::vector<std::unique_ptr<RedisNode>> retiring_;  // shut down, freed when done

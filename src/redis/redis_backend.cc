@@ -57,9 +57,8 @@ RedisBackend::RedisBackend(uv_loop_t* loop, event::Scheduler& scheduler,
                            metrics::Metrics& metrics, const config::RedisNodeAddress& address,
                            metrics::NodeMetrics* node_metrics)
     : metrics_(metrics),
-      prefix_(config.key_prefix),
       timeout_ms_(config.command_timeout_ms),
-      counter_ttl_ms_(std::to_string(tokenCounterTtlMs(max_ttl_ms))),
+      scripts_{config.key_prefix, std::to_string(tokenCounterTtlMs(max_ttl_ms)), false},
       watches_(config.key_prefix) {
   node_ = std::make_unique<RedisNode>(loop, scheduler, nodeOptionsFromConfig(config, address),
                                       node_metrics);
@@ -82,69 +81,23 @@ RedisBackend::~RedisBackend() = default;
 
 void RedisBackend::start() { node_->start(); }
 
-void RedisBackend::acquire(std::string_view name, std::string_view owner, int64_t ttl_ms,
-                           AcquireCallback cb) {
-  node_->runScript(ScriptId::kAcquire, {lockKey(prefix_, name), tokenKey(prefix_, name)},
-                   {std::string(owner), std::to_string(ttl_ms), counter_ttl_ms_}, timeout_ms_,
-                   NodeOp::kAcquire,
-                   [address = address_, cb = std::move(cb)](StatusOr<RedisValue> r) {
-                     cb(decodeAcquire(r, *address));
-                   });
-}
-
-void RedisBackend::release(std::string_view name, std::string_view owner, OwnerCheckCallback cb) {
-  node_->runScript(ScriptId::kRelease, {lockKey(prefix_, name), tokenKey(prefix_, name)},
-                   {std::string(owner), releaseChannel(prefix_, name), std::string(name)},
-                   timeout_ms_, NodeOp::kRelease,
-                   [address = address_, cb = std::move(cb)](StatusOr<RedisValue> r) {
-                     cb(decodeRelease(r, *address));
-                   });
-}
-
-void RedisBackend::releaseAndGrant(std::string_view name, std::string_view owner,
-                                   std::string_view next_owner, int64_t next_ttl_ms,
-                                   HandOffCallback cb) {
-  node_->runScript(ScriptId::kReleaseGrant, {lockKey(prefix_, name), tokenKey(prefix_, name)},
-                   {owner, next_owner, std::to_string(next_ttl_ms), counter_ttl_ms_}, timeout_ms_,
-                   NodeOp::kRelease,
-                   [address = address_, cb = std::move(cb)](StatusOr<RedisValue> r) {
-                     cb(decodeReleaseGrant(r, *address));
-                   });
-}
-
-void RedisBackend::extend(std::string_view name, std::string_view owner, int64_t ttl_ms,
-                          ExtendCallback cb) {
-  node_->runScript(ScriptId::kExtend, {lockKey(prefix_, name), tokenKey(prefix_, name)},
-                   {std::string(owner), std::to_string(ttl_ms)}, timeout_ms_, NodeOp::kExtend,
-                   [address = address_, cb = std::move(cb)](StatusOr<RedisValue> r) {
-                     cb(decodeExtend(r, *address));
-                   });
-}
-
-void RedisBackend::inspect(std::string_view name, InspectCallback cb) {
-  node_->runScript(ScriptId::kInspect, {lockKey(prefix_, name), tokenKey(prefix_, name)}, {},
-                   timeout_ms_, NodeOp::kInspect,
-                   [address = address_, cb = std::move(cb)](StatusOr<RedisValue> r) {
-                     cb(decodeInspect(r, *address));
-                   });
-}
-
-void RedisBackend::forceRelease(std::string_view name, ForceReleaseCallback cb) {
-  node_->runScript(ScriptId::kForceRelease, {lockKey(prefix_, name), tokenKey(prefix_, name)},
-                   {releaseChannel(prefix_, name), std::string(name)}, timeout_ms_,
-                   NodeOp::kRelease,
-                   [address = address_, cb = std::move(cb)](StatusOr<RedisValue> r) {
-                     cb(decodeForceRelease(r, *address));
-                   });
+void RedisBackend::run(const Operation& op, OutcomeCallback cb) {
+  const ScriptCall call = scriptCallFor(op, scripts_);
+  const ScriptCall::Views v = call.views();
+  node_->runScriptArgs(
+      static_cast<size_t>(call.script), v.keyArgs(), v.argArgs(), timeout_ms_, call.node_op,
+      [address = address_, script = call.script, cb = std::move(cb)](StatusOr<RedisValue> r) {
+        cb(decodeOutcome(r, script, *address));
+      });
 }
 
 void RedisBackend::watchReleases(std::string_view name) {
   if (shut_down_) return;
-  if (watches_.add(name)) node_->subscribe(releaseChannel(prefix_, name));
+  if (watches_.add(name)) node_->subscribe(releaseChannel(scripts_.prefix, name));
 }
 
 void RedisBackend::unwatchReleases(std::string_view name) {
-  if (watches_.remove(name)) node_->unsubscribe(releaseChannel(prefix_, name));
+  if (watches_.remove(name)) node_->unsubscribe(releaseChannel(scripts_.prefix, name));
 }
 
 BackendHealth RedisBackend::health() const {

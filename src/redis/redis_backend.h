@@ -17,6 +17,7 @@
 #include "metrics/metrics.h"
 #include "redis/redis_node.h"
 #include "redis/release_watches.h"
+#include "redis/scripts.h"
 
 namespace sidelock::backend {
 
@@ -47,16 +48,8 @@ class RedisBackend final : public Backend {
   void setTopologyHook(TopologyHook hook) { topology_ = std::move(hook); }
 
   void start() override;
-  void acquire(std::string_view name, std::string_view owner, int64_t ttl_ms,
-               AcquireCallback cb) override;
-  void release(std::string_view name, std::string_view owner, OwnerCheckCallback cb) override;
+  void run(const Operation& op, OutcomeCallback cb) override;
   bool canHandOff() const override { return true; }
-  void releaseAndGrant(std::string_view name, std::string_view owner, std::string_view next_owner,
-                       int64_t next_ttl_ms, HandOffCallback cb) override;
-  void extend(std::string_view name, std::string_view owner, int64_t ttl_ms,
-              ExtendCallback cb) override;
-  void inspect(std::string_view name, InspectCallback cb) override;
-  void forceRelease(std::string_view name, ForceReleaseCallback cb) override;
 
   void setReleaseListener(ReleaseListener listener) override {
     watches_.setListener(std::move(listener));
@@ -75,9 +68,8 @@ class RedisBackend final : public Backend {
 
  private:
   metrics::Metrics& metrics_;
-  std::string prefix_;
   int64_t timeout_ms_;
-  std::string counter_ttl_ms_;  // ARGV of the acquire script
+  ScriptContext scripts_;
   std::unique_ptr<RedisNode> node_;
   // Captured by reply callbacks instead of `this`: a call made after shutdown() is answered after
   // shutdown's done callback, when the owner may already have destroyed us.

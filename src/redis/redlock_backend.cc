@@ -1,6 +1,7 @@
 #include "redis/redlock_backend.h"
 
 #include <algorithm>
+#include <optional>
 #include <utility>
 
 #include "common/log.h"
@@ -9,22 +10,6 @@
 
 namespace sidelock::backend {
 namespace {
-
-enum class Vote { kPending, kFor, kBusy, kNotOwner, kNotHeld, kFailed };
-
-bool isInt(const RedisValue& v) { return v.type == RedisValue::Type::kInteger; }
-
-Vote voteOf(OwnerCheck c) {
-  switch (c) {
-    case OwnerCheck::kOk:
-      return Vote::kFor;
-    case OwnerCheck::kNotOwner:
-      return Vote::kNotOwner;
-    case OwnerCheck::kNotHeld:
-      return Vote::kNotHeld;
-  }
-  return Vote::kFailed;
-}
 
 std::string replyError(const StatusOr<RedisValue>& r) {
   if (!r.isOk()) return r.status().toString();
@@ -48,60 +33,40 @@ struct RedlockBackend::NodeSlot {
   bool shut_down = false;
 };
 
-// One acquire: vote -> (won) token sync -> answer, or (lost) cleanup on all nodes -> answer.
-struct RedlockBackend::AcquireOp {
-  enum class Phase { kVote, kSync, kCleanup, kDone };
+// One operation sent to every node: the answers as they come in, and the state of the policy
+// that decides what they mean (RedlockBackend::decide).
+struct RedlockBackend::QuorumCall {
+  Verb verb = Verb::kInspect;
   std::string name;
   std::string owner;
   int64_t ttl_ms = 0;
-  AcquireCallback cb;
+  ScriptId script = ScriptId::kInspect;
+  OutcomeCallback cb;
   int64_t start_us = 0;
-  Phase phase = Phase::kVote;
-  std::vector<bool> voting;  // snapshot when the vote was sent
-  std::vector<Vote> votes;
-  std::vector<uint64_t> tokens;
-  std::vector<int64_t> pttls;
+  size_t pending = 0;        // nodes that have not answered
+  bool decided = false;      // the vote is lost; the policy waits for the remaining answers
+  bool done = false;         // the policy answered or started its follow-up: answers are only kept
+  std::vector<bool> voting;  // per node, when the call was sent
+  std::vector<std::optional<Outcome>> answers;  // per node; nullopt: no answer (yet) or failed
+  std::vector<bool> failed;
   std::vector<std::string> errors;
+  // Acquire, once won: the token sync, then the answer (or the cleanup).
   uint64_t token = 0;
-  std::vector<bool> granting;  // voted for us when the vote was decided (set by startTokenSync)
+  std::vector<bool> granting;  // voted for us when the vote was decided
   int sync_needed = 0;         // granting nodes
   int sync_acks = 0;           // granting nodes whose counter is known to be >= token
   int sync_failures = 0;       // granting nodes that failed to record it
-  size_t cleanup_pending = 0;
-  Status error;  // set when the attempt failed for a reason other than the vote itself
-};
+  bool synced = false;         // the sync is over (answered or cleaning up)
+  Status error;                // why a won vote was given up
 
-struct RedlockBackend::ExtendOp {
-  std::string name;
-  std::string owner;
-  int64_t ttl_ms = 0;
-  ExtendCallback cb;
-  int64_t start_us = 0;
-  bool decided = false;
-  bool done = false;
-  size_t pending = 0;
-  std::vector<bool> voting;
-  std::vector<Vote> votes;
-  std::vector<std::string> errors;
-};
-
-struct RedlockBackend::ReleaseOp {
-  OwnerCheckCallback cb;
-  size_t pending = 0;
-  std::vector<bool> voting;
-  std::vector<Vote> votes;
-  std::vector<std::string> errors;
-};
-
-struct RedlockBackend::InspectOp {
-  InspectCallback cb;
-  size_t pending = 0;
-  std::vector<bool> voting;
-  std::vector<bool> answered;
-  std::vector<bool> held;
-  std::vector<int64_t> pttls;
-  std::vector<uint64_t> tokens;
-  std::vector<std::string> errors;
+  bool said(size_t i, OutcomeCode code) const { return answers[i] && answers[i]->code == code; }
+  /// Voting nodes that answered `code`.
+  int votes(OutcomeCode code) const;
+  /// Voting nodes that answered at all.
+  int answeredVoting() const;
+  /// The vote so far: yes = voting nodes that answered kOk; everything that can no longer be a
+  /// yes (non-voting nodes, other answers, failures) is against.
+  quorum::Outcome vote() const;
 };
 
 struct RedlockBackend::WakeState {
@@ -118,7 +83,7 @@ RedlockBackend::RedlockBackend(uv_loop_s* loop, event::Scheduler& scheduler,
       scheduler_(scheduler),
       config_(config),
       max_ttl_ms_(max_ttl_ms),
-      counter_ttl_ms_(std::to_string(tokenCounterTtlMs(max_ttl_ms))),
+      scripts_{config.key_prefix, std::to_string(tokenCounterTtlMs(max_ttl_ms)), false},
       metrics_(metrics) {
   for (size_t i = 0; i < config_.nodes.size(); ++i) {
     auto slot = std::make_unique<NodeSlot>();
@@ -252,179 +217,227 @@ void RedlockBackend::applyDelayedRestart(size_t i) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Acquire
+// Operations: one quorum call per operation (fan out, collect, decide, clean up), with a policy
+// per verb deciding what the answers mean.
 
-void RedlockBackend::acquire(std::string_view name, std::string_view owner, int64_t ttl_ms,
-                             AcquireCallback cb) {
+void RedlockBackend::run(const Operation& op, OutcomeCallback cb) {
   beginOp();
-  if (shutting_down_) {
-    deliver([cb = std::move(cb)] { cb(cancelled("backend is shutting down")); });
+  if (shutting_down_ || nodes_.empty()) {
+    deliver([cb = std::move(cb), down = shutting_down_] {
+      cb(down ? cancelled("backend is shutting down")
+              : unavailable("redlock: no nodes configured"));
+    });
+    return;
+  }
+  if (op.verb == Verb::kHandOff) {
+    deliver([cb = std::move(cb)] {
+      cb(Status(StatusCode::kFailedPrecondition, "redlock cannot hand a lock on in one step"));
+    });
     return;
   }
   const double df = config_.redlock.drift_factor;
-  if (nodes_.empty() || quorum::validityMs(ttl_ms, 0, df) <= 0) {
-    Status s = nodes_.empty()
-                   ? unavailable("redlock: no nodes configured")
-                   : invalidArgument("ttl_ms " + std::to_string(ttl_ms) +
-                                     " is too small for redlock: it must exceed the "
-                                     "clock drift allowance of " +
-                                     std::to_string(quorum::driftMs(ttl_ms, df)) + " ms");
-    deliver([cb = std::move(cb), s = std::move(s)] { cb(s); });
+  if ((op.verb == Verb::kAcquire || op.verb == Verb::kExtend) &&
+      quorum::validityMs(op.ttl_ms, 0, df) <= 0) {
+    deliver([cb = std::move(cb), ttl_ms = op.ttl_ms, df] {
+      cb(invalidArgument("ttl_ms " + std::to_string(ttl_ms) +
+                         " is too small for redlock: it must exceed the clock drift allowance of " +
+                         std::to_string(quorum::driftMs(ttl_ms, df)) + " ms"));
+    });
     return;
   }
-  auto op = std::make_shared<AcquireOp>();
+  auto call = std::make_shared<QuorumCall>();
   const size_t n = nodes_.size();
-  op->name = name;
-  op->owner = owner;
-  op->ttl_ms = ttl_ms;
-  op->cb = std::move(cb);
-  op->start_us = scheduler_.nowUs();
-  op->votes.assign(n, Vote::kPending);
-  op->tokens.assign(n, 0);
-  op->pttls.assign(n, -1);
-  op->errors.assign(n, "");
+  call->verb = op.verb;
+  call->name = op.name;
+  call->owner = op.owner;
+  call->ttl_ms = op.ttl_ms;
+  call->cb = std::move(cb);
+  call->start_us = scheduler_.nowUs();
+  call->pending = n;
+  call->answers.assign(n, std::nullopt);
+  call->failed.assign(n, false);
+  call->errors.assign(n, "");
+  const bool votes_on_grant = op.verb == Verb::kAcquire || op.verb == Verb::kExtend;
   for (size_t i = 0; i < n; ++i) {
-    op->voting.push_back(nodeVoting(i));
-    if (!op->voting[i]) op->errors[i] = nodes_[i]->redis->up() ? "not voting (restarted)" : "";
+    call->voting.push_back(nodeVoting(i));
+    if (votes_on_grant && !call->voting[i] && nodes_[i]->redis->up()) {
+      call->errors[i] = "not voting (restarted)";
+    }
   }
-  const std::string key = lockKey(config_.key_prefix, op->name);
-  const std::string counter = tokenKey(config_.key_prefix, op->name);
-  for (size_t i = 0; i < n; ++i) {
-    // Non-voting nodes get the command too, so their state converges while they wait.
-    nodes_[i]->redis->runScript(
-        ScriptId::kAcquire, {key, counter}, {op->owner, std::to_string(ttl_ms), counter_ttl_ms_},
-        config_.redlock.node_timeout_ms, NodeOp::kAcquire,
-        [this, op, i](StatusOr<RedisValue> r) { onAcquireReply(op, i, std::move(r)); });
-  }
-  evaluateAcquire(op);  // enough nodes may be unable to vote to decide right away
+  const ScriptCall script = scriptCallFor(op, scripts_);
+  call->script = script.script;
+  // Non-voting nodes get the command too, so their state converges while they wait.
+  fanOut(script, [this, call](size_t i, StatusOr<RedisValue> r) {
+    StatusOr<Outcome> d = decodeOutcome(r, call->script, nodes_[i]->address);
+    if (d.isOk()) {
+      call->answers[i] = *d;
+    } else {
+      call->failed[i] = true;
+      call->errors[i] = d.status().toString();
+    }
+    --call->pending;
+    if (!call->done) decide(call);
+  });
+  // Enough nodes may be unable to vote to decide an acquire right away.
+  if (op.verb == Verb::kAcquire && !call->done) decide(call);
 }
 
-void RedlockBackend::onAcquireReply(const std::shared_ptr<AcquireOp>& op, size_t i,
-                                    StatusOr<RedisValue> r) {
-  StatusOr<AcquireReply> d = decodeAcquire(r, nodes_[i]->address);
-  if (!d.isOk()) {
-    op->votes[i] = Vote::kFailed;
-    op->errors[i] = d.status().toString();
-  } else if (d->granted) {
-    op->votes[i] = Vote::kFor;
-    op->tokens[i] = d->token;
-  } else {
-    op->votes[i] = Vote::kBusy;
-    op->pttls[i] = d->holder_ttl_ms;
-  }
-  if (op->phase == AcquireOp::Phase::kVote) evaluateAcquire(op);
+int RedlockBackend::QuorumCall::votes(OutcomeCode code) const {
+  int count = 0;
+  for (size_t i = 0; i < answers.size(); ++i) count += voting[i] && said(i, code) ? 1 : 0;
+  return count;
 }
 
-void RedlockBackend::evaluateAcquire(const std::shared_ptr<AcquireOp>& op) {
+int RedlockBackend::QuorumCall::answeredVoting() const {
+  int count = 0;
+  for (size_t i = 0; i < answers.size(); ++i) count += voting[i] && answers[i] ? 1 : 0;
+  return count;
+}
+
+quorum::Outcome RedlockBackend::QuorumCall::vote() const {
   int votes_for = 0;
   int against = 0;
-  for (size_t i = 0; i < nodes_.size(); ++i) {
-    if (!op->voting[i]) {
+  for (size_t i = 0; i < answers.size(); ++i) {
+    if (!voting[i]) {
       ++against;  // its answer cannot count, whatever it is
-    } else if (op->votes[i] == Vote::kFor) {
+    } else if (said(i, OutcomeCode::kOk)) {
       ++votes_for;
-    } else if (op->votes[i] != Vote::kPending) {
+    } else if (answers[i] || failed[i]) {
       ++against;
     }
   }
-  switch (quorum::decide(static_cast<int>(nodes_.size()), votes_for, against)) {
+  return quorum::decide(static_cast<int>(answers.size()), votes_for, against);
+}
+
+void RedlockBackend::decide(const std::shared_ptr<QuorumCall>& call) {
+  switch (call->verb) {
+    case Verb::kAcquire:
+      decideAcquire(call);
+      return;
+    case Verb::kExtend:
+      decideExtend(call);
+      return;
+    case Verb::kRelease:
+      if (call->pending == 0) finishRelease(call);
+      return;
+    case Verb::kInspect:
+    case Verb::kForceRelease:
+      if (call->pending == 0) finishRead(call);
+      return;
+    case Verb::kHandOff:  // refused in run()
+      return;
+  }
+}
+
+void RedlockBackend::answer(const std::shared_ptr<QuorumCall>& call, StatusOr<Outcome> result) {
+  call->done = true;
+  deliver([call, result = std::move(result)]() mutable { call->cb(std::move(result)); });
+}
+
+// ---- acquire: vote -> (won) token sync -> answer, or (lost) cleanup on all nodes -> answer.
+
+void RedlockBackend::decideAcquire(const std::shared_ptr<QuorumCall>& call) {
+  switch (call->vote()) {
     case quorum::Outcome::kWon:
-      startTokenSync(op);
+      call->done = true;
+      startTokenSync(call);
       break;
     case quorum::Outcome::kLost:
-      startAcquireCleanup(op, Status::ok());
+      call->done = true;
+      startAcquireCleanup(call, Status::ok());
       break;
     case quorum::Outcome::kUndecided:
       break;
   }
 }
 
-void RedlockBackend::startTokenSync(const std::shared_ptr<AcquireOp>& op) {
-  op->phase = AcquireOp::Phase::kSync;
+void RedlockBackend::startTokenSync(const std::shared_ptr<QuorumCall>& call) {
   std::vector<uint64_t> granting_tokens;
   for (size_t i = 0; i < nodes_.size(); ++i) {
-    op->granting.push_back(op->voting[i] && op->votes[i] == Vote::kFor);
-    if (op->granting[i]) granting_tokens.push_back(op->tokens[i]);
+    call->granting.push_back(call->voting[i] && call->said(i, OutcomeCode::kOk));
+    if (call->granting[i]) granting_tokens.push_back(call->answers[i]->token);
   }
-  op->token = quorum::fencingToken(granting_tokens);
-  const std::string counter = tokenKey(config_.key_prefix, op->name);
+  call->token = quorum::fencingToken(granting_tokens);
+  const ScriptCall sync = tokenSyncCall(call->name, call->token, scripts_);
+  const ScriptCall::Views v = sync.views();
   for (size_t i = 0; i < nodes_.size(); ++i) {
-    if (op->granting[i]) ++op->sync_needed;
-    if (op->granting[i] && op->tokens[i] == op->token) {
-      ++op->sync_acks;  // its counter already equals the token
+    if (call->granting[i]) ++call->sync_needed;
+    if (call->granting[i] && call->answers[i]->token == call->token) {
+      ++call->sync_acks;  // its counter already equals the token
       continue;
     }
     // Sent to the other nodes too (best effort, not waited for): raising a counter never hurts,
     // and a lagging one is what a later majority could otherwise hand out a smaller token from.
-    nodes_[i]->redis->runScript(
-        ScriptId::kTokenSync, {counter}, {std::to_string(op->token), counter_ttl_ms_},
-        config_.redlock.node_timeout_ms, NodeOp::kOther,
-        [this, op, i, alive = std::weak_ptr<char>(alive_)](StatusOr<RedisValue> r) {
-          if (alive.expired() || op->phase != AcquireOp::Phase::kSync || !op->granting[i]) return;
-          if (r.isOk() && isInt(*r)) {
-            ++op->sync_acks;
+    nodes_[i]->redis->runScriptArgs(
+        static_cast<size_t>(sync.script), v.keyArgs(), v.argArgs(), config_.redlock.node_timeout_ms,
+        sync.node_op, [this, call, i, alive = std::weak_ptr<char>(alive_)](StatusOr<RedisValue> r) {
+          if (alive.expired() || call->synced || !call->granting[i]) return;
+          StatusOr<Outcome> d = decodeOutcome(r, ScriptId::kTokenSync, nodes_[i]->address);
+          if (d.isOk()) {
+            ++call->sync_acks;
           } else {
-            ++op->sync_failures;
-            op->errors[i] = "token sync: " + replyError(r);
+            ++call->sync_failures;
+            call->errors[i] = "token sync: " + d.status().toString();
           }
-          evaluateTokenSync(op);
+          evaluateTokenSync(call);
         });
   }
-  evaluateTokenSync(op);
+  evaluateTokenSync(call);
 }
 
-void RedlockBackend::evaluateTokenSync(const std::shared_ptr<AcquireOp>& op) {
+void RedlockBackend::evaluateTokenSync(const std::shared_ptr<QuorumCall>& call) {
   // Every granting node must record the token, not just some majority: the next grant's majority
   // is only sure to intersect *this* granting majority, and the node they share must already
   // count from the token, or the next grant could hand out a smaller one.
-  if (op->sync_failures > 0) {
-    startAcquireCleanup(op, unavailable("redlock: granted but the fencing token could not be "
-                                        "recorded on every granting node: " +
-                                        nodeErrors(op->errors)));
+  if (call->sync_failures > 0) {
+    call->synced = true;
+    startAcquireCleanup(call, unavailable("redlock: granted but the fencing token could not be "
+                                          "recorded on every granting node: " +
+                                          nodeErrors(call->errors)));
     return;
   }
-  if (op->sync_acks < op->sync_needed) return;
-  const int64_t elapsed_ms = (scheduler_.nowUs() - op->start_us + 999) / 1000;
-  const int64_t validity = quorum::validityMs(op->ttl_ms, elapsed_ms, config_.redlock.drift_factor);
+  if (call->sync_acks < call->sync_needed) return;
+  call->synced = true;
+  const int64_t elapsed_ms = (scheduler_.nowUs() - call->start_us + 999) / 1000;
+  const int64_t validity =
+      quorum::validityMs(call->ttl_ms, elapsed_ms, config_.redlock.drift_factor);
   if (validity <= 0) {
     startAcquireCleanup(
-        op, deadlineExceeded("redlock: the vote took " + std::to_string(elapsed_ms) +
-                             " ms, leaving no validity of the " + std::to_string(op->ttl_ms) +
-                             " ms TTL"));
+        call, deadlineExceeded("redlock: the vote took " + std::to_string(elapsed_ms) +
+                               " ms, leaving no validity of the " + std::to_string(call->ttl_ms) +
+                               " ms TTL"));
     return;
   }
-  op->phase = AcquireOp::Phase::kDone;
   metrics_.redlock_validity_seconds.Observe(static_cast<double>(validity) / 1000.0);
-  AcquireReply reply;
-  reply.granted = true;
-  reply.token = op->token;
-  reply.validity_ms = validity;
-  deliver([op, reply] { op->cb(reply); });
+  Outcome granted;
+  granted.code = OutcomeCode::kOk;
+  granted.token = call->token;
+  granted.validity_ms = validity;
+  answer(call, granted);
 }
 
-void RedlockBackend::startAcquireCleanup(const std::shared_ptr<AcquireOp>& op, Status error) {
-  op->phase = AcquireOp::Phase::kCleanup;
-  op->error = std::move(error);
-  op->cleanup_pending = nodes_.size();
+void RedlockBackend::startAcquireCleanup(const std::shared_ptr<QuorumCall>& call, Status error) {
+  call->error = std::move(error);
   // Every node, also those that have not answered: commands on one connection run in order, so
   // a node still working on our acquire deletes the key right after setting it.
-  releaseOnAll(op->name, op->owner, [this, op](size_t, StatusOr<RedisValue>) {
-    if (--op->cleanup_pending == 0) finishAcquireLoss(op);
-  });
+  releaseOnAll(call->name, call->owner,
+               [this, call, pending = std::make_shared<size_t>(nodes_.size())](
+                   size_t, StatusOr<RedisValue>) {
+                 if (--*pending == 0) finishAcquireLoss(call);
+               });
 }
 
-void RedlockBackend::finishAcquireLoss(const std::shared_ptr<AcquireOp>& op) {
-  op->phase = AcquireOp::Phase::kDone;
-  if (!op->error.isOk()) {
+void RedlockBackend::finishAcquireLoss(const std::shared_ptr<QuorumCall>& call) {
+  if (!call->error.isOk()) {
     metrics_.redlock_quorum_failures.Increment();
-    if (auto suppressed = acquire_failed_log_.admit(scheduler_.nowMs(),
-                                                    outageState(op->error.code(), op->errors))) {
+    if (auto suppressed = acquire_failed_log_.admit(
+            scheduler_.nowMs(), outageState(call->error.code(), call->errors))) {
       SL_LOG(
-          kWarn, "redlock.acquire_failed", {"name", op->name}, {"error", op->error.toString()},
+          kWarn, "redlock.acquire_failed", {"name", call->name}, {"error", call->error.toString()},
           {"suppressed", static_cast<unsigned long long>(*suppressed)},
           {"suppressed_window_s", static_cast<long long>(acquire_failed_log_.windowMs() / 1000)});
     }
-    deliver([op] { op->cb(op->error); });
+    answer(call, call->error);
     return;
   }
   int votes_for = 0;
@@ -432,14 +445,14 @@ void RedlockBackend::finishAcquireLoss(const std::shared_ptr<AcquireOp>& op) {
   int failed = 0;
   std::vector<int64_t> busy_pttls;
   for (size_t i = 0; i < nodes_.size(); ++i) {
-    if (op->voting[i] && op->votes[i] == Vote::kFor) {
+    if (call->voting[i] && call->said(i, OutcomeCode::kOk)) {
       ++votes_for;
-    } else if (op->voting[i] && op->votes[i] == Vote::kBusy) {
+    } else if (call->voting[i] && call->said(i, OutcomeCode::kBusy)) {
       ++busy;
-      busy_pttls.push_back(op->pttls[i]);
+      busy_pttls.push_back(call->answers[i]->holder_ttl_ms);
     } else {
       ++failed;
-      if (op->votes[i] == Vote::kPending && op->errors[i].empty()) op->errors[i] = "no answer";
+      if (!call->answers[i] && call->errors[i].empty()) call->errors[i] = "no answer";
     }
   }
   const int n = static_cast<int>(nodes_.size());
@@ -447,37 +460,159 @@ void RedlockBackend::finishAcquireLoss(const std::shared_ptr<AcquireOp>& op) {
     metrics_.redlock_quorum_failures.Increment();
     Status s = unavailable("redlock: only " + std::to_string(votes_for + busy) + " of " +
                            std::to_string(n) + " nodes voted, " + std::to_string(quorumSize()) +
-                           " needed: " + nodeErrors(op->errors));
+                           " needed: " + nodeErrors(call->errors));
     if (auto suppressed =
-            no_quorum_log_.admit(scheduler_.nowMs(), outageState(s.code(), op->errors))) {
-      SL_LOG(kWarn, "redlock.no_quorum", {"name", op->name}, {"error", s.message()},
+            no_quorum_log_.admit(scheduler_.nowMs(), outageState(s.code(), call->errors))) {
+      SL_LOG(kWarn, "redlock.no_quorum", {"name", call->name}, {"error", s.message()},
              {"suppressed", static_cast<unsigned long long>(*suppressed)},
              {"suppressed_window_s", static_cast<long long>(no_quorum_log_.windowMs() / 1000)});
     }
-    deliver([op, s = std::move(s)] { op->cb(s); });
+    answer(call, s);
     return;
   }
-  AcquireReply reply;
-  reply.granted = false;
-  reply.holder_ttl_ms = quorum::holderTtlMs(n, votes_for, std::move(busy_pttls));
-  deliver([op, reply] { op->cb(reply); });
+  Outcome busy_outcome;
+  busy_outcome.code = OutcomeCode::kBusy;
+  busy_outcome.holder_ttl_ms = quorum::holderTtlMs(n, votes_for, std::move(busy_pttls));
+  answer(call, busy_outcome);
 }
 
-// ---------------------------------------------------------------------------------------------
-// Release (also the cleanup of failed acquires and lost extends)
+// ---- extend: decided early when won; when lost, every node is waited for (bounded by the node
+// timeout) to tell an outage from a lost lease.
+
+void RedlockBackend::decideExtend(const std::shared_ptr<QuorumCall>& call) {
+  if (!call->decided) {
+    switch (call->vote()) {
+      case quorum::Outcome::kUndecided:
+        return;
+      case quorum::Outcome::kWon: {
+        call->decided = true;
+        call->done = true;
+        const int64_t elapsed_ms = (scheduler_.nowUs() - call->start_us + 999) / 1000;
+        const int64_t validity =
+            quorum::validityMs(call->ttl_ms, elapsed_ms, config_.redlock.drift_factor);
+        if (validity <= 0) {
+          // Nobody may rely on keys that were extended too late: roll them back (release on
+          // every node) rather than leave a lease that blocks others and that its holder was
+          // told it does not have.
+          releaseOnAll(
+              call->name, call->owner,
+              [this, call, elapsed_ms, pending = std::make_shared<size_t>(nodes_.size())](
+                  size_t, StatusOr<RedisValue>) {
+                if (--*pending != 0) return;
+                answer(call, deadlineExceeded("redlock: extend took " + std::to_string(elapsed_ms) +
+                                              " ms, leaving no validity; the lease "
+                                              "was released"));
+              });
+          return;
+        }
+        Outcome extended;
+        extended.code = OutcomeCode::kOk;
+        extended.validity_ms = validity;
+        answer(call, extended);
+        return;
+      }
+      case quorum::Outcome::kLost:
+        call->decided = true;
+        break;
+    }
+  }
+  if (call->pending == 0) finishExtendLoss(call);
+}
+
+void RedlockBackend::finishExtendLoss(const std::shared_ptr<QuorumCall>& call) {
+  call->done = true;
+  const int answered = call->answeredVoting();
+  if (answered < quorumSize()) {
+    // Outage: we cannot tell whether the lease survives; leave it alone so a retry can still
+    // extend it within its previous validity.
+    metrics_.redlock_quorum_failures.Increment();
+    answer(call,
+           unavailable("redlock: extend answered by " + std::to_string(answered) + " of " +
+                       std::to_string(nodes_.size()) + " nodes, " + std::to_string(quorumSize()) +
+                       " needed: " + nodeErrors(call->errors)));
+    return;
+  }
+  // The lease is lost: drop what is left of it so it does not block others until it expires.
+  Outcome lost;
+  lost.code = call->votes(OutcomeCode::kNotOwner) >= quorumSize() ? OutcomeCode::kNotOwner
+                                                                  : OutcomeCode::kNotHeld;
+  releaseOnAll(call->name, call->owner,
+               [this, call, lost, pending = std::make_shared<size_t>(nodes_.size())](
+                   size_t, StatusOr<RedisValue>) {
+                 if (--*pending == 0) answer(call, lost);
+               });
+}
+
+// ---- release: on all nodes, waiting for each. Any node that deleted our key counts, voting or
+// not: the key is gone there (and from every reachable node).
+
+void RedlockBackend::finishRelease(const std::shared_ptr<QuorumCall>& call) {
+  bool released = false;
+  for (const auto& a : call->answers) released = released || (a && a->ok());
+  Outcome o;
+  if (released) {
+    o.code = OutcomeCode::kOk;
+  } else if (const int answered = call->answeredVoting(); answered < quorumSize()) {
+    answer(call,
+           unavailable("redlock: release answered by " + std::to_string(answered) + " of " +
+                       std::to_string(nodes_.size()) + " nodes: " + nodeErrors(call->errors)));
+    return;
+  } else if (call->votes(OutcomeCode::kNotOwner) >= quorumSize()) {
+    o.code = OutcomeCode::kNotOwner;
+  }
+  answer(call, o);
+}
+
+// ---- inspect and force release: every node's answer. Inspect: held iff a majority of voting
+// nodes hold the key, for as long as a majority still will. Force release deleted the key on
+// every node it reached; freed when at least one node deleted it and a quorum of voting nodes
+// answered (the others may still hold it, but fewer than a majority); with fewer answers the
+// operator gets 503 and retries: the lock may still be held. Token: the highest counter seen,
+// voting or not (a counter is data).
+
+void RedlockBackend::finishRead(const std::shared_ptr<QuorumCall>& call) {
+  const int answered = call->answeredVoting();
+  if (answered < quorumSize()) {
+    answer(call, unavailable(
+                     std::string("redlock: ") + verbName(call->verb) + " answered by " +
+                     std::to_string(answered) + " of " + std::to_string(nodes_.size()) + " nodes" +
+                     (call->verb == Verb::kForceRelease ? " (the lock may still be held)" : "") +
+                     ": " + nodeErrors(call->errors)));
+    return;
+  }
+  Outcome o;
+  std::vector<int64_t> held_pttls;
+  bool deleted_somewhere = false;
+  for (size_t i = 0; i < nodes_.size(); ++i) {
+    if (!call->answers[i]) continue;
+    o.token = std::max(o.token, call->answers[i]->token);
+    deleted_somewhere = deleted_somewhere || call->answers[i]->ok();
+    if (call->voting[i] && call->answers[i]->ok()) {
+      held_pttls.push_back(call->answers[i]->validity_ms);
+    }
+  }
+  if (call->verb == Verb::kForceRelease) {
+    if (deleted_somewhere) o.code = OutcomeCode::kOk;
+  } else if (const int64_t ttl = quorum::heldTtlMs(static_cast<int>(nodes_.size()), held_pttls);
+             ttl >= 0) {
+    o.code = OutcomeCode::kOk;
+    o.validity_ms = ttl;
+  }
+  answer(call, o);
+}
+
+// ---- fan-out
 
 void RedlockBackend::releaseOnAll(const std::string& name, const std::string& owner,
                                   std::function<void(size_t, StatusOr<RedisValue>)> each) {
-  const std::string key = lockKey(config_.key_prefix, name);
-  const std::string channel = releaseChannel(config_.key_prefix, name);
-  runOnAll(ScriptId::kRelease, {key}, {owner, channel, name}, NodeOp::kRelease, std::move(each));
+  fanOut(scriptCallFor(Operation::release(name, owner), scripts_), std::move(each));
 }
 
-void RedlockBackend::runOnAll(ScriptId script, std::initializer_list<std::string_view> keys,
-                              std::initializer_list<std::string_view> args, NodeOp op,
-                              std::function<void(size_t, StatusOr<RedisValue>)> each) {
+void RedlockBackend::fanOut(const ScriptCall& script,
+                            std::function<void(size_t, StatusOr<RedisValue>)> each) {
   auto shared_each =
       std::make_shared<std::function<void(size_t, StatusOr<RedisValue>)>>(std::move(each));
+  const ScriptCall::Views v = script.views();
   for (size_t i = 0; i < nodes_.size(); ++i) {
     if (shutting_down_) {
       // No new commands once the nodes are closing; answer for them on a later turn.
@@ -486,314 +621,10 @@ void RedlockBackend::runOnAll(ScriptId script, std::initializer_list<std::string
       });
       continue;
     }
-    nodes_[i]->redis->runScript(
-        static_cast<size_t>(script), keys, args, config_.redlock.node_timeout_ms, op,
+    nodes_[i]->redis->runScriptArgs(
+        static_cast<size_t>(script.script), v.keyArgs(), v.argArgs(),
+        config_.redlock.node_timeout_ms, script.node_op,
         [shared_each, i](StatusOr<RedisValue> r) { (*shared_each)(i, std::move(r)); });
-  }
-}
-
-void RedlockBackend::releaseAndGrant(std::string_view, std::string_view, std::string_view, int64_t,
-                                     HandOffCallback cb) {
-  deliver([cb = std::move(cb)] {
-    cb(Status(StatusCode::kFailedPrecondition, "redlock cannot hand a lock on in one step"));
-  });
-}
-
-void RedlockBackend::release(std::string_view name, std::string_view owner, OwnerCheckCallback cb) {
-  beginOp();
-  if (shutting_down_ || nodes_.empty()) {
-    deliver([cb = std::move(cb), down = shutting_down_] {
-      cb(down ? cancelled("backend is shutting down") : unavailable("redlock: no nodes"));
-    });
-    return;
-  }
-  auto op = std::make_shared<ReleaseOp>();
-  const size_t n = nodes_.size();
-  op->cb = std::move(cb);
-  op->pending = n;
-  op->votes.assign(n, Vote::kPending);
-  op->errors.assign(n, "");
-  for (size_t i = 0; i < n; ++i) op->voting.push_back(nodeVoting(i));
-  releaseOnAll(std::string(name), std::string(owner), [this, op](size_t i, StatusOr<RedisValue> r) {
-    StatusOr<OwnerCheck> d = decodeRelease(r, nodes_[i]->address);
-    if (!d.isOk()) {
-      op->votes[i] = Vote::kFailed;
-      op->errors[i] = d.status().toString();
-    } else {
-      op->votes[i] = voteOf(*d);
-    }
-    if (--op->pending != 0) return;
-    int released = 0;
-    int answered = 0;
-    int not_owner = 0;
-    for (size_t j = 0; j < nodes_.size(); ++j) {
-      // Any node that deleted our key counts, voting or not: the key is gone there.
-      if (op->votes[j] == Vote::kFor) ++released;
-      if (!op->voting[j]) continue;
-      if (op->votes[j] != Vote::kFailed) ++answered;
-      if (op->votes[j] == Vote::kNotOwner) ++not_owner;
-    }
-    StatusOr<OwnerCheck> result = OwnerCheck::kNotHeld;
-    if (released > 0) {
-      result = OwnerCheck::kOk;
-    } else if (answered < quorumSize()) {
-      result = unavailable("redlock: release answered by " + std::to_string(answered) + " of " +
-                           std::to_string(nodes_.size()) + " nodes: " + nodeErrors(op->errors));
-    } else if (not_owner >= quorumSize()) {
-      result = OwnerCheck::kNotOwner;
-    }
-    deliver([op, result = std::move(result)] { op->cb(result); });
-  });
-}
-
-// ---------------------------------------------------------------------------------------------
-// Extend
-
-void RedlockBackend::extend(std::string_view name, std::string_view owner, int64_t ttl_ms,
-                            ExtendCallback cb) {
-  beginOp();
-  if (shutting_down_ || nodes_.empty()) {
-    deliver([cb = std::move(cb), down = shutting_down_] {
-      cb(down ? cancelled("backend is shutting down") : unavailable("redlock: no nodes"));
-    });
-    return;
-  }
-  const double df = config_.redlock.drift_factor;
-  if (quorum::validityMs(ttl_ms, 0, df) <= 0) {
-    deliver([cb = std::move(cb), ttl_ms, df] {
-      cb(invalidArgument("ttl_ms " + std::to_string(ttl_ms) +
-                         " is too small for redlock: it must exceed the clock drift allowance of " +
-                         std::to_string(quorum::driftMs(ttl_ms, df)) + " ms"));
-    });
-    return;
-  }
-  auto op = std::make_shared<ExtendOp>();
-  const size_t n = nodes_.size();
-  op->name = name;
-  op->owner = owner;
-  op->ttl_ms = ttl_ms;
-  op->cb = std::move(cb);
-  op->start_us = scheduler_.nowUs();
-  op->pending = n;
-  op->votes.assign(n, Vote::kPending);
-  op->errors.assign(n, "");
-  for (size_t i = 0; i < n; ++i) {
-    op->voting.push_back(nodeVoting(i));
-    if (!op->voting[i] && nodes_[i]->redis->up()) op->errors[i] = "not voting (restarted)";
-  }
-  const std::string key = lockKey(config_.key_prefix, op->name);
-  for (size_t i = 0; i < n; ++i) {
-    nodes_[i]->redis->runScript(
-        ScriptId::kExtend, {key}, {op->owner, std::to_string(ttl_ms)},
-        config_.redlock.node_timeout_ms, NodeOp::kExtend,
-        [this, op, i](StatusOr<RedisValue> r) { onExtendReply(op, i, std::move(r)); });
-  }
-}
-
-void RedlockBackend::onExtendReply(const std::shared_ptr<ExtendOp>& op, size_t i,
-                                   StatusOr<RedisValue> r) {
-  StatusOr<ExtendReply> d = decodeExtend(r, nodes_[i]->address);
-  if (!d.isOk()) {
-    op->votes[i] = Vote::kFailed;
-    op->errors[i] = d.status().toString();
-  } else {
-    op->votes[i] = voteOf(d->result);
-  }
-  --op->pending;
-  if (op->done) return;
-  if (!op->decided) {
-    int votes_for = 0;
-    int against = 0;
-    for (size_t j = 0; j < nodes_.size(); ++j) {
-      if (!op->voting[j]) {
-        ++against;
-      } else if (op->votes[j] == Vote::kFor) {
-        ++votes_for;
-      } else if (op->votes[j] != Vote::kPending) {
-        ++against;
-      }
-    }
-    switch (quorum::decide(static_cast<int>(nodes_.size()), votes_for, against)) {
-      case quorum::Outcome::kUndecided:
-        return;
-      case quorum::Outcome::kWon: {
-        op->decided = true;
-        op->done = true;
-        const int64_t elapsed_ms = (scheduler_.nowUs() - op->start_us + 999) / 1000;
-        const int64_t validity =
-            quorum::validityMs(op->ttl_ms, elapsed_ms, config_.redlock.drift_factor);
-        if (validity <= 0) {
-          // Nobody may rely on keys that were extended too late: roll them back (release on
-          // every node) rather than leave a lease that blocks others and that its holder was
-          // told it does not have.
-          releaseOnAll(
-              op->name, op->owner,
-              [this, op, elapsed_ms, pending = std::make_shared<size_t>(nodes_.size())](
-                  size_t, StatusOr<RedisValue>) {
-                if (--*pending != 0) return;
-                deliver([op, elapsed_ms] {
-                  op->cb(deadlineExceeded("redlock: extend took " + std::to_string(elapsed_ms) +
-                                          " ms, leaving no validity; the lease was released"));
-                });
-              });
-          return;
-        }
-        ExtendReply reply;
-        reply.result = OwnerCheck::kOk;
-        reply.validity_ms = validity;
-        deliver([op, reply] { op->cb(reply); });
-        return;
-      }
-      case quorum::Outcome::kLost:
-        op->decided = true;
-        break;
-    }
-  }
-  // Lost: wait for every node (bounded by the node timeout) to tell an outage from a lost lease.
-  if (op->pending == 0) finishExtendLoss(op);
-}
-
-void RedlockBackend::finishExtendLoss(const std::shared_ptr<ExtendOp>& op) {
-  op->done = true;
-  int answered = 0;
-  int not_owner = 0;
-  for (size_t i = 0; i < nodes_.size(); ++i) {
-    if (!op->voting[i]) continue;
-    if (op->votes[i] != Vote::kFailed && op->votes[i] != Vote::kPending) ++answered;
-    if (op->votes[i] == Vote::kNotOwner) ++not_owner;
-  }
-  if (answered < quorumSize()) {
-    // Outage: we cannot tell whether the lease survives; leave it alone so a retry can still
-    // extend it within its previous validity.
-    metrics_.redlock_quorum_failures.Increment();
-    Status s = unavailable("redlock: extend answered by " + std::to_string(answered) + " of " +
-                           std::to_string(nodes_.size()) + " nodes, " +
-                           std::to_string(quorumSize()) + " needed: " + nodeErrors(op->errors));
-    deliver([op, s = std::move(s)] { op->cb(s); });
-    return;
-  }
-  // The lease is lost: drop what is left of it so it does not block others until it expires.
-  const OwnerCheck result =
-      not_owner >= quorumSize() ? OwnerCheck::kNotOwner : OwnerCheck::kNotHeld;
-  auto pending = std::make_shared<size_t>(nodes_.size());
-  releaseOnAll(op->name, op->owner, [this, op, pending, result](size_t, StatusOr<RedisValue>) {
-    if (--*pending != 0) return;
-    ExtendReply reply;
-    reply.result = result;
-    deliver([op, reply] { op->cb(reply); });
-  });
-}
-
-// ---------------------------------------------------------------------------------------------
-// Inspect
-
-// Deletes the key on every node it can reach, whoever holds it. Freed when at least one node
-// deleted it and a quorum of voting nodes answered (the others may still hold it, but fewer than
-// a majority); with fewer answers the operator gets 503 and retries: the lock may still be held.
-void RedlockBackend::forceRelease(std::string_view name, ForceReleaseCallback cb) {
-  beginOp();
-  if (shutting_down_ || nodes_.empty()) {
-    deliver([cb = std::move(cb), down = shutting_down_] {
-      cb(down ? cancelled("backend is shutting down") : unavailable("redlock: no nodes"));
-    });
-    return;
-  }
-  struct ForceOp {
-    ForceReleaseCallback cb;
-    size_t pending = 0;
-    std::vector<bool> voting;  // per node, when the call was sent
-    int answered = 0;          // voting nodes
-    ForcedRelease result;
-    std::vector<std::string> errors;
-  };
-  auto op = std::make_shared<ForceOp>();
-  op->cb = std::move(cb);
-  op->pending = nodes_.size();
-  op->errors.assign(nodes_.size(), "");
-  const std::string key = lockKey(config_.key_prefix, name);
-  const std::string counter = tokenKey(config_.key_prefix, name);
-  const std::string channel = releaseChannel(config_.key_prefix, name);
-  for (size_t i = 0; i < nodes_.size(); ++i) op->voting.push_back(nodeVoting(i));
-  runOnAll(ScriptId::kForceRelease, {key, counter}, {channel, name}, NodeOp::kRelease,
-           [this, op](size_t i, StatusOr<RedisValue> r) {
-             StatusOr<ForcedRelease> d = decodeForceRelease(r, nodes_[i]->address);
-             if (d.isOk()) {
-               if (op->voting[i]) ++op->answered;
-               op->result.released = op->result.released || d->released;
-               op->result.token = std::max(op->result.token, d->token);
-             } else {
-               op->errors[i] = d.status().toString();
-             }
-             if (--op->pending != 0) return;
-             StatusOr<ForcedRelease> result = op->result;
-             if (op->answered < quorumSize()) {
-               result = unavailable(
-                   "redlock: force release answered by " + std::to_string(op->answered) + " of " +
-                   std::to_string(nodes_.size()) +
-                   " nodes (the lock may still be held): " + nodeErrors(op->errors));
-             }
-             deliver([op, result = std::move(result)] { op->cb(result); });
-           });
-}
-
-void RedlockBackend::inspect(std::string_view name, InspectCallback cb) {
-  beginOp();
-  if (shutting_down_ || nodes_.empty()) {
-    deliver([cb = std::move(cb), down = shutting_down_] {
-      cb(down ? cancelled("backend is shutting down") : unavailable("redlock: no nodes"));
-    });
-    return;
-  }
-  auto op = std::make_shared<InspectOp>();
-  const size_t n = nodes_.size();
-  op->cb = std::move(cb);
-  op->pending = n;
-  op->answered.assign(n, false);
-  op->held.assign(n, false);
-  op->pttls.assign(n, -2);
-  op->tokens.assign(n, 0);
-  op->errors.assign(n, "");
-  for (size_t i = 0; i < n; ++i) op->voting.push_back(nodeVoting(i));
-  const std::string key = lockKey(config_.key_prefix, name);
-  const std::string counter = tokenKey(config_.key_prefix, name);
-  for (size_t i = 0; i < n; ++i) {
-    nodes_[i]->redis->runScript(
-        ScriptId::kInspect, {key, counter}, {}, config_.redlock.node_timeout_ms, NodeOp::kInspect,
-        [this, op, i](StatusOr<RedisValue> r) {
-          StatusOr<LockState> d = decodeInspect(r, nodes_[i]->address);
-          if (d.isOk()) {
-            op->answered[i] = true;
-            op->held[i] = d->held;
-            op->pttls[i] = d->ttl_ms;
-            op->tokens[i] = d->token;
-          } else {
-            op->errors[i] = d.status().toString();
-          }
-          if (--op->pending != 0) return;
-          int answered = 0;
-          std::vector<int64_t> held_pttls;
-          uint64_t token = 0;
-          for (size_t j = 0; j < nodes_.size(); ++j) {
-            if (!op->answered[j]) continue;
-            token = std::max(token, op->tokens[j]);  // a counter is data, voting or not
-            if (!op->voting[j]) continue;
-            ++answered;
-            if (op->held[j]) held_pttls.push_back(op->pttls[j]);
-          }
-          if (answered < quorumSize()) {
-            Status s =
-                unavailable("redlock: inspect answered by " + std::to_string(answered) + " of " +
-                            std::to_string(nodes_.size()) + " nodes: " + nodeErrors(op->errors));
-            deliver([op, s = std::move(s)] { op->cb(s); });
-            return;
-          }
-          LockState state;
-          const int64_t ttl = quorum::heldTtlMs(static_cast<int>(nodes_.size()), held_pttls);
-          state.held = ttl >= 0;
-          state.ttl_ms = state.held ? ttl : 0;
-          state.token = token;
-          deliver([op, state] { op->cb(state); });
-        });
   }
 }
 

@@ -81,16 +81,9 @@ class RedlockBackend final : public Backend {
   RedlockBackend& operator=(const RedlockBackend&) = delete;
 
   void start() override;
-  void acquire(std::string_view name, std::string_view owner, int64_t ttl_ms,
-               AcquireCallback cb) override;
-  void release(std::string_view name, std::string_view owner, OwnerCheckCallback cb) override;
-  /// Not served: canHandOff() stays false (the next owner needs a quorum vote of its own).
-  void releaseAndGrant(std::string_view name, std::string_view owner, std::string_view next_owner,
-                       int64_t next_ttl_ms, HandOffCallback cb) override;
-  void extend(std::string_view name, std::string_view owner, int64_t ttl_ms,
-              ExtendCallback cb) override;
-  void inspect(std::string_view name, InspectCallback cb) override;
-  void forceRelease(std::string_view name, ForceReleaseCallback cb) override;
+  /// Acquire, release, extend, inspect and force release as described above; hand-off is not
+  /// served (canHandOff() stays false: the next owner needs a quorum vote of its own).
+  void run(const Operation& op, OutcomeCallback cb) override;
 
   void setReleaseListener(ReleaseListener listener) override { listener_ = std::move(listener); }
   void watchReleases(std::string_view name) override;
@@ -108,10 +101,7 @@ class RedlockBackend final : public Backend {
 
  private:
   struct NodeSlot;
-  struct AcquireOp;
-  struct ExtendOp;
-  struct ReleaseOp;
-  struct InspectOp;
+  struct QuorumCall;
   struct WakeState;
 
   int quorumSize() const;
@@ -130,24 +120,26 @@ class RedlockBackend final : public Backend {
   void onMessage(size_t i, std::string_view channel);
   void fireWake(const std::string& name);
 
-  void onAcquireReply(const std::shared_ptr<AcquireOp>& op, size_t i, StatusOr<RedisValue> r);
-  void evaluateAcquire(const std::shared_ptr<AcquireOp>& op);
-  void startTokenSync(const std::shared_ptr<AcquireOp>& op);
-  void evaluateTokenSync(const std::shared_ptr<AcquireOp>& op);
-  void startAcquireCleanup(const std::shared_ptr<AcquireOp>& op, Status error);
-  void finishAcquireLoss(const std::shared_ptr<AcquireOp>& op);
-
-  void onExtendReply(const std::shared_ptr<ExtendOp>& op, size_t i, StatusOr<RedisValue> r);
-  void finishExtendLoss(const std::shared_ptr<ExtendOp>& op);
+  /// The policy of the call's verb, after each answer until it is done.
+  void decide(const std::shared_ptr<QuorumCall>& call);
+  void answer(const std::shared_ptr<QuorumCall>& call, StatusOr<Outcome> result);
+  void decideAcquire(const std::shared_ptr<QuorumCall>& call);
+  void startTokenSync(const std::shared_ptr<QuorumCall>& call);
+  void evaluateTokenSync(const std::shared_ptr<QuorumCall>& call);
+  void startAcquireCleanup(const std::shared_ptr<QuorumCall>& call, Status error);
+  void finishAcquireLoss(const std::shared_ptr<QuorumCall>& call);
+  void decideExtend(const std::shared_ptr<QuorumCall>& call);
+  void finishExtendLoss(const std::shared_ptr<QuorumCall>& call);
+  void finishRelease(const std::shared_ptr<QuorumCall>& call);
+  /// Inspect and force release.
+  void finishRead(const std::shared_ptr<QuorumCall>& call);
 
   /// Sends the release script for (name, owner) to every node; `each` runs once per node.
   void releaseOnAll(const std::string& name, const std::string& owner,
                     std::function<void(size_t, StatusOr<RedisValue>)> each);
   /// Sends `script` to every node (answered kCancelled for each once shutting down); `each`
   /// runs once per node, with the node's index.
-  void runOnAll(ScriptId script, std::initializer_list<std::string_view> keys,
-                std::initializer_list<std::string_view> args, NodeOp op,
-                std::function<void(size_t, StatusOr<RedisValue>)> each);
+  void fanOut(const ScriptCall& script, std::function<void(size_t, StatusOr<RedisValue>)> each);
 
   /// Runs `fn` on a later loop turn (Backend contract), counted as in flight until then.
   void deliver(std::function<void()> fn);
@@ -162,7 +154,7 @@ class RedlockBackend final : public Backend {
   event::Scheduler& scheduler_;
   config::BackendConfig config_;
   int64_t max_ttl_ms_;
-  std::string counter_ttl_ms_;  // ARGV of the acquire and token sync scripts
+  ScriptContext scripts_;
   metrics::Metrics& metrics_;
   std::vector<std::unique_ptr<NodeSlot>> nodes_;
 

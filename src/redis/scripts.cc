@@ -48,11 +48,11 @@ if v == ARGV[1] then
   else
     redis.call('PUBLISH', ARGV[2], ARGV[3])
   end
-  return 1
+  return {1, 0, 0}
 elseif v then
-  return 0
+  return {0, 0, redis.call('PTTL', KEYS[1])}
 end
-return -1
+return {-1, 0, 0}
 )lua";
 
 // PEXPIRE only an existing key we own: re-creating a missing key would silently re-acquire a lock
@@ -61,11 +61,11 @@ constexpr std::string_view kExtendLua = R"lua(
 local v = redis.call('GET', KEYS[1])
 if v == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  return {1, redis.call('PTTL', KEYS[1])}
+  return {1, 0, redis.call('PTTL', KEYS[1])}
 elseif v then
-  return {0, redis.call('PTTL', KEYS[1])}
+  return {0, 0, redis.call('PTTL', KEYS[1])}
 end
-return {-1, -2}
+return {-1, 0, 0}
 )lua";
 
 // Redlock's token sync: raises a node's fencing counter to at least ARGV[1] (never lowers it) and
@@ -78,13 +78,21 @@ if c < tonumber(ARGV[1]) then
 else
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
 end
-return 1
+return {1, 0, 0}
 )lua";
 
-// The token counter is returned as the raw string: Lua numbers are doubles.
-constexpr std::string_view kInspectLua = R"lua(
-local exists = redis.call('EXISTS', KEYS[1])
-return {exists, redis.call('PTTL', KEYS[1]), redis.call('GET', KEYS[2])}
+// The counter goes back as a Lua number (a double): exact below 2^53 (see nextToken).
+constexpr std::string_view kLastTokenLua = R"lua(
+local function lastToken()
+  return tonumber(redis.call('GET', KEYS[2]) or '0')
+end
+)lua";
+
+constexpr std::string_view kInspectBodyLua = R"lua(
+if redis.call('EXISTS', KEYS[1]) == 1 then
+  return {1, lastToken(), redis.call('PTTL', KEYS[1])}
+end
+return {-1, lastToken(), 0}
 )lua";
 
 // Release with hand-off: the next owner's grant replaces ours in the same step, with the next
@@ -101,18 +109,17 @@ return {-1, 0, 0}
 )lua";
 
 // An operator's force release: delete the lease whoever holds it and announce it like a release.
-// The reply has inspect's shape ({deleted 0|1, 0, token counter or nil}) so one decoder serves
-// both; the counter is read, never changed (the next grant gets the next token).
-constexpr std::string_view kForceReleaseLua = R"lua(
-local deleted = redis.call('DEL', KEYS[1])
-if deleted == 1 then
+// The counter is read, never changed (the next grant gets the next token).
+constexpr std::string_view kForceReleaseBodyLua = R"lua(
+if redis.call('DEL', KEYS[1]) == 1 then
   if ARGV[3] == 'sharded' then
     redis.call('SPUBLISH', ARGV[1], ARGV[2])
   else
     redis.call('PUBLISH', ARGV[1], ARGV[2])
   end
+  return {1, lastToken(), 0}
 end
-return {deleted, 0, redis.call('GET', KEYS[2])}
+return {-1, lastToken(), 0}
 )lua";
 
 constexpr std::string_view kChannelInfix = "released:{";
@@ -123,6 +130,9 @@ std::string_view scriptText(ScriptId id) {
   static const std::string kAcquireLua = std::string(kNextTokenLua) + std::string(kAcquireBodyLua);
   static const std::string kReleaseGrantLua =
       std::string(kNextTokenLua) + std::string(kReleaseGrantBodyLua);
+  static const std::string kInspectLua = std::string(kLastTokenLua) + std::string(kInspectBodyLua);
+  static const std::string kForceReleaseLua =
+      std::string(kLastTokenLua) + std::string(kForceReleaseBodyLua);
   switch (id) {
     case ScriptId::kAcquire:
       return kAcquireLua;
@@ -206,138 +216,123 @@ bool lockNameFromChannel(std::string_view prefix, std::string_view channel, std:
 
 namespace {
 
-Status replyError(const RedisValue& v, std::string_view node) {
-  return internalError("redis " + std::string(node) + ": " + v.str);
-}
-
-Status badShape(std::string_view node, const char* script) {
-  return internalError("redis " + std::string(node) + ": unexpected reply to the " + script +
-                       " script");
-}
-
-bool isInt(const RedisValue& v) { return v.type == RedisValue::Type::kInteger; }
-
-// An array of at least `n` leading integers.
-bool intArray(const RedisValue& v, size_t n) {
-  if (v.type != RedisValue::Type::kArray || v.elements.size() < n) return false;
-  for (size_t i = 0; i < n; ++i) {
-    if (!isInt(v.elements[i])) return false;
-  }
-  return true;
+Status badShape(std::string_view node, ScriptId script) {
+  return internalError("redis " + std::string(node) + ": unexpected reply to the " +
+                       scriptName(script) + " script");
 }
 
 }  // namespace
 
-StatusOr<AcquireReply> decodeAcquire(const StatusOr<RedisValue>& reply, std::string_view node) {
+StatusOr<Outcome> decodeOutcome(const StatusOr<RedisValue>& reply, ScriptId script,
+                                std::string_view node) {
   if (!reply.isOk()) return reply.status();
   const RedisValue& v = *reply;
-  if (v.isError()) return replyError(v, node);
-  if (!intArray(v, 3)) return badShape(node, "acquire");
-  AcquireReply r;
-  r.granted = v.elements[0].integer == 1;
-  if (r.granted) {
-    if (v.elements[1].integer <= 0) return badShape(node, "acquire");
-    r.token = static_cast<uint64_t>(v.elements[1].integer);
-    r.validity_ms = v.elements[2].integer;
-  } else {
-    // PTTL -1: a key without expiry (not ours); unknown, so waiters fall back to their backoff.
-    r.holder_ttl_ms = v.elements[2].integer >= 0 ? v.elements[2].integer : -1;
+  if (v.isError()) return internalError("redis " + std::string(node) + ": " + v.str);
+  if (v.type != RedisValue::Type::kArray || v.elements.size() != 3) return badShape(node, script);
+  for (const RedisValue& e : v.elements) {
+    if (e.type != RedisValue::Type::kInteger || e.integer < -2) return badShape(node, script);
   }
-  return r;
-}
-
-StatusOr<OwnerCheck> decodeRelease(const StatusOr<RedisValue>& reply, std::string_view node) {
-  if (!reply.isOk()) return reply.status();
-  const RedisValue& v = *reply;
-  if (v.isError()) return replyError(v, node);
-  if (!isInt(v)) return badShape(node, "release");
-  switch (v.integer) {
+  const int64_t code = v.elements[0].integer;
+  const int64_t token = v.elements[1].integer;
+  const int64_t ttl = v.elements[2].integer;
+  const bool grants = script == ScriptId::kAcquire || script == ScriptId::kReleaseGrant;
+  Outcome o;
+  switch (code) {
     case 1:
-      return OwnerCheck::kOk;
+      o.code = OutcomeCode::kOk;
+      if (grants && token <= 0) return badShape(node, script);
+      o.token = static_cast<uint64_t>(std::max<int64_t>(0, token));
+      // PTTL -1 (no expiry: not a key of ours) reads as 0 left.
+      o.validity_ms = std::max<int64_t>(0, ttl);
+      return o;
     case 0:
-      return OwnerCheck::kNotOwner;
+      if (script == ScriptId::kInspect || script == ScriptId::kForceRelease ||
+          script == ScriptId::kTokenSync) {
+        return badShape(node, script);
+      }
+      o.code = script == ScriptId::kAcquire ? OutcomeCode::kBusy : OutcomeCode::kNotOwner;
+      // PTTL -1: a key without expiry (not ours); unknown, so waiters fall back to their backoff.
+      o.holder_ttl_ms = ttl >= 0 ? ttl : -1;
+      return o;
     case -1:
-      return OwnerCheck::kNotHeld;
+      o.code = OutcomeCode::kNotHeld;
+      o.token = static_cast<uint64_t>(std::max<int64_t>(0, token));
+      return o;
     default:
-      return badShape(node, "release");
+      return badShape(node, script);
   }
 }
 
-StatusOr<ExtendReply> decodeExtend(const StatusOr<RedisValue>& reply, std::string_view node) {
-  if (!reply.isOk()) return reply.status();
-  const RedisValue& v = *reply;
-  if (v.isError()) return replyError(v, node);
-  if (!intArray(v, 2)) return badShape(node, "extend");
-  ExtendReply r;
-  switch (v.elements[0].integer) {
-    case 1:
-      r.result = OwnerCheck::kOk;
-      r.validity_ms = std::max<int64_t>(0, v.elements[1].integer);
-      break;
-    case 0:
-      r.result = OwnerCheck::kNotOwner;
-      break;
-    case -1:
-      r.result = OwnerCheck::kNotHeld;
-      break;
-    default:
-      return badShape(node, "extend");
-  }
-  return r;
+ScriptCall::Views ScriptCall::views() const {
+  Views v;
+  for (size_t i = 0; i < key_count; ++i) v.keys[i] = keys[i];
+  for (size_t i = 0; i < arg_count; ++i) v.args[i] = args[i];
+  v.key_count = key_count;
+  v.arg_count = arg_count;
+  return v;
 }
 
-StatusOr<HandOffReply> decodeReleaseGrant(const StatusOr<RedisValue>& reply,
-                                          std::string_view node) {
-  if (!reply.isOk()) return reply.status();
-  const RedisValue& v = *reply;
-  if (v.isError()) return replyError(v, node);
-  if (!intArray(v, 3)) return badShape(node, "release_grant");
-  HandOffReply r;
-  switch (v.elements[0].integer) {
-    case 1:
-      r.released = OwnerCheck::kOk;
-      r.next.granted = true;
-      r.next.token = static_cast<uint64_t>(v.elements[1].integer);
-      r.next.validity_ms = v.elements[2].integer;
+ScriptCall scriptCallFor(const Operation& op, const ScriptContext& ctx) {
+  ScriptCall c;
+  c.keys[0] = lockKey(ctx.prefix, op.name);
+  c.keys[1] = tokenKey(ctx.prefix, op.name);
+  c.key_count = 2;
+  auto arg = [&c](std::string_view a) { c.args[c.arg_count++].assign(a); };
+  switch (op.verb) {
+    case Verb::kAcquire:
+      c.script = ScriptId::kAcquire;
+      c.node_op = NodeOp::kAcquire;
+      arg(op.owner);
+      arg(std::to_string(op.ttl_ms));
+      arg(ctx.counter_ttl_ms);
       break;
-    case 0:
-      r.released = OwnerCheck::kNotOwner;
-      r.next.holder_ttl_ms = v.elements[2].integer >= 0 ? v.elements[2].integer : -1;
+    case Verb::kRelease:
+      c.script = ScriptId::kRelease;
+      c.node_op = NodeOp::kRelease;
+      arg(op.owner);
+      arg(releaseChannel(ctx.prefix, op.name));
+      arg(op.name);
+      if (ctx.sharded_publish) arg(kShardedPublish);
       break;
-    case -1:
-      r.released = OwnerCheck::kNotHeld;
+    case Verb::kExtend:
+      c.script = ScriptId::kExtend;
+      c.node_op = NodeOp::kExtend;
+      arg(op.owner);
+      arg(std::to_string(op.ttl_ms));
       break;
-    default:
-      return badShape(node, "release_grant");
+    case Verb::kInspect:
+      c.script = ScriptId::kInspect;
+      c.node_op = NodeOp::kInspect;
+      break;
+    case Verb::kHandOff:
+      c.script = ScriptId::kReleaseGrant;
+      c.node_op = NodeOp::kRelease;
+      arg(op.owner);
+      arg(op.next_owner);
+      arg(std::to_string(op.ttl_ms));
+      arg(ctx.counter_ttl_ms);
+      break;
+    case Verb::kForceRelease:
+      c.script = ScriptId::kForceRelease;
+      c.node_op = NodeOp::kRelease;
+      arg(releaseChannel(ctx.prefix, op.name));
+      arg(op.name);
+      if (ctx.sharded_publish) arg(kShardedPublish);
+      break;
   }
-  return r;
+  return c;
 }
 
-StatusOr<LockState> decodeInspect(const StatusOr<RedisValue>& reply, std::string_view node) {
-  if (!reply.isOk()) return reply.status();
-  const RedisValue& v = *reply;
-  if (v.isError()) return replyError(v, node);
-  // Lua turns a trailing nil (no token counter yet) into a shorter array.
-  if (!intArray(v, 2)) return badShape(node, "inspect");
-  LockState s;
-  s.held = v.elements[0].integer == 1;
-  s.ttl_ms = s.held ? std::max<int64_t>(0, v.elements[1].integer) : 0;
-  if (v.elements.size() >= 3) {
-    const RedisValue& t = v.elements[2];
-    if (t.type == RedisValue::Type::kString) {
-      s.token = std::strtoull(t.str.c_str(), nullptr, 10);
-    } else if (isInt(t)) {
-      s.token = static_cast<uint64_t>(t.integer);
-    }
-  }
-  return s;
-}
-
-StatusOr<ForcedRelease> decodeForceRelease(const StatusOr<RedisValue>& reply,
-                                           std::string_view node) {
-  StatusOr<LockState> state = decodeInspect(reply, node);
-  if (!state.isOk()) return state.status();
-  return ForcedRelease{state->held, state->token};
+ScriptCall tokenSyncCall(std::string_view name, uint64_t token, const ScriptContext& ctx) {
+  ScriptCall c;
+  c.script = ScriptId::kTokenSync;
+  c.node_op = NodeOp::kOther;
+  c.keys[0] = tokenKey(ctx.prefix, name);
+  c.key_count = 1;
+  c.args[0] = std::to_string(token);
+  c.args[1] = ctx.counter_ttl_ms;
+  c.arg_count = 2;
+  return c;
 }
 
 }  // namespace sidelock::backend

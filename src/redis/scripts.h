@@ -27,24 +27,30 @@
 // name no longer stays in Redis for good. A counter created before this scheme keeps counting
 // from its old value and gets the expiry at its next grant.
 //
-// Replies (all integers unless stated):
-//   acquire  ARGV owner, ttl_ms, counter_ttl_ms
-//                                        -> {1, token, ttl_ms} granted | {0, 0, holder PTTL}
-//   release  ARGV owner, channel, name[, "sharded"]
-//                                        -> 1 released | 0 held by another owner | -1 not held;
-//                                           "sharded" (Redis Cluster) announces with SPUBLISH
-//   extend   ARGV owner, ttl_ms          -> {1, PTTL} | {0, holder PTTL} | {-1, -2}; never
-//   re-creates
-//                                           a missing key (that would silently re-acquire)
-//   inspect  (no ARGV)                   -> {exists 0|1, PTTL, token counter as bulk string or nil}
-//   token sync (Redlock; KEYS[1] = the counter) ARGV token, counter_ttl_ms -> 1; raises the
-//                                           counter to `token`, never lowers it
-//   release_grant ARGV owner, next owner, next ttl_ms, counter_ttl_ms
-//                                        -> {1, token, ttl_ms} handed on | {0, 0, holder PTTL} held
-//                                           by another owner | {-1, 0, 0} not held (single master)
-//   force_release (operators) ARGV channel, name[, "sharded"]
-//                                        -> {deleted 0|1, 0, token counter or nil} (inspect's
-//                                           shape); deletes whoever holds it, announces it
+// One reply contract for every script: {code, token, ttl}, three integers, decoded by
+// decodeOutcome() into a backend::Outcome:
+//   code  1 done (granted, released, extended, handed on; inspect: held; force release: deleted)
+//         0 held by another owner (acquire: busy; release, extend, hand-off: not the owner)
+//        -1 not held (no lease: expired, released, never granted)
+//   token the grant's fencing token (acquire, hand-off); the lock's last token (inspect, force
+//         release: the counter, 0 if none); 0 otherwise
+//   ttl   code 1: the lease's TTL (acquire, hand-off: as granted; extend, inspect: PTTL);
+//         code 0: the holder's PTTL (-1: a key without expiry, unknown); 0 otherwise
+// ARGV per script:
+//   acquire        owner, ttl_ms, counter_ttl_ms
+//   release        owner, channel, name[, "sharded"]  ("sharded": Redis Cluster, SPUBLISH)
+//   extend         owner, ttl_ms                      (never re-creates a missing key: that
+//                                                      would silently re-acquire)
+//   inspect        (none)
+//   token_sync     token, counter_ttl_ms (Redlock; KEYS[1] = the counter): raises the counter to
+//                  `token`, never lowers it
+//   release_grant  owner, next owner, next ttl_ms, counter_ttl_ms (hand-off, single master)
+//   force_release  channel, name[, "sharded"] (operators): deletes whoever holds it, announces it
+//
+// Kinds and keys: a lock kind owns its keys. The mutex keeps the layout above (`p{name}`,
+// `p{name}:token`) so that sidecars of older versions and this one, run side by side during a
+// rolling upgrade, still exclude each other; a kind added later puts its kind in its keys
+// (`p{name}:<kind>...`), so one name used as two kinds never meets WRONGTYPE.
 //
 // The scripts are handed to every RedisNode as its script set (sidelockScripts(), indexed by
 // ScriptId), loaded with SCRIPT LOAD when a node connects and run with EVALSHA; a NOSCRIPT reply
@@ -52,6 +58,7 @@
 // the script and caches it again (RedisConnection does this transparently).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -102,16 +109,45 @@ std::string releaseChannel(std::string_view prefix, std::string_view name);
 /// Inverse of releaseChannel(); false if `channel` is not a release channel under `prefix`.
 bool lockNameFromChannel(std::string_view prefix, std::string_view channel, std::string* name);
 
-/// Decoding of the scripts' replies, shared by RedisBackend and RedlockBackend. A non-OK input
-/// status is passed through; a Redis error reply becomes kInternal "redis <node>: <message>"; a
-/// reply of the wrong shape becomes kInternal too.
-StatusOr<AcquireReply> decodeAcquire(const StatusOr<RedisValue>& reply, std::string_view node);
-StatusOr<OwnerCheck> decodeRelease(const StatusOr<RedisValue>& reply, std::string_view node);
-/// kOk: validity_ms = the key's PTTL after PEXPIRE.
-StatusOr<ExtendReply> decodeExtend(const StatusOr<RedisValue>& reply, std::string_view node);
-StatusOr<HandOffReply> decodeReleaseGrant(const StatusOr<RedisValue>& reply, std::string_view node);
-StatusOr<LockState> decodeInspect(const StatusOr<RedisValue>& reply, std::string_view node);
-StatusOr<ForcedRelease> decodeForceRelease(const StatusOr<RedisValue>& reply,
-                                           std::string_view node);
+/// The one decoder of every script's reply (the contract above), shared by every Redis-speaking
+/// backend. A non-OK input status is passed through; a Redis error reply becomes kInternal
+/// "redis <node>: <message>"; a reply of the wrong shape becomes kInternal too.
+StatusOr<Outcome> decodeOutcome(const StatusOr<RedisValue>& reply, ScriptId script,
+                                std::string_view node);
+
+/// What a backend needs to turn operations into script calls.
+struct ScriptContext {
+  std::string prefix;            // backend.key_prefix
+  std::string counter_ttl_ms;    // tokenCounterTtlMs(locks.max_ttl_ms), as ARGV
+  bool sharded_publish = false;  // Redis Cluster: announce releases with SPUBLISH
+};
+
+/// One operation as one script call: the script, its KEYS and ARGV, and the metric op. Kept in
+/// fixed arrays (no allocation beyond the strings): every lock operation goes through here.
+struct ScriptCall {
+  ScriptId script = ScriptId::kInspect;
+  NodeOp node_op = NodeOp::kOther;
+  std::array<std::string, 2> keys;
+  std::array<std::string, 4> args;
+  uint8_t key_count = 0;
+  uint8_t arg_count = 0;
+
+  /// Views of keys / args for RedisNode::runScriptArgs; valid while this call is neither
+  /// changed nor moved.
+  struct Views {
+    std::array<std::string_view, 2> keys;
+    std::array<std::string_view, 4> args;
+    RedisArgs keyArgs() const { return {keys.data(), key_count}; }
+    RedisArgs argArgs() const { return {args.data(), arg_count}; }
+    size_t key_count = 0;
+    size_t arg_count = 0;
+  };
+  Views views() const;
+};
+
+/// The script call that carries out `op` (every verb of every kind).
+ScriptCall scriptCallFor(const Operation& op, const ScriptContext& ctx);
+/// Redlock's token sync of `name`'s counter to at least `token`.
+ScriptCall tokenSyncCall(std::string_view name, uint64_t token, const ScriptContext& ctx);
 
 }  // namespace sidelock::backend

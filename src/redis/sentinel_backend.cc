@@ -122,101 +122,70 @@ void SentinelBackend::updateUpGauges() {
   it->second->Set(ready() ? 1 : 0);
 }
 
-template <typename T>
-StatusOr<T> SentinelBackend::watchReadOnly(StatusOr<T> reply, const std::weak_ptr<char>& alive) {
+StatusOr<Outcome> SentinelBackend::watchReadOnly(StatusOr<Outcome> reply,
+                                                 const std::weak_ptr<char>& alive) {
   if (reply.isOk() || !isReadOnly(reply.status())) return reply;
   if (!alive.expired()) resolver_->onReadOnly();
   return unavailable(reply.status().message());
 }
 
-template <typename Reply, typename Send, typename Finish>
-void SentinelBackend::grantThenWait(Send send, Finish finish) {
+void SentinelBackend::run(const Operation& op, OutcomeCallback cb) {
+  if ((op.verb == Verb::kAcquire || op.verb == Verb::kHandOff) && wait_replicas_ > 0) {
+    grantThenWait(op, std::move(cb));
+    return;
+  }
+  // Inspect reads; nothing to re-resolve for. Everything else writes.
+  if (op.verb == Verb::kInspect) {
+    redis_->run(op, std::move(cb));
+    return;
+  }
+  redis_->run(op, [this, alive = std::weak_ptr<char>(alive_), cb = std::move(cb)](
+                      StatusOr<Outcome> r) mutable { cb(watchReadOnly(std::move(r), alive)); });
+}
+
+void SentinelBackend::grantThenWait(const Operation& op, OutcomeCallback cb) {
   auto check = std::make_shared<GrantCheck>();
   check->required = wait_replicas_;
   check->wait_timeout_ms = wait_timeout_ms_;
-  send([this, alive = std::weak_ptr<char>(alive_), check, wait = wait_replicas_ > 0,
-        finish = std::move(finish)](StatusOr<Reply> r) mutable {
-    r = watchReadOnly(std::move(r), alive);
-    if (!wait) {
-      finish(std::move(r), nullptr, alive);
+  // Who holds the grant if it has to be taken back: the acquirer, or the hand-off's next owner.
+  const bool hand_off = op.verb == Verb::kHandOff;
+  auto finish = [redis = redis_.get(), name = std::string(op.name),
+                 grantee = std::string(hand_off ? op.next_owner : op.owner), hand_off,
+                 cb = std::move(cb)](StatusOr<Outcome> r, const GrantCheck& check,
+                                     const std::weak_ptr<char>& alive) mutable {
+    const bool granted = r.isOk() && r->ok() && (!hand_off || r->token != 0);
+    if (!granted || check.enough()) {
+      cb(std::move(r));
       return;
     }
+    // Give the grant back: nobody will be told of it, so nobody may be left holding it.
+    if (!alive.expired()) {
+      redis->run(Operation::release(name, grantee), [](StatusOr<Outcome>) {});
+    }
+    if (!hand_off) {
+      cb(check.notReplicated());
+      return;
+    }
+    // The release stands (losing it in a failover only keeps the lock held until its TTL); the
+    // next owner retries as after a busy attempt.
+    SL_LOG(kWarn, "sentinel.handoff_not_replicated", {"name", name},
+           {"error", check.notReplicated().message()});
+    r->token = 0;
+    r->validity_ms = 0;
+    cb(std::move(r));
+  };
+  redis_->run(op, [this, alive = std::weak_ptr<char>(alive_), check,
+                   finish = std::move(finish)](StatusOr<Outcome> r) mutable {
+    r = watchReadOnly(std::move(r), alive);
     // A raw pointer: the continuation is stored in *check (a shared_ptr would be a cycle); it
     // runs either right here or from the WAIT's callback, both of which hold `check`.
     check->grantDone([raw = check.get(), alive, r = std::move(r),
-                      finish = std::move(finish)]() mutable { finish(std::move(r), raw, alive); });
+                      finish = std::move(finish)]() mutable { finish(std::move(r), *raw, alive); });
   });
-  if (wait_replicas_ == 0) return;
   // In the same write as the script, right behind it on the same link.
   redis_->node().command({"WAIT", std::to_string(wait_replicas_), std::to_string(wait_timeout_ms_)},
                          command_timeout_ms_,
                          [check](StatusOr<RedisValue> r) { check->waitDone(std::move(r)); });
-}
-
-void SentinelBackend::acquire(std::string_view name, std::string_view owner, int64_t ttl_ms,
-                              AcquireCallback cb) {
-  grantThenWait<AcquireReply>(
-      [&](AcquireCallback done) { redis_->acquire(name, owner, ttl_ms, std::move(done)); },
-      [redis = redis_.get(), name = std::string(name), owner = std::string(owner),
-       cb = std::move(cb)](StatusOr<AcquireReply> r, const GrantCheck* check,
-                           const std::weak_ptr<char>& alive) mutable {
-        if (check == nullptr || !r.isOk() || !r->granted || check->enough()) {
-          cb(std::move(r));
-          return;
-        }
-        // Give the grant back: nobody will be told of it, so nobody may be left holding it.
-        if (!alive.expired()) redis->release(name, owner, [](StatusOr<OwnerCheck>) {});
-        cb(check->notReplicated());
-      });
-}
-
-void SentinelBackend::releaseAndGrant(std::string_view name, std::string_view owner,
-                                      std::string_view next_owner, int64_t next_ttl_ms,
-                                      HandOffCallback cb) {
-  grantThenWait<HandOffReply>(
-      [&](HandOffCallback done) {
-        redis_->releaseAndGrant(name, owner, next_owner, next_ttl_ms, std::move(done));
-      },
-      [redis = redis_.get(), name = std::string(name), next_owner = std::string(next_owner),
-       cb = std::move(cb)](StatusOr<HandOffReply> r, const GrantCheck* check,
-                           const std::weak_ptr<char>& alive) mutable {
-        if (check == nullptr || !r.isOk() || r->released != OwnerCheck::kOk || !r->next.granted ||
-            check->enough()) {
-          cb(std::move(r));
-          return;
-        }
-        // The release stands (losing it in a failover only keeps the lock held until its TTL);
-        // the grant to the next owner is taken back and it retries as after a busy attempt.
-        if (!alive.expired()) redis->release(name, next_owner, [](StatusOr<OwnerCheck>) {});
-        SL_LOG(kWarn, "sentinel.handoff_not_replicated", {"name", name},
-               {"error", check->notReplicated().message()});
-        r->next = AcquireReply{};
-        cb(std::move(r));
-      });
-}
-
-void SentinelBackend::release(std::string_view name, std::string_view owner,
-                              OwnerCheckCallback cb) {
-  redis_->release(name, owner,
-                  [this, alive = std::weak_ptr<char>(alive_), cb = std::move(cb)](
-                      StatusOr<OwnerCheck> r) mutable { cb(watchReadOnly(std::move(r), alive)); });
-}
-
-void SentinelBackend::extend(std::string_view name, std::string_view owner, int64_t ttl_ms,
-                             ExtendCallback cb) {
-  redis_->extend(name, owner, ttl_ms,
-                 [this, alive = std::weak_ptr<char>(alive_), cb = std::move(cb)](
-                     StatusOr<ExtendReply> r) mutable { cb(watchReadOnly(std::move(r), alive)); });
-}
-
-void SentinelBackend::inspect(std::string_view name, InspectCallback cb) {
-  redis_->inspect(name, std::move(cb));
-}
-
-void SentinelBackend::forceRelease(std::string_view name, ForceReleaseCallback cb) {
-  redis_->forceRelease(
-      name, [this, alive = std::weak_ptr<char>(alive_), cb = std::move(cb)](
-                StatusOr<ForcedRelease> r) mutable { cb(watchReadOnly(std::move(r), alive)); });
 }
 
 void SentinelBackend::setReleaseListener(ReleaseListener listener) {

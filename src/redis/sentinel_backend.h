@@ -37,16 +37,11 @@ class SentinelBackend final : public Backend {
   ~SentinelBackend() override;
 
   void start() override;
-  void acquire(std::string_view name, std::string_view owner, int64_t ttl_ms,
-               AcquireCallback cb) override;
-  void release(std::string_view name, std::string_view owner, OwnerCheckCallback cb) override;
+  /// Acquire and hand-off grants wait for backend.sentinel.wait_replicas (WAIT); a grant that
+  /// did not reach them is taken back. A hand-off whose grant was taken back answers kOk with
+  /// token 0 (released; the next owner retries).
+  void run(const Operation& op, OutcomeCallback cb) override;
   bool canHandOff() const override { return true; }
-  void releaseAndGrant(std::string_view name, std::string_view owner, std::string_view next_owner,
-                       int64_t next_ttl_ms, HandOffCallback cb) override;
-  void extend(std::string_view name, std::string_view owner, int64_t ttl_ms,
-              ExtendCallback cb) override;
-  void inspect(std::string_view name, InspectCallback cb) override;
-  void forceRelease(std::string_view name, ForceReleaseCallback cb) override;
 
   void setReleaseListener(ReleaseListener listener) override;
   void watchReleases(std::string_view name) override;
@@ -62,15 +57,12 @@ class SentinelBackend final : public Backend {
 
  private:
   struct GrantCheck;
-  /// Runs a grant script through `send(callback)` and, with wait_replicas, a WAIT right behind it
-  /// on the same link; `finish(reply, check, alive)` runs once both replies are in (`check` null
-  /// without wait_replicas).
-  template <typename Reply, typename Send, typename Finish>
-  void grantThenWait(Send send, Finish finish);
+  /// Runs a granting operation (acquire, hand-off) and, with wait_replicas, a WAIT right behind
+  /// it on the same link; answers once both replies are in.
+  void grantThenWait(const Operation& op, OutcomeCallback cb);
   /// A READONLY answer means the node was demoted: re-resolve (while we are alive) and tell the
   /// caller "unavailable" so queued waiters ride it out.
-  template <typename T>
-  StatusOr<T> watchReadOnly(StatusOr<T> reply, const std::weak_ptr<char>& alive);
+  StatusOr<Outcome> watchReadOnly(StatusOr<Outcome> reply, const std::weak_ptr<char>& alive);
   bool ready() const;
   void onConfirmedChanged();
   void updateUpGauges();

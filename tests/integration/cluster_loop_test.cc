@@ -108,14 +108,15 @@ TEST_F(ClusterLoopTest, WatchedReleasesArriveFromEveryShardAndShutdownAnswersEve
           ->subscribed(backend::releaseChannel("sidelock:", name));
     }));
     bool granted = false;
-    backend_->acquire(name, "me", 10'000, [&](StatusOr<backend::AcquireReply> r) {
-      ASSERT_TRUE(r.isOk()) << r.status().toString();
-      granted = r->granted;
-    });
+    backend_->run(backend::Operation::acquire(name, "me", 10'000),
+                  [&](StatusOr<backend::Outcome> r) {
+                    ASSERT_TRUE(r.isOk()) << r.status().toString();
+                    granted = r->ok();
+                  });
     ASSERT_TRUE(env_.runUntil([&] { return granted; }));
-    backend_->release(name, "me", [](StatusOr<backend::OwnerCheck> r) {
+    backend_->run(backend::Operation::release(name, "me"), [](StatusOr<backend::Outcome> r) {
       ASSERT_TRUE(r.isOk()) << r.status().toString();
-      EXPECT_EQ(*r, backend::OwnerCheck::kOk);
+      EXPECT_EQ(r->code, backend::OutcomeCode::kOk);
     });
   }
   ASSERT_TRUE(env_.runUntil([&] { return released.size() == names.size(); }));
@@ -126,14 +127,15 @@ TEST_F(ClusterLoopTest, WatchedReleasesArriveFromEveryShardAndShutdownAnswersEve
   // Calls in flight when shutdown starts are each answered once, as cancelled or with a reply.
   int answered = 0;
   for (int i = 0; i < 30; ++i) {
-    backend_->inspect("s" + std::to_string(i), [&](StatusOr<backend::LockState>) { ++answered; });
+    backend_->run(backend::Operation::inspect("s" + std::to_string(i)),
+                  [&](StatusOr<backend::Outcome>) { ++answered; });
   }
   bool done = false;
   backend_->shutdown([&] { done = true; });
   ASSERT_TRUE(env_.runUntil([&] { return done; }));
   EXPECT_EQ(answered, 30);
   bool after = false;
-  backend_->acquire("late", "me", 1000, [&](StatusOr<backend::AcquireReply> r) {
+  backend_->run(backend::Operation::acquire("late", "me", 1000), [&](StatusOr<backend::Outcome> r) {
     EXPECT_FALSE(r.isOk());
     after = true;
   });

@@ -54,19 +54,25 @@ class RedisBackendTest : public ::testing::Test {
     return std::move(*result);
   }
 
-  StatusOr<AcquireReply> acquire(RedisBackend& b, std::string_view name, std::string_view owner,
-                                 int64_t ttl_ms) {
-    return await<AcquireReply>([&](auto cb) { b.acquire(name, owner, ttl_ms, cb); });
+  StatusOr<Outcome> run(RedisBackend& b, const Operation& op) {
+    return await<Outcome>([&](auto cb) { b.run(op, cb); });
   }
-  StatusOr<OwnerCheck> release(RedisBackend& b, std::string_view name, std::string_view owner) {
-    return await<OwnerCheck>([&](auto cb) { b.release(name, owner, cb); });
+  StatusOr<Outcome> acquire(RedisBackend& b, std::string_view name, std::string_view owner,
+                            int64_t ttl_ms) {
+    return run(b, Operation::acquire(name, owner, ttl_ms));
   }
-  StatusOr<ExtendReply> extend(RedisBackend& b, std::string_view name, std::string_view owner,
-                               int64_t ttl_ms) {
-    return await<ExtendReply>([&](auto cb) { b.extend(name, owner, ttl_ms, cb); });
+  /// Just the code: what release tests compare.
+  StatusOr<OutcomeCode> release(RedisBackend& b, std::string_view name, std::string_view owner) {
+    StatusOr<Outcome> r = run(b, Operation::release(name, owner));
+    if (!r.isOk()) return r.status();
+    return r->code;
   }
-  StatusOr<LockState> inspect(RedisBackend& b, std::string_view name) {
-    return await<LockState>([&](auto cb) { b.inspect(name, cb); });
+  StatusOr<Outcome> extend(RedisBackend& b, std::string_view name, std::string_view owner,
+                           int64_t ttl_ms) {
+    return run(b, Operation::extend(name, owner, ttl_ms));
+  }
+  StatusOr<Outcome> inspect(RedisBackend& b, std::string_view name) {
+    return run(b, Operation::inspect(name));
   }
 
   RedisServer redis_;
@@ -79,79 +85,79 @@ TEST_F(RedisBackendTest, AcquireReleaseSemantics) {
 
   auto a = acquire(b, "orders-42", "alice", 10'000);
   ASSERT_TRUE(a.isOk()) << a.status().toString();
-  EXPECT_TRUE(a->granted);
+  EXPECT_TRUE(a->ok());
   const uint64_t first_token = a->token;
   EXPECT_GT(first_token, 0u);
   EXPECT_EQ(a->validity_ms, 10'000);
 
   auto busy = acquire(b, "orders-42", "bob", 5'000);
   ASSERT_TRUE(busy.isOk());
-  EXPECT_FALSE(busy->granted);
+  EXPECT_FALSE(busy->ok());
   EXPECT_GT(busy->holder_ttl_ms, 0);
   EXPECT_LE(busy->holder_ttl_ms, 10'000);
 
   auto state = inspect(b, "orders-42");
   ASSERT_TRUE(state.isOk());
-  EXPECT_TRUE(state->held);
-  EXPECT_GT(state->ttl_ms, 0);
+  EXPECT_TRUE(state->ok());
+  EXPECT_GT(state->validity_ms, 0);
   EXPECT_EQ(state->token, first_token);
 
   auto not_owner = release(b, "orders-42", "bob");
   ASSERT_TRUE(not_owner.isOk());
-  EXPECT_EQ(*not_owner, OwnerCheck::kNotOwner);
+  EXPECT_EQ(*not_owner, OutcomeCode::kNotOwner);
   EXPECT_EQ(redis_.cli({"GET", "sidelock:{orders-42}"}), "alice") << "a foreign release changed it";
 
   auto ok = release(b, "orders-42", "alice");
   ASSERT_TRUE(ok.isOk());
-  EXPECT_EQ(*ok, OwnerCheck::kOk);
+  EXPECT_EQ(*ok, OutcomeCode::kOk);
 
   auto again = release(b, "orders-42", "alice");
   ASSERT_TRUE(again.isOk());
-  EXPECT_EQ(*again, OwnerCheck::kNotHeld);
+  EXPECT_EQ(*again, OutcomeCode::kNotHeld);
 
   state = inspect(b, "orders-42");
   ASSERT_TRUE(state.isOk());
-  EXPECT_FALSE(state->held);
+  EXPECT_FALSE(state->ok());
   EXPECT_EQ(state->token, first_token) << "the last grant's token stays visible";
 
   auto never = inspect(b, "never-granted");
   ASSERT_TRUE(never.isOk());
-  EXPECT_FALSE(never->held);
+  EXPECT_FALSE(never->ok());
   EXPECT_EQ(never->token, 0u);
 
   auto b2 = acquire(b, "orders-42", "bob", 5'000);
   ASSERT_TRUE(b2.isOk());
-  EXPECT_TRUE(b2->granted);
+  EXPECT_TRUE(b2->ok());
   EXPECT_EQ(b2->token, first_token + 1);
 }
 
 TEST_F(RedisBackendTest, ExtendChecksOwnerAndNeverRecreates) {
   RedisBackend& b = make(redisConfig(redis_.port()));
-  ASSERT_TRUE(acquire(b, "job", "alice", 1'000)->granted);
+  ASSERT_TRUE(acquire(b, "job", "alice", 1'000)->ok());
 
   auto e = extend(b, "job", "alice", 60'000);
   ASSERT_TRUE(e.isOk()) << e.status().toString();
-  EXPECT_EQ(e->result, OwnerCheck::kOk);
+  EXPECT_EQ(e->code, OutcomeCode::kOk);
   EXPECT_GT(e->validity_ms, 1'000);
   EXPECT_LE(e->validity_ms, 60'000);
   EXPECT_GT(std::stoll(redis_.cli({"PTTL", "sidelock:{job}"})), 1'000);
 
   auto other = extend(b, "job", "bob", 60'000);
   ASSERT_TRUE(other.isOk());
-  EXPECT_EQ(other->result, OwnerCheck::kNotOwner);
+  EXPECT_EQ(other->code, OutcomeCode::kNotOwner);
 
-  ASSERT_EQ(*release(b, "job", "alice"), OwnerCheck::kOk);
+  ASSERT_EQ(*release(b, "job", "alice"), OutcomeCode::kOk);
   auto gone = extend(b, "job", "alice", 60'000);
   ASSERT_TRUE(gone.isOk());
-  EXPECT_EQ(gone->result, OwnerCheck::kNotHeld);
+  EXPECT_EQ(gone->code, OutcomeCode::kNotHeld);
   EXPECT_EQ(redis_.cli({"EXISTS", "sidelock:{job}"}), "0") << "extend re-created the lease";
 
   // Same after a natural expiry.
-  ASSERT_TRUE(acquire(b, "short", "alice", 50)->granted);
+  ASSERT_TRUE(acquire(b, "short", "alice", 50)->ok());
   env_.runFor(150);
   auto expired = extend(b, "short", "alice", 60'000);
   ASSERT_TRUE(expired.isOk());
-  EXPECT_EQ(expired->result, OwnerCheck::kNotHeld);
+  EXPECT_EQ(expired->code, OutcomeCode::kNotHeld);
   EXPECT_EQ(redis_.cli({"EXISTS", "sidelock:{short}"}), "0");
 }
 
@@ -161,7 +167,7 @@ TEST_F(RedisBackendTest, TokenStrictlyIncreasesAndSurvivesLeaseExpiry) {
   for (int i = 0; i < 5; ++i) {
     auto a = acquire(b, "fenced", "owner-" + std::to_string(i), 40);
     ASSERT_TRUE(a.isOk());
-    ASSERT_TRUE(a->granted);
+    ASSERT_TRUE(a->ok());
     EXPECT_GT(a->token, last);
     last = a->token;
     env_.runFor(80);  // let it expire rather than releasing it
@@ -180,10 +186,10 @@ TEST_F(RedisBackendTest, TokensNeverDecreaseWhenRedisRestartsEmpty) {
   uint64_t last = 0;
   for (int i = 0; i < 3; ++i) {
     auto a = acquire(b, "fenced", "before", 10'000);
-    ASSERT_TRUE(a.isOk() && a->granted);
+    ASSERT_TRUE(a.isOk() && a->ok());
     EXPECT_GT(a->token, last);
     last = a->token;
-    ASSERT_EQ(*release(b, "fenced", "before"), OwnerCheck::kOk);
+    ASSERT_EQ(*release(b, "fenced", "before"), OutcomeCode::kOk);
   }
   redis_.kill();  // no persistence: it comes back empty
   ASSERT_TRUE(env_.runUntil([&] { return !b.health().ready; }));
@@ -191,14 +197,14 @@ TEST_F(RedisBackendTest, TokensNeverDecreaseWhenRedisRestartsEmpty) {
   ASSERT_TRUE(env_.runUntil([&] { return b.health().ready; })) << b.health().reason;
   ASSERT_EQ(redis_.cli({"EXISTS", "sidelock:{fenced}:token"}), "0") << "restarted with data";
   auto after = acquire(b, "fenced", "after", 10'000);
-  ASSERT_TRUE(after.isOk() && after->granted) << after.status().toString();
+  ASSERT_TRUE(after.isOk() && after->ok()) << after.status().toString();
   EXPECT_GT(after->token, last) << "the token went backwards after Redis restarted empty";
 
   // Same when the counter expired: the re-seeded counter is above the last token.
-  ASSERT_EQ(*release(b, "fenced", "after"), OwnerCheck::kOk);
+  ASSERT_EQ(*release(b, "fenced", "after"), OutcomeCode::kOk);
   redis_.cli({"DEL", "sidelock:{fenced}:token"});
   auto expired = acquire(b, "fenced", "later", 10'000);
-  ASSERT_TRUE(expired.isOk() && expired->granted);
+  ASSERT_TRUE(expired.isOk() && expired->ok());
   EXPECT_GT(expired->token, after->token);
 }
 
@@ -206,7 +212,7 @@ TEST_F(RedisBackendTest, CounterFromBeforeSeedingKeepsCountingAndGetsAnExpiry) {
   RedisBackend& b = make(redisConfig(redis_.port()));
   redis_.cli({"SET", "sidelock:{legacy}:token", "41"});
   auto a = acquire(b, "legacy", "alice", 10'000);
-  ASSERT_TRUE(a.isOk() && a->granted);
+  ASSERT_TRUE(a.isOk() && a->ok());
   EXPECT_EQ(a->token, 42u);
   EXPECT_GT(std::stoll(redis_.cli({"PTTL", "sidelock:{legacy}:token"})), kMaxTtlMs);
 }
@@ -215,7 +221,7 @@ TEST_F(RedisBackendTest, KeysCarryPrefixAndHashTag) {
   auto c = redisConfig(redis_.port());
   c.key_prefix = "app1:";
   RedisBackend& b = make(c);
-  ASSERT_TRUE(acquire(b, "orders-42", "alice", 10'000)->granted);
+  ASSERT_TRUE(acquire(b, "orders-42", "alice", 10'000)->ok());
   EXPECT_EQ(redis_.cli({"GET", "app1:{orders-42}"}), "alice");
   EXPECT_NE(redis_.cli({"GET", "app1:{orders-42}:token"}), "");
   EXPECT_EQ(redis_.cli({"EXISTS", "sidelock:{orders-42}"}), "0");
@@ -224,24 +230,24 @@ TEST_F(RedisBackendTest, KeysCarryPrefixAndHashTag) {
 
 TEST_F(RedisBackendTest, NoscriptAfterScriptFlushIsTransparent) {
   RedisBackend& b = make(redisConfig(redis_.port()));
-  ASSERT_TRUE(acquire(b, "n", "alice", 10'000)->granted);
+  ASSERT_TRUE(acquire(b, "n", "alice", 10'000)->ok());
   ASSERT_EQ(redis_.cli({"SCRIPT", "FLUSH"}), "OK");
 
   auto r = release(b, "n", "alice");
   ASSERT_TRUE(r.isOk()) << r.status().toString();
-  EXPECT_EQ(*r, OwnerCheck::kOk);
+  EXPECT_EQ(*r, OutcomeCode::kOk);
   // The retry put the script back: later calls need no reload.
   ASSERT_TRUE(acquire(b, "n", "bob", 10'000).isOk());
 
   // Both the release and (its cache flushed too) the acquire script were reloaded once each.
   EXPECT_EQ(env_.metrics().node(redis_.address()).noscript_reloads->Value(), 2.0);
-  ASSERT_EQ(*release(b, "n", "bob"), OwnerCheck::kOk);
+  ASSERT_EQ(*release(b, "n", "bob"), OutcomeCode::kOk);
   EXPECT_EQ(env_.metrics().node(redis_.address()).noscript_reloads->Value(), 2.0);
 }
 
 TEST_F(RedisBackendTest, KilledRedisFailsFastThenRecoversWithoutNewBackend) {
   RedisBackend& b = make(redisConfig(redis_.port()));
-  ASSERT_TRUE(acquire(b, "k", "alice", 10'000)->granted);
+  ASSERT_TRUE(acquire(b, "k", "alice", 10'000)->ok());
 
   redis_.kill();
   ASSERT_TRUE(env_.runUntil([&] { return !b.health().ready; }, 2000));
@@ -261,7 +267,7 @@ TEST_F(RedisBackendTest, KilledRedisFailsFastThenRecoversWithoutNewBackend) {
   ASSERT_TRUE(env_.runUntil([&] { return b.health().ready; }, 5000)) << b.health().reason;
   auto a = acquire(b, "k", "bob", 10'000);
   ASSERT_TRUE(a.isOk()) << a.status().toString();
-  EXPECT_TRUE(a->granted);  // data was lost with the kill (no persistence)
+  EXPECT_TRUE(a->ok());  // data was lost with the kill (no persistence)
   const std::string text = env_.metrics().render();
   EXPECT_NE(text.find("sidelock_backend_ready 1"), std::string::npos);
 }
@@ -273,34 +279,32 @@ TEST_F(RedisBackendTest, ReleaseAndGrantHandsTheLockOnAtomically) {
   RedisBackend& b = make(redisConfig(redis_.port()));
   ASSERT_TRUE(b.canHandOff());
   auto a = acquire(b, "hand", "alice", 10'000);
-  ASSERT_TRUE(a.isOk() && a->granted);
+  ASSERT_TRUE(a.isOk() && a->ok());
   auto handoff = [&](std::string_view owner, std::string_view next) {
-    return await<HandOffReply>(
-        [&](auto cb) { b.releaseAndGrant("hand", owner, next, 20'000, cb); });
+    return run(b, Operation::handOff("hand", owner, next, 20'000));
   };
   auto h = handoff("alice", "bob");
   ASSERT_TRUE(h.isOk()) << h.status().toString();
-  EXPECT_EQ(h->released, OwnerCheck::kOk);
-  EXPECT_TRUE(h->next.granted);
-  EXPECT_EQ(h->next.token, a->token + 1);
-  EXPECT_EQ(h->next.validity_ms, 20'000);
+  EXPECT_EQ(h->code, OutcomeCode::kOk);
+  EXPECT_EQ(h->token, a->token + 1);
+  EXPECT_EQ(h->validity_ms, 20'000);
   EXPECT_EQ(redis_.cli({"GET", lockKey("sidelock:", "hand")}), "bob");
   EXPECT_GT(std::stoll(redis_.cli({"PTTL", lockKey("sidelock:", "hand")})), 10'000);
 
   auto stale = handoff("alice", "carol");
   ASSERT_TRUE(stale.isOk());
-  EXPECT_EQ(stale->released, OwnerCheck::kNotOwner);
-  EXPECT_FALSE(stale->next.granted);
-  EXPECT_GT(stale->next.holder_ttl_ms, 0);
+  EXPECT_EQ(stale->code, OutcomeCode::kNotOwner);
+  EXPECT_EQ(stale->token, 0u);
+  EXPECT_GT(stale->holder_ttl_ms, 0);
   EXPECT_EQ(redis_.cli({"GET", lockKey("sidelock:", "hand")}), "bob");
 
-  ASSERT_EQ(*release(b, "hand", "bob"), OwnerCheck::kOk);
+  ASSERT_EQ(*release(b, "hand", "bob"), OutcomeCode::kOk);
   auto free = handoff("bob", "dave");
   ASSERT_TRUE(free.isOk());
-  EXPECT_EQ(free->released, OwnerCheck::kNotHeld);
+  EXPECT_EQ(free->code, OutcomeCode::kNotHeld);
   EXPECT_EQ(redis_.cli({"EXISTS", lockKey("sidelock:", "hand")}), "0");
   auto next = acquire(b, "hand", "erin", 10'000);
-  ASSERT_TRUE(next.isOk() && next->granted);
+  ASSERT_TRUE(next.isOk() && next->ok());
   EXPECT_EQ(next->token, a->token + 2) << "tokens run on through hand-offs";
 }
 
@@ -308,7 +312,7 @@ TEST_F(RedisBackendTest, PausedRedisTimesOutThenRecovers) {
   auto c = redisConfig(redis_.port());
   c.command_timeout_ms = 200;
   RedisBackend& b = make(c);
-  ASSERT_TRUE(acquire(b, "p", "alice", 10'000)->granted);
+  ASSERT_TRUE(acquire(b, "p", "alice", 10'000)->ok());
 
   redis_.pause();
   const auto t0 = std::chrono::steady_clock::now();
@@ -326,7 +330,7 @@ TEST_F(RedisBackendTest, PausedRedisTimesOutThenRecovers) {
   ASSERT_TRUE(env_.runUntil([&] { return b.health().ready; }, 5000)) << b.health().reason;
   auto after = release(b, "p", "alice");
   ASSERT_TRUE(after.isOk()) << after.status().toString();
-  EXPECT_EQ(*after, OwnerCheck::kOk);
+  EXPECT_EQ(*after, OutcomeCode::kOk);
   EXPECT_GE(env_.metrics().node(redis_.address()).errors_timeout->Value(), 1.0);
 }
 
@@ -339,13 +343,13 @@ TEST_F(RedisBackendTest, AuthWithPasswordAndAclUser) {
   RedisBackend& good = make(c);
   auto a = acquire(good, "auth", "alice", 10'000);
   ASSERT_TRUE(a.isOk()) << a.status().toString();
-  EXPECT_TRUE(a->granted);
+  EXPECT_TRUE(a->ok());
 
   auto user = redisConfig(redis_.port());
   user.username = "app";
   user.password = "apppw";
   RedisBackend& acl = make(user);
-  EXPECT_EQ(*release(acl, "auth", "alice"), OwnerCheck::kOk);
+  EXPECT_EQ(*release(acl, "auth", "alice"), OutcomeCode::kOk);
 
   auto wrong = redisConfig(redis_.port());
   wrong.password = "nope";
@@ -368,7 +372,7 @@ TEST_F(RedisBackendTest, SelectsConfiguredDb) {
   auto c = redisConfig(redis_.port());
   c.db = 3;
   RedisBackend& b = make(c);
-  ASSERT_TRUE(acquire(b, "db", "alice", 10'000)->granted);
+  ASSERT_TRUE(acquire(b, "db", "alice", 10'000)->ok());
   EXPECT_EQ(redis_.cli({"-n", "3", "GET", "sidelock:{db}"}), "alice");
   EXPECT_EQ(redis_.cli({"-n", "0", "EXISTS", "sidelock:{db}"}), "0");
 
@@ -390,23 +394,23 @@ TEST_F(RedisBackendTest, ReleaseWakesListenerOnAnotherBackend) {
   ASSERT_TRUE(
       env_.runUntil([&] { return waiter.node().subscribed(releaseChannel("sidelock:", "job")); }));
 
-  ASSERT_TRUE(acquire(holder, "job", "alice", 10'000)->granted);
-  ASSERT_TRUE(acquire(holder, "other", "alice", 10'000)->granted);
-  ASSERT_EQ(*release(holder, "other", "alice"), OwnerCheck::kOk);  // not watched
-  ASSERT_EQ(*release(holder, "job", "alice"), OwnerCheck::kOk);
+  ASSERT_TRUE(acquire(holder, "job", "alice", 10'000)->ok());
+  ASSERT_TRUE(acquire(holder, "other", "alice", 10'000)->ok());
+  ASSERT_EQ(*release(holder, "other", "alice"), OutcomeCode::kOk);  // not watched
+  ASSERT_EQ(*release(holder, "job", "alice"), OutcomeCode::kOk);
   ASSERT_TRUE(env_.runUntil([&] { return !woken.empty(); }, 2000));
   EXPECT_EQ(woken, std::vector<std::string>{"job"});
 
   // A failed release announces nothing.
-  ASSERT_EQ(*release(holder, "job", "alice"), OwnerCheck::kNotHeld);
+  ASSERT_EQ(*release(holder, "job", "alice"), OutcomeCode::kNotHeld);
 
   waiter.unwatchReleases("job");
   EXPECT_TRUE(waiter.node().subscribed(releaseChannel("sidelock:", "job")));  // one watch left
   waiter.unwatchReleases("job");
   ASSERT_TRUE(
       env_.runUntil([&] { return !waiter.node().subscribed(releaseChannel("sidelock:", "job")); }));
-  ASSERT_TRUE(acquire(holder, "job", "bob", 10'000)->granted);
-  ASSERT_EQ(*release(holder, "job", "bob"), OwnerCheck::kOk);
+  ASSERT_TRUE(acquire(holder, "job", "bob", 10'000)->ok());
+  ASSERT_EQ(*release(holder, "job", "bob"), OutcomeCode::kOk);
   env_.runFor(100);
   EXPECT_EQ(woken.size(), 1u);
   EXPECT_EQ(redis_.cli({"PUBSUB", "NUMSUB", releaseChannel("sidelock:", "job")}),
@@ -427,8 +431,8 @@ TEST_F(RedisBackendTest, SubscriptionsSurviveRedisRestart) {
   ASSERT_TRUE(env_.runUntil([&] { return waiter.node().subscribed(channel); }, 5000));
   EXPECT_TRUE(waiter.health().ready);
   RedisBackend& holder = make(redisConfig(redis_.port()));
-  ASSERT_TRUE(acquire(holder, "r", "alice", 10'000)->granted);
-  ASSERT_EQ(*release(holder, "r", "alice"), OwnerCheck::kOk);
+  ASSERT_TRUE(acquire(holder, "r", "alice", 10'000)->ok());
+  ASSERT_EQ(*release(holder, "r", "alice"), OutcomeCode::kOk);
   EXPECT_TRUE(env_.runUntil([&] { return woken == 1; }, 2000));
 }
 
@@ -445,7 +449,7 @@ TEST_F(RedisBackendTest, ShutdownCancelsPendingCallsAndClosesCleanly) {
   redis_.pause();  // requests stay pending
   std::vector<StatusCode> codes;
   for (int i = 0; i < 3; ++i) {
-    b.acquire("s", "alice", 10'000, [&](StatusOr<AcquireReply> r) {
+    b.run(Operation::acquire("s", "alice", 10'000), [&](StatusOr<Outcome> r) {
       codes.push_back(r.isOk() ? StatusCode::kOk : r.status().code());
     });
   }
@@ -476,11 +480,12 @@ TEST_F(RedisBackendTest, PipelinesManyCallsOnOneConnection) {
   int answered = 0;
   const auto t0 = std::chrono::steady_clock::now();
   for (int i = 0; i < kCalls; ++i) {
-    b.acquire("many-" + std::to_string(i % 1000), "owner-" + std::to_string(i), 10'000,
-              [&](StatusOr<AcquireReply> r) {
-                ++answered;
-                if (r.isOk() && r->granted) ++granted;
-              });
+    const std::string name = "many-" + std::to_string(i % 1000);
+    const std::string owner = "owner-" + std::to_string(i);
+    b.run(Operation::acquire(name, owner, 10'000), [&](StatusOr<Outcome> r) {
+      ++answered;
+      if (r.isOk() && r->ok()) ++granted;
+    });
   }
   ASSERT_TRUE(env_.runUntil([&] { return answered == kCalls; }, 20'000));
   const auto us =
@@ -503,7 +508,7 @@ TEST_F(RedisBackendTest, CallAfterShutdownIsCancelledEvenIfBackendIsGone) {
     backends_.clear();  // the owner destroys the backend as soon as done runs
   });
   std::optional<StatusCode> code;
-  b->inspect("x", [&](StatusOr<LockState> r) { code = r.status().code(); });
+  b->run(Operation::inspect("x"), [&](StatusOr<Outcome> r) { code = r.status().code(); });
   ASSERT_TRUE(env_.runUntil([&] { return code.has_value(); }));
   EXPECT_TRUE(done);
   EXPECT_EQ(*code, StatusCode::kCancelled);

@@ -124,9 +124,9 @@ TEST_F(RedisNodeTest, ScriptsRunByShaAndReloadAfterFlush) {
   n.runScript(ScriptId::kAcquire, {lockKey("t:", "a"), tokenKey("t:", "a")}, {"o", "1000", "61000"},
               0, NodeOp::kAcquire, [&](StatusOr<RedisValue> v) { r.emplace(v); });
   ASSERT_TRUE(env_.runUntil([&] { return r.has_value(); }));
-  auto decoded = decodeAcquire(*r, n.address());
+  auto decoded = decodeOutcome(*r, ScriptId::kAcquire, n.address());
   ASSERT_TRUE(decoded.isOk()) << decoded.status().toString();
-  EXPECT_TRUE(decoded->granted);
+  EXPECT_TRUE(decoded->ok());
   EXPECT_GT(decoded->token, 0u);
   EXPECT_EQ(env_.metrics().node(redis_.address()).noscript_reloads->Value(), 1.0);
 }

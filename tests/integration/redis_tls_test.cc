@@ -197,11 +197,12 @@ TEST_F(RedisTlsTest, LocksOverTls) {
   RedisBackend b(env_.loop(), env_.scheduler(), c, 600'000, env_.metrics());
   b.start();
   ASSERT_TRUE(env_.runUntil([&] { return b.health().ready; })) << b.health().reason;
-  std::optional<StatusOr<AcquireReply>> a;
-  b.acquire("tls-lock", "alice", 10'000, [&](StatusOr<AcquireReply> r) { a.emplace(r); });
+  std::optional<StatusOr<Outcome>> a;
+  b.run(Operation::acquire("tls-lock", "alice", 10'000),
+        [&](StatusOr<Outcome> r) { a.emplace(r); });
   ASSERT_TRUE(env_.runUntil([&] { return a.has_value(); }));
   ASSERT_TRUE(a->isOk()) << a->status().toString();
-  EXPECT_TRUE((*a)->granted);
+  EXPECT_TRUE((*a)->ok());
   EXPECT_EQ(redis->cli({"GET", lockKey("sidelock:", "tls-lock")}), "alice");
   bool done = false;
   b.shutdown([&] { done = true; });

@@ -16,14 +16,15 @@
 namespace sidelock::testing {
 namespace {
 
-using backend::OwnerCheck;
+using backend::Operation;
+using backend::OutcomeCode;
 
 TEST_F(RedlockTest, GrantIsWrittenOnEveryNodeAndReleaseRemovesIt) {
   auto& b = makeReadyBackend();
   EXPECT_TRUE(b.health().ready);
   auto r = acquire(b, "orders-1", "owner-a", 10'000);
   ASSERT_TRUE(r.isOk()) << r.status().toString();
-  ASSERT_TRUE(r->granted);
+  ASSERT_TRUE(r->ok());
   EXPECT_GT(r->token, 0u);
   // validity = ttl - elapsed - drift: below the TTL by at least the drift allowance.
   EXPECT_LE(r->validity_ms, 10'000 - backend::quorum::driftMs(10'000, 0.01));
@@ -39,17 +40,17 @@ TEST_F(RedlockTest, GrantIsWrittenOnEveryNodeAndReleaseRemovesIt) {
 
   auto rel = release(b, "orders-1", "owner-a");
   ASSERT_TRUE(rel.isOk()) << rel.status().toString();
-  EXPECT_EQ(*rel, OwnerCheck::kOk);
+  EXPECT_EQ(*rel, OutcomeCode::kOk);
   EXPECT_EQ(nodesWithKey("orders-1"), 0);
   EXPECT_GT(env_.metrics().redlock_validity_seconds.Collect().histogram.sample_count, 0u);
 }
 
 TEST_F(RedlockTest, SecondOwnerIsBusyWithHolderTtl) {
   auto& b = makeReadyBackend();
-  ASSERT_TRUE(acquire(b, "l", "a", 5'000)->granted);
+  ASSERT_TRUE(acquire(b, "l", "a", 5'000)->ok());
   auto r = acquire(b, "l", "b", 5'000);
   ASSERT_TRUE(r.isOk()) << r.status().toString();
-  EXPECT_FALSE(r->granted);
+  EXPECT_FALSE(r->ok());
   EXPECT_GT(r->holder_ttl_ms, 4'000);
   EXPECT_LE(r->holder_ttl_ms, 5'000);
   // The failed attempt left nothing of b's anywhere and did not disturb a.
@@ -71,12 +72,12 @@ TEST_F(RedlockTest, ReleaseOutcomes) {
   auto& b = makeReadyBackend();
   auto none = release(b, "l", "a");
   ASSERT_TRUE(none.isOk());
-  EXPECT_EQ(*none, OwnerCheck::kNotHeld);
+  EXPECT_EQ(*none, OutcomeCode::kNotHeld);
 
-  ASSERT_TRUE(acquire(b, "l", "a", 5'000)->granted);
+  ASSERT_TRUE(acquire(b, "l", "a", 5'000)->ok());
   auto wrong = release(b, "l", "b");
   ASSERT_TRUE(wrong.isOk());
-  EXPECT_EQ(*wrong, OwnerCheck::kNotOwner);
+  EXPECT_EQ(*wrong, OutcomeCode::kNotOwner);
   EXPECT_EQ(nodesHolding("l", "a"), 5);  // untouched
 
   // Our key survives on a single node only (the rest expired or were lost): still ours to
@@ -84,23 +85,23 @@ TEST_F(RedlockTest, ReleaseOutcomes) {
   for (int i = 1; i < kNodes; ++i) servers_[i]->cli({"DEL", key("l")});
   auto partial = release(b, "l", "a");
   ASSERT_TRUE(partial.isOk());
-  EXPECT_EQ(*partial, OwnerCheck::kOk);
+  EXPECT_EQ(*partial, OutcomeCode::kOk);
   EXPECT_EQ(nodesWithKey("l"), 0);
 }
 
 TEST_F(RedlockTest, ExtendOutcomesAndNeverRecreates) {
   auto& b = makeReadyBackend();
-  ASSERT_TRUE(acquire(b, "l", "a", 2'000)->granted);
+  ASSERT_TRUE(acquire(b, "l", "a", 2'000)->ok());
   auto ok = extend(b, "l", "a", 20'000);
   ASSERT_TRUE(ok.isOk()) << ok.status().toString();
-  EXPECT_EQ(ok->result, OwnerCheck::kOk);
+  EXPECT_EQ(ok->code, OutcomeCode::kOk);
   EXPECT_LE(ok->validity_ms, 20'000 - backend::quorum::driftMs(20'000, 0.01));
   EXPECT_GT(ok->validity_ms, 19'000);
   EXPECT_GT(std::stoll(servers_[0]->cli({"PTTL", key("l")})), 19'000);
 
   auto other = extend(b, "l", "b", 20'000);
   ASSERT_TRUE(other.isOk());
-  EXPECT_EQ(other->result, OwnerCheck::kNotOwner);
+  EXPECT_EQ(other->code, OutcomeCode::kNotOwner);
   EXPECT_EQ(nodesHolding("l", "a"), 5);
 
   // The lease vanished on a majority (expiry, data loss): extend must not re-create it there,
@@ -108,23 +109,23 @@ TEST_F(RedlockTest, ExtendOutcomesAndNeverRecreates) {
   for (int i = 0; i < 3; ++i) servers_[i]->cli({"DEL", key("l")});
   auto lost = extend(b, "l", "a", 20'000);
   ASSERT_TRUE(lost.isOk()) << lost.status().toString();
-  EXPECT_EQ(lost->result, OwnerCheck::kNotHeld);
+  EXPECT_EQ(lost->code, OutcomeCode::kNotHeld);
   EXPECT_EQ(nodesWithKey("l"), 0);
 
   auto gone = extend(b, "l", "a", 20'000);
   ASSERT_TRUE(gone.isOk());
-  EXPECT_EQ(gone->result, OwnerCheck::kNotHeld);
+  EXPECT_EQ(gone->code, OutcomeCode::kNotHeld);
   EXPECT_EQ(nodesWithKey("l"), 0);
 }
 
 TEST_F(RedlockTest, ExtendNeedsAMajorityOfTheOwnersKeys) {
   auto& b = makeReadyBackend();
-  ASSERT_TRUE(acquire(b, "l", "a", 20'000)->granted);
+  ASSERT_TRUE(acquire(b, "l", "a", 20'000)->ok());
   // Another owner took three nodes (the lease had expired there and was re-granted).
   for (int i = 0; i < 3; ++i) servers_[i]->cli({"SET", key("l"), "thief", "PX", "20000"});
   auto r = extend(b, "l", "a", 20'000);
   ASSERT_TRUE(r.isOk()) << r.status().toString();
-  EXPECT_EQ(r->result, OwnerCheck::kNotOwner);
+  EXPECT_EQ(r->code, OutcomeCode::kNotOwner);
   // Our two remaining keys were released; the other owner's are untouched.
   EXPECT_EQ(nodesHolding("l", "a"), 0);
   EXPECT_EQ(nodesHolding("l", "thief"), 3);
@@ -134,16 +135,16 @@ TEST_F(RedlockTest, InspectReportsMajorityState) {
   auto& b = makeReadyBackend();
   auto free_state = inspect(b, "l");
   ASSERT_TRUE(free_state.isOk()) << free_state.status().toString();
-  EXPECT_FALSE(free_state->held);
+  EXPECT_FALSE(free_state->ok());
   EXPECT_EQ(free_state->token, 0u);
 
   auto g = acquire(b, "l", "a", 8'000);
-  ASSERT_TRUE(g->granted);
+  ASSERT_TRUE(g->ok());
   auto held = inspect(b, "l");
   ASSERT_TRUE(held.isOk());
-  EXPECT_TRUE(held->held);
-  EXPECT_GT(held->ttl_ms, 7'000);
-  EXPECT_LE(held->ttl_ms, 8'000);
+  EXPECT_TRUE(held->ok());
+  EXPECT_GT(held->validity_ms, 7'000);
+  EXPECT_LE(held->validity_ms, 8'000);
   // The highest counter: the grant's token, or above it when a node that answered after the
   // majority had seeded its new counter from a later clock reading.
   EXPECT_GE(held->token, g->token);
@@ -152,7 +153,7 @@ TEST_F(RedlockTest, InspectReportsMajorityState) {
   for (int i = 0; i < 3; ++i) servers_[i]->cli({"DEL", key("l")});
   auto minority = inspect(b, "l");
   ASSERT_TRUE(minority.isOk());
-  EXPECT_FALSE(minority->held);
+  EXPECT_FALSE(minority->ok());
   EXPECT_EQ(minority->token, held->token);
 }
 
@@ -171,10 +172,10 @@ TEST_F(RedlockTest, QuorumMatrixGrantedIffAtLeastThreeNodesFree) {
     }
     auto r = acquire(b, name, "me", 10'000);
     ASSERT_TRUE(r.isOk()) << "mask " << mask << ": " << r.status().toString();
-    EXPECT_EQ(r->granted, free_nodes >= 3) << "mask " << mask;
-    if (r->granted) {
+    EXPECT_EQ(r->ok(), free_nodes >= 3) << "mask " << mask;
+    if (r->ok()) {
       EXPECT_EQ(nodesHolding(name, "me"), free_nodes) << "mask " << mask;
-      EXPECT_EQ(*release(b, name, "me"), OwnerCheck::kOk);
+      EXPECT_EQ(*release(b, name, "me"), OutcomeCode::kOk);
     } else {
       EXPECT_GT(r->holder_ttl_ms, 0) << "mask " << mask;
     }
@@ -205,18 +206,18 @@ TEST_F(RedlockTest, TokensStrictlyIncreaseAcrossDivergedCounters) {
   auto& b = makeReadyBackend();
   divergeCountersAndTakeNodes3And4(servers_);
   auto first = acquire(b, "t", "a", 5'000);
-  ASSERT_TRUE(first->granted);
+  ASSERT_TRUE(first->ok());
   EXPECT_EQ(first->token, 101u);
   for (int i = 0; i < kNodes; ++i) {
     EXPECT_EQ(servers_[i]->cli({"GET", counterKey("t")}), "101") << "node " << i;
   }
-  ASSERT_EQ(*release(b, "t", "a"), OwnerCheck::kOk);
+  ASSERT_EQ(*release(b, "t", "a"), OutcomeCode::kOk);
   servers_[3]->cli({"DEL", key("t")});
   servers_[4]->cli({"DEL", key("t")});
   // The node that ran ahead is now taken by a foreign key: the next majority excludes it.
   servers_[0]->cli({"SET", key("t"), "foreign", "PX", "30000"});
   auto second = acquire(b, "t", "b", 5'000);
-  ASSERT_TRUE(second->granted);
+  ASSERT_TRUE(second->ok());
   EXPECT_GT(second->token, first->token);
 }
 
@@ -252,7 +253,7 @@ TEST_F(RedlockTest, ExtendThatWinsWithNoValidityLeftReleasesTheKeys) {
   auto& b = makeBackend(c);
   ASSERT_TRUE(waitAllVoting(b)) << b.health().reason;
   auto g = acquire(b, "late", "a", 60'000);
-  ASSERT_TRUE(g.isOk() && g->granted) << g.status().toString();
+  ASSERT_TRUE(g.isOk() && g->ok()) << g.status().toString();
 
   constexpr int64_t kTtlMs = 1'000;
   const int64_t no_validity_after_ms = kTtlMs - backend::quorum::driftMs(kTtlMs, 0.5);
@@ -276,16 +277,16 @@ TEST_F(RedlockTest, ReleaseWakesWatchersOncePerRelease) {
   waiter_side.watchReleases("w");
   env_.runFor(200);  // let SUBSCRIBE reach every node
 
-  ASSERT_TRUE(acquire(holder_side, "w", "h", 5'000)->granted);
-  ASSERT_EQ(*release(holder_side, "w", "h"), OwnerCheck::kOk);  // published on all five nodes
+  ASSERT_TRUE(acquire(holder_side, "w", "h", 5'000)->ok());
+  ASSERT_EQ(*release(holder_side, "w", "h"), OutcomeCode::kOk);  // published on all five nodes
   ASSERT_TRUE(env_.runUntil([&] { return !woken.empty(); }, 2000));
   env_.runFor(3 * kNodeTimeoutMs);
   ASSERT_EQ(woken.size(), 1u);
   EXPECT_EQ(woken[0], "w");
 
   // After the dedupe window, the next release wakes again.
-  ASSERT_TRUE(acquire(holder_side, "w", "h", 5'000)->granted);
-  ASSERT_EQ(*release(holder_side, "w", "h"), OwnerCheck::kOk);
+  ASSERT_TRUE(acquire(holder_side, "w", "h", 5'000)->ok());
+  ASSERT_EQ(*release(holder_side, "w", "h"), OutcomeCode::kOk);
   ASSERT_TRUE(env_.runUntil([&] { return woken.size() >= 2; }, 2000));
   env_.runFor(3 * kNodeTimeoutMs);
   EXPECT_EQ(woken.size(), 2u);
@@ -293,8 +294,8 @@ TEST_F(RedlockTest, ReleaseWakesWatchersOncePerRelease) {
   // Unwatched: no more wake-ups.
   waiter_side.unwatchReleases("w");
   env_.runFor(100);
-  ASSERT_TRUE(acquire(holder_side, "w", "h", 5'000)->granted);
-  ASSERT_EQ(*release(holder_side, "w", "h"), OwnerCheck::kOk);
+  ASSERT_TRUE(acquire(holder_side, "w", "h", 5'000)->ok());
+  ASSERT_EQ(*release(holder_side, "w", "h"), OutcomeCode::kOk);
   env_.runFor(3 * kNodeTimeoutMs);
   EXPECT_EQ(woken.size(), 2u);
 }
@@ -335,34 +336,38 @@ TEST_F(RedlockTest, ConcurrentReadModifyWriteLosesNoUpdate) {
       client->owner = randomOwnerId();
       Client* cl = client.get();
       cl->step = [&, cl] {
-        cl->b->acquire("counter", cl->owner, 2'000, [&, cl](StatusOr<backend::AcquireReply> r) {
-          if (!r.isOk() || !r->granted) {
-            if (!r.isOk()) ++errors;
-            // Randomized backoff so competing clients do not retry in lockstep.
-            const int64_t delay = (int64_t{1} << std::min(cl->attempt++, 4)) + jitterBetween(0, 5);
-            sched.runAfter(delay, cl->step);
-            return;
-          }
-          cl->attempt = 0;
-          const uint64_t token = r->token;
-          if (token <= resource.last_token) ++resource.stale_tokens;
-          resource.last_token = token;
-          if (++resource.in_critical > 1) ++resource.overlaps;
-          const int64_t read = resource.value;
-          // The "write" lands on a later loop turn: an overlapping holder would lose an update.
-          sched.runAfter(1, [&, cl, read] {
-            resource.value = read + 1;
-            --resource.in_critical;
-            cl->b->release("counter", cl->owner, [&, cl](StatusOr<OwnerCheck> rel) {
-              if (!rel.isOk() || *rel != OwnerCheck::kOk) ++errors;
-              if (++cl->done == kIncrementsPerClient) {
-                ++finished_clients;
-              } else {
-                cl->step();
-              }
-            });
-          });
-        });
+        cl->b->run(backend::Operation::acquire("counter", cl->owner, 2'000),
+                   [&, cl](StatusOr<backend::Outcome> r) {
+                     if (!r.isOk() || !r->ok()) {
+                       if (!r.isOk()) ++errors;
+                       // Randomized backoff so competing clients do not retry in lockstep.
+                       const int64_t delay =
+                           (int64_t{1} << std::min(cl->attempt++, 4)) + jitterBetween(0, 5);
+                       sched.runAfter(delay, cl->step);
+                       return;
+                     }
+                     cl->attempt = 0;
+                     const uint64_t token = r->token;
+                     if (token <= resource.last_token) ++resource.stale_tokens;
+                     resource.last_token = token;
+                     if (++resource.in_critical > 1) ++resource.overlaps;
+                     const int64_t read = resource.value;
+                     // The "write" lands on a later loop turn: an overlapping holder would lose an
+                     // update.
+                     sched.runAfter(1, [&, cl, read] {
+                       resource.value = read + 1;
+                       --resource.in_critical;
+                       cl->b->run(backend::Operation::release("counter", cl->owner),
+                                  [&, cl](StatusOr<backend::Outcome> rel) {
+                                    if (!rel.isOk() || rel->code != OutcomeCode::kOk) ++errors;
+                                    if (++cl->done == kIncrementsPerClient) {
+                                      ++finished_clients;
+                                    } else {
+                                      cl->step();
+                                    }
+                                  });
+                     });
+                   });
       };
       clients.push_back(std::move(client));
     }

@@ -13,7 +13,8 @@
 namespace sidelock::testing {
 namespace {
 
-using backend::OwnerCheck;
+using backend::Operation;
+using backend::OutcomeCode;
 using Clock = std::chrono::steady_clock;
 
 TEST_F(RedlockTest, TwoNodesKilledStillGrantedAndReady) {
@@ -23,17 +24,17 @@ TEST_F(RedlockTest, TwoNodesKilledStillGrantedAndReady) {
   // Right after the kill (before the backend noticed) and after it noticed: both granted.
   auto early = acquire(b, "l", "a", 10'000);
   ASSERT_TRUE(early.isOk()) << early.status().toString();
-  EXPECT_TRUE(early->granted);
+  EXPECT_TRUE(early->ok());
   ASSERT_TRUE(env_.runUntil([&] { return !b.health().nodes[3].up && !b.health().nodes[4].up; }));
   auto h = b.health();
   EXPECT_TRUE(h.ready) << h.reason;
   EXPECT_FALSE(h.nodes[3].reason.empty());
   EXPECT_EQ(env_.metrics().backend_ready.Value(), 1);
   EXPECT_EQ(nodesHolding("l", "a"), 3);
-  EXPECT_EQ(*release(b, "l", "a"), OwnerCheck::kOk);
+  EXPECT_EQ(*release(b, "l", "a"), OutcomeCode::kOk);
   auto again = acquire(b, "l", "b", 10'000);
   ASSERT_TRUE(again.isOk()) << again.status().toString();
-  EXPECT_TRUE(again->granted);
+  EXPECT_TRUE(again->ok());
   EXPECT_GT(again->token, early->token);
 }
 
@@ -74,7 +75,7 @@ TEST_F(RedlockTest, ThreeNodesKilledFailsFastNotReadyAndLeavesNoStaleKeys) {
 
 TEST_F(RedlockTest, ExtendWithMajorityLostIsNotExtended) {
   auto& b = makeReadyBackend();
-  ASSERT_TRUE(acquire(b, "l", "a", 10'000)->granted);
+  ASSERT_TRUE(acquire(b, "l", "a", 10'000)->ok());
   for (int i = 2; i < kNodes; ++i) servers_[i]->kill();
   auto e = extend(b, "l", "a", 60'000);
   ASSERT_FALSE(e.isOk());
@@ -87,19 +88,19 @@ TEST_F(RedlockTest, ExtendWithMajorityLostIsNotExtended) {
   ASSERT_TRUE(env_.runUntil([&] { return b.nodeVoting(2) && b.nodeVoting(3); }));
   auto state = inspect(b, "l");
   ASSERT_TRUE(state.isOk()) << state.status().toString();
-  EXPECT_FALSE(state->held);  // the restarted nodes came back empty: no majority holds it
+  EXPECT_FALSE(state->ok());  // the restarted nodes came back empty: no majority holds it
 }
 
 TEST_F(RedlockTest, PausedNodeCostsAtMostItsTimeout) {
   auto& b = makeReadyBackend();
-  ASSERT_TRUE(acquire(b, "held", "other", 30'000)->granted);
+  ASSERT_TRUE(acquire(b, "held", "other", 30'000)->ok());
 
   // Granted: answered once the majority voted, without waiting for the paused node.
   servers_[2]->pause();
   auto t0 = Clock::now();
   auto r = acquire(b, "l", "a", 10'000);
   ASSERT_TRUE(r.isOk()) << r.status().toString();
-  EXPECT_TRUE(r->granted);
+  EXPECT_TRUE(r->ok());
   EXPECT_LT(msSince(t0), kNodeTimeoutMs + 500);
   servers_[2]->resume();
   ASSERT_TRUE(env_.runUntil([&] { return b.nodeVoting(2); }, 5000)) << b.health().reason;
@@ -110,12 +111,12 @@ TEST_F(RedlockTest, PausedNodeCostsAtMostItsTimeout) {
   t0 = Clock::now();
   auto busy = acquire(b, "held", "a", 10'000);
   ASSERT_TRUE(busy.isOk()) << busy.status().toString();
-  EXPECT_FALSE(busy->granted);
+  EXPECT_FALSE(busy->ok());
   EXPECT_LT(msSince(t0), kNodeTimeoutMs + 500);
 
   servers_[2]->resume();
   ASSERT_TRUE(env_.runUntil([&] { return b.nodeVoting(2); }, 5000)) << b.health().reason;
-  EXPECT_EQ(*release(b, "l", "a"), OwnerCheck::kOk);
+  EXPECT_EQ(*release(b, "l", "a"), OutcomeCode::kOk);
   // The paused node ran our late acquire of "l" when it woke up; the release removed it there
   // too. Nothing of "a" on "held" remains anywhere.
   EXPECT_EQ(nodesWithKey("l"), 0);
@@ -137,26 +138,27 @@ TEST_F(RedlockTest, NodeStalledPastItsBudgetKeepsItsLink) {
   servers_[2]->pause();
   auto r = acquire(b, "stall", "a", 10'000);
   ASSERT_TRUE(r.isOk()) << r.status().toString();
-  EXPECT_TRUE(r->granted);
+  EXPECT_TRUE(r->ok());
   env_.runFor(150);  // three node budgets
   EXPECT_GE(stalled.errors_timeout->Value(), 1.0);
   servers_[2]->resume();
 
   EXPECT_TRUE(b.health().nodes[2].up) << b.health().nodes[2].reason;
   EXPECT_EQ(stalled.reconnects->Value(), 0.0) << "the stalled node's link was torn down";
-  EXPECT_EQ(*release(b, "stall", "a"), OwnerCheck::kOk);
+  EXPECT_EQ(*release(b, "stall", "a"), OutcomeCode::kOk);
   ASSERT_TRUE(env_.runUntil([&] { return nodesWithKey("stall") == 0; }));
   EXPECT_EQ(stalled.reconnects->Value(), 0.0);
 }
 
 TEST_F(RedlockTest, ShutdownAnswersPendingCallsBeforeDone) {
   auto& b = makeReadyBackend();
-  ASSERT_TRUE(acquire(b, "held", "other", 30'000)->granted);
+  ASSERT_TRUE(acquire(b, "held", "other", 30'000)->ok());
   servers_[2]->pause();  // keeps the next attempt's cleanup waiting on this node
-  std::optional<StatusOr<backend::AcquireReply>> reply;
+  std::optional<StatusOr<backend::Outcome>> reply;
   bool callback_before_done = false;
   bool done = false;
-  b.acquire("held", "a", 10'000, [&](StatusOr<backend::AcquireReply> r) { reply.emplace(r); });
+  b.run(backend::Operation::acquire("held", "a", 10'000),
+        [&](StatusOr<backend::Outcome> r) { reply.emplace(r); });
   env_.runFor(20);  // the live nodes said "busy": the attempt is cleaning up
   b.shutdown([&] {
     callback_before_done = reply.has_value();
@@ -183,7 +185,7 @@ TEST_F(RedlockTest, NodesRestartedRecoverWithoutRecreatingTheBackend) {
   ASSERT_TRUE(waitAllVoting(b)) << b.health().reason;
   auto r = acquire(b, "l", "a", 5'000);
   ASSERT_TRUE(r.isOk()) << r.status().toString();
-  EXPECT_TRUE(r->granted);
+  EXPECT_TRUE(r->ok());
   EXPECT_EQ(nodesHolding("l", "a"), 5);
 }
 
@@ -191,12 +193,12 @@ TEST_F(RedlockTest, NodesRestartedRecoverWithoutRecreatingTheBackend) {
 // holds the lock, and "b" wins a majority through them. Two owners at once.
 TEST_F(RedlockTest, WithoutDelayedRestartsAnEmptyRestartAllowsASecondOwner) {
   auto& b = makeReadyBackend(/*delayed_restart=*/false);
-  ASSERT_TRUE(acquire(b, "l", "a", 30'000)->granted);
+  ASSERT_TRUE(acquire(b, "l", "a", 30'000)->ok());
   ASSERT_NO_FATAL_FAILURE(restartEmpty(b, 2, kNodes));
   ASSERT_TRUE(waitAllVoting(b));
   auto second = acquire(b, "l", "b", 30'000);
   ASSERT_TRUE(second.isOk());
-  EXPECT_TRUE(second->granted);  // unsafe: "a" still believes it holds the lock
+  EXPECT_TRUE(second->ok());  // unsafe: "a" still believes it holds the lock
 }
 
 // Issue 10 finding 2 on Redlock: a majority of nodes restarts empty and the nodes that kept
@@ -207,17 +209,17 @@ TEST_F(RedlockTest, TokensNeverDecreaseWhenAMajorityRestartsEmpty) {
   uint64_t last = 0;
   for (int i = 0; i < 3; ++i) {
     auto r = acquire(b, "fenced", "before", 5'000);
-    ASSERT_TRUE(r.isOk() && r->granted) << r.status().toString();
+    ASSERT_TRUE(r.isOk() && r->ok()) << r.status().toString();
     EXPECT_GT(r->token, last);
     last = r->token;
-    ASSERT_EQ(*release(b, "fenced", "before"), OwnerCheck::kOk);
+    ASSERT_EQ(*release(b, "fenced", "before"), OutcomeCode::kOk);
   }
   ASSERT_NO_FATAL_FAILURE(restartEmpty(b, 0, 3));
   for (int i = 3; i < kNodes; ++i) servers_[i]->kill();  // the nodes that remember the counter
   ASSERT_TRUE(env_.runUntil([&] { return !b.health().nodes[3].up && !b.health().nodes[4].up; }));
   ASSERT_TRUE(env_.runUntil([&] { return b.health().ready; })) << b.health().reason;
   auto after = acquire(b, "fenced", "after", 5'000);
-  ASSERT_TRUE(after.isOk() && after->granted) << after.status().toString();
+  ASSERT_TRUE(after.isOk() && after->ok()) << after.status().toString();
   EXPECT_GT(after->token, last) << "the token went backwards after nodes restarted empty";
   for (int i = 0; i < 3; ++i) {
     EXPECT_EQ(servers_[i]->cli({"GET", counterKey("fenced")}), std::to_string(after->token));
@@ -237,7 +239,7 @@ TEST_F(RedlockTest, NodeRestartedEmptyCannotVoteUntilMaxTtlPassed) {
   ASSERT_TRUE(waitAllVoting(b, kMaxTtl + 5000)) << b.health().reason;
   EXPECT_TRUE(b.health().ready);
 
-  ASSERT_TRUE(acquire(b, "l", "a", kMaxTtl)->granted);
+  ASSERT_TRUE(acquire(b, "l", "a", kMaxTtl)->ok());
   ASSERT_NO_FATAL_FAILURE(restartEmpty(b, 2, kNodes));
   auto h = b.health();
   EXPECT_FALSE(h.ready) << "only two nodes may vote";
@@ -249,12 +251,12 @@ TEST_F(RedlockTest, NodeRestartedEmptyCannotVoteUntilMaxTtlPassed) {
 
   // The three empty nodes would grant "b", but their votes do not count.
   auto second = acquire(b, "l", "b", kMaxTtl);
-  EXPECT_TRUE(!second.isOk() || !second->granted);
+  EXPECT_TRUE(!second.isOk() || !second->ok());
   EXPECT_EQ(nodesHolding("l", "b"), 0);  // and the attempt was cleaned up everywhere
   EXPECT_EQ(nodesHolding("l", "a"), 2);
   // Extends count only voting nodes too: "a" keeps two voting keys, no majority.
   auto e = extend(b, "l", "a", kMaxTtl);
-  EXPECT_TRUE(!e.isOk() || e->result != OwnerCheck::kOk);
+  EXPECT_TRUE(!e.isOk() || e->code != OutcomeCode::kOk);
 
   // Once max TTL has passed since their restart (every lease they forgot has expired), they
   // vote again and the lock can be granted.
@@ -262,7 +264,7 @@ TEST_F(RedlockTest, NodeRestartedEmptyCannotVoteUntilMaxTtlPassed) {
   EXPECT_TRUE(b.health().ready);
   auto later = acquire(b, "l", "b", kMaxTtl);
   ASSERT_TRUE(later.isOk()) << later.status().toString();
-  EXPECT_TRUE(later->granted);
+  EXPECT_TRUE(later->ok());
 }
 
 // Issue 10 finding 4: five freshly started nodes. Those that persist every write vote at once;

@@ -100,9 +100,9 @@ class LockServiceTest : public ::testing::Test {
     EXPECT_TRUE(r);
     return std::move(*r);
   }
-  backend::LockState inspect(std::string_view name) {
-    std::optional<StatusOr<backend::LockState>> r;
-    svc->inspect(name, [&](StatusOr<backend::LockState> v) { r.emplace(std::move(v)); });
+  LockState inspect(std::string_view name) {
+    std::optional<StatusOr<LockState>> r;
+    svc->inspect(name, [&](StatusOr<LockState> v) { r.emplace(std::move(v)); });
     sched.runReady();
     EXPECT_TRUE(r && r->isOk());
     return r->value();
@@ -194,8 +194,8 @@ TEST_F(LockServiceTest, ForceReleaseEndsTheLeaseAsLostAndGrantsTheWaiter) {
   sched.runReady();
   EXPECT_FALSE(waiter->done());
 
-  std::optional<StatusOr<backend::ForcedRelease>> r;
-  svc->forceRelease("stuck", [&](StatusOr<backend::ForcedRelease> v) { r.emplace(std::move(v)); });
+  std::optional<StatusOr<ForcedRelease>> r;
+  svc->forceRelease("stuck", [&](StatusOr<ForcedRelease> v) { r.emplace(std::move(v)); });
   EXPECT_FALSE(r) << "done ran inside forceRelease()";
   advance(10);
   ASSERT_TRUE(r && r->isOk());
@@ -210,7 +210,7 @@ TEST_F(LockServiceTest, ForceReleaseEndsTheLeaseAsLostAndGrantsTheWaiter) {
   EXPECT_EQ(metrics.forced_releases.Value(), 1);
 
   r.reset();
-  svc->forceRelease("never", [&](StatusOr<backend::ForcedRelease> v) { r.emplace(std::move(v)); });
+  svc->forceRelease("never", [&](StatusOr<ForcedRelease> v) { r.emplace(std::move(v)); });
   sched.runReady();
   ASSERT_TRUE(r && r->isOk());
   EXPECT_FALSE((*r)->released);
@@ -466,16 +466,16 @@ TEST_F(LockServiceTest, HandOffToAWaiterWhoLeftIsReleasedAgain) {
 TEST_F(LockServiceTest, ReleaseFromAnotherSidecarWakesTheHeadThroughTheBackend) {
   // The holder is not ours: "another sidecar" releases straight on the backend.
   bool granted = false;
-  backend.memory().acquire("x", "other", 60'000, [&](StatusOr<backend::AcquireReply> r) {
-    granted = r.isOk() && r->granted;
-  });
+  backend.memory().run(backend::Operation::acquire("x", "other", 60'000),
+                       [&](StatusOr<backend::Outcome> r) { granted = r.isOk() && r->ok(); });
   sched.runReady();
   ASSERT_TRUE(granted);
   auto w = start(opts("x", "me", 1000, 30'000));
   advance(2000, 10);  // backoff has grown to its cap by now
   ASSERT_FALSE(w->done());
   const int attempts = backend.count("acquire");
-  backend.memory().release("x", "other", [](StatusOr<backend::OwnerCheck>) {});
+  backend.memory().run(backend::Operation::release("x", "other"),
+                       [](StatusOr<backend::Outcome>) {});
   sched.runReady();
   ASSERT_TRUE(w->done());
   EXPECT_EQ(w->status(), AcquireStatus::kGranted);

@@ -40,55 +40,53 @@ class TestBackend final : public backend::Backend {
   int64_t release_reply_delay_ms = 0;  // hand-offs only: applied at once, answered later
 
   void start() override {}
-  void acquire(std::string_view name, std::string_view owner, int64_t ttl_ms,
-               backend::AcquireCallback cb) override {
-    record("acquire", name);
-    if (fail_acquire) return fail(std::move(cb), *fail_acquire);
-    mem_.acquire(name, owner, ttl_ms, std::move(cb));
-  }
-  void release(std::string_view name, std::string_view owner,
-               backend::OwnerCheckCallback cb) override {
-    record("release", name);
-    if (fail_release) return fail(std::move(cb), *fail_release);
-    mem_.release(name, owner, std::move(cb));
-  }
   // Hand-off is off unless a test turns it on, so the other tests see plain release + acquire.
   bool hand_off = false;
   bool canHandOff() const override { return hand_off; }
-  void releaseAndGrant(std::string_view name, std::string_view owner, std::string_view next_owner,
-                       int64_t next_ttl_ms, backend::HandOffCallback cb) override {
-    record("release_grant", name);
-    if (fail_release) return fail(std::move(cb), *fail_release);
-    if (release_reply_delay_ms == 0) {
-      return mem_.releaseAndGrant(name, owner, next_owner, next_ttl_ms, std::move(cb));
+  void run(const backend::Operation& op, backend::OutcomeCallback cb) override {
+    using backend::Verb;
+    std::optional<Status> failure;
+    int64_t delay_ms = 0;
+    const char* recorded = nullptr;  // what calls[] shows ("release_grant" for a hand-off)
+    switch (op.verb) {
+      case Verb::kAcquire:
+        recorded = "acquire";
+        failure = fail_acquire;
+        break;
+      case Verb::kRelease:
+        recorded = "release";
+        failure = fail_release;
+        break;
+      case Verb::kHandOff:
+        recorded = "release_grant";
+        failure = fail_release;
+        delay_ms = release_reply_delay_ms;
+        break;
+      case Verb::kExtend:
+        recorded = "extend";
+        failure = fail_extend;
+        delay_ms = extend_reply_delay_ms;
+        break;
+      case Verb::kForceRelease:
+        recorded = "force_release";
+        break;
+      case Verb::kInspect:
+        break;
     }
-    mem_.releaseAndGrant(
-        name, owner, next_owner, next_ttl_ms,
-        [this, cb = std::move(cb)](StatusOr<backend::HandOffReply> r) mutable {
-          sched_.runAfter(release_reply_delay_ms,
-                          [cb = std::move(cb), r = std::move(r)]() mutable { cb(std::move(r)); });
-        });
-  }
-  void extend(std::string_view name, std::string_view owner, int64_t ttl_ms,
-              backend::ExtendCallback cb) override {
-    record("extend", name);
-    if (fail_extend) return fail(std::move(cb), *fail_extend);
-    if (extend_reply_delay_ms == 0) return mem_.extend(name, owner, ttl_ms, std::move(cb));
-    mem_.extend(name, owner, ttl_ms,
-                [this, cb = std::move(cb)](StatusOr<backend::ExtendReply> r) mutable {
-                  sched_.runAfter(extend_reply_delay_ms,
-                                  [this, cb = std::move(cb), r = std::move(r)]() mutable {
-                                    record("extend_reply", "");
-                                    cb(std::move(r));
-                                  });
-                });
-  }
-  void inspect(std::string_view name, backend::InspectCallback cb) override {
-    mem_.inspect(name, std::move(cb));
-  }
-  void forceRelease(std::string_view name, backend::ForceReleaseCallback cb) override {
-    record("force_release", name);
-    mem_.forceRelease(name, std::move(cb));
+    if (recorded != nullptr) record(recorded, op.name);
+    if (failure) {
+      sched_.post([cb = std::move(cb), st = *failure] { cb(st); });
+      return;
+    }
+    if (delay_ms == 0) return mem_.run(op, std::move(cb));
+    const bool is_extend = op.verb == Verb::kExtend;
+    mem_.run(op, [this, cb = std::move(cb), delay_ms,
+                  is_extend](StatusOr<backend::Outcome> r) mutable {
+      sched_.runAfter(delay_ms, [this, cb = std::move(cb), r = std::move(r), is_extend]() mutable {
+        if (is_extend) record("extend_reply", "");
+        cb(std::move(r));
+      });
+    });
   }
   void setReleaseListener(backend::ReleaseListener l) override {
     mem_.setReleaseListener(std::move(l));
@@ -107,10 +105,6 @@ class TestBackend final : public backend::Backend {
  private:
   void record(const char* op, std::string_view name) {
     calls.push_back(Call{op, std::string(name), sched_.nowUs()});
-  }
-  template <typename Cb>
-  void fail(Cb cb, Status st) {
-    sched_.post([cb = std::move(cb), st = std::move(st)] { cb(st); });
   }
 
   event::FakeScheduler& sched_;

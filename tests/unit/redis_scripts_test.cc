@@ -28,36 +28,59 @@ TEST(RedisScripts, EveryScriptHasText) {
   }
 }
 
+StatusOr<Outcome> decode(const StatusOr<RedisValue>& v, ScriptId script) {
+  return decodeOutcome(v, script, "n1");
+}
+
+RedisValue reply(int64_t code, int64_t token, int64_t ttl) {
+  return array({integer(code), integer(token), integer(ttl)});
+}
+
 TEST(RedisReplies, Acquire) {
-  auto granted = decodeAcquire(array({integer(1), integer(7), integer(5000)}), "n");
+  auto granted = decode(reply(1, 7, 5000), ScriptId::kAcquire);
   ASSERT_TRUE(granted.isOk());
-  EXPECT_TRUE(granted->granted);
+  EXPECT_TRUE(granted->ok());
   EXPECT_EQ(granted->token, 7u);
   EXPECT_EQ(granted->validity_ms, 5000);
   // A counter seeded from Redis TIME in microseconds: well above 2^32, exact below 2^53.
-  auto seeded =
-      decodeAcquire(array({integer(1), integer(1'795'376'077'464'695), integer(5000)}), "n");
+  auto seeded = decode(reply(1, 1'795'376'077'464'695, 5000), ScriptId::kAcquire);
   ASSERT_TRUE(seeded.isOk());
   EXPECT_EQ(seeded->token, 1'795'376'077'464'695u);
-  EXPECT_FALSE(decodeAcquire(array({integer(1), integer(0), integer(5000)}), "n").isOk())
+  EXPECT_FALSE(decode(reply(1, 0, 5000), ScriptId::kAcquire).isOk())
       << "a grant always carries a token";
 
-  auto busy = decodeAcquire(array({integer(0), integer(0), integer(1234)}), "n");
+  auto busy = decode(reply(0, 0, 1234), ScriptId::kAcquire);
   ASSERT_TRUE(busy.isOk());
-  EXPECT_FALSE(busy->granted);
+  EXPECT_EQ(busy->code, OutcomeCode::kBusy);
   EXPECT_EQ(busy->holder_ttl_ms, 1234);
-  auto no_expiry = decodeAcquire(array({integer(0), integer(0), integer(-1)}), "n");
-  EXPECT_EQ(no_expiry->holder_ttl_ms, -1);
+  EXPECT_EQ(decode(reply(0, 0, -1), ScriptId::kAcquire)->holder_ttl_ms, -1);
 
-  auto err = decodeAcquire(error("WRONGTYPE bad"), "n1");
+  auto err = decode(error("WRONGTYPE bad"), ScriptId::kAcquire);
   ASSERT_FALSE(err.isOk());
   EXPECT_EQ(err.status().code(), StatusCode::kInternal);
   EXPECT_NE(err.status().message().find("WRONGTYPE"), std::string::npos);
-  EXPECT_FALSE(decodeAcquire(array({integer(1)}), "n").isOk());
-  EXPECT_FALSE(decodeAcquire(str("x"), "n").isOk());
-
-  auto down = decodeAcquire(StatusOr<RedisValue>(unavailable("down")), "n");
+  EXPECT_NE(err.status().message().find("n1"), std::string::npos);
+  auto down = decode(StatusOr<RedisValue>(unavailable("down")), ScriptId::kAcquire);
   EXPECT_EQ(down.status().code(), StatusCode::kUnavailable);
+}
+
+// One contract for every script: anything but three integers with a known code is refused, and
+// the message names the script.
+TEST(RedisReplies, EveryScriptSharesOneShape) {
+  for (ScriptId id : kAllScripts) {
+    EXPECT_TRUE(decode(reply(-1, 0, 0), id).isOk()) << scriptName(id);
+    EXPECT_FALSE(decode(array({integer(1)}), id).isOk()) << scriptName(id);
+    EXPECT_FALSE(decode(array({integer(1), integer(2), integer(3), integer(4)}), id).isOk());
+    EXPECT_FALSE(decode(array({integer(1), str("2"), integer(3)}), id).isOk());
+    EXPECT_FALSE(decode(integer(1), id).isOk()) << scriptName(id);
+    EXPECT_FALSE(decode(str("x"), id).isOk()) << scriptName(id);
+    auto bad = decode(reply(2, 0, 0), id);
+    ASSERT_FALSE(bad.isOk());
+    EXPECT_NE(bad.status().message().find(scriptName(id)), std::string::npos);
+  }
+  // "Held by another owner" has no meaning for reads and the operator's delete.
+  EXPECT_FALSE(decode(reply(0, 0, 5), ScriptId::kInspect).isOk());
+  EXPECT_FALSE(decode(reply(0, 0, 5), ScriptId::kForceRelease).isOk());
 }
 
 TEST(RedisScripts, TokenCounterOutlivesTheLongestLeaseByTheMargin) {
@@ -66,39 +89,86 @@ TEST(RedisScripts, TokenCounterOutlivesTheLongestLeaseByTheMargin) {
   EXPECT_FALSE(scriptText(ScriptId::kTokenSync).empty());
 }
 
-TEST(RedisReplies, ReleaseAndExtend) {
-  EXPECT_EQ(*decodeRelease(integer(1), "n"), OwnerCheck::kOk);
-  EXPECT_EQ(*decodeRelease(integer(0), "n"), OwnerCheck::kNotOwner);
-  EXPECT_EQ(*decodeRelease(integer(-1), "n"), OwnerCheck::kNotHeld);
-  EXPECT_FALSE(decodeRelease(integer(2), "n").isOk());
-  EXPECT_FALSE(decodeRelease(str("1"), "n").isOk());
+TEST(RedisReplies, ReleaseExtendAndHandOff) {
+  EXPECT_EQ(decode(reply(1, 0, 0), ScriptId::kRelease)->code, OutcomeCode::kOk);
+  auto other = decode(reply(0, 0, 700), ScriptId::kRelease);
+  EXPECT_EQ(other->code, OutcomeCode::kNotOwner);
+  EXPECT_EQ(other->holder_ttl_ms, 700);
+  EXPECT_EQ(decode(reply(-1, 0, 0), ScriptId::kRelease)->code, OutcomeCode::kNotHeld);
 
-  auto ok = decodeExtend(array({integer(1), integer(900)}), "n");
-  EXPECT_EQ(ok->result, OwnerCheck::kOk);
+  auto ok = decode(reply(1, 0, 900), ScriptId::kExtend);
+  EXPECT_EQ(ok->code, OutcomeCode::kOk);
   EXPECT_EQ(ok->validity_ms, 900);
-  EXPECT_EQ(decodeExtend(array({integer(0), integer(5)}), "n")->result, OwnerCheck::kNotOwner);
-  EXPECT_EQ(decodeExtend(array({integer(-1), integer(-2)}), "n")->result, OwnerCheck::kNotHeld);
-  EXPECT_FALSE(decodeExtend(integer(1), "n").isOk());
-  auto timeout = decodeExtend(StatusOr<RedisValue>(deadlineExceeded("slow")), "n");
+  EXPECT_EQ(decode(reply(0, 0, 5), ScriptId::kExtend)->code, OutcomeCode::kNotOwner);
+  EXPECT_EQ(decode(reply(-1, 0, 0), ScriptId::kExtend)->code, OutcomeCode::kNotHeld);
+  auto timeout = decode(StatusOr<RedisValue>(deadlineExceeded("slow")), ScriptId::kExtend);
   EXPECT_EQ(timeout.status().code(), StatusCode::kDeadlineExceeded);
+
+  auto handed = decode(reply(1, 43, 20'000), ScriptId::kReleaseGrant);
+  EXPECT_TRUE(handed->ok());
+  EXPECT_EQ(handed->token, 43u);
+  EXPECT_EQ(handed->validity_ms, 20'000);
+  EXPECT_FALSE(decode(reply(1, 0, 20'000), ScriptId::kReleaseGrant).isOk())
+      << "a hand-off grants: it carries a token";
+  EXPECT_EQ(decode(reply(0, 0, 5), ScriptId::kReleaseGrant)->code, OutcomeCode::kNotOwner);
 }
 
-TEST(RedisReplies, Inspect) {
-  auto held = decodeInspect(array({integer(1), integer(800), str("12")}), "n");
+TEST(RedisReplies, InspectAndForceRelease) {
+  auto held = decode(reply(1, 12, 800), ScriptId::kInspect);
   ASSERT_TRUE(held.isOk());
-  EXPECT_TRUE(held->held);
-  EXPECT_EQ(held->ttl_ms, 800);
+  EXPECT_TRUE(held->ok());
+  EXPECT_EQ(held->validity_ms, 800);
   EXPECT_EQ(held->token, 12u);
-  // Lua truncates a table at a nil: never-granted locks give a two-element array.
-  auto never = decodeInspect(array({integer(0), integer(-2)}), "n");
-  ASSERT_TRUE(never.isOk());
-  EXPECT_FALSE(never->held);
-  EXPECT_EQ(never->ttl_ms, 0);
+  auto never = decode(reply(-1, 0, 0), ScriptId::kInspect);
+  EXPECT_EQ(never->code, OutcomeCode::kNotHeld);
   EXPECT_EQ(never->token, 0u);
-  RedisValue nil;
-  auto with_nil = decodeInspect(array({integer(0), integer(-2), nil}), "n");
-  EXPECT_EQ(with_nil->token, 0u);
-  EXPECT_FALSE(decodeInspect(array({str("x"), integer(1)}), "n").isOk());
+  auto freed = decode(reply(1, 12, 0), ScriptId::kForceRelease);
+  EXPECT_TRUE(freed->ok());
+  EXPECT_EQ(freed->token, 12u);
+  auto nothing = decode(reply(-1, 12, 0), ScriptId::kForceRelease);
+  EXPECT_EQ(nothing->code, OutcomeCode::kNotHeld);
+  EXPECT_EQ(nothing->token, 12u) << "the last token, held or not";
+}
+
+// Every verb becomes exactly one script with the keys of its lock.
+TEST(RedisScripts, EveryOperationIsOneScriptCall) {
+  const ScriptContext ctx{"p:", "61000", false};
+  const ScriptCall acquire = scriptCallFor(Operation::acquire("n", "o", 5000), ctx);
+  EXPECT_EQ(acquire.script, ScriptId::kAcquire);
+  ASSERT_EQ(acquire.key_count, 2);
+  EXPECT_EQ(acquire.keys[0], "p:{n}");
+  EXPECT_EQ(acquire.keys[1], "p:{n}:token");
+  ASSERT_EQ(acquire.arg_count, 3);
+  EXPECT_EQ(acquire.args[0], "o");
+  EXPECT_EQ(acquire.args[1], "5000");
+  EXPECT_EQ(acquire.args[2], "61000");
+
+  const ScriptCall release = scriptCallFor(Operation::release("n", "o"), ctx);
+  EXPECT_EQ(release.script, ScriptId::kRelease);
+  ASSERT_EQ(release.arg_count, 3);
+  EXPECT_EQ(release.args[1], "p:released:{n}");
+  EXPECT_EQ(release.args[2], "n");
+  const ScriptCall sharded =
+      scriptCallFor(Operation::release("n", "o"), ScriptContext{"p:", "61000", true});
+  ASSERT_EQ(sharded.arg_count, 4);
+  EXPECT_EQ(sharded.args[3], kShardedPublish);
+
+  const ScriptCall hand_off = scriptCallFor(Operation::handOff("n", "o", "next", 900), ctx);
+  EXPECT_EQ(hand_off.script, ScriptId::kReleaseGrant);
+  ASSERT_EQ(hand_off.arg_count, 4);
+  EXPECT_EQ(hand_off.args[1], "next");
+  EXPECT_EQ(hand_off.args[2], "900");
+  EXPECT_EQ(scriptCallFor(Operation::extend("n", "o", 1), ctx).script, ScriptId::kExtend);
+  EXPECT_EQ(scriptCallFor(Operation::inspect("n"), ctx).arg_count, 0);
+  EXPECT_EQ(scriptCallFor(Operation::forceRelease("n"), ctx).script, ScriptId::kForceRelease);
+
+  const ScriptCall sync = tokenSyncCall("n", 77, ctx);
+  ASSERT_EQ(sync.key_count, 1);
+  EXPECT_EQ(sync.keys[0], "p:{n}:token");
+  EXPECT_EQ(sync.args[0], "77");
+  const ScriptCall::Views v = acquire.views();
+  EXPECT_EQ(v.keyArgs().size(), 2u);
+  EXPECT_EQ(v.argArgs()[0], "o");
 }
 
 TEST(RedisBackoff, GrowsDoublesAndCapsWithJitter) {

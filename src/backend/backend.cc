@@ -1,0 +1,45 @@
+#include "backend/backend.h"
+
+namespace sidelock::backend {
+
+const char* verbName(Verb verb) {
+  switch (verb) {
+    case Verb::kAcquire:
+      return "acquire";
+    case Verb::kRelease:
+      return "release";
+    case Verb::kExtend:
+      return "extend";
+    case Verb::kInspect:
+      return "inspect";
+    case Verb::kHandOff:
+      return "hand_off";
+    case Verb::kForceRelease:
+      return "force_release";
+  }
+  return "unknown";
+}
+
+const char* lockKindName(LockKind kind) {
+  switch (kind) {
+    case LockKind::kMutex:
+      return "mutex";
+  }
+  return "unknown";
+}
+
+const char* outcomeName(OutcomeCode code) {
+  switch (code) {
+    case OutcomeCode::kOk:
+      return "ok";
+    case OutcomeCode::kBusy:
+      return "busy";
+    case OutcomeCode::kNotOwner:
+      return "not_owner";
+    case OutcomeCode::kNotHeld:
+      return "not_held";
+  }
+  return "unknown";
+}
+
+}  // namespace sidelock::backend
