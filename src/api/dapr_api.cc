@@ -191,6 +191,7 @@ void DaprApi::unlock(http::Request& req, http::ResponderPtr res) {
         int status = kUnlockSuccess;
         switch (*r) {
           case lock::ReleaseStatus::kReleased:
+          case lock::ReleaseStatus::kHoldReleased:  // Dapr owners never re-enter; kept total
             status = kUnlockSuccess;
             break;
           case lock::ReleaseStatus::kNotHeld:

@@ -242,11 +242,12 @@ bool checkName(const http::Request& req, const http::ResponderPtr& res, size_t m
 std::string grantAnswer(const lock::Grant& g, std::string_view event = {}) {
   JsonObject answer;
   if (!event.empty()) answer.text("event", event);
-  return answer.text("name", g.name)
+  answer.text("name", g.name)
       .text("owner", g.owner)
       .unsignedInteger("token", g.token)
-      .integer("ttl_ms", g.ttl_ms)
-      .finish();
+      .integer("ttl_ms", g.ttl_ms);
+  if (g.holds > 0) answer.integer("holds", g.holds);  // reentrant acquires only
+  return answer.finish();
 }
 
 /// State shared by the callbacks of one acquire request.
@@ -320,9 +321,10 @@ const char* leaseEventName(lock::LeaseEvent e) {
 void LockApi::acquire(http::Request& req, http::ResponderPtr res) {
   if (!checkName(req, res, static_cast<size_t>(locks_.max_name_bytes))) return;
   RequestBody& body = body_;
-  body.parse(req.header("content-type"), req.body,
-             {BodyField::kTtlMs, BodyField::kWaitMs, BodyField::kOwner, BodyField::kAutoRenew,
-              BodyField::kMaxHoldMs, BodyField::kHold, BodyField::kRequestId});
+  body.parse(
+      req.header("content-type"), req.body,
+      {BodyField::kTtlMs, BodyField::kWaitMs, BodyField::kOwner, BodyField::kAutoRenew,
+       BodyField::kMaxHoldMs, BodyField::kHold, BodyField::kRequestId, BodyField::kReentrant});
   lock::AcquireOptions opts;
   opts.name = std::string(req.param("name"));
   opts.ttl_ms = locks_.default_ttl_ms;
@@ -335,10 +337,15 @@ void LockApi::acquire(http::Request& req, http::ResponderPtr res) {
         readOwner(body, static_cast<size_t>(locks_.max_owner_bytes), false, owner) &&
         body.readBool(BodyField::kAutoRenew, opts.auto_renew) &&
         body.readInt(BodyField::kMaxHoldMs, 1, locks_.max_hold_ms_limit, opts.max_hold_ms) &&
-        body.readString(BodyField::kHold, hold) && readRequestId(body, request_id);
+        body.readString(BodyField::kHold, hold) && readRequestId(body, request_id) &&
+        body.readBool(BodyField::kReentrant, opts.reentrant);
   }
   if (body.ok() && !hold.empty() && hold != "stream" && hold != "none") {
     body.setError("hold must be \"stream\" or \"none\"");
+  }
+  if (body.ok() && hold == "stream" && opts.reentrant) {
+    // A stream is one hold bound to one connection; a re-entry has no stream of its own.
+    body.setError("reentrant cannot be used with hold: stream");
   }
   if (body.ok() && hold == "stream" && !request_id.empty()) {
     body.setError("request_id cannot be used with hold: stream (the stream is the lease's answer)");
@@ -548,14 +555,22 @@ void LockApi::release(http::Request& req, http::ResponderPtr res) {
   };
   service_.release(
       name, owner,
-      [res, error, retry_scope, request_id = std::string(request_id),
-       replies = replies_](StatusOr<lock::ReleaseStatus> r) {
+      [service = &service_, res, error, name, owner = std::string(owner), retry_scope,
+       request_id = std::string(request_id), replies = replies_](StatusOr<lock::ReleaseStatus> r) {
         if (!r.isOk()) return sendBackendError(res, r.status());  // not remembered: retry for real
         IdempotencyCache::Answer answer;
         switch (*r) {
           case lock::ReleaseStatus::kReleased:
             answer.status = 200;
             answer.body = JsonObject().boolean("released", true).finish();
+            break;
+          case lock::ReleaseStatus::kHoldReleased:
+            // One hold of a re-entered lease: it stays held with the holds left.
+            answer.status = 200;
+            answer.body = JsonObject()
+                              .boolean("released", true)
+                              .integer("holds", service->holds(name, owner))
+                              .finish();
             break;
           case lock::ReleaseStatus::kNotOwner:
             answer = error(409, "not_owner", "the lock is held by another owner");

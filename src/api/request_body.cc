@@ -165,6 +165,8 @@ std::string_view RequestBody::fieldName(BodyField field) {
       return "expiryInSeconds";
     case BodyField::kRequestId:
       return "request_id";
+    case BodyField::kReentrant:
+      return "reentrant";
   }
   return "";
 }

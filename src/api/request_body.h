@@ -33,6 +33,7 @@ enum class BodyField {
   kLockOwner,
   kExpiryInSeconds,
   kRequestId,
+  kReentrant,
 };
 
 class BodyReader;
@@ -81,7 +82,7 @@ class RequestBody {
     std::string text;  // kept between requests: its capacity is reused
   };
   static constexpr std::string_view kBadRequest = "bad_request";
-  static constexpr size_t kFieldCount = 10;
+  static constexpr size_t kFieldCount = 11;
 
   Value& slot(BodyField field) { return values_[static_cast<size_t>(field)]; }
   const Value& slot(BodyField field) const { return values_[static_cast<size_t>(field)]; }

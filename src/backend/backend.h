@@ -44,25 +44,29 @@ struct Operation {
   std::string_view owner;       // acquire, release, extend, hand-off (the current holder)
   int64_t ttl_ms = 0;           // acquire, extend; hand-off: the next owner's TTL
   std::string_view next_owner;  // hand-off only
+  /// Acquire: if `owner` holds the lease already, take one more hold of it (same token, TTL at
+  /// least `ttl_ms`) instead of answering busy. Release then gives back one hold at a time.
+  bool reentrant = false;
 
-  static Operation acquire(std::string_view name, std::string_view owner, int64_t ttl_ms) {
-    return {Verb::kAcquire, LockKind::kMutex, name, owner, ttl_ms, {}};
+  static Operation acquire(std::string_view name, std::string_view owner, int64_t ttl_ms,
+                           bool reentrant = false) {
+    return {Verb::kAcquire, LockKind::kMutex, name, owner, ttl_ms, {}, reentrant};
   }
   static Operation release(std::string_view name, std::string_view owner) {
-    return {Verb::kRelease, LockKind::kMutex, name, owner, 0, {}};
+    return {Verb::kRelease, LockKind::kMutex, name, owner, 0, {}, false};
   }
   static Operation extend(std::string_view name, std::string_view owner, int64_t ttl_ms) {
-    return {Verb::kExtend, LockKind::kMutex, name, owner, ttl_ms, {}};
+    return {Verb::kExtend, LockKind::kMutex, name, owner, ttl_ms, {}, false};
   }
   static Operation inspect(std::string_view name) {
-    return {Verb::kInspect, LockKind::kMutex, name, {}, 0, {}};
+    return {Verb::kInspect, LockKind::kMutex, name, {}, 0, {}, false};
   }
   static Operation handOff(std::string_view name, std::string_view owner,
                            std::string_view next_owner, int64_t next_ttl_ms) {
-    return {Verb::kHandOff, LockKind::kMutex, name, owner, next_ttl_ms, next_owner};
+    return {Verb::kHandOff, LockKind::kMutex, name, owner, next_ttl_ms, next_owner, false};
   }
   static Operation forceRelease(std::string_view name) {
-    return {Verb::kForceRelease, LockKind::kMutex, name, {}, 0, {}};
+    return {Verb::kForceRelease, LockKind::kMutex, name, {}, 0, {}, false};
   }
 };
 
@@ -85,6 +89,10 @@ struct Outcome {
   int64_t validity_ms = 0;
   /// kBusy / kNotOwner: the holder's remaining TTL, -1 when unknown. Waiters never sleep past it.
   int64_t holder_ttl_ms = -1;
+  /// Holds of the lease after the operation (reentrant acquires). Acquire, hand-off, extend kOk:
+  /// 1, or more once re-entered. Release kOk: the holds left, 0 when the lock was freed; a
+  /// hand-off of a lease with holds left gives back one hold and hands nothing on (token 0).
+  int64_t holds = 0;
 
   bool ok() const { return code == OutcomeCode::kOk; }
 };

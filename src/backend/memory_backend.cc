@@ -1,5 +1,6 @@
 #include "backend/memory_backend.h"
 
+#include <algorithm>
 #include <utility>
 
 namespace sidelock::backend {
@@ -37,7 +38,8 @@ MemoryBackend::Entry* MemoryBackend::liveEntry(std::string_view name) {
 
 void MemoryBackend::run(const Operation& op, OutcomeCallback cb) {
   StatusOr<Outcome> result = shut_down_ ? StatusOr<Outcome>(shutDownError()) : apply(op);
-  const bool announce = result.isOk() && result->ok() &&
+  // Announced when the lock became free (a re-entered lease giving back one hold stays held).
+  const bool announce = result.isOk() && result->ok() && result->holds == 0 &&
                         (op.verb == Verb::kRelease || op.verb == Verb::kForceRelease);
   deliver([cb = std::move(cb), result = std::move(result)]() mutable { cb(std::move(result)); });
   if (announce) notifyReleased(op.name);
@@ -58,21 +60,38 @@ StatusOr<Outcome> MemoryBackend::apply(const Operation& op) {
       if (op.ttl_ms <= 0 || op.owner.empty()) {
         return invalidArgument("ttl_ms must be > 0 and owner non-empty");
       }
+      if (held != nullptr && op.reentrant && held->owner == op.owner) {
+        // Re-entry: one more hold, same token, a TTL never shorter than what is left.
+        held->holds += 1;
+        held->expiry_us = std::max(held->expiry_us, now + op.ttl_ms * 1000);
+        o.code = OutcomeCode::kOk;
+        o.token = held->token;
+        o.validity_ms = remainingMs(held->expiry_us, now);
+        o.holds = held->holds;
+        return o;
+      }
       if (held != nullptr) return heldByOther(OutcomeCode::kBusy);
       Entry& e = locks_[std::string(op.name)];
       e.owner.assign(op.owner);
       e.expiry_us = now + op.ttl_ms * 1000;
       e.token += 1;
+      e.holds = 1;
       o.code = OutcomeCode::kOk;
       o.token = e.token;
       o.validity_ms = op.ttl_ms;
+      o.holds = 1;
       return o;
     }
     case Verb::kRelease:
       if (held == nullptr) return o;
       if (held->owner != op.owner) return heldByOther(OutcomeCode::kNotOwner);
-      held->owner.clear();
       o.code = OutcomeCode::kOk;
+      if (held->holds > 1) {
+        o.holds = --held->holds;
+        o.validity_ms = remainingMs(held->expiry_us, now);
+        return o;
+      }
+      held->owner.clear();
       return o;
     case Verb::kHandOff:
       if (op.ttl_ms <= 0 || op.next_owner.empty()) {
@@ -80,12 +99,18 @@ StatusOr<Outcome> MemoryBackend::apply(const Operation& op) {
       }
       if (held == nullptr) return o;
       if (held->owner != op.owner) return heldByOther(OutcomeCode::kNotOwner);
+      o.code = OutcomeCode::kOk;
+      if (held->holds > 1) {  // one hold given back, nothing handed on
+        o.holds = --held->holds;
+        o.validity_ms = remainingMs(held->expiry_us, now);
+        return o;
+      }
       held->owner.assign(op.next_owner);
       held->expiry_us = now + op.ttl_ms * 1000;
       held->token += 1;
-      o.code = OutcomeCode::kOk;
       o.token = held->token;
       o.validity_ms = op.ttl_ms;
+      o.holds = 1;
       return o;
     case Verb::kExtend:
       if (op.ttl_ms <= 0) return invalidArgument("ttl_ms must be > 0");
@@ -94,6 +119,7 @@ StatusOr<Outcome> MemoryBackend::apply(const Operation& op) {
       held->expiry_us = now + op.ttl_ms * 1000;
       o.code = OutcomeCode::kOk;
       o.validity_ms = op.ttl_ms;
+      o.holds = held->holds;
       return o;
     case Verb::kInspect:
       if (held != nullptr) {

@@ -51,6 +51,7 @@ class MemoryBackend final : public Backend {
     std::string owner;      // empty when free
     int64_t expiry_us = 0;  // Scheduler time; meaningful while owner is non-empty
     uint64_t token = 0;     // last fencing token granted for this name; never reset
+    int64_t holds = 1;      // reentrant acquires: holds of the current lease
   };
 
   struct StringHash {

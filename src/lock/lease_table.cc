@@ -4,12 +4,12 @@
 
 namespace sidelock::lock {
 
-Lease* LeaseTable::find(std::string_view name) {
+Lease* LeaseTable::find(std::string_view name) const {
   auto it = leases_.find(name);
   return it == leases_.end() ? nullptr : it->second.get();
 }
 
-Lease* LeaseTable::find(std::string_view name, std::string_view owner) {
+Lease* LeaseTable::find(std::string_view name, std::string_view owner) const {
   Lease* lease = find(name);
   return lease != nullptr && lease->owner == owner ? lease : nullptr;
 }

@@ -35,6 +35,7 @@ struct Lease {
   bool auto_renew = false;
   bool stream = false;
   int64_t hold_deadline_us = 0;  // auto_renew: no renewal starts at or after this (0 = no cap)
+  int64_t holds = 1;             // reentrant acquires: holds taken and not yet given back
   std::function<void(LeaseEvent)> on_event;
 
   // Watchdog state.
@@ -50,9 +51,9 @@ struct Lease {
 
 class LeaseTable {
  public:
-  Lease* find(std::string_view name);
+  Lease* find(std::string_view name) const;
   /// The lease of `name` only if `owner` holds it.
-  Lease* find(std::string_view name, std::string_view owner);
+  Lease* find(std::string_view name, std::string_view owner) const;
   /// Inserts; returns the lease previously recorded under that name (nullptr if none), which the
   /// caller must account for (it lapsed: the backend granted the name again).
   std::unique_ptr<Lease> insert(std::unique_ptr<Lease> lease);

@@ -64,6 +64,9 @@ void LockService::forceRelease(std::string_view name,
 }
 
 std::vector<LeaseInfo> LockService::leases() const { return impl_->leases(); }
+int64_t LockService::holds(std::string_view name, std::string_view owner) const {
+  return impl_->holds(name, owner);
+}
 std::vector<WaiterCount> LockService::waiterCounts() const { return impl_->waiterCounts(); }
 
 BackendHealth LockService::backendHealth() const { return impl_->backendHealth(); }
@@ -153,7 +156,11 @@ AcquireTicket LockService::Impl::acquire(AcquireOptions options,
   options.wait_ms =
       std::clamp<int64_t>(options.wait_ms, 0, std::max<int64_t>(0, config_.max_wait_ms));
 
-  WaiterQueue* q = queues_.find(options.name);
+  // A re-entry into a lease we hold: one try at once. Queued, it would wait behind waiters that
+  // wait for this very lease (and a single try would be answered busy on their account).
+  const bool reentry = options.reentrant && leases_.find(options.name, options.owner) != nullptr;
+  if (reentry) options.wait_ms = 0;
+  WaiterQueue* q = reentry ? nullptr : queues_.find(options.name);
   const size_t queued_here = q != nullptr ? q->fifo.size() : 0;
   int64_t wait_if_busy_ms = 0;
   if (options.wait_ms > 0) {
@@ -285,7 +292,8 @@ void LockService::Impl::attempt(Waiter& w) {
     if (WaiterQueue* q = queues_.find(w.options.name)) q->attempt_in_flight = true;
   }
   opStarted();
-  backend_.run(backend::Operation::acquire(w.options.name, w.options.owner, w.options.ttl_ms),
+  backend_.run(backend::Operation::acquire(w.options.name, w.options.owner, w.options.ttl_ms,
+                                           w.options.reentrant),
                guarded([this, id = w.id](StatusOr<backend::Outcome> reply) {
                  onAttemptReply(id, std::move(reply));
                }));
@@ -354,6 +362,7 @@ void LockService::Impl::onAttemptReply(uint64_t id, StatusOr<backend::Outcome> r
     r.grant.owner = w.options.owner;
     r.grant.token = reply->token;
     r.grant.ttl_ms = reply->validity_ms;
+    if (w.options.reentrant) r.grant.holds = std::max<int64_t>(1, reply->holds);
     finishWaiter(w, std::move(r));
     if (q != nullptr && (q = queues_.find(name)) != nullptr) {
       // We hold it now: the next waiter sleeps until our release wakes it (or our TTL lapses).
@@ -538,8 +547,9 @@ void LockService::Impl::release(std::string_view name, std::string_view owner,
                                 std::function<void(StatusOr<ReleaseStatus>)> done) {
   std::string n(name);
   std::string o(owner);
-  if (Lease* lease = leases_.find(name, owner)) {
-    // Renewal ends before the release is even sent, so none can run after it is answered.
+  if (Lease* lease = leases_.find(name, owner); lease != nullptr && lease->holds <= 1) {
+    // Renewal ends before the release is even sent, so none can run after it is answered. (A
+    // re-entered lease gives back one hold and stays held: its renewal goes on.)
     stopRenewal(*lease);
     if (lease->renew_in_flight) {
       // Sequenced: the renewal's answer comes first, then the release goes out.
@@ -595,8 +605,12 @@ void LockService::Impl::sendReleaseWithHandOff(std::string name, std::string own
                  // kOk released our lease; a token means the lock went on to the waiter (a hand-off
                  // whose grant had to be taken back answers kOk without one).
                  const bool handed_on = reply.isOk() && reply->ok() && reply->token != 0;
-                 // The old lease leaves the table before the new one enters it (keyed by name).
-                 onReleaseReply(name, owner, reply, std::move(done), true, /*wake=*/false);
+                 // The old lease leaves the table before the new one enters it (keyed by
+                 // name). Handed on, the reply's holds are the next owner's: ours are all gone.
+                 StatusOr<backend::Outcome> released = reply;
+                 if (handed_on) released->holds = 0;
+                 onReleaseReply(name, owner, std::move(released), std::move(done), true,
+                                /*wake=*/false);
                  if (handed_on) {
                    onAttemptReply(id, reply);
                  } else if (!reply.isOk()) {
@@ -611,7 +625,8 @@ void LockService::Impl::sendReleaseWithHandOff(std::string name, std::string own
                    // its backoff (a lock found not held is tried again at the shortest one).
                    backend::Outcome busy;
                    busy.code = backend::OutcomeCode::kBusy;
-                   busy.holder_ttl_ms = reply->holder_ttl_ms;
+                   // Still held: by another owner, or by us with holds left.
+                   busy.holder_ttl_ms = reply->ok() ? reply->validity_ms : reply->holder_ttl_ms;
                    onAttemptReply(id, busy);
                  }
                  opFinished();
@@ -634,6 +649,21 @@ void LockService::Impl::onReleaseReply(const std::string& name, const std::strin
           {"suppressed_window_s", static_cast<long long>(release_failed_log_.windowMs() / 1000)});
     }
     result = reply.status();
+  } else if (reply->ok() && reply->holds > 0) {
+    // A re-entered lease gave back one hold and stays held.
+    if (Lease* lease = leases_.find(name, owner)) {
+      lease->holds = reply->holds;
+      if (!stopping_ && lease->releasing && lease->auto_renew && lease->after_renewal.empty()) {
+        // Our count said this was the last hold (another sidecar took one for this owner):
+        // the lease lives on, so does its renewal.
+        lease->releasing = false;
+        lease->renewing = true;
+        scheduleRenewal(*lease,
+                        renewIntervalMs(*lease, ceilMs(lease->expiry_us - scheduler_.nowUs())));
+      }
+    }
+    if (client_request) metrics_.release_released.Increment();
+    result = ReleaseStatus::kHoldReleased;
   } else if (reply->ok()) {
     if (Lease* lease = leases_.find(name, owner)) {
       SL_LOG(kDebug, "lock.released", {"name", name}, {"owner", ownerDigest(owner)});
@@ -785,6 +815,11 @@ void LockService::Impl::forceRelease(std::string_view name,
                }));
 }
 
+int64_t LockService::Impl::holds(std::string_view name, std::string_view owner) const {
+  const Lease* lease = leases_.find(name, owner);
+  return lease != nullptr ? lease->holds : 0;
+}
+
 std::vector<LeaseInfo> LockService::Impl::leases() const {
   const int64_t now = scheduler_.nowUs();
   std::vector<LeaseInfo> out;
@@ -839,8 +874,11 @@ void LockService::Impl::shutdown(bool release_held, int64_t grace_ms, std::funct
     if (lease == nullptr) continue;
     stopRenewal(*lease);
     if (!release_held) continue;
-    auto send = [this, name, owner = lease->owner] {
-      sendRelease(name, owner, nullptr, /*client_request=*/false);
+    // Every hold of a re-entered lease (pipelined in order: the last one frees the lock).
+    auto send = [this, name, owner = lease->owner, holds = std::max<int64_t>(1, lease->holds)] {
+      for (int64_t i = 0; i < holds; ++i) {
+        sendRelease(name, owner, nullptr, /*client_request=*/false);
+      }
     };
     if (lease->renew_in_flight) {
       lease->after_renewal.push_back(std::move(send));

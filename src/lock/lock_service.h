@@ -54,6 +54,11 @@ struct AcquireOptions {
   /// starts if it would carry the hold past the cap, so the lease ends at or before it.
   int64_t max_hold_ms = 0;
   bool stream = false;  // hold bound to the client's connection (implies auto_renew)
+  /// If `owner` holds the lease already, take one more hold of it (same token) instead of
+  /// answering busy; each release gives back one hold, the lock is freed at zero. A re-entry by a
+  /// lease this sidecar holds never queues (it would wait on itself): it is one try. Its own
+  /// auto_renew / max_hold_ms are ignored: the lease keeps those it was granted with.
+  bool reentrant = false;
 };
 
 struct Grant {
@@ -61,6 +66,7 @@ struct Grant {
   std::string owner;
   uint64_t token = 0;
   int64_t ttl_ms = 0;  // validity granted (Redlock: after elapsed and drift)
+  int64_t holds = 0;   // reentrant acquires: the lease's holds now (1, or more once re-entered)
 };
 
 enum class AcquireStatus {
@@ -88,7 +94,9 @@ struct AcquireResult {
 
 /// kLeaseLost: the sidecar had granted this (name, owner) and found it lost (remembered for
 /// 10 minutes, up to 4096 pairs); kNotHeld otherwise when no lease exists (e.g. expired).
-enum class ReleaseStatus { kReleased, kNotOwner, kNotHeld, kLeaseLost };
+/// kHoldReleased: one hold of a re-entered lease was given back; the lease stays held (holds()
+/// tells how many are left).
+enum class ReleaseStatus { kReleased, kNotOwner, kNotHeld, kLeaseLost, kHoldReleased };
 enum class ExtendStatus { kExtended, kNotOwner, kNotHeld, kLeaseLost };
 
 struct ExtendResult {
@@ -177,6 +185,8 @@ class LockService {
   void forceRelease(std::string_view name, std::function<void(StatusOr<ForcedRelease>)> done);
 
   std::vector<LeaseInfo> leases() const;
+  /// Holds of the lease (name, owner) this sidecar holds; 0 if it holds none.
+  int64_t holds(std::string_view name, std::string_view owner) const;
   std::vector<WaiterCount> waiterCounts() const;
   /// The backend's health, for /readyz.
   BackendHealth backendHealth() const;

@@ -49,6 +49,7 @@ class LockService::Impl {
   void inspect(std::string_view name, std::function<void(StatusOr<LockState>)> done);
   void forceRelease(std::string_view name, std::function<void(StatusOr<ForcedRelease>)> done);
   std::vector<LeaseInfo> leases() const;
+  int64_t holds(std::string_view name, std::string_view owner) const;
   BackendHealth backendHealth() const { return backend_.health(); }
   std::vector<WaiterCount> waiterCounts() const;
   void shutdown(bool release_held, int64_t grace_ms, std::function<void()> done);

@@ -26,6 +26,18 @@ void LockService::Impl::updateHeldGauge() {
 void LockService::Impl::recordGrant(Waiter& w, const backend::Outcome& grant) {
   const int64_t now = scheduler_.nowUs();
   const std::string& name = w.options.name;
+  if (Lease* held = leases_.find(name, w.options.owner);
+      held != nullptr && w.options.reentrant && grant.token == held->token) {
+    // A re-entry: the same lease with one more hold. It keeps its renewal and its events (this
+    // acquire's own auto_renew / stream options do not apply to a lease it did not start).
+    held->holds = grant.holds > 0 ? grant.holds : held->holds + 1;  // the backend counts
+    held->expiry_us = std::max(held->expiry_us, now + grant.validity_ms * 1000);
+    armExpiry(*held);
+    lost_.forget(name, held->owner);
+    SL_LOG(kDebug, "lock.reentered", {"name", name}, {"owner", ownerDigest(held->owner)},
+           {"holds", static_cast<long long>(held->holds)});
+    return;
+  }
   if (Lease* old = leases_.find(name)) {
     // The backend granted the name again, so our earlier lease lapsed before its timer told us.
     if (old->renewing && !old->releasing) {

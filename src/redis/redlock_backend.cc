@@ -235,6 +235,15 @@ void RedlockBackend::run(const Operation& op, OutcomeCallback cb) {
     });
     return;
   }
+  if (op.verb == Verb::kAcquire && op.reentrant) {
+    deliver([cb = std::move(cb)] {
+      cb(invalidArgument(
+          "reentrant acquires are not served by backend type redlock: every node would count "
+          "the holds on its own, and a node that missed a re-entry would free the lock one "
+          "release early (README, Reentrant locks)"));
+    });
+    return;
+  }
   const double df = config_.redlock.drift_factor;
   if ((op.verb == Verb::kAcquire || op.verb == Verb::kExtend) &&
       quorum::validityMs(op.ttl_ms, 0, df) <= 0) {

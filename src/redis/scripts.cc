@@ -26,11 +26,43 @@ local function nextToken(counter_ttl_ms)
 end
 )lua";
 
+// The lease's value is its owner id, followed by " <holds>" once a reentrant acquire took a
+// second hold (owner ids never contain a space). One key per lease, as before: a hold count kept
+// in a key of its own would be a key that mostly does not exist, and Redis Cluster answers
+// TRYAGAIN to every script naming a missing key while its slot migrates.
+constexpr std::string_view kHolderLua = R"lua(
+local function holderOf(v)
+  local sep = string.find(v, ' ', 1, true)
+  if not sep then return v, 1 end
+  return string.sub(v, 1, sep - 1), tonumber(string.sub(v, sep + 1))
+end
+local function setHolds(owner, holds, ttl)
+  local v = owner
+  if holds > 1 then v = owner .. ' ' .. holds end
+  redis.call('SET', KEYS[1], v, 'PX', math.max(ttl, 1))
+end
+)lua";
+
 // SET NX PX and the token run in one script so a grant and its fencing token are atomic: no other
 // client can observe the lease without its token, and a failed SET never burns a token.
+// Re-entry (ARGV[4] = 'reentrant') by the holder: one more hold, the same token (the counter's
+// value: only grants move it, and every grant, extend and re-entry keeps it alive as long as the
+// lease), a TTL never shorter than the lease has left.
 constexpr std::string_view kAcquireBodyLua = R"lua(
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  return {1, nextToken(ARGV[3]), tonumber(ARGV[2])}
+  return {1, nextToken(ARGV[3]), tonumber(ARGV[2]), 1}
+end
+if ARGV[4] == 'reentrant' then
+  local v = redis.call('GET', KEYS[1])
+  if v then
+    local owner, holds = holderOf(v)
+    if owner == ARGV[1] then
+      local ttl = math.max(redis.call('PTTL', KEYS[1]), tonumber(ARGV[2]))
+      setHolds(owner, holds + 1, ttl)
+      redis.call('PEXPIRE', KEYS[2], ARGV[3])
+      return {1, tonumber(redis.call('GET', KEYS[2]) or '0'), ttl, holds + 1}
+    end
+  end
 end
 return {0, 0, redis.call('PTTL', KEYS[1])}
 )lua";
@@ -38,34 +70,46 @@ return {0, 0, redis.call('PTTL', KEYS[1])}
 // Compare-and-delete: never GET then DEL from the client (another owner may win in between).
 // On Redis Cluster (ARGV[4] = kShardedPublish) the release is announced with SPUBLISH: the
 // channel carries the lock's `{name}` hash tag, so it stays in the script's slot and reaches only
-// the subscribers of that shard instead of being broadcast over the cluster bus.
-constexpr std::string_view kReleaseLua = R"lua(
+// the subscribers of that shard instead of being broadcast over the cluster bus. A re-entered
+// lease gives back one hold and stays held (nothing announced).
+constexpr std::string_view kReleaseBodyLua = R"lua(
 local v = redis.call('GET', KEYS[1])
-if v == ARGV[1] then
-  redis.call('DEL', KEYS[1])
-  if ARGV[4] == 'sharded' then
-    redis.call('SPUBLISH', ARGV[2], ARGV[3])
-  else
-    redis.call('PUBLISH', ARGV[2], ARGV[3])
-  end
-  return {1, 0, 0}
-elseif v then
+if not v then
+  return {-1, 0, 0}
+end
+local owner, holds = holderOf(v)
+if owner ~= ARGV[1] then
   return {0, 0, redis.call('PTTL', KEYS[1])}
 end
-return {-1, 0, 0}
+if holds > 1 then
+  local ttl = redis.call('PTTL', KEYS[1])
+  setHolds(owner, holds - 1, ttl)
+  return {1, 0, ttl, holds - 1}
+end
+redis.call('DEL', KEYS[1])
+if ARGV[4] == 'sharded' then
+  redis.call('SPUBLISH', ARGV[2], ARGV[3])
+else
+  redis.call('PUBLISH', ARGV[2], ARGV[3])
+end
+return {1, 0, 0, 0}
 )lua";
 
 // PEXPIRE only an existing key we own: re-creating a missing key would silently re-acquire a lock
-// that expired and may since have been granted to (and released by) someone else.
-constexpr std::string_view kExtendLua = R"lua(
+// that expired and may since have been granted to (and released by) someone else. The counter's
+// expiry (ARGV[3]) is pushed out too, so it outlives a lease renewed past locks.max_ttl_ms.
+constexpr std::string_view kExtendBodyLua = R"lua(
 local v = redis.call('GET', KEYS[1])
-if v == ARGV[1] then
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  return {1, 0, redis.call('PTTL', KEYS[1])}
-elseif v then
+if not v then
+  return {-1, 0, 0}
+end
+local owner, holds = holderOf(v)
+if owner ~= ARGV[1] then
   return {0, 0, redis.call('PTTL', KEYS[1])}
 end
-return {-1, 0, 0}
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+redis.call('PEXPIRE', KEYS[2], ARGV[3])
+return {1, 0, redis.call('PTTL', KEYS[1]), holds}
 )lua";
 
 // Redlock's token sync: raises a node's fencing counter to at least ARGV[1] (never lowers it) and
@@ -96,16 +140,24 @@ return {-1, lastToken(), 0}
 )lua";
 
 // Release with hand-off: the next owner's grant replaces ours in the same step, with the next
-// fencing token (as acquire would give it). No PUBLISH: the lock never became free.
+// fencing token (as acquire would give it). No PUBLISH: the lock never became free. A re-entered
+// lease gives back one hold and hands nothing on (token 0).
 constexpr std::string_view kReleaseGrantBodyLua = R"lua(
 local v = redis.call('GET', KEYS[1])
-if v == ARGV[1] then
-  redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
-  return {1, nextToken(ARGV[4]), tonumber(ARGV[3])}
-elseif v then
+if not v then
+  return {-1, 0, 0}
+end
+local owner, holds = holderOf(v)
+if owner ~= ARGV[1] then
   return {0, 0, redis.call('PTTL', KEYS[1])}
 end
-return {-1, 0, 0}
+if holds > 1 then
+  local ttl = redis.call('PTTL', KEYS[1])
+  setHolds(owner, holds - 1, ttl)
+  return {1, 0, ttl, holds - 1}
+end
+redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+return {1, nextToken(ARGV[4]), tonumber(ARGV[3]), 1}
 )lua";
 
 // An operator's force release: delete the lease whoever holds it and announce it like a release.
@@ -127,9 +179,12 @@ constexpr std::string_view kChannelInfix = "released:{";
 }  // namespace
 
 std::string_view scriptText(ScriptId id) {
-  static const std::string kAcquireLua = std::string(kNextTokenLua) + std::string(kAcquireBodyLua);
+  static const std::string kAcquireLua =
+      std::string(kNextTokenLua) + std::string(kHolderLua) + std::string(kAcquireBodyLua);
+  static const std::string kReleaseLua = std::string(kHolderLua) + std::string(kReleaseBodyLua);
+  static const std::string kExtendLua = std::string(kHolderLua) + std::string(kExtendBodyLua);
   static const std::string kReleaseGrantLua =
-      std::string(kNextTokenLua) + std::string(kReleaseGrantBodyLua);
+      std::string(kNextTokenLua) + std::string(kHolderLua) + std::string(kReleaseGrantBodyLua);
   static const std::string kInspectLua = std::string(kLastTokenLua) + std::string(kInspectBodyLua);
   static const std::string kForceReleaseLua =
       std::string(kLastTokenLua) + std::string(kForceReleaseBodyLua);
@@ -228,19 +283,28 @@ StatusOr<Outcome> decodeOutcome(const StatusOr<RedisValue>& reply, ScriptId scri
   if (!reply.isOk()) return reply.status();
   const RedisValue& v = *reply;
   if (v.isError()) return internalError("redis " + std::string(node) + ": " + v.str);
-  if (v.type != RedisValue::Type::kArray || v.elements.size() != 3) return badShape(node, script);
+  if (v.type != RedisValue::Type::kArray || v.elements.size() < 3 || v.elements.size() > 4) {
+    return badShape(node, script);
+  }
   for (const RedisValue& e : v.elements) {
     if (e.type != RedisValue::Type::kInteger || e.integer < -2) return badShape(node, script);
   }
   const int64_t code = v.elements[0].integer;
   const int64_t token = v.elements[1].integer;
   const int64_t ttl = v.elements[2].integer;
-  const bool grants = script == ScriptId::kAcquire || script == ScriptId::kReleaseGrant;
   Outcome o;
   switch (code) {
     case 1:
       o.code = OutcomeCode::kOk;
-      if (grants && token <= 0) return badShape(node, script);
+      o.holds = v.elements.size() == 4 ? v.elements[3].integer : 0;
+      if (o.holds < 0) return badShape(node, script);
+      // A grant always carries its token; a hand-off without one only gave back a hold.
+      if (script == ScriptId::kAcquire && (token <= 0 || o.holds < 1)) {
+        return badShape(node, script);
+      }
+      if (script == ScriptId::kReleaseGrant && token <= 0 && o.holds < 1) {
+        return badShape(node, script);
+      }
       o.token = static_cast<uint64_t>(std::max<int64_t>(0, token));
       // PTTL -1 (no expiry: not a key of ours) reads as 0 left.
       o.validity_ms = std::max<int64_t>(0, ttl);
@@ -285,6 +349,7 @@ ScriptCall scriptCallFor(const Operation& op, const ScriptContext& ctx) {
       arg(op.owner);
       arg(std::to_string(op.ttl_ms));
       arg(ctx.counter_ttl_ms);
+      if (op.reentrant) arg(kReentrantArg);
       break;
     case Verb::kRelease:
       c.script = ScriptId::kRelease;
@@ -299,6 +364,7 @@ ScriptCall scriptCallFor(const Operation& op, const ScriptContext& ctx) {
       c.node_op = NodeOp::kExtend;
       arg(op.owner);
       arg(std::to_string(op.ttl_ms));
+      arg(ctx.counter_ttl_ms);
       break;
     case Verb::kInspect:
       c.script = ScriptId::kInspect;

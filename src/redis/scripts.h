@@ -3,10 +3,12 @@
 // Keys of lock `name` under prefix `p` (default "sidelock:"):
 //   KEYS[1]  p{name}          the lease: value = owner id, PX = remaining TTL
 //   KEYS[2]  p{name}:token    the fencing counter: INCR on every grant; expires
-//                             tokenCounterTtlMs(locks.max_ttl_ms) after the last grant
+//                             tokenCounterTtlMs(locks.max_ttl_ms) after the last grant or extend
 // The `{name}` hash tag keeps both keys of one lock in the same Redis Cluster slot. A lock key
 // always ends with '}' and a counter key with ":token", so no name's lock key can equal another
-// name's counter key.
+// name's counter key. The lease's value is the owner id, then " <holds>" once a reentrant acquire
+// took a second hold (owner ids have no spaces). Sidecars of versions before reentrant locks
+// compare the whole value: mixed versions must not use reentrant acquires on the same names.
 //
 // Release channel: p + "released:{" + name + "}". The release script PUBLISHes the lock name on it
 // after a successful DEL; sidecars subscribed to it wake their local waiters (issue 4).
@@ -23,11 +25,11 @@
 //     clock is ahead lands on the others; their counters expire no sooner than
 //     tokenCounterTtlMs after that, so the margin covers the difference).
 // Tokens are ~1.8e15 in 2026: below 2^53, so exact in Lua's doubles and in JavaScript numbers.
-// Counters expire tokenCounterTtlMs after the last grant (or token sync), so one key per lock
+// Counters expire tokenCounterTtlMs after the last grant (extend, token sync), so one key per lock
 // name no longer stays in Redis for good. A counter created before this scheme keeps counting
 // from its old value and gets the expiry at its next grant.
 //
-// One reply contract for every script: {code, token, ttl}, three integers, decoded by
+// One reply contract for every script: {code, token, ttl[, holds]}, integers, decoded by
 // decodeOutcome() into a backend::Outcome:
 //   code  1 done (granted, released, extended, handed on; inspect: held; force release: deleted)
 //         0 held by another owner (acquire: busy; release, extend, hand-off: not the owner)
@@ -36,10 +38,12 @@
 //         release: the counter, 0 if none); 0 otherwise
 //   ttl   code 1: the lease's TTL (acquire, hand-off: as granted; extend, inspect: PTTL);
 //         code 0: the holder's PTTL (-1: a key without expiry, unknown); 0 otherwise
+//   holds code 1 of acquire, extend, hand-off: the lease's holds (1 unless re-entered); release:
+//         the holds left (0: freed; a hand-off with holds left hands nothing on, token 0)
 // ARGV per script:
-//   acquire        owner, ttl_ms, counter_ttl_ms
+//   acquire        owner, ttl_ms, counter_ttl_ms[, "reentrant"]
 //   release        owner, channel, name[, "sharded"]  ("sharded": Redis Cluster, SPUBLISH)
-//   extend         owner, ttl_ms                      (never re-creates a missing key: that
+//   extend         owner, ttl_ms, counter_ttl_ms      (never re-creates a missing key: that
 //                                                      would silently re-acquire)
 //   inspect        (none)
 //   token_sync     token, counter_ttl_ms (Redlock; KEYS[1] = the counter): raises the counter to
@@ -102,6 +106,8 @@ std::shared_ptr<const RedisScriptSet> sidelockScripts();
 std::string lockKey(std::string_view prefix, std::string_view name);
 /// KEYS[2]: `<prefix>{<name>}:token`.
 std::string tokenKey(std::string_view prefix, std::string_view name);
+/// ARGV[4] of the acquire script: take one more hold if the owner holds the lease already.
+inline constexpr std::string_view kReentrantArg = "reentrant";
 /// ARGV[4] of the release script on Redis Cluster: announce with SPUBLISH (sharded pub/sub).
 inline constexpr std::string_view kShardedPublish = "sharded";
 /// Pub/sub channel announcing releases of `name`: `<prefix>released:{<name>}`.

@@ -310,10 +310,12 @@ PairRequests pairRequests(const Endpoint& e, const Scripts& s, const std::string
     return {httpPost(lockPath(name, "acquire"), json{{"ttl_ms", 10000}, {"owner", owner}}.dump()),
             httpPost(lockPath(name, "release"), json{{"owner", owner}}.dump())};
   }
-  return {respCommand({"EVALSHA", s.acquire_sha, "2", backend::lockKey(kDirectPrefix, name),
-                       backend::tokenKey(kDirectPrefix, name), owner, "10000",
+  // The keys and arguments the sidecar sends (scripts.h): the lease and its counter.
+  const std::string lock = backend::lockKey(kDirectPrefix, name);
+  const std::string counter = backend::tokenKey(kDirectPrefix, name);
+  return {respCommand({"EVALSHA", s.acquire_sha, "2", lock, counter, owner, "10000",
                        std::to_string(backend::tokenCounterTtlMs(600'000))}),
-          respCommand({"EVALSHA", s.release_sha, "1", backend::lockKey(kDirectPrefix, name), owner,
+          respCommand({"EVALSHA", s.release_sha, "2", lock, counter, owner,
                        backend::releaseChannel(kDirectPrefix, name), name})};
 }
 

@@ -19,8 +19,7 @@ namespace {
 using nlohmann::json;
 
 std::unique_ptr<SidecarProcess> sidecarOn(const RedisServer& redis) {
-  return std::make_unique<SidecarProcess>(
-      SidecarProcess::Options{redisBackendYaml(redis.address()), {}, true});
+  return sidecarOnRedis(redis.address());
 }
 
 TEST(SafeRetriesTest, RetriedAcquireAndReleaseGetTheFirstAnswers) {

@@ -21,6 +21,11 @@ std::string redisBackendYaml(const std::string& address) {
   return "backend:\n  type: redis\n  nodes: [\"" + address + "\"]\n";
 }
 
+std::unique_ptr<SidecarProcess> sidecarOnRedis(const std::string& address) {
+  return std::make_unique<SidecarProcess>(
+      SidecarProcess::Options{redisBackendYaml(address), {}, /*wait_ready=*/true});
+}
+
 std::string sidelockBinary() {
 #ifdef SIDELOCK_BINARY
   return SIDELOCK_BINARY;

@@ -6,6 +6,7 @@
 
 #include <sys/types.h>
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -63,5 +64,7 @@ std::string sidelockBinary();
 
 /// Options::yaml for a sidecar on one Redis at `address` ("127.0.0.1:port"), defaults otherwise.
 std::string redisBackendYaml(const std::string& address);
+/// A ready sidecar on one Redis at `address` with defaults otherwise.
+std::unique_ptr<SidecarProcess> sidecarOnRedis(const std::string& address);
 
 }  // namespace sidelock::testing

@@ -369,6 +369,68 @@ TEST_F(LockServiceTest, WaitersAreGrantedInFifoOrderOnRelease) {
   EXPECT_EQ(samples(metrics.acquire_wait_seconds), 5u);
 }
 
+// Reentrant acquires: a re-entry by the holder never queues (even behind a waiter of its own
+// lock), keeps the token and counts holds; each release gives one back and the waiter (handed the
+// lock with hand-off on) gets it only after the last.
+TEST_F(LockServiceTest, ReentryCountsHoldsAndNeverQueuesBehindItsWaiters) {
+  backend.hand_off = true;
+  AcquireOptions o = opts("x", "h", 1000);
+  o.reentrant = true;
+  auto first = acquireNow(o);
+  ASSERT_EQ(first->status(), AcquireStatus::kGranted);
+  EXPECT_EQ(first->grant().holds, 1);
+  auto waiter = start(opts("x", "w", 1000, 30'000));
+  sched.runReady();
+  ASSERT_FALSE(waiter->done());
+
+  o.wait_ms = 10'000;
+  auto again = acquireNow(o);
+  ASSERT_EQ(again->status(), AcquireStatus::kGranted) << "a re-entry is one try, not queued";
+  EXPECT_EQ(again->grant().token, first->grant().token);
+  EXPECT_EQ(again->grant().holds, 2);
+  EXPECT_EQ(svc->holds("x", "h"), 2);
+  EXPECT_EQ(held(), 1) << "one lease, two holds";
+
+  AcquireOptions plain = opts("x", "h", 1000);
+  EXPECT_EQ(acquireNow(plain)->status(), AcquireStatus::kBusy) << "no re-entry unless asked";
+
+  EXPECT_EQ(*release("x", "h"), ReleaseStatus::kHoldReleased);
+  EXPECT_EQ(svc->holds("x", "h"), 1);
+  sched.runReady();
+  EXPECT_FALSE(waiter->done());
+  EXPECT_EQ(*release("x", "h"), ReleaseStatus::kReleased);
+  sched.runReady();
+  ASSERT_TRUE(waiter->done());
+  EXPECT_EQ(waiter->status(), AcquireStatus::kGranted);
+  EXPECT_GT(waiter->grant().token, first->grant().token);
+  EXPECT_EQ(svc->holds("x", "h"), 0);
+}
+
+// The watchdog keeps renewing a re-entered lease after a hold is given back, and shutdown gives
+// back every hold.
+TEST_F(LockServiceTest, ReenteredLeaseKeepsRenewingAndShutdownReleasesEveryHold) {
+  AcquireOptions o = opts("x", "h", 300);
+  o.reentrant = true;
+  o.auto_renew = true;
+  ASSERT_EQ(acquireNow(o)->status(), AcquireStatus::kGranted);
+  ASSERT_EQ(acquireNow(o)->status(), AcquireStatus::kGranted);
+  ASSERT_EQ(acquireNow(o)->status(), AcquireStatus::kGranted);
+  EXPECT_EQ(*release("x", "h"), ReleaseStatus::kHoldReleased);
+  advance(2000, 5);
+  EXPECT_EQ(svc->holds("x", "h"), 2) << "still held, renewed past its 300 ms TTL";
+  bool done = false;
+  svc->shutdown(true, 1000, [&] { done = true; });
+  advance(50);
+  EXPECT_TRUE(done);
+  EXPECT_EQ(backend.count("release"), 3) << "one hold at a time";
+  std::optional<StatusOr<backend::Outcome>> r;
+  backend.memory().run(backend::Operation::acquire("x", "someone", 300),
+                       [&](StatusOr<backend::Outcome> v) { r.emplace(std::move(v)); });
+  sched.runReady();
+  ASSERT_TRUE(r && r->isOk());
+  EXPECT_TRUE((*r)->ok()) << "the lock is free after shutdown";
+}
+
 // With a backend that can hand a lock on (a single Redis), the release itself grants the head
 // waiter: one round trip instead of release, wake-up, acquire. Order, tokens and metrics are the
 // same as without it.

@@ -35,18 +35,25 @@ StatusOr<Outcome> decode(const StatusOr<RedisValue>& v, ScriptId script) {
 RedisValue reply(int64_t code, int64_t token, int64_t ttl) {
   return array({integer(code), integer(token), integer(ttl)});
 }
+RedisValue reply(int64_t code, int64_t token, int64_t ttl, int64_t holds) {
+  return array({integer(code), integer(token), integer(ttl), integer(holds)});
+}
 
 TEST(RedisReplies, Acquire) {
-  auto granted = decode(reply(1, 7, 5000), ScriptId::kAcquire);
+  auto granted = decode(reply(1, 7, 5000, 1), ScriptId::kAcquire);
   ASSERT_TRUE(granted.isOk());
   EXPECT_TRUE(granted->ok());
   EXPECT_EQ(granted->token, 7u);
   EXPECT_EQ(granted->validity_ms, 5000);
+  EXPECT_EQ(granted->holds, 1);
+  auto reentered = decode(reply(1, 7, 9000, 3), ScriptId::kAcquire);
+  EXPECT_EQ(reentered->holds, 3);
+  EXPECT_FALSE(decode(reply(1, 7, 5000), ScriptId::kAcquire).isOk()) << "a grant counts holds";
   // A counter seeded from Redis TIME in microseconds: well above 2^32, exact below 2^53.
-  auto seeded = decode(reply(1, 1'795'376'077'464'695, 5000), ScriptId::kAcquire);
+  auto seeded = decode(reply(1, 1'795'376'077'464'695, 5000, 1), ScriptId::kAcquire);
   ASSERT_TRUE(seeded.isOk());
   EXPECT_EQ(seeded->token, 1'795'376'077'464'695u);
-  EXPECT_FALSE(decode(reply(1, 0, 5000), ScriptId::kAcquire).isOk())
+  EXPECT_FALSE(decode(reply(1, 0, 5000, 1), ScriptId::kAcquire).isOk())
       << "a grant always carries a token";
 
   auto busy = decode(reply(0, 0, 1234), ScriptId::kAcquire);
@@ -70,7 +77,9 @@ TEST(RedisReplies, EveryScriptSharesOneShape) {
   for (ScriptId id : kAllScripts) {
     EXPECT_TRUE(decode(reply(-1, 0, 0), id).isOk()) << scriptName(id);
     EXPECT_FALSE(decode(array({integer(1)}), id).isOk()) << scriptName(id);
-    EXPECT_FALSE(decode(array({integer(1), integer(2), integer(3), integer(4)}), id).isOk());
+    EXPECT_FALSE(
+        decode(array({integer(1), integer(2), integer(3), integer(4), integer(5)}), id).isOk());
+    EXPECT_FALSE(decode(reply(1, 2, 3, -1), id).isOk()) << scriptName(id);
     EXPECT_FALSE(decode(array({integer(1), str("2"), integer(3)}), id).isOk());
     EXPECT_FALSE(decode(integer(1), id).isOk()) << scriptName(id);
     EXPECT_FALSE(decode(str("x"), id).isOk()) << scriptName(id);
@@ -104,12 +113,18 @@ TEST(RedisReplies, ReleaseExtendAndHandOff) {
   auto timeout = decode(StatusOr<RedisValue>(deadlineExceeded("slow")), ScriptId::kExtend);
   EXPECT_EQ(timeout.status().code(), StatusCode::kDeadlineExceeded);
 
-  auto handed = decode(reply(1, 43, 20'000), ScriptId::kReleaseGrant);
+  auto handed = decode(reply(1, 43, 20'000, 1), ScriptId::kReleaseGrant);
   EXPECT_TRUE(handed->ok());
   EXPECT_EQ(handed->token, 43u);
   EXPECT_EQ(handed->validity_ms, 20'000);
   EXPECT_FALSE(decode(reply(1, 0, 20'000), ScriptId::kReleaseGrant).isOk())
-      << "a hand-off grants: it carries a token";
+      << "a hand-off grants (a token) or gives back a hold (holds left)";
+  auto one_hold = decode(reply(1, 0, 9'000, 2), ScriptId::kReleaseGrant);
+  EXPECT_TRUE(one_hold->ok());
+  EXPECT_EQ(one_hold->token, 0u);
+  EXPECT_EQ(one_hold->holds, 2);
+  auto left = decode(reply(1, 0, 9'000, 1), ScriptId::kRelease);
+  EXPECT_EQ(left->holds, 1) << "a release of a re-entered lease says how many holds are left";
   EXPECT_EQ(decode(reply(0, 0, 5), ScriptId::kReleaseGrant)->code, OutcomeCode::kNotOwner);
 }
 
@@ -142,6 +157,9 @@ TEST(RedisScripts, EveryOperationIsOneScriptCall) {
   EXPECT_EQ(acquire.args[0], "o");
   EXPECT_EQ(acquire.args[1], "5000");
   EXPECT_EQ(acquire.args[2], "61000");
+  const ScriptCall reentrant = scriptCallFor(Operation::acquire("n", "o", 5000, true), ctx);
+  ASSERT_EQ(reentrant.arg_count, 4);
+  EXPECT_EQ(reentrant.args[3], kReentrantArg);
 
   const ScriptCall release = scriptCallFor(Operation::release("n", "o"), ctx);
   EXPECT_EQ(release.script, ScriptId::kRelease);
