@@ -168,6 +168,7 @@ void DaprApi::lock(http::Request& req, http::ResponderPtr res) {
             return res->send(200, kJson, JsonObject().boolean("success", false).finish());
           case lock::AcquireStatus::kCancelled:
             return sendDaprError(res, 500, kTryLockFailed, "the sidecar is shutting down");
+          case lock::AcquireStatus::kLimitMismatch:  // semaphores only; kept total
           case lock::AcquireStatus::kError:
             return sendDaprError(res, 500, kTryLockFailed, r.error.message());
         }

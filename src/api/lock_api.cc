@@ -211,6 +211,10 @@ std::vector<Route> LockApi::routes() {
       {"POST", "/v1/locks/{name}/extend", bindNamed(&LockApi::extend)},
       {"GET", "/v1/locks/{name}", bindNamed(&LockApi::inspect)},
       {"GET", "/v1/locks", bind(&LockApi::list)},
+      {"POST", "/v1/semaphores/{name}/acquire", bindNamed(&LockApi::semaphoreAcquire)},
+      {"POST", "/v1/semaphores/{name}/release", bindNamed(&LockApi::semaphoreRelease)},
+      {"POST", "/v1/semaphores/{name}/extend", bindNamed(&LockApi::semaphoreExtend)},
+      {"GET", "/v1/semaphores/{name}", bindNamed(&LockApi::semaphoreInspect)},
       {"GET", "/healthz", bind(&LockApi::healthz)},
       {"GET", "/readyz", bind(&LockApi::readyz)},
       {"GET", "/metrics", bind(&LockApi::metricsText)},
@@ -272,7 +276,21 @@ struct AcquireCall {
   std::string given_owner;  // the client's own owner id, if it chose one
   bool auto_renew = false;
   int64_t ttl_ms = 0;
+  bool semaphore = false;  // answers name the permit, not the owner
 };
+
+/// A grant as the client sees it: a lock's owner, or a semaphore's permit under its own name.
+std::string grantAnswerFor(const AcquireCall& call, const lock::Grant& g,
+                           std::string_view event = {}) {
+  if (!call.semaphore) return grantAnswer(g, event);
+  JsonObject answer;
+  if (!event.empty()) answer.text("event", event);
+  return answer.text("name", lock::lockRefOf(g.name).name)
+      .text("permit", g.owner)
+      .unsignedInteger("token", g.token)
+      .integer("ttl_ms", g.ttl_ms)
+      .finish();
+}
 
 /// A retried acquire (request_id) of a client that chose its owner id, answered busy: if the
 /// lease is the client's own (its first attempt was granted, but the answer was lost or the
@@ -431,6 +449,7 @@ void LockApi::startAcquire(lock::AcquireOptions opts, std::string request_id,
   call->given_owner = opts.owner;  // empty: the service generates one
   call->auto_renew = opts.auto_renew;
   call->ttl_ms = opts.ttl_ms;
+  call->semaphore = opts.limit > 0;
   auto done = [call](lock::AcquireResult r) {
     const http::ResponderPtr& out = call->responder;
     switch (r.status) {
@@ -449,7 +468,7 @@ void LockApi::startAcquire(lock::AcquireOptions opts, std::string request_id,
         if (call->stream) {
           // A dropped stream releases its lease through onClientGone.
           out->startStream(200, "application/x-ndjson");
-          out->writeChunk(grantAnswer(r.grant, "acquired"));
+          out->writeChunk(grantAnswerFor(*call, r.grant, "acquired"));
         } else {
           call->finished = true;
           if (!call->request_id.empty()) {
@@ -472,7 +491,7 @@ void LockApi::startAcquire(lock::AcquireOptions opts, std::string request_id,
             if (!request_id.empty()) replies->erase(kAcquireRoute, scope, request_id);
             service->release(name, owner, [](StatusOr<lock::ReleaseStatus>) {});
           });
-          out->send(200, kJson, grantAnswer(r.grant));
+          out->send(200, kJson, grantAnswerFor(*call, r.grant));
         }
         return;
       case lock::AcquireStatus::kBusy: {
@@ -480,9 +499,20 @@ void LockApi::startAcquire(lock::AcquireOptions opts, std::string request_id,
         if (!call->request_id.empty() && !call->given_owner.empty() && !call->auto_renew) {
           return reclaimOwnGrant(call, call->name, r.retry_after_ms);
         }
+        if (call->semaphore) {
+          sendRetryLater(out, 409, "no_permits", "every permit of the semaphore is taken",
+                         r.retry_after_ms);
+          return;
+        }
         sendRetryLater(out, 409, "locked", "the lock is held by another owner", r.retry_after_ms);
         return;
       }
+      case lock::AcquireStatus::kLimitMismatch:
+        call->finished = true;
+        sendError(out, 409, "limit_mismatch",
+                  "the semaphore has limit " + std::to_string(r.semaphore_limit) +
+                      " while its permits are held; acquire with that limit");
+        return;
       case lock::AcquireStatus::kTooManyWaiters:
         call->finished = true;
         if (r.limit == lock::WaiterLimit::kSidecar) {
@@ -647,6 +677,122 @@ void LockApi::extend(http::Request& req, http::ResponderPtr res) {
   });
 }
 
+// ---- Semaphores: up to `limit` permits at once, each with its own TTL (README "Semaphores").
+// The lock service knows a semaphore by semaphoreLockKey(name); permits are owner ids it makes.
+
+namespace {
+constexpr int64_t kMaxSemaphoreLimit = 1'000'000;
+
+bool readPermit(RequestBody& b, size_t max_bytes, std::string_view& out) {
+  if (!b.has(BodyField::kPermit)) {
+    b.setError("permit is required");
+    return false;
+  }
+  if (!b.readString(BodyField::kPermit, out)) return false;
+  if (LockApi::validOwner(out, max_bytes)) return true;
+  b.setError("permit must be 1.." + std::to_string(max_bytes) +
+             " printable ASCII characters without spaces");
+  return false;
+}
+}  // namespace
+
+void LockApi::semaphoreAcquire(http::Request& req, http::ResponderPtr res) {
+  if (!checkName(req, res, static_cast<size_t>(locks_.max_name_bytes))) return;
+  RequestBody& body = body_;
+  body.parse(req.header("content-type"), req.body,
+             {BodyField::kLimit, BodyField::kTtlMs, BodyField::kWaitMs, BodyField::kAutoRenew,
+              BodyField::kMaxHoldMs, BodyField::kHold});
+  lock::AcquireOptions opts;
+  opts.ttl_ms = locks_.default_ttl_ms;
+  std::string_view hold;
+  if (body.ok() && !body.has(BodyField::kLimit)) body.setError("limit is required");
+  if (body.ok()) {
+    body.readInt(BodyField::kLimit, 1, kMaxSemaphoreLimit, opts.limit) &&
+        body.readInt(BodyField::kTtlMs, 1, locks_.max_ttl_ms, opts.ttl_ms) &&
+        body.readInt(BodyField::kWaitMs, 0, locks_.max_wait_ms, opts.wait_ms) &&
+        body.readBool(BodyField::kAutoRenew, opts.auto_renew) &&
+        body.readInt(BodyField::kMaxHoldMs, 1, locks_.max_hold_ms_limit, opts.max_hold_ms) &&
+        body.readString(BodyField::kHold, hold);
+  }
+  if (body.ok() && !hold.empty() && hold != "stream" && hold != "none") {
+    body.setError("hold must be \"stream\" or \"none\"");
+  }
+  if (!body.ok()) return sendBodyError(res, body);
+  if (draining_) return sendError(res, 503, "shutting_down", "the sidecar is shutting down");
+  opts.name = lock::semaphoreLockKey(req.param("name"));
+  opts.stream = hold == "stream";
+  if (opts.stream) {
+    opts.auto_renew = true;
+    if (!body.has(BodyField::kMaxHoldMs)) opts.max_hold_ms = locks_.max_hold_ms_limit;
+  }
+  startAcquire(std::move(opts), {}, {}, std::move(res));
+}
+
+void LockApi::semaphoreRelease(http::Request& req, http::ResponderPtr res) {
+  if (!checkName(req, res, static_cast<size_t>(locks_.max_name_bytes))) return;
+  RequestBody& body = body_;
+  body.parse(req.header("content-type"), req.body, {BodyField::kPermit});
+  std::string_view permit;
+  if (body.ok()) readPermit(body, static_cast<size_t>(locks_.max_owner_bytes), permit);
+  if (!body.ok()) return sendBodyError(res, body);
+  service_.release(
+      lock::semaphoreLockKey(req.param("name")), permit, [res](StatusOr<lock::ReleaseStatus> r) {
+        if (!r.isOk()) return sendBackendError(res, r.status());
+        switch (*r) {
+          case lock::ReleaseStatus::kReleased:
+          case lock::ReleaseStatus::kHoldReleased:
+            return res->send(200, kJson, JsonObject().boolean("released", true).finish());
+          case lock::ReleaseStatus::kLeaseLost:
+            return sendError(res, 404, "lease_lost",
+                             "the permit was lost before release (it expired)");
+          case lock::ReleaseStatus::kNotOwner:
+          case lock::ReleaseStatus::kNotHeld:
+            return sendError(res, 404, "not_held", "no such permit (it expired or was released)");
+        }
+      });
+}
+
+void LockApi::semaphoreExtend(http::Request& req, http::ResponderPtr res) {
+  if (!checkName(req, res, static_cast<size_t>(locks_.max_name_bytes))) return;
+  RequestBody& body = body_;
+  body.parse(req.header("content-type"), req.body, {BodyField::kPermit, BodyField::kTtlMs});
+  std::string_view permit;
+  int64_t ttl_ms = locks_.default_ttl_ms;
+  if (body.ok()) {
+    readPermit(body, static_cast<size_t>(locks_.max_owner_bytes), permit) &&
+        body.readInt(BodyField::kTtlMs, 1, locks_.max_ttl_ms, ttl_ms);
+  }
+  if (!body.ok()) return sendBodyError(res, body);
+  service_.extend(lock::semaphoreLockKey(req.param("name")), permit, ttl_ms,
+                  [res](StatusOr<lock::ExtendResult> r) {
+                    if (!r.isOk()) return sendBackendError(res, r.status());
+                    if (r->status == lock::ExtendStatus::kExtended) {
+                      return res->send(200, kJson,
+                                       JsonObject().integer("ttl_ms", r->ttl_ms).finish());
+                    }
+                    if (r->status == lock::ExtendStatus::kLeaseLost) {
+                      return sendError(res, 404, "lease_lost", "the permit was lost (expired)");
+                    }
+                    sendError(res, 404, "not_held", "no such permit (it expired or was released)");
+                  });
+}
+
+void LockApi::semaphoreInspect(http::Request& req, http::ResponderPtr res) {
+  if (!checkName(req, res, static_cast<size_t>(locks_.max_name_bytes))) return;
+  std::string name(req.param("name"));
+  service_.inspect(lock::semaphoreLockKey(name), [res, name](StatusOr<lock::LockState> r) {
+    if (!r.isOk()) return sendBackendError(res, r.status());
+    // limit 0: no permit is held, the next acquire sets it. Never the permit ids.
+    res->send(200, kJson,
+              JsonObject()
+                  .text("name", name)
+                  .integer("limit", r->held ? r->limit : 0)
+                  .integer("used", r->held ? r->used : 0)
+                  .unsignedInteger("token", r->token)
+                  .finish());
+  });
+}
+
 void LockApi::inspect(http::Request& req, http::ResponderPtr res) {
   if (!checkName(req, res, static_cast<size_t>(locks_.max_name_bytes))) return;
   std::string name(req.param("name"));
@@ -669,7 +815,7 @@ void LockApi::list(http::Request& req, http::ResponderPtr res) {
   const http::Principal* principal = req.principal.get();
   json leases = json::array();
   for (const auto& l : service_.leases()) {
-    if (!mayUseLock(principal, l.name)) continue;
+    if (!mayUseLock(principal, lock::lockRefOf(l.name).name)) continue;
     leases.push_back(json{{"name", l.name},
                           {"token", l.token},
                           {"age_ms", l.age_ms},
@@ -679,7 +825,7 @@ void LockApi::list(http::Request& req, http::ResponderPtr res) {
   }
   json waiters = json::array();
   for (const auto& w : service_.waiterCounts()) {
-    if (!mayUseLock(principal, w.name)) continue;
+    if (!mayUseLock(principal, lock::lockRefOf(w.name).name)) continue;
     waiters.push_back(json{{"name", w.name}, {"waiters", w.waiters}});
   }
   sendJson(res, 200, json{{"leases", std::move(leases)}, {"waiters", std::move(waiters)}});

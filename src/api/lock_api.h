@@ -57,6 +57,11 @@ class LockApi {
 
  private:
   void acquire(http::Request& req, http::ResponderPtr res);
+  // Semaphores: /v1/semaphores/{name}/...
+  void semaphoreAcquire(http::Request& req, http::ResponderPtr res);
+  void semaphoreRelease(http::Request& req, http::ResponderPtr res);
+  void semaphoreExtend(http::Request& req, http::ResponderPtr res);
+  void semaphoreInspect(http::Request& req, http::ResponderPtr res);
   /// The acquire after its request is read (shared by first tries and retries).
   void startAcquire(lock::AcquireOptions opts, std::string request_id, std::string retry_scope,
                     http::ResponderPtr res);

@@ -167,6 +167,10 @@ std::string_view RequestBody::fieldName(BodyField field) {
       return "request_id";
     case BodyField::kReentrant:
       return "reentrant";
+    case BodyField::kLimit:
+      return "limit";
+    case BodyField::kPermit:
+      return "permit";
   }
   return "";
 }

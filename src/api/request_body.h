@@ -34,6 +34,8 @@ enum class BodyField {
   kExpiryInSeconds,
   kRequestId,
   kReentrant,
+  kLimit,   // semaphores
+  kPermit,  // semaphores: the permit id (an owner id)
 };
 
 class BodyReader;
@@ -82,7 +84,7 @@ class RequestBody {
     std::string text;  // kept between requests: its capacity is reused
   };
   static constexpr std::string_view kBadRequest = "bad_request";
-  static constexpr size_t kFieldCount = 11;
+  static constexpr size_t kFieldCount = 13;
 
   Value& slot(BodyField field) { return values_[static_cast<size_t>(field)]; }
   const Value& slot(BodyField field) const { return values_[static_cast<size_t>(field)]; }

@@ -24,6 +24,8 @@ const char* lockKindName(LockKind kind) {
   switch (kind) {
     case LockKind::kMutex:
       return "mutex";
+    case LockKind::kSemaphore:
+      return "semaphore";
   }
   return "unknown";
 }
@@ -38,6 +40,8 @@ const char* outcomeName(OutcomeCode code) {
       return "not_owner";
     case OutcomeCode::kNotHeld:
       return "not_held";
+    case OutcomeCode::kLimitMismatch:
+      return "limit_mismatch";
   }
   return "unknown";
 }

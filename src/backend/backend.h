@@ -30,9 +30,10 @@ enum class Verb : uint8_t {
 };
 
 /// The kind of lock an operation works on. Each kind has its own keys (so one name used as two
-/// kinds never collides) and its own scripts; today there is the exclusive mutex.
+/// kinds never collides) and its own scripts.
 enum class LockKind : uint8_t {
-  kMutex,
+  kMutex,      // one holder (reentrant acquires: one holder, counted holds)
+  kSemaphore,  // up to `limit` holders at once, each with its own permit (owner) and TTL
 };
 
 /// One lock operation: a verb on one lock of one kind, as `owner`. The strings are views: the
@@ -47,35 +48,50 @@ struct Operation {
   /// Acquire: if `owner` holds the lease already, take one more hold of it (same token, TTL at
   /// least `ttl_ms`) instead of answering busy. Release then gives back one hold at a time.
   bool reentrant = false;
+  /// Semaphore acquire: how many permits may be held at once (the semaphore's limit while it has
+  /// permits; another limit is answered kLimitMismatch).
+  int64_t limit = 0;
 
   static Operation acquire(std::string_view name, std::string_view owner, int64_t ttl_ms,
                            bool reentrant = false) {
-    return {Verb::kAcquire, LockKind::kMutex, name, owner, ttl_ms, {}, reentrant};
+    return {Verb::kAcquire, LockKind::kMutex, name, owner, ttl_ms, {}, reentrant, 0};
+  }
+  /// Semaphores: `permit` is the owner id of one permit.
+  static Operation acquirePermit(std::string_view name, std::string_view permit, int64_t ttl_ms,
+                                 int64_t limit) {
+    return {Verb::kAcquire, LockKind::kSemaphore, name, permit, ttl_ms, {}, false, limit};
+  }
+  /// The same verb on another kind (release, extend, inspect of a semaphore).
+  Operation of(LockKind k) const {
+    Operation op = *this;
+    op.kind = k;
+    return op;
   }
   static Operation release(std::string_view name, std::string_view owner) {
-    return {Verb::kRelease, LockKind::kMutex, name, owner, 0, {}, false};
+    return {Verb::kRelease, LockKind::kMutex, name, owner, 0, {}, false, 0};
   }
   static Operation extend(std::string_view name, std::string_view owner, int64_t ttl_ms) {
-    return {Verb::kExtend, LockKind::kMutex, name, owner, ttl_ms, {}, false};
+    return {Verb::kExtend, LockKind::kMutex, name, owner, ttl_ms, {}, false, 0};
   }
   static Operation inspect(std::string_view name) {
-    return {Verb::kInspect, LockKind::kMutex, name, {}, 0, {}, false};
+    return {Verb::kInspect, LockKind::kMutex, name, {}, 0, {}, false, 0};
   }
   static Operation handOff(std::string_view name, std::string_view owner,
                            std::string_view next_owner, int64_t next_ttl_ms) {
-    return {Verb::kHandOff, LockKind::kMutex, name, owner, next_ttl_ms, next_owner, false};
+    return {Verb::kHandOff, LockKind::kMutex, name, owner, next_ttl_ms, next_owner, false, 0};
   }
   static Operation forceRelease(std::string_view name) {
-    return {Verb::kForceRelease, LockKind::kMutex, name, {}, 0, {}, false};
+    return {Verb::kForceRelease, LockKind::kMutex, name, {}, 0, {}, false, 0};
   }
 };
 
 /// How an operation came out (when it ran at all: a backend failure is the StatusOr's error).
 enum class OutcomeCode : uint8_t {
-  kOk,        // done: granted / released / extended / handed on / held (inspect)
-  kBusy,      // acquire: held by somebody else
-  kNotOwner,  // release, extend, hand-off: held by somebody else; nothing changed
-  kNotHeld,   // no lease exists (expired, released, never granted); inspect: free
+  kOk,             // done: granted / released / extended / handed on / held (inspect)
+  kBusy,           // acquire: held by somebody else
+  kNotOwner,       // release, extend, hand-off: held by somebody else; nothing changed
+  kNotHeld,        // no lease exists (expired, released, never granted); inspect: free
+  kLimitMismatch,  // semaphore acquire with another limit than the semaphore's (see `limit`)
 };
 
 /// The one reply shape of every verb and every backend.
@@ -93,6 +109,10 @@ struct Outcome {
   /// 1, or more once re-entered. Release kOk: the holds left, 0 when the lock was freed; a
   /// hand-off of a lease with holds left gives back one hold and hands nothing on (token 0).
   int64_t holds = 0;
+  /// Semaphores: permits in use after the operation, and the semaphore's limit (acquire, inspect;
+  /// kLimitMismatch: the limit it has).
+  int64_t used = 0;
+  int64_t limit = 0;
 
   bool ok() const { return code == OutcomeCode::kOk; }
 };

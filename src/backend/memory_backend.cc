@@ -38,14 +38,90 @@ MemoryBackend::Entry* MemoryBackend::liveEntry(std::string_view name) {
 
 void MemoryBackend::run(const Operation& op, OutcomeCallback cb) {
   StatusOr<Outcome> result = shut_down_ ? StatusOr<Outcome>(shutDownError()) : apply(op);
-  // Announced when the lock became free (a re-entered lease giving back one hold stays held).
+  // Announced when the lock became free (a re-entered lease giving back one hold stays held) or a
+  // permit was given back.
   const bool announce = result.isOk() && result->ok() && result->holds == 0 &&
                         (op.verb == Verb::kRelease || op.verb == Verb::kForceRelease);
   deliver([cb = std::move(cb), result = std::move(result)]() mutable { cb(std::move(result)); });
   if (announce) notifyReleased(op.name);
 }
 
+StatusOr<Outcome> MemoryBackend::applySemaphore(const Operation& op) {
+  const int64_t now = scheduler_.nowUs();
+  Outcome o;
+  auto it = semaphores_.find(op.name);
+  if (it != semaphores_.end()) {
+    std::erase_if(it->second.permits, [now](const auto& p) { return p.second <= now; });
+  }
+  const int64_t used =
+      it == semaphores_.end() ? 0 : static_cast<int64_t>(it->second.permits.size());
+  auto lastToken = [&] {
+    auto e = locks_.find(op.name);
+    return e == locks_.end() ? uint64_t{0} : e->second.token;
+  };
+  switch (op.verb) {
+    case Verb::kAcquire: {
+      if (op.ttl_ms <= 0 || op.owner.empty() || op.limit < 1) {
+        return invalidArgument("ttl_ms and limit must be > 0 and the permit non-empty");
+      }
+      o.used = used;
+      if (used > 0 && it->second.limit != op.limit) {
+        o.code = OutcomeCode::kLimitMismatch;
+        o.limit = it->second.limit;
+        return o;
+      }
+      o.limit = op.limit;
+      if (used >= op.limit) {
+        int64_t first = INT64_MAX;
+        for (const auto& [permit, expiry] : it->second.permits) first = std::min(first, expiry);
+        o.code = OutcomeCode::kBusy;
+        o.holder_ttl_ms = std::max<int64_t>(1, remainingMs(first, now));
+        return o;
+      }
+      Semaphore& sem = semaphores_[std::string(op.name)];
+      sem.limit = op.limit;
+      sem.permits[std::string(op.owner)] = now + op.ttl_ms * 1000;
+      o.code = OutcomeCode::kOk;
+      o.token = ++locks_[std::string(op.name)].token;
+      o.validity_ms = op.ttl_ms;
+      o.used = used + 1;
+      return o;
+    }
+    case Verb::kRelease:
+    case Verb::kExtend: {
+      if (op.verb == Verb::kExtend && op.ttl_ms <= 0) return invalidArgument("ttl_ms must be > 0");
+      if (it == semaphores_.end()) return o;
+      auto permit = it->second.permits.find(op.owner);
+      if (permit == it->second.permits.end()) return o;
+      o.code = OutcomeCode::kOk;
+      if (op.verb == Verb::kRelease) {
+        it->second.permits.erase(permit);
+      } else {
+        permit->second = now + op.ttl_ms * 1000;
+        o.validity_ms = op.ttl_ms;
+      }
+      o.used = static_cast<int64_t>(it->second.permits.size());
+      if (o.used == 0 && op.verb == Verb::kRelease) semaphores_.erase(it);
+      return o;
+    }
+    case Verb::kInspect:
+      o.token = lastToken();
+      if (used > 0) {
+        o.code = OutcomeCode::kOk;
+        o.used = used;
+        o.limit = it->second.limit;
+      }
+      return o;
+    case Verb::kHandOff:
+    case Verb::kForceRelease:
+      break;
+  }
+  return Status(StatusCode::kFailedPrecondition,
+                std::string(verbName(op.verb)) + " is not served for semaphores");
+}
+
 StatusOr<Outcome> MemoryBackend::apply(const Operation& op) {
+  if (op.kind == LockKind::kSemaphore) return applySemaphore(op);
   const int64_t now = scheduler_.nowUs();
   Outcome o;
   Entry* held = liveEntry(op.name);

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -63,12 +64,20 @@ class MemoryBackend final : public Backend {
   Entry* liveEntry(std::string_view name);
   /// One verb, synchronously (the Redis scripts' semantics); errors for bad arguments.
   StatusOr<Outcome> apply(const Operation& op);
+  StatusOr<Outcome> applySemaphore(const Operation& op);
   /// Posts `fn` unless this backend has been destroyed by then.
   void deliver(std::function<void()> fn);
   void notifyReleased(std::string_view name);
 
   event::Scheduler& scheduler_;
   std::unordered_map<std::string, Entry, StringHash, std::equal_to<>> locks_;
+  /// A semaphore: live permits (permit -> expiry, Scheduler time) and its limit. Its fencing
+  /// counter is the name's Entry::token, as the Redis scripts share the name's counter.
+  struct Semaphore {
+    std::map<std::string, int64_t, std::less<>> permits;
+    int64_t limit = 0;
+  };
+  std::unordered_map<std::string, Semaphore, StringHash, std::equal_to<>> semaphores_;
   std::unordered_map<std::string, int, StringHash, std::equal_to<>> watches_;
   ReleaseListener listener_;
   bool shut_down_ = false;

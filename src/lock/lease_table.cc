@@ -10,29 +10,42 @@ Lease* LeaseTable::find(std::string_view name) const {
 }
 
 Lease* LeaseTable::find(std::string_view name, std::string_view owner) const {
-  Lease* lease = find(name);
-  return lease != nullptr && lease->owner == owner ? lease : nullptr;
+  for (Lease* l = find(name); l != nullptr; l = l->next_same_name.get()) {
+    if (l->owner == owner) return l;
+  }
+  return nullptr;
 }
 
-std::unique_ptr<Lease> LeaseTable::insert(std::unique_ptr<Lease> lease) {
+LeaseTable::~LeaseTable() {
+  for (auto& [name, first] : leases_) {
+    while (first != nullptr) first = std::move(first->next_same_name);
+  }
+}
+
+void LeaseTable::insert(std::unique_ptr<Lease> lease) {
   auto [it, inserted] = leases_.try_emplace(lease->name, nullptr);
-  std::unique_ptr<Lease> previous = inserted ? nullptr : std::move(it->second);
+  if (!inserted) lease->next_same_name = std::move(it->second);
   it->second = std::move(lease);
-  return previous;
+  ++size_;
 }
 
-std::unique_ptr<Lease> LeaseTable::remove(std::string_view name) {
+std::unique_ptr<Lease> LeaseTable::remove(std::string_view name, std::string_view owner) {
   auto it = leases_.find(name);
   if (it == leases_.end()) return nullptr;
-  std::unique_ptr<Lease> lease = std::move(it->second);
-  leases_.erase(it);
+  std::unique_ptr<Lease>* slot = &it->second;
+  while (*slot != nullptr && (*slot)->owner != owner) slot = &(*slot)->next_same_name;
+  if (*slot == nullptr) return nullptr;
+  std::unique_ptr<Lease> lease = std::move(*slot);
+  *slot = std::move(lease->next_same_name);
+  if (it->second == nullptr) leases_.erase(it);
+  --size_;
   return lease;
 }
 
-std::vector<std::string> LeaseTable::names() const {
-  std::vector<std::string> out;
-  out.reserve(leases_.size());
-  for (const auto& [name, lease] : leases_) out.push_back(name);
+std::vector<std::pair<std::string, std::string>> LeaseTable::keys() const {
+  std::vector<std::pair<std::string, std::string>> out;
+  out.reserve(size_);
+  forEach([&out](const Lease& l) { out.emplace_back(l.name, l.owner); });
   return out;
 }
 

@@ -47,27 +47,41 @@ struct Lease {
   Backoff renew_backoff;  // pacing of retries after transient errors
   event::ScopedTimer expiry_timer;
   event::ScopedTimer renew_timer;
+
+  /// The next lease of the same lock (semaphore permits held through this sidecar); owned here so
+  /// that a mutex's single lease costs no list of its own.
+  std::unique_ptr<Lease> next_same_name;
 };
 
+/// Leases by (lock, owner): a mutex has at most one per lock, a semaphore one per permit.
 class LeaseTable {
  public:
+  /// A lease of `name` (a mutex's only one), or nullptr.
   Lease* find(std::string_view name) const;
-  /// The lease of `name` only if `owner` holds it.
+  /// The lease of `name` that `owner` holds.
   Lease* find(std::string_view name, std::string_view owner) const;
-  /// Inserts; returns the lease previously recorded under that name (nullptr if none), which the
-  /// caller must account for (it lapsed: the backend granted the name again).
-  std::unique_ptr<Lease> insert(std::unique_ptr<Lease> lease);
-  std::unique_ptr<Lease> remove(std::string_view name);
-  size_t size() const { return leases_.size(); }
-  bool empty() const { return leases_.empty(); }
+  LeaseTable() = default;
+  LeaseTable(const LeaseTable&) = delete;
+  LeaseTable& operator=(const LeaseTable&) = delete;
+  /// Unlinks each chain first: thousands of permits must not end in a recursion as deep.
+  ~LeaseTable();
+  /// Inserts a lease no other lease of the table has the (name, owner) of.
+  void insert(std::unique_ptr<Lease> lease);
+  std::unique_ptr<Lease> remove(std::string_view name, std::string_view owner);
+  size_t size() const { return size_; }
+  bool empty() const { return size_ == 0; }
   template <typename F>
   void forEach(F&& f) const {
-    for (const auto& [name, lease] : leases_) f(*lease);
+    for (const auto& [name, first] : leases_) {
+      for (const Lease* l = first.get(); l != nullptr; l = l->next_same_name.get()) f(*l);
+    }
   }
-  std::vector<std::string> names() const;
+  /// (name, owner) of every lease, for loops that end leases as they go.
+  std::vector<std::pair<std::string, std::string>> keys() const;
 
  private:
   std::unordered_map<std::string, std::unique_ptr<Lease>, StringHash, std::equal_to<>> leases_;
+  size_t size_ = 0;
 };
 
 /// Recently lost (name, owner) pairs: least-recently-lost evicted beyond `capacity`, entries

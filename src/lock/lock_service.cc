@@ -63,6 +63,23 @@ void LockService::forceRelease(std::string_view name,
   impl_->forceRelease(name, std::move(done));
 }
 
+namespace {
+constexpr std::string_view kSemaphoreKeyPrefix = "semaphore/";
+}  // namespace
+
+std::string semaphoreLockKey(std::string_view name) {
+  std::string key(kSemaphoreKeyPrefix);
+  key.append(name);
+  return key;
+}
+
+LockRef lockRefOf(std::string_view key) {
+  if (key.starts_with(kSemaphoreKeyPrefix)) {
+    return {LockKind::kSemaphore, key.substr(kSemaphoreKeyPrefix.size())};
+  }
+  return {LockKind::kMutex, key};
+}
+
 std::vector<LeaseInfo> LockService::leases() const { return impl_->leases(); }
 int64_t LockService::holds(std::string_view name, std::string_view owner) const {
   return impl_->holds(name, owner);
@@ -86,8 +103,11 @@ LockService::Impl::Impl(const config::LocksConfig& config, backend::Backend& bac
       metrics_(metrics),
       queues_(config.retry_min_ms, config.retry_max_ms, config.retry_jitter_ms),
       lost_(kLostLeaseCapacity, kLostLeaseRetentionUs) {
-  backend_.setReleaseListener(
-      guarded([this](std::string_view name) { wakeQueue(name, /*notified=*/true); }));
+  backend_.setReleaseListener(guarded([this](std::string_view name) {
+    // A release of either kind of lock of that name (a freed permit, a freed mutex).
+    wakeQueue(name, /*notified=*/true);
+    wakeQueue(semaphoreLockKey(name), /*notified=*/true);
+  }));
   backend_.setReadyListener(guarded([this] { onBackendReady(); }));
 }
 
@@ -232,7 +252,7 @@ void LockService::Impl::enqueue(Waiter& w, int64_t holder_ttl_ms) {
   const int64_t wait_ms = std::max<int64_t>(1, ceilMs(w.deadline_us - scheduler_.nowUs()));
   bool created = false;
   WaiterQueue& queue = queues_.getOrCreate(w.options.name, &created);
-  if (created) backend_.watchReleases(w.options.name);
+  if (created) backend_.watchReleases(lockRefOf(w.options.name).name);
   queues_.push(queue, &w);
   updateWaiterGauge();
   w.deadline_timer.start(scheduler_, wait_ms, guarded([this, id] { onDeadline(id); }));
@@ -292,9 +312,10 @@ void LockService::Impl::attempt(Waiter& w) {
     if (WaiterQueue* q = queues_.find(w.options.name)) q->attempt_in_flight = true;
   }
   opStarted();
-  backend_.run(backend::Operation::acquire(w.options.name, w.options.owner, w.options.ttl_ms,
-                                           w.options.reentrant),
-               guarded([this, id = w.id](StatusOr<backend::Outcome> reply) {
+  backend::Operation op = backend::Operation::acquire(w.options.name, w.options.owner,
+                                                      w.options.ttl_ms, w.options.reentrant);
+  op.limit = w.options.limit;
+  runOnBackend(op, guarded([this, id = w.id](StatusOr<backend::Outcome> reply) {
                  onAttemptReply(id, std::move(reply));
                }));
 }
@@ -355,6 +376,12 @@ void LockService::Impl::onAttemptReply(uint64_t id, StatusOr<backend::Outcome> r
     finishWaiter(w, std::move(r));
     // The next waiter gets its own attempt (and, with the backend down, its own fast failure).
     if (q != nullptr) pumpQueue(name);
+  } else if (reply->code == backend::OutcomeCode::kLimitMismatch) {
+    // Not worth waiting for: the semaphore keeps its limit while permits are held.
+    r.status = AcquireStatus::kLimitMismatch;
+    r.semaphore_limit = reply->limit;
+    finishWaiter(w, std::move(r));
+    if (q != nullptr) pumpQueue(name);
   } else if (granted) {
     recordGrant(w, *reply);
     r.status = AcquireStatus::kGranted;
@@ -365,10 +392,16 @@ void LockService::Impl::onAttemptReply(uint64_t id, StatusOr<backend::Outcome> r
     if (w.options.reentrant) r.grant.holds = std::max<int64_t>(1, reply->holds);
     finishWaiter(w, std::move(r));
     if (q != nullptr && (q = queues_.find(name)) != nullptr) {
-      // We hold it now: the next waiter sleeps until our release wakes it (or our TTL lapses).
       q->backoff.reset();
-      q->holder_expiry_us = scheduler_.nowUs() + reply->validity_ms * 1000;
-      planRetry(*q);
+      if (lockRefOf(name).kind == LockKind::kSemaphore) {
+        // Admission: a semaphore may have more permits free; the next waiter asks at once and
+        // the queue sleeps only when an attempt finds them all taken.
+        pumpQueue(name);
+      } else {
+        // We hold it now: the next waiter sleeps until our release wakes it (or our TTL lapses).
+        q->holder_expiry_us = scheduler_.nowUs() + reply->validity_ms * 1000;
+        planRetry(*q);
+      }
     }
   } else {
     w.contended = true;
@@ -436,6 +469,9 @@ void LockService::Impl::finishWaiter(Waiter& w, AcquireResult result) {
     case AcquireStatus::kError:
       metrics_.acquire_error.Increment();
       break;
+    case AcquireStatus::kLimitMismatch:
+      metrics_.acquire_limit_mismatch.Increment();
+      break;
   }
   detachFromQueue(w);
   std::function<void(AcquireResult)> done = std::move(w.done);
@@ -466,7 +502,7 @@ void LockService::Impl::maybeEraseQueue(std::string_view name) {
   // the same name can never have two heads contending at once.
   if (q == nullptr || !q->fifo.empty() || q->attempt_in_flight) return;
   queues_.erase(name);
-  backend_.unwatchReleases(name);
+  backend_.unwatchReleases(lockRefOf(name).name);
 }
 
 void LockService::Impl::pumpQueue(std::string_view name) {
@@ -507,6 +543,13 @@ void LockService::Impl::wakeQueue(std::string_view name, bool notified) {
   attempt(*q->fifo.front());
 }
 
+void LockService::Impl::runOnBackend(backend::Operation op, backend::OutcomeCallback cb) {
+  const LockRef ref = lockRefOf(op.name);
+  op.kind = ref.kind;
+  op.name = ref.name;
+  backend_.run(op, std::move(cb));
+}
+
 void LockService::Impl::onBackendReady() {
   for (const std::string& name : queues_.names()) {
     const WaiterQueue* q = queues_.find(name);
@@ -516,7 +559,7 @@ void LockService::Impl::onBackendReady() {
 
 void LockService::Impl::releaseOrphan(const std::string& name, const std::string& owner) {
   opStarted();
-  backend_.run(backend::Operation::release(name, owner),
+  runOnBackend(backend::Operation::release(name, owner),
                guarded([this, name](StatusOr<backend::Outcome> r) {
                  // Either way the queue was paused for this release: get its head going again.
                  if (r.isOk() && r->ok()) {
@@ -565,14 +608,15 @@ void LockService::Impl::release(std::string_view name, std::string_view owner,
 void LockService::Impl::sendRelease(std::string name, std::string owner,
                                     std::function<void(StatusOr<ReleaseStatus>)> done,
                                     bool client_request) {
-  if (client_request && !stopping_ && backend_.canHandOff()) {
+  if (client_request && !stopping_ && backend_.canHandOff() &&
+      lockRefOf(name).kind == LockKind::kMutex) {
     if (Waiter* next = handOffCandidate(name)) {
       sendReleaseWithHandOff(std::move(name), std::move(owner), *next, std::move(done));
       return;
     }
   }
   opStarted();
-  backend_.run(backend::Operation::release(name, owner),
+  runOnBackend(backend::Operation::release(name, owner),
                guarded([this, name, owner, done = std::move(done),
                         client_request](StatusOr<backend::Outcome> reply) mutable {
                  onReleaseReply(name, owner, std::move(reply), std::move(done), client_request,
@@ -599,7 +643,7 @@ void LockService::Impl::sendReleaseWithHandOff(std::string name, std::string own
   next.attempting = true;
   opStarted();  // the release
   opStarted();  // the waiter's attempt, finished by onAttemptReply
-  backend_.run(backend::Operation::handOff(name, owner, next.options.owner, next.options.ttl_ms),
+  runOnBackend(backend::Operation::handOff(name, owner, next.options.owner, next.options.ttl_ms),
                guarded([this, name, owner, id = next.id, next_owner = next.options.owner,
                         done = std::move(done)](StatusOr<backend::Outcome> reply) mutable {
                  // kOk released our lease; a token means the lock went on to the waiter (a hand-off
@@ -670,7 +714,7 @@ void LockService::Impl::onReleaseReply(const std::string& name, const std::strin
       if (lease->on_event) {
         deliver([on_event = std::move(lease->on_event)] { on_event(LeaseEvent::kReleased); });
       }
-      endLease(name);
+      endLease(name, owner);
     }
     lost_.forget(name, owner);
     if (client_request) metrics_.release_released.Increment();
@@ -716,7 +760,7 @@ void LockService::Impl::extend(std::string_view name, std::string_view owner, in
   const uint64_t lease_id = lease != nullptr ? lease->id : 0;
   std::string n(name);
   std::string o(owner);
-  backend_.run(
+  runOnBackend(
       backend::Operation::extend(name, owner, ttl_ms),
       guarded([this, n = std::move(n), o = std::move(o), lease_id, ttl_ms,
                done = std::move(done)](StatusOr<backend::Outcome> reply) mutable {
@@ -771,30 +815,32 @@ void LockService::Impl::extend(std::string_view name, std::string_view owner, in
 void LockService::Impl::inspect(std::string_view name,
                                 std::function<void(StatusOr<LockState>)> done) {
   opStarted();
-  backend_.run(
-      backend::Operation::inspect(name),
-      guarded([this, done = std::move(done)](StatusOr<backend::Outcome> reply) mutable {
-        StatusOr<LockState> state = reply.status();
-        if (reply.isOk()) {
-          state = LockState{reply->ok(), reply->ok() ? reply->validity_ms : 0, reply->token};
-        }
-        if (done) {
-          deliver([done = std::move(done), state = std::move(state)]() mutable {
-            done(std::move(state));
-          });
-        }
-        opFinished();
-      }));
+  runOnBackend(backend::Operation::inspect(name),
+               guarded([this, done = std::move(done)](StatusOr<backend::Outcome> reply) mutable {
+                 StatusOr<LockState> state =
+                     reply.isOk() ? StatusOr<LockState>(
+                                        LockState{reply->ok(), reply->ok() ? reply->validity_ms : 0,
+                                                  reply->token, reply->used, reply->limit})
+                                  : StatusOr<LockState>(reply.status());
+                 if (done) {
+                   deliver([done = std::move(done), state = std::move(state)]() mutable {
+                     done(std::move(state));
+                   });
+                 }
+                 opFinished();
+               }));
 }
 
 void LockService::Impl::forceRelease(std::string_view name,
                                      std::function<void(StatusOr<ForcedRelease>)> done) {
   opStarted();
-  backend_.run(backend::Operation::forceRelease(name),
+  runOnBackend(backend::Operation::forceRelease(name),
                guarded([this, n = std::string(name),
                         done = std::move(done)](StatusOr<backend::Outcome> reply) mutable {
-                 StatusOr<ForcedRelease> result = reply.status();
-                 if (reply.isOk()) result = ForcedRelease{reply->ok(), reply->token};
+                 StatusOr<ForcedRelease> result =
+                     reply.isOk()
+                         ? StatusOr<ForcedRelease>(ForcedRelease{reply->ok(), reply->token})
+                         : StatusOr<ForcedRelease>(reply.status());
                  if (reply.isOk() && reply->ok()) {
                    metrics_.forced_releases.Increment();
                    // Our own holder learns it now rather than at its next renewal; a lease already
@@ -869,8 +915,8 @@ void LockService::Impl::shutdown(bool release_held, int64_t grace_ms, std::funct
     finishWaiter(*it->second, std::move(r));
   }
 
-  for (const std::string& name : leases_.names()) {
-    Lease* lease = leases_.find(name);
+  for (const auto& [name, owner] : leases_.keys()) {
+    Lease* lease = leases_.find(name, owner);
     if (lease == nullptr) continue;
     stopRenewal(*lease);
     if (!release_held) continue;

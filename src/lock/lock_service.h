@@ -19,11 +19,24 @@
 
 namespace sidelock::lock {
 
+using LockKind = backend::LockKind;
+
+/// The lock service knows each lock by a key: its name for a mutex, "semaphore/<name>" for a
+/// semaphore ('/' never occurs in a lock name). Queues, leases, logs and GET /v1/locks use it.
+std::string semaphoreLockKey(std::string_view name);
+struct LockRef {
+  LockKind kind = LockKind::kMutex;
+  std::string_view name;  // the lock's own name (a view into the key)
+};
+LockRef lockRefOf(std::string_view key);
+
 /// What inspect reports of a lock (never its owner).
 struct LockState {
   bool held = false;
   int64_t ttl_ms = 0;  // remaining TTL when held
   uint64_t token = 0;  // fencing token of the current (or last) grant; 0 if never granted
+  int64_t used = 0;    // semaphores: permits held now
+  int64_t limit = 0;   // semaphores: the limit while permits are held
 };
 
 /// What an operator's force release did.
@@ -38,7 +51,7 @@ using BackendHealth = backend::BackendHealth;
 using NodeHealth = backend::NodeHealth;
 
 struct AcquireOptions {
-  std::string name;
+  std::string name;    // the lock key: a semaphore's is semaphoreLockKey(name)
   std::string owner;   // empty: the service generates a 128-bit random owner id
   int64_t ttl_ms = 0;  // validated by the API layer: 1..max_ttl_ms (<= 0: default_ttl_ms)
   /// 0 = try once (answered busy without a backend call if local waiters are queued for the
@@ -59,6 +72,8 @@ struct AcquireOptions {
   /// lease this sidecar holds never queues (it would wait on itself): it is one try. Its own
   /// auto_renew / max_hold_ms are ignored: the lease keeps those it was granted with.
   bool reentrant = false;
+  /// Semaphores: how many permits may be held at once (1..); `owner` is the permit.
+  int64_t limit = 0;
 };
 
 struct Grant {
@@ -75,6 +90,7 @@ enum class AcquireStatus {
   kTooManyWaiters,  // queue limit (429)
   kCancelled,       // the caller cancelled (client gone) or the service is shutting down
   kError,           // backend error (503); see `error`
+  kLimitMismatch,   // semaphores: the semaphore has another limit (409); see `semaphore_limit`
 };
 
 /// The queue limit a kTooManyWaiters answer hit.
@@ -90,6 +106,7 @@ struct AcquireResult {
   int64_t retry_after_ms = 0;  // kBusy, kTooManyWaiters: a hint (holder's remaining TTL if known)
   WaiterLimit limit = WaiterLimit::kNone;  // kTooManyWaiters
   Status error;                            // kError
+  int64_t semaphore_limit = 0;             // kLimitMismatch: the limit the semaphore has
 };
 
 /// kLeaseLost: the sidecar had granted this (name, owner) and found it lost (remembered for

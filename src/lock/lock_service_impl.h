@@ -142,7 +142,9 @@ class LockService::Impl {
   /// The lease is gone behind our back: count, log once, remember, tell the holder, drop it.
   void markLost(Lease& lease, const char* reason, bool by_renewal, bool wake = true);
   /// Drops the lease from the table and settles the gauges / hold time.
-  void endLease(std::string_view name);
+  void endLease(std::string_view name, std::string_view owner);
+  /// Sends `op` (named by its lock key) to the backend as the kind and name the key stands for.
+  void runOnBackend(backend::Operation op, backend::OutcomeCallback cb);
   void updateHeldGauge();
 
   // --- shutdown accounting ---

@@ -38,8 +38,9 @@ void LockService::Impl::recordGrant(Waiter& w, const backend::Outcome& grant) {
            {"holds", static_cast<long long>(held->holds)});
     return;
   }
-  if (Lease* old = leases_.find(name)) {
-    // The backend granted the name again, so our earlier lease lapsed before its timer told us.
+  if (Lease* old = lockRefOf(name).kind == LockKind::kMutex ? leases_.find(name) : nullptr) {
+    // A mutex has one holder: the backend granted the name again, so our earlier lease lapsed
+    // before its timer told us. (A semaphore's permits live side by side.)
     if (old->renewing && !old->releasing) {
       markLost(*old, "lease lapsed before renewal (granted again)", /*by_renewal=*/true,
                /*wake=*/false);
@@ -107,7 +108,7 @@ void LockService::Impl::expireLease(Lease& lease, bool wake) {
   // A holder that listens (stream) learns that it no longer holds the lock, whatever the reason.
   std::function<void(LeaseEvent)> on_event = std::move(lease.on_event);
   const std::string name = lease.name;
-  endLease(name);
+  endLease(name, lease.owner);
   if (on_event) deliver([on_event = std::move(on_event)] { on_event(LeaseEvent::kLost); });
   if (wake) wakeQueue(name, false);
 }
@@ -146,7 +147,7 @@ void LockService::Impl::renew(Lease& lease) {
   if (now >= lease.expiry_us) return;  // too late to renew: the expiry timer declares it lost
   lease.renew_in_flight = true;
   opStarted();
-  backend_.run(backend::Operation::extend(lease.name, lease.owner, lease.ttl_ms),
+  runOnBackend(backend::Operation::extend(lease.name, lease.owner, lease.ttl_ms),
                guarded([this, name = lease.name, owner = lease.owner,
                         id = lease.id](StatusOr<backend::Outcome> reply) {
                  onRenewReply(name, owner, id, std::move(reply));
@@ -155,7 +156,7 @@ void LockService::Impl::renew(Lease& lease) {
 
 void LockService::Impl::onRenewReply(const std::string& name, const std::string& owner,
                                      uint64_t lease_id, StatusOr<backend::Outcome> reply) {
-  Lease* lease = leases_.find(name);
+  Lease* lease = leases_.find(name, owner);
   if (lease == nullptr || lease->id != lease_id) {
     // The lease ended while this renewal was in flight (declared lost when its validity ran
     // out). If the renewal did land, the key is alive for nobody: take it back.
@@ -236,13 +237,13 @@ void LockService::Impl::markLost(Lease& lease, const char* reason, bool by_renew
          {"held_ms", static_cast<long long>((now - lease.granted_us) / 1000)});
   std::function<void(LeaseEvent)> on_event = std::move(lease.on_event);
   const std::string name = lease.name;
-  endLease(name);
+  endLease(name, lease.owner);
   if (on_event) deliver([on_event = std::move(on_event)] { on_event(LeaseEvent::kLost); });
   if (wake) wakeQueue(name, false);
 }
 
-void LockService::Impl::endLease(std::string_view name) {
-  std::unique_ptr<Lease> lease = leases_.remove(name);
+void LockService::Impl::endLease(std::string_view name, std::string_view owner) {
+  std::unique_ptr<Lease> lease = leases_.remove(name, owner);
   if (lease == nullptr) return;
   metrics_.hold_seconds.Observe(static_cast<double>(scheduler_.nowUs() - lease->granted_us) / 1e6);
   updateHeldGauge();

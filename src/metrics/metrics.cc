@@ -58,6 +58,7 @@ Metrics::Metrics(std::string version)
       acquire_acquired(acquire_total.Add({{"result", "acquired"}})),
       acquire_busy(acquire_total.Add({{"result", "busy"}})),
       acquire_error(acquire_total.Add({{"result", "error"}})),
+      acquire_limit_mismatch(acquire_total.Add({{"result", "limit_mismatch"}})),
       acquire_too_many_waiters(acquire_total.Add({{"result", "too_many_waiters"}})),
       acquire_cancelled(acquire_total.Add({{"result", "cancelled"}})),
       acquire_contended(BuildCounter()

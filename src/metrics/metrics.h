@@ -76,6 +76,7 @@ class Metrics {
   prometheus::Counter& acquire_acquired;
   prometheus::Counter& acquire_busy;
   prometheus::Counter& acquire_error;
+  prometheus::Counter& acquire_limit_mismatch;  // semaphores: asked with another limit
   prometheus::Counter& acquire_too_many_waiters;
   prometheus::Counter& acquire_cancelled;   // the client went away while waiting
   prometheus::Counter& acquire_contended;   // found the lock held at least once

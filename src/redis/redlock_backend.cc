@@ -220,38 +220,40 @@ void RedlockBackend::applyDelayedRestart(size_t i) {
 // Operations: one quorum call per operation (fan out, collect, decide, clean up), with a policy
 // per verb deciding what the answers mean.
 
-void RedlockBackend::run(const Operation& op, OutcomeCallback cb) {
-  beginOp();
-  if (shutting_down_ || nodes_.empty()) {
-    deliver([cb = std::move(cb), down = shutting_down_] {
-      cb(down ? cancelled("backend is shutting down")
-              : unavailable("redlock: no nodes configured"));
-    });
-    return;
-  }
+Status RedlockBackend::refusal(const Operation& op) const {
+  if (shutting_down_) return cancelled("backend is shutting down");
+  if (nodes_.empty()) return unavailable("redlock: no nodes configured");
   if (op.verb == Verb::kHandOff) {
-    deliver([cb = std::move(cb)] {
-      cb(Status(StatusCode::kFailedPrecondition, "redlock cannot hand a lock on in one step"));
-    });
-    return;
+    return Status(StatusCode::kFailedPrecondition, "redlock cannot hand a lock on in one step");
+  }
+  // Kinds whose count the nodes would keep each on its own (README says why, per kind).
+  if (op.kind == LockKind::kSemaphore) {
+    return invalidArgument(
+        "semaphores are not served by backend type redlock: every node would count permits on "
+        "its own, and majorities of different nodes could grant more permits than the limit "
+        "(README, Semaphores)");
   }
   if (op.verb == Verb::kAcquire && op.reentrant) {
-    deliver([cb = std::move(cb)] {
-      cb(invalidArgument(
-          "reentrant acquires are not served by backend type redlock: every node would count "
-          "the holds on its own, and a node that missed a re-entry would free the lock one "
-          "release early (README, Reentrant locks)"));
-    });
-    return;
+    return invalidArgument(
+        "reentrant acquires are not served by backend type redlock: every node would count "
+        "the holds on its own, and a node that missed a re-entry would free the lock one "
+        "release early (README, Reentrant locks)");
   }
   const double df = config_.redlock.drift_factor;
   if ((op.verb == Verb::kAcquire || op.verb == Verb::kExtend) &&
       quorum::validityMs(op.ttl_ms, 0, df) <= 0) {
-    deliver([cb = std::move(cb), ttl_ms = op.ttl_ms, df] {
-      cb(invalidArgument("ttl_ms " + std::to_string(ttl_ms) +
-                         " is too small for redlock: it must exceed the clock drift allowance of " +
-                         std::to_string(quorum::driftMs(ttl_ms, df)) + " ms"));
-    });
+    return invalidArgument("ttl_ms " + std::to_string(op.ttl_ms) +
+                           " is too small for redlock: it must exceed the clock drift allowance "
+                           "of " +
+                           std::to_string(quorum::driftMs(op.ttl_ms, df)) + " ms");
+  }
+  return Status::ok();
+}
+
+void RedlockBackend::run(const Operation& op, OutcomeCallback cb) {
+  beginOp();
+  if (Status refused = refusal(op); !refused.isOk()) {
+    deliver([cb = std::move(cb), refused = std::move(refused)] { cb(refused); });
     return;
   }
   auto call = std::make_shared<QuorumCall>();

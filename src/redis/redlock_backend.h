@@ -120,6 +120,9 @@ class RedlockBackend final : public Backend {
   void onMessage(size_t i, std::string_view channel);
   void fireWake(const std::string& name);
 
+  /// Why `op` is answered without asking the nodes (shutting down, a verb or kind Redlock does
+  /// not serve, a TTL within the drift allowance); OK when it goes out.
+  Status refusal(const Operation& op) const;
   /// The policy of the call's verb, after each answer until it is done.
   void decide(const std::shared_ptr<QuorumCall>& call);
   void answer(const std::shared_ptr<QuorumCall>& call, StatusOr<Outcome> result);

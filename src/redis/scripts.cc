@@ -174,6 +174,89 @@ end
 return {-1, lastToken(), 0}
 )lua";
 
+// Semaphores. The permits' clock is Redis's (TIME, in ms), so sidecars never compare their own
+// clocks; replicate_commands() (in kNextTokenLua, and below) lets Redis < 5 write after TIME.
+constexpr std::string_view kSemClockLua = R"lua(
+redis.replicate_commands()
+local function nowMs()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+local function keepFor(ttl)
+  local keep = math.max(redis.call('PTTL', KEYS[1]), ttl)
+  redis.call('PEXPIRE', KEYS[1], keep)
+  return keep
+end
+)lua";
+
+// Expired permits go first; a limit other than the semaphore's is refused while permits are held
+// (an empty semaphore takes the new one); a full one answers when its first permit expires.
+constexpr std::string_view kSemAcquireBodyLua = R"lua(
+local now = nowMs()
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+local used = redis.call('ZCARD', KEYS[1])
+local limit = tonumber(ARGV[3])
+if used > 0 then
+  local current = tonumber(redis.call('GET', KEYS[3]) or ARGV[3])
+  if current ~= limit then
+    return {2, 0, 0, used, current}
+  end
+end
+if used >= limit then
+  local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+  return {0, 0, math.max(tonumber(first[2]) - now, 1), used, limit}
+end
+local ttl = tonumber(ARGV[2])
+redis.call('ZADD', KEYS[1], now + ttl, ARGV[1])
+redis.call('SET', KEYS[3], limit, 'PX', keepFor(ttl))
+return {1, nextToken(ARGV[4]), ttl, used + 1, limit}
+)lua";
+
+constexpr std::string_view kSemReleaseBodyLua = R"lua(
+local now = nowMs()
+local expiry = redis.call('ZSCORE', KEYS[1], ARGV[1])
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+if not expiry or tonumber(expiry) <= now then
+  return {-1, 0, 0}
+end
+redis.call('ZREM', KEYS[1], ARGV[1])
+local used = redis.call('ZCARD', KEYS[1])
+if used == 0 then
+  redis.call('DEL', KEYS[1], KEYS[3])
+end
+if ARGV[4] == 'sharded' then
+  redis.call('SPUBLISH', ARGV[2], ARGV[3])
+else
+  redis.call('PUBLISH', ARGV[2], ARGV[3])
+end
+return {1, 0, 0, used}
+)lua";
+
+constexpr std::string_view kSemExtendBodyLua = R"lua(
+local now = nowMs()
+local expiry = redis.call('ZSCORE', KEYS[1], ARGV[1])
+if not expiry or tonumber(expiry) <= now then
+  return {-1, 0, 0}
+end
+local ttl = tonumber(ARGV[2])
+redis.call('ZADD', KEYS[1], 'XX', now + ttl, ARGV[1])
+redis.call('PEXPIRE', KEYS[3], keepFor(ttl))
+redis.call('PEXPIRE', KEYS[2], ARGV[3])
+return {1, 0, ttl, redis.call('ZCOUNT', KEYS[1], '(' .. now, '+inf')}
+)lua";
+
+// Read-only: live permits are counted, not cleaned up.
+constexpr std::string_view kSemInspectLua = R"lua(
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local token = tonumber(redis.call('GET', KEYS[2]) or '0')
+local used = redis.call('ZCOUNT', KEYS[1], '(' .. now, '+inf')
+if used == 0 then
+  return {-1, token, 0, 0, 0}
+end
+return {1, token, 0, used, tonumber(redis.call('GET', KEYS[3]) or '0')}
+)lua";
+
 constexpr std::string_view kChannelInfix = "released:{";
 
 }  // namespace
@@ -186,6 +269,12 @@ std::string_view scriptText(ScriptId id) {
   static const std::string kReleaseGrantLua =
       std::string(kNextTokenLua) + std::string(kHolderLua) + std::string(kReleaseGrantBodyLua);
   static const std::string kInspectLua = std::string(kLastTokenLua) + std::string(kInspectBodyLua);
+  static const std::string kSemAcquireLua =
+      std::string(kNextTokenLua) + std::string(kSemClockLua) + std::string(kSemAcquireBodyLua);
+  static const std::string kSemReleaseLua =
+      std::string(kSemClockLua) + std::string(kSemReleaseBodyLua);
+  static const std::string kSemExtendLua =
+      std::string(kSemClockLua) + std::string(kSemExtendBodyLua);
   static const std::string kForceReleaseLua =
       std::string(kLastTokenLua) + std::string(kForceReleaseBodyLua);
   switch (id) {
@@ -203,6 +292,14 @@ std::string_view scriptText(ScriptId id) {
       return kReleaseGrantLua;
     case ScriptId::kForceRelease:
       return kForceReleaseLua;
+    case ScriptId::kSemAcquire:
+      return kSemAcquireLua;
+    case ScriptId::kSemRelease:
+      return kSemReleaseLua;
+    case ScriptId::kSemExtend:
+      return kSemExtendLua;
+    case ScriptId::kSemInspect:
+      return kSemInspectLua;
   }
   return {};
 }
@@ -227,6 +324,14 @@ const char* scriptName(ScriptId id) {
       return "release_grant";
     case ScriptId::kForceRelease:
       return "force_release";
+    case ScriptId::kSemAcquire:
+      return "sem_acquire";
+    case ScriptId::kSemRelease:
+      return "sem_release";
+    case ScriptId::kSemExtend:
+      return "sem_extend";
+    case ScriptId::kSemInspect:
+      return "sem_inspect";
   }
   return "unknown";
 }
@@ -249,6 +354,14 @@ std::string lockKey(std::string_view prefix, std::string_view name) {
 
 std::string tokenKey(std::string_view prefix, std::string_view name) {
   return lockKey(prefix, name) + ":token";
+}
+
+std::string semaphoreKey(std::string_view prefix, std::string_view name) {
+  return lockKey(prefix, name) + ":sem";
+}
+
+std::string semaphoreLimitKey(std::string_view prefix, std::string_view name) {
+  return lockKey(prefix, name) + ":sem:limit";
 }
 
 std::string releaseChannel(std::string_view prefix, std::string_view name) {
@@ -278,12 +391,20 @@ Status badShape(std::string_view node, ScriptId script) {
 
 }  // namespace
 
+bool isSemaphoreScript(ScriptId id) {
+  return id == ScriptId::kSemAcquire || id == ScriptId::kSemRelease || id == ScriptId::kSemExtend ||
+         id == ScriptId::kSemInspect;
+}
+
 StatusOr<Outcome> decodeOutcome(const StatusOr<RedisValue>& reply, ScriptId script,
                                 std::string_view node) {
   if (!reply.isOk()) return reply.status();
   const RedisValue& v = *reply;
   if (v.isError()) return internalError("redis " + std::string(node) + ": " + v.str);
-  if (v.type != RedisValue::Type::kArray || v.elements.size() < 3 || v.elements.size() > 4) {
+  const bool semaphore = isSemaphoreScript(script);
+  const size_t max_fields = semaphore ? 5 : 4;
+  if (v.type != RedisValue::Type::kArray || v.elements.size() < 3 ||
+      v.elements.size() > max_fields) {
     return badShape(node, script);
   }
   for (const RedisValue& e : v.elements) {
@@ -292,16 +413,24 @@ StatusOr<Outcome> decodeOutcome(const StatusOr<RedisValue>& reply, ScriptId scri
   const int64_t code = v.elements[0].integer;
   const int64_t token = v.elements[1].integer;
   const int64_t ttl = v.elements[2].integer;
+  const int64_t count = v.elements.size() >= 4 ? v.elements[3].integer : 0;
+  const int64_t limit = v.elements.size() >= 5 ? v.elements[4].integer : 0;
+  if (count < 0 || limit < 0) return badShape(node, script);
+  const bool acquires = script == ScriptId::kAcquire || script == ScriptId::kSemAcquire;
   Outcome o;
+  if (semaphore) {
+    o.used = count;
+    o.limit = limit;
+  } else {
+    o.holds = count;
+  }
   switch (code) {
     case 1:
       o.code = OutcomeCode::kOk;
-      o.holds = v.elements.size() == 4 ? v.elements[3].integer : 0;
-      if (o.holds < 0) return badShape(node, script);
-      // A grant always carries its token; a hand-off without one only gave back a hold.
-      if (script == ScriptId::kAcquire && (token <= 0 || o.holds < 1)) {
-        return badShape(node, script);
-      }
+      // A grant always carries its token (and a mutex grant its holds); a hand-off without a
+      // token only gave back a hold.
+      if (acquires && token <= 0) return badShape(node, script);
+      if (script == ScriptId::kAcquire && o.holds < 1) return badShape(node, script);
       if (script == ScriptId::kReleaseGrant && token <= 0 && o.holds < 1) {
         return badShape(node, script);
       }
@@ -311,16 +440,20 @@ StatusOr<Outcome> decodeOutcome(const StatusOr<RedisValue>& reply, ScriptId scri
       return o;
     case 0:
       if (script == ScriptId::kInspect || script == ScriptId::kForceRelease ||
-          script == ScriptId::kTokenSync) {
+          script == ScriptId::kTokenSync || (semaphore && script != ScriptId::kSemAcquire)) {
         return badShape(node, script);
       }
-      o.code = script == ScriptId::kAcquire ? OutcomeCode::kBusy : OutcomeCode::kNotOwner;
+      o.code = acquires ? OutcomeCode::kBusy : OutcomeCode::kNotOwner;
       // PTTL -1: a key without expiry (not ours); unknown, so waiters fall back to their backoff.
       o.holder_ttl_ms = ttl >= 0 ? ttl : -1;
       return o;
     case -1:
       o.code = OutcomeCode::kNotHeld;
       o.token = static_cast<uint64_t>(std::max<int64_t>(0, token));
+      return o;
+    case 2:
+      if (script != ScriptId::kSemAcquire) return badShape(node, script);
+      o.code = OutcomeCode::kLimitMismatch;
       return o;
     default:
       return badShape(node, script);
@@ -337,22 +470,31 @@ ScriptCall::Views ScriptCall::views() const {
 }
 
 ScriptCall scriptCallFor(const Operation& op, const ScriptContext& ctx) {
+  const bool semaphore = op.kind == LockKind::kSemaphore;
   ScriptCall c;
-  c.keys[0] = lockKey(ctx.prefix, op.name);
-  c.keys[1] = tokenKey(ctx.prefix, op.name);
-  c.key_count = 2;
+  if (semaphore) {
+    c.keys[0] = semaphoreKey(ctx.prefix, op.name);
+    c.keys[1] = tokenKey(ctx.prefix, op.name);
+    c.keys[2] = semaphoreLimitKey(ctx.prefix, op.name);
+    c.key_count = 3;
+  } else {
+    c.keys[0] = lockKey(ctx.prefix, op.name);
+    c.keys[1] = tokenKey(ctx.prefix, op.name);
+    c.key_count = 2;
+  }
   auto arg = [&c](std::string_view a) { c.args[c.arg_count++].assign(a); };
   switch (op.verb) {
     case Verb::kAcquire:
-      c.script = ScriptId::kAcquire;
+      c.script = semaphore ? ScriptId::kSemAcquire : ScriptId::kAcquire;
       c.node_op = NodeOp::kAcquire;
       arg(op.owner);
       arg(std::to_string(op.ttl_ms));
+      if (semaphore) arg(std::to_string(op.limit));
       arg(ctx.counter_ttl_ms);
-      if (op.reentrant) arg(kReentrantArg);
+      if (op.reentrant && !semaphore) arg(kReentrantArg);
       break;
     case Verb::kRelease:
-      c.script = ScriptId::kRelease;
+      c.script = semaphore ? ScriptId::kSemRelease : ScriptId::kRelease;
       c.node_op = NodeOp::kRelease;
       arg(op.owner);
       arg(releaseChannel(ctx.prefix, op.name));
@@ -360,27 +502,31 @@ ScriptCall scriptCallFor(const Operation& op, const ScriptContext& ctx) {
       if (ctx.sharded_publish) arg(kShardedPublish);
       break;
     case Verb::kExtend:
-      c.script = ScriptId::kExtend;
+      c.script = semaphore ? ScriptId::kSemExtend : ScriptId::kExtend;
       c.node_op = NodeOp::kExtend;
       arg(op.owner);
       arg(std::to_string(op.ttl_ms));
       arg(ctx.counter_ttl_ms);
       break;
     case Verb::kInspect:
-      c.script = ScriptId::kInspect;
+      c.script = semaphore ? ScriptId::kSemInspect : ScriptId::kInspect;
       c.node_op = NodeOp::kInspect;
       break;
+    // Mutex verbs: the lock service hands off and force-releases mutexes only (a semaphore's
+    // would be answered by its inspect script, changing nothing).
     case Verb::kHandOff:
-      c.script = ScriptId::kReleaseGrant;
+      c.script = semaphore ? ScriptId::kSemInspect : ScriptId::kReleaseGrant;
       c.node_op = NodeOp::kRelease;
+      if (semaphore) break;
       arg(op.owner);
       arg(op.next_owner);
       arg(std::to_string(op.ttl_ms));
       arg(ctx.counter_ttl_ms);
       break;
     case Verb::kForceRelease:
-      c.script = ScriptId::kForceRelease;
+      c.script = semaphore ? ScriptId::kSemInspect : ScriptId::kForceRelease;
       c.node_op = NodeOp::kRelease;
+      if (semaphore) break;
       arg(releaseChannel(ctx.prefix, op.name));
       arg(op.name);
       if (ctx.sharded_publish) arg(kShardedPublish);

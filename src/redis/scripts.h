@@ -51,6 +51,18 @@
 //   release_grant  owner, next owner, next ttl_ms, counter_ttl_ms (hand-off, single master)
 //   force_release  channel, name[, "sharded"] (operators): deletes whoever holds it, announces it
 //
+// Semaphores (KEYS: p{name}:sem, p{name}:token, p{name}:sem:limit). A permit is a member of the
+// sorted set scored with its expiry (Redis TIME, ms); expired members are dropped by the writing
+// scripts, both keys live as long as the longest permit and vanish with the last one. Replies
+// carry two more fields, {code, token, ttl, used, limit}:
+//   sem_acquire  permit, ttl_ms, limit, counter_ttl_ms -> {1, token, ttl, used, limit} granted |
+//                {0, 0, ms until the first permit expires, used, limit} all taken |
+//                {2, 0, 0, used, limit of the semaphore} another limit while permits are held
+//   sem_release  permit, channel, name[, "sharded"] -> {1, 0, 0, used} | {-1, 0, 0}; announces
+//                the freed permit like a release
+//   sem_extend   permit, ttl_ms, counter_ttl_ms -> {1, 0, ttl, used} | {-1, 0, 0}
+//   sem_inspect  (none) -> {1, last token, 0, used, limit} | {-1, last token, 0, 0, 0}
+//
 // Kinds and keys: a lock kind owns its keys. The mutex keeps the layout above (`p{name}`,
 // `p{name}:token`) so that sidecars of older versions and this one, run side by side during a
 // rolling upgrade, still exclude each other; a kind added later puts its kind in its keys
@@ -82,6 +94,10 @@ enum class ScriptId : size_t {
   kTokenSync,
   kReleaseGrant,
   kForceRelease,
+  kSemAcquire,
+  kSemRelease,
+  kSemExtend,
+  kSemInspect,
 };
 
 /// Lua source of one script.
@@ -97,8 +113,11 @@ int64_t tokenCounterTtlMs(int64_t max_ttl_ms);
 const char* scriptName(ScriptId id);
 /// All script ids, in index order.
 inline constexpr ScriptId kAllScripts[] = {
-    ScriptId::kAcquire,   ScriptId::kRelease,      ScriptId::kExtend,      ScriptId::kInspect,
-    ScriptId::kTokenSync, ScriptId::kReleaseGrant, ScriptId::kForceRelease};
+    ScriptId::kAcquire,    ScriptId::kRelease,      ScriptId::kExtend,       ScriptId::kInspect,
+    ScriptId::kTokenSync,  ScriptId::kReleaseGrant, ScriptId::kForceRelease, ScriptId::kSemAcquire,
+    ScriptId::kSemRelease, ScriptId::kSemExtend,    ScriptId::kSemInspect};
+/// Whether the script works on a semaphore (its 4th and 5th reply fields: used, limit).
+bool isSemaphoreScript(ScriptId id);
 /// The script set for RedisNodeOptions::scripts (one shared instance).
 std::shared_ptr<const RedisScriptSet> sidelockScripts();
 
@@ -106,6 +125,10 @@ std::shared_ptr<const RedisScriptSet> sidelockScripts();
 std::string lockKey(std::string_view prefix, std::string_view name);
 /// KEYS[2]: `<prefix>{<name>}:token`.
 std::string tokenKey(std::string_view prefix, std::string_view name);
+/// Semaphore keys: `<prefix>{<name>}:sem` (permits: a sorted set of permit id -> expiry in ms of
+/// Redis time) and `<prefix>{<name>}:sem:limit`; its fencing counter is the name's tokenKey().
+std::string semaphoreKey(std::string_view prefix, std::string_view name);
+std::string semaphoreLimitKey(std::string_view prefix, std::string_view name);
 /// ARGV[4] of the acquire script: take one more hold if the owner holds the lease already.
 inline constexpr std::string_view kReentrantArg = "reentrant";
 /// ARGV[4] of the release script on Redis Cluster: announce with SPUBLISH (sharded pub/sub).
@@ -133,7 +156,7 @@ struct ScriptContext {
 struct ScriptCall {
   ScriptId script = ScriptId::kInspect;
   NodeOp node_op = NodeOp::kOther;
-  std::array<std::string, 2> keys;
+  std::array<std::string, 3> keys;
   std::array<std::string, 4> args;
   uint8_t key_count = 0;
   uint8_t arg_count = 0;
@@ -141,7 +164,7 @@ struct ScriptCall {
   /// Views of keys / args for RedisNode::runScriptArgs; valid while this call is neither
   /// changed nor moved.
   struct Views {
-    std::array<std::string_view, 2> keys;
+    std::array<std::string_view, 3> keys;
     std::array<std::string_view, 4> args;
     RedisArgs keyArgs() const { return {keys.data(), key_count}; }
     RedisArgs argArgs() const { return {args.data(), arg_count}; }

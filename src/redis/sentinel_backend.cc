@@ -149,7 +149,7 @@ void SentinelBackend::grantThenWait(const Operation& op, OutcomeCallback cb) {
   check->wait_timeout_ms = wait_timeout_ms_;
   // Who holds the grant if it has to be taken back: the acquirer, or the hand-off's next owner.
   const bool hand_off = op.verb == Verb::kHandOff;
-  auto finish = [redis = redis_.get(), name = std::string(op.name),
+  auto finish = [redis = redis_.get(), name = std::string(op.name), kind = op.kind,
                  grantee = std::string(hand_off ? op.next_owner : op.owner), hand_off,
                  cb = std::move(cb)](StatusOr<Outcome> r, const GrantCheck& check,
                                      const std::weak_ptr<char>& alive) mutable {
@@ -160,7 +160,7 @@ void SentinelBackend::grantThenWait(const Operation& op, OutcomeCallback cb) {
     }
     // Give the grant back: nobody will be told of it, so nobody may be left holding it.
     if (!alive.expired()) {
-      redis->run(Operation::release(name, grantee), [](StatusOr<Outcome>) {});
+      redis->run(Operation::release(name, grantee).of(kind), [](StatusOr<Outcome>) {});
     }
     if (!hand_off) {
       cb(check.notReplicated());

@@ -280,6 +280,23 @@ def exercise(doc, lock_port, admin_port):
     check("POST", "/v1/locks/x/release", '{"owner":"somebody-else"}', expect=409)
     check("POST", "/v1/locks/x/release", json.dumps({"owner": owner}), expect=200)
     check("POST", "/v1/locks/x/release", json.dumps({"owner": owner}), expect=404)
+    # Reentrant holds and semaphores.
+    _, tree = check("POST", "/v1/locks/tree/acquire", '{"reentrant":true}', expect=200)
+    tree_owner = json.loads(tree)["owner"]
+    check("POST", "/v1/locks/tree/acquire", json.dumps({"owner": tree_owner, "reentrant": True}), expect=200)
+    check("POST", "/v1/locks/tree/release", json.dumps({"owner": tree_owner}), expect=200)
+    check("POST", "/v1/locks/tree/release", json.dumps({"owner": tree_owner}), expect=200)
+    check("GET", "/v1/semaphores/sale", expect=200)
+    _, sem = check("POST", "/v1/semaphores/sale/acquire", '{"limit":1,"ttl_ms":30000}', expect=200)
+    permit = json.loads(sem)["permit"]
+    check("GET", "/v1/semaphores/sale", expect=200)
+    check("POST", "/v1/semaphores/sale/acquire", '{"limit":1}', expect=409)
+    check("POST", "/v1/semaphores/sale/acquire", '{"limit":2}', expect=409)
+    check("POST", "/v1/semaphores/sale/acquire", '{"limit":0}', expect=400)
+    check("POST", "/v1/semaphores/sale/extend", json.dumps({"permit": permit, "ttl_ms": 20000}), expect=200)
+    check("POST", "/v1/semaphores/sale/release", json.dumps({"permit": permit}), expect=200)
+    check("POST", "/v1/semaphores/sale/release", json.dumps({"permit": permit}), expect=404)
+    check("POST", "/v1/semaphores/sale/extend", json.dumps({"permit": permit}), expect=404)
     check("GET", "/v1/locks/x", headers={"Host": "attacker.example"}, expect=421)
     check("POST", "/v1/locks/x/acquire", "{}", {"Origin": "http://evil.example"}, expect=403)
 

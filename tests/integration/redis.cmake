@@ -8,3 +8,8 @@ sidelock_test(redis_tls_test
   LIBS sidelock_redis
   LABELS integration
   TIMEOUT 300)
+sidelock_test(differential_test
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/differential_test.cc
+  LIBS sidelock_redis
+  LABELS integration
+  TIMEOUT 300)

@@ -170,16 +170,12 @@ TEST(ReentrantTest, BadCombinationsAreRefused) {
 // Redlock: every node would count holds on its own; refused with a clear 400, nothing held.
 TEST(ReentrantTest, RedlockRefusesReentrantAcquires) {
   std::vector<std::unique_ptr<RedisServer>> nodes;
-  std::string list;
+  std::vector<std::string> addresses;
   for (int i = 0; i < 3; ++i) {
     nodes.push_back(std::make_unique<RedisServer>());
-    list += (i ? ", \"" : "\"") + nodes.back()->address() + "\"";
+    addresses.push_back(nodes.back()->address());
   }
-  SidecarProcess s(SidecarProcess::Options{
-      "backend:\n  type: redlock\n  nodes: [" + list +
-          "]\n  redlock:\n    node_timeout_ms: 50\n    delayed_restart: false\n",
-      {},
-      true});
+  SidecarProcess s(SidecarProcess::Options{redlockBackendYaml(addresses), {}, true});
   HttpClient c = HttpClient::tcp(s.port());
   auto r = c.post("/v1/locks/x/acquire", R"({"reentrant":true})");
   EXPECT_EQ(r.status, 400) << r.body;

@@ -21,6 +21,13 @@ std::string redisBackendYaml(const std::string& address) {
   return "backend:\n  type: redis\n  nodes: [\"" + address + "\"]\n";
 }
 
+std::string redlockBackendYaml(const std::vector<std::string>& addresses) {
+  std::string list;
+  for (const auto& a : addresses) list += (list.empty() ? "\"" : ", \"") + a + "\"";
+  return "backend:\n  type: redlock\n  nodes: [" + list +
+         "]\n  redlock:\n    node_timeout_ms: 50\n    delayed_restart: false\n";
+}
+
 std::unique_ptr<SidecarProcess> sidecarOnRedis(const std::string& address) {
   return std::make_unique<SidecarProcess>(
       SidecarProcess::Options{redisBackendYaml(address), {}, /*wait_ready=*/true});

@@ -64,6 +64,9 @@ std::string sidelockBinary();
 
 /// Options::yaml for a sidecar on one Redis at `address` ("127.0.0.1:port"), defaults otherwise.
 std::string redisBackendYaml(const std::string& address);
+/// Options::yaml for a Redlock sidecar over `addresses`: short node timeout, no delayed restart
+/// (fresh test nodes would not vote for max_ttl_ms otherwise).
+std::string redlockBackendYaml(const std::vector<std::string>& addresses);
 /// A ready sidecar on one Redis at `address` with defaults otherwise.
 std::unique_ptr<SidecarProcess> sidecarOnRedis(const std::string& address);
 

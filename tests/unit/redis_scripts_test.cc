@@ -77,16 +77,30 @@ TEST(RedisReplies, EveryScriptSharesOneShape) {
   for (ScriptId id : kAllScripts) {
     EXPECT_TRUE(decode(reply(-1, 0, 0), id).isOk()) << scriptName(id);
     EXPECT_FALSE(decode(array({integer(1)}), id).isOk()) << scriptName(id);
-    EXPECT_FALSE(
-        decode(array({integer(1), integer(2), integer(3), integer(4), integer(5)}), id).isOk());
+    // Mutex scripts answer up to 4 fields, semaphore scripts up to 5 (used, limit).
+    std::vector<RedisValue> too_long(isSemaphoreScript(id) ? 6 : 5, integer(1));
+    EXPECT_FALSE(decode(array(too_long), id).isOk()) << scriptName(id);
     EXPECT_FALSE(decode(reply(1, 2, 3, -1), id).isOk()) << scriptName(id);
     EXPECT_FALSE(decode(array({integer(1), str("2"), integer(3)}), id).isOk());
     EXPECT_FALSE(decode(integer(1), id).isOk()) << scriptName(id);
     EXPECT_FALSE(decode(str("x"), id).isOk()) << scriptName(id);
-    auto bad = decode(reply(2, 0, 0), id);
+    auto bad = decode(reply(id == ScriptId::kSemAcquire ? 3 : 2, 0, 0), id);
     ASSERT_FALSE(bad.isOk());
     EXPECT_NE(bad.status().message().find(scriptName(id)), std::string::npos);
   }
+  // A semaphore's own answers: limit mismatch (acquire only), used and limit.
+  auto mismatch = decode(array({integer(2), integer(0), integer(0), integer(3), integer(5)}),
+                         ScriptId::kSemAcquire);
+  ASSERT_TRUE(mismatch.isOk());
+  EXPECT_EQ(mismatch->code, OutcomeCode::kLimitMismatch);
+  EXPECT_EQ(mismatch->limit, 5);
+  EXPECT_FALSE(decode(reply(2, 0, 0), ScriptId::kSemRelease).isOk());
+  auto permit = decode(array({integer(1), integer(9), integer(500), integer(2), integer(3)}),
+                       ScriptId::kSemAcquire);
+  EXPECT_EQ(permit->used, 2);
+  EXPECT_EQ(permit->limit, 3);
+  EXPECT_EQ(permit->holds, 0) << "used is not a hold count";
+  EXPECT_FALSE(decode(reply(1, 0, 500), ScriptId::kSemAcquire).isOk()) << "a permit has a token";
   // "Held by another owner" has no meaning for reads and the operator's delete.
   EXPECT_FALSE(decode(reply(0, 0, 5), ScriptId::kInspect).isOk());
   EXPECT_FALSE(decode(reply(0, 0, 5), ScriptId::kForceRelease).isOk());
@@ -179,6 +193,19 @@ TEST(RedisScripts, EveryOperationIsOneScriptCall) {
   EXPECT_EQ(scriptCallFor(Operation::extend("n", "o", 1), ctx).script, ScriptId::kExtend);
   EXPECT_EQ(scriptCallFor(Operation::inspect("n"), ctx).arg_count, 0);
   EXPECT_EQ(scriptCallFor(Operation::forceRelease("n"), ctx).script, ScriptId::kForceRelease);
+
+  // A semaphore: its own keys (the kind is in them), the name's counter, its limit as ARGV.
+  const ScriptCall permit = scriptCallFor(Operation::acquirePermit("n", "p", 900, 3), ctx);
+  EXPECT_EQ(permit.script, ScriptId::kSemAcquire);
+  ASSERT_EQ(permit.key_count, 3);
+  EXPECT_EQ(permit.keys[0], "p:{n}:sem");
+  EXPECT_EQ(permit.keys[1], "p:{n}:token");
+  EXPECT_EQ(permit.keys[2], "p:{n}:sem:limit");
+  EXPECT_EQ(permit.args[2], "3");
+  EXPECT_EQ(scriptCallFor(Operation::release("n", "p").of(LockKind::kSemaphore), ctx).script,
+            ScriptId::kSemRelease);
+  EXPECT_EQ(scriptCallFor(Operation::inspect("n").of(LockKind::kSemaphore), ctx).script,
+            ScriptId::kSemInspect);
 
   const ScriptCall sync = tokenSyncCall("n", 77, ctx);
   ASSERT_EQ(sync.key_count, 1);

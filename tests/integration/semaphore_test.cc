@@ -1,0 +1,209 @@
+// Semaphores (issue 13): up to `limit` permits at once, each with its own TTL, over
+// /v1/semaphores/{name}/... Real sidecars on a real redis-server. The flash-sale test checks the
+// limit with an observer of its own (the clients' grant-to-release intervals), never the
+// sidecar's counters.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "support/http_client.h"
+#include "support/redis_server.h"
+#include "support/sidecar_polling.h"
+#include "support/sidecar_process.h"
+
+namespace sidelock::testing {
+namespace {
+
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+std::string permitOf(const HttpResponse& r) { return json::parse(r.body)["permit"]; }
+
+// The flash sale: 3 checkout slots, 24 shoppers on two sidecars, each taking a slot 8 times.
+// Nobody may ever see a fourth slot in use, every shopper gets through, and waiting shoppers
+// are woken by releases (not a spin loop): the sale ends long before its budget.
+TEST(SemaphoreTest, FlashSaleNeverExceedsTheLimit) {
+  constexpr int kLimit = 3;
+  constexpr int kShoppersPerSidecar = 12;
+  constexpr int kRounds = 8;
+  RedisServer redis;
+  auto a = sidecarOnRedis(redis.address());
+  auto b = sidecarOnRedis(redis.address());
+
+  std::mutex mu;
+  std::vector<std::pair<Clock::time_point, int>> edges;  // +1 at a grant, -1 before its release
+  std::atomic<int> failures{0};
+  std::string first_failure;
+  std::vector<std::thread> shoppers;
+  const auto t0 = Clock::now();
+  for (int s = 0; s < 2 * kShoppersPerSidecar; ++s) {
+    const int port = s % 2 == 0 ? a->port() : b->port();
+    shoppers.emplace_back([&, port] {
+      HttpClient c = HttpClient::tcp(port);
+      for (int i = 0; i < kRounds; ++i) {
+        auto r = c.post("/v1/semaphores/checkout/acquire",
+                        R"({"limit":3,"ttl_ms":10000,"wait_ms":20000})");
+        if (r.status != 200) {
+          std::lock_guard<std::mutex> lock(mu);
+          if (failures++ == 0) first_failure = std::to_string(r.status) + " " + r.body;
+          continue;
+        }
+        const auto granted = Clock::now();
+        std::this_thread::sleep_for(std::chrono::milliseconds(3));
+        const auto releasing = Clock::now();
+        {
+          std::lock_guard<std::mutex> lock(mu);
+          edges.emplace_back(granted, +1);
+          edges.emplace_back(releasing, -1);
+        }
+        auto rel = c.post("/v1/semaphores/checkout/release", json{{"permit", permitOf(r)}}.dump());
+        if (rel.status != 200) {
+          std::lock_guard<std::mutex> lock(mu);
+          if (failures++ == 0) first_failure = "release " + std::to_string(rel.status) + rel.body;
+        }
+      }
+    });
+  }
+  for (auto& t : shoppers) t.join();
+  const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  EXPECT_EQ(failures.load(), 0) << first_failure;
+  ASSERT_EQ(edges.size(), 2u * 2 * kShoppersPerSidecar * kRounds);
+  // Ends sort before starts at the same instant: an interval that closed is not counted open.
+  std::sort(edges.begin(), edges.end());
+  int in_use = 0;
+  int most = 0;
+  for (const auto& [t, d] : edges) {
+    in_use += d;
+    most = std::max(most, in_use);
+  }
+  EXPECT_LE(most, kLimit) << "the observer saw more slots in use than the limit";
+  EXPECT_GE(most, 2) << "the permits were used side by side at all";
+  EXPECT_LT(seconds, 20.0);
+  std::cout << "[semaphore] " << 2 * kShoppersPerSidecar * kRounds << " checkouts through "
+            << kLimit << " slots on 2 sidecars in " << seconds << " s, at most " << most
+            << " in use\n";
+  auto state = HttpClient::tcp(a->port()).get("/v1/semaphores/checkout");
+  EXPECT_EQ(json::parse(state.body)["used"], 0);
+  EXPECT_EQ(redis.cli({"EXISTS", "sidelock:{checkout}:sem"}), "0") << "an empty semaphore is gone";
+  EXPECT_EQ(a->stop(), 0) << a->logs();
+  EXPECT_EQ(b->stop(), 0) << b->logs();
+}
+
+TEST(SemaphoreTest, LimitsPermitsInspectAndBadInput) {
+  RedisServer redis;
+  auto s = sidecarOnRedis(redis.address());
+  HttpClient c = HttpClient::tcp(s->port());
+  auto p1 = c.post("/v1/semaphores/pool/acquire", R"({"limit":2,"ttl_ms":20000})");
+  ASSERT_EQ(p1.status, 200) << p1.body;
+  const json g1 = json::parse(p1.body);
+  EXPECT_EQ(g1["name"], "pool");
+  EXPECT_FALSE(g1.contains("owner"));
+  auto p2 = c.post("/v1/semaphores/pool/acquire", R"({"limit":2,"ttl_ms":20000})");
+  ASSERT_EQ(p2.status, 200) << p2.body;
+  EXPECT_GT(json::parse(p2.body)["token"].get<uint64_t>(), g1["token"].get<uint64_t>());
+  EXPECT_NE(permitOf(p2), permitOf(p1));
+
+  auto full = c.post("/v1/semaphores/pool/acquire", R"({"limit":2})");
+  EXPECT_EQ(full.status, 409) << full.body;
+  EXPECT_EQ(json::parse(full.body)["error"], "no_permits");
+  EXPECT_GT(json::parse(full.body)["retry_after_ms"].get<int64_t>(), 10'000);
+  auto mismatch = c.post("/v1/semaphores/pool/acquire", R"({"limit":5})");
+  EXPECT_EQ(mismatch.status, 409) << mismatch.body;
+  EXPECT_EQ(json::parse(mismatch.body)["error"], "limit_mismatch");
+
+  auto state = c.get("/v1/semaphores/pool");
+  ASSERT_EQ(state.status, 200) << state.body;
+  EXPECT_EQ(json::parse(state.body)["limit"], 2);
+  EXPECT_EQ(json::parse(state.body)["used"], 2);
+  EXPECT_EQ(state.body.find(permitOf(p1)), std::string::npos) << "permits are never shown";
+
+  // A mutex of the same name is another lock.
+  EXPECT_EQ(c.post("/v1/locks/pool/acquire", "{}").status, 200);
+
+  auto extended = c.post("/v1/semaphores/pool/extend",
+                         json{{"permit", permitOf(p1)}, {"ttl_ms", 30'000}}.dump());
+  EXPECT_EQ(extended.status, 200) << extended.body;
+  EXPECT_EQ(c.post("/v1/semaphores/pool/release", json{{"permit", permitOf(p1)}}.dump()).status,
+            200);
+  EXPECT_EQ(c.post("/v1/semaphores/pool/release", json{{"permit", permitOf(p1)}}.dump()).status,
+            404);
+  EXPECT_EQ(c.post("/v1/semaphores/pool/extend", json{{"permit", permitOf(p1)}}.dump()).status,
+            404);
+  EXPECT_EQ(json::parse(c.get("/v1/semaphores/pool").body)["used"], 1);
+  EXPECT_EQ(c.post("/v1/semaphores/pool/release", json{{"permit", permitOf(p2)}}.dump()).status,
+            200);
+  // Empty: the next acquire may choose another limit.
+  EXPECT_EQ(json::parse(c.get("/v1/semaphores/pool").body)["limit"], 0);
+  EXPECT_EQ(c.post("/v1/semaphores/pool/acquire", R"({"limit":5})").status, 200);
+
+  for (const char* bad : {R"({})", R"({"limit":0})", R"({"limit":"2"})",
+                          R"({"limit":2,"owner":"x"})", R"({"limit":2,"hold":"forever"})"}) {
+    auto r = c.post("/v1/semaphores/other/acquire", bad);
+    EXPECT_EQ(r.status, 400) << bad << ": " << r.body;
+  }
+  EXPECT_EQ(c.post("/v1/semaphores/other/release", "{}").status, 400);
+  EXPECT_EQ(c.post("/v1/semaphores/other/release", R"({"permit":"has space"})").status, 400);
+  EXPECT_EQ(redis.cli({"EXISTS", "sidelock:{other}:sem"}), "0") << "bad input changes nothing";
+  EXPECT_EQ(s->stop(), 0) << s->logs();
+}
+
+// A holder that crashes (SIGKILL: nothing released) blocks its permit only until the permit's
+// TTL; a waiter on another sidecar gets it then. A stream hold gives its permit back when the
+// client hangs up.
+TEST(SemaphoreTest, CrashedHoldersPermitExpiresAndStreamsGiveBack) {
+  RedisServer redis;
+  auto crashing = sidecarOnRedis(redis.address());
+  auto other = sidecarOnRedis(redis.address());
+  HttpClient c = HttpClient::tcp(crashing->port());
+  ASSERT_EQ(c.post("/v1/semaphores/one/acquire", R"({"limit":1,"ttl_ms":600})").status, 200);
+  crashing->kill();
+  HttpClient o = HttpClient::tcp(other->port());
+  const auto t0 = Clock::now();
+  auto next = o.post("/v1/semaphores/one/acquire", R"({"limit":1,"ttl_ms":5000,"wait_ms":5000})");
+  const auto waited_ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count();
+  ASSERT_EQ(next.status, 200) << next.body;
+  EXPECT_LT(waited_ms, 3000) << "granted once the crashed holder's permit expired";
+  EXPECT_EQ(o.post("/v1/semaphores/one/release", json{{"permit", permitOf(next)}}.dump()).status,
+            200);
+
+  HttpClient stream = HttpClient::tcp(other->port());
+  stream.sendRequest("POST", "/v1/semaphores/one/acquire",
+                     R"({"limit":1,"ttl_ms":2000,"hold":"stream"})");
+  auto head = stream.readStreamHead();
+  ASSERT_TRUE(head);
+  EXPECT_EQ(head->status, 200);
+  EXPECT_EQ(o.post("/v1/semaphores/one/acquire", R"({"limit":1})").status, 409);
+  stream.close();
+  ASSERT_TRUE(pollUntil([&] { return json::parse(o.get("/v1/semaphores/one").body)["used"] == 0; }))
+      << "the stream's permit came back when its client left";
+  EXPECT_EQ(other->stop(), 0) << other->logs();
+}
+
+TEST(SemaphoreTest, RedlockRefusesSemaphores) {
+  std::vector<std::unique_ptr<RedisServer>> nodes;
+  std::vector<std::string> addresses;
+  for (int i = 0; i < 3; ++i) {
+    nodes.push_back(std::make_unique<RedisServer>());
+    addresses.push_back(nodes.back()->address());
+  }
+  SidecarProcess s(SidecarProcess::Options{redlockBackendYaml(addresses), {}, true});
+  HttpClient c = HttpClient::tcp(s.port());
+  auto r = c.post("/v1/semaphores/x/acquire", R"({"limit":2})");
+  EXPECT_EQ(r.status, 400) << r.body;
+  EXPECT_NE(r.body.find("redlock"), std::string::npos) << r.body;
+  for (auto& n : nodes) EXPECT_EQ(n->cli({"EXISTS", "sidelock:{x}:sem"}), "0");
+  EXPECT_EQ(s.stop(), 0) << s.logs();
+}
+
+}  // namespace
+}  // namespace sidelock::testing
