@@ -5,6 +5,7 @@
 #include <sys/socket.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 
 #include "http/http_error.h"
@@ -468,7 +469,7 @@ void HttpServer::Connection::startShutdown() {
   if (shutdown_started_ || closed_) return;
   shutdown_started_ = true;
   if (peer_eof_) {
-    if (delivery_watch_ && peer_ && peer_->transport == PeerIdentity::Transport::kTcp) {
+    if (delivery_watch_ && peer_) {
       awaitReset();
       return;
     }
@@ -567,6 +568,14 @@ bool HttpServer::Connection::peerReset() const {
   if (closed_ || !stream_) return false;
   uv_os_fd_t fd = -1;
   if (uv_fileno(reinterpret_cast<const uv_handle_t*>(stream_.get()), &fd) != 0) return false;
+  if (peer_ != nullptr && peer_->transport == PeerIdentity::Transport::kUnix) {
+    // A Unix socket whose peer closes with data unread gets ECONNRESET as its pending error
+    // (Linux, unix_release_sock); after a close that read everything there is none.
+    int error = 0;
+    socklen_t len = sizeof(error);
+    if (::getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &len) != 0) return false;
+    return error == ECONNRESET;
+  }
   tcp_info info{};
   socklen_t len = sizeof(info);
   if (::getsockopt(fd, IPPROTO_TCP, TCP_INFO, &info, &len) != 0) return false;

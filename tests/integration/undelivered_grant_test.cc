@@ -79,6 +79,21 @@ TEST_P(UndeliveredGrantTest, HalfClosedBeforeReadingThenClosedGivesItBack) {
   EXPECT_EQ(sidecar.stop(), 0);
 }
 
+// The order the previous test leaves to the scheduler, made certain: the answer is written before
+// the sidecar sees the EOF, so only the reset that follows within the watch window can tell it was
+// never read (a Unix socket reports it as ECONNRESET, TCP as a reset connection).
+TEST_P(UndeliveredGrantTest, HalfClosedAfterTheAnswerArrivedThenClosedUnreadGivesItBack) {
+  HttpClient client = connect();
+  sendAcquire(client, "late-eof");
+  ASSERT_TRUE(answerArrived(client));
+  ::shutdown(client.fd(), SHUT_WR);
+  client.close();
+  EXPECT_TRUE(pollUntil([&] { return !held("late-eof"); })) << "the unread grant is still held";
+  EXPECT_EQ(metric(kUndelivered), 1);
+  EXPECT_EQ(redis.cli({"EXISTS", "sidelock:{late-eof}"}), "0");
+  EXPECT_EQ(sidecar.stop(), 0);
+}
+
 TEST_P(UndeliveredGrantTest, ReadGrantStaysHeldAfterACleanClose) {
   const int64_t connections_before = metric(kConnections);
   HttpClient client = connect();
