@@ -35,6 +35,7 @@ enum class LockKind : uint8_t {
   kMutex,      // one holder (reentrant acquires: one holder, counted holds)
   kSemaphore,  // up to `limit` holders at once, each with its own permit (owner) and TTL
 };
+inline constexpr size_t kLockKindCount = 2;
 
 /// One lock operation: a verb on one lock of one kind, as `owner`. The strings are views: the
 /// backend copies what it keeps before run() returns.

@@ -158,12 +158,13 @@ AcquireTicket LockService::Impl::acquire(AcquireOptions options,
     r.status = status;
     r.retry_after_ms = retry_after_ms;
     r.limit = limit;
+    metrics::Metrics::AcquireMetrics& m = acquireMetrics(options.name);
     if (status == AcquireStatus::kCancelled) {
-      metrics_.acquire_cancelled.Increment();
+      m.cancelled.Increment();
     } else if (status == AcquireStatus::kTooManyWaiters) {
-      metrics_.acquire_too_many_waiters.Increment();
+      m.too_many_waiters.Increment();
     }
-    metrics_.acquire_wait_seconds.Observe(0);
+    m.wait_seconds.Observe(0);
     deliver([done = std::move(done), r = std::move(r)]() mutable { done(std::move(r)); });
     return AcquireTicket();
   };
@@ -451,26 +452,27 @@ void LockService::Impl::onDeadline(uint64_t id) {
 void LockService::Impl::finishWaiter(Waiter& w, AcquireResult result) {
   w.deadline_timer.reset();
   const int64_t now = scheduler_.nowUs();
-  metrics_.acquire_wait_seconds.Observe(static_cast<double>(now - w.started_us) / 1e6);
-  if (w.contended) metrics_.acquire_contended.Increment();
+  metrics::Metrics::AcquireMetrics& m = acquireMetrics(w.options.name);
+  m.wait_seconds.Observe(static_cast<double>(now - w.started_us) / 1e6);
+  if (w.contended) m.contended.Increment();
   switch (result.status) {
     case AcquireStatus::kGranted:
-      metrics_.acquire_acquired.Increment();
+      m.acquired.Increment();
       break;
     case AcquireStatus::kBusy:
-      metrics_.acquire_busy.Increment();
+      m.busy.Increment();
       break;
     case AcquireStatus::kTooManyWaiters:
-      metrics_.acquire_too_many_waiters.Increment();
+      m.too_many_waiters.Increment();
       break;
     case AcquireStatus::kCancelled:
-      metrics_.acquire_cancelled.Increment();
+      m.cancelled.Increment();
       break;
     case AcquireStatus::kError:
-      metrics_.acquire_error.Increment();
+      m.error.Increment();
       break;
     case AcquireStatus::kLimitMismatch:
-      metrics_.acquire_limit_mismatch.Increment();
+      m.limit_mismatch.Increment();
       break;
   }
   detachFromQueue(w);
@@ -541,6 +543,13 @@ void LockService::Impl::wakeQueue(std::string_view name, bool notified) {
   q->backoff.reset();
   q->holder_expiry_us = -1;
   attempt(*q->fifo.front());
+}
+
+metrics::Metrics::AcquireMetrics& LockService::Impl::acquireMetrics(std::string_view key) {
+  const LockKind kind = lockRefOf(key).kind;
+  metrics::Metrics::AcquireMetrics*& m = acquire_metrics_[static_cast<size_t>(kind)];
+  if (m == nullptr) m = &metrics_.acquireFor(backend::lockKindName(kind));
+  return *m;
 }
 
 void LockService::Impl::runOnBackend(backend::Operation op, backend::OutcomeCallback cb) {

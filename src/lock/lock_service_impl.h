@@ -8,6 +8,7 @@
 // TurnScope (inside a public call) deliver() posts them to a later loop turn instead.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -145,6 +146,8 @@ class LockService::Impl {
   void endLease(std::string_view name, std::string_view owner);
   /// Sends `op` (named by its lock key) to the backend as the kind and name the key stands for.
   void runOnBackend(backend::Operation op, backend::OutcomeCallback cb);
+  /// The acquire metrics of the kind of lock `key` names ({kind=...}), looked up once per kind.
+  metrics::Metrics::AcquireMetrics& acquireMetrics(std::string_view key);
   void updateHeldGauge();
 
   // --- shutdown accounting ---
@@ -153,6 +156,7 @@ class LockService::Impl {
   void maybeFinishShutdown();
 
   const config::LocksConfig config_;
+  std::array<metrics::Metrics::AcquireMetrics*, backend::kLockKindCount> acquire_metrics_{};
   backend::Backend& backend_;
   event::Scheduler& scheduler_;
   metrics::Metrics& metrics_;

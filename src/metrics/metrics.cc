@@ -52,20 +52,18 @@ Metrics::Metrics(std::string version)
     : registry_(std::make_shared<prometheus::Registry>()),
       acquire_total(BuildCounter()
                         .Name("sidelock_acquire_total")
-                        .Help("Acquire requests by final result (acquired, busy, error, "
-                              "too_many_waiters, cancelled).")
+                        .Help("Acquire requests by lock kind and final result (acquired, busy, "
+                              "error, too_many_waiters, cancelled, limit_mismatch).")
                         .Register(*registry_)),
-      acquire_acquired(acquire_total.Add({{"result", "acquired"}})),
-      acquire_busy(acquire_total.Add({{"result", "busy"}})),
-      acquire_error(acquire_total.Add({{"result", "error"}})),
-      acquire_limit_mismatch(acquire_total.Add({{"result", "limit_mismatch"}})),
-      acquire_too_many_waiters(acquire_total.Add({{"result", "too_many_waiters"}})),
-      acquire_cancelled(acquire_total.Add({{"result", "cancelled"}})),
-      acquire_contended(BuildCounter()
-                            .Name("sidelock_acquire_contended_total")
-                            .Help("Acquire requests that found the lock held at least once.")
-                            .Register(*registry_)
-                            .Add({})),
+      acquire_contended_total(BuildCounter()
+                                  .Name("sidelock_acquire_contended_total")
+                                  .Help("Acquire requests that found the lock (all permits) held "
+                                        "at least once, by lock kind.")
+                                  .Register(*registry_)),
+      acquire_wait_seconds(BuildHistogram()
+                               .Name("sidelock_acquire_wait_seconds")
+                               .Help("Time from an acquire request to its outcome, by lock kind.")
+                               .Register(*registry_)),
       grants_undelivered(BuildCounter()
                              .Name("sidelock_grants_undelivered_total")
                              .Help("Grants given back because the client never read them: it "
@@ -79,11 +77,6 @@ Metrics::Metrics(std::string version)
                                 "whoever held them.")
                           .Register(*registry_)
                           .Add({})),
-      acquire_wait_seconds(BuildHistogram()
-                               .Name("sidelock_acquire_wait_seconds")
-                               .Help("Time from an acquire request to its outcome.")
-                               .Register(*registry_)
-                               .Add({}, waitBuckets())),
       waiters(BuildGauge()
                   .Name("sidelock_waiters")
                   .Help("Acquire requests currently queued waiting for a lock.")
@@ -265,6 +258,24 @@ Metrics::Metrics(std::string version)
                              .Register(*registry_)
                              .Add({});
   updateProcessMetrics();
+  acquireFor("mutex");
+}
+
+Metrics::AcquireMetrics& Metrics::acquireFor(std::string_view kind) {
+  for (auto& [name, m] : acquire_kinds_) {
+    if (name == kind) return *m;
+  }
+  const std::string k(kind);
+  auto result = [&](const char* r) -> prometheus::Counter& {
+    return acquire_total.Add({{"kind", k}, {"result", r}});
+  };
+  acquire_kinds_.emplace_back(
+      k, std::make_unique<AcquireMetrics>(
+             AcquireMetrics{result("acquired"), result("busy"), result("error"),
+                            result("limit_mismatch"), result("too_many_waiters"),
+                            result("cancelled"), acquire_contended_total.Add({{"kind", k}}),
+                            acquire_wait_seconds.Add({{"kind", k}}, waitBuckets())}));
+  return *acquire_kinds_.back().second;
 }
 
 NodeMetrics& Metrics::node(std::string_view address) { return makeNode(address, true); }

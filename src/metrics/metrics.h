@@ -72,17 +72,25 @@ class Metrics {
   const std::string& renderCached(uint64_t epoch);
 
   // --- acquire ---
-  prometheus::Family<prometheus::Counter>& acquire_total;  // {result}
-  prometheus::Counter& acquire_acquired;
-  prometheus::Counter& acquire_busy;
-  prometheus::Counter& acquire_error;
-  prometheus::Counter& acquire_limit_mismatch;  // semaphores: asked with another limit
-  prometheus::Counter& acquire_too_many_waiters;
-  prometheus::Counter& acquire_cancelled;   // the client went away while waiting
-  prometheus::Counter& acquire_contended;   // found the lock held at least once
+  prometheus::Family<prometheus::Counter>& acquire_total;            // {kind,result}
+  prometheus::Family<prometheus::Counter>& acquire_contended_total;  // {kind}
+  prometheus::Family<prometheus::Histogram>& acquire_wait_seconds;   // {kind}
+  /// One lock kind's acquire series ({kind="mutex"}, {kind="semaphore"}).
+  struct AcquireMetrics {
+    prometheus::Counter& acquired;
+    prometheus::Counter& busy;
+    prometheus::Counter& error;
+    prometheus::Counter& limit_mismatch;  // semaphores: asked with another limit
+    prometheus::Counter& too_many_waiters;
+    prometheus::Counter& cancelled;  // the client went away while waiting
+    prometheus::Counter& contended;  // found the lock held at least once
+    prometheus::Histogram& wait_seconds;
+  };
+  /// The series of lock kind `kind`, created on first use ("mutex" exists from the start, so
+  /// its rates read 0 rather than absent before the first request); the reference stays valid.
+  AcquireMetrics& acquireFor(std::string_view kind);
   prometheus::Counter& grants_undelivered;  // granted, never read by the client, given back
   prometheus::Counter& forced_releases;     // leases an operator freed (admin force release)
-  prometheus::Histogram& acquire_wait_seconds;
   prometheus::Gauge& waiters;
 
   // --- leases ---
@@ -144,6 +152,7 @@ class Metrics {
   std::string cached_render_;
   uint64_t cached_epoch_ = 0;
   std::vector<std::pair<std::string, std::unique_ptr<NodeMetrics>>> nodes_;
+  std::vector<std::pair<std::string, std::unique_ptr<AcquireMetrics>>> acquire_kinds_;
   // process_* and build info (updated at scrape time)
   prometheus::Gauge* process_rss_ = nullptr;
   prometheus::Gauge* process_vms_ = nullptr;

@@ -74,7 +74,9 @@ TEST_P(UndeliveredGrantTest, HalfClosedBeforeReadingThenClosedGivesItBack) {
   EXPECT_TRUE(pollUntil([&] { return !held("half-closed"); }))
       << "the unread grant is still held";
   // Given back either as undelivered, or (the EOF read before the grant) as a cancelled waiter.
-  EXPECT_GE(metric(kUndelivered) + metric("sidelock_acquire_total{result=\"cancelled\"}"), 1);
+  EXPECT_GE(metric(kUndelivered) +
+                metric("sidelock_acquire_total{kind=\"mutex\",result=\"cancelled\"}"),
+            1);
   EXPECT_EQ(redis.cli({"EXISTS", "sidelock:{half-closed}"}), "0");
   EXPECT_EQ(sidecar.stop(), 0);
 }

@@ -149,10 +149,10 @@ TEST_F(LockServiceTest, GrantGeneratesOwnerAndRecordsLease) {
   EXPECT_NE(b->grant().owner, a->grant().owner);
   EXPECT_EQ(b->status(), AcquireStatus::kBusy);
   EXPECT_EQ(b->result->retry_after_ms, 7500);
-  EXPECT_EQ(metrics.acquire_acquired.Value(), 1);
-  EXPECT_EQ(metrics.acquire_busy.Value(), 1);
-  EXPECT_EQ(metrics.acquire_contended.Value(), 1);
-  EXPECT_EQ(samples(metrics.acquire_wait_seconds), 2u);
+  EXPECT_EQ(metrics.acquireFor("mutex").acquired.Value(), 1);
+  EXPECT_EQ(metrics.acquireFor("mutex").busy.Value(), 1);
+  EXPECT_EQ(metrics.acquireFor("mutex").contended.Value(), 1);
+  EXPECT_EQ(samples(metrics.acquireFor("mutex").wait_seconds), 2u);
 
   EXPECT_EQ(*release("orders-42", a->grant().owner), ReleaseStatus::kReleased);
   EXPECT_EQ(held(), 0);
@@ -255,7 +255,7 @@ TEST_F(LockServiceTest, BackendErrorIsAnErrorNotAGrant) {
   auto a = acquireNow(opts("x", "alice", 100));
   EXPECT_EQ(a->status(), AcquireStatus::kError);
   EXPECT_EQ(a->result->error.code(), StatusCode::kUnavailable);
-  EXPECT_EQ(metrics.acquire_error.Value(), 1);
+  EXPECT_EQ(metrics.acquireFor("mutex").error.Value(), 1);
   EXPECT_EQ(waiters(), 0);
   EXPECT_EQ(held(), 0);
 }
@@ -300,7 +300,7 @@ TEST_F(LockServiceTest, WaitersRideOutAnOutageShorterThanTheirBudget) {
   sched.runReady();
   ASSERT_TRUE(second->done());
   EXPECT_EQ(second->status(), AcquireStatus::kGranted);
-  EXPECT_EQ(metrics.acquire_error.Value(), 1);  // the single try only
+  EXPECT_EQ(metrics.acquireFor("mutex").error.Value(), 1);  // the single try only
 }
 
 TEST_F(LockServiceTest, WaiterRetriesWithoutAReadyNotificationToo) {
@@ -323,7 +323,7 @@ TEST_F(LockServiceTest, BudgetEndingDuringTheOutageAnswersTheBackendError) {
   EXPECT_EQ(w->status(), AcquireStatus::kError) << "503, not 409: nobody holds the lock";
   EXPECT_EQ(w->result->error.code(), StatusCode::kUnavailable);
   EXPECT_EQ(waiters(), 0);
-  EXPECT_EQ(metrics.acquire_error.Value(), 1);
+  EXPECT_EQ(metrics.acquireFor("mutex").error.Value(), 1);
 }
 
 TEST_F(LockServiceTest, ReleaseFailuresDuringAnOutageLogOneLinePerWindow) {
@@ -365,8 +365,8 @@ TEST_F(LockServiceTest, WaitersAreGrantedInFifoOrderOnRelease) {
   EXPECT_EQ(waiters(), 0);
   EXPECT_TRUE(svc->waiterCounts().empty());
   EXPECT_EQ(backend.memory().watchedNames(), 0u);  // unwatched when the queue emptied
-  EXPECT_EQ(metrics.acquire_contended.Value(), 4);
-  EXPECT_EQ(samples(metrics.acquire_wait_seconds), 5u);
+  EXPECT_EQ(metrics.acquireFor("mutex").contended.Value(), 4);
+  EXPECT_EQ(samples(metrics.acquireFor("mutex").wait_seconds), 5u);
 }
 
 // Reentrant acquires: a re-entry by the holder never queues (even behind a waiter of its own
@@ -465,8 +465,8 @@ TEST_F(LockServiceTest, HandOffGrantsTheHeadWaiterInTheReleaseItself) {
   EXPECT_EQ(backend.count("release"), 1) << "nobody left to hand on to: a plain release";
   EXPECT_EQ(held(), 0);
   EXPECT_EQ(waiters(), 0);
-  EXPECT_EQ(metrics.acquire_contended.Value(), 3);
-  EXPECT_EQ(samples(metrics.acquire_wait_seconds), 4u);
+  EXPECT_EQ(metrics.acquireFor("mutex").contended.Value(), 3);
+  EXPECT_EQ(samples(metrics.acquireFor("mutex").wait_seconds), 4u);
   EXPECT_EQ(metrics.release_released.Value(), 4);
 }
 
@@ -573,7 +573,7 @@ TEST_F(LockServiceTest, WaiterGivesUpAtItsDeadlineWithoutSpinning) {
   const int attempts = backend.count("acquire") - 1;
   EXPECT_GE(attempts, 10);
   EXPECT_LE(attempts, 50);
-  EXPECT_EQ(metrics.acquire_busy.Value(), 1);
+  EXPECT_EQ(metrics.acquireFor("mutex").busy.Value(), 1);
   EXPECT_EQ(waiters(), 0);
   EXPECT_EQ(sched.pendingTimers(), 1u);  // only the holder's expiry timer remains
 }
@@ -606,7 +606,7 @@ TEST_F(LockServiceTest, CancelRemovesAQueuedWaiter) {
   EXPECT_EQ(waiters(), 0);
   EXPECT_TRUE(svc->waiterCounts().empty());
   EXPECT_EQ(backend.memory().watchedNames(), 0u);
-  EXPECT_EQ(metrics.acquire_cancelled.Value(), 2);
+  EXPECT_EQ(metrics.acquireFor("mutex").cancelled.Value(), 2);
   const int attempts = backend.count("acquire");
   advance(5000, 50);
   EXPECT_EQ(backend.count("acquire"), attempts);  // nobody is contending any more
@@ -661,7 +661,7 @@ TEST_F(LockServiceTest, QueueLimitsAnswerTooManyWaiters) {
   EXPECT_GT(e->result->retry_after_ms, 0);
   auto f = acquireNow(opts("free", "f", 1000));  // single tries are not waiters
   EXPECT_EQ(f->status(), AcquireStatus::kGranted);
-  EXPECT_EQ(metrics.acquire_too_many_waiters.Value(), 2);
+  EXPECT_EQ(metrics.acquireFor("mutex").too_many_waiters.Value(), 2);
   EXPECT_EQ(waiters(), 3);
   EXPECT_FALSE(a->done());
   EXPECT_FALSE(b->done());
@@ -682,7 +682,7 @@ TEST_F(LockServiceTest, FullWaiterBudgetStillGrantsAFreeLock) {
   auto free_lock = acquireNow(opts("free", "c", 1000, 10'000));
   EXPECT_EQ(free_lock->status(), AcquireStatus::kGranted);
   EXPECT_EQ(waiters(), 2);
-  EXPECT_EQ(metrics.acquire_too_many_waiters.Value(), 0);
+  EXPECT_EQ(metrics.acquireFor("mutex").too_many_waiters.Value(), 0);
   // A per-lock limit of 0 (no waiting at all) also tries first.
   cfg.max_waiters_per_lock = 0;
   make();
@@ -1056,9 +1056,11 @@ void LockServiceTest::manyClientsNeverOverlapAndEverythingSettles() {
   EXPECT_TRUE(svc->waiterCounts().empty());
   EXPECT_EQ(backend.memory().watchedNames(), 0u);
   EXPECT_EQ(sched.pendingTimers(), 0u);
-  EXPECT_EQ(metrics.acquire_acquired.Value() + metrics.acquire_busy.Value() +
-                metrics.acquire_cancelled.Value() + metrics.acquire_error.Value() +
-                metrics.acquire_too_many_waiters.Value(),
+  EXPECT_EQ(metrics.acquireFor("mutex").acquired.Value() +
+                metrics.acquireFor("mutex").busy.Value() +
+                metrics.acquireFor("mutex").cancelled.Value() +
+                metrics.acquireFor("mutex").error.Value() +
+                metrics.acquireFor("mutex").too_many_waiters.Value(),
             static_cast<double>(all.size()));
 }
 

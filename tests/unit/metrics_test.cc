@@ -7,16 +7,23 @@ namespace {
 
 TEST(MetricsTest, RendersFamiliesWithBoundedLabels) {
   Metrics m("1.2.3");
-  m.acquire_acquired.Increment();
+  m.acquireFor("mutex").acquired.Increment();
+  m.acquireFor("semaphore").busy.Increment();
   m.node("127.0.0.1:6379").up->Set(1);
   m.httpRequests("/v1/locks/{name}/acquire", 200).Increment();
   std::string text = m.render();
-  EXPECT_NE(text.find("sidelock_acquire_total{result=\"acquired\"} 1"), std::string::npos);
+  EXPECT_NE(text.find("sidelock_acquire_total{kind=\"mutex\",result=\"acquired\"} 1"),
+            std::string::npos);
+  EXPECT_NE(text.find("sidelock_acquire_total{kind=\"semaphore\",result=\"busy\"} 1"),
+            std::string::npos)
+      << "each lock kind has its own series";
+  EXPECT_EQ(&m.acquireFor("semaphore"), &m.acquireFor("semaphore")) << "created once";
   EXPECT_NE(text.find("sidelock_backend_up{node=\"127.0.0.1:6379\"} 1"), std::string::npos);
   EXPECT_NE(text.find("sidelock_build_info{version=\"1.2.3\"} 1"), std::string::npos);
   EXPECT_NE(text.find("process_resident_memory_bytes"), std::string::npos);
-  EXPECT_NE(text.find("sidelock_http_requests_total{code=\"200\",route=\"/v1/locks/{name}/acquire\"} 1"),
-            std::string::npos)
+  EXPECT_NE(
+      text.find("sidelock_http_requests_total{code=\"200\",route=\"/v1/locks/{name}/acquire\"} 1"),
+      std::string::npos)
       << text;
 }
 
