@@ -2,6 +2,8 @@
 // found lost (so that a later release can answer "lease_lost" instead of a bare "not_held").
 #pragma once
 
+#include <algorithm>
+#include <climits>
 #include <cstdint>
 #include <functional>
 #include <list>
@@ -22,6 +24,11 @@ struct StringHash {
   size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
 };
 
+/// A hold count as a Lease keeps it (the backend's count is 64-bit; nobody re-enters 2^31 times).
+inline int32_t clampHolds(int64_t holds) {
+  return static_cast<int32_t>(std::clamp<int64_t>(holds, 0, INT32_MAX));
+}
+
 struct Lease {
   Lease(int64_t retry_min_ms, int64_t retry_max_ms) : renew_backoff(retry_min_ms, retry_max_ms) {}
 
@@ -34,8 +41,9 @@ struct Lease {
   int64_t expiry_us = 0;  // end of validity as last confirmed by the backend
   bool auto_renew = false;
   bool stream = false;
+  // Next to the bools, in what would be padding: 100k leases must stay within the RSS budget.
+  int32_t holds = 1;             // reentrant acquires: holds taken and not yet given back
   int64_t hold_deadline_us = 0;  // auto_renew: no renewal starts at or after this (0 = no cap)
-  int64_t holds = 1;             // reentrant acquires: holds taken and not yet given back
   std::function<void(LeaseEvent)> on_event;
 
   // Watchdog state.

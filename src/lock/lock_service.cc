@@ -705,7 +705,7 @@ void LockService::Impl::onReleaseReply(const std::string& name, const std::strin
   } else if (reply->ok() && reply->holds > 0) {
     // A re-entered lease gave back one hold and stays held.
     if (Lease* lease = leases_.find(name, owner)) {
-      lease->holds = reply->holds;
+      lease->holds = clampHolds(reply->holds);
       if (!stopping_ && lease->releasing && lease->auto_renew && lease->after_renewal.empty()) {
         // Our count said this was the last hold (another sidecar took one for this owner):
         // the lease lives on, so does its renewal.

@@ -30,7 +30,8 @@ void LockService::Impl::recordGrant(Waiter& w, const backend::Outcome& grant) {
       held != nullptr && w.options.reentrant && grant.token == held->token) {
     // A re-entry: the same lease with one more hold. It keeps its renewal and its events (this
     // acquire's own auto_renew / stream options do not apply to a lease it did not start).
-    held->holds = grant.holds > 0 ? grant.holds : held->holds + 1;  // the backend counts
+    held->holds =
+        clampHolds(grant.holds > 0 ? grant.holds : held->holds + 1);  // the backend counts
     held->expiry_us = std::max(held->expiry_us, now + grant.validity_ms * 1000);
     armExpiry(*held);
     lost_.forget(name, held->owner);
