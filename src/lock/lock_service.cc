@@ -924,13 +924,14 @@ void LockService::Impl::shutdown(bool release_held, int64_t grace_ms, std::funct
     finishWaiter(*it->second, std::move(r));
   }
 
-  for (const auto& [name, owner] : leases_.keys()) {
-    Lease* lease = leases_.find(name, owner);
+  for (const auto& key : leases_.keys()) {
+    Lease* lease = leases_.find(key.first, key.second);
     if (lease == nullptr) continue;
     stopRenewal(*lease);
     if (!release_held) continue;
     // Every hold of a re-entered lease (pipelined in order: the last one frees the lock).
-    auto send = [this, name, owner = lease->owner, holds = std::max<int64_t>(1, lease->holds)] {
+    auto send = [this, name = key.first, owner = lease->owner,
+                 holds = std::max<int64_t>(1, lease->holds)] {
       for (int64_t i = 0; i < holds; ++i) {
         sendRelease(name, owner, nullptr, /*client_request=*/false);
       }

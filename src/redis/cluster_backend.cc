@@ -470,10 +470,12 @@ void ClusterBackend::shutdown(std::function<void()> done) {
     periodic_timer_.reset();
     watches_.clear();
     homes_.clear();
-    for (auto& [id, call] : delayed_) {
-      scheduler_.cancel(id);
-      scheduler_.post(
-          [call] { call->done(cancelled("redis cluster backend shutting down"), "cluster"); });
+    for (auto& entry : delayed_) {
+      scheduler_.cancel(entry.first);
+      // (Not a structured binding: clang before 16 cannot capture one.)
+      scheduler_.post([call = entry.second] {
+        call->done(cancelled("redis cluster backend shutting down"), "cluster");
+      });
     }
     delayed_.clear();
   }
