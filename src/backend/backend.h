@@ -107,8 +107,9 @@ struct Outcome {
   /// kBusy / kNotOwner: the holder's remaining TTL, -1 when unknown. Waiters never sleep past it.
   int64_t holder_ttl_ms = -1;
   /// Holds of the lease after the operation (reentrant acquires). Acquire, hand-off, extend kOk:
-  /// 1, or more once re-entered. Release kOk: the holds left, 0 when the lock was freed; a
-  /// hand-off of a lease with holds left gives back one hold and hands nothing on (token 0).
+  /// 1, or more once re-entered. Release kOk: the holds left, 0 when the lock was freed. Hand-off
+  /// kOk: token set = handed on (holds: the next owner's); token 0 and holds > 0 = one hold given
+  /// back, nothing handed on; token 0 and holds 0 = released, the grant taken back (Sentinel).
   int64_t holds = 0;
   /// Semaphores: permits in use after the operation, and the semaphore's limit (acquire, inspect;
   /// kLimitMismatch: the limit it has).

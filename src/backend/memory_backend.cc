@@ -55,10 +55,6 @@ StatusOr<Outcome> MemoryBackend::applySemaphore(const Operation& op) {
   }
   const int64_t used =
       it == semaphores_.end() ? 0 : static_cast<int64_t>(it->second.permits.size());
-  auto lastToken = [&] {
-    auto e = locks_.find(op.name);
-    return e == locks_.end() ? uint64_t{0} : e->second.token;
-  };
   switch (op.verb) {
     case Verb::kAcquire: {
       if (op.ttl_ms <= 0 || op.owner.empty() || op.limit < 1) {
@@ -82,7 +78,7 @@ StatusOr<Outcome> MemoryBackend::applySemaphore(const Operation& op) {
       sem.limit = op.limit;
       sem.permits[std::string(op.owner)] = now + op.ttl_ms * 1000;
       o.code = OutcomeCode::kOk;
-      o.token = ++locks_[std::string(op.name)].token;
+      o.token = ++sem.token;
       o.validity_ms = op.ttl_ms;
       o.used = used + 1;
       return o;
@@ -101,11 +97,10 @@ StatusOr<Outcome> MemoryBackend::applySemaphore(const Operation& op) {
         o.validity_ms = op.ttl_ms;
       }
       o.used = static_cast<int64_t>(it->second.permits.size());
-      if (o.used == 0 && op.verb == Verb::kRelease) semaphores_.erase(it);
       return o;
     }
     case Verb::kInspect:
-      o.token = lastToken();
+      o.token = it == semaphores_.end() ? 0 : it->second.token;
       if (used > 0) {
         o.code = OutcomeCode::kOk;
         o.used = used;

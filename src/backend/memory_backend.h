@@ -71,11 +71,12 @@ class MemoryBackend final : public Backend {
 
   event::Scheduler& scheduler_;
   std::unordered_map<std::string, Entry, StringHash, std::equal_to<>> locks_;
-  /// A semaphore: live permits (permit -> expiry, Scheduler time) and its limit. Its fencing
-  /// counter is the name's Entry::token, as the Redis scripts share the name's counter.
+  /// A semaphore: live permits (permit -> expiry, Scheduler time), its limit and its own fencing
+  /// counter (never reset: the entry stays when the last permit goes).
   struct Semaphore {
     std::map<std::string, int64_t, std::less<>> permits;
     int64_t limit = 0;
+    uint64_t token = 0;
   };
   std::unordered_map<std::string, Semaphore, StringHash, std::equal_to<>> semaphores_;
   std::unordered_map<std::string, int, StringHash, std::equal_to<>> watches_;

@@ -599,10 +599,11 @@ void LockService::Impl::release(std::string_view name, std::string_view owner,
                                 std::function<void(StatusOr<ReleaseStatus>)> done) {
   std::string n(name);
   std::string o(owner);
-  if (Lease* lease = leases_.find(name, owner); lease != nullptr && lease->holds <= 1) {
+  if (Lease* lease = leases_.find(name, owner)) {
     // Renewal ends before the release is even sent, so none can run after it is answered. (A
-    // re-entered lease gives back one hold and stays held: its renewal goes on.)
-    stopRenewal(*lease);
+    // re-entered lease gives back one hold and stays held: its renewal goes on.) Either way the
+    // release waits for a renewal in flight: our count of holds may be behind the backend's.
+    if (lease->holds <= 1) stopRenewal(*lease);
     if (lease->renew_in_flight) {
       // Sequenced: the renewal's answer comes first, then the release goes out.
       lease->after_renewal.push_back([this, n, o, done = std::move(done)]() mutable {

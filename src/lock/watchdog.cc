@@ -26,8 +26,15 @@ void LockService::Impl::updateHeldGauge() {
 void LockService::Impl::recordGrant(Waiter& w, const backend::Outcome& grant) {
   const int64_t now = scheduler_.nowUs();
   const std::string& name = w.options.name;
+  // A re-entry is told by the backend's count, not by the token: a grant of holds > 1 to the
+  // owner of a lease we hold is that lease (its token is the lease's; the scripts keep it).
   if (Lease* held = leases_.find(name, w.options.owner);
-      held != nullptr && w.options.reentrant && grant.token == held->token) {
+      held != nullptr && w.options.reentrant && grant.holds > 1) {
+    if (grant.token != held->token) {
+      SL_LOG(kWarn, "lock.reentry_token_differs", {"name", name},
+             {"lease_token", static_cast<unsigned long long>(held->token)},
+             {"reentry_token", static_cast<unsigned long long>(grant.token)});
+    }
     // A re-entry: the same lease with one more hold. It keeps its renewal and its events (this
     // acquire's own auto_renew / stream options do not apply to a lease it did not start).
     held->holds =

@@ -197,7 +197,9 @@ redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
 local used = redis.call('ZCARD', KEYS[1])
 local limit = tonumber(ARGV[3])
 if used > 0 then
-  local current = tonumber(redis.call('GET', KEYS[3]) or ARGV[3])
+  -- A limit key lost while permits are held (evicted) proves nothing: refuse rather than
+  -- let another limit in.
+  local current = tonumber(redis.call('GET', KEYS[3]) or '0')
   if current ~= limit then
     return {2, 0, 0, used, current}
   end
@@ -360,6 +362,10 @@ std::string semaphoreKey(std::string_view prefix, std::string_view name) {
   return lockKey(prefix, name) + ":sem";
 }
 
+std::string semaphoreTokenKey(std::string_view prefix, std::string_view name) {
+  return lockKey(prefix, name) + ":sem:token";
+}
+
 std::string semaphoreLimitKey(std::string_view prefix, std::string_view name) {
   return lockKey(prefix, name) + ":sem:limit";
 }
@@ -474,7 +480,7 @@ ScriptCall scriptCallFor(const Operation& op, const ScriptContext& ctx) {
   ScriptCall c;
   if (semaphore) {
     c.keys[0] = semaphoreKey(ctx.prefix, op.name);
-    c.keys[1] = tokenKey(ctx.prefix, op.name);
+    c.keys[1] = semaphoreTokenKey(ctx.prefix, op.name);
     c.keys[2] = semaphoreLimitKey(ctx.prefix, op.name);
     c.key_count = 3;
   } else {

@@ -51,7 +51,7 @@
 //   release_grant  owner, next owner, next ttl_ms, counter_ttl_ms (hand-off, single master)
 //   force_release  channel, name[, "sharded"] (operators): deletes whoever holds it, announces it
 //
-// Semaphores (KEYS: p{name}:sem, p{name}:token, p{name}:sem:limit). A permit is a member of the
+// Semaphores (KEYS: p{name}:sem, p{name}:sem:token, p{name}:sem:limit). A permit is a member of the
 // sorted set scored with its expiry (Redis TIME, ms); expired members are dropped by the writing
 // scripts, both keys live as long as the longest permit and vanish with the last one. Replies
 // carry two more fields, {code, token, ttl, used, limit}:
@@ -126,8 +126,11 @@ std::string lockKey(std::string_view prefix, std::string_view name);
 /// KEYS[2]: `<prefix>{<name>}:token`.
 std::string tokenKey(std::string_view prefix, std::string_view name);
 /// Semaphore keys: `<prefix>{<name>}:sem` (permits: a sorted set of permit id -> expiry in ms of
-/// Redis time) and `<prefix>{<name>}:sem:limit`; its fencing counter is the name's tokenKey().
+/// Redis time), `<prefix>{<name>}:sem:token` (its own fencing counter: the mutex of the same name
+/// keeps "the counter is the holder's token while held", which re-entries rely on) and
+/// `<prefix>{<name>}:sem:limit`.
 std::string semaphoreKey(std::string_view prefix, std::string_view name);
+std::string semaphoreTokenKey(std::string_view prefix, std::string_view name);
 std::string semaphoreLimitKey(std::string_view prefix, std::string_view name);
 /// ARGV[4] of the acquire script: take one more hold if the owner holds the lease already.
 inline constexpr std::string_view kReentrantArg = "reentrant";

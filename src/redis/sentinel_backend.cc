@@ -172,6 +172,7 @@ void SentinelBackend::grantThenWait(const Operation& op, OutcomeCallback cb) {
            {"error", check.notReplicated().message()});
     r->token = 0;
     r->validity_ms = 0;
+    r->holds = 0;  // the holds were the next owner's; ours are all given back (not "one left")
     cb(std::move(r));
   };
   redis_->run(op, [this, alive = std::weak_ptr<char>(alive_), check,

@@ -59,6 +59,15 @@ TEST(ReentrantTest, HoldsAreCountedAndTheLockIsFreedAtZero) {
   EXPECT_GT(json::parse(third.body)["ttl_ms"].get<int64_t>(), 20'000);
   EXPECT_GT(std::stoll(redis.cli({"PTTL", "sidelock:{tree}"})), 20'000);
 
+  // A semaphore of the same name grants from its own counter: the re-entry's token stays the
+  // lease's (review finding: a shared counter handed the re-entry the semaphore's token).
+  ASSERT_EQ(o.post("/v1/semaphores/tree/acquire", R"({"limit":1})").status, 200);
+  auto after_sem =
+      c.post("/v1/locks/tree/acquire", ownerBody(owner, R"(,"ttl_ms":20000,"reentrant":true)"));
+  ASSERT_EQ(after_sem.status, 200) << after_sem.body;
+  EXPECT_EQ(json::parse(after_sem.body)["token"], grant["token"]);
+  ASSERT_EQ(c.post("/v1/locks/tree/release", ownerBody(owner)).status, 200);
+
   // Re-entry through the other sidecar counts in the same lease (the count lives in Redis).
   auto elsewhere =
       o.post("/v1/locks/tree/acquire", ownerBody(owner, R"(,"reentrant":true,"ttl_ms":20000)"));

@@ -194,12 +194,12 @@ TEST(RedisScripts, EveryOperationIsOneScriptCall) {
   EXPECT_EQ(scriptCallFor(Operation::inspect("n"), ctx).arg_count, 0);
   EXPECT_EQ(scriptCallFor(Operation::forceRelease("n"), ctx).script, ScriptId::kForceRelease);
 
-  // A semaphore: its own keys (the kind is in them), the name's counter, its limit as ARGV.
+  // A semaphore: its own keys (the kind is in them), its own counter, its limit as ARGV.
   const ScriptCall permit = scriptCallFor(Operation::acquirePermit("n", "p", 900, 3), ctx);
   EXPECT_EQ(permit.script, ScriptId::kSemAcquire);
   ASSERT_EQ(permit.key_count, 3);
   EXPECT_EQ(permit.keys[0], "p:{n}:sem");
-  EXPECT_EQ(permit.keys[1], "p:{n}:token");
+  EXPECT_EQ(permit.keys[1], "p:{n}:sem:token") << "its own counter, not the mutex's";
   EXPECT_EQ(permit.keys[2], "p:{n}:sem:limit");
   EXPECT_EQ(permit.args[2], "3");
   EXPECT_EQ(scriptCallFor(Operation::release("n", "p").of(LockKind::kSemaphore), ctx).script,
