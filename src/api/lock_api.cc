@@ -594,14 +594,18 @@ void LockApi::release(http::Request& req, http::ResponderPtr res) {
             answer.status = 200;
             answer.body = JsonObject().boolean("released", true).finish();
             break;
-          case lock::ReleaseStatus::kHoldReleased:
-            // One hold of a re-entered lease: it stays held with the holds left.
+          case lock::ReleaseStatus::kHoldReleased: {
+            // One hold of a re-entered lease: it stays held. The holds left are known here when
+            // this sidecar holds the lease (holds taken through another sidecar count too).
             answer.status = 200;
-            answer.body = JsonObject()
-                              .boolean("released", true)
-                              .integer("holds", service->holds(name, owner))
-                              .finish();
+            JsonObject body;
+            body.boolean("released", true).boolean("held", true);
+            if (const int64_t left = service->holds(name, owner); left > 0) {
+              body.integer("holds", left);
+            }
+            answer.body = body.finish();
             break;
+          }
           case lock::ReleaseStatus::kNotOwner:
             answer = error(409, "not_owner", "the lock is held by another owner");
             break;

@@ -79,6 +79,14 @@ TEST(ReentrantTest, HoldsAreCountedAndTheLockIsFreedAtZero) {
   EXPECT_EQ(c.post("/v1/locks/tree/acquire", R"({"owner":"intruder","reentrant":true})").status,
             409);
 
+  // A hold given back through the other sidecar (which recorded the lease with its re-entry):
+  // still held, with the backend's count. (Taken again right after: the count below stays.)
+  auto through_other = o.post("/v1/locks/tree/release", ownerBody(owner));
+  ASSERT_EQ(through_other.status, 200) << through_other.body;
+  EXPECT_EQ(json::parse(through_other.body),
+            json::parse(R"({"released":true,"held":true,"holds":3})"));
+  ASSERT_EQ(o.post("/v1/locks/tree/acquire", ownerBody(owner, R"(,"reentrant":true)")).status, 200);
+
   // Extend keeps the holds.
   auto extended = c.post("/v1/locks/tree/extend", ownerBody(owner, R"(,"ttl_ms":25000)"));
   ASSERT_EQ(extended.status, 200) << extended.body;
@@ -88,6 +96,7 @@ TEST(ReentrantTest, HoldsAreCountedAndTheLockIsFreedAtZero) {
     auto r = c.post("/v1/locks/tree/release", ownerBody(owner));
     ASSERT_EQ(r.status, 200) << r.body;
     EXPECT_EQ(json::parse(r.body)["holds"], left) << r.body;
+    EXPECT_EQ(json::parse(r.body)["held"], true) << r.body;
     auto state = o.get("/v1/locks/tree");
     EXPECT_EQ(json::parse(state.body)["held"], true) << "held with " << left << " holds left";
     EXPECT_EQ(o.post("/v1/locks/tree/acquire", R"({})").status, 409);
