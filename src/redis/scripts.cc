@@ -41,6 +41,39 @@ local function setHolds(owner, holds, ttl)
   if holds > 1 then v = owner .. ' ' .. holds end
   redis.call('SET', KEYS[1], v, 'PX', math.max(ttl, 1))
 end
+-- The owner check of release, extend and hand-off: the holds of ARGV[1]'s lease, or nil and the
+-- reply for a lease that is not its (not held; held by another owner).
+local function ownHolds()
+  local v = redis.call('GET', KEYS[1])
+  if not v then
+    return nil, {-1, 0, 0}
+  end
+  local owner, holds = holderOf(v)
+  if owner ~= ARGV[1] then
+    return nil, {0, 0, redis.call('PTTL', KEYS[1])}
+  end
+  return holds
+end
+-- One hold of a re-entered lease given back: it stays held.
+local function giveBackHold(holds)
+  local ttl = redis.call('PTTL', KEYS[1])
+  setHolds(ARGV[1], holds - 1, ttl)
+  return {1, 0, ttl, holds - 1}
+end
+)lua";
+
+// Announces a freed lock (or permit) to the waiters of every sidecar: PUBLISH, or on Redis Cluster
+// (`sharded` = kShardedPublish) SPUBLISH: the channel carries the lock's `{name}` hash tag, so it
+// stays in the script's slot and reaches only the subscribers of that shard instead of being
+// broadcast over the cluster bus.
+constexpr std::string_view kAnnounceLua = R"lua(
+local function announce(channel, name, sharded)
+  if sharded == 'sharded' then
+    redis.call('SPUBLISH', channel, name)
+  else
+    redis.call('PUBLISH', channel, name)
+  end
+end
 )lua";
 
 // SET NX PX and the token run in one script so a grant and its fencing token are atomic: no other
@@ -68,30 +101,17 @@ return {0, 0, redis.call('PTTL', KEYS[1])}
 )lua";
 
 // Compare-and-delete: never GET then DEL from the client (another owner may win in between).
-// On Redis Cluster (ARGV[4] = kShardedPublish) the release is announced with SPUBLISH: the
-// channel carries the lock's `{name}` hash tag, so it stays in the script's slot and reaches only
-// the subscribers of that shard instead of being broadcast over the cluster bus. A re-entered
-// lease gives back one hold and stays held (nothing announced).
+// A re-entered lease gives back one hold and stays held (nothing announced).
 constexpr std::string_view kReleaseBodyLua = R"lua(
-local v = redis.call('GET', KEYS[1])
-if not v then
-  return {-1, 0, 0}
-end
-local owner, holds = holderOf(v)
-if owner ~= ARGV[1] then
-  return {0, 0, redis.call('PTTL', KEYS[1])}
+local holds, refused = ownHolds()
+if not holds then
+  return refused
 end
 if holds > 1 then
-  local ttl = redis.call('PTTL', KEYS[1])
-  setHolds(owner, holds - 1, ttl)
-  return {1, 0, ttl, holds - 1}
+  return giveBackHold(holds)
 end
 redis.call('DEL', KEYS[1])
-if ARGV[4] == 'sharded' then
-  redis.call('SPUBLISH', ARGV[2], ARGV[3])
-else
-  redis.call('PUBLISH', ARGV[2], ARGV[3])
-end
+announce(ARGV[2], ARGV[3], ARGV[4])
 return {1, 0, 0, 0}
 )lua";
 
@@ -99,13 +119,9 @@ return {1, 0, 0, 0}
 // that expired and may since have been granted to (and released by) someone else. The counter's
 // expiry (ARGV[3]) is pushed out too, so it outlives a lease renewed past locks.max_ttl_ms.
 constexpr std::string_view kExtendBodyLua = R"lua(
-local v = redis.call('GET', KEYS[1])
-if not v then
-  return {-1, 0, 0}
-end
-local owner, holds = holderOf(v)
-if owner ~= ARGV[1] then
-  return {0, 0, redis.call('PTTL', KEYS[1])}
+local holds, refused = ownHolds()
+if not holds then
+  return refused
 end
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 redis.call('PEXPIRE', KEYS[2], ARGV[3])
@@ -143,18 +159,12 @@ return {-1, lastToken(), 0}
 // fencing token (as acquire would give it). No PUBLISH: the lock never became free. A re-entered
 // lease gives back one hold and hands nothing on (token 0).
 constexpr std::string_view kReleaseGrantBodyLua = R"lua(
-local v = redis.call('GET', KEYS[1])
-if not v then
-  return {-1, 0, 0}
-end
-local owner, holds = holderOf(v)
-if owner ~= ARGV[1] then
-  return {0, 0, redis.call('PTTL', KEYS[1])}
+local holds, refused = ownHolds()
+if not holds then
+  return refused
 end
 if holds > 1 then
-  local ttl = redis.call('PTTL', KEYS[1])
-  setHolds(owner, holds - 1, ttl)
-  return {1, 0, ttl, holds - 1}
+  return giveBackHold(holds)
 end
 redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
 return {1, nextToken(ARGV[4]), tonumber(ARGV[3]), 1}
@@ -164,11 +174,7 @@ return {1, nextToken(ARGV[4]), tonumber(ARGV[3]), 1}
 // The counter is read, never changed (the next grant gets the next token).
 constexpr std::string_view kForceReleaseBodyLua = R"lua(
 if redis.call('DEL', KEYS[1]) == 1 then
-  if ARGV[3] == 'sharded' then
-    redis.call('SPUBLISH', ARGV[1], ARGV[2])
-  else
-    redis.call('PUBLISH', ARGV[1], ARGV[2])
-  end
+  announce(ARGV[1], ARGV[2], ARGV[3])
   return {1, lastToken(), 0}
 end
 return {-1, lastToken(), 0}
@@ -226,11 +232,7 @@ local used = redis.call('ZCARD', KEYS[1])
 if used == 0 then
   redis.call('DEL', KEYS[1], KEYS[3])
 end
-if ARGV[4] == 'sharded' then
-  redis.call('SPUBLISH', ARGV[2], ARGV[3])
-else
-  redis.call('PUBLISH', ARGV[2], ARGV[3])
-end
+announce(ARGV[2], ARGV[3], ARGV[4])
 return {1, 0, 0, used}
 )lua";
 
@@ -266,7 +268,8 @@ constexpr std::string_view kChannelInfix = "released:{";
 std::string_view scriptText(ScriptId id) {
   static const std::string kAcquireLua =
       std::string(kNextTokenLua) + std::string(kHolderLua) + std::string(kAcquireBodyLua);
-  static const std::string kReleaseLua = std::string(kHolderLua) + std::string(kReleaseBodyLua);
+  static const std::string kReleaseLua =
+      std::string(kHolderLua) + std::string(kAnnounceLua) + std::string(kReleaseBodyLua);
   static const std::string kExtendLua = std::string(kHolderLua) + std::string(kExtendBodyLua);
   static const std::string kReleaseGrantLua =
       std::string(kNextTokenLua) + std::string(kHolderLua) + std::string(kReleaseGrantBodyLua);
@@ -274,11 +277,11 @@ std::string_view scriptText(ScriptId id) {
   static const std::string kSemAcquireLua =
       std::string(kNextTokenLua) + std::string(kSemClockLua) + std::string(kSemAcquireBodyLua);
   static const std::string kSemReleaseLua =
-      std::string(kSemClockLua) + std::string(kSemReleaseBodyLua);
+      std::string(kSemClockLua) + std::string(kAnnounceLua) + std::string(kSemReleaseBodyLua);
   static const std::string kSemExtendLua =
       std::string(kSemClockLua) + std::string(kSemExtendBodyLua);
   static const std::string kForceReleaseLua =
-      std::string(kLastTokenLua) + std::string(kForceReleaseBodyLua);
+      std::string(kLastTokenLua) + std::string(kAnnounceLua) + std::string(kForceReleaseBodyLua);
   switch (id) {
     case ScriptId::kAcquire:
       return kAcquireLua;
