@@ -61,17 +61,23 @@ void sendAnswer(const http::ResponderPtr& res, const IdempotencyCache::Answer& a
   res->send(a.status, "application/json", a.body, a.headers);
 }
 
-bool readOwner(RequestBody& b, size_t max_bytes, bool required, std::string_view& out) {
-  if (!b.has(BodyField::kOwner)) {
+/// An owner id in `field` ("owner", or a semaphore's "permit"): 1..max_bytes printable ASCII.
+bool readOwnerId(RequestBody& b, BodyField field, std::string_view what, size_t max_bytes,
+                 bool required, std::string_view& out) {
+  if (!b.has(field)) {
     if (!required) return true;
-    b.setError("owner is required");
+    b.setError(std::string(what) + " is required");
     return false;
   }
-  if (!b.readString(BodyField::kOwner, out)) return false;
+  if (!b.readString(field, out)) return false;
   if (LockApi::validOwner(out, max_bytes)) return true;
-  b.setError("owner must be 1.." + std::to_string(max_bytes) +
+  b.setError(std::string(what) + " must be 1.." + std::to_string(max_bytes) +
              " printable ASCII characters without spaces");
   return false;
+}
+
+bool readOwner(RequestBody& b, size_t max_bytes, bool required, std::string_view& out) {
+  return readOwnerId(b, BodyField::kOwner, "owner", max_bytes, required, out);
 }
 
 /// Answers the first problem RequestBody found: 415 for a non-JSON body, else 400.
@@ -688,15 +694,7 @@ namespace {
 constexpr int64_t kMaxSemaphoreLimit = 1'000'000;
 
 bool readPermit(RequestBody& b, size_t max_bytes, std::string_view& out) {
-  if (!b.has(BodyField::kPermit)) {
-    b.setError("permit is required");
-    return false;
-  }
-  if (!b.readString(BodyField::kPermit, out)) return false;
-  if (LockApi::validOwner(out, max_bytes)) return true;
-  b.setError("permit must be 1.." + std::to_string(max_bytes) +
-             " printable ASCII characters without spaces");
-  return false;
+  return readOwnerId(b, BodyField::kPermit, "permit", max_bytes, /*required=*/true, out);
 }
 }  // namespace
 
