@@ -17,6 +17,7 @@
 
 #include "support/http_client.h"
 #include "support/redis_server.h"
+#include "support/redlock_sidecar.h"
 #include "support/sidecar_polling.h"
 #include "support/sidecar_process.h"
 
@@ -190,18 +191,13 @@ TEST(SemaphoreTest, CrashedHoldersPermitExpiresAndStreamsGiveBack) {
 }
 
 TEST(SemaphoreTest, RedlockRefusesSemaphores) {
-  std::vector<std::unique_ptr<RedisServer>> nodes;
-  std::vector<std::string> addresses;
-  for (int i = 0; i < 3; ++i) {
-    nodes.push_back(std::make_unique<RedisServer>());
-    addresses.push_back(nodes.back()->address());
-  }
-  SidecarProcess s(SidecarProcess::Options{redlockBackendYaml(addresses), {}, true});
+  RedlockSidecar redlock(3);
+  SidecarProcess& s = *redlock.sidecar;
   HttpClient c = HttpClient::tcp(s.port());
   auto r = c.post("/v1/semaphores/x/acquire", R"({"limit":2})");
   EXPECT_EQ(r.status, 400) << r.body;
   EXPECT_NE(r.body.find("redlock"), std::string::npos) << r.body;
-  for (auto& n : nodes) EXPECT_EQ(n->cli({"EXISTS", "sidelock:{x}:sem"}), "0");
+  for (auto& n : redlock.nodes) EXPECT_EQ(n->cli({"EXISTS", "sidelock:{x}:sem"}), "0");
   EXPECT_EQ(s.stop(), 0) << s.logs();
 }
 
