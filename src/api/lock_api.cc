@@ -80,6 +80,25 @@ bool readOwner(RequestBody& b, size_t max_bytes, bool required, std::string_view
   return readOwnerId(b, BodyField::kOwner, "owner", max_bytes, required, out);
 }
 
+/// hold: "stream" binds the lease (lock or permit) to the connection: renewed while it is open.
+/// A stream hold proves its holder alive by the open connection, so it is capped by the largest
+/// allowed hold rather than the default for fire-and-forget auto_renew leases (a `sidelock run`
+/// job of two hours must not be killed at one), unless the request set max_hold_ms.
+void applyHold(const RequestBody& b, std::string_view hold, int64_t max_hold_ms_limit,
+               lock::AcquireOptions& opts) {
+  opts.stream = hold == "stream";
+  if (!opts.stream) return;
+  opts.auto_renew = true;
+  if (!b.has(BodyField::kMaxHoldMs)) opts.max_hold_ms = max_hold_ms_limit;
+}
+
+/// The "hold" field of an acquire (lock or permit): "stream", "none" or absent.
+void checkHold(RequestBody& b, std::string_view hold) {
+  if (b.ok() && !hold.empty() && hold != "stream" && hold != "none") {
+    b.setError("hold must be \"stream\" or \"none\"");
+  }
+}
+
 /// Answers the first problem RequestBody found: 415 for a non-JSON body, else 400.
 void sendBodyError(const http::ResponderPtr& res, const RequestBody& b) {
   sendError(res, b.errorCode() == "unsupported_media_type" ? 415 : 400, b.errorCode(), b.error());
@@ -364,9 +383,7 @@ void LockApi::acquire(http::Request& req, http::ResponderPtr res) {
         body.readString(BodyField::kHold, hold) && readRequestId(body, request_id) &&
         body.readBool(BodyField::kReentrant, opts.reentrant);
   }
-  if (body.ok() && !hold.empty() && hold != "stream" && hold != "none") {
-    body.setError("hold must be \"stream\" or \"none\"");
-  }
+  checkHold(body, hold);
   if (body.ok() && hold == "stream" && opts.reentrant) {
     // A stream is one hold bound to one connection; a re-entry has no stream of its own.
     body.setError("reentrant cannot be used with hold: stream");
@@ -381,14 +398,7 @@ void LockApi::acquire(http::Request& req, http::ResponderPtr res) {
     sendError(res, 503, "shutting_down", "the sidecar is shutting down");
     return;
   }
-  opts.stream = hold == "stream";
-  if (opts.stream) {
-    opts.auto_renew = true;
-    // A stream hold proves its holder alive by the open connection, so it is capped by the
-    // largest allowed hold rather than the default for fire-and-forget auto_renew leases
-    // (a `sidelock run` job of two hours must not be killed at one).
-    if (!body.has(BodyField::kMaxHoldMs)) opts.max_hold_ms = locks_.max_hold_ms_limit;
-  }
+  applyHold(body, hold, locks_.max_hold_ms_limit, opts);
   if (!request_id.empty()) {
     if (const auto* first = replies_->find(kAcquireRoute, retry_scope, request_id, monotonicUs())) {
       return retryGrant(std::move(opts), std::string(request_id), retry_scope, first->owner,
@@ -716,17 +726,11 @@ void LockApi::semaphoreAcquire(http::Request& req, http::ResponderPtr res) {
         body.readInt(BodyField::kMaxHoldMs, 1, locks_.max_hold_ms_limit, opts.max_hold_ms) &&
         body.readString(BodyField::kHold, hold);
   }
-  if (body.ok() && !hold.empty() && hold != "stream" && hold != "none") {
-    body.setError("hold must be \"stream\" or \"none\"");
-  }
+  checkHold(body, hold);
   if (!body.ok()) return sendBodyError(res, body);
   if (draining_) return sendError(res, 503, "shutting_down", "the sidecar is shutting down");
   opts.name = lock::semaphoreLockKey(req.param("name"));
-  opts.stream = hold == "stream";
-  if (opts.stream) {
-    opts.auto_renew = true;
-    if (!body.has(BodyField::kMaxHoldMs)) opts.max_hold_ms = locks_.max_hold_ms_limit;
-  }
+  applyHold(body, hold, locks_.max_hold_ms_limit, opts);
   startAcquire(std::move(opts), {}, {}, std::move(res));
 }
 
