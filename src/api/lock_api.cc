@@ -271,12 +271,27 @@ bool checkName(const http::Request& req, const http::ResponderPtr& res, size_t m
 std::string grantAnswer(const lock::Grant& g, std::string_view event = {}) {
   JsonObject answer;
   if (!event.empty()) answer.text("event", event);
-  answer.text("name", g.name)
+  const lock::LockRef ref = lock::lockRefOf(g.name);
+  answer.text("name", ref.name)
       .text("owner", g.owner)
       .unsignedInteger("token", g.token)
       .integer("ttl_ms", g.ttl_ms);
   if (g.holds > 0) answer.integer("holds", g.holds);  // reentrant acquires only
+  if (ref.kind == lock::LockKind::kShared) answer.text("mode", "shared");
   return answer.finish();
+}
+
+/// The "mode" of a lock request: "exclusive" (the default) or "shared" (a reader of a read/write
+/// lock). Sets `shared`; false with the body's error set otherwise.
+bool readMode(RequestBody& b, bool& shared) {
+  std::string_view mode;
+  if (!b.readString(BodyField::kMode, mode)) return false;
+  if (!mode.empty() && mode != "shared" && mode != "exclusive") {
+    b.setError("mode must be \"shared\" or \"exclusive\"");
+    return false;
+  }
+  shared = mode == "shared";
+  return true;
 }
 
 /// State shared by the callbacks of one acquire request.
@@ -364,11 +379,12 @@ const char* leaseEventName(lock::LeaseEvent e) {
 void LockApi::acquire(http::Request& req, http::ResponderPtr res) {
   if (!checkName(req, res, static_cast<size_t>(locks_.max_name_bytes))) return;
   RequestBody& body = body_;
-  body.parse(
-      req.header("content-type"), req.body,
-      {BodyField::kTtlMs, BodyField::kWaitMs, BodyField::kOwner, BodyField::kAutoRenew,
-       BodyField::kMaxHoldMs, BodyField::kHold, BodyField::kRequestId, BodyField::kReentrant});
+  body.parse(req.header("content-type"), req.body,
+             {BodyField::kTtlMs, BodyField::kWaitMs, BodyField::kOwner, BodyField::kAutoRenew,
+              BodyField::kMaxHoldMs, BodyField::kHold, BodyField::kRequestId, BodyField::kReentrant,
+              BodyField::kMode});
   lock::AcquireOptions opts;
+  bool shared = false;
   opts.name = std::string(req.param("name"));
   opts.ttl_ms = locks_.default_ttl_ms;
   std::string_view owner;
@@ -381,9 +397,13 @@ void LockApi::acquire(http::Request& req, http::ResponderPtr res) {
         body.readBool(BodyField::kAutoRenew, opts.auto_renew) &&
         body.readInt(BodyField::kMaxHoldMs, 1, locks_.max_hold_ms_limit, opts.max_hold_ms) &&
         body.readString(BodyField::kHold, hold) && readRequestId(body, request_id) &&
-        body.readBool(BodyField::kReentrant, opts.reentrant);
+        body.readBool(BodyField::kReentrant, opts.reentrant) && readMode(body, shared);
   }
   checkHold(body, hold);
+  if (body.ok() && shared && opts.reentrant) {
+    body.setError("reentrant applies to exclusive locks only (a reader holds one shared lease)");
+  }
+  if (shared) opts.name = lock::sharedLockKey(opts.name);
   if (body.ok() && hold == "stream" && opts.reentrant) {
     // A stream is one hold bound to one connection; a re-entry has no stream of its own.
     body.setError("reentrant cannot be used with hold: stream");
@@ -512,7 +532,9 @@ void LockApi::startAcquire(lock::AcquireOptions opts, std::string request_id,
         return;
       case lock::AcquireStatus::kBusy: {
         call->finished = true;
-        if (!call->request_id.empty() && !call->given_owner.empty() && !call->auto_renew) {
+        if (!call->request_id.empty() && !call->given_owner.empty() && !call->auto_renew &&
+            lock::lockRefOf(call->name).kind == lock::LockKind::kMutex) {
+          // (A reader's token cannot be read back: the counter moves with every reader.)
           return reclaimOwnGrant(call, call->name, r.retry_after_ms);
         }
         if (call->semaphore) {
@@ -575,19 +597,32 @@ void LockApi::startAcquire(lock::AcquireOptions opts, std::string request_id,
   // weak pointer only, so the done/on_event closures (held by the service) own it.
 }
 
+std::string LockApi::leaseKey(std::string_view name, std::string_view owner, bool shared,
+                              bool mode_given) const {
+  // Without a mode, a reader's lease this sidecar granted is found by its owner id; through
+  // another sidecar (or after a restart) a reader says "mode": "shared".
+  if (shared || (!mode_given && service_.holds(lock::sharedLockKey(name), owner) > 0)) {
+    return lock::sharedLockKey(name);
+  }
+  return std::string(name);
+}
+
 void LockApi::release(http::Request& req, http::ResponderPtr res) {
   if (!checkName(req, res, static_cast<size_t>(locks_.max_name_bytes))) return;
   RequestBody& body = body_;
-  body.parse(req.header("content-type"), req.body, {BodyField::kOwner, BodyField::kRequestId});
+  body.parse(req.header("content-type"), req.body,
+             {BodyField::kOwner, BodyField::kRequestId, BodyField::kMode});
   std::string_view owner;
   std::string_view request_id;
+  bool shared = false;
   if (body.ok()) {
     readOwner(body, static_cast<size_t>(locks_.max_owner_bytes), true, owner) &&
-        readRequestId(body, request_id);
+        readRequestId(body, request_id) && readMode(body, shared);
   }
   if (!body.ok()) return sendBodyError(res, body);
-  const std::string name(req.param("name"));
-  const std::string retry_scope = retryScope(name, owner, req.principal.get());
+  const std::string name = leaseKey(req.param("name"), owner, shared, body.has(BodyField::kMode));
+  // Filed under the lock's own name: a retry finds the first answer whatever mode it resolves to.
+  const std::string retry_scope = retryScope(req.param("name"), owner, req.principal.get());
   if (!request_id.empty()) {
     if (const auto* first = replies_->find(kReleaseRoute, retry_scope, request_id, monotonicUs())) {
       return sendAnswer(res, *first);  // a retried release gets the first answer
@@ -674,27 +709,31 @@ void LockApi::forceRelease(http::Request& req, http::ResponderPtr res) {
 void LockApi::extend(http::Request& req, http::ResponderPtr res) {
   if (!checkName(req, res, static_cast<size_t>(locks_.max_name_bytes))) return;
   RequestBody& body = body_;
-  body.parse(req.header("content-type"), req.body, {BodyField::kOwner, BodyField::kTtlMs});
+  body.parse(req.header("content-type"), req.body,
+             {BodyField::kOwner, BodyField::kTtlMs, BodyField::kMode});
   std::string_view owner;
   int64_t ttl_ms = locks_.default_ttl_ms;
+  bool shared = false;
   if (body.ok()) {
     readOwner(body, static_cast<size_t>(locks_.max_owner_bytes), true, owner) &&
-        body.readInt(BodyField::kTtlMs, 1, locks_.max_ttl_ms, ttl_ms);
+        body.readInt(BodyField::kTtlMs, 1, locks_.max_ttl_ms, ttl_ms) && readMode(body, shared);
   }
   if (!body.ok()) return sendBodyError(res, body);
-  service_.extend(req.param("name"), owner, ttl_ms, [res](StatusOr<lock::ExtendResult> r) {
-    if (!r.isOk()) return sendBackendError(res, r.status());
-    switch (r->status) {
-      case lock::ExtendStatus::kExtended:
-        return res->send(200, kJson, JsonObject().integer("ttl_ms", r->ttl_ms).finish());
-      case lock::ExtendStatus::kNotOwner:
-        return sendError(res, 409, "not_owner", "the lock is held by another owner");
-      case lock::ExtendStatus::kNotHeld:
-        return sendError(res, 404, "not_held", "no such lease (it expired or was released)");
-      case lock::ExtendStatus::kLeaseLost:
-        return sendError(res, 404, "lease_lost", "the lease was lost (expired or taken)");
-    }
-  });
+  service_.extend(
+      leaseKey(req.param("name"), owner, shared, body.has(BodyField::kMode)), owner, ttl_ms,
+      [res](StatusOr<lock::ExtendResult> r) {
+        if (!r.isOk()) return sendBackendError(res, r.status());
+        switch (r->status) {
+          case lock::ExtendStatus::kExtended:
+            return res->send(200, kJson, JsonObject().integer("ttl_ms", r->ttl_ms).finish());
+          case lock::ExtendStatus::kNotOwner:
+            return sendError(res, 409, "not_owner", "the lock is held by another owner");
+          case lock::ExtendStatus::kNotHeld:
+            return sendError(res, 404, "not_held", "no such lease (it expired or was released)");
+          case lock::ExtendStatus::kLeaseLost:
+            return sendError(res, 404, "lease_lost", "the lease was lost (expired or taken)");
+        }
+      });
 }
 
 // ---- Semaphores: up to `limit` permits at once, each with its own TTL (README "Semaphores").
@@ -802,16 +841,18 @@ void LockApi::semaphoreInspect(http::Request& req, http::ResponderPtr res) {
 void LockApi::inspect(http::Request& req, http::ResponderPtr res) {
   if (!checkName(req, res, static_cast<size_t>(locks_.max_name_bytes))) return;
   std::string name(req.param("name"));
-  service_.inspect(name, [res, name](StatusOr<lock::LockState> r) {
+  // Asked as the readers' kind: it also tells readers from a writer.
+  service_.inspect(lock::sharedLockKey(name), [res, name](StatusOr<lock::LockState> r) {
     if (!r.isOk()) return sendBackendError(res, r.status());
     // Never the owner id: it is the capability to release.
-    res->send(200, kJson,
-              JsonObject()
-                  .boolean("held", r->held)
-                  .text("name", name)
-                  .unsignedInteger("token", r->token)
-                  .integer("ttl_ms", r->held ? r->ttl_ms : 0)
-                  .finish());
+    JsonObject answer;
+    answer.boolean("held", r->held)
+        .text("name", name)
+        .unsignedInteger("token", r->token)
+        .integer("ttl_ms", r->held ? r->ttl_ms : 0);
+    if (r->held) answer.text("mode", r->used > 0 ? "shared" : "exclusive");
+    if (r->held && r->used > 0) answer.integer("readers", r->used);
+    res->send(200, kJson, answer.finish());
   });
 }
 

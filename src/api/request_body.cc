@@ -171,6 +171,8 @@ std::string_view RequestBody::fieldName(BodyField field) {
       return "limit";
     case BodyField::kPermit:
       return "permit";
+    case BodyField::kMode:
+      return "mode";
   }
   return "";
 }

@@ -36,6 +36,8 @@ enum class BodyField {
   kReentrant,
   kLimit,   // semaphores
   kPermit,  // semaphores: the permit id (an owner id)
+  kMode,    // read/write locks: "shared" (readers) or "exclusive" (writers, the default)
+  // A new field goes above this line: kFieldCount counts up to kMode.
 };
 
 class BodyReader;
@@ -84,7 +86,7 @@ class RequestBody {
     std::string text;  // kept between requests: its capacity is reused
   };
   static constexpr std::string_view kBadRequest = "bad_request";
-  static constexpr size_t kFieldCount = 13;
+  static constexpr size_t kFieldCount = static_cast<size_t>(BodyField::kMode) + 1;
 
   Value& slot(BodyField field) { return values_[static_cast<size_t>(field)]; }
   const Value& slot(BodyField field) const { return values_[static_cast<size_t>(field)]; }

@@ -26,6 +26,8 @@ const char* lockKindName(LockKind kind) {
       return "mutex";
     case LockKind::kSemaphore:
       return "semaphore";
+    case LockKind::kShared:
+      return "shared";
   }
   return "unknown";
 }

@@ -34,8 +34,12 @@ enum class Verb : uint8_t {
 enum class LockKind : uint8_t {
   kMutex,      // one holder (reentrant acquires: one holder, counted holds)
   kSemaphore,  // up to `limit` holders at once, each with its own permit (owner) and TTL
+  /// Readers of a read/write lock ("mode": "shared"): any number at once, each with its own
+  /// lease and TTL, never together with a writer. A writer is the name's mutex holder: the two
+  /// kinds share the lock's keys, so readers and writers of one name exclude each other.
+  kShared,
 };
-inline constexpr size_t kLockKindCount = 2;
+inline constexpr size_t kLockKindCount = 3;
 
 /// One lock operation: a verb on one lock of one kind, as `owner`. The strings are views: the
 /// backend copies what it keeps before run() returns.
@@ -52,15 +56,23 @@ struct Operation {
   /// Semaphore acquire: how many permits may be held at once (the semaphore's limit while it has
   /// permits; another limit is answered kLimitMismatch).
   int64_t limit = 0;
+  /// Mutex acquire by a waiter that will try again: if readers hold the lock, new readers are
+  /// turned away for this long (writer preference, across sidecars) so the readers drain. 0: a
+  /// single try marks nothing.
+  int64_t writer_wait_ms = 0;
 
   static Operation acquire(std::string_view name, std::string_view owner, int64_t ttl_ms,
                            bool reentrant = false) {
-    return {Verb::kAcquire, LockKind::kMutex, name, owner, ttl_ms, {}, reentrant, 0};
+    return {Verb::kAcquire, LockKind::kMutex, name, owner, ttl_ms, {}, reentrant, 0, 0};
+  }
+  /// Readers (read/write locks): `owner` is this reader's own lease.
+  static Operation acquireShared(std::string_view name, std::string_view owner, int64_t ttl_ms) {
+    return {Verb::kAcquire, LockKind::kShared, name, owner, ttl_ms, {}, false, 0, 0};
   }
   /// Semaphores: `permit` is the owner id of one permit.
   static Operation acquirePermit(std::string_view name, std::string_view permit, int64_t ttl_ms,
                                  int64_t limit) {
-    return {Verb::kAcquire, LockKind::kSemaphore, name, permit, ttl_ms, {}, false, limit};
+    return {Verb::kAcquire, LockKind::kSemaphore, name, permit, ttl_ms, {}, false, limit, 0};
   }
   /// The same verb on another kind (release, extend, inspect of a semaphore).
   Operation of(LockKind k) const {
@@ -69,20 +81,20 @@ struct Operation {
     return op;
   }
   static Operation release(std::string_view name, std::string_view owner) {
-    return {Verb::kRelease, LockKind::kMutex, name, owner, 0, {}, false, 0};
+    return {Verb::kRelease, LockKind::kMutex, name, owner, 0, {}, false, 0, 0};
   }
   static Operation extend(std::string_view name, std::string_view owner, int64_t ttl_ms) {
-    return {Verb::kExtend, LockKind::kMutex, name, owner, ttl_ms, {}, false, 0};
+    return {Verb::kExtend, LockKind::kMutex, name, owner, ttl_ms, {}, false, 0, 0};
   }
   static Operation inspect(std::string_view name) {
-    return {Verb::kInspect, LockKind::kMutex, name, {}, 0, {}, false, 0};
+    return {Verb::kInspect, LockKind::kMutex, name, {}, 0, {}, false, 0, 0};
   }
   static Operation handOff(std::string_view name, std::string_view owner,
                            std::string_view next_owner, int64_t next_ttl_ms) {
-    return {Verb::kHandOff, LockKind::kMutex, name, owner, next_ttl_ms, next_owner, false, 0};
+    return {Verb::kHandOff, LockKind::kMutex, name, owner, next_ttl_ms, next_owner, false, 0, 0};
   }
   static Operation forceRelease(std::string_view name) {
-    return {Verb::kForceRelease, LockKind::kMutex, name, {}, 0, {}, false, 0};
+    return {Verb::kForceRelease, LockKind::kMutex, name, {}, 0, {}, false, 0, 0};
   }
 };
 
@@ -112,7 +124,8 @@ struct Outcome {
   /// back, nothing handed on; token 0 and holds 0 = released, the grant taken back (Sentinel).
   int64_t holds = 0;
   /// Semaphores: permits in use after the operation, and the semaphore's limit (acquire, inspect;
-  /// kLimitMismatch: the limit it has).
+  /// kLimitMismatch: the limit it has). Readers (kShared): the readers holding the lock after the
+  /// operation (inspect: 0 while a writer holds it).
   int64_t used = 0;
   int64_t limit = 0;
 

@@ -36,11 +36,35 @@ MemoryBackend::Entry* MemoryBackend::liveEntry(std::string_view name) {
   return &e;
 }
 
+MemoryBackend::Entry* MemoryBackend::liveReaders(std::string_view name) {
+  auto it = locks_.find(name);
+  if (it == locks_.end() || it->second.readers.empty()) return nullptr;
+  Entry& e = it->second;
+  const int64_t now = scheduler_.nowUs();
+  std::erase_if(e.readers, [now](const auto& r) { return r.second <= now; });
+  if (!e.readers.empty()) return &e;
+  e.writer_waits_until_us = 0;
+  return nullptr;
+}
+
+namespace {
+
+int64_t lastReaderExpiryUs(const std::map<std::string, int64_t, std::less<>>& readers) {
+  int64_t last = 0;
+  for (const auto& [reader, expiry] : readers) last = std::max(last, expiry);
+  return last;
+}
+
+}  // namespace
+
 void MemoryBackend::run(const Operation& op, OutcomeCallback cb) {
   StatusOr<Outcome> result = shut_down_ ? StatusOr<Outcome>(shutDownError()) : apply(op);
-  // Announced when the lock became free (a re-entered lease giving back one hold stays held) or a
-  // permit was given back.
-  const bool announce = result.isOk() && result->ok() && result->holds == 0 &&
+  // Announced when the lock became free (a re-entered lease giving back one hold stays held; a
+  // reader leaving others behind keeps it held) or a permit was given back.
+  const bool freed = op.kind == LockKind::kSemaphore ? true
+                     : op.kind == LockKind::kShared  ? result.isOk() && result->used == 0
+                                                     : result.isOk() && result->holds == 0;
+  const bool announce = result.isOk() && result->ok() && freed &&
                         (op.verb == Verb::kRelease || op.verb == Verb::kForceRelease);
   deliver([cb = std::move(cb), result = std::move(result)]() mutable { cb(std::move(result)); });
   if (announce) notifyReleased(op.name);
@@ -115,15 +139,97 @@ StatusOr<Outcome> MemoryBackend::applySemaphore(const Operation& op) {
                 std::string(verbName(op.verb)) + " is not served for semaphores");
 }
 
+StatusOr<Outcome> MemoryBackend::applyShared(const Operation& op) {
+  const int64_t now = scheduler_.nowUs();
+  Outcome o;
+  const Entry* writer = liveEntry(op.name);
+  Entry* readers = liveReaders(op.name);
+  const int64_t readers_ms =
+      readers != nullptr ? remainingMs(lastReaderExpiryUs(readers->readers), now) : 0;
+  const int64_t count = readers != nullptr ? static_cast<int64_t>(readers->readers.size()) : 0;
+  switch (op.verb) {
+    case Verb::kAcquire: {
+      if (op.ttl_ms <= 0 || op.owner.empty()) {
+        return invalidArgument("ttl_ms must be > 0 and owner non-empty");
+      }
+      if (writer != nullptr) {
+        o.code = OutcomeCode::kBusy;
+        o.holder_ttl_ms = remainingMs(writer->expiry_us, now);
+        return o;
+      }
+      if (readers != nullptr) {
+        o.used = count;
+        if (readers->writer_waits_until_us > now) {
+          o.code = OutcomeCode::kBusy;
+          o.holder_ttl_ms = std::max<int64_t>(
+              1, std::min(remainingMs(readers->writer_waits_until_us, now), readers_ms));
+          return o;
+        }
+        if (readers->readers.contains(op.owner)) {
+          o.code = OutcomeCode::kBusy;
+          o.holder_ttl_ms = readers_ms;
+          return o;
+        }
+      }
+      Entry& e = locks_[std::string(op.name)];
+      e.readers[std::string(op.owner)] = now + op.ttl_ms * 1000;
+      o.code = OutcomeCode::kOk;
+      o.token = ++e.token;
+      o.validity_ms = op.ttl_ms;
+      o.used = static_cast<int64_t>(e.readers.size());
+      return o;
+    }
+    case Verb::kRelease:
+    case Verb::kExtend: {
+      if (op.verb == Verb::kExtend && op.ttl_ms <= 0) return invalidArgument("ttl_ms must be > 0");
+      if (readers == nullptr) return o;
+      auto reader = readers->readers.find(op.owner);
+      if (reader == readers->readers.end()) return o;
+      o.code = OutcomeCode::kOk;
+      if (op.verb == Verb::kRelease) {
+        readers->readers.erase(reader);
+        if (readers->readers.empty()) readers->writer_waits_until_us = 0;
+      } else {
+        reader->second = now + op.ttl_ms * 1000;
+        o.validity_ms = op.ttl_ms;
+      }
+      o.used = static_cast<int64_t>(readers->readers.size());
+      return o;
+    }
+    case Verb::kInspect:
+      if (auto it = locks_.find(op.name); it != locks_.end()) o.token = it->second.token;
+      if (writer != nullptr) {
+        o.code = OutcomeCode::kOk;
+        o.validity_ms = remainingMs(writer->expiry_us, now);
+      } else if (readers != nullptr) {
+        o.code = OutcomeCode::kOk;
+        o.validity_ms = readers_ms;
+        o.used = count;
+      }
+      return o;
+    case Verb::kHandOff:
+    case Verb::kForceRelease:
+      break;
+  }
+  return Status(StatusCode::kFailedPrecondition,
+                std::string(verbName(op.verb)) + " is not served for readers");
+}
+
 StatusOr<Outcome> MemoryBackend::apply(const Operation& op) {
   if (op.kind == LockKind::kSemaphore) return applySemaphore(op);
+  if (op.kind == LockKind::kShared) return applyShared(op);
   const int64_t now = scheduler_.nowUs();
   Outcome o;
   Entry* held = liveEntry(op.name);
+  // Readers hold the lock like one owner that is never the caller (a writer is the mutex holder).
+  Entry* readers = held == nullptr ? liveReaders(op.name) : nullptr;
+  const int64_t holder_expiry_us = held != nullptr      ? held->expiry_us
+                                   : readers != nullptr ? lastReaderExpiryUs(readers->readers)
+                                                        : 0;
   // Held by somebody else: busy for acquire, not the owner for the owner-checked verbs.
   auto heldByOther = [&](OutcomeCode code) {
     o.code = code;
-    o.holder_ttl_ms = remainingMs(held->expiry_us, now);
+    o.holder_ttl_ms = remainingMs(holder_expiry_us, now);
     return o;
   };
   switch (op.verb) {
@@ -142,6 +248,13 @@ StatusOr<Outcome> MemoryBackend::apply(const Operation& op) {
         return o;
       }
       if (held != nullptr) return heldByOther(OutcomeCode::kBusy);
+      if (readers != nullptr) {
+        if (op.writer_wait_ms > 0) {
+          readers->writer_waits_until_us =
+              std::max(readers->writer_waits_until_us, now + op.writer_wait_ms * 1000);
+        }
+        return heldByOther(OutcomeCode::kBusy);
+      }
       Entry& e = locks_[std::string(op.name)];
       e.owner.assign(op.owner);
       e.expiry_us = now + op.ttl_ms * 1000;
@@ -154,6 +267,7 @@ StatusOr<Outcome> MemoryBackend::apply(const Operation& op) {
       return o;
     }
     case Verb::kRelease:
+      if (readers != nullptr) return heldByOther(OutcomeCode::kNotOwner);
       if (held == nullptr) return o;
       if (held->owner != op.owner) return heldByOther(OutcomeCode::kNotOwner);
       o.code = OutcomeCode::kOk;
@@ -168,6 +282,7 @@ StatusOr<Outcome> MemoryBackend::apply(const Operation& op) {
       if (op.ttl_ms <= 0 || op.next_owner.empty()) {
         return invalidArgument("next ttl_ms must be > 0 and next owner non-empty");
       }
+      if (readers != nullptr) return heldByOther(OutcomeCode::kNotOwner);
       if (held == nullptr) return o;
       if (held->owner != op.owner) return heldByOther(OutcomeCode::kNotOwner);
       o.code = OutcomeCode::kOk;
@@ -185,6 +300,7 @@ StatusOr<Outcome> MemoryBackend::apply(const Operation& op) {
       return o;
     case Verb::kExtend:
       if (op.ttl_ms <= 0) return invalidArgument("ttl_ms must be > 0");
+      if (readers != nullptr) return heldByOther(OutcomeCode::kNotOwner);
       if (held == nullptr) return o;
       if (held->owner != op.owner) return heldByOther(OutcomeCode::kNotOwner);
       held->expiry_us = now + op.ttl_ms * 1000;
@@ -193,19 +309,23 @@ StatusOr<Outcome> MemoryBackend::apply(const Operation& op) {
       o.holds = held->holds;
       return o;
     case Verb::kInspect:
-      if (held != nullptr) {
+      if (held != nullptr || readers != nullptr) {
+        Entry& e = held != nullptr ? *held : *readers;
         o.code = OutcomeCode::kOk;
-        o.validity_ms = remainingMs(held->expiry_us, now);
-        o.token = held->token;
+        o.validity_ms = remainingMs(holder_expiry_us, now);
+        o.token = e.token;
       } else if (auto it = locks_.find(op.name); it != locks_.end()) {
         o.token = it->second.token;
       }
       return o;
     case Verb::kForceRelease:
-      if (held != nullptr) {
-        held->owner.clear();
+      if (held != nullptr || readers != nullptr) {
+        Entry& e = held != nullptr ? *held : *readers;
+        e.owner.clear();
+        e.readers.clear();
+        e.writer_waits_until_us = 0;
         o.code = OutcomeCode::kOk;
-        o.token = held->token;
+        o.token = e.token;
       } else if (auto it = locks_.find(op.name); it != locks_.end()) {
         o.token = it->second.token;
       }

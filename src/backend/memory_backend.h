@@ -1,7 +1,8 @@
 // The in-process backend: one map of lock name -> lease, for single-process deployments
 // (`backend.type: memory`) and for fast, deterministic lock-service tests on a FakeScheduler.
 //
-// Semantics mirror the Redis scripts: SET NX PX + a per-name fencing counter that never resets
+// Semantics mirror the Redis scripts (it is their reference model: differential_test runs both on
+// the same random operations): SET NX PX + a per-name fencing counter that never resets
 // (so tokens strictly increase per name even across releases and expiries), owner-checked release
 // and extend, and lazy expiry against the Scheduler's monotonic clock. Every callback is posted to
 // a later loop turn (Backend contract).
@@ -53,6 +54,10 @@ class MemoryBackend final : public Backend {
     int64_t expiry_us = 0;  // Scheduler time; meaningful while owner is non-empty
     uint64_t token = 0;     // last fencing token granted for this name; never reset
     int64_t holds = 1;      // reentrant acquires: holds of the current lease
+    /// Readers of a read/write lock (owner -> expiry, Scheduler time), held while no writer
+    /// (`owner`) is; and until when a waiting writer turns new readers away (0: none waits).
+    std::map<std::string, int64_t, std::less<>> readers;
+    int64_t writer_waits_until_us = 0;
   };
 
   struct StringHash {
@@ -65,6 +70,9 @@ class MemoryBackend final : public Backend {
   /// One verb, synchronously (the Redis scripts' semantics); errors for bad arguments.
   StatusOr<Outcome> apply(const Operation& op);
   StatusOr<Outcome> applySemaphore(const Operation& op);
+  StatusOr<Outcome> applyShared(const Operation& op);
+  /// The live readers of `name` (expired ones dropped; the writer's mark goes with the last).
+  Entry* liveReaders(std::string_view name);
   /// Posts `fn` unless this backend has been destroyed by then.
   void deliver(std::function<void()> fn);
   void notifyReleased(std::string_view name);

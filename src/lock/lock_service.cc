@@ -65,17 +65,24 @@ void LockService::forceRelease(std::string_view name,
 
 namespace {
 constexpr std::string_view kSemaphoreKeyPrefix = "semaphore/";
-}  // namespace
+constexpr std::string_view kSharedKeyPrefix = "shared/";
 
-std::string semaphoreLockKey(std::string_view name) {
-  std::string key(kSemaphoreKeyPrefix);
+std::string prefixed(std::string_view prefix, std::string_view name) {
+  std::string key(prefix);
   key.append(name);
   return key;
 }
+}  // namespace
+
+std::string semaphoreLockKey(std::string_view name) { return prefixed(kSemaphoreKeyPrefix, name); }
+std::string sharedLockKey(std::string_view name) { return prefixed(kSharedKeyPrefix, name); }
 
 LockRef lockRefOf(std::string_view key) {
   if (key.starts_with(kSemaphoreKeyPrefix)) {
     return {LockKind::kSemaphore, key.substr(kSemaphoreKeyPrefix.size())};
+  }
+  if (key.starts_with(kSharedKeyPrefix)) {
+    return {LockKind::kShared, key.substr(kSharedKeyPrefix.size())};
   }
   return {LockKind::kMutex, key};
 }
@@ -104,9 +111,11 @@ LockService::Impl::Impl(const config::LocksConfig& config, backend::Backend& bac
       queues_(config.retry_min_ms, config.retry_max_ms, config.retry_jitter_ms),
       lost_(kLostLeaseCapacity, kLostLeaseRetentionUs) {
   backend_.setReleaseListener(guarded([this](std::string_view name) {
-    // A release of either kind of lock of that name (a freed permit, a freed mutex).
+    // A release of any kind of lock of that name (a freed permit, a freed mutex: writers and
+    // readers wait for that one, the last reader gone).
     wakeQueue(name, /*notified=*/true);
     wakeQueue(semaphoreLockKey(name), /*notified=*/true);
+    wakeQueue(sharedLockKey(name), /*notified=*/true);
   }));
   backend_.setReadyListener(guarded([this] { onBackendReady(); }));
 }
@@ -234,6 +243,9 @@ AcquireTicket LockService::Impl::acquire(AcquireOptions options,
     return ticket;
   }
 
+  // Behind other waiters: contended, even if it never hears a busy answer itself (readers and
+  // permits behind a writer or a full semaphore are let in together).
+  if (queued_here > 0) w.contended = true;
   enqueue(w, -1);
   return ticket;
 }
@@ -316,6 +328,14 @@ void LockService::Impl::attempt(Waiter& w) {
   backend::Operation op = backend::Operation::acquire(w.options.name, w.options.owner,
                                                       w.options.ttl_ms, w.options.reentrant);
   op.limit = w.options.limit;
+  if (w.options.wait_ms > 0 && lockRefOf(w.options.name).kind == LockKind::kMutex) {
+    // A queued writer: if readers hold the lock, new readers stay out until our next attempt
+    // (backoff at most retry_max_ms + jitter; a second of slack), never past our own deadline.
+    const int64_t left_ms = ceilMs(w.deadline_us - scheduler_.nowUs());
+    op.writer_wait_ms =
+        std::clamp<int64_t>(config_.retry_max_ms + config_.retry_jitter_ms + kWriterWaitSlackMs, 1,
+                            std::max<int64_t>(1, left_ms));
+  }
   runOnBackend(op, guarded([this, id = w.id](StatusOr<backend::Outcome> reply) {
                  onAttemptReply(id, std::move(reply));
                }));
@@ -394,9 +414,9 @@ void LockService::Impl::onAttemptReply(uint64_t id, StatusOr<backend::Outcome> r
     finishWaiter(w, std::move(r));
     if (q != nullptr && (q = queues_.find(name)) != nullptr) {
       q->backoff.reset();
-      if (lockRefOf(name).kind == LockKind::kSemaphore) {
-        // Admission: a semaphore may have more permits free; the next waiter asks at once and
-        // the queue sleeps only when an attempt finds them all taken.
+      if (lockRefOf(name).kind != LockKind::kMutex) {
+        // Admission: a semaphore may have more permits free, readers share; the next waiter
+        // asks at once and the queue sleeps only when an attempt is turned away.
         pumpQueue(name);
       } else {
         // We hold it now: the next waiter sleeps until our release wakes it (or our TTL lapses).
@@ -543,6 +563,28 @@ void LockService::Impl::wakeQueue(std::string_view name, bool notified) {
   q->backoff.reset();
   q->holder_expiry_us = -1;
   attempt(*q->fifo.front());
+}
+
+void LockService::Impl::wakeLockQueues(std::string_view key, bool notified) {
+  wakeQueue(key, notified);
+  const LockRef ref = lockRefOf(key);
+  if (ref.kind == LockKind::kMutex) {
+    wakeQueue(sharedLockKey(ref.name), notified);
+  } else if (ref.kind == LockKind::kShared) {
+    wakeQueue(ref.name, notified);
+  }
+}
+
+void LockService::Impl::wakeAfterRelease(std::string_view key, const backend::Outcome& released) {
+  wakeQueue(key, false);
+  // Readers and writers of one name wait in two queues: a writer gone lets readers in, the last
+  // reader gone lets a writer in (other sidecars hear it from the backend's announcement).
+  const LockRef ref = lockRefOf(key);
+  if (ref.kind == LockKind::kMutex) {
+    wakeQueue(sharedLockKey(ref.name), false);
+  } else if (ref.kind == LockKind::kShared && released.used == 0) {
+    wakeQueue(ref.name, false);
+  }
 }
 
 metrics::Metrics::AcquireMetrics& LockService::Impl::acquireMetrics(std::string_view key) {
@@ -729,7 +771,7 @@ void LockService::Impl::onReleaseReply(const std::string& name, const std::strin
     lost_.forget(name, owner);
     if (client_request) metrics_.release_released.Increment();
     result = ReleaseStatus::kReleased;
-    if (wake) wakeQueue(name, false);
+    if (wake) wakeAfterRelease(name, *reply);
   } else {
     const bool not_owner = reply->code == backend::OutcomeCode::kNotOwner;
     if (Lease* lease = leases_.find(name, owner)) {
@@ -844,31 +886,40 @@ void LockService::Impl::inspect(std::string_view name,
 void LockService::Impl::forceRelease(std::string_view name,
                                      std::function<void(StatusOr<ForcedRelease>)> done) {
   opStarted();
-  runOnBackend(backend::Operation::forceRelease(name),
-               guarded([this, n = std::string(name),
-                        done = std::move(done)](StatusOr<backend::Outcome> reply) mutable {
-                 StatusOr<ForcedRelease> result =
-                     reply.isOk()
-                         ? StatusOr<ForcedRelease>(ForcedRelease{reply->ok(), reply->token})
+  runOnBackend(
+      backend::Operation::forceRelease(name),
+      guarded([this, n = std::string(name),
+               done = std::move(done)](StatusOr<backend::Outcome> reply) mutable {
+        StatusOr<ForcedRelease> result =
+            reply.isOk() ? StatusOr<ForcedRelease>(ForcedRelease{reply->ok(), reply->token})
                          : StatusOr<ForcedRelease>(reply.status());
-                 if (reply.isOk() && reply->ok()) {
-                   metrics_.forced_releases.Increment();
-                   // Our own holder learns it now rather than at its next renewal; a lease already
-                   // being released by its holder is left to that release (it will find the key
-                   // gone).
-                   if (Lease* lease = leases_.find(n); lease != nullptr && !lease->releasing) {
-                     markLost(*lease, "force-released by an operator", /*by_renewal=*/false,
-                              /*wake=*/false);
-                   }
-                   wakeQueue(n, /*notified=*/true);
-                 }
-                 if (done) {
-                   deliver([done = std::move(done), result = std::move(result)]() mutable {
-                     done(std::move(result));
-                   });
-                 }
-                 opFinished();
-               }));
+        if (reply.isOk() && reply->ok()) {
+          metrics_.forced_releases.Increment();
+          // Our own holder learns it now rather than at its next renewal; a lease already
+          // being released by its holder is left to that release (it will find the key
+          // gone).
+          // Readers hold the lock's key too: a force release frees them all.
+          for (const std::string& key : {n, sharedLockKey(n)}) {
+            std::vector<std::string> owners;
+            for (const Lease* l = leases_.find(key); l != nullptr; l = l->next_same_name.get()) {
+              if (!l->releasing) owners.push_back(l->owner);
+            }
+            for (const std::string& owner : owners) {
+              if (Lease* lease = leases_.find(key, owner)) {
+                markLost(*lease, "force-released by an operator", /*by_renewal=*/false,
+                         /*wake=*/false);
+              }
+            }
+          }
+          wakeLockQueues(n, /*notified=*/true);
+        }
+        if (done) {
+          deliver([done = std::move(done), result = std::move(result)]() mutable {
+            done(std::move(result));
+          });
+        }
+        opFinished();
+      }));
 }
 
 int64_t LockService::Impl::holds(std::string_view name, std::string_view owner) const {

@@ -21,9 +21,14 @@ namespace sidelock::lock {
 
 using LockKind = backend::LockKind;
 
-/// The lock service knows each lock by a key: its name for a mutex, "semaphore/<name>" for a
-/// semaphore ('/' never occurs in a lock name). Queues, leases, logs and GET /v1/locks use it.
+/// The lock service knows each lock by a key: its name for a mutex (and the writers of a
+/// read/write lock), "semaphore/<name>" for a semaphore, "shared/<name>" for the readers of a
+/// read/write lock ('/' never occurs in a lock name). Queues, leases, logs and GET /v1/locks use
+/// it. Readers wait in a queue of their own: all of them contend at once (they share), and a
+/// queued writer keeps new ones out through the backend's writer-waiting mark, so local readers
+/// and readers of other sidecars meet the same writer preference.
 std::string semaphoreLockKey(std::string_view name);
+std::string sharedLockKey(std::string_view name);
 struct LockRef {
   LockKind kind = LockKind::kMutex;
   std::string_view name;  // the lock's own name (a view into the key)
@@ -35,7 +40,7 @@ struct LockState {
   bool held = false;
   int64_t ttl_ms = 0;  // remaining TTL when held
   uint64_t token = 0;  // fencing token of the current (or last) grant; 0 if never granted
-  int64_t used = 0;    // semaphores: permits held now
+  int64_t used = 0;    // semaphores: permits held now; read/write locks: readers holding it
   int64_t limit = 0;   // semaphores: the limit while permits are held
 };
 
@@ -51,7 +56,7 @@ using BackendHealth = backend::BackendHealth;
 using NodeHealth = backend::NodeHealth;
 
 struct AcquireOptions {
-  std::string name;    // the lock key: a semaphore's is semaphoreLockKey(name)
+  std::string name;    // the lock key: semaphoreLockKey(name), sharedLockKey(name) for readers
   std::string owner;   // empty: the service generates a 128-bit random owner id
   int64_t ttl_ms = 0;  // validated by the API layer: 1..max_ttl_ms (<= 0: default_ttl_ms)
   /// 0 = try once (answered busy without a backend call if local waiters are queued for the

@@ -34,6 +34,8 @@ namespace sidelock::lock {
 /// a loss answers lease_lost rather than not_held.
 inline constexpr size_t kLostLeaseCapacity = 4096;
 inline constexpr int64_t kLostLeaseRetentionUs = 10LL * 60 * 1000 * 1000;
+/// A queued writer's mark keeps new readers out this much longer than its next retry can be away.
+inline constexpr int64_t kWriterWaitSlackMs = 1000;
 
 class LockService::Impl {
  public:
@@ -105,6 +107,12 @@ class LockService::Impl {
   void planRetry(WaiterQueue& q);
   void onRetryTimer(WaiterQueue* q);
   /// The lock is probably free (released here, released elsewhere, expired): head tries now.
+  /// Wakes `key`'s queue and, for a read/write lock, the queue of the other mode (a lease that
+  /// ended without a release: expired, lost, force-released).
+  void wakeLockQueues(std::string_view key, bool notified);
+  /// After our own release freed `key`: wakes its queue, and the other queue of a read/write
+  /// lock that the release let in.
+  void wakeAfterRelease(std::string_view key, const backend::Outcome& released);
   void wakeQueue(std::string_view name, bool notified);
   /// The backend can grant again: queues riding out the outage retry at once.
   void onBackendReady();

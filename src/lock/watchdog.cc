@@ -118,7 +118,7 @@ void LockService::Impl::expireLease(Lease& lease, bool wake) {
   const std::string name = lease.name;
   endLease(name, lease.owner);
   if (on_event) deliver([on_event = std::move(on_event)] { on_event(LeaseEvent::kLost); });
-  if (wake) wakeQueue(name, false);
+  if (wake) wakeLockQueues(name, false);
 }
 
 int64_t LockService::Impl::renewIntervalMs(const Lease& lease, int64_t validity_ms) const {
@@ -247,7 +247,7 @@ void LockService::Impl::markLost(Lease& lease, const char* reason, bool by_renew
   const std::string name = lease.name;
   endLease(name, lease.owner);
   if (on_event) deliver([on_event = std::move(on_event)] { on_event(LeaseEvent::kLost); });
-  if (wake) wakeQueue(name, false);
+  if (wake) wakeLockQueues(name, false);
 }
 
 void LockService::Impl::endLease(std::string_view name, std::string_view owner) {

@@ -1,6 +1,7 @@
 #include "redis/redlock_backend.h"
 
 #include <algorithm>
+#include <functional>
 #include <optional>
 #include <utility>
 
@@ -37,6 +38,7 @@ struct RedlockBackend::NodeSlot {
 // that decides what they mean (RedlockBackend::decide).
 struct RedlockBackend::QuorumCall {
   Verb verb = Verb::kInspect;
+  LockKind kind = LockKind::kMutex;  // a clean-up release frees the same kind of lease
   std::string name;
   std::string owner;
   int64_t ttl_ms = 0;
@@ -259,6 +261,7 @@ void RedlockBackend::run(const Operation& op, OutcomeCallback cb) {
   auto call = std::make_shared<QuorumCall>();
   const size_t n = nodes_.size();
   call->verb = op.verb;
+  call->kind = op.kind;
   call->name = op.name;
   call->owner = op.owner;
   call->ttl_ms = op.ttl_ms;
@@ -431,11 +434,10 @@ void RedlockBackend::startAcquireCleanup(const std::shared_ptr<QuorumCall>& call
   call->error = std::move(error);
   // Every node, also those that have not answered: commands on one connection run in order, so
   // a node still working on our acquire deletes the key right after setting it.
-  releaseOnAll(call->name, call->owner,
-               [this, call, pending = std::make_shared<size_t>(nodes_.size())](
-                   size_t, StatusOr<RedisValue>) {
-                 if (--*pending == 0) finishAcquireLoss(call);
-               });
+  releaseOnAll(*call, [this, call, pending = std::make_shared<size_t>(nodes_.size())](
+                          size_t, StatusOr<RedisValue>) {
+    if (--*pending == 0) finishAcquireLoss(call);
+  });
 }
 
 void RedlockBackend::finishAcquireLoss(const std::shared_ptr<QuorumCall>& call) {
@@ -506,9 +508,8 @@ void RedlockBackend::decideExtend(const std::shared_ptr<QuorumCall>& call) {
           // every node) rather than leave a lease that blocks others and that its holder was
           // told it does not have.
           releaseOnAll(
-              call->name, call->owner,
-              [this, call, elapsed_ms, pending = std::make_shared<size_t>(nodes_.size())](
-                  size_t, StatusOr<RedisValue>) {
+              *call, [this, call, elapsed_ms, pending = std::make_shared<size_t>(nodes_.size())](
+                         size_t, StatusOr<RedisValue>) {
                 if (--*pending != 0) return;
                 answer(call, deadlineExceeded("redlock: extend took " + std::to_string(elapsed_ms) +
                                               " ms, leaving no validity; the lease "
@@ -547,11 +548,10 @@ void RedlockBackend::finishExtendLoss(const std::shared_ptr<QuorumCall>& call) {
   Outcome lost;
   lost.code = call->votes(OutcomeCode::kNotOwner) >= quorumSize() ? OutcomeCode::kNotOwner
                                                                   : OutcomeCode::kNotHeld;
-  releaseOnAll(call->name, call->owner,
-               [this, call, lost, pending = std::make_shared<size_t>(nodes_.size())](
-                   size_t, StatusOr<RedisValue>) {
-                 if (--*pending == 0) answer(call, lost);
-               });
+  releaseOnAll(*call, [this, call, lost, pending = std::make_shared<size_t>(nodes_.size())](
+                          size_t, StatusOr<RedisValue>) {
+    if (--*pending == 0) answer(call, lost);
+  });
 }
 
 // ---- release: on all nodes, waiting for each. Any node that deleted our key counts, voting or
@@ -593,6 +593,7 @@ void RedlockBackend::finishRead(const std::shared_ptr<QuorumCall>& call) {
   }
   Outcome o;
   std::vector<int64_t> held_pttls;
+  std::vector<int64_t> readers;  // per voting node that holds it (read/write locks)
   bool deleted_somewhere = false;
   for (size_t i = 0; i < nodes_.size(); ++i) {
     if (!call->answers[i]) continue;
@@ -600,6 +601,7 @@ void RedlockBackend::finishRead(const std::shared_ptr<QuorumCall>& call) {
     deleted_somewhere = deleted_somewhere || call->answers[i]->ok();
     if (call->voting[i] && call->answers[i]->ok()) {
       held_pttls.push_back(call->answers[i]->validity_ms);
+      readers.push_back(call->answers[i]->used);
     }
   }
   if (call->verb == Verb::kForceRelease) {
@@ -608,15 +610,22 @@ void RedlockBackend::finishRead(const std::shared_ptr<QuorumCall>& call) {
              ttl >= 0) {
     o.code = OutcomeCode::kOk;
     o.validity_ms = ttl;
+    // Readers: as many as a majority of nodes count (a reader is one where its quorum holds).
+    const size_t quorum = static_cast<size_t>(quorumSize());
+    if (readers.size() >= quorum) {
+      std::sort(readers.begin(), readers.end(), std::greater<>());
+      o.used = readers[quorum - 1];
+    }
   }
   answer(call, o);
 }
 
 // ---- fan-out
 
-void RedlockBackend::releaseOnAll(const std::string& name, const std::string& owner,
+void RedlockBackend::releaseOnAll(const QuorumCall& call,
                                   std::function<void(size_t, StatusOr<RedisValue>)> each) {
-  fanOut(scriptCallFor(Operation::release(name, owner), scripts_), std::move(each));
+  fanOut(scriptCallFor(Operation::release(call.name, call.owner).of(call.kind), scripts_),
+         std::move(each));
 }
 
 void RedlockBackend::fanOut(const ScriptCall& script,

@@ -137,9 +137,9 @@ class RedlockBackend final : public Backend {
   /// Inspect and force release.
   void finishRead(const std::shared_ptr<QuorumCall>& call);
 
-  /// Sends the release script for (name, owner) to every node; `each` runs once per node.
-  void releaseOnAll(const std::string& name, const std::string& owner,
-                    std::function<void(size_t, StatusOr<RedisValue>)> each);
+  /// Sends the release script of `call`'s lease (its name, owner and kind) to every node; `each`
+  /// runs once per node.
+  void releaseOnAll(const QuorumCall& call, std::function<void(size_t, StatusOr<RedisValue>)> each);
   /// Sends `script` to every node (answered kCancelled for each once shutting down); `each`
   /// runs once per node, with the node's index.
   void fanOut(const ScriptCall& script, std::function<void(size_t, StatusOr<RedisValue>)> each);

@@ -85,17 +85,22 @@ constexpr std::string_view kAcquireBodyLua = R"lua(
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   return {1, nextToken(ARGV[3]), tonumber(ARGV[2]), 1}
 end
-if ARGV[4] == 'reentrant' then
-  local v = redis.call('GET', KEYS[1])
-  if v then
-    local owner, holds = holderOf(v)
-    if owner == ARGV[1] then
-      local ttl = math.max(redis.call('PTTL', KEYS[1]), tonumber(ARGV[2]))
-      setHolds(owner, holds + 1, ttl)
-      redis.call('PEXPIRE', KEYS[2], ARGV[3])
-      return {1, tonumber(redis.call('GET', KEYS[2]) or '0'), ttl, holds + 1}
-    end
+-- Read only when needed: a plain busy answer stays two commands.
+local v = nil
+if ARGV[4] == 'reentrant' or ARGV[5] then
+  v = redis.call('GET', KEYS[1])
+end
+if v and ARGV[4] == 'reentrant' then
+  local owner, holds = holderOf(v)
+  if owner == ARGV[1] then
+    local ttl = math.max(redis.call('PTTL', KEYS[1]), tonumber(ARGV[2]))
+    setHolds(owner, holds + 1, ttl)
+    redis.call('PEXPIRE', KEYS[2], ARGV[3])
+    return {1, tonumber(redis.call('GET', KEYS[2]) or '0'), ttl, holds + 1}
   end
+end
+if v and ARGV[5] and readersHold(v) then
+  markWriterWaiting(v, tonumber(ARGV[5]))
 end
 return {0, 0, redis.call('PTTL', KEYS[1])}
 )lua";
@@ -180,9 +185,9 @@ end
 return {-1, lastToken(), 0}
 )lua";
 
-// Semaphores. The permits' clock is Redis's (TIME, in ms), so sidecars never compare their own
-// clocks; replicate_commands() (in kNextTokenLua, and below) lets Redis < 5 write after TIME.
-constexpr std::string_view kSemClockLua = R"lua(
+// Redis's clock (TIME, in ms) for semaphore permits, readers and the writer-waiting mark, so
+// sidecars never compare their own clocks; replicate_commands() lets Redis < 5 write after TIME.
+constexpr std::string_view kClockLua = R"lua(
 redis.replicate_commands()
 local function nowMs()
   local t = redis.call('TIME')
@@ -193,6 +198,127 @@ local function keepFor(ttl)
   redis.call('PEXPIRE', KEYS[1], keep)
   return keep
 end
+)lua";
+
+// Read/write locks. Readers hold the lock's own key (KEYS[1], where a writer's owner id would be)
+// with a value no owner id can have: "\tshared" (owner ids are printable ASCII), expiring with the
+// last reader; so every mutex script, of this version or an older one, sees a lock held by
+// somebody else and a writer simply is the mutex holder. The readers themselves are members of
+// KEYS[3] (p{name}:readers), scored with their expiry. A writer that waits for readers appends
+// " <until ms>" (Redis time): until then new readers are turned away, so a steady stream of
+// readers cannot starve it. The mark goes with the readers' key: when the last reader leaves,
+// the writer is woken by the release announcement and takes the free lock.
+constexpr std::string_view kReadersLua = R"lua(
+local kReaders = '\tshared'
+local function readersHold(v)
+  return string.sub(v, 1, #kReaders) == kReaders
+end
+local function writerWaitsUntil(v)
+  return tonumber(string.sub(v, #kReaders + 2)) or 0
+end
+local function markWriterWaiting(v, ms)
+  local ttl = redis.call('PTTL', KEYS[1])
+  local marked = nowMs() + ms
+  if ttl > 0 and marked > writerWaitsUntil(v) then
+    redis.call('SET', KEYS[1], kReaders .. ' ' .. marked, 'PX', ttl)
+  end
+end
+-- The readers' key lives as long as its longest reader: after a reader left or shortened its
+-- lease, a writer waits no longer than the readers still there. Frees the lock with the last.
+local function keepForReaders(now)
+  redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
+  local last = redis.call('ZRANGE', KEYS[3], -1, -1, 'WITHSCORES')
+  if #last == 0 then
+    redis.call('DEL', KEYS[1], KEYS[3])
+    return 0
+  end
+  local keep = math.max(tonumber(last[2]) - now, 1)
+  redis.call('PEXPIRE', KEYS[1], keep)
+  redis.call('PEXPIRE', KEYS[3], keep)
+  return redis.call('ZCARD', KEYS[3])
+end
+-- The expiry of reader ARGV[1], or nil when it holds no live read lease.
+local function readerExpiry(now)
+  local v = redis.call('GET', KEYS[1])
+  if not v or not readersHold(v) then
+    return nil
+  end
+  local expiry = redis.call('ZSCORE', KEYS[3], ARGV[1])
+  if not expiry or tonumber(expiry) <= now then
+    return nil
+  end
+  return tonumber(expiry)
+end
+)lua";
+
+// A reader joins unless a writer holds the lock or waits for it. The first reader of a free lock
+// starts a new readers' set (members left over from an earlier one, e.g. after a force release,
+// are gone with it). A reader already holding a read lease is busy, as a mutex holder would be.
+constexpr std::string_view kSharedAcquireBodyLua = R"lua(
+local now = nowMs()
+local v = redis.call('GET', KEYS[1])
+if v and not readersHold(v) then
+  return {0, 0, redis.call('PTTL', KEYS[1]), 0}
+end
+if v then
+  local pttl = redis.call('PTTL', KEYS[1])
+  redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
+  local until_ms = writerWaitsUntil(v)
+  if until_ms > now then
+    return {0, 0, math.max(math.min(until_ms - now, pttl), 1), redis.call('ZCARD', KEYS[3])}
+  end
+  if redis.call('ZSCORE', KEYS[3], ARGV[1]) then
+    return {0, 0, pttl, redis.call('ZCARD', KEYS[3])}
+  end
+else
+  redis.call('DEL', KEYS[3])
+end
+local ttl = tonumber(ARGV[2])
+redis.call('ZADD', KEYS[3], now + ttl, ARGV[1])
+local keep = math.max(redis.call('PTTL', KEYS[1]), ttl)
+redis.call('SET', KEYS[1], v or kReaders, 'PX', keep)
+redis.call('PEXPIRE', KEYS[3], keep)
+return {1, nextToken(ARGV[3]), ttl, redis.call('ZCARD', KEYS[3])}
+)lua";
+
+// The last reader out frees the lock and announces it (a waiting writer goes next).
+constexpr std::string_view kSharedReleaseBodyLua = R"lua(
+local now = nowMs()
+if not readerExpiry(now) then
+  return {-1, 0, 0, 0}
+end
+redis.call('ZREM', KEYS[3], ARGV[1])
+local readers = keepForReaders(now)
+if readers == 0 then
+  announce(ARGV[2], ARGV[3], ARGV[4])
+end
+return {1, 0, 0, readers}
+)lua";
+
+constexpr std::string_view kSharedExtendBodyLua = R"lua(
+local now = nowMs()
+if not readerExpiry(now) then
+  return {-1, 0, 0, 0}
+end
+local ttl = tonumber(ARGV[2])
+redis.call('ZADD', KEYS[3], 'XX', now + ttl, ARGV[1])
+local readers = keepForReaders(now)
+redis.call('PEXPIRE', KEYS[2], ARGV[3])
+return {1, 0, ttl, readers}
+)lua";
+
+// Read-only: held by readers (their count) or by a writer (0 readers), or free.
+constexpr std::string_view kSharedInspectBodyLua = R"lua(
+local token = tonumber(redis.call('GET', KEYS[2]) or '0')
+local v = redis.call('GET', KEYS[1])
+if not v then
+  return {-1, token, 0, 0}
+end
+local readers = 0
+if readersHold(v) then
+  readers = redis.call('ZCOUNT', KEYS[3], '(' .. nowMs(), '+inf')
+end
+return {1, token, redis.call('PTTL', KEYS[1]), readers}
 )lua";
 
 // Expired permits go first; a limit other than the semaphore's is refused while permits are held
@@ -250,9 +376,8 @@ return {1, 0, ttl, redis.call('ZCOUNT', KEYS[1], '(' .. now, '+inf')}
 )lua";
 
 // Read-only: live permits are counted, not cleaned up.
-constexpr std::string_view kSemInspectLua = R"lua(
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+constexpr std::string_view kSemInspectBodyLua = R"lua(
+local now = nowMs()
 local token = tonumber(redis.call('GET', KEYS[2]) or '0')
 local used = redis.call('ZCOUNT', KEYS[1], '(' .. now, '+inf')
 if used == 0 then
@@ -266,22 +391,31 @@ constexpr std::string_view kChannelInfix = "released:{";
 }  // namespace
 
 std::string_view scriptText(ScriptId id) {
+  auto join = [](std::initializer_list<std::string_view> parts) {
+    std::string text;
+    for (std::string_view p : parts) text.append(p);
+    return text;
+  };
   static const std::string kAcquireLua =
-      std::string(kNextTokenLua) + std::string(kHolderLua) + std::string(kAcquireBodyLua);
-  static const std::string kReleaseLua =
-      std::string(kHolderLua) + std::string(kAnnounceLua) + std::string(kReleaseBodyLua);
-  static const std::string kExtendLua = std::string(kHolderLua) + std::string(kExtendBodyLua);
+      join({kNextTokenLua, kHolderLua, kClockLua, kReadersLua, kAcquireBodyLua});
+  static const std::string kReleaseLua = join({kHolderLua, kAnnounceLua, kReleaseBodyLua});
+  static const std::string kExtendLua = join({kHolderLua, kExtendBodyLua});
   static const std::string kReleaseGrantLua =
-      std::string(kNextTokenLua) + std::string(kHolderLua) + std::string(kReleaseGrantBodyLua);
-  static const std::string kInspectLua = std::string(kLastTokenLua) + std::string(kInspectBodyLua);
-  static const std::string kSemAcquireLua =
-      std::string(kNextTokenLua) + std::string(kSemClockLua) + std::string(kSemAcquireBodyLua);
-  static const std::string kSemReleaseLua =
-      std::string(kSemClockLua) + std::string(kAnnounceLua) + std::string(kSemReleaseBodyLua);
-  static const std::string kSemExtendLua =
-      std::string(kSemClockLua) + std::string(kSemExtendBodyLua);
+      join({kNextTokenLua, kHolderLua, kReleaseGrantBodyLua});
+  static const std::string kInspectLua = join({kLastTokenLua, kInspectBodyLua});
+  static const std::string kSemAcquireLua = join({kNextTokenLua, kClockLua, kSemAcquireBodyLua});
+  static const std::string kSemReleaseLua = join({kClockLua, kAnnounceLua, kSemReleaseBodyLua});
+  static const std::string kSemExtendLua = join({kClockLua, kSemExtendBodyLua});
+  static const std::string kSemInspectLua = join({kClockLua, kSemInspectBodyLua});
   static const std::string kForceReleaseLua =
-      std::string(kLastTokenLua) + std::string(kAnnounceLua) + std::string(kForceReleaseBodyLua);
+      join({kLastTokenLua, kAnnounceLua, kForceReleaseBodyLua});
+  static const std::string kSharedAcquireLua =
+      join({kNextTokenLua, kClockLua, kReadersLua, kSharedAcquireBodyLua});
+  static const std::string kSharedReleaseLua =
+      join({kClockLua, kReadersLua, kAnnounceLua, kSharedReleaseBodyLua});
+  static const std::string kSharedExtendLua = join({kClockLua, kReadersLua, kSharedExtendBodyLua});
+  static const std::string kSharedInspectLua =
+      join({kClockLua, kReadersLua, kSharedInspectBodyLua});
   switch (id) {
     case ScriptId::kAcquire:
       return kAcquireLua;
@@ -305,6 +439,14 @@ std::string_view scriptText(ScriptId id) {
       return kSemExtendLua;
     case ScriptId::kSemInspect:
       return kSemInspectLua;
+    case ScriptId::kSharedAcquire:
+      return kSharedAcquireLua;
+    case ScriptId::kSharedRelease:
+      return kSharedReleaseLua;
+    case ScriptId::kSharedExtend:
+      return kSharedExtendLua;
+    case ScriptId::kSharedInspect:
+      return kSharedInspectLua;
   }
   return {};
 }
@@ -337,6 +479,14 @@ const char* scriptName(ScriptId id) {
       return "sem_extend";
     case ScriptId::kSemInspect:
       return "sem_inspect";
+    case ScriptId::kSharedAcquire:
+      return "shared_acquire";
+    case ScriptId::kSharedRelease:
+      return "shared_release";
+    case ScriptId::kSharedExtend:
+      return "shared_extend";
+    case ScriptId::kSharedInspect:
+      return "shared_inspect";
   }
   return "unknown";
 }
@@ -373,6 +523,10 @@ std::string semaphoreLimitKey(std::string_view prefix, std::string_view name) {
   return lockKey(prefix, name) + ":sem:limit";
 }
 
+std::string readersKey(std::string_view prefix, std::string_view name) {
+  return lockKey(prefix, name) + ":readers";
+}
+
 std::string releaseChannel(std::string_view prefix, std::string_view name) {
   std::string c;
   c.reserve(prefix.size() + kChannelInfix.size() + name.size() + 1);
@@ -400,6 +554,11 @@ Status badShape(std::string_view node, ScriptId script) {
 
 }  // namespace
 
+bool isSharedScript(ScriptId id) {
+  return id == ScriptId::kSharedAcquire || id == ScriptId::kSharedRelease ||
+         id == ScriptId::kSharedExtend || id == ScriptId::kSharedInspect;
+}
+
 bool isSemaphoreScript(ScriptId id) {
   return id == ScriptId::kSemAcquire || id == ScriptId::kSemRelease || id == ScriptId::kSemExtend ||
          id == ScriptId::kSemInspect;
@@ -411,6 +570,7 @@ StatusOr<Outcome> decodeOutcome(const StatusOr<RedisValue>& reply, ScriptId scri
   const RedisValue& v = *reply;
   if (v.isError()) return internalError("redis " + std::string(node) + ": " + v.str);
   const bool semaphore = isSemaphoreScript(script);
+  const bool shared = isSharedScript(script);
   const size_t max_fields = semaphore ? 5 : 4;
   if (v.type != RedisValue::Type::kArray || v.elements.size() < 3 ||
       v.elements.size() > max_fields) {
@@ -425,9 +585,10 @@ StatusOr<Outcome> decodeOutcome(const StatusOr<RedisValue>& reply, ScriptId scri
   const int64_t count = v.elements.size() >= 4 ? v.elements[3].integer : 0;
   const int64_t limit = v.elements.size() >= 5 ? v.elements[4].integer : 0;
   if (count < 0 || limit < 0) return badShape(node, script);
-  const bool acquires = script == ScriptId::kAcquire || script == ScriptId::kSemAcquire;
+  const bool acquires = script == ScriptId::kAcquire || script == ScriptId::kSemAcquire ||
+                        script == ScriptId::kSharedAcquire;
   Outcome o;
-  if (semaphore) {
+  if (semaphore || shared) {
     o.used = count;
     o.limit = limit;
   } else {
@@ -449,7 +610,8 @@ StatusOr<Outcome> decodeOutcome(const StatusOr<RedisValue>& reply, ScriptId scri
       return o;
     case 0:
       if (script == ScriptId::kInspect || script == ScriptId::kForceRelease ||
-          script == ScriptId::kTokenSync || (semaphore && script != ScriptId::kSemAcquire)) {
+          script == ScriptId::kTokenSync || (semaphore && script != ScriptId::kSemAcquire) ||
+          (shared && script != ScriptId::kSharedAcquire)) {
         return badShape(node, script);
       }
       o.code = acquires ? OutcomeCode::kBusy : OutcomeCode::kNotOwner;
@@ -480,6 +642,7 @@ ScriptCall::Views ScriptCall::views() const {
 
 ScriptCall scriptCallFor(const Operation& op, const ScriptContext& ctx) {
   const bool semaphore = op.kind == LockKind::kSemaphore;
+  const bool shared = op.kind == LockKind::kShared;
   ScriptCall c;
   if (semaphore) {
     c.keys[0] = semaphoreKey(ctx.prefix, op.name);
@@ -490,20 +653,34 @@ ScriptCall scriptCallFor(const Operation& op, const ScriptContext& ctx) {
     c.keys[0] = lockKey(ctx.prefix, op.name);
     c.keys[1] = tokenKey(ctx.prefix, op.name);
     c.key_count = 2;
+    if (shared) {
+      c.keys[2] = readersKey(ctx.prefix, op.name);
+      c.key_count = 3;
+    }
   }
+  // The script of each verb per kind: mutex, semaphore, shared (readers).
+  auto pick = [&](ScriptId mutex, ScriptId sem, ScriptId readers) {
+    return semaphore ? sem : shared ? readers : mutex;
+  };
   auto arg = [&c](std::string_view a) { c.args[c.arg_count++].assign(a); };
   switch (op.verb) {
     case Verb::kAcquire:
-      c.script = semaphore ? ScriptId::kSemAcquire : ScriptId::kAcquire;
+      c.script = pick(ScriptId::kAcquire, ScriptId::kSemAcquire, ScriptId::kSharedAcquire);
       c.node_op = NodeOp::kAcquire;
       arg(op.owner);
       arg(std::to_string(op.ttl_ms));
       if (semaphore) arg(std::to_string(op.limit));
       arg(ctx.counter_ttl_ms);
-      if (op.reentrant && !semaphore) arg(kReentrantArg);
+      if (semaphore || shared) break;
+      if (op.reentrant) {
+        arg(kReentrantArg);
+      } else if (op.writer_wait_ms > 0) {
+        arg(kNotReentrantArg);
+      }
+      if (op.writer_wait_ms > 0) arg(std::to_string(op.writer_wait_ms));
       break;
     case Verb::kRelease:
-      c.script = semaphore ? ScriptId::kSemRelease : ScriptId::kRelease;
+      c.script = pick(ScriptId::kRelease, ScriptId::kSemRelease, ScriptId::kSharedRelease);
       c.node_op = NodeOp::kRelease;
       arg(op.owner);
       arg(releaseChannel(ctx.prefix, op.name));
@@ -511,31 +688,32 @@ ScriptCall scriptCallFor(const Operation& op, const ScriptContext& ctx) {
       if (ctx.sharded_publish) arg(kShardedPublish);
       break;
     case Verb::kExtend:
-      c.script = semaphore ? ScriptId::kSemExtend : ScriptId::kExtend;
+      c.script = pick(ScriptId::kExtend, ScriptId::kSemExtend, ScriptId::kSharedExtend);
       c.node_op = NodeOp::kExtend;
       arg(op.owner);
       arg(std::to_string(op.ttl_ms));
       arg(ctx.counter_ttl_ms);
       break;
     case Verb::kInspect:
-      c.script = semaphore ? ScriptId::kSemInspect : ScriptId::kInspect;
+      c.script = pick(ScriptId::kInspect, ScriptId::kSemInspect, ScriptId::kSharedInspect);
       c.node_op = NodeOp::kInspect;
       break;
-    // Mutex verbs: the lock service hands off and force-releases mutexes only (a semaphore's
-    // would be answered by its inspect script, changing nothing).
+    // Mutex verbs: the lock service hands off and force-releases mutexes only (another kind's
+    // would be answered by its inspect script, changing nothing). A mutex force release frees
+    // readers too: they hold the mutex's key.
     case Verb::kHandOff:
-      c.script = semaphore ? ScriptId::kSemInspect : ScriptId::kReleaseGrant;
+      c.script = pick(ScriptId::kReleaseGrant, ScriptId::kSemInspect, ScriptId::kSharedInspect);
       c.node_op = NodeOp::kRelease;
-      if (semaphore) break;
+      if (semaphore || shared) break;
       arg(op.owner);
       arg(op.next_owner);
       arg(std::to_string(op.ttl_ms));
       arg(ctx.counter_ttl_ms);
       break;
     case Verb::kForceRelease:
-      c.script = semaphore ? ScriptId::kSemInspect : ScriptId::kForceRelease;
+      c.script = pick(ScriptId::kForceRelease, ScriptId::kSemInspect, ScriptId::kSharedInspect);
       c.node_op = NodeOp::kRelease;
-      if (semaphore) break;
+      if (semaphore || shared) break;
       arg(releaseChannel(ctx.prefix, op.name));
       arg(op.name);
       if (ctx.sharded_publish) arg(kShardedPublish);

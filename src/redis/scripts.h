@@ -98,6 +98,10 @@ enum class ScriptId : size_t {
   kSemRelease,
   kSemExtend,
   kSemInspect,
+  kSharedAcquire,
+  kSharedRelease,
+  kSharedExtend,
+  kSharedInspect,
 };
 
 /// Lua source of one script.
@@ -113,11 +117,15 @@ int64_t tokenCounterTtlMs(int64_t max_ttl_ms);
 const char* scriptName(ScriptId id);
 /// All script ids, in index order.
 inline constexpr ScriptId kAllScripts[] = {
-    ScriptId::kAcquire,    ScriptId::kRelease,      ScriptId::kExtend,       ScriptId::kInspect,
-    ScriptId::kTokenSync,  ScriptId::kReleaseGrant, ScriptId::kForceRelease, ScriptId::kSemAcquire,
-    ScriptId::kSemRelease, ScriptId::kSemExtend,    ScriptId::kSemInspect};
+    ScriptId::kAcquire,       ScriptId::kRelease,      ScriptId::kExtend,
+    ScriptId::kInspect,       ScriptId::kTokenSync,    ScriptId::kReleaseGrant,
+    ScriptId::kForceRelease,  ScriptId::kSemAcquire,   ScriptId::kSemRelease,
+    ScriptId::kSemExtend,     ScriptId::kSemInspect,   ScriptId::kSharedAcquire,
+    ScriptId::kSharedRelease, ScriptId::kSharedExtend, ScriptId::kSharedInspect};
 /// Whether the script works on a semaphore (its 4th and 5th reply fields: used, limit).
 bool isSemaphoreScript(ScriptId id);
+/// Whether the script works on the readers of a read/write lock (its 4th field: readers).
+bool isSharedScript(ScriptId id);
 /// The script set for RedisNodeOptions::scripts (one shared instance).
 std::shared_ptr<const RedisScriptSet> sidelockScripts();
 
@@ -132,8 +140,13 @@ std::string tokenKey(std::string_view prefix, std::string_view name);
 std::string semaphoreKey(std::string_view prefix, std::string_view name);
 std::string semaphoreTokenKey(std::string_view prefix, std::string_view name);
 std::string semaphoreLimitKey(std::string_view prefix, std::string_view name);
+/// Readers of a read/write lock: `<prefix>{<name>}:readers` (a sorted set of reader owner id ->
+/// expiry in ms of Redis time). The readers also hold KEYS[1] (see scripts.cc, kReadersLua).
+std::string readersKey(std::string_view prefix, std::string_view name);
 /// ARGV[4] of the acquire script: take one more hold if the owner holds the lease already.
 inline constexpr std::string_view kReentrantArg = "reentrant";
+/// ARGV[4] of the acquire script when ARGV[5] (writer_wait_ms) follows without re-entry.
+inline constexpr std::string_view kNotReentrantArg = "-";
 /// ARGV[4] of the release script on Redis Cluster: announce with SPUBLISH (sharded pub/sub).
 inline constexpr std::string_view kShardedPublish = "sharded";
 /// Pub/sub channel announcing releases of `name`: `<prefix>released:{<name>}`.
@@ -160,7 +173,7 @@ struct ScriptCall {
   ScriptId script = ScriptId::kInspect;
   NodeOp node_op = NodeOp::kOther;
   std::array<std::string, 3> keys;
-  std::array<std::string, 4> args;
+  std::array<std::string, 5> args;
   uint8_t key_count = 0;
   uint8_t arg_count = 0;
 
@@ -168,7 +181,7 @@ struct ScriptCall {
   /// changed nor moved.
   struct Views {
     std::array<std::string_view, 3> keys;
-    std::array<std::string_view, 4> args;
+    std::array<std::string_view, 5> args;
     RedisArgs keyArgs() const { return {keys.data(), key_count}; }
     RedisArgs argArgs() const { return {args.data(), arg_count}; }
     size_t key_count = 0;

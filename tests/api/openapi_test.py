@@ -286,6 +286,15 @@ def exercise(doc, lock_port, admin_port):
     check("POST", "/v1/locks/tree/acquire", json.dumps({"owner": tree_owner, "reentrant": True}), expect=200)
     check("POST", "/v1/locks/tree/release", json.dumps({"owner": tree_owner}), expect=200)
     check("POST", "/v1/locks/tree/release", json.dumps({"owner": tree_owner}), expect=200)
+    # Read/write locks: readers, a writer turned away, a reader's release without and with mode.
+    _, rd1 = check("POST", "/v1/locks/doc/acquire", '{"mode":"shared"}', expect=200)
+    _, rd2 = check("POST", "/v1/locks/doc/acquire", '{"mode":"shared","ttl_ms":30000}', expect=200)
+    check("GET", "/v1/locks/doc", expect=200)
+    check("POST", "/v1/locks/doc/acquire", '{"mode":"exclusive"}', expect=409)
+    check("POST", "/v1/locks/doc/acquire", '{"mode":"both"}', expect=400)
+    check("POST", "/v1/locks/doc/extend", json.dumps({"owner": json.loads(rd1)["owner"], "mode": "shared"}), expect=200)
+    check("POST", "/v1/locks/doc/release", json.dumps({"owner": json.loads(rd1)["owner"]}), expect=200)
+    check("POST", "/v1/locks/doc/release", json.dumps({"owner": json.loads(rd2)["owner"], "mode": "shared"}), expect=200)
     check("GET", "/v1/semaphores/sale", expect=200)
     _, sem = check("POST", "/v1/semaphores/sale/acquire", '{"limit":1,"ttl_ms":30000}', expect=200)
     permit = json.loads(sem)["permit"]

@@ -1,5 +1,7 @@
 // The memory backend is the reference model of the Redis scripts: the same random sequences of
-// operations (mutex with reentrant holds and hand-offs, semaphores with limits) run against
+// operations (mutex with reentrant holds and hand-offs, readers of read/write locks meeting those
+// mutexes as writers (with writer-waiting marks and force releases), semaphores with limits) run
+// against
 // MemoryBackend and against RedisBackend on a real redis-server, and every outcome must agree
 // (code, holds, permits used, limit). Fencing tokens start from different bases (the memory
 // counter at 1, Redis's at TIME in microseconds), so they are checked for what both promise:
@@ -31,6 +33,7 @@ struct Step {
     s << verbName(op.verb) << " " << lockKindName(op.kind) << " " << op.name << " by " << op.owner;
     if (op.verb == Verb::kHandOff) s << " to " << op.next_owner;
     if (op.reentrant) s << " reentrant";
+    if (op.writer_wait_ms > 0) s << " marking writer waiting";
     if (op.kind == LockKind::kSemaphore && op.verb == Verb::kAcquire) s << " limit " << op.limit;
     return s.str();
   }
@@ -78,15 +81,21 @@ TEST_F(DifferentialTest, RandomSequencesAgreeWithTheReferenceModel) {
   std::map<std::string, uint64_t> last_redis_token;
   constexpr int kSteps = 1500;
   int agreed_grants = 0;
+  int reader_grants = 0;
+  int readers_turned_away = 0;  // busy although only readers held the lock
   for (int i = 0; i < kSteps; ++i) {
     Step step;
     const std::string& name = pick(names);
     const int what = std::uniform_int_distribution<int>(0, 99)(rng);
-    if (what < 45) {
+    if (what < 4) {
+      step.op = Operation::forceRelease(name);
+    } else if (what < 45) {
       const std::string& owner = pick(owners);
       switch (what % 5) {
         case 0:
           step.op = Operation::acquire(name, owner, 60'000, (what / 5) % 2 == 0);
+          // A queued writer: turns new readers away while readers hold the lock.
+          if (what % 3 == 0) step.op.writer_wait_ms = 60'000;
           break;
         case 1:
           step.op = Operation::release(name, owner);
@@ -99,6 +108,22 @@ TEST_F(DifferentialTest, RandomSequencesAgreeWithTheReferenceModel) {
           break;
         default:
           step.op = Operation::handOff(name, owner, pick(owners), 60'000);
+          break;
+      }
+    } else if (what < 70) {
+      // Readers of the same names: the mutex holders above are their writers.
+      const std::string& owner = pick(owners);
+      switch (what % 4) {
+        case 0:
+        case 1:
+          step.op = Operation::acquireShared(name, owner, 60'000);
+          break;
+        case 2:
+          step.op = Operation::release(name, owner).of(LockKind::kShared);
+          break;
+        default:
+          step.op = what % 8 == 3 ? Operation::inspect(name).of(LockKind::kShared)
+                                  : Operation::extend(name, owner, 60'000).of(LockKind::kShared);
           break;
       }
     } else {
@@ -133,8 +158,10 @@ TEST_F(DifferentialTest, RandomSequencesAgreeWithTheReferenceModel) {
     ASSERT_EQ(grants, r->ok() && r->token != 0 &&
                           (step.op.verb == Verb::kAcquire || step.op.verb == Verb::kHandOff))
         << where;
-    // Each kind of lock of a name has its own counter.
-    const std::string counter = std::string(lockKindName(step.op.kind)) + "/" + name;
+    // A semaphore has its own counter; readers and writers of a name share the mutex's.
+    const LockKind counter_kind =
+        step.op.kind == LockKind::kShared ? LockKind::kMutex : step.op.kind;
+    const std::string counter = std::string(lockKindName(counter_kind)) + "/" + name;
     if (grants && step.op.reentrant && m->holds > 1) {
       // A re-entry: the token of the lease it re-enters, on each side.
       EXPECT_EQ(m->token, last_memory_token[counter]) << where;
@@ -146,9 +173,16 @@ TEST_F(DifferentialTest, RandomSequencesAgreeWithTheReferenceModel) {
       last_memory_token[counter] = m->token;
       last_redis_token[counter] = r->token;
       ++agreed_grants;
+      if (step.op.kind == LockKind::kShared) ++reader_grants;
+    }
+    if (step.op.kind == LockKind::kShared && step.op.verb == Verb::kAcquire &&
+        m->code == OutcomeCode::kBusy && m->used > 0) {
+      ++readers_turned_away;
     }
   }
   EXPECT_GT(agreed_grants, 100) << "the sequences granted often enough to mean something";
+  EXPECT_GT(reader_grants, 20) << "readers were granted often enough to mean something";
+  EXPECT_GT(readers_turned_away, 5) << "writers marked as waiting turned readers away";
 }
 
 }  // namespace

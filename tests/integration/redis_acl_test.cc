@@ -124,13 +124,21 @@ TEST_F(RedisAclTest, EveryLockOperationWorksUnderTheReadmeAcl) {
   ASSERT_TRUE(handed);
   EXPECT_EQ(handed->status, 200) << handed->body;
 
-  // The semaphore scripts (sorted sets), the whole way.
+  // The other kinds' scripts (sorted sets): a semaphore permit and a reader, each the whole way.
   r = c.post("/v1/semaphores/acl-sem/acquire", R"({"limit":2})");
   ASSERT_EQ(r.status, 200) << r.body;
   const std::string permit = json::parse(r.body)["permit"];
   EXPECT_EQ(c.post("/v1/semaphores/acl-sem/extend", json{{"permit", permit}}.dump()).status, 200);
   EXPECT_EQ(c.get("/v1/semaphores/acl-sem").status, 200);
   EXPECT_EQ(c.post("/v1/semaphores/acl-sem/release", json{{"permit", permit}}.dump()).status, 200);
+  r = c.post("/v1/locks/acl-rw/acquire", R"({"mode":"shared"})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  const std::string reader = json::parse(r.body)["owner"];
+  EXPECT_EQ(c.post("/v1/locks/acl-rw/acquire", R"({"wait_ms":50})").status, 409)
+      << "a queued writer marks itself waiting";
+  EXPECT_EQ(c.post("/v1/locks/acl-rw/extend", json{{"owner", reader}}.dump()).status, 200);
+  EXPECT_EQ(c.get("/v1/locks/acl-rw").status, 200);
+  EXPECT_EQ(c.post("/v1/locks/acl-rw/release", json{{"owner", reader}}.dump()).status, 200);
 
   for (auto* s : {sidecar_.get(), other_sidecar_.get()}) {
     HttpClient m = HttpClient::tcp(s->port());

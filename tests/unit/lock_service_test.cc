@@ -1136,6 +1136,82 @@ TEST_F(LockServiceTest, ApiGrantThatReachesAClientThatLeftIsReleased) {
   EXPECT_EQ(waiters(), 0);
 }
 
+// --- read/write locks ------------------------------------------------------------------------
+
+// Readers queued behind a writer are all let in when it releases (they share: the whole run of
+// them contends at once, not one per release), each with a lease of its own.
+TEST_F(LockServiceTest, QueuedReadersAreAllAdmittedWhenTheWriterReleases) {
+  auto writer = acquireNow(opts("doc", "w", 60'000));
+  ASSERT_EQ(writer->status(), AcquireStatus::kGranted);
+  std::vector<std::shared_ptr<Outcome>> readers;
+  for (int i = 0; i < 3; ++i) {
+    readers.push_back(start(opts(sharedLockKey("doc"), "r" + std::to_string(i), 60'000, 30'000)));
+  }
+  advance(100, 10);
+  for (const auto& r : readers) EXPECT_FALSE(r->done());
+  ASSERT_EQ(*release("doc", "w"), ReleaseStatus::kReleased);
+  sched.runReady();  // no time passes: the release wakes the readers' queue itself
+  for (const auto& r : readers) {
+    ASSERT_TRUE(r->done());
+    EXPECT_EQ(r->status(), AcquireStatus::kGranted);
+    EXPECT_GT(r->grant().token, writer->grant().token);
+  }
+  EXPECT_EQ(held(), 3) << "three readers, three leases";
+  EXPECT_EQ(inspect(sharedLockKey("doc")).used, 3);
+  EXPECT_EQ(metrics.acquireFor("shared").acquired.Value(), 3);
+  EXPECT_EQ(metrics.acquireFor("shared").contended.Value(), 3);
+  // A reader's release leaves the others holding; the last one's lets a writer in.
+  auto next_writer = start(opts("doc", "w2", 60'000, 30'000));
+  advance(50, 10);
+  ASSERT_EQ(*release(sharedLockKey("doc"), "r0"), ReleaseStatus::kReleased);
+  ASSERT_EQ(*release(sharedLockKey("doc"), "r1"), ReleaseStatus::kReleased);
+  sched.runReady();
+  EXPECT_FALSE(next_writer->done());
+  ASSERT_EQ(*release(sharedLockKey("doc"), "r2"), ReleaseStatus::kReleased);
+  sched.runReady();
+  ASSERT_TRUE(next_writer->done()) << "the last reader's release woke the writer at once";
+  EXPECT_EQ(next_writer->status(), AcquireStatus::kGranted);
+}
+
+// A queued writer turns new readers away while the readers it waits for drain (writer
+// preference); a single try of a writer marks nothing.
+TEST_F(LockServiceTest, AQueuedWriterTurnsNewReadersAway) {
+  ASSERT_EQ(acquireNow(opts(sharedLockKey("doc"), "r1", 60'000))->status(),
+            AcquireStatus::kGranted);
+  EXPECT_EQ(acquireNow(opts("doc", "try", 60'000))->status(), AcquireStatus::kBusy);
+  EXPECT_EQ(acquireNow(opts(sharedLockKey("doc"), "r2", 60'000))->status(), AcquireStatus::kGranted)
+      << "a writer's single try does not keep readers out";
+  auto writer = start(opts("doc", "w", 60'000, 30'000));
+  advance(10);
+  auto late_reader = acquireNow(opts(sharedLockKey("doc"), "r3", 60'000));
+  EXPECT_EQ(late_reader->status(), AcquireStatus::kBusy) << "the waiting writer goes first";
+  ASSERT_EQ(*release(sharedLockKey("doc"), "r1"), ReleaseStatus::kReleased);
+  ASSERT_EQ(*release(sharedLockKey("doc"), "r2"), ReleaseStatus::kReleased);
+  sched.runReady();
+  ASSERT_TRUE(writer->done());
+  EXPECT_EQ(writer->status(), AcquireStatus::kGranted);
+  // Once the writer gave up waiting (granted here), readers are welcome again after it.
+  ASSERT_EQ(*release("doc", "w"), ReleaseStatus::kReleased);
+  EXPECT_EQ(acquireNow(opts(sharedLockKey("doc"), "r3", 60'000))->status(),
+            AcquireStatus::kGranted);
+}
+
+// A force release frees readers too (they hold the lock's key): their leases end as lost.
+TEST_F(LockServiceTest, ForceReleaseEndsReadersLeasesAsLost) {
+  auto r1 = acquireNow(opts(sharedLockKey("doc"), "r1", 60'000));
+  auto r2 = acquireNow(opts(sharedLockKey("doc"), "r2", 60'000));
+  ASSERT_EQ(r2->status(), AcquireStatus::kGranted);
+  std::optional<StatusOr<ForcedRelease>> forced;
+  svc->forceRelease("doc", [&](StatusOr<ForcedRelease> r) { forced.emplace(std::move(r)); });
+  sched.runReady();
+  ASSERT_TRUE(forced && forced->isOk());
+  EXPECT_TRUE((*forced)->released);
+  EXPECT_EQ(held(), 0);
+  EXPECT_EQ(r1->events, std::vector<LeaseEvent>{LeaseEvent::kLost});
+  EXPECT_EQ(*release(sharedLockKey("doc"), "r2"), ReleaseStatus::kLeaseLost);
+  EXPECT_EQ(acquireNow(opts("doc", "w", 60'000))->status(), AcquireStatus::kGranted);
+}
+
 TEST(LostLeaseMemoryTest, BoundedAndForgetful) {
   LostLeaseMemory lost(2, 1000);
   lost.remember("a", "o1", 0);

@@ -101,6 +101,17 @@ TEST(RedisReplies, EveryScriptSharesOneShape) {
   EXPECT_EQ(permit->limit, 3);
   EXPECT_EQ(permit->holds, 0) << "used is not a hold count";
   EXPECT_FALSE(decode(reply(1, 0, 500), ScriptId::kSemAcquire).isOk()) << "a permit has a token";
+  // Readers: the 4th field counts them (not holds); only acquire can be turned away.
+  auto reader = decode(reply(1, 9, 500, 3), ScriptId::kSharedAcquire);
+  ASSERT_TRUE(reader.isOk());
+  EXPECT_EQ(reader->used, 3);
+  EXPECT_EQ(reader->holds, 0);
+  auto turned_away = decode(reply(0, 0, 800, 2), ScriptId::kSharedAcquire);
+  ASSERT_TRUE(turned_away.isOk());
+  EXPECT_EQ(turned_away->code, OutcomeCode::kBusy);
+  EXPECT_EQ(turned_away->holder_ttl_ms, 800);
+  EXPECT_FALSE(decode(reply(0, 0, 5), ScriptId::kSharedRelease).isOk());
+  EXPECT_FALSE(decode(reply(1, 0, 500), ScriptId::kSharedAcquire).isOk()) << "a reader has a token";
   // "Held by another owner" has no meaning for reads and the operator's delete.
   EXPECT_FALSE(decode(reply(0, 0, 5), ScriptId::kInspect).isOk());
   EXPECT_FALSE(decode(reply(0, 0, 5), ScriptId::kForceRelease).isOk());
@@ -206,6 +217,31 @@ TEST(RedisScripts, EveryOperationIsOneScriptCall) {
             ScriptId::kSemRelease);
   EXPECT_EQ(scriptCallFor(Operation::inspect("n").of(LockKind::kSemaphore), ctx).script,
             ScriptId::kSemInspect);
+
+  // Readers share the mutex's key and counter, and list themselves in a sorted set of their own.
+  const ScriptCall reader = scriptCallFor(Operation::acquireShared("n", "r", 900), ctx);
+  EXPECT_EQ(reader.script, ScriptId::kSharedAcquire);
+  ASSERT_EQ(reader.key_count, 3);
+  EXPECT_EQ(reader.keys[0], "p:{n}");
+  EXPECT_EQ(reader.keys[1], "p:{n}:token") << "readers and writers: one counter";
+  EXPECT_EQ(reader.keys[2], "p:{n}:readers");
+  ASSERT_EQ(reader.arg_count, 3);
+  EXPECT_EQ(scriptCallFor(Operation::release("n", "r").of(LockKind::kShared), ctx).script,
+            ScriptId::kSharedRelease);
+  EXPECT_EQ(scriptCallFor(Operation::extend("n", "r", 9).of(LockKind::kShared), ctx).script,
+            ScriptId::kSharedExtend);
+  EXPECT_EQ(scriptCallFor(Operation::handOff("n", "r", "x", 9).of(LockKind::kShared), ctx).script,
+            ScriptId::kSharedInspect)
+      << "readers are never handed on: the call changes nothing";
+  // A queued writer's attempt carries its mark; a re-entry flag keeps its place before it.
+  Operation queued_writer = Operation::acquire("n", "o", 5000);
+  queued_writer.writer_wait_ms = 1700;
+  const ScriptCall marking = scriptCallFor(queued_writer, ctx);
+  ASSERT_EQ(marking.arg_count, 5);
+  EXPECT_EQ(marking.args[3], kNotReentrantArg);
+  EXPECT_EQ(marking.args[4], "1700");
+  queued_writer.reentrant = true;
+  EXPECT_EQ(scriptCallFor(queued_writer, ctx).args[3], kReentrantArg);
 
   const ScriptCall sync = tokenSyncCall("n", 77, ctx);
   ASSERT_EQ(sync.key_count, 1);

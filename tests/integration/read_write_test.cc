@@ -1,0 +1,302 @@
+// Read/write locks (issue 13): "mode": "shared" readers share a lock, a writer (the default,
+// "exclusive") excludes everybody, a waiting writer turns new readers away on every sidecar, and
+// each reader has its own lease, so a crashed reader blocks writers only until its TTL. Real
+// sidecars on a real redis-server (and on Redlock nodes). Exclusion is checked by an observer of
+// the clients' own grant-to-release intervals, never by the sidecar's counters.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "support/http_client.h"
+#include "support/redis_server.h"
+#include "support/redlock_sidecar.h"
+#include "support/sidecar_polling.h"
+#include "support/sidecar_process.h"
+
+namespace sidelock::testing {
+namespace {
+
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+std::string ownerOf(const HttpResponse& r) { return json::parse(r.body)["owner"]; }
+int64_t msSince(Clock::time_point t0) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count();
+}
+
+TEST(ReadWriteTest, ReadersShareAWriterExcludesEverybody) {
+  RedisServer redis;
+  auto a = sidecarOnRedis(redis.address());
+  auto b = sidecarOnRedis(redis.address());
+  HttpClient ca = HttpClient::tcp(a->port());
+  HttpClient cb = HttpClient::tcp(b->port());
+
+  auto r1 = ca.post("/v1/locks/doc/acquire", R"({"mode":"shared","ttl_ms":20000})");
+  ASSERT_EQ(r1.status, 200) << r1.body;
+  EXPECT_EQ(json::parse(r1.body)["mode"], "shared");
+  EXPECT_EQ(json::parse(r1.body)["name"], "doc");
+  auto r2 = cb.post("/v1/locks/doc/acquire", R"({"mode":"shared","ttl_ms":20000})");
+  ASSERT_EQ(r2.status, 200) << r2.body;
+  EXPECT_GT(json::parse(r2.body)["token"].get<uint64_t>(),
+            json::parse(r1.body)["token"].get<uint64_t>())
+      << "readers draw fencing tokens from the lock's counter";
+  EXPECT_NE(ownerOf(r1), ownerOf(r2)) << "each reader has a lease of its own";
+
+  auto state = ca.get("/v1/locks/doc");
+  ASSERT_EQ(state.status, 200) << state.body;
+  EXPECT_EQ(json::parse(state.body)["mode"], "shared");
+  EXPECT_EQ(json::parse(state.body)["readers"], 2);
+  EXPECT_EQ(state.body.find(ownerOf(r1)), std::string::npos) << "owners are never shown";
+
+  // A writer (no mode: exclusive is the default) is turned away while readers hold the lock.
+  auto w = cb.post("/v1/locks/doc/acquire", R"({"ttl_ms":20000})");
+  EXPECT_EQ(w.status, 409) << w.body;
+  EXPECT_GT(json::parse(w.body)["retry_after_ms"].get<int64_t>(), 10'000)
+      << "the hint is the readers' remaining time";
+  EXPECT_EQ(cb.post("/v1/locks/doc/acquire", R"({"mode":"exclusive"})").status, 409);
+  // A writer's verbs do not work on a reader's lease, nor a reader's on none.
+  EXPECT_EQ(cb.post("/v1/locks/doc/release", json{{"owner", "not-a-reader"}}.dump()).status, 409);
+  EXPECT_EQ(
+      cb.post("/v1/locks/doc/release", json{{"owner", "not-a-reader"}, {"mode", "shared"}}.dump())
+          .status,
+      404);
+
+  // Readers extend and release their own leases: without a mode where they were granted, with
+  // "mode": "shared" through another sidecar.
+  auto ext =
+      ca.post("/v1/locks/doc/extend", json{{"owner", ownerOf(r1)}, {"ttl_ms", 30000}}.dump());
+  EXPECT_EQ(ext.status, 200) << ext.body;
+  EXPECT_EQ(ca.post("/v1/locks/doc/release", json{{"owner", ownerOf(r1)}}.dump()).status, 200);
+  EXPECT_EQ(json::parse(ca.get("/v1/locks/doc").body)["readers"], 1);
+  EXPECT_EQ(ca.post("/v1/locks/doc/acquire", "{}").status, 409) << "one reader still holds it";
+  auto rel2 =
+      ca.post("/v1/locks/doc/release", json{{"owner", ownerOf(r2)}, {"mode", "shared"}}.dump());
+  EXPECT_EQ(rel2.status, 200) << rel2.body;
+  EXPECT_EQ(redis.cli({"EXISTS", "sidelock:{doc}", "sidelock:{doc}:readers"}), "0")
+      << "the last reader out frees the lock and leaves no keys";
+
+  // A writer holds it now: readers are turned away, GET says exclusive.
+  auto writer = ca.post("/v1/locks/doc/acquire", R"({"ttl_ms":20000})");
+  ASSERT_EQ(writer.status, 200) << writer.body;
+  EXPECT_FALSE(json::parse(writer.body).contains("mode"));
+  EXPECT_GT(json::parse(writer.body)["token"].get<uint64_t>(),
+            json::parse(r2.body)["token"].get<uint64_t>());
+  EXPECT_EQ(cb.post("/v1/locks/doc/acquire", R"({"mode":"shared"})").status, 409);
+  EXPECT_EQ(json::parse(cb.get("/v1/locks/doc").body)["mode"], "exclusive");
+  EXPECT_EQ(ca.post("/v1/locks/doc/release", json{{"owner", ownerOf(writer)}}.dump()).status, 200);
+
+  // Bad input is refused and changes nothing.
+  for (const char* bad :
+       {R"({"mode":"both"})", R"({"mode":1})", R"({"mode":"shared","reentrant":true})"}) {
+    auto r = ca.post("/v1/locks/doc/acquire", bad);
+    EXPECT_EQ(r.status, 400) << bad << ": " << r.body;
+  }
+  EXPECT_EQ(ca.post("/v1/locks/doc/release", R"({"owner":"x","mode":"read"})").status, 400);
+  EXPECT_EQ(redis.cli({"EXISTS", "sidelock:{doc}"}), "0") << "bad input changes nothing";
+  EXPECT_EQ(a->stop(), 0) << a->logs();
+  EXPECT_EQ(b->stop(), 0) << b->logs();
+}
+
+// Many readers and writers on two sidecars: an observer of the clients' own intervals never sees
+// a writer beside anybody, sees readers side by side, and every writer gets through although
+// readers keep coming (a waiting writer keeps new readers out, on both sidecars).
+TEST(ReadWriteTest, ContentionAcrossTwoSidecarsKeepsWritersAlone) {
+  constexpr int kReadersPerSidecar = 6;
+  constexpr int kWritersPerSidecar = 2;
+  constexpr int kRounds = 8;
+  RedisServer redis;
+  auto a = sidecarOnRedis(redis.address());
+  auto b = sidecarOnRedis(redis.address());
+
+  struct Interval {
+    Clock::time_point start, end;
+    bool writer;
+  };
+  std::mutex mu;
+  std::vector<Interval> intervals;
+  std::atomic<int> failures{0};
+  std::string first_failure;
+  auto fail = [&](const std::string& what) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (failures++ == 0) first_failure = what;
+  };
+  std::vector<std::thread> clients;
+  const auto t0 = Clock::now();
+  for (int i = 0; i < 2 * (kReadersPerSidecar + kWritersPerSidecar); ++i) {
+    const int port = i % 2 == 0 ? a->port() : b->port();
+    const bool writer = i / 2 < kWritersPerSidecar;
+    clients.emplace_back([&, port, writer] {
+      HttpClient c = HttpClient::tcp(port);
+      const std::string body = writer ? R"({"ttl_ms":10000,"wait_ms":30000})"
+                                      : R"({"mode":"shared","ttl_ms":10000,"wait_ms":30000})";
+      for (int round = 0; round < kRounds; ++round) {
+        auto r = c.post("/v1/locks/ledger/acquire", body);
+        if (r.status != 200) {
+          fail((writer ? "writer " : "reader ") + std::to_string(r.status) + " " + r.body);
+          continue;
+        }
+        const auto granted = Clock::now();
+        std::this_thread::sleep_for(std::chrono::milliseconds(writer ? 2 : 8));
+        const auto releasing = Clock::now();
+        {
+          std::lock_guard<std::mutex> lock(mu);
+          intervals.push_back({granted, releasing, writer});
+        }
+        auto rel = c.post("/v1/locks/ledger/release", json{{"owner", ownerOf(r)}}.dump());
+        if (rel.status != 200) fail("release " + std::to_string(rel.status) + " " + rel.body);
+      }
+    });
+  }
+  for (auto& t : clients) t.join();
+  const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  EXPECT_EQ(failures.load(), 0) << first_failure;
+  ASSERT_EQ(intervals.size(), 2u * (kReadersPerSidecar + kWritersPerSidecar) * kRounds);
+  int writer_overlaps = 0;
+  int reader_overlaps = 0;
+  for (size_t i = 0; i < intervals.size(); ++i) {
+    for (size_t j = i + 1; j < intervals.size(); ++j) {
+      const Interval& x = intervals[i];
+      const Interval& y = intervals[j];
+      if (x.start < y.end && y.start < x.end) {
+        (x.writer || y.writer ? writer_overlaps : reader_overlaps) += 1;
+      }
+    }
+  }
+  EXPECT_EQ(writer_overlaps, 0) << "the observer saw a writer beside another holder";
+  EXPECT_GT(reader_overlaps, 0) << "readers held the lock side by side";
+  std::cout << "[read_write] " << intervals.size() << " holds on 2 sidecars in " << seconds
+            << " s, " << reader_overlaps << " reader overlaps\n";
+  EXPECT_EQ(redis.cli({"EXISTS", "sidelock:{ledger}", "sidelock:{ledger}:readers"}), "0");
+  EXPECT_EQ(a->stop(), 0) << a->logs();
+  EXPECT_EQ(b->stop(), 0) << b->logs();
+}
+
+// Readers on one sidecar overlap without a gap (each new reader joins before the last leaves):
+// without writer preference a writer on the other sidecar would never find the lock free. With
+// it, the writer's mark keeps new readers out, the old ones drain, and the writer gets in.
+TEST(ReadWriteTest, AWaitingWriterIsNotStarvedByAStreamOfReaders) {
+  RedisServer redis;
+  auto readers_side = sidecarOnRedis(redis.address());
+  auto writer_side = sidecarOnRedis(redis.address());
+  std::atomic<bool> stop{false};
+  std::atomic<int> reads{0};
+  std::atomic<int> turned_away{0};
+  std::vector<std::thread> readers;
+  for (int i = 0; i < 4; ++i) {
+    readers.emplace_back([&, i] {
+      HttpClient c = HttpClient::tcp(readers_side->port());
+      std::this_thread::sleep_for(std::chrono::milliseconds(40 * i));  // staggered: no gaps
+      while (!stop) {
+        auto r = c.post("/v1/locks/report/acquire", R"({"mode":"shared","ttl_ms":5000})");
+        if (r.status != 200) {
+          ++turned_away;
+          std::this_thread::sleep_for(std::chrono::milliseconds(20));
+          continue;
+        }
+        ++reads;
+        std::this_thread::sleep_for(std::chrono::milliseconds(160));
+        c.post("/v1/locks/report/release", json{{"owner", ownerOf(r)}}.dump());
+      }
+    });
+  }
+  // The readers stop however this test ends (a failed assertion must not leave them running).
+  struct StopReaders {
+    std::atomic<bool>& stop;
+    std::vector<std::thread>& threads;
+    ~StopReaders() {
+      stop = true;
+      for (auto& t : threads) t.join();
+    }
+  };
+  std::optional<StopReaders> stopper(std::in_place, stop, readers);
+  ASSERT_TRUE(pollUntil([&] { return reads.load() >= 8; })) << "the readers got going";
+  HttpClient w = HttpClient::tcp(writer_side->port());
+  const auto t0 = Clock::now();
+  auto writer = w.post("/v1/locks/report/acquire", R"({"ttl_ms":5000,"wait_ms":8000})");
+  const int64_t waited_ms = msSince(t0);
+  stopper.reset();
+  ASSERT_EQ(writer.status, 200) << writer.body;
+  EXPECT_LT(waited_ms, 6'000) << "the writer got in while readers kept coming";
+  EXPECT_GT(turned_away.load(), 0) << "new readers were turned away for the waiting writer";
+  std::cout << "[read_write] writer waited " << waited_ms << " ms behind a stream of "
+            << reads.load() << " reads; " << turned_away.load() << " reads turned away\n";
+  EXPECT_EQ(w.post("/v1/locks/report/release", json{{"owner", ownerOf(writer)}}.dump()).status,
+            200);
+  EXPECT_EQ(readers_side->stop(), 0) << readers_side->logs();
+  EXPECT_EQ(writer_side->stop(), 0) << writer_side->logs();
+}
+
+// A reader whose sidecar crashes (SIGKILL: nothing released) blocks the writer only until its
+// own TTL, although another reader with a longer lease came and went. A reader's stream hold
+// gives its lease back when the client hangs up.
+TEST(ReadWriteTest, ACrashedReaderExpiresAndAStreamReaderGivesBack) {
+  RedisServer redis;
+  auto crashing = sidecarOnRedis(redis.address());
+  auto other = sidecarOnRedis(redis.address());
+  HttpClient c = HttpClient::tcp(crashing->port());
+  ASSERT_EQ(c.post("/v1/locks/cfg/acquire", R"({"mode":"shared","ttl_ms":800})").status, 200);
+  HttpClient o = HttpClient::tcp(other->port());
+  auto longer = o.post("/v1/locks/cfg/acquire", R"({"mode":"shared","ttl_ms":60000})");
+  ASSERT_EQ(longer.status, 200) << longer.body;
+  EXPECT_EQ(o.post("/v1/locks/cfg/release", json{{"owner", ownerOf(longer)}}.dump()).status, 200);
+  crashing->kill();
+  const auto t0 = Clock::now();
+  auto writer = o.post("/v1/locks/cfg/acquire", R"({"ttl_ms":5000,"wait_ms":8000})");
+  const int64_t waited_ms = msSince(t0);
+  ASSERT_EQ(writer.status, 200) << writer.body;
+  EXPECT_LT(waited_ms, 4000) << "the crashed reader's lease ended with its own TTL";
+  EXPECT_EQ(o.post("/v1/locks/cfg/release", json{{"owner", ownerOf(writer)}}.dump()).status, 200);
+
+  HttpClient stream = HttpClient::tcp(other->port());
+  stream.sendRequest("POST", "/v1/locks/cfg/acquire",
+                     R"({"mode":"shared","ttl_ms":2000,"hold":"stream"})");
+  auto head = stream.readStreamHead();
+  ASSERT_TRUE(head);
+  EXPECT_EQ(head->status, 200);
+  EXPECT_EQ(o.post("/v1/locks/cfg/acquire", "{}").status, 409);
+  stream.close();
+  ASSERT_TRUE(pollUntil([&] { return o.post("/v1/locks/cfg/acquire", "{}").status == 200; }))
+      << "the stream reader's lease came back when its client left";
+  EXPECT_EQ(other->stop(), 0) << other->logs();
+}
+
+// Redlock carries read/write locks over: a reader needs a majority of nodes where no writer
+// holds the lock and a writer a majority where nobody does; two majorities share a node, so a
+// reader and a writer can never both win.
+TEST(ReadWriteTest, RedlockServesReadersAndWriters) {
+  RedlockSidecar redlock(3);
+  SidecarProcess& s = *redlock.sidecar;
+  HttpClient c = HttpClient::tcp(s.port());
+  auto r1 = c.post("/v1/locks/plan/acquire", R"({"mode":"shared","ttl_ms":20000})");
+  ASSERT_EQ(r1.status, 200) << r1.body;
+  auto r2 = c.post("/v1/locks/plan/acquire", R"({"mode":"shared","ttl_ms":20000})");
+  ASSERT_EQ(r2.status, 200) << r2.body;
+  for (auto& n : redlock.nodes) {
+    EXPECT_EQ(n->cli({"ZCARD", "sidelock:{plan}:readers"}), "2");
+  }
+  auto state = json::parse(c.get("/v1/locks/plan").body);
+  EXPECT_EQ(state["mode"], "shared");
+  EXPECT_EQ(state["readers"], 2);
+  EXPECT_EQ(c.post("/v1/locks/plan/acquire", "{}").status, 409);
+  EXPECT_EQ(c.post("/v1/locks/plan/release", json{{"owner", ownerOf(r1)}}.dump()).status, 200);
+  EXPECT_EQ(c.post("/v1/locks/plan/extend", json{{"owner", ownerOf(r2)}}.dump()).status, 200);
+  EXPECT_EQ(c.post("/v1/locks/plan/release", json{{"owner", ownerOf(r2)}}.dump()).status, 200);
+  auto writer = c.post("/v1/locks/plan/acquire", "{}");
+  ASSERT_EQ(writer.status, 200) << writer.body;
+  EXPECT_EQ(c.post("/v1/locks/plan/acquire", R"({"mode":"shared"})").status, 409);
+  EXPECT_EQ(c.post("/v1/locks/plan/release", json{{"owner", ownerOf(writer)}}.dump()).status, 200);
+  for (auto& n : redlock.nodes) EXPECT_EQ(n->cli({"EXISTS", "sidelock:{plan}"}), "0");
+  EXPECT_EQ(s.stop(), 0) << s.logs();
+}
+
+}  // namespace
+}  // namespace sidelock::testing
