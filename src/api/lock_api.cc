@@ -240,6 +240,8 @@ std::vector<Route> LockApi::routes() {
       {"POST", "/v1/semaphores/{name}/release", bindNamed(&LockApi::semaphoreRelease)},
       {"POST", "/v1/semaphores/{name}/extend", bindNamed(&LockApi::semaphoreExtend)},
       {"GET", "/v1/semaphores/{name}", bindNamed(&LockApi::semaphoreInspect)},
+      {"POST", "/v1/multilocks/acquire", bind(&LockApi::multiAcquire)},
+      {"POST", "/v1/multilocks/release", bind(&LockApi::multiRelease)},
       {"GET", "/healthz", bind(&LockApi::healthz)},
       {"GET", "/readyz", bind(&LockApi::readyz)},
       {"GET", "/metrics", bind(&LockApi::metricsText)},
@@ -903,6 +905,180 @@ void LockApi::metricsText(http::Request& req, http::ResponderPtr res) {
   // Rendering walks every series (about a millisecond): a client pipelining thousands of scrapes
   // must not buy thousands of renders. The requests of one loop turn share one render.
   res->send(200, "text/plain; version=0.0.4; charset=utf-8", metrics_.renderCached(req.loop_turn));
+}
+
+// ---- Multi-locks: every name or none, one owner (README "Multi-locks").
+
+namespace {
+
+constexpr size_t kMaxMultiLockNames = 64;
+
+/// The "names" of a multi-lock request: 1..kMaxMultiLockNames valid, distinct lock names that the
+/// caller may use. Answers 400 / 403 itself and returns false when they are not.
+bool readLockNames(RequestBody& body, const http::Request& req, const http::ResponderPtr& res,
+                   size_t max_name_bytes, std::vector<std::string>& out) {
+  std::vector<std::string_view> names;
+  if (body.ok() && !body.has(BodyField::kNames)) body.setError("names is required");
+  if (body.ok()) body.readStrings(BodyField::kNames, kMaxMultiLockNames, names);
+  if (!body.ok()) {
+    sendBodyError(res, body);
+    return false;
+  }
+  for (std::string_view name : names) {
+    if (const std::string problem = LockApi::lockNameProblem(name, max_name_bytes);
+        !problem.empty()) {
+      sendError(res, 400, "invalid_name", "names: " + problem);
+      return false;
+    }
+    if (!LockApi::mayUseLock(req.principal.get(), name)) {
+      sendError(res, 403, "lock_not_allowed", "this token may not use lock " + std::string(name));
+      return false;
+    }
+    if (std::find(out.begin(), out.end(), name) != out.end()) {
+      sendError(res, 400, "bad_request", "names: " + std::string(name) + " is given twice");
+      return false;
+    }
+    out.emplace_back(name);
+  }
+  return true;
+}
+
+std::string multiGrantAnswer(const lock::MultiAcquireResult& r) {
+  json names = json::array();
+  json leases = json::array();
+  for (const lock::Grant& g : r.grants) {
+    names.push_back(g.name);
+    leases.push_back(json{{"name", g.name}, {"token", g.token}, {"ttl_ms", g.ttl_ms}});
+  }
+  return json{{"names", std::move(names)},
+              {"owner", r.owner},
+              {"ttl_ms", r.ttl_ms},
+              {"leases", std::move(leases)}}
+      .dump();
+}
+
+/// The state of one multi-lock request, shared by its callbacks.
+struct MultiCall {
+  lock::AcquireTicket ticket;
+  http::ResponderPtr responder;
+  bool granted = false;
+};
+
+}  // namespace
+
+void LockApi::multiAcquire(http::Request& req, http::ResponderPtr res) {
+  RequestBody& body = body_;
+  body.parse(req.header("content-type"), req.body,
+             {BodyField::kNames, BodyField::kTtlMs, BodyField::kWaitMs, BodyField::kOwner,
+              BodyField::kAutoRenew, BodyField::kMaxHoldMs});
+  lock::MultiAcquireOptions opts;
+  opts.ttl_ms = locks_.default_ttl_ms;
+  std::string_view owner;
+  if (body.ok()) {
+    body.readInt(BodyField::kTtlMs, 1, locks_.max_ttl_ms, opts.ttl_ms) &&
+        body.readInt(BodyField::kWaitMs, 0, locks_.max_wait_ms, opts.wait_ms) &&
+        readOwner(body, static_cast<size_t>(locks_.max_owner_bytes), false, owner) &&
+        body.readBool(BodyField::kAutoRenew, opts.auto_renew) &&
+        body.readInt(BodyField::kMaxHoldMs, 1, locks_.max_hold_ms_limit, opts.max_hold_ms);
+  }
+  if (!readLockNames(body, req, res, static_cast<size_t>(locks_.max_name_bytes), opts.names)) {
+    return;
+  }
+  if (draining_) return sendError(res, 503, "shutting_down", "the sidecar is shutting down");
+  opts.owner = owner;
+  auto call = std::make_shared<MultiCall>();
+  call->responder = res;
+  lock::LockService* service = &service_;
+  metrics::Metrics* metrics = &metrics_;
+  call->ticket = service_.acquireAll(std::move(opts), [call, service,
+                                                       metrics](lock::MultiAcquireResult r) {
+    const http::ResponderPtr& out = call->responder;
+    auto giveBack = [service, metrics, r] {
+      metrics->grants_undelivered.Increment();
+      std::vector<std::string> names;
+      for (const lock::Grant& g : r.grants) names.push_back(g.name);
+      service->releaseAll(std::move(names), r.owner,
+                          [](std::vector<StatusOr<lock::ReleaseStatus>>) {});
+    };
+    switch (r.status) {
+      case lock::AcquireStatus::kGranted:
+        call->granted = true;
+        // Nobody would learn of these leases: give them back (as for one lock).
+        if (!out->clientConnected()) return giveBack();
+        out->onUndelivered(giveBack);
+        return out->send(200, kJson, multiGrantAnswer(r));
+      case lock::AcquireStatus::kBusy:
+      case lock::AcquireStatus::kLimitMismatch:
+        return sendRetryLater(
+            out, 409, "locked",
+            "lock " + r.blocked_by + " is held by another owner; none of the names was taken",
+            r.retry_after_ms);
+      case lock::AcquireStatus::kTooManyWaiters:
+        return sendRetryLater(
+            out, 429, "too_many_waiters",
+            "too many waiters queued for lock " + r.blocked_by + "; none of the names was taken",
+            r.retry_after_ms,
+            r.limit == lock::WaiterLimit::kSidecar ? "max_waiters" : "max_waiters_per_lock");
+      case lock::AcquireStatus::kCancelled:
+        if (out->clientConnected()) {
+          sendError(out, 503, "shutting_down", "the sidecar is shutting down");
+        }
+        return;
+      case lock::AcquireStatus::kError:
+        return sendBackendError(out, r.error);
+    }
+  });
+  std::weak_ptr<MultiCall> weak = call;
+  res->onClientGone([weak] {
+    if (auto c = weak.lock(); c && !c->granted) c->ticket.cancel();
+  });
+}
+
+void LockApi::multiRelease(http::Request& req, http::ResponderPtr res) {
+  RequestBody& body = body_;
+  body.parse(req.header("content-type"), req.body, {BodyField::kNames, BodyField::kOwner});
+  std::string_view owner;
+  if (body.ok()) readOwner(body, static_cast<size_t>(locks_.max_owner_bytes), true, owner);
+  std::vector<std::string> names;
+  if (!readLockNames(body, req, res, static_cast<size_t>(locks_.max_name_bytes), names)) return;
+  service_.releaseAll(names, std::string(owner),
+                      [res, names](std::vector<StatusOr<lock::ReleaseStatus>> results) {
+                        // Every name is released that can be; the answer names those that were not.
+                        std::string not_owner;
+                        std::string not_held;
+                        const Status* error = nullptr;
+                        for (size_t i = 0; i < results.size(); ++i) {
+                          if (!results[i].isOk()) {
+                            if (error == nullptr) error = &results[i].status();
+                            continue;
+                          }
+                          switch (*results[i]) {
+                            case lock::ReleaseStatus::kReleased:
+                            case lock::ReleaseStatus::kHoldReleased:
+                              break;
+                            case lock::ReleaseStatus::kNotOwner:
+                              not_owner += (not_owner.empty() ? "" : ", ") + names[i];
+                              break;
+                            case lock::ReleaseStatus::kNotHeld:
+                            case lock::ReleaseStatus::kLeaseLost:
+                              not_held += (not_held.empty() ? "" : ", ") + names[i];
+                              break;
+                          }
+                        }
+                        if (error != nullptr) return sendBackendError(res, *error);
+                        if (!not_owner.empty()) {
+                          return sendError(res, 409, "not_owner",
+                                           "held by another owner: " + not_owner +
+                                               (not_held.empty() ? "" : "; not held: " + not_held) +
+                                               " (the other names were released)");
+                        }
+                        if (!not_held.empty()) {
+                          return sendError(res, 404, "not_held",
+                                           "not held (expired, released or lost): " + not_held +
+                                               " (the other names were released)");
+                        }
+                        res->send(200, kJson, JsonObject().boolean("released", true).finish());
+                      });
 }
 
 }  // namespace sidelock::api

@@ -69,6 +69,9 @@ class LockApi {
                   std::string owner, uint64_t token, http::ResponderPtr res);
   void release(http::Request& req, http::ResponderPtr res);
   void extend(http::Request& req, http::ResponderPtr res);
+  // Multi-locks: /v1/multilocks/acquire and /release.
+  void multiAcquire(http::Request& req, http::ResponderPtr res);
+  void multiRelease(http::Request& req, http::ResponderPtr res);
   /// The lock service's key of the lease `owner` names on lock `name`: the readers' key with
   /// "mode": "shared", or without a mode when this sidecar granted `owner` a read lease.
   std::string leaseKey(std::string_view name, std::string_view owner, bool shared,

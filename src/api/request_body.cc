@@ -21,6 +21,7 @@ class BodyReader {
 
   bool null() { return other(); }
   bool boolean(bool value) {
+    if (notAString()) return true;
     if (RequestBody::Value* v = take()) {
       v->kind = RequestBody::Kind::kBool;
       v->boolean = value;
@@ -28,6 +29,7 @@ class BodyReader {
     return true;
   }
   bool number_integer(json::number_integer_t value) {
+    if (notAString()) return true;
     if (RequestBody::Value* v = take()) {
       v->kind = RequestBody::Kind::kInteger;
       v->integer = value;
@@ -35,6 +37,7 @@ class BodyReader {
     return true;
   }
   bool number_unsigned(json::number_unsigned_t value) {
+    if (notAString()) return true;
     if (RequestBody::Value* v = take()) {
       v->kind = RequestBody::Kind::kUnsigned;
       v->unsigned_integer = value;
@@ -42,6 +45,7 @@ class BodyReader {
     return true;
   }
   bool number_float(json::number_float_t, const json::string_t& literal) {
+    if (notAString()) return true;
     if (RequestBody::Value* v = take()) {
       // nlohmann reads an integer too large for 64 bits as a float: it is an out-of-range
       // integer, not a fraction.
@@ -51,6 +55,10 @@ class BodyReader {
     return true;
   }
   bool string(json::string_t& value) {
+    if (array_ != nullptr && depth_ == 2) {
+      if (array_->kind == RequestBody::Kind::kStrings) array_->items.push_back(std::move(value));
+      return true;
+    }
     if (RequestBody::Value* v = take()) {
       v->kind = RequestBody::Kind::kString;
       v->text.assign(value);
@@ -60,11 +68,24 @@ class BodyReader {
   bool binary(json::binary_t&) { return other(); }
   bool start_object(std::size_t) {
     if (depth_ == 0) top_is_object_ = true;
+    notAString();
     return enter();
   }
-  bool start_array(std::size_t) { return enter(); }
+  bool start_array(std::size_t) {
+    notAString();
+    if (depth_ == 1 && current_ != nullptr) {
+      // A field's array: its string elements are kept (the only arrays fields take).
+      array_ = std::exchange(current_, nullptr);
+      array_->kind = RequestBody::Kind::kStrings;
+      array_->items.clear();
+    }
+    return enter();
+  }
   bool end_object() { return leave(); }
-  bool end_array() { return leave(); }
+  bool end_array() {
+    if (depth_ == 2) array_ = nullptr;
+    return leave();
+  }
   bool key(json::string_t& name) {
     current_name_.clear();
     if (depth_ != 1) return true;
@@ -112,7 +133,15 @@ class BodyReader {
     return std::exchange(current_, nullptr);
   }
   bool other() {
+    if (notAString()) return true;
     if (RequestBody::Value* v = take()) v->kind = RequestBody::Kind::kOther;
+    return true;
+  }
+  /// An element of a field's array that is not a string: the field is of another type. True
+  /// when the value was such an element.
+  bool notAString() {
+    if (array_ == nullptr || depth_ != 2) return false;
+    array_->kind = RequestBody::Kind::kOther;
     return true;
   }
   bool enter() {
@@ -133,7 +162,8 @@ class BodyReader {
   int depth_ = 0;
   bool top_is_object_ = false;
   bool top_complete_ = false;
-  unsigned seen_ = 0;  // bit per BodyField
+  unsigned seen_ = 0;                    // bit per BodyField
+  RequestBody::Value* array_ = nullptr;  // the field whose array is being read
   Stop stop_ = Stop::kNone;
   std::string current_name_;
   size_t error_position_ = 0;
@@ -173,6 +203,8 @@ std::string_view RequestBody::fieldName(BodyField field) {
       return "permit";
     case BodyField::kMode:
       return "mode";
+    case BodyField::kNames:
+      return "names";
   }
   return "";
 }
@@ -370,6 +402,18 @@ bool RequestBody::readString(BodyField field, std::string_view& out) {
     return fail(kBadRequest, std::string(fieldName(field)) + " must be a string");
   }
   out = v.text;
+  return true;
+}
+
+bool RequestBody::readStrings(BodyField field, size_t max_items,
+                              std::vector<std::string_view>& out) {
+  const Value& v = slot(field);
+  if (v.kind == Kind::kAbsent) return true;
+  if (v.kind != Kind::kStrings || v.items.empty() || v.items.size() > max_items) {
+    return fail(kBadRequest, std::string(fieldName(field)) + " must be an array of 1.." +
+                                 std::to_string(max_items) + " strings");
+  }
+  out.assign(v.items.begin(), v.items.end());
   return true;
 }
 

@@ -8,6 +8,7 @@
 #include <initializer_list>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace sidelock::api {
 
@@ -37,7 +38,8 @@ enum class BodyField {
   kLimit,   // semaphores
   kPermit,  // semaphores: the permit id (an owner id)
   kMode,    // read/write locks: "shared" (readers) or "exclusive" (writers, the default)
-  // A new field goes above this line: kFieldCount counts up to kMode.
+  kNames,   // multi-locks: an array of lock names
+  // A new field goes above this line: kFieldCount counts up to kNames.
 };
 
 class BodyReader;
@@ -65,6 +67,8 @@ class RequestBody {
   bool readBool(BodyField field, bool& out);
   /// `out` views this body's copy of the string: valid until the next parse().
   bool readString(BodyField field, std::string_view& out);
+  /// An array of 1..max_items strings (views valid until the next parse()).
+  bool readStrings(BodyField field, size_t max_items, std::vector<std::string_view>& out);
 
   /// Records a problem found by the caller (the first one wins).
   void setError(std::string message) { fail(kBadRequest, std::move(message)); }
@@ -77,16 +81,28 @@ class RequestBody {
  private:
   friend class BodyReader;
   // kHugeInteger: an integer literal beyond 64 bits (out of range for every field).
-  enum class Kind { kAbsent, kInteger, kUnsigned, kHugeInteger, kFloat, kBool, kString, kOther };
+  // kStrings: an array whose elements are all strings (anything else in it makes it kOther).
+  enum class Kind {
+    kAbsent,
+    kInteger,
+    kUnsigned,
+    kHugeInteger,
+    kFloat,
+    kBool,
+    kString,
+    kStrings,
+    kOther
+  };
   struct Value {
     Kind kind = Kind::kAbsent;
     int64_t integer = 0;
     uint64_t unsigned_integer = 0;
     bool boolean = false;
-    std::string text;  // kept between requests: its capacity is reused
+    std::string text;                // kept between requests: its capacity is reused
+    std::vector<std::string> items;  // kStrings
   };
   static constexpr std::string_view kBadRequest = "bad_request";
-  static constexpr size_t kFieldCount = static_cast<size_t>(BodyField::kMode) + 1;
+  static constexpr size_t kFieldCount = static_cast<size_t>(BodyField::kNames) + 1;
 
   Value& slot(BodyField field) { return values_[static_cast<size_t>(field)]; }
   const Value& slot(BodyField field) const { return values_[static_cast<size_t>(field)]; }

@@ -176,6 +176,27 @@ class AcquireTicket {
   std::function<void()> cancel_;
 };
 
+/// A multi-lock: every name or none, with one owner id (README "Multi-locks").
+struct MultiAcquireOptions {
+  std::vector<std::string> names;  // mutex names, distinct; taken in sorted (global) order
+  std::string owner;               // empty: the service generates one
+  int64_t ttl_ms = 0;              // each lease's TTL (<= 0: default_ttl_ms)
+  int64_t wait_ms = 0;             // the budget for all names together
+  bool auto_renew = false;
+  int64_t max_hold_ms = 0;
+};
+
+struct MultiAcquireResult {
+  AcquireStatus status = AcquireStatus::kError;
+  std::string owner;           // kGranted
+  std::vector<Grant> grants;   // kGranted: one per name, in sorted name order
+  int64_t ttl_ms = 0;          // kGranted: the shortest validity of the leases
+  std::string blocked_by;      // kBusy, kTooManyWaiters, kError: the name that was not granted
+  int64_t retry_after_ms = 0;  // kBusy, kTooManyWaiters
+  WaiterLimit limit = WaiterLimit::kNone;
+  Status error;  // kError
+};
+
 class LockService {
  public:
   LockService(const config::LocksConfig& config, backend::Backend& backend,
@@ -205,6 +226,19 @@ class LockService {
   /// waiters, and if this sidecar granted the lease, ends it as lost (its holder's stream gets
   /// `lost`; its release / extend answer lease_lost).
   void forceRelease(std::string_view name, std::function<void(StatusOr<ForcedRelease>)> done);
+
+  /// Acquires every name of `options` or none. The names are taken one by one in sorted order,
+  /// the same on every sidecar, so two multi-locks with overlapping names never wait for each
+  /// other in a cycle (no deadlock); each waits with what is left of the common `wait_ms`. A name
+  /// that is not granted gives back those taken before it. Leases taken early whose validity
+  /// fell below half their TTL while later names were waited for are extended to `ttl_ms`
+  /// before the grant is answered (one that was lost meanwhile fails the whole acquire).
+  /// `done` runs once, on a later turn; the ticket cancels (and gives back what was taken).
+  AcquireTicket acquireAll(MultiAcquireOptions options,
+                           std::function<void(MultiAcquireResult)> done);
+  /// Releases each of `names` held by `owner`; `done` gets one answer per name, in order.
+  void releaseAll(std::vector<std::string> names, std::string owner,
+                  std::function<void(std::vector<StatusOr<ReleaseStatus>>)> done);
 
   std::vector<LeaseInfo> leases() const;
   /// Holds of the lease (name, owner) this sidecar holds; 0 if it holds none.

@@ -54,6 +54,8 @@ class LockService::Impl {
   std::vector<LeaseInfo> leases() const;
   int64_t holds(std::string_view name, std::string_view owner) const;
   BackendHealth backendHealth() const { return backend_.health(); }
+  event::Scheduler& scheduler() { return scheduler_; }
+  const config::LocksConfig& config() const { return config_; }
   std::vector<WaiterCount> waiterCounts() const;
   void shutdown(bool release_held, int64_t grace_ms, std::function<void()> done);
 

@@ -295,6 +295,13 @@ def exercise(doc, lock_port, admin_port):
     check("POST", "/v1/locks/doc/extend", json.dumps({"owner": json.loads(rd1)["owner"], "mode": "shared"}), expect=200)
     check("POST", "/v1/locks/doc/release", json.dumps({"owner": json.loads(rd1)["owner"]}), expect=200)
     check("POST", "/v1/locks/doc/release", json.dumps({"owner": json.loads(rd2)["owner"], "mode": "shared"}), expect=200)
+    # Multi-locks: granted, blocked by a held name, bad input, released, released again.
+    _, ml = check("POST", "/v1/multilocks/acquire", '{"names":["acct-2","acct-1"],"ttl_ms":30000}', expect=200)
+    ml_owner = json.loads(ml)["owner"]
+    check("POST", "/v1/multilocks/acquire", '{"names":["acct-0","acct-2"]}', expect=409)
+    check("POST", "/v1/multilocks/acquire", '{"names":[]}', expect=400)
+    check("POST", "/v1/multilocks/release", json.dumps({"names": ["acct-1", "acct-2"], "owner": ml_owner}), expect=200)
+    check("POST", "/v1/multilocks/release", json.dumps({"names": ["acct-1"], "owner": ml_owner}), expect=404)
     check("GET", "/v1/semaphores/sale", expect=200)
     _, sem = check("POST", "/v1/semaphores/sale/acquire", '{"limit":1,"ttl_ms":30000}', expect=200)
     permit = json.loads(sem)["permit"]

@@ -4,6 +4,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
+#include <vector>
 
 #include "api/request_body.h"
 
@@ -29,6 +30,11 @@ void readAll(RequestBody& body) {
   body.readBool(BodyField::kAutoRenew, flag);
   body.readString(BodyField::kOwner, text);
   body.readString(BodyField::kHold, text);
+  body.readString(BodyField::kMode, text);
+  std::vector<std::string_view> names;
+  if (body.readStrings(BodyField::kNames, 64, names)) {
+    check(names.empty() || (names.size() >= 1 && names.size() <= 64));
+  }
 }
 
 }  // namespace
@@ -43,7 +49,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // One body object for every route and input, as LockApi reuses it between requests.
   static RequestBody body;
   bool parsed = false;
-  switch (data[0] % 3) {
+  switch (data[0] % 4) {
     case 0:
       parsed = body.parse(content_type, text,
                           {BodyField::kTtlMs, BodyField::kWaitMs, BodyField::kOwner,
@@ -51,6 +57,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       break;
     case 1:
       parsed = body.parse(content_type, text, {BodyField::kOwner});
+      break;
+    case 2:  // multi-locks and read/write locks: an array of strings, a mode
+      parsed =
+          body.parse(content_type, text,
+                     {BodyField::kNames, BodyField::kOwner, BodyField::kMode, BodyField::kTtlMs});
       break;
     default:
       parsed = body.parse(content_type, text, {BodyField::kOwner, BodyField::kTtlMs});

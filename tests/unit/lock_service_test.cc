@@ -1212,6 +1212,59 @@ TEST_F(LockServiceTest, ForceReleaseEndsReadersLeasesAsLost) {
   EXPECT_EQ(acquireNow(opts("doc", "w", 60'000))->status(), AcquireStatus::kGranted);
 }
 
+// --- multi-locks -----------------------------------------------------------------------------
+
+// Names are taken in sorted order; the one that is busy makes the multi-lock give back what it
+// took, and a multi-lock that waits longer than its TTL keeps its early leases alive.
+TEST_F(LockServiceTest, MultiLockTakesAllOrGivesBackAndKeepsEarlyLeasesAlive) {
+  auto run = [&](MultiAcquireOptions o) {
+    auto out = std::make_shared<std::optional<MultiAcquireResult>>();
+    AcquireTicket t = svc->acquireAll(std::move(o), [out](MultiAcquireResult r) { *out = r; });
+    t.release();
+    return out;
+  };
+  ASSERT_EQ(acquireNow(opts("m-c", "other", 60'000))->status(), AcquireStatus::kGranted);
+  auto busy = run({{"m-c", "m-a", "m-b"}, "me", 60'000, 0, false, 0});
+  sched.runReady();
+  advance(10);
+  ASSERT_TRUE(busy->has_value());
+  EXPECT_EQ((*busy)->status, AcquireStatus::kBusy);
+  EXPECT_EQ((*busy)->blocked_by, "m-c");
+  EXPECT_EQ(svc->holds("m-a", "me"), 0) << "given back";
+  EXPECT_EQ(svc->holds("m-b", "me"), 0) << "given back";
+  EXPECT_EQ(held(), 1);
+
+  // m-c is held for 60 s more; our leases have a 300 ms TTL and we wait up to 2 s.
+  ASSERT_EQ(*release("m-c", "other"), ReleaseStatus::kReleased);
+  ASSERT_EQ(acquireNow(opts("m-c", "other", 1500))->status(), AcquireStatus::kGranted);
+  auto waited = run({{"m-c", "m-a"}, "me", 300, 2000, false, 0});
+  advance(1700, 10);
+  ASSERT_TRUE(waited->has_value());
+  ASSERT_EQ((*waited)->status, AcquireStatus::kGranted);
+  ASSERT_EQ((*waited)->grants.size(), 2u);
+  EXPECT_EQ((*waited)->grants[0].name, "m-a");
+  EXPECT_GE((*waited)->ttl_ms, 150) << "m-a was kept alive while m-c was waited for";
+  EXPECT_EQ(inspect("m-a").held, true);
+}
+
+TEST_F(LockServiceTest, CancelledMultiLockGivesBackWhatItTook) {
+  ASSERT_EQ(acquireNow(opts("n-2", "other", 60'000))->status(), AcquireStatus::kGranted);
+  bool answered = false;
+  AcquireTicket t =
+      svc->acquireAll({{"n-1", "n-2"}, "me", 60'000, 10'000, false, 0}, [&](MultiAcquireResult r) {
+        answered = true;
+        EXPECT_EQ(r.status, AcquireStatus::kCancelled);
+      });
+  advance(50, 10);
+  EXPECT_EQ(svc->holds("n-1", "me"), 1);
+  t.cancel();
+  EXPECT_FALSE(answered) << "answered on a later turn";
+  advance(10);
+  EXPECT_TRUE(answered);
+  EXPECT_EQ(svc->holds("n-1", "me"), 0);
+  EXPECT_FALSE(inspect("n-1").held);
+}
+
 TEST(LostLeaseMemoryTest, BoundedAndForgetful) {
   LostLeaseMemory lost(2, 1000);
   lost.remember("a", "o1", 0);

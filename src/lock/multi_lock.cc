@@ -1,0 +1,255 @@
+// Multi-locks: every name or none, built on the one-name acquire. The names are taken in sorted
+// order, the same on every sidecar: a multi-lock only ever waits for a name while holding names
+// that sort before it, so no two multi-locks (or a multi-lock and plain locks) can wait for each
+// other in a cycle. What a failed multi-lock took is given back before it answers.
+#include <algorithm>
+#include <memory>
+#include <utility>
+
+#include "common/log.h"
+#include "common/random.h"
+#include "event/scheduler.h"
+#include "lock/lock_service.h"
+#include "lock/lock_service_impl.h"
+
+namespace sidelock::lock {
+namespace {
+
+int64_t ceilMs(int64_t us) { return us <= 0 ? 0 : (us + 999) / 1000; }
+
+/// One multi-lock acquire in progress. Owned by the callbacks it has handed out (the current
+/// one-name acquire, the extends), so it lives exactly as long as something can still answer.
+class MultiAcquire : public std::enable_shared_from_this<MultiAcquire> {
+ public:
+  MultiAcquire(LockService& service, event::Scheduler& scheduler, MultiAcquireOptions options,
+               std::function<void(MultiAcquireResult)> done)
+      : service_(service),
+        scheduler_(scheduler),
+        options_(std::move(options)),
+        done_(std::move(done)),
+        deadline_us_(scheduler.nowUs() + options_.wait_ms * 1000) {}
+
+  void start() { takeNext(); }
+
+  /// The client went away: stop, and give back what was taken.
+  void cancel() {
+    if (finished_) return;
+    MultiAcquireResult r;
+    r.status = AcquireStatus::kCancelled;
+    // Answered on a later turn, like every acquire: never inside the caller's cancel().
+    auto done = std::exchange(done_, nullptr);
+    fail(std::move(r));
+    if (done) {
+      scheduler_.post([done = std::move(done)] {
+        MultiAcquireResult cancelled;
+        cancelled.status = AcquireStatus::kCancelled;
+        done(std::move(cancelled));
+      });
+    }
+  }
+
+ private:
+  void takeNext() {
+    if (next_ == options_.names.size()) return checkValidity();
+    AcquireOptions o;
+    o.name = options_.names[next_];
+    o.owner = options_.owner;
+    o.ttl_ms = options_.ttl_ms;
+    // A single try stays a single try for every name; a wait shares one budget.
+    o.wait_ms =
+        options_.wait_ms > 0 ? std::max<int64_t>(1, ceilMs(deadline_us_ - scheduler_.nowUs())) : 0;
+    o.auto_renew = options_.auto_renew;
+    o.max_hold_ms = options_.max_hold_ms;
+    current_ = service_.acquire(std::move(o), [self = shared_from_this()](AcquireResult r) {
+      self->onTaken(std::move(r));
+    });
+  }
+
+  void onTaken(AcquireResult r) {
+    current_.release();
+    if (finished_) return;  // cancelled: the service gives back a grant that came too late
+    if (r.status != AcquireStatus::kGranted) {
+      MultiAcquireResult failed;
+      failed.status = r.status;
+      failed.blocked_by = options_.names[next_];
+      failed.retry_after_ms = r.retry_after_ms;
+      failed.limit = r.limit;
+      failed.error = r.error;
+      return fail(std::move(failed));
+    }
+    grants_.push_back(std::move(r.grant));
+    granted_us_.push_back(scheduler_.nowUs());
+    ++next_;
+    if (next_ < options_.names.size() && options_.wait_ms > 0 && !options_.auto_renew &&
+        !keep_alive_.pending()) {
+      planKeepAlive();
+    }
+    takeNext();
+  }
+
+  /// While later names are waited for, the leases already taken are extended every third of
+  /// their TTL (auto_renew leases have their own watchdog), so waiting longer than a TTL loses
+  /// nothing. One that turns out lost fails the whole acquire.
+  void planKeepAlive() {
+    keep_alive_.start(scheduler_, std::max<int64_t>(1, options_.ttl_ms / 3),
+                      [weak = weak_from_this()] {
+                        if (auto self = weak.lock()) self->keepAlive();
+                      });
+  }
+
+  void keepAlive() {
+    keep_alive_.markFired();
+    if (finished_ || next_ == options_.names.size()) return;
+    for (size_t i = 0; i < grants_.size(); ++i) {
+      ++extends_pending_;
+      service_.extend(grants_[i].name, options_.owner, options_.ttl_ms,
+                      [self = shared_from_this(), i](StatusOr<ExtendResult> r) {
+                        self->onExtended(i, std::move(r), /*final=*/false);
+                      });
+    }
+    planKeepAlive();
+  }
+
+  /// Leases taken first may have run down while later names were waited for: those below half
+  /// their TTL are extended (owner-checked) before the grant is answered, so the caller gets
+  /// every lease with a useful validity, or none.
+  void checkValidity() {
+    keep_alive_.reset();
+    if (extends_pending_ > 0) {
+      // Keep-alive extends still out: decide once they are back (they refresh the TTLs).
+      check_after_extends_ = true;
+      return;
+    }
+    const int64_t now = scheduler_.nowUs();
+    for (size_t i = 0; i < grants_.size(); ++i) {
+      const int64_t left_ms = grants_[i].ttl_ms - (now - granted_us_[i]) / 1000;
+      if (left_ms * 2 < options_.ttl_ms) ++extends_pending_;
+    }
+    if (extends_pending_ == 0) return succeed();
+    for (size_t i = 0; i < grants_.size(); ++i) {
+      const int64_t left_ms = grants_[i].ttl_ms - (now - granted_us_[i]) / 1000;
+      if (left_ms * 2 >= options_.ttl_ms) continue;
+      service_.extend(grants_[i].name, options_.owner, options_.ttl_ms,
+                      [self = shared_from_this(), i](StatusOr<ExtendResult> r) {
+                        self->onExtended(i, std::move(r), /*final=*/true);
+                      });
+    }
+  }
+
+  /// `final`: the extends before the answer (succeed once all are back); else a keep-alive.
+  void onExtended(size_t i, StatusOr<ExtendResult> r, bool final) {
+    --extends_pending_;
+    if (finished_) return;
+    if (r.isOk() && r->status == ExtendStatus::kExtended) {
+      grants_[i].ttl_ms = r->ttl_ms;
+      granted_us_[i] = scheduler_.nowUs();
+    } else if (extend_failure_.blocked_by.empty()) {
+      // Lost while the later names were waited for: the whole acquire fails.
+      extend_failure_.status = r.isOk() ? AcquireStatus::kBusy : AcquireStatus::kError;
+      extend_failure_.blocked_by = grants_[i].name;
+      if (!r.isOk()) extend_failure_.error = r.status();
+    }
+    if (!extend_failure_.blocked_by.empty()) return fail(std::move(extend_failure_));
+    if (extends_pending_ > 0) return;
+    if (final) return succeed();
+    if (std::exchange(check_after_extends_, false)) checkValidity();
+  }
+
+  void succeed() {
+    finished_ = true;
+    keep_alive_.reset();
+    const int64_t now = scheduler_.nowUs();
+    MultiAcquireResult r;
+    r.status = AcquireStatus::kGranted;
+    r.owner = options_.owner;
+    r.ttl_ms = INT64_MAX;
+    for (size_t i = 0; i < grants_.size(); ++i) {
+      r.ttl_ms = std::min(r.ttl_ms, grants_[i].ttl_ms - (now - granted_us_[i]) / 1000);
+    }
+    r.ttl_ms = std::max<int64_t>(1, r.ttl_ms);
+    r.grants = std::move(grants_);
+    if (done_) std::exchange(done_, nullptr)(std::move(r));
+  }
+
+  void fail(MultiAcquireResult r) {
+    finished_ = true;
+    keep_alive_.reset();
+    current_.cancel();
+    if (!grants_.empty()) {
+      SL_LOG(kDebug, "lock.multi_given_back", {"blocked_by", r.blocked_by},
+             {"given_back", static_cast<unsigned long>(grants_.size())});
+    }
+    for (const Grant& g : grants_) {
+      service_.release(g.name, options_.owner, [](StatusOr<ReleaseStatus>) {});
+    }
+    grants_.clear();
+    if (done_) std::exchange(done_, nullptr)(std::move(r));
+  }
+
+  LockService& service_;
+  event::Scheduler& scheduler_;
+  MultiAcquireOptions options_;
+  std::function<void(MultiAcquireResult)> done_;
+  const int64_t deadline_us_;
+  size_t next_ = 0;
+  AcquireTicket current_;
+  std::vector<Grant> grants_;
+  std::vector<int64_t> granted_us_;
+  int extends_pending_ = 0;
+  bool check_after_extends_ = false;  // all names taken while keep-alive extends were out
+  event::ScopedTimer keep_alive_;
+  MultiAcquireResult extend_failure_;
+  bool finished_ = false;
+};
+
+}  // namespace
+
+AcquireTicket LockService::acquireAll(MultiAcquireOptions options,
+                                      std::function<void(MultiAcquireResult)> done) {
+  std::sort(options.names.begin(), options.names.end());
+  options.names.erase(std::unique(options.names.begin(), options.names.end()), options.names.end());
+  if (options.names.empty()) {
+    impl_->scheduler().post([done = std::move(done)] {
+      MultiAcquireResult r;
+      r.status = AcquireStatus::kError;
+      r.error = invalidArgument("a multi-lock needs at least one name");
+      done(std::move(r));
+    });
+    return AcquireTicket();
+  }
+  if (options.owner.empty()) options.owner = randomOwnerId();
+  if (options.ttl_ms <= 0) options.ttl_ms = impl_->config().default_ttl_ms;
+  options.wait_ms =
+      std::clamp<int64_t>(options.wait_ms, 0, std::max<int64_t>(0, impl_->config().max_wait_ms));
+  auto multi = std::make_shared<MultiAcquire>(*this, impl_->scheduler(), std::move(options),
+                                              std::move(done));
+  multi->start();
+  return AcquireTicket([weak = std::weak_ptr<MultiAcquire>(multi)] {
+    if (auto m = weak.lock()) m->cancel();
+  });
+}
+
+void LockService::releaseAll(std::vector<std::string> names, std::string owner,
+                             std::function<void(std::vector<StatusOr<ReleaseStatus>>)> done) {
+  struct Collect {
+    std::vector<StatusOr<ReleaseStatus>> results;
+    size_t pending = 0;
+    std::function<void(std::vector<StatusOr<ReleaseStatus>>)> done;
+  };
+  auto c = std::make_shared<Collect>();
+  c->results.assign(names.size(), StatusOr<ReleaseStatus>(ReleaseStatus::kNotHeld));
+  c->pending = names.size();
+  c->done = std::move(done);
+  if (names.empty()) {
+    impl_->scheduler().post([c] { c->done({}); });
+    return;
+  }
+  for (size_t i = 0; i < names.size(); ++i) {
+    release(names[i], owner, [c, i](StatusOr<ReleaseStatus> r) {
+      c->results[i] = std::move(r);
+      if (--c->pending == 0) c->done(std::move(c->results));
+    });
+  }
+}
+
+}  // namespace sidelock::lock
