@@ -280,6 +280,7 @@ std::string grantAnswer(const lock::Grant& g, std::string_view event = {}) {
       .integer("ttl_ms", g.ttl_ms);
   if (g.holds > 0) answer.integer("holds", g.holds);  // reentrant acquires only
   if (ref.kind == lock::LockKind::kShared) answer.text("mode", "shared");
+  if (ref.kind == lock::LockKind::kFair) answer.boolean("fair", true);
   return answer.finish();
 }
 
@@ -384,9 +385,10 @@ void LockApi::acquire(http::Request& req, http::ResponderPtr res) {
   body.parse(req.header("content-type"), req.body,
              {BodyField::kTtlMs, BodyField::kWaitMs, BodyField::kOwner, BodyField::kAutoRenew,
               BodyField::kMaxHoldMs, BodyField::kHold, BodyField::kRequestId, BodyField::kReentrant,
-              BodyField::kMode});
+              BodyField::kMode, BodyField::kFair});
   lock::AcquireOptions opts;
   bool shared = false;
+  bool fair = false;
   opts.name = std::string(req.param("name"));
   opts.ttl_ms = locks_.default_ttl_ms;
   std::string_view owner;
@@ -399,13 +401,18 @@ void LockApi::acquire(http::Request& req, http::ResponderPtr res) {
         body.readBool(BodyField::kAutoRenew, opts.auto_renew) &&
         body.readInt(BodyField::kMaxHoldMs, 1, locks_.max_hold_ms_limit, opts.max_hold_ms) &&
         body.readString(BodyField::kHold, hold) && readRequestId(body, request_id) &&
-        body.readBool(BodyField::kReentrant, opts.reentrant) && readMode(body, shared);
+        body.readBool(BodyField::kReentrant, opts.reentrant) && readMode(body, shared) &&
+        body.readBool(BodyField::kFair, fair);
   }
   checkHold(body, hold);
   if (body.ok() && shared && opts.reentrant) {
     body.setError("reentrant applies to exclusive locks only (a reader holds one shared lease)");
   }
+  if (body.ok() && fair && (shared || opts.reentrant)) {
+    body.setError("fair applies to exclusive, non-reentrant locks");
+  }
   if (shared) opts.name = lock::sharedLockKey(opts.name);
+  if (fair) opts.name = lock::fairLockKey(opts.name);
   if (body.ok() && hold == "stream" && opts.reentrant) {
     // A stream is one hold bound to one connection; a re-entry has no stream of its own.
     body.setError("reentrant cannot be used with hold: stream");
@@ -535,7 +542,7 @@ void LockApi::startAcquire(lock::AcquireOptions opts, std::string request_id,
       case lock::AcquireStatus::kBusy: {
         call->finished = true;
         if (!call->request_id.empty() && !call->given_owner.empty() && !call->auto_renew &&
-            lock::lockRefOf(call->name).kind == lock::LockKind::kMutex) {
+            lock::lockRefOf(call->name).kind != lock::LockKind::kShared) {
           // (A reader's token cannot be read back: the counter moves with every reader.)
           return reclaimOwnGrant(call, call->name, r.retry_after_ms);
         }
@@ -606,6 +613,9 @@ std::string LockApi::leaseKey(std::string_view name, std::string_view owner, boo
   if (shared || (!mode_given && service_.holds(lock::sharedLockKey(name), owner) > 0)) {
     return lock::sharedLockKey(name);
   }
+  // A fair lease is the mutex's lease: any sidecar releases it by name; the one that granted it
+  // does so through its fair key, which ends its own bookkeeping of the lease.
+  if (service_.holds(lock::fairLockKey(name), owner) > 0) return lock::fairLockKey(name);
   return std::string(name);
 }
 

@@ -205,6 +205,8 @@ std::string_view RequestBody::fieldName(BodyField field) {
       return "mode";
     case BodyField::kNames:
       return "names";
+    case BodyField::kFair:
+      return "fair";
   }
   return "";
 }

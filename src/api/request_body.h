@@ -39,7 +39,8 @@ enum class BodyField {
   kPermit,  // semaphores: the permit id (an owner id)
   kMode,    // read/write locks: "shared" (readers) or "exclusive" (writers, the default)
   kNames,   // multi-locks: an array of lock names
-  // A new field goes above this line: kFieldCount counts up to kNames.
+  kFair,    // fair locks: FIFO across sidecars
+  // A new field goes above this line: kFieldCount counts up to kFair.
 };
 
 class BodyReader;
@@ -102,7 +103,7 @@ class RequestBody {
     std::vector<std::string> items;  // kStrings
   };
   static constexpr std::string_view kBadRequest = "bad_request";
-  static constexpr size_t kFieldCount = static_cast<size_t>(BodyField::kNames) + 1;
+  static constexpr size_t kFieldCount = static_cast<size_t>(BodyField::kFair) + 1;
 
   Value& slot(BodyField field) { return values_[static_cast<size_t>(field)]; }
   const Value& slot(BodyField field) const { return values_[static_cast<size_t>(field)]; }

@@ -16,6 +16,8 @@ const char* verbName(Verb verb) {
       return "hand_off";
     case Verb::kForceRelease:
       return "force_release";
+    case Verb::kWithdraw:
+      return "withdraw";
   }
   return "unknown";
 }
@@ -28,6 +30,8 @@ const char* lockKindName(LockKind kind) {
       return "semaphore";
     case LockKind::kShared:
       return "shared";
+    case LockKind::kFair:
+      return "fair";
   }
   return "unknown";
 }

@@ -27,6 +27,7 @@ enum class Verb : uint8_t {
   kInspect,       // the lock's state, without revealing the owner
   kHandOff,       // owner-checked release that grants `next_owner` for `ttl_ms` in the same step
   kForceRelease,  // operators: delete whoever holds it, announce it; the token counter stays
+  kWithdraw,      // fair locks: `owner` leaves the lock's queue (it gave up waiting)
 };
 
 /// The kind of lock an operation works on. Each kind has its own keys (so one name used as two
@@ -38,8 +39,12 @@ enum class LockKind : uint8_t {
   /// lease and TTL, never together with a writer. A writer is the name's mutex holder: the two
   /// kinds share the lock's keys, so readers and writers of one name exclude each other.
   kShared,
+  /// A fair lock: a mutex (the same key: its holder is the mutex holder) granted in the order
+  /// its waiters of every sidecar arrived, through a queue in the backend. A waiter holds its
+  /// place by a claim that expires unless renewed, so a dead waiter or sidecar drops out.
+  kFair,
 };
-inline constexpr size_t kLockKindCount = 3;
+inline constexpr size_t kLockKindCount = 4;
 
 /// One lock operation: a verb on one lock of one kind, as `owner`. The strings are views: the
 /// backend copies what it keeps before run() returns.
@@ -60,19 +65,25 @@ struct Operation {
   /// turned away for this long (writer preference, across sidecars) so the readers drain. 0: a
   /// single try marks nothing.
   int64_t writer_wait_ms = 0;
+  /// Fair acquire by a waiter that will try again: `owner` joins the queue (or keeps its place)
+  /// with a claim of this many ms; the owner ids in `also_waiting` (space-separated, in their
+  /// local order) are the sidecar's other waiters, registered and renewed in the same step.
+  /// 0: a single try, which never joins the queue (and is granted only if nobody waits).
+  int64_t claim_ms = 0;
+  std::string_view also_waiting;
 
   static Operation acquire(std::string_view name, std::string_view owner, int64_t ttl_ms,
                            bool reentrant = false) {
-    return {Verb::kAcquire, LockKind::kMutex, name, owner, ttl_ms, {}, reentrant, 0, 0};
+    return {Verb::kAcquire, LockKind::kMutex, name, owner, ttl_ms, {}, reentrant, 0, 0, 0, {}};
   }
   /// Readers (read/write locks): `owner` is this reader's own lease.
   static Operation acquireShared(std::string_view name, std::string_view owner, int64_t ttl_ms) {
-    return {Verb::kAcquire, LockKind::kShared, name, owner, ttl_ms, {}, false, 0, 0};
+    return {Verb::kAcquire, LockKind::kShared, name, owner, ttl_ms, {}, false, 0, 0, 0, {}};
   }
   /// Semaphores: `permit` is the owner id of one permit.
   static Operation acquirePermit(std::string_view name, std::string_view permit, int64_t ttl_ms,
                                  int64_t limit) {
-    return {Verb::kAcquire, LockKind::kSemaphore, name, permit, ttl_ms, {}, false, limit, 0};
+    return {Verb::kAcquire, LockKind::kSemaphore, name, permit, ttl_ms, {}, false, limit, 0, 0, {}};
   }
   /// The same verb on another kind (release, extend, inspect of a semaphore).
   Operation of(LockKind k) const {
@@ -81,20 +92,25 @@ struct Operation {
     return op;
   }
   static Operation release(std::string_view name, std::string_view owner) {
-    return {Verb::kRelease, LockKind::kMutex, name, owner, 0, {}, false, 0, 0};
+    return {Verb::kRelease, LockKind::kMutex, name, owner, 0, {}, false, 0, 0, 0, {}};
   }
   static Operation extend(std::string_view name, std::string_view owner, int64_t ttl_ms) {
-    return {Verb::kExtend, LockKind::kMutex, name, owner, ttl_ms, {}, false, 0, 0};
+    return {Verb::kExtend, LockKind::kMutex, name, owner, ttl_ms, {}, false, 0, 0, 0, {}};
   }
   static Operation inspect(std::string_view name) {
-    return {Verb::kInspect, LockKind::kMutex, name, {}, 0, {}, false, 0, 0};
+    return {Verb::kInspect, LockKind::kMutex, name, {}, 0, {}, false, 0, 0, 0, {}};
   }
   static Operation handOff(std::string_view name, std::string_view owner,
                            std::string_view next_owner, int64_t next_ttl_ms) {
-    return {Verb::kHandOff, LockKind::kMutex, name, owner, next_ttl_ms, next_owner, false, 0, 0};
+    return {
+        Verb::kHandOff, LockKind::kMutex, name, owner, next_ttl_ms, next_owner, false, 0, 0, 0, {}};
+  }
+  /// Fair locks: a waiter that gave up leaves the queue (a no-op when it is not in it).
+  static Operation withdraw(std::string_view name, std::string_view owner) {
+    return {Verb::kWithdraw, LockKind::kFair, name, owner, 0, {}, false, 0, 0, 0, {}};
   }
   static Operation forceRelease(std::string_view name) {
-    return {Verb::kForceRelease, LockKind::kMutex, name, {}, 0, {}, false, 0, 0};
+    return {Verb::kForceRelease, LockKind::kMutex, name, {}, 0, {}, false, 0, 0, 0, {}};
   }
 };
 

@@ -64,8 +64,9 @@ void MemoryBackend::run(const Operation& op, OutcomeCallback cb) {
   const bool freed = op.kind == LockKind::kSemaphore ? true
                      : op.kind == LockKind::kShared  ? result.isOk() && result->used == 0
                                                      : result.isOk() && result->holds == 0;
-  const bool announce = result.isOk() && result->ok() && freed &&
-                        (op.verb == Verb::kRelease || op.verb == Verb::kForceRelease);
+  const bool announce = (result.isOk() && result->ok() && freed &&
+                         (op.verb == Verb::kRelease || op.verb == Verb::kForceRelease)) ||
+                        std::exchange(announce_withdraw_, false);
   deliver([cb = std::move(cb), result = std::move(result)]() mutable { cb(std::move(result)); });
   if (announce) notifyReleased(op.name);
 }
@@ -133,6 +134,7 @@ StatusOr<Outcome> MemoryBackend::applySemaphore(const Operation& op) {
       return o;
     case Verb::kHandOff:
     case Verb::kForceRelease:
+    case Verb::kWithdraw:
       break;
   }
   return Status(StatusCode::kFailedPrecondition,
@@ -209,15 +211,82 @@ StatusOr<Outcome> MemoryBackend::applyShared(const Operation& op) {
       return o;
     case Verb::kHandOff:
     case Verb::kForceRelease:
+    case Verb::kWithdraw:
       break;
   }
   return Status(StatusCode::kFailedPrecondition,
                 std::string(verbName(op.verb)) + " is not served for readers");
 }
 
+StatusOr<Outcome> MemoryBackend::applyFair(const Operation& op) {
+  const int64_t now = scheduler_.nowUs();
+  Entry& e = locks_[std::string(op.name)];
+  std::erase_if(e.fair_queue,
+                [now](const Entry::FairWaiter& w) { return w.claim_until_us <= now; });
+  const Entry* writer = liveEntry(op.name);
+  const Entry* readers = writer == nullptr ? liveReaders(op.name) : nullptr;
+  const bool free = writer == nullptr && readers == nullptr;
+  auto position = [&e](std::string_view owner) {
+    return std::find_if(e.fair_queue.begin(), e.fair_queue.end(),
+                        [owner](const Entry::FairWaiter& w) { return w.owner == owner; });
+  };
+  Outcome o;
+  if (op.verb == Verb::kWithdraw) {
+    auto it = position(op.owner);
+    if (it == e.fair_queue.end()) return o;
+    const bool was_first = it == e.fair_queue.begin();
+    e.fair_queue.erase(it);
+    announce_withdraw_ = was_first && free;
+    o.code = OutcomeCode::kOk;
+    return o;
+  }
+  if (op.ttl_ms <= 0 || op.owner.empty()) {
+    return invalidArgument("ttl_ms must be > 0 and owner non-empty");
+  }
+  if (op.claim_ms > 0) {
+    auto join = [&](std::string_view w) {
+      auto it = position(w);
+      if (it == e.fair_queue.end()) {
+        e.fair_queue.push_back({std::string(w), 0});
+        it = e.fair_queue.end() - 1;
+      }
+      it->claim_until_us = now + op.claim_ms * 1000;
+    };
+    join(op.owner);
+    std::string_view rest = op.also_waiting;
+    while (!rest.empty()) {
+      const size_t space = rest.find(' ');
+      const std::string_view w = rest.substr(0, space);
+      if (!w.empty()) join(w);
+      rest = space == std::string_view::npos ? std::string_view() : rest.substr(space + 1);
+    }
+  }
+  if (e.fair_queue.empty() || e.fair_queue.front().owner == op.owner) {
+    if (free) {
+      if (auto it = position(op.owner); it != e.fair_queue.end()) e.fair_queue.erase(it);
+      return apply(Operation::acquire(op.name, op.owner, op.ttl_ms));
+    }
+    o.code = OutcomeCode::kBusy;
+    o.holder_ttl_ms = remainingMs(
+        writer != nullptr ? writer->expiry_us : lastReaderExpiryUs(readers->readers), now);
+    return o;
+  }
+  o.code = OutcomeCode::kBusy;
+  o.holder_ttl_ms =
+      free ? std::max<int64_t>(1, remainingMs(e.fair_queue.front().claim_until_us, now))
+           : remainingMs(
+                 writer != nullptr ? writer->expiry_us : lastReaderExpiryUs(readers->readers), now);
+  return o;
+}
+
 StatusOr<Outcome> MemoryBackend::apply(const Operation& op) {
   if (op.kind == LockKind::kSemaphore) return applySemaphore(op);
   if (op.kind == LockKind::kShared) return applyShared(op);
+  if (op.kind == LockKind::kFair) {
+    // The queue's verbs; every other verb of a fair lock is the mutex's (the same lease).
+    if (op.verb == Verb::kAcquire || op.verb == Verb::kWithdraw) return applyFair(op);
+    return apply(op.of(LockKind::kMutex));
+  }
   const int64_t now = scheduler_.nowUs();
   Outcome o;
   Entry* held = liveEntry(op.name);
@@ -329,6 +398,8 @@ StatusOr<Outcome> MemoryBackend::apply(const Operation& op) {
       } else if (auto it = locks_.find(op.name); it != locks_.end()) {
         o.token = it->second.token;
       }
+      return o;
+    case Verb::kWithdraw:  // only fair locks have a queue to leave: nothing to do
       return o;
   }
   return invalidArgument("unknown operation");

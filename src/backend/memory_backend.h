@@ -15,6 +15,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <vector>
 
 #include "backend/backend.h"
 #include "event/scheduler.h"
@@ -58,6 +59,12 @@ class MemoryBackend final : public Backend {
     /// (`owner`) is; and until when a waiting writer turns new readers away (0: none waits).
     std::map<std::string, int64_t, std::less<>> readers;
     int64_t writer_waits_until_us = 0;
+    /// Fair locks: the waiters in arrival order, each with the end of its claim.
+    struct FairWaiter {
+      std::string owner;
+      int64_t claim_until_us = 0;
+    };
+    std::vector<FairWaiter> fair_queue;
   };
 
   struct StringHash {
@@ -71,6 +78,9 @@ class MemoryBackend final : public Backend {
   StatusOr<Outcome> apply(const Operation& op);
   StatusOr<Outcome> applySemaphore(const Operation& op);
   StatusOr<Outcome> applyShared(const Operation& op);
+  /// Fair acquire and withdraw (a fair lock's other verbs are the mutex's). Sets
+  /// `announce_withdraw_` when a withdrawal left a free lock to the next waiter.
+  StatusOr<Outcome> applyFair(const Operation& op);
   /// The live readers of `name` (expired ones dropped; the writer's mark goes with the last).
   Entry* liveReaders(std::string_view name);
   /// Posts `fn` unless this backend has been destroyed by then.
@@ -90,6 +100,7 @@ class MemoryBackend final : public Backend {
   std::unordered_map<std::string, int, StringHash, std::equal_to<>> watches_;
   ReleaseListener listener_;
   bool shut_down_ = false;
+  bool announce_withdraw_ = false;
   // Posted callbacks hold a weak reference: a callback still queued on the loop when the backend
   // is destroyed must not touch it.
   std::shared_ptr<char> alive_ = std::make_shared<char>();

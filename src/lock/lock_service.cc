@@ -66,6 +66,7 @@ void LockService::forceRelease(std::string_view name,
 namespace {
 constexpr std::string_view kSemaphoreKeyPrefix = "semaphore/";
 constexpr std::string_view kSharedKeyPrefix = "shared/";
+constexpr std::string_view kFairKeyPrefix = "fair/";
 
 std::string prefixed(std::string_view prefix, std::string_view name) {
   std::string key(prefix);
@@ -76,6 +77,7 @@ std::string prefixed(std::string_view prefix, std::string_view name) {
 
 std::string semaphoreLockKey(std::string_view name) { return prefixed(kSemaphoreKeyPrefix, name); }
 std::string sharedLockKey(std::string_view name) { return prefixed(kSharedKeyPrefix, name); }
+std::string fairLockKey(std::string_view name) { return prefixed(kFairKeyPrefix, name); }
 
 LockRef lockRefOf(std::string_view key) {
   if (key.starts_with(kSemaphoreKeyPrefix)) {
@@ -83,6 +85,9 @@ LockRef lockRefOf(std::string_view key) {
   }
   if (key.starts_with(kSharedKeyPrefix)) {
     return {LockKind::kShared, key.substr(kSharedKeyPrefix.size())};
+  }
+  if (key.starts_with(kFairKeyPrefix)) {
+    return {LockKind::kFair, key.substr(kFairKeyPrefix.size())};
   }
   return {LockKind::kMutex, key};
 }
@@ -116,6 +121,7 @@ LockService::Impl::Impl(const config::LocksConfig& config, backend::Backend& bac
     wakeQueue(name, /*notified=*/true);
     wakeQueue(semaphoreLockKey(name), /*notified=*/true);
     wakeQueue(sharedLockKey(name), /*notified=*/true);
+    wakeQueue(fairLockKey(name), /*notified=*/true);
   }));
   backend_.setReadyListener(guarded([this] { onBackendReady(); }));
 }
@@ -269,8 +275,16 @@ void LockService::Impl::enqueue(Waiter& w, int64_t holder_ttl_ms) {
   queues_.push(queue, &w);
   updateWaiterGauge();
   w.deadline_timer.start(scheduler_, wait_ms, guarded([this, id] { onDeadline(id); }));
-  if (created && holder_ttl_ms >= 0) {
-    // Just found held: the first attempt waits for the holder's TTL (or its release).
+  const bool fair = lockRefOf(w.options.name).kind == LockKind::kFair;
+  if (fair && !created) {
+    // A fair waiter takes its place in the backend's queue now: the head asks again at once and
+    // registers everybody queued here (its answer may still be in flight: then right after it).
+    wakeQueue(w.options.name, /*notified=*/false);
+    return;
+  }
+  if (created && holder_ttl_ms >= 0 && !fair) {
+    // Just found held: the first attempt waits for the holder's TTL (or its release). (A fair
+    // waiter asks at once: that attempt is what puts it in the backend's queue.)
     queue.holder_expiry_us = scheduler_.nowUs() + holder_ttl_ms * 1000;
     planRetry(queue);
     return;
@@ -335,6 +349,20 @@ void LockService::Impl::attempt(Waiter& w) {
     op.writer_wait_ms =
         std::clamp<int64_t>(config_.retry_max_ms + config_.retry_jitter_ms + kWriterWaitSlackMs, 1,
                             std::max<int64_t>(1, left_ms));
+  }
+  std::string also_waiting;
+  if (w.options.wait_ms > 0 && lockRefOf(w.options.name).kind == LockKind::kFair) {
+    // A fair waiter joins the backend's queue (or keeps its place), and so do the other waiters
+    // queued here behind it, in their order: one call keeps every local claim alive.
+    op.claim_ms = fairClaimMs();
+    if (const WaiterQueue* q = queues_.find(w.options.name)) {
+      for (const Waiter* other : q->fifo) {
+        if (other == &w || other->abandoned) continue;
+        if (!also_waiting.empty()) also_waiting.push_back(' ');
+        also_waiting.append(other->options.owner);
+      }
+    }
+    op.also_waiting = also_waiting;
   }
   runOnBackend(op, guarded([this, id = w.id](StatusOr<backend::Outcome> reply) {
                  onAttemptReply(id, std::move(reply));
@@ -414,7 +442,8 @@ void LockService::Impl::onAttemptReply(uint64_t id, StatusOr<backend::Outcome> r
     finishWaiter(w, std::move(r));
     if (q != nullptr && (q = queues_.find(name)) != nullptr) {
       q->backoff.reset();
-      if (lockRefOf(name).kind != LockKind::kMutex) {
+      if (const LockKind kind = lockRefOf(name).kind;
+          kind == LockKind::kSemaphore || kind == LockKind::kShared) {
         // Admission: a semaphore may have more permits free, readers share; the next waiter
         // asks at once and the queue sleeps only when an attempt is turned away.
         pumpQueue(name);
@@ -469,8 +498,29 @@ void LockService::Impl::onDeadline(uint64_t id) {
   pumpQueue(name);
 }
 
+int64_t LockService::Impl::fairClaimMs() const {
+  // Two of the head's retries may pass between renewals (backoff at most retry_max_ms + jitter),
+  // plus slack: a waiter that died keeps its place this long at most.
+  return 2 * (std::max<int64_t>(0, config_.retry_max_ms) +
+              std::max<int64_t>(0, config_.retry_jitter_ms)) +
+         kWriterWaitSlackMs;
+}
+
+void LockService::Impl::withdrawFairWaiter(const Waiter& w) {
+  const LockRef ref = lockRefOf(w.options.name);
+  opStarted();
+  backend_.run(backend::Operation::withdraw(ref.name, w.options.owner),
+               guarded([this](StatusOr<backend::Outcome>) { opFinished(); }));
+}
+
 void LockService::Impl::finishWaiter(Waiter& w, AcquireResult result) {
   w.deadline_timer.reset();
+  if (result.status != AcquireStatus::kGranted && w.options.wait_ms > 0 &&
+      lockRefOf(w.options.name).kind == LockKind::kFair) {
+    // It may hold a place in the backend's queue: give it up now rather than by its claim
+    // lapsing (the next waiter would wait for that).
+    withdrawFairWaiter(w);
+  }
   const int64_t now = scheduler_.nowUs();
   metrics::Metrics::AcquireMetrics& m = acquireMetrics(w.options.name);
   m.wait_seconds.Observe(static_cast<double>(now - w.started_us) / 1e6);
@@ -566,25 +616,22 @@ void LockService::Impl::wakeQueue(std::string_view name, bool notified) {
 }
 
 void LockService::Impl::wakeLockQueues(std::string_view key, bool notified) {
-  wakeQueue(key, notified);
   const LockRef ref = lockRefOf(key);
-  if (ref.kind == LockKind::kMutex) {
-    wakeQueue(sharedLockKey(ref.name), notified);
-  } else if (ref.kind == LockKind::kShared) {
-    wakeQueue(ref.name, notified);
+  if (ref.kind == LockKind::kSemaphore) return wakeQueue(key, notified);
+  // A mutex, its readers and its fair waiters all wait for the one lease of the name.
+  wakeQueue(key, notified);
+  for (const std::string& other :
+       {std::string(ref.name), sharedLockKey(ref.name), fairLockKey(ref.name)}) {
+    if (other != key) wakeQueue(other, notified);
   }
 }
 
 void LockService::Impl::wakeAfterRelease(std::string_view key, const backend::Outcome& released) {
-  wakeQueue(key, false);
-  // Readers and writers of one name wait in two queues: a writer gone lets readers in, the last
-  // reader gone lets a writer in (other sidecars hear it from the backend's announcement).
-  const LockRef ref = lockRefOf(key);
-  if (ref.kind == LockKind::kMutex) {
-    wakeQueue(sharedLockKey(ref.name), false);
-  } else if (ref.kind == LockKind::kShared && released.used == 0) {
-    wakeQueue(ref.name, false);
-  }
+  // Writers, readers and fair waiters of one name wait in their own queues: a writer gone lets
+  // any of them in, the last reader gone too (other sidecars hear it from the announcement); a
+  // reader that leaves others behind lets nobody in.
+  if (lockRefOf(key).kind == LockKind::kShared && released.used > 0) return wakeQueue(key, false);
+  wakeLockQueues(key, false);
 }
 
 metrics::Metrics::AcquireMetrics& LockService::Impl::acquireMetrics(std::string_view key) {

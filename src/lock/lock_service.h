@@ -27,8 +27,11 @@ using LockKind = backend::LockKind;
 /// it. Readers wait in a queue of their own: all of them contend at once (they share), and a
 /// queued writer keeps new ones out through the backend's writer-waiting mark, so local readers
 /// and readers of other sidecars meet the same writer preference.
+/// "fair/<name>" is a fair lock's key: its waiters queue in the backend in arrival order across
+/// sidecars; its lease is the mutex's.
 std::string semaphoreLockKey(std::string_view name);
 std::string sharedLockKey(std::string_view name);
+std::string fairLockKey(std::string_view name);
 struct LockRef {
   LockKind kind = LockKind::kMutex;
   std::string_view name;  // the lock's own name (a view into the key)

@@ -109,6 +109,10 @@ class LockService::Impl {
   void planRetry(WaiterQueue& q);
   void onRetryTimer(WaiterQueue* q);
   /// The lock is probably free (released here, released elsewhere, expired): head tries now.
+  /// How long a fair waiter keeps its place in the backend's queue without being renewed.
+  int64_t fairClaimMs() const;
+  /// Fair locks: `w` leaves the backend's queue (it gave up, failed or was cancelled).
+  void withdrawFairWaiter(const Waiter& w);
   /// Wakes `key`'s queue and, for a read/write lock, the queue of the other mode (a lease that
   /// ended without a release: expired, lost, force-released).
   void wakeLockQueues(std::string_view key, bool notified);

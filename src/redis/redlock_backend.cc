@@ -235,6 +235,12 @@ Status RedlockBackend::refusal(const Operation& op) const {
         "its own, and majorities of different nodes could grant more permits than the limit "
         "(README, Semaphores)");
   }
+  if (op.kind == LockKind::kFair) {
+    return invalidArgument(
+        "fair locks are not served by backend type redlock: every node would keep its own "
+        "queue, and nodes that saw waiters arrive in another order would each let a different "
+        "waiter in first (README, Fair locks)");
+  }
   if (op.verb == Verb::kAcquire && op.reentrant) {
     return invalidArgument(
         "reentrant acquires are not served by backend type redlock: every node would count "
@@ -339,6 +345,7 @@ void RedlockBackend::decide(const std::shared_ptr<QuorumCall>& call) {
       if (call->pending == 0) finishRead(call);
       return;
     case Verb::kHandOff:  // refused in run()
+    case Verb::kWithdraw:
       return;
   }
 }

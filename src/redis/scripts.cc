@@ -386,6 +386,80 @@ end
 return {1, token, 0, used, tonumber(redis.call('GET', KEYS[3]) or '0')}
 )lua";
 
+// Fair locks. KEYS[3] (p{name}:fair) is the queue: waiter owner id -> arrival (Redis time in us,
+// kept from the first time it joined); KEYS[4] (p{name}:fair:claims) each waiter's claim: until
+// when (Redis time in ms) it keeps its place without being renewed. Every fair script first
+// drops the waiters whose claim lapsed, so a waiter that died, or whose sidecar did, stalls the
+// queue for one claim at most. The lock itself is the mutex's key: the holder is a mutex holder.
+constexpr std::string_view kFairQueueLua = R"lua(
+local function dropLapsed(now)
+  local lapsed = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now)
+  for _, w in ipairs(lapsed) do
+    redis.call('ZREM', KEYS[3], w)
+  end
+  if #lapsed > 0 then
+    redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now)
+  end
+end
+)lua";
+
+// A waiter (ARGV[4] = claim_ms > 0) joins the queue or keeps its place, with the sidecar's other
+// waiters (ARGV[5], in their local order) in the same step; a single try (claim 0) never joins.
+// The lock goes to the first of the queue only (to anybody while nobody waits). Busy answers the
+// holder's TTL, or, while the lock waits for the first waiter to take it, that waiter's claim.
+constexpr std::string_view kFairAcquireBodyLua = R"lua(
+local now = nowMs()
+dropLapsed(now)
+local claim = tonumber(ARGV[4])
+if claim > 0 then
+  local t = redis.call('TIME')
+  local arrival = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  local until_ms = string.format('%.0f', now + claim)
+  local function join(w)
+    redis.call('ZADD', KEYS[3], 'NX', string.format('%.0f', arrival), w)
+    redis.call('ZADD', KEYS[4], until_ms, w)
+    arrival = arrival + 1
+  end
+  join(ARGV[1])
+  for w in string.gmatch(ARGV[5] or '', '%S+') do
+    join(w)
+  end
+  redis.call('PEXPIRE', KEYS[3], claim)
+  redis.call('PEXPIRE', KEYS[4], claim)
+end
+local first = redis.call('ZRANGE', KEYS[3], 0, 0)
+if #first == 0 or first[1] == ARGV[1] then
+  if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+    redis.call('ZREM', KEYS[3], ARGV[1])
+    redis.call('ZREM', KEYS[4], ARGV[1])
+    return {1, nextToken(ARGV[3]), tonumber(ARGV[2]), 1}
+  end
+  return {0, 0, redis.call('PTTL', KEYS[1])}
+end
+local pttl = redis.call('PTTL', KEYS[1])
+if pttl < 0 then
+  local until_first = tonumber(redis.call('ZSCORE', KEYS[4], first[1]) or now)
+  pttl = math.max(until_first - now, 1)
+end
+return {0, 0, pttl}
+)lua";
+
+// A waiter that gave up leaves the queue. If it was first and the lock is free, the next waiter
+// (of any sidecar) is told at once rather than when its claim's wait runs out.
+constexpr std::string_view kFairWithdrawBodyLua = R"lua(
+local now = nowMs()
+dropLapsed(now)
+local first = redis.call('ZRANGE', KEYS[3], 0, 0)
+if redis.call('ZREM', KEYS[3], ARGV[1]) == 0 then
+  return {-1, 0, 0}
+end
+redis.call('ZREM', KEYS[4], ARGV[1])
+if first[1] == ARGV[1] and redis.call('EXISTS', KEYS[1]) == 0 then
+  announce(ARGV[2], ARGV[3], ARGV[4])
+end
+return {1, 0, 0}
+)lua";
+
 constexpr std::string_view kChannelInfix = "released:{";
 
 }  // namespace
@@ -416,6 +490,10 @@ std::string_view scriptText(ScriptId id) {
   static const std::string kSharedExtendLua = join({kClockLua, kReadersLua, kSharedExtendBodyLua});
   static const std::string kSharedInspectLua =
       join({kClockLua, kReadersLua, kSharedInspectBodyLua});
+  static const std::string kFairAcquireLua =
+      join({kNextTokenLua, kClockLua, kFairQueueLua, kFairAcquireBodyLua});
+  static const std::string kFairWithdrawLua =
+      join({kClockLua, kFairQueueLua, kAnnounceLua, kFairWithdrawBodyLua});
   switch (id) {
     case ScriptId::kAcquire:
       return kAcquireLua;
@@ -447,6 +525,10 @@ std::string_view scriptText(ScriptId id) {
       return kSharedExtendLua;
     case ScriptId::kSharedInspect:
       return kSharedInspectLua;
+    case ScriptId::kFairAcquire:
+      return kFairAcquireLua;
+    case ScriptId::kFairWithdraw:
+      return kFairWithdrawLua;
   }
   return {};
 }
@@ -487,6 +569,10 @@ const char* scriptName(ScriptId id) {
       return "shared_extend";
     case ScriptId::kSharedInspect:
       return "shared_inspect";
+    case ScriptId::kFairAcquire:
+      return "fair_acquire";
+    case ScriptId::kFairWithdraw:
+      return "fair_withdraw";
   }
   return "unknown";
 }
@@ -525,6 +611,14 @@ std::string semaphoreLimitKey(std::string_view prefix, std::string_view name) {
 
 std::string readersKey(std::string_view prefix, std::string_view name) {
   return lockKey(prefix, name) + ":readers";
+}
+
+std::string fairQueueKey(std::string_view prefix, std::string_view name) {
+  return lockKey(prefix, name) + ":fair";
+}
+
+std::string fairClaimsKey(std::string_view prefix, std::string_view name) {
+  return lockKey(prefix, name) + ":fair:claims";
 }
 
 std::string releaseChannel(std::string_view prefix, std::string_view name) {
@@ -586,7 +680,7 @@ StatusOr<Outcome> decodeOutcome(const StatusOr<RedisValue>& reply, ScriptId scri
   const int64_t limit = v.elements.size() >= 5 ? v.elements[4].integer : 0;
   if (count < 0 || limit < 0) return badShape(node, script);
   const bool acquires = script == ScriptId::kAcquire || script == ScriptId::kSemAcquire ||
-                        script == ScriptId::kSharedAcquire;
+                        script == ScriptId::kSharedAcquire || script == ScriptId::kFairAcquire;
   Outcome o;
   if (semaphore || shared) {
     o.used = count;
@@ -600,7 +694,9 @@ StatusOr<Outcome> decodeOutcome(const StatusOr<RedisValue>& reply, ScriptId scri
       // A grant always carries its token (and a mutex grant its holds); a hand-off without a
       // token only gave back a hold.
       if (acquires && token <= 0) return badShape(node, script);
-      if (script == ScriptId::kAcquire && o.holds < 1) return badShape(node, script);
+      if ((script == ScriptId::kAcquire || script == ScriptId::kFairAcquire) && o.holds < 1) {
+        return badShape(node, script);
+      }
       if (script == ScriptId::kReleaseGrant && token <= 0 && o.holds < 1) {
         return badShape(node, script);
       }
@@ -610,7 +706,8 @@ StatusOr<Outcome> decodeOutcome(const StatusOr<RedisValue>& reply, ScriptId scri
       return o;
     case 0:
       if (script == ScriptId::kInspect || script == ScriptId::kForceRelease ||
-          script == ScriptId::kTokenSync || (semaphore && script != ScriptId::kSemAcquire) ||
+          script == ScriptId::kTokenSync || script == ScriptId::kFairWithdraw ||
+          (semaphore && script != ScriptId::kSemAcquire) ||
           (shared && script != ScriptId::kSharedAcquire)) {
         return badShape(node, script);
       }
@@ -643,7 +740,34 @@ ScriptCall::Views ScriptCall::views() const {
 ScriptCall scriptCallFor(const Operation& op, const ScriptContext& ctx) {
   const bool semaphore = op.kind == LockKind::kSemaphore;
   const bool shared = op.kind == LockKind::kShared;
+  const bool fair = op.kind == LockKind::kFair;
   ScriptCall c;
+  if (fair && (op.verb == Verb::kAcquire || op.verb == Verb::kWithdraw)) {
+    // The queue's scripts; every other verb of a fair lock is the mutex's (the same lease).
+    c.keys[0] = lockKey(ctx.prefix, op.name);
+    c.keys[1] = tokenKey(ctx.prefix, op.name);
+    c.keys[2] = fairQueueKey(ctx.prefix, op.name);
+    c.keys[3] = fairClaimsKey(ctx.prefix, op.name);
+    c.key_count = 4;
+    auto arg = [&c](std::string_view a) { c.args[c.arg_count++].assign(a); };
+    if (op.verb == Verb::kAcquire) {
+      c.script = ScriptId::kFairAcquire;
+      c.node_op = NodeOp::kAcquire;
+      arg(op.owner);
+      arg(std::to_string(op.ttl_ms));
+      arg(ctx.counter_ttl_ms);
+      arg(std::to_string(std::max<int64_t>(0, op.claim_ms)));
+      if (!op.also_waiting.empty()) arg(op.also_waiting);
+    } else {
+      c.script = ScriptId::kFairWithdraw;
+      c.node_op = NodeOp::kRelease;
+      arg(op.owner);
+      arg(releaseChannel(ctx.prefix, op.name));
+      arg(op.name);
+      if (ctx.sharded_publish) arg(kShardedPublish);
+    }
+    return c;
+  }
   if (semaphore) {
     c.keys[0] = semaphoreKey(ctx.prefix, op.name);
     c.keys[1] = semaphoreTokenKey(ctx.prefix, op.name);
@@ -709,6 +833,10 @@ ScriptCall scriptCallFor(const Operation& op, const ScriptContext& ctx) {
       arg(op.next_owner);
       arg(std::to_string(op.ttl_ms));
       arg(ctx.counter_ttl_ms);
+      break;
+    case Verb::kWithdraw:  // only fair locks have a queue to leave: changes nothing here
+      c.script = pick(ScriptId::kInspect, ScriptId::kSemInspect, ScriptId::kSharedInspect);
+      c.node_op = NodeOp::kInspect;
       break;
     case Verb::kForceRelease:
       c.script = pick(ScriptId::kForceRelease, ScriptId::kSemInspect, ScriptId::kSharedInspect);

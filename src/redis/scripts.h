@@ -102,6 +102,8 @@ enum class ScriptId : size_t {
   kSharedRelease,
   kSharedExtend,
   kSharedInspect,
+  kFairAcquire,
+  kFairWithdraw,
 };
 
 /// Lua source of one script.
@@ -121,7 +123,8 @@ inline constexpr ScriptId kAllScripts[] = {
     ScriptId::kInspect,       ScriptId::kTokenSync,    ScriptId::kReleaseGrant,
     ScriptId::kForceRelease,  ScriptId::kSemAcquire,   ScriptId::kSemRelease,
     ScriptId::kSemExtend,     ScriptId::kSemInspect,   ScriptId::kSharedAcquire,
-    ScriptId::kSharedRelease, ScriptId::kSharedExtend, ScriptId::kSharedInspect};
+    ScriptId::kSharedRelease, ScriptId::kSharedExtend, ScriptId::kSharedInspect,
+    ScriptId::kFairAcquire,   ScriptId::kFairWithdraw};
 /// Whether the script works on a semaphore (its 4th and 5th reply fields: used, limit).
 bool isSemaphoreScript(ScriptId id);
 /// Whether the script works on the readers of a read/write lock (its 4th field: readers).
@@ -143,6 +146,10 @@ std::string semaphoreLimitKey(std::string_view prefix, std::string_view name);
 /// Readers of a read/write lock: `<prefix>{<name>}:readers` (a sorted set of reader owner id ->
 /// expiry in ms of Redis time). The readers also hold KEYS[1] (see scripts.cc, kReadersLua).
 std::string readersKey(std::string_view prefix, std::string_view name);
+/// Fair locks: `<prefix>{<name>}:fair` (the queue: waiter owner id -> arrival in us of Redis
+/// time) and `<prefix>{<name>}:fair:claims` (waiter -> until when it keeps its place, ms).
+std::string fairQueueKey(std::string_view prefix, std::string_view name);
+std::string fairClaimsKey(std::string_view prefix, std::string_view name);
 /// ARGV[4] of the acquire script: take one more hold if the owner holds the lease already.
 inline constexpr std::string_view kReentrantArg = "reentrant";
 /// ARGV[4] of the acquire script when ARGV[5] (writer_wait_ms) follows without re-entry.
@@ -172,7 +179,7 @@ struct ScriptContext {
 struct ScriptCall {
   ScriptId script = ScriptId::kInspect;
   NodeOp node_op = NodeOp::kOther;
-  std::array<std::string, 3> keys;
+  std::array<std::string, 4> keys;
   std::array<std::string, 5> args;
   uint8_t key_count = 0;
   uint8_t arg_count = 0;
@@ -180,7 +187,7 @@ struct ScriptCall {
   /// Views of keys / args for RedisNode::runScriptArgs; valid while this call is neither
   /// changed nor moved.
   struct Views {
-    std::array<std::string_view, 3> keys;
+    std::array<std::string_view, 4> keys;
     std::array<std::string_view, 5> args;
     RedisArgs keyArgs() const { return {keys.data(), key_count}; }
     RedisArgs argArgs() const { return {args.data(), arg_count}; }

@@ -295,6 +295,10 @@ def exercise(doc, lock_port, admin_port):
     check("POST", "/v1/locks/doc/extend", json.dumps({"owner": json.loads(rd1)["owner"], "mode": "shared"}), expect=200)
     check("POST", "/v1/locks/doc/release", json.dumps({"owner": json.loads(rd1)["owner"]}), expect=200)
     check("POST", "/v1/locks/doc/release", json.dumps({"owner": json.loads(rd2)["owner"], "mode": "shared"}), expect=200)
+    # Fair locks: granted, a single try refused while held, released.
+    _, fair = check("POST", "/v1/locks/turns/acquire", '{"fair":true,"ttl_ms":30000}', expect=200)
+    check("POST", "/v1/locks/turns/acquire", '{"fair":true}', expect=409)
+    check("POST", "/v1/locks/turns/release", json.dumps({"owner": json.loads(fair)["owner"]}), expect=200)
     # Multi-locks: granted, blocked by a held name, bad input, released, released again.
     _, ml = check("POST", "/v1/multilocks/acquire", '{"names":["acct-2","acct-1"],"ttl_ms":30000}', expect=200)
     ml_owner = json.loads(ml)["owner"]

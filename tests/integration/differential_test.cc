@@ -34,6 +34,7 @@ struct Step {
     if (op.verb == Verb::kHandOff) s << " to " << op.next_owner;
     if (op.reentrant) s << " reentrant";
     if (op.writer_wait_ms > 0) s << " marking writer waiting";
+    if (op.claim_ms > 0) s << " queued (claim), with [" << op.also_waiting << "]";
     if (op.kind == LockKind::kSemaphore && op.verb == Verb::kAcquire) s << " limit " << op.limit;
     return s.str();
   }
@@ -82,6 +83,8 @@ TEST_F(DifferentialTest, RandomSequencesAgreeWithTheReferenceModel) {
   constexpr int kSteps = 1500;
   int agreed_grants = 0;
   int reader_grants = 0;
+  int fair_grants = 0;
+  int fair_turned_away = 0;     // a fair try refused although the lock was free: another's turn
   int readers_turned_away = 0;  // busy although only readers held the lock
   for (int i = 0; i < kSteps; ++i) {
     Step step;
@@ -108,6 +111,23 @@ TEST_F(DifferentialTest, RandomSequencesAgreeWithTheReferenceModel) {
           break;
         default:
           step.op = Operation::handOff(name, owner, pick(owners), 60'000);
+          break;
+      }
+    } else if (what < 58) {
+      // Fair acquires of the same names (the mutex verbs above release and extend them): a
+      // queued waiter registering itself and maybe another, a single try, a withdrawal.
+      const std::string& owner = pick(owners);
+      switch (what % 3) {
+        case 0:
+          step.op = Operation::acquire(name, owner, 60'000).of(LockKind::kFair);
+          step.op.claim_ms = 60'000;
+          if (what % 2 == 0) step.op.also_waiting = pick(owners);
+          break;
+        case 1:
+          step.op = Operation::acquire(name, owner, 60'000).of(LockKind::kFair);
+          break;
+        default:
+          step.op = Operation::withdraw(name, owner);
           break;
       }
     } else if (what < 70) {
@@ -160,7 +180,8 @@ TEST_F(DifferentialTest, RandomSequencesAgreeWithTheReferenceModel) {
         << where;
     // A semaphore has its own counter; readers and writers of a name share the mutex's.
     const LockKind counter_kind =
-        step.op.kind == LockKind::kShared ? LockKind::kMutex : step.op.kind;
+        step.op.kind == LockKind::kShared || step.op.kind == LockKind::kFair ? LockKind::kMutex
+                                                                             : step.op.kind;
     const std::string counter = std::string(lockKindName(counter_kind)) + "/" + name;
     if (grants && step.op.reentrant && m->holds > 1) {
       // A re-entry: the token of the lease it re-enters, on each side.
@@ -174,15 +195,24 @@ TEST_F(DifferentialTest, RandomSequencesAgreeWithTheReferenceModel) {
       last_redis_token[counter] = r->token;
       ++agreed_grants;
       if (step.op.kind == LockKind::kShared) ++reader_grants;
+      if (step.op.kind == LockKind::kFair) ++fair_grants;
     }
     if (step.op.kind == LockKind::kShared && step.op.verb == Verb::kAcquire &&
         m->code == OutcomeCode::kBusy && m->used > 0) {
       ++readers_turned_away;
     }
+    if (step.op.kind == LockKind::kFair && step.op.verb == Verb::kAcquire &&
+        m->code == OutcomeCode::kBusy) {
+      // Free if a plain inspect (no side effects) says so.
+      StatusOr<Outcome> state = runOn(memory_, Operation::inspect(name));
+      if (state.isOk() && state->code == OutcomeCode::kNotHeld) ++fair_turned_away;
+    }
   }
   EXPECT_GT(agreed_grants, 100) << "the sequences granted often enough to mean something";
   EXPECT_GT(reader_grants, 20) << "readers were granted often enough to mean something";
   EXPECT_GT(readers_turned_away, 5) << "writers marked as waiting turned readers away";
+  EXPECT_GT(fair_grants, 10) << "fair acquires were granted often enough to mean something";
+  EXPECT_GT(fair_turned_away, 5) << "queued waiters kept fair tries out of a free lock";
 }
 
 }  // namespace

@@ -124,7 +124,7 @@ TEST_F(RedisAclTest, EveryLockOperationWorksUnderTheReadmeAcl) {
   ASSERT_TRUE(handed);
   EXPECT_EQ(handed->status, 200) << handed->body;
 
-  // The other kinds' scripts (sorted sets): a semaphore permit and a reader, each the whole way.
+  // The other kinds' scripts (sorted sets): a permit, a reader and a fair lock, the whole way.
   r = c.post("/v1/semaphores/acl-sem/acquire", R"({"limit":2})");
   ASSERT_EQ(r.status, 200) << r.body;
   const std::string permit = json::parse(r.body)["permit"];
@@ -139,6 +139,14 @@ TEST_F(RedisAclTest, EveryLockOperationWorksUnderTheReadmeAcl) {
   EXPECT_EQ(c.post("/v1/locks/acl-rw/extend", json{{"owner", reader}}.dump()).status, 200);
   EXPECT_EQ(c.get("/v1/locks/acl-rw").status, 200);
   EXPECT_EQ(c.post("/v1/locks/acl-rw/release", json{{"owner", reader}}.dump()).status, 200);
+  // A fair holder, and a fair waiter that joins the queue and gives up (withdraws).
+  r = c.post("/v1/locks/acl-fair/acquire", R"({"fair":true})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(c.post("/v1/locks/acl-fair/acquire", R"({"fair":true,"wait_ms":50})").status, 409);
+  EXPECT_EQ(
+      c.post("/v1/locks/acl-fair/release", json{{"owner", json::parse(r.body)["owner"]}}.dump())
+          .status,
+      200);
 
   for (auto* s : {sidecar_.get(), other_sidecar_.get()}) {
     HttpClient m = HttpClient::tcp(s->port());

@@ -1212,6 +1212,38 @@ TEST_F(LockServiceTest, ForceReleaseEndsReadersLeasesAsLost) {
   EXPECT_EQ(acquireNow(opts("doc", "w", 60'000))->status(), AcquireStatus::kGranted);
 }
 
+// --- fair locks ------------------------------------------------------------------------------
+
+// Fair waiters queued here are registered in the backend's queue as they arrive (through the
+// head's attempt) and keep their places; one that gives up withdraws; a single try never jumps
+// the queue.
+TEST_F(LockServiceTest, FairWaitersRegisterOnArrivalAndWithdrawWhenTheyLeave) {
+  ASSERT_EQ(acquireNow(opts(fairLockKey("q"), "h", 60'000))->status(), AcquireStatus::kGranted);
+  auto first = start(opts(fairLockKey("q"), "w1", 60'000, 30'000));
+  sched.runReady();
+  auto second = start(opts(fairLockKey("q"), "w2", 60'000, 30'000));
+  sched.runReady();
+  auto third = start(opts(fairLockKey("q"), "w3", 60'000, 30'000));
+  sched.runReady();
+  advance(5);
+  // The backend's queue holds all three: a fair single try of a free lock would be refused.
+  ASSERT_EQ(*release(fairLockKey("q"), "h"), ReleaseStatus::kReleased);
+  second->ticket.cancel();  // w2 leaves
+  sched.runReady();
+  ASSERT_TRUE(first->done());
+  EXPECT_EQ(first->status(), AcquireStatus::kGranted);
+  EXPECT_EQ(first->grant().owner, "w1");
+  EXPECT_GE(backend.count("withdraw"), 1);
+  ASSERT_EQ(*release(fairLockKey("q"), "w1"), ReleaseStatus::kReleased);
+  EXPECT_EQ(acquireNow(opts(fairLockKey("q"), "jumper", 60'000))->status(), AcquireStatus::kBusy)
+      << "w3 is queued: a single try waits its turn";
+  sched.runReady();
+  advance(10);
+  ASSERT_TRUE(third->done());
+  EXPECT_EQ(third->status(), AcquireStatus::kGranted) << "w2 withdrew: w3 is next";
+  EXPECT_EQ(metrics.acquireFor("fair").acquired.Value(), 3);
+}
+
 // --- multi-locks -----------------------------------------------------------------------------
 
 // Names are taken in sorted order; the one that is busy makes the multi-lock give back what it

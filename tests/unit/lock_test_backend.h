@@ -70,6 +70,9 @@ class TestBackend final : public backend::Backend {
       case Verb::kForceRelease:
         recorded = "force_release";
         break;
+      case Verb::kWithdraw:
+        recorded = "withdraw";
+        break;
       case Verb::kInspect:
         break;
     }

@@ -243,6 +243,30 @@ TEST(RedisScripts, EveryOperationIsOneScriptCall) {
   queued_writer.reentrant = true;
   EXPECT_EQ(scriptCallFor(queued_writer, ctx).args[3], kReentrantArg);
 
+  // Fair locks: acquire and withdraw work on the queue's keys too; every other verb is the
+  // mutex's, on the mutex's keys.
+  Operation fair_waiter = Operation::acquire("n", "w1", 5000).of(LockKind::kFair);
+  fair_waiter.claim_ms = 2100;
+  fair_waiter.also_waiting = "w2 w3";
+  const ScriptCall fair = scriptCallFor(fair_waiter, ctx);
+  EXPECT_EQ(fair.script, ScriptId::kFairAcquire);
+  ASSERT_EQ(fair.key_count, 4);
+  EXPECT_EQ(fair.keys[2], "p:{n}:fair");
+  EXPECT_EQ(fair.keys[3], "p:{n}:fair:claims");
+  ASSERT_EQ(fair.arg_count, 5);
+  EXPECT_EQ(fair.args[3], "2100");
+  EXPECT_EQ(fair.args[4], "w2 w3");
+  EXPECT_EQ(scriptCallFor(Operation::acquire("n", "w", 5).of(LockKind::kFair), ctx).args[3], "0")
+      << "a single try never joins the queue";
+  EXPECT_EQ(scriptCallFor(Operation::withdraw("n", "w1"), ctx).script, ScriptId::kFairWithdraw);
+  const ScriptCall fair_release =
+      scriptCallFor(Operation::release("n", "w").of(LockKind::kFair), ctx);
+  EXPECT_EQ(fair_release.script, ScriptId::kRelease);
+  EXPECT_EQ(fair_release.key_count, 2);
+  EXPECT_EQ(scriptCallFor(Operation::withdraw("n", "w1").of(LockKind::kMutex), ctx).script,
+            ScriptId::kInspect)
+      << "nothing to withdraw from elsewhere";
+
   const ScriptCall sync = tokenSyncCall("n", 77, ctx);
   ASSERT_EQ(sync.key_count, 1);
   EXPECT_EQ(sync.keys[0], "p:{n}:token");
