@@ -274,6 +274,14 @@ std::string grantAnswer(const lock::Grant& g, std::string_view event = {}) {
   JsonObject answer;
   if (!event.empty()) answer.text("event", event);
   const lock::LockRef ref = lock::lockRefOf(g.name);
+  if (ref.kind == lock::LockKind::kSemaphore) {
+    // A permit under the semaphore's own name.
+    return answer.text("name", ref.name)
+        .text("permit", g.owner)
+        .unsignedInteger("token", g.token)
+        .integer("ttl_ms", g.ttl_ms)
+        .finish();
+  }
   answer.text("name", ref.name)
       .text("owner", g.owner)
       .unsignedInteger("token", g.token)
@@ -321,19 +329,6 @@ struct AcquireCall {
   int64_t ttl_ms = 0;
   bool semaphore = false;  // answers name the permit, not the owner
 };
-
-/// A grant as the client sees it: a lock's owner, or a semaphore's permit under its own name.
-std::string grantAnswerFor(const AcquireCall& call, const lock::Grant& g,
-                           std::string_view event = {}) {
-  if (!call.semaphore) return grantAnswer(g, event);
-  JsonObject answer;
-  if (!event.empty()) answer.text("event", event);
-  return answer.text("name", lock::lockRefOf(g.name).name)
-      .text("permit", g.owner)
-      .unsignedInteger("token", g.token)
-      .integer("ttl_ms", g.ttl_ms)
-      .finish();
-}
 
 /// A retried acquire (request_id) of a client that chose its owner id, answered busy: if the
 /// lease is the client's own (its first attempt was granted, but the answer was lost or the
@@ -513,7 +508,7 @@ void LockApi::startAcquire(lock::AcquireOptions opts, std::string request_id,
         if (call->stream) {
           // A dropped stream releases its lease through onClientGone.
           out->startStream(200, "application/x-ndjson");
-          out->writeChunk(grantAnswerFor(*call, r.grant, "acquired"));
+          out->writeChunk(grantAnswer(r.grant, "acquired"));
         } else {
           call->finished = true;
           if (!call->request_id.empty()) {
@@ -536,7 +531,7 @@ void LockApi::startAcquire(lock::AcquireOptions opts, std::string request_id,
             if (!request_id.empty()) replies->erase(kAcquireRoute, scope, request_id);
             service->release(name, owner, [](StatusOr<lock::ReleaseStatus>) {});
           });
-          out->send(200, kJson, grantAnswerFor(*call, r.grant));
+          out->send(200, kJson, grantAnswer(r.grant));
         }
         return;
       case lock::AcquireStatus::kBusy: {
@@ -764,10 +759,11 @@ void LockApi::semaphoreAcquire(http::Request& req, http::ResponderPtr res) {
   RequestBody& body = body_;
   body.parse(req.header("content-type"), req.body,
              {BodyField::kLimit, BodyField::kTtlMs, BodyField::kWaitMs, BodyField::kAutoRenew,
-              BodyField::kMaxHoldMs, BodyField::kHold});
+              BodyField::kMaxHoldMs, BodyField::kHold, BodyField::kRequestId});
   lock::AcquireOptions opts;
   opts.ttl_ms = locks_.default_ttl_ms;
   std::string_view hold;
+  std::string_view request_id;
   if (body.ok() && !body.has(BodyField::kLimit)) body.setError("limit is required");
   if (body.ok()) {
     body.readInt(BodyField::kLimit, 1, kMaxSemaphoreLimit, opts.limit) &&
@@ -775,37 +771,72 @@ void LockApi::semaphoreAcquire(http::Request& req, http::ResponderPtr res) {
         body.readInt(BodyField::kWaitMs, 0, locks_.max_wait_ms, opts.wait_ms) &&
         body.readBool(BodyField::kAutoRenew, opts.auto_renew) &&
         body.readInt(BodyField::kMaxHoldMs, 1, locks_.max_hold_ms_limit, opts.max_hold_ms) &&
-        body.readString(BodyField::kHold, hold);
+        body.readString(BodyField::kHold, hold) && readRequestId(body, request_id);
   }
   checkHold(body, hold);
+  if (body.ok() && hold == "stream" && !request_id.empty()) {
+    body.setError("request_id cannot be used with hold: stream (the stream is the lease's answer)");
+  }
   if (!body.ok()) return sendBodyError(res, body);
   if (draining_) return sendError(res, 503, "shutting_down", "the sidecar is shutting down");
   opts.name = lock::semaphoreLockKey(req.param("name"));
   applyHold(body, hold, locks_.max_hold_ms_limit, opts);
-  startAcquire(std::move(opts), {}, {}, std::move(res));
+  // Permits are made by the sidecar: a retry is recognised by its request_id alone.
+  const std::string retry_scope = retryScope(opts.name, {}, req.principal.get());
+  if (!request_id.empty()) {
+    if (const auto* first = replies_->find(kAcquireRoute, retry_scope, request_id, monotonicUs())) {
+      return retryGrant(std::move(opts), std::string(request_id), retry_scope, first->owner,
+                        first->token, std::move(res));
+    }
+  }
+  startAcquire(std::move(opts), std::string(request_id), retry_scope, std::move(res));
 }
 
 void LockApi::semaphoreRelease(http::Request& req, http::ResponderPtr res) {
   if (!checkName(req, res, static_cast<size_t>(locks_.max_name_bytes))) return;
   RequestBody& body = body_;
-  body.parse(req.header("content-type"), req.body, {BodyField::kPermit});
+  body.parse(req.header("content-type"), req.body, {BodyField::kPermit, BodyField::kRequestId});
   std::string_view permit;
-  if (body.ok()) readPermit(body, static_cast<size_t>(locks_.max_owner_bytes), permit);
+  std::string_view request_id;
+  if (body.ok()) {
+    readPermit(body, static_cast<size_t>(locks_.max_owner_bytes), permit) &&
+        readRequestId(body, request_id);
+  }
   if (!body.ok()) return sendBodyError(res, body);
+  const std::string key = lock::semaphoreLockKey(req.param("name"));
+  const std::string retry_scope = retryScope(key, permit, req.principal.get());
+  if (!request_id.empty()) {
+    if (const auto* first = replies_->find(kReleaseRoute, retry_scope, request_id, monotonicUs())) {
+      return sendAnswer(res, *first);  // a retried release gets the first answer
+    }
+  }
   service_.release(
-      lock::semaphoreLockKey(req.param("name")), permit, [res](StatusOr<lock::ReleaseStatus> r) {
-        if (!r.isOk()) return sendBackendError(res, r.status());
+      key, permit,
+      [res, retry_scope, request_id = std::string(request_id),
+       replies = replies_](StatusOr<lock::ReleaseStatus> r) {
+        if (!r.isOk()) return sendBackendError(res, r.status());  // not remembered
+        IdempotencyCache::Answer answer;
         switch (*r) {
           case lock::ReleaseStatus::kReleased:
           case lock::ReleaseStatus::kHoldReleased:
-            return res->send(200, kJson, JsonObject().boolean("released", true).finish());
+            answer.status = 200;
+            answer.body = JsonObject().boolean("released", true).finish();
+            break;
           case lock::ReleaseStatus::kLeaseLost:
-            return sendError(res, 404, "lease_lost",
-                             "the permit was lost before release (it expired)");
+            answer.status = 404;
+            answer.body =
+                errorBody("lease_lost", "the permit was lost before release (it expired)");
+            break;
           case lock::ReleaseStatus::kNotOwner:
           case lock::ReleaseStatus::kNotHeld:
-            return sendError(res, 404, "not_held", "no such permit (it expired or was released)");
+            answer.status = 404;
+            answer.body = errorBody("not_held", "no such permit (it expired or was released)");
+            break;
         }
+        if (!request_id.empty()) {
+          replies->store(kReleaseRoute, retry_scope, request_id, answer, monotonicUs());
+        }
+        sendAnswer(res, answer);
       });
 }
 

@@ -190,6 +190,40 @@ TEST(SemaphoreTest, CrashedHoldersPermitExpiresAndStreamsGiveBack) {
   EXPECT_EQ(other->stop(), 0) << other->logs();
 }
 
+// Safe retries: a retried acquire (same request_id) gets the same permit, not a second one; a
+// retried release gets the first answer.
+TEST(SemaphoreTest, RequestIdRetriesGetTheSamePermitAndTheFirstAnswer) {
+  RedisServer redis;
+  auto s = sidecarOnRedis(redis.address());
+  HttpClient c = HttpClient::tcp(s->port());
+  const std::string body = R"({"limit":2,"ttl_ms":20000,"request_id":"sale-7f3a"})";
+  auto first = c.post("/v1/semaphores/pool/acquire", body);
+  ASSERT_EQ(first.status, 200) << first.body;
+  auto retry = c.post("/v1/semaphores/pool/acquire", body);
+  ASSERT_EQ(retry.status, 200) << retry.body;
+  EXPECT_EQ(permitOf(retry), permitOf(first));
+  EXPECT_EQ(json::parse(retry.body)["token"], json::parse(first.body)["token"]);
+  EXPECT_EQ(json::parse(c.get("/v1/semaphores/pool").body)["used"], 1) << "one permit, not two";
+  auto other = c.post("/v1/semaphores/pool/acquire", R"({"limit":2,"request_id":"sale-other"})");
+  EXPECT_NE(permitOf(other), permitOf(first)) << "another request_id is another permit";
+
+  const std::string release = json{{"permit", permitOf(first)}, {"request_id", "rel-1"}}.dump();
+  EXPECT_EQ(c.post("/v1/semaphores/pool/release", release).status, 200);
+  auto again = c.post("/v1/semaphores/pool/release", release);
+  EXPECT_EQ(again.status, 200) << "the retry gets the first answer: " << again.body;
+  EXPECT_EQ(c.post("/v1/semaphores/pool/release", json{{"permit", permitOf(first)}}.dump()).status,
+            404)
+      << "without request_id a second release finds nothing";
+  // After the release, the acquire's retry is a new acquire (the remembered permit is gone).
+  auto after = c.post("/v1/semaphores/pool/acquire", body);
+  ASSERT_EQ(after.status, 200) << after.body;
+  EXPECT_NE(permitOf(after), permitOf(first));
+  EXPECT_EQ(c.post("/v1/semaphores/pool/acquire", R"({"limit":2,"hold":"stream","request_id":"x"})")
+                .status,
+            400);
+  EXPECT_EQ(s->stop(), 0) << s->logs();
+}
+
 TEST(SemaphoreTest, RedlockRefusesSemaphores) {
   RedlockSidecar redlock(3);
   SidecarProcess& s = *redlock.sidecar;
