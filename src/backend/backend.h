@@ -171,6 +171,16 @@ struct BackendHealth {
 };
 
 using OutcomeCallback = std::function<void(StatusOr<Outcome>)>;
+
+/// How a multi-lock's one-step try came out (Backend::acquireAll).
+struct AllOutcome {
+  bool granted = false;
+  std::vector<uint64_t> tokens;  // granted: one fencing token per name, in the order given
+  int64_t validity_ms = 0;       // granted: every lease's usable time from now
+  size_t busy_index = 0;         // not granted: the first name found held
+  int64_t holder_ttl_ms = -1;    // not granted: its holder's remaining TTL, -1 when unknown
+};
+using AllOutcomeCallback = std::function<void(StatusOr<AllOutcome>)>;
 /// Called with a lock name when some sidecar released that lock (pub/sub wake-up).
 using ReleaseListener = std::function<void(std::string_view name)>;
 
@@ -187,6 +197,17 @@ class Backend {
   /// Whether Verb::kHandOff is served. A single master can hand a lock on in one atomic step;
   /// Redlock cannot (the next owner needs a quorum vote of its own).
   virtual bool canHandOff() const { return false; }
+  /// Whether acquireAll() is served: a backend that keeps every lock on one node can grant a
+  /// multi-lock in one atomic step. The others take its names one by one (LockService).
+  virtual bool acquiresAllAtOnce() const { return false; }
+  /// Grants every mutex of `names` (distinct) to `owner` for `ttl_ms`, or none, in one atomic
+  /// step; never waits. Only called when acquiresAllAtOnce(); the default answers (at once)
+  /// kFailedPrecondition.
+  virtual void acquireAll(const std::vector<std::string>& names, std::string_view owner,
+                          int64_t ttl_ms, AllOutcomeCallback cb) {
+    (void)names, (void)owner, (void)ttl_ms;
+    cb(Status(StatusCode::kFailedPrecondition, "this backend takes a multi-lock name by name"));
+  }
 
   /// Wake-ups: while at least one watch on `name` is active the backend listens for its releases
   /// and calls the listener. Watches are counted; each watchReleases needs one unwatchReleases.

@@ -71,6 +71,38 @@ void MemoryBackend::run(const Operation& op, OutcomeCallback cb) {
   if (announce) notifyReleased(op.name);
 }
 
+void MemoryBackend::acquireAll(const std::vector<std::string>& names, std::string_view owner,
+                               int64_t ttl_ms, AllOutcomeCallback cb) {
+  StatusOr<AllOutcome> result = AllOutcome{};
+  if (shut_down_) {
+    result = shutDownError();
+  } else {
+    const int64_t now = scheduler_.nowUs();
+    for (size_t i = 0; i < names.size() && !result->granted; ++i) {
+      const Entry* writer = liveEntry(names[i]);
+      const Entry* readers = writer == nullptr ? liveReaders(names[i]) : nullptr;
+      if (writer == nullptr && readers == nullptr) continue;
+      result->busy_index = i;
+      result->holder_ttl_ms = remainingMs(
+          writer != nullptr ? writer->expiry_us : lastReaderExpiryUs(readers->readers), now);
+      break;
+    }
+    if (result->holder_ttl_ms < 0) {
+      result->granted = true;
+      result->validity_ms = ttl_ms;
+      for (const std::string& name : names) {
+        StatusOr<Outcome> one = apply(Operation::acquire(name, owner, ttl_ms));
+        if (!one.isOk()) {
+          result = one.status();
+          break;
+        }
+        result->tokens.push_back(one->token);
+      }
+    }
+  }
+  deliver([cb = std::move(cb), result = std::move(result)]() mutable { cb(std::move(result)); });
+}
+
 StatusOr<Outcome> MemoryBackend::applySemaphore(const Operation& op) {
   const int64_t now = scheduler_.nowUs();
   Outcome o;

@@ -32,6 +32,9 @@ class MemoryBackend final : public Backend {
   void start() override {}
   void run(const Operation& op, OutcomeCallback cb) override;
   bool canHandOff() const override { return true; }
+  bool acquiresAllAtOnce() const override { return true; }
+  void acquireAll(const std::vector<std::string>& names, std::string_view owner, int64_t ttl_ms,
+                  AllOutcomeCallback cb) override;
 
   void setReleaseListener(ReleaseListener listener) override { listener_ = std::move(listener); }
   void watchReleases(std::string_view name) override;

@@ -681,6 +681,50 @@ int64_t LockService::Impl::retryHintMs(std::string_view name, int64_t holder_ttl
   return std::max<int64_t>(1, config_.retry_max_ms);
 }
 
+void LockService::Impl::acquireAllAtOnce(
+    const MultiAcquireOptions& options,
+    std::function<void(StatusOr<backend::AllOutcome>, std::vector<Grant>)> done) {
+  if (stopping_) {
+    deliver([done = std::move(done)] { done(cancelled("the sidecar is shutting down"), {}); });
+    return;
+  }
+  opStarted();
+  const int64_t started_us = scheduler_.nowUs();
+  backend_.acquireAll(
+      options.names, options.owner, options.ttl_ms,
+      guarded([this, options, started_us,
+               done = std::move(done)](StatusOr<backend::AllOutcome> reply) mutable {
+        std::vector<Grant> grants;
+        if (reply.isOk() && reply->granted && reply->tokens.size() == options.names.size()) {
+          const double waited_s = static_cast<double>(scheduler_.nowUs() - started_us) / 1e6;
+          for (size_t i = 0; i < options.names.size(); ++i) {
+            // The bookkeeping of a one-name grant: lease, renewal, gauges, metrics.
+            Waiter w;
+            w.options.name = options.names[i];
+            w.options.owner = options.owner;
+            w.options.ttl_ms = options.ttl_ms;
+            w.options.auto_renew = options.auto_renew;
+            w.options.max_hold_ms = options.max_hold_ms;
+            w.started_us = started_us;
+            backend::Outcome one;
+            one.code = backend::OutcomeCode::kOk;
+            one.token = reply->tokens[i];
+            one.validity_ms = reply->validity_ms;
+            one.holds = 1;
+            recordGrant(w, one);
+            metrics::Metrics::AcquireMetrics& m = acquireMetrics(options.names[i]);
+            m.acquired.Increment();
+            m.wait_seconds.Observe(waited_s);
+            grants.push_back({options.names[i], options.owner, one.token, one.validity_ms, 0});
+          }
+        }
+        deliver(
+            [done = std::move(done), reply = std::move(reply),
+             grants = std::move(grants)]() mutable { done(std::move(reply), std::move(grants)); });
+        opFinished();
+      }));
+}
+
 // ---------------------------------------------------------------------------------------------
 // Release, extend, inspect
 

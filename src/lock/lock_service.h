@@ -230,7 +230,9 @@ class LockService {
   /// `lost`; its release / extend answer lease_lost).
   void forceRelease(std::string_view name, std::function<void(StatusOr<ForcedRelease>)> done);
 
-  /// Acquires every name of `options` or none. The names are taken one by one in sorted order,
+  /// Acquires every name of `options` or none. Where the backend keeps every lock on one node
+  /// (Backend::acquiresAllAtOnce) the first try is one atomic step. Otherwise, and to wait after
+  /// that try found a name held, the names are taken one by one in sorted order,
   /// the same on every sidecar, so two multi-locks with overlapping names never wait for each
   /// other in a cycle (no deadlock); each waits with what is left of the common `wait_ms`. A name
   /// that is not granted gives back those taken before it. Leases taken early whose validity
@@ -257,8 +259,11 @@ class LockService {
   /// Destroying the service is safe at any time: pending callbacks are then never called.
   void shutdown(bool release_held, int64_t grace_ms, std::function<void()> done);
 
- private:
+  /// The implementation (lock_service_impl.h), named here for the service's own parts
+  /// (multi_lock.cc); nothing outside src/lock uses it.
   class Impl;
+
+ private:
   std::unique_ptr<Impl> impl_;
 };
 

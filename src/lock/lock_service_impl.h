@@ -55,6 +55,13 @@ class LockService::Impl {
   int64_t holds(std::string_view name, std::string_view owner) const;
   BackendHealth backendHealth() const { return backend_.health(); }
   event::Scheduler& scheduler() { return scheduler_; }
+  /// Multi-locks: whether the backend grants every name in one atomic step.
+  bool acquiresAllAtOnce() const { return backend_.acquiresAllAtOnce(); }
+  /// One atomic try of every name of `options` (never waits). Granted, each name becomes a
+  /// lease of this sidecar as if acquired alone, and `done` gets their grants in name order.
+  void acquireAllAtOnce(
+      const MultiAcquireOptions& options,
+      std::function<void(StatusOr<backend::AllOutcome>, std::vector<Grant>)> done);
   const config::LocksConfig& config() const { return config_; }
   std::vector<WaiterCount> waiterCounts() const;
   void shutdown(bool release_held, int64_t grace_ms, std::function<void()> done);

@@ -21,15 +21,27 @@ int64_t ceilMs(int64_t us) { return us <= 0 ? 0 : (us + 999) / 1000; }
 /// one-name acquire, the extends), so it lives exactly as long as something can still answer.
 class MultiAcquire : public std::enable_shared_from_this<MultiAcquire> {
  public:
-  MultiAcquire(LockService& service, event::Scheduler& scheduler, MultiAcquireOptions options,
+  MultiAcquire(LockService& service, LockService::Impl& impl, MultiAcquireOptions options,
                std::function<void(MultiAcquireResult)> done)
       : service_(service),
-        scheduler_(scheduler),
+        impl_(impl),
+        scheduler_(impl.scheduler()),
         options_(std::move(options)),
         done_(std::move(done)),
-        deadline_us_(scheduler.nowUs() + options_.wait_ms * 1000) {}
+        deadline_us_(scheduler_.nowUs() + options_.wait_ms * 1000) {}
 
-  void start() { takeNext(); }
+  void start() {
+    // One atomic try where the backend keeps every lock on one node; names taken one by one
+    // (in the global order) where it does not, or when the try found one held and we may wait.
+    if (impl_.acquiresAllAtOnce() && options_.names.size() > 1) {
+      impl_.acquireAllAtOnce(options_, [self = shared_from_this()](StatusOr<backend::AllOutcome> r,
+                                                                   std::vector<Grant> grants) {
+        self->onAllAtOnce(std::move(r), std::move(grants));
+      });
+      return;
+    }
+    takeNext();
+  }
 
   /// The client went away: stop, and give back what was taken.
   void cancel() {
@@ -63,6 +75,35 @@ class MultiAcquire : public std::enable_shared_from_this<MultiAcquire> {
     current_ = service_.acquire(std::move(o), [self = shared_from_this()](AcquireResult r) {
       self->onTaken(std::move(r));
     });
+  }
+
+  void onAllAtOnce(StatusOr<backend::AllOutcome> r, std::vector<Grant> grants) {
+    if (finished_) {  // cancelled meanwhile: what was granted goes back
+      for (const Grant& g : grants) {
+        service_.release(g.name, options_.owner, [](StatusOr<ReleaseStatus>) {});
+      }
+      return;
+    }
+    if (!grants.empty()) {
+      grants_ = std::move(grants);
+      granted_us_.assign(grants_.size(), scheduler_.nowUs());
+      next_ = options_.names.size();
+      return succeed();
+    }
+    if (options_.wait_ms == 0) {
+      MultiAcquireResult failed;
+      if (r.isOk()) {
+        failed.status = AcquireStatus::kBusy;
+        failed.blocked_by = options_.names[std::min(r->busy_index, options_.names.size() - 1)];
+        failed.retry_after_ms = std::max<int64_t>(1, r->holder_ttl_ms >= 0 ? r->holder_ttl_ms : 1);
+      } else {
+        failed.status = r.status().code() == StatusCode::kCancelled ? AcquireStatus::kCancelled
+                                                                    : AcquireStatus::kError;
+        failed.error = r.status();
+      }
+      return fail(std::move(failed));
+    }
+    takeNext();  // wait for them name by name, in the global order
   }
 
   void onTaken(AcquireResult r) {
@@ -187,6 +228,7 @@ class MultiAcquire : public std::enable_shared_from_this<MultiAcquire> {
   }
 
   LockService& service_;
+  LockService::Impl& impl_;
   event::Scheduler& scheduler_;
   MultiAcquireOptions options_;
   std::function<void(MultiAcquireResult)> done_;
@@ -221,8 +263,7 @@ AcquireTicket LockService::acquireAll(MultiAcquireOptions options,
   if (options.ttl_ms <= 0) options.ttl_ms = impl_->config().default_ttl_ms;
   options.wait_ms =
       std::clamp<int64_t>(options.wait_ms, 0, std::max<int64_t>(0, impl_->config().max_wait_ms));
-  auto multi = std::make_shared<MultiAcquire>(*this, impl_->scheduler(), std::move(options),
-                                              std::move(done));
+  auto multi = std::make_shared<MultiAcquire>(*this, *impl_, std::move(options), std::move(done));
   multi->start();
   return AcquireTicket([weak = std::weak_ptr<MultiAcquire>(multi)] {
     if (auto m = weak.lock()) m->cancel();

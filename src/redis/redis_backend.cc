@@ -1,5 +1,8 @@
 #include "redis/redis_backend.h"
 
+#include <array>
+#include <vector>
+
 #include "common/log.h"
 #include "redis/scripts.h"
 
@@ -88,6 +91,24 @@ void RedisBackend::run(const Operation& op, OutcomeCallback cb) {
       static_cast<size_t>(call.script), v.keyArgs(), v.argArgs(), timeout_ms_, call.node_op,
       [address = address_, script = call.script, cb = std::move(cb)](StatusOr<RedisValue> r) {
         cb(decodeOutcome(r, script, *address));
+      });
+}
+
+void RedisBackend::acquireAll(const std::vector<std::string>& names, std::string_view owner,
+                              int64_t ttl_ms, AllOutcomeCallback cb) {
+  std::vector<std::string> keys;
+  keys.reserve(2 * names.size());
+  for (const std::string& name : names) {
+    keys.push_back(lockKey(scripts_.prefix, name));
+    keys.push_back(tokenKey(scripts_.prefix, name));
+  }
+  const std::vector<std::string_view> key_views(keys.begin(), keys.end());
+  const std::string ttl = std::to_string(ttl_ms);
+  const std::array<std::string_view, 3> args = {owner, ttl, scripts_.counter_ttl_ms};
+  node_->runScriptArgs(
+      static_cast<size_t>(ScriptId::kAcquireAll), key_views, args, timeout_ms_, NodeOp::kAcquire,
+      [address = address_, count = names.size(), cb = std::move(cb)](StatusOr<RedisValue> r) {
+        cb(decodeAllOutcome(r, count, *address));
       });
 }
 

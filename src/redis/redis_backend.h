@@ -50,6 +50,9 @@ class RedisBackend final : public Backend {
   void start() override;
   void run(const Operation& op, OutcomeCallback cb) override;
   bool canHandOff() const override { return true; }
+  bool acquiresAllAtOnce() const override { return true; }
+  void acquireAll(const std::vector<std::string>& names, std::string_view owner, int64_t ttl_ms,
+                  AllOutcomeCallback cb) override;
 
   void setReleaseListener(ReleaseListener listener) override {
     watches_.setListener(std::move(listener));

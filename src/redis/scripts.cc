@@ -15,14 +15,17 @@ namespace {
 // redis.replicate_commands() lets Redis < 5 write after TIME (a no-op from Redis 5 on).
 constexpr std::string_view kNextTokenLua = R"lua(
 redis.replicate_commands()
-local function nextToken(counter_ttl_ms)
-  if redis.call('EXISTS', KEYS[2]) == 0 then
+local function nextTokenAt(counter, counter_ttl_ms)
+  if redis.call('EXISTS', counter) == 0 then
     local now = redis.call('TIME')
-    redis.call('SET', KEYS[2], now[1] .. string.format('%06d', tonumber(now[2])))
+    redis.call('SET', counter, now[1] .. string.format('%06d', tonumber(now[2])))
   end
-  local token = redis.call('INCR', KEYS[2])
-  redis.call('PEXPIRE', KEYS[2], counter_ttl_ms)
+  local token = redis.call('INCR', counter)
+  redis.call('PEXPIRE', counter, counter_ttl_ms)
   return token
+end
+local function nextToken(counter_ttl_ms)
+  return nextTokenAt(KEYS[2], counter_ttl_ms)
 end
 )lua";
 
@@ -460,6 +463,23 @@ end
 return {1, 0, 0}
 )lua";
 
+// A multi-lock in one step (KEYS: lock and counter of each name, in pairs): every lock is free,
+// and then all are granted with a token each; or the first held one is named (1-based) and
+// nothing changes.
+constexpr std::string_view kAcquireAllBodyLua = R"lua(
+for i = 1, #KEYS, 2 do
+  if redis.call('EXISTS', KEYS[i]) == 1 then
+    return {0, 0, redis.call('PTTL', KEYS[i]), (i + 1) / 2}
+  end
+end
+local reply = {1, 0, tonumber(ARGV[2])}
+for i = 1, #KEYS, 2 do
+  redis.call('SET', KEYS[i], ARGV[1], 'PX', ARGV[2])
+  reply[#reply + 1] = nextTokenAt(KEYS[i + 1], ARGV[3])
+end
+return reply
+)lua";
+
 constexpr std::string_view kChannelInfix = "released:{";
 
 }  // namespace
@@ -492,6 +512,7 @@ std::string_view scriptText(ScriptId id) {
       join({kClockLua, kReadersLua, kSharedInspectBodyLua});
   static const std::string kFairAcquireLua =
       join({kNextTokenLua, kClockLua, kFairQueueLua, kFairAcquireBodyLua});
+  static const std::string kAcquireAllLua = join({kNextTokenLua, kAcquireAllBodyLua});
   static const std::string kFairWithdrawLua =
       join({kClockLua, kFairQueueLua, kAnnounceLua, kFairWithdrawBodyLua});
   switch (id) {
@@ -529,6 +550,8 @@ std::string_view scriptText(ScriptId id) {
       return kFairAcquireLua;
     case ScriptId::kFairWithdraw:
       return kFairWithdrawLua;
+    case ScriptId::kAcquireAll:
+      return kAcquireAllLua;
   }
   return {};
 }
@@ -573,6 +596,8 @@ const char* scriptName(ScriptId id) {
       return "fair_acquire";
     case ScriptId::kFairWithdraw:
       return "fair_withdraw";
+    case ScriptId::kAcquireAll:
+      return "acquire_all";
   }
   return "unknown";
 }
@@ -663,6 +688,7 @@ StatusOr<Outcome> decodeOutcome(const StatusOr<RedisValue>& reply, ScriptId scri
   if (!reply.isOk()) return reply.status();
   const RedisValue& v = *reply;
   if (v.isError()) return internalError("redis " + std::string(node) + ": " + v.str);
+  if (script == ScriptId::kAcquireAll) return badShape(node, script);  // decodeAllOutcome's
   const bool semaphore = isSemaphoreScript(script);
   const bool shared = isSharedScript(script);
   const size_t max_fields = semaphore ? 5 : 4;
@@ -726,6 +752,36 @@ StatusOr<Outcome> decodeOutcome(const StatusOr<RedisValue>& reply, ScriptId scri
     default:
       return badShape(node, script);
   }
+}
+
+StatusOr<AllOutcome> decodeAllOutcome(const StatusOr<RedisValue>& reply, size_t names,
+                                      std::string_view node) {
+  if (!reply.isOk()) return reply.status();
+  const RedisValue& v = *reply;
+  if (v.isError()) return internalError("redis " + std::string(node) + ": " + v.str);
+  const Status bad = badShape(node, ScriptId::kAcquireAll);
+  if (v.type != RedisValue::Type::kArray || v.elements.size() < 3) return bad;
+  for (const RedisValue& e : v.elements) {
+    if (e.type != RedisValue::Type::kInteger) return bad;
+  }
+  AllOutcome o;
+  if (v.elements[0].integer == 1) {
+    if (v.elements.size() != 3 + names) return bad;
+    o.granted = true;
+    o.validity_ms = std::max<int64_t>(0, v.elements[2].integer);
+    for (size_t i = 3; i < v.elements.size(); ++i) {
+      if (v.elements[i].integer <= 0) return bad;
+      o.tokens.push_back(static_cast<uint64_t>(v.elements[i].integer));
+    }
+    return o;
+  }
+  if (v.elements[0].integer != 0 || v.elements.size() != 4 || v.elements[3].integer < 1 ||
+      static_cast<size_t>(v.elements[3].integer) > names) {
+    return bad;
+  }
+  o.holder_ttl_ms = v.elements[2].integer >= 0 ? v.elements[2].integer : -1;
+  o.busy_index = static_cast<size_t>(v.elements[3].integer - 1);
+  return o;
 }
 
 ScriptCall::Views ScriptCall::views() const {

@@ -76,6 +76,7 @@
 
 #include <array>
 #include <cstdint>
+#include <iterator>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -104,6 +105,7 @@ enum class ScriptId : size_t {
   kSharedInspect,
   kFairAcquire,
   kFairWithdraw,
+  kAcquireAll,  // keep last (kAllScripts' size is checked against it)
 };
 
 /// Lua source of one script.
@@ -124,7 +126,9 @@ inline constexpr ScriptId kAllScripts[] = {
     ScriptId::kForceRelease,  ScriptId::kSemAcquire,   ScriptId::kSemRelease,
     ScriptId::kSemExtend,     ScriptId::kSemInspect,   ScriptId::kSharedAcquire,
     ScriptId::kSharedRelease, ScriptId::kSharedExtend, ScriptId::kSharedInspect,
-    ScriptId::kFairAcquire,   ScriptId::kFairWithdraw};
+    ScriptId::kFairAcquire,   ScriptId::kFairWithdraw, ScriptId::kAcquireAll};
+// Every script is in the list (a script missing from it is never loaded: "no script #N").
+static_assert(std::size(kAllScripts) == static_cast<size_t>(ScriptId::kAcquireAll) + 1);
 /// Whether the script works on a semaphore (its 4th and 5th reply fields: used, limit).
 bool isSemaphoreScript(ScriptId id);
 /// Whether the script works on the readers of a read/write lock (its 4th field: readers).
@@ -166,6 +170,12 @@ bool lockNameFromChannel(std::string_view prefix, std::string_view channel, std:
 /// "redis <node>: <message>"; a reply of the wrong shape becomes kInternal too.
 StatusOr<Outcome> decodeOutcome(const StatusOr<RedisValue>& reply, ScriptId script,
                                 std::string_view node);
+
+/// The reply of the acquire_all script (multi-lock in one step; KEYS: lock and counter of each of
+/// `names` names, ARGV: owner, ttl_ms, counter_ttl_ms): {1, 0, ttl, token...} granted, one token
+/// per name; {0, 0, holder PTTL, 1-based index of the first held name}.
+StatusOr<AllOutcome> decodeAllOutcome(const StatusOr<RedisValue>& reply, size_t names,
+                                      std::string_view node);
 
 /// What a backend needs to turn operations into script calls.
 struct ScriptContext {

@@ -56,8 +56,10 @@ TEST(MultiLockTest, AllOrNoneInSortedOrder) {
   EXPECT_EQ(json::parse(blocked.body)["error"], "locked");
   EXPECT_NE(json::parse(blocked.body)["message"].get<std::string>().find("inv-3"),
             std::string::npos);
-  EXPECT_FALSE(held(c, "free-1")) << "what was taken before the busy name was given back";
+  EXPECT_FALSE(held(c, "free-1")) << "nothing was taken";
   EXPECT_FALSE(held(c, "free-2"));
+  EXPECT_EQ(redis.cli({"EXISTS", "sidelock:{free-1}:token"}), "0")
+      << "one atomic step on a single Redis: free-1 was never granted and given back";
 
   // Release frees every name; a second release says none is held.
   auto rel = c.post("/v1/multilocks/release",
@@ -213,11 +215,12 @@ TEST(MultiLockTest, RedlockServesMultiLocks) {
   ASSERT_EQ(multi.status, 200) << multi.body;
   EXPECT_GE(nodesSaying({"EXISTS", "sidelock:{r-1}", "sidelock:{r-2}"}, "2"), 2);
   EXPECT_EQ(c.post("/v1/multilocks/acquire", R"({"names":["r-0","r-2"]})").status, 409);
-  EXPECT_TRUE(pollUntil([&] { return nodesSaying({"EXISTS", "sidelock:{r-0}"}, "0") == 3; }))
-      << "r-0 was given back on every node";
-  auto rel = c.post("/v1/multilocks/release",
-                    json{{"names", {"r-1", "r-2"}}, {"owner", json::parse(multi.body)["owner"]}}
-                        .dump());
+  EXPECT_TRUE(pollUntil([&] {
+    return nodesSaying({"EXISTS", "sidelock:{r-0}"}, "0") == 3;
+  })) << "r-0 was given back on every node";
+  auto rel =
+      c.post("/v1/multilocks/release",
+             json{{"names", {"r-1", "r-2"}}, {"owner", json::parse(multi.body)["owner"]}}.dump());
   EXPECT_EQ(rel.status, 200) << rel.body;
   EXPECT_TRUE(pollUntil([&] {
     return nodesSaying({"EXISTS", "sidelock:{r-1}", "sidelock:{r-2}"}, "0") == 3;

@@ -75,6 +75,10 @@ TEST(RedisReplies, Acquire) {
 // the message names the script.
 TEST(RedisReplies, EveryScriptSharesOneShape) {
   for (ScriptId id : kAllScripts) {
+    if (id == ScriptId::kAcquireAll) {  // a multi-lock's reply of its own (below)
+      EXPECT_FALSE(decode(reply(1, 2, 3), id).isOk());
+      continue;
+    }
     EXPECT_TRUE(decode(reply(-1, 0, 0), id).isOk()) << scriptName(id);
     EXPECT_FALSE(decode(array({integer(1)}), id).isOk()) << scriptName(id);
     // Mutex scripts answer up to 4 fields, semaphore scripts up to 5 (used, limit).
@@ -115,6 +119,28 @@ TEST(RedisReplies, EveryScriptSharesOneShape) {
   // "Held by another owner" has no meaning for reads and the operator's delete.
   EXPECT_FALSE(decode(reply(0, 0, 5), ScriptId::kInspect).isOk());
   EXPECT_FALSE(decode(reply(0, 0, 5), ScriptId::kForceRelease).isOk());
+}
+
+TEST(RedisReplies, AcquireAll) {
+  auto granted = decodeAllOutcome(
+      array({integer(1), integer(0), integer(900), integer(11), integer(12)}), 2, "n1");
+  ASSERT_TRUE(granted.isOk());
+  EXPECT_TRUE(granted->granted);
+  EXPECT_EQ(granted->tokens, (std::vector<uint64_t>{11, 12}));
+  EXPECT_EQ(granted->validity_ms, 900);
+  auto busy = decodeAllOutcome(reply(0, 0, 700, 2), 3, "n1");
+  ASSERT_TRUE(busy.isOk());
+  EXPECT_FALSE(busy->granted);
+  EXPECT_EQ(busy->busy_index, 1u) << "1-based in the reply";
+  EXPECT_EQ(busy->holder_ttl_ms, 700);
+  EXPECT_FALSE(
+      decodeAllOutcome(array({integer(1), integer(0), integer(900), integer(11)}), 2, "n1").isOk())
+      << "a token per name";
+  EXPECT_FALSE(decodeAllOutcome(reply(0, 0, 700, 4), 3, "n1").isOk()) << "index out of range";
+  EXPECT_FALSE(decodeAllOutcome(reply(0, 0, 700, 0), 3, "n1").isOk());
+  EXPECT_FALSE(
+      decodeAllOutcome(array({integer(1), integer(0), integer(9), integer(0)}), 1, "n1").isOk())
+      << "tokens are positive";
 }
 
 TEST(RedisScripts, TokenCounterOutlivesTheLongestLeaseByTheMargin) {
