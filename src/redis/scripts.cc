@@ -196,6 +196,10 @@ local function nowMs()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
+)lua";
+
+// Semaphores: the permits' key lives as long as its longest permit.
+constexpr std::string_view kKeepForLua = R"lua(
 local function keepFor(ttl)
   local keep = math.max(redis.call('PTTL', KEYS[1]), ttl)
   redis.call('PEXPIRE', KEYS[1], keep)
@@ -226,6 +230,10 @@ local function markWriterWaiting(v, ms)
     redis.call('SET', KEYS[1], kReaders .. ' ' .. marked, 'PX', ttl)
   end
 end
+)lua";
+
+// The readers' set, for the readers' own scripts (a writer's acquire needs only the mark above).
+constexpr std::string_view kReadersSetLua = R"lua(
 -- The readers' key lives as long as its longest reader: after a reader left or shortened its
 -- lease, a writer waits no longer than the readers still there. Frees the lock with the last.
 local function keepForReaders(now)
@@ -497,17 +505,19 @@ std::string_view scriptText(ScriptId id) {
   static const std::string kReleaseGrantLua =
       join({kNextTokenLua, kHolderLua, kReleaseGrantBodyLua});
   static const std::string kInspectLua = join({kLastTokenLua, kInspectBodyLua});
-  static const std::string kSemAcquireLua = join({kNextTokenLua, kClockLua, kSemAcquireBodyLua});
+  static const std::string kSemAcquireLua =
+      join({kNextTokenLua, kClockLua, kKeepForLua, kSemAcquireBodyLua});
   static const std::string kSemReleaseLua = join({kClockLua, kAnnounceLua, kSemReleaseBodyLua});
-  static const std::string kSemExtendLua = join({kClockLua, kSemExtendBodyLua});
+  static const std::string kSemExtendLua = join({kClockLua, kKeepForLua, kSemExtendBodyLua});
   static const std::string kSemInspectLua = join({kClockLua, kSemInspectBodyLua});
   static const std::string kForceReleaseLua =
       join({kLastTokenLua, kAnnounceLua, kForceReleaseBodyLua});
   static const std::string kSharedAcquireLua =
       join({kNextTokenLua, kClockLua, kReadersLua, kSharedAcquireBodyLua});
   static const std::string kSharedReleaseLua =
-      join({kClockLua, kReadersLua, kAnnounceLua, kSharedReleaseBodyLua});
-  static const std::string kSharedExtendLua = join({kClockLua, kReadersLua, kSharedExtendBodyLua});
+      join({kClockLua, kReadersLua, kReadersSetLua, kAnnounceLua, kSharedReleaseBodyLua});
+  static const std::string kSharedExtendLua =
+      join({kClockLua, kReadersLua, kReadersSetLua, kSharedExtendBodyLua});
   static const std::string kSharedInspectLua =
       join({kClockLua, kReadersLua, kSharedInspectBodyLua});
   static const std::string kFairAcquireLua =
