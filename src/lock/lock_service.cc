@@ -118,10 +118,11 @@ LockService::Impl::Impl(const config::LocksConfig& config, backend::Backend& bac
   backend_.setReleaseListener(guarded([this](std::string_view name) {
     // A release of any kind of lock of that name (a freed permit, a freed mutex: writers and
     // readers wait for that one, the last reader gone).
+    // Writers first (see wakeLockQueues).
     wakeQueue(name, /*notified=*/true);
+    wakeQueue(fairLockKey(name), /*notified=*/true);
     wakeQueue(semaphoreLockKey(name), /*notified=*/true);
     wakeQueue(sharedLockKey(name), /*notified=*/true);
-    wakeQueue(fairLockKey(name), /*notified=*/true);
   }));
   backend_.setReadyListener(guarded([this] { onBackendReady(); }));
 }
@@ -229,7 +230,8 @@ AcquireTicket LockService::Impl::acquire(AcquireOptions options,
   });
 
   if (w.options.wait_ms == 0) {
-    if (queued_here > 0) {
+    // (Readers share: queued readers are being let in, so a reader's single try asks too.)
+    if (queued_here > 0 && lockRefOf(w.options.name).kind != LockKind::kShared) {
       // Local waiters asked first: a single try must not jump the FIFO queue. The lock is
       // contended by definition, so answer busy without a backend round trip (or the outage the
       // queue is riding out: a single try fails fast).
@@ -450,7 +452,14 @@ void LockService::Impl::onAttemptReply(uint64_t id, StatusOr<backend::Outcome> r
       } else {
         // We hold it now: the next waiter sleeps until our release wakes it (or our TTL lapses).
         q->holder_expiry_us = scheduler_.nowUs() + reply->validity_ms * 1000;
-        planRetry(*q);
+        if (wake && lockRefOf(name).kind == LockKind::kFair) {
+          // A fair waiter joined while this attempt was out: the next head asks now, which
+          // registers it in the backend's queue (waiting for our release would let waiters of
+          // other sidecars that came later in before it).
+          pumpQueue(name);
+        } else {
+          planRetry(*q);
+        }
       }
     }
   } else {
@@ -618,11 +627,13 @@ void LockService::Impl::wakeQueue(std::string_view name, bool notified) {
 void LockService::Impl::wakeLockQueues(std::string_view key, bool notified) {
   const LockRef ref = lockRefOf(key);
   if (ref.kind == LockKind::kSemaphore) return wakeQueue(key, notified);
-  // A mutex, its readers and its fair waiters all wait for the one lease of the name.
-  wakeQueue(key, notified);
-  for (const std::string& other :
-       {std::string(ref.name), sharedLockKey(ref.name), fairLockKey(ref.name)}) {
-    if (other != key) wakeQueue(other, notified);
+  // A mutex, its fair waiters and its readers all wait for the one lease of the name. Writers
+  // are woken first: their attempts reach the backend first (one connection, in order), so a
+  // queued writer takes a lock freed by its last reader before queued readers start a new
+  // group of readers (writer preference; the mark went with the readers' key).
+  for (const std::string& queue :
+       {std::string(ref.name), fairLockKey(ref.name), sharedLockKey(ref.name)}) {
+    wakeQueue(queue, notified);
   }
 }
 

@@ -57,6 +57,11 @@ class LockService::Impl {
   event::Scheduler& scheduler() { return scheduler_; }
   /// Multi-locks: whether the backend grants every name in one atomic step.
   bool acquiresAllAtOnce() const { return backend_.acquiresAllAtOnce(); }
+  /// Whether acquires of `name` are queued here.
+  bool hasLocalWaiters(std::string_view name) {
+    const WaiterQueue* q = queues_.find(name);
+    return q != nullptr && !q->fifo.empty();
+  }
   /// One atomic try of every name of `options` (never waits). Granted, each name becomes a
   /// lease of this sidecar as if acquired alone, and `done` gets their grants in name order.
   void acquireAllAtOnce(

@@ -33,7 +33,10 @@ class MultiAcquire : public std::enable_shared_from_this<MultiAcquire> {
   void start() {
     // One atomic try where the backend keeps every lock on one node; names taken one by one
     // (in the global order) where it does not, or when the try found one held and we may wait.
-    if (impl_.acquiresAllAtOnce() && options_.names.size() > 1) {
+    // (Not past local waiters of any of the names: like a single try, it must not jump them.)
+    if (impl_.acquiresAllAtOnce() && options_.names.size() > 1 &&
+        std::none_of(options_.names.begin(), options_.names.end(),
+                     [this](const std::string& n) { return impl_.hasLocalWaiters(n); })) {
       impl_.acquireAllAtOnce(options_, [self = shared_from_this()](StatusOr<backend::AllOutcome> r,
                                                                    std::vector<Grant> grants) {
         self->onAllAtOnce(std::move(r), std::move(grants));
@@ -90,6 +93,13 @@ class MultiAcquire : public std::enable_shared_from_this<MultiAcquire> {
       next_ = options_.names.size();
       return succeed();
     }
+    if (!r.isOk()) {
+      // No answer (timeout, lost link): the script may have run and granted every name. Give
+      // them back (owner-checked: harmless if it never ran) before failing or waiting; the
+      // releases go out before any later acquire on the same connection.
+      service_.releaseAll(options_.names, options_.owner,
+                          [](std::vector<StatusOr<ReleaseStatus>>) {});
+    }
     if (options_.wait_ms == 0) {
       MultiAcquireResult failed;
       if (r.isOk()) {
@@ -108,7 +118,14 @@ class MultiAcquire : public std::enable_shared_from_this<MultiAcquire> {
 
   void onTaken(AcquireResult r) {
     current_.release();
-    if (finished_) return;  // cancelled: the service gives back a grant that came too late
+    if (finished_) {
+      // Cancelled or failed while this grant was on its way to us (the service gives back only
+      // a grant that is still in flight when cancelled): nobody will hold it, give it back.
+      if (r.status == AcquireStatus::kGranted) {
+        service_.release(r.grant.name, options_.owner, [](StatusOr<ReleaseStatus>) {});
+      }
+      return;
+    }
     if (r.status != AcquireStatus::kGranted) {
       MultiAcquireResult failed;
       failed.status = r.status;
@@ -160,6 +177,16 @@ class MultiAcquire : public std::enable_shared_from_this<MultiAcquire> {
       // Keep-alive extends still out: decide once they are back (they refresh the TTLs).
       check_after_extends_ = true;
       return;
+    }
+    for (const Grant& g : grants_) {
+      if (service_.holds(g.name, options_.owner) == 0) {
+        // This sidecar saw it lost while the later names were waited for (renewal found it
+        // gone, force release): the multi-lock does not hold every name.
+        MultiAcquireResult lost;
+        lost.status = AcquireStatus::kBusy;
+        lost.blocked_by = g.name;
+        return fail(std::move(lost));
+      }
     }
     const int64_t now = scheduler_.nowUs();
     for (size_t i = 0; i < grants_.size(); ++i) {

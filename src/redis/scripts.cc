@@ -435,8 +435,10 @@ if claim > 0 then
   for w in string.gmatch(ARGV[5] or '', '%S+') do
     join(w)
   end
-  redis.call('PEXPIRE', KEYS[3], claim)
-  redis.call('PEXPIRE', KEYS[4], claim)
+  -- The queue lives as long as its longest claim (sidecars may use other claim lengths).
+  local keep = math.max(redis.call('PTTL', KEYS[4]), claim)
+  redis.call('PEXPIRE', KEYS[3], keep)
+  redis.call('PEXPIRE', KEYS[4], keep)
 end
 local first = redis.call('ZRANGE', KEYS[3], 0, 0)
 if #first == 0 or first[1] == ARGV[1] then

@@ -1196,6 +1196,29 @@ TEST_F(LockServiceTest, AQueuedWriterTurnsNewReadersAway) {
             AcquireStatus::kGranted);
 }
 
+// The last reader out lets the queued writer in, not the readers queued behind it (the writer's
+// mark goes with the readers' key, so whoever asks first wins: the writer is woken first).
+TEST_F(LockServiceTest, TheLastReadersReleaseLetsTheQueuedWriterInFirst) {
+  ASSERT_EQ(acquireNow(opts(sharedLockKey("doc"), "r1", 60'000))->status(),
+            AcquireStatus::kGranted);
+  auto writer = start(opts("doc", "w", 60'000, 30'000));
+  advance(5);
+  auto reader = start(opts(sharedLockKey("doc"), "r2", 60'000, 30'000));
+  advance(5);
+  ASSERT_FALSE(reader->done()) << "held back by the waiting writer";
+  for (int cycle = 0; cycle < 3 && !writer->done(); ++cycle) {
+    ASSERT_EQ(*release(sharedLockKey("doc"), cycle == 0 ? "r1" : "r2"), ReleaseStatus::kReleased);
+    sched.runReady();
+  }
+  ASSERT_TRUE(writer->done());
+  EXPECT_EQ(writer->status(), AcquireStatus::kGranted);
+  EXPECT_FALSE(reader->done()) << "the reader waits for the writer";
+  ASSERT_EQ(*release("doc", "w"), ReleaseStatus::kReleased);
+  sched.runReady();
+  ASSERT_TRUE(reader->done());
+  EXPECT_EQ(reader->status(), AcquireStatus::kGranted);
+}
+
 // A force release frees readers too (they hold the lock's key): their leases end as lost.
 TEST_F(LockServiceTest, ForceReleaseEndsReadersLeasesAsLost) {
   auto r1 = acquireNow(opts(sharedLockKey("doc"), "r1", 60'000));
