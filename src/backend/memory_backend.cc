@@ -43,7 +43,6 @@ MemoryBackend::Entry* MemoryBackend::liveReaders(std::string_view name) {
   const int64_t now = scheduler_.nowUs();
   std::erase_if(e.readers, [now](const auto& r) { return r.second <= now; });
   if (!e.readers.empty()) return &e;
-  e.writer_waits_until_us = 0;
   return nullptr;
 }
 
@@ -191,14 +190,18 @@ StatusOr<Outcome> MemoryBackend::applyShared(const Operation& op) {
         o.holder_ttl_ms = remainingMs(writer->expiry_us, now);
         return o;
       }
+      // A queued writer's mark turns new readers away, even from a free lock.
+      if (auto it = locks_.find(op.name);
+          it != locks_.end() && it->second.writer_waits_until_us > now) {
+        const int64_t mark_ms = remainingMs(it->second.writer_waits_until_us, now);
+        o.code = OutcomeCode::kBusy;
+        o.used = count;
+        o.holder_ttl_ms =
+            readers != nullptr ? std::max<int64_t>(1, std::min(mark_ms, readers_ms)) : mark_ms;
+        return o;
+      }
       if (readers != nullptr) {
         o.used = count;
-        if (readers->writer_waits_until_us > now) {
-          o.code = OutcomeCode::kBusy;
-          o.holder_ttl_ms = std::max<int64_t>(
-              1, std::min(remainingMs(readers->writer_waits_until_us, now), readers_ms));
-          return o;
-        }
         if (readers->readers.contains(op.owner)) {
           o.code = OutcomeCode::kBusy;
           o.holder_ttl_ms = readers_ms;
@@ -222,7 +225,6 @@ StatusOr<Outcome> MemoryBackend::applyShared(const Operation& op) {
       o.code = OutcomeCode::kOk;
       if (op.verb == Verb::kRelease) {
         readers->readers.erase(reader);
-        if (readers->readers.empty()) readers->writer_waits_until_us = 0;
       } else {
         reader->second = now + op.ttl_ms * 1000;
         o.validity_ms = op.ttl_ms;
@@ -361,6 +363,7 @@ StatusOr<Outcome> MemoryBackend::apply(const Operation& op) {
       e.expiry_us = now + op.ttl_ms * 1000;
       e.token += 1;
       e.holds = 1;
+      if (op.writer_wait_ms > 0) e.writer_waits_until_us = 0;  // the queued writer got in
       o.code = OutcomeCode::kOk;
       o.token = e.token;
       o.validity_ms = op.ttl_ms;
@@ -423,8 +426,7 @@ StatusOr<Outcome> MemoryBackend::apply(const Operation& op) {
       if (held != nullptr || readers != nullptr) {
         Entry& e = held != nullptr ? *held : *readers;
         e.owner.clear();
-        e.readers.clear();
-        e.writer_waits_until_us = 0;
+        e.readers.clear();  // (a writer's mark stays: it is the writer's)
         o.code = OutcomeCode::kOk;
         o.token = e.token;
       } else if (auto it = locks_.find(op.name); it != locks_.end()) {

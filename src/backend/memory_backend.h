@@ -59,7 +59,8 @@ class MemoryBackend final : public Backend {
     uint64_t token = 0;     // last fencing token granted for this name; never reset
     int64_t holds = 1;      // reentrant acquires: holds of the current lease
     /// Readers of a read/write lock (owner -> expiry, Scheduler time), held while no writer
-    /// (`owner`) is; and until when a waiting writer turns new readers away (0: none waits).
+    /// (`owner`) is; and until when a queued writer turns new readers away (0: none waits; kept
+    /// after the readers left, cleared when a queued writer gets in).
     std::map<std::string, int64_t, std::less<>> readers;
     int64_t writer_waits_until_us = 0;
     /// Fair locks: the waiters in arrival order, each with the end of its claim.

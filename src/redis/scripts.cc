@@ -86,6 +86,9 @@ end
 // lease), a TTL never shorter than the lease has left.
 constexpr std::string_view kAcquireBodyLua = R"lua(
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  if ARGV[5] then
+    redis.call('DEL', KEYS[3])  -- a queued writer got in: readers may queue behind it again
+  end
   return {1, nextToken(ARGV[3]), tonumber(ARGV[2]), 1}
 end
 -- Read only when needed: a plain busy answer stays two commands.
@@ -103,7 +106,7 @@ if v and ARGV[4] == 'reentrant' then
   end
 end
 if v and ARGV[5] and readersHold(v) then
-  markWriterWaiting(v, tonumber(ARGV[5]))
+  markWriterWaiting(tonumber(ARGV[5]))
 end
 return {0, 0, redis.call('PTTL', KEYS[1])}
 )lua";
@@ -211,23 +214,19 @@ end
 // with a value no owner id can have: "\tshared" (owner ids are printable ASCII), expiring with the
 // last reader; so every mutex script, of this version or an older one, sees a lock held by
 // somebody else and a writer simply is the mutex holder. The readers themselves are members of
-// KEYS[3] (p{name}:readers), scored with their expiry. A writer that waits for readers appends
-// " <until ms>" (Redis time): until then new readers are turned away, so a steady stream of
-// readers cannot starve it. The mark goes with the readers' key: when the last reader leaves,
-// the writer is woken by the release announcement and takes the free lock.
+// p{name}:readers, scored with their expiry. A queued writer that readers turn away marks
+// p{name}:writer (PX: its mark) and deletes it when it gets in: while the mark lives, new readers
+// are turned away, even from a free lock, so neither a steady stream of readers nor readers
+// queued on other sidecars (who may hear the last reader's release first) can starve it.
 constexpr std::string_view kReadersLua = R"lua(
 local kReaders = '\tshared'
 local function readersHold(v)
   return string.sub(v, 1, #kReaders) == kReaders
 end
-local function writerWaitsUntil(v)
-  return tonumber(string.sub(v, #kReaders + 2)) or 0
-end
-local function markWriterWaiting(v, ms)
-  local ttl = redis.call('PTTL', KEYS[1])
-  local marked = nowMs() + ms
-  if ttl > 0 and marked > writerWaitsUntil(v) then
-    redis.call('SET', KEYS[1], kReaders .. ' ' .. marked, 'PX', ttl)
+-- A writer's acquire: KEYS[3] is the writer's mark.
+local function markWriterWaiting(ms)
+  if redis.call('PTTL', KEYS[3]) < ms then
+    redis.call('SET', KEYS[3], '1', 'PX', ms)
   end
 end
 )lua";
@@ -271,13 +270,19 @@ local v = redis.call('GET', KEYS[1])
 if v and not readersHold(v) then
   return {0, 0, redis.call('PTTL', KEYS[1]), 0}
 end
+local mark = redis.call('PTTL', KEYS[4])
+if mark > 0 then
+  -- A writer waits: no new reader, until it got in (and out) or its mark ran out.
+  if not v then
+    return {0, 0, mark, 0}
+  end
+  redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
+  return {0, 0, math.max(math.min(mark, redis.call('PTTL', KEYS[1])), 1),
+          redis.call('ZCARD', KEYS[3])}
+end
 if v then
   local pttl = redis.call('PTTL', KEYS[1])
   redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
-  local until_ms = writerWaitsUntil(v)
-  if until_ms > now then
-    return {0, 0, math.max(math.min(until_ms - now, pttl), 1), redis.call('ZCARD', KEYS[3])}
-  end
   if redis.call('ZSCORE', KEYS[3], ARGV[1]) then
     return {0, 0, pttl, redis.call('ZCARD', KEYS[3])}
   end
@@ -646,6 +651,10 @@ std::string semaphoreLimitKey(std::string_view prefix, std::string_view name) {
   return lockKey(prefix, name) + ":sem:limit";
 }
 
+std::string writerMarkKey(std::string_view prefix, std::string_view name) {
+  return lockKey(prefix, name) + ":writer";
+}
+
 std::string readersKey(std::string_view prefix, std::string_view name) {
   return lockKey(prefix, name) + ":readers";
 }
@@ -847,6 +856,13 @@ ScriptCall scriptCallFor(const Operation& op, const ScriptContext& ctx) {
     c.key_count = 2;
     if (shared) {
       c.keys[2] = readersKey(ctx.prefix, op.name);
+      c.key_count = 3;
+      if (op.verb == Verb::kAcquire) {
+        c.keys[3] = writerMarkKey(ctx.prefix, op.name);
+        c.key_count = 4;
+      }
+    } else if (op.verb == Verb::kAcquire && op.writer_wait_ms > 0) {
+      c.keys[2] = writerMarkKey(ctx.prefix, op.name);  // a queued writer's mark
       c.key_count = 3;
     }
   }

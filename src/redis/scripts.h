@@ -150,6 +150,9 @@ std::string semaphoreLimitKey(std::string_view prefix, std::string_view name);
 /// Readers of a read/write lock: `<prefix>{<name>}:readers` (a sorted set of reader owner id ->
 /// expiry in ms of Redis time). The readers also hold KEYS[1] (see scripts.cc, kReadersLua).
 std::string readersKey(std::string_view prefix, std::string_view name);
+/// `<prefix>{<name>}:writer`: a queued writer waits for readers to leave (PX: until when new
+/// readers are turned away); deleted when a queued writer gets in.
+std::string writerMarkKey(std::string_view prefix, std::string_view name);
 /// Fair locks: `<prefix>{<name>}:fair` (the queue: waiter owner id -> arrival in us of Redis
 /// time) and `<prefix>{<name>}:fair:claims` (waiter -> until when it keeps its place, ms).
 std::string fairQueueKey(std::string_view prefix, std::string_view name);

@@ -235,6 +235,51 @@ TEST(ReadWriteTest, AWaitingWriterIsNotStarvedByAStreamOfReaders) {
   EXPECT_EQ(writer_side->stop(), 0) << writer_side->logs();
 }
 
+// The last reader leaves on sidecar A, where another reader is queued; the writer is queued on
+// sidecar B. A's queued reader hears the release first, but the writer's mark (a key of its own,
+// outliving the readers) still turns it away: the writer gets in first.
+TEST(ReadWriteTest, AReaderQueuedOnAnotherSidecarDoesNotOvertakeTheWriter) {
+  RedisServer redis;
+  auto a = sidecarOnRedis(redis.address());
+  auto b = sidecarOnRedis(redis.address());
+  HttpClient ca = HttpClient::tcp(a->port());
+  auto r1 = ca.post("/v1/locks/map/acquire", R"({"mode":"shared","ttl_ms":20000})");
+  ASSERT_EQ(r1.status, 200) << r1.body;
+  std::atomic<int64_t> writer_granted_ms{-1};
+  std::atomic<int64_t> reader_granted_ms{-1};
+  const auto t0 = Clock::now();
+  std::thread writer([&] {
+    HttpClient c = HttpClient::tcp(b->port());
+    auto w = c.post("/v1/locks/map/acquire", R"({"ttl_ms":20000,"wait_ms":10000})");
+    if (w.status != 200) return;
+    writer_granted_ms = msSince(t0);
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    c.post("/v1/locks/map/release", json{{"owner", ownerOf(w)}}.dump());
+  });
+  ASSERT_TRUE(pollUntil([&] {
+    return redis.cli({"EXISTS", "sidelock:{map}:writer"}) == "1";
+  })) << "the queued writer marked itself";
+  std::thread reader([&] {
+    HttpClient c = HttpClient::tcp(a->port());
+    auto r = c.post("/v1/locks/map/acquire", R"({"mode":"shared","ttl_ms":20000,"wait_ms":10000})");
+    if (r.status != 200) return;
+    reader_granted_ms = msSince(t0);
+    c.post("/v1/locks/map/release", json{{"owner", ownerOf(r)}}.dump());
+  });
+  ASSERT_TRUE(pollUntil([&] {
+    return json::parse(ca.get("/v1/locks").body)["waiters"].size() == 1;
+  })) << "the second reader is queued on A";
+  EXPECT_EQ(ca.post("/v1/locks/map/release", json{{"owner", ownerOf(r1)}}.dump()).status, 200);
+  writer.join();
+  reader.join();
+  ASSERT_GE(writer_granted_ms.load(), 0);
+  ASSERT_GE(reader_granted_ms.load(), 0);
+  EXPECT_LT(writer_granted_ms.load(), reader_granted_ms.load()) << "the writer went first";
+  EXPECT_EQ(redis.cli({"EXISTS", "sidelock:{map}:writer"}), "0") << "the writer's mark is gone";
+  EXPECT_EQ(a->stop(), 0) << a->logs();
+  EXPECT_EQ(b->stop(), 0) << b->logs();
+}
+
 // A reader whose sidecar crashes (SIGKILL: nothing released) blocks the writer only until its
 // own TTL, although another reader with a longer lease came and went. A reader's stream hold
 // gives its lease back when the client hangs up.

@@ -247,10 +247,12 @@ TEST(RedisScripts, EveryOperationIsOneScriptCall) {
   // Readers share the mutex's key and counter, and list themselves in a sorted set of their own.
   const ScriptCall reader = scriptCallFor(Operation::acquireShared("n", "r", 900), ctx);
   EXPECT_EQ(reader.script, ScriptId::kSharedAcquire);
-  ASSERT_EQ(reader.key_count, 3);
+  ASSERT_EQ(reader.key_count, 4);
   EXPECT_EQ(reader.keys[0], "p:{n}");
   EXPECT_EQ(reader.keys[1], "p:{n}:token") << "readers and writers: one counter";
   EXPECT_EQ(reader.keys[2], "p:{n}:readers");
+  EXPECT_EQ(reader.keys[3], "p:{n}:writer") << "a queued writer's mark turns readers away";
+  EXPECT_EQ(scriptCallFor(Operation::release("n", "r").of(LockKind::kShared), ctx).key_count, 3);
   ASSERT_EQ(reader.arg_count, 3);
   EXPECT_EQ(scriptCallFor(Operation::release("n", "r").of(LockKind::kShared), ctx).script,
             ScriptId::kSharedRelease);
@@ -263,6 +265,10 @@ TEST(RedisScripts, EveryOperationIsOneScriptCall) {
   Operation queued_writer = Operation::acquire("n", "o", 5000);
   queued_writer.writer_wait_ms = 1700;
   const ScriptCall marking = scriptCallFor(queued_writer, ctx);
+  ASSERT_EQ(marking.key_count, 3);
+  EXPECT_EQ(marking.keys[2], "p:{n}:writer");
+  EXPECT_EQ(scriptCallFor(Operation::acquire("n", "o", 5000), ctx).key_count, 2)
+      << "a single try names no mark";
   ASSERT_EQ(marking.arg_count, 5);
   EXPECT_EQ(marking.args[3], kNotReentrantArg);
   EXPECT_EQ(marking.args[4], "1700");
