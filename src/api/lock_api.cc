@@ -605,8 +605,11 @@ std::string LockApi::leaseKey(std::string_view name, std::string_view owner, boo
                               bool mode_given) const {
   // Without a mode, a reader's lease this sidecar granted is found by its owner id; through
   // another sidecar (or after a restart) a reader says "mode": "shared".
-  if (shared || (!mode_given && service_.holds(lock::sharedLockKey(name), owner) > 0)) {
-    return lock::sharedLockKey(name);
+  // (A reader's lease this sidecar saw lost counts too: its release then answers lease_lost.)
+  const std::string shared_key = lock::sharedLockKey(name);
+  if (shared || (!mode_given && (service_.holds(shared_key, owner) > 0 ||
+                                 service_.lostLately(shared_key, owner)))) {
+    return shared_key;
   }
   // A fair lease is the mutex's lease: any sidecar releases it by name; the one that granted it
   // does so through its fair key, which ends its own bookkeeping of the lease.

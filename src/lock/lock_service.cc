@@ -97,6 +97,9 @@ int64_t LockService::holds(std::string_view name, std::string_view owner) const 
   return impl_->holds(name, owner);
 }
 std::vector<WaiterCount> LockService::waiterCounts() const { return impl_->waiterCounts(); }
+bool LockService::lostLately(std::string_view name, std::string_view owner) {
+  return impl_->lostLately(name, owner);
+}
 
 BackendHealth LockService::backendHealth() const { return impl_->backendHealth(); }
 

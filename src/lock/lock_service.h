@@ -248,6 +248,8 @@ class LockService {
   std::vector<LeaseInfo> leases() const;
   /// Holds of the lease (name, owner) this sidecar holds; 0 if it holds none.
   int64_t holds(std::string_view name, std::string_view owner) const;
+  /// Whether this sidecar granted (name, owner) and saw it lost lately (what lease_lost answers).
+  bool lostLately(std::string_view name, std::string_view owner);
   std::vector<WaiterCount> waiterCounts() const;
   /// The backend's health, for /readyz.
   BackendHealth backendHealth() const;

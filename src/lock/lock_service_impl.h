@@ -53,6 +53,9 @@ class LockService::Impl {
   void forceRelease(std::string_view name, std::function<void(StatusOr<ForcedRelease>)> done);
   std::vector<LeaseInfo> leases() const;
   int64_t holds(std::string_view name, std::string_view owner) const;
+  bool lostLately(std::string_view name, std::string_view owner) {
+    return lost_.contains(name, owner, scheduler_.nowUs());
+  }
   BackendHealth backendHealth() const { return backend_.health(); }
   event::Scheduler& scheduler() { return scheduler_; }
   /// Multi-locks: whether the backend grants every name in one atomic step.

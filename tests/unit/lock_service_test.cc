@@ -1231,6 +1231,7 @@ TEST_F(LockServiceTest, ForceReleaseEndsReadersLeasesAsLost) {
   EXPECT_TRUE((*forced)->released);
   EXPECT_EQ(held(), 0);
   EXPECT_EQ(r1->events, std::vector<LeaseEvent>{LeaseEvent::kLost});
+  EXPECT_TRUE(svc->lostLately(sharedLockKey("doc"), "r2")) << "what the API routes a release by";
   EXPECT_EQ(*release(sharedLockKey("doc"), "r2"), ReleaseStatus::kLeaseLost);
   EXPECT_EQ(acquireNow(opts("doc", "w", 60'000))->status(), AcquireStatus::kGranted);
 }
