@@ -56,6 +56,11 @@ int64_t lastReaderExpiryUs(const std::map<std::string, int64_t, std::less<>>& re
 
 }  // namespace
 
+int64_t MemoryBackend::holderExpiryUs(const Entry* writer, const Entry* readers) {
+  if (writer != nullptr) return writer->expiry_us;
+  return readers != nullptr ? lastReaderExpiryUs(readers->readers) : 0;
+}
+
 void MemoryBackend::run(const Operation& op, OutcomeCallback cb) {
   StatusOr<Outcome> result = shut_down_ ? StatusOr<Outcome>(shutDownError()) : apply(op);
   // Announced when the lock became free (a re-entered lease giving back one hold stays held; a
@@ -79,11 +84,11 @@ void MemoryBackend::acquireAll(const std::vector<std::string>& names, std::strin
     const int64_t now = scheduler_.nowUs();
     for (size_t i = 0; i < names.size() && !result->granted; ++i) {
       const Entry* writer = liveEntry(names[i]);
-      const Entry* readers = writer == nullptr ? liveReaders(names[i]) : nullptr;
-      if (writer == nullptr && readers == nullptr) continue;
+      const int64_t holder_expiry_us =
+          holderExpiryUs(writer, writer == nullptr ? liveReaders(names[i]) : nullptr);
+      if (holder_expiry_us == 0) continue;
       result->busy_index = i;
-      result->holder_ttl_ms = remainingMs(
-          writer != nullptr ? writer->expiry_us : lastReaderExpiryUs(readers->readers), now);
+      result->holder_ttl_ms = remainingMs(holder_expiry_us, now);
       break;
     }
     if (result->holder_ttl_ms < 0) {
@@ -258,8 +263,9 @@ StatusOr<Outcome> MemoryBackend::applyFair(const Operation& op) {
   std::erase_if(e.fair_queue,
                 [now](const Entry::FairWaiter& w) { return w.claim_until_us <= now; });
   const Entry* writer = liveEntry(op.name);
-  const Entry* readers = writer == nullptr ? liveReaders(op.name) : nullptr;
-  const bool free = writer == nullptr && readers == nullptr;
+  const int64_t holder_expiry_us =
+      holderExpiryUs(writer, writer == nullptr ? liveReaders(op.name) : nullptr);
+  const bool free = holder_expiry_us == 0;
   auto position = [&e](std::string_view owner) {
     return std::find_if(e.fair_queue.begin(), e.fair_queue.end(),
                         [owner](const Entry::FairWaiter& w) { return w.owner == owner; });
@@ -295,21 +301,16 @@ StatusOr<Outcome> MemoryBackend::applyFair(const Operation& op) {
       rest = space == std::string_view::npos ? std::string_view() : rest.substr(space + 1);
     }
   }
-  if (e.fair_queue.empty() || e.fair_queue.front().owner == op.owner) {
-    if (free) {
-      if (auto it = position(op.owner); it != e.fair_queue.end()) e.fair_queue.erase(it);
-      return apply(Operation::acquire(op.name, op.owner, op.ttl_ms));
-    }
-    o.code = OutcomeCode::kBusy;
-    o.holder_ttl_ms = remainingMs(
-        writer != nullptr ? writer->expiry_us : lastReaderExpiryUs(readers->readers), now);
-    return o;
+  const bool our_turn = e.fair_queue.empty() || e.fair_queue.front().owner == op.owner;
+  if (our_turn && free) {
+    if (auto it = position(op.owner); it != e.fair_queue.end()) e.fair_queue.erase(it);
+    return apply(Operation::acquire(op.name, op.owner, op.ttl_ms));
   }
+  // Held: until the holder lets go; free but another's turn: until the first waiter's claim.
   o.code = OutcomeCode::kBusy;
   o.holder_ttl_ms =
       free ? std::max<int64_t>(1, remainingMs(e.fair_queue.front().claim_until_us, now))
-           : remainingMs(
-                 writer != nullptr ? writer->expiry_us : lastReaderExpiryUs(readers->readers), now);
+           : remainingMs(holder_expiry_us, now);
   return o;
 }
 
@@ -326,9 +327,7 @@ StatusOr<Outcome> MemoryBackend::apply(const Operation& op) {
   Entry* held = liveEntry(op.name);
   // Readers hold the lock like one owner that is never the caller (a writer is the mutex holder).
   Entry* readers = held == nullptr ? liveReaders(op.name) : nullptr;
-  const int64_t holder_expiry_us = held != nullptr      ? held->expiry_us
-                                   : readers != nullptr ? lastReaderExpiryUs(readers->readers)
-                                                        : 0;
+  const int64_t holder_expiry_us = holderExpiryUs(held, readers);
   // Held by somebody else: busy for acquire, not the owner for the owner-checked verbs.
   auto heldByOther = [&](OutcomeCode code) {
     o.code = code;

@@ -87,6 +87,9 @@ class MemoryBackend final : public Backend {
   StatusOr<Outcome> applyFair(const Operation& op);
   /// The live readers of `name` (expired ones dropped; the writer's mark goes with the last).
   Entry* liveReaders(std::string_view name);
+  /// When the holder of a lock lets go (Scheduler time): the writer's expiry, else the last
+  /// reader's; 0 when the lock is free (both null).
+  static int64_t holderExpiryUs(const Entry* writer, const Entry* readers);
   /// Posts `fn` unless this backend has been destroyed by then.
   void deliver(std::function<void()> fn);
   void notifyReleased(std::string_view name);

@@ -340,14 +340,15 @@ void LockService::Impl::cancelWaiter(uint64_t id) {
 
 void LockService::Impl::attempt(Waiter& w) {
   w.attempting = true;
-  if (w.options.wait_ms > 0) {
-    if (WaiterQueue* q = queues_.find(w.options.name)) q->attempt_in_flight = true;
-  }
+  const bool queued = w.options.wait_ms > 0;
+  WaiterQueue* q = queued ? queues_.find(w.options.name) : nullptr;
+  if (q != nullptr) q->attempt_in_flight = true;
   opStarted();
   backend::Operation op = backend::Operation::acquire(w.options.name, w.options.owner,
                                                       w.options.ttl_ms, w.options.reentrant);
   op.limit = w.options.limit;
-  if (w.options.wait_ms > 0 && lockRefOf(w.options.name).kind == LockKind::kMutex) {
+  const LockKind kind = lockRefOf(w.options.name).kind;
+  if (queued && kind == LockKind::kMutex) {
     // A queued writer: if readers hold the lock, new readers stay out until our next attempt
     // (backoff at most retry_max_ms + jitter; a second of slack), never past our own deadline.
     const int64_t left_ms = ceilMs(w.deadline_us - scheduler_.nowUs());
@@ -356,11 +357,11 @@ void LockService::Impl::attempt(Waiter& w) {
                             std::max<int64_t>(1, left_ms));
   }
   std::string also_waiting;
-  if (w.options.wait_ms > 0 && lockRefOf(w.options.name).kind == LockKind::kFair) {
+  if (queued && kind == LockKind::kFair) {
     // A fair waiter joins the backend's queue (or keeps its place), and so do the other waiters
     // queued here behind it, in their order: one call keeps every local claim alive.
     op.claim_ms = fairClaimMs();
-    if (const WaiterQueue* q = queues_.find(w.options.name)) {
+    if (q != nullptr) {
       for (const Waiter* other : q->fifo) {
         if (other == &w || other->abandoned) continue;
         if (!also_waiting.empty()) also_waiting.push_back(' ');
@@ -519,9 +520,8 @@ int64_t LockService::Impl::fairClaimMs() const {
 }
 
 void LockService::Impl::withdrawFairWaiter(const Waiter& w) {
-  const LockRef ref = lockRefOf(w.options.name);
   opStarted();
-  backend_.run(backend::Operation::withdraw(ref.name, w.options.owner),
+  runOnBackend(backend::Operation::withdraw(w.options.name, w.options.owner),
                guarded([this](StatusOr<backend::Outcome>) { opFinished(); }));
 }
 

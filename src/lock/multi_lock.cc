@@ -158,14 +158,18 @@ class MultiAcquire : public std::enable_shared_from_this<MultiAcquire> {
   void keepAlive() {
     keep_alive_.markFired();
     if (finished_ || next_ == options_.names.size()) return;
-    for (size_t i = 0; i < grants_.size(); ++i) {
-      ++extends_pending_;
-      service_.extend(grants_[i].name, options_.owner, options_.ttl_ms,
-                      [self = shared_from_this(), i](StatusOr<ExtendResult> r) {
-                        self->onExtended(i, std::move(r), /*final=*/false);
-                      });
-    }
+    for (size_t i = 0; i < grants_.size(); ++i) extendGrant(i, /*final=*/false);
     planKeepAlive();
+  }
+
+  /// Extends grant `i` to the multi-lock's TTL (owner-checked); answered in onExtended, always
+  /// on a later turn, so counting it here before the next one is sent is safe.
+  void extendGrant(size_t i, bool final) {
+    ++extends_pending_;
+    service_.extend(grants_[i].name, options_.owner, options_.ttl_ms,
+                    [self = shared_from_this(), i, final](StatusOr<ExtendResult> r) {
+                      self->onExtended(i, std::move(r), final);
+                    });
   }
 
   /// Leases taken first may have run down while later names were waited for: those below half
@@ -191,17 +195,9 @@ class MultiAcquire : public std::enable_shared_from_this<MultiAcquire> {
     const int64_t now = scheduler_.nowUs();
     for (size_t i = 0; i < grants_.size(); ++i) {
       const int64_t left_ms = grants_[i].ttl_ms - (now - granted_us_[i]) / 1000;
-      if (left_ms * 2 < options_.ttl_ms) ++extends_pending_;
+      if (left_ms * 2 < options_.ttl_ms) extendGrant(i, /*final=*/true);
     }
-    if (extends_pending_ == 0) return succeed();
-    for (size_t i = 0; i < grants_.size(); ++i) {
-      const int64_t left_ms = grants_[i].ttl_ms - (now - granted_us_[i]) / 1000;
-      if (left_ms * 2 >= options_.ttl_ms) continue;
-      service_.extend(grants_[i].name, options_.owner, options_.ttl_ms,
-                      [self = shared_from_this(), i](StatusOr<ExtendResult> r) {
-                        self->onExtended(i, std::move(r), /*final=*/true);
-                      });
-    }
+    if (extends_pending_ == 0) succeed();
   }
 
   /// `final`: the extends before the answer (succeed once all are back); else a keep-alive.

@@ -817,68 +817,55 @@ ScriptCall::Views ScriptCall::views() const {
 ScriptCall scriptCallFor(const Operation& op, const ScriptContext& ctx) {
   const bool semaphore = op.kind == LockKind::kSemaphore;
   const bool shared = op.kind == LockKind::kShared;
-  const bool fair = op.kind == LockKind::kFair;
+  // A fair lock's acquire and withdraw work on its queue; its other verbs are the mutex's (the
+  // same lease).
+  const bool fair_queue =
+      op.kind == LockKind::kFair && (op.verb == Verb::kAcquire || op.verb == Verb::kWithdraw);
   ScriptCall c;
-  if (fair && (op.verb == Verb::kAcquire || op.verb == Verb::kWithdraw)) {
-    // The queue's scripts; every other verb of a fair lock is the mutex's (the same lease).
-    c.keys[0] = lockKey(ctx.prefix, op.name);
-    c.keys[1] = tokenKey(ctx.prefix, op.name);
-    c.keys[2] = fairQueueKey(ctx.prefix, op.name);
-    c.keys[3] = fairClaimsKey(ctx.prefix, op.name);
-    c.key_count = 4;
-    auto arg = [&c](std::string_view a) { c.args[c.arg_count++].assign(a); };
-    if (op.verb == Verb::kAcquire) {
-      c.script = ScriptId::kFairAcquire;
-      c.node_op = NodeOp::kAcquire;
-      arg(op.owner);
-      arg(std::to_string(op.ttl_ms));
-      arg(ctx.counter_ttl_ms);
-      arg(std::to_string(std::max<int64_t>(0, op.claim_ms)));
-      if (!op.also_waiting.empty()) arg(op.also_waiting);
-    } else {
-      c.script = ScriptId::kFairWithdraw;
-      c.node_op = NodeOp::kRelease;
-      arg(op.owner);
-      arg(releaseChannel(ctx.prefix, op.name));
-      arg(op.name);
-      if (ctx.sharded_publish) arg(kShardedPublish);
-    }
-    return c;
-  }
+  auto key = [&c](std::string k) { c.keys[c.key_count++] = std::move(k); };
   if (semaphore) {
-    c.keys[0] = semaphoreKey(ctx.prefix, op.name);
-    c.keys[1] = semaphoreTokenKey(ctx.prefix, op.name);
-    c.keys[2] = semaphoreLimitKey(ctx.prefix, op.name);
-    c.key_count = 3;
+    key(semaphoreKey(ctx.prefix, op.name));
+    key(semaphoreTokenKey(ctx.prefix, op.name));
+    key(semaphoreLimitKey(ctx.prefix, op.name));
   } else {
-    c.keys[0] = lockKey(ctx.prefix, op.name);
-    c.keys[1] = tokenKey(ctx.prefix, op.name);
-    c.key_count = 2;
+    key(lockKey(ctx.prefix, op.name));
+    key(tokenKey(ctx.prefix, op.name));
     if (shared) {
-      c.keys[2] = readersKey(ctx.prefix, op.name);
-      c.key_count = 3;
-      if (op.verb == Verb::kAcquire) {
-        c.keys[3] = writerMarkKey(ctx.prefix, op.name);
-        c.key_count = 4;
-      }
+      key(readersKey(ctx.prefix, op.name));
+      if (op.verb == Verb::kAcquire) key(writerMarkKey(ctx.prefix, op.name));
+    } else if (fair_queue) {
+      key(fairQueueKey(ctx.prefix, op.name));
+      key(fairClaimsKey(ctx.prefix, op.name));
     } else if (op.verb == Verb::kAcquire && op.writer_wait_ms > 0) {
-      c.keys[2] = writerMarkKey(ctx.prefix, op.name);  // a queued writer's mark
-      c.key_count = 3;
+      key(writerMarkKey(ctx.prefix, op.name));  // a queued writer's mark
     }
   }
-  // The script of each verb per kind: mutex, semaphore, shared (readers).
+  // The script of each verb per kind: mutex (and fair), semaphore, shared (readers).
   auto pick = [&](ScriptId mutex, ScriptId sem, ScriptId readers) {
     return semaphore ? sem : shared ? readers : mutex;
   };
   auto arg = [&c](std::string_view a) { c.args[c.arg_count++].assign(a); };
+  // What a script that frees a lock needs to announce it: channel, name[, "sharded"].
+  auto announceArgs = [&] {
+    arg(releaseChannel(ctx.prefix, op.name));
+    arg(op.name);
+    if (ctx.sharded_publish) arg(kShardedPublish);
+  };
   switch (op.verb) {
     case Verb::kAcquire:
-      c.script = pick(ScriptId::kAcquire, ScriptId::kSemAcquire, ScriptId::kSharedAcquire);
+      c.script = fair_queue
+                     ? ScriptId::kFairAcquire
+                     : pick(ScriptId::kAcquire, ScriptId::kSemAcquire, ScriptId::kSharedAcquire);
       c.node_op = NodeOp::kAcquire;
       arg(op.owner);
       arg(std::to_string(op.ttl_ms));
       if (semaphore) arg(std::to_string(op.limit));
       arg(ctx.counter_ttl_ms);
+      if (fair_queue) {
+        arg(std::to_string(std::max<int64_t>(0, op.claim_ms)));
+        if (!op.also_waiting.empty()) arg(op.also_waiting);
+        break;
+      }
       if (semaphore || shared) break;
       if (op.reentrant) {
         arg(kReentrantArg);
@@ -891,9 +878,7 @@ ScriptCall scriptCallFor(const Operation& op, const ScriptContext& ctx) {
       c.script = pick(ScriptId::kRelease, ScriptId::kSemRelease, ScriptId::kSharedRelease);
       c.node_op = NodeOp::kRelease;
       arg(op.owner);
-      arg(releaseChannel(ctx.prefix, op.name));
-      arg(op.name);
-      if (ctx.sharded_publish) arg(kShardedPublish);
+      announceArgs();
       break;
     case Verb::kExtend:
       c.script = pick(ScriptId::kExtend, ScriptId::kSemExtend, ScriptId::kSharedExtend);
@@ -918,7 +903,15 @@ ScriptCall scriptCallFor(const Operation& op, const ScriptContext& ctx) {
       arg(std::to_string(op.ttl_ms));
       arg(ctx.counter_ttl_ms);
       break;
-    case Verb::kWithdraw:  // only fair locks have a queue to leave: changes nothing here
+    case Verb::kWithdraw:
+      if (fair_queue) {
+        c.script = ScriptId::kFairWithdraw;
+        c.node_op = NodeOp::kRelease;
+        arg(op.owner);
+        announceArgs();
+        break;
+      }
+      // Only fair locks have a queue to leave: changes nothing here.
       c.script = pick(ScriptId::kInspect, ScriptId::kSemInspect, ScriptId::kSharedInspect);
       c.node_op = NodeOp::kInspect;
       break;
@@ -926,9 +919,7 @@ ScriptCall scriptCallFor(const Operation& op, const ScriptContext& ctx) {
       c.script = pick(ScriptId::kForceRelease, ScriptId::kSemInspect, ScriptId::kSharedInspect);
       c.node_op = NodeOp::kRelease;
       if (semaphore || shared) break;
-      arg(releaseChannel(ctx.prefix, op.name));
-      arg(op.name);
-      if (ctx.sharded_publish) arg(kShardedPublish);
+      announceArgs();
       break;
   }
   return c;
