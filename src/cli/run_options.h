@@ -44,9 +44,6 @@ struct RunOptions {
 /// "sidelock run: <message>" (the caller prints usage and exits 64).
 StatusOr<RunOptions> parseRunArgs(const std::vector<std::string>& args, const RunEnvironment& env);
 
-/// "1500", "1500ms", "30s", "5m", "2h" -> milliseconds. Non-negative, at most ~100 years.
-StatusOr<int64_t> parseDurationMs(std::string_view text);
-
 /// The usage text, exit-code table included.
 std::string runUsage();
 

@@ -4,6 +4,7 @@
 
 #include "cli/exit_codes.h"
 #include "cli/run_options.h"
+#include "common/duration.h"
 
 namespace sidelock::cli {
 namespace {
