@@ -4,6 +4,7 @@
 #include "common/duration.h"
 
 namespace sidelock::cli {
+
 std::string RunOptions::endpoint() const {
   return SidecarEndpoint{socket_path, host, port}.describe();
 }
@@ -12,14 +13,27 @@ StatusOr<RunOptions> parseRunArgs(const std::vector<std::string>& args, const Ru
   RunOptions opts;
   std::optional<std::string> socket_flag;
   std::optional<std::string> addr_flag;
+  // Options may come before or after NAME: CMD starts at the first word after NAME that is not
+  // an option, or after "--". ("-- NAME [--] CMD" works too: a "--" before NAME ends options.)
+  bool have_name = false;
   size_t i = 0;
   for (; i < args.size(); ++i) {
     const std::string& arg = args[i];
-    if (arg == "--") {  // "-- NAME CMD" is not the syntax, but "--" before NAME ends options
+    if (arg == "--") {
       ++i;
+      if (!have_name && i < args.size()) {
+        opts.name = args[i++];
+        have_name = true;
+        if (i < args.size() && args[i] == "--") ++i;
+      }
       break;
     }
-    if (arg.empty() || arg[0] != '-' || arg == "-") break;  // NAME
+    if (arg.empty() || arg[0] != '-' || arg == "-") {
+      if (have_name) break;  // CMD
+      opts.name = arg;
+      have_name = true;
+      continue;
+    }
     if (arg == "-h" || arg == "--help") {
       RunOptions help;
       help.help = true;
@@ -58,13 +72,14 @@ StatusOr<RunOptions> parseRunArgs(const std::vector<std::string>& args, const Ru
       break;
     }
     if (grace) opts.grace_ms = *grace;
-    if (!matched) return invalidArgument("unknown option '" + arg + "'");
+    if (!matched) {
+      return invalidArgument("unknown option '" + arg + "'" +
+                             (have_name ? " (a CMD that starts with '-' goes after --)" : ""));
+    }
   }
 
-  if (i >= args.size()) return invalidArgument("missing lock NAME");
-  opts.name = args[i++];
+  if (!have_name) return invalidArgument("missing lock NAME");
   if (opts.name.empty()) return invalidArgument("the lock NAME must not be empty");
-  if (i < args.size() && args[i] == "--") ++i;
   if (i >= args.size()) return invalidArgument("missing CMD to run (NAME -- CMD [ARGS...])");
   opts.command.assign(args.begin() + static_cast<std::ptrdiff_t>(i), args.end());
 
@@ -103,7 +118,8 @@ std::string runUsage() {
          "  --grace MS       SIGTERM -> SIGKILL delay when the lock is lost (default 10000)\n"
          "  -q, --quiet      no diagnostics on stderr (the exit status still tells)\n"
          "  -h, --help       this text\n"
-         "Durations take an optional unit: 500, 500ms, 30s, 5m, 2h.\n"
+         "Options may come before or after NAME; CMD starts at the first word after NAME that\n"
+         "is not an option, or after --. Durations take an optional unit: 500, 500ms, 30s, 5m, 2h.\n"
          "\n" +
          exitCodeTable();
 }

@@ -2,6 +2,7 @@
 //
 //   sidelock run [--socket PATH | --addr HOST:PORT] [--ttl MS] [--wait MS] [--max-hold MS]
 //                [--grace MS] [--quiet] NAME [--] CMD [ARGS...]
+// (the options may also follow NAME; CMD starts at the first word after NAME that is no option)
 #pragma once
 
 #include <cstdint>

@@ -88,10 +88,13 @@ struct KillOnExit {
   }
 };
 
-/// One `sidelock run ...` child process, with its working directory and stderr in `dir`.
+/// One `sidelock run ...` child process (`sidelock ...` with `subcommand` empty), with its working
+/// directory and stderr in `dir`.
 class RunProcess {
  public:
-  RunProcess(const std::string& dir, const std::vector<std::string>& args) : dir_(dir) {
+  RunProcess(const std::string& dir, const std::vector<std::string>& args,
+             const std::string& subcommand = "run")
+      : dir_(dir) {
     static int counter = 0;
     stderr_path_ = dir + "/run-" + std::to_string(++counter) + ".err";
     const pid_t parent = getpid();
@@ -104,9 +107,8 @@ class RunProcess {
       std::string bin = sidelockBinary();
       std::vector<char*> argv;
       argv.push_back(bin.data());
-      std::string run = "run";
-      argv.push_back(run.data());
       std::vector<std::string> copy = args;
+      if (!subcommand.empty()) copy.insert(copy.begin(), subcommand);
       for (std::string& a : copy) argv.push_back(a.data());
       argv.push_back(nullptr);
       execv(bin.c_str(), argv.data());
@@ -381,6 +383,29 @@ TEST_F(CliRunTest, UnreachableSidecarAndBadUsage) {
   RunProcess missing(dir_, tcp({"nf", "--", "/nonexistent/cmd"}));
   EXPECT_EQ(missing.wait(), 127);
   EXPECT_EQ(runSh("nf", "exit 0", {"--wait", "0"}), 0);
+}
+
+TEST_F(CliRunTest, OptionsAfterTheNameAreOptions) {
+  // This used to take the lock and then try to run "--wait" (exit 127).
+  RunProcess p(dir_, tcp({"after", "--wait", "0", "--", "sh", "-c", "exit 5"}));
+  EXPECT_EQ(p.wait(), 5) << p.stderrText();
+  RunProcess refused(dir_, tcp({"after", "-x", "--", "sh", "-c", "touch ran"}));
+  EXPECT_EQ(refused.wait(), 64);
+  EXPECT_NE(refused.stderrText().find("unknown option '-x'"), std::string::npos)
+      << refused.stderrText();
+  EXPECT_FALSE(fileExists(path("ran")));
+}
+
+TEST_F(CliRunTest, TopLevelUsageErrorsSayWhatWasWrong) {
+  RunProcess bogus(dir_, {"--bogus"}, "");
+  EXPECT_EQ(bogus.wait(), 64);
+  EXPECT_EQ(bogus.stderrText().rfind("sidelock: unknown option --bogus\n", 0), 0u)
+      << bogus.stderrText();
+  EXPECT_NE(bogus.stderrText().find("Usage:"), std::string::npos);
+  RunProcess no_file(dir_, {"--config"}, "");
+  EXPECT_EQ(no_file.wait(), 64);
+  EXPECT_EQ(no_file.stderrText().rfind("sidelock: --config needs a value\n", 0), 0u)
+      << no_file.stderrText();
 }
 
 TEST_F(CliRunTest, MaxHoldStopsTheCommand) {
