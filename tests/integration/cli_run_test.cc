@@ -299,6 +299,27 @@ TEST_F(CliRunTest, AKilledRunKeepsTheLockUntilNothingOfTheCommandRuns) {
   EXPECT_TRUE(waitFor([&] { return !anyRuns(); }, 5000));
 }
 
+TEST_F(CliRunTest, CommandDiesWithSidelockRunEvenWithoutTheKeeper) {
+  // sidelock run and its keeper both SIGKILLed: the kernel's parent-death signal still stops CMD.
+  RunProcess first(dir_, tcp({"orphan", "--", "sh", "-c",
+                              "trap '' TERM; echo $$ > pids; touch started; n=0; "
+                              "while [ $n -lt 400 ]; do sleep 0.05; n=$((n+1)); done"}));
+  ASSERT_TRUE(waitFor([&] { return fileExists(path("started")); }, 10000)) << first.stderrText();
+  const std::vector<pid_t> pids = readPids(path("pids"));
+  KillOnExit cleanup{pids};
+  ASSERT_EQ(pids.size(), 1u);
+  const std::string self = std::to_string(first.pid());
+  std::vector<pid_t> children = readPids("/proc/" + self + "/task/" + self + "/children");
+  ASSERT_EQ(children.size(), 2u) << "CMD and the keeper";
+  for (pid_t child : children) {
+    if (child != pids[0]) kill(child, SIGKILL);
+  }
+  kill(first.pid(), SIGKILL);
+  EXPECT_EQ(first.wait(), 128 + SIGKILL);
+  EXPECT_TRUE(waitFor([&] { return !processRuns(pids[0]); }, 3000));
+  EXPECT_EQ(runSh("orphan", "exit 0", {"--wait", "5000"}), 0);
+}
+
 TEST_F(CliRunTest, AProcessThatLeftTheCommandsGroupKeepsTheLockWhileItRuns) {
   // setsid takes `sleep` out of CMD's process group, so neither sidelock run nor its keeper stops
   // it; the lease's connection it inherited keeps the lock for as long as it runs.
