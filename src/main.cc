@@ -7,10 +7,13 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "api/dapr_api.h"
 #include "api/lock_api.h"
 #include "backend/memory_backend.h"
+#include "cli/command_line.h"
+#include "cli/exit_codes.h"
 #include "cli/locks_command.h"
 #include "cli/run_command.h"
 #include "common/log.h"
@@ -315,37 +318,44 @@ int runSidecar(const config::Config& cfg) {
 
 int main(int argc, char** argv) {
   using namespace sidelock;
-  if (argc >= 2 && strcmp(argv[1], "run") == 0) return cli::runCommand(argc - 1, argv + 1);
-  if (argc >= 2 && strcmp(argv[1], "locks") == 0) return cli::locksCommand(argc - 1, argv + 1);
-  if (argc == 2 && (strcmp(argv[1], "--version") == 0 || strcmp(argv[1], "-V") == 0)) {
-    printf("sidelock %s\n", SIDELOCK_VERSION);
-    return 0;
+  auto line = cli::parseCommandLine(std::vector<std::string>(argv + 1, argv + argc));
+  if (!line.isOk()) {
+    fprintf(stderr, "sidelock: %s\n\n%s", line.status().message().c_str(), kUsage);
+    return cli::kExitUsage;
   }
-  if (argc == 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
-    fputs(kUsage, stdout);
-    return 0;
+  switch (line->command) {
+    case cli::Command::kRun:
+      return cli::runCommand(argc - 1, argv + 1);
+    case cli::Command::kLocks:
+      return cli::locksCommand(argc - 1, argv + 1);
+    case cli::Command::kVersion:
+      printf("sidelock %s\n", SIDELOCK_VERSION);
+      return 0;
+    case cli::Command::kHelp:
+      fputs(kUsage, stdout);
+      return 0;
+    case cli::Command::kServe:
+    case cli::Command::kCheckConfig:
+      break;
   }
-  if (argc == 3 && (strcmp(argv[1], "--config") == 0 || strcmp(argv[1], "--check-config") == 0)) {
-    auto cfg = config::loadConfigFromFile(argv[2]);
-    if (!cfg.isOk()) {
-      fprintf(stderr, "sidelock: invalid config: %s\n", cfg.status().message().c_str());
+  const char* path = line->config_path.c_str();
+  auto cfg = config::loadConfigFromFile(path);
+  if (!cfg.isOk()) {
+    fprintf(stderr, "sidelock: invalid config: %s\n", cfg.status().message().c_str());
+    return 2;
+  }
+  // TLS material is loaded here once, so a bad certificate or key stops start-up (and
+  // --check-config) instead of leaving every node down.
+  if (cfg->backend.tls.enabled && cfg->backend.type != config::BackendType::kMemory) {
+    auto tls = backend::TlsClientContext::create(cfg->backend.tls);
+    if (!tls.isOk()) {
+      fprintf(stderr, "sidelock: invalid config: %s\n", tls.status().message().c_str());
       return 2;
     }
-    // TLS material is loaded here once, so a bad certificate or key stops start-up (and
-    // --check-config) instead of leaving every node down.
-    if (cfg->backend.tls.enabled && cfg->backend.type != config::BackendType::kMemory) {
-      auto tls = backend::TlsClientContext::create(cfg->backend.tls);
-      if (!tls.isOk()) {
-        fprintf(stderr, "sidelock: invalid config: %s\n", tls.status().message().c_str());
-        return 2;
-      }
-    }
-    if (strcmp(argv[1], "--check-config") == 0) {
-      printf("%s: ok\n", argv[2]);
-      return 0;
-    }
-    return runSidecar(*cfg);
   }
-  fputs(kUsage, stderr);
-  return 64;  // EX_USAGE
+  if (line->command == cli::Command::kCheckConfig) {
+    printf("%s: ok\n", path);
+    return 0;
+  }
+  return runSidecar(*cfg);
 }

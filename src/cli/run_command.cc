@@ -5,6 +5,7 @@
 #include <netdb.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -35,6 +36,9 @@ constexpr int64_t kWaitChunkMs = 30'000;
 constexpr int64_t kAnswerSlackMs = 10'000;
 constexpr int64_t kConnectTimeoutMs = 5'000;
 constexpr int kForwardedSignals[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2};
+// After SIGKILL, how long we wait for CMD's process group to be reaped before releasing anyway
+// (a process stuck in the kernel keeps its copy of the connection, so the lease, until it goes).
+constexpr int64_t kReapGroupTimeoutMs = 5'000;
 
 int64_t nowMs() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -48,7 +52,31 @@ int pollTimeout(int64_t deadline_ms) {
   return static_cast<int>(std::clamp<int64_t>(left, 0, 60'000));
 }
 
-/// RAII for a file descriptor.
+/// The keeper's body (see Runner::startKeeper): reads CMD's process group id from `commands_fd`,
+/// then one byte ("stand down") or end of file (we died without a word: SIGKILL the group).
+[[noreturn]] void keeperMain(int commands_fd) {
+  // Holding nothing else: not the lease's connection (the lease must end with CMD, not with us),
+  // nor stdout (a reader of sidelock run's output would wait for us).
+  if (commands_fd > 0) close_range(0, static_cast<unsigned>(commands_fd) - 1, 0);
+  close_range(static_cast<unsigned>(commands_fd) + 1, ~0U, 0);
+  // Out of sidelock run's process group, so a signal to its whole job does not take us along.
+  setpgid(0, 0);
+  pid_t group = 0;
+  size_t got = 0;
+  while (got < sizeof(group)) {
+    ssize_t n = read(commands_fd, reinterpret_cast<char*>(&group) + got, sizeof(group) - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) _exit(0);  // no CMD was started
+    got += static_cast<size_t>(n);
+  }
+  char stand_down = 0;
+  ssize_t n;
+  do {
+    n = read(commands_fd, &stand_down, 1);
+  } while (n < 0 && errno == EINTR);
+  if (n != 1 && group > 0) kill(-group, SIGKILL);
+  _exit(0);
+}
 
 class Runner {
  public:
@@ -75,11 +103,19 @@ class Runner {
   /// One request: nullopt and `lease` filled on a grant, else an exit code. On 409 (`*locked`)
   /// nothing is printed and `retry_in_ms` is the sidecar's hint (-1 if none).
   std::optional<int> acquireOnce(int64_t wait_ms, Lease* lease, bool* locked, int64_t* retry_in_ms);
+  /// Forks the keeper, which outlives us only to SIGKILL CMD's process group if we die first.
+  bool startKeeper();
+  /// Tells the keeper that CMD's group is gone and waits for it.
+  void standDownKeeper();
   std::optional<int> spawn(const Lease& lease);
   int supervise(Lease* lease);
   void beginStop(Stop why, const std::string& detail);
   void signalChild(int sig);
-  void reapChild();
+  /// Notes CMD's end (leaving it a zombie, see there) and stops, and reaps the orphans of CMD
+  /// that were re-parented to us.
+  void reapChildren();
+  /// After CMD's end: SIGKILLs what it left in its process group and reaps it all.
+  void endCommandGroup();
   bool sleepInterruptibly(int64_t ms, int* signal_out);
 
   const RunOptions& opts_;
@@ -91,8 +127,11 @@ class Runner {
   int tty_fd_ = -1;  // our controlling terminal when we are its foreground job, else -1
   bool gave_tty_ = false;
 
+  pid_t keeper_ = -1;
+  Fd keeper_commands_;  // write end of the keeper's pipe
+
   pid_t child_ = -1;
-  bool child_done_ = false;
+  bool child_done_ = false;  // CMD ended; it stays a zombie until endCommandGroup() reaps it
   int child_status_ = 0;
 
   Stop stop_ = Stop::kNone;
@@ -101,6 +140,7 @@ class Runner {
 };
 
 Runner::~Runner() {
+  standDownKeeper();
   if (gave_tty_ && tty_fd_ >= 0) {
     tcsetpgrp(tty_fd_, getpgrp());  // SIGTTOU is blocked, so this cannot stop us
     gave_tty_ = false;
@@ -138,7 +178,7 @@ std::vector<int> Runner::readSignals() {
   signalfd_siginfo info{};
   while (read(sigfd_.get(), &info, sizeof(info)) == static_cast<ssize_t>(sizeof(info))) {
     if (info.ssi_signo == SIGCHLD) {
-      reapChild();
+      reapChildren();
     } else {
       out.push_back(static_cast<int>(info.ssi_signo));
     }
@@ -296,6 +336,29 @@ std::optional<int> Runner::acquire(Lease* lease) {
   }
 }
 
+bool Runner::startKeeper() {
+  int pipefd[2];
+  if (pipe2(pipefd, O_CLOEXEC) != 0) return false;
+  Fd commands_read(pipefd[0]);
+  Fd commands_write(pipefd[1]);
+  pid_t pid = fork();
+  if (pid < 0) return false;
+  if (pid == 0) keeperMain(commands_read.get());
+  keeper_ = pid;
+  keeper_commands_ = std::move(commands_write);
+  return true;
+}
+
+void Runner::standDownKeeper() {
+  if (keeper_ <= 0) return;
+  ssize_t ignored = write(keeper_commands_.get(), "x", 1);
+  (void)ignored;
+  keeper_commands_.reset();
+  while (waitpid(keeper_, nullptr, 0) < 0 && errno == EINTR) {
+  }
+  keeper_ = -1;
+}
+
 std::optional<int> Runner::spawn(const Lease& lease) {
   // If we are the terminal's foreground job, CMD's process group becomes it, so an interactive
   // CMD can read the terminal and ^C / ^Z reach it directly (as with any shell job).
@@ -316,6 +379,9 @@ std::optional<int> Runner::spawn(const Lease& lease) {
   for (const std::string& a : opts_.command) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
   std::string token = std::to_string(lease.grant.token);
+  // Orphans of CMD's come to us instead of init, so endCommandGroup() can wait until they are gone.
+  prctl(PR_SET_CHILD_SUBREAPER, 1);
+  const pid_t parent = getpid();
 
   pid_t pid = fork();
   if (pid < 0) {
@@ -326,6 +392,15 @@ std::optional<int> Runner::spawn(const Lease& lease) {
     // CMD gets its own process group so a loss can stop everything it started, not just the
     // direct child (a `sh -c` wrapper would otherwise leave its children running unlocked).
     setpgid(0, 0);
+    // If we are killed, CMD is too (the keeper then SIGKILLs what CMD started). Checked again
+    // after setting it: we may have died before. (Exec of a set-uid CMD clears it; the keeper
+    // and the inherited connection below still hold.)
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(kExitSignalBase + SIGKILL);
+    // CMD and everything it starts share the lease's connection, as flock(1)'s lock lives with
+    // its descriptor: the sidecar sees the connection close, and releases, only once every one
+    // of them is gone -- even if we are killed first.
+    fcntl(lease.sock.get(), F_SETFD, 0);
     if (tty_fd_ >= 0) tcsetpgrp(tty_fd_, getpid());
     sigprocmask(SIG_SETMASK, &old_mask_, nullptr);
     setenv("SIDELOCK_LOCK", opts_.name.c_str(), 1);
@@ -340,6 +415,8 @@ std::optional<int> Runner::spawn(const Lease& lease) {
   child_ = pid;
   // Both sides set the group: whichever runs first wins the race against exec / our signals.
   setpgid(pid, pid);
+  ssize_t told = write(keeper_commands_.get(), &pid, sizeof(pid));
+  (void)told;  // a keeper that is gone cannot help; CMD's death signal and the connection still do
   if (tty_fd_ >= 0 && tcsetpgrp(tty_fd_, pid) == 0) gave_tty_ = true;
   exec_err_write.reset();
   int e = 0;
@@ -363,29 +440,66 @@ void Runner::signalChild(int sig) {
   if (kill(-child_, sig) != 0) kill(child_, sig);  // the group may not exist yet / any more
 }
 
-void Runner::reapChild() {
-  if (child_ <= 0 || child_done_) return;
+void Runner::reapChildren() {
+  while (child_ > 0 && !child_done_) {
+    siginfo_t info{};
+    // WNOWAIT: an ended CMD stays a zombie until endCommandGroup(), so its pid -- the id of its
+    // process group -- cannot go to a new group before we have killed what CMD left in its own.
+    if (waitid(P_PID, child_, &info, WEXITED | WSTOPPED | WNOHANG | WNOWAIT) != 0) {
+      if (errno == EINTR) continue;
+      break;
+    }
+    if (info.si_pid == 0) break;
+    if (info.si_code != CLD_STOPPED) {
+      child_done_ = true;
+      break;
+    }
+    siginfo_t consumed{};
+    waitid(P_PID, child_, &consumed, WSTOPPED | WNOHANG);  // the stop is reported once
+    int sig = info.si_status;
+    bool job_stop = sig == SIGTSTP || sig == SIGTTIN || sig == SIGTTOU;
+    if (gave_tty_ && job_stop) {
+      // ^Z stopped CMD: stop ourselves too so the shell sees its job stopped, and resume CMD
+      // in the foreground when the shell continues us. The lease stays held meanwhile.
+      tcsetpgrp(tty_fd_, getpgrp());
+      raise(SIGSTOP);
+      tcsetpgrp(tty_fd_, child_);
+      kill(-child_, SIGCONT);
+    }
+  }
+  // Orphans CMD left (we are their subreaper) that ended: reap them as they go. CMD itself and
+  // the keeper are reaped where they are waited for.
+  while (true) {
+    siginfo_t info{};
+    if (waitid(P_ALL, 0, &info, WEXITED | WNOHANG | WNOWAIT) != 0) {
+      if (errno == EINTR) continue;
+      return;
+    }
+    if (info.si_pid == 0 || info.si_pid == child_ || info.si_pid == keeper_) return;
+    waitpid(info.si_pid, nullptr, WNOHANG);
+  }
+}
+
+void Runner::endCommandGroup() {
+  // Whatever CMD left running in its group would run on without the lock once we release it.
+  kill(-child_, SIGKILL);
+  const int64_t give_up_at = nowMs() + kReapGroupTimeoutMs;
   while (true) {
     int status = 0;
-    pid_t r = waitpid(child_, &status, WNOHANG | WUNTRACED);
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) return;
-    if (WIFSTOPPED(status)) {
-      int sig = WSTOPSIG(status);
-      bool job_stop = sig == SIGTSTP || sig == SIGTTIN || sig == SIGTTOU;
-      if (gave_tty_ && job_stop) {
-        // ^Z stopped CMD: stop ourselves too so the shell sees its job stopped, and resume CMD
-        // in the foreground when the shell continues us. The lease stays held meanwhile.
-        tcsetpgrp(tty_fd_, getpgrp());
-        raise(SIGSTOP);
-        tcsetpgrp(tty_fd_, child_);
-        kill(-child_, SIGCONT);
-      }
-      continue;
+    pid_t r = waitpid(-child_, &status, WNOHANG);
+    if (r == child_) child_status_ = status;
+    if (r > 0 || (r < 0 && errno == EINTR)) continue;
+    if (r < 0) break;  // ECHILD: nothing of CMD's group is left among our children
+    if (nowMs() >= give_up_at) {
+      say("processes of %s's group did not die within %lld ms of SIGKILL; releasing anyway",
+          opts_.command[0].c_str(), static_cast<long long>(kReapGroupTimeoutMs));
+      break;
     }
-    child_done_ = true;
-    child_status_ = status;
-    return;
+    pollfd p{sigfd_.get(), POLLIN, 0};
+    poll(&p, 1, pollTimeout(give_up_at));
+    signalfd_siginfo drained{};
+    while (read(sigfd_.get(), &drained, sizeof(drained)) > 0) {
+    }
   }
 }
 
@@ -456,7 +570,7 @@ int Runner::supervise(Lease* lease) {
       beginStop(Stop::kLost, "internal error");
     }
     for (int s : readSignals()) signalChild(s);
-    reapChild();  // a SIGCHLD read above already reaped; this covers a coalesced one
+    reapChildren();  // a SIGCHLD read above already noted it; this covers a coalesced one
     if (child_done_) break;
     if (stream_open && r > 0 && (fds[1].revents & (POLLIN | POLLERR | POLLHUP))) {
       readStream(false);
@@ -480,7 +594,9 @@ int Runner::supervise(Lease* lease) {
     say("lock '%s' may have expired before %s finished (no renewal from the sidecar)",
         opts_.name.c_str(), opts_.command[0].c_str());
   }
-  // Closing the connection releases the lock at the sidecar.
+  endCommandGroup();
+  // Closing the connection releases the lock at the sidecar (nothing of CMD's holds it now but
+  // processes that left CMD's process group, see README).
   lease->sock.reset();
   if (stop_ == Stop::kLost) return kExitLockLost;
   if (stop_ == Stop::kCapped) return kExitMaxHold;
@@ -494,6 +610,10 @@ int Runner::run() {
   }
   Lease lease;
   if (std::optional<int> code = acquire(&lease)) return *code;
+  if (!startKeeper()) {
+    say("cannot start the keeper process: %s", strerror(errno));
+    return kExitInternal;
+  }
   if (std::optional<int> code = spawn(lease)) return *code;
   return supervise(&lease);
 }

@@ -1,59 +1,39 @@
 #include "cli/run_options.h"
 
-#include <charconv>
-#include <cstdlib>
-
 #include "cli/exit_codes.h"
+#include "common/duration.h"
 
 namespace sidelock::cli {
-namespace {
-
-constexpr int64_t kMaxDurationMs = int64_t{100} * 365 * 24 * 3600 * 1000;
-
-}  // namespace
 
 std::string RunOptions::endpoint() const {
   return SidecarEndpoint{socket_path, host, port}.describe();
-}
-
-StatusOr<int64_t> parseDurationMs(std::string_view text) {
-  if (text.empty()) return invalidArgument("empty duration");
-  int64_t value = 0;
-  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (ec != std::errc() || end == text.data() || value < 0) {
-    return invalidArgument("'" + std::string(text) + "' is not a duration (e.g. 500, 500ms, 30s)");
-  }
-  std::string_view unit(end, text.data() + text.size() - end);
-  int64_t scale = 0;
-  if (unit.empty() || unit == "ms") {
-    scale = 1;
-  } else if (unit == "s") {
-    scale = 1000;
-  } else if (unit == "m") {
-    scale = 60'000;
-  } else if (unit == "h") {
-    scale = 3'600'000;
-  } else {
-    return invalidArgument("'" + std::string(text) + "': unknown unit (use ms, s, m or h)");
-  }
-  if (value > kMaxDurationMs / scale) {
-    return invalidArgument("'" + std::string(text) + "' is too long");
-  }
-  return value * scale;
 }
 
 StatusOr<RunOptions> parseRunArgs(const std::vector<std::string>& args, const RunEnvironment& env) {
   RunOptions opts;
   std::optional<std::string> socket_flag;
   std::optional<std::string> addr_flag;
+  // Options may come before or after NAME: CMD starts at the first word after NAME that is not
+  // an option, or after "--". ("-- NAME [--] CMD" works too: a "--" before NAME ends options.)
+  bool have_name = false;
   size_t i = 0;
   for (; i < args.size(); ++i) {
     const std::string& arg = args[i];
-    if (arg == "--") {  // "-- NAME CMD" is not the syntax, but "--" before NAME ends options
+    if (arg == "--") {
       ++i;
+      if (!have_name && i < args.size()) {
+        opts.name = args[i++];
+        have_name = true;
+        if (i < args.size() && args[i] == "--") ++i;
+      }
       break;
     }
-    if (arg.empty() || arg[0] != '-' || arg == "-") break;  // NAME
+    if (arg.empty() || arg[0] != '-' || arg == "-") {
+      if (have_name) break;  // CMD
+      opts.name = arg;
+      have_name = true;
+      continue;
+    }
     if (arg == "-h" || arg == "--help") {
       RunOptions help;
       help.help = true;
@@ -92,13 +72,14 @@ StatusOr<RunOptions> parseRunArgs(const std::vector<std::string>& args, const Ru
       break;
     }
     if (grace) opts.grace_ms = *grace;
-    if (!matched) return invalidArgument("unknown option '" + arg + "'");
+    if (!matched) {
+      return invalidArgument("unknown option '" + arg + "'" +
+                             (have_name ? " (a CMD that starts with '-' goes after --)" : ""));
+    }
   }
 
-  if (i >= args.size()) return invalidArgument("missing lock NAME");
-  opts.name = args[i++];
+  if (!have_name) return invalidArgument("missing lock NAME");
   if (opts.name.empty()) return invalidArgument("the lock NAME must not be empty");
-  if (i < args.size() && args[i] == "--") ++i;
   if (i >= args.size()) return invalidArgument("missing CMD to run (NAME -- CMD [ARGS...])");
   opts.command.assign(args.begin() + static_cast<std::ptrdiff_t>(i), args.end());
 
@@ -117,9 +98,10 @@ std::string runUsage() {
              "Usage: sidelock run [OPTIONS] NAME [--] CMD [ARGS...]\n"
              "\n"
              "Acquires the lock NAME through the local sidecar, runs CMD while holding it, and\n"
-             "releases it when CMD exits. The lock is bound to this process's connection to the\n"
-             "sidecar (hold: stream): it is renewed while CMD runs and freed if sidelock run "
-             "dies.\n"
+             "releases it when CMD exits. The lock is bound to a connection to the sidecar (hold:\n"
+             "stream) that CMD and its children inherit: it is renewed while any of them runs and\n"
+             "freed when the last is gone. When CMD exits, what it left in its process group gets\n"
+             "SIGKILL; if sidelock run is killed, a keeper process SIGKILLs CMD's group.\n"
              "CMD gets SIDELOCK_LOCK, SIDELOCK_OWNER and SIDELOCK_TOKEN (the fencing token) in "
              "its\n"
              "environment, runs in its own process group, and receives SIGINT, SIGTERM, SIGHUP,\n"
@@ -136,7 +118,8 @@ std::string runUsage() {
          "  --grace MS       SIGTERM -> SIGKILL delay when the lock is lost (default 10000)\n"
          "  -q, --quiet      no diagnostics on stderr (the exit status still tells)\n"
          "  -h, --help       this text\n"
-         "Durations take an optional unit: 500, 500ms, 30s, 5m, 2h.\n"
+         "Options may come before or after NAME; CMD starts at the first word after NAME that\n"
+         "is not an option, or after --. Durations take an optional unit: 500, 500ms, 30s, 5m, 2h.\n"
          "\n" +
          exitCodeTable();
 }

@@ -2,6 +2,7 @@
 //
 //   sidelock run [--socket PATH | --addr HOST:PORT] [--ttl MS] [--wait MS] [--max-hold MS]
 //                [--grace MS] [--quiet] NAME [--] CMD [ARGS...]
+// (the options may also follow NAME; CMD starts at the first word after NAME that is no option)
 #pragma once
 
 #include <cstdint>
@@ -43,9 +44,6 @@ struct RunOptions {
 /// Parses the arguments after `sidelock run`. Errors are kInvalidArgument with a message fit for
 /// "sidelock run: <message>" (the caller prints usage and exits 64).
 StatusOr<RunOptions> parseRunArgs(const std::vector<std::string>& args, const RunEnvironment& env);
-
-/// "1500", "1500ms", "30s", "5m", "2h" -> milliseconds. Non-negative, at most ~100 years.
-StatusOr<int64_t> parseDurationMs(std::string_view text);
 
 /// The usage text, exit-code table included.
 std::string runUsage();

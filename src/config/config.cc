@@ -12,6 +12,8 @@
 #include <set>
 #include <sstream>
 
+#include "common/duration.h"
+
 namespace sidelock::config {
 namespace {
 
@@ -78,21 +80,14 @@ class Section {
 
   template <typename Int>
   void readInt(const std::string& key, Int& out, int64_t min, int64_t max) const {
-    YAML::Node n = child(key);
-    if (!n) return;
-    if (!n.IsScalar()) fail(path(key), "must be an integer");
-    const std::string text = n.Scalar();
-    errno = 0;
-    char* end = nullptr;
-    long long v = strtoll(text.c_str(), &end, 10);
-    if (text.empty() || errno != 0 || end == nullptr || *end != '\0') {
-      fail(path(key), "must be an integer, got \"" + text + "\"");
-    }
-    if (v < min || v > max) {
-      fail(path(key), "must be between " + std::to_string(min) + " and " + std::to_string(max) +
-                          ", got " + text);
-    }
-    out = static_cast<Int>(v);
+    readWholeNumber(key, out, min, max, /*durations=*/false);
+  }
+
+  /// A `*_ms` key: milliseconds (`30000`) or, as on the command line, a duration with a unit
+  /// (`30s`, `5m`, `2h`, `500ms`).
+  template <typename Int>
+  void readDurationMs(const std::string& key, Int& out, int64_t min, int64_t max) const {
+    readWholeNumber(key, out, min, max, /*durations=*/true);
   }
 
   void readDouble(const std::string& key, double& out, double min, double max) const {
@@ -113,6 +108,34 @@ class Section {
   }
 
  private:
+  template <typename Int>
+  void readWholeNumber(const std::string& key, Int& out, int64_t min, int64_t max,
+                       bool durations) const {
+    YAML::Node n = child(key);
+    if (!n) return;
+    const std::string expected =
+        durations ? "must be milliseconds or a duration with a unit (500ms, 30s, 5m, 2h)"
+                  : "must be an integer";
+    if (!n.IsScalar()) fail(path(key), expected);
+    const std::string text = n.Scalar();
+    errno = 0;
+    char* end = nullptr;
+    long long v = strtoll(text.c_str(), &end, 10);
+    std::string in_ms;  // " (N ms)" when the text had a unit
+    if (text.empty() || errno != 0 || end == nullptr || *end != '\0') {
+      if (!durations) fail(path(key), expected + ", got \"" + text + "\"");
+      StatusOr<int64_t> ms = parseDurationMs(text);
+      if (!ms.isOk()) fail(path(key), expected + ": " + ms.status().message());
+      v = *ms;
+      in_ms = " (" + std::to_string(v) + " ms)";
+    }
+    if (v < min || v > max) {
+      fail(path(key), "must be between " + std::to_string(min) + " and " + std::to_string(max) +
+                          ", got " + text + in_ms);
+    }
+    out = static_cast<Int>(v);
+  }
+
   YAML::Node node_;
   std::string path_;
 };
@@ -307,9 +330,9 @@ void loadListen(const Section& root, ListenConfig& c) {
   s.readInt("max_header_bytes", c.max_header_bytes, 1024, 1 << 20);
   s.readInt("max_body_bytes", c.max_body_bytes, 256, 16 << 20);
   s.readInt("max_pipelined_requests", c.max_pipelined_requests, 1, 10'000);
-  s.readInt("header_timeout_ms", c.header_timeout_ms, 10, kMaxMs);
-  s.readInt("idle_timeout_ms", c.idle_timeout_ms, 10, kMaxMs);
-  s.readInt("write_timeout_ms", c.write_timeout_ms, 10, kMaxMs);
+  s.readDurationMs("header_timeout_ms", c.header_timeout_ms, 10, kMaxMs);
+  s.readDurationMs("idle_timeout_ms", c.idle_timeout_ms, 10, kMaxMs);
+  s.readDurationMs("write_timeout_ms", c.write_timeout_ms, 10, kMaxMs);
   loadListenAccess(s, c);
   s.rejectUnknown({"tcp", "unix", "admin", "unix_mode", "max_connections",
                    "max_connections_per_peer", "max_stream_holds", "max_header_bytes",
@@ -436,14 +459,14 @@ void loadBackend(const Section& root, BackendConfig& c) {
   s.readString("username_env", c.username_env);
   s.readString("password_env", c.password_env);
   s.readString("password_file", c.password_file);
-  s.readInt("connect_timeout_ms", c.connect_timeout_ms, 1, 600'000);
-  s.readInt("command_timeout_ms", c.command_timeout_ms, 1, 600'000);
-  s.readInt("reconnect_min_ms", c.reconnect_min_ms, 1, 600'000);
-  s.readInt("reconnect_max_ms", c.reconnect_max_ms, 1, 600'000);
+  s.readDurationMs("connect_timeout_ms", c.connect_timeout_ms, 1, 600'000);
+  s.readDurationMs("command_timeout_ms", c.command_timeout_ms, 1, 600'000);
+  s.readDurationMs("reconnect_min_ms", c.reconnect_min_ms, 1, 600'000);
+  s.readDurationMs("reconnect_max_ms", c.reconnect_max_ms, 1, 600'000);
   if (c.reconnect_max_ms < c.reconnect_min_ms) {
     fail(s.path("reconnect_max_ms"), "must be >= backend.reconnect_min_ms");
   }
-  s.readInt("health_interval_ms", c.health_interval_ms, 10, 600'000);
+  s.readDurationMs("health_interval_ms", c.health_interval_ms, 10, 600'000);
 
   Section t(s.child("tls"), s.path("tls"));
   t.readBool("enabled", c.tls.enabled);
@@ -476,10 +499,10 @@ void loadBackend(const Section& root, BackendConfig& c) {
   }
 
   Section r(s.child("redlock"), s.path("redlock"));
-  r.readInt("node_timeout_ms", c.redlock.node_timeout_ms, 1, 60'000);
+  r.readDurationMs("node_timeout_ms", c.redlock.node_timeout_ms, 1, 60'000);
   r.readDouble("drift_factor", c.redlock.drift_factor, 0.0, 0.5);
   r.readBool("delayed_restart", c.redlock.delayed_restart);
-  r.readInt("retry_jitter_ms", c.redlock.retry_jitter_ms, 0, 60'000);
+  r.readDurationMs("retry_jitter_ms", c.redlock.retry_jitter_ms, 0, 60'000);
   r.rejectUnknown({"node_timeout_ms", "drift_factor", "delayed_restart", "retry_jitter_ms"});
 
   s.rejectUnknown({"type", "nodes", "key_prefix", "db", "username_env", "password_env",
@@ -501,19 +524,19 @@ void loadBackend(const Section& root, BackendConfig& c) {
 
 void loadLocks(const Section& root, LocksConfig& c) {
   Section s(root.child("locks"), "locks");
-  s.readInt("default_ttl_ms", c.default_ttl_ms, 1, kMaxMs);
-  s.readInt("max_ttl_ms", c.max_ttl_ms, 1, kMaxMs);
-  s.readInt("max_wait_ms", c.max_wait_ms, 0, kMaxMs);
+  s.readDurationMs("default_ttl_ms", c.default_ttl_ms, 1, kMaxMs);
+  s.readDurationMs("max_ttl_ms", c.max_ttl_ms, 1, kMaxMs);
+  s.readDurationMs("max_wait_ms", c.max_wait_ms, 0, kMaxMs);
   s.readInt("max_name_bytes", c.max_name_bytes, 1, 1024);
   s.readInt("max_owner_bytes", c.max_owner_bytes, 8, 1024);
   s.readInt("max_waiters_per_lock", c.max_waiters_per_lock, 0, 1'000'000);
   s.readInt("max_waiters", c.max_waiters, 0, 10'000'000);
-  s.readInt("retry_min_ms", c.retry_min_ms, 1, 60'000);
-  s.readInt("retry_max_ms", c.retry_max_ms, 1, 600'000);
+  s.readDurationMs("retry_min_ms", c.retry_min_ms, 1, 60'000);
+  s.readDurationMs("retry_max_ms", c.retry_max_ms, 1, 600'000);
   s.readDouble("renew_fraction", c.renew_fraction, 0.05, 0.9);
-  s.readInt("default_max_hold_ms", c.default_max_hold_ms, 0, kMaxMs * 52);
-  s.readInt("max_hold_ms_limit", c.max_hold_ms_limit, 1, kMaxMs * 52);
-  s.readInt("request_id_window_ms", c.request_id_window_ms, 0, kMaxMs * 52);
+  s.readDurationMs("default_max_hold_ms", c.default_max_hold_ms, 0, kMaxMs * 52);
+  s.readDurationMs("max_hold_ms_limit", c.max_hold_ms_limit, 1, kMaxMs * 52);
+  s.readDurationMs("request_id_window_ms", c.request_id_window_ms, 0, kMaxMs * 52);
   s.readInt("max_request_ids", c.max_request_ids, 0, 10'000'000);
   s.rejectUnknown({"default_ttl_ms", "max_ttl_ms", "max_wait_ms", "max_name_bytes",
                    "max_owner_bytes", "max_waiters_per_lock", "max_waiters", "retry_min_ms",
@@ -564,7 +587,7 @@ Config load(const YAML::Node& root_node) {
   loadLocks(root, c.locks);
 
   Section sd(root.child("shutdown"), "shutdown");
-  sd.readInt("grace_ms", c.shutdown.grace_ms, 0, 3'600'000);
+  sd.readDurationMs("grace_ms", c.shutdown.grace_ms, 0, 3'600'000);
   sd.readBool("release_held", c.shutdown.release_held);
   sd.rejectUnknown({"grace_ms", "release_held"});
 

@@ -51,10 +51,50 @@ bool waitFor(const std::function<bool()>& cond, int timeout_ms) {
   return cond();
 }
 
-/// One `sidelock run ...` child process, with its working directory and stderr in `dir`.
+/// Running, i.e. neither gone nor a zombie (orphans are reaped by whoever is pid 1 here, maybe late).
+bool processRuns(pid_t pid) {
+  std::string stat = readFile("/proc/" + std::to_string(pid) + "/stat");
+  size_t paren = stat.rfind(')');
+  return paren != std::string::npos && paren + 2 < stat.size() && stat[paren + 2] != 'Z';
+}
+
+/// The process group of `pid` (from /proc), or -1.
+pid_t processGroup(pid_t pid) {
+  std::string stat = readFile("/proc/" + std::to_string(pid) + "/stat");
+  size_t paren = stat.rfind(')');
+  if (paren == std::string::npos) return -1;
+  std::istringstream fields(stat.substr(paren + 1));
+  std::string state;
+  pid_t ppid = 0;
+  pid_t pgrp = -1;
+  fields >> state >> ppid >> pgrp;
+  return pgrp;
+}
+
+/// The pids a CMD wrote to `file`, one a line.
+std::vector<pid_t> readPids(const std::string& file) {
+  std::vector<pid_t> pids;
+  std::istringstream in(readFile(file));
+  for (pid_t p = 0; in >> p;) pids.push_back(p);
+  return pids;
+}
+
+/// SIGKILLs what a test's CMD started, whatever the outcome (pids[0] leads CMD's process group).
+struct KillOnExit {
+  const std::vector<pid_t>& pids;
+  ~KillOnExit() {
+    if (!pids.empty()) kill(-pids[0], SIGKILL);
+    for (pid_t p : pids) kill(p, SIGKILL);
+  }
+};
+
+/// One `sidelock run ...` child process (`sidelock ...` with `subcommand` empty), with its working
+/// directory and stderr in `dir`.
 class RunProcess {
  public:
-  RunProcess(const std::string& dir, const std::vector<std::string>& args) : dir_(dir) {
+  RunProcess(const std::string& dir, const std::vector<std::string>& args,
+             const std::string& subcommand = "run")
+      : dir_(dir) {
     static int counter = 0;
     stderr_path_ = dir + "/run-" + std::to_string(++counter) + ".err";
     const pid_t parent = getpid();
@@ -67,9 +107,8 @@ class RunProcess {
       std::string bin = sidelockBinary();
       std::vector<char*> argv;
       argv.push_back(bin.data());
-      std::string run = "run";
-      argv.push_back(run.data());
       std::vector<std::string> copy = args;
+      if (!subcommand.empty()) copy.insert(copy.begin(), subcommand);
       for (std::string& a : copy) argv.push_back(a.data());
       argv.push_back(nullptr);
       execv(bin.c_str(), argv.data());
@@ -220,6 +259,100 @@ TEST_F(CliRunTest, AKilledRunLeavesNoLockBehind) {
   EXPECT_EQ(runSh("crash", "exit 0", {"--wait", "5000"}), 0);
 }
 
+TEST_F(CliRunTest, AKilledRunKeepsTheLockUntilNothingOfTheCommandRuns) {
+  // CMD ignores SIGTERM and starts children (a subshell with children of its own among them) that
+  // do not watch for sidelock run's death. Each lives at most ~20 s.
+  const std::string child_loop =
+      "( trap '' TERM; n=0; while [ $n -lt 400 ]; do sleep 0.05; n=$((n+1)); done ) & "
+      "echo $! >> pids; ";
+  RunProcess first(dir_, tcp({"crit", "--", "sh", "-c",
+                              "trap '' TERM; echo $$ >> pids; " + child_loop + child_loop +
+                                  "sleep 20 & echo $! >> pids; touch started; wait"}));
+  ASSERT_TRUE(waitFor([&] { return fileExists(path("started")); }, 10000)) << first.stderrText();
+  const std::vector<pid_t> pids = readPids(path("pids"));
+  KillOnExit cleanup{pids};
+  ASSERT_EQ(pids.size(), 4u);
+  auto anyRuns = [&] {
+    for (pid_t p : pids) {
+      if (processRuns(p)) return true;
+    }
+    return false;
+  };
+  for (pid_t p : pids) ASSERT_TRUE(processRuns(p)) << p;
+
+  kill(first.pid(), SIGKILL);
+  EXPECT_EQ(first.wait(), 128 + SIGKILL);
+  RunProcess second(dir_, tcp({"--wait", "20000", "crit", "--", "sh", "-c", "touch second"}));
+  // Whenever the second run holds the lock, nothing of the first CMD may still run.
+  bool overlapped = false;
+  ASSERT_TRUE(waitFor(
+      [&] {
+        if (!fileExists(path("second"))) return false;
+        overlapped = anyRuns();
+        return true;
+      },
+      15000))
+      << second.stderrText();
+  EXPECT_FALSE(overlapped) << "the second run got the lock while the first CMD still ran";
+  EXPECT_EQ(second.wait(), 0) << second.stderrText();
+  // And nothing of the first CMD is left behind.
+  EXPECT_TRUE(waitFor([&] { return !anyRuns(); }, 5000));
+}
+
+TEST_F(CliRunTest, CommandDiesWithSidelockRunEvenWithoutTheKeeper) {
+  // sidelock run and its keeper both SIGKILLed: the kernel's parent-death signal still stops CMD.
+  RunProcess first(dir_, tcp({"orphan", "--", "sh", "-c",
+                              "trap '' TERM; echo $$ > pids; touch started; n=0; "
+                              "while [ $n -lt 400 ]; do sleep 0.05; n=$((n+1)); done"}));
+  ASSERT_TRUE(waitFor([&] { return fileExists(path("started")); }, 10000)) << first.stderrText();
+  const std::vector<pid_t> pids = readPids(path("pids"));
+  KillOnExit cleanup{pids};
+  ASSERT_EQ(pids.size(), 1u);
+  const std::string self = std::to_string(first.pid());
+  std::vector<pid_t> children = readPids("/proc/" + self + "/task/" + self + "/children");
+  ASSERT_EQ(children.size(), 2u) << "CMD and the keeper";
+  for (pid_t child : children) {
+    if (child != pids[0]) kill(child, SIGKILL);
+  }
+  kill(first.pid(), SIGKILL);
+  EXPECT_EQ(first.wait(), 128 + SIGKILL);
+  EXPECT_TRUE(waitFor([&] { return !processRuns(pids[0]); }, 3000));
+  EXPECT_EQ(runSh("orphan", "exit 0", {"--wait", "5000"}), 0);
+}
+
+TEST_F(CliRunTest, AProcessThatLeftTheCommandsGroupKeepsTheLockWhileItRuns) {
+  // setsid takes `sleep` out of CMD's process group, so neither sidelock run nor its keeper stops
+  // it; the lease's connection it inherited keeps the lock for as long as it runs.
+  RunProcess first(dir_, tcp({"escaped", "--", "sh", "-c",
+                              "echo $$ > pids; setsid sleep 20 & echo $! >> pids; "
+                              "touch started; wait"}));
+  ASSERT_TRUE(waitFor([&] { return fileExists(path("started")); }, 10000)) << first.stderrText();
+  const std::vector<pid_t> pids = readPids(path("pids"));
+  KillOnExit cleanup{pids};
+  ASSERT_EQ(pids.size(), 2u);
+  ASSERT_TRUE(waitFor([&] { return processGroup(pids[1]) == pids[1]; }, 5000));
+  kill(first.pid(), SIGKILL);
+  EXPECT_EQ(first.wait(), 128 + SIGKILL);
+  ASSERT_TRUE(waitFor([&] { return !processRuns(pids[0]); }, 5000)) << "the keeper did not act";
+  ASSERT_TRUE(processRuns(pids[1]));
+  std::string err;
+  EXPECT_EQ(runSh("escaped", "exit 0", {"--wait", "0"}, &err), 75) << err;
+  kill(pids[1], SIGKILL);
+  EXPECT_EQ(runSh("escaped", "exit 0", {"--wait", "5000"}, &err), 0) << err;
+}
+
+TEST_F(CliRunTest, WhatTheCommandLeftRunningDiesBeforeTheLockIsReleased) {
+  RunProcess p(dir_, tcp({"left", "--", "sh", "-c",
+                          "trap '' TERM; echo $$ > pids; sleep 20 & echo $! >> pids; exit 7"}));
+  EXPECT_EQ(p.wait(), 7) << p.stderrText();
+  const std::vector<pid_t> pids = readPids(path("pids"));
+  KillOnExit cleanup{pids};
+  ASSERT_EQ(pids.size(), 2u);
+  // Gone by the time sidelock run exits: it reaped them (they were re-parented to it).
+  EXPECT_FALSE(processRuns(pids[1])) << "CMD's background child outlived sidelock run";
+  EXPECT_EQ(runSh("left", "exit 0", {"--wait", "0"}), 0);
+}
+
 TEST_F(CliRunTest, StopsTheCommandWhenTheLockIsLost) {
   // Short TTL: the sidecar renews every ~100 ms, so the deletion is noticed almost at once.
   RunProcess p(dir_, tcp({"--ttl", "300", "--grace", "5000", "lost", "--", "sh", "-c",
@@ -271,6 +404,29 @@ TEST_F(CliRunTest, UnreachableSidecarAndBadUsage) {
   RunProcess missing(dir_, tcp({"nf", "--", "/nonexistent/cmd"}));
   EXPECT_EQ(missing.wait(), 127);
   EXPECT_EQ(runSh("nf", "exit 0", {"--wait", "0"}), 0);
+}
+
+TEST_F(CliRunTest, OptionsAfterTheNameAreOptions) {
+  // This used to take the lock and then try to run "--wait" (exit 127).
+  RunProcess p(dir_, tcp({"after", "--wait", "0", "--", "sh", "-c", "exit 5"}));
+  EXPECT_EQ(p.wait(), 5) << p.stderrText();
+  RunProcess refused(dir_, tcp({"after", "-x", "--", "sh", "-c", "touch ran"}));
+  EXPECT_EQ(refused.wait(), 64);
+  EXPECT_NE(refused.stderrText().find("unknown option '-x'"), std::string::npos)
+      << refused.stderrText();
+  EXPECT_FALSE(fileExists(path("ran")));
+}
+
+TEST_F(CliRunTest, TopLevelUsageErrorsSayWhatWasWrong) {
+  RunProcess bogus(dir_, {"--bogus"}, "");
+  EXPECT_EQ(bogus.wait(), 64);
+  EXPECT_EQ(bogus.stderrText().rfind("sidelock: unknown option --bogus\n", 0), 0u)
+      << bogus.stderrText();
+  EXPECT_NE(bogus.stderrText().find("Usage:"), std::string::npos);
+  RunProcess no_file(dir_, {"--config"}, "");
+  EXPECT_EQ(no_file.wait(), 64);
+  EXPECT_EQ(no_file.stderrText().rfind("sidelock: --config needs a value\n", 0), 0u)
+      << no_file.stderrText();
 }
 
 TEST_F(CliRunTest, MaxHoldStopsTheCommand) {

@@ -2,8 +2,10 @@
 
 #include <map>
 
+#include "cli/command_line.h"
 #include "cli/exit_codes.h"
 #include "cli/run_options.h"
+#include "common/duration.h"
 
 namespace sidelock::cli {
 namespace {
@@ -50,6 +52,31 @@ TEST(RunOptionsTest, DoubleDashIsOptionalAndCommandArgsAreNotOptions) {
   opts = parse({"job", "--", "--", "x"});
   ASSERT_TRUE(opts.isOk());
   EXPECT_EQ(opts->command, (std::vector<std::string>{"--", "x"}));
+}
+
+TEST(RunOptionsTest, OptionsMayFollowTheName) {
+  // Used to take the lock and then run "--ttl" as the command.
+  auto opts = parse({"foo", "--ttl", "5s", "--", "true"});
+  ASSERT_TRUE(opts.isOk()) << opts.status().toString();
+  EXPECT_EQ(opts->name, "foo");
+  EXPECT_EQ(*opts->ttl_ms, 5000);
+  EXPECT_EQ(opts->command, (std::vector<std::string>{"true"}));
+  // Without "--", CMD starts at the first word that is not an option; its own options are its.
+  opts = parse({"--addr", "h:1", "foo", "--wait=0", "-q", "sh", "-c", "x", "--ttl", "1"});
+  ASSERT_TRUE(opts.isOk()) << opts.status().toString();
+  EXPECT_EQ(*opts->wait_ms, 0);
+  EXPECT_TRUE(opts->quiet);
+  EXPECT_FALSE(opts->ttl_ms);
+  EXPECT_EQ(opts->command, (std::vector<std::string>{"sh", "-c", "x", "--ttl", "1"}));
+  // "--" before NAME still ends the options.
+  opts = parse({"--", "-name-", "--", "-cmd"});
+  ASSERT_TRUE(opts.isOk()) << opts.status().toString();
+  EXPECT_EQ(opts->name, "-name-");
+  EXPECT_EQ(opts->command, (std::vector<std::string>{"-cmd"}));
+  // Help after the name too.
+  opts = parse({"foo", "--help"});
+  ASSERT_TRUE(opts.isOk());
+  EXPECT_TRUE(opts->help);
 }
 
 TEST(RunOptionsTest, AllOptionsBothSpellings) {
@@ -123,7 +150,7 @@ TEST(RunOptionsTest, BearerTokenComesFromTheEnvironmentOnly) {
       << "SIDELOCK_TOKEN is the fencing token handed to CMD, not a credential";
 }
 
-TEST(RunOptionsTest, HelpWinsAnywhereBeforeName) {
+TEST(RunOptionsTest, HelpWinsAnywhereBeforeCmd) {
   auto opts = parse({"--ttl", "5", "--help"});
   ASSERT_TRUE(opts.isOk());
   EXPECT_TRUE(opts->help);
@@ -148,6 +175,9 @@ TEST(RunOptionsTest, UsageErrorsHaveClearMessages) {
       {{"--wait", "", "j", "c"}, "empty duration"},
       {{"--max-hold", "0", "j", "c"}, "--max-hold must be > 0"},
       {{"--bogus", "j", "c"}, "unknown option '--bogus'"},
+      {{"j", "-c", "x"}, "a CMD that starts with '-' goes after --"},
+      {{"j", "--ttl", "0", "c"}, "--ttl must be > 0"},
+      {{"j", "--ttl"}, "--ttl needs a value"},
       {{"--socket", "/a", "--addr", "h:1", "j", "c"}, "not both"},
       {{"--socket=", "j", "c"}, "--socket needs a path"},
       {{"", "c"}, "must not be empty"},
@@ -184,6 +214,44 @@ TEST(RunOptionsTest, UsageListsEveryOptionAndExitCode) {
                              " 76 ",          " 124 ",          " 126 ",          " 127 ",
                              "128+N"}) {
     EXPECT_NE(usage.find(needle), std::string::npos) << needle;
+  }
+}
+
+TEST(CommandLineTest, CommandsAndTheConfigFile) {
+  auto line = parseCommandLine({"--config", "/etc/sidelock.yaml"});
+  ASSERT_TRUE(line.isOk()) << line.status().toString();
+  EXPECT_EQ(line->command, Command::kServe);
+  EXPECT_EQ(line->config_path, "/etc/sidelock.yaml");
+  line = parseCommandLine({"--check-config=a.yaml"});
+  ASSERT_TRUE(line.isOk());
+  EXPECT_EQ(line->command, Command::kCheckConfig);
+  EXPECT_EQ(line->config_path, "a.yaml");
+  EXPECT_EQ(parseCommandLine({"run", "--bogus"})->command, Command::kRun);
+  EXPECT_EQ(parseCommandLine({"locks"})->command, Command::kLocks);
+  EXPECT_EQ(parseCommandLine({"-V"})->command, Command::kVersion);
+  EXPECT_EQ(parseCommandLine({"--help"})->command, Command::kHelp);
+}
+
+TEST(CommandLineTest, UsageErrorsSayWhatWasWrong) {
+  struct Case {
+    std::vector<std::string> args;
+    std::string message;
+  };
+  const Case cases[] = {
+      {{"--bogus"}, "unknown option --bogus"},
+      {{"--config"}, "--config needs a value"},
+      {{"--config="}, "--config needs a value"},
+      {{"--check-config"}, "--check-config needs a value"},
+      {{"--config", "a.yaml", "b.yaml"}, "unexpected argument 'b.yaml'"},
+      {{"--version", "x"}, "unexpected argument 'x'"},
+      {{"serve"}, "unknown command 'serve'"},
+      {{}, "missing --config FILE (or a command)"},
+  };
+  for (const Case& c : cases) {
+    auto line = parseCommandLine(c.args);
+    ASSERT_FALSE(line.isOk()) << ::testing::PrintToString(c.args);
+    EXPECT_EQ(line.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_EQ(line.status().message(), c.message);
   }
 }
 

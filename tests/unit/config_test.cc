@@ -4,6 +4,8 @@
 #include <stdlib.h>
 
 #include <fstream>
+#include <iterator>
+#include <sstream>
 
 namespace sidelock::config {
 namespace {
@@ -64,9 +66,11 @@ TEST(ConfigTest, ErrorsNameTheKey) {
   EXPECT_NE(errorOf("backend:\n  type: etcd\n").find("backend.type:"), std::string::npos);
   EXPECT_NE(errorOf("locks:\n  default_ttl_ms: -5\n").find("locks.default_ttl_ms:"),
             std::string::npos);
-  EXPECT_NE(
-      errorOf("locks:\n  default_ttl_ms: abc\n").find("locks.default_ttl_ms: must be an integer"),
-      std::string::npos);
+  EXPECT_NE(errorOf("locks:\n  default_ttl_ms: abc\n")
+                .find("locks.default_ttl_ms: must be milliseconds or a duration"),
+            std::string::npos);
+  EXPECT_NE(errorOf("locks:\n  max_waiters: abc\n").find("locks.max_waiters: must be an integer"),
+            std::string::npos);
   EXPECT_NE(errorOf("backend:\n  nodes: [\"nohost\"]\n").find("backend.nodes[0]"),
             std::string::npos);
   EXPECT_NE(
@@ -82,6 +86,62 @@ TEST(ConfigTest, ErrorsNameTheKey) {
   EXPECT_NE(errorOf("listen: {tcp: \"x\"\n").find("YAML"), std::string::npos);
   EXPECT_NE(errorOf("locks:\n  default_ttl_ms: 900000\n").find("locks.default_ttl_ms"),
             std::string::npos);
+}
+
+TEST(ConfigTest, MillisecondKeysTakeDurationsWithUnits) {
+  auto c = loadConfigFromString(
+      "listen:\n  header_timeout_ms: 500ms\nbackend:\n  connect_timeout_ms: \"2s\"\n"
+      "locks:\n  default_ttl_ms: 30s\n  max_wait_ms: 5m\n  default_max_hold_ms: 1h\n"
+      "  retry_min_ms: 2\nshutdown:\n  grace_ms: 10s\n");
+  ASSERT_TRUE(c.isOk()) << c.status().toString();
+  EXPECT_EQ(c->listen.header_timeout_ms, 500);
+  EXPECT_EQ(c->backend.connect_timeout_ms, 2000);
+  EXPECT_EQ(c->locks.default_ttl_ms, 30'000);
+  EXPECT_EQ(c->locks.max_wait_ms, 300'000);
+  EXPECT_EQ(c->locks.default_max_hold_ms, 3'600'000);
+  EXPECT_EQ(c->locks.retry_min_ms, 2);
+  EXPECT_EQ(c->shutdown.grace_ms, 10'000);
+
+  // Bad input names the key and says what is wrong; a range check shows the milliseconds.
+  EXPECT_EQ(errorOf("locks:\n  default_ttl_ms: 30x\n"),
+            "locks.default_ttl_ms: must be milliseconds or a duration with a unit (500ms, 30s, "
+            "5m, 2h): '30x': unknown unit (use ms, s, m or h)");
+  EXPECT_NE(errorOf("locks:\n  default_ttl_ms: 1.5s\n").find("locks.default_ttl_ms: "),
+            std::string::npos);
+  EXPECT_NE(errorOf("locks:\n  default_ttl_ms: -5s\n").find("not a duration"), std::string::npos);
+  EXPECT_EQ(errorOf("locks:\n  default_ttl_ms: 700h\n"),
+            "locks.default_ttl_ms: must be between 1 and 604800000, got 700h (2520000000 ms)");
+  EXPECT_EQ(errorOf("locks:\n  default_ttl_ms: -5\n"),
+            "locks.default_ttl_ms: must be between 1 and 604800000, got -5");
+  // Counts are not durations.
+  EXPECT_NE(errorOf("listen:\n  max_connections: 5s\n").find("listen.max_connections: must be an "
+                                                             "integer"),
+            std::string::npos);
+
+  // Every *_ms key of the shipped example takes a unit: its values written as "<N>ms" load.
+  std::ifstream in(std::string(SIDELOCK_SOURCE_DIR) + "/config/sidelock.yaml");
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::string with_units;
+  int keys = 0;
+  std::istringstream lines(text);
+  for (std::string line; std::getline(lines, line);) {
+    size_t colon = line.find(':');
+    size_t hash = line.find('#');
+    bool ms_key = colon != std::string::npos && (hash == std::string::npos || hash > colon) &&
+                  line.find("_ms") != std::string::npos && line.find("_ms") < colon;
+    if (ms_key) {
+      size_t digits = line.find_first_of("0123456789", colon);
+      size_t digits_end = line.find_first_not_of("0123456789", digits);
+      if (digits_end == std::string::npos) digits_end = line.size();
+      line.insert(digits_end, "ms");
+      ++keys;
+    }
+    with_units += line + "\n";
+  }
+  EXPECT_GE(keys, 18);
+  auto shipped = loadConfigFromString(with_units);
+  ASSERT_TRUE(shipped.isOk()) << shipped.status().toString() << "\n" << with_units;
+  EXPECT_EQ(shipped->locks.max_hold_ms_limit, 86'400'000);
 }
 
 TEST(ConfigTest, DaprSectionParsesAndIsValidated) {
