@@ -95,6 +95,10 @@ IdempotencyCache::Lookup IdempotencyCache::begin(const std::string& key, http::R
     return found;
   }
   found.kind = Lookup::Kind::kAttached;
+  // A client whose timeout is shorter than the first attempt retries again and again: only the
+  // retries still connected are kept.
+  std::erase_if(it->second.retries,
+                [](const http::ResponderPtr& r) { return !r->clientConnected(); });
   it->second.retries.push_back(std::move(retry));
   return found;
 }
@@ -123,15 +127,6 @@ std::vector<http::ResponderPtr> IdempotencyCache::finish(const std::string& key,
 void IdempotencyCache::forget(const std::string& key, Id id) {
   auto it = entries_.find(key);
   if (it != entries_.end() && it->second.id == id && it->second.answered) erase(it);
-}
-
-bool IdempotencyCache::retryListening(const std::string& key, Id id) const {
-  auto it = entries_.find(key);
-  if (it == entries_.end() || it->second.id != id) return false;
-  for (const auto& retry : it->second.retries) {
-    if (retry->clientConnected()) return true;
-  }
-  return false;
 }
 
 void IdempotencyCache::sweep(int64_t now_us) { evict(now_us); }

@@ -72,8 +72,6 @@ class IdempotencyCache {
                                          int64_t now_us);
   /// Forgets the answer `id` left under `key` (the grant it names was given back or is gone).
   void forget(const std::string& key, Id id);
-  /// Whether a retry attached to claim `id` is still connected (who would read the answer).
-  bool retryListening(const std::string& key, Id id) const;
 
   /// Drops the answers whose window is over (the caller's timer calls it at nextExpiryUs()).
   void sweep(int64_t now_us);
