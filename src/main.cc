@@ -226,7 +226,7 @@ int runSidecar(const config::Config& cfg) {
   s.metrics = std::make_unique<metrics::Metrics>(SIDELOCK_VERSION);
   s.backend = makeBackend(s, cfg);
   s.locks = std::make_unique<lock::LockService>(cfg.locks, *s.backend, *s.scheduler, *s.metrics);
-  s.api = std::make_unique<api::LockApi>(cfg.locks, *s.locks, *s.metrics);
+  s.api = std::make_unique<api::LockApi>(cfg.locks, *s.locks, *s.metrics, *s.scheduler);
   s.dapr_api = std::make_unique<api::DaprApi>(cfg.dapr, cfg.locks, *s.locks);
   s.router = std::make_unique<http::Router>();
   std::vector<api::Route> lock_routes = s.api->routes();

@@ -56,9 +56,39 @@ std::string retryScope(std::string_view name, std::string_view owner,
   return scope;
 }
 
+/// Where a request's answer is filed under its request_id; empty without one.
+std::string replayKey(std::string_view route, std::string_view scope, std::string_view request_id) {
+  return request_id.empty() ? std::string() : IdempotencyCache::keyOf(route, scope, request_id);
+}
+
+using Answer = IdempotencyCache::Answer;
+
 /// Sends a remembered (or just computed) answer.
-void sendAnswer(const http::ResponderPtr& res, const IdempotencyCache::Answer& a) {
+void sendAnswer(const http::ResponderPtr& res, const Answer& a) {
   res->send(a.status, "application/json", a.body, a.headers);
+}
+
+/// The body of every v1 error: {"error": code, "message": message}.
+std::string errorBody(std::string_view code, std::string_view message) {
+  return JsonObject().text("error", code).text("message", message).finish();
+}
+
+Answer errorAnswer(int status, std::string_view code, std::string_view message) {
+  return Answer{status, errorBody(code, message), {}, {}, 0};
+}
+
+/// 409 and 429: come back later, with the hint in the body and as Retry-After (whole seconds).
+/// `limit` (429 only) names the config key of the queue limit that was hit.
+Answer retryLaterAnswer(int status, std::string_view code, std::string_view message,
+                        int64_t retry_after_ms, std::string_view limit = {}) {
+  JsonObject answer;
+  answer.text("error", code);
+  if (!limit.empty()) answer.text("limit", limit);
+  return Answer{status,
+                answer.text("message", message).integer("retry_after_ms", retry_after_ms).finish(),
+                {{"Retry-After", std::to_string((retry_after_ms + 999) / 1000)}},
+                {},
+                0};
 }
 
 /// An owner id in `field` ("owner", or a semaphore's "permit"): 1..max_bytes printable ASCII.
@@ -105,22 +135,22 @@ void sendBodyError(const http::ResponderPtr& res, const RequestBody& b) {
 }
 
 /// Maps a backend Status to the API's error answer.
-void sendBackendError(const http::ResponderPtr& res, const Status& status) {
+Answer backendErrorAnswer(const Status& status) {
   switch (status.code()) {
     case StatusCode::kCancelled:
-      sendError(res, 503, "shutting_down", "the sidecar is shutting down");
-      return;
+      return errorAnswer(503, "shutting_down", "the sidecar is shutting down");
     case StatusCode::kInvalidArgument:  // e.g. a Redlock TTL no larger than its own drift
-      sendError(res, 400, "bad_request", status.message());
-      return;
+      return errorAnswer(400, "bad_request", status.message());
     case StatusCode::kUnavailable:
     case StatusCode::kDeadlineExceeded:
-      sendError(res, 503, "backend_unavailable", status.message());
-      return;
+      return errorAnswer(503, "backend_unavailable", status.message());
     default:
-      sendError(res, 503, "backend_error", status.message());
-      return;
+      return errorAnswer(503, "backend_error", status.message());
   }
+}
+
+void sendBackendError(const http::ResponderPtr& res, const Status& status) {
+  sendAnswer(res, backendErrorAnswer(status));
 }
 
 const char* nodeState(const lock::NodeHealth& n) {
@@ -139,11 +169,6 @@ json healthJson(const lock::BackendHealth& h) {
   return nodes;
 }
 
-/// The body of every v1 error: {"error": code, "message": message}.
-std::string errorBody(std::string_view code, std::string_view message) {
-  return JsonObject().text("error", code).text("message", message).finish();
-}
-
 }  // namespace
 
 void sendError(const http::ResponderPtr& res, int status, std::string_view code,
@@ -151,16 +176,9 @@ void sendError(const http::ResponderPtr& res, int status, std::string_view code,
   res->send(status, kJson, errorBody(code, message));
 }
 
-// 409 and 429: come back later, with the hint in the body and as Retry-After (whole seconds).
-// `limit` (429 only) names the config key of the queue limit that was hit.
 void sendRetryLater(const http::ResponderPtr& res, int status, std::string_view code,
                     std::string_view message, int64_t retry_after_ms, std::string_view limit = {}) {
-  JsonObject answer;
-  answer.text("error", code);
-  if (!limit.empty()) answer.text("limit", limit);
-  res->send(status, kJson,
-            answer.text("message", message).integer("retry_after_ms", retry_after_ms).finish(),
-            {{"Retry-After", std::to_string((retry_after_ms + 999) / 1000)}});
+  sendAnswer(res, retryLaterAnswer(status, code, message, retry_after_ms, limit));
 }
 
 std::string LockApi::lockNameProblem(std::string_view name, size_t max_bytes) {
@@ -202,12 +220,32 @@ bool LockApi::mayUseLock(const http::Principal* principal, std::string_view name
 }
 
 LockApi::LockApi(const config::LocksConfig& locks, lock::LockService& service,
-                 metrics::Metrics& metrics)
+                 metrics::Metrics& metrics, event::Scheduler& scheduler)
     : locks_(locks),
       service_(service),
       metrics_(metrics),
-      replies_(std::make_shared<IdempotencyCache>(locks.request_id_window_ms,
-                                                  static_cast<size_t>(locks.max_request_ids))) {}
+      scheduler_(scheduler),
+      replies_(std::make_shared<IdempotencyCache>(
+          locks.request_id_window_ms, static_cast<size_t>(locks.max_request_ids),
+          static_cast<size_t>(locks.max_request_id_bytes))) {
+  metrics_.addScrapeHook([replies = std::weak_ptr<IdempotencyCache>(replies_), m = &metrics] {
+    if (auto r = replies.lock()) m->request_id_bytes.Set(static_cast<double>(r->bytes()));
+  });
+}
+
+void LockApi::scheduleSweep() {
+  if (sweep_timer_.pending()) return;
+  const int64_t next_us = replies_->nextExpiryUs();
+  // Nothing remembered yet (a claim is in flight): its answer expires a window from now at the
+  // earliest. A second's slack batches the answers of one burst into one sweep.
+  const int64_t delay_ms =
+      next_us == 0 ? locks_.request_id_window_ms : (next_us - monotonicUs()) / 1000 + 1;
+  sweep_timer_.start(scheduler_, std::max<int64_t>(delay_ms, 1000), [this] {
+    sweep_timer_.markFired();
+    replies_->sweep(monotonicUs());
+    if (replies_->size() > 0) scheduleSweep();
+  });
+}
 
 std::vector<Route> LockApi::routes() {
   auto bind = [this](void (LockApi::*fn)(http::Request&, http::ResponderPtr)) {
@@ -320,14 +358,26 @@ struct AcquireCall {
   std::string owner;
   bool stream = false;
   bool finished = false;  // stream ended or plain response sent
-  // request_id retries (plain leases only): the answer is remembered under it.
-  std::string request_id;
-  std::string retry_scope;  // retryScope() of the request
+  // request_id (plain leases only): the answer is remembered under replay_key, and retries that
+  // arrive while this call runs are attached to its claim and answered with it.
+  std::string replay_key;          // empty without a request_id
+  IdempotencyCache::Id claim = 0;  // 0: none (no request_id, replays off, or finished)
   std::shared_ptr<IdempotencyCache> replies;
   std::string given_owner;  // the client's own owner id, if it chose one
   bool auto_renew = false;
   int64_t ttl_ms = 0;
   bool semaphore = false;  // answers name the permit, not the owner
+
+  /// Ends the claim (remembering `remember`, if given): the retries waiting for this answer.
+  std::vector<http::ResponderPtr> finishClaim(const Answer* remember) {
+    if (claim == 0) return {};
+    return replies->finish(replay_key, std::exchange(claim, 0), remember, monotonicUs());
+  }
+  /// Answers the request and every retry of it with an answer that is not remembered.
+  void answerAll(const Answer& answer) {
+    sendAnswer(responder, answer);
+    for (const auto& retry : finishClaim(nullptr)) sendAnswer(retry, answer);
+  }
 };
 
 /// A retried acquire (request_id) of a client that chose its owner id, answered busy: if the
@@ -339,23 +389,50 @@ void reclaimOwnGrant(const std::shared_ptr<AcquireCall>& call, const std::string
       name, call->given_owner, call->ttl_ms,
       [call, name, retry_after_ms](StatusOr<lock::ExtendResult> extended) {
         if (!extended.isOk() || extended->status != lock::ExtendStatus::kExtended) {
-          return sendRetryLater(call->responder, 409, "locked", "the lock is held by another owner",
-                                retry_after_ms);
+          return call->answerAll(
+              retryLaterAnswer(409, "locked", "the lock is held by another owner", retry_after_ms));
         }
         const int64_t ttl_ms = extended->ttl_ms;
         call->service->inspect(name, [call, name, ttl_ms](StatusOr<lock::LockState> state) {
-          if (!state.isOk()) return sendBackendError(call->responder, state.status());
-          IdempotencyCache::Answer answer{
-              200,
-              grantAnswer({name, call->given_owner, state->token, ttl_ms}),
-              {},
-              call->given_owner,
-              state->token};
-          call->replies->store(kAcquireRoute, call->retry_scope, call->request_id, answer,
-                               monotonicUs());
+          if (!state.isOk()) return call->answerAll(backendErrorAnswer(state.status()));
+          const Answer answer{200,
+                              grantAnswer({name, call->given_owner, state->token, ttl_ms}),
+                              {},
+                              call->given_owner,
+                              state->token};
           sendAnswer(call->responder, answer);
+          for (const auto& retry : call->finishClaim(&answer)) sendAnswer(retry, answer);
         });
       });
+}
+
+/// A plain (not stream) grant: answered to the request and to every retry waiting for it. Given
+/// back at once when none of them is still connected. Given back later when every answer provably
+/// went unread, unless it is a plain lease remembered for a retry (the retry claims it, or its
+/// TTL ends it); an auto_renew lease is renewed until released, so it is always given back then,
+/// and forgotten with it: a retry must not be handed a lease that was given back.
+void deliverGrant(const std::shared_ptr<AcquireCall>& call, const lock::Grant& grant) {
+  const IdempotencyCache::Id remembered_as = call->claim;
+  const Answer answer{200, grantAnswer(grant), {}, grant.owner, grant.token};
+  std::vector<http::ResponderPtr> readers = call->finishClaim(&answer);
+  readers.push_back(call->responder);
+  std::erase_if(readers, [](const http::ResponderPtr& r) { return !r->clientConnected(); });
+  auto give_back = [service = call->service, metrics = call->metrics, replies = call->replies,
+                    key = call->replay_key, remembered_as, name = grant.name, owner = grant.owner] {
+    metrics->grants_undelivered.Increment();
+    if (remembered_as != 0) replies->forget(key, remembered_as);
+    service->release(name, owner, [](StatusOr<lock::ReleaseStatus>) {});
+  };
+  if (readers.empty()) return give_back();
+  if (remembered_as == 0 || call->auto_renew) {
+    auto unread = std::make_shared<size_t>(readers.size());
+    for (const auto& reader : readers) {
+      reader->onUndelivered([unread, give_back] {
+        if (--*unread == 0) give_back();
+      });
+    }
+  }
+  for (const auto& reader : readers) sendAnswer(reader, answer);
 }
 
 const char* leaseEventName(lock::LeaseEvent e) {
@@ -423,39 +500,52 @@ void LockApi::acquire(http::Request& req, http::ResponderPtr res) {
     return;
   }
   applyHold(body, hold, locks_.max_hold_ms_limit, opts);
-  if (!request_id.empty()) {
-    if (const auto* first = replies_->find(kAcquireRoute, retry_scope, request_id, monotonicUs())) {
-      return retryGrant(std::move(opts), std::string(request_id), retry_scope, first->owner,
-                        first->token, std::move(res));
-    }
+  beginAcquire(std::move(opts), replayKey(kAcquireRoute, retry_scope, request_id), std::move(res));
+}
+
+void LockApi::beginAcquire(lock::AcquireOptions opts, std::string replay_key,
+                           http::ResponderPtr res) {
+  if (replay_key.empty()) return startAcquire(std::move(opts), {}, 0, std::move(res));
+  const IdempotencyCache::Lookup found = replies_->begin(replay_key, res, monotonicUs());
+  switch (found.kind) {
+    case IdempotencyCache::Lookup::Kind::kAttached:
+      return;  // answered when the first attempt is (finishClaim)
+    case IdempotencyCache::Lookup::Kind::kReplay:
+      return retryGrant(std::move(opts), std::move(replay_key), found.id, found.answer->owner,
+                        found.answer->token, std::move(res));
+    case IdempotencyCache::Lookup::Kind::kRun:
+      scheduleSweep();
+      break;
+    case IdempotencyCache::Lookup::Kind::kOff:
+      break;
   }
-  startAcquire(std::move(opts), std::string(request_id), retry_scope, std::move(res));
+  startAcquire(std::move(opts), std::move(replay_key), found.id, std::move(res));
 }
 
 // A retry of an acquire that was granted: the same grant, if that lease is still its owner's
 // (an owner-checked extend proves it and sets the TTL anew; a replayed answer alone could hand
 // out a lease that expired or was released since). Otherwise the retry is a new acquire.
-void LockApi::retryGrant(lock::AcquireOptions opts, std::string request_id, std::string retry_scope,
-                         std::string owner, uint64_t token, http::ResponderPtr res) {
+void LockApi::retryGrant(lock::AcquireOptions opts, std::string replay_key,
+                         IdempotencyCache::Id answer_id, std::string owner, uint64_t token,
+                         http::ResponderPtr res) {
   const std::string name = opts.name;
   const int64_t ttl_ms = opts.ttl_ms;
   service_.extend(
       name, owner, ttl_ms,
-      [this, opts = std::move(opts), request_id = std::move(request_id),
-       retry_scope = std::move(retry_scope), owner, token,
+      [this, opts = std::move(opts), replay_key = std::move(replay_key), answer_id, owner, token,
        res = std::move(res)](StatusOr<lock::ExtendResult> r) mutable {
         if (!r.isOk()) return sendBackendError(res, r.status());
         if (r->status == lock::ExtendStatus::kExtended) {
           return res->send(200, kJson, grantAnswer({opts.name, owner, token, r->ttl_ms}));
         }
-        replies_->erase(kAcquireRoute, retry_scope, request_id);
-        startAcquire(std::move(opts), std::move(request_id), std::move(retry_scope),
-                     std::move(res));
+        // (Another retry may have claimed the key anew meanwhile: then this one waits for it.)
+        replies_->forget(replay_key, answer_id);
+        beginAcquire(std::move(opts), std::move(replay_key), std::move(res));
       });
 }
 
-void LockApi::startAcquire(lock::AcquireOptions opts, std::string request_id,
-                           std::string retry_scope, http::ResponderPtr res) {
+void LockApi::startAcquire(lock::AcquireOptions opts, std::string replay_key,
+                           IdempotencyCache::Id claim, http::ResponderPtr res) {
   auto call = std::make_shared<AcquireCall>();
   call->responder = res;
   call->name = opts.name;
@@ -483,8 +573,8 @@ void LockApi::startAcquire(lock::AcquireOptions opts, std::string request_id,
   call->service = &service_;
   call->locks = &locks_;
   call->metrics = &metrics_;
-  call->request_id = std::move(request_id);
-  call->retry_scope = std::move(retry_scope);
+  call->replay_key = std::move(replay_key);
+  call->claim = claim;
   call->replies = replies_;
   call->given_owner = opts.owner;  // empty: the service generates one
   call->auto_renew = opts.auto_renew;
@@ -495,89 +585,64 @@ void LockApi::startAcquire(lock::AcquireOptions opts, std::string request_id,
     switch (r.status) {
       case lock::AcquireStatus::kGranted:
         call->granted = true;
-        if (call->stream) call->owner = r.grant.owner;
+        if (!call->stream) {
+          call->finished = true;
+          return deliverGrant(call, r.grant);
+        }
+        call->owner = r.grant.owner;
         if (!out->clientConnected()) {
           // The client left between grant and answer (its client-gone callback may still be
-          // queued): nobody will learn of this lease, so give the lock back now — a plain or
-          // auto_renew lease would otherwise be held (and renewed) for nobody.
+          // queued): nobody will learn of this lease, so give the lock back now — it would
+          // otherwise be renewed for nobody.
           call->metrics->grants_undelivered.Increment();
           call->service->release(r.grant.name, r.grant.owner, [](StatusOr<lock::ReleaseStatus>) {});
           call->finished = true;
           return;
         }
-        if (call->stream) {
-          // A dropped stream releases its lease through onClientGone.
-          out->startStream(200, "application/x-ndjson");
-          out->writeChunk(grantAnswer(r.grant, "acquired"));
-        } else {
-          call->finished = true;
-          if (!call->request_id.empty()) {
-            // Remembered for the retry, which then gets this very grant; so it is not given
-            // back if undelivered (a plain lease ends by its TTL even if no retry comes).
-            IdempotencyCache::Answer answer{
-                200, grantAnswer(r.grant), {}, r.grant.owner, r.grant.token};
-            call->replies->store(kAcquireRoute, call->retry_scope, call->request_id, answer,
-                                 monotonicUs());
-            if (!call->auto_renew) return sendAnswer(out, answer);
-          }
-          // The client may still hang up after the answer left: if it provably never read it
-          // (the connection reset), nobody can use or release this lease; give it back.
-          // An auto_renew grant remembered for a retry is forgotten with it: a retry must not be
-          // handed a lease that was given back.
-          out->onUndelivered([service = call->service, metrics = call->metrics, name = r.grant.name,
-                              owner = r.grant.owner, replies = call->replies,
-                              scope = call->retry_scope, request_id = call->request_id] {
-            metrics->grants_undelivered.Increment();
-            if (!request_id.empty()) replies->erase(kAcquireRoute, scope, request_id);
-            service->release(name, owner, [](StatusOr<lock::ReleaseStatus>) {});
-          });
-          out->send(200, kJson, grantAnswer(r.grant));
-        }
+        // A dropped stream releases its lease through onClientGone.
+        out->startStream(200, "application/x-ndjson");
+        out->writeChunk(grantAnswer(r.grant, "acquired"));
         return;
       case lock::AcquireStatus::kBusy: {
         call->finished = true;
-        if (!call->request_id.empty() && !call->given_owner.empty() && !call->auto_renew &&
+        if (!call->replay_key.empty() && !call->given_owner.empty() && !call->auto_renew &&
             lock::lockRefOf(call->name).kind != lock::LockKind::kShared) {
           // (A reader's token cannot be read back: the counter moves with every reader.)
           return reclaimOwnGrant(call, call->name, r.retry_after_ms);
         }
         if (call->semaphore) {
-          sendRetryLater(out, 409, "no_permits", "every permit of the semaphore is taken",
-                         r.retry_after_ms);
-          return;
+          return call->answerAll(retryLaterAnswer(
+              409, "no_permits", "every permit of the semaphore is taken", r.retry_after_ms));
         }
-        sendRetryLater(out, 409, "locked", "the lock is held by another owner", r.retry_after_ms);
-        return;
+        return call->answerAll(
+            retryLaterAnswer(409, "locked", "the lock is held by another owner", r.retry_after_ms));
       }
       case lock::AcquireStatus::kLimitMismatch:
         call->finished = true;
-        sendError(out, 409, "limit_mismatch",
-                  "the semaphore has limit " + std::to_string(r.semaphore_limit) +
-                      " while its permits are held; acquire with that limit");
-        return;
+        return call->answerAll(
+            errorAnswer(409, "limit_mismatch",
+                        "the semaphore has limit " + std::to_string(r.semaphore_limit) +
+                            " while its permits are held; acquire with that limit"));
       case lock::AcquireStatus::kTooManyWaiters:
         call->finished = true;
         if (r.limit == lock::WaiterLimit::kSidecar) {
-          sendRetryLater(out, 429, "too_many_waiters",
-                         "the lock is held and the sidecar's waiter budget (max_waiters " +
-                             std::to_string(call->locks->max_waiters) + ") is used up",
-                         r.retry_after_ms, "max_waiters");
-        } else {
-          sendRetryLater(out, 429, "too_many_waiters",
-                         "too many waiters queued for this lock (max_waiters_per_lock " +
-                             std::to_string(call->locks->max_waiters_per_lock) + ")",
-                         r.retry_after_ms, "max_waiters_per_lock");
+          return call->answerAll(
+              retryLaterAnswer(429, "too_many_waiters",
+                               "the lock is held and the sidecar's waiter budget (max_waiters " +
+                                   std::to_string(call->locks->max_waiters) + ") is used up",
+                               r.retry_after_ms, "max_waiters"));
         }
-        return;
+        return call->answerAll(
+            retryLaterAnswer(429, "too_many_waiters",
+                             "too many waiters queued for this lock (max_waiters_per_lock " +
+                                 std::to_string(call->locks->max_waiters_per_lock) + ")",
+                             r.retry_after_ms, "max_waiters_per_lock"));
       case lock::AcquireStatus::kCancelled:
         call->finished = true;
-        if (out->clientConnected())
-          sendError(out, 503, "shutting_down", "the sidecar is shutting down");
-        return;
+        return call->answerAll(errorAnswer(503, "shutting_down", "the sidecar is shutting down"));
       case lock::AcquireStatus::kError:
         call->finished = true;
-        sendBackendError(out, r.error);
-        return;
+        return call->answerAll(backendErrorAnswer(r.error));
     }
   };
 
@@ -589,7 +654,10 @@ void LockApi::startAcquire(lock::AcquireOptions opts, std::string request_id,
     auto c = weak.lock();
     if (!c) return;
     if (!c->granted) {
-      c->ticket.cancel();
+      // With a request_id the acquire runs on: its client's retry (attached now or later) gets
+      // its answer rather than running a second time. Granted with nobody left to read it, the
+      // lease is given back (deliverGrant).
+      if (c->claim == 0) c->ticket.cancel();
       return;
     }
     if (c->stream && !c->finished) {
@@ -633,55 +701,72 @@ void LockApi::release(http::Request& req, http::ResponderPtr res) {
   const std::string name = leaseKey(req.param("name"), owner, shared, body.has(BodyField::kMode));
   // Filed under the lock's own name: a retry finds the first answer whatever mode it resolves to.
   const std::string retry_scope = retryScope(req.param("name"), owner, req.principal.get());
-  if (!request_id.empty()) {
-    if (const auto* first = replies_->find(kReleaseRoute, retry_scope, request_id, monotonicUs())) {
-      return sendAnswer(res, *first);  // a retried release gets the first answer
-    }
-  }
-  auto error = [](int status, std::string_view code, std::string_view message) {
-    IdempotencyCache::Answer answer;
-    answer.status = status;
-    answer.body = errorBody(code, message);
-    return answer;
-  };
-  service_.release(
-      name, owner,
-      [service = &service_, res, error, name, owner = std::string(owner), retry_scope,
-       request_id = std::string(request_id), replies = replies_](StatusOr<lock::ReleaseStatus> r) {
-        if (!r.isOk()) return sendBackendError(res, r.status());  // not remembered: retry for real
-        IdempotencyCache::Answer answer;
-        switch (*r) {
-          case lock::ReleaseStatus::kReleased:
-            answer.status = 200;
-            answer.body = JsonObject().boolean("released", true).finish();
-            break;
-          case lock::ReleaseStatus::kHoldReleased: {
-            // One hold of a re-entered lease: it stays held. The holds left are known here when
-            // this sidecar holds the lease (holds taken through another sidecar count too).
-            answer.status = 200;
-            JsonObject body;
-            body.boolean("released", true).boolean("held", true);
-            if (const int64_t left = service->holds(name, owner); left > 0) {
-              body.integer("holds", left);
-            }
-            answer.body = body.finish();
-            break;
-          }
-          case lock::ReleaseStatus::kNotOwner:
-            answer = error(409, "not_owner", "the lock is held by another owner");
-            break;
-          case lock::ReleaseStatus::kNotHeld:
-            answer = error(404, "not_held", "no such lease (it expired or was released)");
-            break;
-          case lock::ReleaseStatus::kLeaseLost:
-            answer = error(404, "lease_lost",
-                           "the lease was lost before release (expired or taken by another owner)");
-            break;
-        }
-        if (!request_id.empty())
-          replies->store(kReleaseRoute, retry_scope, request_id, answer, monotonicUs());
-        sendAnswer(res, answer);
+  releaseOnce(
+      replayKey(kReleaseRoute, retry_scope, request_id), std::move(res),
+      [this, name, owner = std::string(owner)](const AnswerFn& answer_with) {
+        service_.release(
+            name, owner,
+            [service = &service_, name, owner, answer_with](StatusOr<lock::ReleaseStatus> r) {
+              // Not remembered: a later retry runs for real.
+              if (!r.isOk()) return answer_with(backendErrorAnswer(r.status()), false);
+              Answer answer;
+              switch (*r) {
+                case lock::ReleaseStatus::kReleased:
+                  answer.status = 200;
+                  answer.body = JsonObject().boolean("released", true).finish();
+                  break;
+                case lock::ReleaseStatus::kHoldReleased: {
+                  // One hold of a re-entered lease: it stays held. The holds left are known here
+                  // when this sidecar holds the lease (holds taken through another sidecar count
+                  // too).
+                  answer.status = 200;
+                  JsonObject body;
+                  body.boolean("released", true).boolean("held", true);
+                  if (const int64_t left = service->holds(name, owner); left > 0) {
+                    body.integer("holds", left);
+                  }
+                  answer.body = body.finish();
+                  break;
+                }
+                case lock::ReleaseStatus::kNotOwner:
+                  answer = errorAnswer(409, "not_owner", "the lock is held by another owner");
+                  break;
+                case lock::ReleaseStatus::kNotHeld:
+                  answer =
+                      errorAnswer(404, "not_held", "no such lease (it expired or was released)");
+                  break;
+                case lock::ReleaseStatus::kLeaseLost:
+                  answer = errorAnswer(
+                      404, "lease_lost",
+                      "the lease was lost before release (expired or taken by another owner)");
+                  break;
+              }
+              answer_with(answer, true);
+            });
       });
+}
+
+void LockApi::releaseOnce(std::string replay_key, http::ResponderPtr res,
+                          const std::function<void(AnswerFn)>& run) {
+  IdempotencyCache::Id claim = 0;
+  if (!replay_key.empty()) {
+    const IdempotencyCache::Lookup found = replies_->begin(replay_key, res, monotonicUs());
+    if (found.kind == IdempotencyCache::Lookup::Kind::kReplay) {
+      return sendAnswer(res, *found.answer);  // a retried release gets the first answer
+    }
+    if (found.kind == IdempotencyCache::Lookup::Kind::kAttached) return;  // answered with it
+    if (found.kind == IdempotencyCache::Lookup::Kind::kRun) scheduleSweep();
+    claim = found.id;
+  }
+  run([res = std::move(res), replay_key = std::move(replay_key), claim, replies = replies_](
+          const Answer& answer, bool remember) {
+    std::vector<http::ResponderPtr> retries;
+    if (claim != 0) {
+      retries = replies->finish(replay_key, claim, remember ? &answer : nullptr, monotonicUs());
+    }
+    sendAnswer(res, answer);
+    for (const auto& retry : retries) sendAnswer(retry, answer);
+  });
 }
 
 // Frees a stuck lock whoever holds it. Only with an admin token: the admin listener is often
@@ -786,13 +871,7 @@ void LockApi::semaphoreAcquire(http::Request& req, http::ResponderPtr res) {
   applyHold(body, hold, locks_.max_hold_ms_limit, opts);
   // Permits are made by the sidecar: a retry is recognised by its request_id alone.
   const std::string retry_scope = retryScope(opts.name, {}, req.principal.get());
-  if (!request_id.empty()) {
-    if (const auto* first = replies_->find(kAcquireRoute, retry_scope, request_id, monotonicUs())) {
-      return retryGrant(std::move(opts), std::string(request_id), retry_scope, first->owner,
-                        first->token, std::move(res));
-    }
-  }
-  startAcquire(std::move(opts), std::string(request_id), retry_scope, std::move(res));
+  beginAcquire(std::move(opts), replayKey(kAcquireRoute, retry_scope, request_id), std::move(res));
 }
 
 void LockApi::semaphoreRelease(http::Request& req, http::ResponderPtr res) {
@@ -808,39 +887,32 @@ void LockApi::semaphoreRelease(http::Request& req, http::ResponderPtr res) {
   if (!body.ok()) return sendBodyError(res, body);
   const std::string key = lock::semaphoreLockKey(req.param("name"));
   const std::string retry_scope = retryScope(key, permit, req.principal.get());
-  if (!request_id.empty()) {
-    if (const auto* first = replies_->find(kReleaseRoute, retry_scope, request_id, monotonicUs())) {
-      return sendAnswer(res, *first);  // a retried release gets the first answer
-    }
-  }
-  service_.release(
-      key, permit,
-      [res, retry_scope, request_id = std::string(request_id),
-       replies = replies_](StatusOr<lock::ReleaseStatus> r) {
-        if (!r.isOk()) return sendBackendError(res, r.status());  // not remembered
-        IdempotencyCache::Answer answer;
-        switch (*r) {
-          case lock::ReleaseStatus::kReleased:
-          case lock::ReleaseStatus::kHoldReleased:
-            answer.status = 200;
-            answer.body = JsonObject().boolean("released", true).finish();
-            break;
-          case lock::ReleaseStatus::kLeaseLost:
-            answer.status = 404;
-            answer.body =
-                errorBody("lease_lost", "the permit was lost before release (it expired)");
-            break;
-          case lock::ReleaseStatus::kNotOwner:
-          case lock::ReleaseStatus::kNotHeld:
-            answer.status = 404;
-            answer.body = errorBody("not_held", "no such permit (it expired or was released)");
-            break;
-        }
-        if (!request_id.empty()) {
-          replies->store(kReleaseRoute, retry_scope, request_id, answer, monotonicUs());
-        }
-        sendAnswer(res, answer);
-      });
+  releaseOnce(replayKey(kReleaseRoute, retry_scope, request_id), std::move(res),
+              [this, key, permit = std::string(permit)](const AnswerFn& answer_with) {
+                service_.release(key, permit, [answer_with](StatusOr<lock::ReleaseStatus> r) {
+                  if (!r.isOk()) return answer_with(backendErrorAnswer(r.status()), false);
+                  Answer answer;
+                  switch (*r) {
+                    case lock::ReleaseStatus::kReleased:
+                    case lock::ReleaseStatus::kHoldReleased:
+                      answer.status = 200;
+                      answer.body = JsonObject().boolean("released", true).finish();
+                      break;
+                    case lock::ReleaseStatus::kLeaseLost:
+                      answer.status = 404;
+                      answer.body = errorBody("lease_lost",
+                                              "the permit was lost before release (it expired)");
+                      break;
+                    case lock::ReleaseStatus::kNotOwner:
+                    case lock::ReleaseStatus::kNotHeld:
+                      answer.status = 404;
+                      answer.body =
+                          errorBody("not_held", "no such permit (it expired or was released)");
+                      break;
+                  }
+                  answer_with(answer, true);
+                });
+              });
 }
 
 void LockApi::semaphoreExtend(http::Request& req, http::ResponderPtr res) {

@@ -14,6 +14,7 @@
 #include "api/idempotency_cache.h"
 #include "api/request_body.h"
 #include "config/config.h"
+#include "event/scheduler.h"
 #include "http/http_types.h"
 #include "lock/lock_service.h"
 #include "metrics/metrics.h"
@@ -28,7 +29,9 @@ struct Route {
 
 class LockApi {
  public:
-  LockApi(const config::LocksConfig& locks, lock::LockService& service, metrics::Metrics& metrics);
+  /// `scheduler` times the sweeps that drop request_id answers once their window is over.
+  LockApi(const config::LocksConfig& locks, lock::LockService& service, metrics::Metrics& metrics,
+          event::Scheduler& scheduler);
 
   /// Every route this API serves; main registers them with the HTTP router.
   std::vector<Route> routes();
@@ -62,11 +65,22 @@ class LockApi {
   void semaphoreRelease(http::Request& req, http::ResponderPtr res);
   void semaphoreExtend(http::Request& req, http::ResponderPtr res);
   void semaphoreInspect(http::Request& req, http::ResponderPtr res);
-  /// The acquire after its request is read (shared by first tries and retries).
-  void startAcquire(lock::AcquireOptions opts, std::string request_id, std::string retry_scope,
+  /// The acquire after its request is read (locks and permits): under `replay_key` (empty
+  /// without a request_id) a retry gets the first attempt's grant, or waits for its answer.
+  void beginAcquire(lock::AcquireOptions opts, std::string replay_key, http::ResponderPtr res);
+  /// Runs the acquire; `claim` (0: none) is its request_id's claim in replies_.
+  void startAcquire(lock::AcquireOptions opts, std::string replay_key, IdempotencyCache::Id claim,
                     http::ResponderPtr res);
-  void retryGrant(lock::AcquireOptions opts, std::string request_id, std::string retry_scope,
+  void retryGrant(lock::AcquireOptions opts, std::string replay_key, IdempotencyCache::Id answer_id,
                   std::string owner, uint64_t token, http::ResponderPtr res);
+  /// Answers a release (lock or permit) under `replay_key` (empty without a request_id): a retry
+  /// gets the first answer, or waits for it while the first runs. `run` performs the release and
+  /// calls the function it is given with the answer (and whether to remember it) exactly once.
+  using AnswerFn = std::function<void(const IdempotencyCache::Answer&, bool remember)>;
+  void releaseOnce(std::string replay_key, http::ResponderPtr res,
+                   const std::function<void(AnswerFn)>& run);
+  /// Keeps a timer armed while answers are remembered, to drop each when its window ends.
+  void scheduleSweep();
   void release(http::Request& req, http::ResponderPtr res);
   void extend(http::Request& req, http::ResponderPtr res);
   // Multi-locks: /v1/multilocks/acquire and /release.
@@ -87,9 +101,11 @@ class LockApi {
   const config::LocksConfig& locks_;
   lock::LockService& service_;
   metrics::Metrics& metrics_;
+  event::Scheduler& scheduler_;
   bool draining_ = false;
   // Answers by request_id (safe retries); shared with the callbacks that fill it in.
   std::shared_ptr<IdempotencyCache> replies_;
+  event::ScopedTimer sweep_timer_;
   // The body of the request being handled: reused so that parsing allocates nothing once warm.
   RequestBody body_;
 };

@@ -538,10 +538,11 @@ void loadLocks(const Section& root, LocksConfig& c) {
   s.readDurationMs("max_hold_ms_limit", c.max_hold_ms_limit, 1, kMaxMs * 52);
   s.readDurationMs("request_id_window_ms", c.request_id_window_ms, 0, kMaxMs * 52);
   s.readInt("max_request_ids", c.max_request_ids, 0, 10'000'000);
+  s.readInt("max_request_id_bytes", c.max_request_id_bytes, 0, int64_t{1} << 40);
   s.rejectUnknown({"default_ttl_ms", "max_ttl_ms", "max_wait_ms", "max_name_bytes",
                    "max_owner_bytes", "max_waiters_per_lock", "max_waiters", "retry_min_ms",
                    "retry_max_ms", "renew_fraction", "default_max_hold_ms", "max_hold_ms_limit",
-                   "request_id_window_ms", "max_request_ids"});
+                   "request_id_window_ms", "max_request_ids", "max_request_id_bytes"});
   if (c.default_ttl_ms > c.max_ttl_ms)
     fail(s.path("default_ttl_ms"), "must be <= locks.max_ttl_ms");
   if (c.retry_max_ms < c.retry_min_ms)

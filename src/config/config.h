@@ -145,6 +145,10 @@ struct LocksConfig {
   /// answers at most (README "Safe retries"). 0 turns request_id replays off.
   int64_t request_id_window_ms = 600'000;
   int max_request_ids = 100'000;
+  /// ... and how many bytes at most (the oldest answers go first): a count alone is no bound, as
+  /// one answer costs up to ~1.5 KiB with the longest names, owners and request ids. 16 MiB fits
+  /// beside 100k leases and 10k waiters (~100 MiB) under the chart's 128 MiB memory limit.
+  int64_t max_request_id_bytes = 16 << 20;
   /// Extra random spread added to every waiter retry, so sidecars that split a Redlock vote do
   /// not retry in lockstep. Resolved at load time from backend.redlock.retry_jitter_ms when the
   /// backend is redlock, else 0 (not a YAML key under locks).

@@ -82,6 +82,12 @@ Metrics::Metrics(std::string version)
                   .Help("Acquire requests currently queued waiting for a lock.")
                   .Register(*registry_)
                   .Add({})),
+      request_id_bytes(BuildGauge()
+                           .Name("sidelock_request_id_bytes")
+                           .Help("Bytes held by answers remembered for request_id retries "
+                                 "(at most locks.max_request_id_bytes).")
+                           .Register(*registry_)
+                           .Add({})),
       held_locks(BuildGauge()
                      .Name("sidelock_held_locks")
                      .Help("Leases granted by this sidecar that are still held.")

@@ -92,6 +92,9 @@ class Metrics {
   prometheus::Counter& grants_undelivered;  // granted, never read by the client, given back
   prometheus::Counter& forced_releases;     // leases an operator freed (admin force release)
   prometheus::Gauge& waiters;
+  /// Bytes held by answers remembered for request_id retries (bounded by
+  /// locks.max_request_id_bytes); set at scrape time.
+  prometheus::Gauge& request_id_bytes;
 
   // --- leases ---
   prometheus::Gauge& held_locks;

@@ -4,3 +4,15 @@ sidelock_test(safe_retries_test
   LABELS integration
   TIMEOUT 300)
 add_dependencies(safe_retries_test sidelock)
+sidelock_test(safe_retries_in_flight_test
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/safe_retries_in_flight_test.cc
+  LIBS nlohmann_json::nlohmann_json
+  LABELS integration
+  TIMEOUT 300)
+add_dependencies(safe_retries_in_flight_test sidelock)
+sidelock_test(request_id_memory_test
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/request_id_memory_test.cc
+    ${CMAKE_CURRENT_LIST_DIR}/../bench/proc_stats.cc
+  LABELS integration
+  TIMEOUT 300)
+add_dependencies(request_id_memory_test sidelock)

@@ -183,6 +183,17 @@ TEST(ConfigTest, ConnectionBudgetKeysParseAndAreValidated) {
             std::string::npos);
 }
 
+TEST(ConfigTest, RequestIdByteBoundParsesAndIsValidated) {
+  auto defaults = loadConfigFromString("");
+  ASSERT_TRUE(defaults.isOk());
+  EXPECT_EQ(defaults->locks.max_request_id_bytes, 16 << 20) << "fits under the chart's 128Mi";
+  auto c = loadConfigFromString("locks:\n  max_request_id_bytes: 1048576\n");
+  ASSERT_TRUE(c.isOk()) << c.status().toString();
+  EXPECT_EQ(c->locks.max_request_id_bytes, 1 << 20);
+  EXPECT_NE(errorOf("locks:\n  max_request_id_bytes: -1\n").find("locks.max_request_id_bytes"),
+            std::string::npos);
+}
+
 TEST(ConfigTest, TlsKeysAreValidated) {
   auto c = loadConfigFromString(
       "backend:\n  tls:\n    enabled: true\n    server_name: redis.internal\n");

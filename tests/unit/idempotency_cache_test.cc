@@ -1,4 +1,6 @@
-// IdempotencyCache: answers by (route, name, request_id) within a window, bounded in size.
+// IdempotencyCache: a request id is claimed when its first request starts; retries that arrive
+// meanwhile wait for its answer; answers are remembered within a window, bounded in count and in
+// bytes (the oldest go first).
 #include "api/idempotency_cache.h"
 
 #include <gtest/gtest.h>
@@ -8,40 +10,155 @@
 namespace sidelock::api {
 namespace {
 
+using Kind = IdempotencyCache::Lookup::Kind;
+
+/// A retry's connection: only whether it is still open matters to the cache.
+class FakeResponder : public http::Responder {
+ public:
+  void send(int, std::string_view, std::string,
+            std::vector<std::pair<std::string, std::string>>) override {}
+  void startStream(int, std::string_view) override {}
+  bool writeChunk(std::string_view) override { return false; }
+  void endStream() override {}
+  bool clientConnected() const override { return connected; }
+  void onClientGone(std::function<void()>) override {}
+  bool connected = true;
+};
+
+http::ResponderPtr responder() { return std::make_shared<FakeResponder>(); }
+
+IdempotencyCache::Answer answer(std::string body) { return {200, std::move(body), {}, "", 0}; }
+
+/// Claims `key` and finishes it with `body` at `now_us`.
+void remember(IdempotencyCache& cache, const std::string& key, const std::string& body,
+              int64_t now_us) {
+  auto claim = cache.begin(key, responder(), now_us);
+  ASSERT_EQ(claim.kind, Kind::kRun);
+  const auto a = answer(body);
+  cache.finish(key, claim.id, &a, now_us);
+}
+
 TEST(IdempotencyCacheTest, RemembersWithinTheWindowPerRouteNameAndId) {
-  IdempotencyCache cache(/*window_ms=*/1000, /*max_entries=*/10);
-  cache.store("acquire", "orders-1", "r1", {200, "grant", {}, "", 0}, 0);
-  const auto* hit = cache.find("acquire", "orders-1", "r1", 999'000);
-  ASSERT_NE(hit, nullptr);
-  EXPECT_EQ(hit->status, 200);
-  EXPECT_EQ(hit->body, "grant");
-  EXPECT_EQ(cache.find("release", "orders-1", "r1", 0), nullptr) << "another route";
-  EXPECT_EQ(cache.find("acquire", "orders-2", "r1", 0), nullptr) << "another lock";
-  EXPECT_EQ(cache.find("acquire", "orders-1", "r2", 0), nullptr) << "another request";
-  cache.erase("acquire", "orders-1", "r1");
-  EXPECT_EQ(cache.find("acquire", "orders-1", "r1", 0), nullptr) << "erased";
-  cache.store("acquire", "orders-1", "r1", {200, "grant", {}, "", 0}, 0);
-  EXPECT_EQ(cache.find("acquire", "orders-1", "r1", 1'000'000), nullptr) << "window over";
+  IdempotencyCache cache(/*window_ms=*/1000, /*max_entries=*/10, /*max_bytes=*/1 << 20);
+  const std::string key = IdempotencyCache::keyOf("acquire", "orders-1", "r1");
+  remember(cache, key, "grant", 0);
+  auto hit = cache.begin(key, responder(), 999'000);
+  ASSERT_EQ(hit.kind, Kind::kReplay);
+  EXPECT_EQ(hit.answer->body, "grant");
+  EXPECT_EQ(cache.begin(IdempotencyCache::keyOf("release", "orders-1", "r1"), responder(), 0).kind,
+            Kind::kRun)
+      << "another route";
+  EXPECT_EQ(cache.begin(IdempotencyCache::keyOf("acquire", "orders-2", "r1"), responder(), 0).kind,
+            Kind::kRun)
+      << "another lock";
+  cache.forget(key, hit.id);
+  EXPECT_EQ(cache.begin(key, responder(), 999'000).kind, Kind::kRun) << "forgotten";
+}
+
+TEST(IdempotencyCacheTest, ExpiredAnswersAreDroppedAndTheirKeyIsFree) {
+  IdempotencyCache cache(1000, 10, 1 << 20);
+  const std::string key = IdempotencyCache::keyOf("acquire", "x", "r");
+  remember(cache, key, "grant", 0);
+  EXPECT_EQ(cache.nextExpiryUs(), 1'000'000);
+  cache.sweep(1'000'000);
   EXPECT_EQ(cache.size(), 0u) << "expired entries are dropped";
+  EXPECT_EQ(cache.bytes(), 0u);
+  EXPECT_EQ(cache.nextExpiryUs(), 0);
+  EXPECT_EQ(cache.begin(key, responder(), 1'000'000).kind, Kind::kRun) << "window over";
+}
+
+TEST(IdempotencyCacheTest, ARetryWhileTheFirstRunsWaitsForItsAnswer) {
+  IdempotencyCache cache(60'000, 10, 1 << 20);
+  const std::string key = IdempotencyCache::keyOf("release", "lock", "once");
+  auto first = cache.begin(key, responder(), 0);
+  ASSERT_EQ(first.kind, Kind::kRun);
+  auto retry = std::make_shared<FakeResponder>();
+  EXPECT_EQ(cache.begin(key, retry, 1).kind, Kind::kAttached) << "never a second run";
+  EXPECT_EQ(cache.begin(key, responder(), 2).kind, Kind::kAttached);
+  const auto a = answer("released");
+  auto retries = cache.finish(key, first.id, &a, 3);
+  ASSERT_EQ(retries.size(), 2u) << "both copies get the first answer";
+  EXPECT_EQ(retries[0], retry);
+  EXPECT_EQ(cache.finish(key, first.id, &a, 4).size(), 0u) << "a claim ends once";
+  EXPECT_EQ(cache.begin(key, responder(), 5).kind, Kind::kReplay) << "and is remembered";
+}
+
+TEST(IdempotencyCacheTest, AnUnrememberedAnswerFreesTheKey) {
+  IdempotencyCache cache(60'000, 10, 1 << 20);
+  const std::string key = IdempotencyCache::keyOf("acquire", "x", "r");
+  auto first = cache.begin(key, responder(), 0);
+  auto gone = std::make_shared<FakeResponder>();
+  ASSERT_EQ(cache.begin(key, gone, 1).kind, Kind::kAttached);
+  gone->connected = false;
+  ASSERT_EQ(cache.begin(key, responder(), 1).kind, Kind::kAttached);
+  EXPECT_EQ(cache.finish(key, first.id, nullptr, 2).size(), 1u)
+      << "the retry that hung up was dropped when the next one came";
+  EXPECT_EQ(cache.size(), 0u);
+  EXPECT_EQ(cache.bytes(), 0u);
+  EXPECT_EQ(cache.begin(key, responder(), 3).kind, Kind::kRun) << "a backend error: run again";
 }
 
 TEST(IdempotencyCacheTest, KeepsAtMostMaxEntriesDroppingTheOldest) {
-  IdempotencyCache cache(60'000, 3);
-  for (int i = 0; i < 5; ++i)
-    cache.store("release", "x", std::to_string(i), {404, "", {}, "", 0}, i);
+  IdempotencyCache cache(60'000, 3, 1 << 20);
+  auto key = [](int i) { return IdempotencyCache::keyOf("release", "x", std::to_string(i)); };
+  for (int i = 0; i < 5; ++i) remember(cache, key(i), "", i);
   EXPECT_EQ(cache.size(), 3u);
-  EXPECT_EQ(cache.find("release", "x", "0", 10), nullptr);
-  EXPECT_EQ(cache.find("release", "x", "1", 10), nullptr);
-  EXPECT_NE(cache.find("release", "x", "4", 10), nullptr);
-  // Storing a key again keeps the newest answer and its later expiry.
-  cache.store("release", "x", "4", {200, "again", {}, "", 0}, 20);
-  EXPECT_EQ(cache.find("release", "x", "4", 30)->body, "again");
+  EXPECT_EQ(cache.begin(key(4), responder(), 10).kind, Kind::kReplay);
+  EXPECT_EQ(cache.begin(key(0), responder(), 10).kind, Kind::kRun) << "the oldest went first";
 }
 
-TEST(IdempotencyCacheTest, WindowZeroRemembersNothing) {
-  IdempotencyCache cache(0, 10);
-  cache.store("acquire", "x", "r", {200, "grant", {}, "", 0}, 0);
-  EXPECT_EQ(cache.find("acquire", "x", "r", 0), nullptr);
+TEST(IdempotencyCacheTest, KeepsAtMostMaxBytesDroppingTheOldest) {
+  const std::string long_id(128, 'r');
+  const std::string scope = std::string(200, 'n') + '\0' + std::string(128, 'o') + '\0';
+  const std::string body(400, 'g');
+  auto key = [&](int i) {
+    return IdempotencyCache::keyOf("acquire", scope, long_id + std::to_string(i));
+  };
+  const size_t max_bytes = 64 << 10;
+  IdempotencyCache cache(600'000, 100'000, max_bytes);
+  for (int i = 0; i < 1000; ++i) {
+    remember(cache, key(i), body, i);
+    ASSERT_LE(cache.bytes(), max_bytes) << "after " << i + 1 << " answers";
+  }
+  // Each answer costs its key twice, its body and the overhead: about 1.3 KiB, so ~50 fit.
+  EXPECT_GT(cache.size(), 30u);
+  EXPECT_LT(cache.size(), 64u);
+  EXPECT_GE(cache.bytes(), cache.size() * (2 * key(0).size() + body.size()));
+  EXPECT_EQ(cache.begin(key(999), responder(), 2000).kind, Kind::kReplay) << "the newest stay";
+  EXPECT_EQ(cache.begin(key(0), responder(), 2000).kind, Kind::kRun) << "the oldest went";
+}
+
+TEST(IdempotencyCacheTest, ClaimsInFlightAreNeverDropped) {
+  IdempotencyCache cache(60'000, 2, 1 << 20);
+  auto key = [](int i) { return IdempotencyCache::keyOf("acquire", "x", std::to_string(i)); };
+  std::vector<IdempotencyCache::Id> claims;
+  for (int i = 0; i < 4; ++i) claims.push_back(cache.begin(key(i), responder(), i).id);
+  EXPECT_EQ(cache.size(), 4u) << "over max_entries, but every claim waits for its answer";
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(cache.begin(key(i), responder(), 5).kind, Kind::kAttached);
+  const auto a = answer("x");
+  for (int i = 0; i < 4; ++i) cache.finish(key(i), claims[i], &a, 6);
+  EXPECT_EQ(cache.size(), 2u) << "answered, the oldest go";
+}
+
+TEST(IdempotencyCacheTest, GivesItsBucketsBackWhenItEmpties) {
+  IdempotencyCache cache(1000, 100'000, 64 << 20);
+  for (int i = 0; i < 20'000; ++i)
+    remember(cache, IdempotencyCache::keyOf("acquire", "x", std::to_string(i)), "grant", 0);
+  const size_t full_bytes = cache.bytes();
+  EXPECT_GT(full_bytes, 20'000u * IdempotencyCache::kEntryOverheadBytes);
+  cache.sweep(1'000'000);
+  EXPECT_EQ(cache.size(), 0u);
+  EXPECT_EQ(cache.bytes(), 0u);
+  EXPECT_LT(cache.bucketCount(), 100u) << "the bucket array of 20,000 entries is gone";
+}
+
+TEST(IdempotencyCacheTest, WindowZeroOrNoBytesRemembersNothing) {
+  for (IdempotencyCache cache : {IdempotencyCache(0, 10, 1 << 20), IdempotencyCache(1000, 10, 0)}) {
+    const std::string key = IdempotencyCache::keyOf("acquire", "x", "r");
+    EXPECT_EQ(cache.begin(key, responder(), 0).kind, Kind::kOff);
+    EXPECT_EQ(cache.begin(key, responder(), 0).kind, Kind::kOff) << "no claim either";
+    EXPECT_EQ(cache.size(), 0u);
+  }
 }
 
 }  // namespace

@@ -1,0 +1,155 @@
+// request_id while the first request is still running (issue 22): a retry that arrives before the
+// first answer waits for that answer and never acts a second time, also when the first request's
+// client gave up and hung up. Real sidecars on a real redis-server whose writes are held back
+// with CLIENT PAUSE ... WRITE, so that the first request is provably still in flight when its
+// copies arrive.
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "support/http_client.h"
+#include "support/redis_link.h"
+#include "support/redis_server.h"
+#include "support/sidecar_polling.h"
+#include "support/sidecar_process.h"
+
+namespace sidelock::testing {
+namespace {
+
+using nlohmann::json;
+
+// Long enough for every copy to arrive while the first waits; under the single-Redis command
+// timeout (500 ms), so the sidecar does not give the link up meanwhile.
+constexpr int kPauseMs = 350;
+
+/// Requests the sidecar received and has not answered, not counting the /metrics request that
+/// asks.
+int64_t inFlight(HttpClient& c) {
+  return metricValue(c.get("/metrics").body, "sidelock_http_in_flight_requests") - 1;
+}
+
+/// Holds back Redis writes (the sidecar's acquire and release scripts) for kPauseMs.
+void pauseWrites(const RedisServer& redis) {
+  ASSERT_EQ(RedisLink(redis.port()).text({"CLIENT", "PAUSE", std::to_string(kPauseMs), "WRITE"}),
+            "OK");
+}
+
+/// Sends `copies` copies of one POST, each on its own connection, the first alone until it is in
+/// flight (so it is the first), and returns the answers.
+std::vector<HttpResponse> sendCopies(int port, const std::string& path, const std::string& body,
+                                     int copies) {
+  HttpClient probe = HttpClient::tcp(port);
+  std::vector<HttpClient> clients;
+  for (int i = 0; i < copies; ++i) {
+    clients.push_back(HttpClient::tcp(port));
+    clients.back().sendRequest("POST", path, body);
+    if (i == 0) {
+      EXPECT_TRUE(pollUntil([&] { return inFlight(probe) == 1; }));
+    }
+  }
+  EXPECT_TRUE(pollUntil([&] { return inFlight(probe) == copies; }));
+  std::vector<HttpResponse> answers;
+  for (auto& c : clients) {
+    auto answer = c.readResponse();
+    EXPECT_TRUE(answer.has_value());
+    answers.push_back(answer.value_or(HttpResponse{}));
+  }
+  return answers;
+}
+
+class SafeRetriesInFlightTest : public ::testing::Test {
+ protected:
+  RedisServer redis_;
+  std::unique_ptr<SidecarProcess> sidecar_ = sidecarOnRedis(redis_.address());
+  HttpClient c_ = HttpClient::tcp(sidecar_->port());
+
+  void TearDown() override { EXPECT_EQ(sidecar_->stop(), 0) << sidecar_->logs(); }
+};
+
+TEST_F(SafeRetriesInFlightTest, CopiesOfAReleaseOfAReentrantHoldReleaseOneHold) {
+  const std::string acquire = R"({"owner":"me","reentrant":true,"ttl_ms":30000})";
+  ASSERT_EQ(c_.post("/v1/locks/re/acquire", acquire).status, 200);
+  ASSERT_EQ(c_.post("/v1/locks/re/acquire", acquire).status, 200);  // two holds
+
+  pauseWrites(redis_);
+  auto answers = sendCopies(sidecar_->port(), "/v1/locks/re/release",
+                            R"({"owner":"me","request_id":"once"})", 2);
+  for (const auto& a : answers) {
+    EXPECT_EQ(a.status, 200) << a.body;
+    EXPECT_EQ(a.body, answers[0].body) << "the copy gets the first answer";
+  }
+  EXPECT_EQ(json::parse(answers[0].body)["held"], true) << answers[0].body;
+  EXPECT_EQ(json::parse(c_.get("/v1/locks/re").body)["held"], true)
+      << "one release, so one hold is left";
+  auto last = c_.post("/v1/locks/re/release", R"({"owner":"me"})");
+  EXPECT_EQ(last.status, 200) << last.body;
+  EXPECT_FALSE(json::parse(last.body).contains("held")) << "that was the last hold: " << last.body;
+}
+
+TEST_F(SafeRetriesInFlightTest, AReleaseRetriedAfterTheClientGaveUpActsOnce) {
+  const std::string acquire = R"({"owner":"me","reentrant":true,"ttl_ms":30000})";
+  ASSERT_EQ(c_.post("/v1/locks/re/acquire", acquire).status, 200);
+  ASSERT_EQ(c_.post("/v1/locks/re/acquire", acquire).status, 200);
+  const std::string release = R"({"owner":"me","request_id":"give-up"})";
+
+  pauseWrites(redis_);
+  {
+    HttpClient impatient = HttpClient::tcp(sidecar_->port());
+    impatient.sendRequest("POST", "/v1/locks/re/release", release);
+    EXPECT_FALSE(impatient.readResponse(100).has_value()) << "Redis holds the release back";
+  }  // the client hangs up and retries
+  HttpClient retry = HttpClient::tcp(sidecar_->port());
+  auto answer = retry.post("/v1/locks/re/release", release);
+  EXPECT_EQ(answer.status, 200) << answer.body;
+  EXPECT_EQ(json::parse(answer.body)["held"], true) << answer.body;
+  EXPECT_EQ(json::parse(c_.get("/v1/locks/re").body)["held"], true) << "one hold is left";
+}
+
+TEST_F(SafeRetriesInFlightTest, AnAcquireRetriedAfterTheClientGaveUpGetsItsGrant) {
+  const std::string acquire = R"({"ttl_ms":30000,"request_id":"acq-1"})";
+  pauseWrites(redis_);
+  {
+    HttpClient impatient = HttpClient::tcp(sidecar_->port());
+    impatient.sendRequest("POST", "/v1/locks/job/acquire", acquire);
+    EXPECT_FALSE(impatient.readResponse(100).has_value()) << "Redis holds the acquire back";
+  }  // the client hangs up: its grant must reach the retry, not be given back
+  HttpClient retry = HttpClient::tcp(sidecar_->port());
+  auto answer = retry.post("/v1/locks/job/acquire", acquire);
+  ASSERT_EQ(answer.status, 200) << answer.body;
+  const std::string owner = json::parse(answer.body)["owner"];
+  // The grant is the retry's: still held, and its owner releases it.
+  EXPECT_EQ(json::parse(c_.get("/v1/locks/job").body)["held"], true);
+  EXPECT_EQ(metricValue(c_.get("/metrics").body, "sidelock_grants_undelivered_total"), 0);
+  auto again = json::parse(retry.post("/v1/locks/job/acquire", acquire).body);
+  EXPECT_EQ(again["owner"], owner) << "a later retry gets the same grant";
+  EXPECT_EQ(again["token"], json::parse(answer.body)["token"]);
+  EXPECT_EQ(c_.post("/v1/locks/job/release", json{{"owner", owner}}.dump()).status, 200);
+}
+
+TEST_F(SafeRetriesInFlightTest, CopiesOfALockAcquireGetOneGrant) {
+  pauseWrites(redis_);
+  auto answers = sendCopies(sidecar_->port(), "/v1/locks/one/acquire",
+                            R"({"ttl_ms":30000,"request_id":"copy"})", 3);
+  for (const auto& a : answers) {
+    EXPECT_EQ(a.status, 200) << a.body;
+    EXPECT_EQ(a.body, answers[0].body) << "the same grant, not 409";
+  }
+}
+
+TEST_F(SafeRetriesInFlightTest, EightCopiesOfAPermitAcquireTakeOnePermit) {
+  pauseWrites(redis_);
+  auto answers = sendCopies(sidecar_->port(), "/v1/semaphores/pool/acquire",
+                            R"({"limit":5,"ttl_ms":30000,"request_id":"sale-1"})", 8);
+  for (const auto& a : answers) {
+    EXPECT_EQ(a.status, 200) << a.body;
+    EXPECT_EQ(a.body, answers[0].body) << "the same permit";
+  }
+  auto pool = json::parse(c_.get("/v1/semaphores/pool").body);
+  EXPECT_EQ(pool["used"], 1) << pool.dump();
+}
+
+}  // namespace
+}  // namespace sidelock::testing
