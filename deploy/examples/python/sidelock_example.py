@@ -106,6 +106,7 @@ def stream_example(name):
     req = urllib.request.Request(SIDECAR + "/v1/locks/%s/acquire" % name, data=body,
                                  method="POST", headers=headers)
     try:
+        # The timeout bounds each read: renewals arrive every ttl × renew_fraction (1.7 s here).
         stream = urllib.request.urlopen(req, timeout=60)
     except urllib.error.HTTPError as e:
         print("not acquired: %d %s" % (e.code, json.load(e)))
