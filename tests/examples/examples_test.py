@@ -205,6 +205,10 @@ def main():
     ap.add_argument("--repo", required=True)
     args = ap.parse_args()
 
+    missing = [tool for tool in ("redis-server", "node", "go") if shutil.which(tool) is None]
+    if missing:  # deploy/scripts/install-deps.sh installs them (redis-server, nodejs, golang-go)
+        print("FAIL: not installed: %s (run deploy/scripts/install-deps.sh)" % ", ".join(missing))
+        return 1
     tmp = tempfile.mkdtemp(prefix="sidelock-examples-")
     procs = []
     try:
