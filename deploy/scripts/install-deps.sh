@@ -14,7 +14,7 @@ TEST_PACKAGES=(
   golang-github-xeipuuv-gojsonschema-dev
   clang libclang-rt-14-dev
   iproute2 iptables faketime libtcmalloc-minimal4
-  python3 python3-jsonschema
+  python3 python3-jsonschema nodejs
 )
 
 packages=("${BUILD_PACKAGES[@]}")

@@ -16,8 +16,9 @@ namespace sidelock::config {
 struct ListenConfig {
   std::string tcp = "127.0.0.1:7411";                     // "" disables
   std::string unix_path = "/run/sidelock/sidelock.sock";  // YAML key `unix`; "" disables
-  /// Optional second TCP listener serving only /healthz, /readyz and /metrics, so probes and
-  /// Prometheus can reach the pod IP while the lock API stays on localhost. "" disables.
+  /// Optional second TCP listener serving /healthz, /readyz, /metrics, /v1/openapi.json and the
+  /// operators' force release (never the lock routes), so probes, Prometheus and operators can
+  /// reach the pod IP while the lock API stays on localhost. "" disables.
   std::string admin;
   uint32_t unix_mode = 0660;   // YAML `unix_mode: "0660"` (octal string)
   int max_connections = 1024;  // per listener; idle ones are evicted to admit new ones

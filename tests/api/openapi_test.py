@@ -15,7 +15,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -23,6 +22,10 @@ import threading
 import time
 
 import jsonschema
+
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+from live_processes import free_port, wait_port  # noqa: E402  (shared with tests/examples)
 
 FAILURES = []
 CHECKED = {"responses": 0, "readme": 0}
@@ -219,23 +222,6 @@ def check_readme(doc, readme):
 
 
 # --- a real sidecar -----------------------------------------------------------------------------
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_port(port, deadline_s=20):
-    end = time.time() + deadline_s
-    while time.time() < end:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                return True
-        except OSError:
-            time.sleep(0.05)
-    return False
-
 
 def call(port, method, path, body=None, headers=None, timeout=10):
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)

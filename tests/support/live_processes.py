@@ -1,0 +1,47 @@
+"""Real processes for the Python tests (tests/api, tests/examples): free ports, a redis-server,
+and stopping whatever a test started. Standard library only."""
+
+import socket
+import subprocess
+import time
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_port(port, deadline_s=20):
+    end = time.time() + deadline_s
+    while time.time() < end:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                return True
+        except OSError:
+            time.sleep(0.05)
+    return False
+
+
+def start_redis(directory):
+    """A throw-away redis-server on a free port (no persistence); (process, port), or
+    (process, None) when it did not come up."""
+    port = free_port()
+    proc = subprocess.Popen(
+        ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+         "--appendonly", "no", "--dir", directory],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return proc, (port if wait_port(port) else None)
+
+
+def stop(procs, grace_s=15):
+    """SIGTERM every process, newest first, then SIGKILL what is still running after grace_s."""
+    for p in reversed(procs):
+        if p.poll() is None:
+            p.terminate()
+    for p in reversed(procs):
+        try:
+            p.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
