@@ -23,6 +23,13 @@ void LockService::Impl::updateHeldGauge() {
   metrics_.held_locks.Set(static_cast<double>(leases_.size()));
 }
 
+void LockService::Impl::updateOldestLeaseAge() {
+  const int64_t now = scheduler_.nowUs();
+  int64_t oldest_us = 0;
+  leases_.forEach([&](const Lease& l) { oldest_us = std::max(oldest_us, now - l.granted_us); });
+  metrics_.oldest_lease_age.Set(static_cast<double>(oldest_us) / 1e6);
+}
+
 void LockService::Impl::recordGrant(Waiter& w, const backend::Outcome& grant) {
   const int64_t now = scheduler_.nowUs();
   const std::string& name = w.options.name;

@@ -161,6 +161,28 @@ TEST_F(LockServiceTest, GrantGeneratesOwnerAndRecordsLease) {
   EXPECT_EQ(samples(metrics.hold_seconds), 1u);
 }
 
+// sidelock_oldest_lease_age_seconds is computed when /metrics is rendered: the age of the oldest
+// lease still held, so a lock that is never released shows as a rising line (0 with none held).
+TEST_F(LockServiceTest, OldestLeaseAgeGaugeFollowsTheOldestHeldLease) {
+  auto oldestAge = [&] {
+    metrics.render();  // runs the scrape hooks
+    return metrics.oldest_lease_age.Value();
+  };
+  EXPECT_EQ(oldestAge(), 0);
+  auto a = acquireNow(opts("stuck", "alice", 600'000));
+  ASSERT_EQ(a->status(), AcquireStatus::kGranted);
+  sched.advanceMs(4000);
+  auto b = acquireNow(opts("fresh", "bob", 600'000));
+  ASSERT_EQ(b->status(), AcquireStatus::kGranted);
+  sched.advanceMs(1500);
+  EXPECT_DOUBLE_EQ(oldestAge(), 5.5);
+  EXPECT_NE(metrics.render().find("sidelock_oldest_lease_age_seconds 5.5"), std::string::npos);
+  EXPECT_EQ(*release("stuck", "alice"), ReleaseStatus::kReleased);
+  EXPECT_DOUBLE_EQ(oldestAge(), 1.5);
+  EXPECT_EQ(*release("fresh", "bob"), ReleaseStatus::kReleased);
+  EXPECT_EQ(oldestAge(), 0);
+}
+
 TEST_F(LockServiceTest, ReleaseAndExtendAnswerOwnerMismatchAndNotHeld) {
   auto a = acquireNow(opts("x", "alice", 1000));
   ASSERT_EQ(a->status(), AcquireStatus::kGranted);
