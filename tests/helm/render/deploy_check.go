@@ -1,6 +1,7 @@
 // Checks of deploy/ that need no Docker daemon: the compose stack's structure and files, its sidelock
 // configs, its Prometheus config (promtool), the Dockerfile's runtime packages (apt-cache, and against the
-// built binary's shared libraries), and the systemd unit (systemd-analyze verify / security).
+// built binary's shared libraries), the systemd unit (systemd-analyze verify / security), and the
+// Kubernetes snippets of deploy/kubernetes (kube_snippets.go).
 package main
 
 import (
@@ -17,6 +18,7 @@ func (s *suite) checkDeployFiles() {
 	s.checkCompose()
 	s.checkDockerfile()
 	s.checkSystemd()
+	s.checkKubernetesSnippets()
 }
 
 func (s *suite) checkCompose() {
