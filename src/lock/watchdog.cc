@@ -24,10 +24,9 @@ void LockService::Impl::updateHeldGauge() {
 }
 
 void LockService::Impl::updateOldestLeaseAge() {
-  const int64_t now = scheduler_.nowUs();
-  int64_t oldest_us = 0;
-  leases_.forEach([&](const Lease& l) { oldest_us = std::max(oldest_us, now - l.granted_us); });
-  metrics_.oldest_lease_age.Set(static_cast<double>(oldest_us) / 1e6);
+  const int64_t granted_us = leases_.oldestGrantedUs();
+  const int64_t age_us = granted_us < 0 ? 0 : std::max<int64_t>(0, scheduler_.nowUs() - granted_us);
+  metrics_.oldest_lease_age.Set(static_cast<double>(age_us) / 1e6);
 }
 
 void LockService::Impl::recordGrant(Waiter& w, const backend::Outcome& grant) {
