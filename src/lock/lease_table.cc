@@ -22,7 +22,24 @@ LeaseTable::~LeaseTable() {
   }
 }
 
+void GrantTimes::add(int64_t granted_us) {
+  const int64_t second = granted_us / 1'000'000;
+  // Grants come in time order: the bucket is the last one, or a new one after it.
+  auto it = buckets_.empty() ? buckets_.end() : std::prev(buckets_.end());
+  if (it == buckets_.end() || it->first != second) {
+    it = buckets_.emplace_hint(buckets_.end(), second, Bucket{granted_us, 0});
+  }
+  ++it->second.count;
+}
+
+void GrantTimes::remove(int64_t granted_us) {
+  auto it = buckets_.find(granted_us / 1'000'000);
+  if (it == buckets_.end()) return;
+  if (--it->second.count == 0) buckets_.erase(it);
+}
+
 void LeaseTable::insert(std::unique_ptr<Lease> lease) {
+  grant_times_.add(lease->granted_us);
   auto [it, inserted] = leases_.try_emplace(lease->name, nullptr);
   if (!inserted) lease->next_same_name = std::move(it->second);
   it->second = std::move(lease);
@@ -37,6 +54,7 @@ std::unique_ptr<Lease> LeaseTable::remove(std::string_view name, std::string_vie
   if (*slot == nullptr) return nullptr;
   std::unique_ptr<Lease> lease = std::move(*slot);
   *slot = std::move(lease->next_same_name);
+  grant_times_.remove(lease->granted_us);
   if (it->second == nullptr) leases_.erase(it);
   --size_;
   return lease;

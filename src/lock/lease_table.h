@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <functional>
 #include <list>
+#include <map>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -61,6 +62,27 @@ struct Lease {
   std::unique_ptr<Lease> next_same_name;
 };
 
+/// When the leases still held were granted, in one-second buckets, so that the oldest one is known
+/// without walking the table (a scrape must not walk 100k leases: ~80 ms on the loop) and without
+/// a field in every Lease (RSS budget). Grants arrive in time order, so a bucket is appended at
+/// the end; the buckets in use are the distinct seconds of the live leases' grants, a few hundred
+/// when leases live up to locks.max_ttl_ms.
+class GrantTimes {
+ public:
+  void add(int64_t granted_us);
+  void remove(int64_t granted_us);
+  /// Grant time of the oldest lease, to within the second it was granted in (the bucket keeps
+  /// its first grant's time even after that lease is gone); -1 when none is held.
+  int64_t oldestUs() const { return buckets_.empty() ? -1 : buckets_.begin()->second.first_us; }
+
+ private:
+  struct Bucket {
+    int64_t first_us;  // grant time of the first lease put in this second
+    int64_t count;
+  };
+  std::map<int64_t, Bucket> buckets_;  // by granted_us / 1'000'000
+};
+
 /// Leases by (lock, owner): a mutex has at most one per lock, a semaphore one per permit.
 class LeaseTable {
  public:
@@ -73,11 +95,14 @@ class LeaseTable {
   LeaseTable& operator=(const LeaseTable&) = delete;
   /// Unlinks each chain first: thousands of permits must not end in a recursion as deep.
   ~LeaseTable();
-  /// Inserts a lease no other lease of the table has the (name, owner) of.
+  /// Inserts a lease no other lease of the table has the (name, owner) of, at its grant
+  /// (granted_us set, and not before that of any lease inserted earlier).
   void insert(std::unique_ptr<Lease> lease);
   std::unique_ptr<Lease> remove(std::string_view name, std::string_view owner);
   size_t size() const { return size_; }
   bool empty() const { return size_ == 0; }
+  /// Grant time of the oldest lease held (to the second), -1 with none.
+  int64_t oldestGrantedUs() const { return grant_times_.oldestUs(); }
   template <typename F>
   void forEach(F&& f) const {
     for (const auto& [name, first] : leases_) {
@@ -90,6 +115,7 @@ class LeaseTable {
  private:
   std::unordered_map<std::string, std::unique_ptr<Lease>, StringHash, std::equal_to<>> leases_;
   size_t size_ = 0;
+  GrantTimes grant_times_;
 };
 
 /// Recently lost (name, owner) pairs: least-recently-lost evicted beyond `capacity`, entries

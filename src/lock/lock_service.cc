@@ -128,6 +128,10 @@ LockService::Impl::Impl(const config::LocksConfig& config, backend::Backend& bac
     wakeQueue(sharedLockKey(name), /*notified=*/true);
   }));
   backend_.setReadyListener(guarded([this] { onBackendReady(); }));
+  // The hook outlives this service inside Metrics: `alive_` tells it the service is gone.
+  metrics_.addScrapeHook([this, alive = std::weak_ptr<char>(alive_)] {
+    if (!alive.expired()) updateOldestLeaseAge();
+  });
 }
 
 // Timers die with their owners (ScopedTimer); backend replies and posted callbacks still queued

@@ -178,6 +178,8 @@ class LockService::Impl {
   /// The acquire metrics of the kind of lock `key` names ({kind=...}), looked up once per kind.
   metrics::Metrics::AcquireMetrics& acquireMetrics(std::string_view key);
   void updateHeldGauge();
+  /// Scrape hook: sidelock_oldest_lease_age_seconds from the lease table's grant-time index.
+  void updateOldestLeaseAge();
 
   // --- shutdown accounting ---
   void opStarted() { ++inflight_ops_; }

@@ -23,6 +23,12 @@ void LockService::Impl::updateHeldGauge() {
   metrics_.held_locks.Set(static_cast<double>(leases_.size()));
 }
 
+void LockService::Impl::updateOldestLeaseAge() {
+  const int64_t granted_us = leases_.oldestGrantedUs();
+  const int64_t age_us = granted_us < 0 ? 0 : std::max<int64_t>(0, scheduler_.nowUs() - granted_us);
+  metrics_.oldest_lease_age.Set(static_cast<double>(age_us) / 1e6);
+}
+
 void LockService::Impl::recordGrant(Waiter& w, const backend::Outcome& grant) {
   const int64_t now = scheduler_.nowUs();
   const std::string& name = w.options.name;

@@ -93,6 +93,12 @@ Metrics::Metrics(std::string version)
                      .Help("Leases granted by this sidecar that are still held.")
                      .Register(*registry_)
                      .Add({})),
+      oldest_lease_age(BuildGauge()
+                           .Name("sidelock_oldest_lease_age_seconds")
+                           .Help("Seconds since the oldest lease still held through this sidecar "
+                                 "was granted; 0 when none is held.")
+                           .Register(*registry_)
+                           .Add({})),
       hold_seconds(BuildHistogram()
                        .Name("sidelock_hold_seconds")
                        .Help("How long leases were held: grant to release, expiry or loss.")

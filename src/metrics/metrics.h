@@ -98,6 +98,9 @@ class Metrics {
 
   // --- leases ---
   prometheus::Gauge& held_locks;
+  /// Seconds since the oldest held lease was granted (0 with none), computed at scrape time: a
+  /// lock stuck with a holder that never releases shows as a steadily rising line.
+  prometheus::Gauge& oldest_lease_age;
   prometheus::Histogram& hold_seconds;  // grant -> release / expiry / loss
   prometheus::Counter& lease_expired;   // TTL ran out before release
   prometheus::Counter& lease_lost;      // renewal / extend found the lease gone or stolen

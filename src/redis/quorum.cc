@@ -104,8 +104,10 @@ std::string notVotingReason(const NodeRestartState& state, int64_t now_ms, int64
   const std::string max_s = std::to_string(max_ttl_ms / 1000);
   std::string why = state.restarted ? "restarted " + std::to_string(up_s) + " s ago (new run_id)"
                                     : "node up " + std::to_string(up_s) + " s";
+  // The operator reading this (readyz, log) gets the two ways out, not only the wait.
   return "not voting for another " + std::to_string(left_s) + " s: " + why + " < max ttl " + max_s +
-         " s";
+         " s (delayed restart; to vote at once: appendonly yes + appendfsync always on the node, "
+         "or backend.redlock.delayed_restart: false)";
 }
 
 bool persistsEveryWrite(const std::vector<std::string>& config) {

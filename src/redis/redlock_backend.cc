@@ -745,8 +745,7 @@ BackendHealth RedlockBackend::health() const {
       nh.reason = n.redis->downReason().empty() ? "down" : n.redis->downReason();
       down += (down.empty() ? "" : ", ") + n.address + " (" + nh.reason + ")";
     } else if (!nh.voting) {
-      nh.reason =
-          quorum::notVotingReason(currentRestartState(i), now, max_ttl_ms_) + " (delayed restart)";
+      nh.reason = quorum::notVotingReason(currentRestartState(i), now, max_ttl_ms_);
       not_voting += (not_voting.empty() ? "" : ", ") + n.address + " (" + nh.reason + ")";
     }
     h.nodes.push_back(std::move(nh));

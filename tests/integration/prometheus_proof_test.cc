@@ -403,32 +403,16 @@ TEST(PrometheusProofTest, EveryDashboardAndAlertQueryReturnsSeriesFromALiveSidec
       },
       std::chrono::seconds(15)))
       << prom.api("rules").dump();
-  // The expiry the workload provoked fires its alert (no `for`); nothing that means "broken"
-  // is active in this healthy run. SidelockFailedReleasesRising may be pending: the workload's
+  // Nothing that means "broken" is active in this healthy run. The one expiry the workload
+  // provoked stays quiet: SidelockLeasesExpiringBeforeRelease wants a sustained rate (its firing
+  // is tested by promtool_test_rules). SidelockFailedReleasesRising may be pending: the workload's
   // not_owner and not_held releases are a third of all releases.
-  auto alertsOf = [&](const std::string& name) {
-    // Keep the response alive: a range-for over a member of a temporary dangles.
-    const json rules_now = prom.api("rules");
-    for (const auto& g : rules_now["data"]["groups"]) {
-      for (const auto& rule : g["rules"]) {
-        if (rule.value("name", "") == name) return rule;
-      }
-    }
-    return json();
-  };
-  EXPECT_TRUE(waitFor(
-      [&] {
-        const json rule = alertsOf("SidelockLeasesExpiringBeforeRelease");
-        return rule.is_object() && rule.value("state", "") == "firing";
-      },
-      std::chrono::seconds(15)))
-      << alertsOf("SidelockLeasesExpiringBeforeRelease").dump();
   const json final_rules = prom.api("rules");
   for (const auto& g : final_rules["data"]["groups"]) {
     for (const auto& rule : g["rules"]) {
       EXPECT_EQ(rule.value("health", ""), "ok") << rule.dump();
       const std::string name = rule.value("name", "");
-      if (name != "SidelockLeasesExpiringBeforeRelease" && name != "SidelockFailedReleasesRising") {
+      if (name != "SidelockFailedReleasesRising") {
         EXPECT_TRUE(rule["alerts"].empty()) << rule.dump();
       }
     }

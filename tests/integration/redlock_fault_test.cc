@@ -294,8 +294,8 @@ TEST_F(RedlockTest, FreshNodesSayWhyTheyDoNotVoteAndPersistentOnesVoteAtOnce) {
   EXPECT_FALSE(h.ready) << "two voting nodes are no majority";
   for (int i = 2; i < kNodes; ++i) {
     EXPECT_FALSE(h.nodes[i].voting) << i;
-    // "not voting for another 600 s: node up 0 s < max ttl 600 s (delayed restart)", give or
-    // take the seconds the start took.
+    // "not voting for another 600 s: node up 0 s < max ttl 600 s (delayed restart; to vote at
+    // once: ...)", give or take the seconds the start took.
     EXPECT_TRUE(std::regex_search(
         h.nodes[i].reason,
         std::regex("^not voting for another (59[0-9]|600) s: node up [0-9]+ s < max ttl 600 s")))

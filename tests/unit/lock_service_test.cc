@@ -161,6 +161,40 @@ TEST_F(LockServiceTest, GrantGeneratesOwnerAndRecordsLease) {
   EXPECT_EQ(samples(metrics.hold_seconds), 1u);
 }
 
+// sidelock_oldest_lease_age_seconds is computed when /metrics is rendered: the age of the oldest
+// lease still held, so a lock that is never released shows as a rising line (0 with none held).
+TEST_F(LockServiceTest, OldestLeaseAgeGaugeFollowsTheOldestHeldLease) {
+  auto oldestAge = [&] {
+    metrics.render();  // runs the scrape hooks
+    return metrics.oldest_lease_age.Value();
+  };
+  EXPECT_EQ(oldestAge(), 0);
+  auto a = acquireNow(opts("stuck", "alice", 600'000));
+  ASSERT_EQ(a->status(), AcquireStatus::kGranted);
+  sched.advanceMs(4000);
+  auto b = acquireNow(opts("fresh", "bob", 600'000));
+  ASSERT_EQ(b->status(), AcquireStatus::kGranted);
+  sched.advanceMs(1500);
+  EXPECT_DOUBLE_EQ(oldestAge(), 5.5);
+  EXPECT_NE(metrics.render().find("sidelock_oldest_lease_age_seconds 5.5"), std::string::npos);
+  EXPECT_EQ(*release("stuck", "alice"), ReleaseStatus::kReleased);
+  EXPECT_DOUBLE_EQ(oldestAge(), 1.5);
+  // Grant times are kept per second: a lease granted later in the same second as a released
+  // one reads as old as that second's first grant (never younger than it is, at most 1 s older).
+  sched.advanceMs(300);
+  ASSERT_EQ(sched.nowUs() % 1'000'000, 800'000) << "the fake clock starts on a whole second";
+  auto c = acquireNow(opts("carol-lock", "carol", 600'000));  // t = 5.8 s
+  ASSERT_EQ(c->status(), AcquireStatus::kGranted);
+  sched.advanceMs(100);
+  auto d = acquireNow(opts("dave-lock", "dave", 600'000));  // t = 5.9 s, the same second
+  ASSERT_EQ(d->status(), AcquireStatus::kGranted);
+  EXPECT_EQ(*release("carol-lock", "carol"), ReleaseStatus::kReleased);
+  EXPECT_EQ(*release("fresh", "bob"), ReleaseStatus::kReleased);
+  EXPECT_NEAR(oldestAge(), 0.1, 1e-9);  // dave's lease, read from carol's grant time
+  EXPECT_EQ(*release("dave-lock", "dave"), ReleaseStatus::kReleased);
+  EXPECT_EQ(oldestAge(), 0);
+}
+
 TEST_F(LockServiceTest, ReleaseAndExtendAnswerOwnerMismatchAndNotHeld) {
   auto a = acquireNow(opts("x", "alice", 1000));
   ASSERT_EQ(a->status(), AcquireStatus::kGranted);

@@ -7,6 +7,7 @@
 
 #include <map>
 #include <nlohmann/json.hpp>
+#include <regex>
 #include <set>
 #include <sstream>
 #include <string>
@@ -120,6 +121,73 @@ TEST(DashboardTest, EveryPanelHasPrometheusTargetsOnTheDatasourceVariable) {
   EXPECT_GE(panels, 25);
 }
 
+// The first row answers "is it healthy?" at a glance: sidecars ready, backend connections up, the
+// 5xx ratio and the oldest lease (a stuck lock).
+TEST(DashboardTest, StatusRowComesFirst) {
+  const json dash = json::parse(readFile(kDashboard));
+  ASSERT_FALSE(dash["panels"].empty());
+  const json& first = dash["panels"][0];
+  EXPECT_EQ(first.value("type", ""), "row");
+  EXPECT_EQ(first.value("title", ""), "Status");
+  std::string exprs;
+  for (size_t i = 1; i < dash["panels"].size() && dash["panels"][i].value("type", "") != "row";
+       ++i) {
+    const json& p = dash["panels"][i];
+    EXPECT_EQ(p["gridPos"].value("y", -1), 1) << p.value("title", "") << " is not in the top row";
+    for (const auto& t : p["targets"]) exprs += t.value("expr", "") + "\n";
+  }
+  for (const char* needle : {"sidelock_backend_ready", "sidelock_backend_up", "code=~\"5..\"",
+                             "sidelock_oldest_lease_age_seconds"}) {
+    EXPECT_NE(exprs.find(needle), std::string::npos) << "status row lacks " << needle << ":\n"
+                                                     << exprs;
+  }
+}
+
+// A panel whose title names percentiles (p50, p99) plots exactly those quantiles.
+TEST(DashboardTest, PercentilesInTitlesMatchTheQuantilesPlotted) {
+  const json dash = json::parse(readFile(kDashboard));
+  const std::regex title_pct("\\bp([0-9]+)\\b");
+  const std::regex quantile("histogram_quantile\\(\\s*([0-9.]+)");
+  int checked = 0;
+  for (const auto& p : dash["panels"]) {
+    const std::string title = p.value("title", "");
+    std::set<double> named, plotted;
+    for (std::sregex_iterator it(title.begin(), title.end(), title_pct), end; it != end; ++it) {
+      named.insert(std::stod((*it)[1].str()) / 100);
+    }
+    if (named.empty()) continue;
+    for (const auto& t : p["targets"]) {
+      const std::string expr = t.value("expr", "");
+      for (std::sregex_iterator it(expr.begin(), expr.end(), quantile), end; it != end; ++it) {
+        plotted.insert(std::stod((*it)[1].str()));
+      }
+    }
+    EXPECT_EQ(named, plotted) << title;
+    ++checked;
+  }
+  EXPECT_GE(checked, 5);
+}
+
+// README.md ("Dashboard") lists the rows in the dashboard's order, by their titles.
+TEST(DashboardTest, ReadmeListsEveryRowInOrder) {
+  const json dash = json::parse(readFile(kDashboard));
+  std::vector<std::string> rows;
+  for (const auto& p : dash["panels"]) {
+    if (p.value("type", "") == "row") rows.push_back(p.value("title", ""));
+  }
+  const std::string readme = readFile(std::string(SIDELOCK_SOURCE_DIR) + "/README.md");
+  const size_t start = readme.find("\n## Dashboard\n");
+  ASSERT_NE(start, std::string::npos);
+  const size_t stop = readme.find("\n## ", start + 1);
+  const std::string section = readme.substr(start, stop - start);
+  std::vector<std::string> listed;
+  const std::regex item("\n[0-9]+\\. \\*\\*([^*]+)\\*\\*");
+  for (std::sregex_iterator it(section.begin(), section.end(), item), end; it != end; ++it) {
+    listed.push_back((*it)[1].str());
+  }
+  EXPECT_EQ(listed, rows);
+}
+
 TEST(DashboardTest, VariablesAreAllKnown) {
   for (const auto& q : dashboardQueries(readFile(kDashboard))) {
     const std::string expr = substituteVariables(q.expr, grafanaVariables());
@@ -174,7 +242,7 @@ TEST(AlertRulesTest, RequiredAlertsArePresentWithRunbooks) {
   for (const char* a : {"SidelockBackendNodeDown", "SidelockRedlockQuorumLost",
                         "SidelockLeasesExpiringBeforeRelease", "SidelockFailedReleasesRising",
                         "SidelockWaitP99High", "SidelockWaiterQueueSaturated", "SidelockNotReady",
-                        "SidelockLeasesLost"}) {
+                        "SidelockLeasesLost", "SidelockTargetDown", "SidelockHttp5xxRatioHigh"}) {
     EXPECT_TRUE(alerts.count(std::string("alert ") + a)) << a;
   }
   // Each runbook_url anchor exists in RUNBOOK.md (GitHub anchors: lower-cased heading).
@@ -184,6 +252,10 @@ TEST(AlertRulesTest, RequiredAlertsArePresentWithRunbooks) {
   size_t pos = 0;
   int urls = 0;
   while ((pos = yaml.find("RUNBOOK.md#", pos)) != std::string::npos) {
+    // Absolute, so that Alertmanager and Grafana render a link that works.
+    const size_t url_start = yaml.rfind('"', pos) + 1;
+    EXPECT_EQ(yaml.compare(url_start, 8, "https://"), 0)
+        << "runbook_url is not absolute: " << yaml.substr(url_start, pos + 11 - url_start);
     pos += 11;
     const std::string anchor = yaml.substr(pos, yaml.find('"', pos) - pos);
     bool found = false;

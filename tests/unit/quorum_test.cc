@@ -163,18 +163,21 @@ TEST(QuorumTest, VotingTimeSaturates) {
   EXPECT_EQ(votingFromMs(s, 1'000), std::numeric_limits<int64_t>::max());
 }
 
-TEST(QuorumTest, NotVotingReasonSaysWhyAndForHowLong) {
+TEST(QuorumTest, NotVotingReasonSaysWhyForHowLongAndTheWaysOut) {
+  const std::string fix =
+      " (delayed restart; to vote at once: appendonly yes + appendfsync always on the node, or "
+      "backend.redlock.delayed_restart: false)";
   NodeRestartState s;
   noteNodeUp(s, "fresh", 13'000, 100'000);  // started at 87'000, first sight
   EXPECT_EQ(notVotingReason(s, 100'000, 600'000),
-            "not voting for another 587 s: node up 13 s < max ttl 600 s");
+            "not voting for another 587 s: node up 13 s < max ttl 600 s" + fix);
   EXPECT_EQ(notVotingReason(s, 100'001, 600'000),
-            "not voting for another 587 s: node up 13 s < max ttl 600 s")
+            "not voting for another 587 s: node up 13 s < max ttl 600 s" + fix)
       << "seconds left round up";
   noteNodeDown(s, 200'000);
   noteNodeUp(s, "new-run", 2'000, 210'000);
   EXPECT_EQ(notVotingReason(s, 210'000, 600'000),
-            "not voting for another 598 s: restarted 2 s ago (new run_id) < max ttl 600 s");
+            "not voting for another 598 s: restarted 2 s ago (new run_id) < max ttl 600 s" + fix);
 }
 
 TEST(QuorumTest, OnlyAppendonlyWithFsyncAlwaysPersistsEveryWrite) {

@@ -1,4 +1,11 @@
-{{/* A Redis container for the demo; requires the password from redis.existingSecret when set. */}}
+{{/*
+A Redis container for the demo; requires the password from redis.existingSecret when set.
+Every write is persisted (appendonly yes + appendfsync always): the Redlock backend lets such a node
+vote as soon as it is up, where a node that may lose writes on a restart is quarantined for
+locks.max_ttl_ms (10 minutes by default: a fresh demo would grant nothing that long). The data lives in
+an emptyDir, which survives container restarts but not the pod's deletion: production nodes need a
+persistent volume.
+*/}}
 {{- define "sidelock.demoRedisContainer" -}}
 - name: redis
   image: {{ .image | quote }}
@@ -6,7 +13,9 @@
     - --save
     - ""
     - --appendonly
-    - "no"
+    - "yes"
+    - --appendfsync
+    - always
     {{- if .secret.existingSecret }}
     - --requirepass
     - $(REDIS_PASSWORD)

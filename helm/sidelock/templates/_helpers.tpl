@@ -148,6 +148,9 @@ authorization:
 {{- else if and .Values.demo.enabled .Values.demo.redis.enabled (eq $cfg.backend.type "redis") -}}
 {{- $_ := set $cfg.backend "nodes" (list (printf "%s-redis.%s.svc:6379" $fullname .Release.Namespace)) -}}
 {{- end -}}
+{{- if and (eq $cfg.backend.type "memory") .Values.demo.enabled (gt (int .Values.demo.replicas) 1) -}}
+{{- fail (printf "config.backend.type memory keeps locks inside each sidecar: the %d demo.replicas would each grant the same lock; use one replica, or a Redis backend (redis, sentinel, cluster, redlock)" (int .Values.demo.replicas)) -}}
+{{- end -}}
 {{- $sentinel := $cfg.backend.sentinel | default dict -}}
 {{- if and (eq $cfg.backend.type "sentinel") (not $sentinel.master_name) -}}
 {{- fail "config.backend.sentinel.master_name is required for config.backend.type sentinel" -}}
@@ -326,7 +329,13 @@ authorization:
   {{- if .enabled }}
   readinessProbe:
     httpGet:
+      {{- if .requireBackend }}
+      # sidecar.probes.readiness.requireBackend: the pod leaves its Services while no lock can be granted.
       path: /readyz
+      {{- else }}
+      # The process answers: the pod stays in its Services during a backend outage (lock calls get 503).
+      path: /healthz
+      {{- end }}
       port: sidelock-admin
       {{- if not $.Values.config.listen.admin }}
       # listen.tcp: the lock API accepts only loopback Host names (DNS-rebinding check).

@@ -229,6 +229,7 @@ func (s *suite) checkChartBasics() {
 	}
 	sort.Strings(errs)
 	s.check("config keys covered by values and schema", errs)
+	s.checkSchemaMatchesConfigCode(schema)
 
 	// By default the lock API stays on localhost (other pods cannot take or release locks) and only the
 	// admin listener, which serves no lock routes, is reachable on the pod IP.
@@ -430,8 +431,14 @@ func (s *suite) checkObjects(name string, docs []obj, vals map[string]interface{
 		// a container port only when it listens beyond loopback on a port of its own.
 		tcp, admin := str(get(vals, "config", "listen", "tcp")), str(get(vals, "config", "listen", "admin"))
 		probesOn := false
+		// Readiness asks /healthz unless sidecar.probes.readiness.requireBackend: a Redis outage must
+		// not take every app pod out of its Services by default.
+		readinessPath := "/healthz"
+		if get(vals, "sidecar", "probes", "readiness", "requireBackend") == true {
+			readinessPath = "/readyz"
+		}
 		for probe, path := range map[string]string{"startupProbe": "/healthz", "livenessProbe": "/healthz",
-			"readinessProbe": "/readyz"} {
+			"readinessProbe": readinessPath} {
 			key := strings.TrimSuffix(probe, "Probe")
 			if get(vals, "sidecar", "probes", key, "enabled") != true {
 				if sc[probe] != nil {
@@ -542,6 +549,8 @@ func (s *suite) checkObjects(name string, docs []obj, vals map[string]interface{
 			s.checkConfigMap(label, cm, vals)
 		}
 	}
+	s.checkDemoRedisPersistence(name, docs)
+	s.checkRunbookURLs(name, docs, vals)
 	if get(vals, "demo", "enabled") == true && pods == 0 {
 		s.check(name+": demo pod has the sidecar", []string{"no pod template with a sidelock container"})
 	}

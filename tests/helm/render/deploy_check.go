@@ -1,6 +1,7 @@
 // Checks of deploy/ that need no Docker daemon: the compose stack's structure and files, its sidelock
 // configs, its Prometheus config (promtool), the Dockerfile's runtime packages (apt-cache, and against the
-// built binary's shared libraries), and the systemd unit (systemd-analyze verify / security).
+// built binary's shared libraries), the systemd unit (systemd-analyze verify / security), and the
+// Kubernetes snippets of deploy/kubernetes (kube_snippets.go).
 package main
 
 import (
@@ -17,6 +18,7 @@ func (s *suite) checkDeployFiles() {
 	s.checkCompose()
 	s.checkDockerfile()
 	s.checkSystemd()
+	s.checkKubernetesSnippets()
 }
 
 func (s *suite) checkCompose() {
@@ -75,6 +77,21 @@ func (s *suite) checkCompose() {
 		}
 	}
 	s.check("compose: redlock sidecar uses the five masters", errs)
+
+	// The Redlock masters persist every write, so they vote as soon as they are up (a node that may
+	// lose writes on a restart is quarantined for locks.max_ttl_ms: the stack would grant nothing).
+	errs = nil
+	for name, sv := range services {
+		if !strings.HasPrefix(name, "redlock-") {
+			continue
+		}
+		cmd := strings.Join(strings.Fields(fmt.Sprint(get(sv, "command"))), " ")
+		if !strings.Contains(cmd, "--appendonly yes") || !strings.Contains(cmd, "--appendfsync always") {
+			errs = append(errs, fmt.Sprintf("%s: command %s lacks --appendonly yes --appendfsync always", name, cmd))
+		}
+	}
+	sort.Strings(errs)
+	s.check("compose: Redlock masters persist every write", errs)
 
 	// Prometheus scrapes each sidecar's admin listener (health and metrics only), not the lock API.
 	errs = nil
