@@ -4,6 +4,7 @@
 #include "lock/lock_service.h"
 
 #include <algorithm>
+#include <array>
 #include <utility>
 
 #include "common/log.h"
@@ -26,6 +27,13 @@ bool isTransientBackendError(const Status& s) {
     default:
       return false;
   }
+}
+
+/// The lock keys whose leases are the one lease of `name` in the backend (its key
+/// `<prefix>{name}`): the mutex (writers, re-entered holds, multi-lock members), its fair
+/// holders and its readers, writers first.
+std::array<std::string, 3> keysOfOneLease(std::string_view name) {
+  return {std::string(name), fairLockKey(name), sharedLockKey(name)};
 }
 
 }  // namespace
@@ -634,10 +642,7 @@ void LockService::Impl::wakeLockQueues(std::string_view key, bool notified) {
   // are woken first: their attempts reach the backend first (one connection, in order), so a
   // queued writer takes a lock freed by its last reader before queued readers start a new
   // group of readers (writer preference; the mark went with the readers' key).
-  for (const std::string& queue :
-       {std::string(ref.name), fairLockKey(ref.name), sharedLockKey(ref.name)}) {
-    wakeQueue(queue, notified);
-  }
+  for (const std::string& queue : keysOfOneLease(ref.name)) wakeQueue(queue, notified);
 }
 
 void LockService::Impl::wakeAfterRelease(std::string_view key, const backend::Outcome& released) {
@@ -1003,8 +1008,9 @@ void LockService::Impl::forceRelease(std::string_view name,
           // Our own holder learns it now rather than at its next renewal; a lease already
           // being released by its holder is left to that release (it will find the key
           // gone).
-          // Readers hold the lock's key too: a force release frees them all.
-          for (const std::string& key : {n, sharedLockKey(n)}) {
+          // Fair holders and readers hold the lock's key too: a force release frees them all.
+          // (Semaphores have keys of their own, and no force release.)
+          for (const std::string& key : keysOfOneLease(n)) {
             std::vector<std::string> owners;
             for (const Lease* l = leases_.find(key); l != nullptr; l = l->next_same_name.get()) {
               if (!l->releasing) owners.push_back(l->owner);
