@@ -357,25 +357,17 @@ void LockService::Impl::attempt(Waiter& w) {
   op.limit = w.options.limit;
   const LockKind kind = lockRefOf(w.options.name).kind;
   if (queued && kind == LockKind::kMutex) {
-    // A queued writer: if readers hold the lock, new readers stay out until our next attempt
-    // (backoff at most retry_max_ms + jitter; a second of slack), never past our own deadline.
+    // A queued writer: if readers hold the lock, new readers stay out until our next attempt,
+    // never past our own deadline.
     const int64_t left_ms = ceilMs(w.deadline_us - scheduler_.nowUs());
-    op.writer_wait_ms =
-        std::clamp<int64_t>(config_.retry_max_ms + config_.retry_jitter_ms + kWriterWaitSlackMs, 1,
-                            std::max<int64_t>(1, left_ms));
+    op.writer_wait_ms = std::clamp<int64_t>(writerMarkMs(), 1, std::max<int64_t>(1, left_ms));
   }
   std::string also_waiting;
   if (queued && kind == LockKind::kFair) {
     // A fair waiter joins the backend's queue (or keeps its place), and so do the other waiters
     // queued here behind it, in their order: one call keeps every local claim alive.
     op.claim_ms = fairClaimMs();
-    if (q != nullptr) {
-      for (const Waiter* other : q->fifo) {
-        if (other == &w || other->abandoned) continue;
-        if (!also_waiting.empty()) also_waiting.push_back(' ');
-        also_waiting.append(other->options.owner);
-      }
-    }
+    also_waiting = othersQueued(q, &w);
     op.also_waiting = also_waiting;
   }
   runOnBackend(op, guarded([this, id = w.id](StatusOr<backend::Outcome> reply) {
@@ -403,9 +395,17 @@ void LockService::Impl::onAttemptReply(uint64_t id, StatusOr<backend::Outcome> r
     if (reply.isOk()) q->backend_error = Status::ok();
   }
   const bool granted = reply.isOk() && reply->ok();
+  if (q != nullptr && reply.isOk() && lockRefOf(name).kind == LockKind::kMutex) {
+    // Readers turned the writer away and it marked itself; a writer that got in removed every
+    // mark (those still queued mark themselves again if readers come back first).
+    if (reply->writer_marked) q->writers_marked = true;
+    if (granted) q->writers_marked = false;
+  }
 
   if (w.abandoned) {
-    // Answered already (client gone, deadline, shutdown): a late grant must not linger.
+    // Answered already (client gone, deadline, shutdown): a late grant must not linger, nor a
+    // mark this late answer set.
+    if (reply.isOk() && reply->writer_marked) withdrawFromBackend(w, q);
     if (granted) {
       SL_LOG(kDebug, "lock.late_grant_released", {"name", name},
              {"owner", ownerDigest(w.options.owner)});
@@ -527,19 +527,47 @@ int64_t LockService::Impl::fairClaimMs() const {
          kWriterWaitSlackMs;
 }
 
-void LockService::Impl::withdrawFairWaiter(const Waiter& w) {
+int64_t LockService::Impl::writerMarkMs() const {
+  // Until the writer's next attempt (backoff at most retry_max_ms + jitter), with slack.
+  return std::max<int64_t>(0, config_.retry_max_ms) +
+         std::max<int64_t>(0, config_.retry_jitter_ms) + kWriterWaitSlackMs;
+}
+
+std::string LockService::Impl::othersQueued(const WaiterQueue* q, const Waiter* except) {
+  std::string owners;
+  if (q == nullptr) return owners;
+  for (const Waiter* other : q->fifo) {
+    if (other == except || other->abandoned) continue;
+    if (!owners.empty()) owners.push_back(' ');
+    owners.append(other->options.owner);
+  }
+  return owners;
+}
+
+void LockService::Impl::withdrawFromBackend(const Waiter& w, const WaiterQueue* q) {
   opStarted();
-  runOnBackend(backend::Operation::withdraw(w.options.name, w.options.owner),
-               guarded([this](StatusOr<backend::Outcome>) { opFinished(); }));
+  backend::Operation op = backend::Operation::withdraw(w.options.name, w.options.owner);
+  // A writer's mark passes to the writers still queued here, so that readers stay out until
+  // the last of them leaves (or gets in).
+  const std::string others =
+      lockRefOf(w.options.name).kind == LockKind::kMutex ? othersQueued(q, &w) : std::string();
+  op.also_waiting = others;
+  op.writer_wait_ms = writerMarkMs();
+  runOnBackend(op, guarded([this](StatusOr<backend::Outcome>) { opFinished(); }));
 }
 
 void LockService::Impl::finishWaiter(Waiter& w, AcquireResult result) {
   w.deadline_timer.reset();
-  if (result.status != AcquireStatus::kGranted && w.options.wait_ms > 0 &&
-      lockRefOf(w.options.name).kind == LockKind::kFair) {
-    // It may hold a place in the backend's queue: give it up now rather than by its claim
-    // lapsing (the next waiter would wait for that).
-    withdrawFairWaiter(w);
+  if (result.status != AcquireStatus::kGranted && w.options.wait_ms > 0) {
+    // It may hold a place in the backend's queue (fair), or keep readers out (a writer that
+    // readers turned away): give it up now rather than by its claim / mark lapsing (the next
+    // waiter, the readers would wait for that).
+    const LockKind kind = lockRefOf(w.options.name).kind;
+    const WaiterQueue* q = queues_.find(w.options.name);
+    if (kind == LockKind::kFair ||
+        (kind == LockKind::kMutex && q != nullptr && q->writers_marked)) {
+      withdrawFromBackend(w, q);
+    }
   }
   const int64_t now = scheduler_.nowUs();
   metrics::Metrics::AcquireMetrics& m = acquireMetrics(w.options.name);
