@@ -375,7 +375,8 @@ void LockService::Impl::attempt(Waiter& w) {
                }));
 }
 
-void LockService::Impl::onAttemptReply(uint64_t id, StatusOr<backend::Outcome> reply) {
+void LockService::Impl::onAttemptReply(uint64_t id, StatusOr<backend::Outcome> reply,
+                                       bool handed_off) {
   auto it = waiters_.find(id);
   if (it == waiters_.end()) {  // cannot happen: attempting waiters are kept until here
     opFinished();
@@ -396,10 +397,10 @@ void LockService::Impl::onAttemptReply(uint64_t id, StatusOr<backend::Outcome> r
   }
   const bool granted = reply.isOk() && reply->ok();
   if (q != nullptr && reply.isOk() && lockRefOf(name).kind == LockKind::kMutex) {
-    // Readers turned the writer away and it marked itself; a writer that got in removed every
-    // mark (those still queued mark themselves again if readers come back first).
+    // Readers turned the writer away and it marked itself; a writer whose acquire got it in
+    // removed every mark (those still queued mark themselves again if readers come back first).
     if (reply->writer_marked) q->writers_marked = true;
-    if (granted) q->writers_marked = false;
+    if (granted && !handed_off) q->writers_marked = false;
   }
 
   if (w.abandoned) {
@@ -846,7 +847,14 @@ void LockService::Impl::sendReleaseWithHandOff(std::string name, std::string own
                  onReleaseReply(name, owner, std::move(released), std::move(done), true,
                                 /*wake=*/false);
                  if (handed_on) {
-                   onAttemptReply(id, reply);
+                   // A hand-off removes no writer's mark (an acquire does): the writer that got
+                   // in withdraws its own, or readers would wait for it after its release.
+                   const WaiterQueue* queue = queues_.find(name);
+                   auto next_waiter = waiters_.find(id);
+                   if (queue != nullptr && queue->writers_marked && next_waiter != waiters_.end()) {
+                     withdrawFromBackend(*next_waiter->second, queue);
+                   }
+                   onAttemptReply(id, reply, /*handed_off=*/true);
                  } else if (!reply.isOk()) {
                    // No answer (timeout, lost link): the script may still have run. Give back a
                    // grant the waiter never heard of (compare-and-delete: harmless if it never

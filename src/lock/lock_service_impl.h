@@ -105,7 +105,8 @@ class LockService::Impl {
   // --- acquire and waiting (lock_service.cc) ---
   void cancelWaiter(uint64_t id);
   void attempt(Waiter& w);
-  void onAttemptReply(uint64_t id, StatusOr<backend::Outcome> reply);
+  /// `handed_off`: the grant came with a release's hand-off, which leaves writers' marks alone.
+  void onAttemptReply(uint64_t id, StatusOr<backend::Outcome> reply, bool handed_off = false);
   void onDeadline(uint64_t id);
   /// The queue limit a waiter on `name` would exceed by queueing now, or kNone if there is room.
   WaiterLimit fullWaiterLimit(size_t queued_here) const;
