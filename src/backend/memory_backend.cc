@@ -75,7 +75,8 @@ StatusOr<Outcome> MemoryBackend::withdrawWriter(const Operation& op) {
   o.code = OutcomeCode::kOk;
   // The writers still queued on its sidecar keep readers out in its place.
   const int64_t until = scheduler_.nowUs() + std::max<int64_t>(1, op.writer_wait_ms) * 1000;
-  forEachOwner(op.also_waiting, [&](std::string_view w) { e.writer_marks[std::string(w)] = until; });
+  forEachOwner(op.also_waiting,
+               [&](std::string_view w) { e.writer_marks[std::string(w)] = until; });
   // The last mark gone from a lock no writer holds: readers kept out for it may come in.
   announce_withdraw_ = e.writer_marks.empty() && liveEntry(op.name) == nullptr;
   return o;

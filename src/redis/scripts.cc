@@ -799,8 +799,7 @@ StatusOr<Outcome> decodeOutcome(const StatusOr<RedisValue>& reply, ScriptId scri
     case 0:
       if (script == ScriptId::kInspect || script == ScriptId::kForceRelease ||
           script == ScriptId::kTokenSync || script == ScriptId::kFairWithdraw ||
-          script == ScriptId::kWriterWithdraw ||
-          (semaphore && script != ScriptId::kSemAcquire) ||
+          script == ScriptId::kWriterWithdraw || (semaphore && script != ScriptId::kSemAcquire) ||
           (shared && script != ScriptId::kSharedAcquire)) {
         return badShape(node, script);
       }
@@ -886,8 +885,7 @@ ScriptCall scriptCallFor(const Operation& op, const ScriptContext& ctx) {
     } else if (fair_queue) {
       key(fairQueueKey(ctx.prefix, op.name));
       key(fairClaimsKey(ctx.prefix, op.name));
-    } else if ((op.verb == Verb::kAcquire && op.writer_wait_ms > 0) ||
-               op.verb == Verb::kWithdraw) {
+    } else if ((op.verb == Verb::kAcquire && op.writer_wait_ms > 0) || op.verb == Verb::kWithdraw) {
       key(writerMarkKey(ctx.prefix, op.name));  // the queued writers' marks
     }
   }

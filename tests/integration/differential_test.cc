@@ -91,7 +91,7 @@ TEST_F(DifferentialTest, RandomSequencesAgreeWithTheReferenceModel) {
   int fair_grants = 0;
   int fair_turned_away = 0;     // a fair try refused although the lock was free: another's turn
   int readers_turned_away = 0;  // busy although only readers held the lock
-  int writers_withdrawn = 0;     // a queued writer's mark removed
+  int writers_withdrawn = 0;    // a queued writer's mark removed
   for (int i = 0; i < kSteps; ++i) {
     Step step;
     const std::string& name = pick(names);

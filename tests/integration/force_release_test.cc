@@ -184,15 +184,15 @@ TEST(ForceReleaseTest, EveryKindOfHolderLearnsAtOnceAndIsNoLongerListed) {
                    json{{"owner", reentrant_owner}, {"reentrant", true}}.dump())
                 .status,
             200);
-  auto multi = c.post("/v1/multilocks/acquire",
-                      R"({"names":["m1","m2"],"ttl_ms":60000,"auto_renew":true})");
+  auto multi =
+      c.post("/v1/multilocks/acquire", R"({"names":["m1","m2"],"ttl_ms":60000,"auto_renew":true})");
   ASSERT_EQ(multi.status, 200) << multi.body;
   const std::string multi_owner = json::parse(multi.body)["owner"];
   ASSERT_EQ(listedLeases(port).size(), 7u) << c.get("/v1/locks").body;
 
   for (const char* lock : {"plain", "fair", "rw", "again", "m1", "m2"}) {
-    auto r = adminPost(admin_port, std::string("/admin/v1/locks/") + lock + "/release",
-                       kAdminToken);
+    auto r =
+        adminPost(admin_port, std::string("/admin/v1/locks/") + lock + "/release", kAdminToken);
     ASSERT_EQ(r.status, 200) << lock << " " << r.body;
   }
   for (size_t i = 0; i < holders.size(); ++i) {

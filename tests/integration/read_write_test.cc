@@ -286,8 +286,7 @@ TEST(ReadWriteTest, AReaderQueuedOnAnotherSidecarDoesNotOvertakeTheWriter) {
 // here). A writer still queued on the same sidecar keeps them out until it leaves too.
 TEST(ReadWriteTest, AWriterThatLeavesTakesItsMarkWithIt) {
   RedisServer redis;
-  const std::string yaml =
-      redisBackendYaml(redis.address()) + "locks:\n  retry_max_ms: 20000\n";
+  const std::string yaml = redisBackendYaml(redis.address()) + "locks:\n  retry_max_ms: 20000\n";
   SidecarProcess writers({yaml, {}, /*wait_ready=*/true});
   SidecarProcess readers({yaml, {}, /*wait_ready=*/true});
   HttpClient r = HttpClient::tcp(readers.port());

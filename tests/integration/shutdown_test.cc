@@ -2,11 +2,10 @@
 // its last event, {"event":"released"}, and the end of its chunked body before the connection
 // closes, never a bare EOF (`sidelock run` would take that for a lost lock). Real redis-server,
 // real sidecar process, real sockets.
+#include <gtest/gtest.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
-
-#include <gtest/gtest.h>
 
 #include <algorithm>
 #include <chrono>

@@ -1214,8 +1214,7 @@ TEST_F(LockServiceTest, QueuedWritersThatLeaveWithdrawTheirMarks) {
   second->ticket.cancel();
   sched.runReady();
   EXPECT_EQ(backend.count("withdraw"), 2);
-  EXPECT_EQ(acquireNow(opts(sharedLockKey("doc"), "r2", 60'000))->status(),
-            AcquireStatus::kGranted)
+  EXPECT_EQ(acquireNow(opts(sharedLockKey("doc"), "r2", 60'000))->status(), AcquireStatus::kGranted)
       << "no writer waits any more: readers come in at once";
 }
 
