@@ -553,7 +553,15 @@ void LockService::Impl::withdrawFromBackend(const Waiter& w, const WaiterQueue* 
   const std::string others =
       lockRefOf(w.options.name).kind == LockKind::kMutex ? othersQueued(q, &w) : std::string();
   op.also_waiting = others;
-  op.writer_wait_ms = writerMarkMs();
+  // As an attempt's mark: until the next attempt, never past the last of their deadlines.
+  int64_t last_deadline_us = 0;
+  if (q != nullptr) {
+    for (const Waiter* other : q->fifo) {
+      if (other != &w) last_deadline_us = std::max(last_deadline_us, other->deadline_us);
+    }
+  }
+  op.writer_wait_ms = std::clamp<int64_t>(
+      writerMarkMs(), 1, std::max<int64_t>(1, ceilMs(last_deadline_us - scheduler_.nowUs())));
   runOnBackend(op, guarded([this](StatusOr<backend::Outcome>) { opFinished(); }));
 }
 
