@@ -124,8 +124,31 @@ void closeEverything(Sidecar& s) {
   s.scheduler->close();
 }
 
+/// How long the streams' last events may take to leave after the lock service shut down. Well
+/// inside the hard deadline's second past shutdown.grace_ms; a client that reads nothing for
+/// that long loses them.
+constexpr int64_t kOutputDrainMs = 500;
+
+/// After the lock service and the HTTP output drained: the backend, then the HTTP servers, then
+/// the loop's own handles.
+void shutDownBackendAndServers(Sidecar& s) {
+  s.backend->shutdown([&s] {
+    s.server->close([&s] {
+      auto finish = [&s] {
+        SL_LOG(kInfo, "shutdown.done");
+        closeEverything(s);
+      };
+      if (s.admin_server)
+        s.admin_server->close(finish);
+      else
+        finish();
+    });
+  });
+}
+
 /// SIGTERM/SIGINT: stop accepting, drain the lock service (answers waiters, releases leases),
-/// close the backend, then the HTTP server, then the loop's own handles.
+/// let the HTTP output drain (streams' last events), close the backend, then the HTTP server,
+/// then the loop's own handles.
 void beginShutdown(Sidecar& s, const config::Config& cfg, const char* why) {
   if (s.stopping) return;
   s.stopping = true;
@@ -142,17 +165,15 @@ void beginShutdown(Sidecar& s, const config::Config& cfg, const char* why) {
     _exit(1);
   });
   s.locks->shutdown(cfg.shutdown.release_held, cfg.shutdown.grace_ms, [&s] {
-    s.backend->shutdown([&s] {
-      s.server->close([&s] {
-        auto finish = [&s] {
-          SL_LOG(kInfo, "shutdown.done");
-          closeEverything(s);
-        };
-        if (s.admin_server)
-          s.admin_server->close(finish);
-        else
-          finish();
-      });
+    // The streams' last events ("released") and body ends are written by now, not yet sent:
+    // let the kernel take them before the connections close, or clients see a bare EOF.
+    s.server->drainOutput(kOutputDrainMs, [&s](size_t unwritten) {
+      if (unwritten > 0) {
+        SL_LOG(kWarn, "shutdown.output_not_drained",
+               {"connections", static_cast<unsigned long>(unwritten)},
+               {"waited_ms", static_cast<long long>(kOutputDrainMs)});
+      }
+      shutDownBackendAndServers(s);
     });
   });
 }

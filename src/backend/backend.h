@@ -27,7 +27,10 @@ enum class Verb : uint8_t {
   kInspect,       // the lock's state, without revealing the owner
   kHandOff,       // owner-checked release that grants `next_owner` for `ttl_ms` in the same step
   kForceRelease,  // operators: delete whoever holds it, announce it; the token counter stays
-  kWithdraw,      // fair locks: `owner` leaves the lock's queue (it gave up waiting)
+  /// `owner` stops waiting (gave up, hung up, shutdown): a fair waiter leaves the lock's queue;
+  /// a queued writer (kMutex) withdraws its mark, and if no other writer's mark is left on a lock
+  /// that no writer holds, the readers kept out are told (announced like a release).
+  kWithdraw,
 };
 
 /// The kind of lock an operation works on. Each kind has its own keys (so one name used as two
@@ -61,14 +64,17 @@ struct Operation {
   /// Semaphore acquire: how many permits may be held at once (the semaphore's limit while it has
   /// permits; another limit is answered kLimitMismatch).
   int64_t limit = 0;
-  /// Mutex acquire by a waiter that will try again: if readers hold the lock, new readers are
-  /// turned away for this long (writer preference, across sidecars) so the readers drain. 0: a
-  /// single try marks nothing.
+  /// Mutex acquire by a waiter that will try again: if readers hold the lock, `owner` marks
+  /// itself waiting for this long, and new readers are turned away while any writer's mark lives
+  /// (writer preference, across sidecars) so the readers drain. 0: a single try marks nothing.
+  /// A writer's withdraw (kWithdraw of kMutex) removes its own mark and marks the writers in
+  /// `also_waiting` (still queued on its sidecar) for this long instead.
   int64_t writer_wait_ms = 0;
   /// Fair acquire by a waiter that will try again: `owner` joins the queue (or keeps its place)
   /// with a claim of this many ms; the owner ids in `also_waiting` (space-separated, in their
   /// local order) are the sidecar's other waiters, registered and renewed in the same step.
   /// 0: a single try, which never joins the queue (and is granted only if nobody waits).
+  /// (For a writer's withdraw: the writers who take its mark over.)
   int64_t claim_ms = 0;
   std::string_view also_waiting;
 
@@ -105,7 +111,8 @@ struct Operation {
     return {
         Verb::kHandOff, LockKind::kMutex, name, owner, next_ttl_ms, next_owner, false, 0, 0, 0, {}};
   }
-  /// Fair locks: a waiter that gave up leaves the queue (a no-op when it is not in it).
+  /// A waiter that gave up leaves the fair queue (a no-op when it is not in it); `.of(kMutex)`:
+  /// a queued writer withdraws its mark.
   static Operation withdraw(std::string_view name, std::string_view owner) {
     return {Verb::kWithdraw, LockKind::kFair, name, owner, 0, {}, false, 0, 0, 0, {}};
   }
@@ -144,6 +151,9 @@ struct Outcome {
   /// operation (inspect: 0 while a writer holds it).
   int64_t used = 0;
   int64_t limit = 0;
+  /// Mutex acquire kBusy with writer_wait_ms: readers held the lock, so the writers marked
+  /// themselves waiting (and must withdraw their marks if they leave without the lock).
+  bool writer_marked = false;
 
   bool ok() const { return code == OutcomeCode::kOk; }
 };

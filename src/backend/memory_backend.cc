@@ -12,6 +12,16 @@ int64_t remainingMs(int64_t expiry_us, int64_t now_us) { return (expiry_us - now
 
 Status shutDownError() { return cancelled("memory backend is shut down"); }
 
+/// Calls `f` with each owner id of a space-separated list (Operation::also_waiting).
+template <typename F>
+void forEachOwner(std::string_view list, F&& f) {
+  while (!list.empty()) {
+    const size_t space = list.find(' ');
+    if (const std::string_view owner = list.substr(0, space); !owner.empty()) f(owner);
+    list = space == std::string_view::npos ? std::string_view() : list.substr(space + 1);
+  }
+}
+
 }  // namespace
 
 MemoryBackend::MemoryBackend(event::Scheduler& scheduler) : scheduler_(scheduler) {}
@@ -44,6 +54,32 @@ MemoryBackend::Entry* MemoryBackend::liveReaders(std::string_view name) {
   std::erase_if(e.readers, [now](const auto& r) { return r.second <= now; });
   if (!e.readers.empty()) return &e;
   return nullptr;
+}
+
+int64_t MemoryBackend::writerMarksUntilUs(Entry& e, int64_t now_us) {
+  std::erase_if(e.writer_marks, [now_us](const auto& m) { return m.second <= now_us; });
+  int64_t until = 0;
+  for (const auto& [writer, mark_until] : e.writer_marks) until = std::max(until, mark_until);
+  return until;
+}
+
+StatusOr<Outcome> MemoryBackend::withdrawWriter(const Operation& op) {
+  Outcome o;
+  auto it = locks_.find(op.name);
+  if (it == locks_.end()) return o;
+  Entry& e = it->second;
+  writerMarksUntilUs(e, scheduler_.nowUs());
+  auto mark = e.writer_marks.find(op.owner);
+  if (mark == e.writer_marks.end()) return o;
+  e.writer_marks.erase(mark);
+  o.code = OutcomeCode::kOk;
+  // The writers still queued on its sidecar keep readers out in its place.
+  const int64_t until = scheduler_.nowUs() + std::max<int64_t>(1, op.writer_wait_ms) * 1000;
+  forEachOwner(op.also_waiting,
+               [&](std::string_view w) { e.writer_marks[std::string(w)] = until; });
+  // The last mark gone from a lock no writer holds: readers kept out for it may come in.
+  announce_withdraw_ = e.writer_marks.empty() && liveEntry(op.name) == nullptr;
+  return o;
 }
 
 namespace {
@@ -197,8 +233,8 @@ StatusOr<Outcome> MemoryBackend::applyShared(const Operation& op) {
       }
       // A queued writer's mark turns new readers away, even from a free lock.
       if (auto it = locks_.find(op.name);
-          it != locks_.end() && it->second.writer_waits_until_us > now) {
-        const int64_t mark_ms = remainingMs(it->second.writer_waits_until_us, now);
+          it != locks_.end() && writerMarksUntilUs(it->second, now) > now) {
+        const int64_t mark_ms = remainingMs(writerMarksUntilUs(it->second, now), now);
         o.code = OutcomeCode::kBusy;
         o.used = count;
         o.holder_ttl_ms =
@@ -293,13 +329,7 @@ StatusOr<Outcome> MemoryBackend::applyFair(const Operation& op) {
       it->claim_until_us = now + op.claim_ms * 1000;
     };
     join(op.owner);
-    std::string_view rest = op.also_waiting;
-    while (!rest.empty()) {
-      const size_t space = rest.find(' ');
-      const std::string_view w = rest.substr(0, space);
-      if (!w.empty()) join(w);
-      rest = space == std::string_view::npos ? std::string_view() : rest.substr(space + 1);
-    }
+    forEachOwner(op.also_waiting, join);
   }
   const bool our_turn = e.fair_queue.empty() || e.fair_queue.front().owner == op.owner;
   if (our_turn && free) {
@@ -352,8 +382,9 @@ StatusOr<Outcome> MemoryBackend::apply(const Operation& op) {
       if (held != nullptr) return heldByOther(OutcomeCode::kBusy);
       if (readers != nullptr) {
         if (op.writer_wait_ms > 0) {
-          readers->writer_waits_until_us =
-              std::max(readers->writer_waits_until_us, now + op.writer_wait_ms * 1000);
+          writerMarksUntilUs(*readers, now);
+          readers->writer_marks[std::string(op.owner)] = now + op.writer_wait_ms * 1000;
+          o.writer_marked = true;
         }
         return heldByOther(OutcomeCode::kBusy);
       }
@@ -362,7 +393,7 @@ StatusOr<Outcome> MemoryBackend::apply(const Operation& op) {
       e.expiry_us = now + op.ttl_ms * 1000;
       e.token += 1;
       e.holds = 1;
-      if (op.writer_wait_ms > 0) e.writer_waits_until_us = 0;  // the queued writer got in
+      if (op.writer_wait_ms > 0) e.writer_marks.clear();  // a queued writer got in
       o.code = OutcomeCode::kOk;
       o.token = e.token;
       o.validity_ms = op.ttl_ms;
@@ -432,8 +463,8 @@ StatusOr<Outcome> MemoryBackend::apply(const Operation& op) {
         o.token = it->second.token;
       }
       return o;
-    case Verb::kWithdraw:  // only fair locks have a queue to leave: nothing to do
-      return o;
+    case Verb::kWithdraw:
+      return withdrawWriter(op);
   }
   return invalidArgument("unknown operation");
 }

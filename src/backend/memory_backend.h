@@ -59,10 +59,11 @@ class MemoryBackend final : public Backend {
     uint64_t token = 0;     // last fencing token granted for this name; never reset
     int64_t holds = 1;      // reentrant acquires: holds of the current lease
     /// Readers of a read/write lock (owner -> expiry, Scheduler time), held while no writer
-    /// (`owner`) is; and until when a queued writer turns new readers away (0: none waits; kept
-    /// after the readers left, cleared when a queued writer gets in).
+    /// (`owner`) is; and the queued writers' marks (writer -> until when it turns new readers
+    /// away; kept after the readers left, cleared when a queued writer gets in, one removed when
+    /// its writer withdraws).
     std::map<std::string, int64_t, std::less<>> readers;
-    int64_t writer_waits_until_us = 0;
+    std::map<std::string, int64_t, std::less<>> writer_marks;
     /// Fair locks: the waiters in arrival order, each with the end of its claim.
     struct FairWaiter {
       std::string owner;
@@ -85,8 +86,14 @@ class MemoryBackend final : public Backend {
   /// Fair acquire and withdraw (a fair lock's other verbs are the mutex's). Sets
   /// `announce_withdraw_` when a withdrawal left a free lock to the next waiter.
   StatusOr<Outcome> applyFair(const Operation& op);
-  /// The live readers of `name` (expired ones dropped; the writer's mark goes with the last).
+  /// The live readers of `name` (expired ones dropped).
   Entry* liveReaders(std::string_view name);
+  /// Until when (Scheduler time) queued writers keep readers of `e` out; 0 if no mark lives
+  /// (expired marks dropped).
+  static int64_t writerMarksUntilUs(Entry& e, int64_t now_us);
+  /// A queued writer leaves: its mark goes (kOk if it had one). Sets `announce_withdraw_` when
+  /// that let readers in.
+  StatusOr<Outcome> withdrawWriter(const Operation& op);
   /// When the holder of a lock lets go (Scheduler time): the writer's expiry, else the last
   /// reader's; 0 when the lock is free (both null).
   static int64_t holderExpiryUs(const Entry* writer, const Entry* readers);

@@ -549,10 +549,13 @@ void HttpServer::Connection::settle() {
     }
   }
   if (closed_) {
-    server_->destroyConnection(this);  // deletes this
+    HttpServer* server = server_;
+    server->destroyConnection(this);  // deletes this
+    server->checkDrained();
     return;
   }
   armTimer();
+  server_->checkDrained();
 }
 
 // --- delivery of the last response ---------------------------------------------------------------

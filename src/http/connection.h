@@ -93,6 +93,8 @@ class HttpServer::Connection final : public ParserListener {
   /// The peer closed its end, and the EOF waits unread in the socket (it is read on a later
   /// turn). Callers about to hand out something the client must act on (a lock grant) check it.
   bool peerHungUp() const;
+  /// Output the kernel has not taken yet (buffered, or a write in progress).
+  bool hasUnwrittenOutput() const { return !closed_ && (!out_.empty() || writing_); }
   bool idleForClose() const {
     return !closed_ && queue_.empty() && !parser_.inMessage() && out_.empty() && !writing_;
   }

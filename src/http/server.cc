@@ -271,6 +271,32 @@ size_t HttpServer::closeIdleConnections() {
   return idle.size();
 }
 
+void HttpServer::drainOutput(int64_t timeout_ms, std::function<void(size_t)> done) {
+  drained_ = std::move(done);
+  drain_timer_.start(scheduler_, std::max<int64_t>(0, timeout_ms), [this] {
+    drain_timer_.markFired();
+    size_t unwritten = 0;
+    for (const auto& [c, owned] : connections_) unwritten += c->hasUnwrittenOutput() ? 1 : 0;
+    finishDrain(unwritten);
+  });
+  checkDrained();
+}
+
+// Called whenever a connection settles (after each of its events) while drainOutput() waits.
+void HttpServer::checkDrained() {
+  if (!drained_) return;
+  for (const auto& [c, owned] : connections_) {
+    if (c->hasUnwrittenOutput()) return;
+  }
+  drain_timer_.reset();
+  finishDrain(0);
+}
+
+void HttpServer::finishDrain(size_t unwritten) {
+  if (!drained_) return;
+  scheduler_.post([done = std::exchange(drained_, nullptr), unwritten] { done(unwritten); });
+}
+
 void HttpServer::close(std::function<void()> done) {
   stopAccepting();
   closed_ = true;
@@ -285,6 +311,8 @@ void HttpServer::close(std::function<void()> done) {
   }
   flush_prepare_.close();
   turn_check_.close();
+  drain_timer_.reset();
+  finishDrain(0);  // nothing is left to write once every connection is closed
   if (done) scheduler_.post(std::move(done));
 }
 

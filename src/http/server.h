@@ -77,6 +77,13 @@ class HttpServer {
   size_t inFlightRequests() const { return in_flight_; }
   size_t connectionCount() const { return connections_.size(); }
 
+  /// Waits until no connection has output left that the kernel has not taken (answers, stream
+  /// events and the ends of streams written so far), then runs `done` on a later loop turn with
+  /// 0; after `timeout_ms` at most, with how many connections still had output (a client that
+  /// stopped reading loses it). Call it before close(), which drops unwritten output: a stream
+  /// would end in a bare EOF. A second call replaces the first one's `done`.
+  void drainOutput(int64_t timeout_ms, std::function<void(size_t unwritten)> done);
+
   /// Stops accepting and closes every connection now: responders of unanswered requests see
   /// onClientGone (posted, like every client-gone notification; they run before `done`) and
   /// their later writes are dropped. `done` runs on a later loop turn (Scheduler::post), so keep
@@ -116,6 +123,9 @@ class HttpServer {
   void queueFlush(Connection* connection);
   void flushQueued();
   void recordResponse(std::string_view route, int status, int64_t received_us);
+  /// drainOutput(): runs its `done` (posted) once no connection has unwritten output.
+  void checkDrained();
+  void finishDrain(size_t unwritten);
   void addInFlight(int delta);
 
   uv_loop_t* loop_;
@@ -145,6 +155,8 @@ class HttpServer {
   size_t in_flight_ = 0;
   bool draining_ = false;
   bool closed_ = false;
+  std::function<void(size_t)> drained_;  // drainOutput()'s callback while it waits
+  event::ScopedTimer drain_timer_;
   // One read buffer for all connections: the loop is single-threaded and each read is parsed
   // (or its unparsed rest copied) before the next alloc callback.
   std::vector<char> read_buffer_;

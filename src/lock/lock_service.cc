@@ -4,6 +4,7 @@
 #include "lock/lock_service.h"
 
 #include <algorithm>
+#include <array>
 #include <utility>
 
 #include "common/log.h"
@@ -26,6 +27,13 @@ bool isTransientBackendError(const Status& s) {
     default:
       return false;
   }
+}
+
+/// The lock keys whose leases are the one lease of `name` in the backend (its key
+/// `<prefix>{name}`): the mutex (writers, re-entered holds, multi-lock members), its fair
+/// holders and its readers, writers first.
+std::array<std::string, 3> keysOfOneLease(std::string_view name) {
+  return {std::string(name), fairLockKey(name), sharedLockKey(name)};
 }
 
 }  // namespace
@@ -353,25 +361,17 @@ void LockService::Impl::attempt(Waiter& w) {
   op.limit = w.options.limit;
   const LockKind kind = lockRefOf(w.options.name).kind;
   if (queued && kind == LockKind::kMutex) {
-    // A queued writer: if readers hold the lock, new readers stay out until our next attempt
-    // (backoff at most retry_max_ms + jitter; a second of slack), never past our own deadline.
+    // A queued writer: if readers hold the lock, new readers stay out until our next attempt,
+    // never past our own deadline.
     const int64_t left_ms = ceilMs(w.deadline_us - scheduler_.nowUs());
-    op.writer_wait_ms =
-        std::clamp<int64_t>(config_.retry_max_ms + config_.retry_jitter_ms + kWriterWaitSlackMs, 1,
-                            std::max<int64_t>(1, left_ms));
+    op.writer_wait_ms = std::clamp<int64_t>(writerMarkMs(), 1, std::max<int64_t>(1, left_ms));
   }
   std::string also_waiting;
   if (queued && kind == LockKind::kFair) {
     // A fair waiter joins the backend's queue (or keeps its place), and so do the other waiters
     // queued here behind it, in their order: one call keeps every local claim alive.
     op.claim_ms = fairClaimMs();
-    if (q != nullptr) {
-      for (const Waiter* other : q->fifo) {
-        if (other == &w || other->abandoned) continue;
-        if (!also_waiting.empty()) also_waiting.push_back(' ');
-        also_waiting.append(other->options.owner);
-      }
-    }
+    also_waiting = othersQueued(q, &w);
     op.also_waiting = also_waiting;
   }
   runOnBackend(op, guarded([this, id = w.id](StatusOr<backend::Outcome> reply) {
@@ -379,7 +379,8 @@ void LockService::Impl::attempt(Waiter& w) {
                }));
 }
 
-void LockService::Impl::onAttemptReply(uint64_t id, StatusOr<backend::Outcome> reply) {
+void LockService::Impl::onAttemptReply(uint64_t id, StatusOr<backend::Outcome> reply,
+                                       bool handed_off) {
   auto it = waiters_.find(id);
   if (it == waiters_.end()) {  // cannot happen: attempting waiters are kept until here
     opFinished();
@@ -399,9 +400,17 @@ void LockService::Impl::onAttemptReply(uint64_t id, StatusOr<backend::Outcome> r
     if (reply.isOk()) q->backend_error = Status::ok();
   }
   const bool granted = reply.isOk() && reply->ok();
+  if (q != nullptr && reply.isOk() && lockRefOf(name).kind == LockKind::kMutex) {
+    // Readers turned the writer away and it marked itself; a writer whose acquire got it in
+    // removed every mark (those still queued mark themselves again if readers come back first).
+    if (reply->writer_marked) q->writers_marked = true;
+    if (granted && !handed_off) q->writers_marked = false;
+  }
 
   if (w.abandoned) {
-    // Answered already (client gone, deadline, shutdown): a late grant must not linger.
+    // Answered already (client gone, deadline, shutdown): a late grant must not linger, nor a
+    // mark this late answer set.
+    if (reply.isOk() && reply->writer_marked) withdrawFromBackend(w, q);
     if (granted) {
       SL_LOG(kDebug, "lock.late_grant_released", {"name", name},
              {"owner", ownerDigest(w.options.owner)});
@@ -523,19 +532,55 @@ int64_t LockService::Impl::fairClaimMs() const {
          kWriterWaitSlackMs;
 }
 
-void LockService::Impl::withdrawFairWaiter(const Waiter& w) {
+int64_t LockService::Impl::writerMarkMs() const {
+  // Until the writer's next attempt (backoff at most retry_max_ms + jitter), with slack.
+  return std::max<int64_t>(0, config_.retry_max_ms) +
+         std::max<int64_t>(0, config_.retry_jitter_ms) + kWriterWaitSlackMs;
+}
+
+std::string LockService::Impl::othersQueued(const WaiterQueue* q, const Waiter* except) {
+  std::string owners;
+  if (q == nullptr) return owners;
+  for (const Waiter* other : q->fifo) {
+    if (other == except || other->abandoned) continue;
+    if (!owners.empty()) owners.push_back(' ');
+    owners.append(other->options.owner);
+  }
+  return owners;
+}
+
+void LockService::Impl::withdrawFromBackend(const Waiter& w, const WaiterQueue* q) {
   opStarted();
-  runOnBackend(backend::Operation::withdraw(w.options.name, w.options.owner),
-               guarded([this](StatusOr<backend::Outcome>) { opFinished(); }));
+  backend::Operation op = backend::Operation::withdraw(w.options.name, w.options.owner);
+  // A writer's mark passes to the writers still queued here, so that readers stay out until
+  // the last of them leaves (or gets in).
+  const std::string others =
+      lockRefOf(w.options.name).kind == LockKind::kMutex ? othersQueued(q, &w) : std::string();
+  op.also_waiting = others;
+  // As an attempt's mark: until the next attempt, never past the last of their deadlines.
+  int64_t last_deadline_us = 0;
+  if (q != nullptr) {
+    for (const Waiter* other : q->fifo) {
+      if (other != &w) last_deadline_us = std::max(last_deadline_us, other->deadline_us);
+    }
+  }
+  op.writer_wait_ms = std::clamp<int64_t>(
+      writerMarkMs(), 1, std::max<int64_t>(1, ceilMs(last_deadline_us - scheduler_.nowUs())));
+  runOnBackend(op, guarded([this](StatusOr<backend::Outcome>) { opFinished(); }));
 }
 
 void LockService::Impl::finishWaiter(Waiter& w, AcquireResult result) {
   w.deadline_timer.reset();
-  if (result.status != AcquireStatus::kGranted && w.options.wait_ms > 0 &&
-      lockRefOf(w.options.name).kind == LockKind::kFair) {
-    // It may hold a place in the backend's queue: give it up now rather than by its claim
-    // lapsing (the next waiter would wait for that).
-    withdrawFairWaiter(w);
+  if (result.status != AcquireStatus::kGranted && w.options.wait_ms > 0) {
+    // It may hold a place in the backend's queue (fair), or keep readers out (a writer that
+    // readers turned away): give it up now rather than by its claim / mark lapsing (the next
+    // waiter, the readers would wait for that).
+    const LockKind kind = lockRefOf(w.options.name).kind;
+    const WaiterQueue* q = queues_.find(w.options.name);
+    if (kind == LockKind::kFair ||
+        (kind == LockKind::kMutex && q != nullptr && q->writers_marked)) {
+      withdrawFromBackend(w, q);
+    }
   }
   const int64_t now = scheduler_.nowUs();
   metrics::Metrics::AcquireMetrics& m = acquireMetrics(w.options.name);
@@ -638,10 +683,7 @@ void LockService::Impl::wakeLockQueues(std::string_view key, bool notified) {
   // are woken first: their attempts reach the backend first (one connection, in order), so a
   // queued writer takes a lock freed by its last reader before queued readers start a new
   // group of readers (writer preference; the mark went with the readers' key).
-  for (const std::string& queue :
-       {std::string(ref.name), fairLockKey(ref.name), sharedLockKey(ref.name)}) {
-    wakeQueue(queue, notified);
-  }
+  for (const std::string& queue : keysOfOneLease(ref.name)) wakeQueue(queue, notified);
 }
 
 void LockService::Impl::wakeAfterRelease(std::string_view key, const backend::Outcome& released) {
@@ -817,7 +859,14 @@ void LockService::Impl::sendReleaseWithHandOff(std::string name, std::string own
                  onReleaseReply(name, owner, std::move(released), std::move(done), true,
                                 /*wake=*/false);
                  if (handed_on) {
-                   onAttemptReply(id, reply);
+                   // A hand-off removes no writer's mark (an acquire does): the writer that got
+                   // in withdraws its own, or readers would wait for it after its release.
+                   const WaiterQueue* queue = queues_.find(name);
+                   auto next_waiter = waiters_.find(id);
+                   if (queue != nullptr && queue->writers_marked && next_waiter != waiters_.end()) {
+                     withdrawFromBackend(*next_waiter->second, queue);
+                   }
+                   onAttemptReply(id, reply, /*handed_off=*/true);
                  } else if (!reply.isOk()) {
                    // No answer (timeout, lost link): the script may still have run. Give back a
                    // grant the waiter never heard of (compare-and-delete: harmless if it never
@@ -1007,8 +1056,9 @@ void LockService::Impl::forceRelease(std::string_view name,
           // Our own holder learns it now rather than at its next renewal; a lease already
           // being released by its holder is left to that release (it will find the key
           // gone).
-          // Readers hold the lock's key too: a force release frees them all.
-          for (const std::string& key : {n, sharedLockKey(n)}) {
+          // Fair holders and readers hold the lock's key too: a force release frees them all.
+          // (Semaphores have keys of their own, and no force release.)
+          for (const std::string& key : keysOfOneLease(n)) {
             std::vector<std::string> owners;
             for (const Lease* l = leases_.find(key); l != nullptr; l = l->next_same_name.get()) {
               if (!l->releasing) owners.push_back(l->owner);

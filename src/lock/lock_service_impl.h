@@ -105,7 +105,8 @@ class LockService::Impl {
   // --- acquire and waiting (lock_service.cc) ---
   void cancelWaiter(uint64_t id);
   void attempt(Waiter& w);
-  void onAttemptReply(uint64_t id, StatusOr<backend::Outcome> reply);
+  /// `handed_off`: the grant came with a release's hand-off, which leaves writers' marks alone.
+  void onAttemptReply(uint64_t id, StatusOr<backend::Outcome> reply, bool handed_off = false);
   void onDeadline(uint64_t id);
   /// The queue limit a waiter on `name` would exceed by queueing now, or kNone if there is room.
   WaiterLimit fullWaiterLimit(size_t queued_here) const;
@@ -126,8 +127,14 @@ class LockService::Impl {
   /// The lock is probably free (released here, released elsewhere, expired): head tries now.
   /// How long a fair waiter keeps its place in the backend's queue without being renewed.
   int64_t fairClaimMs() const;
-  /// Fair locks: `w` leaves the backend's queue (it gave up, failed or was cancelled).
-  void withdrawFairWaiter(const Waiter& w);
+  /// `w` gave up, failed or was cancelled: a fair waiter leaves the backend's queue, a queued
+  /// writer withdraws its mark (passing it to the writers still in `q`), rather than keeping the
+  /// next waiter / readers out until it lapses.
+  void withdrawFromBackend(const Waiter& w, const WaiterQueue* q);
+  /// How long a queued writer's mark keeps new readers out when nothing renews it.
+  int64_t writerMarkMs() const;
+  /// The owner ids queued in `q` but `except` (abandoned ones left out), space-separated.
+  static std::string othersQueued(const WaiterQueue* q, const Waiter* except);
   /// Wakes `key`'s queue and, for a read/write lock, the queue of the other mode (a lease that
   /// ended without a release: expired, lost, force-released).
   void wakeLockQueues(std::string_view key, bool notified);

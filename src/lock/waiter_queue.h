@@ -56,6 +56,10 @@ struct WaiterQueue {
   /// waiters keep their places and the head retries; a deadline reached in this state answers
   /// this error (503) instead of busy (409).
   Status backend_error;
+  /// Writers (mutex queue): readers turned an attempt away and it marked the writer waiting,
+  /// and no queued writer got in since. A writer that leaves withdraws its mark then, passing it
+  /// to those still queued here, so readers stay out until the last of them is gone.
+  bool writers_marked = false;
   event::ScopedTimer retry_timer;
 };
 

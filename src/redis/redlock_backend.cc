@@ -338,6 +338,7 @@ void RedlockBackend::decide(const std::shared_ptr<QuorumCall>& call) {
       decideExtend(call);
       return;
     case Verb::kRelease:
+    case Verb::kWithdraw:  // a writer's marks (fair locks are refused in run())
       if (call->pending == 0) finishRelease(call);
       return;
     case Verb::kInspect:
@@ -345,7 +346,6 @@ void RedlockBackend::decide(const std::shared_ptr<QuorumCall>& call) {
       if (call->pending == 0) finishRead(call);
       return;
     case Verb::kHandOff:  // refused in run()
-    case Verb::kWithdraw:
       return;
   }
 }
@@ -492,6 +492,10 @@ void RedlockBackend::finishAcquireLoss(const std::shared_ptr<QuorumCall>& call) 
   }
   Outcome busy_outcome;
   busy_outcome.code = OutcomeCode::kBusy;
+  // A queued writer marked on any node withdraws its marks when it leaves.
+  for (const auto& a : call->answers) {
+    busy_outcome.writer_marked = busy_outcome.writer_marked || (a && a->writer_marked);
+  }
   busy_outcome.holder_ttl_ms = quorum::holderTtlMs(n, votes_for, std::move(busy_pttls));
   answer(call, busy_outcome);
 }

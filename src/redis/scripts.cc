@@ -106,7 +106,9 @@ if v and ARGV[4] == 'reentrant' then
   end
 end
 if v and ARGV[5] and readersHold(v) then
-  markWriterWaiting(tonumber(ARGV[5]))
+  redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', nowMs())
+  markWritersWaiting(tonumber(ARGV[5]), ARGV[1])
+  return {0, 0, redis.call('PTTL', KEYS[1]), 1}
 end
 return {0, 0, redis.call('PTTL', KEYS[1])}
 )lua";
@@ -214,19 +216,37 @@ end
 // with a value no owner id can have: "\tshared" (owner ids are printable ASCII), expiring with the
 // last reader; so every mutex script, of this version or an older one, sees a lock held by
 // somebody else and a writer simply is the mutex holder. The readers themselves are members of
-// p{name}:readers, scored with their expiry. A queued writer that readers turn away marks
-// p{name}:writer (PX: its mark) and deletes it when it gets in: while the mark lives, new readers
-// are turned away, even from a free lock, so neither a steady stream of readers nor readers
-// queued on other sidecars (who may hear the last reader's release first) can starve it.
+// p{name}:readers, scored with their expiry. A queued writer that readers turn away marks itself
+// in p{name}:writer (a sorted set: writer owner id -> until when its mark lasts, Redis time in
+// ms); the set is deleted when a queued writer gets in, and a writer that leaves without the lock
+// removes its own mark (marking the writers still queued on its sidecar instead). While a mark
+// lives, new readers are turned away, even from a free lock, so neither a steady stream of
+// readers nor readers queued on other sidecars (who may hear the last reader's release first)
+// can starve it.
 constexpr std::string_view kReadersLua = R"lua(
 local kReaders = '\tshared'
 local function readersHold(v)
   return string.sub(v, 1, #kReaders) == kReaders
 end
--- A writer's acquire: KEYS[3] is the writer's mark.
-local function markWriterWaiting(ms)
+-- How long (ms) the writers' marks KEYS[k] keep readers out; 0 if none lives.
+local function writerMarkMs(k, now)
+  redis.call('ZREMRANGEBYSCORE', KEYS[k], '-inf', now)
+  local last = redis.call('ZRANGE', KEYS[k], -1, -1, 'WITHSCORES')
+  if #last == 0 then
+    return 0
+  end
+  return math.max(tonumber(last[2]) - now, 1)
+end
+-- A writer's acquire and withdraw: KEYS[3] is the writers' marks; `writers` space-separated
+-- owner ids, each marked waiting for `ms` from now.
+local function markWritersWaiting(ms, writers)
+  local now = nowMs()
+  local until_ms = string.format('%.0f', now + ms)
+  for w in string.gmatch(writers, '%S+') do
+    redis.call('ZADD', KEYS[3], until_ms, w)
+  end
   if redis.call('PTTL', KEYS[3]) < ms then
-    redis.call('SET', KEYS[3], '1', 'PX', ms)
+    redis.call('PEXPIRE', KEYS[3], ms)
   end
 end
 )lua";
@@ -270,7 +290,7 @@ local v = redis.call('GET', KEYS[1])
 if v and not readersHold(v) then
   return {0, 0, redis.call('PTTL', KEYS[1]), 0}
 end
-local mark = redis.call('PTTL', KEYS[4])
+local mark = writerMarkMs(4, now)
 if mark > 0 then
   -- A writer waits: no new reader, until it got in (and out) or its mark ran out.
   if not v then
@@ -478,6 +498,25 @@ end
 return {1, 0, 0}
 )lua";
 
+// A queued writer that leaves without the lock removes its mark (KEYS[3]); the writers still
+// queued on its sidecar (ARGV[3]) are marked for ARGV[2] ms in its place. If no mark is left,
+// readers turned away for it may come in: announced like a release, unless a writer holds the
+// lock.
+constexpr std::string_view kWriterWithdrawBodyLua = R"lua(
+redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', nowMs())
+if redis.call('ZREM', KEYS[3], ARGV[1]) == 0 then
+  return {-1, 0, 0}
+end
+markWritersWaiting(tonumber(ARGV[2]), ARGV[3])
+if redis.call('EXISTS', KEYS[3]) == 0 then
+  local v = redis.call('GET', KEYS[1])
+  if not v or readersHold(v) then
+    announce(ARGV[4], ARGV[5], ARGV[6])
+  end
+end
+return {1, 0, 0}
+)lua";
+
 // A multi-lock in one step (KEYS: lock and counter of each name, in pairs): every lock is free,
 // and then all are granted with a token each; or the first held one is named (1-based) and
 // nothing changes.
@@ -530,6 +569,8 @@ std::string_view scriptText(ScriptId id) {
   static const std::string kFairAcquireLua =
       join({kNextTokenLua, kClockLua, kFairQueueLua, kFairAcquireBodyLua});
   static const std::string kAcquireAllLua = join({kNextTokenLua, kAcquireAllBodyLua});
+  static const std::string kWriterWithdrawLua =
+      join({kClockLua, kReadersLua, kAnnounceLua, kWriterWithdrawBodyLua});
   static const std::string kFairWithdrawLua =
       join({kClockLua, kFairQueueLua, kAnnounceLua, kFairWithdrawBodyLua});
   switch (id) {
@@ -567,6 +608,8 @@ std::string_view scriptText(ScriptId id) {
       return kFairAcquireLua;
     case ScriptId::kFairWithdraw:
       return kFairWithdrawLua;
+    case ScriptId::kWriterWithdraw:
+      return kWriterWithdrawLua;
     case ScriptId::kAcquireAll:
       return kAcquireAllLua;
   }
@@ -613,6 +656,8 @@ const char* scriptName(ScriptId id) {
       return "fair_acquire";
     case ScriptId::kFairWithdraw:
       return "fair_withdraw";
+    case ScriptId::kWriterWithdraw:
+      return "writer_withdraw";
     case ScriptId::kAcquireAll:
       return "acquire_all";
   }
@@ -754,11 +799,15 @@ StatusOr<Outcome> decodeOutcome(const StatusOr<RedisValue>& reply, ScriptId scri
     case 0:
       if (script == ScriptId::kInspect || script == ScriptId::kForceRelease ||
           script == ScriptId::kTokenSync || script == ScriptId::kFairWithdraw ||
-          (semaphore && script != ScriptId::kSemAcquire) ||
+          script == ScriptId::kWriterWithdraw || (semaphore && script != ScriptId::kSemAcquire) ||
           (shared && script != ScriptId::kSharedAcquire)) {
         return badShape(node, script);
       }
       o.code = acquires ? OutcomeCode::kBusy : OutcomeCode::kNotOwner;
+      if (script == ScriptId::kAcquire) {  // its 4th field: the writers marked themselves
+        o.writer_marked = o.holds == 1;
+        o.holds = 0;
+      }
       // PTTL -1: a key without expiry (not ours); unknown, so waiters fall back to their backoff.
       o.holder_ttl_ms = ttl >= 0 ? ttl : -1;
       return o;
@@ -836,8 +885,8 @@ ScriptCall scriptCallFor(const Operation& op, const ScriptContext& ctx) {
     } else if (fair_queue) {
       key(fairQueueKey(ctx.prefix, op.name));
       key(fairClaimsKey(ctx.prefix, op.name));
-    } else if (op.verb == Verb::kAcquire && op.writer_wait_ms > 0) {
-      key(writerMarkKey(ctx.prefix, op.name));  // a queued writer's mark
+    } else if ((op.verb == Verb::kAcquire && op.writer_wait_ms > 0) || op.verb == Verb::kWithdraw) {
+      key(writerMarkKey(ctx.prefix, op.name));  // the queued writers' marks
     }
   }
   // The script of each verb per kind: mutex (and fair), semaphore, shared (readers).
@@ -911,7 +960,16 @@ ScriptCall scriptCallFor(const Operation& op, const ScriptContext& ctx) {
         announceArgs();
         break;
       }
-      // Only fair locks have a queue to leave: changes nothing here.
+      if (!semaphore && !shared) {  // a queued writer withdraws its mark
+        c.script = ScriptId::kWriterWithdraw;
+        c.node_op = NodeOp::kRelease;
+        arg(op.owner);
+        arg(std::to_string(std::max<int64_t>(1, op.writer_wait_ms)));
+        arg(op.also_waiting);
+        announceArgs();
+        break;
+      }
+      // Readers and permits have nothing to leave: changes nothing here.
       c.script = pick(ScriptId::kInspect, ScriptId::kSemInspect, ScriptId::kSharedInspect);
       c.node_op = NodeOp::kInspect;
       break;

@@ -41,7 +41,13 @@
 //   holds code 1 of acquire, extend, hand-off: the lease's holds (1 unless re-entered); release:
 //         the holds left (0: freed; a hand-off with holds left hands nothing on, token 0)
 // ARGV per script:
-//   acquire        owner, ttl_ms, counter_ttl_ms[, "reentrant"]
+//   acquire        owner, ttl_ms, counter_ttl_ms[, "reentrant" | "-"[, writer_wait_ms]]
+//                  (writer_wait_ms: a queued writer; KEYS[3] = p{name}:writer): busy because
+//                  readers hold the lock, the writer is marked and the reply is {0, 0, PTTL, 1}
+//   writer_withdraw owner, writer_wait_ms, other writers queued (space-separated), channel,
+//                  name[, "sharded"] (KEYS[3] = p{name}:writer): a queued writer's mark removed,
+//                  the others marked -> {1, 0, 0} | {-1, 0, 0} (it had none); announces when no
+//                  mark is left and no writer holds the lock
 //   release        owner, channel, name[, "sharded"]  ("sharded": Redis Cluster, SPUBLISH)
 //   extend         owner, ttl_ms, counter_ttl_ms      (never re-creates a missing key: that
 //                                                      would silently re-acquire)
@@ -105,6 +111,7 @@ enum class ScriptId : size_t {
   kSharedInspect,
   kFairAcquire,
   kFairWithdraw,
+  kWriterWithdraw,
   kAcquireAll,  // keep last (kAllScripts' size is checked against it)
 };
 
@@ -126,7 +133,8 @@ inline constexpr ScriptId kAllScripts[] = {
     ScriptId::kForceRelease,  ScriptId::kSemAcquire,   ScriptId::kSemRelease,
     ScriptId::kSemExtend,     ScriptId::kSemInspect,   ScriptId::kSharedAcquire,
     ScriptId::kSharedRelease, ScriptId::kSharedExtend, ScriptId::kSharedInspect,
-    ScriptId::kFairAcquire,   ScriptId::kFairWithdraw, ScriptId::kAcquireAll};
+    ScriptId::kFairAcquire,   ScriptId::kFairWithdraw, ScriptId::kWriterWithdraw,
+    ScriptId::kAcquireAll};
 // Every script is in the list (a script missing from it is never loaded: "no script #N").
 static_assert(std::size(kAllScripts) == static_cast<size_t>(ScriptId::kAcquireAll) + 1);
 /// Whether the script works on a semaphore (its 4th and 5th reply fields: used, limit).
@@ -150,8 +158,9 @@ std::string semaphoreLimitKey(std::string_view prefix, std::string_view name);
 /// Readers of a read/write lock: `<prefix>{<name>}:readers` (a sorted set of reader owner id ->
 /// expiry in ms of Redis time). The readers also hold KEYS[1] (see scripts.cc, kReadersLua).
 std::string readersKey(std::string_view prefix, std::string_view name);
-/// `<prefix>{<name>}:writer`: a queued writer waits for readers to leave (PX: until when new
-/// readers are turned away); deleted when a queued writer gets in.
+/// `<prefix>{<name>}:writer`: queued writers wait for readers to leave (a sorted set: writer
+/// owner id -> until when it turns new readers away, ms of Redis time); deleted when a queued
+/// writer gets in, a writer's own entry removed when it leaves without the lock.
 std::string writerMarkKey(std::string_view prefix, std::string_view name);
 /// Fair locks: `<prefix>{<name>}:fair` (the queue: waiter owner id -> arrival in us of Redis
 /// time) and `<prefix>{<name>}:fair:claims` (waiter -> until when it keeps its place, ms).
@@ -193,7 +202,7 @@ struct ScriptCall {
   ScriptId script = ScriptId::kInspect;
   NodeOp node_op = NodeOp::kOther;
   std::array<std::string, 4> keys;
-  std::array<std::string, 5> args;
+  std::array<std::string, 6> args;
   uint8_t key_count = 0;
   uint8_t arg_count = 0;
 
@@ -201,7 +210,7 @@ struct ScriptCall {
   /// changed nor moved.
   struct Views {
     std::array<std::string_view, 4> keys;
-    std::array<std::string_view, 5> args;
+    std::array<std::string_view, 6> args;
     RedisArgs keyArgs() const { return {keys.data(), key_count}; }
     RedisArgs argArgs() const { return {args.data(), arg_count}; }
     size_t key_count = 0;

@@ -35,6 +35,9 @@ struct Step {
     if (op.verb == Verb::kHandOff) s << " to " << op.next_owner;
     if (op.reentrant) s << " reentrant";
     if (op.writer_wait_ms > 0) s << " marking writer waiting";
+    if (op.verb == Verb::kWithdraw && op.kind == LockKind::kMutex) {
+      s << " (writer), marking [" << op.also_waiting << "]";
+    }
     if (op.claim_ms > 0) s << " queued (claim), with [" << op.also_waiting << "]";
     if (op.kind == LockKind::kSemaphore && op.verb == Verb::kAcquire) s << " limit " << op.limit;
     return s.str();
@@ -88,6 +91,7 @@ TEST_F(DifferentialTest, RandomSequencesAgreeWithTheReferenceModel) {
   int fair_grants = 0;
   int fair_turned_away = 0;     // a fair try refused although the lock was free: another's turn
   int readers_turned_away = 0;  // busy although only readers held the lock
+  int writers_withdrawn = 0;    // a queued writer's mark removed
   for (int i = 0; i < kSteps; ++i) {
     Step step;
     const std::string& name = pick(names);
@@ -137,6 +141,13 @@ TEST_F(DifferentialTest, RandomSequencesAgreeWithTheReferenceModel) {
           if (what % 3 == 0) step.op.writer_wait_ms = 60'000;
           break;
         case 1:
+          if (what % 3 == 1) {
+            // A queued writer leaves: its mark goes, maybe to another writer still queued.
+            step.op = Operation::withdraw(name, owner).of(LockKind::kMutex);
+            step.op.writer_wait_ms = 60'000;
+            if (what % 2 == 0) step.op.also_waiting = pick(owners);
+            break;
+          }
           step.op = Operation::release(name, owner);
           break;
         case 2:
@@ -209,6 +220,10 @@ TEST_F(DifferentialTest, RandomSequencesAgreeWithTheReferenceModel) {
     EXPECT_EQ(m->holds, r->holds) << where;
     EXPECT_EQ(m->used, r->used) << where;
     EXPECT_EQ(m->limit, r->limit) << where;
+    EXPECT_EQ(m->writer_marked, r->writer_marked) << where;
+    if (step.op.verb == Verb::kWithdraw && step.op.kind == LockKind::kMutex && m->ok()) {
+      ++writers_withdrawn;
+    }
     const bool grants = m->ok() && m->token != 0 &&
                         (step.op.verb == Verb::kAcquire || step.op.verb == Verb::kHandOff);
     ASSERT_EQ(grants, r->ok() && r->token != 0 &&
@@ -247,10 +262,12 @@ TEST_F(DifferentialTest, RandomSequencesAgreeWithTheReferenceModel) {
   std::cout << "[differential] " << kSteps << " steps agreed: " << agreed_grants << " grants, "
             << reader_grants << " readers, " << readers_turned_away << " readers turned away, "
             << fair_grants << " fair grants, " << fair_turned_away << " fair tries kept out, "
-            << all_granted << " one-step multi-locks\n";
+            << all_granted << " one-step multi-locks, " << writers_withdrawn
+            << " writers' marks withdrawn\n";
   EXPECT_GT(agreed_grants, 100) << "the sequences granted often enough to mean something";
   EXPECT_GT(reader_grants, 20) << "readers were granted often enough to mean something";
   EXPECT_GT(readers_turned_away, 5) << "writers marked as waiting turned readers away";
+  EXPECT_GT(writers_withdrawn, 3) << "queued writers withdrew their marks";
   EXPECT_GT(all_granted, 0) << "a one-step multi-lock try was granted at least once";
   EXPECT_GT(fair_grants, 5) << "fair acquires were granted often enough to mean something";
   EXPECT_GT(fair_turned_away, 5) << "queued waiters kept fair tries out of a free lock";

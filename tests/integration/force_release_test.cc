@@ -7,7 +7,9 @@
 #include <future>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "support/http_client.h"
@@ -131,6 +133,82 @@ TEST(ForceReleaseTest, FreesAStuckLockWakesWaitersEverywhereAndTheHolderLearnsIt
   EXPECT_EQ(logs.find(kAdminToken), std::string::npos) << "never the token itself";
   EXPECT_EQ(a->stop(), 0) << a->logs();
   EXPECT_EQ(b->stop(), 0) << b->logs();
+}
+
+/// The lease names GET /v1/locks lists on the sidecar at `port`.
+std::vector<std::string> listedLeases(int port) {
+  HttpClient c = HttpClient::tcp(port);
+  std::vector<std::string> names;
+  const json listing = json::parse(c.get("/v1/locks").body);
+  for (const json& lease : listing["leases"]) {
+    names.push_back(lease["name"]);
+  }
+  return names;
+}
+
+// Issue 22: every kind of lease of the lock's key ends at once on the sidecar that granted it,
+// not at its next renewal. A TTL of 60 s puts the first renewal 20 s away, so an event within
+// 2 s can only come from the force release.
+TEST(ForceReleaseTest, EveryKindOfHolderLearnsAtOnceAndIsNoLongerListed) {
+  RedisServer redis;
+  const int admin_port = pickFreePort();
+  auto sidecar = startSidecar(redisBackendYaml(redis.address()), admin_port);
+  const int port = sidecar->port();
+
+  // Stream holds: an exclusive lock, a fair lock, and two readers of a read/write lock.
+  struct StreamHold {
+    std::string lock;
+    std::string body;
+  };
+  const std::vector<StreamHold> streams = {
+      {"plain", R"({"ttl_ms":60000,"hold":"stream"})"},
+      {"fair", R"({"ttl_ms":60000,"hold":"stream","fair":true})"},
+      {"rw", R"({"ttl_ms":60000,"hold":"stream","mode":"shared"})"},
+      {"rw", R"({"ttl_ms":60000,"hold":"stream","mode":"shared"})"},
+  };
+  std::vector<HttpClient> holders;
+  for (const StreamHold& s : streams) {
+    holders.push_back(HttpClient::tcp(port));
+    holders.back().sendRequest("POST", "/v1/locks/" + s.lock + "/acquire", s.body);
+    auto head = holders.back().readStreamHead();
+    ASSERT_TRUE(head.has_value()) << s.lock;
+    ASSERT_EQ(head->status, 200) << s.lock << " " << head->body;
+    ASSERT_TRUE(holders.back().readStreamLine().has_value()) << s.lock;
+  }
+  // Plain leases: a re-entered one (two holds) and the members of a multi-lock.
+  HttpClient c = HttpClient::tcp(port);
+  auto reentrant = c.post("/v1/locks/again/acquire", R"({"ttl_ms":60000,"reentrant":true})");
+  ASSERT_EQ(reentrant.status, 200) << reentrant.body;
+  const std::string reentrant_owner = json::parse(reentrant.body)["owner"];
+  ASSERT_EQ(c.post("/v1/locks/again/acquire",
+                   json{{"owner", reentrant_owner}, {"reentrant", true}}.dump())
+                .status,
+            200);
+  auto multi =
+      c.post("/v1/multilocks/acquire", R"({"names":["m1","m2"],"ttl_ms":60000,"auto_renew":true})");
+  ASSERT_EQ(multi.status, 200) << multi.body;
+  const std::string multi_owner = json::parse(multi.body)["owner"];
+  ASSERT_EQ(listedLeases(port).size(), 7u) << c.get("/v1/locks").body;
+
+  for (const char* lock : {"plain", "fair", "rw", "again", "m1", "m2"}) {
+    auto r =
+        adminPost(admin_port, std::string("/admin/v1/locks/") + lock + "/release", kAdminToken);
+    ASSERT_EQ(r.status, 200) << lock << " " << r.body;
+  }
+  for (size_t i = 0; i < holders.size(); ++i) {
+    std::optional<std::string> line = holders[i].readStreamLine(2000);
+    ASSERT_TRUE(line.has_value()) << streams[i].body << " got no event within 2 s";
+    EXPECT_EQ(json::parse(*line)["event"], "lost") << streams[i].body << ": " << *line;
+    EXPECT_FALSE(holders[i].readStreamLine(2000).has_value()) << "lost ends the stream";
+  }
+  EXPECT_TRUE(listedLeases(port).empty()) << c.get("/v1/locks").body;
+  for (const auto& [lock, owner] : std::vector<std::pair<std::string, std::string>>{
+           {"again", reentrant_owner}, {"m1", multi_owner}, {"m2", multi_owner}}) {
+    auto late = c.post("/v1/locks/" + lock + "/release", json{{"owner", owner}}.dump());
+    EXPECT_EQ(late.status, 404) << lock << " " << late.body;
+    EXPECT_EQ(json::parse(late.body)["error"], "lease_lost") << lock;
+  }
+  EXPECT_EQ(sidecar->stop(), 0) << sidecar->logs();
 }
 
 TEST(ForceReleaseTest, RefusedWithoutAdminTokensConfigured) {

@@ -744,6 +744,48 @@ TEST_F(HttpServerTest, GracefulStopAnswersInFlightThenClosesAndRefusesNewClients
   EXPECT_TRUE(eventually([&] { return metrics_.http_connections.Value() == 0; }));
 }
 
+// Shutdown (issue 22): streams ended just before the server closes reach their clients whole,
+// last chunk and end of body included, when drainOutput() runs first; one stream's end sits
+// behind 4 MiB the kernel cannot take at once (a uv_write in progress).
+TEST_F(HttpServerTest, DrainOutputLetsEndedStreamsLeaveBeforeClose) {
+  startServer();
+  constexpr int kClients = 40;
+  std::vector<HttpClient> clients;
+  for (int i = 0; i < kClients; ++i) {
+    clients.push_back(HttpClient::tcp(port_));
+    clients.back().sendRequest("GET", "/hold");
+  }
+  ASSERT_TRUE(eventually([&] { return held_count_ == kClients; }));
+  const std::string big(4 * 1024 * 1024, 'b');
+  std::atomic<bool> closed{false};
+  std::atomic<size_t> unwritten{99};
+  onLoop([&] {
+    for (size_t i = 0; i < held_.size(); ++i) {
+      held_[i]->startStream(200, "application/x-ndjson");
+      if (i == 0) held_[i]->writeChunk(big + "\n");
+      held_[i]->writeChunk("{\"event\":\"released\"}\n");
+      held_[i]->endStream();
+    }
+    server_->drainOutput(5000, [&](size_t left) {
+      unwritten = left;
+      server_->close([&] { closed = true; });
+    });
+  });
+  for (int i = 0; i < kClients; ++i) {
+    std::string bytes;
+    char buf[65536];
+    ssize_t n = 0;
+    while ((n = ::recv(clients[i].fd(), buf, sizeof(buf), 0)) > 0) {
+      bytes.append(buf, static_cast<size_t>(n));
+    }
+    EXPECT_TRUE(bytes.ends_with("{\"event\":\"released\"}\n\r\n0\r\n\r\n"))
+        << "client " << i << " got " << bytes.size() << " bytes ending ["
+        << bytes.substr(bytes.size() > 40 ? bytes.size() - 40 : 0) << "]";
+  }
+  EXPECT_TRUE(eventually([&] { return closed.load(); }));
+  EXPECT_EQ(unwritten.load(), 0u);
+}
+
 TEST_F(HttpServerTest, CloseFiresOnClientGoneForPendingRequests) {
   startServer();
   HttpClient c = HttpClient::tcp(port_);

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <iostream>
 #include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -278,6 +279,91 @@ TEST(ReadWriteTest, AReaderQueuedOnAnotherSidecarDoesNotOvertakeTheWriter) {
   EXPECT_EQ(redis.cli({"EXISTS", "sidelock:{map}:writer"}), "0") << "the writer's mark is gone";
   EXPECT_EQ(a->stop(), 0) << a->logs();
   EXPECT_EQ(b->stop(), 0) << b->logs();
+}
+
+// Issue 22: a queued writer that leaves without the lock (its client hangs up, its wait_ms
+// runs out) takes its mark with it: readers get in at once, not retry_max_ms + 1 s later (21 s
+// here). A writer still queued on the same sidecar keeps them out until it leaves too.
+TEST(ReadWriteTest, AWriterThatLeavesTakesItsMarkWithIt) {
+  RedisServer redis;
+  const std::string yaml = redisBackendYaml(redis.address()) + "locks:\n  retry_max_ms: 20000\n";
+  SidecarProcess writers({yaml, {}, /*wait_ready=*/true});
+  SidecarProcess readers({yaml, {}, /*wait_ready=*/true});
+  HttpClient r = HttpClient::tcp(readers.port());
+  auto first = r.post("/v1/locks/doc/acquire", R"({"mode":"shared","ttl_ms":30000})");
+  ASSERT_EQ(first.status, 200) << first.body;
+  auto markExists = [&] { return redis.cli({"EXISTS", "sidelock:{doc}:writer"}) == "1"; };
+  auto readerTry = [&] {
+    HttpClient c = HttpClient::tcp(readers.port());
+    auto got = c.post("/v1/locks/doc/acquire", R"({"mode":"shared","ttl_ms":30000})");
+    if (got.status == 200) c.post("/v1/locks/doc/release", json{{"owner", ownerOf(got)}}.dump());
+    return got.status;
+  };
+
+  // A writer queued behind the reader marks itself; a reader queued meanwhile is turned away.
+  HttpClient hanging = HttpClient::tcp(writers.port());
+  hanging.sendRequest("POST", "/v1/locks/doc/acquire", R"({"ttl_ms":30000,"wait_ms":30000})");
+  ASSERT_TRUE(pollUntil(markExists)) << "the queued writer marked itself";
+  EXPECT_EQ(readerTry(), 409) << "the mark keeps new readers out";
+  const auto t0 = Clock::now();
+  std::atomic<int64_t> queued_reader_ms{-1};  // granted, since t0
+  std::thread queued_reader([&] {
+    HttpClient c = HttpClient::tcp(readers.port());
+    auto got = c.request("POST", "/v1/locks/doc/acquire",
+                         R"({"mode":"shared","ttl_ms":30000,"wait_ms":25000})", 30'000);
+    if (got.status != 200) return;
+    queued_reader_ms = msSince(t0);
+    c.post("/v1/locks/doc/release", json{{"owner", ownerOf(got)}}.dump());
+  });
+  EXPECT_TRUE(pollUntil([&] {
+    return json::parse(r.get("/v1/locks").body)["waiters"].size() == 1;
+  })) << "the second reader waits on its sidecar";
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // its first try was turned away
+
+  // The writer's client hangs up: the mark goes, the queued reader and a new one get in.
+  const auto hung_up = Clock::now();
+  const int64_t hung_up_ms = msSince(t0);
+  hanging.close();
+  const bool reader_in = pollUntil([&] { return readerTry() == 200; }, 3000);
+  const int64_t new_reader_ms = msSince(hung_up);
+  queued_reader.join();  // (before the fix: only when the 21 s mark ran out)
+  ASSERT_TRUE(reader_in) << "a new reader still turned away 3 s after the writer left";
+  EXPECT_LT(new_reader_ms, 1500);
+  EXPECT_GE(queued_reader_ms.load(), hung_up_ms);
+  EXPECT_LT(queued_reader_ms.load() - hung_up_ms, 1500)
+      << "the reader queued behind the mark was told at once, not when the mark ran out";
+  EXPECT_FALSE(markExists());
+  std::cout << "[read_write] a new reader got in " << new_reader_ms
+            << " ms after the queued writer hung up\n";
+
+  // Two writers queued on one sidecar: the first hangs up, the second keeps readers out until
+  // its own wait_ms runs out.
+  HttpClient w1 = HttpClient::tcp(writers.port());
+  w1.sendRequest("POST", "/v1/locks/doc/acquire", R"({"ttl_ms":30000,"wait_ms":30000})");
+  ASSERT_TRUE(pollUntil(markExists)) << "readers hold the lock: the writer marked itself";
+  std::atomic<int64_t> w2_status{0};
+  std::thread w2([&] {
+    HttpClient c = HttpClient::tcp(writers.port());
+    w2_status = c.post("/v1/locks/doc/acquire", R"({"ttl_ms":30000,"wait_ms":2500})").status;
+  });
+  HttpClient wl = HttpClient::tcp(writers.port());
+  EXPECT_TRUE(pollUntil([&] {
+    const json waiters = json::parse(wl.get("/v1/locks").body)["waiters"];
+    return waiters.size() == 1 && waiters[0]["waiters"] == 2;
+  })) << "two writers queued on one sidecar";
+  w1.close();
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_EQ(readerTry(), 409) << "the writer still queued keeps readers out";
+  EXPECT_TRUE(markExists());
+  w2.join();
+  EXPECT_EQ(w2_status.load(), 409) << "the second writer's wait ran out";
+  const auto timed_out = Clock::now();
+  ASSERT_TRUE(pollUntil([&] { return readerTry() == 200; }, 3000))
+      << "a new reader still turned away after the last writer gave up";
+  EXPECT_LT(msSince(timed_out), 1500);
+  EXPECT_EQ(r.post("/v1/locks/doc/release", json{{"owner", ownerOf(first)}}.dump()).status, 200);
+  EXPECT_EQ(writers.stop(), 0) << writers.logs();
+  EXPECT_EQ(readers.stop(), 0) << readers.logs();
 }
 
 // A reader whose sidecar crashes (SIGKILL: nothing released) blocks the writer only until its

@@ -12,6 +12,7 @@
 #include "common/random.h"
 #include "integration/redlock_test_env.h"
 #include "redis/quorum.h"
+#include "redis/scripts.h"
 
 namespace sidelock::testing {
 namespace {
@@ -382,6 +383,31 @@ TEST_F(RedlockTest, ConcurrentReadModifyWriteLosesNoUpdate) {
   EXPECT_EQ(errors, 0);
   EXPECT_GE(resource.last_token, static_cast<uint64_t>(total_clients * kIncrementsPerClient));
   EXPECT_EQ(nodesWithKey("counter"), 0);
+}
+
+// Read/write locks on Redlock (issue 22): a queued writer turned away by readers is marked on
+// every node and says so; its withdrawal removes the mark from every node, and readers get in.
+TEST_F(RedlockTest, AQueuedWritersMarkIsWithdrawnFromEveryNode) {
+  auto& b = makeReadyBackend();
+  auto reader = run(b, Operation::acquireShared("doc", "r1", 30'000));
+  ASSERT_TRUE(reader.isOk() && reader->ok())
+      << (reader.isOk() ? "busy" : reader.status().toString());
+  Operation writer = Operation::acquire("doc", "w1", 30'000);
+  writer.writer_wait_ms = 60'000;
+  auto turned_away = run(b, writer);
+  ASSERT_TRUE(turned_away.isOk()) << turned_away.status().toString();
+  EXPECT_EQ(turned_away->code, OutcomeCode::kBusy);
+  EXPECT_TRUE(turned_away->writer_marked);
+  const std::string mark = backend::writerMarkKey("sidelock:", "doc");
+  for (int i = 0; i < kNodes; ++i) EXPECT_EQ(servers_[i]->cli({"EXISTS", mark}), "1") << i;
+  EXPECT_EQ(run(b, Operation::acquireShared("doc", "r2", 30'000))->code, OutcomeCode::kBusy)
+      << "the mark keeps new readers out";
+
+  auto withdrawn = run(b, Operation::withdraw("doc", "w1").of(backend::LockKind::kMutex));
+  ASSERT_TRUE(withdrawn.isOk()) << withdrawn.status().toString();
+  EXPECT_EQ(withdrawn->code, OutcomeCode::kOk);
+  for (int i = 0; i < kNodes; ++i) EXPECT_EQ(servers_[i]->cli({"EXISTS", mark}), "0") << i;
+  EXPECT_EQ(run(b, Operation::acquireShared("doc", "r2", 30'000))->code, OutcomeCode::kOk);
 }
 
 }  // namespace

@@ -1230,6 +1230,28 @@ TEST_F(LockServiceTest, AQueuedWriterTurnsNewReadersAway) {
             AcquireStatus::kGranted);
 }
 
+// A queued writer that leaves without the lock withdraws its mark at once, handing it to the
+// writer still queued behind it; readers get in as soon as the last one has left, not when the
+// mark would have lapsed (retry_max_ms + jitter + 1 s).
+TEST_F(LockServiceTest, QueuedWritersThatLeaveWithdrawTheirMarks) {
+  ASSERT_EQ(acquireNow(opts(sharedLockKey("doc"), "r1", 60'000))->status(),
+            AcquireStatus::kGranted);
+  auto first = start(opts("doc", "w1", 60'000, 30'000));
+  auto second = start(opts("doc", "w2", 60'000, 30'000));
+  advance(10);
+  EXPECT_EQ(acquireNow(opts(sharedLockKey("doc"), "r2", 60'000))->status(), AcquireStatus::kBusy);
+  first->ticket.cancel();  // w1's client hangs up
+  sched.runReady();
+  EXPECT_EQ(backend.count("withdraw"), 1);
+  EXPECT_EQ(acquireNow(opts(sharedLockKey("doc"), "r2", 60'000))->status(), AcquireStatus::kBusy)
+      << "w2 still waits: its mark keeps readers out";
+  second->ticket.cancel();
+  sched.runReady();
+  EXPECT_EQ(backend.count("withdraw"), 2);
+  EXPECT_EQ(acquireNow(opts(sharedLockKey("doc"), "r2", 60'000))->status(), AcquireStatus::kGranted)
+      << "no writer waits any more: readers come in at once";
+}
+
 // The last reader out lets the queued writer in, not the readers queued behind it (the writer's
 // mark goes with the readers' key, so whoever asks first wins: the writer is woken first).
 TEST_F(LockServiceTest, TheLastReadersReleaseLetsTheQueuedWriterInFirst) {

@@ -61,6 +61,12 @@ TEST(RedisReplies, Acquire) {
   EXPECT_EQ(busy->code, OutcomeCode::kBusy);
   EXPECT_EQ(busy->holder_ttl_ms, 1234);
   EXPECT_EQ(decode(reply(0, 0, -1), ScriptId::kAcquire)->holder_ttl_ms, -1);
+  EXPECT_FALSE(busy->writer_marked);
+  auto marked = decode(reply(0, 0, 1234, 1), ScriptId::kAcquire);
+  ASSERT_TRUE(marked.isOk());
+  EXPECT_EQ(marked->code, OutcomeCode::kBusy);
+  EXPECT_TRUE(marked->writer_marked) << "readers turned the queued writer away: it is marked";
+  EXPECT_EQ(marked->holds, 0);
 
   auto err = decode(error("WRONGTYPE bad"), ScriptId::kAcquire);
   ASSERT_FALSE(err.isOk());
@@ -295,8 +301,21 @@ TEST(RedisScripts, EveryOperationIsOneScriptCall) {
       scriptCallFor(Operation::release("n", "w").of(LockKind::kFair), ctx);
   EXPECT_EQ(fair_release.script, ScriptId::kRelease);
   EXPECT_EQ(fair_release.key_count, 2);
-  EXPECT_EQ(scriptCallFor(Operation::withdraw("n", "w1").of(LockKind::kMutex), ctx).script,
-            ScriptId::kInspect)
+  // A queued writer withdraws its mark, handing it to the writers still queued on its sidecar.
+  Operation leaving_writer = Operation::withdraw("n", "w1").of(LockKind::kMutex);
+  leaving_writer.writer_wait_ms = 21000;
+  leaving_writer.also_waiting = "w2 w3";
+  const ScriptCall writer_withdraw = scriptCallFor(leaving_writer, ctx);
+  EXPECT_EQ(writer_withdraw.script, ScriptId::kWriterWithdraw);
+  ASSERT_EQ(writer_withdraw.key_count, 3);
+  EXPECT_EQ(writer_withdraw.keys[2], "p:{n}:writer");
+  ASSERT_EQ(writer_withdraw.arg_count, 5);
+  EXPECT_EQ(writer_withdraw.args[0], "w1");
+  EXPECT_EQ(writer_withdraw.args[1], "21000");
+  EXPECT_EQ(writer_withdraw.args[2], "w2 w3");
+  EXPECT_EQ(writer_withdraw.args[3], releaseChannel("p:", "n")) << "announces like a release";
+  EXPECT_EQ(scriptCallFor(Operation::withdraw("n", "r").of(LockKind::kShared), ctx).script,
+            ScriptId::kSharedInspect)
       << "nothing to withdraw from elsewhere";
 
   const ScriptCall sync = tokenSyncCall("n", 77, ctx);
