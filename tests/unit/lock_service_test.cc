@@ -1141,7 +1141,7 @@ class FakeResponder final : public http::Responder {
 };
 
 TEST_F(LockServiceTest, ApiGrantThatReachesAClientThatLeftIsReleased) {
-  api::LockApi lock_api(cfg, *svc, metrics);
+  api::LockApi lock_api(cfg, *svc, metrics, sched);
   http::Handler acquire;
   for (auto& r : lock_api.routes()) {
     if (r.pattern == "/v1/locks/{name}/acquire") acquire = r.handler;
