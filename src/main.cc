@@ -15,6 +15,7 @@
 #include "cli/run_command.h"
 #include "common/log.h"
 #include "config/config.h"
+#include "event/stream_listener.h"
 #include "event/uv_handle.h"
 #include "event/uv_scheduler.h"
 #include "http/access_policy.h"
@@ -341,6 +342,17 @@ int main(int argc, char** argv) {
       }
     }
     if (strcmp(argv[1], "--check-config") == 0) {
+      // The file is valid; what bind() will need of this machine is checked too (start-up
+      // reports the same at bind time).
+      if (!cfg->listen.unix_path.empty()) {
+        const std::string problem =
+            event::unixSocketDirectoryProblem(cfg->listen.unix_path, /*need_writable=*/true);
+        if (!problem.empty()) {
+          fprintf(stderr, "sidelock: invalid config: listen.unix %s: %s\n",
+                  cfg->listen.unix_path.c_str(), problem.c_str());
+          return 2;
+        }
+      }
       printf("%s: ok\n", argv[2]);
       return 0;
     }

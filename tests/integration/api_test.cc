@@ -426,7 +426,7 @@ TEST(CommandLineTest, CheckConfigNamesTheBadKey) {
   std::string dir = makeTempDir("sidelock-cli");
   std::string good = dir + "/good.yaml", bad = dir + "/bad.yaml";
   FILE* f = fopen(good.c_str(), "w");
-  fputs("backend:\n  type: memory\n", f);
+  fputs(("listen:\n  unix: " + dir + "/s.sock\nbackend:\n  type: memory\n").c_str(), f);
   fclose(f);
   f = fopen(bad.c_str(), "w");
   fputs("locks:\n  default_ttl_ms: soon\n", f);
