@@ -97,6 +97,13 @@ struct Sidecar {
 std::unique_ptr<backend::Backend> makeBackend(Sidecar& s, const config::Config& cfg) {
   switch (cfg.backend.type) {
     case config::BackendType::kMemory:
+      // A config meant for one dev process is easily shipped to several replicas: each would
+      // grant the same lock to its own clients. Say so where every operator looks first.
+      SL_LOG(kWarn, "backend.memory_not_shared",
+             {"message",
+              "backend.type memory keeps every lock inside this one process: sidecars and "
+              "replicas do not share locks (each grants the same name to its own clients); "
+              "use redis, sentinel, cluster or redlock for locks shared between processes"});
       return std::make_unique<backend::MemoryBackend>(*s.scheduler);
     case config::BackendType::kRedis:
       return std::make_unique<backend::RedisBackend>(&s.loop, *s.scheduler, cfg.backend,

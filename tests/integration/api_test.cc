@@ -390,6 +390,14 @@ TEST(ApiMemoryBackendTest, MemoryBackendServesTheApi) {
   ASSERT_EQ(r.status, 200) << r.body;
   EXPECT_EQ(c.post("/v1/locks/m/acquire", "{}").status, 409);
   EXPECT_EQ(sidecar.stop(), 0);
+  // Several replicas on the memory backend would each grant the same lock: start-up says so.
+  const std::string logs = sidecar.logs();
+  const size_t warning = logs.find("backend.memory_not_shared");
+  ASSERT_NE(warning, std::string::npos) << logs;
+  const std::string line = logs.substr(logs.rfind('\n', warning) + 1,
+                                       logs.find('\n', warning) - logs.rfind('\n', warning) - 1);
+  EXPECT_NE(line.find("warn"), std::string::npos) << line;
+  EXPECT_NE(line.find("do not share locks"), std::string::npos) << line;
 }
 
 TEST(ApiLogTest, JsonLogsAreOneObjectPerLineAndNeverShowOwnerIds) {
