@@ -175,12 +175,12 @@ std::string LockApi::lockNameProblem(std::string_view name, size_t max_bytes) {
   for (size_t i = 0; i < name.size(); ++i) {
     const unsigned char c = static_cast<unsigned char>(name[i]);
     bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-              c == '-' || c == '_' || c == '.' || c == ':' || c == '@';
+              c == '-' || c == '_' || c == '.' || c == ':' || c == '@' || c == '~';
     if (ok) continue;
     char shown[8];
     std::snprintf(shown, sizeof(shown), c >= 0x21 && c <= 0x7e ? "'%c'" : "0x%02X", c);
     return "the lock name has " + std::string(shown) + " at byte " + std::to_string(i + 1) +
-           "; lock names are A-Z a-z 0-9 and - _ . : @";
+           "; lock names are A-Z a-z 0-9 and - _ . : @ ~";
   }
   return "";
 }
