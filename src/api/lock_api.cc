@@ -363,6 +363,7 @@ const char* leaseEventName(lock::LeaseEvent e) {
     case lock::LeaseEvent::kRenewed:
       return "renewed";
     case lock::LeaseEvent::kLost:
+    case lock::LeaseEvent::kCapExpired:  // the last event, as a loss is: the lock is not held
       return "lost";
     case lock::LeaseEvent::kCapped:
       return "capped";
@@ -469,11 +470,17 @@ void LockApi::startAcquire(lock::AcquireOptions opts, std::string request_id,
       event.text("event", leaseEventName(e));
       if (e == lock::LeaseEvent::kLost) {
         event.text("reason", "the lease expired or is held by another owner");
+      } else if (e == lock::LeaseEvent::kCapExpired) {
+        event.text("reason",
+                   "max_hold_ms reached: renewals stopped at the cap (the capped event) and "
+                   "the lease ran out");
+        event.boolean("cap_reached", true);
       }
       call->responder->writeChunk(event.finish());
-      // Both end the lease for good: close the stream so the connection can serve what the
+      // These end the lease for good: close the stream so the connection can serve what the
       // client pipelined behind it (a release through the API would otherwise leave it open).
-      if (e == lock::LeaseEvent::kLost || e == lock::LeaseEvent::kReleased) {
+      if (e == lock::LeaseEvent::kLost || e == lock::LeaseEvent::kCapExpired ||
+          e == lock::LeaseEvent::kReleased) {
         call->finished = true;
         call->responder->endStream();
       }

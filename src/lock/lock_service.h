@@ -133,11 +133,13 @@ struct ExtendResult {
 ///  - kRenewed: a watchdog renewal succeeded;
 ///  - kCapped: max_hold_ms reached, renewals stopped (the lease runs out by itself);
 ///  - kLost: the lease is no longer held although it was not released: a renewal or extend found
-///    it gone / owned by another, renewals failed until its validity ran out, or it expired
-///    (e.g. after kCapped). Sent at most once, always last.
+///    it gone / owned by another, renewals failed until its validity ran out, or it expired.
+///    Sent at most once, always last.
+///  - kCapExpired: after kCapped, the lease ran out at the cap, as planned (not a failure). Sent
+///    instead of kLost, always last.
 /// kReleased: the lease was released through release() (by its holder's request or at shutdown);
 /// always the last event, like kLost.
-enum class LeaseEvent { kRenewed, kLost, kCapped, kReleased };
+enum class LeaseEvent { kRenewed, kLost, kCapped, kReleased, kCapExpired };
 
 /// A lease this sidecar granted and still holds, for GET /v1/locks (no owner ids).
 struct LeaseInfo {

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <memory>
 #include <optional>
@@ -844,7 +845,9 @@ TEST_F(LockServiceTest, MaxHoldCapStopsRenewingAndTheLeaseThenExpires) {
   sched.runReady();
   EXPECT_EQ(metrics.lease_expired.Value(), 1);
   EXPECT_EQ(metrics.lease_lost.Value(), 0);
-  EXPECT_EQ(a->events.back(), LeaseEvent::kLost);  // the holder learns it no longer holds it
+  // The holder learns it no longer holds it, and that this is the cap, not a loss.
+  EXPECT_EQ(a->events.back(), LeaseEvent::kCapExpired);
+  EXPECT_EQ(std::count(a->events.begin(), a->events.end(), LeaseEvent::kLost), 0);
   EXPECT_EQ(held(), 0);
 }
 
