@@ -117,7 +117,10 @@ void sendBackendError(const http::ResponderPtr& res, const Status& status) {
     case StatusCode::kDeadlineExceeded:
       sendError(res, 503, "backend_unavailable", status.message());
       return;
-    default:
+    case StatusCode::kResourceExhausted:  // Redis at maxmemory (backend::scriptErrorStatus)
+      sendError(res, 503, "backend_full", status.message());
+      return;
+    default:  // an error reply or an answer of the wrong shape: logged by the backend
       sendError(res, 503, "backend_error", status.message());
       return;
   }

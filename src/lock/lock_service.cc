@@ -22,6 +22,7 @@ bool isTransientBackendError(const Status& s) {
     case StatusCode::kUnavailable:
     case StatusCode::kDeadlineExceeded:
     case StatusCode::kInternal:
+    case StatusCode::kResourceExhausted:
       return true;
     default:
       return false;

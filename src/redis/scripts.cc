@@ -687,12 +687,73 @@ bool lockNameFromChannel(std::string_view prefix, std::string_view channel, std:
 
 namespace {
 
+bool isHexSha(std::string_view s) {
+  return s.size() >= 40 && std::all_of(s.begin(), s.begin() + 40, [](char c) {
+           return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
+         });
+}
+
+// Removes every "<marker><40 hex digits><rest>" from `text`, where `rest` runs up to and
+// including `end` (or to the end of the text).
+void eraseShaClauses(std::string& text, std::string_view marker, std::string_view end) {
+  for (size_t at = text.find(marker); at != std::string::npos; at = text.find(marker, at)) {
+    const size_t sha = at + marker.size();
+    if (!isHexSha(std::string_view(text).substr(sha))) {
+      at = sha;
+      continue;
+    }
+    const size_t stop = text.find(end, sha + 40);
+    text.erase(at, stop == std::string::npos ? std::string::npos : stop + end.size() - at);
+  }
+}
+
+// Removes the script's line numbers: "user_script:12: " (a Lua runtime error) and Redis 6's
+// "@user_script:12: " / "@user_script: 12: ".
+void eraseScriptLines(std::string& text) {
+  static constexpr std::string_view kMarker = "user_script:";
+  for (size_t at = text.find(kMarker); at != std::string::npos; at = text.find(kMarker, at)) {
+    size_t i = at + kMarker.size();
+    if (at > 0 && text[at - 1] == '@') --at;
+    if (i < text.size() && text[i] == ' ') ++i;
+    const size_t digits = i;
+    while (i < text.size() && text[i] >= '0' && text[i] <= '9') ++i;
+    if (i == digits || i + 1 >= text.size() || text[i] != ':' || text[i + 1] != ' ') {
+      at = i;
+      continue;
+    }
+    text.erase(at, i + 2 - at);
+  }
+}
+
 Status badShape(std::string_view node, ScriptId script) {
   return internalError("redis " + std::string(node) + ": unexpected reply to the " +
                        scriptName(script) + " script");
 }
 
 }  // namespace
+
+std::string clientVisibleRedisError(std::string_view redis_error) {
+  std::string text(redis_error);
+  // Redis 7: "<message> script: <sha>, on @user_script:<line>." appended to every error.
+  eraseShaClauses(text, " script: ", ".");
+  // Redis 6: "ERR Error running script (call to f_<sha>): @user_script:12: <message>".
+  eraseShaClauses(text, "Error running script (call to f_", "): ");
+  eraseScriptLines(text);
+  while (!text.empty() && text.back() == ' ') text.pop_back();
+  if (text.starts_with("ERR ") && text.size() > 4 && text[4] == '-') text.erase(0, 5);  // "-OOM"
+  return text;
+}
+
+Status scriptErrorStatus(std::string_view node, std::string_view redis_error) {
+  std::string message = clientVisibleRedisError(redis_error);
+  if (message.starts_with("OOM ") || message.starts_with("-OOM ")) {
+    if (message.front() == '-') message.erase(0, 1);
+    return resourceExhausted("redis " + std::string(node) +
+                             " is out of memory (maxmemory reached): " + message +
+                             " Nothing was written; free memory on Redis or raise its maxmemory");
+  }
+  return internalError("redis " + std::string(node) + ": " + message);
+}
 
 bool isSharedScript(ScriptId id) {
   return id == ScriptId::kSharedAcquire || id == ScriptId::kSharedRelease ||
@@ -708,7 +769,7 @@ StatusOr<Outcome> decodeOutcome(const StatusOr<RedisValue>& reply, ScriptId scri
                                 std::string_view node) {
   if (!reply.isOk()) return reply.status();
   const RedisValue& v = *reply;
-  if (v.isError()) return internalError("redis " + std::string(node) + ": " + v.str);
+  if (v.isError()) return scriptErrorStatus(node, v.str);
   if (script == ScriptId::kAcquireAll) return badShape(node, script);  // decodeAllOutcome's
   const bool semaphore = isSemaphoreScript(script);
   const bool shared = isSharedScript(script);
@@ -779,7 +840,7 @@ StatusOr<AllOutcome> decodeAllOutcome(const StatusOr<RedisValue>& reply, size_t 
                                       std::string_view node) {
   if (!reply.isOk()) return reply.status();
   const RedisValue& v = *reply;
-  if (v.isError()) return internalError("redis " + std::string(node) + ": " + v.str);
+  if (v.isError()) return scriptErrorStatus(node, v.str);
   const Status bad = badShape(node, ScriptId::kAcquireAll);
   if (v.type != RedisValue::Type::kArray || v.elements.size() < 3) return bad;
   for (const RedisValue& e : v.elements) {

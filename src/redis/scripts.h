@@ -168,9 +168,20 @@ std::string releaseChannel(std::string_view prefix, std::string_view name);
 /// Inverse of releaseChannel(); false if `channel` is not a release channel under `prefix`.
 bool lockNameFromChannel(std::string_view prefix, std::string_view channel, std::string* name);
 
+/// What a client may read of an error reply Redis gave a script: Redis's message without the
+/// script's SHA and line ("... script: <sha>, on @user_script:12."; Redis 6: "Error running
+/// script (call to f_<sha>): @user_script:12: ..."), which say nothing to a client and are logged
+/// by the connection instead.
+std::string clientVisibleRedisError(std::string_view redis_error);
+
+/// The Status of an error reply to a script: kResourceExhausted "redis <node> is out of memory
+/// (maxmemory reached): ..." for OOM (nothing was written: Redis refuses a script's first write),
+/// else kInternal "redis <node>: <message>"; the message is clientVisibleRedisError()'s.
+Status scriptErrorStatus(std::string_view node, std::string_view redis_error);
+
 /// The one decoder of every script's reply (the contract above), shared by every Redis-speaking
-/// backend. A non-OK input status is passed through; a Redis error reply becomes kInternal
-/// "redis <node>: <message>"; a reply of the wrong shape becomes kInternal too.
+/// backend. A non-OK input status is passed through; a Redis error reply becomes
+/// scriptErrorStatus(); a reply of the wrong shape becomes kInternal.
 StatusOr<Outcome> decodeOutcome(const StatusOr<RedisValue>& reply, ScriptId script,
                                 std::string_view node);
 

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <chrono>
 #include <mutex>
+#include <regex>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <thread>
@@ -310,6 +311,42 @@ TEST_F(ApiTest, RedisDownGives503ThenRecoversWithoutRestart) {
   redis_.restart();
   ASSERT_TRUE(pollUntil([&] { return c.get("/readyz").status == 200; })) << sidecar_->logs();
   EXPECT_EQ(c.post("/v1/locks/down/acquire", "{}").status, 200);
+}
+
+// Issue 22: Redis at maxmemory with noeviction refuses the acquire script's first write. The
+// answer is a documented code with Redis's words, never the script's SHA or line (those go to
+// the sidecar's log, once); a waiter rides it out like an outage; nothing is left written.
+TEST_F(ApiTest, RedisOutOfMemoryIsBackendFullWithoutScriptInternals) {
+  HttpClient c = client();
+  ASSERT_EQ(redis_.cli({"CONFIG", "SET", "maxmemory-policy", "noeviction"}), "OK");
+  ASSERT_EQ(redis_.cli({"CONFIG", "SET", "maxmemory", "1"}), "OK");
+  auto expectFull = [](const HttpResponse& r) {
+    EXPECT_EQ(r.status, 503) << r.body;
+    const json j = json::parse(r.body);
+    EXPECT_EQ(j.value("error", ""), "backend_full") << r.body;
+    const std::string message = j.value("message", "");
+    EXPECT_NE(message.find("is out of memory (maxmemory reached): OOM command not allowed"),
+              std::string::npos)
+        << message;
+    EXPECT_EQ(message.find("script"), std::string::npos) << message;
+    EXPECT_FALSE(std::regex_search(message, std::regex("[0-9a-f]{40}"))) << message;
+  };
+  expectFull(c.post("/v1/locks/oom/acquire", "{}"));
+  expectFull(c.post("/v1/locks/oom/acquire", R"({"wait_ms":300})"));
+  EXPECT_EQ(redis_.cli({"DBSIZE"}), "0") << "nothing was written";
+
+  ASSERT_EQ(redis_.cli({"CONFIG", "SET", "maxmemory", "0"}), "OK");
+  EXPECT_EQ(c.post("/v1/locks/oom/acquire", "{}").status, 200);
+  ASSERT_EQ(sidecar_->stop(), 0);
+  const std::string logs = sidecar_->logs();
+  size_t logged = 0;
+  for (size_t at = logs.find("redis.script_error"); at != std::string::npos;
+       at = logs.find("redis.script_error", at + 1)) {
+    ++logged;
+  }
+  EXPECT_EQ(logged, 1u) << "logged once, not per request:\n" << logs;
+  EXPECT_NE(logs.find("on @user_script:"), std::string::npos) << "the log keeps Redis's text";
+  sidecar_.reset();
 }
 
 // Issue 10 finding 1: six clients loop acquire (5 s budget) / release while Redis is paused for
