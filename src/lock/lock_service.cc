@@ -16,7 +16,8 @@ namespace {
 int64_t ceilMs(int64_t us) { return us <= 0 ? 0 : (us + 999) / 1000; }
 
 /// An outage a queued waiter rides out: the backend could not answer (down, no quorum, no reply
-/// in time, an error reply while Redis restarts). Not: a bad request, or cancellation.
+/// in time, an error reply while Redis restarts, Redis out of memory until leases expire or an
+/// operator frees some). Not: a bad request, or cancellation.
 bool isTransientBackendError(const Status& s) {
   switch (s.code()) {
     case StatusCode::kUnavailable:
@@ -469,6 +470,7 @@ void LockService::Impl::onAttemptReply(uint64_t id, StatusOr<backend::Outcome> r
     }
   } else {
     w.contended = true;
+    w.busy_reason = reply->busy_reason;
     if (!queued_attempt && w.wait_if_busy_ms > 0) {
       queueAfterBusyTry(w, reply->holder_ttl_ms);
     } else if (!queued_attempt) {
@@ -528,6 +530,7 @@ void LockService::Impl::withdrawFairWaiter(const Waiter& w) {
 
 void LockService::Impl::finishWaiter(Waiter& w, AcquireResult result) {
   w.deadline_timer.reset();
+  if (result.status == AcquireStatus::kBusy) result.busy_reason = w.busy_reason;
   if (result.status != AcquireStatus::kGranted && w.options.wait_ms > 0 &&
       lockRefOf(w.options.name).kind == LockKind::kFair) {
     // It may hold a place in the backend's queue: give it up now rather than by its claim

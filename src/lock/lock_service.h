@@ -20,6 +20,7 @@
 namespace sidelock::lock {
 
 using LockKind = backend::LockKind;
+using BusyReason = backend::BusyReason;
 
 /// The lock service knows each lock by a key: its name for a mutex (and the writers of a
 /// read/write lock), "semaphore/<name>" for a semaphore, "shared/<name>" for the readers of a
@@ -112,6 +113,8 @@ struct AcquireResult {
   AcquireStatus status = AcquireStatus::kError;
   Grant grant;                 // kGranted
   int64_t retry_after_ms = 0;  // kBusy, kTooManyWaiters: a hint (holder's remaining TTL if known)
+  /// kBusy: why the waiter's own last attempt was refused (kHeld when it never tried itself).
+  BusyReason busy_reason = BusyReason::kHeld;
   WaiterLimit limit = WaiterLimit::kNone;  // kTooManyWaiters
   Status error;                            // kError
   int64_t semaphore_limit = 0;             // kLimitMismatch: the limit the semaphore has

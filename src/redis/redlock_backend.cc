@@ -464,12 +464,14 @@ void RedlockBackend::finishAcquireLoss(const std::shared_ptr<QuorumCall>& call) 
   int busy = 0;
   int failed = 0;
   std::vector<int64_t> busy_pttls;
+  int busy_held_by_you = 0;
   for (size_t i = 0; i < nodes_.size(); ++i) {
     if (call->voting[i] && call->said(i, OutcomeCode::kOk)) {
       ++votes_for;
     } else if (call->voting[i] && call->said(i, OutcomeCode::kBusy)) {
       ++busy;
       busy_pttls.push_back(call->answers[i]->holder_ttl_ms);
+      if (call->answers[i]->busy_reason == BusyReason::kHeldByYou) ++busy_held_by_you;
     } else {
       ++failed;
       if (!call->answers[i] && call->errors[i].empty()) call->errors[i] = "no answer";
@@ -492,6 +494,8 @@ void RedlockBackend::finishAcquireLoss(const std::shared_ptr<QuorumCall>& call) 
   }
   Outcome busy_outcome;
   busy_outcome.code = OutcomeCode::kBusy;
+  // The caller's own lease only if every node that refused says so (Redlock serves no readers).
+  if (busy > 0 && busy_held_by_you == busy) busy_outcome.busy_reason = BusyReason::kHeldByYou;
   busy_outcome.holder_ttl_ms = quorum::holderTtlMs(n, votes_for, std::move(busy_pttls));
   answer(call, busy_outcome);
 }

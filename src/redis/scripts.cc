@@ -91,21 +91,19 @@ if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   end
   return {1, nextToken(ARGV[3]), tonumber(ARGV[2]), 1}
 end
--- Read only when needed: a plain busy answer stays two commands.
-local v = nil
-if ARGV[4] == 'reentrant' or ARGV[5] then
-  v = redis.call('GET', KEYS[1])
-end
-if v and ARGV[4] == 'reentrant' then
-  local owner, holds = holderOf(v)
-  if owner == ARGV[1] then
-    local ttl = math.max(redis.call('PTTL', KEYS[1]), tonumber(ARGV[2]))
-    setHolds(owner, holds + 1, ttl)
-    redis.call('PEXPIRE', KEYS[2], ARGV[3])
-    return {1, tonumber(redis.call('GET', KEYS[2]) or '0'), ttl, holds + 1}
+-- Busy: who holds it tells a re-entry, and the caller's own lease (code 3) from another's.
+local v = redis.call('GET', KEYS[1])
+local owner, holds = holderOf(v)
+if owner == ARGV[1] then
+  if ARGV[4] ~= 'reentrant' then
+    return {3, 0, redis.call('PTTL', KEYS[1])}
   end
+  local ttl = math.max(redis.call('PTTL', KEYS[1]), tonumber(ARGV[2]))
+  setHolds(owner, holds + 1, ttl)
+  redis.call('PEXPIRE', KEYS[2], ARGV[3])
+  return {1, tonumber(redis.call('GET', KEYS[2]) or '0'), ttl, holds + 1}
 end
-if v and ARGV[5] and readersHold(v) then
+if ARGV[5] and readersHold(v) then
   markWriterWaiting(tonumber(ARGV[5]))
 end
 return {0, 0, redis.call('PTTL', KEYS[1])}
@@ -272,19 +270,19 @@ if v and not readersHold(v) then
 end
 local mark = redis.call('PTTL', KEYS[4])
 if mark > 0 then
-  -- A writer waits: no new reader, until it got in (and out) or its mark ran out.
+  -- A writer waits (code 4): no new reader, until it got in (and out) or its mark ran out.
   if not v then
-    return {0, 0, mark, 0}
+    return {4, 0, mark, 0}
   end
   redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
-  return {0, 0, math.max(math.min(mark, redis.call('PTTL', KEYS[1])), 1),
+  return {4, 0, math.max(math.min(mark, redis.call('PTTL', KEYS[1])), 1),
           redis.call('ZCARD', KEYS[3])}
 end
 if v then
   local pttl = redis.call('PTTL', KEYS[1])
   redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
   if redis.call('ZSCORE', KEYS[3], ARGV[1]) then
-    return {0, 0, pttl, redis.call('ZCARD', KEYS[3])}
+    return {3, 0, pttl, redis.call('ZCARD', KEYS[3])}  -- this reader holds a read lease
   end
 else
   redis.call('DEL', KEYS[3])
@@ -452,7 +450,9 @@ if #first == 0 or first[1] == ARGV[1] then
     redis.call('ZREM', KEYS[4], ARGV[1])
     return {1, nextToken(ARGV[3]), tonumber(ARGV[2]), 1}
   end
-  return {0, 0, redis.call('PTTL', KEYS[1])}
+  -- Held: by this owner already (code 3; fair locks never re-enter), or by another.
+  local busy = redis.call('GET', KEYS[1]) == ARGV[1] and 3 or 0
+  return {busy, 0, redis.call('PTTL', KEYS[1])}
 end
 local pttl = redis.call('PTTL', KEYS[1])
 if pttl < 0 then
@@ -830,6 +830,17 @@ StatusOr<Outcome> decodeOutcome(const StatusOr<RedisValue>& reply, ScriptId scri
     case 2:
       if (script != ScriptId::kSemAcquire) return badShape(node, script);
       o.code = OutcomeCode::kLimitMismatch;
+      return o;
+    case 3:
+    case 4:
+      if (script != ScriptId::kAcquire && script != ScriptId::kSharedAcquire &&
+          script != ScriptId::kFairAcquire) {
+        return badShape(node, script);
+      }
+      if (code == 4 && script != ScriptId::kSharedAcquire) return badShape(node, script);
+      o.code = OutcomeCode::kBusy;
+      o.busy_reason = code == 3 ? BusyReason::kHeldByYou : BusyReason::kWriterWaiting;
+      o.holder_ttl_ms = ttl >= 0 ? ttl : -1;
       return o;
     default:
       return badShape(node, script);

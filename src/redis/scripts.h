@@ -33,6 +33,9 @@
 // decodeOutcome() into a backend::Outcome:
 //   code  1 done (granted, released, extended, handed on; inspect: held; force release: deleted)
 //         0 held by another owner (acquire: busy; release, extend, hand-off: not the owner)
+//         3 acquire (mutex, reader, fair): busy, held by this owner already (a mutex acquire
+//           without "reentrant"; a reader that holds a read lease)
+//         4 reader acquire: busy, a queued writer's mark turns readers away
 //        -1 not held (no lease: expired, released, never granted)
 //   token the grant's fencing token (acquire, hand-off); the lock's last token (inspect, force
 //         release: the counter, 0 if none); 0 otherwise

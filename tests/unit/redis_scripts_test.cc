@@ -121,6 +121,27 @@ TEST(RedisReplies, EveryScriptSharesOneShape) {
   EXPECT_FALSE(decode(reply(0, 0, 5), ScriptId::kForceRelease).isOk());
 }
 
+TEST(RedisReplies, BusyAnswersSayWhy) {
+  EXPECT_EQ(decode(reply(0, 0, 900), ScriptId::kAcquire)->busy_reason, BusyReason::kHeld);
+  auto mine = decode(reply(3, 0, 900), ScriptId::kAcquire);
+  ASSERT_TRUE(mine.isOk());
+  EXPECT_EQ(mine->code, OutcomeCode::kBusy);
+  EXPECT_EQ(mine->busy_reason, BusyReason::kHeldByYou);
+  EXPECT_EQ(mine->holder_ttl_ms, 900);
+  EXPECT_EQ(decode(reply(3, 0, 900), ScriptId::kFairAcquire)->busy_reason, BusyReason::kHeldByYou);
+  EXPECT_EQ(decode(reply(3, 0, 900, 2), ScriptId::kSharedAcquire)->busy_reason,
+            BusyReason::kHeldByYou);
+  auto writer = decode(reply(4, 0, 700, 2), ScriptId::kSharedAcquire);
+  ASSERT_TRUE(writer.isOk());
+  EXPECT_EQ(writer->code, OutcomeCode::kBusy);
+  EXPECT_EQ(writer->busy_reason, BusyReason::kWriterWaiting);
+  EXPECT_EQ(writer->holder_ttl_ms, 700);
+  // Only acquires are refused with a reason; a writer's mark only turns readers away.
+  EXPECT_FALSE(decode(reply(4, 0, 700), ScriptId::kAcquire).isOk());
+  EXPECT_FALSE(decode(reply(3, 0, 700), ScriptId::kRelease).isOk());
+  EXPECT_FALSE(decode(reply(3, 0, 700), ScriptId::kExtend).isOk());
+}
+
 TEST(RedisReplies, ErrorRepliesKeepTheScriptsShaAndLinesOut) {
   const std::string sha = "2a3b8f1e0c4d5e6f7a8b9c0d1e2f3a4b5c6d7e8f";
   // Redis 7 at maxmemory (noeviction): the script's first write is refused.
