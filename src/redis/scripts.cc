@@ -443,6 +443,15 @@ if claim > 0 then
   redis.call('PEXPIRE', KEYS[3], keep)
   redis.call('PEXPIRE', KEYS[4], keep)
 end
+-- Busy: code 3 when this owner holds the lock already (fair acquires never re-enter; the lease
+-- may be a re-entered mutex lease, "<owner> <holds>"), else 0.
+local function busyCode()
+  local v = redis.call('GET', KEYS[1])
+  if v and (v == ARGV[1] or string.sub(v, 1, #ARGV[1] + 1) == ARGV[1] .. ' ') then
+    return 3
+  end
+  return 0
+end
 local first = redis.call('ZRANGE', KEYS[3], 0, 0)
 if #first == 0 or first[1] == ARGV[1] then
   if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
@@ -450,16 +459,14 @@ if #first == 0 or first[1] == ARGV[1] then
     redis.call('ZREM', KEYS[4], ARGV[1])
     return {1, nextToken(ARGV[3]), tonumber(ARGV[2]), 1}
   end
-  -- Held: by this owner already (code 3; fair locks never re-enter), or by another.
-  local busy = redis.call('GET', KEYS[1]) == ARGV[1] and 3 or 0
-  return {busy, 0, redis.call('PTTL', KEYS[1])}
+  return {busyCode(), 0, redis.call('PTTL', KEYS[1])}
 end
 local pttl = redis.call('PTTL', KEYS[1])
 if pttl < 0 then
   local until_first = tonumber(redis.call('ZSCORE', KEYS[4], first[1]) or now)
   pttl = math.max(until_first - now, 1)
 end
-return {0, 0, pttl}
+return {busyCode(), 0, pttl}
 )lua";
 
 // A waiter that gave up leaves the queue. If it was first and the lock is free, the next waiter
