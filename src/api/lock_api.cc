@@ -370,8 +370,8 @@ void reclaimOwnGrant(const std::shared_ptr<AcquireCall>& call, const std::string
       name, call->given_owner, call->ttl_ms,
       [call, name, retry_after_ms](StatusOr<lock::ExtendResult> extended) {
         if (!extended.isOk() || extended->status != lock::ExtendStatus::kExtended) {
-          return sendLocked(call->responder, lock::BusyReason::kHeld,
-                            lock::lockRefOf(name).kind, retry_after_ms);
+          return sendLocked(call->responder, lock::BusyReason::kHeld, lock::lockRefOf(name).kind,
+                            retry_after_ms);
         }
         const int64_t ttl_ms = extended->ttl_ms;
         call->service->inspect(name, [call, name, ttl_ms](StatusOr<lock::LockState> state) {
@@ -1094,8 +1094,7 @@ void LockApi::multiAcquire(http::Request& req, http::ResponderPtr res) {
         return sendRetryLater(
             out, 409, "locked",
             // (Held by whom is not known: a multi-lock's names are tried in one step.)
-            "lock " + r.blocked_by + " is held; none of the names was taken",
-            r.retry_after_ms);
+            "lock " + r.blocked_by + " is held; none of the names was taken", r.retry_after_ms);
       case lock::AcquireStatus::kTooManyWaiters:
         return sendRetryLater(
             out, 429, "too_many_waiters",

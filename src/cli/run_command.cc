@@ -399,8 +399,8 @@ void Runner::beginStop(Stop why, const std::string& detail) {
                              : "held for the sidecar's maximum hold (locks.max_hold_ms_limit)";
   }
   say("lock '%s' %s (%s): sending SIGTERM to %s, SIGKILL in %lld ms", opts_.name.c_str(),
-      what.c_str(),
-      detail.c_str(), opts_.command[0].c_str(), static_cast<long long>(opts_.grace_ms));
+      what.c_str(), detail.c_str(), opts_.command[0].c_str(),
+      static_cast<long long>(opts_.grace_ms));
   signalChild(SIGTERM);
   kill_at_ms_ = nowMs() + opts_.grace_ms;
 }

@@ -388,7 +388,8 @@ TEST(UnixSocketTest, AMissingSocketDirectoryIsNamedAtBindAndByCheckConfig) {
   const std::string missing = dir + "/missing";
   const std::string yaml =
       "listen:\n  tcp: \"\"\n  unix: \"" + missing + "/s.sock\"\nbackend:\n  type: memory\n";
-  const std::string named = "directory " + missing + " does not exist (create it, or set listen.unix";
+  const std::string named =
+      "directory " + missing + " does not exist (create it, or set listen.unix";
   std::string out;
   EXPECT_EQ(runSidelock(dir, "--check-config", yaml, &out), 2) << out;
   EXPECT_NE(out.find(named), std::string::npos) << out;
@@ -399,18 +400,18 @@ TEST(UnixSocketTest, AMissingSocketDirectoryIsNamedAtBindAndByCheckConfig) {
   // A parent that is a file, not a directory.
   const std::string file = dir + "/file";
   std::ofstream(file) << "data";
-  EXPECT_EQ(runSidelock(dir, "--check-config",
-                        "listen:\n  unix: \"" + file + "/s.sock\"\nbackend:\n  type: memory\n",
-                        &out),
-            2)
+  EXPECT_EQ(
+      runSidelock(dir, "--check-config",
+                  "listen:\n  unix: \"" + file + "/s.sock\"\nbackend:\n  type: memory\n", &out),
+      2)
       << out;
   EXPECT_NE(out.find(file + " is not a directory"), std::string::npos) << out;
 
   // An existing directory passes.
-  EXPECT_EQ(runSidelock(dir, "--check-config",
-                        "listen:\n  unix: \"" + dir + "/s.sock\"\nbackend:\n  type: memory\n",
-                        &out),
-            0)
+  EXPECT_EQ(
+      runSidelock(dir, "--check-config",
+                  "listen:\n  unix: \"" + dir + "/s.sock\"\nbackend:\n  type: memory\n", &out),
+      0)
       << out;
   removeTree(dir);
 }

@@ -7,8 +7,8 @@
 #include <atomic>
 #include <chrono>
 #include <mutex>
-#include <regex>
 #include <nlohmann/json.hpp>
+#include <regex>
 #include <set>
 #include <thread>
 #include <vector>

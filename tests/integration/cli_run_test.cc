@@ -280,8 +280,7 @@ TEST_F(CliRunTest, MaxHoldStopsTheCommand) {
   // The sidecar stops renewing at the cap and says so; CMD gets SIGTERM while the last lease is
   // still valid.
   EXPECT_EQ(p.wait(), 124) << p.stderrText();
-  EXPECT_NE(p.stderrText().find("held for --max-hold 500 ms"), std::string::npos)
-      << p.stderrText();
+  EXPECT_NE(p.stderrText().find("held for --max-hold 500 ms"), std::string::npos) << p.stderrText();
   EXPECT_EQ(runSh("capped", "exit 0", {"--wait", "2000"}), 0);
 
   // Without --max-hold the cap is the sidecar's, and the message says so (not "--max-hold").

@@ -88,8 +88,9 @@ TEST(ReentrantTest, HoldsAreCountedAndTheLockIsFreedAtZero) {
   EXPECT_EQ(intruder.status, 409);
   EXPECT_EQ(json::parse(intruder.body).value("reason", ""), "held") << intruder.body;
   EXPECT_NE(intruder.body.find("held by another owner"), std::string::npos) << intruder.body;
-  EXPECT_EQ(json::parse(o.post("/v1/locks/tree/acquire", ownerBody(owner)).body).value("reason", ""),
-            "held_by_you")
+  EXPECT_EQ(
+      json::parse(o.post("/v1/locks/tree/acquire", ownerBody(owner)).body).value("reason", ""),
+      "held_by_you")
       << "a re-entered lease (\"owner holds\" in Redis) is still told apart";
   EXPECT_EQ(c.post("/v1/locks/tree/acquire", R"({"owner":"intruder","reentrant":true})").status,
             409);

@@ -135,7 +135,8 @@ TEST(AcquireStreamTest, UnknownEventsPassThroughAsUnknown) {
 }
 
 TEST(AcquireStreamTest, ALostEventAtTheCapSaysSo) {
-  auto at_cap = parseStreamEvent(R"({"event":"lost","reason":"max_hold_ms reached","cap_reached":true})");
+  auto at_cap =
+      parseStreamEvent(R"({"event":"lost","reason":"max_hold_ms reached","cap_reached":true})");
   ASSERT_TRUE(at_cap.isOk());
   EXPECT_EQ(at_cap->type, StreamEvent::Type::kLost);
   EXPECT_TRUE(at_cap->cap_reached);

@@ -145,8 +145,8 @@ TEST(RedisReplies, BusyAnswersSayWhy) {
 TEST(RedisReplies, ErrorRepliesKeepTheScriptsShaAndLinesOut) {
   const std::string sha = "2a3b8f1e0c4d5e6f7a8b9c0d1e2f3a4b5c6d7e8f";
   // Redis 7 at maxmemory (noeviction): the script's first write is refused.
-  auto oom = decode(error("OOM command not allowed when used memory > 'maxmemory'. script: " +
-                          sha + ", on @user_script:9."),
+  auto oom = decode(error("OOM command not allowed when used memory > 'maxmemory'. script: " + sha +
+                          ", on @user_script:9."),
                     ScriptId::kAcquire);
   ASSERT_FALSE(oom.isOk());
   EXPECT_EQ(oom.status().code(), StatusCode::kResourceExhausted);
@@ -165,14 +165,16 @@ TEST(RedisReplies, ErrorRepliesKeepTheScriptsShaAndLinesOut) {
   EXPECT_EQ(oom6.status().message().find("user_script"), std::string::npos);
   // Other errors stay kInternal, in Redis's words without the script's.
   auto noperm = decode(error("NOPERM this user has no permissions to access one of the keys used "
-                             "as arguments script: " + sha + ", on @user_script:4."),
+                             "as arguments script: " +
+                             sha + ", on @user_script:4."),
                        ScriptId::kRelease);
   EXPECT_EQ(noperm.status().code(), StatusCode::kInternal);
   EXPECT_EQ(noperm.status().message(),
             "redis n1: NOPERM this user has no permissions to access one of the keys used as "
             "arguments");
   EXPECT_EQ(clientVisibleRedisError("ERR user_script:12: Attempt to compare nil with number "
-                                    "script: " + sha + ", on @user_script:12."),
+                                    "script: " +
+                                    sha + ", on @user_script:12."),
             "ERR Attempt to compare nil with number");
   // (The Sentinel backend tells a demoted master by ": READONLY ".)
   EXPECT_EQ(decode(error("READONLY You can't write against a read only replica. script: " + sha +
