@@ -33,13 +33,21 @@ int64_t msSince(Clock::time_point t0) {
   return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count();
 }
 
-TEST(ReadWriteTest, ReadersShareAWriterExcludesEverybody) {
+// Two sidecars on one Redis, a client of each; both must stop cleanly.
+class ReadWriteTwoSidecars : public ::testing::Test {
+ protected:
+  void TearDown() override {
+    EXPECT_EQ(a->stop(), 0) << a->logs();
+    EXPECT_EQ(b->stop(), 0) << b->logs();
+  }
   RedisServer redis;
-  auto a = sidecarOnRedis(redis.address());
-  auto b = sidecarOnRedis(redis.address());
+  std::unique_ptr<SidecarProcess> a = sidecarOnRedis(redis.address());
+  std::unique_ptr<SidecarProcess> b = sidecarOnRedis(redis.address());
   HttpClient ca = HttpClient::tcp(a->port());
   HttpClient cb = HttpClient::tcp(b->port());
+};
 
+TEST_F(ReadWriteTwoSidecars, ReadersShareAWriterExcludesEverybody) {
   auto r1 = ca.post("/v1/locks/doc/acquire", R"({"mode":"shared","ttl_ms":20000})");
   ASSERT_EQ(r1.status, 200) << r1.body;
   EXPECT_EQ(json::parse(r1.body)["mode"], "shared");
@@ -102,19 +110,12 @@ TEST(ReadWriteTest, ReadersShareAWriterExcludesEverybody) {
   }
   EXPECT_EQ(ca.post("/v1/locks/doc/release", R"({"owner":"x","mode":"read"})").status, 400);
   EXPECT_EQ(redis.cli({"EXISTS", "sidelock:{doc}"}), "0") << "bad input changes nothing";
-  EXPECT_EQ(a->stop(), 0) << a->logs();
-  EXPECT_EQ(b->stop(), 0) << b->logs();
 }
 
 // A 409 says why (issue 22): a reader that holds a read lease already, a writer behind readers,
 // and new readers turned away for a queued writer (not "held by another owner": nobody else may
 // hold the lock at all).
-TEST(ReadWriteTest, RefusalsSayWhyTheLockIsNotGranted) {
-  RedisServer redis;
-  auto a = sidecarOnRedis(redis.address());
-  auto b = sidecarOnRedis(redis.address());
-  HttpClient ca = HttpClient::tcp(a->port());
-  HttpClient cb = HttpClient::tcp(b->port());
+TEST_F(ReadWriteTwoSidecars, RefusalsSayWhyTheLockIsNotGranted) {
   auto expectLocked = [](const HttpResponse& r, const std::string& reason,
                          const std::string& words) {
     EXPECT_EQ(r.status, 409) << r.body;
@@ -149,8 +150,6 @@ TEST(ReadWriteTest, RefusalsSayWhyTheLockIsNotGranted) {
   ASSERT_TRUE(writer.has_value());
   ASSERT_EQ(writer->status, 200) << writer->body;
   EXPECT_EQ(cb.post("/v1/locks/why/release", json{{"owner", ownerOf(*writer)}}.dump()).status, 200);
-  EXPECT_EQ(a->stop(), 0) << a->logs();
-  EXPECT_EQ(b->stop(), 0) << b->logs();
 }
 
 // Many readers and writers on two sidecars: an observer of the clients' own intervals never sees
