@@ -52,6 +52,7 @@ struct RedlockBackend::QuorumCall {
   std::vector<std::optional<Outcome>> answers;  // per node; nullopt: no answer (yet) or failed
   std::vector<bool> failed;
   std::vector<std::string> errors;
+  int out_of_memory = 0;  // nodes that failed at maxmemory (kResourceExhausted)
   // Acquire, once won: the token sync, then the answer (or the cleanup).
   uint64_t token = 0;
   std::vector<bool> granting;  // voted for us when the vote was decided
@@ -294,6 +295,7 @@ void RedlockBackend::run(const Operation& op, OutcomeCallback cb) {
     } else {
       call->failed[i] = true;
       call->errors[i] = d.status().toString();
+      if (d.status().code() == StatusCode::kResourceExhausted) ++call->out_of_memory;
     }
     --call->pending;
     if (!call->done) decide(call);
@@ -480,9 +482,13 @@ void RedlockBackend::finishAcquireLoss(const std::shared_ptr<QuorumCall>& call) 
   const int n = static_cast<int>(nodes_.size());
   if (quorum::classifyLoss(n, votes_for, busy, failed) == quorum::LossKind::kNoQuorum) {
     metrics_.redlock_quorum_failures.Increment();
-    Status s = unavailable("redlock: only " + std::to_string(votes_for + busy) + " of " +
-                           std::to_string(n) + " nodes voted, " + std::to_string(quorumSize()) +
-                           " needed: " + nodeErrors(call->errors));
+    // Every node that failed is out of memory: that is the answer (503 backend_full), not an
+    // outage (the nodes are up and answer; they refuse to write).
+    Status s(failed > 0 && failed == call->out_of_memory ? StatusCode::kResourceExhausted
+                                                         : StatusCode::kUnavailable,
+             "redlock: only " + std::to_string(votes_for + busy) + " of " + std::to_string(n) +
+                 " nodes voted, " + std::to_string(quorumSize()) +
+                 " needed: " + nodeErrors(call->errors));
     if (auto suppressed =
             no_quorum_log_.admit(scheduler_.nowMs(), outageState(s.code(), call->errors))) {
       SL_LOG(kWarn, "redlock.no_quorum", {"name", call->name}, {"error", s.message()},
