@@ -18,6 +18,7 @@
 #include "cli/run_command.h"
 #include "common/log.h"
 #include "config/config.h"
+#include "event/stream_listener.h"
 #include "event/uv_handle.h"
 #include "event/uv_scheduler.h"
 #include "http/access_policy.h"
@@ -99,6 +100,13 @@ struct Sidecar {
 std::unique_ptr<backend::Backend> makeBackend(Sidecar& s, const config::Config& cfg) {
   switch (cfg.backend.type) {
     case config::BackendType::kMemory:
+      // A config meant for one dev process is easily shipped to several replicas: each would
+      // grant the same lock to its own clients. Say so where every operator looks first.
+      SL_LOG(kWarn, "backend.memory_not_shared",
+             {"message",
+              "backend.type memory keeps every lock inside this one process: sidecars and "
+              "replicas do not share locks (each grants the same name to its own clients); "
+              "use redis, sentinel, cluster or redlock for locks shared between processes"});
       return std::make_unique<backend::MemoryBackend>(*s.scheduler);
     case config::BackendType::kRedis:
       return std::make_unique<backend::RedisBackend>(&s.loop, *s.scheduler, cfg.backend,
@@ -375,6 +383,17 @@ int main(int argc, char** argv) {
     }
   }
   if (line->command == cli::Command::kCheckConfig) {
+    // The file is valid; what bind() will need of this machine is checked too (start-up
+    // reports the same at bind time).
+    if (!cfg->listen.unix_path.empty()) {
+      const std::string problem =
+          event::unixSocketDirectoryProblem(cfg->listen.unix_path, /*need_writable=*/true);
+      if (!problem.empty()) {
+        fprintf(stderr, "sidelock: invalid config: listen.unix %s: %s\n",
+                cfg->listen.unix_path.c_str(), problem.c_str());
+        return 2;
+      }
+    }
     printf("%s: ok\n", path);
     return 0;
   }

@@ -82,9 +82,15 @@ std::string DaprApi::ownerFor(std::string_view resource_id, std::string_view loc
   return lowerHex(mac, std::min(mac_len, 16u));
 }
 
+std::string DaprApi::lockNameOfResource(std::string_view resource_id) {
+  std::string name(resource_id);
+  std::replace(name.begin(), name.end(), '/', '~');
+  return name;
+}
+
 bool DaprApi::readCommon(http::Request& req, const http::ResponderPtr& res,
                          std::initializer_list<BodyField> fields, std::string_view* resource_id,
-                         std::string_view* lock_owner) {
+                         std::string_view* lock_owner, std::string* lock_name) {
   const std::string_view store = req.param("store");
   if (std::find(dapr_.stores.begin(), dapr_.stores.end(), "*") == dapr_.stores.end() &&
       std::find(dapr_.stores.begin(), dapr_.stores.end(), store) == dapr_.stores.end()) {
@@ -114,13 +120,25 @@ bool DaprApi::readCommon(http::Request& req, const http::ResponderPtr& res,
                   "lockOwner is longer than " + std::to_string(kMaxLockOwnerBytes) + " bytes");
     return false;
   }
-  const std::string problem =
-      LockApi::lockNameProblem(*resource_id, static_cast<size_t>(locks_.max_name_bytes));
-  if (!problem.empty()) {
-    sendDaprError(res, 400, kMalformed, "resourceId: " + problem);
+  if (const size_t tilde = resource_id->find('~'); tilde != std::string_view::npos) {
+    sendDaprError(res, 400, kMalformed,
+                  "resourceId: '~' at byte " + std::to_string(tilde + 1) +
+                      " is not allowed in a resourceId (sidelock's lock name of a resourceId "
+                      "spells its '/' as '~')");
     return false;
   }
-  if (!LockApi::mayUseLock(req.principal.get(), *resource_id)) {
+  *lock_name = lockNameOfResource(*resource_id);
+  std::string problem =
+      LockApi::lockNameProblem(*lock_name, static_cast<size_t>(locks_.max_name_bytes));
+  if (!problem.empty()) {
+    // (Byte positions are the resourceId's: the mapping keeps them.)
+    sendDaprError(res, 400, kMalformed,
+                  "resourceId: " + problem +
+                      "; a resourceId may contain '/' too (its lock name has '~' in its place), "
+                      "but not '~'");
+    return false;
+  }
+  if (!LockApi::mayUseLock(req.principal.get(), *lock_name)) {
     sendDaprError(res, 403, kPermissionDenied,
                   "this token may not use resourceId " + std::string(*resource_id));
     return false;
@@ -130,9 +148,10 @@ bool DaprApi::readCommon(http::Request& req, const http::ResponderPtr& res,
 
 void DaprApi::lock(http::Request& req, http::ResponderPtr res) {
   std::string_view resource_id, lock_owner;
+  std::string lock_name;
   if (!readCommon(req, res,
                   {BodyField::kResourceId, BodyField::kLockOwner, BodyField::kExpiryInSeconds},
-                  &resource_id, &lock_owner)) {
+                  &resource_id, &lock_owner, &lock_name)) {
     return;
   }
   int64_t expiry_s = 0;
@@ -145,7 +164,7 @@ void DaprApi::lock(http::Request& req, http::ResponderPtr res) {
   if (!body_.ok()) return sendDaprError(res, 400, kMalformed, body_.error());
 
   lock::AcquireOptions opts;
-  opts.name = std::string(resource_id);
+  opts.name = std::move(lock_name);
   opts.owner = ownerFor(resource_id, lock_owner);
   opts.ttl_ms = expiry_s * 1000;
   opts.wait_ms = 0;  // Dapr's lock is a try-lock
@@ -180,12 +199,13 @@ void DaprApi::lock(http::Request& req, http::ResponderPtr res) {
 
 void DaprApi::unlock(http::Request& req, http::ResponderPtr res) {
   std::string_view resource_id, lock_owner;
+  std::string lock_name;
   if (!readCommon(req, res, {BodyField::kResourceId, BodyField::kLockOwner}, &resource_id,
-                  &lock_owner)) {
+                  &lock_owner, &lock_name)) {
     return;
   }
   service_.release(
-      resource_id, ownerFor(resource_id, lock_owner), [res](StatusOr<lock::ReleaseStatus> r) {
+      lock_name, ownerFor(resource_id, lock_owner), [res](StatusOr<lock::ReleaseStatus> r) {
         if (!r.isOk()) {
           return sendDaprError(res, 500, kUnlockFailed, r.status().message(), kInternalError);
         }

@@ -34,14 +34,20 @@ class DaprApi {
   /// The sidecar owner id for a Dapr (resourceId, lockOwner): 32 hex digits of the HMAC.
   std::string ownerFor(std::string_view resource_id, std::string_view lock_owner) const;
 
+  /// The lock a Dapr resourceId names. Dapr apps use '/' in resource ids ("orders/42"), which no
+  /// lock name has (it would be a path separator in the v1 routes): each '/' becomes '~'.
+  /// resourceIds may not contain '~' themselves, so the mapping is injective, and every other
+  /// resourceId is its own lock name (Dapr and v1 clients of one resource exclude each other).
+  static std::string lockNameOfResource(std::string_view resource_id);
+
  private:
   void lock(http::Request& req, http::ResponderPtr res);
   void unlock(http::Request& req, http::ResponderPtr res);
-  /// Store accepted, body parsed, resourceId a valid lock name the token may use, lockOwner set;
-  /// otherwise answers the Dapr error and returns false.
+  /// Store accepted, body parsed, resourceId naming a valid lock (`*lock_name`) the token may
+  /// use, lockOwner set; otherwise answers the Dapr error and returns false.
   bool readCommon(http::Request& req, const http::ResponderPtr& res,
                   std::initializer_list<BodyField> fields, std::string_view* resource_id,
-                  std::string_view* lock_owner);
+                  std::string_view* lock_owner, std::string* lock_name);
 
   const config::DaprConfig& dapr_;
   const config::LocksConfig& locks_;

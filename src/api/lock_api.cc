@@ -80,15 +80,42 @@ Answer errorAnswer(int status, std::string_view code, std::string_view message) 
 /// 409 and 429: come back later, with the hint in the body and as Retry-After (whole seconds).
 /// `limit` (429 only) names the config key of the queue limit that was hit.
 Answer retryLaterAnswer(int status, std::string_view code, std::string_view message,
-                        int64_t retry_after_ms, std::string_view limit = {}) {
+                        int64_t retry_after_ms, std::string_view limit = {},
+                        std::string_view reason = {}) {
   JsonObject answer;
   answer.text("error", code);
   if (!limit.empty()) answer.text("limit", limit);
+  if (!reason.empty()) answer.text("reason", reason);
   return Answer{status,
                 answer.text("message", message).integer("retry_after_ms", retry_after_ms).finish(),
                 {{"Retry-After", std::to_string((retry_after_ms + 999) / 1000)}},
                 {},
                 0};
+}
+
+/// 409 locked of one lock, saying why: another owner holds it, the caller itself does (and did
+/// not ask to re-enter), or readers are held back for a queued writer.
+Answer lockedAnswer(lock::BusyReason why, lock::LockKind kind, int64_t retry_after_ms) {
+  std::string_view reason = "held";
+  std::string_view message = "the lock is held by another owner";
+  switch (why) {
+    case lock::BusyReason::kHeld:
+      break;
+    case lock::BusyReason::kHeldByYou:
+      reason = "held_by_you";
+      message = kind == lock::LockKind::kShared
+                    ? "this owner holds a read lease of the lock already (a reader holds one "
+                      "lease: release it, or read with another owner id)"
+                    : "this owner holds the lock already; acquire with \"reentrant\": true to "
+                      "take one more hold of it, or release it first";
+      break;
+    case lock::BusyReason::kWriterWaiting:
+      reason = "writer_waiting";
+      message =
+          "a writer is waiting for the lock: new readers are turned away until it got in and out";
+      break;
+  }
+  return retryLaterAnswer(409, "locked", message, retry_after_ms, {}, reason);
 }
 
 /// An owner id in `field` ("owner", or a semaphore's "permit"): 1..max_bytes printable ASCII.
@@ -144,7 +171,9 @@ Answer backendErrorAnswer(const Status& status) {
     case StatusCode::kUnavailable:
     case StatusCode::kDeadlineExceeded:
       return errorAnswer(503, "backend_unavailable", status.message());
-    default:
+    case StatusCode::kResourceExhausted:  // Redis at maxmemory (backend::scriptErrorStatus)
+      return errorAnswer(503, "backend_full", status.message());
+    default:  // an error reply or an answer of the wrong shape: logged by the backend
       return errorAnswer(503, "backend_error", status.message());
   }
 }
@@ -193,12 +222,12 @@ std::string LockApi::lockNameProblem(std::string_view name, size_t max_bytes) {
   for (size_t i = 0; i < name.size(); ++i) {
     const unsigned char c = static_cast<unsigned char>(name[i]);
     bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-              c == '-' || c == '_' || c == '.' || c == ':' || c == '@';
+              c == '-' || c == '_' || c == '.' || c == ':' || c == '@' || c == '~';
     if (ok) continue;
     char shown[8];
     std::snprintf(shown, sizeof(shown), c >= 0x21 && c <= 0x7e ? "'%c'" : "0x%02X", c);
     return "the lock name has " + std::string(shown) + " at byte " + std::to_string(i + 1) +
-           "; lock names are A-Z a-z 0-9 and - _ . : @";
+           "; lock names are A-Z a-z 0-9 and - _ . : @ ~";
   }
   return "";
 }
@@ -390,7 +419,7 @@ void reclaimOwnGrant(const std::shared_ptr<AcquireCall>& call, const std::string
       [call, name, retry_after_ms](StatusOr<lock::ExtendResult> extended) {
         if (!extended.isOk() || extended->status != lock::ExtendStatus::kExtended) {
           return call->answerAll(
-              retryLaterAnswer(409, "locked", "the lock is held by another owner", retry_after_ms));
+              lockedAnswer(lock::BusyReason::kHeld, lock::lockRefOf(name).kind, retry_after_ms));
         }
         const int64_t ttl_ms = extended->ttl_ms;
         call->service->inspect(name, [call, name, ttl_ms](StatusOr<lock::LockState> state) {
@@ -440,6 +469,7 @@ const char* leaseEventName(lock::LeaseEvent e) {
     case lock::LeaseEvent::kRenewed:
       return "renewed";
     case lock::LeaseEvent::kLost:
+    case lock::LeaseEvent::kCapExpired:  // the last event, as a loss is: the lock is not held
       return "lost";
     case lock::LeaseEvent::kCapped:
       return "capped";
@@ -559,11 +589,17 @@ void LockApi::startAcquire(lock::AcquireOptions opts, std::string replay_key,
       event.text("event", leaseEventName(e));
       if (e == lock::LeaseEvent::kLost) {
         event.text("reason", "the lease expired or is held by another owner");
+      } else if (e == lock::LeaseEvent::kCapExpired) {
+        event.text("reason",
+                   "max_hold_ms reached: renewals stopped at the cap (the capped event) and "
+                   "the lease ran out");
+        event.boolean("cap_reached", true);
       }
       call->responder->writeChunk(event.finish());
-      // Both end the lease for good: close the stream so the connection can serve what the
+      // These end the lease for good: close the stream so the connection can serve what the
       // client pipelined behind it (a release through the API would otherwise leave it open).
-      if (e == lock::LeaseEvent::kLost || e == lock::LeaseEvent::kReleased) {
+      if (e == lock::LeaseEvent::kLost || e == lock::LeaseEvent::kCapExpired ||
+          e == lock::LeaseEvent::kReleased) {
         call->finished = true;
         call->responder->endStream();
       }
@@ -615,7 +651,7 @@ void LockApi::startAcquire(lock::AcquireOptions opts, std::string replay_key,
               409, "no_permits", "every permit of the semaphore is taken", r.retry_after_ms));
         }
         return call->answerAll(
-            retryLaterAnswer(409, "locked", "the lock is held by another owner", r.retry_after_ms));
+            lockedAnswer(r.busy_reason, lock::lockRefOf(call->name).kind, r.retry_after_ms));
       }
       case lock::AcquireStatus::kLimitMismatch:
         call->finished = true;
@@ -1127,8 +1163,8 @@ void LockApi::multiAcquire(http::Request& req, http::ResponderPtr res) {
       case lock::AcquireStatus::kLimitMismatch:
         return sendRetryLater(
             out, 409, "locked",
-            "lock " + r.blocked_by + " is held by another owner; none of the names was taken",
-            r.retry_after_ms);
+            // (Held by whom is not known: a multi-lock's names are tried in one step.)
+            "lock " + r.blocked_by + " is held; none of the names was taken", r.retry_after_ms);
       case lock::AcquireStatus::kTooManyWaiters:
         return sendRetryLater(
             out, 429, "too_many_waiters",

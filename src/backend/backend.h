@@ -130,9 +130,17 @@ enum class OutcomeCode : uint8_t {
   kLimitMismatch,  // semaphore acquire with another limit than the semaphore's (see `limit`)
 };
 
+/// Why an acquire was answered kBusy (what the 409 tells the caller).
+enum class BusyReason : uint8_t {
+  kHeld,           // held by another owner (readers, a writer, or waiters of a fair lock first)
+  kHeldByYou,      // held by the same owner, and the acquire did not ask to re-enter (reentrant)
+  kWriterWaiting,  // readers: nobody may hold it, but a queued writer's mark turns readers away
+};
+
 /// The one reply shape of every verb and every backend.
 struct Outcome {
   OutcomeCode code = OutcomeCode::kNotHeld;
+  BusyReason busy_reason = BusyReason::kHeld;  // kBusy of an acquire
   /// Fencing token. Acquire / hand-off kOk: this grant's token (strictly increasing per lock).
   /// Inspect, force release: the lock's last token (0 if never granted). Otherwise 0.
   uint64_t token = 0;

@@ -236,6 +236,7 @@ StatusOr<Outcome> MemoryBackend::applyShared(const Operation& op) {
           it != locks_.end() && writerMarksUntilUs(it->second, now) > now) {
         const int64_t mark_ms = remainingMs(writerMarksUntilUs(it->second, now), now);
         o.code = OutcomeCode::kBusy;
+        o.busy_reason = BusyReason::kWriterWaiting;
         o.used = count;
         o.holder_ttl_ms =
             readers != nullptr ? std::max<int64_t>(1, std::min(mark_ms, readers_ms)) : mark_ms;
@@ -245,6 +246,7 @@ StatusOr<Outcome> MemoryBackend::applyShared(const Operation& op) {
         o.used = count;
         if (readers->readers.contains(op.owner)) {
           o.code = OutcomeCode::kBusy;
+          o.busy_reason = BusyReason::kHeldByYou;
           o.holder_ttl_ms = readers_ms;
           return o;
         }
@@ -338,6 +340,7 @@ StatusOr<Outcome> MemoryBackend::applyFair(const Operation& op) {
   }
   // Held: until the holder lets go; free but another's turn: until the first waiter's claim.
   o.code = OutcomeCode::kBusy;
+  if (writer != nullptr && writer->owner == op.owner) o.busy_reason = BusyReason::kHeldByYou;
   o.holder_ttl_ms =
       free ? std::max<int64_t>(1, remainingMs(e.fair_queue.front().claim_until_us, now))
            : remainingMs(holder_expiry_us, now);
@@ -379,7 +382,10 @@ StatusOr<Outcome> MemoryBackend::apply(const Operation& op) {
         o.holds = held->holds;
         return o;
       }
-      if (held != nullptr) return heldByOther(OutcomeCode::kBusy);
+      if (held != nullptr) {
+        if (held->owner == op.owner) o.busy_reason = BusyReason::kHeldByYou;
+        return heldByOther(OutcomeCode::kBusy);
+      }
       if (readers != nullptr) {
         if (op.writer_wait_ms > 0) {
           writerMarksUntilUs(*readers, now);

@@ -84,6 +84,9 @@ StatusOr<StreamEvent> parseStreamEvent(std::string_view line) {
   if (auto f = j.find("name"); f != j.end() && f->is_string()) ev.name = f->get<std::string>();
   if (auto f = j.find("owner"); f != j.end() && f->is_string()) ev.owner = f->get<std::string>();
   if (auto f = j.find("reason"); f != j.end() && f->is_string()) ev.reason = f->get<std::string>();
+  if (auto f = j.find("cap_reached"); f != j.end() && f->is_boolean()) {
+    ev.cap_reached = f->get<bool>();
+  }
   if (auto f = j.find("ttl_ms"); f != j.end()) {
     if (!f->is_number_integer() || f->get<int64_t>() < 0) {
       return invalidArgument("bad ttl_ms in stream event: " + truncated(line));

@@ -38,6 +38,7 @@ struct StreamEvent {
   uint64_t token = 0;
   int64_t ttl_ms = -1;  // -1 when absent (a renewal then restores the granted TTL)
   std::string reason;   // lost
+  bool cap_reached = false;  // lost: the lease ran out at its max hold, after `capped`
 };
 
 /// One NDJSON line -> event. `acquired` must carry owner and token; unknown event names are

@@ -38,7 +38,8 @@ std::string exitCodeTable() {
          "         overdue): CMD got SIGTERM at once and SIGKILL after --grace\n"
          "  77     not permitted: the sidecar refused the request (401/403/421: token,\n"
          "         lock-name prefixes, peer uid)\n"
-         "  124    --max-hold reached: CMD got SIGTERM, SIGKILL after --grace\n"
+         "  124    --max-hold (or the sidecar's cap) reached: CMD got SIGTERM, SIGKILL after "
+         "--grace\n"
          "  126    CMD could not be executed (permission denied, ...)\n"
          "  127    CMD not found\n";
 }

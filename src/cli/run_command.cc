@@ -506,9 +506,15 @@ void Runner::endCommandGroup() {
 void Runner::beginStop(Stop why, const std::string& detail) {
   if (stop_ != Stop::kNone) return;
   stop_ = why;
-  const char* what = why == Stop::kLost ? "lost" : "held for --max-hold";
-  say("lock '%s' %s (%s): sending SIGTERM to %s, SIGKILL in %lld ms", opts_.name.c_str(), what,
-      detail.c_str(), opts_.command[0].c_str(), static_cast<long long>(opts_.grace_ms));
+  std::string what = "lost";
+  if (why == Stop::kCapped) {
+    // Name the cap that was reached: without --max-hold it is the sidecar's.
+    what = opts_.max_hold_ms ? "held for --max-hold " + std::to_string(*opts_.max_hold_ms) + " ms"
+                             : "held for the sidecar's maximum hold (locks.max_hold_ms_limit)";
+  }
+  say("lock '%s' %s (%s): sending SIGTERM to %s, SIGKILL in %lld ms", opts_.name.c_str(),
+      what.c_str(), detail.c_str(), opts_.command[0].c_str(),
+      static_cast<long long>(opts_.grace_ms));
   signalChild(SIGTERM);
   kill_at_ms_ = nowMs() + opts_.grace_ms;
 }
@@ -532,6 +538,10 @@ int Runner::supervise(Lease* lease) {
           setLeaseDeadline(ev->ttl_ms >= 0 ? ev->ttl_ms : grant_ttl);
           break;
         case StreamEvent::Type::kLost:
+          if (ev->cap_reached) {  // the cap, as planned (normally `capped` stopped CMD already)
+            beginStop(Stop::kCapped, "the lease ran out at the cap");
+            break;
+          }
           beginStop(Stop::kLost,
                     ev->reason.empty() ? "reported by the sidecar" : "sidecar: " + ev->reason);
           break;

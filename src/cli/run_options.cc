@@ -114,7 +114,7 @@ std::string runUsage() {
          "  --ttl MS         lease TTL (default: the sidecar's locks.default_ttl_ms)\n"
          "  --wait MS        how long to wait for the lock; 0 = try once (default: forever)\n"
          "  --max-hold MS    stop CMD after holding the lock this long (default: the sidecar's\n"
-         "                   locks.default_max_hold_ms)\n"
+         "                   locks.max_hold_ms_limit, the cap of a stream hold)\n"
          "  --grace MS       SIGTERM -> SIGKILL delay when the lock is lost (default 10000)\n"
          "  -q, --quiet      no diagnostics on stderr (the exit status still tells)\n"
          "  -h, --help       this text\n"

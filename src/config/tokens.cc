@@ -34,7 +34,7 @@ bool validPrefix(std::string_view p) {
   if (p.empty()) return false;
   for (char c : p) {
     bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-              c == '-' || c == '_' || c == '.' || c == ':' || c == '@';
+              c == '-' || c == '_' || c == '.' || c == ':' || c == '@' || c == '~';
     if (!ok) return false;
   }
   return true;
@@ -99,7 +99,7 @@ StatusOr<std::vector<TokenEntry>> parseTokens(std::string_view text, const std::
         if (!validPrefix(prefix)) {
           return invalidArgument(where +
                                  ": prefixes must be non-empty and use only the lock-name "
-                                 "characters A-Z a-z 0-9 - _ . : @");
+                                 "characters A-Z a-z 0-9 - _ . : @ ~");
         }
         entry.prefixes.emplace_back(prefix);
         start = comma + 1;

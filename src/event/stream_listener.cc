@@ -22,6 +22,13 @@ void onConnectionCb(uv_stream_t* server, int status) {
   self->notifyConnection();
 }
 
+std::string parentDirectory(const std::string& path) {
+  const size_t slash = path.find_last_of('/');
+  if (slash == std::string::npos) return ".";
+  if (slash == 0) return "/";
+  return path.substr(0, slash);
+}
+
 enum class SocketFileState { kStale, kLive, kUnknown };
 
 // Whether something accepts connections on the Unix socket at `path` right now. Only a refused
@@ -163,7 +170,10 @@ Status StreamListener::listenUnix(const std::string& path, uint32_t mode, int ba
   ::umask(old_umask);
   if (bind_rc != 0) {
     pipe_.close();
-    return unavailable("cannot bind unix socket " + path + ": " + uvError(bind_rc));
+    // libuv's EACCES / ENOENT does not say that the directory is the problem.
+    std::string why = unixSocketDirectoryProblem(path, /*need_writable=*/true);
+    if (why.empty()) why = uvError(bind_rc);
+    return unavailable("cannot bind unix socket " + path + ": " + why);
   }
   unix_path_ = path;
   if (gid >= 0 && ::chown(path.c_str(), static_cast<uid_t>(-1), static_cast<gid_t>(gid)) != 0) {
@@ -183,6 +193,25 @@ Status StreamListener::listenUnix(const std::string& path, uint32_t mode, int ba
     return Status(s.code(), path + ": " + s.message());
   }
   return Status::ok();
+}
+
+std::string unixSocketDirectoryProblem(const std::string& path, bool need_writable) {
+  const std::string dir = parentDirectory(path);
+  const std::string what_to_do =
+      " (create it, or set listen.unix to a path in an existing directory, or to \"\" to "
+      "disable the Unix socket)";
+  struct stat st {};
+  if (::stat(dir.c_str(), &st) != 0) {
+    const int err = errno;
+    if (err == ENOENT) return "directory " + dir + " does not exist" + what_to_do;
+    return "directory " + dir + " cannot be read: " + std::strerror(err);
+  }
+  if (!S_ISDIR(st.st_mode)) return dir + " is not a directory" + what_to_do;
+  if (need_writable && ::access(dir.c_str(), W_OK | X_OK) != 0) {
+    return "directory " + dir + " is not writable by this user (uid " +
+           std::to_string(::geteuid()) + "): the socket cannot be created in it";
+  }
+  return "";
 }
 
 Status StreamListener::accept(ClientStream& out, void* data) {

@@ -44,6 +44,12 @@ class ClientStream {
 /// host or "*" means all IPv4 interfaces. Port 0 asks the kernel for a free port.
 Status parseHostPort(std::string_view host_port, sockaddr_storage* out);
 
+/// Whether a Unix socket could be created at `path` as far as its directory goes: "" when it can,
+/// else what is wrong with the parent directory (missing, not a directory, and with
+/// `need_writable` also not writable by this process), with what to do about it. bind() would
+/// fail on each with an errno (EACCES, ENOENT) that does not name the directory.
+std::string unixSocketDirectoryProblem(const std::string& path, bool need_writable);
+
 /// One listening socket. Not copyable; closes (and unlinks its Unix socket file) on destruction.
 class StreamListener {
  public:

@@ -51,6 +51,7 @@ struct Lease {
   bool renewing = false;         // renewals still planned (auto_renew, not capped or released)
   bool renew_in_flight = false;  // a backend extend for a renewal has not answered yet
   bool releasing = false;        // release started: renewals are over for good
+  bool capped = false;           // renewals stopped at max_hold_ms: it runs out at the cap
   /// Work that must wait until the in-flight renewal answered (release sequencing).
   std::vector<std::function<void()>> after_renewal;
   Backoff renew_backoff;  // pacing of retries after transient errors

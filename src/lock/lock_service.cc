@@ -17,12 +17,14 @@ namespace {
 int64_t ceilMs(int64_t us) { return us <= 0 ? 0 : (us + 999) / 1000; }
 
 /// An outage a queued waiter rides out: the backend could not answer (down, no quorum, no reply
-/// in time, an error reply while Redis restarts). Not: a bad request, or cancellation.
+/// in time, an error reply while Redis restarts, Redis out of memory until leases expire or an
+/// operator frees some). Not: a bad request, or cancellation.
 bool isTransientBackendError(const Status& s) {
   switch (s.code()) {
     case StatusCode::kUnavailable:
     case StatusCode::kDeadlineExceeded:
     case StatusCode::kInternal:
+    case StatusCode::kResourceExhausted:
       return true;
     default:
       return false;
@@ -481,6 +483,7 @@ void LockService::Impl::onAttemptReply(uint64_t id, StatusOr<backend::Outcome> r
     }
   } else {
     w.contended = true;
+    w.busy_reason = reply->busy_reason;
     if (!queued_attempt && w.wait_if_busy_ms > 0) {
       queueAfterBusyTry(w, reply->holder_ttl_ms);
     } else if (!queued_attempt) {
@@ -571,6 +574,7 @@ void LockService::Impl::withdrawFromBackend(const Waiter& w, const WaiterQueue* 
 
 void LockService::Impl::finishWaiter(Waiter& w, AcquireResult result) {
   w.deadline_timer.reset();
+  if (result.status == AcquireStatus::kBusy) result.busy_reason = w.busy_reason;
   if (result.status != AcquireStatus::kGranted && w.options.wait_ms > 0) {
     // It may hold a place in the backend's queue (fair), or keep readers out (a writer that
     // readers turned away): give it up now rather than by its claim / mark lapsing (the next

@@ -20,6 +20,7 @@
 namespace sidelock::lock {
 
 using LockKind = backend::LockKind;
+using BusyReason = backend::BusyReason;
 
 /// The lock service knows each lock by a key: its name for a mutex (and the writers of a
 /// read/write lock), "semaphore/<name>" for a semaphore, "shared/<name>" for the readers of a
@@ -112,6 +113,8 @@ struct AcquireResult {
   AcquireStatus status = AcquireStatus::kError;
   Grant grant;                 // kGranted
   int64_t retry_after_ms = 0;  // kBusy, kTooManyWaiters: a hint (holder's remaining TTL if known)
+  /// kBusy: why the waiter's own last attempt was refused (kHeld when it never tried itself).
+  BusyReason busy_reason = BusyReason::kHeld;
   WaiterLimit limit = WaiterLimit::kNone;  // kTooManyWaiters
   Status error;                            // kError
   int64_t semaphore_limit = 0;             // kLimitMismatch: the limit the semaphore has
@@ -133,11 +136,13 @@ struct ExtendResult {
 ///  - kRenewed: a watchdog renewal succeeded;
 ///  - kCapped: max_hold_ms reached, renewals stopped (the lease runs out by itself);
 ///  - kLost: the lease is no longer held although it was not released: a renewal or extend found
-///    it gone / owned by another, renewals failed until its validity ran out, or it expired
-///    (e.g. after kCapped). Sent at most once, always last.
+///    it gone / owned by another, renewals failed until its validity ran out, or it expired.
+///    Sent at most once, always last.
+///  - kCapExpired: after kCapped, the lease ran out at the cap, as planned (not a failure). Sent
+///    instead of kLost, always last.
 /// kReleased: the lease was released through release() (by its holder's request or at shutdown);
 /// always the last event, like kLost.
-enum class LeaseEvent { kRenewed, kLost, kCapped, kReleased };
+enum class LeaseEvent { kRenewed, kLost, kCapped, kReleased, kCapExpired };
 
 /// A lease this sidecar granted and still holds, for GET /v1/locks (no owner ids).
 struct LeaseInfo {

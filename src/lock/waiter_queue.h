@@ -28,6 +28,8 @@ struct Waiter {
   int64_t started_us = 0;
   int64_t deadline_us = 0;  // == started_us for a single try
   bool contended = false;   // the lock was found held at least once
+  /// Why its own last attempt was refused (a busy answer tells the caller).
+  backend::BusyReason busy_reason = backend::BusyReason::kHeld;
   bool queued = false;      // in its name's FIFO
   bool attempting = false;  // a backend acquire for it is in flight
   /// Already answered (cancelled, deadline, shutdown) while its attempt was in flight: a late

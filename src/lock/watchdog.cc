@@ -121,9 +121,10 @@ void LockService::Impl::expireLease(Lease& lease, bool wake) {
          {"held_ms", static_cast<long long>((scheduler_.nowUs() - lease.granted_us) / 1000)});
   // A holder that listens (stream) learns that it no longer holds the lock, whatever the reason.
   std::function<void(LeaseEvent)> on_event = std::move(lease.on_event);
+  const LeaseEvent last = lease.capped ? LeaseEvent::kCapExpired : LeaseEvent::kLost;
   const std::string name = lease.name;
   endLease(name, lease.owner);
-  if (on_event) deliver([on_event = std::move(on_event)] { on_event(LeaseEvent::kLost); });
+  if (on_event) deliver([on_event = std::move(on_event), last] { on_event(last); });
   if (wake) wakeLockQueues(name, false);
 }
 
@@ -149,6 +150,7 @@ void LockService::Impl::renew(Lease& lease) {
     // One more renewal would carry the hold past max_hold_ms: stop; the lease runs out by itself
     // (at most ttl * (1 - renew_fraction) from now, so the hold never exceeds the cap).
     lease.renewing = false;
+    lease.capped = true;
     metrics_.renew_capped.Increment();
     SL_LOG(kInfo, "lease.renew_capped", {"name", lease.name}, {"owner", ownerDigest(lease.owner)},
            {"token", static_cast<unsigned long long>(lease.token)},

@@ -6,6 +6,8 @@
 #include <limits>
 #include <utility>
 
+#include "common/log.h"
+
 namespace sidelock::backend {
 namespace {
 
@@ -205,8 +207,23 @@ void RedisConnection::onReply(RedisValue& value) {
   const int64_t now = scheduler_.nowUs();
   observeLatency(p, now);
   if (value.isError() && options_.metrics != nullptr) inc(options_.metrics->errors_reply);
+  if (value.isError() && p.is_script) logScriptError(p, value);
   // Last: the callback may close this connection (onTransportData checks dead_).
   p.cb(std::move(value));
+}
+
+void RedisConnection::logScriptError(const Pending& p, const RedisValue& value) {
+  const std::string_view error = value.str;
+  // Redis Cluster's redirections are its protocol, not errors (the cluster backend follows them).
+  for (std::string_view redirect : {"MOVED ", "ASK ", "TRYAGAIN "}) {
+    if (error.starts_with(redirect)) return;
+  }
+  const std::string_view kind = error.substr(0, error.find(' '));
+  if (auto suppressed = script_error_log_.admit(scheduler_.nowMs(), kind)) {
+    SL_LOG(kWarn, "redis.script_error", {"node", options_.name}, {"script", p.what},
+           {"error", error}, {"suppressed", static_cast<unsigned long long>(*suppressed)},
+           {"suppressed_window_s", static_cast<long long>(script_error_log_.windowMs() / 1000)});
+  }
 }
 
 // The server lost its script cache (SCRIPT FLUSH, restart, failover). EVAL runs the script and

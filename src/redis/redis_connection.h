@@ -26,6 +26,7 @@
 #include <string_view>
 #include <vector>
 
+#include "common/rate_limited_log.h"
 #include "config/config.h"
 #include "event/scheduler.h"
 #include "event/uv_handle.h"
@@ -130,6 +131,9 @@ class RedisConnection final : private RedisTransport::Handler {
   void armDeadlineCheck(int64_t at_us);
   void onDeadlineCheck();
   void observeLatency(const Pending& p, int64_t now_us);
+  /// Logs a script's error reply as Redis sent it (its SHA and line included: clients get
+  /// scriptErrorStatus()'s text), once per kind of error and then at most every 10 s.
+  void logScriptError(const Pending& p, const RedisValue& value);
   /// Marks the connection dead and stops every kind of I/O (close() and die() share it).
   void stopIo();
   /// The link is dead: stop I/O, tell the listener, fail what was pending. Last thing a caller
@@ -149,6 +153,7 @@ class RedisConnection final : private RedisTransport::Handler {
   std::deque<Pending> pending_;
   std::vector<std::string> shas_;
   event::ScopedTimer deadline_timer_;
+  RateLimitedLog script_error_log_;
   int64_t deadline_armed_us_ = 0;
   int64_t last_read_us_ = 0;
   int readable_deferrals_ = 0;

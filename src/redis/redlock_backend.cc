@@ -52,6 +52,7 @@ struct RedlockBackend::QuorumCall {
   std::vector<std::optional<Outcome>> answers;  // per node; nullopt: no answer (yet) or failed
   std::vector<bool> failed;
   std::vector<std::string> errors;
+  int out_of_memory = 0;  // nodes that failed at maxmemory (kResourceExhausted)
   // Acquire, once won: the token sync, then the answer (or the cleanup).
   uint64_t token = 0;
   std::vector<bool> granting;  // voted for us when the vote was decided
@@ -294,6 +295,7 @@ void RedlockBackend::run(const Operation& op, OutcomeCallback cb) {
     } else {
       call->failed[i] = true;
       call->errors[i] = d.status().toString();
+      if (d.status().code() == StatusCode::kResourceExhausted) ++call->out_of_memory;
     }
     --call->pending;
     if (!call->done) decide(call);
@@ -464,12 +466,14 @@ void RedlockBackend::finishAcquireLoss(const std::shared_ptr<QuorumCall>& call) 
   int busy = 0;
   int failed = 0;
   std::vector<int64_t> busy_pttls;
+  int busy_held_by_you = 0;
   for (size_t i = 0; i < nodes_.size(); ++i) {
     if (call->voting[i] && call->said(i, OutcomeCode::kOk)) {
       ++votes_for;
     } else if (call->voting[i] && call->said(i, OutcomeCode::kBusy)) {
       ++busy;
       busy_pttls.push_back(call->answers[i]->holder_ttl_ms);
+      if (call->answers[i]->busy_reason == BusyReason::kHeldByYou) ++busy_held_by_you;
     } else {
       ++failed;
       if (!call->answers[i] && call->errors[i].empty()) call->errors[i] = "no answer";
@@ -478,9 +482,13 @@ void RedlockBackend::finishAcquireLoss(const std::shared_ptr<QuorumCall>& call) 
   const int n = static_cast<int>(nodes_.size());
   if (quorum::classifyLoss(n, votes_for, busy, failed) == quorum::LossKind::kNoQuorum) {
     metrics_.redlock_quorum_failures.Increment();
-    Status s = unavailable("redlock: only " + std::to_string(votes_for + busy) + " of " +
-                           std::to_string(n) + " nodes voted, " + std::to_string(quorumSize()) +
-                           " needed: " + nodeErrors(call->errors));
+    // Every node that failed is out of memory: that is the answer (503 backend_full), not an
+    // outage (the nodes are up and answer; they refuse to write).
+    Status s(failed > 0 && failed == call->out_of_memory ? StatusCode::kResourceExhausted
+                                                         : StatusCode::kUnavailable,
+             "redlock: only " + std::to_string(votes_for + busy) + " of " + std::to_string(n) +
+                 " nodes voted, " + std::to_string(quorumSize()) +
+                 " needed: " + nodeErrors(call->errors));
     if (auto suppressed =
             no_quorum_log_.admit(scheduler_.nowMs(), outageState(s.code(), call->errors))) {
       SL_LOG(kWarn, "redlock.no_quorum", {"name", call->name}, {"error", s.message()},
@@ -496,6 +504,8 @@ void RedlockBackend::finishAcquireLoss(const std::shared_ptr<QuorumCall>& call) 
   for (const auto& a : call->answers) {
     busy_outcome.writer_marked = busy_outcome.writer_marked || (a && a->writer_marked);
   }
+  // The caller's own lease only if every node that refused says so (Redlock serves no readers).
+  if (busy > 0 && busy_held_by_you == busy) busy_outcome.busy_reason = BusyReason::kHeldByYou;
   busy_outcome.holder_ttl_ms = quorum::holderTtlMs(n, votes_for, std::move(busy_pttls));
   answer(call, busy_outcome);
 }

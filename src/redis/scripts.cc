@@ -91,19 +91,17 @@ if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   end
   return {1, nextToken(ARGV[3]), tonumber(ARGV[2]), 1}
 end
--- Read only when needed: a plain busy answer stays two commands.
-local v = nil
-if ARGV[4] == 'reentrant' or ARGV[5] then
-  v = redis.call('GET', KEYS[1])
-end
-if v and ARGV[4] == 'reentrant' then
-  local owner, holds = holderOf(v)
-  if owner == ARGV[1] then
-    local ttl = math.max(redis.call('PTTL', KEYS[1]), tonumber(ARGV[2]))
-    setHolds(owner, holds + 1, ttl)
-    redis.call('PEXPIRE', KEYS[2], ARGV[3])
-    return {1, tonumber(redis.call('GET', KEYS[2]) or '0'), ttl, holds + 1}
+-- Busy: who holds it tells a re-entry, and the caller's own lease (code 3) from another's.
+local v = redis.call('GET', KEYS[1])
+local owner, holds = holderOf(v)
+if owner == ARGV[1] then
+  if ARGV[4] ~= 'reentrant' then
+    return {3, 0, redis.call('PTTL', KEYS[1])}
   end
+  local ttl = math.max(redis.call('PTTL', KEYS[1]), tonumber(ARGV[2]))
+  setHolds(owner, holds + 1, ttl)
+  redis.call('PEXPIRE', KEYS[2], ARGV[3])
+  return {1, tonumber(redis.call('GET', KEYS[2]) or '0'), ttl, holds + 1}
 end
 if v and ARGV[5] and readersHold(v) then
   redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', nowMs())
@@ -292,19 +290,19 @@ if v and not readersHold(v) then
 end
 local mark = writerMarkMs(4, now)
 if mark > 0 then
-  -- A writer waits: no new reader, until it got in (and out) or its mark ran out.
+  -- A writer waits (code 4): no new reader, until it got in (and out) or its mark ran out.
   if not v then
-    return {0, 0, mark, 0}
+    return {4, 0, mark, 0}
   end
   redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
-  return {0, 0, math.max(math.min(mark, redis.call('PTTL', KEYS[1])), 1),
+  return {4, 0, math.max(math.min(mark, redis.call('PTTL', KEYS[1])), 1),
           redis.call('ZCARD', KEYS[3])}
 end
 if v then
   local pttl = redis.call('PTTL', KEYS[1])
   redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
   if redis.call('ZSCORE', KEYS[3], ARGV[1]) then
-    return {0, 0, pttl, redis.call('ZCARD', KEYS[3])}
+    return {3, 0, pttl, redis.call('ZCARD', KEYS[3])}  -- this reader holds a read lease
   end
 else
   redis.call('DEL', KEYS[3])
@@ -465,6 +463,15 @@ if claim > 0 then
   redis.call('PEXPIRE', KEYS[3], keep)
   redis.call('PEXPIRE', KEYS[4], keep)
 end
+-- Busy: code 3 when this owner holds the lock already (fair acquires never re-enter; the lease
+-- may be a re-entered mutex lease, "<owner> <holds>"), else 0.
+local function busyCode()
+  local v = redis.call('GET', KEYS[1])
+  if v and (v == ARGV[1] or string.sub(v, 1, #ARGV[1] + 1) == ARGV[1] .. ' ') then
+    return 3
+  end
+  return 0
+end
 local first = redis.call('ZRANGE', KEYS[3], 0, 0)
 if #first == 0 or first[1] == ARGV[1] then
   if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
@@ -472,14 +479,14 @@ if #first == 0 or first[1] == ARGV[1] then
     redis.call('ZREM', KEYS[4], ARGV[1])
     return {1, nextToken(ARGV[3]), tonumber(ARGV[2]), 1}
   end
-  return {0, 0, redis.call('PTTL', KEYS[1])}
+  return {busyCode(), 0, redis.call('PTTL', KEYS[1])}
 end
 local pttl = redis.call('PTTL', KEYS[1])
 if pttl < 0 then
   local until_first = tonumber(redis.call('ZSCORE', KEYS[4], first[1]) or now)
   pttl = math.max(until_first - now, 1)
 end
-return {0, 0, pttl}
+return {busyCode(), 0, pttl}
 )lua";
 
 // A waiter that gave up leaves the queue. If it was first and the lock is free, the next waiter
@@ -732,12 +739,73 @@ bool lockNameFromChannel(std::string_view prefix, std::string_view channel, std:
 
 namespace {
 
+bool isHexSha(std::string_view s) {
+  return s.size() >= 40 && std::all_of(s.begin(), s.begin() + 40, [](char c) {
+           return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
+         });
+}
+
+// Removes every "<marker><40 hex digits><rest>" from `text`, where `rest` runs up to and
+// including `end` (or to the end of the text).
+void eraseShaClauses(std::string& text, std::string_view marker, std::string_view end) {
+  for (size_t at = text.find(marker); at != std::string::npos; at = text.find(marker, at)) {
+    const size_t sha = at + marker.size();
+    if (!isHexSha(std::string_view(text).substr(sha))) {
+      at = sha;
+      continue;
+    }
+    const size_t stop = text.find(end, sha + 40);
+    text.erase(at, stop == std::string::npos ? std::string::npos : stop + end.size() - at);
+  }
+}
+
+// Removes the script's line numbers: "user_script:12: " (a Lua runtime error) and Redis 6's
+// "@user_script:12: " / "@user_script: 12: ".
+void eraseScriptLines(std::string& text) {
+  static constexpr std::string_view kMarker = "user_script:";
+  for (size_t at = text.find(kMarker); at != std::string::npos; at = text.find(kMarker, at)) {
+    size_t i = at + kMarker.size();
+    if (at > 0 && text[at - 1] == '@') --at;
+    if (i < text.size() && text[i] == ' ') ++i;
+    const size_t digits = i;
+    while (i < text.size() && text[i] >= '0' && text[i] <= '9') ++i;
+    if (i == digits || i + 1 >= text.size() || text[i] != ':' || text[i + 1] != ' ') {
+      at = i;
+      continue;
+    }
+    text.erase(at, i + 2 - at);
+  }
+}
+
 Status badShape(std::string_view node, ScriptId script) {
   return internalError("redis " + std::string(node) + ": unexpected reply to the " +
                        scriptName(script) + " script");
 }
 
 }  // namespace
+
+std::string clientVisibleRedisError(std::string_view redis_error) {
+  std::string text(redis_error);
+  // Redis 7: "<message> script: <sha>, on @user_script:<line>." appended to every error.
+  eraseShaClauses(text, " script: ", ".");
+  // Redis 6: "ERR Error running script (call to f_<sha>): @user_script:12: <message>".
+  eraseShaClauses(text, "Error running script (call to f_", "): ");
+  eraseScriptLines(text);
+  while (!text.empty() && text.back() == ' ') text.pop_back();
+  if (text.starts_with("ERR ") && text.size() > 4 && text[4] == '-') text.erase(0, 5);  // "-OOM"
+  return text;
+}
+
+Status scriptErrorStatus(std::string_view node, std::string_view redis_error) {
+  std::string message = clientVisibleRedisError(redis_error);
+  if (message.starts_with("OOM ") || message.starts_with("-OOM ")) {
+    if (message.front() == '-') message.erase(0, 1);
+    return resourceExhausted("redis " + std::string(node) +
+                             " is out of memory (maxmemory reached): " + message +
+                             " Nothing was written; free memory on Redis or raise its maxmemory");
+  }
+  return internalError("redis " + std::string(node) + ": " + message);
+}
 
 bool isSharedScript(ScriptId id) {
   return id == ScriptId::kSharedAcquire || id == ScriptId::kSharedRelease ||
@@ -753,7 +821,7 @@ StatusOr<Outcome> decodeOutcome(const StatusOr<RedisValue>& reply, ScriptId scri
                                 std::string_view node) {
   if (!reply.isOk()) return reply.status();
   const RedisValue& v = *reply;
-  if (v.isError()) return internalError("redis " + std::string(node) + ": " + v.str);
+  if (v.isError()) return scriptErrorStatus(node, v.str);
   if (script == ScriptId::kAcquireAll) return badShape(node, script);  // decodeAllOutcome's
   const bool semaphore = isSemaphoreScript(script);
   const bool shared = isSharedScript(script);
@@ -819,6 +887,17 @@ StatusOr<Outcome> decodeOutcome(const StatusOr<RedisValue>& reply, ScriptId scri
       if (script != ScriptId::kSemAcquire) return badShape(node, script);
       o.code = OutcomeCode::kLimitMismatch;
       return o;
+    case 3:
+    case 4:
+      if (script != ScriptId::kAcquire && script != ScriptId::kSharedAcquire &&
+          script != ScriptId::kFairAcquire) {
+        return badShape(node, script);
+      }
+      if (code == 4 && script != ScriptId::kSharedAcquire) return badShape(node, script);
+      o.code = OutcomeCode::kBusy;
+      o.busy_reason = code == 3 ? BusyReason::kHeldByYou : BusyReason::kWriterWaiting;
+      o.holder_ttl_ms = ttl >= 0 ? ttl : -1;
+      return o;
     default:
       return badShape(node, script);
   }
@@ -828,7 +907,7 @@ StatusOr<AllOutcome> decodeAllOutcome(const StatusOr<RedisValue>& reply, size_t 
                                       std::string_view node) {
   if (!reply.isOk()) return reply.status();
   const RedisValue& v = *reply;
-  if (v.isError()) return internalError("redis " + std::string(node) + ": " + v.str);
+  if (v.isError()) return scriptErrorStatus(node, v.str);
   const Status bad = badShape(node, ScriptId::kAcquireAll);
   if (v.type != RedisValue::Type::kArray || v.elements.size() < 3) return bad;
   for (const RedisValue& e : v.elements) {

@@ -33,6 +33,9 @@
 // decodeOutcome() into a backend::Outcome:
 //   code  1 done (granted, released, extended, handed on; inspect: held; force release: deleted)
 //         0 held by another owner (acquire: busy; release, extend, hand-off: not the owner)
+//         3 acquire (mutex, reader, fair): busy, held by this owner already (a mutex acquire
+//           without "reentrant"; a reader that holds a read lease)
+//         4 reader acquire: busy, a queued writer's mark turns readers away
 //        -1 not held (no lease: expired, released, never granted)
 //   token the grant's fencing token (acquire, hand-off); the lock's last token (inspect, force
 //         release: the counter, 0 if none); 0 otherwise
@@ -177,9 +180,20 @@ std::string releaseChannel(std::string_view prefix, std::string_view name);
 /// Inverse of releaseChannel(); false if `channel` is not a release channel under `prefix`.
 bool lockNameFromChannel(std::string_view prefix, std::string_view channel, std::string* name);
 
+/// What a client may read of an error reply Redis gave a script: Redis's message without the
+/// script's SHA and line ("... script: <sha>, on @user_script:12."; Redis 6: "Error running
+/// script (call to f_<sha>): @user_script:12: ..."), which say nothing to a client and are logged
+/// by the connection instead.
+std::string clientVisibleRedisError(std::string_view redis_error);
+
+/// The Status of an error reply to a script: kResourceExhausted "redis <node> is out of memory
+/// (maxmemory reached): ..." for OOM (nothing was written: Redis refuses a script's first write),
+/// else kInternal "redis <node>: <message>"; the message is clientVisibleRedisError()'s.
+Status scriptErrorStatus(std::string_view node, std::string_view redis_error);
+
 /// The one decoder of every script's reply (the contract above), shared by every Redis-speaking
-/// backend. A non-OK input status is passed through; a Redis error reply becomes kInternal
-/// "redis <node>: <message>"; a reply of the wrong shape becomes kInternal too.
+/// backend. A non-OK input status is passed through; a Redis error reply becomes
+/// scriptErrorStatus(); a reply of the wrong shape becomes kInternal.
 StatusOr<Outcome> decodeOutcome(const StatusOr<RedisValue>& reply, ScriptId script,
                                 std::string_view node);
 

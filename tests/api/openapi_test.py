@@ -104,6 +104,44 @@ def check_routes_documented(doc, repo):
         fail("found only %d route rows in the sources" % found)
 
 
+def error_codes_in_sources(repo):
+    """The `error` codes the C++ answers with: `NNN, "code"` in a sendError / sendRetryLater /
+    error(...) call, the named code constants of the HTTP layer, {"error", "code"} bodies and
+    RequestBody's fail("code", ...)."""
+    codes = {}
+    for sub in ("src/api", "src/http"):
+        for name in sorted(os.listdir(os.path.join(repo, sub))):
+            if not name.endswith((".cc", ".h")):
+                continue
+            with open(os.path.join(repo, sub, name)) as f:
+                text = f.read()
+            found = re.findall(r'\b[1-5][0-9]{2},\s*"([a-z][a-z_]+)"', text)
+            found += re.findall(r'constexpr std::string_view k\w+ = "([a-z]+_[a-z_]+)";', text)
+            found += re.findall(r'\{"error", "([a-z][a-z_]+)"\}', text)
+            found += re.findall(r'\bfail\("([a-z]+_[a-z_]+)"', text)
+            for code in found:
+                codes.setdefault(code, "%s/%s" % (sub, name))
+    return codes
+
+
+def check_error_codes_documented(doc, readme, repo):
+    """Every error code the sidecar can answer is in the document's Error schema and in README's
+    error table, and the schema names no code the sources never answer."""
+    codes = error_codes_in_sources(repo)
+    if len(codes) < 15:
+        fail("found only %d error codes in the sources" % len(codes))
+    documented = set(doc["components"]["schemas"]["Error"]["properties"]["error"].get("enum", []))
+    for code in sorted(documented - set(codes)):
+        fail("src/api/openapi.json lists error %s, which no source answers" % code)
+    text = "\n".join("`%s`" % c for c in documented)
+    table = "\n".join(line for line in readme.splitlines() if line.startswith("| "))
+    for code, where in sorted(codes.items()):
+        if "`%s`" % code not in text:
+            fail("%s answers error %s, which src/api/openapi.json never names" % (where, code))
+        if "`%s`" % code not in table:
+            fail("%s answers error %s, which README.md's error table lacks" % (where, code))
+
+
 def find_operation(doc, method, path):
     path = path.split("?")[0]
     for template, item in doc["paths"].items():
@@ -360,6 +398,7 @@ def main():
 
     check_document(doc)
     check_routes_documented(doc, args.repo)
+    check_error_codes_documented(doc, readme, args.repo)
     check_readme(doc, readme)
 
     tmp = tempfile.mkdtemp(prefix="sidelock-openapi-")

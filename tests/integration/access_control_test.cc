@@ -383,6 +383,39 @@ TEST(UnixSocketTest, StaleFileIsReplacedLiveSocketAndOtherFilesAreLeftAlone) {
   EXPECT_TRUE(S_ISREG(st.st_mode));
 }
 
+TEST(UnixSocketTest, AMissingSocketDirectoryIsNamedAtBindAndByCheckConfig) {
+  const std::string dir = makeTempDir("sidelock-nodir");
+  const std::string missing = dir + "/missing";
+  const std::string yaml =
+      "listen:\n  tcp: \"\"\n  unix: \"" + missing + "/s.sock\"\nbackend:\n  type: memory\n";
+  const std::string named =
+      "directory " + missing + " does not exist (create it, or set listen.unix";
+  std::string out;
+  EXPECT_EQ(runSidelock(dir, "--check-config", yaml, &out), 2) << out;
+  EXPECT_NE(out.find(named), std::string::npos) << out;
+  EXPECT_EQ(runSidelock(dir, "--config", yaml, &out), 1) << out;
+  EXPECT_NE(out.find("cannot bind unix socket " + missing + "/s.sock: " + named), std::string::npos)
+      << out;
+
+  // A parent that is a file, not a directory.
+  const std::string file = dir + "/file";
+  std::ofstream(file) << "data";
+  EXPECT_EQ(
+      runSidelock(dir, "--check-config",
+                  "listen:\n  unix: \"" + file + "/s.sock\"\nbackend:\n  type: memory\n", &out),
+      2)
+      << out;
+  EXPECT_NE(out.find(file + " is not a directory"), std::string::npos) << out;
+
+  // An existing directory passes.
+  EXPECT_EQ(
+      runSidelock(dir, "--check-config",
+                  "listen:\n  unix: \"" + dir + "/s.sock\"\nbackend:\n  type: memory\n", &out),
+      0)
+      << out;
+  removeTree(dir);
+}
+
 TEST(UnixSocketTest, PathOver107BytesIsAConfigError) {
   const std::string dir = makeTempDir("sidelock-longpath");
   const std::string long_path = "/tmp/" + std::string(103, 'x') + ".sock";  // 113 bytes

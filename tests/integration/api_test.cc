@@ -8,6 +8,7 @@
 #include <chrono>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <regex>
 #include <set>
 #include <thread>
 #include <vector>
@@ -312,6 +313,42 @@ TEST_F(ApiTest, RedisDownGives503ThenRecoversWithoutRestart) {
   EXPECT_EQ(c.post("/v1/locks/down/acquire", "{}").status, 200);
 }
 
+// Issue 22: Redis at maxmemory with noeviction refuses the acquire script's first write. The
+// answer is a documented code with Redis's words, never the script's SHA or line (those go to
+// the sidecar's log, once); a waiter rides it out like an outage; nothing is left written.
+TEST_F(ApiTest, RedisOutOfMemoryIsBackendFullWithoutScriptInternals) {
+  HttpClient c = client();
+  ASSERT_EQ(redis_.cli({"CONFIG", "SET", "maxmemory-policy", "noeviction"}), "OK");
+  ASSERT_EQ(redis_.cli({"CONFIG", "SET", "maxmemory", "1"}), "OK");
+  auto expectFull = [](const HttpResponse& r) {
+    EXPECT_EQ(r.status, 503) << r.body;
+    const json j = json::parse(r.body);
+    EXPECT_EQ(j.value("error", ""), "backend_full") << r.body;
+    const std::string message = j.value("message", "");
+    EXPECT_NE(message.find("is out of memory (maxmemory reached): OOM command not allowed"),
+              std::string::npos)
+        << message;
+    EXPECT_EQ(message.find("script"), std::string::npos) << message;
+    EXPECT_FALSE(std::regex_search(message, std::regex("[0-9a-f]{40}"))) << message;
+  };
+  expectFull(c.post("/v1/locks/oom/acquire", "{}"));
+  expectFull(c.post("/v1/locks/oom/acquire", R"({"wait_ms":300})"));
+  EXPECT_EQ(redis_.cli({"DBSIZE"}), "0") << "nothing was written";
+
+  ASSERT_EQ(redis_.cli({"CONFIG", "SET", "maxmemory", "0"}), "OK");
+  EXPECT_EQ(c.post("/v1/locks/oom/acquire", "{}").status, 200);
+  ASSERT_EQ(sidecar_->stop(), 0);
+  const std::string logs = sidecar_->logs();
+  size_t logged = 0;
+  for (size_t at = logs.find("redis.script_error"); at != std::string::npos;
+       at = logs.find("redis.script_error", at + 1)) {
+    ++logged;
+  }
+  EXPECT_EQ(logged, 1u) << "logged once, not per request:\n" << logs;
+  EXPECT_NE(logs.find("on @user_script:"), std::string::npos) << "the log keeps Redis's text";
+  sidecar_.reset();
+}
+
 // Issue 10 finding 1: six clients loop acquire (5 s budget) / release while Redis is paused for
 // a second. Every acquire must be granted: queued waiters ride out an outage shorter than their
 // budget. (Releases sent during the pause may fail; those leases then run out their 1 s TTL.)
@@ -390,6 +427,14 @@ TEST(ApiMemoryBackendTest, MemoryBackendServesTheApi) {
   ASSERT_EQ(r.status, 200) << r.body;
   EXPECT_EQ(c.post("/v1/locks/m/acquire", "{}").status, 409);
   EXPECT_EQ(sidecar.stop(), 0);
+  // Several replicas on the memory backend would each grant the same lock: start-up says so.
+  const std::string logs = sidecar.logs();
+  const size_t warning = logs.find("backend.memory_not_shared");
+  ASSERT_NE(warning, std::string::npos) << logs;
+  const std::string line = logs.substr(logs.rfind('\n', warning) + 1,
+                                       logs.find('\n', warning) - logs.rfind('\n', warning) - 1);
+  EXPECT_NE(line.find("warn"), std::string::npos) << line;
+  EXPECT_NE(line.find("do not share locks"), std::string::npos) << line;
 }
 
 TEST(ApiLogTest, JsonLogsAreOneObjectPerLineAndNeverShowOwnerIds) {
@@ -426,7 +471,7 @@ TEST(CommandLineTest, CheckConfigNamesTheBadKey) {
   std::string dir = makeTempDir("sidelock-cli");
   std::string good = dir + "/good.yaml", bad = dir + "/bad.yaml";
   FILE* f = fopen(good.c_str(), "w");
-  fputs("backend:\n  type: memory\n", f);
+  fputs(("listen:\n  unix: " + dir + "/s.sock\nbackend:\n  type: memory\n").c_str(), f);
   fclose(f);
   f = fopen(bad.c_str(), "w");
   fputs("locks:\n  default_ttl_ms: soon\n", f);

@@ -436,8 +436,22 @@ TEST_F(CliRunTest, MaxHoldStopsTheCommand) {
   // The sidecar stops renewing at the cap and says so; CMD gets SIGTERM while the last lease is
   // still valid.
   EXPECT_EQ(p.wait(), 124) << p.stderrText();
-  EXPECT_NE(p.stderrText().find("max-hold"), std::string::npos) << p.stderrText();
+  EXPECT_NE(p.stderrText().find("held for --max-hold 500 ms"), std::string::npos) << p.stderrText();
   EXPECT_EQ(runSh("capped", "exit 0", {"--wait", "2000"}), 0);
+
+  // Without --max-hold the cap is the sidecar's, and the message says so (not "--max-hold").
+  SidecarProcess::Options o;
+  o.yaml = "backend:\n  type: redis\n  nodes: [\"" + redis_->address() +
+           "\"]\nlocks:\n  default_max_hold_ms: 600\n  max_hold_ms_limit: 600\n";
+  o.wait_ready = true;
+  SidecarProcess capping(o);
+  RunProcess q(dir_, {"--addr", "127.0.0.1:" + std::to_string(capping.port()), "--ttl", "300",
+                      "capped-by-sidecar", "--", "sh", "-c", "trap 'exit 0' TERM; " + kWaitForGo});
+  EXPECT_EQ(q.wait(), 124) << q.stderrText();
+  EXPECT_NE(q.stderrText().find("held for the sidecar's maximum hold (locks.max_hold_ms_limit)"),
+            std::string::npos)
+      << q.stderrText();
+  EXPECT_EQ(capping.stop(), 0) << capping.logs();
 }
 
 }  // namespace

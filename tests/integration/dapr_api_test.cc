@@ -143,6 +143,39 @@ TEST(DaprApiTest, BadRequestsGetDaprErrorsAndChangeNothing) {
   EXPECT_EQ(s->stop(), 0) << s->logs();
 }
 
+TEST(DaprApiTest, ResourceIdsWithSlashesNameTheLockWithTildes) {
+  auto s = sidecarOn("backend:\n  type: memory\n");
+  EXPECT_EQ(lock(*s, "orders/42", "vader"), json({{"success", true}}));
+  EXPECT_EQ(lock(*s, "orders/42", "luke"), json({{"success", false}})) << "held by vader";
+  EXPECT_EQ(lock(*s, "orders-42", "luke"), json({{"success", true}})) << "another lock";
+  EXPECT_EQ(lock(*s, "a/b/c", "luke"), json({{"success", true}}));
+  EXPECT_EQ(lock(*s, "/", "luke"), json({{"success", true}}));
+
+  // The documented lock name: v1 clients and operators reach the same lock.
+  HttpClient v1 = HttpClient::tcp(s->port());
+  EXPECT_EQ(json::parse(v1.get("/v1/locks/orders~42").body)["held"], true);
+  EXPECT_EQ(json::parse(v1.get("/v1/locks/a~b~c").body)["held"], true);
+  EXPECT_EQ(v1.post("/v1/locks/orders~42/acquire", "{}").status, 409);
+
+  // '~' itself is refused in a resourceId: "orders~42" would be the lock of "orders/42".
+  auto r = v1.post("/v1.0-alpha1/lock/lockstore",
+                   R"({"resourceId":"orders~42","lockOwner":"luke","expiryInSeconds":5})");
+  EXPECT_EQ(r.status, 400) << r.body;
+  auto body = json::parse(r.body, nullptr, false);
+  EXPECT_EQ(body.value("errorCode", ""), "ERR_MALFORMED_REQUEST") << r.body;
+  EXPECT_NE(body.value("message", "").find("'~' at byte 7 is not allowed"), std::string::npos)
+      << r.body;
+  r = v1.post("/v1.0-alpha1/lock/lockstore",
+              R"({"resourceId":"a b/c","lockOwner":"luke","expiryInSeconds":5})");
+  EXPECT_EQ(r.status, 400) << r.body;
+  EXPECT_NE(r.body.find("0x20 at byte 2"), std::string::npos) << r.body;
+
+  EXPECT_EQ(unlock(*s, "orders/42", "luke"), json({{"status", 2}})) << "belongs to others";
+  EXPECT_EQ(unlock(*s, "orders/42", "vader"), json({{"status", 0}}));
+  EXPECT_EQ(json::parse(v1.get("/v1/locks/orders~42").body)["held"], false);
+  EXPECT_EQ(s->stop(), 0) << s->logs();
+}
+
 TEST(DaprApiTest, WorksOnRedlock) {
   std::vector<std::unique_ptr<RedisServer>> nodes;
   std::string list;

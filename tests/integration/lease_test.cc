@@ -73,7 +73,11 @@ TEST(LeaseTest, LeaseDeletedBehindTheSidecarsBackIsReportedLost) {
   for (int i = 0; i < 20 && !lost; ++i) {
     auto line = s.readStreamLine(2000);
     if (!line) break;
-    lost = json::parse(*line)["event"] == "lost";
+    const json event = json::parse(*line);
+    lost = event["event"] == "lost";
+    if (lost) {
+      EXPECT_FALSE(event.contains("cap_reached")) << event << ": a loss, not the cap";
+    }
   }
   EXPECT_TRUE(lost) << "the stream reports the loss";
   EXPECT_EQ(redis.cli({"GET", "sidelock:{stolen}"}), "intruder") << "nobody else's lock renewed";
@@ -222,6 +226,33 @@ TEST(LeaseTest, MaxHoldCapsRenewal) {
   })) << "never renewed forever";
   auto metrics = c.get("/metrics").body;
   EXPECT_EQ(metricValue(metrics, "sidelock_renew_total{result=\"capped\"}"), 1);
+  EXPECT_EQ(sidecar.stop(), 0);
+}
+
+TEST(LeaseTest, ACappedStreamEndsSayingTheCapWasReached) {
+  RedisServer redis;
+  SidecarProcess sidecar({yamlFor(redis), {}, true});
+  HttpClient s = HttpClient::tcp(sidecar.port());
+  s.sendRequest("POST", "/v1/locks/capped-stream/acquire",
+                R"({"ttl_ms":200,"hold":"stream","max_hold_ms":500})");
+  auto head = s.readStreamHead();
+  ASSERT_TRUE(head.has_value());
+  ASSERT_EQ(head->status, 200);
+  std::vector<json> events;
+  while (auto line = s.readStreamLine(3000)) {
+    events.push_back(json::parse(*line));
+    if (events.back()["event"] == "lost") break;
+  }
+  ASSERT_GE(events.size(), 3u);
+  EXPECT_EQ(events.front()["event"], "acquired");
+  EXPECT_EQ(events[events.size() - 2]["event"], "capped");
+  const json& last = events.back();
+  EXPECT_EQ(last["event"], "lost") << last;
+  EXPECT_EQ(last.value("cap_reached", false), true) << last;
+  const std::string reason = last.value("reason", "");
+  EXPECT_NE(reason.find("max_hold_ms reached"), std::string::npos) << last;
+  EXPECT_EQ(reason.find("held by another owner"), std::string::npos) << last;
+  EXPECT_FALSE(s.readStreamLine(1000).has_value()) << "the stream ended with it";
   EXPECT_EQ(sidecar.stop(), 0);
 }
 

@@ -20,6 +20,27 @@ namespace {
 using backend::Operation;
 using backend::OutcomeCode;
 
+// Issue 22: nodes at maxmemory (noeviction) answer, and refuse to write. That is not an outage:
+// kResourceExhausted (503 backend_full), in Redis's words without the script's SHA or line.
+TEST_F(RedlockTest, NodesOutOfMemoryAreResourceExhaustedNotAnOutage) {
+  auto& b = makeReadyBackend();
+  for (auto& s : servers_) {
+    ASSERT_EQ(s->cli({"CONFIG", "SET", "maxmemory-policy", "noeviction"}), "OK");
+    ASSERT_EQ(s->cli({"CONFIG", "SET", "maxmemory", "1"}), "OK");
+  }
+  auto r = acquire(b, "full", "owner-a", 10'000);
+  ASSERT_FALSE(r.isOk());
+  EXPECT_EQ(r.status().code(), StatusCode::kResourceExhausted) << r.status().toString();
+  EXPECT_NE(r.status().message().find("is out of memory (maxmemory reached)"), std::string::npos)
+      << r.status().message();
+  EXPECT_EQ(r.status().message().find("script"), std::string::npos) << r.status().message();
+  EXPECT_EQ(nodesHolding("full", "owner-a"), 0);
+  for (auto& s : servers_) ASSERT_EQ(s->cli({"CONFIG", "SET", "maxmemory", "0"}), "OK");
+  auto granted = acquire(b, "full", "owner-a", 10'000);
+  ASSERT_TRUE(granted.isOk()) << granted.status().toString();
+  EXPECT_TRUE(granted->ok());
+}
+
 TEST_F(RedlockTest, GrantIsWrittenOnEveryNodeAndReleaseRemovesIt) {
   auto& b = makeReadyBackend();
   EXPECT_TRUE(b.health().ready);

@@ -44,8 +44,16 @@ TEST(ReentrantTest, HoldsAreCountedAndTheLockIsFreedAtZero) {
   const std::string owner = grant["owner"];
   EXPECT_EQ(grant["holds"], 1);
 
-  // Without "reentrant" the holder itself is refused: a mutex does not re-enter by accident.
-  EXPECT_EQ(c.post("/v1/locks/tree/acquire", ownerBody(owner)).status, 409);
+  // Without "reentrant" the holder itself is refused: a mutex does not re-enter by accident. The
+  // 409 says so, rather than "held by another owner" (issue 22).
+  auto plain = c.post("/v1/locks/tree/acquire", ownerBody(owner));
+  EXPECT_EQ(plain.status, 409);
+  EXPECT_EQ(json::parse(plain.body).value("reason", ""), "held_by_you") << plain.body;
+  EXPECT_NE(json::parse(plain.body)
+                .value("message", "")
+                .find(R"(this owner holds the lock already; acquire with "reentrant": true)"),
+            std::string::npos)
+      << plain.body;
 
   // Re-entered twice, with a shorter TTL the second time: same token, TTL never shortened.
   auto second = c.post("/v1/locks/tree/acquire",
@@ -75,8 +83,15 @@ TEST(ReentrantTest, HoldsAreCountedAndTheLockIsFreedAtZero) {
   ASSERT_EQ(elsewhere.status, 200) << elsewhere.body;
   EXPECT_EQ(json::parse(elsewhere.body)["holds"], 4);
   EXPECT_EQ(json::parse(elsewhere.body)["token"], grant["token"]);
-  // Somebody else is still refused, by both sidecars.
-  EXPECT_EQ(o.post("/v1/locks/tree/acquire", R"({"reentrant":true})").status, 409);
+  // Somebody else is still refused, by both sidecars; the holder without "reentrant" too.
+  auto intruder = o.post("/v1/locks/tree/acquire", R"({"reentrant":true})");
+  EXPECT_EQ(intruder.status, 409);
+  EXPECT_EQ(json::parse(intruder.body).value("reason", ""), "held") << intruder.body;
+  EXPECT_NE(intruder.body.find("held by another owner"), std::string::npos) << intruder.body;
+  EXPECT_EQ(
+      json::parse(o.post("/v1/locks/tree/acquire", ownerBody(owner)).body).value("reason", ""),
+      "held_by_you")
+      << "a re-entered lease (\"owner holds\" in Redis) is still told apart";
   EXPECT_EQ(c.post("/v1/locks/tree/acquire", R"({"owner":"intruder","reentrant":true})").status,
             409);
 

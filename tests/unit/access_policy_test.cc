@@ -28,14 +28,15 @@ Request request(std::vector<std::pair<std::string, std::string>> headers,
 
 TEST(TokenFileTest, ParsesTokensPrefixesAndComments) {
   auto t = config::parseTokens(std::string("# ops tokens\n\n") + kTokenA + "\n" + kTokenB +
-                                   "  prefixes=orders-,invoices:\r\n",
+                                   "  prefixes=orders-,invoices:,dapr~\r\n",
                                "auth.tokens_file");
   ASSERT_TRUE(t.isOk()) << t.status().toString();
   ASSERT_EQ(t->size(), 2u);
   EXPECT_EQ((*t)[0].secret, kTokenA);
   EXPECT_TRUE((*t)[0].prefixes.empty());
   EXPECT_EQ((*t)[0].label, "auth.tokens_file line 3");
-  EXPECT_EQ((*t)[1].prefixes, (std::vector<std::string>{"orders-", "invoices:"}));
+  // ('~': a lock name's spelling of a Dapr resourceId's '/')
+  EXPECT_EQ((*t)[1].prefixes, (std::vector<std::string>{"orders-", "invoices:", "dapr~"}));
 }
 
 TEST(TokenFileTest, ErrorsNameTheLineButNeverTheToken) {

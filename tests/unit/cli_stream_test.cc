@@ -134,6 +134,17 @@ TEST(AcquireStreamTest, UnknownEventsPassThroughAsUnknown) {
   EXPECT_EQ(evs[3].type, StreamEvent::Type::kCapped);
 }
 
+TEST(AcquireStreamTest, ALostEventAtTheCapSaysSo) {
+  auto at_cap =
+      parseStreamEvent(R"({"event":"lost","reason":"max_hold_ms reached","cap_reached":true})");
+  ASSERT_TRUE(at_cap.isOk());
+  EXPECT_EQ(at_cap->type, StreamEvent::Type::kLost);
+  EXPECT_TRUE(at_cap->cap_reached);
+  auto lost = parseStreamEvent(R"({"event":"lost","reason":"the lease expired"})");
+  ASSERT_TRUE(lost.isOk());
+  EXPECT_FALSE(lost->cap_reached);
+}
+
 TEST(AcquireStreamTest, RefusalIsNotAStream) {
   std::string body = R"({"error":"locked","message":"held by another owner","retry_after_ms":250})";
   std::string resp = "HTTP/1.1 409 Conflict\r\nContent-Type: application/json\r\nContent-Length: " +

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <memory>
 #include <optional>
@@ -878,7 +879,9 @@ TEST_F(LockServiceTest, MaxHoldCapStopsRenewingAndTheLeaseThenExpires) {
   sched.runReady();
   EXPECT_EQ(metrics.lease_expired.Value(), 1);
   EXPECT_EQ(metrics.lease_lost.Value(), 0);
-  EXPECT_EQ(a->events.back(), LeaseEvent::kLost);  // the holder learns it no longer holds it
+  // The holder learns it no longer holds it, and that this is the cap, not a loss.
+  EXPECT_EQ(a->events.back(), LeaseEvent::kCapExpired);
+  EXPECT_EQ(std::count(a->events.begin(), a->events.end(), LeaseEvent::kLost), 0);
   EXPECT_EQ(held(), 0);
 }
 
@@ -1207,6 +1210,29 @@ TEST_F(LockServiceTest, QueuedReadersAreAllAdmittedWhenTheWriterReleases) {
   EXPECT_EQ(next_writer->status(), AcquireStatus::kGranted);
 }
 
+// A 409 says why: somebody else holds the lock, or the caller itself does (not re-entering).
+TEST_F(LockServiceTest, BusyAnswersSayWhoHoldsTheLock) {
+  ASSERT_EQ(acquireNow(opts("x", "alice", 60'000))->status(), AcquireStatus::kGranted);
+  auto other = acquireNow(opts("x", "bob", 60'000));
+  EXPECT_EQ(other->status(), AcquireStatus::kBusy);
+  EXPECT_EQ(other->result->busy_reason, BusyReason::kHeld);
+  auto same = acquireNow(opts("x", "alice", 60'000));
+  EXPECT_EQ(same->status(), AcquireStatus::kBusy);
+  EXPECT_EQ(same->result->busy_reason, BusyReason::kHeldByYou);
+  // A waiter that timed out says what its own last try found.
+  auto waited = start(opts("x", "alice", 60'000, 50));
+  advance(100);
+  ASSERT_TRUE(waited->done());
+  EXPECT_EQ(waited->status(), AcquireStatus::kBusy);
+  EXPECT_EQ(waited->result->busy_reason, BusyReason::kHeldByYou);
+  // A reader that holds a read lease already.
+  ASSERT_EQ(acquireNow(opts(sharedLockKey("y"), "r1", 60'000))->status(), AcquireStatus::kGranted);
+  EXPECT_EQ(acquireNow(opts(sharedLockKey("y"), "r1", 60'000))->result->busy_reason,
+            BusyReason::kHeldByYou);
+  EXPECT_EQ(acquireNow(opts("y", "w", 60'000))->result->busy_reason, BusyReason::kHeld)
+      << "a writer refused by readers";
+}
+
 // A queued writer turns new readers away while the readers it waits for drain (writer
 // preference); a single try of a writer marks nothing.
 TEST_F(LockServiceTest, AQueuedWriterTurnsNewReadersAway) {
@@ -1219,6 +1245,9 @@ TEST_F(LockServiceTest, AQueuedWriterTurnsNewReadersAway) {
   advance(10);
   auto late_reader = acquireNow(opts(sharedLockKey("doc"), "r3", 60'000));
   EXPECT_EQ(late_reader->status(), AcquireStatus::kBusy) << "the waiting writer goes first";
+  EXPECT_EQ(late_reader->result->busy_reason, BusyReason::kWriterWaiting);
+  auto again = acquireNow(opts(sharedLockKey("doc"), "r1", 60'000));
+  EXPECT_EQ(again->result->busy_reason, BusyReason::kWriterWaiting) << "the mark is checked first";
   ASSERT_EQ(*release(sharedLockKey("doc"), "r1"), ReleaseStatus::kReleased);
   ASSERT_EQ(*release(sharedLockKey("doc"), "r2"), ReleaseStatus::kReleased);
   sched.runReady();

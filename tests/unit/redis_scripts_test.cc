@@ -127,6 +127,72 @@ TEST(RedisReplies, EveryScriptSharesOneShape) {
   EXPECT_FALSE(decode(reply(0, 0, 5), ScriptId::kForceRelease).isOk());
 }
 
+TEST(RedisReplies, BusyAnswersSayWhy) {
+  EXPECT_EQ(decode(reply(0, 0, 900), ScriptId::kAcquire)->busy_reason, BusyReason::kHeld);
+  auto mine = decode(reply(3, 0, 900), ScriptId::kAcquire);
+  ASSERT_TRUE(mine.isOk());
+  EXPECT_EQ(mine->code, OutcomeCode::kBusy);
+  EXPECT_EQ(mine->busy_reason, BusyReason::kHeldByYou);
+  EXPECT_EQ(mine->holder_ttl_ms, 900);
+  EXPECT_EQ(decode(reply(3, 0, 900), ScriptId::kFairAcquire)->busy_reason, BusyReason::kHeldByYou);
+  EXPECT_EQ(decode(reply(3, 0, 900, 2), ScriptId::kSharedAcquire)->busy_reason,
+            BusyReason::kHeldByYou);
+  auto writer = decode(reply(4, 0, 700, 2), ScriptId::kSharedAcquire);
+  ASSERT_TRUE(writer.isOk());
+  EXPECT_EQ(writer->code, OutcomeCode::kBusy);
+  EXPECT_EQ(writer->busy_reason, BusyReason::kWriterWaiting);
+  EXPECT_EQ(writer->holder_ttl_ms, 700);
+  // Only acquires are refused with a reason; a writer's mark only turns readers away.
+  EXPECT_FALSE(decode(reply(4, 0, 700), ScriptId::kAcquire).isOk());
+  EXPECT_FALSE(decode(reply(3, 0, 700), ScriptId::kRelease).isOk());
+  EXPECT_FALSE(decode(reply(3, 0, 700), ScriptId::kExtend).isOk());
+}
+
+TEST(RedisReplies, ErrorRepliesKeepTheScriptsShaAndLinesOut) {
+  const std::string sha = "2a3b8f1e0c4d5e6f7a8b9c0d1e2f3a4b5c6d7e8f";
+  // Redis 7 at maxmemory (noeviction): the script's first write is refused.
+  auto oom = decode(error("OOM command not allowed when used memory > 'maxmemory'. script: " + sha +
+                          ", on @user_script:9."),
+                    ScriptId::kAcquire);
+  ASSERT_FALSE(oom.isOk());
+  EXPECT_EQ(oom.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_EQ(oom.status().message(),
+            "redis n1 is out of memory (maxmemory reached): OOM command not allowed when used "
+            "memory > 'maxmemory'. Nothing was written; free memory on Redis or raise its "
+            "maxmemory");
+  // Redis 6 puts the SHA and lines in front.
+  auto oom6 = decodeAllOutcome(error("ERR Error running script (call to f_" + sha +
+                                     "): @user_script:9: @user_script: 9: -OOM command not "
+                                     "allowed when used memory > 'maxmemory'. "),
+                               2, "n1");
+  ASSERT_FALSE(oom6.isOk());
+  EXPECT_EQ(oom6.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_EQ(oom6.status().message().find(sha), std::string::npos) << oom6.status().message();
+  EXPECT_EQ(oom6.status().message().find("user_script"), std::string::npos);
+  // Other errors stay kInternal, in Redis's words without the script's.
+  auto noperm = decode(error("NOPERM this user has no permissions to access one of the keys used "
+                             "as arguments script: " +
+                             sha + ", on @user_script:4."),
+                       ScriptId::kRelease);
+  EXPECT_EQ(noperm.status().code(), StatusCode::kInternal);
+  EXPECT_EQ(noperm.status().message(),
+            "redis n1: NOPERM this user has no permissions to access one of the keys used as "
+            "arguments");
+  EXPECT_EQ(clientVisibleRedisError("ERR user_script:12: Attempt to compare nil with number "
+                                    "script: " +
+                                    sha + ", on @user_script:12."),
+            "ERR Attempt to compare nil with number");
+  // (The Sentinel backend tells a demoted master by ": READONLY ".)
+  EXPECT_EQ(decode(error("READONLY You can't write against a read only replica. script: " + sha +
+                         ", on @user_script:1."),
+                   ScriptId::kAcquire)
+                .status()
+                .message(),
+            "redis n1: READONLY You can't write against a read only replica.");
+  // Text that only looks like it is left alone.
+  EXPECT_EQ(clientVisibleRedisError("ERR script: not-a-sha"), "ERR script: not-a-sha");
+}
+
 TEST(RedisReplies, AcquireAll) {
   auto granted = decodeAllOutcome(
       array({integer(1), integer(0), integer(900), integer(11), integer(12)}), 2, "n1");

@@ -719,6 +719,9 @@ func (s *suite) checkConfigWithBinary(label, text string) {
 		_ = os.WriteFile(tok, []byte("helmtestToken0123456789abcdef\n"), 0o600)
 		text = tokRe.ReplaceAllString(text, "${1} "+tok)
 	}
+	// The socket's directory is a mounted emptyDir in the pod; --check-config checks that it exists.
+	unixRe := regexp.MustCompile(`(?m)^(\s*unix:)\s*"?/run/sidelock/([^"\s]+)"?.*$`)
+	text = unixRe.ReplaceAllString(text, "${1} "+filepath.Join(dir, "${2}"))
 	out, err := run(text)
 	var errs []string
 	if err != nil {
