@@ -93,5 +93,63 @@ TEST(SafeRetriesTest, WithItsOwnOwnerIdARetryAfterASidecarRestartGetsItsGrant) {
   EXPECT_EQ(s->stop(), 0) << s->logs();
 }
 
+// Multi-locks: a retried acquire gets the same grant while every lease is still its owner's; a
+// grant that is partly gone is given back and the retry is a new acquire; a retried release gets
+// the first answer.
+TEST(SafeRetriesTest, RetriedMultiLockAcquireAndReleaseGetTheFirstAnswers) {
+  RedisServer redis;
+  auto s = sidecarOn(redis);
+  HttpClient c = HttpClient::tcp(s->port());
+  const std::string acquire = R"({"names":["acct-1","acct-2"],"ttl_ms":30000,"request_id":"t-1"})";
+  auto first = c.post("/v1/multilocks/acquire", acquire);
+  ASSERT_EQ(first.status, 200) << first.body;
+  auto retry = c.post("/v1/multilocks/acquire", acquire);
+  ASSERT_EQ(retry.status, 200) << retry.body;
+  EXPECT_EQ(json::parse(retry.body), json::parse(first.body)) << "same owner, same tokens";
+  // The names are a set: the retry may list them in another order.
+  auto reordered = c.post("/v1/multilocks/acquire",
+                          R"({"names":["acct-2","acct-1"],"ttl_ms":30000,"request_id":"t-1"})");
+  EXPECT_EQ(json::parse(reordered.body), json::parse(first.body)) << reordered.body;
+  // Another set of names, or another owner, is another request: the names are held.
+  EXPECT_EQ(c.post("/v1/multilocks/acquire", R"({"names":["acct-1"],"request_id":"t-1"})").status,
+            409);
+  EXPECT_EQ(c.post("/v1/multilocks/acquire",
+                   R"({"names":["acct-1","acct-2"],"owner":"o","request_id":"t-1"})")
+                .status,
+            409);
+
+  // One of the leases is gone: the retry gives back what is left and acquires anew.
+  const json grant = json::parse(first.body);
+  const std::string owner = grant["owner"];
+  ASSERT_EQ(c.post("/v1/locks/acct-2/release", json{{"owner", owner}}.dump()).status, 200);
+  auto after_loss = c.post("/v1/multilocks/acquire", acquire);
+  ASSERT_EQ(after_loss.status, 200)
+      << "not 409 against its own leftover lease: " << after_loss.body;
+  const json renewed = json::parse(after_loss.body);
+  EXPECT_NE(renewed["owner"], owner) << "a new grant, never a replay of a lease that is gone";
+  EXPECT_GT(renewed["leases"][0]["token"].get<uint64_t>(),
+            grant["leases"][0]["token"].get<uint64_t>());
+
+  const std::string release = json{
+      {"names", {"acct-1", "acct-2"}},
+      {"owner", renewed["owner"]},
+      {"request_id", "r-1"}}.dump();
+  auto released = c.post("/v1/multilocks/release", release);
+  EXPECT_EQ(released.status, 200) << released.body;
+  auto again = c.post("/v1/multilocks/release", release);
+  EXPECT_EQ(again.status, 200) << "the first answer, not 404: " << again.body;
+  EXPECT_EQ(again.body, released.body);
+
+  // Bad request ids are refused and change nothing.
+  for (const char* bad : {R"({"names":["acct-3"],"request_id":""})",
+                          R"({"names":["acct-3"],"request_id":"has space"})",
+                          R"({"names":["acct-3"],"request_id":7})"}) {
+    auto r = c.post("/v1/multilocks/acquire", bad);
+    EXPECT_EQ(r.status, 400) << bad << " -> " << r.body;
+  }
+  EXPECT_EQ(json::parse(c.get("/v1/locks/acct-3").body)["held"], false);
+  EXPECT_EQ(s->stop(), 0) << s->logs();
+}
+
 }  // namespace
 }  // namespace sidelock::testing
