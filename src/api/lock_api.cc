@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "api/json_object.h"
 #include "api/openapi_document.h"
@@ -1103,34 +1104,103 @@ std::string multiRetryScope(std::vector<std::string> names, std::string_view own
   return retryScope(joined, owner, principal);
 }
 
-/// Owner-checked extends of every name at once; `done` gets their results in `names` order.
-void extendAll(lock::LockService& service, const std::vector<std::string>& names,
-               const std::string& owner, int64_t ttl_ms,
-               std::function<void(std::vector<StatusOr<lock::ExtendResult>>)> done) {
+/// Runs `op(name, callback)` for every name at once; `done` gets the results in `names` order.
+template <typename Result>
+void forEachName(const std::vector<std::string>& names,
+                 const std::function<void(const std::string&, std::function<void(Result)>)>& op,
+                 std::function<void(std::vector<Result>)> done) {
   struct Pending {
-    std::vector<StatusOr<lock::ExtendResult>> results;
+    std::vector<std::optional<Result>> results;
     size_t left;
-    std::function<void(std::vector<StatusOr<lock::ExtendResult>>)> done;
+    std::function<void(std::vector<Result>)> done;
   };
   auto pending = std::make_shared<Pending>(
-      Pending{std::vector<StatusOr<lock::ExtendResult>>(names.size(), lock::ExtendResult{}),
-              names.size(), std::move(done)});
+      Pending{std::vector<std::optional<Result>>(names.size()), names.size(), std::move(done)});
   for (size_t i = 0; i < names.size(); ++i) {
-    service.extend(names[i], owner, ttl_ms, [pending, i](StatusOr<lock::ExtendResult> r) {
+    op(names[i], [pending, i](Result r) {
       pending->results[i] = std::move(r);
-      if (--pending->left == 0) pending->done(std::move(pending->results));
+      if (--pending->left > 0) return;
+      std::vector<Result> results;
+      for (auto& result : pending->results) results.push_back(std::move(*result));
+      pending->done(std::move(results));
     });
   }
 }
 
+/// Owner-checked extends of every name of `grant` at once (its owner's leases): `done` gets
+/// whether every lease was still that owner's, then extended to `ttl_ms` and its TTLs set in
+/// `grant`; or the first backend error.
+void extendGrant(lock::LockService& service, lock::MultiAcquireResult grant, int64_t ttl_ms,
+                 std::function<void(StatusOr<lock::MultiAcquireResult>, bool extended)> done) {
+  std::vector<std::string> names;
+  for (const lock::Grant& g : grant.grants) names.push_back(g.name);
+  const std::string owner = grant.owner;
+  forEachName<StatusOr<lock::ExtendResult>>(
+      names,
+      [&service, owner, ttl_ms](const std::string& name,
+                                std::function<void(StatusOr<lock::ExtendResult>)> cb) {
+        service.extend(name, owner, ttl_ms, std::move(cb));
+      },
+      [grant = std::move(grant),
+       done = std::move(done)](std::vector<StatusOr<lock::ExtendResult>> extended) mutable {
+        for (size_t i = 0; i < extended.size(); ++i) {
+          if (!extended[i].isOk()) return done(extended[i].status(), false);
+          if (extended[i]->status != lock::ExtendStatus::kExtended) return done(grant, false);
+          grant.grants[i].ttl_ms = extended[i]->ttl_ms;
+          grant.ttl_ms = i == 0 ? extended[i]->ttl_ms : std::min(grant.ttl_ms, extended[i]->ttl_ms);
+        }
+        done(std::move(grant), true);
+      });
+}
+
 /// The state of one multi-lock request, shared by its callbacks.
 struct MultiCall {
+  lock::LockService* service = nullptr;
   lock::AcquireTicket ticket;
   http::ResponderPtr responder;
   bool granted = false;
   bool auto_renew = false;
   RequestClaim claim;  // request_id: as AcquireCall's
+  std::vector<std::string> names;
+  std::string given_owner;  // the client's own owner id, if it chose one
+  int64_t ttl_ms = 0;
 };
+
+/// A retried multi-lock acquire (request_id) of a client that chose its owner id, answered busy:
+/// as reclaimOwnGrant for one lock, if every lease is the client's own (its first attempt was
+/// granted, but the sidecar restarted since), the grant is made again in place: TTLs set anew,
+/// same tokens. Otherwise the retry gets `busy`.
+void reclaimOwnMultiGrant(const std::shared_ptr<MultiCall>& call, Answer busy) {
+  lock::MultiAcquireResult own;
+  own.owner = call->given_owner;
+  std::vector<std::string> names = call->names;
+  std::sort(names.begin(), names.end());  // the order of every grant's leases
+  for (std::string& name : names) own.grants.push_back({name, own.owner, 0, 0});
+  extendGrant(
+      *call->service, std::move(own), call->ttl_ms,
+      [call, names = std::move(names), busy = std::move(busy)](
+          StatusOr<lock::MultiAcquireResult> held, bool extended) {
+        if (!held.isOk() || !extended) return call->claim.answerAll(call->responder, busy);
+        lock::LockService* service = call->service;
+        forEachName<StatusOr<lock::LockState>>(
+            names,
+            [service](const std::string& name, std::function<void(StatusOr<lock::LockState>)> cb) {
+              service->inspect(name, std::move(cb));
+            },
+            [call, own = std::move(*held)](std::vector<StatusOr<lock::LockState>> states) mutable {
+              for (size_t i = 0; i < states.size(); ++i) {
+                if (!states[i].isOk()) {
+                  return call->claim.answerAll(call->responder,
+                                               backendErrorAnswer(states[i].status()));
+                }
+                own.grants[i].token = states[i]->token;
+              }
+              const Answer answer{200, multiGrantAnswer(own), {}, own.owner, 0};
+              sendAnswer(call->responder, answer);
+              for (const auto& retry : call->claim.finish(&answer)) sendAnswer(retry, answer);
+            });
+      });
+}
 
 }  // namespace
 
@@ -1182,41 +1252,29 @@ void LockApi::retryMultiGrant(lock::MultiAcquireOptions opts, std::string replay
   // The remembered grant is our own JSON: its leases in sorted name order, with their tokens.
   lock::MultiAcquireResult grant;
   grant.owner = owner;
-  std::vector<std::string> names;
   const json remembered = json::parse(answer);
   for (const json& lease : remembered["leases"]) {
-    names.push_back(lease["name"].get<std::string>());
-    grant.grants.push_back({names.back(), owner, lease["token"].get<uint64_t>(), 0});
+    grant.grants.push_back(
+        {lease["name"].get<std::string>(), owner, lease["token"].get<uint64_t>(), 0});
   }
   const int64_t ttl_ms = opts.ttl_ms;
-  extendAll(service_, names, owner, ttl_ms,
-            [this, opts = std::move(opts), replay_key = std::move(replay_key), answer_id,
-             grant = std::move(grant),
-             res = std::move(res)](std::vector<StatusOr<lock::ExtendResult>> extended) mutable {
-              for (const auto& r : extended) {
-                if (!r.isOk()) return sendBackendError(res, r.status());
-              }
-              if (std::all_of(extended.begin(), extended.end(), [](const auto& r) {
-                    return r->status == lock::ExtendStatus::kExtended;
-                  })) {
-                for (size_t i = 0; i < extended.size(); ++i) {
-                  grant.grants[i].ttl_ms = extended[i]->ttl_ms;
-                  grant.ttl_ms =
-                      i == 0 ? extended[i]->ttl_ms : std::min(grant.ttl_ms, extended[i]->ttl_ms);
-                }
-                return res->send(200, kJson, multiGrantAnswer(grant));
-              }
-              // (Another retry may have claimed the key anew meanwhile: then this one waits for
-              // it.)
-              replies_->forget(replay_key, answer_id);
-              std::vector<std::string> names = opts.names;
-              service_.releaseAll(
-                  std::move(names), grant.owner,
-                  [this, opts = std::move(opts), replay_key = std::move(replay_key),
-                   res = std::move(res)](std::vector<StatusOr<lock::ReleaseStatus>>) mutable {
-                    beginMultiAcquire(std::move(opts), std::move(replay_key), std::move(res));
-                  });
+  extendGrant(
+      service_, std::move(grant), ttl_ms,
+      [this, opts = std::move(opts), replay_key = std::move(replay_key), answer_id,
+       res = std::move(res)](StatusOr<lock::MultiAcquireResult> grant, bool extended) mutable {
+        if (!grant.isOk()) return sendBackendError(res, grant.status());
+        if (extended) return res->send(200, kJson, multiGrantAnswer(*grant));
+        // A lease is gone: what is left is given back, and the retry acquires anew.
+        // (Another retry may have claimed the key anew meanwhile: then this one waits.)
+        replies_->forget(replay_key, answer_id);
+        std::vector<std::string> names = opts.names;
+        service_.releaseAll(
+            std::move(names), grant->owner,
+            [this, opts = std::move(opts), replay_key = std::move(replay_key),
+             res = std::move(res)](std::vector<StatusOr<lock::ReleaseStatus>>) mutable {
+              beginMultiAcquire(std::move(opts), std::move(replay_key), std::move(res));
             });
+      });
 }
 
 void LockApi::startMultiAcquire(lock::MultiAcquireOptions opts, std::string replay_key,
@@ -1225,6 +1283,10 @@ void LockApi::startMultiAcquire(lock::MultiAcquireOptions opts, std::string repl
   call->responder = res;
   call->auto_renew = opts.auto_renew;
   call->claim = RequestClaim{replies_, std::move(replay_key), claim};
+  call->service = &service_;
+  call->names = opts.names;
+  call->given_owner = opts.owner;  // empty: the service generates one
+  call->ttl_ms = opts.ttl_ms;
   lock::LockService* service = &service_;
   metrics::Metrics* metrics = &metrics_;
   call->ticket = service_.acquireAll(std::move(opts), [call, service,
@@ -1242,13 +1304,16 @@ void LockApi::startMultiAcquire(lock::MultiAcquireOptions opts, std::string repl
             });
       }
       case lock::AcquireStatus::kBusy:
-      case lock::AcquireStatus::kLimitMismatch:
-        return call->claim.answerAll(
-            call->responder,
-            retryLaterAnswer(
-                409, "locked",
-                "lock " + r.blocked_by + " is held by another owner; none of the names was taken",
-                r.retry_after_ms));
+      case lock::AcquireStatus::kLimitMismatch: {
+        Answer busy = retryLaterAnswer(
+            409, "locked",
+            "lock " + r.blocked_by + " is held by another owner; none of the names was taken",
+            r.retry_after_ms);
+        if (!call->claim.key.empty() && !call->given_owner.empty() && !call->auto_renew) {
+          return reclaimOwnMultiGrant(call, std::move(busy));
+        }
+        return call->claim.answerAll(call->responder, busy);
+      }
       case lock::AcquireStatus::kTooManyWaiters:
         return call->claim.answerAll(
             call->responder,
