@@ -1,9 +1,11 @@
 #include "api/lock_api.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "api/json_object.h"
 #include "api/openapi_document.h"
@@ -25,6 +27,8 @@ void sendJson(const http::ResponderPtr& res, int status, const json& body) {
 constexpr size_t kMaxRequestIdBytes = 128;
 constexpr std::string_view kAcquireRoute = "acquire";
 constexpr std::string_view kReleaseRoute = "release";
+constexpr std::string_view kMultiAcquireRoute = "multilocks/acquire";
+constexpr std::string_view kMultiReleaseRoute = "multilocks/release";
 
 int64_t monotonicUs() {
   return std::chrono::duration_cast<std::chrono::microseconds>(
@@ -372,6 +376,56 @@ bool readMode(RequestBody& b, bool& shared) {
   return true;
 }
 
+/// A request's claim on its request_id in the IdempotencyCache, ended once by whoever answers:
+/// the retries that attached to it meanwhile are answered with the same answer.
+struct RequestClaim {
+  std::shared_ptr<IdempotencyCache> replies;
+  std::string key;              // empty without a request_id
+  IdempotencyCache::Id id = 0;  // 0: none (no request_id, replays off, or finished)
+
+  /// Ends the claim (remembering `remember`, if given): the retries waiting for this answer.
+  std::vector<http::ResponderPtr> finish(const Answer* remember) {
+    if (id == 0) return {};
+    return replies->finish(key, std::exchange(id, 0), remember, monotonicUs());
+  }
+  /// Answers `first` and every retry of it with an answer that is not remembered.
+  void answerAll(const http::ResponderPtr& first, const Answer& answer) {
+    sendAnswer(first, answer);
+    for (const auto& retry : finish(nullptr)) sendAnswer(retry, answer);
+  }
+};
+
+/// A plain (not stream) grant, `answer`: sent to `first` and to every retry waiting for it (the
+/// answer is remembered for later retries under the claim). Given back (`give_back`) at once when
+/// none of them is still connected. Given back later when every answer provably went unread,
+/// unless it is a plain grant remembered for a retry (the retry claims it, or its TTL ends it); an
+/// auto_renew grant is renewed until released, so it is always given back then, and forgotten with
+/// it: a retry must not be handed a lease that was given back.
+void deliverGrantAnswer(RequestClaim& claim, const http::ResponderPtr& first, const Answer& answer,
+                        bool auto_renew, metrics::Metrics* metrics,
+                        std::function<void()> give_back) {
+  const IdempotencyCache::Id remembered_as = claim.id;
+  std::vector<http::ResponderPtr> readers = claim.finish(&answer);
+  readers.push_back(first);
+  std::erase_if(readers, [](const http::ResponderPtr& r) { return !r->clientConnected(); });
+  auto undelivered = [metrics, replies = claim.replies, key = claim.key, remembered_as,
+                      give_back = std::move(give_back)] {
+    metrics->grants_undelivered.Increment();
+    if (remembered_as != 0) replies->forget(key, remembered_as);
+    give_back();
+  };
+  if (readers.empty()) return undelivered();
+  if (remembered_as == 0 || auto_renew) {
+    auto unread = std::make_shared<size_t>(readers.size());
+    for (const auto& reader : readers) {
+      reader->onUndelivered([unread, undelivered] {
+        if (--*unread == 0) undelivered();
+      });
+    }
+  }
+  for (const auto& reader : readers) sendAnswer(reader, answer);
+}
+
 /// State shared by the callbacks of one acquire request.
 /// Its callbacks capture nothing but a shared or weak pointer to it: 16 bytes, which
 /// std::function stores without a heap allocation.
@@ -387,26 +441,16 @@ struct AcquireCall {
   std::string owner;
   bool stream = false;
   bool finished = false;  // stream ended or plain response sent
-  // request_id (plain leases only): the answer is remembered under replay_key, and retries that
-  // arrive while this call runs are attached to its claim and answered with it.
-  std::string replay_key;          // empty without a request_id
-  IdempotencyCache::Id claim = 0;  // 0: none (no request_id, replays off, or finished)
-  std::shared_ptr<IdempotencyCache> replies;
+  // request_id (plain leases only): the answer is remembered under the claim's key, and retries
+  // that arrive while this call runs are attached to the claim and answered with it.
+  RequestClaim claim;
   std::string given_owner;  // the client's own owner id, if it chose one
   bool auto_renew = false;
   int64_t ttl_ms = 0;
   bool semaphore = false;  // answers name the permit, not the owner
 
-  /// Ends the claim (remembering `remember`, if given): the retries waiting for this answer.
-  std::vector<http::ResponderPtr> finishClaim(const Answer* remember) {
-    if (claim == 0) return {};
-    return replies->finish(replay_key, std::exchange(claim, 0), remember, monotonicUs());
-  }
   /// Answers the request and every retry of it with an answer that is not remembered.
-  void answerAll(const Answer& answer) {
-    sendAnswer(responder, answer);
-    for (const auto& retry : finishClaim(nullptr)) sendAnswer(retry, answer);
-  }
+  void answerAll(const Answer& answer) { claim.answerAll(responder, answer); }
 };
 
 /// A retried acquire (request_id) of a client that chose its owner id, answered busy: if the
@@ -430,38 +474,19 @@ void reclaimOwnGrant(const std::shared_ptr<AcquireCall>& call, const std::string
                               call->given_owner,
                               state->token};
           sendAnswer(call->responder, answer);
-          for (const auto& retry : call->finishClaim(&answer)) sendAnswer(retry, answer);
+          for (const auto& retry : call->claim.finish(&answer)) sendAnswer(retry, answer);
         });
       });
 }
 
-/// A plain (not stream) grant: answered to the request and to every retry waiting for it. Given
-/// back at once when none of them is still connected. Given back later when every answer provably
-/// went unread, unless it is a plain lease remembered for a retry (the retry claims it, or its
-/// TTL ends it); an auto_renew lease is renewed until released, so it is always given back then,
-/// and forgotten with it: a retry must not be handed a lease that was given back.
+/// A plain (not stream) lease's grant: answered to the request and to every retry of it.
 void deliverGrant(const std::shared_ptr<AcquireCall>& call, const lock::Grant& grant) {
-  const IdempotencyCache::Id remembered_as = call->claim;
-  const Answer answer{200, grantAnswer(grant), {}, grant.owner, grant.token};
-  std::vector<http::ResponderPtr> readers = call->finishClaim(&answer);
-  readers.push_back(call->responder);
-  std::erase_if(readers, [](const http::ResponderPtr& r) { return !r->clientConnected(); });
-  auto give_back = [service = call->service, metrics = call->metrics, replies = call->replies,
-                    key = call->replay_key, remembered_as, name = grant.name, owner = grant.owner] {
-    metrics->grants_undelivered.Increment();
-    if (remembered_as != 0) replies->forget(key, remembered_as);
-    service->release(name, owner, [](StatusOr<lock::ReleaseStatus>) {});
-  };
-  if (readers.empty()) return give_back();
-  if (remembered_as == 0 || call->auto_renew) {
-    auto unread = std::make_shared<size_t>(readers.size());
-    for (const auto& reader : readers) {
-      reader->onUndelivered([unread, give_back] {
-        if (--*unread == 0) give_back();
-      });
-    }
-  }
-  for (const auto& reader : readers) sendAnswer(reader, answer);
+  deliverGrantAnswer(call->claim, call->responder,
+                     Answer{200, grantAnswer(grant), {}, grant.owner, grant.token},
+                     call->auto_renew, call->metrics,
+                     [service = call->service, name = grant.name, owner = grant.owner] {
+                       service->release(name, owner, [](StatusOr<lock::ReleaseStatus>) {});
+                     });
 }
 
 const char* leaseEventName(lock::LeaseEvent e) {
@@ -533,19 +558,24 @@ void LockApi::acquire(http::Request& req, http::ResponderPtr res) {
   beginAcquire(std::move(opts), replayKey(kAcquireRoute, retry_scope, request_id), std::move(res));
 }
 
+IdempotencyCache::Lookup LockApi::claimRequest(const std::string& replay_key,
+                                               const http::ResponderPtr& res) {
+  if (replay_key.empty()) return {};
+  const IdempotencyCache::Lookup found = replies_->begin(replay_key, res, monotonicUs());
+  if (found.kind == IdempotencyCache::Lookup::Kind::kRun) scheduleSweep();
+  return found;
+}
+
 void LockApi::beginAcquire(lock::AcquireOptions opts, std::string replay_key,
                            http::ResponderPtr res) {
-  if (replay_key.empty()) return startAcquire(std::move(opts), {}, 0, std::move(res));
-  const IdempotencyCache::Lookup found = replies_->begin(replay_key, res, monotonicUs());
+  const IdempotencyCache::Lookup found = claimRequest(replay_key, res);
   switch (found.kind) {
     case IdempotencyCache::Lookup::Kind::kAttached:
-      return;  // answered when the first attempt is (finishClaim)
+      return;  // answered when the first attempt is (RequestClaim::finish)
     case IdempotencyCache::Lookup::Kind::kReplay:
       return retryGrant(std::move(opts), std::move(replay_key), found.id, found.answer->owner,
                         found.answer->token, std::move(res));
     case IdempotencyCache::Lookup::Kind::kRun:
-      scheduleSweep();
-      break;
     case IdempotencyCache::Lookup::Kind::kOff:
       break;
   }
@@ -609,9 +639,7 @@ void LockApi::startAcquire(lock::AcquireOptions opts, std::string replay_key,
   call->service = &service_;
   call->locks = &locks_;
   call->metrics = &metrics_;
-  call->replay_key = std::move(replay_key);
-  call->claim = claim;
-  call->replies = replies_;
+  call->claim = RequestClaim{replies_, std::move(replay_key), claim};
   call->given_owner = opts.owner;  // empty: the service generates one
   call->auto_renew = opts.auto_renew;
   call->ttl_ms = opts.ttl_ms;
@@ -641,7 +669,7 @@ void LockApi::startAcquire(lock::AcquireOptions opts, std::string replay_key,
         return;
       case lock::AcquireStatus::kBusy: {
         call->finished = true;
-        if (!call->replay_key.empty() && !call->given_owner.empty() && !call->auto_renew &&
+        if (!call->claim.key.empty() && !call->given_owner.empty() && !call->auto_renew &&
             lock::lockRefOf(call->name).kind != lock::LockKind::kShared) {
           // (A reader's token cannot be read back: the counter moves with every reader.)
           return reclaimOwnGrant(call, call->name, r.retry_after_ms);
@@ -693,7 +721,7 @@ void LockApi::startAcquire(lock::AcquireOptions opts, std::string replay_key,
       // With a request_id the acquire runs on: its client's retry (attached now or later) gets
       // its answer rather than running a second time. Granted with nobody left to read it, the
       // lease is given back (deliverGrant).
-      if (c->claim == 0) c->ticket.cancel();
+      if (c->claim.id == 0) c->ticket.cancel();
       return;
     }
     if (c->stream && !c->finished) {
@@ -784,22 +812,14 @@ void LockApi::release(http::Request& req, http::ResponderPtr res) {
 
 void LockApi::releaseOnce(std::string replay_key, http::ResponderPtr res,
                           const std::function<void(AnswerFn)>& run) {
-  IdempotencyCache::Id claim = 0;
-  if (!replay_key.empty()) {
-    const IdempotencyCache::Lookup found = replies_->begin(replay_key, res, monotonicUs());
-    if (found.kind == IdempotencyCache::Lookup::Kind::kReplay) {
-      return sendAnswer(res, *found.answer);  // a retried release gets the first answer
-    }
-    if (found.kind == IdempotencyCache::Lookup::Kind::kAttached) return;  // answered with it
-    if (found.kind == IdempotencyCache::Lookup::Kind::kRun) scheduleSweep();
-    claim = found.id;
+  const IdempotencyCache::Lookup found = claimRequest(replay_key, res);
+  if (found.kind == IdempotencyCache::Lookup::Kind::kReplay) {
+    return sendAnswer(res, *found.answer);  // a retried release gets the first answer
   }
-  run([res = std::move(res), replay_key = std::move(replay_key), claim, replies = replies_](
-          const Answer& answer, bool remember) {
-    std::vector<http::ResponderPtr> retries;
-    if (claim != 0) {
-      retries = replies->finish(replay_key, claim, remember ? &answer : nullptr, monotonicUs());
-    }
+  if (found.kind == IdempotencyCache::Lookup::Kind::kAttached) return;  // answered with it
+  run([res = std::move(res), claim = RequestClaim{replies_, std::move(replay_key), found.id}](
+          const Answer& answer, bool remember) mutable {
+    std::vector<http::ResponderPtr> retries = claim.finish(remember ? &answer : nullptr);
     sendAnswer(res, answer);
     for (const auto& retry : retries) sendAnswer(retry, answer);
   });
@@ -1109,12 +1129,114 @@ std::string multiGrantAnswer(const lock::MultiAcquireResult& r) {
       .dump();
 }
 
+/// What a multi-lock's remembered answer is filed under besides route and request_id: its names
+/// (as a set: the order they are sent in does not matter), the owner id sent and the token's
+/// label, as retryScope for one lock.
+std::string multiRetryScope(std::vector<std::string> names, std::string_view owner,
+                            const http::Principal* principal) {
+  std::sort(names.begin(), names.end());
+  std::string joined;
+  for (const std::string& name : names) joined.append(name).append(1, '\n');
+  return retryScope(joined, owner, principal);
+}
+
+/// Runs `op(name, callback)` for every name at once; `done` gets the results in `names` order.
+template <typename Result>
+void forEachName(const std::vector<std::string>& names,
+                 const std::function<void(const std::string&, std::function<void(Result)>)>& op,
+                 std::function<void(std::vector<Result>)> done) {
+  struct Pending {
+    std::vector<std::optional<Result>> results;
+    size_t left;
+    std::function<void(std::vector<Result>)> done;
+  };
+  auto pending = std::make_shared<Pending>(
+      Pending{std::vector<std::optional<Result>>(names.size()), names.size(), std::move(done)});
+  for (size_t i = 0; i < names.size(); ++i) {
+    op(names[i], [pending, i](Result r) {
+      pending->results[i] = std::move(r);
+      if (--pending->left > 0) return;
+      std::vector<Result> results;
+      for (auto& result : pending->results) results.push_back(std::move(*result));
+      pending->done(std::move(results));
+    });
+  }
+}
+
+/// Owner-checked extends of every name of `grant` at once (its owner's leases): `done` gets
+/// whether every lease was still that owner's, then extended to `ttl_ms` and its TTLs set in
+/// `grant`; or the first backend error.
+void extendGrant(lock::LockService& service, lock::MultiAcquireResult grant, int64_t ttl_ms,
+                 std::function<void(StatusOr<lock::MultiAcquireResult>, bool extended)> done) {
+  std::vector<std::string> names;
+  for (const lock::Grant& g : grant.grants) names.push_back(g.name);
+  const std::string owner = grant.owner;
+  forEachName<StatusOr<lock::ExtendResult>>(
+      names,
+      [&service, owner, ttl_ms](const std::string& name,
+                                std::function<void(StatusOr<lock::ExtendResult>)> cb) {
+        service.extend(name, owner, ttl_ms, std::move(cb));
+      },
+      [grant = std::move(grant),
+       done = std::move(done)](std::vector<StatusOr<lock::ExtendResult>> extended) mutable {
+        for (size_t i = 0; i < extended.size(); ++i) {
+          if (!extended[i].isOk()) return done(extended[i].status(), false);
+          if (extended[i]->status != lock::ExtendStatus::kExtended) return done(grant, false);
+          grant.grants[i].ttl_ms = extended[i]->ttl_ms;
+          grant.ttl_ms = i == 0 ? extended[i]->ttl_ms : std::min(grant.ttl_ms, extended[i]->ttl_ms);
+        }
+        done(std::move(grant), true);
+      });
+}
+
 /// The state of one multi-lock request, shared by its callbacks.
 struct MultiCall {
+  lock::LockService* service = nullptr;
   lock::AcquireTicket ticket;
   http::ResponderPtr responder;
   bool granted = false;
+  bool auto_renew = false;
+  RequestClaim claim;  // request_id: as AcquireCall's
+  std::vector<std::string> names;
+  std::string given_owner;  // the client's own owner id, if it chose one
+  int64_t ttl_ms = 0;
 };
+
+/// A retried multi-lock acquire (request_id) of a client that chose its owner id, answered busy:
+/// as reclaimOwnGrant for one lock, if every lease is the client's own (its first attempt was
+/// granted, but the sidecar restarted since), the grant is made again in place: TTLs set anew,
+/// same tokens. Otherwise the retry gets `busy`.
+void reclaimOwnMultiGrant(const std::shared_ptr<MultiCall>& call, Answer busy) {
+  lock::MultiAcquireResult own;
+  own.owner = call->given_owner;
+  std::vector<std::string> names = call->names;
+  std::sort(names.begin(), names.end());  // the order of every grant's leases
+  for (std::string& name : names) own.grants.push_back({name, own.owner, 0, 0});
+  extendGrant(
+      *call->service, std::move(own), call->ttl_ms,
+      [call, names = std::move(names), busy = std::move(busy)](
+          StatusOr<lock::MultiAcquireResult> held, bool extended) {
+        if (!held.isOk() || !extended) return call->claim.answerAll(call->responder, busy);
+        lock::LockService* service = call->service;
+        forEachName<StatusOr<lock::LockState>>(
+            names,
+            [service](const std::string& name, std::function<void(StatusOr<lock::LockState>)> cb) {
+              service->inspect(name, std::move(cb));
+            },
+            [call, own = std::move(*held)](std::vector<StatusOr<lock::LockState>> states) mutable {
+              for (size_t i = 0; i < states.size(); ++i) {
+                if (!states[i].isOk()) {
+                  return call->claim.answerAll(call->responder,
+                                               backendErrorAnswer(states[i].status()));
+                }
+                own.grants[i].token = states[i]->token;
+              }
+              const Answer answer{200, multiGrantAnswer(own), {}, own.owner, 0};
+              sendAnswer(call->responder, answer);
+              for (const auto& retry : call->claim.finish(&answer)) sendAnswer(retry, answer);
+            });
+      });
+}
 
 }  // namespace
 
@@ -1122,115 +1244,195 @@ void LockApi::multiAcquire(http::Request& req, http::ResponderPtr res) {
   RequestBody& body = body_;
   body.parse(req.header("content-type"), req.body,
              {BodyField::kNames, BodyField::kTtlMs, BodyField::kWaitMs, BodyField::kOwner,
-              BodyField::kAutoRenew, BodyField::kMaxHoldMs});
+              BodyField::kAutoRenew, BodyField::kMaxHoldMs, BodyField::kRequestId});
   lock::MultiAcquireOptions opts;
   opts.ttl_ms = locks_.default_ttl_ms;
   std::string_view owner;
+  std::string_view request_id;
   if (body.ok()) {
     body.readInt(BodyField::kTtlMs, 1, locks_.max_ttl_ms, opts.ttl_ms) &&
         body.readInt(BodyField::kWaitMs, 0, locks_.max_wait_ms, opts.wait_ms) &&
         readOwner(body, static_cast<size_t>(locks_.max_owner_bytes), false, owner) &&
         body.readBool(BodyField::kAutoRenew, opts.auto_renew) &&
-        body.readInt(BodyField::kMaxHoldMs, 1, locks_.max_hold_ms_limit, opts.max_hold_ms);
+        body.readInt(BodyField::kMaxHoldMs, 1, locks_.max_hold_ms_limit, opts.max_hold_ms) &&
+        readRequestId(body, request_id);
   }
   if (!readLockNames(body, req, res, static_cast<size_t>(locks_.max_name_bytes), opts.names)) {
     return;
   }
   if (draining_) return sendError(res, 503, "shutting_down", "the sidecar is shutting down");
   opts.owner = owner;
+  const std::string retry_scope = multiRetryScope(opts.names, owner, req.principal.get());
+  beginMultiAcquire(std::move(opts), replayKey(kMultiAcquireRoute, retry_scope, request_id),
+                    std::move(res));
+}
+
+void LockApi::beginMultiAcquire(lock::MultiAcquireOptions opts, std::string replay_key,
+                                http::ResponderPtr res) {
+  const IdempotencyCache::Lookup found = claimRequest(replay_key, res);
+  if (found.kind == IdempotencyCache::Lookup::Kind::kAttached) return;  // answered with it
+  if (found.kind == IdempotencyCache::Lookup::Kind::kReplay) {
+    return retryMultiGrant(std::move(opts), std::move(replay_key), found.id, found.answer->owner,
+                           found.answer->body, std::move(res));
+  }
+  startMultiAcquire(std::move(opts), std::move(replay_key), found.id, std::move(res));
+}
+
+// A retry of a multi-lock that was granted: the same grant (owner and tokens), if every lease is
+// still its owner's (owner-checked extends prove it and set the TTLs anew), as retryGrant does
+// for one lock. If any is gone, what is left of the grant is given back (all or none) and the
+// retry is a new acquire.
+void LockApi::retryMultiGrant(lock::MultiAcquireOptions opts, std::string replay_key,
+                              IdempotencyCache::Id answer_id, const std::string& owner,
+                              const std::string& answer, http::ResponderPtr res) {
+  // The remembered grant is our own JSON: its leases in sorted name order, with their tokens.
+  lock::MultiAcquireResult grant;
+  grant.owner = owner;
+  const json remembered = json::parse(answer);
+  for (const json& lease : remembered["leases"]) {
+    grant.grants.push_back(
+        {lease["name"].get<std::string>(), owner, lease["token"].get<uint64_t>(), 0});
+  }
+  const int64_t ttl_ms = opts.ttl_ms;
+  extendGrant(
+      service_, std::move(grant), ttl_ms,
+      [this, opts = std::move(opts), replay_key = std::move(replay_key), answer_id,
+       res = std::move(res)](StatusOr<lock::MultiAcquireResult> grant, bool extended) mutable {
+        if (!grant.isOk()) return sendBackendError(res, grant.status());
+        if (extended) return res->send(200, kJson, multiGrantAnswer(*grant));
+        // A lease is gone: what is left is given back, and the retry acquires anew.
+        // (Another retry may have claimed the key anew meanwhile: then this one waits.)
+        replies_->forget(replay_key, answer_id);
+        std::vector<std::string> names = opts.names;
+        service_.releaseAll(
+            std::move(names), grant->owner,
+            [this, opts = std::move(opts), replay_key = std::move(replay_key),
+             res = std::move(res)](std::vector<StatusOr<lock::ReleaseStatus>>) mutable {
+              beginMultiAcquire(std::move(opts), std::move(replay_key), std::move(res));
+            });
+      });
+}
+
+void LockApi::startMultiAcquire(lock::MultiAcquireOptions opts, std::string replay_key,
+                                IdempotencyCache::Id claim, http::ResponderPtr res) {
   auto call = std::make_shared<MultiCall>();
   call->responder = res;
+  call->auto_renew = opts.auto_renew;
+  call->claim = RequestClaim{replies_, std::move(replay_key), claim};
+  call->service = &service_;
+  call->names = opts.names;
+  call->given_owner = opts.owner;  // empty: the service generates one
+  call->ttl_ms = opts.ttl_ms;
   lock::LockService* service = &service_;
   metrics::Metrics* metrics = &metrics_;
   call->ticket = service_.acquireAll(std::move(opts), [call, service,
                                                        metrics](lock::MultiAcquireResult r) {
-    const http::ResponderPtr& out = call->responder;
-    auto giveBack = [service, metrics, r] {
-      metrics->grants_undelivered.Increment();
-      std::vector<std::string> names;
-      for (const lock::Grant& g : r.grants) names.push_back(g.name);
-      service->releaseAll(std::move(names), r.owner,
-                          [](std::vector<StatusOr<lock::ReleaseStatus>>) {});
-    };
     switch (r.status) {
-      case lock::AcquireStatus::kGranted:
+      case lock::AcquireStatus::kGranted: {
         call->granted = true;
+        std::vector<std::string> names;
+        for (const lock::Grant& g : r.grants) names.push_back(g.name);
         // Nobody would learn of these leases: give them back (as for one lock).
-        if (!out->clientConnected()) return giveBack();
-        out->onUndelivered(giveBack);
-        return out->send(200, kJson, multiGrantAnswer(r));
+        return deliverGrantAnswer(
+            call->claim, call->responder, Answer{200, multiGrantAnswer(r), {}, r.owner, 0},
+            call->auto_renew, metrics, [service, names = std::move(names), owner = r.owner] {
+              service->releaseAll(names, owner, [](std::vector<StatusOr<lock::ReleaseStatus>>) {});
+            });
+      }
       case lock::AcquireStatus::kBusy:
-      case lock::AcquireStatus::kLimitMismatch:
-        return sendRetryLater(
-            out, 409, "locked",
+      case lock::AcquireStatus::kLimitMismatch: {
+        Answer busy = retryLaterAnswer(
+            409, "locked",
             // (Held by whom is not known: a multi-lock's names are tried in one step.)
             "lock " + r.blocked_by + " is held; none of the names was taken", r.retry_after_ms);
-      case lock::AcquireStatus::kTooManyWaiters:
-        return sendRetryLater(
-            out, 429, "too_many_waiters",
-            "too many waiters queued for lock " + r.blocked_by + "; none of the names was taken",
-            r.retry_after_ms,
-            r.limit == lock::WaiterLimit::kSidecar ? "max_waiters" : "max_waiters_per_lock");
-      case lock::AcquireStatus::kCancelled:
-        if (out->clientConnected()) {
-          sendError(out, 503, "shutting_down", "the sidecar is shutting down");
+        if (!call->claim.key.empty() && !call->given_owner.empty() && !call->auto_renew) {
+          return reclaimOwnMultiGrant(call, std::move(busy));
         }
-        return;
+        return call->claim.answerAll(call->responder, busy);
+      }
+      case lock::AcquireStatus::kTooManyWaiters:
+        return call->claim.answerAll(
+            call->responder,
+            retryLaterAnswer(
+                429, "too_many_waiters",
+                "too many waiters queued for lock " + r.blocked_by +
+                    "; none of the names was taken",
+                r.retry_after_ms,
+                r.limit == lock::WaiterLimit::kSidecar ? "max_waiters" : "max_waiters_per_lock"));
+      case lock::AcquireStatus::kCancelled:
+        return call->claim.answerAll(
+            call->responder, errorAnswer(503, "shutting_down", "the sidecar is shutting down"));
       case lock::AcquireStatus::kError:
-        return sendBackendError(out, r.error);
+        return call->claim.answerAll(call->responder, backendErrorAnswer(r.error));
     }
   });
+  // With a request_id the acquire runs on when its client hangs up (as for one lock).
   std::weak_ptr<MultiCall> weak = call;
   res->onClientGone([weak] {
-    if (auto c = weak.lock(); c && !c->granted) c->ticket.cancel();
+    if (auto c = weak.lock(); c && !c->granted && c->claim.id == 0) c->ticket.cancel();
   });
 }
 
 void LockApi::multiRelease(http::Request& req, http::ResponderPtr res) {
   RequestBody& body = body_;
-  body.parse(req.header("content-type"), req.body, {BodyField::kNames, BodyField::kOwner});
+  body.parse(req.header("content-type"), req.body,
+             {BodyField::kNames, BodyField::kOwner, BodyField::kRequestId});
   std::string_view owner;
-  if (body.ok()) readOwner(body, static_cast<size_t>(locks_.max_owner_bytes), true, owner);
+  std::string_view request_id;
+  if (body.ok()) {
+    readOwner(body, static_cast<size_t>(locks_.max_owner_bytes), true, owner) &&
+        readRequestId(body, request_id);
+  }
   std::vector<std::string> names;
   if (!readLockNames(body, req, res, static_cast<size_t>(locks_.max_name_bytes), names)) return;
-  service_.releaseAll(names, std::string(owner),
-                      [res, names](std::vector<StatusOr<lock::ReleaseStatus>> results) {
-                        // Every name is released that can be; the answer names those that were not.
-                        std::string not_owner;
-                        std::string not_held;
-                        const Status* error = nullptr;
-                        for (size_t i = 0; i < results.size(); ++i) {
-                          if (!results[i].isOk()) {
-                            if (error == nullptr) error = &results[i].status();
-                            continue;
-                          }
-                          switch (*results[i]) {
-                            case lock::ReleaseStatus::kReleased:
-                            case lock::ReleaseStatus::kHoldReleased:
-                              break;
-                            case lock::ReleaseStatus::kNotOwner:
-                              not_owner += (not_owner.empty() ? "" : ", ") + names[i];
-                              break;
-                            case lock::ReleaseStatus::kNotHeld:
-                            case lock::ReleaseStatus::kLeaseLost:
-                              not_held += (not_held.empty() ? "" : ", ") + names[i];
-                              break;
-                          }
-                        }
-                        if (error != nullptr) return sendBackendError(res, *error);
-                        if (!not_owner.empty()) {
-                          return sendError(res, 409, "not_owner",
-                                           "held by another owner: " + not_owner +
-                                               (not_held.empty() ? "" : "; not held: " + not_held) +
-                                               " (the other names were released)");
-                        }
-                        if (!not_held.empty()) {
-                          return sendError(res, 404, "not_held",
-                                           "not held (expired, released or lost): " + not_held +
-                                               " (the other names were released)");
-                        }
-                        res->send(200, kJson, JsonObject().boolean("released", true).finish());
-                      });
+  const std::string retry_scope = multiRetryScope(names, owner, req.principal.get());
+  releaseOnce(
+      replayKey(kMultiReleaseRoute, retry_scope, request_id), std::move(res),
+      [this, names = std::move(names), owner = std::string(owner)](const AnswerFn& answer_with) {
+        service_.releaseAll(
+            names, owner, [names, answer_with](std::vector<StatusOr<lock::ReleaseStatus>> results) {
+              // Every name is released that can be; the answer names those that were not.
+              std::string not_owner;
+              std::string not_held;
+              const Status* error = nullptr;
+              for (size_t i = 0; i < results.size(); ++i) {
+                if (!results[i].isOk()) {
+                  if (error == nullptr) error = &results[i].status();
+                  continue;
+                }
+                switch (*results[i]) {
+                  case lock::ReleaseStatus::kReleased:
+                  case lock::ReleaseStatus::kHoldReleased:
+                    break;
+                  case lock::ReleaseStatus::kNotOwner:
+                    not_owner += (not_owner.empty() ? "" : ", ") + names[i];
+                    break;
+                  case lock::ReleaseStatus::kNotHeld:
+                  case lock::ReleaseStatus::kLeaseLost:
+                    not_held += (not_held.empty() ? "" : ", ") + names[i];
+                    break;
+                }
+              }
+              // Not remembered: a later retry runs for real.
+              if (error != nullptr) return answer_with(backendErrorAnswer(*error), false);
+              if (!not_owner.empty()) {
+                return answer_with(
+                    errorAnswer(409, "not_owner",
+                                "held by another owner: " + not_owner +
+                                    (not_held.empty() ? "" : "; not held: " + not_held) +
+                                    " (the other names were released)"),
+                    true);
+              }
+              if (!not_held.empty()) {
+                return answer_with(errorAnswer(404, "not_held",
+                                               "not held (expired, released or lost): " + not_held +
+                                                   " (the other names were released)"),
+                                   true);
+              }
+              answer_with(Answer{200, JsonObject().boolean("released", true).finish(), {}, {}, 0},
+                          true);
+            });
+      });
 }
 
 }  // namespace sidelock::api

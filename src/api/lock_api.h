@@ -66,6 +66,10 @@ class LockApi {
   void semaphoreRelease(http::Request& req, http::ResponderPtr res);
   void semaphoreExtend(http::Request& req, http::ResponderPtr res);
   void semaphoreInspect(http::Request& req, http::ResponderPtr res);
+  /// Claims `replay_key` (empty: no request_id, nothing claimed) for the request `res` answers,
+  /// or finds its first attempt's answer, or attaches `res` to that attempt (IdempotencyCache).
+  IdempotencyCache::Lookup claimRequest(const std::string& replay_key,
+                                        const http::ResponderPtr& res);
   /// The acquire after its request is read (locks and permits): under `replay_key` (empty
   /// without a request_id) a retry gets the first attempt's grant, or waits for its answer.
   void beginAcquire(lock::AcquireOptions opts, std::string replay_key, http::ResponderPtr res);
@@ -87,6 +91,15 @@ class LockApi {
   // Multi-locks: /v1/multilocks/acquire and /release.
   void multiAcquire(http::Request& req, http::ResponderPtr res);
   void multiRelease(http::Request& req, http::ResponderPtr res);
+  /// As beginAcquire / startAcquire / retryGrant, for a multi-lock: `answer` is the remembered
+  /// grant of every name.
+  void beginMultiAcquire(lock::MultiAcquireOptions opts, std::string replay_key,
+                         http::ResponderPtr res);
+  void startMultiAcquire(lock::MultiAcquireOptions opts, std::string replay_key,
+                         IdempotencyCache::Id claim, http::ResponderPtr res);
+  void retryMultiGrant(lock::MultiAcquireOptions opts, std::string replay_key,
+                       IdempotencyCache::Id answer_id, const std::string& owner,
+                       const std::string& answer, http::ResponderPtr res);
   /// The lock service's key of the lease `owner` names on lock `name`: the readers' key with
   /// "mode": "shared", or without a mode when this sidecar granted `owner` a read lease.
   std::string leaseKey(std::string_view name, std::string_view owner, bool shared,

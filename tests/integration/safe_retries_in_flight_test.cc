@@ -60,6 +60,14 @@ std::vector<HttpResponse> sendCopies(int port, const std::string& path, const st
   return answers;
 }
 
+/// Sends a POST whose answer Redis holds back, waits 100 ms for it in vain, and hangs up (a
+/// client whose timeout fired, about to retry).
+void sendAndGiveUp(int port, const std::string& path, const std::string& body) {
+  HttpClient impatient = HttpClient::tcp(port);
+  impatient.sendRequest("POST", path, body);
+  EXPECT_FALSE(impatient.readResponse(100).has_value()) << "Redis holds " << path << " back";
+}
+
 class SafeRetriesInFlightTest : public ::testing::Test {
  protected:
   RedisServer redis_;
@@ -96,11 +104,7 @@ TEST_F(SafeRetriesInFlightTest, AReleaseRetriedAfterTheClientGaveUpActsOnce) {
   const std::string release = R"({"owner":"me","request_id":"give-up"})";
 
   pauseWrites(redis_);
-  {
-    HttpClient impatient = HttpClient::tcp(sidecar_->port());
-    impatient.sendRequest("POST", "/v1/locks/re/release", release);
-    EXPECT_FALSE(impatient.readResponse(100).has_value()) << "Redis holds the release back";
-  }  // the client hangs up and retries
+  sendAndGiveUp(sidecar_->port(), "/v1/locks/re/release", release);  // and retries
   HttpClient retry = HttpClient::tcp(sidecar_->port());
   auto answer = retry.post("/v1/locks/re/release", release);
   EXPECT_EQ(answer.status, 200) << answer.body;
@@ -111,11 +115,8 @@ TEST_F(SafeRetriesInFlightTest, AReleaseRetriedAfterTheClientGaveUpActsOnce) {
 TEST_F(SafeRetriesInFlightTest, AnAcquireRetriedAfterTheClientGaveUpGetsItsGrant) {
   const std::string acquire = R"({"ttl_ms":30000,"request_id":"acq-1"})";
   pauseWrites(redis_);
-  {
-    HttpClient impatient = HttpClient::tcp(sidecar_->port());
-    impatient.sendRequest("POST", "/v1/locks/job/acquire", acquire);
-    EXPECT_FALSE(impatient.readResponse(100).has_value()) << "Redis holds the acquire back";
-  }  // the client hangs up: its grant must reach the retry, not be given back
+  sendAndGiveUp(sidecar_->port(), "/v1/locks/job/acquire", acquire);
+  // Its grant must reach the retry, not be given back.
   HttpClient retry = HttpClient::tcp(sidecar_->port());
   auto answer = retry.post("/v1/locks/job/acquire", acquire);
   ASSERT_EQ(answer.status, 200) << answer.body;
@@ -149,6 +150,63 @@ TEST_F(SafeRetriesInFlightTest, EightCopiesOfAPermitAcquireTakeOnePermit) {
   }
   auto pool = json::parse(c_.get("/v1/semaphores/pool").body);
   EXPECT_EQ(pool["used"], 1) << pool.dump();
+}
+
+// Multi-locks: the same claim. A second run of a copy would answer 409 (the names are held by
+// the first run's owner) and a second release 404 (nothing left to release).
+TEST_F(SafeRetriesInFlightTest, CopiesOfAMultiLockAcquireGetOneGrant) {
+  pauseWrites(redis_);
+  auto answers = sendCopies(sidecar_->port(), "/v1/multilocks/acquire",
+                            R"({"names":["to","from"],"ttl_ms":30000,"request_id":"xfer-1"})", 3);
+  for (const auto& a : answers) {
+    EXPECT_EQ(a.status, 200) << a.body;
+    EXPECT_EQ(a.body, answers[0].body) << "the same owner and tokens, not 409";
+  }
+  // Each lease is the one the answer names.
+  for (const auto& lease : json::parse(answers[0].body)["leases"]) {
+    EXPECT_EQ(json::parse(c_.get("/v1/locks/" + lease["name"].get<std::string>()).body)["token"],
+              lease["token"]);
+  }
+}
+
+TEST_F(SafeRetriesInFlightTest, CopiesOfAMultiLockReleaseReleaseOnce) {
+  auto grant = c_.post("/v1/multilocks/acquire", R"({"names":["a","b"],"owner":"me"})");
+  ASSERT_EQ(grant.status, 200) << grant.body;
+
+  pauseWrites(redis_);
+  auto answers = sendCopies(sidecar_->port(), "/v1/multilocks/release",
+                            R"({"names":["b","a"],"owner":"me","request_id":"rel-1"})", 3);
+  for (const auto& a : answers) {
+    EXPECT_EQ(a.status, 200) << "the first answer, not 404 not_held: " << a.body;
+    EXPECT_EQ(a.body, answers[0].body);
+  }
+  EXPECT_EQ(json::parse(c_.get("/v1/locks/a").body)["held"], false);
+  // Without the request id a release is a release again: nothing is left.
+  EXPECT_EQ(c_.post("/v1/multilocks/release", R"({"names":["a","b"],"owner":"me"})").status, 404);
+}
+
+TEST_F(SafeRetriesInFlightTest, AMultiLockAcquireRetriedAfterTheClientGaveUpGetsItsGrant) {
+  const std::string acquire = R"({"names":["x","y"],"ttl_ms":30000,"request_id":"acq-m"})";
+  pauseWrites(redis_);
+  sendAndGiveUp(sidecar_->port(), "/v1/multilocks/acquire", acquire);
+  // Its grant must reach the retry, not be given back.
+  HttpClient retry = HttpClient::tcp(sidecar_->port());
+  auto answer = retry.post("/v1/multilocks/acquire", acquire);
+  ASSERT_EQ(answer.status, 200) << answer.body;
+  const json grant = json::parse(answer.body);
+  // The grant is the retry's: the leases it names are held, and none was given back.
+  for (const auto& lease : grant["leases"]) {
+    EXPECT_EQ(json::parse(c_.get("/v1/locks/" + lease["name"].get<std::string>()).body)["token"],
+              lease["token"]);
+  }
+  EXPECT_EQ(metricValue(c_.get("/metrics").body, "sidelock_grants_undelivered_total"), 0);
+  auto again = json::parse(retry.post("/v1/multilocks/acquire", acquire).body);
+  EXPECT_EQ(again["owner"], grant["owner"]) << "a later retry gets the same grant";
+  EXPECT_EQ(again["leases"], grant["leases"]);
+  EXPECT_EQ(c_.post("/v1/multilocks/release",
+                    json{{"names", {"x", "y"}}, {"owner", grant["owner"]}}.dump())
+                .status,
+            200);
 }
 
 }  // namespace

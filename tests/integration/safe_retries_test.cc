@@ -7,6 +7,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <utility>
 
 #include "support/http_client.h"
 #include "support/redis_server.h"
@@ -72,24 +73,116 @@ TEST(SafeRetriesTest, RetriedAcquireAndReleaseGetTheFirstAnswers) {
   EXPECT_EQ(s->stop(), 0) << s->logs();
 }
 
+/// POSTs `body` to `path`, kills the sidecar `s` (the answer may never have reached the client)
+/// and starts it anew on `redis`, without memory; returns the first answer, and the retry's on the
+/// new sidecar.
+std::pair<HttpResponse, HttpResponse> retryAcrossARestart(const RedisServer& redis,
+                                                          std::unique_ptr<SidecarProcess>& s,
+                                                          const std::string& path,
+                                                          const std::string& body) {
+  auto first = HttpClient::tcp(s->port()).post(path, body);
+  EXPECT_EQ(first.status, 200) << first.body;
+  s->kill();
+  s = sidecarOn(redis);
+  auto retry = HttpClient::tcp(s->port()).post(path, body);
+  EXPECT_EQ(retry.status, 200) << retry.body;
+  return {first, retry};
+}
+
 TEST(SafeRetriesTest, WithItsOwnOwnerIdARetryAfterASidecarRestartGetsItsGrant) {
   RedisServer redis;
   auto s = sidecarOn(redis);
   const std::string acquire = R"({"ttl_ms":30000,"owner":"worker-7-lease","request_id":"r-1"})";
-  HttpClient c = HttpClient::tcp(s->port());
-  auto first = c.post("/v1/locks/report/acquire", acquire);
-  ASSERT_EQ(first.status, 200) << first.body;
-  s->kill();  // the answer may never have reached the client; the sidecar is back without memory
-  s = sidecarOn(redis);
-  HttpClient c2 = HttpClient::tcp(s->port());
-  auto retry = c2.post("/v1/locks/report/acquire", acquire);
+  const auto [first, retry] = retryAcrossARestart(redis, s, "/v1/locks/report/acquire", acquire);
   ASSERT_EQ(retry.status, 200) << retry.body;
+  HttpClient c2 = HttpClient::tcp(s->port());
   EXPECT_EQ(json::parse(retry.body)["token"], json::parse(first.body)["token"]);
   EXPECT_EQ(json::parse(retry.body)["owner"], "worker-7-lease");
   // Somebody else's retry with the same request id is not the owner: 409.
   EXPECT_EQ(c2.post("/v1/locks/report/acquire", R"({"owner":"worker-8-lease","request_id":"r-1"})")
                 .status,
             409);
+  EXPECT_EQ(s->stop(), 0) << s->logs();
+}
+
+// Multi-locks: a retried acquire gets the same grant while every lease is still its owner's; a
+// grant that is partly gone is given back and the retry is a new acquire; a retried release gets
+// the first answer.
+TEST(SafeRetriesTest, RetriedMultiLockAcquireAndReleaseGetTheFirstAnswers) {
+  RedisServer redis;
+  auto s = sidecarOn(redis);
+  HttpClient c = HttpClient::tcp(s->port());
+  const std::string acquire = R"({"names":["acct-1","acct-2"],"ttl_ms":30000,"request_id":"t-1"})";
+  auto first = c.post("/v1/multilocks/acquire", acquire);
+  ASSERT_EQ(first.status, 200) << first.body;
+  auto retry = c.post("/v1/multilocks/acquire", acquire);
+  ASSERT_EQ(retry.status, 200) << retry.body;
+  EXPECT_EQ(json::parse(retry.body), json::parse(first.body)) << "same owner, same tokens";
+  // The names are a set: the retry may list them in another order.
+  auto reordered = c.post("/v1/multilocks/acquire",
+                          R"({"names":["acct-2","acct-1"],"ttl_ms":30000,"request_id":"t-1"})");
+  EXPECT_EQ(json::parse(reordered.body), json::parse(first.body)) << reordered.body;
+  // Another set of names, or another owner, is another request: the names are held.
+  EXPECT_EQ(c.post("/v1/multilocks/acquire", R"({"names":["acct-1"],"request_id":"t-1"})").status,
+            409);
+  EXPECT_EQ(c.post("/v1/multilocks/acquire",
+                   R"({"names":["acct-1","acct-2"],"owner":"o","request_id":"t-1"})")
+                .status,
+            409);
+
+  // One of the leases is gone: the retry gives back what is left and acquires anew.
+  const json grant = json::parse(first.body);
+  const std::string owner = grant["owner"];
+  ASSERT_EQ(c.post("/v1/locks/acct-2/release", json{{"owner", owner}}.dump()).status, 200);
+  auto after_loss = c.post("/v1/multilocks/acquire", acquire);
+  ASSERT_EQ(after_loss.status, 200)
+      << "not 409 against its own leftover lease: " << after_loss.body;
+  const json renewed = json::parse(after_loss.body);
+  EXPECT_NE(renewed["owner"], owner) << "a new grant, never a replay of a lease that is gone";
+  EXPECT_GT(renewed["leases"][0]["token"].get<uint64_t>(),
+            grant["leases"][0]["token"].get<uint64_t>());
+
+  const std::string release = json{
+      {"names", {"acct-1", "acct-2"}},
+      {"owner", renewed["owner"]},
+      {"request_id", "r-1"}}.dump();
+  auto released = c.post("/v1/multilocks/release", release);
+  EXPECT_EQ(released.status, 200) << released.body;
+  auto again = c.post("/v1/multilocks/release", release);
+  EXPECT_EQ(again.status, 200) << "the first answer, not 404: " << again.body;
+  EXPECT_EQ(again.body, released.body);
+
+  // Bad request ids are refused and change nothing.
+  for (const char* bad : {R"({"names":["acct-3"],"request_id":""})",
+                          R"({"names":["acct-3"],"request_id":"has space"})",
+                          R"({"names":["acct-3"],"request_id":7})"}) {
+    auto r = c.post("/v1/multilocks/acquire", bad);
+    EXPECT_EQ(r.status, 400) << bad << " -> " << r.body;
+  }
+  EXPECT_EQ(json::parse(c.get("/v1/locks/acct-3").body)["held"], false);
+  EXPECT_EQ(s->stop(), 0) << s->logs();
+}
+
+TEST(SafeRetriesTest, WithItsOwnOwnerIdARetriedMultiLockAfterASidecarRestartGetsItsGrant) {
+  RedisServer redis;
+  auto s = sidecarOn(redis);
+  const std::string acquire =
+      R"({"names":["ledger-b","ledger-a"],"ttl_ms":30000,"owner":"xfer-9","request_id":"m-1"})";
+  const auto [first, retry] = retryAcrossARestart(redis, s, "/v1/multilocks/acquire", acquire);
+  ASSERT_EQ(retry.status, 200) << retry.body;
+  EXPECT_EQ(json::parse(retry.body), json::parse(first.body)) << "same owner, same tokens";
+  HttpClient c2 = HttpClient::tcp(s->port());
+  // Somebody else's retry with the same request id is not the owner: 409.
+  EXPECT_EQ(c2.post("/v1/multilocks/acquire",
+                    R"({"names":["ledger-a","ledger-b"],"owner":"xfer-10","request_id":"m-1"})")
+                .status,
+            409);
+  // A set of which only part is the client's own is not its grant: 409, and nothing is taken.
+  EXPECT_EQ(c2.post("/v1/multilocks/acquire",
+                    R"({"names":["ledger-a","ledger-c"],"owner":"xfer-9","request_id":"m-2"})")
+                .status,
+            409);
+  EXPECT_EQ(json::parse(c2.get("/v1/locks/ledger-c").body)["held"], false);
   EXPECT_EQ(s->stop(), 0) << s->logs();
 }
 
