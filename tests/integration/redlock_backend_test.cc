@@ -56,7 +56,9 @@ TEST_F(RedlockTest, GrantIsWrittenOnEveryNodeAndReleaseRemovesIt) {
   EXPECT_EQ(nodesHolding("orders-1", "owner-a"), 5);
   for (int i = 0; i < kNodes; ++i) {
     int64_t pttl = std::stoll(servers_[i]->cli({"PTTL", key("orders-1")}));
-    EXPECT_GT(pttl, 9'000);
+    // Written with the lease's TTL; each redis-cli here is a process start, which takes seconds
+    // on a loaded CI machine (PTTL 8,948 was seen): the margin is for that, not for the backend.
+    EXPECT_GT(pttl, 5'000);
     EXPECT_LE(pttl, 10'000);
   }
 
