@@ -659,12 +659,12 @@ void LockApi::release(http::Request& req, http::ResponderPtr res) {
             // One hold of a re-entered lease: it stays held. The holds left are known here when
             // this sidecar holds the lease (holds taken through another sidecar count too).
             answer.status = 200;
-            JsonObject body;
-            body.boolean("released", true).boolean("held", true);
+            JsonObject held;
+            held.boolean("released", true).boolean("held", true);
             if (const int64_t left = service->holds(name, owner); left > 0) {
-              body.integer("holds", left);
+              held.integer("holds", left);
             }
-            answer.body = body.finish();
+            answer.body = held.finish();
             break;
           }
           case lock::ReleaseStatus::kNotOwner:
