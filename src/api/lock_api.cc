@@ -784,12 +784,12 @@ void LockApi::release(http::Request& req, http::ResponderPtr res) {
                   // when this sidecar holds the lease (holds taken through another sidecar count
                   // too).
                   answer.status = 200;
-                  JsonObject body;
-                  body.boolean("released", true).boolean("held", true);
+                  JsonObject held;
+                  held.boolean("released", true).boolean("held", true);
                   if (const int64_t left = service->holds(name, owner); left > 0) {
-                    body.integer("holds", left);
+                    held.integer("holds", left);
                   }
-                  answer.body = body.finish();
+                  answer.body = held.finish();
                   break;
                 }
                 case lock::ReleaseStatus::kNotOwner:
@@ -1286,16 +1286,16 @@ void LockApi::retryMultiGrant(lock::MultiAcquireOptions opts, std::string replay
                               IdempotencyCache::Id answer_id, const std::string& owner,
                               const std::string& answer, http::ResponderPtr res) {
   // The remembered grant is our own JSON: its leases in sorted name order, with their tokens.
-  lock::MultiAcquireResult grant;
-  grant.owner = owner;
+  lock::MultiAcquireResult remembered_grant;
+  remembered_grant.owner = owner;
   const json remembered = json::parse(answer);
   for (const json& lease : remembered["leases"]) {
-    grant.grants.push_back(
+    remembered_grant.grants.push_back(
         {lease["name"].get<std::string>(), owner, lease["token"].get<uint64_t>(), 0});
   }
   const int64_t ttl_ms = opts.ttl_ms;
   extendGrant(
-      service_, std::move(grant), ttl_ms,
+      service_, std::move(remembered_grant), ttl_ms,
       [this, opts = std::move(opts), replay_key = std::move(replay_key), answer_id,
        res = std::move(res)](StatusOr<lock::MultiAcquireResult> grant, bool extended) mutable {
         if (!grant.isOk()) return sendBackendError(res, grant.status());

@@ -1,4 +1,4 @@
-// Keeps a recurring per-request warning to a few lines during an outage (STYLE: "log them once"):
+// Keeps a recurring per-request warning to a few lines during an outage (src/README.md, rule 12):
 // the first occurrence and every change of state are logged at once; repeats of the same state
 // are logged at most once per window, carrying the count of the repeats that were held back.
 //

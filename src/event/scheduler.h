@@ -22,7 +22,7 @@ class Scheduler {
   virtual TimerId runAfter(int64_t delay_ms, Callback cb) = 0;
   /// Cancels a timer that has not fired yet. Idempotent; unknown or fired ids are ignored.
   virtual void cancel(TimerId id) = 0;
-  /// Runs `cb` on a later loop turn, never inside the current call (STYLE: no re-entrant callbacks).
+  /// Runs `cb` on a later loop turn, never inside the current call (src/README.md, rule 4).
   virtual void post(Callback cb) = 0;
 };
 

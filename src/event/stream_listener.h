@@ -1,6 +1,6 @@
 // Listening sockets (TCP "host:port" and Unix socket paths) and the client streams they accept,
-// with every uv handle held by UvHandle (STYLE rule 1). The HTTP layer builds on these; nothing
-// here knows about HTTP.
+// with every uv handle held by UvHandle (src/README.md, rule 3). The HTTP layer builds on these;
+// nothing here knows about HTTP.
 #pragma once
 
 #include <uv.h>

@@ -1,4 +1,4 @@
-// RAII ownership of one libuv handle (STYLE rule 1, after Node's handle_wrap and CMake's
+// RAII ownership of one libuv handle (src/README.md, rule 3, after Node's handle_wrap and CMake's
 // cmUVHandlePtr): the handle's memory is heap-allocated and freed only in the uv_close callback,
 // so it may outlive its C++ owner by a loop turn. close() is idempotent.
 #pragma once

@@ -126,8 +126,8 @@ Router::Match Router::match(std::string_view method, std::string_view raw_path) 
     }
     if (!path_matches) continue;
     if (r.method != method && !(head && r.method == "GET")) {
-      if (result.kind == Match::Kind::kNotFound) {
-        result.kind = Match::Kind::kMethodNotAllowed;
+      if (result.kind == Match::Kind::kNoRoute) {
+        result.kind = Match::Kind::kWrongMethod;
         result.route = r.pattern;
       }
       // Allow lists each method once, in registration order.
@@ -181,11 +181,11 @@ void Router::dispatch(Request& request, ResponderPtr responder) const {
       request.params = std::move(m.params);
       (*m.handler)(request, std::move(responder));
       return;
-    case Match::Kind::kNotFound:
+    case Match::Kind::kNoRoute:
       sendError(*responder, 404, kNotFound,
                 "no route for " + request.method + " " + std::string(path.substr(0, 256)));
       return;
-    case Match::Kind::kMethodNotAllowed:
+    case Match::Kind::kWrongMethod:
       sendError(*responder, 405, kMethodNotAllowed,
                 request.method + " is not allowed here; allowed: " + m.allow, {{"Allow", m.allow}});
       return;

@@ -23,13 +23,14 @@ bool percentDecode(std::string_view in, std::string* out);
 class Router {
  public:
   struct Match {
-    enum class Kind { kFound, kNotFound, kMethodNotAllowed, kBadPath };
-    Kind kind = Kind::kNotFound;
+    /// kNoRoute answers 404 not_found, kWrongMethod 405 method_not_allowed, kBadPath 400.
+    enum class Kind { kFound, kNoRoute, kWrongMethod, kBadPath };
+    Kind kind = Kind::kNoRoute;
     const Handler* handler = nullptr;  // kFound only
-    /// The matched pattern; for kMethodNotAllowed the first pattern matching the path;
+    /// The matched pattern; for kWrongMethod the first pattern matching the path;
     /// kUnmatchedRoute otherwise.
     std::string_view route = kUnmatchedRoute;
-    /// kMethodNotAllowed: the methods the path supports, "GET, POST" (the Allow header).
+    /// kWrongMethod: the methods the path supports, "GET, POST" (the Allow header).
     std::string allow;
     /// kFound: decoded parameter values by name.
     std::vector<std::pair<std::string, std::string>> params;

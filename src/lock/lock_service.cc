@@ -970,8 +970,8 @@ void LockService::Impl::onReleaseReply(const std::string& name, const std::strin
 void LockService::Impl::extend(std::string_view name, std::string_view owner, int64_t ttl_ms,
                                std::function<void(StatusOr<ExtendResult>)> done) {
   opStarted();
-  const Lease* lease = leases_.find(name, owner);
-  const uint64_t lease_id = lease != nullptr ? lease->id : 0;
+  const Lease* held = leases_.find(name, owner);
+  const uint64_t lease_id = held != nullptr ? held->id : 0;
   std::string n(name);
   std::string o(owner);
   runOnBackend(

@@ -1,6 +1,6 @@
-// Every metric family sidelock exports, declared in one place (STYLE: Metrics). Layers receive a
-// Metrics& and bump the pre-resolved series; /metrics is rendered from the prometheus-cpp registry
-// by our own HTTP loop (no civetweb exposer).
+// Every metric family sidelock exports, declared in one place (src/README.md, rule 11). Layers
+// receive a Metrics& and bump the pre-resolved series; /metrics is rendered from the
+// prometheus-cpp registry by our own HTTP loop (no civetweb exposer).
 //
 // Label rules: no lock names and no owner ids as label values, ever. `node` is bounded by config,
 // `route` by the router's fixed route table, `result`/`op`/`kind` by the enums used here.

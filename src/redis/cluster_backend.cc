@@ -177,10 +177,10 @@ ClusterBackend::Node& ClusterBackend::nodeFor(const config::RedisNodeAddress& ad
       std::make_unique<RedisNode>(loop_, scheduler_, std::move(options), &metrics_.node(key));
   RedisNode* raw = node.redis.get();
   raw->setStateListener([this, key](bool) {
-    auto it = nodes_.find(key);
-    if (shut_down_ || it == nodes_.end()) return;  // retired meanwhile
+    auto entry = nodes_.find(key);
+    if (shut_down_ || entry == nodes_.end()) return;  // retired meanwhile
     // A master went down (maybe failing over) or a node came up (maybe the first we can ask).
-    if (!it->second.redis->up() || map_.empty()) scheduleRefresh();
+    if (!entry->second.redis->up() || map_.empty()) scheduleRefresh();
     updateReady();
   });
   raw->setMessageListener(

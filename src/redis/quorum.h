@@ -1,4 +1,5 @@
-// Redlock arithmetic, kept free of I/O so it is unit-tested without a loop (STYLE: Tests 1).
+// Redlock arithmetic, kept free of I/O so it is unit-tested without a loop
+// (src/README.md, rule 15).
 //
 // The rules come from the Redis distlock spec ("Redlock"): a lock is granted by a majority of N
 // independent masters, its usable validity is the TTL minus the time the vote took minus a clock

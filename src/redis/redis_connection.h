@@ -1,5 +1,6 @@
 // One connection to one Redis server: our transport underneath, hiredis' reader as the codec, and
-// pipelining on top (STYLE rule 3, after redis-plus-plus and Dragonfly's facade connection).
+// pipelining on top (src/README.md, rule 6; after redis-plus-plus and Dragonfly's facade
+// connection).
 //
 //  - Commands issued during a loop turn are appended to one buffer and flushed once, right before
 //    the loop polls again (a uv_prepare handle): many callers' commands become one write.

@@ -151,10 +151,10 @@ void SentinelBackend::grantThenWait(const Operation& op, OutcomeCallback cb) {
   const bool hand_off = op.verb == Verb::kHandOff;
   auto finish = [redis = redis_.get(), name = std::string(op.name), kind = op.kind,
                  grantee = std::string(hand_off ? op.next_owner : op.owner), hand_off,
-                 cb = std::move(cb)](StatusOr<Outcome> r, const GrantCheck& check,
+                 cb = std::move(cb)](StatusOr<Outcome> r, const GrantCheck& replication,
                                      const std::weak_ptr<char>& alive) mutable {
     const bool granted = r.isOk() && r->ok() && (!hand_off || r->token != 0);
-    if (!granted || check.enough()) {
+    if (!granted || replication.enough()) {
       cb(std::move(r));
       return;
     }
@@ -163,13 +163,13 @@ void SentinelBackend::grantThenWait(const Operation& op, OutcomeCallback cb) {
       redis->run(Operation::release(name, grantee).of(kind), [](StatusOr<Outcome>) {});
     }
     if (!hand_off) {
-      cb(check.notReplicated());
+      cb(replication.notReplicated());
       return;
     }
     // The release stands (losing it in a failover only keeps the lock held until its TTL); the
     // next owner retries as after a busy attempt.
     SL_LOG(kWarn, "sentinel.handoff_not_replicated", {"name", name},
-           {"error", check.notReplicated().message()});
+           {"error", replication.notReplicated().message()});
     r->token = 0;
     r->validity_ms = 0;
     r->holds = 0;  // the holds were the next owner's; ours are all given back (not "one left")

@@ -244,7 +244,7 @@ class SocketTransport final : public RedisTransport {
     handler_->onTransportError(std::move(reason));
   }
 
-  // From inside one of our own calls: tell the handler on a later turn (STYLE rule 2).
+  // From inside one of our own calls: tell the handler on a later turn (src/README.md, rule 4).
   void failLater(std::string reason) {
     if (closed_ || failed_) return;
     failed_ = true;

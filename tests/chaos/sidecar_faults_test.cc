@@ -246,9 +246,9 @@ TEST(ChaosSidecarFaults, DisconnectAndCancelStormsLeaveNoRenewals) {
         " queued auto_renew acquires dropped " +
         (cancel_at_release ? "as the holder releases" : "while queued"));
     std::vector<HttpClient> queued;
-    for (int s = 0; s < cluster.sidecarCount(); ++s) {
+    for (int sidecar = 0; sidecar < cluster.sidecarCount(); ++sidecar) {
       for (int i = 0; i < kQueuedPerSidecar; ++i) {
-        queued.push_back(sendAcquire(cluster.sidecar(s).port(), "storm", queued_body));
+        queued.push_back(sendAcquire(cluster.sidecar(sidecar).port(), "storm", queued_body));
       }
     }
     ASSERT_TRUE(pollUntil(Timings::kWaitMs, [&] {

@@ -1,6 +1,6 @@
 // A real libuv loop for the redis tests: UvScheduler, Metrics, helpers to run the loop until a
 // condition holds (with a deadline so no test can hang), and a teardown that checks the loop
-// closes cleanly (STYLE rule 6).
+// closes cleanly (src/README.md, rule 9).
 #pragma once
 
 #include <gtest/gtest.h>

@@ -114,7 +114,7 @@ TEST_P(UndeliveredGrantTest, ReadGrantStaysHeldAfterACleanClose) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, UndeliveredGrantTest, ::testing::Values(false, true),
-                         [](const auto& info) { return info.param ? "Unix" : "Tcp"; });
+                         [](const auto& test) { return test.param ? "Unix" : "Tcp"; });
 
 }  // namespace
 }  // namespace sidelock::testing

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
-"""The layering of src/ (STYLE: layout; issue 13): each layer includes only itself and the layers
-it declares in src/CMakeLists.txt (`sidelock_layer(NAME DEPS sidelock_X ...)`), and the declared
-dependencies form no cycle. So http never includes config or lock, and api speaks to the lock
-service, never to backend or redis. Fails naming each offending #include.
+"""The layering of src/ (src/README.md, rule 1; issue 13): each layer includes only itself and
+the layers it declares in src/CMakeLists.txt (`sidelock_layer(NAME DEPS sidelock_X ...)`), and the
+declared dependencies form no cycle. So http never includes config or lock, and api speaks to the
+lock service, never to backend or redis. Fails naming each offending #include.
 
 Usage: layering_test.py SRC_DIR
 """
@@ -12,13 +12,20 @@ import re
 import sys
 
 
-def main():
-    src = sys.argv[1]
+def layer_deps(src):
+    """{layer: set of the layers it declares} from src/CMakeLists.txt (also used by
+    conventions_test.py, which checks src/README.md's map against it)."""
     with open(os.path.join(src, "CMakeLists.txt")) as f:
         cmake = f.read()
     deps = {}
     for m in re.finditer(r"sidelock_layer\((\w+)\s+DEPS\s+([^)]*)\)", cmake):
         deps[m.group(1)] = {d[len("sidelock_"):] for d in m.group(2).split() if d.startswith("sidelock_")}
+    return deps
+
+
+def main():
+    src = sys.argv[1]
+    deps = layer_deps(src)
     problems = []
     if len(deps) < 8:
         problems.append("found only %d layers in src/CMakeLists.txt: %s" % (len(deps), sorted(deps)))

@@ -61,11 +61,11 @@ class LockServiceTest : public ::testing::Test {
   }
 
   /// Starts an acquire; the outcome fills in as the scheduler runs.
-  std::shared_ptr<Outcome> start(AcquireOptions o) {
+  std::shared_ptr<Outcome> start(AcquireOptions options) {
     auto out = std::make_shared<Outcome>();
     std::weak_ptr<Outcome> w = out;
     out->ticket = svc->acquire(
-        std::move(o),
+        std::move(options),
         [w, this](AcquireResult r) {
           if (auto o = w.lock()) {
             EXPECT_FALSE(o->result) << "done ran twice";
