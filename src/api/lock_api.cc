@@ -1288,10 +1288,25 @@ void LockApi::retryMultiGrant(lock::MultiAcquireOptions opts, std::string replay
   // The remembered grant is our own JSON: its leases in sorted name order, with their tokens.
   lock::MultiAcquireResult remembered_grant;
   remembered_grant.owner = owner;
-  const json remembered = json::parse(answer);
-  for (const json& lease : remembered["leases"]) {
-    remembered_grant.grants.push_back(
-        {lease["name"].get<std::string>(), owner, lease["token"].get<uint64_t>(), 0});
+  // Parsed without exceptions (none on the data path): an answer that does not read back as a
+  // grant cannot happen, but if it did, the retry would be a new acquire rather than a crash.
+  const json remembered = json::parse(answer, nullptr, /*allow_exceptions=*/false);
+  const json* leases = remembered.is_object() && remembered.contains("leases")
+                           ? &remembered["leases"]
+                           : nullptr;
+  bool readable = leases != nullptr && leases->is_array();
+  for (size_t i = 0; readable && i < leases->size(); ++i) {
+    const json& lease = (*leases)[i];
+    readable = lease.is_object() && lease.contains("name") && lease["name"].is_string() &&
+               lease.contains("token") && lease["token"].is_number_unsigned();
+    if (readable) {
+      remembered_grant.grants.push_back(
+          {lease["name"].get<std::string>(), owner, lease["token"].get<uint64_t>(), 0});
+    }
+  }
+  if (!readable) {
+    replies_->forget(replay_key, answer_id);
+    return beginMultiAcquire(std::move(opts), std::move(replay_key), std::move(res));
   }
   const int64_t ttl_ms = opts.ttl_ms;
   extendGrant(
