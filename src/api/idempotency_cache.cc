@@ -90,6 +90,7 @@ IdempotencyCache::Lookup IdempotencyCache::begin(const std::string& key, http::R
   }
   found.id = it->second.id;
   if (it->second.answered) {
+    it->second.replayed = true;
     found.kind = Lookup::Kind::kReplay;
     found.answer = &it->second.answer;
     return found;
@@ -127,6 +128,11 @@ std::vector<http::ResponderPtr> IdempotencyCache::finish(const std::string& key,
 void IdempotencyCache::forget(const std::string& key, Id id) {
   auto it = entries_.find(key);
   if (it != entries_.end() && it->second.id == id && it->second.answered) erase(it);
+}
+
+bool IdempotencyCache::replayed(const std::string& key, Id id) const {
+  auto it = entries_.find(key);
+  return it != entries_.end() && it->second.id == id && it->second.replayed;
 }
 
 void IdempotencyCache::sweep(int64_t now_us) { evict(now_us); }

@@ -72,6 +72,9 @@ class IdempotencyCache {
                                          int64_t now_us);
   /// Forgets the answer `id` left under `key` (the grant it names was given back or is gone).
   void forget(const std::string& key, Id id);
+  /// Whether the answer `id` left under `key` was handed to a retry (begin() found it): a grant
+  /// whose first answer went unread then has a reader after all and must not be given back.
+  bool replayed(const std::string& key, Id id) const;
 
   /// Drops the answers whose window is over (the caller's timer calls it at nextExpiryUs()).
   void sweep(int64_t now_us);
@@ -91,6 +94,7 @@ class IdempotencyCache {
   struct Entry {
     Id id = 0;
     bool answered = false;
+    bool replayed = false;  // begin() handed the answer to a retry
     Answer answer;
     int64_t expires_us = 0;
     size_t bytes = 0;

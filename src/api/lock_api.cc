@@ -410,6 +410,9 @@ void deliverGrantAnswer(RequestClaim& claim, const http::ResponderPtr& first, co
   std::erase_if(readers, [](const http::ResponderPtr& r) { return !r->clientConnected(); });
   auto undelivered = [metrics, replies = claim.replies, key = claim.key, remembered_as,
                       give_back = std::move(give_back)] {
+    // A retry that came while the unread answers were being watched was handed this grant (a
+    // replay): it holds the lease now, so it is not given back under it.
+    if (remembered_as != 0 && replies->replayed(key, remembered_as)) return;
     metrics->grants_undelivered.Increment();
     if (remembered_as != 0) replies->forget(key, remembered_as);
     give_back();
@@ -669,8 +672,13 @@ void LockApi::startAcquire(lock::AcquireOptions opts, std::string replay_key,
         return;
       case lock::AcquireStatus::kBusy: {
         call->finished = true;
+        // Only a lease this sidecar does not know of (granted before a restart, or by another
+        // sidecar): one it holds was granted in this life under another request id (its own
+        // answer would have been replayed), e.g. a second thread sharing the owner id, which
+        // gets 409 held_by_you rather than the lease (and the TTL it did not ask for).
         if (!call->claim.key.empty() && !call->given_owner.empty() && !call->auto_renew &&
-            lock::lockRefOf(call->name).kind != lock::LockKind::kShared) {
+            lock::lockRefOf(call->name).kind != lock::LockKind::kShared &&
+            call->service->holds(call->name, call->given_owner) == 0) {
           // (A reader's token cannot be read back: the counter moves with every reader.)
           return reclaimOwnGrant(call, call->name, r.retry_after_ms);
         }
@@ -1283,8 +1291,9 @@ void LockApi::beginMultiAcquire(lock::MultiAcquireOptions opts, std::string repl
 // for one lock. If any is gone, what is left of the grant is given back (all or none) and the
 // retry is a new acquire.
 void LockApi::retryMultiGrant(lock::MultiAcquireOptions opts, std::string replay_key,
-                              IdempotencyCache::Id answer_id, const std::string& owner,
-                              const std::string& answer, http::ResponderPtr res) {
+                              IdempotencyCache::Id answer_id, std::string owner,
+                              std::string answer, http::ResponderPtr res) {
+  // Copies, not references into the cache: the entry may go (forget(), eviction) meanwhile.
   // The remembered grant is our own JSON: its leases in sorted name order, with their tokens.
   lock::MultiAcquireResult remembered_grant;
   remembered_grant.owner = owner;
@@ -1360,7 +1369,13 @@ void LockApi::startMultiAcquire(lock::MultiAcquireOptions opts, std::string repl
             409, "locked",
             // (Held by whom is not known: a multi-lock's names are tried in one step.)
             "lock " + r.blocked_by + " is held; none of the names was taken", r.retry_after_ms);
-        if (!call->claim.key.empty() && !call->given_owner.empty() && !call->auto_renew) {
+        // As for one lock: only leases this sidecar does not know of (granted before a restart).
+        const bool known_here =
+            std::any_of(call->names.begin(), call->names.end(), [&](const std::string& name) {
+              return call->service->holds(name, call->given_owner) > 0;
+            });
+        if (!call->claim.key.empty() && !call->given_owner.empty() && !call->auto_renew &&
+            !known_here) {
           return reclaimOwnMultiGrant(call, std::move(busy));
         }
         return call->claim.answerAll(call->responder, busy);

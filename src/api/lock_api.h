@@ -98,8 +98,8 @@ class LockApi {
   void startMultiAcquire(lock::MultiAcquireOptions opts, std::string replay_key,
                          IdempotencyCache::Id claim, http::ResponderPtr res);
   void retryMultiGrant(lock::MultiAcquireOptions opts, std::string replay_key,
-                       IdempotencyCache::Id answer_id, const std::string& owner,
-                       const std::string& answer, http::ResponderPtr res);
+                       IdempotencyCache::Id answer_id, std::string owner, std::string answer,
+                       http::ResponderPtr res);
   /// The lock service's key of the lease `owner` names on lock `name`: the readers' key with
   /// "mode": "shared", or without a mode when this sidecar granted `owner` a read lease.
   std::string leaseKey(std::string_view name, std::string_view owner, bool shared,

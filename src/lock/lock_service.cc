@@ -564,7 +564,10 @@ void LockService::Impl::withdrawFromBackend(const Waiter& w, const WaiterQueue* 
   int64_t last_deadline_us = 0;
   if (q != nullptr) {
     for (const Waiter* other : q->fifo) {
-      if (other != &w) last_deadline_us = std::max(last_deadline_us, other->deadline_us);
+      // As othersQueued(): an abandoned waiter is leaving and keeps no mark alive.
+      if (other != &w && !other->abandoned) {
+        last_deadline_us = std::max(last_deadline_us, other->deadline_us);
+      }
     }
   }
   op.writer_wait_ms = std::clamp<int64_t>(

@@ -105,6 +105,34 @@ TEST(SafeRetriesTest, WithItsOwnOwnerIdARetryAfterASidecarRestartGetsItsGrant) {
   EXPECT_EQ(s->stop(), 0) << s->logs();
 }
 
+// A retry is recognised by its request id; the owner id alone proves nothing about the request
+// (review finding): a second request of an owner that holds the lock through this sidecar, under
+// another request id, is refused 409 held_by_you. It gets neither the lease nor sets its TTL.
+TEST(SafeRetriesTest, AnotherRequestOfTheSameOwnerIsNotARetry) {
+  RedisServer redis;
+  auto s = sidecarOn(redis);
+  HttpClient c = HttpClient::tcp(s->port());
+  auto first = c.post("/v1/locks/report/acquire",
+                      R"({"ttl_ms":60000,"owner":"shared-by-threads","request_id":"thread-a"})");
+  ASSERT_EQ(first.status, 200) << first.body;
+  auto second = c.post("/v1/locks/report/acquire",
+                       R"({"ttl_ms":1000,"owner":"shared-by-threads","request_id":"thread-b"})");
+  EXPECT_EQ(second.status, 409) << second.body;
+  EXPECT_EQ(json::parse(second.body).value("reason", ""), "held_by_you") << second.body;
+  // The holder's TTL is the one it asked for, not the second request's 1 s.
+  EXPECT_GT(std::stoll(redis.cli({"PTTL", "sidelock:{report}"})), 30'000);
+  auto multi_first = c.post("/v1/multilocks/acquire",
+                            R"({"names":["m-1","m-2"],"ttl_ms":60000,"owner":"shared-multi",)"
+                            R"("request_id":"thread-a"})");
+  ASSERT_EQ(multi_first.status, 200) << multi_first.body;
+  auto multi_second = c.post("/v1/multilocks/acquire",
+                             R"({"names":["m-1","m-2"],"ttl_ms":1000,"owner":"shared-multi",)"
+                             R"("request_id":"thread-b"})");
+  EXPECT_EQ(multi_second.status, 409) << multi_second.body;
+  EXPECT_GT(std::stoll(redis.cli({"PTTL", "sidelock:{m-1}"})), 30'000);
+  EXPECT_EQ(s->stop(), 0) << s->logs();
+}
+
 // Multi-locks: a retried acquire gets the same grant while every lease is still its owner's; a
 // grant that is partly gone is given back and the retry is a new acquire; a retried release gets
 // the first answer.

@@ -55,6 +55,23 @@ TEST(IdempotencyCacheTest, RemembersWithinTheWindowPerRouteNameAndId) {
   EXPECT_EQ(cache.begin(key, responder(), 999'000).kind, Kind::kRun) << "forgotten";
 }
 
+// A grant whose first answer went unread is given back unless a retry was handed it meanwhile:
+// the cache tells which answers were replayed (review finding: an auto_renew grant replayed to a
+// retry during the unread-answer watch was then given back under it).
+TEST(IdempotencyCacheTest, TellsWhetherAnAnswerWasHandedToARetry) {
+  IdempotencyCache cache(1000, 10, 1 << 20);
+  const std::string key = IdempotencyCache::keyOf("acquire", "x", "r");
+  auto claim = cache.begin(key, responder(), 0);
+  ASSERT_EQ(claim.kind, Kind::kRun);
+  const auto a = answer("grant");
+  cache.finish(key, claim.id, &a, 0);
+  EXPECT_FALSE(cache.replayed(key, claim.id));
+  ASSERT_EQ(cache.begin(key, responder(), 1000).kind, Kind::kReplay);
+  EXPECT_TRUE(cache.replayed(key, claim.id));
+  EXPECT_FALSE(cache.replayed(key, claim.id + 1)) << "another claim of the key";
+  EXPECT_FALSE(cache.replayed(IdempotencyCache::keyOf("acquire", "y", "r"), claim.id));
+}
+
 TEST(IdempotencyCacheTest, ExpiredAnswersAreDroppedAndTheirKeyIsFree) {
   IdempotencyCache cache(1000, 10, 1 << 20);
   const std::string key = IdempotencyCache::keyOf("acquire", "x", "r");
