@@ -165,15 +165,13 @@ void UvScheduler::onTimer() {
   // so a callback that re-posts itself cannot starve I/O.
   const int64_t now = nowUs();
   const uint64_t last_seq = next_seq_;
-  bool deferred = false;  // a due timer scheduled by this run waits for the next loop iteration
   while (true) {
     dropStaleTop();
     if (heap_.empty()) break;
     const HeapEntry top = heap_.front();
     if (top.deadline_us > now) break;
     if (top.seq > last_seq) {
-      deferred = true;
-      break;
+      break;  // a due timer scheduled by this run waits for the next loop iteration
     }
     popHeap();
     Callback cb = std::move(slots_[top.slot].cb);
@@ -185,12 +183,15 @@ void UvScheduler::onTimer() {
     heap_.clear();
     uv_timer_stop(timer_.get());
     uv_unref(timer_.raw());
-  } else if (deferred) {
-    // Not 0 ms: libuv 1.44 runs a timer restarted with 0 inside the timers phase again in the
-    // same phase, before any poll.
-    rearm(/*min_delay_ms=*/1);
   } else {
-    rearm();
+    // Never 0 ms from here: libuv compares timers with the loop time cached when this phase
+    // began, so a timer restarted with 0 runs again in the same phase, before any poll. That is
+    // true of a callback scheduled by this run and of a timer whose deadline passed
+    // while the callbacks ran: when every run takes longer than the gap to the next deadline (a
+    // loaded machine, a sanitizer build), the loop would never leave the timers phase, read a
+    // socket or write an answer (seen: pipelined requests unanswered, 100 % CPU). 1 ms lets the
+    // poll and check phases run between two runs.
+    rearm(/*min_delay_ms=*/1);
   }
 }
 

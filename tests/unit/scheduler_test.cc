@@ -115,6 +115,45 @@ TEST(UvSchedulerTest, SelfRepostingCallbackDoesNotStarveIo) {
   EXPECT_EQ(uv_loop_close(&loop), 0);
 }
 
+// Timers whose callbacks take longer than the gap to the next deadline (a loaded machine, a
+// sanitizer build) must not keep the loop in its timers phase: libuv compares with the loop time
+// cached when the phase began, so a timer restarted with 0 ms ran again at once, and sockets went
+// unread (pipelined requests unanswered at 100 % CPU under ASan).
+TEST(UvSchedulerTest, SlowTimerCallbacksDoNotStarveIo) {
+  uv_loop_t loop;
+  ASSERT_EQ(uv_loop_init(&loop), 0);
+  {
+    UvScheduler s(&loop);
+    int runs = 0;
+    bool io_ran = false;
+    UvHandle<uv_async_t> async;
+    ASSERT_EQ(uv_async_init(&loop, async.allocate(&io_ran),
+                            [](uv_async_t* h) { *static_cast<bool*>(h->data) = true; }),
+              0);
+    // Two chains, each busy for 3 ms and then due again 1 ms later: every run ends after the
+    // other chain's deadline has passed.
+    std::function<void()> chain = [&] {
+      ++runs;
+      const uint64_t until = uv_hrtime() + 3'000'000;
+      while (uv_hrtime() < until) {
+      }
+      if (!io_ran && runs < 400) {
+        s.runAfter(1, chain);
+      } else if (async.get() != nullptr) {
+        async.close();
+      }
+    };
+    s.runAfter(0, chain);
+    s.runAfter(0, chain);
+    uv_async_send(async.get());
+    uv_run(&loop, UV_RUN_DEFAULT);
+    EXPECT_TRUE(io_ran);
+    EXPECT_LT(runs, 40) << "the I/O callback waited behind the timers";
+  }
+  uv_run(&loop, UV_RUN_DEFAULT);
+  EXPECT_EQ(uv_loop_close(&loop), 0);
+}
+
 TEST(UvSchedulerTest, PostNeverRunsInsideTheCallAndCancelledTimersLetTheLoopEnd) {
   uv_loop_t loop;
   ASSERT_EQ(uv_loop_init(&loop), 0);
