@@ -17,6 +17,13 @@
 namespace sidelock::testing {
 namespace {
 
+// Under ASan the sidecar's RSS is ASan's (shadow memory, a quarantine that keeps freed blocks):
+// the load and the byte bound are checked there too, the RSS figures only in the build we ship.
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool kRssIsMeaningful = false;
+#else
+constexpr bool kRssIsMeaningful = true;
+#endif
 constexpr int64_t kChartMemoryLimitKiB = 128 * 1024;
 constexpr int64_t kMarginKiB = 16 * 1024;
 constexpr int kConnections = 4;
@@ -82,7 +89,9 @@ TEST(RequestIdMemoryTest, ManyLongRequestIdsStayWithinTheChartsMemoryLimit) {
   std::printf("RSS idle %lld KiB, peak %lld KiB; remembered %lld bytes\n",
               static_cast<long long>(idle_kib), static_cast<long long>(peak_kib),
               static_cast<long long>(bytes));
-  EXPECT_LT(peak_kib, kChartMemoryLimitKiB - kMarginKiB);
+  if (kRssIsMeaningful) {
+    EXPECT_LT(peak_kib, kChartMemoryLimitKiB - kMarginKiB);
+  }
   EXPECT_LE(bytes, 16 << 20) << "locks.max_request_id_bytes";
   EXPECT_GT(bytes, 12 << 20) << "the bound is reached: the oldest answers made room";
   EXPECT_EQ(sidecar.stop(), 0) << sidecar.logs();
@@ -98,7 +107,9 @@ TEST(RequestIdMemoryTest, MemoryComesBackWhenTheWindowIsOver) {
   const int64_t after_kib = bench::rssKiB(sidecar.pid());
   std::printf("RSS peak %lld KiB, after the window %lld KiB\n", static_cast<long long>(peak_kib),
               static_cast<long long>(after_kib));
-  EXPECT_LT(after_kib, peak_kib - 8 * 1024) << "the remembered answers' memory is given back";
+  if (kRssIsMeaningful) {
+    EXPECT_LT(after_kib, peak_kib - 8 * 1024) << "the remembered answers' memory is given back";
+  }
   EXPECT_EQ(sidecar.stop(), 0) << sidecar.logs();
 }
 

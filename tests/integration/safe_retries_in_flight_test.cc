@@ -163,7 +163,9 @@ TEST_F(SafeRetriesInFlightTest, CopiesOfAMultiLockAcquireGetOneGrant) {
     EXPECT_EQ(a.body, answers[0].body) << "the same owner and tokens, not 409";
   }
   // Each lease is the one the answer names.
-  for (const auto& lease : json::parse(answers[0].body)["leases"]) {
+  // (Named: a range-for over a member of a temporary json would read freed memory.)
+  const json grant = json::parse(answers[0].body);
+  for (const auto& lease : grant["leases"]) {
     EXPECT_EQ(json::parse(c_.get("/v1/locks/" + lease["name"].get<std::string>()).body)["token"],
               lease["token"]);
   }
