@@ -10,7 +10,7 @@ add_library(sidelock_chaos STATIC
   ${CMAKE_CURRENT_LIST_DIR}/net_namespace.cc
   ${CMAKE_CURRENT_LIST_DIR}/shell.cc
   ${CMAKE_CURRENT_LIST_DIR}/workload.cc)
-target_compile_options(sidelock_chaos PRIVATE ${SIDELOCK_WARNINGS})
+target_compile_options(sidelock_chaos PRIVATE ${SIDELOCK_WARNINGS} ${SIDELOCK_TEST_OPTIMIZE})
 target_include_directories(sidelock_chaos PUBLIC ${CMAKE_CURRENT_LIST_DIR}/..)
 target_link_libraries(sidelock_chaos PUBLIC sidelock_test_support nlohmann_json::nlohmann_json
   Threads::Threads)
