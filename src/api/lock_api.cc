@@ -9,6 +9,7 @@
 
 #include "api/json_object.h"
 #include "api/openapi_document.h"
+#include "common/invariant.h"
 #include "common/log.h"
 
 namespace sidelock::api {
@@ -1313,7 +1314,7 @@ void LockApi::retryMultiGrant(lock::MultiAcquireOptions opts, std::string replay
           {lease["name"].get<std::string>(), owner, lease["token"].get<uint64_t>(), 0});
     }
   }
-  if (!readable) {
+  if (!SL_INVARIANT(readable, "api.remembered_multi_grant_unreadable")) {
     replies_->forget(replay_key, answer_id);
     return beginMultiAcquire(std::move(opts), std::move(replay_key), std::move(res));
   }

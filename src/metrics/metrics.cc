@@ -11,6 +11,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "common/invariant.h"
+
 namespace sidelock::metrics {
 namespace {
 
@@ -227,7 +229,13 @@ Metrics::Metrics(std::string version)
                             .Help("Connections holding a streamed response (counted against "
                                   "listen.max_stream_holds, not max_connections).")
                             .Register(*registry_)
-                            .Add({})) {
+                            .Add({})),
+      internal_errors(BuildCounter()
+                          .Name("sidelock_internal_errors_total")
+                          .Help("Internal consistency checks that failed: a bug in sidelock "
+                                "(its log names the check). Expected to stay 0.")
+                          .Register(*registry_)
+                          .Add({})) {
   BuildGauge()
       .Name("sidelock_build_info")
       .Help("Build information; always 1.")
@@ -395,6 +403,10 @@ const std::string& Metrics::renderCached(uint64_t epoch) {
 
 std::string Metrics::render() {
   for (auto& hook : scrape_hooks_) hook();
+  const double internal_errors_now = static_cast<double>(internalErrorCount());
+  if (internal_errors_now > internal_errors.Value()) {
+    internal_errors.Increment(internal_errors_now - internal_errors.Value());
+  }
   updateProcessMetrics();
   std::ostringstream out;
   prometheus::TextSerializer().Serialize(out, registry_->Collect());

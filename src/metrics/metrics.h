@@ -149,6 +149,11 @@ class Metrics {
   prometheus::Counter& http_connections_evicted;   // idle ones closed to admit a new client
   prometheus::Gauge& http_stream_holds;            // connections counted as stream holds
 
+  // --- health of sidelock itself ---
+  /// "Cannot happen" checks that failed (SL_INVARIANT, src/common/invariant.h); copied from
+  /// internalErrorCount() at scrape time. Anything above 0 is a bug to report.
+  prometheus::Counter& internal_errors;
+
   prometheus::Counter& httpRequests(std::string_view route, int code);
   prometheus::Histogram& httpLatency(std::string_view route);
 
