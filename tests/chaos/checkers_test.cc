@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "chaos/history.h"
+#include "support/hold_check.h"
 
 namespace sidelock::testing::chaos {
 namespace {
@@ -82,6 +83,45 @@ TEST(ChaosCheckers, LateRequestsViolateLivenessUnlessTheirSidecarWasStopped) {
   stopped.add(on_stopped);
   stopped.add(on_other);
   EXPECT_EQ(checkLiveness(stopped, 2000).size(), 1u) << "only the other sidecar's request is late";
+}
+
+// The shared observer (tests/support/hold_check.h) the semaphore, read/write, fair, multi-lock
+// and chaos tests judge their logs with.
+Hold hold(const std::string& lock, int64_t from, int64_t to, HoldMode mode = HoldMode::kExclusive) {
+  return Hold{lock, from, to, mode, lock + "@" + std::to_string(from), 0};
+}
+
+TEST(HoldCheck, ExclusiveHoldsOfOneLockMustNotOverlap) {
+  auto report = checkExclusion({hold("a", 0, 10), hold("a", 10, 20), hold("b", 5, 15)});
+  EXPECT_TRUE(report.violations.empty()) << "back to back, or another lock, is no overlap";
+  EXPECT_EQ(report.most_at_once, 1);
+  report = checkExclusion({hold("a", 0, 10), hold("a", 9, 20)});
+  ASSERT_EQ(report.violations.size(), 1u);
+  EXPECT_EQ(report.violations[0], "lock a held by a@0 and a@9");
+}
+
+TEST(HoldCheck, SharedHoldsShareUpToTheLimitAndNeverBesideAnExclusiveOne) {
+  const auto shared = HoldMode::kShared;
+  auto report = checkExclusion({hold("r", 0, 10, shared), hold("r", 2, 12, shared),
+                                hold("r", 4, 14, shared)});
+  EXPECT_TRUE(report.violations.empty()) << "readers: no limit";
+  EXPECT_EQ(report.most_at_once, 3);
+  EXPECT_EQ(report.shared_overlaps, 3);
+  report = checkExclusion(
+      {hold("s", 0, 10, shared), hold("s", 2, 12, shared), hold("s", 4, 14, shared)},
+      {.shared_limit = 2, .excused = nullptr});
+  ASSERT_EQ(report.violations.size(), 1u) << "a semaphore of 2 with 3 permits out";
+  EXPECT_NE(report.violations[0].find("3 shared holders at once, over the limit of 2"),
+            std::string::npos);
+  report = checkExclusion({hold("r", 0, 10, shared), hold("r", 5, 10), hold("r", 9, 12, shared)});
+  EXPECT_EQ(report.violations.size(), 2u) << "a writer beside a reader, and a reader beside it";
+}
+
+TEST(HoldCheck, AnExcusedConflictIsPassedOverAndAnEmptyHoldOverlapsNothing) {
+  ExclusionRules rules;
+  rules.excused = [](const Hold& x, const Hold& y) { return x.from_us == 0 && y.from_us == 5; };
+  auto report = checkExclusion({hold("a", 0, 10), hold("a", 5, 6), hold("a", 7, 7)}, rules);
+  EXPECT_TRUE(report.violations.empty());
 }
 
 }  // namespace

@@ -10,6 +10,8 @@
 #include <sstream>
 #include <tuple>
 
+#include "support/hold_check.h"
+
 namespace sidelock::testing::chaos {
 
 int64_t nowUs() {
@@ -66,15 +68,15 @@ std::vector<Fault> History::faults() const {
 
 namespace {
 
+bool overlaps(int64_t a_start, int64_t a_end, int64_t b_start, int64_t b_end) {
+  return a_start < b_end && b_start < a_end;
+}
+
 std::string describe(const GrantWindow& w) {
   std::ostringstream out;
   out << "sidecar " << w.process << " client " << w.client << " token " << w.token << " ["
       << w.start_us / 1000 << " ms, " << w.end_us / 1000 << " ms]";
   return out.str();
-}
-
-bool overlaps(int64_t a_start, int64_t a_end, int64_t b_start, int64_t b_end) {
-  return a_start < b_end && b_start < a_end;
 }
 
 }  // namespace
@@ -108,7 +110,15 @@ std::vector<GrantWindow> grantWindows(const History& history) {
 std::vector<std::string> checkMutualExclusion(const History& history) {
   const auto windows = grantWindows(history);
   const auto faults = history.faults();
-  auto data_lost_during = [&](const GrantWindow& a, const GrantWindow& b) {
+  std::vector<Hold> holds;
+  for (size_t i = 0; i < windows.size(); ++i) {
+    const GrantWindow& w = windows[i];
+    holds.push_back({w.lock, w.start_us, w.end_us, HoldMode::kExclusive, describe(w), i});
+  }
+  ExclusionRules rules;
+  rules.excused = [&](const Hold& x, const Hold& y) {
+    const GrantWindow& a = windows[x.tag];
+    const GrantWindow& b = windows[y.tag];
     for (const Fault& f : faults) {
       if (f.loses_data && f.start_us <= std::max(a.end_us, b.end_us) &&
           f.start_us >= std::min(a.start_us, b.start_us)) {
@@ -118,15 +128,8 @@ std::vector<std::string> checkMutualExclusion(const History& history) {
     return false;
   };
   std::vector<std::string> violations;
-  for (size_t i = 0; i < windows.size(); ++i) {
-    for (size_t j = i + 1; j < windows.size() && windows[j].start_us < windows[i].end_us; ++j) {
-      const GrantWindow& a = windows[i];
-      const GrantWindow& b = windows[j];
-      if (a.lock != b.lock || !overlaps(a.start_us, a.end_us, b.start_us, b.end_us)) continue;
-      if (data_lost_during(a, b)) continue;
-      violations.push_back("mutual exclusion: lock " + a.lock + " held by " + describe(a) +
-                           " and " + describe(b));
-    }
+  for (const std::string& v : checkExclusion(std::move(holds), rules).violations) {
+    violations.push_back("mutual exclusion: " + v);
   }
   return violations;
 }

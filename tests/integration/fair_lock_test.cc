@@ -13,9 +13,12 @@
 #include <thread>
 #include <vector>
 
+#include "support/hold_check.h"
 #include "support/http_client.h"
+#include "support/lock_answers.h"
 #include "support/redis_server.h"
 #include "support/redlock_sidecar.h"
+#include "support/sidecar_group.h"
 #include "support/sidecar_polling.h"
 #include "support/sidecar_process.h"
 
@@ -25,11 +28,6 @@ namespace {
 using nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
-std::string ownerOf(const HttpResponse& r) { return json::parse(r.body)["owner"]; }
-int64_t msSince(Clock::time_point t0) {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count();
-}
-
 /// Waiters registered in the lock's queue in Redis.
 int queued(RedisServer& redis, const std::string& name) {
   return std::stoi(redis.cli({"ZCARD", "sidelock:{" + name + "}:fair"}));
@@ -38,16 +36,19 @@ int queued(RedisServer& redis, const std::string& name) {
 // Eight waiters arrive one after the other, alternating between two sidecars; when the holder
 // releases, they get the lock exactly in their order of arrival.
 TEST(FairLockTest, WaitersOfTwoSidecarsAreGrantedInArrivalOrder) {
-  RedisServer redis;
-  auto a = sidecarOnRedis(redis.address());
-  auto b = sidecarOnRedis(redis.address());
+  SidecarGroup group(2);
+  RedisServer& redis = group.redis;
+  auto& a = group[0];
+  auto& b = group[1];
   HttpClient ca = HttpClient::tcp(a->port());
   auto holder = ca.post("/v1/locks/line/acquire", R"({"fair":true,"ttl_ms":30000})");
   ASSERT_EQ(holder.status, 200) << holder.body;
   EXPECT_EQ(json::parse(holder.body)["fair"], true);
 
+  const auto holder_granted = HoldLog::now();
   constexpr int kWaiters = 8;
   std::mutex mu;
+  HoldLog holds;  // every holder's grant-to-release interval, as its client saw it
   std::vector<int> granted_order;
   std::vector<std::string> failures;
   std::vector<std::thread> waiters;
@@ -61,7 +62,10 @@ TEST(FairLockTest, WaitersOfTwoSidecarsAreGrantedInArrivalOrder) {
         failures.push_back(std::to_string(i) + ": " + std::to_string(r.status) + " " + r.body);
         return;
       }
+      const auto granted = HoldLog::now();
       granted_order.push_back(i);
+      holds.record("line", granted, HoldLog::now(), HoldMode::kExclusive,
+                   "waiter " + std::to_string(i));
       // Released under the mutex: the next grant cannot be recorded before this one.
       auto rel = c.post("/v1/locks/line/release", json{{"owner", ownerOf(r)}}.dump());
       if (rel.status != 200) failures.push_back("release " + rel.body);
@@ -71,16 +75,18 @@ TEST(FairLockTest, WaitersOfTwoSidecarsAreGrantedInArrivalOrder) {
   }
   // A single try does not jump the queue, even on a sidecar with no local waiters left.
   EXPECT_EQ(ca.post("/v1/locks/line/acquire", R"({"fair":true})").status, 409);
+  holds.record("line", holder_granted, HoldLog::now(), HoldMode::kExclusive, "the first holder");
   EXPECT_EQ(ca.post("/v1/locks/line/release", json{{"owner", ownerOf(holder)}}.dump()).status, 200);
   for (auto& t : waiters) t.join();
   EXPECT_TRUE(failures.empty()) << failures.front();
+  const ExclusionReport report = checkExclusion(holds.holds());
+  EXPECT_TRUE(report.violations.empty()) << report.violations.front();
   std::vector<int> expected;
   for (int i = 0; i < kWaiters; ++i) expected.push_back(i);
   EXPECT_EQ(granted_order, expected) << "granted in arrival order across both sidecars";
   EXPECT_EQ(redis.cli({"EXISTS", "sidelock:{line}:fair", "sidelock:{line}:fair:claims"}), "0")
       << "an empty queue leaves no keys";
-  EXPECT_EQ(a->stop(), 0) << a->logs();
-  EXPECT_EQ(b->stop(), 0) << b->logs();
+  group.expectCleanStops();
 }
 
 // The queue is: a client that will hang up, a waiter on a sidecar that will be killed, and a
@@ -88,9 +94,10 @@ TEST(FairLockTest, WaitersOfTwoSidecarsAreGrantedInArrivalOrder) {
 // place only until its claim lapses (about two retry intervals and a second); the live waiter
 // then gets the lock, instead of waiting forever.
 TEST(FairLockTest, ALeavingWaiterAndADeadSidecarDoNotStallTheQueue) {
-  RedisServer redis;
-  auto a = sidecarOnRedis(redis.address());
-  auto doomed = sidecarOnRedis(redis.address());
+  SidecarGroup group(2);
+  RedisServer& redis = group.redis;
+  auto& a = group[0];
+  auto& doomed = group[1];
   HttpClient ca = HttpClient::tcp(a->port());
   auto holder = ca.post("/v1/locks/till/acquire", R"({"ttl_ms":30000})");
   ASSERT_EQ(holder.status, 200) << holder.body;

@@ -14,9 +14,11 @@
 #include <thread>
 #include <vector>
 
+#include "support/hold_check.h"
 #include "support/http_client.h"
 #include "support/redis_server.h"
 #include "support/redlock_sidecar.h"
+#include "support/sidecar_group.h"
 #include "support/sidecar_polling.h"
 #include "support/sidecar_process.h"
 
@@ -103,18 +105,15 @@ TEST(MultiLockTest, AllOrNoneInSortedOrder) {
 // transfer gets through well within its wait budget, and the observer never sees two holders
 // of one account.
 TEST(MultiLockTest, OverlappingMultiLocksNeverDeadlock) {
-  RedisServer redis;
-  auto a = sidecarOnRedis(redis.address());
-  auto b = sidecarOnRedis(redis.address());
+  SidecarGroup group(2);
+  auto& a = group[0];
+  auto& b = group[1];
   const std::vector<std::vector<std::string>> sets = {
       {"acct-a", "acct-b"}, {"acct-b", "acct-a"},           {"acct-b", "acct-c"},
       {"acct-c", "acct-a"}, {"acct-c", "acct-b", "acct-a"}, {"acct-a"}};
   constexpr int kRounds = 10;
-  struct Interval {
-    Clock::time_point start, end;
-  };
   std::mutex mu;
-  std::map<std::string, std::vector<Interval>> intervals;
+  HoldLog holds;  // each account's grant-to-release interval, per client
   std::atomic<int> failures{0};
   std::string first_failure;
   std::vector<std::thread> clients;
@@ -139,13 +138,10 @@ TEST(MultiLockTest, OverlappingMultiLocksNeverDeadlock) {
           if (failures++ == 0) first_failure = std::to_string(r.status) + " " + r.body;
           continue;
         }
-        const auto granted = Clock::now();
+        const auto granted = HoldLog::now();
         std::this_thread::sleep_for(std::chrono::milliseconds(2));
-        const auto releasing = Clock::now();
-        {
-          std::lock_guard<std::mutex> lock(mu);
-          for (const auto& n : names) intervals[n].push_back({granted, releasing});
-        }
+        const auto releasing = HoldLog::now();
+        for (const auto& n : names) holds.record(n, granted, releasing);
         auto rel = c.post("/v1/multilocks/release",
                           json{{"names", names}, {"owner", json::parse(r.body)["owner"]}}.dump());
         if (rel.status != 200) {
@@ -159,19 +155,12 @@ TEST(MultiLockTest, OverlappingMultiLocksNeverDeadlock) {
   const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   EXPECT_EQ(failures.load(), 0) << first_failure;
   EXPECT_LT(seconds, 8.0) << "no transfer waited out its budget";
-  int overlaps = 0;
-  for (const auto& [name, list] : intervals) {
-    for (size_t i = 0; i < list.size(); ++i) {
-      for (size_t j = i + 1; j < list.size(); ++j) {
-        if (list[i].start < list[j].end && list[j].start < list[i].end) ++overlaps;
-      }
-    }
-  }
-  EXPECT_EQ(overlaps, 0) << "the observer saw two holders of one account";
+  const ExclusionReport report = checkExclusion(holds.holds());
+  EXPECT_TRUE(report.violations.empty())
+      << "the observer saw two holders of one account: " << report.violations.front();
   std::cout << "[multi_lock] " << 2 * sets.size() * kRounds
             << " overlapping multi-locks on 2 sidecars in " << seconds << " s\n";
-  EXPECT_EQ(a->stop(), 0) << a->logs();
-  EXPECT_EQ(b->stop(), 0) << b->logs();
+  group.expectCleanStops();
 }
 
 // A lease taken first runs down while the next name is waited for: it is extended before the

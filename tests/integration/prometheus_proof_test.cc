@@ -34,6 +34,7 @@
 #include "integration/prometheus_queries.h"
 #include "support/child_process.h"
 #include "support/http_client.h"
+#include "support/lock_answers.h"
 #include "support/redis_server.h"
 #include "support/sidecar_polling.h"
 #include "support/sidecar_process.h"
@@ -187,11 +188,6 @@ bool waitFor(const std::function<bool()>& done, std::chrono::seconds timeout) {
     std::this_thread::sleep_for(milliseconds(100));
   }
   return done();
-}
-
-std::string ownerOf(const HttpResponse& r) {
-  const json body = json::parse(r.body, nullptr, false);
-  return body.is_object() ? body.value("owner", "") : "";
 }
 
 // A small contended workload touching every lock-level metric: grants, busy, waits behind a

@@ -17,9 +17,12 @@
 #include <thread>
 #include <vector>
 
+#include "support/hold_check.h"
 #include "support/http_client.h"
+#include "support/lock_answers.h"
 #include "support/redis_server.h"
 #include "support/redlock_sidecar.h"
+#include "support/sidecar_group.h"
 #include "support/sidecar_polling.h"
 #include "support/sidecar_process.h"
 
@@ -29,24 +32,8 @@ namespace {
 using nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
-std::string ownerOf(const HttpResponse& r) { return json::parse(r.body)["owner"]; }
-int64_t msSince(Clock::time_point t0) {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count();
-}
-
 // Two sidecars on one Redis, a client of each; both must stop cleanly.
-class ReadWriteTwoSidecars : public ::testing::Test {
- protected:
-  void TearDown() override {
-    EXPECT_EQ(a->stop(), 0) << a->logs();
-    EXPECT_EQ(b->stop(), 0) << b->logs();
-  }
-  RedisServer redis;
-  std::unique_ptr<SidecarProcess> a = sidecarOnRedis(redis.address());
-  std::unique_ptr<SidecarProcess> b = sidecarOnRedis(redis.address());
-  HttpClient ca = HttpClient::tcp(a->port());
-  HttpClient cb = HttpClient::tcp(b->port());
-};
+class ReadWriteTwoSidecars : public TwoSidecarsOnOneRedis {};
 
 TEST_F(ReadWriteTwoSidecars, ReadersShareAWriterExcludesEverybody) {
   auto r1 = ca.post("/v1/locks/doc/acquire", R"({"mode":"shared","ttl_ms":20000})");
@@ -160,16 +147,13 @@ TEST(ReadWriteTest, ContentionAcrossTwoSidecarsKeepsWritersAlone) {
   constexpr int kReadersPerSidecar = 6;
   constexpr int kWritersPerSidecar = 2;
   constexpr int kRounds = 8;
-  RedisServer redis;
-  auto a = sidecarOnRedis(redis.address());
-  auto b = sidecarOnRedis(redis.address());
+  SidecarGroup group(2);
+  RedisServer& redis = group.redis;
+  auto& a = group[0];
+  auto& b = group[1];
 
-  struct Interval {
-    Clock::time_point start, end;
-    bool writer;
-  };
   std::mutex mu;
-  std::vector<Interval> intervals;
+  HoldLog holds;  // each client's grant-to-release interval
   std::atomic<int> failures{0};
   std::string first_failure;
   auto fail = [&](const std::string& what) {
@@ -191,13 +175,10 @@ TEST(ReadWriteTest, ContentionAcrossTwoSidecarsKeepsWritersAlone) {
           fail((writer ? "writer " : "reader ") + std::to_string(r.status) + " " + r.body);
           continue;
         }
-        const auto granted = Clock::now();
+        const auto granted = HoldLog::now();
         std::this_thread::sleep_for(std::chrono::milliseconds(writer ? 2 : 8));
-        const auto releasing = Clock::now();
-        {
-          std::lock_guard<std::mutex> lock(mu);
-          intervals.push_back({granted, releasing, writer});
-        }
+        holds.record("ledger", granted, HoldLog::now(),
+                     writer ? HoldMode::kExclusive : HoldMode::kShared);
         auto rel = c.post("/v1/locks/ledger/release", json{{"owner", ownerOf(r)}}.dump());
         if (rel.status != 200) fail("release " + std::to_string(rel.status) + " " + rel.body);
       }
@@ -206,34 +187,24 @@ TEST(ReadWriteTest, ContentionAcrossTwoSidecarsKeepsWritersAlone) {
   for (auto& t : clients) t.join();
   const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   EXPECT_EQ(failures.load(), 0) << first_failure;
-  ASSERT_EQ(intervals.size(), 2u * (kReadersPerSidecar + kWritersPerSidecar) * kRounds);
-  int writer_overlaps = 0;
-  int reader_overlaps = 0;
-  for (size_t i = 0; i < intervals.size(); ++i) {
-    for (size_t j = i + 1; j < intervals.size(); ++j) {
-      const Interval& x = intervals[i];
-      const Interval& y = intervals[j];
-      if (x.start < y.end && y.start < x.end) {
-        (x.writer || y.writer ? writer_overlaps : reader_overlaps) += 1;
-      }
-    }
-  }
-  EXPECT_EQ(writer_overlaps, 0) << "the observer saw a writer beside another holder";
-  EXPECT_GT(reader_overlaps, 0) << "readers held the lock side by side";
-  std::cout << "[read_write] " << intervals.size() << " holds on 2 sidecars in " << seconds
-            << " s, " << reader_overlaps << " reader overlaps\n";
+  ASSERT_EQ(holds.size(), 2u * (kReadersPerSidecar + kWritersPerSidecar) * kRounds);
+  const ExclusionReport report = checkExclusion(holds.holds());
+  EXPECT_TRUE(report.violations.empty())
+      << "the observer saw a writer beside another holder: " << report.violations.front();
+  EXPECT_GT(report.shared_overlaps, 0) << "readers held the lock side by side";
+  std::cout << "[read_write] " << holds.size() << " holds on 2 sidecars in " << seconds << " s, "
+            << report.shared_overlaps << " reader overlaps\n";
   EXPECT_EQ(redis.cli({"EXISTS", "sidelock:{ledger}", "sidelock:{ledger}:readers"}), "0");
-  EXPECT_EQ(a->stop(), 0) << a->logs();
-  EXPECT_EQ(b->stop(), 0) << b->logs();
+  group.expectCleanStops();
 }
 
 // Readers on one sidecar overlap without a gap (each new reader joins before the last leaves):
 // without writer preference a writer on the other sidecar would never find the lock free. With
 // it, the writer's mark keeps new readers out, the old ones drain, and the writer gets in.
 TEST(ReadWriteTest, AWaitingWriterIsNotStarvedByAStreamOfReaders) {
-  RedisServer redis;
-  auto readers_side = sidecarOnRedis(redis.address());
-  auto writer_side = sidecarOnRedis(redis.address());
+  SidecarGroup group(2);
+  auto& readers_side = group[0];
+  auto& writer_side = group[1];
   std::atomic<bool> stop{false};
   std::atomic<int> reads{0};
   std::atomic<int> turned_away{0};
@@ -278,17 +249,17 @@ TEST(ReadWriteTest, AWaitingWriterIsNotStarvedByAStreamOfReaders) {
             << reads.load() << " reads; " << turned_away.load() << " reads turned away\n";
   EXPECT_EQ(w.post("/v1/locks/report/release", json{{"owner", ownerOf(writer)}}.dump()).status,
             200);
-  EXPECT_EQ(readers_side->stop(), 0) << readers_side->logs();
-  EXPECT_EQ(writer_side->stop(), 0) << writer_side->logs();
+  group.expectCleanStops();
 }
 
 // The last reader leaves on sidecar A, where another reader is queued; the writer is queued on
 // sidecar B. A's queued reader hears the release first, but the writer's mark (a key of its own,
 // outliving the readers) still turns it away: the writer gets in first.
 TEST(ReadWriteTest, AReaderQueuedOnAnotherSidecarDoesNotOvertakeTheWriter) {
-  RedisServer redis;
-  auto a = sidecarOnRedis(redis.address());
-  auto b = sidecarOnRedis(redis.address());
+  SidecarGroup group(2);
+  RedisServer& redis = group.redis;
+  auto& a = group[0];
+  auto& b = group[1];
   HttpClient ca = HttpClient::tcp(a->port());
   auto r1 = ca.post("/v1/locks/map/acquire", R"({"mode":"shared","ttl_ms":20000})");
   ASSERT_EQ(r1.status, 200) << r1.body;
@@ -323,8 +294,7 @@ TEST(ReadWriteTest, AReaderQueuedOnAnotherSidecarDoesNotOvertakeTheWriter) {
   ASSERT_GE(reader_granted_ms.load(), 0);
   EXPECT_LT(writer_granted_ms.load(), reader_granted_ms.load()) << "the writer went first";
   EXPECT_EQ(redis.cli({"EXISTS", "sidelock:{map}:writer"}), "0") << "the writer's mark is gone";
-  EXPECT_EQ(a->stop(), 0) << a->logs();
-  EXPECT_EQ(b->stop(), 0) << b->logs();
+  group.expectCleanStops();
 }
 
 // Issue 22: a queued writer that leaves without the lock (its client hangs up, its wait_ms
@@ -416,9 +386,9 @@ TEST(ReadWriteTest, AWriterThatLeavesTakesItsMarkWithIt) {
 // own TTL, although another reader with a longer lease came and went. A reader's stream hold
 // gives its lease back when the client hangs up.
 TEST(ReadWriteTest, ACrashedReaderExpiresAndAStreamReaderGivesBack) {
-  RedisServer redis;
-  auto crashing = sidecarOnRedis(redis.address());
-  auto other = sidecarOnRedis(redis.address());
+  SidecarGroup group(2);
+  auto& crashing = group[0];
+  auto& other = group[1];
   HttpClient c = HttpClient::tcp(crashing->port());
   ASSERT_EQ(c.post("/v1/locks/cfg/acquire", R"({"mode":"shared","ttl_ms":800})").status, 200);
   HttpClient o = HttpClient::tcp(other->port());

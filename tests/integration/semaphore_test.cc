@@ -15,9 +15,12 @@
 #include <utility>
 #include <vector>
 
+#include "support/hold_check.h"
 #include "support/http_client.h"
+#include "support/lock_answers.h"
 #include "support/redis_server.h"
 #include "support/redlock_sidecar.h"
+#include "support/sidecar_group.h"
 #include "support/sidecar_polling.h"
 #include "support/sidecar_process.h"
 
@@ -36,12 +39,13 @@ TEST(SemaphoreTest, FlashSaleNeverExceedsTheLimit) {
   constexpr int kLimit = 3;
   constexpr int kShoppersPerSidecar = 12;
   constexpr int kRounds = 8;
-  RedisServer redis;
-  auto a = sidecarOnRedis(redis.address());
-  auto b = sidecarOnRedis(redis.address());
+  SidecarGroup group(2);
+  RedisServer& redis = group.redis;
+  auto& a = group[0];
+  auto& b = group[1];
 
   std::mutex mu;
-  std::vector<std::pair<Clock::time_point, int>> edges;  // +1 at a grant, -1 before its release
+  HoldLog holds;  // each permit as its shopper saw it: grant to release
   std::atomic<int> failures{0};
   std::string first_failure;
   std::vector<std::thread> shoppers;
@@ -58,14 +62,9 @@ TEST(SemaphoreTest, FlashSaleNeverExceedsTheLimit) {
           if (failures++ == 0) first_failure = std::to_string(r.status) + " " + r.body;
           continue;
         }
-        const auto granted = Clock::now();
+        const auto granted = HoldLog::now();
         std::this_thread::sleep_for(std::chrono::milliseconds(3));
-        const auto releasing = Clock::now();
-        {
-          std::lock_guard<std::mutex> lock(mu);
-          edges.emplace_back(granted, +1);
-          edges.emplace_back(releasing, -1);
-        }
+        holds.record("checkout", granted, HoldLog::now(), HoldMode::kShared);
         auto rel = c.post("/v1/semaphores/checkout/release", json{{"permit", permitOf(r)}}.dump());
         if (rel.status != 200) {
           std::lock_guard<std::mutex> lock(mu);
@@ -77,16 +76,11 @@ TEST(SemaphoreTest, FlashSaleNeverExceedsTheLimit) {
   for (auto& t : shoppers) t.join();
   const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   EXPECT_EQ(failures.load(), 0) << first_failure;
-  ASSERT_EQ(edges.size(), 2u * 2 * kShoppersPerSidecar * kRounds);
-  // Ends sort before starts at the same instant: an interval that closed is not counted open.
-  std::sort(edges.begin(), edges.end());
-  int in_use = 0;
-  int most = 0;
-  for (const auto& [t, d] : edges) {
-    in_use += d;
-    most = std::max(most, in_use);
-  }
-  EXPECT_LE(most, kLimit) << "the observer saw more slots in use than the limit";
+  ASSERT_EQ(holds.size(), 2u * kShoppersPerSidecar * kRounds);
+  const ExclusionReport report = checkExclusion(holds.holds(), {.shared_limit = kLimit, .excused = nullptr});
+  EXPECT_TRUE(report.violations.empty())
+      << "the observer saw more slots in use than the limit: " << report.violations.front();
+  const int most = report.most_at_once;
   EXPECT_GE(most, 2) << "the permits were used side by side at all";
   EXPECT_LT(seconds, 20.0);
   std::cout << "[semaphore] " << 2 * kShoppersPerSidecar * kRounds << " checkouts through "
@@ -95,8 +89,7 @@ TEST(SemaphoreTest, FlashSaleNeverExceedsTheLimit) {
   auto state = HttpClient::tcp(a->port()).get("/v1/semaphores/checkout");
   EXPECT_EQ(json::parse(state.body)["used"], 0);
   EXPECT_EQ(redis.cli({"EXISTS", "sidelock:{checkout}:sem"}), "0") << "an empty semaphore is gone";
-  EXPECT_EQ(a->stop(), 0) << a->logs();
-  EXPECT_EQ(b->stop(), 0) << b->logs();
+  group.expectCleanStops();
 }
 
 TEST(SemaphoreTest, LimitsPermitsInspectAndBadInput) {
@@ -161,17 +154,16 @@ TEST(SemaphoreTest, LimitsPermitsInspectAndBadInput) {
 // TTL; a waiter on another sidecar gets it then. A stream hold gives its permit back when the
 // client hangs up.
 TEST(SemaphoreTest, CrashedHoldersPermitExpiresAndStreamsGiveBack) {
-  RedisServer redis;
-  auto crashing = sidecarOnRedis(redis.address());
-  auto other = sidecarOnRedis(redis.address());
+  SidecarGroup group(2);
+  auto& crashing = group[0];
+  auto& other = group[1];
   HttpClient c = HttpClient::tcp(crashing->port());
   ASSERT_EQ(c.post("/v1/semaphores/one/acquire", R"({"limit":1,"ttl_ms":600})").status, 200);
   crashing->kill();
   HttpClient o = HttpClient::tcp(other->port());
   const auto t0 = Clock::now();
   auto next = o.post("/v1/semaphores/one/acquire", R"({"limit":1,"ttl_ms":5000,"wait_ms":5000})");
-  const auto waited_ms =
-      std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count();
+  const int64_t waited_ms = msSince(t0);
   ASSERT_EQ(next.status, 200) << next.body;
   EXPECT_LT(waited_ms, 3000) << "granted once the crashed holder's permit expired";
   EXPECT_EQ(o.post("/v1/semaphores/one/release", json{{"permit", permitOf(next)}}.dump()).status,
