@@ -1,4 +1,5 @@
 sidelock_test(api_unit_test
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/request_body_test.cc ${CMAKE_CURRENT_LIST_DIR}/idempotency_cache_test.cc
+          ${CMAKE_CURRENT_LIST_DIR}/lock_api_test.cc
   LIBS sidelock_api
   LABELS unit)

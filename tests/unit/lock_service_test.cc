@@ -14,10 +14,8 @@
 #include <utility>
 #include <vector>
 
-#include "api/lock_api.h"
 #include "common/rate_limited_log.h"
 #include "event/fake_scheduler.h"
-#include "http/http_types.h"
 #include "lock/lease_table.h"
 #include "lock_test_backend.h"
 #include "metrics/metrics.h"
@@ -1099,78 +1097,6 @@ void LockServiceTest::manyClientsNeverOverlapAndEverythingSettles() {
                 metrics.acquireFor("mutex").error.Value() +
                 metrics.acquireFor("mutex").too_many_waiters.Value(),
             static_cast<double>(all.size()));
-}
-
-// --- the API layer on top (a fake responder that behaves like the HTTP server's) -------------
-
-/// Mirrors HttpServer's Exchange: once the client is gone, clientConnected() is false at once
-/// and the client-gone callback is posted to a later turn (never run inside the noticing call).
-class FakeResponder final : public http::Responder {
- public:
-  explicit FakeResponder(event::FakeScheduler& sched) : sched_(sched) {}
-  void send(int status, std::string_view, std::string body,
-            std::vector<std::pair<std::string, std::string>>) override {
-    if (done_) return;
-    done_ = true;
-    gone_cb_ = nullptr;
-    statuses.push_back(status);
-    bodies.push_back(std::move(body));
-  }
-  void startStream(int status, std::string_view) override { statuses.push_back(status); }
-  bool writeChunk(std::string_view data) override {
-    bodies.emplace_back(data);
-    return !gone_;
-  }
-  void endStream() override {
-    done_ = true;
-    gone_cb_ = nullptr;
-  }
-  bool clientConnected() const override { return !gone_; }
-  void onClientGone(std::function<void()> cb) override {
-    if (!done_ && !gone_) gone_cb_ = std::move(cb);
-  }
-  void disconnect() {
-    gone_ = true;
-    if (gone_cb_) sched_.post(std::exchange(gone_cb_, nullptr));
-  }
-  std::vector<int> statuses;
-  std::vector<std::string> bodies;
-
- private:
-  event::FakeScheduler& sched_;
-  bool done_ = false;
-  bool gone_ = false;
-  std::function<void()> gone_cb_;
-};
-
-TEST_F(LockServiceTest, ApiGrantThatReachesAClientThatLeftIsReleased) {
-  api::LockApi lock_api(cfg, *svc, metrics, sched);
-  http::Handler acquire;
-  for (auto& r : lock_api.routes()) {
-    if (r.pattern == "/v1/locks/{name}/acquire") acquire = r.handler;
-  }
-  ASSERT_TRUE(acquire);
-  const std::vector<std::pair<std::string, std::string>> bodies = {
-      {"plain", R"({"ttl_ms":60000,"wait_ms":5000})"},
-      {"renewed", R"({"ttl_ms":60000,"wait_ms":5000,"auto_renew":true})"},
-      {"stream", R"({"ttl_ms":60000,"wait_ms":5000,"hold":"stream"})"}};
-  for (const auto& [name, body] : bodies) {
-    SCOPED_TRACE(name);
-    http::Request req;
-    req.method = "POST";
-    req.params = {{"name", name}};
-    req.body = body;
-    auto res = std::make_shared<FakeResponder>(sched);
-    acquire(req, res);  // the lock is free: the attempt is in flight
-    // The client leaves; the backend's grant is processed before the client-gone callback
-    // (on the real loop: the Redis reply and the EOF read in the same poll phase).
-    res->disconnect();
-    advance(10);
-    EXPECT_FALSE(inspect(name).held) << "a grant nobody can learn about must not linger";
-  }
-  EXPECT_TRUE(svc->leases().empty());
-  EXPECT_EQ(held(), 0);
-  EXPECT_EQ(waiters(), 0);
 }
 
 // --- read/write locks ------------------------------------------------------------------------
