@@ -78,18 +78,28 @@ struct Operation {
   int64_t claim_ms = 0;
   std::string_view also_waiting;
 
+  // Each factory sets the fields its verb reads, by name; every other field keeps its default
+  // (no positional initializer of a dozen unrelated fields to get wrong).
   static Operation acquire(std::string_view name, std::string_view owner, int64_t ttl_ms,
                            bool reentrant = false) {
-    return {Verb::kAcquire, LockKind::kMutex, name, owner, ttl_ms, {}, reentrant, 0, 0, 0, {}};
+    Operation op = make(Verb::kAcquire, LockKind::kMutex, name, owner);
+    op.ttl_ms = ttl_ms;
+    op.reentrant = reentrant;
+    return op;
   }
   /// Readers (read/write locks): `owner` is this reader's own lease.
   static Operation acquireShared(std::string_view name, std::string_view owner, int64_t ttl_ms) {
-    return {Verb::kAcquire, LockKind::kShared, name, owner, ttl_ms, {}, false, 0, 0, 0, {}};
+    Operation op = make(Verb::kAcquire, LockKind::kShared, name, owner);
+    op.ttl_ms = ttl_ms;
+    return op;
   }
   /// Semaphores: `permit` is the owner id of one permit.
   static Operation acquirePermit(std::string_view name, std::string_view permit, int64_t ttl_ms,
                                  int64_t limit) {
-    return {Verb::kAcquire, LockKind::kSemaphore, name, permit, ttl_ms, {}, false, limit, 0, 0, {}};
+    Operation op = make(Verb::kAcquire, LockKind::kSemaphore, name, permit);
+    op.ttl_ms = ttl_ms;
+    op.limit = limit;
+    return op;
   }
   /// The same verb on another kind (release, extend, inspect of a semaphore).
   Operation of(LockKind k) const {
@@ -98,26 +108,40 @@ struct Operation {
     return op;
   }
   static Operation release(std::string_view name, std::string_view owner) {
-    return {Verb::kRelease, LockKind::kMutex, name, owner, 0, {}, false, 0, 0, 0, {}};
+    return make(Verb::kRelease, LockKind::kMutex, name, owner);
   }
   static Operation extend(std::string_view name, std::string_view owner, int64_t ttl_ms) {
-    return {Verb::kExtend, LockKind::kMutex, name, owner, ttl_ms, {}, false, 0, 0, 0, {}};
+    Operation op = make(Verb::kExtend, LockKind::kMutex, name, owner);
+    op.ttl_ms = ttl_ms;
+    return op;
   }
   static Operation inspect(std::string_view name) {
-    return {Verb::kInspect, LockKind::kMutex, name, {}, 0, {}, false, 0, 0, 0, {}};
+    return make(Verb::kInspect, LockKind::kMutex, name, {});
   }
   static Operation handOff(std::string_view name, std::string_view owner,
                            std::string_view next_owner, int64_t next_ttl_ms) {
-    return {
-        Verb::kHandOff, LockKind::kMutex, name, owner, next_ttl_ms, next_owner, false, 0, 0, 0, {}};
+    Operation op = make(Verb::kHandOff, LockKind::kMutex, name, owner);
+    op.ttl_ms = next_ttl_ms;
+    op.next_owner = next_owner;
+    return op;
   }
   /// A waiter that gave up leaves the fair queue (a no-op when it is not in it); `.of(kMutex)`:
   /// a queued writer withdraws its mark.
   static Operation withdraw(std::string_view name, std::string_view owner) {
-    return {Verb::kWithdraw, LockKind::kFair, name, owner, 0, {}, false, 0, 0, 0, {}};
+    return make(Verb::kWithdraw, LockKind::kFair, name, owner);
   }
   static Operation forceRelease(std::string_view name) {
-    return {Verb::kForceRelease, LockKind::kMutex, name, {}, 0, {}, false, 0, 0, 0, {}};
+    return make(Verb::kForceRelease, LockKind::kMutex, name, {});
+  }
+
+ private:
+  static Operation make(Verb verb, LockKind kind, std::string_view name, std::string_view owner) {
+    Operation op;
+    op.verb = verb;
+    op.kind = kind;
+    op.name = name;
+    op.owner = owner;
+    return op;
   }
 };
 
