@@ -295,7 +295,10 @@ TEST_F(ClusterBackendTest, WakeUpsReachWaitersOnEveryShard) {
     std::unique_ptr<HttpClient> waiter;
     const std::string owner = holdWithWaiter(*waiter_side, name, &waiter);
     // The release channel is subscribed on the master of the lock's slot (sharded pub/sub).
-    ASSERT_TRUE(pollUntil([&] { return subscribedOn(static_cast<size_t>(master), name); }))
+    // Captured by copy: a lambda may not capture a structured binding before C++20's P1091
+    // (clang 14 refuses it).
+    ASSERT_TRUE(pollUntil(
+        [&, m = master, n = name] { return subscribedOn(static_cast<size_t>(m), n); }))
         << name << " on master " << master;
     releaseAndExpectWakeUp(name, owner, *waiter);
   }

@@ -228,6 +228,8 @@ TEST(ReadWriteTest, AWaitingWriterIsNotStarvedByAStreamOfReaders) {
   }
   // The readers stop however this test ends (a failed assertion must not leave them running).
   struct StopReaders {
+    // A constructor, not aggregate parentheses: clang 14 has no C++20 paren-init of aggregates.
+    StopReaders(std::atomic<bool>& s, std::vector<std::thread>& t) : stop(s), threads(t) {}
     std::atomic<bool>& stop;
     std::vector<std::thread>& threads;
     ~StopReaders() {
