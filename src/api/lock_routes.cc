@@ -1,0 +1,543 @@
+// The lock routes (/v1/locks/{name}/acquire, release, extend, GET /v1/locks/{name}) and the
+// admin force release: mutexes, reentrant holds, readers and writers, fair locks; plain and
+// stream holds; safe retries by request_id.
+#include "api/lock_api.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+
+#include "api/json_object.h"
+#include "api/route_helpers.h"
+#include "common/invariant.h"
+#include "common/log.h"
+
+namespace sidelock::api {
+namespace {
+
+using nlohmann::json;
+
+/// The grant's fields, after `event` when it is a stream's first event.
+std::string grantAnswer(const lock::Grant& g, std::string_view event = {}) {
+  JsonObject answer;
+  if (!event.empty()) answer.text("event", event);
+  const lock::LockRef ref = lock::lockRefOf(g.name);
+  if (ref.kind == lock::LockKind::kSemaphore) {
+    // A permit under the semaphore's own name.
+    return answer.text("name", ref.name)
+        .text("permit", g.owner)
+        .unsignedInteger("token", g.token)
+        .integer("ttl_ms", g.ttl_ms)
+        .finish();
+  }
+  answer.text("name", ref.name)
+      .text("owner", g.owner)
+      .unsignedInteger("token", g.token)
+      .integer("ttl_ms", g.ttl_ms);
+  if (g.holds > 0) answer.integer("holds", g.holds);  // reentrant acquires only
+  if (ref.kind == lock::LockKind::kShared) answer.text("mode", "shared");
+  if (ref.kind == lock::LockKind::kFair) answer.boolean("fair", true);
+  return answer.finish();
+}
+
+/// The "mode" of a lock request: "exclusive" (the default) or "shared" (a reader of a read/write
+/// lock). Sets `shared`; false with the body's error set otherwise.
+bool readMode(RequestBody& b, bool& shared) {
+  std::string_view mode;
+  if (!b.readString(BodyField::kMode, mode)) return false;
+  if (!mode.empty() && mode != "shared" && mode != "exclusive") {
+    b.setError("mode must be \"shared\" or \"exclusive\"");
+    return false;
+  }
+  shared = mode == "shared";
+  return true;
+}
+
+/// State shared by the callbacks of one acquire request.
+/// Its callbacks capture nothing but a shared or weak pointer to it: 16 bytes, which
+/// std::function stores without a heap allocation.
+struct AcquireCall {
+  lock::LockService* service = nullptr;
+  const config::LocksConfig* locks = nullptr;  // the limits a 429 names
+  metrics::Metrics* metrics = nullptr;
+  lock::AcquireTicket ticket;
+  http::ResponderPtr responder;
+  bool granted = false;
+  // Stream holds only: the lease to release when the client leaves.
+  std::string name;
+  std::string owner;
+  bool stream = false;
+  bool finished = false;  // stream ended or plain response sent
+  // request_id (plain leases only): the answer is remembered under the claim's key, and retries
+  // that arrive while this call runs are attached to the claim and answered with it.
+  RequestClaim claim;
+  std::string given_owner;  // the client's own owner id, if it chose one
+  bool auto_renew = false;
+  int64_t ttl_ms = 0;
+  bool semaphore = false;  // answers name the permit, not the owner
+
+  /// Answers the request and every retry of it with an answer that is not remembered.
+  void answerAll(const Answer& answer) { claim.answerAll(responder, answer); }
+};
+
+/// A retried acquire (request_id) of a client that chose its owner id, answered busy: if the
+/// lease is the client's own (its first attempt was granted, but the answer was lost or the
+/// sidecar restarted since), it is granted again in place: TTL set anew, same token.
+void reclaimOwnGrant(const std::shared_ptr<AcquireCall>& call, const std::string& name,
+                     int64_t retry_after_ms) {
+  call->service->extend(
+      name, call->given_owner, call->ttl_ms,
+      [call, name, retry_after_ms](StatusOr<lock::ExtendResult> extended) {
+        if (!extended.isOk() || extended->status != lock::ExtendStatus::kExtended) {
+          return call->answerAll(
+              lockedAnswer(lock::BusyReason::kHeld, lock::lockRefOf(name).kind, retry_after_ms));
+        }
+        const int64_t ttl_ms = extended->ttl_ms;
+        call->service->inspect(name, [call, name, ttl_ms](StatusOr<lock::LockState> state) {
+          if (!state.isOk()) return call->answerAll(backendErrorAnswer(state.status()));
+          const Answer answer{200,
+                              grantAnswer({name, call->given_owner, state->token, ttl_ms}),
+                              {},
+                              call->given_owner,
+                              state->token};
+          sendAnswer(call->responder, answer);
+          for (const auto& retry : call->claim.finish(&answer)) sendAnswer(retry, answer);
+        });
+      });
+}
+
+/// A plain (not stream) lease's grant: answered to the request and to every retry of it.
+void deliverGrant(const std::shared_ptr<AcquireCall>& call, const lock::Grant& grant) {
+  deliverGrantAnswer(call->claim, call->responder,
+                     Answer{200, grantAnswer(grant), {}, grant.owner, grant.token},
+                     call->auto_renew, call->metrics,
+                     [service = call->service, name = grant.name, owner = grant.owner] {
+                       service->release(name, owner, [](StatusOr<lock::ReleaseStatus>) {});
+                     });
+}
+
+const char* leaseEventName(lock::LeaseEvent e) {
+  switch (e) {
+    case lock::LeaseEvent::kRenewed:
+      return "renewed";
+    case lock::LeaseEvent::kLost:
+    case lock::LeaseEvent::kCapExpired:  // the last event, as a loss is: the lock is not held
+      return "lost";
+    case lock::LeaseEvent::kCapped:
+      return "capped";
+    case lock::LeaseEvent::kReleased:
+      return "released";
+  }
+  return "unknown";
+}
+
+}  // namespace
+
+void LockApi::acquire(http::Request& req, http::ResponderPtr res) {
+  if (!checkName(req, res, static_cast<size_t>(locks_.max_name_bytes))) return;
+  RequestBody& body = body_;
+  body.parse(req.header("content-type"), req.body,
+             {BodyField::kTtlMs, BodyField::kWaitMs, BodyField::kOwner, BodyField::kAutoRenew,
+              BodyField::kMaxHoldMs, BodyField::kHold, BodyField::kRequestId, BodyField::kReentrant,
+              BodyField::kMode, BodyField::kFair});
+  lock::AcquireOptions opts;
+  bool shared = false;
+  bool fair = false;
+  opts.name = std::string(req.param("name"));
+  opts.ttl_ms = locks_.default_ttl_ms;
+  std::string_view owner;
+  std::string_view hold;
+  std::string_view request_id;
+  if (body.ok()) {
+    body.readInt(BodyField::kTtlMs, 1, locks_.max_ttl_ms, opts.ttl_ms) &&
+        body.readInt(BodyField::kWaitMs, 0, locks_.max_wait_ms, opts.wait_ms) &&
+        readOwner(body, static_cast<size_t>(locks_.max_owner_bytes), false, owner) &&
+        body.readBool(BodyField::kAutoRenew, opts.auto_renew) &&
+        body.readInt(BodyField::kMaxHoldMs, 1, locks_.max_hold_ms_limit, opts.max_hold_ms) &&
+        body.readString(BodyField::kHold, hold) && readRequestId(body, request_id) &&
+        body.readBool(BodyField::kReentrant, opts.reentrant) && readMode(body, shared) &&
+        body.readBool(BodyField::kFair, fair);
+  }
+  checkHold(body, hold);
+  if (body.ok() && shared && opts.reentrant) {
+    body.setError("reentrant applies to exclusive locks only (a reader holds one shared lease)");
+  }
+  if (body.ok() && fair && (shared || opts.reentrant)) {
+    body.setError("fair applies to exclusive, non-reentrant locks");
+  }
+  if (shared) opts.name = lock::sharedLockKey(opts.name);
+  if (fair) opts.name = lock::fairLockKey(opts.name);
+  if (body.ok() && hold == "stream" && opts.reentrant) {
+    // A stream is one hold bound to one connection; a re-entry has no stream of its own.
+    body.setError("reentrant cannot be used with hold: stream");
+  }
+  if (body.ok() && hold == "stream" && !request_id.empty()) {
+    body.setError("request_id cannot be used with hold: stream (the stream is the lease's answer)");
+  }
+  if (!body.ok()) return sendBodyError(res, body);
+  const std::string retry_scope = retryScope(opts.name, owner, req.principal.get());
+  opts.owner = owner;
+  if (draining_) {
+    sendError(res, 503, "shutting_down", "the sidecar is shutting down");
+    return;
+  }
+  applyHold(body, hold, locks_.max_hold_ms_limit, opts);
+  beginAcquire(std::move(opts), replayKey(kAcquireRoute, retry_scope, request_id), std::move(res));
+}
+
+IdempotencyCache::Lookup LockApi::claimRequest(const std::string& replay_key,
+                                               const http::ResponderPtr& res) {
+  if (replay_key.empty()) return {};
+  const IdempotencyCache::Lookup found = replies_->begin(replay_key, res, monotonicUs());
+  if (found.kind == IdempotencyCache::Lookup::Kind::kRun) scheduleSweep();
+  return found;
+}
+
+void LockApi::beginAcquire(lock::AcquireOptions opts, std::string replay_key,
+                           http::ResponderPtr res) {
+  const IdempotencyCache::Lookup found = claimRequest(replay_key, res);
+  switch (found.kind) {
+    case IdempotencyCache::Lookup::Kind::kAttached:
+      return;  // answered when the first attempt is (RequestClaim::finish)
+    case IdempotencyCache::Lookup::Kind::kReplay:
+      return retryGrant(std::move(opts), std::move(replay_key), found.id, found.answer->owner,
+                        found.answer->token, std::move(res));
+    case IdempotencyCache::Lookup::Kind::kRun:
+    case IdempotencyCache::Lookup::Kind::kOff:
+      break;
+  }
+  startAcquire(std::move(opts), std::move(replay_key), found.id, std::move(res));
+}
+
+// A retry of an acquire that was granted: the same grant, if that lease is still its owner's
+// (an owner-checked extend proves it and sets the TTL anew; a replayed answer alone could hand
+// out a lease that expired or was released since). Otherwise the retry is a new acquire.
+void LockApi::retryGrant(lock::AcquireOptions opts, std::string replay_key,
+                         IdempotencyCache::Id answer_id, std::string owner, uint64_t token,
+                         http::ResponderPtr res) {
+  const std::string name = opts.name;
+  const int64_t ttl_ms = opts.ttl_ms;
+  service_.extend(
+      name, owner, ttl_ms,
+      [this, opts = std::move(opts), replay_key = std::move(replay_key), answer_id, owner, token,
+       res = std::move(res)](StatusOr<lock::ExtendResult> r) mutable {
+        if (!r.isOk()) return sendBackendError(res, r.status());
+        if (r->status == lock::ExtendStatus::kExtended) {
+          return res->send(200, kJson, grantAnswer({opts.name, owner, token, r->ttl_ms}));
+        }
+        // (Another retry may have claimed the key anew meanwhile: then this one waits for it.)
+        replies_->forget(replay_key, answer_id);
+        beginAcquire(std::move(opts), std::move(replay_key), std::move(res));
+      });
+}
+
+void LockApi::startAcquire(lock::AcquireOptions opts, std::string replay_key,
+                           IdempotencyCache::Id claim, http::ResponderPtr res) {
+  auto call = std::make_shared<AcquireCall>();
+  call->responder = res;
+  call->name = opts.name;
+  call->stream = opts.stream;
+
+  std::function<void(lock::LeaseEvent)> on_event;
+  if (opts.stream) {
+    on_event = [call](lock::LeaseEvent e) {
+      if (call->finished) return;
+      JsonObject event;
+      event.text("event", leaseEventName(e));
+      if (e == lock::LeaseEvent::kLost) {
+        event.text("reason", "the lease expired or is held by another owner");
+      } else if (e == lock::LeaseEvent::kCapExpired) {
+        event.text("reason",
+                   "max_hold_ms reached: renewals stopped at the cap (the capped event) and "
+                   "the lease ran out");
+        event.boolean("cap_reached", true);
+      }
+      call->responder->writeChunk(event.finish());
+      // These end the lease for good: close the stream so the connection can serve what the
+      // client pipelined behind it (a release through the API would otherwise leave it open).
+      if (e == lock::LeaseEvent::kLost || e == lock::LeaseEvent::kCapExpired ||
+          e == lock::LeaseEvent::kReleased) {
+        call->finished = true;
+        call->responder->endStream();
+      }
+    };
+  }
+
+  call->service = &service_;
+  call->locks = &locks_;
+  call->metrics = &metrics_;
+  call->claim = RequestClaim{replies_, std::move(replay_key), claim};
+  call->given_owner = opts.owner;  // empty: the service generates one
+  call->auto_renew = opts.auto_renew;
+  call->ttl_ms = opts.ttl_ms;
+  call->semaphore = opts.limit > 0;
+  auto done = [call](lock::AcquireResult r) {
+    const http::ResponderPtr& out = call->responder;
+    switch (r.status) {
+      case lock::AcquireStatus::kGranted:
+        call->granted = true;
+        if (!call->stream) {
+          call->finished = true;
+          return deliverGrant(call, r.grant);
+        }
+        call->owner = r.grant.owner;
+        if (!out->clientConnected()) {
+          // The client left between grant and answer (its client-gone callback may still be
+          // queued): nobody will learn of this lease, so give the lock back now — it would
+          // otherwise be renewed for nobody.
+          call->metrics->grants_undelivered.Increment();
+          call->service->release(r.grant.name, r.grant.owner, [](StatusOr<lock::ReleaseStatus>) {});
+          call->finished = true;
+          return;
+        }
+        // A dropped stream releases its lease through onClientGone.
+        out->startStream(200, "application/x-ndjson");
+        out->writeChunk(grantAnswer(r.grant, "acquired"));
+        return;
+      case lock::AcquireStatus::kBusy: {
+        call->finished = true;
+        // Only a lease this sidecar does not know of (granted before a restart, or by another
+        // sidecar): one it holds was granted in this life under another request id (its own
+        // answer would have been replayed), e.g. a second thread sharing the owner id, which
+        // gets 409 held_by_you rather than the lease (and the TTL it did not ask for).
+        if (!call->claim.key.empty() && !call->given_owner.empty() && !call->auto_renew &&
+            lock::lockRefOf(call->name).kind != lock::LockKind::kShared &&
+            call->service->holds(call->name, call->given_owner) == 0) {
+          // (A reader's token cannot be read back: the counter moves with every reader.)
+          return reclaimOwnGrant(call, call->name, r.retry_after_ms);
+        }
+        if (call->semaphore) {
+          return call->answerAll(retryLaterAnswer(
+              409, "no_permits", "every permit of the semaphore is taken", r.retry_after_ms));
+        }
+        return call->answerAll(
+            lockedAnswer(r.busy_reason, lock::lockRefOf(call->name).kind, r.retry_after_ms));
+      }
+      case lock::AcquireStatus::kLimitMismatch:
+        call->finished = true;
+        return call->answerAll(
+            errorAnswer(409, "limit_mismatch",
+                        "the semaphore has limit " + std::to_string(r.semaphore_limit) +
+                            " while its permits are held; acquire with that limit"));
+      case lock::AcquireStatus::kTooManyWaiters:
+        call->finished = true;
+        if (r.limit == lock::WaiterLimit::kSidecar) {
+          return call->answerAll(
+              retryLaterAnswer(429, "too_many_waiters",
+                               "the lock is held and the sidecar's waiter budget (max_waiters " +
+                                   std::to_string(call->locks->max_waiters) + ") is used up",
+                               r.retry_after_ms, "max_waiters"));
+        }
+        return call->answerAll(
+            retryLaterAnswer(429, "too_many_waiters",
+                             "too many waiters queued for this lock (max_waiters_per_lock " +
+                                 std::to_string(call->locks->max_waiters_per_lock) + ")",
+                             r.retry_after_ms, "max_waiters_per_lock"));
+      case lock::AcquireStatus::kCancelled:
+        call->finished = true;
+        return call->answerAll(errorAnswer(503, "shutting_down", "the sidecar is shutting down"));
+      case lock::AcquireStatus::kError:
+        call->finished = true;
+        return call->answerAll(backendErrorAnswer(r.error));
+    }
+  };
+
+  call->ticket = service_.acquire(std::move(opts), std::move(done), std::move(on_event));
+  // A client that goes away while queued leaves the queue; a stream client that goes away while
+  // holding releases its lock (the lock a crashed app cannot leak).
+  std::weak_ptr<AcquireCall> weak = call;
+  res->onClientGone([weak] {
+    auto c = weak.lock();
+    if (!c) return;
+    if (!c->granted) {
+      // With a request_id the acquire runs on: its client's retry (attached now or later) gets
+      // its answer rather than running a second time. Granted with nobody left to read it, the
+      // lease is given back (deliverGrant).
+      if (c->claim.id == 0) c->ticket.cancel();
+      return;
+    }
+    if (c->stream && !c->finished) {
+      c->finished = true;
+      c->service->release(c->name, c->owner, [](StatusOr<lock::ReleaseStatus>) {});
+    }
+  });
+  // Keep the call alive until the response completes: the responder holds it via onClientGone's
+  // weak pointer only, so the done/on_event closures (held by the service) own it.
+}
+
+std::string LockApi::leaseKey(std::string_view name, std::string_view owner, bool shared,
+                              bool mode_given) const {
+  // Without a mode, a reader's lease this sidecar granted is found by its owner id; through
+  // another sidecar (or after a restart) a reader says "mode": "shared".
+  // (A reader's lease this sidecar saw lost counts too: its release then answers lease_lost.)
+  const std::string shared_key = lock::sharedLockKey(name);
+  if (shared || (!mode_given && (service_.holds(shared_key, owner) > 0 ||
+                                 service_.lostLately(shared_key, owner)))) {
+    return shared_key;
+  }
+  // A fair lease is the mutex's lease: any sidecar releases it by name; the one that granted it
+  // does so through its fair key, which ends its own bookkeeping of the lease.
+  if (service_.holds(lock::fairLockKey(name), owner) > 0) return lock::fairLockKey(name);
+  return std::string(name);
+}
+
+void LockApi::release(http::Request& req, http::ResponderPtr res) {
+  if (!checkName(req, res, static_cast<size_t>(locks_.max_name_bytes))) return;
+  RequestBody& body = body_;
+  body.parse(req.header("content-type"), req.body,
+             {BodyField::kOwner, BodyField::kRequestId, BodyField::kMode});
+  std::string_view owner;
+  std::string_view request_id;
+  bool shared = false;
+  if (body.ok()) {
+    readOwner(body, static_cast<size_t>(locks_.max_owner_bytes), true, owner) &&
+        readRequestId(body, request_id) && readMode(body, shared);
+  }
+  if (!body.ok()) return sendBodyError(res, body);
+  const std::string name = leaseKey(req.param("name"), owner, shared, body.has(BodyField::kMode));
+  // Filed under the lock's own name: a retry finds the first answer whatever mode it resolves to.
+  const std::string retry_scope = retryScope(req.param("name"), owner, req.principal.get());
+  releaseOnce(
+      replayKey(kReleaseRoute, retry_scope, request_id), std::move(res),
+      [this, name, owner = std::string(owner)](const AnswerFn& answer_with) {
+        service_.release(
+            name, owner,
+            [service = &service_, name, owner, answer_with](StatusOr<lock::ReleaseStatus> r) {
+              // Not remembered: a later retry runs for real.
+              if (!r.isOk()) return answer_with(backendErrorAnswer(r.status()), false);
+              Answer answer;
+              switch (*r) {
+                case lock::ReleaseStatus::kReleased:
+                  answer.status = 200;
+                  answer.body = JsonObject().boolean("released", true).finish();
+                  break;
+                case lock::ReleaseStatus::kHoldReleased: {
+                  // One hold of a re-entered lease: it stays held. The holds left are known here
+                  // when this sidecar holds the lease (holds taken through another sidecar count
+                  // too).
+                  answer.status = 200;
+                  JsonObject held;
+                  held.boolean("released", true).boolean("held", true);
+                  if (const int64_t left = service->holds(name, owner); left > 0) {
+                    held.integer("holds", left);
+                  }
+                  answer.body = held.finish();
+                  break;
+                }
+                case lock::ReleaseStatus::kNotOwner:
+                  answer = errorAnswer(409, "not_owner", "the lock is held by another owner");
+                  break;
+                case lock::ReleaseStatus::kNotHeld:
+                  answer =
+                      errorAnswer(404, "not_held", "no such lease (it expired or was released)");
+                  break;
+                case lock::ReleaseStatus::kLeaseLost:
+                  answer = errorAnswer(
+                      404, "lease_lost",
+                      "the lease was lost before release (expired or taken by another owner)");
+                  break;
+              }
+              answer_with(answer, true);
+            });
+      });
+}
+
+void LockApi::releaseOnce(std::string replay_key, http::ResponderPtr res,
+                          const std::function<void(AnswerFn)>& run) {
+  const IdempotencyCache::Lookup found = claimRequest(replay_key, res);
+  if (found.kind == IdempotencyCache::Lookup::Kind::kReplay) {
+    return sendAnswer(res, *found.answer);  // a retried release gets the first answer
+  }
+  if (found.kind == IdempotencyCache::Lookup::Kind::kAttached) return;  // answered with it
+  run([res = std::move(res), claim = RequestClaim{replies_, std::move(replay_key), found.id}](
+          const Answer& answer, bool remember) mutable {
+    std::vector<http::ResponderPtr> retries = claim.finish(remember ? &answer : nullptr);
+    sendAnswer(res, answer);
+    for (const auto& retry : retries) sendAnswer(retry, answer);
+  });
+}
+
+// Frees a stuck lock whoever holds it. Only with an admin token: the admin listener is often
+// bound to the pod IP for probes and Prometheus, and without tokens anybody who reaches it could
+// take every lock away from its holder.
+void LockApi::forceRelease(http::Request& req, http::ResponderPtr res) {
+  if (req.principal == nullptr) {
+    return sendError(res, 403, "admin_token_required",
+                     "force release needs an admin token: configure auth.admin_tokens_file or "
+                     "auth.admin_tokens_env and send it as 'Authorization: Bearer <token>'");
+  }
+  if (!checkName(req, res, static_cast<size_t>(locks_.max_name_bytes))) return;
+  RequestBody& body = body_;
+  body.parse(req.header("content-type"), req.body, {});
+  if (!body.ok()) return sendBodyError(res, body);
+  std::string who = req.principal->label;
+  if (req.peer != nullptr && !req.peer->key().empty()) who += " from " + req.peer->key();
+  std::string name(req.param("name"));
+  service_.forceRelease(name, [res, name, who](StatusOr<lock::ForcedRelease> r) {
+    if (!r.isOk()) return sendBackendError(res, r.status());
+    if (!r->released) {
+      return sendError(res, 404, "not_held", "the lock is not held (it expired or was released)");
+    }
+    SL_LOG(kWarn, "lock.force_released", {"name", name},
+           {"token", static_cast<unsigned long long>(r->token)}, {"by", who});
+    res->send(200, kJson,
+              JsonObject()
+                  .text("name", name)
+                  .boolean("released", true)
+                  .unsignedInteger("token", r->token)
+                  .finish());
+  });
+}
+
+void LockApi::extend(http::Request& req, http::ResponderPtr res) {
+  if (!checkName(req, res, static_cast<size_t>(locks_.max_name_bytes))) return;
+  RequestBody& body = body_;
+  body.parse(req.header("content-type"), req.body,
+             {BodyField::kOwner, BodyField::kTtlMs, BodyField::kMode});
+  std::string_view owner;
+  int64_t ttl_ms = locks_.default_ttl_ms;
+  bool shared = false;
+  if (body.ok()) {
+    readOwner(body, static_cast<size_t>(locks_.max_owner_bytes), true, owner) &&
+        body.readInt(BodyField::kTtlMs, 1, locks_.max_ttl_ms, ttl_ms) && readMode(body, shared);
+  }
+  if (!body.ok()) return sendBodyError(res, body);
+  service_.extend(
+      leaseKey(req.param("name"), owner, shared, body.has(BodyField::kMode)), owner, ttl_ms,
+      [res](StatusOr<lock::ExtendResult> r) {
+        if (!r.isOk()) return sendBackendError(res, r.status());
+        switch (r->status) {
+          case lock::ExtendStatus::kExtended:
+            return res->send(200, kJson, JsonObject().integer("ttl_ms", r->ttl_ms).finish());
+          case lock::ExtendStatus::kNotOwner:
+            return sendError(res, 409, "not_owner", "the lock is held by another owner");
+          case lock::ExtendStatus::kNotHeld:
+            return sendError(res, 404, "not_held", "no such lease (it expired or was released)");
+          case lock::ExtendStatus::kLeaseLost:
+            return sendError(res, 404, "lease_lost", "the lease was lost (expired or taken)");
+        }
+      });
+}
+
+void LockApi::inspect(http::Request& req, http::ResponderPtr res) {
+  if (!checkName(req, res, static_cast<size_t>(locks_.max_name_bytes))) return;
+  std::string name(req.param("name"));
+  // Asked as the readers' kind: it also tells readers from a writer.
+  service_.inspect(lock::sharedLockKey(name), [res, name](StatusOr<lock::LockState> r) {
+    if (!r.isOk()) return sendBackendError(res, r.status());
+    // Never the owner id: it is the capability to release.
+    JsonObject answer;
+    answer.boolean("held", r->held)
+        .text("name", name)
+        .unsignedInteger("token", r->token)
+        .integer("ttl_ms", r->held ? r->ttl_ms : 0);
+    if (r->held) answer.text("mode", r->used > 0 ? "shared" : "exclusive");
+    if (r->held && r->used > 0) answer.integer("readers", r->used);
+    res->send(200, kJson, answer.finish());
+  });
+}
+
+}  // namespace sidelock::api

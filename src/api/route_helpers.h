@@ -1,0 +1,113 @@
+// What the v1 routes share (lock_api.cc, lock_routes.cc, semaphore_routes.cc,
+// multi_lock_routes.cc): reading request fields, building and sending answers, and the claim a
+// request with a request_id holds in the IdempotencyCache. Internal to the api layer.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "api/idempotency_cache.h"
+#include "api/request_body.h"
+#include "common/status.h"
+#include "http/http_types.h"
+#include "lock/lock_service.h"
+#include "metrics/metrics.h"
+
+namespace sidelock::api {
+
+inline constexpr std::string_view kJson = "application/json";
+
+// --- request fields -------------------------------------------------------------------------
+
+/// request_id: optional, 1..kMaxRequestIdBytes printable ASCII characters.
+inline constexpr size_t kMaxRequestIdBytes = 128;
+bool readRequestId(RequestBody& b, std::string_view& out);
+/// An owner id in `field` ("owner", or a semaphore's "permit"): 1..max_bytes printable ASCII;
+/// absent is an error only if `required`. False (with the body's error set) on a bad value.
+bool readOwnerId(RequestBody& b, BodyField field, std::string_view what, size_t max_bytes,
+                 bool required, std::string_view& out);
+bool readOwner(RequestBody& b, size_t max_bytes, bool required, std::string_view& out);
+/// "hold": "stream" binds the lease to the connection (see the definition for the cap).
+void applyHold(const RequestBody& b, std::string_view hold, int64_t max_hold_ms_limit,
+               lock::AcquireOptions& opts);
+/// The "hold" field of an acquire (lock or permit): "stream", "none" or absent.
+void checkHold(RequestBody& b, std::string_view hold);
+/// Validates the {name} route parameter; answers 400 and returns false if it is bad.
+bool checkName(const http::Request& req, const http::ResponderPtr& res, size_t max_bytes);
+
+// --- answers --------------------------------------------------------------------------------
+
+using Answer = IdempotencyCache::Answer;
+void sendJson(const http::ResponderPtr& res, int status, const nlohmann::json& body);
+void sendAnswer(const http::ResponderPtr& res, const Answer& a);
+/// The body of every v1 error: {"error": code, "message": message}.
+std::string errorBody(std::string_view code, std::string_view message);
+Answer errorAnswer(int status, std::string_view code, std::string_view message);
+/// 409 and 429: come back later, with the hint in the body and as Retry-After (whole seconds).
+/// `limit` (429 only) names the config key of the queue limit that was hit.
+Answer retryLaterAnswer(int status, std::string_view code, std::string_view message,
+                        int64_t retry_after_ms, std::string_view limit = {},
+                        std::string_view reason = {});
+void sendRetryLater(const http::ResponderPtr& res, int status, std::string_view code,
+                    std::string_view message, int64_t retry_after_ms, std::string_view limit = {});
+/// 409 locked of one lock, saying why (reason held / held_by_you / writer_waiting).
+Answer lockedAnswer(lock::BusyReason why, lock::LockKind kind, int64_t retry_after_ms);
+/// Answers the first problem RequestBody found: 415 for a non-JSON body, else 400.
+void sendBodyError(const http::ResponderPtr& res, const RequestBody& b);
+/// Maps a backend Status to the API's error answer (503 backend_unavailable, ...).
+Answer backendErrorAnswer(const Status& status);
+void sendBackendError(const http::ResponderPtr& res, const Status& status);
+
+// --- safe retries (request_id) --------------------------------------------------------------
+
+// Route names in request_id keys: a retry must repeat the route.
+inline constexpr std::string_view kAcquireRoute = "acquire";
+inline constexpr std::string_view kReleaseRoute = "release";
+inline constexpr std::string_view kMultiAcquireRoute = "multilocks/acquire";
+inline constexpr std::string_view kMultiReleaseRoute = "multilocks/release";
+
+/// Microseconds of the steady clock: the IdempotencyCache's time.
+int64_t monotonicUs();
+/// What a remembered answer is filed under besides route and request_id (see the definition).
+std::string retryScope(std::string_view name, std::string_view owner,
+                       const http::Principal* principal);
+/// Where a request's answer is filed under its request_id; empty without one.
+std::string replayKey(std::string_view route, std::string_view scope, std::string_view request_id);
+
+/// A request's claim on its request_id in the IdempotencyCache, ended once by whoever answers:
+/// the retries that attached to it meanwhile are answered with the same answer.
+struct RequestClaim {
+  std::shared_ptr<IdempotencyCache> replies;
+  std::string key;              // empty without a request_id
+  IdempotencyCache::Id id = 0;  // 0: none (no request_id, replays off, or finished)
+
+  /// Ends the claim (remembering `remember`, if given): the retries waiting for this answer.
+  std::vector<http::ResponderPtr> finish(const Answer* remember) {
+    if (id == 0) return {};
+    return replies->finish(key, std::exchange(id, 0), remember, monotonicUs());
+  }
+  /// Answers `first` and every retry of it with an answer that is not remembered.
+  void answerAll(const http::ResponderPtr& first, const Answer& answer) {
+    sendAnswer(first, answer);
+    for (const auto& retry : finish(nullptr)) sendAnswer(retry, answer);
+  }
+};
+
+/// A plain (not stream) grant, `answer`: sent to `first` and to every retry waiting for it (the
+/// answer is remembered for later retries under the claim). Given back (`give_back`) at once when
+/// none of them is still connected. Given back later when every answer provably went unread,
+/// unless it is a plain grant remembered for a retry (the retry claims it, or its TTL ends it); an
+/// auto_renew grant is renewed until released, so it is always given back then, and forgotten with
+/// it: a retry must not be handed a lease that was given back.
+void deliverGrantAnswer(RequestClaim& claim, const http::ResponderPtr& first, const Answer& answer,
+                        bool auto_renew, metrics::Metrics* metrics,
+                        std::function<void()> give_back);
+
+}  // namespace sidelock::api
