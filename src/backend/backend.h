@@ -32,6 +32,7 @@ enum class Verb : uint8_t {
   /// that no writer holds, the readers kept out are told (announced like a release).
   kWithdraw,
 };
+inline constexpr size_t kVerbCount = 7;
 
 /// The kind of lock an operation works on. Each kind has its own keys (so one name used as two
 /// kinds never collides) and its own scripts.
