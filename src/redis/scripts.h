@@ -129,7 +129,7 @@ std::string semaphoreKey(std::string_view prefix, std::string_view name);
 std::string semaphoreTokenKey(std::string_view prefix, std::string_view name);
 std::string semaphoreLimitKey(std::string_view prefix, std::string_view name);
 /// Readers of a read/write lock: `<prefix>{<name>}:readers` (a sorted set of reader owner id ->
-/// expiry in ms of Redis time). The readers also hold KEYS[1] (see scripts.cc, kReadersLua).
+/// expiry in ms of Redis time). The readers also hold KEYS[1] (see src/redis/lua/lib/readers.lua).
 std::string readersKey(std::string_view prefix, std::string_view name);
 /// `<prefix>{<name>}:writer`: queued writers wait for readers to leave (a sorted set: writer
 /// owner id -> until when it turns new readers away, ms of Redis time); deleted when a queued
