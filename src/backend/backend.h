@@ -19,7 +19,9 @@
 
 namespace sidelock::backend {
 
-/// What a lock operation does. Every backend serves every verb through Backend::run().
+/// What a lock operation does. Every backend serves every verb through Backend::run(), for the
+/// kinds that have it: a semaphore or readers are never handed on, force-released or withdrawn
+/// (answered kFailedPrecondition).
 enum class Verb : uint8_t {
   kAcquire,       // one atomic attempt to grant `name` to `owner` for `ttl_ms`; never waits
   kRelease,       // owner-checked delete; announces the release to waiters everywhere
@@ -32,6 +34,8 @@ enum class Verb : uint8_t {
   /// that no writer holds, the readers kept out are told (announced like a release).
   kWithdraw,
 };
+/// One more per verb above (src/redis/scripts.cc sizes its script-per-verb table by it).
+inline constexpr size_t kVerbCount = 7;
 
 /// The kind of lock an operation works on. Each kind has its own keys (so one name used as two
 /// kinds never collides) and its own scripts.

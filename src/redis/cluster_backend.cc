@@ -61,8 +61,13 @@ void ClusterBackend::start() {
 // ---- script calls ----
 
 void ClusterBackend::run(const Operation& op, OutcomeCallback cb) {
+  StatusOr<ScriptCall> script = scriptCallFor(op, scripts_);
+  if (!script.isOk()) {  // a verb no script serves for this kind (src/README.md, rule 4)
+    scheduler_.post([cb = std::move(cb), why = script.status()] { cb(why); });
+    return;
+  }
   auto call = std::make_shared<Call>();
-  call->script = scriptCallFor(op, scripts_);
+  call->script = std::move(*script);
   call->slot = clusterKeySlot(call->script.keys[0]);
   call->tries_left = static_cast<int>(std::max<int64_t>(4, timeout_ms_ / kTryAgainDelayMs));
   call->cb = std::move(cb);

@@ -60,6 +60,7 @@ RedisBackend::RedisBackend(uv_loop_t* loop, event::Scheduler& scheduler,
                            metrics::Metrics& metrics, const config::RedisNodeAddress& address,
                            metrics::NodeMetrics* node_metrics)
     : metrics_(metrics),
+      scheduler_(scheduler),
       timeout_ms_(config.command_timeout_ms),
       scripts_{config.key_prefix, std::to_string(tokenCounterTtlMs(max_ttl_ms)), false},
       watches_(config.key_prefix) {
@@ -85,7 +86,14 @@ RedisBackend::~RedisBackend() = default;
 void RedisBackend::start() { node_->start(); }
 
 void RedisBackend::run(const Operation& op, OutcomeCallback cb) {
-  const ScriptCall call = scriptCallFor(op, scripts_);
+  StatusOr<ScriptCall> script = scriptCallFor(op, scripts_);
+  if (!script.isOk()) {
+    // A verb no script serves for this kind: answered on a later loop turn (src/README.md,
+    // rule 4); the callback may outlive us, so it captures nothing of ours.
+    scheduler_.post([cb = std::move(cb), why = script.status()] { cb(why); });
+    return;
+  }
+  const ScriptCall& call = *script;
   const ScriptCall::Views v = call.views();
   node_->runScriptArgs(
       static_cast<size_t>(call.script), v.keyArgs(), v.argArgs(), timeout_ms_, call.node_op,

@@ -71,6 +71,7 @@ class RedisBackend final : public Backend {
 
  private:
   metrics::Metrics& metrics_;
+  event::Scheduler& scheduler_;
   int64_t timeout_ms_;
   ScriptContext scripts_;
   std::unique_ptr<RedisNode> node_;

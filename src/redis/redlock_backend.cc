@@ -265,6 +265,11 @@ void RedlockBackend::run(const Operation& op, OutcomeCallback cb) {
     deliver([cb = std::move(cb), refused = std::move(refused)] { cb(refused); });
     return;
   }
+  StatusOr<ScriptCall> script = scriptCallFor(op, scripts_);
+  if (!script.isOk()) {  // a verb no script serves for this kind
+    deliver([cb = std::move(cb), why = script.status()] { cb(why); });
+    return;
+  }
   auto call = std::make_shared<QuorumCall>();
   const size_t n = nodes_.size();
   call->verb = op.verb;
@@ -285,10 +290,9 @@ void RedlockBackend::run(const Operation& op, OutcomeCallback cb) {
       call->errors[i] = "not voting (restarted)";
     }
   }
-  const ScriptCall script = scriptCallFor(op, scripts_);
-  call->script = script.script;
+  call->script = script->script;
   // Non-voting nodes get the command too, so their state converges while they wait.
-  fanOut(script, [this, call](size_t i, StatusOr<RedisValue> r) {
+  fanOut(*script, [this, call](size_t i, StatusOr<RedisValue> r) {
     StatusOr<Outcome> d = decodeOutcome(r, call->script, nodes_[i]->address);
     if (d.isOk()) {
       call->answers[i] = *d;
@@ -645,8 +649,16 @@ void RedlockBackend::finishRead(const std::shared_ptr<QuorumCall>& call) {
 
 void RedlockBackend::releaseOnAll(const QuorumCall& call,
                                   std::function<void(size_t, StatusOr<RedisValue>)> each) {
-  fanOut(scriptCallFor(Operation::release(call.name, call.owner).of(call.kind), scripts_),
-         std::move(each));
+  StatusOr<ScriptCall> release =
+      scriptCallFor(Operation::release(call.name, call.owner).of(call.kind), scripts_);
+  if (release.isOk()) return fanOut(*release, std::move(each));
+  // Cannot happen: every kind has a release script (kScript) and run() refused the others. Each
+  // node answers the error on a later turn all the same, so the call still completes.
+  for (size_t i = 0; i < nodes_.size(); ++i) {
+    scheduler_.post([each, i, why = release.status(), alive = std::weak_ptr<char>(alive_)] {
+      if (!alive.expired()) each(i, why);
+    });
+  }
 }
 
 void RedlockBackend::fanOut(const ScriptCall& script,

@@ -1,675 +1,25 @@
 #include "redis/scripts.h"
 
 #include <algorithm>
+#include <array>
 #include <cstdlib>
+#include <optional>
 
 namespace sidelock::backend {
 namespace {
-
-// The next fencing token of KEYS[2], shared by every script that grants. A missing counter (first
-// grant of the name, Redis restarted empty, the counter expired) starts at Redis's TIME in
-// microseconds, built as a string: above every token handed out before as long as the assumptions
-// in scripts.h hold. Every grant then pushes the counter's expiry out to `counter_ttl_ms`. INCR's
-// reply reaches Lua as a double: exact below 2^53 (TIME in us is ~1.8e15 in 2026, 2^53 is ~9e15,
-// i.e. the year 2255), and a Lua number goes back to the client as an integer.
-// redis.replicate_commands() lets Redis < 5 write after TIME (a no-op from Redis 5 on).
-constexpr std::string_view kNextTokenLua = R"lua(
-redis.replicate_commands()
-local function nextTokenAt(counter, counter_ttl_ms)
-  if redis.call('EXISTS', counter) == 0 then
-    local now = redis.call('TIME')
-    redis.call('SET', counter, now[1] .. string.format('%06d', tonumber(now[2])))
-  end
-  local token = redis.call('INCR', counter)
-  redis.call('PEXPIRE', counter, counter_ttl_ms)
-  return token
-end
-local function nextToken(counter_ttl_ms)
-  return nextTokenAt(KEYS[2], counter_ttl_ms)
-end
-)lua";
-
-// The lease's value is its owner id, followed by " <holds>" once a reentrant acquire took a
-// second hold (owner ids never contain a space). One key per lease, as before: a hold count kept
-// in a key of its own would be a key that mostly does not exist, and Redis Cluster answers
-// TRYAGAIN to every script naming a missing key while its slot migrates.
-constexpr std::string_view kHolderLua = R"lua(
-local function holderOf(v)
-  local sep = string.find(v, ' ', 1, true)
-  if not sep then return v, 1 end
-  return string.sub(v, 1, sep - 1), tonumber(string.sub(v, sep + 1))
-end
-local function setHolds(owner, holds, ttl)
-  local v = owner
-  if holds > 1 then v = owner .. ' ' .. holds end
-  redis.call('SET', KEYS[1], v, 'PX', math.max(ttl, 1))
-end
--- The owner check of release, extend and hand-off: the holds of ARGV[1]'s lease, or nil and the
--- reply for a lease that is not its (not held; held by another owner).
-local function ownHolds()
-  local v = redis.call('GET', KEYS[1])
-  if not v then
-    return nil, {-1, 0, 0}
-  end
-  local owner, holds = holderOf(v)
-  if owner ~= ARGV[1] then
-    return nil, {0, 0, redis.call('PTTL', KEYS[1])}
-  end
-  return holds
-end
--- One hold of a re-entered lease given back: it stays held.
-local function giveBackHold(holds)
-  local ttl = redis.call('PTTL', KEYS[1])
-  setHolds(ARGV[1], holds - 1, ttl)
-  return {1, 0, ttl, holds - 1}
-end
-)lua";
-
-// Announces a freed lock (or permit) to the waiters of every sidecar: PUBLISH, or on Redis Cluster
-// (`sharded` = kShardedPublish) SPUBLISH: the channel carries the lock's `{name}` hash tag, so it
-// stays in the script's slot and reaches only the subscribers of that shard instead of being
-// broadcast over the cluster bus.
-constexpr std::string_view kAnnounceLua = R"lua(
-local function announce(channel, name, sharded)
-  if sharded == 'sharded' then
-    redis.call('SPUBLISH', channel, name)
-  else
-    redis.call('PUBLISH', channel, name)
-  end
-end
-)lua";
-
-// SET NX PX and the token run in one script so a grant and its fencing token are atomic: no other
-// client can observe the lease without its token, and a failed SET never burns a token.
-// Re-entry (ARGV[4] = 'reentrant') by the holder: one more hold, the same token (the counter's
-// value: only grants move it, and every grant, extend and re-entry keeps it alive as long as the
-// lease), a TTL never shorter than the lease has left.
-constexpr std::string_view kAcquireBodyLua = R"lua(
-if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  if ARGV[5] then
-    redis.call('DEL', KEYS[3])  -- a queued writer got in: readers may queue behind it again
-  end
-  return {1, nextToken(ARGV[3]), tonumber(ARGV[2]), 1}
-end
--- Busy: who holds it tells a re-entry, and the caller's own lease (code 3) from another's.
-local v = redis.call('GET', KEYS[1])
-local owner, holds = holderOf(v)
-if owner == ARGV[1] then
-  if ARGV[4] ~= 'reentrant' then
-    return {3, 0, redis.call('PTTL', KEYS[1])}
-  end
-  local ttl = math.max(redis.call('PTTL', KEYS[1]), tonumber(ARGV[2]))
-  setHolds(owner, holds + 1, ttl)
-  redis.call('PEXPIRE', KEYS[2], ARGV[3])
-  return {1, tonumber(redis.call('GET', KEYS[2]) or '0'), ttl, holds + 1}
-end
-if v and ARGV[5] and readersHold(v) then
-  redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', nowMs())
-  markWritersWaiting(tonumber(ARGV[5]), ARGV[1])
-  return {0, 0, redis.call('PTTL', KEYS[1]), 1}
-end
-return {0, 0, redis.call('PTTL', KEYS[1])}
-)lua";
-
-// Compare-and-delete: never GET then DEL from the client (another owner may win in between).
-// A re-entered lease gives back one hold and stays held (nothing announced).
-constexpr std::string_view kReleaseBodyLua = R"lua(
-local holds, refused = ownHolds()
-if not holds then
-  return refused
-end
-if holds > 1 then
-  return giveBackHold(holds)
-end
-redis.call('DEL', KEYS[1])
-announce(ARGV[2], ARGV[3], ARGV[4])
-return {1, 0, 0, 0}
-)lua";
-
-// PEXPIRE only an existing key we own: re-creating a missing key would silently re-acquire a lock
-// that expired and may since have been granted to (and released by) someone else. The counter's
-// expiry (ARGV[3]) is pushed out too, so it outlives a lease renewed past locks.max_ttl_ms.
-constexpr std::string_view kExtendBodyLua = R"lua(
-local holds, refused = ownHolds()
-if not holds then
-  return refused
-end
-redis.call('PEXPIRE', KEYS[1], ARGV[2])
-redis.call('PEXPIRE', KEYS[2], ARGV[3])
-return {1, 0, redis.call('PTTL', KEYS[1]), holds}
-)lua";
-
-// Redlock's token sync: raises a node's fencing counter to at least ARGV[1] (never lowers it) and
-// pushes its expiry out to ARGV[2] (ms). Comparing as Lua doubles is exact for counters below
-// 2^53; the value written is ARGV[1] itself (a string), never a formatted double.
-constexpr std::string_view kTokenSyncLua = R"lua(
-local c = tonumber(redis.call('GET', KEYS[1]) or '0')
-if c < tonumber(ARGV[1]) then
-  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-else
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
-end
-return {1, 0, 0}
-)lua";
-
-// The counter goes back as a Lua number (a double): exact below 2^53 (see nextToken).
-constexpr std::string_view kLastTokenLua = R"lua(
-local function lastToken()
-  return tonumber(redis.call('GET', KEYS[2]) or '0')
-end
-)lua";
-
-constexpr std::string_view kInspectBodyLua = R"lua(
-if redis.call('EXISTS', KEYS[1]) == 1 then
-  return {1, lastToken(), redis.call('PTTL', KEYS[1])}
-end
-return {-1, lastToken(), 0}
-)lua";
-
-// Release with hand-off: the next owner's grant replaces ours in the same step, with the next
-// fencing token (as acquire would give it). No PUBLISH: the lock never became free. A re-entered
-// lease gives back one hold and hands nothing on (token 0).
-constexpr std::string_view kReleaseGrantBodyLua = R"lua(
-local holds, refused = ownHolds()
-if not holds then
-  return refused
-end
-if holds > 1 then
-  return giveBackHold(holds)
-end
-redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
-return {1, nextToken(ARGV[4]), tonumber(ARGV[3]), 1}
-)lua";
-
-// An operator's force release: delete the lease whoever holds it and announce it like a release.
-// The counter is read, never changed (the next grant gets the next token).
-constexpr std::string_view kForceReleaseBodyLua = R"lua(
-if redis.call('DEL', KEYS[1]) == 1 then
-  announce(ARGV[1], ARGV[2], ARGV[3])
-  return {1, lastToken(), 0}
-end
-return {-1, lastToken(), 0}
-)lua";
-
-// Redis's clock (TIME, in ms) for semaphore permits, readers and the writer-waiting mark, so
-// sidecars never compare their own clocks; replicate_commands() lets Redis < 5 write after TIME.
-constexpr std::string_view kClockLua = R"lua(
-redis.replicate_commands()
-local function nowMs()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
-)lua";
-
-// Semaphores: the permits' key lives as long as its longest permit.
-constexpr std::string_view kKeepForLua = R"lua(
-local function keepFor(ttl)
-  local keep = math.max(redis.call('PTTL', KEYS[1]), ttl)
-  redis.call('PEXPIRE', KEYS[1], keep)
-  return keep
-end
-)lua";
-
-// Read/write locks. Readers hold the lock's own key (KEYS[1], where a writer's owner id would be)
-// with a value no owner id can have: "\tshared" (owner ids are printable ASCII), expiring with the
-// last reader; so every mutex script, of this version or an older one, sees a lock held by
-// somebody else and a writer simply is the mutex holder. The readers themselves are members of
-// p{name}:readers, scored with their expiry. A queued writer that readers turn away marks itself
-// in p{name}:writer (a sorted set: writer owner id -> until when its mark lasts, Redis time in
-// ms); the set is deleted when a queued writer gets in, and a writer that leaves without the lock
-// removes its own mark (marking the writers still queued on its sidecar instead). While a mark
-// lives, new readers are turned away, even from a free lock, so neither a steady stream of
-// readers nor readers queued on other sidecars (who may hear the last reader's release first)
-// can starve it.
-constexpr std::string_view kReadersLua = R"lua(
-local kReaders = '\tshared'
-local function readersHold(v)
-  return string.sub(v, 1, #kReaders) == kReaders
-end
--- How long (ms) the writers' marks KEYS[k] keep readers out; 0 if none lives.
-local function writerMarkMs(k, now)
-  redis.call('ZREMRANGEBYSCORE', KEYS[k], '-inf', now)
-  local last = redis.call('ZRANGE', KEYS[k], -1, -1, 'WITHSCORES')
-  if #last == 0 then
-    return 0
-  end
-  return math.max(tonumber(last[2]) - now, 1)
-end
--- A writer's acquire and withdraw: KEYS[3] is the writers' marks; `writers` space-separated
--- owner ids, each marked waiting for `ms` from now.
-local function markWritersWaiting(ms, writers)
-  local now = nowMs()
-  local until_ms = string.format('%.0f', now + ms)
-  for w in string.gmatch(writers, '%S+') do
-    redis.call('ZADD', KEYS[3], until_ms, w)
-  end
-  if redis.call('PTTL', KEYS[3]) < ms then
-    redis.call('PEXPIRE', KEYS[3], ms)
-  end
-end
-)lua";
-
-// The readers' set, for the readers' own scripts (a writer's acquire needs only the mark above).
-constexpr std::string_view kReadersSetLua = R"lua(
--- The readers' key lives as long as its longest reader: after a reader left or shortened its
--- lease, a writer waits no longer than the readers still there. Frees the lock with the last.
-local function keepForReaders(now)
-  redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
-  local last = redis.call('ZRANGE', KEYS[3], -1, -1, 'WITHSCORES')
-  if #last == 0 then
-    redis.call('DEL', KEYS[1], KEYS[3])
-    return 0
-  end
-  local keep = math.max(tonumber(last[2]) - now, 1)
-  redis.call('PEXPIRE', KEYS[1], keep)
-  redis.call('PEXPIRE', KEYS[3], keep)
-  return redis.call('ZCARD', KEYS[3])
-end
--- The expiry of reader ARGV[1], or nil when it holds no live read lease.
-local function readerExpiry(now)
-  local v = redis.call('GET', KEYS[1])
-  if not v or not readersHold(v) then
-    return nil
-  end
-  local expiry = redis.call('ZSCORE', KEYS[3], ARGV[1])
-  if not expiry or tonumber(expiry) <= now then
-    return nil
-  end
-  return tonumber(expiry)
-end
-)lua";
-
-// A reader joins unless a writer holds the lock or waits for it. The first reader of a free lock
-// starts a new readers' set (members left over from an earlier one, e.g. after a force release,
-// are gone with it). A reader already holding a read lease is busy, as a mutex holder would be.
-constexpr std::string_view kSharedAcquireBodyLua = R"lua(
-local now = nowMs()
-local v = redis.call('GET', KEYS[1])
-if v and not readersHold(v) then
-  return {0, 0, redis.call('PTTL', KEYS[1]), 0}
-end
-local mark = writerMarkMs(4, now)
-if mark > 0 then
-  -- A writer waits (code 4): no new reader, until it got in (and out) or its mark ran out.
-  if not v then
-    return {4, 0, mark, 0}
-  end
-  redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
-  return {4, 0, math.max(math.min(mark, redis.call('PTTL', KEYS[1])), 1),
-          redis.call('ZCARD', KEYS[3])}
-end
-if v then
-  local pttl = redis.call('PTTL', KEYS[1])
-  redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
-  if redis.call('ZSCORE', KEYS[3], ARGV[1]) then
-    return {3, 0, pttl, redis.call('ZCARD', KEYS[3])}  -- this reader holds a read lease
-  end
-else
-  redis.call('DEL', KEYS[3])
-end
-local ttl = tonumber(ARGV[2])
-redis.call('ZADD', KEYS[3], now + ttl, ARGV[1])
-local keep = math.max(redis.call('PTTL', KEYS[1]), ttl)
-redis.call('SET', KEYS[1], v or kReaders, 'PX', keep)
-redis.call('PEXPIRE', KEYS[3], keep)
-return {1, nextToken(ARGV[3]), ttl, redis.call('ZCARD', KEYS[3])}
-)lua";
-
-// The last reader out frees the lock and announces it (a waiting writer goes next).
-constexpr std::string_view kSharedReleaseBodyLua = R"lua(
-local now = nowMs()
-if not readerExpiry(now) then
-  return {-1, 0, 0, 0}
-end
-redis.call('ZREM', KEYS[3], ARGV[1])
-local readers = keepForReaders(now)
-if readers == 0 then
-  announce(ARGV[2], ARGV[3], ARGV[4])
-end
-return {1, 0, 0, readers}
-)lua";
-
-constexpr std::string_view kSharedExtendBodyLua = R"lua(
-local now = nowMs()
-if not readerExpiry(now) then
-  return {-1, 0, 0, 0}
-end
-local ttl = tonumber(ARGV[2])
-redis.call('ZADD', KEYS[3], 'XX', now + ttl, ARGV[1])
-local readers = keepForReaders(now)
-redis.call('PEXPIRE', KEYS[2], ARGV[3])
-return {1, 0, ttl, readers}
-)lua";
-
-// Read-only: held by readers (their count) or by a writer (0 readers), or free.
-constexpr std::string_view kSharedInspectBodyLua = R"lua(
-local token = tonumber(redis.call('GET', KEYS[2]) or '0')
-local v = redis.call('GET', KEYS[1])
-if not v then
-  return {-1, token, 0, 0}
-end
-local readers = 0
-if readersHold(v) then
-  readers = redis.call('ZCOUNT', KEYS[3], '(' .. nowMs(), '+inf')
-end
-return {1, token, redis.call('PTTL', KEYS[1]), readers}
-)lua";
-
-// Expired permits go first; a limit other than the semaphore's is refused while permits are held
-// (an empty semaphore takes the new one); a full one answers when its first permit expires.
-constexpr std::string_view kSemAcquireBodyLua = R"lua(
-local now = nowMs()
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
-local used = redis.call('ZCARD', KEYS[1])
-local limit = tonumber(ARGV[3])
-if used > 0 then
-  -- A limit key lost while permits are held (evicted) proves nothing: refuse rather than
-  -- let another limit in.
-  local current = tonumber(redis.call('GET', KEYS[3]) or '0')
-  if current ~= limit then
-    return {2, 0, 0, used, current}
-  end
-end
-if used >= limit then
-  local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
-  return {0, 0, math.max(tonumber(first[2]) - now, 1), used, limit}
-end
-local ttl = tonumber(ARGV[2])
-redis.call('ZADD', KEYS[1], now + ttl, ARGV[1])
-redis.call('SET', KEYS[3], limit, 'PX', keepFor(ttl))
-return {1, nextToken(ARGV[4]), ttl, used + 1, limit}
-)lua";
-
-constexpr std::string_view kSemReleaseBodyLua = R"lua(
-local now = nowMs()
-local expiry = redis.call('ZSCORE', KEYS[1], ARGV[1])
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
-if not expiry or tonumber(expiry) <= now then
-  return {-1, 0, 0}
-end
-redis.call('ZREM', KEYS[1], ARGV[1])
-local used = redis.call('ZCARD', KEYS[1])
-if used == 0 then
-  redis.call('DEL', KEYS[1], KEYS[3])
-end
-announce(ARGV[2], ARGV[3], ARGV[4])
-return {1, 0, 0, used}
-)lua";
-
-constexpr std::string_view kSemExtendBodyLua = R"lua(
-local now = nowMs()
-local expiry = redis.call('ZSCORE', KEYS[1], ARGV[1])
-if not expiry or tonumber(expiry) <= now then
-  return {-1, 0, 0}
-end
-local ttl = tonumber(ARGV[2])
-redis.call('ZADD', KEYS[1], 'XX', now + ttl, ARGV[1])
-redis.call('PEXPIRE', KEYS[3], keepFor(ttl))
-redis.call('PEXPIRE', KEYS[2], ARGV[3])
-return {1, 0, ttl, redis.call('ZCOUNT', KEYS[1], '(' .. now, '+inf')}
-)lua";
-
-// Read-only: live permits are counted, not cleaned up.
-constexpr std::string_view kSemInspectBodyLua = R"lua(
-local now = nowMs()
-local token = tonumber(redis.call('GET', KEYS[2]) or '0')
-local used = redis.call('ZCOUNT', KEYS[1], '(' .. now, '+inf')
-if used == 0 then
-  return {-1, token, 0, 0, 0}
-end
-return {1, token, 0, used, tonumber(redis.call('GET', KEYS[3]) or '0')}
-)lua";
-
-// Fair locks. KEYS[3] (p{name}:fair) is the queue: waiter owner id -> arrival (Redis time in us,
-// kept from the first time it joined); KEYS[4] (p{name}:fair:claims) each waiter's claim: until
-// when (Redis time in ms) it keeps its place without being renewed. Every fair script first
-// drops the waiters whose claim lapsed, so a waiter that died, or whose sidecar did, stalls the
-// queue for one claim at most. The lock itself is the mutex's key: the holder is a mutex holder.
-constexpr std::string_view kFairQueueLua = R"lua(
-local function dropLapsed(now)
-  local lapsed = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now)
-  for _, w in ipairs(lapsed) do
-    redis.call('ZREM', KEYS[3], w)
-  end
-  if #lapsed > 0 then
-    redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now)
-  end
-end
-)lua";
-
-// A waiter (ARGV[4] = claim_ms > 0) joins the queue or keeps its place, with the sidecar's other
-// waiters (ARGV[5], in their local order) in the same step; a single try (claim 0) never joins.
-// The lock goes to the first of the queue only (to anybody while nobody waits). Busy answers the
-// holder's TTL, or, while the lock waits for the first waiter to take it, that waiter's claim.
-constexpr std::string_view kFairAcquireBodyLua = R"lua(
-local now = nowMs()
-dropLapsed(now)
-local claim = tonumber(ARGV[4])
-if claim > 0 then
-  local t = redis.call('TIME')
-  local arrival = tonumber(t[1]) * 1000000 + tonumber(t[2])
-  local until_ms = string.format('%.0f', now + claim)
-  local function join(w)
-    redis.call('ZADD', KEYS[3], 'NX', string.format('%.0f', arrival), w)
-    redis.call('ZADD', KEYS[4], until_ms, w)
-    arrival = arrival + 1
-  end
-  join(ARGV[1])
-  for w in string.gmatch(ARGV[5] or '', '%S+') do
-    join(w)
-  end
-  -- The queue lives as long as its longest claim (sidecars may use other claim lengths).
-  local keep = math.max(redis.call('PTTL', KEYS[4]), claim)
-  redis.call('PEXPIRE', KEYS[3], keep)
-  redis.call('PEXPIRE', KEYS[4], keep)
-end
--- Busy: code 3 when this owner holds the lock already (fair acquires never re-enter; the lease
--- may be a re-entered mutex lease, "<owner> <holds>"), else 0.
-local function busyCode()
-  local v = redis.call('GET', KEYS[1])
-  if v and (v == ARGV[1] or string.sub(v, 1, #ARGV[1] + 1) == ARGV[1] .. ' ') then
-    return 3
-  end
-  return 0
-end
-local first = redis.call('ZRANGE', KEYS[3], 0, 0)
-if #first == 0 or first[1] == ARGV[1] then
-  if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-    redis.call('ZREM', KEYS[3], ARGV[1])
-    redis.call('ZREM', KEYS[4], ARGV[1])
-    return {1, nextToken(ARGV[3]), tonumber(ARGV[2]), 1}
-  end
-  return {busyCode(), 0, redis.call('PTTL', KEYS[1])}
-end
-local pttl = redis.call('PTTL', KEYS[1])
-if pttl < 0 then
-  local until_first = tonumber(redis.call('ZSCORE', KEYS[4], first[1]) or now)
-  pttl = math.max(until_first - now, 1)
-end
-return {busyCode(), 0, pttl}
-)lua";
-
-// A waiter that gave up leaves the queue. If it was first and the lock is free, the next waiter
-// (of any sidecar) is told at once rather than when its claim's wait runs out.
-constexpr std::string_view kFairWithdrawBodyLua = R"lua(
-local now = nowMs()
-dropLapsed(now)
-local first = redis.call('ZRANGE', KEYS[3], 0, 0)
-if redis.call('ZREM', KEYS[3], ARGV[1]) == 0 then
-  return {-1, 0, 0}
-end
-redis.call('ZREM', KEYS[4], ARGV[1])
-if first[1] == ARGV[1] and redis.call('EXISTS', KEYS[1]) == 0 then
-  announce(ARGV[2], ARGV[3], ARGV[4])
-end
-return {1, 0, 0}
-)lua";
-
-// A queued writer that leaves without the lock removes its mark (KEYS[3]); the writers still
-// queued on its sidecar (ARGV[3]) are marked for ARGV[2] ms in its place. If no mark is left,
-// readers turned away for it may come in: announced like a release, unless a writer holds the
-// lock.
-constexpr std::string_view kWriterWithdrawBodyLua = R"lua(
-redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', nowMs())
-if redis.call('ZREM', KEYS[3], ARGV[1]) == 0 then
-  return {-1, 0, 0}
-end
-markWritersWaiting(tonumber(ARGV[2]), ARGV[3])
-if redis.call('EXISTS', KEYS[3]) == 0 then
-  local v = redis.call('GET', KEYS[1])
-  if not v or readersHold(v) then
-    announce(ARGV[4], ARGV[5], ARGV[6])
-  end
-end
-return {1, 0, 0}
-)lua";
-
-// A multi-lock in one step (KEYS: lock and counter of each name, in pairs): every lock is free,
-// and then all are granted with a token each; or the first held one is named (1-based) and
-// nothing changes.
-constexpr std::string_view kAcquireAllBodyLua = R"lua(
-for i = 1, #KEYS, 2 do
-  if redis.call('EXISTS', KEYS[i]) == 1 then
-    return {0, 0, redis.call('PTTL', KEYS[i]), (i + 1) / 2}
-  end
-end
-local reply = {1, 0, tonumber(ARGV[2])}
-for i = 1, #KEYS, 2 do
-  redis.call('SET', KEYS[i], ARGV[1], 'PX', ARGV[2])
-  reply[#reply + 1] = nextTokenAt(KEYS[i + 1], ARGV[3])
-end
-return reply
-)lua";
 
 constexpr std::string_view kChannelInfix = "released:{";
 
 }  // namespace
 
-std::string_view scriptText(ScriptId id) {
-  auto join = [](std::initializer_list<std::string_view> parts) {
-    std::string text;
-    for (std::string_view p : parts) text.append(p);
-    return text;
-  };
-  static const std::string kAcquireLua =
-      join({kNextTokenLua, kHolderLua, kClockLua, kReadersLua, kAcquireBodyLua});
-  static const std::string kReleaseLua = join({kHolderLua, kAnnounceLua, kReleaseBodyLua});
-  static const std::string kExtendLua = join({kHolderLua, kExtendBodyLua});
-  static const std::string kReleaseGrantLua =
-      join({kNextTokenLua, kHolderLua, kReleaseGrantBodyLua});
-  static const std::string kInspectLua = join({kLastTokenLua, kInspectBodyLua});
-  static const std::string kSemAcquireLua =
-      join({kNextTokenLua, kClockLua, kKeepForLua, kSemAcquireBodyLua});
-  static const std::string kSemReleaseLua = join({kClockLua, kAnnounceLua, kSemReleaseBodyLua});
-  static const std::string kSemExtendLua = join({kClockLua, kKeepForLua, kSemExtendBodyLua});
-  static const std::string kSemInspectLua = join({kClockLua, kSemInspectBodyLua});
-  static const std::string kForceReleaseLua =
-      join({kLastTokenLua, kAnnounceLua, kForceReleaseBodyLua});
-  static const std::string kSharedAcquireLua =
-      join({kNextTokenLua, kClockLua, kReadersLua, kSharedAcquireBodyLua});
-  static const std::string kSharedReleaseLua =
-      join({kClockLua, kReadersLua, kReadersSetLua, kAnnounceLua, kSharedReleaseBodyLua});
-  static const std::string kSharedExtendLua =
-      join({kClockLua, kReadersLua, kReadersSetLua, kSharedExtendBodyLua});
-  static const std::string kSharedInspectLua =
-      join({kClockLua, kReadersLua, kSharedInspectBodyLua});
-  static const std::string kFairAcquireLua =
-      join({kNextTokenLua, kClockLua, kFairQueueLua, kFairAcquireBodyLua});
-  static const std::string kAcquireAllLua = join({kNextTokenLua, kAcquireAllBodyLua});
-  static const std::string kWriterWithdrawLua =
-      join({kClockLua, kReadersLua, kAnnounceLua, kWriterWithdrawBodyLua});
-  static const std::string kFairWithdrawLua =
-      join({kClockLua, kFairQueueLua, kAnnounceLua, kFairWithdrawBodyLua});
-  switch (id) {
-    case ScriptId::kAcquire:
-      return kAcquireLua;
-    case ScriptId::kRelease:
-      return kReleaseLua;
-    case ScriptId::kExtend:
-      return kExtendLua;
-    case ScriptId::kInspect:
-      return kInspectLua;
-    case ScriptId::kTokenSync:
-      return kTokenSyncLua;
-    case ScriptId::kReleaseGrant:
-      return kReleaseGrantLua;
-    case ScriptId::kForceRelease:
-      return kForceReleaseLua;
-    case ScriptId::kSemAcquire:
-      return kSemAcquireLua;
-    case ScriptId::kSemRelease:
-      return kSemReleaseLua;
-    case ScriptId::kSemExtend:
-      return kSemExtendLua;
-    case ScriptId::kSemInspect:
-      return kSemInspectLua;
-    case ScriptId::kSharedAcquire:
-      return kSharedAcquireLua;
-    case ScriptId::kSharedRelease:
-      return kSharedReleaseLua;
-    case ScriptId::kSharedExtend:
-      return kSharedExtendLua;
-    case ScriptId::kSharedInspect:
-      return kSharedInspectLua;
-    case ScriptId::kFairAcquire:
-      return kFairAcquireLua;
-    case ScriptId::kFairWithdraw:
-      return kFairWithdrawLua;
-    case ScriptId::kWriterWithdraw:
-      return kWriterWithdrawLua;
-    case ScriptId::kAcquireAll:
-      return kAcquireAllLua;
-  }
-  return {};
-}
+std::string_view scriptText(ScriptId id) { return scriptSource(id).text; }
 
 int64_t tokenCounterTtlMs(int64_t max_ttl_ms) {
   return std::max<int64_t>(max_ttl_ms, 0) + kTokenCounterMarginMs;
 }
 
-const char* scriptName(ScriptId id) {
-  switch (id) {
-    case ScriptId::kAcquire:
-      return "acquire";
-    case ScriptId::kRelease:
-      return "release";
-    case ScriptId::kExtend:
-      return "extend";
-    case ScriptId::kInspect:
-      return "inspect";
-    case ScriptId::kTokenSync:
-      return "token_sync";
-    case ScriptId::kReleaseGrant:
-      return "release_grant";
-    case ScriptId::kForceRelease:
-      return "force_release";
-    case ScriptId::kSemAcquire:
-      return "sem_acquire";
-    case ScriptId::kSemRelease:
-      return "sem_release";
-    case ScriptId::kSemExtend:
-      return "sem_extend";
-    case ScriptId::kSemInspect:
-      return "sem_inspect";
-    case ScriptId::kSharedAcquire:
-      return "shared_acquire";
-    case ScriptId::kSharedRelease:
-      return "shared_release";
-    case ScriptId::kSharedExtend:
-      return "shared_extend";
-    case ScriptId::kSharedInspect:
-      return "shared_inspect";
-    case ScriptId::kFairAcquire:
-      return "fair_acquire";
-    case ScriptId::kFairWithdraw:
-      return "fair_withdraw";
-    case ScriptId::kWriterWithdraw:
-      return "writer_withdraw";
-    case ScriptId::kAcquireAll:
-      return "acquire_all";
-  }
-  return "unknown";
-}
+// The name is a view of a string literal in the generated table: NUL-terminated.
+const char* scriptName(ScriptId id) { return scriptSource(id).name.data(); }
 
 std::shared_ptr<const RedisScriptSet> sidelockScripts() {
   static const auto kSet = [] {
@@ -807,22 +157,18 @@ Status scriptErrorStatus(std::string_view node, std::string_view redis_error) {
   return internalError("redis " + std::string(node) + ": " + message);
 }
 
-bool isSharedScript(ScriptId id) {
-  return id == ScriptId::kSharedAcquire || id == ScriptId::kSharedRelease ||
-         id == ScriptId::kSharedExtend || id == ScriptId::kSharedInspect;
-}
+bool isSharedScript(ScriptId id) { return scriptSource(id).reply == ScriptReply::kShared; }
 
-bool isSemaphoreScript(ScriptId id) {
-  return id == ScriptId::kSemAcquire || id == ScriptId::kSemRelease || id == ScriptId::kSemExtend ||
-         id == ScriptId::kSemInspect;
-}
+bool isSemaphoreScript(ScriptId id) { return scriptSource(id).reply == ScriptReply::kSemaphore; }
 
 StatusOr<Outcome> decodeOutcome(const StatusOr<RedisValue>& reply, ScriptId script,
                                 std::string_view node) {
   if (!reply.isOk()) return reply.status();
   const RedisValue& v = *reply;
   if (v.isError()) return scriptErrorStatus(node, v.str);
-  if (script == ScriptId::kAcquireAll) return badShape(node, script);  // decodeAllOutcome's
+  if (scriptSource(script).reply == ScriptReply::kAcquireAll) {
+    return badShape(node, script);  // decodeAllOutcome()'s
+  }
   const bool semaphore = isSemaphoreScript(script);
   const bool shared = isSharedScript(script);
   const size_t max_fields = semaphore ? 5 : 4;
@@ -942,36 +288,60 @@ ScriptCall::Views ScriptCall::views() const {
   return v;
 }
 
-ScriptCall scriptCallFor(const Operation& op, const ScriptContext& ctx) {
-  const bool semaphore = op.kind == LockKind::kSemaphore;
-  const bool shared = op.kind == LockKind::kShared;
-  // A fair lock's acquire and withdraw work on its queue; its other verbs are the mutex's (the
-  // same lease).
-  const bool fair_queue =
-      op.kind == LockKind::kFair && (op.verb == Verb::kAcquire || op.verb == Verb::kWithdraw);
-  ScriptCall c;
-  auto key = [&c](std::string k) { c.keys[c.key_count++] = std::move(k); };
-  if (semaphore) {
-    key(semaphoreKey(ctx.prefix, op.name));
-    key(semaphoreTokenKey(ctx.prefix, op.name));
-    key(semaphoreLimitKey(ctx.prefix, op.name));
-  } else {
-    key(lockKey(ctx.prefix, op.name));
-    key(tokenKey(ctx.prefix, op.name));
-    if (shared) {
-      key(readersKey(ctx.prefix, op.name));
-      if (op.verb == Verb::kAcquire) key(writerMarkKey(ctx.prefix, op.name));
-    } else if (fair_queue) {
-      key(fairQueueKey(ctx.prefix, op.name));
-      key(fairClaimsKey(ctx.prefix, op.name));
-    } else if ((op.verb == Verb::kAcquire && op.writer_wait_ms > 0) || op.verb == Verb::kWithdraw) {
-      key(writerMarkKey(ctx.prefix, op.name));  // the queued writers' marks
-    }
-  }
-  // The script of each verb per kind: mutex (and fair), semaphore, shared (readers).
-  auto pick = [&](ScriptId mutex, ScriptId sem, ScriptId readers) {
-    return semaphore ? sem : shared ? readers : mutex;
+namespace {
+
+// The script of each verb of each kind; an empty cell is a pair no script serves, which
+// scriptFor() refuses. A new kind or verb gets its row or column here (and nowhere else in this
+// file but the keys and ARGV of scriptCallFor()).
+using ScriptTable = std::array<std::array<std::optional<ScriptId>, kVerbCount>, kLockKindCount>;
+constexpr ScriptTable kScript = [] {
+  ScriptTable t{};
+  auto serve = [&t](LockKind kind, Verb verb, ScriptId script) {
+    t[static_cast<size_t>(kind)][static_cast<size_t>(verb)] = script;
   };
+  // A fair lock is a mutex granted through a queue: its acquire and withdraw work on the queue,
+  // its other verbs are the mutex's (the same lease). A mutex force release frees readers too:
+  // they hold the mutex's key. A mutex withdraw is a queued writer's: it removes its mark.
+  for (LockKind kind : {LockKind::kMutex, LockKind::kFair}) {
+    serve(kind, Verb::kRelease, ScriptId::kRelease);
+    serve(kind, Verb::kExtend, ScriptId::kExtend);
+    serve(kind, Verb::kInspect, ScriptId::kInspect);
+    serve(kind, Verb::kHandOff, ScriptId::kReleaseGrant);
+    serve(kind, Verb::kForceRelease, ScriptId::kForceRelease);
+  }
+  serve(LockKind::kMutex, Verb::kAcquire, ScriptId::kAcquire);
+  serve(LockKind::kMutex, Verb::kWithdraw, ScriptId::kWriterWithdraw);
+  serve(LockKind::kFair, Verb::kAcquire, ScriptId::kFairAcquire);
+  serve(LockKind::kFair, Verb::kWithdraw, ScriptId::kFairWithdraw);
+  // Permits and readers are never handed on nor force-released, and have no queue to leave.
+  serve(LockKind::kSemaphore, Verb::kAcquire, ScriptId::kSemAcquire);
+  serve(LockKind::kSemaphore, Verb::kRelease, ScriptId::kSemRelease);
+  serve(LockKind::kSemaphore, Verb::kExtend, ScriptId::kSemExtend);
+  serve(LockKind::kSemaphore, Verb::kInspect, ScriptId::kSemInspect);
+  serve(LockKind::kShared, Verb::kAcquire, ScriptId::kSharedAcquire);
+  serve(LockKind::kShared, Verb::kRelease, ScriptId::kSharedRelease);
+  serve(LockKind::kShared, Verb::kExtend, ScriptId::kSharedExtend);
+  serve(LockKind::kShared, Verb::kInspect, ScriptId::kSharedInspect);
+  return t;
+}();
+
+}  // namespace
+
+StatusOr<ScriptId> scriptFor(LockKind kind, Verb verb) {
+  const size_t k = static_cast<size_t>(kind);
+  const size_t v = static_cast<size_t>(verb);
+  if (k < kLockKindCount && v < kVerbCount && kScript[k][v]) return *kScript[k][v];
+  return Status(StatusCode::kFailedPrecondition,
+                std::string(verbName(verb)) + " is not served for " + lockKindName(kind) +
+                    " locks: no Redis script for the pair (src/redis/scripts.cc, kScript)");
+}
+
+StatusOr<ScriptCall> scriptCallFor(const Operation& op, const ScriptContext& ctx) {
+  StatusOr<ScriptId> script = scriptFor(op.kind, op.verb);
+  if (!script.isOk()) return script.status();
+  ScriptCall c;
+  c.script = *script;
+  auto key = [&c](std::string k) { c.keys[c.key_count++] = std::move(k); };
   auto arg = [&c](std::string_view a) { c.args[c.arg_count++].assign(a); };
   // What a script that frees a lock needs to announce it: channel, name[, "sharded"].
   auto announceArgs = [&] {
@@ -979,83 +349,91 @@ ScriptCall scriptCallFor(const Operation& op, const ScriptContext& ctx) {
     arg(op.name);
     if (ctx.sharded_publish) arg(kShardedPublish);
   };
+  // KEYS: each script's file (src/redis/lua/<name>.lua) states them.
+  if (op.kind == LockKind::kSemaphore) {
+    key(semaphoreKey(ctx.prefix, op.name));
+    key(semaphoreTokenKey(ctx.prefix, op.name));
+    key(semaphoreLimitKey(ctx.prefix, op.name));
+  } else {
+    key(lockKey(ctx.prefix, op.name));
+    key(tokenKey(ctx.prefix, op.name));
+    switch (c.script) {
+      case ScriptId::kSharedAcquire:
+        key(readersKey(ctx.prefix, op.name));
+        key(writerMarkKey(ctx.prefix, op.name));
+        break;
+      case ScriptId::kSharedRelease:
+      case ScriptId::kSharedExtend:
+      case ScriptId::kSharedInspect:
+        key(readersKey(ctx.prefix, op.name));
+        break;
+      case ScriptId::kFairAcquire:
+      case ScriptId::kFairWithdraw:
+        key(fairQueueKey(ctx.prefix, op.name));
+        key(fairClaimsKey(ctx.prefix, op.name));
+        break;
+      case ScriptId::kWriterWithdraw:
+        key(writerMarkKey(ctx.prefix, op.name));  // the queued writers' marks
+        break;
+      case ScriptId::kAcquire:
+        if (op.writer_wait_ms > 0) key(writerMarkKey(ctx.prefix, op.name));
+        break;
+      default:
+        break;
+    }
+  }
+  // ARGV, and the metric op.
   switch (op.verb) {
     case Verb::kAcquire:
-      c.script = fair_queue
-                     ? ScriptId::kFairAcquire
-                     : pick(ScriptId::kAcquire, ScriptId::kSemAcquire, ScriptId::kSharedAcquire);
       c.node_op = NodeOp::kAcquire;
       arg(op.owner);
       arg(std::to_string(op.ttl_ms));
-      if (semaphore) arg(std::to_string(op.limit));
+      if (op.kind == LockKind::kSemaphore) arg(std::to_string(op.limit));
       arg(ctx.counter_ttl_ms);
-      if (fair_queue) {
+      if (c.script == ScriptId::kFairAcquire) {
         arg(std::to_string(std::max<int64_t>(0, op.claim_ms)));
         if (!op.also_waiting.empty()) arg(op.also_waiting);
-        break;
+      } else if (c.script == ScriptId::kAcquire) {
+        if (op.reentrant) {
+          arg(kReentrantArg);
+        } else if (op.writer_wait_ms > 0) {
+          arg(kNotReentrantArg);
+        }
+        if (op.writer_wait_ms > 0) arg(std::to_string(op.writer_wait_ms));
       }
-      if (semaphore || shared) break;
-      if (op.reentrant) {
-        arg(kReentrantArg);
-      } else if (op.writer_wait_ms > 0) {
-        arg(kNotReentrantArg);
-      }
-      if (op.writer_wait_ms > 0) arg(std::to_string(op.writer_wait_ms));
       break;
     case Verb::kRelease:
-      c.script = pick(ScriptId::kRelease, ScriptId::kSemRelease, ScriptId::kSharedRelease);
       c.node_op = NodeOp::kRelease;
       arg(op.owner);
       announceArgs();
       break;
     case Verb::kExtend:
-      c.script = pick(ScriptId::kExtend, ScriptId::kSemExtend, ScriptId::kSharedExtend);
       c.node_op = NodeOp::kExtend;
       arg(op.owner);
       arg(std::to_string(op.ttl_ms));
       arg(ctx.counter_ttl_ms);
       break;
     case Verb::kInspect:
-      c.script = pick(ScriptId::kInspect, ScriptId::kSemInspect, ScriptId::kSharedInspect);
       c.node_op = NodeOp::kInspect;
       break;
-    // Mutex verbs: the lock service hands off and force-releases mutexes only (another kind's
-    // would be answered by its inspect script, changing nothing). A mutex force release frees
-    // readers too: they hold the mutex's key.
     case Verb::kHandOff:
-      c.script = pick(ScriptId::kReleaseGrant, ScriptId::kSemInspect, ScriptId::kSharedInspect);
       c.node_op = NodeOp::kRelease;
-      if (semaphore || shared) break;
       arg(op.owner);
       arg(op.next_owner);
       arg(std::to_string(op.ttl_ms));
       arg(ctx.counter_ttl_ms);
       break;
     case Verb::kWithdraw:
-      if (fair_queue) {
-        c.script = ScriptId::kFairWithdraw;
-        c.node_op = NodeOp::kRelease;
-        arg(op.owner);
-        announceArgs();
-        break;
-      }
-      if (!semaphore && !shared) {  // a queued writer withdraws its mark
-        c.script = ScriptId::kWriterWithdraw;
-        c.node_op = NodeOp::kRelease;
-        arg(op.owner);
+      c.node_op = NodeOp::kRelease;
+      arg(op.owner);
+      if (c.script == ScriptId::kWriterWithdraw) {
         arg(std::to_string(std::max<int64_t>(1, op.writer_wait_ms)));
         arg(op.also_waiting);
-        announceArgs();
-        break;
       }
-      // Readers and permits have nothing to leave: changes nothing here.
-      c.script = pick(ScriptId::kInspect, ScriptId::kSemInspect, ScriptId::kSharedInspect);
-      c.node_op = NodeOp::kInspect;
+      announceArgs();
       break;
     case Verb::kForceRelease:
-      c.script = pick(ScriptId::kForceRelease, ScriptId::kSemInspect, ScriptId::kSharedInspect);
       c.node_op = NodeOp::kRelease;
-      if (semaphore || shared) break;
       announceArgs();
       break;
   }

@@ -43,34 +43,20 @@
 //         code 0: the holder's PTTL (-1: a key without expiry, unknown); 0 otherwise
 //   holds code 1 of acquire, extend, hand-off: the lease's holds (1 unless re-entered); release:
 //         the holds left (0: freed; a hand-off with holds left hands nothing on, token 0)
-// ARGV per script:
-//   acquire        owner, ttl_ms, counter_ttl_ms[, "reentrant" | "-"[, writer_wait_ms]]
-//                  (writer_wait_ms: a queued writer; KEYS[3] = p{name}:writer): busy because
-//                  readers hold the lock, the writer is marked and the reply is {0, 0, PTTL, 1}
-//   writer_withdraw owner, writer_wait_ms, other writers queued (space-separated), channel,
-//                  name[, "sharded"] (KEYS[3] = p{name}:writer): a queued writer's mark removed,
-//                  the others marked -> {1, 0, 0} | {-1, 0, 0} (it had none); announces when no
-//                  mark is left and no writer holds the lock
-//   release        owner, channel, name[, "sharded"]  ("sharded": Redis Cluster, SPUBLISH)
-//   extend         owner, ttl_ms, counter_ttl_ms      (never re-creates a missing key: that
-//                                                      would silently re-acquire)
-//   inspect        (none)
-//   token_sync     token, counter_ttl_ms (Redlock; KEYS[1] = the counter): raises the counter to
-//                  `token`, never lowers it
-//   release_grant  owner, next owner, next ttl_ms, counter_ttl_ms (hand-off, single master)
-//   force_release  channel, name[, "sharded"] (operators): deletes whoever holds it, announces it
+//
+// Each script's KEYS, ARGV and replies are stated in the header of its file,
+// src/redis/lua/<name>.lua (one script per file; the pieces several scripts share are in
+// src/redis/lua/lib/). src/redis/lua/embed.cmake compiles them in: ScriptId (generated
+// redis/script_id.h, one id per file) and scriptSource() (name, reply shape, text).
 //
 // Semaphores (KEYS: p{name}:sem, p{name}:sem:token, p{name}:sem:limit). A permit is a member of the
 // sorted set scored with its expiry (Redis TIME, ms); expired members are dropped by the writing
 // scripts, both keys live as long as the longest permit and vanish with the last one. Replies
-// carry two more fields, {code, token, ttl, used, limit}:
-//   sem_acquire  permit, ttl_ms, limit, counter_ttl_ms -> {1, token, ttl, used, limit} granted |
-//                {0, 0, ms until the first permit expires, used, limit} all taken |
-//                {2, 0, 0, used, limit of the semaphore} another limit while permits are held
-//   sem_release  permit, channel, name[, "sharded"] -> {1, 0, 0, used} | {-1, 0, 0}; announces
-//                the freed permit like a release
-//   sem_extend   permit, ttl_ms, counter_ttl_ms -> {1, 0, ttl, used} | {-1, 0, 0}
-//   sem_inspect  (none) -> {1, last token, 0, used, limit} | {-1, last token, 0, 0, 0}
+// carry two more fields, {code, token, ttl, used, limit}, and code 2: another limit while
+// permits are held (ScriptReply::kSemaphore).
+//
+// Read/write locks' readers (shared_*.lua) answer their count as the 4th field
+// (ScriptReply::kShared); acquire_all.lua has a reply of its own (decodeAllOutcome()).
 //
 // Kinds and keys: a lock kind owns its keys. The mutex keeps the layout above (`p{name}`,
 // `p{name}:token`) so that sidecars of older versions and this one, run side by side during a
@@ -85,38 +71,33 @@
 
 #include <array>
 #include <cstdint>
-#include <iterator>
 #include <memory>
 #include <string>
 #include <string_view>
 
 #include "backend/backend.h"
 #include "redis/redis_node.h"
+#include "redis/script_id.h"  // generated from src/redis/lua/*.lua
 
 namespace sidelock::backend {
 
-/// sidelock's scripts; the value is the script's index in sidelockScripts().
-enum class ScriptId : size_t {
-  kAcquire,
-  kRelease,
-  kExtend,
-  kInspect,
-  kTokenSync,
-  kReleaseGrant,
-  kForceRelease,
-  kSemAcquire,
-  kSemRelease,
-  kSemExtend,
-  kSemInspect,
-  kSharedAcquire,
-  kSharedRelease,
-  kSharedExtend,
-  kSharedInspect,
-  kFairAcquire,
-  kFairWithdraw,
-  kWriterWithdraw,
-  kAcquireAll,  // keep last (kAllScripts' size is checked against it)
+/// What a script's reply carries besides {code, token, ttl[, holds]} (its file's "--! reply:"
+/// line), for decodeOutcome().
+enum class ScriptReply : uint8_t {
+  kLock,        // {code, token, ttl[, holds]}: the contract above
+  kSemaphore,   // {code, token, ttl[, used[, limit]]}
+  kShared,      // {code, token, ttl[, readers]}
+  kAcquireAll,  // decodeAllOutcome()'s
 };
+
+/// One script as src/redis/lua/embed.cmake compiled it in from src/redis/lua/<name>.lua.
+struct ScriptSource {
+  std::string_view name;  // the file name without ".lua": logs, errors, SCRIPT LOAD failures
+  ScriptReply reply;
+  std::string_view text;  // the Lua sent to Redis: the pieces included, the header left out
+};
+/// Generated (build/src/generated/redis/script_table.cc).
+const ScriptSource& scriptSource(ScriptId id);
 
 /// Lua source of one script.
 std::string_view scriptText(ScriptId id);
@@ -127,19 +108,8 @@ std::string_view scriptText(ScriptId id);
 inline constexpr int64_t kTokenCounterMarginMs = 60'000;
 int64_t tokenCounterTtlMs(int64_t max_ttl_ms);
 
-/// Short name for logs and errors ("acquire").
+/// Short name for logs and errors ("acquire"): its file's name.
 const char* scriptName(ScriptId id);
-/// All script ids, in index order.
-inline constexpr ScriptId kAllScripts[] = {
-    ScriptId::kAcquire,       ScriptId::kRelease,      ScriptId::kExtend,
-    ScriptId::kInspect,       ScriptId::kTokenSync,    ScriptId::kReleaseGrant,
-    ScriptId::kForceRelease,  ScriptId::kSemAcquire,   ScriptId::kSemRelease,
-    ScriptId::kSemExtend,     ScriptId::kSemInspect,   ScriptId::kSharedAcquire,
-    ScriptId::kSharedRelease, ScriptId::kSharedExtend, ScriptId::kSharedInspect,
-    ScriptId::kFairAcquire,   ScriptId::kFairWithdraw, ScriptId::kWriterWithdraw,
-    ScriptId::kAcquireAll};
-// Every script is in the list (a script missing from it is never loaded: "no script #N").
-static_assert(std::size(kAllScripts) == static_cast<size_t>(ScriptId::kAcquireAll) + 1);
 /// Whether the script works on a semaphore (its 4th and 5th reply fields: used, limit).
 bool isSemaphoreScript(ScriptId id);
 /// Whether the script works on the readers of a read/write lock (its 4th field: readers).
@@ -159,7 +129,7 @@ std::string semaphoreKey(std::string_view prefix, std::string_view name);
 std::string semaphoreTokenKey(std::string_view prefix, std::string_view name);
 std::string semaphoreLimitKey(std::string_view prefix, std::string_view name);
 /// Readers of a read/write lock: `<prefix>{<name>}:readers` (a sorted set of reader owner id ->
-/// expiry in ms of Redis time). The readers also hold KEYS[1] (see scripts.cc, kReadersLua).
+/// expiry in ms of Redis time). The readers also hold KEYS[1] (see src/redis/lua/lib/readers.lua).
 std::string readersKey(std::string_view prefix, std::string_view name);
 /// `<prefix>{<name>}:writer`: queued writers wait for readers to leave (a sorted set: writer
 /// owner id -> until when it turns new readers away, ms of Redis time); deleted when a queued
@@ -233,8 +203,13 @@ struct ScriptCall {
   Views views() const;
 };
 
-/// The script call that carries out `op` (every verb of every kind).
-ScriptCall scriptCallFor(const Operation& op, const ScriptContext& ctx);
+/// The script that carries out `verb` on a lock of `kind` (src/redis/scripts.cc, kScript);
+/// kFailedPrecondition for a pair no script serves (a semaphore's hand-off, say), never
+/// another script in its place.
+StatusOr<ScriptId> scriptFor(LockKind kind, Verb verb);
+/// The script call that carries out `op`: scriptFor(op.kind, op.verb) with its KEYS and ARGV;
+/// scriptFor()'s error for a pair no script serves.
+StatusOr<ScriptCall> scriptCallFor(const Operation& op, const ScriptContext& ctx);
 /// Redlock's token sync of `name`'s counter to at least `token`.
 ScriptCall tokenSyncCall(std::string_view name, uint64_t token, const ScriptContext& ctx);
 

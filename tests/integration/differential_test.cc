@@ -74,6 +74,26 @@ class DifferentialTest : public ::testing::Test {
   std::unique_ptr<RedisBackend> redis_backend_;
 };
 
+// A verb a kind does not serve (a reader's hand-off, a permit's force release...) is refused the
+// same way by both: kFailedPrecondition, and nothing changes.
+TEST_F(DifferentialTest, VerbsAKindDoesNotServeAreRefusedByBoth) {
+  for (LockKind kind : {LockKind::kSemaphore, LockKind::kShared}) {
+    for (const Operation& op :
+         {Operation::handOff("x", "o", "next", 900).of(kind),
+          Operation::withdraw("x", "o").of(kind), Operation::forceRelease("x").of(kind)}) {
+      const std::string pair = std::string(verbName(op.verb)) + " of " + lockKindName(kind);
+      StatusOr<Outcome> m = runOn(memory_, op);
+      StatusOr<Outcome> r = runOn(*redis_backend_, op);
+      ASSERT_FALSE(m.isOk()) << pair;
+      ASSERT_FALSE(r.isOk()) << pair;
+      EXPECT_EQ(m.status().code(), StatusCode::kFailedPrecondition) << pair;
+      EXPECT_EQ(r.status().code(), StatusCode::kFailedPrecondition)
+          << pair << ": " << r.status().message();
+    }
+  }
+  EXPECT_EQ(redis_.cli({"DBSIZE"}), "0") << "nothing was written";
+}
+
 TEST_F(DifferentialTest, RandomSequencesAgreeWithTheReferenceModel) {
   std::mt19937 rng(20261123);
   const std::vector<std::string> names = {"a", "b"};

@@ -13,3 +13,10 @@ sidelock_test(differential_test
   LIBS sidelock_redis
   LABELS integration
   TIMEOUT 300)
+# Every src/redis/lua script compiles in a real redis-server (SCRIPT LOAD), and the compiled-in
+# table is the directory.
+sidelock_test(redis_lua_scripts_test
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/redis_lua_scripts_test.cc
+  LIBS sidelock_redis
+  LABELS integration
+  TIMEOUT 120)

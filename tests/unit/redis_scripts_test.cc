@@ -268,10 +268,17 @@ TEST(RedisReplies, InspectAndForceRelease) {
   EXPECT_EQ(nothing->token, 12u) << "the last token, held or not";
 }
 
+// scriptCallFor() of a verb a script serves for its kind.
+ScriptCall callOf(const Operation& op, const ScriptContext& ctx) {
+  StatusOr<ScriptCall> call = scriptCallFor(op, ctx);
+  EXPECT_TRUE(call.isOk()) << call.status().toString();
+  return call.isOk() ? *call : ScriptCall{};
+}
+
 // Every verb becomes exactly one script with the keys of its lock.
 TEST(RedisScripts, EveryOperationIsOneScriptCall) {
   const ScriptContext ctx{"p:", "61000", false};
-  const ScriptCall acquire = scriptCallFor(Operation::acquire("n", "o", 5000), ctx);
+  const ScriptCall acquire = callOf(Operation::acquire("n", "o", 5000), ctx);
   EXPECT_EQ(acquire.script, ScriptId::kAcquire);
   ASSERT_EQ(acquire.key_count, 2);
   EXPECT_EQ(acquire.keys[0], "p:{n}");
@@ -280,79 +287,76 @@ TEST(RedisScripts, EveryOperationIsOneScriptCall) {
   EXPECT_EQ(acquire.args[0], "o");
   EXPECT_EQ(acquire.args[1], "5000");
   EXPECT_EQ(acquire.args[2], "61000");
-  const ScriptCall reentrant = scriptCallFor(Operation::acquire("n", "o", 5000, true), ctx);
+  const ScriptCall reentrant = callOf(Operation::acquire("n", "o", 5000, true), ctx);
   ASSERT_EQ(reentrant.arg_count, 4);
   EXPECT_EQ(reentrant.args[3], kReentrantArg);
 
-  const ScriptCall release = scriptCallFor(Operation::release("n", "o"), ctx);
+  const ScriptCall release = callOf(Operation::release("n", "o"), ctx);
   EXPECT_EQ(release.script, ScriptId::kRelease);
   ASSERT_EQ(release.arg_count, 3);
   EXPECT_EQ(release.args[1], "p:released:{n}");
   EXPECT_EQ(release.args[2], "n");
   const ScriptCall sharded =
-      scriptCallFor(Operation::release("n", "o"), ScriptContext{"p:", "61000", true});
+      callOf(Operation::release("n", "o"), ScriptContext{"p:", "61000", true});
   ASSERT_EQ(sharded.arg_count, 4);
   EXPECT_EQ(sharded.args[3], kShardedPublish);
 
-  const ScriptCall hand_off = scriptCallFor(Operation::handOff("n", "o", "next", 900), ctx);
+  const ScriptCall hand_off = callOf(Operation::handOff("n", "o", "next", 900), ctx);
   EXPECT_EQ(hand_off.script, ScriptId::kReleaseGrant);
   ASSERT_EQ(hand_off.arg_count, 4);
   EXPECT_EQ(hand_off.args[1], "next");
   EXPECT_EQ(hand_off.args[2], "900");
-  EXPECT_EQ(scriptCallFor(Operation::extend("n", "o", 1), ctx).script, ScriptId::kExtend);
-  EXPECT_EQ(scriptCallFor(Operation::inspect("n"), ctx).arg_count, 0);
-  EXPECT_EQ(scriptCallFor(Operation::forceRelease("n"), ctx).script, ScriptId::kForceRelease);
+  EXPECT_EQ(callOf(Operation::extend("n", "o", 1), ctx).script, ScriptId::kExtend);
+  EXPECT_EQ(callOf(Operation::inspect("n"), ctx).arg_count, 0);
+  EXPECT_EQ(callOf(Operation::forceRelease("n"), ctx).script, ScriptId::kForceRelease);
 
   // A semaphore: its own keys (the kind is in them), its own counter, its limit as ARGV.
-  const ScriptCall permit = scriptCallFor(Operation::acquirePermit("n", "p", 900, 3), ctx);
+  const ScriptCall permit = callOf(Operation::acquirePermit("n", "p", 900, 3), ctx);
   EXPECT_EQ(permit.script, ScriptId::kSemAcquire);
   ASSERT_EQ(permit.key_count, 3);
   EXPECT_EQ(permit.keys[0], "p:{n}:sem");
   EXPECT_EQ(permit.keys[1], "p:{n}:sem:token") << "its own counter, not the mutex's";
   EXPECT_EQ(permit.keys[2], "p:{n}:sem:limit");
   EXPECT_EQ(permit.args[2], "3");
-  EXPECT_EQ(scriptCallFor(Operation::release("n", "p").of(LockKind::kSemaphore), ctx).script,
+  EXPECT_EQ(callOf(Operation::release("n", "p").of(LockKind::kSemaphore), ctx).script,
             ScriptId::kSemRelease);
-  EXPECT_EQ(scriptCallFor(Operation::inspect("n").of(LockKind::kSemaphore), ctx).script,
+  EXPECT_EQ(callOf(Operation::inspect("n").of(LockKind::kSemaphore), ctx).script,
             ScriptId::kSemInspect);
 
   // Readers share the mutex's key and counter, and list themselves in a sorted set of their own.
-  const ScriptCall reader = scriptCallFor(Operation::acquireShared("n", "r", 900), ctx);
+  const ScriptCall reader = callOf(Operation::acquireShared("n", "r", 900), ctx);
   EXPECT_EQ(reader.script, ScriptId::kSharedAcquire);
   ASSERT_EQ(reader.key_count, 4);
   EXPECT_EQ(reader.keys[0], "p:{n}");
   EXPECT_EQ(reader.keys[1], "p:{n}:token") << "readers and writers: one counter";
   EXPECT_EQ(reader.keys[2], "p:{n}:readers");
   EXPECT_EQ(reader.keys[3], "p:{n}:writer") << "a queued writer's mark turns readers away";
-  EXPECT_EQ(scriptCallFor(Operation::release("n", "r").of(LockKind::kShared), ctx).key_count, 3);
+  EXPECT_EQ(callOf(Operation::release("n", "r").of(LockKind::kShared), ctx).key_count, 3);
   ASSERT_EQ(reader.arg_count, 3);
-  EXPECT_EQ(scriptCallFor(Operation::release("n", "r").of(LockKind::kShared), ctx).script,
+  EXPECT_EQ(callOf(Operation::release("n", "r").of(LockKind::kShared), ctx).script,
             ScriptId::kSharedRelease);
-  EXPECT_EQ(scriptCallFor(Operation::extend("n", "r", 9).of(LockKind::kShared), ctx).script,
+  EXPECT_EQ(callOf(Operation::extend("n", "r", 9).of(LockKind::kShared), ctx).script,
             ScriptId::kSharedExtend);
-  EXPECT_EQ(scriptCallFor(Operation::handOff("n", "r", "x", 9).of(LockKind::kShared), ctx).script,
-            ScriptId::kSharedInspect)
-      << "readers are never handed on: the call changes nothing";
   // A queued writer's attempt carries its mark; a re-entry flag keeps its place before it.
   Operation queued_writer = Operation::acquire("n", "o", 5000);
   queued_writer.writer_wait_ms = 1700;
-  const ScriptCall marking = scriptCallFor(queued_writer, ctx);
+  const ScriptCall marking = callOf(queued_writer, ctx);
   ASSERT_EQ(marking.key_count, 3);
   EXPECT_EQ(marking.keys[2], "p:{n}:writer");
-  EXPECT_EQ(scriptCallFor(Operation::acquire("n", "o", 5000), ctx).key_count, 2)
+  EXPECT_EQ(callOf(Operation::acquire("n", "o", 5000), ctx).key_count, 2)
       << "a single try names no mark";
   ASSERT_EQ(marking.arg_count, 5);
   EXPECT_EQ(marking.args[3], kNotReentrantArg);
   EXPECT_EQ(marking.args[4], "1700");
   queued_writer.reentrant = true;
-  EXPECT_EQ(scriptCallFor(queued_writer, ctx).args[3], kReentrantArg);
+  EXPECT_EQ(callOf(queued_writer, ctx).args[3], kReentrantArg);
 
   // Fair locks: acquire and withdraw work on the queue's keys too; every other verb is the
   // mutex's, on the mutex's keys.
   Operation fair_waiter = Operation::acquire("n", "w1", 5000).of(LockKind::kFair);
   fair_waiter.claim_ms = 2100;
   fair_waiter.also_waiting = "w2 w3";
-  const ScriptCall fair = scriptCallFor(fair_waiter, ctx);
+  const ScriptCall fair = callOf(fair_waiter, ctx);
   EXPECT_EQ(fair.script, ScriptId::kFairAcquire);
   ASSERT_EQ(fair.key_count, 4);
   EXPECT_EQ(fair.keys[2], "p:{n}:fair");
@@ -360,18 +364,17 @@ TEST(RedisScripts, EveryOperationIsOneScriptCall) {
   ASSERT_EQ(fair.arg_count, 5);
   EXPECT_EQ(fair.args[3], "2100");
   EXPECT_EQ(fair.args[4], "w2 w3");
-  EXPECT_EQ(scriptCallFor(Operation::acquire("n", "w", 5).of(LockKind::kFair), ctx).args[3], "0")
+  EXPECT_EQ(callOf(Operation::acquire("n", "w", 5).of(LockKind::kFair), ctx).args[3], "0")
       << "a single try never joins the queue";
-  EXPECT_EQ(scriptCallFor(Operation::withdraw("n", "w1"), ctx).script, ScriptId::kFairWithdraw);
-  const ScriptCall fair_release =
-      scriptCallFor(Operation::release("n", "w").of(LockKind::kFair), ctx);
+  EXPECT_EQ(callOf(Operation::withdraw("n", "w1"), ctx).script, ScriptId::kFairWithdraw);
+  const ScriptCall fair_release = callOf(Operation::release("n", "w").of(LockKind::kFair), ctx);
   EXPECT_EQ(fair_release.script, ScriptId::kRelease);
   EXPECT_EQ(fair_release.key_count, 2);
   // A queued writer withdraws its mark, handing it to the writers still queued on its sidecar.
   Operation leaving_writer = Operation::withdraw("n", "w1").of(LockKind::kMutex);
   leaving_writer.writer_wait_ms = 21000;
   leaving_writer.also_waiting = "w2 w3";
-  const ScriptCall writer_withdraw = scriptCallFor(leaving_writer, ctx);
+  const ScriptCall writer_withdraw = callOf(leaving_writer, ctx);
   EXPECT_EQ(writer_withdraw.script, ScriptId::kWriterWithdraw);
   ASSERT_EQ(writer_withdraw.key_count, 3);
   EXPECT_EQ(writer_withdraw.keys[2], "p:{n}:writer");
@@ -380,9 +383,6 @@ TEST(RedisScripts, EveryOperationIsOneScriptCall) {
   EXPECT_EQ(writer_withdraw.args[1], "21000");
   EXPECT_EQ(writer_withdraw.args[2], "w2 w3");
   EXPECT_EQ(writer_withdraw.args[3], releaseChannel("p:", "n")) << "announces like a release";
-  EXPECT_EQ(scriptCallFor(Operation::withdraw("n", "r").of(LockKind::kShared), ctx).script,
-            ScriptId::kSharedInspect)
-      << "nothing to withdraw from elsewhere";
 
   const ScriptCall sync = tokenSyncCall("n", 77, ctx);
   ASSERT_EQ(sync.key_count, 1);
@@ -391,6 +391,42 @@ TEST(RedisScripts, EveryOperationIsOneScriptCall) {
   const ScriptCall::Views v = acquire.views();
   EXPECT_EQ(v.keyArgs().size(), 2u);
   EXPECT_EQ(v.argArgs()[0], "o");
+}
+
+// A verb no script serves for a kind is an error, never another script in its place (it used to
+// become the kind's inspect, which changed nothing and answered as if it had): readers and
+// permits are never handed on nor force-released, and have no queue to leave.
+TEST(RedisScripts, AVerbNoScriptServesIsAnError) {
+  const ScriptContext ctx{"p:", "61000", false};
+  for (LockKind kind : {LockKind::kSemaphore, LockKind::kShared}) {
+    for (const Operation& op :
+         {Operation::handOff("n", "o", "next", 900).of(kind),
+          Operation::withdraw("n", "o").of(kind), Operation::forceRelease("n").of(kind)}) {
+      const std::string pair = std::string(verbName(op.verb)) + " of " + lockKindName(kind);
+      const StatusOr<ScriptCall> call = scriptCallFor(op, ctx);
+      ASSERT_FALSE(call.isOk()) << pair;
+      EXPECT_EQ(call.status().code(), StatusCode::kFailedPrecondition) << pair;
+      EXPECT_NE(call.status().message().find(verbName(op.verb)), std::string::npos)
+          << call.status().message();
+      EXPECT_NE(call.status().message().find(lockKindName(kind)), std::string::npos)
+          << call.status().message();
+      EXPECT_EQ(scriptFor(kind, op.verb).status().code(), StatusCode::kFailedPrecondition);
+    }
+  }
+  // Every other pair has its script.
+  for (LockKind kind : {LockKind::kMutex, LockKind::kFair}) {
+    for (size_t v = 0; v < kVerbCount; ++v) {
+      EXPECT_TRUE(scriptFor(kind, static_cast<Verb>(v)).isOk())
+          << verbName(static_cast<Verb>(v)) << " of " << lockKindName(kind);
+    }
+  }
+  for (LockKind kind : {LockKind::kSemaphore, LockKind::kShared}) {
+    for (Verb verb : {Verb::kAcquire, Verb::kRelease, Verb::kExtend, Verb::kInspect}) {
+      EXPECT_TRUE(scriptFor(kind, verb).isOk()) << verbName(verb) << " of " << lockKindName(kind);
+    }
+  }
+  EXPECT_EQ(*scriptFor(LockKind::kFair, Verb::kWithdraw), ScriptId::kFairWithdraw);
+  EXPECT_EQ(*scriptFor(LockKind::kMutex, Verb::kWithdraw), ScriptId::kWriterWithdraw);
 }
 
 TEST(RedisBackoff, GrowsDoublesAndCapsWithJitter) {

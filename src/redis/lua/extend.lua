@@ -1,0 +1,22 @@
+-- extend: the owner's mutex lease gets a new TTL.
+--
+-- KEYS[1]  p{name}          the lease: owner id[, " <holds>"], PX = its TTL
+-- KEYS[2]  p{name}:token    the fencing counter
+-- ARGV     owner, ttl_ms, counter_ttl_ms
+-- Replies  {1, 0, PTTL, holds}     extended
+--          {0, 0, holder PTTL}     held by another owner
+--          {-1, 0, 0}              not held
+--
+-- PEXPIRE only an existing key we own: re-creating a missing key would silently re-acquire a lock
+-- that expired and may since have been granted to (and released by) someone else. The counter's
+-- expiry (ARGV[3]) is pushed out too, so it outlives a lease renewed past locks.max_ttl_ms.
+--! reply: lock
+--! include lib/holder.lua
+
+local holds, refused = ownHolds()
+if not holds then
+  return refused
+end
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+redis.call('PEXPIRE', KEYS[2], ARGV[3])
+return {1, 0, redis.call('PTTL', KEYS[1]), holds}

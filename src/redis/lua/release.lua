@@ -1,0 +1,25 @@
+-- release: the owner gives its mutex lease back (one hold of a re-entered one).
+--
+-- KEYS[1]  p{name}          the lease: owner id[, " <holds>"], PX = its TTL
+-- KEYS[2]  p{name}:token    the fencing counter
+-- ARGV     owner, channel, name[, "sharded"]  ("sharded": Redis Cluster, SPUBLISH)
+-- Replies  {1, 0, 0, holds left}   released (0: freed and announced; more: one hold given back)
+--          {0, 0, holder PTTL}     held by another owner
+--          {-1, 0, 0}              not held
+--
+-- Compare-and-delete: never GET then DEL from the client (another owner may win in between).
+-- A re-entered lease gives back one hold and stays held (nothing announced).
+--! reply: lock
+--! include lib/holder.lua
+--! include lib/announce.lua
+
+local holds, refused = ownHolds()
+if not holds then
+  return refused
+end
+if holds > 1 then
+  return giveBackHold(holds)
+end
+redis.call('DEL', KEYS[1])
+announce(ARGV[2], ARGV[3], ARGV[4])
+return {1, 0, 0, 0}

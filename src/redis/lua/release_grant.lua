@@ -1,0 +1,26 @@
+-- release_grant: release that hands the mutex to the next waiter in one step.
+--
+-- KEYS[1]  p{name}          the lease: owner id[, " <holds>"], PX = its TTL
+-- KEYS[2]  p{name}:token    the fencing counter
+-- ARGV     owner, next owner, next ttl_ms, counter_ttl_ms
+-- Replies  {1, token, ttl, 1}      released and granted to the next owner
+--          {1, 0, PTTL, holds}     a re-entered lease gave back one hold, handed nothing on
+--          {0, 0, holder PTTL}     held by another owner
+--          {-1, 0, 0}              not held
+--
+-- Release with hand-off (single master): the next owner's grant replaces ours in the same step,
+-- with the next fencing token (as acquire would give it). No PUBLISH: the lock never became free.
+-- A re-entered lease gives back one hold and hands nothing on (token 0).
+--! reply: lock
+--! include lib/next_token.lua
+--! include lib/holder.lua
+
+local holds, refused = ownHolds()
+if not holds then
+  return refused
+end
+if holds > 1 then
+  return giveBackHold(holds)
+end
+redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+return {1, nextToken(ARGV[4]), tonumber(ARGV[3]), 1}

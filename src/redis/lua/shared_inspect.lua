@@ -1,0 +1,24 @@
+-- shared_inspect: a read/write lock's state.
+--
+-- KEYS[1]  p{name}          the lease: owner id[, " <holds>"], PX = its TTL
+-- KEYS[2]  p{name}:token    the fencing counter
+-- KEYS[3]  p{name}:readers
+-- ARGV     (none)
+-- Replies  {1, last token, PTTL, readers}   held by readers (their count) or a writer (0)
+--          {-1, last token, 0, 0}           free
+--
+-- Read-only.
+--! reply: shared
+--! include lib/clock.lua
+--! include lib/readers.lua
+
+local token = tonumber(redis.call('GET', KEYS[2]) or '0')
+local v = redis.call('GET', KEYS[1])
+if not v then
+  return {-1, token, 0, 0}
+end
+local readers = 0
+if readersHold(v) then
+  readers = redis.call('ZCOUNT', KEYS[3], '(' .. nowMs(), '+inf')
+end
+return {1, token, redis.call('PTTL', KEYS[1]), readers}
