@@ -511,7 +511,6 @@ void LockService::Impl::onDeadline(uint64_t id) {
   auto it = waiters_.find(id);
   if (it == waiters_.end() || it->second->abandoned) return;
   Waiter& w = *it->second;
-  w.deadline_timer.markFired();
   const std::string name = w.options.name;
   AcquireResult r;
   const WaiterQueue* q = queues_.find(name);
@@ -662,7 +661,6 @@ void LockService::Impl::planRetry(WaiterQueue& q) {
 
 void LockService::Impl::onRetryTimer(WaiterQueue* q) {
   // Safe: the timer lives in the queue, so it cannot fire after the queue was erased.
-  q->retry_timer.markFired();
   if (!q->fifo.empty() && !q->attempt_in_flight) attempt(*q->fifo.front());
 }
 
@@ -1162,7 +1160,6 @@ void LockService::Impl::shutdown(bool release_held, int64_t grace_ms, std::funct
   }
 
   grace_timer_.start(scheduler_, std::max<int64_t>(0, grace_ms), guarded([this] {
-                       grace_timer_.markFired();
                        if (!shutdown_done_) return;
                        SL_LOG(kWarn, "lock.shutdown_grace_expired",
                               {"pending_ops", static_cast<long long>(inflight_ops_)});

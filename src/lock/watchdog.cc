@@ -100,7 +100,6 @@ void LockService::Impl::armExpiry(Lease& lease) {
   // per timer, with two timers per lease and 100k leases.
   lease.expiry_timer.start(scheduler_, delay, [this, lp = &lease] {
     TurnScope scope(*this);
-    lp->expiry_timer.markFired();
     onLeaseExpiry(*lp);
   });
 }
@@ -138,7 +137,6 @@ void LockService::Impl::scheduleRenewal(Lease& lease, int64_t delay_ms) {
   // Owned by the lease, like the expiry timer (see armExpiry).
   lease.renew_timer.start(scheduler_, delay_ms, [this, lp = &lease] {
     TurnScope scope(*this);
-    lp->renew_timer.markFired();
     renew(*lp);
   });
 }

@@ -257,7 +257,6 @@ void ClusterBackend::scheduleRefresh() {
   const int64_t delay =
       std::max<int64_t>(0, last_refresh_ms_ + kMinRefreshGapMs - scheduler_.nowMs());
   refresh_timer_.start(scheduler_, delay, [this] {
-    refresh_timer_.markFired();
     refreshNow();
   });
 }
@@ -266,7 +265,6 @@ void ClusterBackend::armPeriodicRefresh() {
   if (shut_down_) return;
   periodic_timer_.start(scheduler_, ready_ ? kRefreshIntervalMs : kDegradedRefreshIntervalMs,
                         [this] {
-                          periodic_timer_.markFired();
                           scheduleRefresh();
                           armPeriodicRefresh();
                         });

@@ -296,7 +296,6 @@ class RedisNode::Impl final : public RedisConnection::Listener {
     if (down_reason_ == "not started") down_reason_ = "connecting";
     main_ = openConnection();
     connect_timer_.start(scheduler_, options_.connect_timeout_ms, [this] {
-      connect_timer_.markFired();
       failLink("connect timed out after " + std::to_string(options_.connect_timeout_ms) + " ms");
     });
     startHandshake();
@@ -413,7 +412,6 @@ class RedisNode::Impl final : public RedisConnection::Listener {
     const int64_t delay =
         reconnectDelayMs(attempt_++, options_.reconnect_min_ms, options_.reconnect_max_ms);
     retry_timer_.start(scheduler_, delay, [this] {
-      retry_timer_.markFired();
       connect();
     });
   }
@@ -427,7 +425,6 @@ class RedisNode::Impl final : public RedisConnection::Listener {
   // While up, a PING every health_interval_ms proves the server alive when no traffic does.
   void armPing() {
     ping_timer_.start(scheduler_, options_.health_interval_ms, [this] {
-      ping_timer_.markFired();
       onPingTimer();
     });
   }
@@ -471,7 +468,6 @@ class RedisNode::Impl final : public RedisConnection::Listener {
     if (!anyChannelWanted()) return;
     sub_ = openConnection();
     sub_connect_timer_.start(scheduler_, options_.connect_timeout_ms, [this] {
-      sub_connect_timer_.markFired();
       failPubSub("pubsub connect timed out");
     });
     RedisConnection* c = sub_.get();
@@ -524,7 +520,6 @@ class RedisNode::Impl final : public RedisConnection::Listener {
     const int64_t delay =
         reconnectDelayMs(sub_attempt_++, options_.reconnect_min_ms, options_.reconnect_max_ms);
     sub_retry_timer_.start(scheduler_, delay, [this] {
-      sub_retry_timer_.markFired();
       maybeConnectPubSub();
     });
   }

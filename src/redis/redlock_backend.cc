@@ -210,7 +210,6 @@ void RedlockBackend::applyDelayedRestart(size_t i) {
              {"votes_in_ms", static_cast<long long>(votes_from - now)});
     }
     n.voting_timer.start(scheduler_, votes_from - now, [this, i] {
-      nodes_[i]->voting_timer.markFired();
       SL_LOG(kInfo, "redlock.node_voting", {"node", nodes_[i]->address},
              {"reason", "delayed restart over"});
       updateReady();
@@ -714,14 +713,12 @@ void RedlockBackend::onMessage(size_t i, std::string_view channel) {
     w->timer.start(scheduler_, settle_ms, [this, name, settle_ms] {
       auto found = wakes_.find(name);
       if (found == wakes_.end()) return;
-      found->second->timer.markFired();
       if (!found->second->fired) fireWake(name);
       found = wakes_.find(name);  // the listener may have unwatched it
       if (found == wakes_.end()) return;
       found->second->timer.start(scheduler_, settle_ms, [this, name] {
         auto f = wakes_.find(name);
         if (f == wakes_.end()) return;
-        f->second->timer.markFired();
         wakes_.erase(f);
       });
     });

@@ -232,7 +232,6 @@ void SentinelResolver::retryLater(std::string reason) {
   if (retry_timer_.pending()) return;
   const int64_t delay = reconnectDelayMs(attempt_++, backoff_min_ms_, backoff_max_ms_);
   retry_timer_.start(scheduler_, delay, [this] {
-    retry_timer_.markFired();
     if (!confirmed_) resolve();
   });
 }
