@@ -29,7 +29,8 @@ class LivenessToken {
   class Ref {
    public:
     Ref() = default;
-    bool alive() const { return !weak_.expired(); }
+    /// True once the owner is gone (and for a default Ref, which belongs to nobody).
+    bool expired() const { return weak_.expired(); }
 
    private:
     friend class LivenessToken;
@@ -48,7 +49,7 @@ class LivenessToken {
   template <typename F>
   auto guarded(F fn) const {
     return [alive = ref(), fn = std::move(fn)](auto&&... args) mutable {
-      if (alive.alive()) fn(std::forward<decltype(args)>(args)...);
+      if (!alive.expired()) fn(std::forward<decltype(args)>(args)...);
     };
   }
 

@@ -139,9 +139,7 @@ LockService::Impl::Impl(const config::LocksConfig& config, backend::Backend& bac
   }));
   backend_.setReadyListener(guarded([this] { onBackendReady(); }));
   // The hook outlives this service inside Metrics: `alive_` tells it the service is gone.
-  metrics_.addScrapeHook([this, alive = std::weak_ptr<char>(alive_)] {
-    if (!alive.expired()) updateOldestLeaseAge();
-  });
+  metrics_.addScrapeHook(alive_.guarded([this] { updateOldestLeaseAge(); }));
 }
 
 // Timers die with their owners (ScopedTimer); backend replies and posted callbacks still queued
@@ -153,13 +151,11 @@ void LockService::Impl::deliver(std::function<void()> fn) {
     deferred_.push_back(std::move(fn));
     return;
   }
-  scheduler_.post([alive = std::weak_ptr<char>(alive_), fn = std::move(fn)] {
-    if (!alive.expired()) fn();
-  });
+  scheduler_.post(alive_.guarded(std::move(fn)));
 }
 
 bool LockService::Impl::drain() {
-  std::weak_ptr<char> alive = alive_;
+  const event::LivenessToken::Ref alive = alive_.ref();
   while (!deferred_.empty()) {
     std::function<void()> fn = std::move(deferred_.front());
     deferred_.pop_front();
@@ -242,9 +238,7 @@ AcquireTicket LockService::Impl::acquire(AcquireOptions options,
   w.deadline_us = now + w.options.wait_ms * 1000;
   w.wait_if_busy_ms = wait_if_busy_ms;
   waiters_.emplace(id, std::move(owned));
-  AcquireTicket ticket([this, alive = std::weak_ptr<char>(alive_), id] {
-    if (!alive.expired()) cancelWaiter(id);
-  });
+  AcquireTicket ticket(alive_.guarded([this, id] { cancelWaiter(id); }));
 
   if (w.options.wait_ms == 0) {
     // (Readers share: queued readers are being let in, so a reader's single try asks too.)

@@ -22,6 +22,7 @@
 #include "backend/backend.h"
 #include "common/rate_limited_log.h"
 #include "config/config.h"
+#include "event/lifetime.h"
 #include "event/scheduler.h"
 #include "lock/lease_table.h"
 #include "lock/lock_service.h"
@@ -93,11 +94,10 @@ class LockService::Impl {
   /// TurnScope otherwise.
   template <typename F>
   auto guarded(F f) {
-    return [this, alive = std::weak_ptr<char>(alive_), f = std::move(f)](auto&&... args) mutable {
-      if (alive.expired()) return;
+    return alive_.guarded([this, f = std::move(f)](auto&&... args) mutable {
       TurnScope scope(*this);
       f(std::forward<decltype(args)>(args)...);
-    };
+    });
   }
   void deliver(std::function<void()> fn);
   bool drain();  // false if the service was destroyed while draining
@@ -217,7 +217,7 @@ class LockService::Impl {
 
   int depth_ = 0;
   std::deque<std::function<void()>> deferred_;
-  std::shared_ptr<char> alive_ = std::make_shared<char>();
+  event::LivenessToken alive_;
 };
 
 }  // namespace sidelock::lock

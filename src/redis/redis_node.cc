@@ -7,6 +7,7 @@
 
 #include "common/log.h"
 #include "common/random.h"
+#include "event/lifetime.h"
 #include "redis/transport.h"
 
 namespace sidelock::backend {
@@ -233,9 +234,7 @@ class RedisNode::Impl final : public RedisConnection::Listener {
     slot->close(why);
     retired_.push_back(std::move(slot));
     if (retired_.size() == 1) {
-      scheduler_.post([this, alive = std::weak_ptr<char>(alive_)] {
-        if (!alive.expired()) retired_.clear();
-      });
+      scheduler_.post(alive_.guarded([this] { retired_.clear(); }));
     }
   }
 
@@ -246,9 +245,8 @@ class RedisNode::Impl final : public RedisConnection::Listener {
                                    OnValue on_value) {
     // Guarded: a retired connection answers its requests on a later turn, when the node may be
     // gone (destroyed without shutdown()).
-    return [this, alive = std::weak_ptr<char>(alive_), conn, generation = generation_,
-            what = std::move(what), timeout_ms,
-            on_value = std::move(on_value)](StatusOr<RedisValue> r) mutable {
+    return [this, alive = alive_.ref(), conn, generation = generation_, what = std::move(what),
+            timeout_ms, on_value = std::move(on_value)](StatusOr<RedisValue> r) mutable {
       if (alive.expired() || generation != generation_ || conn != main_.get()) return;
       if (r.isOk()) {
         on_value(*r);
@@ -480,7 +478,7 @@ class RedisNode::Impl final : public RedisConnection::Listener {
     if (!options_.username.empty()) auth.push_back(options_.username);
     auth.push_back(options_.password);
     c->command(auth, options_.connect_timeout_ms, NodeOp::kOther,
-               [this, alive = std::weak_ptr<char>(alive_), c](StatusOr<RedisValue> r) {
+               [this, alive = alive_.ref(), c](StatusOr<RedisValue> r) {
                  if (alive.expired() || c != sub_.get()) return;
                  if (!r.isOk()) {
                    if (r.status().code() == StatusCode::kDeadlineExceeded) {
@@ -611,7 +609,7 @@ class RedisNode::Impl final : public RedisConnection::Listener {
   RedisNodeOptions options_;
   metrics::NodeMetrics* metrics_;
   std::string address_;
-  std::shared_ptr<char> alive_ = std::make_shared<char>();  // guards posted callbacks
+  event::LivenessToken alive_;  // guards posted callbacks
 
   State state_ = State::kIdle;
   std::string down_reason_;

@@ -98,13 +98,9 @@ RedlockBackend::RedlockBackend(uv_loop_s* loop, event::Scheduler& scheduler,
                                               &metrics_.node(slot->address));
     // The node posts state changes to the loop: a post still queued when we are destroyed must
     // not reach us (weak reference).
-    slot->redis->setStateListener([this, i, alive = std::weak_ptr<char>(alive_)](bool up) {
-      if (!alive.expired()) onNodeState(i, up);
-    });
-    slot->redis->setMessageListener(
-        [this, i, alive = std::weak_ptr<char>(alive_)](std::string_view channel, std::string_view) {
-          if (!alive.expired()) onMessage(i, channel);
-        });
+    slot->redis->setStateListener(alive_.guarded([this, i](bool up) { onNodeState(i, up); }));
+    slot->redis->setMessageListener(alive_.guarded(
+        [this, i](std::string_view channel, std::string_view) { onMessage(i, channel); }));
     nodes_.push_back(std::move(slot));
   }
   metrics_.backend_ready.Set(0);
@@ -173,8 +169,8 @@ void RedlockBackend::checkPersistence(size_t i) {
   const uint64_t check = ++n.persistence_check;
   // One pattern, so that Redis < 7 (one parameter per CONFIG GET) answers it too.
   n.redis->command({"CONFIG", "GET", "append*"}, config_.command_timeout_ms,
-                   [this, i, check, alive = std::weak_ptr<char>(alive_)](StatusOr<RedisValue> r) {
-                     if (alive.expired() || shutting_down_) return;
+                   alive_.guarded([this, i, check](StatusOr<RedisValue> r) {
+                     if (shutting_down_) return;
                      NodeSlot& node = *nodes_[i];
                      if (check != node.persistence_check) return;
                      std::vector<std::string> config;
@@ -191,7 +187,7 @@ void RedlockBackend::checkPersistence(size_t i) {
                        node.persistent_run_id.clear();
                      }
                      applyDelayedRestart(i);
-                   });
+                   }));
 }
 
 void RedlockBackend::applyDelayedRestart(size_t i) {
@@ -392,8 +388,8 @@ void RedlockBackend::startTokenSync(const std::shared_ptr<QuorumCall>& call) {
     // and a lagging one is what a later majority could otherwise hand out a smaller token from.
     nodes_[i]->redis->runScriptArgs(
         static_cast<size_t>(sync.script), v.keyArgs(), v.argArgs(), config_.redlock.node_timeout_ms,
-        sync.node_op, [this, call, i, alive = std::weak_ptr<char>(alive_)](StatusOr<RedisValue> r) {
-          if (alive.expired() || call->synced || !call->granting[i]) return;
+        sync.node_op, alive_.guarded([this, call, i](StatusOr<RedisValue> r) {
+          if (call->synced || !call->granting[i]) return;
           StatusOr<Outcome> d = decodeOutcome(r, ScriptId::kTokenSync, nodes_[i]->address);
           if (d.isOk()) {
             ++call->sync_acks;
@@ -402,7 +398,7 @@ void RedlockBackend::startTokenSync(const std::shared_ptr<QuorumCall>& call) {
             call->errors[i] = "token sync: " + d.status().toString();
           }
           evaluateTokenSync(call);
-        });
+        }));
   }
   evaluateTokenSync(call);
 }
@@ -656,9 +652,8 @@ void RedlockBackend::fanOut(const ScriptCall& script,
   for (size_t i = 0; i < nodes_.size(); ++i) {
     if (shutting_down_) {
       // No new commands once the nodes are closing; answer for them on a later turn.
-      scheduler_.post([shared_each, i, alive = std::weak_ptr<char>(alive_)] {
-        if (!alive.expired()) (*shared_each)(i, cancelled("backend is shutting down"));
-      });
+      scheduler_.post(alive_.guarded(
+          [shared_each, i] { (*shared_each)(i, cancelled("backend is shutting down")); }));
       continue;
     }
     nodes_[i]->redis->runScriptArgs(
@@ -810,12 +805,11 @@ void RedlockBackend::maybeFinishShutdown() {
 }
 
 void RedlockBackend::deliver(std::function<void()> fn) {
-  scheduler_.post([this, fn = std::move(fn), alive = std::weak_ptr<char>(alive_)] {
-    if (alive.expired()) return;
+  scheduler_.post(alive_.guarded([this, fn = std::move(fn)] {
     fn();
     --in_flight_;
     maybeFinishShutdown();
-  });
+  }));
 }
 
 std::string RedlockBackend::outageState(StatusCode code,

@@ -51,13 +51,13 @@ TEST(LivenessTokenTest, GuardedForwardsArgumentsAndKeepsMutableState) {
 
 TEST(LivenessTokenTest, RefTellsWhetherTheOwnerLives) {
   LivenessToken::Ref ref;
-  EXPECT_FALSE(ref.alive());  // a default Ref belongs to nobody
+  EXPECT_TRUE(ref.expired());  // a default Ref belongs to nobody
   {
     LivenessToken token;
     ref = token.ref();
-    EXPECT_TRUE(ref.alive());
+    EXPECT_FALSE(ref.expired());
   }
-  EXPECT_FALSE(ref.alive());
+  EXPECT_TRUE(ref.expired());
 }
 
 TEST(InFlightGateTest, HoldersTravelWithCallbacksAndCountDownWhenDestroyed) {
