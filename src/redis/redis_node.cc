@@ -245,15 +245,15 @@ class RedisNode::Impl final : public RedisConnection::Listener {
                                    OnValue on_value) {
     // Guarded: a retired connection answers its requests on a later turn, when the node may be
     // gone (destroyed without shutdown()).
-    return [this, alive = alive_.ref(), conn, generation = generation_, what = std::move(what),
-            timeout_ms, on_value = std::move(on_value)](StatusOr<RedisValue> r) mutable {
-      if (alive.expired() || generation != generation_ || conn != main_.get()) return;
+    return alive_.guarded([this, conn, generation = generation_, what = std::move(what), timeout_ms,
+                           on_value = std::move(on_value)](StatusOr<RedisValue> r) mutable {
+      if (generation != generation_ || conn != main_.get()) return;
       if (r.isOk()) {
         on_value(*r);
       } else if (r.status().code() == StatusCode::kDeadlineExceeded) {
         failLink(what + " timed out after " + std::to_string(timeout_ms) + " ms");
       }
-    };
+    });
   }
 
   void onConnectionUp(RedisConnection& c) override {
@@ -478,8 +478,8 @@ class RedisNode::Impl final : public RedisConnection::Listener {
     if (!options_.username.empty()) auth.push_back(options_.username);
     auth.push_back(options_.password);
     c->command(auth, options_.connect_timeout_ms, NodeOp::kOther,
-               [this, alive = alive_.ref(), c](StatusOr<RedisValue> r) {
-                 if (alive.expired() || c != sub_.get()) return;
+               alive_.guarded([this, c](StatusOr<RedisValue> r) {
+                 if (c != sub_.get()) return;
                  if (!r.isOk()) {
                    if (r.status().code() == StatusCode::kDeadlineExceeded) {
                      failPubSub("pubsub AUTH timed out");
@@ -490,7 +490,7 @@ class RedisNode::Impl final : public RedisConnection::Listener {
                    c->setPushMode(true);
                    onPubSubReady();
                  }
-               });
+               }));
   }
 
   void onPubSubReady() {
