@@ -76,6 +76,8 @@ class LockService::Impl {
   void shutdown(bool release_held, int64_t grace_ms, std::function<void()> done);
 
  private:
+  using InFlight = event::InFlightGate::Holder;
+
   class TurnScope {
    public:
     explicit TurnScope(Impl& impl) : impl_(impl) { ++impl_.depth_; }
@@ -106,7 +108,9 @@ class LockService::Impl {
   void cancelWaiter(uint64_t id);
   void attempt(Waiter& w);
   /// `handed_off`: the grant came with a release's hand-off, which leaves writers' marks alone.
-  void onAttemptReply(uint64_t id, StatusOr<backend::Outcome> reply, bool handed_off = false);
+  /// `in_flight`: the attempt's count in ops_, given back when this reply is settled.
+  void onAttemptReply(uint64_t id, StatusOr<backend::Outcome> reply, InFlight in_flight,
+                      bool handed_off = false);
   void onDeadline(uint64_t id);
   /// The queue limit a waiter on `name` would exceed by queueing now, or kNone if there is room.
   WaiterLimit fullWaiterLimit(size_t queued_here) const;
@@ -173,7 +177,7 @@ class LockService::Impl {
   void scheduleRenewal(Lease& lease, int64_t delay_ms);
   void renew(Lease& lease);
   void onRenewReply(const std::string& name, const std::string& owner, uint64_t lease_id,
-                    StatusOr<backend::Outcome> reply);
+                    StatusOr<backend::Outcome> reply, InFlight in_flight);
   /// Stops renewals for good (release or shutdown); the lease itself stays until answered.
   void stopRenewal(Lease& lease);
   /// The lease is gone behind our back: count, log once, remember, tell the holder, drop it.
@@ -189,8 +193,6 @@ class LockService::Impl {
   void updateOldestLeaseAge();
 
   // --- shutdown accounting ---
-  void opStarted() { ++inflight_ops_; }
-  void opFinished();
   void maybeFinishShutdown();
 
   const config::LocksConfig config_;
@@ -209,7 +211,11 @@ class LockService::Impl {
   bool stopping_ = false;
   std::function<void()> shutdown_done_;
   event::ScopedTimer grace_timer_;
-  int64_t inflight_ops_ = 0;  // backend calls not yet answered
+  // Backend calls not yet answered (and settled). Each call's callback carries a holder and moves
+  // it into a local first thing (`const InFlight settled = std::move(in_flight);`), so the call
+  // counts until its reply is fully handled, whichever way it returns. A hand-off holds two:
+  // the release and the waiter's attempt (settled by onAttemptReply).
+  event::InFlightGate ops_;
 
   // Per-request warnings during an outage: one line per change, then a count every 10 s.
   RateLimitedLog release_failed_log_;

@@ -160,22 +160,24 @@ void LockService::Impl::renew(Lease& lease) {
   }
   if (now >= lease.expiry_us) return;  // too late to renew: the expiry timer declares it lost
   lease.renew_in_flight = true;
-  opStarted();
-  runOnBackend(backend::Operation::extend(lease.name, lease.owner, lease.ttl_ms),
-               guarded([this, name = lease.name, owner = lease.owner,
-                        id = lease.id](StatusOr<backend::Outcome> reply) {
-                 onRenewReply(name, owner, id, std::move(reply));
-               }));
+  InFlight in_flight = ops_.hold();
+  runOnBackend(
+      backend::Operation::extend(lease.name, lease.owner, lease.ttl_ms),
+      guarded([this, name = lease.name, owner = lease.owner, id = lease.id,
+               in_flight = std::move(in_flight)](StatusOr<backend::Outcome> reply) mutable {
+        onRenewReply(name, owner, id, std::move(reply), std::move(in_flight));
+      }));
 }
 
 void LockService::Impl::onRenewReply(const std::string& name, const std::string& owner,
-                                     uint64_t lease_id, StatusOr<backend::Outcome> reply) {
+                                     uint64_t lease_id, StatusOr<backend::Outcome> reply,
+                                     InFlight in_flight) {
+  const InFlight settled = std::move(in_flight);  // in flight until this function returns
   Lease* lease = leases_.find(name, owner);
   if (lease == nullptr || lease->id != lease_id) {
     // The lease ended while this renewal was in flight (declared lost when its validity ran
     // out). If the renewal did land, the key is alive for nobody: take it back.
     if (reply.isOk() && reply->ok()) releaseOrphan(name, owner);
-    opFinished();
     return;
   }
   lease->renew_in_flight = false;
@@ -229,7 +231,6 @@ void LockService::Impl::onRenewReply(const std::string& name, const std::string&
              /*by_renewal=*/true);
   }
   for (auto& fn : after) fn();
-  opFinished();
 }
 
 void LockService::Impl::stopRenewal(Lease& lease) {
