@@ -149,7 +149,7 @@ LockService::Impl::Impl(const config::LocksConfig& config, backend::Backend& bac
 LockService::Impl::~Impl() = default;
 
 void LockService::Impl::deliver(std::function<void()> fn) {
-  if (depth_ > 0) {
+  if (depth_.inside()) {
     deferred_.push_back(std::move(fn));
     return;
   }

@@ -78,18 +78,20 @@ class LockService::Impl {
  private:
   using InFlight = event::InFlightGate::Holder;
 
+  /// One frame of the service on the stack (event::ReentryScope): the outermost one drains
+  /// deferred_ while still counted as inside, so what the drained callbacks deliver joins the
+  /// queue instead of re-entering; a user callback may destroy the service meanwhile.
   class TurnScope {
    public:
-    explicit TurnScope(Impl& impl) : impl_(impl) { ++impl_.depth_; }
-    ~TurnScope() {
-      if (impl_.depth_ == 1 && !impl_.drain()) return;  // a user callback destroyed the service
-      --impl_.depth_;
-    }
-    TurnScope(const TurnScope&) = delete;
-    TurnScope& operator=(const TurnScope&) = delete;
+    explicit TurnScope(Impl& impl)
+        : scope_(impl.depth_, event::SettleWhen::kBeforeLeaving, DrainDeferred{&impl}) {}
 
    private:
-    Impl& impl_;
+    struct DrainDeferred {
+      Impl* impl;
+      bool operator()() const { return impl->drain(); }  // false: the service was destroyed
+    };
+    event::ReentryScope<DrainDeferred> scope_;
   };
 
   /// Wraps a callback from the backend or a timer: skipped if the service is gone, run inside a
@@ -221,7 +223,7 @@ class LockService::Impl {
   RateLimitedLog release_failed_log_;
   RateLimitedLog renew_error_log_;
 
-  int depth_ = 0;
+  event::ReentryDepth depth_;  // frames of the service on the stack (TurnScope)
   std::deque<std::function<void()>> deferred_;
   event::LivenessToken alive_;
 };
