@@ -5,7 +5,7 @@
 //
 //   LivenessToken   a weak token; `guarded(fn)` runs `fn` only while the owner lives
 //                   (Dragonfly's ConnectionRef idea).
-//   InFlightGate    counts work in flight; `hold()` returns a movable holder that travels with the
+//   InFlightGate    counts work in flight; `hold()` returns a holder that travels with the
 //                   callback and gives its count back when released or destroyed (Seastar's gate).
 //   ReentryScope    one frame of an object on the stack; the outermost frame's exit settles
 //                   deferred work (and may destroy the object) once nothing of it is running.
