@@ -167,7 +167,6 @@ void beginShutdown(Sidecar& s, const config::Config& cfg, const char* why) {
   // Hard deadline: whatever is still open at grace + 1 s is abandoned and the process exits
   // non-zero, so a stuck Redis cannot hold a pod in Terminating forever.
   s.force_exit.start(*s.scheduler, cfg.shutdown.grace_ms + 1000, [&s] {
-    s.force_exit.markFired();
     SL_LOG(kError, "shutdown.forced", {"reason", "grace period exceeded"});
     fflush(stderr);
     _exit(1);

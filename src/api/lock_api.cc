@@ -100,7 +100,6 @@ void LockApi::scheduleSweep() {
   const int64_t delay_ms =
       next_us == 0 ? locks_.request_id_window_ms : (next_us - monotonicUs()) / 1000 + 1;
   sweep_timer_.start(scheduler_, std::max<int64_t>(delay_ms, 1000), [this] {
-    sweep_timer_.markFired();
     replies_->sweep(monotonicUs());
     if (replies_->size() > 0) scheduleSweep();
   });

@@ -29,9 +29,7 @@ MemoryBackend::MemoryBackend(event::Scheduler& scheduler) : scheduler_(scheduler
 MemoryBackend::~MemoryBackend() = default;
 
 void MemoryBackend::deliver(std::function<void()> fn) {
-  scheduler_.post([alive = std::weak_ptr<char>(alive_), fn = std::move(fn)] {
-    if (!alive.expired()) fn();
-  });
+  scheduler_.post(alive_.guarded(std::move(fn)));
 }
 
 MemoryBackend::Entry* MemoryBackend::liveEntry(std::string_view name) {

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "event/lifetime.h"
 #include "event/scheduler.h"
 
 namespace sidelock::backend {
@@ -117,7 +118,7 @@ class MemoryBackend final : public Backend {
   bool announce_withdraw_ = false;
   // Posted callbacks hold a weak reference: a callback still queued on the loop when the backend
   // is destroyed must not touch it.
-  std::shared_ptr<char> alive_ = std::make_shared<char>();
+  event::LivenessToken alive_;
 };
 
 }  // namespace sidelock::backend

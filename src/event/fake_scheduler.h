@@ -13,9 +13,10 @@ class FakeScheduler final : public Scheduler {
  public:
   int64_t nowUs() const override { return now_us_; }
 
-  TimerId runAfter(int64_t delay_ms, Callback cb) override {
+  TimerId schedule(int64_t delay_ms, Callback cb, TimerId* fired_id) override {
     TimerId id = ++next_id_;
-    timers_.emplace(std::make_pair(now_us_ + std::max<int64_t>(0, delay_ms) * 1000, id), std::move(cb));
+    timers_.emplace(std::make_pair(now_us_ + std::max<int64_t>(0, delay_ms) * 1000, id),
+                    Timer{std::move(cb), fired_id});
     return id;
   }
   void cancel(TimerId id) override {
@@ -37,8 +38,10 @@ class FakeScheduler final : public Scheduler {
     while (!timers_.empty() && timers_.begin()->first.first <= target) {
       auto it = timers_.begin();
       now_us_ = std::max(now_us_, it->first.first);
-      Callback cb = std::move(it->second);
+      Callback cb = std::move(it->second.cb);
+      TimerId* fired_id = it->second.fired_id;
       timers_.erase(it);
+      if (fired_id != nullptr) *fired_id = 0;
       cb();
     }
     now_us_ = target;
@@ -48,7 +51,11 @@ class FakeScheduler final : public Scheduler {
  private:
   int64_t now_us_ = 1'000'000'000;  // arbitrary non-zero start
   TimerId next_id_ = 0;
-  std::map<std::pair<int64_t, TimerId>, Callback> timers_;
+  struct Timer {
+    Callback cb;
+    TimerId* fired_id;
+  };
+  std::map<std::pair<int64_t, TimerId>, Timer> timers_;
 };
 
 }  // namespace sidelock::event

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <utility>
 
 namespace sidelock::event {
 
@@ -19,45 +20,43 @@ class Scheduler {
   int64_t nowMs() const { return nowUs() / 1000; }
 
   /// Runs `cb` once, `delay_ms` (>= 0) from now, on the loop thread.
-  virtual TimerId runAfter(int64_t delay_ms, Callback cb) = 0;
+  TimerId runAfter(int64_t delay_ms, Callback cb) {
+    return schedule(delay_ms, std::move(cb), nullptr);
+  }
+  /// As runAfter; if `fired_id` is given, `*fired_id` is set to 0 just before `cb` runs (how a
+  /// ScopedTimer knows it fired without a wrapper around every callback: a wrapper would not fit
+  /// std::function's inline buffer, and each of a lease's two timers would allocate). `*fired_id`
+  /// must stay valid until the timer fires or is cancelled.
+  virtual TimerId schedule(int64_t delay_ms, Callback cb, TimerId* fired_id) = 0;
   /// Cancels a timer that has not fired yet. Idempotent; unknown or fired ids are ignored.
   virtual void cancel(TimerId id) = 0;
   /// Runs `cb` on a later loop turn, never inside the current call (src/README.md, rule 4).
   virtual void post(Callback cb) = 0;
 };
 
-/// RAII holder for one pending timer: cancels it when reset or destroyed.
+/// RAII holder for one pending timer: cancels it when reset or destroyed. It marks itself fired
+/// before its callback runs (the scheduler clears its id), so that inside the callback and after
+/// it pending() is false and reset() is a no-op. Not movable: the scheduler keeps its address
+/// while the timer is pending (owners that move hold it through a unique_ptr).
 class ScopedTimer {
  public:
   ScopedTimer() = default;
   ~ScopedTimer() { reset(); }
   ScopedTimer(const ScopedTimer&) = delete;
   ScopedTimer& operator=(const ScopedTimer&) = delete;
-  ScopedTimer(ScopedTimer&& o) noexcept : scheduler_(o.scheduler_), id_(o.id_) { o.id_ = 0; }
-  ScopedTimer& operator=(ScopedTimer&& o) noexcept {
-    if (this != &o) {
-      reset();
-      scheduler_ = o.scheduler_;
-      id_ = o.id_;
-      o.id_ = 0;
-    }
-    return *this;
-  }
 
   /// Replaces any pending timer with a new one.
   void start(Scheduler& scheduler, int64_t delay_ms, Scheduler::Callback cb) {
     reset();
     scheduler_ = &scheduler;
-    id_ = scheduler.runAfter(delay_ms, std::move(cb));
+    id_ = scheduler.schedule(delay_ms, std::move(cb), &id_);
   }
   void reset() {
     if (id_ != 0 && scheduler_ != nullptr) scheduler_->cancel(id_);
     id_ = 0;
   }
-  /// True between start() and either reset() or (if the callback calls markFired()) firing.
+  /// True between start() and either reset() or firing.
   bool pending() const { return id_ != 0; }
-  /// Call first thing inside the callback so that pending() is accurate and reset() is a no-op.
-  void markFired() { id_ = 0; }
 
  private:
   Scheduler* scheduler_ = nullptr;

@@ -67,13 +67,14 @@ void UvScheduler::dropStaleTop() {
 void UvScheduler::releaseSlot(uint32_t slot) {
   Slot& s = slots_[slot];
   s.cb = nullptr;  // captured state goes now, not when the stale entry surfaces
+  s.fired_id = nullptr;
   s.armed = false;
   ++s.generation;
   free_slots_.push_back(slot);
   --live_timers_;
 }
 
-Scheduler::TimerId UvScheduler::runAfter(int64_t delay_ms, Callback cb) {
+Scheduler::TimerId UvScheduler::schedule(int64_t delay_ms, Callback cb, TimerId* fired_id) {
   uint32_t slot;
   if (!free_slots_.empty()) {
     slot = free_slots_.back();
@@ -84,6 +85,7 @@ Scheduler::TimerId UvScheduler::runAfter(int64_t delay_ms, Callback cb) {
   }
   Slot& s = slots_[slot];
   s.cb = std::move(cb);
+  s.fired_id = fired_id;
   s.armed = true;
   ++live_timers_;
   const int64_t deadline = nowUs() + std::max<int64_t>(0, delay_ms) * 1000;
@@ -175,7 +177,9 @@ void UvScheduler::onTimer() {
     }
     popHeap();
     Callback cb = std::move(slots_[top.slot].cb);
+    TimerId* fired_id = slots_[top.slot].fired_id;
     releaseSlot(top.slot);
+    if (fired_id != nullptr) *fired_id = 0;
     cb();
     if (!timer_) return;  // closed by the callback
   }

@@ -23,7 +23,7 @@ class UvScheduler final : public Scheduler {
   ~UvScheduler() override;
 
   int64_t nowUs() const override;
-  TimerId runAfter(int64_t delay_ms, Callback cb) override;
+  TimerId schedule(int64_t delay_ms, Callback cb, TimerId* fired_id) override;
   void cancel(TimerId id) override;
   void post(Callback cb) override;
 
@@ -51,6 +51,7 @@ class UvScheduler final : public Scheduler {
   // timer (a lease holds two), unlike one map node per deadline and per id.
   struct Slot {
     Callback cb;
+    TimerId* fired_id = nullptr;  // cleared just before cb runs (ScopedTimer)
     uint32_t generation = 0;
     bool armed = false;
   };

@@ -396,7 +396,6 @@ void HttpServer::Connection::scheduleResume() {
   if (resume_timer_.pending() || closed_ || input_done_ || peer_eof_ || lingering_) return;
   if (pipelineFull()) return;
   resume_timer_.start(server_->scheduler_, 0, [this] {
-    resume_timer_.markFired();
     Guard guard(this);
     maybeResumeReading();
   });
@@ -614,7 +613,6 @@ void HttpServer::Connection::armTimer() {
   int64_t delay_ms = delay_us <= 0 ? 0 : (delay_us + 999) / 1000;
   timer_at_us_ = wake_at;
   timer_.start(server_->scheduler_, delay_ms, [this] {
-    timer_.markFired();
     timer_at_us_ = 0;
     onTimer();
   });

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "event/lifetime.h"
 #include "event/stream_listener.h"
 #include "event/uv_handle.h"
 #include "http/request_parser.h"
@@ -186,7 +187,7 @@ class HttpServer::Connection final : public ParserListener {
   bool shutdown_started_ = false;
   bool lingering_ = false;
   bool closed_ = false;
-  int depth_ = 0;
+  event::ReentryDepth depth_;        // frames of this connection on the stack (Guard)
   event::ScopedTimer resume_timer_;  // deferred maybeResumeReading()
   uint64_t budget_turn_ = 0;         // the HttpServer::turn_ requests_this_turn_ counts in
   int requests_this_turn_ = 0;
@@ -211,14 +212,17 @@ class HttpServer::Connection final : public ParserListener {
   int64_t linger_deadline_us_ = 0;
 };
 
+// One frame of a connection on the stack (event::ReentryScope): the outermost one, once counted
+// out, settles the connection, which may delete it.
 struct HttpServer::Guard {
-  explicit Guard(Connection* c) : c_(c) { ++c_->depth_; }
-  ~Guard() {
-    if (--c_->depth_ == 0) c_->settle();  // may delete c_
-  }
-  Guard(const Guard&) = delete;
-  Guard& operator=(const Guard&) = delete;
-  Connection* c_;
+  explicit Guard(Connection* c) : scope_(c->depth_, event::SettleWhen::kAfterLeaving, Settle{c}) {}
+
+ private:
+  struct Settle {
+    Connection* c;
+    void operator()() const { c->settle(); }  // may delete c
+  };
+  event::ReentryScope<Settle> scope_;
 };
 
 /// Who is connected on `stream` (SO_PEERCRED on a Unix socket, the peer address on TCP).

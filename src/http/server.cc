@@ -274,7 +274,6 @@ size_t HttpServer::closeIdleConnections() {
 void HttpServer::drainOutput(int64_t timeout_ms, std::function<void(size_t)> done) {
   drained_ = std::move(done);
   drain_timer_.start(scheduler_, std::max<int64_t>(0, timeout_ms), [this] {
-    drain_timer_.markFired();
     size_t unwritten = 0;
     for (const auto& [c, owned] : connections_) unwritten += c->hasUnwrittenOutput() ? 1 : 0;
     finishDrain(unwritten);

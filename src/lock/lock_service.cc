@@ -138,10 +138,10 @@ LockService::Impl::Impl(const config::LocksConfig& config, backend::Backend& bac
     wakeQueue(sharedLockKey(name), /*notified=*/true);
   }));
   backend_.setReadyListener(guarded([this] { onBackendReady(); }));
+  // A shutdown waits for the backend calls in flight (or its grace period).
+  ops_.onDrained([this] { maybeFinishShutdown(); });
   // The hook outlives this service inside Metrics: `alive_` tells it the service is gone.
-  metrics_.addScrapeHook([this, alive = std::weak_ptr<char>(alive_)] {
-    if (!alive.expired()) updateOldestLeaseAge();
-  });
+  metrics_.addScrapeHook(alive_.guarded([this] { updateOldestLeaseAge(); }));
 }
 
 // Timers die with their owners (ScopedTimer); backend replies and posted callbacks still queued
@@ -149,17 +149,15 @@ LockService::Impl::Impl(const config::LocksConfig& config, backend::Backend& bac
 LockService::Impl::~Impl() = default;
 
 void LockService::Impl::deliver(std::function<void()> fn) {
-  if (depth_ > 0) {
+  if (depth_.inside()) {
     deferred_.push_back(std::move(fn));
     return;
   }
-  scheduler_.post([alive = std::weak_ptr<char>(alive_), fn = std::move(fn)] {
-    if (!alive.expired()) fn();
-  });
+  scheduler_.post(alive_.guarded(std::move(fn)));
 }
 
 bool LockService::Impl::drain() {
-  std::weak_ptr<char> alive = alive_;
+  const event::LivenessToken::Ref alive = alive_.ref();
   while (!deferred_.empty()) {
     std::function<void()> fn = std::move(deferred_.front());
     deferred_.pop_front();
@@ -167,11 +165,6 @@ bool LockService::Impl::drain() {
     if (alive.expired()) return false;
   }
   return true;
-}
-
-void LockService::Impl::opFinished() {
-  --inflight_ops_;
-  maybeFinishShutdown();
 }
 
 void LockService::Impl::updateWaiterGauge() {
@@ -242,9 +235,7 @@ AcquireTicket LockService::Impl::acquire(AcquireOptions options,
   w.deadline_us = now + w.options.wait_ms * 1000;
   w.wait_if_busy_ms = wait_if_busy_ms;
   waiters_.emplace(id, std::move(owned));
-  AcquireTicket ticket([this, alive = std::weak_ptr<char>(alive_), id] {
-    if (!alive.expired()) cancelWaiter(id);
-  });
+  AcquireTicket ticket(alive_.guarded([this, id] { cancelWaiter(id); }));
 
   if (w.options.wait_ms == 0) {
     // (Readers share: queued readers are being let in, so a reader's single try asks too.)
@@ -357,7 +348,7 @@ void LockService::Impl::attempt(Waiter& w) {
   const bool queued = w.options.wait_ms > 0;
   WaiterQueue* q = queued ? queues_.find(w.options.name) : nullptr;
   if (q != nullptr) q->attempt_in_flight = true;
-  opStarted();
+  InFlight in_flight = ops_.hold();
   backend::Operation op = backend::Operation::acquire(w.options.name, w.options.owner,
                                                       w.options.ttl_ms, w.options.reentrant);
   op.limit = w.options.limit;
@@ -376,18 +367,17 @@ void LockService::Impl::attempt(Waiter& w) {
     also_waiting = othersQueued(q, &w);
     op.also_waiting = also_waiting;
   }
-  runOnBackend(op, guarded([this, id = w.id](StatusOr<backend::Outcome> reply) {
-                 onAttemptReply(id, std::move(reply));
+  runOnBackend(op, guarded([this, id = w.id, in_flight = std::move(in_flight)](
+                               StatusOr<backend::Outcome> reply) mutable {
+                 onAttemptReply(id, std::move(reply), std::move(in_flight));
                }));
 }
 
 void LockService::Impl::onAttemptReply(uint64_t id, StatusOr<backend::Outcome> reply,
-                                       bool handed_off) {
+                                       InFlight in_flight, bool handed_off) {
+  const InFlight settled = std::move(in_flight);  // in flight until this function returns
   auto it = waiters_.find(id);
-  if (it == waiters_.end()) {  // cannot happen: attempting waiters are kept until here
-    opFinished();
-    return;
-  }
+  if (it == waiters_.end()) return;  // cannot happen: attempting waiters are kept until here
   Waiter& w = *it->second;
   w.attempting = false;
   const std::string name = w.options.name;
@@ -423,7 +413,6 @@ void LockService::Impl::onAttemptReply(uint64_t id, StatusOr<backend::Outcome> r
       if (!granted) pumpQueue(name);
       maybeEraseQueue(name);
     }
-    opFinished();
     return;
   }
 
@@ -504,14 +493,12 @@ void LockService::Impl::onAttemptReply(uint64_t id, StatusOr<backend::Outcome> r
     }
   }
   if (q != nullptr) maybeEraseQueue(name);
-  opFinished();
 }
 
 void LockService::Impl::onDeadline(uint64_t id) {
   auto it = waiters_.find(id);
   if (it == waiters_.end() || it->second->abandoned) return;
   Waiter& w = *it->second;
-  w.deadline_timer.markFired();
   const std::string name = w.options.name;
   AcquireResult r;
   const WaiterQueue* q = queues_.find(name);
@@ -553,7 +540,7 @@ std::string LockService::Impl::othersQueued(const WaiterQueue* q, const Waiter* 
 }
 
 void LockService::Impl::withdrawFromBackend(const Waiter& w, const WaiterQueue* q) {
-  opStarted();
+  InFlight in_flight = ops_.hold();
   backend::Operation op = backend::Operation::withdraw(w.options.name, w.options.owner);
   // A writer's mark passes to the writers still queued here, so that readers stay out until
   // the last of them leaves (or gets in).
@@ -572,7 +559,9 @@ void LockService::Impl::withdrawFromBackend(const Waiter& w, const WaiterQueue* 
   }
   op.writer_wait_ms = std::clamp<int64_t>(
       writerMarkMs(), 1, std::max<int64_t>(1, ceilMs(last_deadline_us - scheduler_.nowUs())));
-  runOnBackend(op, guarded([this](StatusOr<backend::Outcome>) { opFinished(); }));
+  runOnBackend(op, guarded([in_flight = std::move(in_flight)](StatusOr<backend::Outcome>) mutable {
+                 in_flight.release();
+               }));
 }
 
 void LockService::Impl::finishWaiter(Waiter& w, AcquireResult result) {
@@ -662,7 +651,6 @@ void LockService::Impl::planRetry(WaiterQueue& q) {
 
 void LockService::Impl::onRetryTimer(WaiterQueue* q) {
   // Safe: the timer lives in the queue, so it cannot fire after the queue was erased.
-  q->retry_timer.markFired();
   if (!q->fifo.empty() && !q->attempt_in_flight) attempt(*q->fifo.front());
 }
 
@@ -723,16 +711,15 @@ void LockService::Impl::onBackendReady() {
 }
 
 void LockService::Impl::releaseOrphan(const std::string& name, const std::string& owner) {
-  opStarted();
   runOnBackend(backend::Operation::release(name, owner),
-               guarded([this, name](StatusOr<backend::Outcome> r) {
+               guarded([in_flight = ops_.hold(), this, name](StatusOr<backend::Outcome> r) mutable {
+                 const InFlight settled = std::move(in_flight);
                  // Either way the queue was paused for this release: get its head going again.
                  if (r.isOk() && r->ok()) {
                    wakeQueue(name, false);
                  } else {
                    pumpQueue(name);
                  }
-                 opFinished();
                }));
 }
 
@@ -755,12 +742,12 @@ void LockService::Impl::acquireAllAtOnce(
     deliver([done = std::move(done)] { done(cancelled("the sidecar is shutting down"), {}); });
     return;
   }
-  opStarted();
   const int64_t started_us = scheduler_.nowUs();
   backend_.acquireAll(
       options.names, options.owner, options.ttl_ms,
-      guarded([this, options, started_us,
+      guarded([in_flight = ops_.hold(), this, options, started_us,
                done = std::move(done)](StatusOr<backend::AllOutcome> reply) mutable {
+        const InFlight settled = std::move(in_flight);
         std::vector<Grant> grants;
         if (reply.isOk() && reply->granted && reply->tokens.size() == options.names.size()) {
           const double waited_s = static_cast<double>(scheduler_.nowUs() - started_us) / 1e6;
@@ -788,7 +775,6 @@ void LockService::Impl::acquireAllAtOnce(
         deliver(
             [done = std::move(done), reply = std::move(reply),
              grants = std::move(grants)]() mutable { done(std::move(reply), std::move(grants)); });
-        opFinished();
       }));
 }
 
@@ -825,13 +811,12 @@ void LockService::Impl::sendRelease(std::string name, std::string owner,
       return;
     }
   }
-  opStarted();
   runOnBackend(backend::Operation::release(name, owner),
-               guarded([this, name, owner, done = std::move(done),
+               guarded([in_flight = ops_.hold(), this, name, owner, done = std::move(done),
                         client_request](StatusOr<backend::Outcome> reply) mutable {
+                 const InFlight settled = std::move(in_flight);
                  onReleaseReply(name, owner, std::move(reply), std::move(done), client_request,
                                 /*wake=*/true);
-                 opFinished();
                }));
 }
 
@@ -851,11 +836,16 @@ void LockService::Impl::sendReleaseWithHandOff(std::string name, std::string own
   q->retry_timer.reset();
   q->attempt_in_flight = true;
   next.attempting = true;
-  opStarted();  // the release
-  opStarted();  // the waiter's attempt, finished by onAttemptReply
+  // Two calls in flight until they are settled: the release (until this reply is handled) and the
+  // waiter's attempt (until onAttemptReply has handled its part).
+  InFlight release_hold = ops_.hold();
+  InFlight attempt_hold = ops_.hold();
   runOnBackend(backend::Operation::handOff(name, owner, next.options.owner, next.options.ttl_ms),
                guarded([this, name, owner, id = next.id, next_owner = next.options.owner,
-                        done = std::move(done)](StatusOr<backend::Outcome> reply) mutable {
+                        done = std::move(done), release_hold = std::move(release_hold),
+                        attempt_hold =
+                            std::move(attempt_hold)](StatusOr<backend::Outcome> reply) mutable {
+                 const InFlight settled = std::move(release_hold);
                  // kOk released our lease; a token means the lock went on to the waiter (a hand-off
                  // whose grant had to be taken back answers kOk without one).
                  const bool handed_on = reply.isOk() && reply->ok() && reply->token != 0;
@@ -873,14 +863,14 @@ void LockService::Impl::sendReleaseWithHandOff(std::string name, std::string own
                    if (queue != nullptr && queue->writers_marked && next_waiter != waiters_.end()) {
                      withdrawFromBackend(*next_waiter->second, queue);
                    }
-                   onAttemptReply(id, reply, /*handed_off=*/true);
+                   onAttemptReply(id, reply, std::move(attempt_hold), /*handed_off=*/true);
                  } else if (!reply.isOk()) {
                    // No answer (timeout, lost link): the script may still have run. Give back a
                    // grant the waiter never heard of (compare-and-delete: harmless if it never
                    // happened), and let the waiter's own error handling decide, as for a failed
                    // acquire.
                    releaseOrphan(name, next_owner);
-                   onAttemptReply(id, reply.status());
+                   onAttemptReply(id, reply.status(), std::move(attempt_hold));
                  } else {
                    // Nothing was handed on: to the waiter this was a busy attempt; it retries with
                    // its backoff (a lock found not held is tried again at the shortest one).
@@ -888,9 +878,8 @@ void LockService::Impl::sendReleaseWithHandOff(std::string name, std::string own
                    busy.code = backend::OutcomeCode::kBusy;
                    // Still held: by another owner, or by us with holds left.
                    busy.holder_ttl_ms = reply->ok() ? reply->validity_ms : reply->holder_ttl_ms;
-                   onAttemptReply(id, busy);
+                   onAttemptReply(id, busy, std::move(attempt_hold));
                  }
-                 opFinished();
                }));
 }
 
@@ -972,15 +961,15 @@ void LockService::Impl::onReleaseReply(const std::string& name, const std::strin
 
 void LockService::Impl::extend(std::string_view name, std::string_view owner, int64_t ttl_ms,
                                std::function<void(StatusOr<ExtendResult>)> done) {
-  opStarted();
   const Lease* held = leases_.find(name, owner);
   const uint64_t lease_id = held != nullptr ? held->id : 0;
   std::string n(name);
   std::string o(owner);
   runOnBackend(
       backend::Operation::extend(name, owner, ttl_ms),
-      guarded([this, n = std::move(n), o = std::move(o), lease_id, ttl_ms,
+      guarded([in_flight = ops_.hold(), this, n = std::move(n), o = std::move(o), lease_id, ttl_ms,
                done = std::move(done)](StatusOr<backend::Outcome> reply) mutable {
+        const InFlight settled = std::move(in_flight);
         StatusOr<ExtendResult> result = ExtendResult{};
         Lease* lease = leases_.find(n, o);
         if (lease != nullptr && lease->id != lease_id) lease = nullptr;  // a different grant
@@ -1025,15 +1014,15 @@ void LockService::Impl::extend(std::string_view name, std::string_view owner, in
             done(std::move(result));
           });
         }
-        opFinished();
       }));
 }
 
 void LockService::Impl::inspect(std::string_view name,
                                 std::function<void(StatusOr<LockState>)> done) {
-  opStarted();
   runOnBackend(backend::Operation::inspect(name),
-               guarded([this, done = std::move(done)](StatusOr<backend::Outcome> reply) mutable {
+               guarded([in_flight = ops_.hold(), this,
+                        done = std::move(done)](StatusOr<backend::Outcome> reply) mutable {
+                 const InFlight settled = std::move(in_flight);
                  StatusOr<LockState> state =
                      reply.isOk() ? StatusOr<LockState>(
                                         LockState{reply->ok(), reply->ok() ? reply->validity_ms : 0,
@@ -1044,17 +1033,16 @@ void LockService::Impl::inspect(std::string_view name,
                      done(std::move(state));
                    });
                  }
-                 opFinished();
                }));
 }
 
 void LockService::Impl::forceRelease(std::string_view name,
                                      std::function<void(StatusOr<ForcedRelease>)> done) {
-  opStarted();
   runOnBackend(
       backend::Operation::forceRelease(name),
-      guarded([this, n = std::string(name),
+      guarded([in_flight = ops_.hold(), this, n = std::string(name),
                done = std::move(done)](StatusOr<backend::Outcome> reply) mutable {
+        const InFlight settled = std::move(in_flight);
         StatusOr<ForcedRelease> result =
             reply.isOk() ? StatusOr<ForcedRelease>(ForcedRelease{reply->ok(), reply->token})
                          : StatusOr<ForcedRelease>(reply.status());
@@ -1084,7 +1072,6 @@ void LockService::Impl::forceRelease(std::string_view name,
             done(std::move(result));
           });
         }
-        opFinished();
       }));
 }
 
@@ -1162,17 +1149,16 @@ void LockService::Impl::shutdown(bool release_held, int64_t grace_ms, std::funct
   }
 
   grace_timer_.start(scheduler_, std::max<int64_t>(0, grace_ms), guarded([this] {
-                       grace_timer_.markFired();
                        if (!shutdown_done_) return;
                        SL_LOG(kWarn, "lock.shutdown_grace_expired",
-                              {"pending_ops", static_cast<long long>(inflight_ops_)});
+                              {"pending_ops", static_cast<long long>(ops_.inFlight())});
                        deliver(std::exchange(shutdown_done_, nullptr));
                      }));
   maybeFinishShutdown();
 }
 
 void LockService::Impl::maybeFinishShutdown() {
-  if (!stopping_ || !shutdown_done_ || inflight_ops_ > 0) return;
+  if (!stopping_ || !shutdown_done_ || !ops_.idle()) return;
   grace_timer_.reset();
   deliver(std::exchange(shutdown_done_, nullptr));
 }

@@ -22,6 +22,7 @@
 #include "backend/backend.h"
 #include "common/rate_limited_log.h"
 #include "config/config.h"
+#include "event/lifetime.h"
 #include "event/scheduler.h"
 #include "lock/lease_table.h"
 #include "lock/lock_service.h"
@@ -75,29 +76,32 @@ class LockService::Impl {
   void shutdown(bool release_held, int64_t grace_ms, std::function<void()> done);
 
  private:
+  using InFlight = event::InFlightGate::Holder;
+
+  /// One frame of the service on the stack (event::ReentryScope): the outermost one drains
+  /// deferred_ while still counted as inside, so what the drained callbacks deliver joins the
+  /// queue instead of re-entering; a user callback may destroy the service meanwhile.
   class TurnScope {
    public:
-    explicit TurnScope(Impl& impl) : impl_(impl) { ++impl_.depth_; }
-    ~TurnScope() {
-      if (impl_.depth_ == 1 && !impl_.drain()) return;  // a user callback destroyed the service
-      --impl_.depth_;
-    }
-    TurnScope(const TurnScope&) = delete;
-    TurnScope& operator=(const TurnScope&) = delete;
+    explicit TurnScope(Impl& impl)
+        : scope_(impl.depth_, event::SettleWhen::kBeforeLeaving, DrainDeferred{&impl}) {}
 
    private:
-    Impl& impl_;
+    struct DrainDeferred {
+      Impl* impl;
+      bool operator()() const { return impl->drain(); }  // false: the service was destroyed
+    };
+    event::ReentryScope<DrainDeferred> scope_;
   };
 
   /// Wraps a callback from the backend or a timer: skipped if the service is gone, run inside a
   /// TurnScope otherwise.
   template <typename F>
   auto guarded(F f) {
-    return [this, alive = std::weak_ptr<char>(alive_), f = std::move(f)](auto&&... args) mutable {
-      if (alive.expired()) return;
+    return alive_.guarded([this, f = std::move(f)](auto&&... args) mutable {
       TurnScope scope(*this);
       f(std::forward<decltype(args)>(args)...);
-    };
+    });
   }
   void deliver(std::function<void()> fn);
   bool drain();  // false if the service was destroyed while draining
@@ -106,7 +110,9 @@ class LockService::Impl {
   void cancelWaiter(uint64_t id);
   void attempt(Waiter& w);
   /// `handed_off`: the grant came with a release's hand-off, which leaves writers' marks alone.
-  void onAttemptReply(uint64_t id, StatusOr<backend::Outcome> reply, bool handed_off = false);
+  /// `in_flight`: the attempt's count in ops_, given back when this reply is settled.
+  void onAttemptReply(uint64_t id, StatusOr<backend::Outcome> reply, InFlight in_flight,
+                      bool handed_off = false);
   void onDeadline(uint64_t id);
   /// The queue limit a waiter on `name` would exceed by queueing now, or kNone if there is room.
   WaiterLimit fullWaiterLimit(size_t queued_here) const;
@@ -173,7 +179,7 @@ class LockService::Impl {
   void scheduleRenewal(Lease& lease, int64_t delay_ms);
   void renew(Lease& lease);
   void onRenewReply(const std::string& name, const std::string& owner, uint64_t lease_id,
-                    StatusOr<backend::Outcome> reply);
+                    StatusOr<backend::Outcome> reply, InFlight in_flight);
   /// Stops renewals for good (release or shutdown); the lease itself stays until answered.
   void stopRenewal(Lease& lease);
   /// The lease is gone behind our back: count, log once, remember, tell the holder, drop it.
@@ -189,8 +195,6 @@ class LockService::Impl {
   void updateOldestLeaseAge();
 
   // --- shutdown accounting ---
-  void opStarted() { ++inflight_ops_; }
-  void opFinished();
   void maybeFinishShutdown();
 
   const config::LocksConfig config_;
@@ -209,15 +213,19 @@ class LockService::Impl {
   bool stopping_ = false;
   std::function<void()> shutdown_done_;
   event::ScopedTimer grace_timer_;
-  int64_t inflight_ops_ = 0;  // backend calls not yet answered
+  // Backend calls not yet answered (and settled). Each call's callback carries a holder and moves
+  // it into a local first thing (`const InFlight settled = std::move(in_flight);`), so the call
+  // counts until its reply is fully handled, whichever way it returns. A hand-off holds two:
+  // the release and the waiter's attempt (settled by onAttemptReply).
+  event::InFlightGate ops_;
 
   // Per-request warnings during an outage: one line per change, then a count every 10 s.
   RateLimitedLog release_failed_log_;
   RateLimitedLog renew_error_log_;
 
-  int depth_ = 0;
+  event::ReentryDepth depth_;  // frames of the service on the stack (TurnScope)
   std::deque<std::function<void()>> deferred_;
-  std::shared_ptr<char> alive_ = std::make_shared<char>();
+  event::LivenessToken alive_;
 };
 
 }  // namespace sidelock::lock

@@ -156,7 +156,6 @@ class MultiAcquire : public std::enable_shared_from_this<MultiAcquire> {
   }
 
   void keepAlive() {
-    keep_alive_.markFired();
     if (finished_ || next_ == options_.names.size()) return;
     for (size_t i = 0; i < grants_.size(); ++i) extendGrant(i, /*final=*/false);
     planKeepAlive();

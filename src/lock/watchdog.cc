@@ -100,7 +100,6 @@ void LockService::Impl::armExpiry(Lease& lease) {
   // per timer, with two timers per lease and 100k leases.
   lease.expiry_timer.start(scheduler_, delay, [this, lp = &lease] {
     TurnScope scope(*this);
-    lp->expiry_timer.markFired();
     onLeaseExpiry(*lp);
   });
 }
@@ -138,7 +137,6 @@ void LockService::Impl::scheduleRenewal(Lease& lease, int64_t delay_ms) {
   // Owned by the lease, like the expiry timer (see armExpiry).
   lease.renew_timer.start(scheduler_, delay_ms, [this, lp = &lease] {
     TurnScope scope(*this);
-    lp->renew_timer.markFired();
     renew(*lp);
   });
 }
@@ -162,22 +160,24 @@ void LockService::Impl::renew(Lease& lease) {
   }
   if (now >= lease.expiry_us) return;  // too late to renew: the expiry timer declares it lost
   lease.renew_in_flight = true;
-  opStarted();
-  runOnBackend(backend::Operation::extend(lease.name, lease.owner, lease.ttl_ms),
-               guarded([this, name = lease.name, owner = lease.owner,
-                        id = lease.id](StatusOr<backend::Outcome> reply) {
-                 onRenewReply(name, owner, id, std::move(reply));
-               }));
+  InFlight in_flight = ops_.hold();
+  runOnBackend(
+      backend::Operation::extend(lease.name, lease.owner, lease.ttl_ms),
+      guarded([this, name = lease.name, owner = lease.owner, id = lease.id,
+               in_flight = std::move(in_flight)](StatusOr<backend::Outcome> reply) mutable {
+        onRenewReply(name, owner, id, std::move(reply), std::move(in_flight));
+      }));
 }
 
 void LockService::Impl::onRenewReply(const std::string& name, const std::string& owner,
-                                     uint64_t lease_id, StatusOr<backend::Outcome> reply) {
+                                     uint64_t lease_id, StatusOr<backend::Outcome> reply,
+                                     InFlight in_flight) {
+  const InFlight settled = std::move(in_flight);  // in flight until this function returns
   Lease* lease = leases_.find(name, owner);
   if (lease == nullptr || lease->id != lease_id) {
     // The lease ended while this renewal was in flight (declared lost when its validity ran
     // out). If the renewal did land, the key is alive for nobody: take it back.
     if (reply.isOk() && reply->ok()) releaseOrphan(name, owner);
-    opFinished();
     return;
   }
   lease->renew_in_flight = false;
@@ -231,7 +231,6 @@ void LockService::Impl::onRenewReply(const std::string& name, const std::string&
              /*by_renewal=*/true);
   }
   for (auto& fn : after) fn();
-  opFinished();
 }
 
 void LockService::Impl::stopRenewal(Lease& lease) {

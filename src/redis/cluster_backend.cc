@@ -101,16 +101,15 @@ void ClusterBackend::send(std::shared_ptr<Call> call, const config::RedisNodeAdd
     node.redis->command({"ASKING"}, timeout_ms_, [](StatusOr<RedisValue>) {});
   }
   const ScriptCall::Views v = call->script.views();
-  node.redis->runScriptArgs(
-      static_cast<size_t>(call->script.script), v.keyArgs(), v.argArgs(), timeout_ms_,
-      call->script.node_op,
-      [this, alive = std::weak_ptr<char>(alive_), call, address](StatusOr<RedisValue> r) {
-        if (alive.expired()) {
-          call->done(cancelled("redis cluster backend destroyed"), address);
-          return;
-        }
-        onReply(call, address, std::move(r));
-      });
+  node.redis->runScriptArgs(static_cast<size_t>(call->script.script), v.keyArgs(), v.argArgs(),
+                            timeout_ms_, call->script.node_op,
+                            [this, alive = alive_.ref(), call, address](StatusOr<RedisValue> r) {
+                              if (alive.expired()) {
+                                call->done(cancelled("redis cluster backend destroyed"), address);
+                                return;
+                              }
+                              onReply(call, address, std::move(r));
+                            });
 }
 
 void ClusterBackend::onReply(std::shared_ptr<Call> call, const std::string& address,
@@ -147,14 +146,13 @@ void ClusterBackend::onReply(std::shared_ptr<Call> call, const std::string& addr
 
 void ClusterBackend::retryLater(std::shared_ptr<Call> call) {
   auto id = std::make_shared<event::Scheduler::TimerId>(0);
-  *id = scheduler_.runAfter(kTryAgainDelayMs, [this, alive = std::weak_ptr<char>(alive_), id] {
-    if (alive.expired()) return;
+  *id = scheduler_.runAfter(kTryAgainDelayMs, alive_.guarded([this, id] {
     auto it = delayed_.find(*id);
     if (it == delayed_.end()) return;
     std::shared_ptr<Call> c = std::move(it->second);
     delayed_.erase(it);
     route(std::move(c));
-  });
+  }));
   delayed_.emplace(*id, std::move(call));
 }
 
@@ -215,13 +213,13 @@ void ClusterBackend::retireNode(const std::string& address) {
   nodes_.erase(it);
   RedisNode* raw = redis.get();
   retiring_.push_back(std::move(redis));
-  raw->shutdown([this, alive = std::weak_ptr<char>(alive_), raw, address] {
-    if (alive.expired() || shut_down_) return;  // shutdown() waits for it and frees it
+  raw->shutdown(alive_.guarded([this, raw, address] {
+    if (shut_down_) return;  // shutdown() waits for it and frees it
     std::erase_if(retiring_, [raw](const std::unique_ptr<RedisNode>& n) { return n.get() == raw; });
     // Its series go too (a node that left is not "down"), unless a node at the same address was
     // made again meanwhile and shares them.
     if (nodes_.count(address) == 0) metrics_.forgetNode(address);
-  });
+  }));
 }
 
 std::string ClusterBackend::hostOf(const std::string& address) const {
@@ -262,7 +260,6 @@ void ClusterBackend::scheduleRefresh() {
   const int64_t delay =
       std::max<int64_t>(0, last_refresh_ms_ + kMinRefreshGapMs - scheduler_.nowMs());
   refresh_timer_.start(scheduler_, delay, [this] {
-    refresh_timer_.markFired();
     refreshNow();
   });
 }
@@ -271,7 +268,6 @@ void ClusterBackend::armPeriodicRefresh() {
   if (shut_down_) return;
   periodic_timer_.start(scheduler_, ready_ ? kRefreshIntervalMs : kDegradedRefreshIntervalMs,
                         [this] {
-                          periodic_timer_.markFired();
                           scheduleRefresh();
                           armPeriodicRefresh();
                         });
@@ -292,16 +288,15 @@ void ClusterBackend::refreshNow() {
   refresh_in_flight_ = true;
   last_refresh_ms_ = scheduler_.nowMs();
   asked->redis->command({"CLUSTER", "SLOTS"}, timeout_ms_,
-                        [this, alive = std::weak_ptr<char>(alive_),
-                         address = asked->address](StatusOr<RedisValue> r) {
-                          if (alive.expired() || shut_down_) return;
+                        alive_.guarded([this, address = asked->address](StatusOr<RedisValue> r) {
+                          if (shut_down_) return;
                           refresh_in_flight_ = false;
                           onClusterSlots(address, r);
                           if (refresh_again_) {
                             refresh_again_ = false;
                             scheduleRefresh();
                           }
-                        });
+                        }));
 }
 
 void ClusterBackend::onClusterSlots(const config::RedisNodeAddress& asked,
@@ -439,9 +434,9 @@ void ClusterBackend::updateReady() {
   ready_ = ready;
   armPeriodicRefresh();  // the period depends on readiness
   if (ready && ready_listener_) {
-    scheduler_.post([this, alive = std::weak_ptr<char>(alive_)] {
-      if (!alive.expired() && !shut_down_ && ready_ && ready_listener_) ready_listener_();
-    });
+    scheduler_.post(alive_.guarded([this] {
+      if (!shut_down_ && ready_ && ready_listener_) ready_listener_();
+    }));
   }
 }
 

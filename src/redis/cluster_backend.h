@@ -26,6 +26,7 @@
 #include "backend/backend.h"
 #include "common/rate_limited_log.h"
 #include "config/config.h"
+#include "event/lifetime.h"
 #include "event/scheduler.h"
 #include "metrics/metrics.h"
 #include "redis/redis_node.h"
@@ -133,7 +134,7 @@ class ClusterBackend final : public Backend {
   bool ready_ = false;
   bool shut_down_ = false;
   // Guards callbacks that outlive us (a node's reply posted after our destruction).
-  std::shared_ptr<char> alive_ = std::make_shared<char>();
+  event::LivenessToken alive_;
 };
 
 }  // namespace sidelock::backend

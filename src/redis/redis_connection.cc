@@ -280,7 +280,6 @@ void RedisConnection::armDeadlineCheck(int64_t at_us) {
   deadline_armed_us_ = at_us;
   const int64_t delay_us = std::max<int64_t>(0, at_us - scheduler_.nowUs());
   deadline_timer_.start(scheduler_, (delay_us + 999) / 1000, [this] {
-    deadline_timer_.markFired();
     onDeadlineCheck();
   });
 }

@@ -7,6 +7,7 @@
 
 #include "common/log.h"
 #include "common/random.h"
+#include "event/lifetime.h"
 #include "redis/transport.h"
 
 namespace sidelock::backend {
@@ -233,9 +234,7 @@ class RedisNode::Impl final : public RedisConnection::Listener {
     slot->close(why);
     retired_.push_back(std::move(slot));
     if (retired_.size() == 1) {
-      scheduler_.post([this, alive = std::weak_ptr<char>(alive_)] {
-        if (!alive.expired()) retired_.clear();
-      });
+      scheduler_.post(alive_.guarded([this] { retired_.clear(); }));
     }
   }
 
@@ -246,16 +245,15 @@ class RedisNode::Impl final : public RedisConnection::Listener {
                                    OnValue on_value) {
     // Guarded: a retired connection answers its requests on a later turn, when the node may be
     // gone (destroyed without shutdown()).
-    return [this, alive = std::weak_ptr<char>(alive_), conn, generation = generation_,
-            what = std::move(what), timeout_ms,
-            on_value = std::move(on_value)](StatusOr<RedisValue> r) mutable {
-      if (alive.expired() || generation != generation_ || conn != main_.get()) return;
+    return alive_.guarded([this, conn, generation = generation_, what = std::move(what), timeout_ms,
+                           on_value = std::move(on_value)](StatusOr<RedisValue> r) mutable {
+      if (generation != generation_ || conn != main_.get()) return;
       if (r.isOk()) {
         on_value(*r);
       } else if (r.status().code() == StatusCode::kDeadlineExceeded) {
         failLink(what + " timed out after " + std::to_string(timeout_ms) + " ms");
       }
-    };
+    });
   }
 
   void onConnectionUp(RedisConnection& c) override {
@@ -296,7 +294,6 @@ class RedisNode::Impl final : public RedisConnection::Listener {
     if (down_reason_ == "not started") down_reason_ = "connecting";
     main_ = openConnection();
     connect_timer_.start(scheduler_, options_.connect_timeout_ms, [this] {
-      connect_timer_.markFired();
       failLink("connect timed out after " + std::to_string(options_.connect_timeout_ms) + " ms");
     });
     startHandshake();
@@ -413,7 +410,6 @@ class RedisNode::Impl final : public RedisConnection::Listener {
     const int64_t delay =
         reconnectDelayMs(attempt_++, options_.reconnect_min_ms, options_.reconnect_max_ms);
     retry_timer_.start(scheduler_, delay, [this] {
-      retry_timer_.markFired();
       connect();
     });
   }
@@ -427,7 +423,6 @@ class RedisNode::Impl final : public RedisConnection::Listener {
   // While up, a PING every health_interval_ms proves the server alive when no traffic does.
   void armPing() {
     ping_timer_.start(scheduler_, options_.health_interval_ms, [this] {
-      ping_timer_.markFired();
       onPingTimer();
     });
   }
@@ -471,7 +466,6 @@ class RedisNode::Impl final : public RedisConnection::Listener {
     if (!anyChannelWanted()) return;
     sub_ = openConnection();
     sub_connect_timer_.start(scheduler_, options_.connect_timeout_ms, [this] {
-      sub_connect_timer_.markFired();
       failPubSub("pubsub connect timed out");
     });
     RedisConnection* c = sub_.get();
@@ -484,8 +478,8 @@ class RedisNode::Impl final : public RedisConnection::Listener {
     if (!options_.username.empty()) auth.push_back(options_.username);
     auth.push_back(options_.password);
     c->command(auth, options_.connect_timeout_ms, NodeOp::kOther,
-               [this, alive = std::weak_ptr<char>(alive_), c](StatusOr<RedisValue> r) {
-                 if (alive.expired() || c != sub_.get()) return;
+               alive_.guarded([this, c](StatusOr<RedisValue> r) {
+                 if (c != sub_.get()) return;
                  if (!r.isOk()) {
                    if (r.status().code() == StatusCode::kDeadlineExceeded) {
                      failPubSub("pubsub AUTH timed out");
@@ -496,7 +490,7 @@ class RedisNode::Impl final : public RedisConnection::Listener {
                    c->setPushMode(true);
                    onPubSubReady();
                  }
-               });
+               }));
   }
 
   void onPubSubReady() {
@@ -524,7 +518,6 @@ class RedisNode::Impl final : public RedisConnection::Listener {
     const int64_t delay =
         reconnectDelayMs(sub_attempt_++, options_.reconnect_min_ms, options_.reconnect_max_ms);
     sub_retry_timer_.start(scheduler_, delay, [this] {
-      sub_retry_timer_.markFired();
       maybeConnectPubSub();
     });
   }
@@ -616,7 +609,7 @@ class RedisNode::Impl final : public RedisConnection::Listener {
   RedisNodeOptions options_;
   metrics::NodeMetrics* metrics_;
   std::string address_;
-  std::shared_ptr<char> alive_ = std::make_shared<char>();  // guards posted callbacks
+  event::LivenessToken alive_;  // guards posted callbacks
 
   State state_ = State::kIdle;
   std::string down_reason_;

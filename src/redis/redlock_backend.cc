@@ -5,6 +5,7 @@
 #include <optional>
 #include <utility>
 
+#include "common/invariant.h"
 #include "common/log.h"
 #include "redis/redis_backend.h"
 #include "redis/scripts.h"
@@ -98,13 +99,9 @@ RedlockBackend::RedlockBackend(uv_loop_s* loop, event::Scheduler& scheduler,
                                               &metrics_.node(slot->address));
     // The node posts state changes to the loop: a post still queued when we are destroyed must
     // not reach us (weak reference).
-    slot->redis->setStateListener([this, i, alive = std::weak_ptr<char>(alive_)](bool up) {
-      if (!alive.expired()) onNodeState(i, up);
-    });
-    slot->redis->setMessageListener(
-        [this, i, alive = std::weak_ptr<char>(alive_)](std::string_view channel, std::string_view) {
-          if (!alive.expired()) onMessage(i, channel);
-        });
+    slot->redis->setStateListener(alive_.guarded([this, i](bool up) { onNodeState(i, up); }));
+    slot->redis->setMessageListener(alive_.guarded(
+        [this, i](std::string_view channel, std::string_view) { onMessage(i, channel); }));
     nodes_.push_back(std::move(slot));
   }
   metrics_.backend_ready.Set(0);
@@ -173,8 +170,8 @@ void RedlockBackend::checkPersistence(size_t i) {
   const uint64_t check = ++n.persistence_check;
   // One pattern, so that Redis < 7 (one parameter per CONFIG GET) answers it too.
   n.redis->command({"CONFIG", "GET", "append*"}, config_.command_timeout_ms,
-                   [this, i, check, alive = std::weak_ptr<char>(alive_)](StatusOr<RedisValue> r) {
-                     if (alive.expired() || shutting_down_) return;
+                   alive_.guarded([this, i, check](StatusOr<RedisValue> r) {
+                     if (shutting_down_) return;
                      NodeSlot& node = *nodes_[i];
                      if (check != node.persistence_check) return;
                      std::vector<std::string> config;
@@ -191,7 +188,7 @@ void RedlockBackend::checkPersistence(size_t i) {
                        node.persistent_run_id.clear();
                      }
                      applyDelayedRestart(i);
-                   });
+                   }));
 }
 
 void RedlockBackend::applyDelayedRestart(size_t i) {
@@ -210,7 +207,6 @@ void RedlockBackend::applyDelayedRestart(size_t i) {
              {"votes_in_ms", static_cast<long long>(votes_from - now)});
     }
     n.voting_timer.start(scheduler_, votes_from - now, [this, i] {
-      nodes_[i]->voting_timer.markFired();
       SL_LOG(kInfo, "redlock.node_voting", {"node", nodes_[i]->address},
              {"reason", "delayed restart over"});
       updateReady();
@@ -397,8 +393,8 @@ void RedlockBackend::startTokenSync(const std::shared_ptr<QuorumCall>& call) {
     // and a lagging one is what a later majority could otherwise hand out a smaller token from.
     nodes_[i]->redis->runScriptArgs(
         static_cast<size_t>(sync.script), v.keyArgs(), v.argArgs(), config_.redlock.node_timeout_ms,
-        sync.node_op, [this, call, i, alive = std::weak_ptr<char>(alive_)](StatusOr<RedisValue> r) {
-          if (alive.expired() || call->synced || !call->granting[i]) return;
+        sync.node_op, alive_.guarded([this, call, i](StatusOr<RedisValue> r) {
+          if (call->synced || !call->granting[i]) return;
           StatusOr<Outcome> d = decodeOutcome(r, ScriptId::kTokenSync, nodes_[i]->address);
           if (d.isOk()) {
             ++call->sync_acks;
@@ -407,7 +403,7 @@ void RedlockBackend::startTokenSync(const std::shared_ptr<QuorumCall>& call) {
             call->errors[i] = "token sync: " + d.status().toString();
           }
           evaluateTokenSync(call);
-        });
+        }));
   }
   evaluateTokenSync(call);
 }
@@ -651,13 +647,13 @@ void RedlockBackend::releaseOnAll(const QuorumCall& call,
                                   std::function<void(size_t, StatusOr<RedisValue>)> each) {
   StatusOr<ScriptCall> release =
       scriptCallFor(Operation::release(call.name, call.owner).of(call.kind), scripts_);
-  if (release.isOk()) return fanOut(*release, std::move(each));
-  // Cannot happen: every kind has a release script (kScript) and run() refused the others. Each
-  // node answers the error on a later turn all the same, so the call still completes.
+  if (SL_INVARIANT(release.isOk(), "redlock.release_script_missing")) {
+    return fanOut(*release, std::move(each));
+  }
+  // Every kind has a release script (kScript) and run() refused the others. Were one missing,
+  // each node answers the error on a later turn all the same, so the call still completes.
   for (size_t i = 0; i < nodes_.size(); ++i) {
-    scheduler_.post([each, i, why = release.status(), alive = std::weak_ptr<char>(alive_)] {
-      if (!alive.expired()) each(i, why);
-    });
+    scheduler_.post(alive_.guarded([each, i, why = release.status()] { each(i, why); }));
   }
 }
 
@@ -669,9 +665,8 @@ void RedlockBackend::fanOut(const ScriptCall& script,
   for (size_t i = 0; i < nodes_.size(); ++i) {
     if (shutting_down_) {
       // No new commands once the nodes are closing; answer for them on a later turn.
-      scheduler_.post([shared_each, i, alive = std::weak_ptr<char>(alive_)] {
-        if (!alive.expired()) (*shared_each)(i, cancelled("backend is shutting down"));
-      });
+      scheduler_.post(alive_.guarded(
+          [shared_each, i] { (*shared_each)(i, cancelled("backend is shutting down")); }));
       continue;
     }
     nodes_[i]->redis->runScriptArgs(
@@ -726,14 +721,12 @@ void RedlockBackend::onMessage(size_t i, std::string_view channel) {
     w->timer.start(scheduler_, settle_ms, [this, name, settle_ms] {
       auto found = wakes_.find(name);
       if (found == wakes_.end()) return;
-      found->second->timer.markFired();
       if (!found->second->fired) fireWake(name);
       found = wakes_.find(name);  // the listener may have unwatched it
       if (found == wakes_.end()) return;
       found->second->timer.start(scheduler_, settle_ms, [this, name] {
         auto f = wakes_.find(name);
         if (f == wakes_.end()) return;
-        f->second->timer.markFired();
         wakes_.erase(f);
       });
     });
@@ -825,12 +818,11 @@ void RedlockBackend::maybeFinishShutdown() {
 }
 
 void RedlockBackend::deliver(std::function<void()> fn) {
-  scheduler_.post([this, fn = std::move(fn), alive = std::weak_ptr<char>(alive_)] {
-    if (alive.expired()) return;
+  scheduler_.post(alive_.guarded([this, fn = std::move(fn)] {
     fn();
     --in_flight_;
     maybeFinishShutdown();
-  });
+  }));
 }
 
 std::string RedlockBackend::outageState(StatusCode code,

@@ -60,6 +60,7 @@
 #include "backend/backend.h"
 #include "common/rate_limited_log.h"
 #include "config/config.h"
+#include "event/lifetime.h"
 #include "event/scheduler.h"
 #include "metrics/metrics.h"
 #include "redis/quorum.h"
@@ -176,7 +177,7 @@ class RedlockBackend final : public Backend {
   int64_t in_flight_ = 0;  // operations whose user callback has not run yet
   std::function<void()> shutdown_done_;
   // Callbacks posted to the loop hold a weak reference and do nothing once the backend is gone.
-  std::shared_ptr<char> alive_ = std::make_shared<char>();
+  event::LivenessToken alive_;
 };
 
 }  // namespace sidelock::backend

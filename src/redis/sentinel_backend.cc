@@ -79,9 +79,7 @@ SentinelBackend::SentinelBackend(uv_loop_t* loop, event::Scheduler& scheduler,
   redis_->setTopologyHook({[this](bool up) { resolver_->onMasterState(up); },
                            [this] { return resolver_->confirmed(); }});
   resolver_->setConfirmedListener([this] { onConfirmedChanged(); });
-  metrics_.addScrapeHook([this, alive = std::weak_ptr<char>(alive_)] {
-    if (!alive.expired()) updateUpGauges();
-  });
+  metrics_.addScrapeHook(alive_.guarded([this] { updateUpGauges(); }));
 }
 
 SentinelBackend::~SentinelBackend() {
@@ -123,7 +121,7 @@ void SentinelBackend::updateUpGauges() {
 }
 
 StatusOr<Outcome> SentinelBackend::watchReadOnly(StatusOr<Outcome> reply,
-                                                 const std::weak_ptr<char>& alive) {
+                                                 const event::LivenessToken::Ref& alive) {
   if (reply.isOk() || !isReadOnly(reply.status())) return reply;
   if (!alive.expired()) resolver_->onReadOnly();
   return unavailable(reply.status().message());
@@ -139,8 +137,9 @@ void SentinelBackend::run(const Operation& op, OutcomeCallback cb) {
     redis_->run(op, std::move(cb));
     return;
   }
-  redis_->run(op, [this, alive = std::weak_ptr<char>(alive_), cb = std::move(cb)](
-                      StatusOr<Outcome> r) mutable { cb(watchReadOnly(std::move(r), alive)); });
+  redis_->run(op, [this, alive = alive_.ref(), cb = std::move(cb)](StatusOr<Outcome> r) mutable {
+    cb(watchReadOnly(std::move(r), alive));
+  });
 }
 
 void SentinelBackend::grantThenWait(const Operation& op, OutcomeCallback cb) {
@@ -152,7 +151,7 @@ void SentinelBackend::grantThenWait(const Operation& op, OutcomeCallback cb) {
   auto finish = [redis = redis_.get(), name = std::string(op.name), kind = op.kind,
                  grantee = std::string(hand_off ? op.next_owner : op.owner), hand_off,
                  cb = std::move(cb)](StatusOr<Outcome> r, const GrantCheck& replication,
-                                     const std::weak_ptr<char>& alive) mutable {
+                                     const event::LivenessToken::Ref& alive) mutable {
     const bool granted = r.isOk() && r->ok() && (!hand_off || r->token != 0);
     if (!granted || replication.enough()) {
       cb(std::move(r));
@@ -175,7 +174,7 @@ void SentinelBackend::grantThenWait(const Operation& op, OutcomeCallback cb) {
     r->holds = 0;  // the holds were the next owner's; ours are all given back (not "one left")
     cb(std::move(r));
   };
-  redis_->run(op, [this, alive = std::weak_ptr<char>(alive_), check,
+  redis_->run(op, [this, alive = alive_.ref(), check,
                    finish = std::move(finish)](StatusOr<Outcome> r) mutable {
     r = watchReadOnly(std::move(r), alive);
     // A raw pointer: the continuation is stored in *check (a shared_ptr would be a cycle); it
@@ -215,11 +214,8 @@ BackendHealth SentinelBackend::health() const {
 void SentinelBackend::shutdown(std::function<void()> done) {
   shut_down_ = true;
   metrics_.backend_ready.Set(0);
-  resolver_->shutdown(
-      [this, alive = std::weak_ptr<char>(alive_), done = std::move(done)]() mutable {
-        if (alive.expired()) return;
-        redis_->shutdown(std::move(done));
-      });
+  resolver_->shutdown(alive_.guarded(
+      [this, done = std::move(done)]() mutable { redis_->shutdown(std::move(done)); }));
 }
 
 }  // namespace sidelock::backend

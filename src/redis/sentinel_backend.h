@@ -22,6 +22,7 @@
 
 #include "backend/backend.h"
 #include "config/config.h"
+#include "event/lifetime.h"
 #include "event/scheduler.h"
 #include "metrics/metrics.h"
 #include "redis/redis_backend.h"
@@ -62,7 +63,7 @@ class SentinelBackend final : public Backend {
   void grantThenWait(const Operation& op, OutcomeCallback cb);
   /// A READONLY answer means the node was demoted: re-resolve (while we are alive) and tell the
   /// caller "unavailable" so queued waiters ride it out.
-  StatusOr<Outcome> watchReadOnly(StatusOr<Outcome> reply, const std::weak_ptr<char>& alive);
+  StatusOr<Outcome> watchReadOnly(StatusOr<Outcome> reply, const event::LivenessToken::Ref& alive);
   bool ready() const;
   void onConfirmedChanged();
   void updateUpGauges();
@@ -77,7 +78,7 @@ class SentinelBackend final : public Backend {
   std::map<std::string, prometheus::Gauge*> up_series_;  // backend_up{node} of the master
   // Reply callbacks check it before touching `this`: a call made after shutdown() is answered
   // after shutdown's done callback, when the owner may already have destroyed us.
-  std::shared_ptr<char> alive_ = std::make_shared<char>();
+  event::LivenessToken alive_;
   bool shut_down_ = false;
 };
 

@@ -146,9 +146,9 @@ void SentinelResolver::ask(size_t tried, std::string errors) {
     return;
   }
   sentinel.command({"SENTINEL", "get-master-addr-by-name", master_name_}, timeout_ms_,
-                   [this, alive = std::weak_ptr<char>(alive_), tried, index, errors,
-                    who = sentinel.address()](StatusOr<RedisValue> r) {
-                     if (alive.expired() || shut_down_) return;
+                   alive_.guarded([this, tried, index, errors,
+                                   who = sentinel.address()](StatusOr<RedisValue> r) {
+                     if (shut_down_) return;
                      if (!r.isOk()) {
                        ask(tried + 1, errors + who + ": " + r.status().message());
                      } else if (r->isError()) {
@@ -166,7 +166,7 @@ void SentinelResolver::ask(size_t tried, std::string errors) {
                        }
                        onAddress(r->elements[0].str, r->elements[1].str);
                      }
-                   });
+                   }));
 }
 
 void SentinelResolver::onAddress(const std::string& host, const std::string& port) {
@@ -204,8 +204,8 @@ void SentinelResolver::onAddress(const std::string& host, const std::string& por
 void SentinelResolver::checkRole() {
   const uint64_t check = ++role_check_;
   master_.command({"ROLE"}, timeout_ms_,
-                  [this, alive = std::weak_ptr<char>(alive_), check](StatusOr<RedisValue> r) {
-                    if (alive.expired() || shut_down_ || check != role_check_) return;
+                  alive_.guarded([this, check](StatusOr<RedisValue> r) {
+                    if (shut_down_ || check != role_check_) return;
                     std::string role;
                     if (r.isOk() && r->type == RedisValue::Type::kArray && !r->elements.empty() &&
                         r->elements[0].type == RedisValue::Type::kString) {
@@ -223,7 +223,7 @@ void SentinelResolver::checkRole() {
                                                                       : "ROLE says " + role);
                     retryLater("master " + master_.address() +
                                " named by the sentinels is not a master: " + why);
-                  });
+                  }));
 }
 
 void SentinelResolver::retryLater(std::string reason) {
@@ -232,7 +232,6 @@ void SentinelResolver::retryLater(std::string reason) {
   if (retry_timer_.pending()) return;
   const int64_t delay = reconnectDelayMs(attempt_++, backoff_min_ms_, backoff_max_ms_);
   retry_timer_.start(scheduler_, delay, [this] {
-    retry_timer_.markFired();
     if (!confirmed_) resolve();
   });
 }
@@ -246,9 +245,7 @@ void SentinelResolver::setConfirmed(bool confirmed, std::string reason) {
       SL_LOG(kWarn, "sentinel.master_unconfirmed", {"master", master_name_}, {"reason", reason});
     }
     if (listener_) {
-      scheduler_.post([alive = std::weak_ptr<char>(alive_), l = listener_] {
-        if (!alive.expired()) l();
-      });
+      scheduler_.post(alive_.guarded([l = listener_] { l(); }));
     }
   }
   confirmed_ = confirmed;

@@ -28,6 +28,7 @@
 
 #include "backend/backend.h"
 #include "config/config.h"
+#include "event/lifetime.h"
 #include "event/scheduler.h"
 #include "metrics/metrics.h"
 #include "redis/redis_node.h"
@@ -92,7 +93,7 @@ class SentinelResolver {
   int64_t backoff_min_ms_;
   int64_t backoff_max_ms_;
   std::vector<std::unique_ptr<RedisNode>> sentinels_;
-  std::shared_ptr<char> alive_ = std::make_shared<char>();  // guards reply callbacks
+  event::LivenessToken alive_;  // guards reply callbacks
 
   bool master_started_ = false;
   bool confirmed_ = false;

@@ -7,6 +7,8 @@
 
 #include <utility>
 
+#include "event/lifetime.h"
+
 namespace sidelock::backend {
 namespace {
 
@@ -260,14 +262,14 @@ class TlsTransport final : public RedisTransport, private RedisTransport::Handle
     if (closed_ || failed_) return;
     failed_ = true;
     inner_->close();
-    scheduler_.post([this, alive = std::weak_ptr<char>(alive_), reason = std::move(reason)] {
-      if (!alive.expired() && !closed_) handler_->onTransportError(reason);
-    });
+    scheduler_.post(alive_.guarded([this, reason = std::move(reason)] {
+      if (!closed_) handler_->onTransportError(reason);
+    }));
   }
 
   std::unique_ptr<RedisTransport> inner_;
   event::Scheduler& scheduler_;
-  std::shared_ptr<char> alive_ = std::make_shared<char>();  // guards posted callbacks
+  event::LivenessToken alive_;  // guards posted callbacks
   std::shared_ptr<TlsClientContext> context_;
   std::shared_ptr<TlsSessionCache> sessions_;
   RedisTransport::Handler* handler_ = nullptr;  // the RESP connection above

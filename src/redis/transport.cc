@@ -6,6 +6,7 @@
 #include <cstring>
 #include <vector>
 
+#include "event/lifetime.h"
 #include "event/uv_handle.h"
 
 namespace sidelock::backend {
@@ -22,7 +23,7 @@ struct WriteRequest {
 class SocketTransport final : public RedisTransport {
  public:
   SocketTransport(uv_loop_t* loop, event::Scheduler& scheduler)
-      : loop_(loop), scheduler_(scheduler), alive_(std::make_shared<char>()) {}
+      : loop_(loop), scheduler_(scheduler) {}
   ~SocketTransport() override { close(); }
 
   void connect(const config::RedisNodeAddress& address, Handler* handler) override {
@@ -249,14 +250,14 @@ class SocketTransport final : public RedisTransport {
     if (closed_ || failed_) return;
     failed_ = true;
     closeStream();
-    scheduler_.post([this, alive = std::weak_ptr<char>(alive_), reason = std::move(reason)] {
-      if (!alive.expired() && !closed_) handler_->onTransportError(reason);
-    });
+    scheduler_.post(alive_.guarded([this, reason = std::move(reason)] {
+      if (!closed_) handler_->onTransportError(reason);
+    }));
   }
 
   uv_loop_t* loop_;
   event::Scheduler& scheduler_;
-  std::shared_ptr<char> alive_;  // expires with us: guards posted callbacks
+  event::LivenessToken alive_;  // expires with us: guards posted callbacks
   Handler* handler_ = nullptr;
   std::string address_;
   std::vector<sockaddr_storage> candidates_;

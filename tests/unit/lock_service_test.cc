@@ -997,6 +997,35 @@ TEST_F(LockServiceTest, ShutdownGiveUpAtGraceWhenTheBackendHangs) {
   EXPECT_TRUE(done);
 }
 
+// A hand-off is two calls in flight (the release, and the waiter's attempt, settled once the
+// waiter's part of the answer is handled): shutdown waits for both, and for the give-back of the
+// grant that reached a waiter the shutdown had cancelled meanwhile.
+TEST_F(LockServiceTest, ShutdownWaitsForBothHalvesOfAHandOff) {
+  backend.hand_off = true;
+  backend.release_reply_delay_ms = 500;
+  auto holder = acquireNow(opts("x", "h", 60'000));
+  auto w = start(opts("x", "w", 60'000, 30'000));
+  advance(100, 10);
+  std::optional<StatusOr<ReleaseStatus>> released;
+  svc->release("x", "h", [&](StatusOr<ReleaseStatus> v) { released.emplace(std::move(v)); });
+  advance(10, 1);
+  ASSERT_EQ(backend.count("release_grant"), 1);
+  bool done = false;
+  svc->shutdown(/*release_held=*/false, 10'000, [&] { done = true; });
+  advance(10, 1);
+  ASSERT_TRUE(w->done());
+  EXPECT_EQ(w->status(), AcquireStatus::kCancelled);
+  advance(400, 10);
+  EXPECT_FALSE(done) << "the hand-off is still in flight";
+  EXPECT_FALSE(released.has_value());
+  advance(200, 10);
+  ASSERT_TRUE(released.has_value());
+  EXPECT_EQ(**released, ReleaseStatus::kReleased);
+  EXPECT_EQ(backend.count("release"), 1) << "the cancelled waiter's late grant is given back";
+  EXPECT_TRUE(done);
+  EXPECT_FALSE(inspect("x").held);
+}
+
 TEST_F(LockServiceTest, DestroyingTheServiceWithWorkInFlightIsSafe) {
   auto holder = acquireNow(opts("x", "h", 60'000));
   auto w = start(opts("x", "w", 300, 10'000));
