@@ -33,14 +33,12 @@ int queued(RedisServer& redis, const std::string& name) {
   return std::stoi(redis.cli({"ZCARD", "sidelock:{" + name + "}:fair"}));
 }
 
+// Two sidecars `a` and `b` on one `redis`, clients `ca` and `cb`; both must stop cleanly.
+class FairLockTwoSidecars : public TwoSidecarsOnOneRedis {};
+
 // Eight waiters arrive one after the other, alternating between two sidecars; when the holder
 // releases, they get the lock exactly in their order of arrival.
-TEST(FairLockTest, WaitersOfTwoSidecarsAreGrantedInArrivalOrder) {
-  SidecarGroup group(2);
-  RedisServer& redis = group.redis;
-  auto& a = group[0];
-  auto& b = group[1];
-  HttpClient ca = HttpClient::tcp(a->port());
+TEST_F(FairLockTwoSidecars, WaitersOfTwoSidecarsAreGrantedInArrivalOrder) {
   auto holder = ca.post("/v1/locks/line/acquire", R"({"fair":true,"ttl_ms":30000})");
   ASSERT_EQ(holder.status, 200) << holder.body;
   EXPECT_EQ(json::parse(holder.body)["fair"], true);
@@ -86,19 +84,14 @@ TEST(FairLockTest, WaitersOfTwoSidecarsAreGrantedInArrivalOrder) {
   EXPECT_EQ(granted_order, expected) << "granted in arrival order across both sidecars";
   EXPECT_EQ(redis.cli({"EXISTS", "sidelock:{line}:fair", "sidelock:{line}:fair:claims"}), "0")
       << "an empty queue leaves no keys";
-  group.expectCleanStops();
 }
 
 // The queue is: a client that will hang up, a waiter on a sidecar that will be killed, and a
 // live waiter. The client that leaves withdraws at once; the dead sidecar's waiter keeps its
 // place only until its claim lapses (about two retry intervals and a second); the live waiter
 // then gets the lock, instead of waiting forever.
-TEST(FairLockTest, ALeavingWaiterAndADeadSidecarDoNotStallTheQueue) {
-  SidecarGroup group(2);
-  RedisServer& redis = group.redis;
-  auto& a = group[0];
-  auto& doomed = group[1];
-  HttpClient ca = HttpClient::tcp(a->port());
+TEST_F(FairLockTwoSidecars, ALeavingWaiterAndADeadSidecarDoNotStallTheQueue) {
+  auto& doomed = b;
   auto holder = ca.post("/v1/locks/till/acquire", R"({"ttl_ms":30000})");
   ASSERT_EQ(holder.status, 200) << holder.body;
 

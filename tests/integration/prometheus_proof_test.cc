@@ -149,23 +149,7 @@ class PrometheusServer {
     }
   }
 
-  bool waitReady() {
-    const auto deadline = steady_clock::now() + std::chrono::seconds(30);
-    while (steady_clock::now() < deadline) {
-      int status = 0;
-      if (waitpid(pid_, &status, WNOHANG) == pid_) {
-        pid_ = -1;
-        return false;
-      }
-      try {
-        HttpClient c = HttpClient::tcp(port_);
-        if (c.get("/-/ready").status == 200) return true;
-      } catch (const std::exception&) {
-      }
-      std::this_thread::sleep_for(milliseconds(50));
-    }
-    return false;
-  }
+  bool waitReady() { return waitUntilServing(&pid_, port_, "/-/ready", 30'000, 50); }
 
   void stop() {
     if (pid_ <= 0) return;

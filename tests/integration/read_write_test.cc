@@ -143,14 +143,10 @@ TEST_F(ReadWriteTwoSidecars, RefusalsSayWhyTheLockIsNotGranted) {
 // Many readers and writers on two sidecars: an observer of the clients' own intervals never sees
 // a writer beside anybody, sees readers side by side, and every writer gets through although
 // readers keep coming (a waiting writer keeps new readers out, on both sidecars).
-TEST(ReadWriteTest, ContentionAcrossTwoSidecarsKeepsWritersAlone) {
+TEST_F(ReadWriteTwoSidecars, ContentionAcrossTwoSidecarsKeepsWritersAlone) {
   constexpr int kReadersPerSidecar = 6;
   constexpr int kWritersPerSidecar = 2;
   constexpr int kRounds = 8;
-  SidecarGroup group(2);
-  RedisServer& redis = group.redis;
-  auto& a = group[0];
-  auto& b = group[1];
 
   std::mutex mu;
   HoldLog holds;  // each client's grant-to-release interval
@@ -195,16 +191,14 @@ TEST(ReadWriteTest, ContentionAcrossTwoSidecarsKeepsWritersAlone) {
   std::cout << "[read_write] " << holds.size() << " holds on 2 sidecars in " << seconds << " s, "
             << report.shared_overlaps << " reader overlaps\n";
   EXPECT_EQ(redis.cli({"EXISTS", "sidelock:{ledger}", "sidelock:{ledger}:readers"}), "0");
-  group.expectCleanStops();
 }
 
 // Readers on one sidecar overlap without a gap (each new reader joins before the last leaves):
 // without writer preference a writer on the other sidecar would never find the lock free. With
 // it, the writer's mark keeps new readers out, the old ones drain, and the writer gets in.
-TEST(ReadWriteTest, AWaitingWriterIsNotStarvedByAStreamOfReaders) {
-  SidecarGroup group(2);
-  auto& readers_side = group[0];
-  auto& writer_side = group[1];
+TEST_F(ReadWriteTwoSidecars, AWaitingWriterIsNotStarvedByAStreamOfReaders) {
+  auto& readers_side = a;
+  auto& writer_side = b;
   std::atomic<bool> stop{false};
   std::atomic<int> reads{0};
   std::atomic<int> turned_away{0};
@@ -251,18 +245,12 @@ TEST(ReadWriteTest, AWaitingWriterIsNotStarvedByAStreamOfReaders) {
             << reads.load() << " reads; " << turned_away.load() << " reads turned away\n";
   EXPECT_EQ(w.post("/v1/locks/report/release", json{{"owner", ownerOf(writer)}}.dump()).status,
             200);
-  group.expectCleanStops();
 }
 
 // The last reader leaves on sidecar A, where another reader is queued; the writer is queued on
 // sidecar B. A's queued reader hears the release first, but the writer's mark (a key of its own,
 // outliving the readers) still turns it away: the writer gets in first.
-TEST(ReadWriteTest, AReaderQueuedOnAnotherSidecarDoesNotOvertakeTheWriter) {
-  SidecarGroup group(2);
-  RedisServer& redis = group.redis;
-  auto& a = group[0];
-  auto& b = group[1];
-  HttpClient ca = HttpClient::tcp(a->port());
+TEST_F(ReadWriteTwoSidecars, AReaderQueuedOnAnotherSidecarDoesNotOvertakeTheWriter) {
   auto r1 = ca.post("/v1/locks/map/acquire", R"({"mode":"shared","ttl_ms":20000})");
   ASSERT_EQ(r1.status, 200) << r1.body;
   std::atomic<int64_t> writer_granted_ms{-1};
@@ -296,7 +284,6 @@ TEST(ReadWriteTest, AReaderQueuedOnAnotherSidecarDoesNotOvertakeTheWriter) {
   ASSERT_GE(reader_granted_ms.load(), 0);
   EXPECT_LT(writer_granted_ms.load(), reader_granted_ms.load()) << "the writer went first";
   EXPECT_EQ(redis.cli({"EXISTS", "sidelock:{map}:writer"}), "0") << "the writer's mark is gone";
-  group.expectCleanStops();
 }
 
 // Issue 22: a queued writer that leaves without the lock (its client hangs up, its wait_ms
@@ -387,10 +374,9 @@ TEST(ReadWriteTest, AWriterThatLeavesTakesItsMarkWithIt) {
 // A reader whose sidecar crashes (SIGKILL: nothing released) blocks the writer only until its
 // own TTL, although another reader with a longer lease came and went. A reader's stream hold
 // gives its lease back when the client hangs up.
-TEST(ReadWriteTest, ACrashedReaderExpiresAndAStreamReaderGivesBack) {
-  SidecarGroup group(2);
-  auto& crashing = group[0];
-  auto& other = group[1];
+TEST_F(ReadWriteTwoSidecars, ACrashedReaderExpiresAndAStreamReaderGivesBack) {
+  auto& crashing = a;
+  auto& other = b;
   HttpClient c = HttpClient::tcp(crashing->port());
   ASSERT_EQ(c.post("/v1/locks/cfg/acquire", R"({"mode":"shared","ttl_ms":800})").status, 200);
   HttpClient o = HttpClient::tcp(other->port());

@@ -32,17 +32,16 @@ using Clock = std::chrono::steady_clock;
 
 std::string permitOf(const HttpResponse& r) { return json::parse(r.body)["permit"]; }
 
+// Two sidecars `a` and `b` on one `redis`, clients `ca` and `cb`; both must stop cleanly.
+class SemaphoreTwoSidecars : public TwoSidecarsOnOneRedis {};
+
 // The flash sale: 3 checkout slots, 24 shoppers on two sidecars, each taking a slot 8 times.
 // Nobody may ever see a fourth slot in use, every shopper gets through, and waiting shoppers
 // are woken by releases (not a spin loop): the sale ends long before its budget.
-TEST(SemaphoreTest, FlashSaleNeverExceedsTheLimit) {
+TEST_F(SemaphoreTwoSidecars, FlashSaleNeverExceedsTheLimit) {
   constexpr int kLimit = 3;
   constexpr int kShoppersPerSidecar = 12;
   constexpr int kRounds = 8;
-  SidecarGroup group(2);
-  RedisServer& redis = group.redis;
-  auto& a = group[0];
-  auto& b = group[1];
 
   std::mutex mu;
   HoldLog holds;  // each permit as its shopper saw it: grant to release
@@ -89,7 +88,6 @@ TEST(SemaphoreTest, FlashSaleNeverExceedsTheLimit) {
   auto state = HttpClient::tcp(a->port()).get("/v1/semaphores/checkout");
   EXPECT_EQ(json::parse(state.body)["used"], 0);
   EXPECT_EQ(redis.cli({"EXISTS", "sidelock:{checkout}:sem"}), "0") << "an empty semaphore is gone";
-  group.expectCleanStops();
 }
 
 TEST(SemaphoreTest, LimitsPermitsInspectAndBadInput) {
@@ -153,10 +151,9 @@ TEST(SemaphoreTest, LimitsPermitsInspectAndBadInput) {
 // A holder that crashes (SIGKILL: nothing released) blocks its permit only until the permit's
 // TTL; a waiter on another sidecar gets it then. A stream hold gives its permit back when the
 // client hangs up.
-TEST(SemaphoreTest, CrashedHoldersPermitExpiresAndStreamsGiveBack) {
-  SidecarGroup group(2);
-  auto& crashing = group[0];
-  auto& other = group[1];
+TEST_F(SemaphoreTwoSidecars, CrashedHoldersPermitExpiresAndStreamsGiveBack) {
+  auto& crashing = a;
+  auto& other = b;
   HttpClient c = HttpClient::tcp(crashing->port());
   ASSERT_EQ(c.post("/v1/semaphores/one/acquire", R"({"limit":1,"ttl_ms":600})").status, 200);
   crashing->kill();

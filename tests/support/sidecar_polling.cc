@@ -1,6 +1,9 @@
 #include "support/sidecar_polling.h"
 
+#include <sys/wait.h>
+
 #include <chrono>
+#include <exception>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -13,6 +16,25 @@ bool pollUntil(const std::function<bool()>& condition, int64_t timeout_ms) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   return true;
+}
+
+bool waitUntilServing(pid_t* pid, int port, const std::string& path, int64_t timeout_ms,
+                      int64_t step_ms) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  while (std::chrono::steady_clock::now() < deadline) {
+    int status = 0;
+    if (waitpid(*pid, &status, WNOHANG) == *pid) {
+      *pid = -1;
+      return false;
+    }
+    try {
+      HttpClient c = HttpClient::tcp(port);
+      if (c.get(path).status == 200) return true;
+    } catch (const std::exception&) {  // not listening yet
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(step_ms));
+  }
+  return false;
 }
 
 int queuedWaiters(HttpClient& c, const std::string& name) {

@@ -4,6 +4,8 @@
 // reaches.
 #pragma once
 
+#include <sys/types.h>
+
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -24,6 +26,11 @@ int queuedWaiters(HttpClient& c, const std::string& name);
 /// Polls GET /v1/locks until `name` has exactly `n` queued waiters.
 bool waitForWaiters(HttpClient& c, const std::string& name, int n,
                     int64_t timeout_ms = kPollTimeoutMs);
+
+/// Polls GET `path` on 127.0.0.1:`port` every `step_ms` until it answers 200 (true), the child
+/// `*pid` exits (false; it is reaped and `*pid` set to -1), or `timeout_ms` passes (false).
+bool waitUntilServing(pid_t* pid, int port, const std::string& path, int64_t timeout_ms,
+                      int64_t step_ms);
 
 /// Value of one series (`name{labels}` exactly as exposed) in Prometheus text; -1 if absent.
 int64_t metricValue(const std::string& text, const std::string& series);

@@ -14,6 +14,7 @@
 #include "support/child_process.h"
 #include "support/http_client.h"
 #include "support/redis_server.h"
+#include "support/sidecar_polling.h"
 
 namespace sidelock::testing {
 
@@ -85,19 +86,9 @@ bool SidecarProcess::start() {
   }
   pid_ = pid;
   paused_ = false;
-  // Wait until it serves /healthz (and /readyz if asked).
-  for (int i = 0; i < 1000; ++i) {
-    int status = 0;
-    if (waitpid(pid_, &status, WNOHANG) == pid_) {
-      pid_ = -1;
-      return false;
-    }
-    try {
-      HttpClient c = HttpClient::tcp(port_);
-      if (c.get(options_.wait_ready ? "/readyz" : "/healthz").status == 200) return true;
-    } catch (const std::exception&) {
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  // Wait until it serves /healthz (and /readyz if asked); ASan builds start slower.
+  if (waitUntilServing(&pid_, port_, options_.wait_ready ? "/readyz" : "/healthz", 15'000, 10)) {
+    return true;
   }
   kill();
   return false;
