@@ -164,7 +164,7 @@ void DaprApi::lock(http::Request& req, http::ResponderPtr res) {
   if (!body_.ok()) return sendDaprError(res, 400, kMalformed, body_.error());
 
   lock::AcquireOptions opts;
-  opts.name = std::move(lock_name);
+  opts.lock.name = std::move(lock_name);  // a mutex
   opts.owner = ownerFor(resource_id, lock_owner);
   opts.ttl_ms = expiry_s * 1000;
   opts.wait_ms = 0;  // Dapr's lock is a try-lock
@@ -178,8 +178,8 @@ void DaprApi::lock(http::Request& req, http::ResponderPtr res) {
           case lock::AcquireStatus::kGranted:
             // A grant the client provably never read is given back: its retry would find the lock
             // held by "itself" and answer false, as the first try never got to say true.
-            res->onUndelivered([service, name = r.grant.name, owner = r.grant.owner] {
-              service->release(name, owner, [](StatusOr<lock::ReleaseStatus>) {});
+            res->onUndelivered([service, lock = r.grant.lock, owner = r.grant.owner] {
+              service->release(lock, owner, [](StatusOr<lock::ReleaseStatus>) {});
             });
             return res->send(200, kJson, JsonObject().boolean("success", true).finish());
           case lock::AcquireStatus::kBusy:
@@ -205,7 +205,8 @@ void DaprApi::unlock(http::Request& req, http::ResponderPtr res) {
     return;
   }
   service_.release(
-      lock_name, ownerFor(resource_id, lock_owner), [res](StatusOr<lock::ReleaseStatus> r) {
+      lock::LockId{lock::LockKind::kMutex, std::move(lock_name)}, ownerFor(resource_id, lock_owner),
+      [res](StatusOr<lock::ReleaseStatus> r) {
         if (!r.isOk()) {
           return sendDaprError(res, 500, kUnlockFailed, r.status().message(), kInternalError);
         }

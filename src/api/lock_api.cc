@@ -160,8 +160,9 @@ void LockApi::list(http::Request& req, http::ResponderPtr res) {
   const http::Principal* principal = req.principal.get();
   json leases = json::array();
   for (const auto& l : service_.leases()) {
-    if (!mayUseLock(principal, lock::lockRefOf(l.name).name)) continue;
-    leases.push_back(json{{"name", l.name},
+    if (!mayUseLock(principal, l.lock.name)) continue;
+    // The printed form ("shared/doc", "fair/q", "semaphore/s"): what the listing always showed.
+    leases.push_back(json{{"name", l.lock.display()},
                           {"token", l.token},
                           {"age_ms", l.age_ms},
                           {"ttl_remaining_ms", l.ttl_remaining_ms},
@@ -170,8 +171,8 @@ void LockApi::list(http::Request& req, http::ResponderPtr res) {
   }
   json waiters = json::array();
   for (const auto& w : service_.waiterCounts()) {
-    if (!mayUseLock(principal, lock::lockRefOf(w.name).name)) continue;
-    waiters.push_back(json{{"name", w.name}, {"waiters", w.waiters}});
+    if (!mayUseLock(principal, w.lock.name)) continue;
+    waiters.push_back(json{{"name", w.lock.display()}, {"waiters", w.waiters}});
   }
   sendJson(res, 200, json{{"leases", std::move(leases)}, {"waiters", std::move(waiters)}});
 }

@@ -100,9 +100,9 @@ class LockApi {
   void retryMultiGrant(lock::MultiAcquireOptions opts, std::string replay_key,
                        IdempotencyCache::Id answer_id, std::string owner, std::string answer,
                        http::ResponderPtr res);
-  /// The lock service's key of the lease `owner` names on lock `name`: the readers' key with
-  /// "mode": "shared", or without a mode when this sidecar granted `owner` a read lease.
-  std::string leaseKey(std::string_view name, std::string_view owner, bool shared,
+  /// The lock of the lease `owner` names on lock `name`: the readers' with "mode": "shared", or
+  /// without a mode when this sidecar granted `owner` a read lease.
+  lock::LockId leaseOf(std::string_view name, std::string_view owner, bool shared,
                        bool mode_given) const;
   void inspect(http::Request& req, http::ResponderPtr res);
   void list(http::Request& req, http::ResponderPtr res);

@@ -24,7 +24,7 @@ using nlohmann::json;
 std::string grantAnswer(const lock::Grant& g, std::string_view event = {}) {
   JsonObject answer;
   if (!event.empty()) answer.text("event", event);
-  const lock::LockRef ref = lock::lockRefOf(g.name);
+  const lock::LockId& ref = g.lock;
   if (ref.kind == lock::LockKind::kSemaphore) {
     // A permit under the semaphore's own name.
     return answer.text("name", ref.name)
@@ -67,7 +67,7 @@ struct AcquireCall {
   http::ResponderPtr responder;
   bool granted = false;
   // Stream holds only: the lease to release when the client leaves.
-  std::string name;
+  lock::LockId lock;
   std::string owner;
   bool stream = false;
   bool finished = false;  // stream ended or plain response sent
@@ -86,20 +86,19 @@ struct AcquireCall {
 /// A retried acquire (request_id) of a client that chose its owner id, answered busy: if the
 /// lease is the client's own (its first attempt was granted, but the answer was lost or the
 /// sidecar restarted since), it is granted again in place: TTL set anew, same token.
-void reclaimOwnGrant(const std::shared_ptr<AcquireCall>& call, const std::string& name,
+void reclaimOwnGrant(const std::shared_ptr<AcquireCall>& call, const lock::LockId& lock,
                      int64_t retry_after_ms) {
   call->service->extend(
-      name, call->given_owner, call->ttl_ms,
-      [call, name, retry_after_ms](StatusOr<lock::ExtendResult> extended) {
+      lock, call->given_owner, call->ttl_ms,
+      [call, lock, retry_after_ms](StatusOr<lock::ExtendResult> extended) {
         if (!extended.isOk() || extended->status != lock::ExtendStatus::kExtended) {
-          return call->answerAll(
-              lockedAnswer(lock::BusyReason::kHeld, lock::lockRefOf(name).kind, retry_after_ms));
+          return call->answerAll(lockedAnswer(lock::BusyReason::kHeld, lock.kind, retry_after_ms));
         }
         const int64_t ttl_ms = extended->ttl_ms;
-        call->service->inspect(name, [call, name, ttl_ms](StatusOr<lock::LockState> state) {
+        call->service->inspect(lock, [call, lock, ttl_ms](StatusOr<lock::LockState> state) {
           if (!state.isOk()) return call->answerAll(backendErrorAnswer(state.status()));
           const Answer answer{200,
-                              grantAnswer({name, call->given_owner, state->token, ttl_ms}),
+                              grantAnswer({lock, call->given_owner, state->token, ttl_ms}),
                               {},
                               call->given_owner,
                               state->token};
@@ -114,8 +113,8 @@ void deliverGrant(const std::shared_ptr<AcquireCall>& call, const lock::Grant& g
   deliverGrantAnswer(call->claim, call->responder,
                      Answer{200, grantAnswer(grant), {}, grant.owner, grant.token},
                      call->auto_renew, call->metrics,
-                     [service = call->service, name = grant.name, owner = grant.owner] {
-                       service->release(name, owner, [](StatusOr<lock::ReleaseStatus>) {});
+                     [service = call->service, lock = grant.lock, owner = grant.owner] {
+                       service->release(lock, owner, [](StatusOr<lock::ReleaseStatus>) {});
                      });
 }
 
@@ -146,7 +145,7 @@ void LockApi::acquire(http::Request& req, http::ResponderPtr res) {
   lock::AcquireOptions opts;
   bool shared = false;
   bool fair = false;
-  opts.name = std::string(req.param("name"));
+  opts.lock.name = std::string(req.param("name"));
   opts.ttl_ms = locks_.default_ttl_ms;
   std::string_view owner;
   std::string_view hold;
@@ -168,8 +167,8 @@ void LockApi::acquire(http::Request& req, http::ResponderPtr res) {
   if (body.ok() && fair && (shared || opts.reentrant)) {
     body.setError("fair applies to exclusive, non-reentrant locks");
   }
-  if (shared) opts.name = lock::sharedLockKey(opts.name);
-  if (fair) opts.name = lock::fairLockKey(opts.name);
+  if (shared) opts.lock.kind = lock::LockKind::kShared;
+  if (fair) opts.lock.kind = lock::LockKind::kFair;
   if (body.ok() && hold == "stream" && opts.reentrant) {
     // A stream is one hold bound to one connection; a re-entry has no stream of its own.
     body.setError("reentrant cannot be used with hold: stream");
@@ -178,7 +177,8 @@ void LockApi::acquire(http::Request& req, http::ResponderPtr res) {
     body.setError("request_id cannot be used with hold: stream (the stream is the lease's answer)");
   }
   if (!body.ok()) return sendBodyError(res, body);
-  const std::string retry_scope = retryScope(opts.name, owner, req.principal.get());
+  // Filed under the lock's printed form: a reader's retry never meets a writer's answer.
+  const std::string retry_scope = retryScope(opts.lock.display(), owner, req.principal.get());
   opts.owner = owner;
   if (draining_) {
     sendError(res, 503, "shutting_down", "the sidecar is shutting down");
@@ -218,15 +218,15 @@ void LockApi::beginAcquire(lock::AcquireOptions opts, std::string replay_key,
 void LockApi::retryGrant(lock::AcquireOptions opts, std::string replay_key,
                          IdempotencyCache::Id answer_id, std::string owner, uint64_t token,
                          http::ResponderPtr res) {
-  const std::string name = opts.name;
+  const lock::LockId lock = opts.lock;
   const int64_t ttl_ms = opts.ttl_ms;
   service_.extend(
-      name, owner, ttl_ms,
+      lock, owner, ttl_ms,
       [this, opts = std::move(opts), replay_key = std::move(replay_key), answer_id, owner, token,
        res = std::move(res)](StatusOr<lock::ExtendResult> r) mutable {
         if (!r.isOk()) return sendBackendError(res, r.status());
         if (r->status == lock::ExtendStatus::kExtended) {
-          return res->send(200, kJson, grantAnswer({opts.name, owner, token, r->ttl_ms}));
+          return res->send(200, kJson, grantAnswer({opts.lock, owner, token, r->ttl_ms}));
         }
         // (Another retry may have claimed the key anew meanwhile: then this one waits for it.)
         replies_->forget(replay_key, answer_id);
@@ -238,7 +238,7 @@ void LockApi::startAcquire(lock::AcquireOptions opts, std::string replay_key,
                            IdempotencyCache::Id claim, http::ResponderPtr res) {
   auto call = std::make_shared<AcquireCall>();
   call->responder = res;
-  call->name = opts.name;
+  call->lock = opts.lock;
   call->stream = opts.stream;
 
   std::function<void(lock::LeaseEvent)> on_event;
@@ -289,7 +289,7 @@ void LockApi::startAcquire(lock::AcquireOptions opts, std::string replay_key,
           // queued): nobody will learn of this lease, so give the lock back now — it would
           // otherwise be renewed for nobody.
           call->metrics->grants_undelivered.Increment();
-          call->service->release(r.grant.name, r.grant.owner, [](StatusOr<lock::ReleaseStatus>) {});
+          call->service->release(r.grant.lock, r.grant.owner, [](StatusOr<lock::ReleaseStatus>) {});
           call->finished = true;
           return;
         }
@@ -304,17 +304,16 @@ void LockApi::startAcquire(lock::AcquireOptions opts, std::string replay_key,
         // answer would have been replayed), e.g. a second thread sharing the owner id, which
         // gets 409 held_by_you rather than the lease (and the TTL it did not ask for).
         if (!call->claim.key.empty() && !call->given_owner.empty() && !call->auto_renew &&
-            lock::lockRefOf(call->name).kind != lock::LockKind::kShared &&
-            call->service->holds(call->name, call->given_owner) == 0) {
+            call->lock.kind != lock::LockKind::kShared &&
+            call->service->holds(call->lock, call->given_owner) == 0) {
           // (A reader's token cannot be read back: the counter moves with every reader.)
-          return reclaimOwnGrant(call, call->name, r.retry_after_ms);
+          return reclaimOwnGrant(call, call->lock, r.retry_after_ms);
         }
         if (call->semaphore) {
           return call->answerAll(retryLaterAnswer(
               409, "no_permits", "every permit of the semaphore is taken", r.retry_after_ms));
         }
-        return call->answerAll(
-            lockedAnswer(r.busy_reason, lock::lockRefOf(call->name).kind, r.retry_after_ms));
+        return call->answerAll(lockedAnswer(r.busy_reason, call->lock.kind, r.retry_after_ms));
       }
       case lock::AcquireStatus::kLimitMismatch:
         call->finished = true;
@@ -361,27 +360,28 @@ void LockApi::startAcquire(lock::AcquireOptions opts, std::string replay_key,
     }
     if (c->stream && !c->finished) {
       c->finished = true;
-      c->service->release(c->name, c->owner, [](StatusOr<lock::ReleaseStatus>) {});
+      c->service->release(c->lock, c->owner, [](StatusOr<lock::ReleaseStatus>) {});
     }
   });
   // Keep the call alive until the response completes: the responder holds it via onClientGone's
   // weak pointer only, so the done/on_event closures (held by the service) own it.
 }
 
-std::string LockApi::leaseKey(std::string_view name, std::string_view owner, bool shared,
+lock::LockId LockApi::leaseOf(std::string_view name, std::string_view owner, bool shared,
                               bool mode_given) const {
   // Without a mode, a reader's lease this sidecar granted is found by its owner id; through
   // another sidecar (or after a restart) a reader says "mode": "shared".
   // (A reader's lease this sidecar saw lost counts too: its release then answers lease_lost.)
-  const std::string shared_key = lock::sharedLockKey(name);
-  if (shared || (!mode_given && (service_.holds(shared_key, owner) > 0 ||
-                                 service_.lostLately(shared_key, owner)))) {
-    return shared_key;
+  lock::LockId readers{lock::LockKind::kShared, std::string(name)};
+  if (shared || (!mode_given &&
+                 (service_.holds(readers, owner) > 0 || service_.lostLately(readers, owner)))) {
+    return readers;
   }
   // A fair lease is the mutex's lease: any sidecar releases it by name; the one that granted it
-  // does so through its fair key, which ends its own bookkeeping of the lease.
-  if (service_.holds(lock::fairLockKey(name), owner) > 0) return lock::fairLockKey(name);
-  return std::string(name);
+  // does so as a fair lock, which ends its own bookkeeping of the lease.
+  lock::LockId fair{lock::LockKind::kFair, std::move(readers.name)};
+  if (service_.holds(fair, owner) > 0) return fair;
+  return lock::LockId{lock::LockKind::kMutex, std::move(fair.name)};
 }
 
 void LockApi::release(http::Request& req, http::ResponderPtr res) {
@@ -397,15 +397,15 @@ void LockApi::release(http::Request& req, http::ResponderPtr res) {
         readRequestId(body, request_id) && readMode(body, shared);
   }
   if (!body.ok()) return sendBodyError(res, body);
-  const std::string name = leaseKey(req.param("name"), owner, shared, body.has(BodyField::kMode));
+  const lock::LockId lock = leaseOf(req.param("name"), owner, shared, body.has(BodyField::kMode));
   // Filed under the lock's own name: a retry finds the first answer whatever mode it resolves to.
   const std::string retry_scope = retryScope(req.param("name"), owner, req.principal.get());
   releaseOnce(
       replayKey(kReleaseRoute, retry_scope, request_id), std::move(res),
-      [this, name, owner = std::string(owner)](const AnswerFn& answer_with) {
+      [this, lock, owner = std::string(owner)](const AnswerFn& answer_with) {
         service_.release(
-            name, owner,
-            [service = &service_, name, owner, answer_with](StatusOr<lock::ReleaseStatus> r) {
+            lock, owner,
+            [service = &service_, lock, owner, answer_with](StatusOr<lock::ReleaseStatus> r) {
               // Not remembered: a later retry runs for real.
               if (!r.isOk()) return answer_with(backendErrorAnswer(r.status()), false);
               Answer answer;
@@ -421,7 +421,7 @@ void LockApi::release(http::Request& req, http::ResponderPtr res) {
                   answer.status = 200;
                   JsonObject held;
                   held.boolean("released", true).boolean("held", true);
-                  if (const int64_t left = service->holds(name, owner); left > 0) {
+                  if (const int64_t left = service->holds(lock, owner); left > 0) {
                     held.integer("holds", left);
                   }
                   answer.body = held.finish();
@@ -506,7 +506,7 @@ void LockApi::extend(http::Request& req, http::ResponderPtr res) {
   }
   if (!body.ok()) return sendBodyError(res, body);
   service_.extend(
-      leaseKey(req.param("name"), owner, shared, body.has(BodyField::kMode)), owner, ttl_ms,
+      leaseOf(req.param("name"), owner, shared, body.has(BodyField::kMode)), owner, ttl_ms,
       [res](StatusOr<lock::ExtendResult> r) {
         if (!r.isOk()) return sendBackendError(res, r.status());
         switch (r->status) {
@@ -526,7 +526,8 @@ void LockApi::inspect(http::Request& req, http::ResponderPtr res) {
   if (!checkName(req, res, static_cast<size_t>(locks_.max_name_bytes))) return;
   std::string name(req.param("name"));
   // Asked as the readers' kind: it also tells readers from a writer.
-  service_.inspect(lock::sharedLockKey(name), [res, name](StatusOr<lock::LockState> r) {
+  const lock::LockId readers{lock::LockKind::kShared, name};
+  service_.inspect(readers, [res, name](StatusOr<lock::LockState> r) {
     if (!r.isOk()) return sendBackendError(res, r.status());
     // Never the owner id: it is the capability to release.
     JsonObject answer;

@@ -58,8 +58,8 @@ std::string multiGrantAnswer(const lock::MultiAcquireResult& r) {
   json names = json::array();
   json leases = json::array();
   for (const lock::Grant& g : r.grants) {
-    names.push_back(g.name);
-    leases.push_back(json{{"name", g.name}, {"token", g.token}, {"ttl_ms", g.ttl_ms}});
+    names.push_back(g.lock.name);
+    leases.push_back(json{{"name", g.lock.name}, {"token", g.token}, {"ttl_ms", g.ttl_ms}});
   }
   return json{{"names", std::move(names)},
               {"owner", r.owner},
@@ -108,13 +108,13 @@ void forEachName(const std::vector<std::string>& names,
 void extendGrant(lock::LockService& service, lock::MultiAcquireResult grant, int64_t ttl_ms,
                  std::function<void(StatusOr<lock::MultiAcquireResult>, bool extended)> done) {
   std::vector<std::string> names;
-  for (const lock::Grant& g : grant.grants) names.push_back(g.name);
+  for (const lock::Grant& g : grant.grants) names.push_back(g.lock.name);
   const std::string owner = grant.owner;
   forEachName<StatusOr<lock::ExtendResult>>(
       names,
       [&service, owner, ttl_ms](const std::string& name,
                                 std::function<void(StatusOr<lock::ExtendResult>)> cb) {
-        service.extend(name, owner, ttl_ms, std::move(cb));
+        service.extend(lock::LockId{lock::LockKind::kMutex, name}, owner, ttl_ms, std::move(cb));
       },
       [grant = std::move(grant),
        done = std::move(done)](std::vector<StatusOr<lock::ExtendResult>> extended) mutable {
@@ -150,7 +150,9 @@ void reclaimOwnMultiGrant(const std::shared_ptr<MultiCall>& call, Answer busy) {
   own.owner = call->given_owner;
   std::vector<std::string> names = call->names;
   std::sort(names.begin(), names.end());  // the order of every grant's leases
-  for (std::string& name : names) own.grants.push_back({name, own.owner, 0, 0});
+  for (std::string& name : names) {
+    own.grants.push_back({lock::LockId{lock::LockKind::kMutex, name}, own.owner, 0, 0});
+  }
   extendGrant(
       *call->service, std::move(own), call->ttl_ms,
       [call, names = std::move(names), busy = std::move(busy)](
@@ -160,7 +162,7 @@ void reclaimOwnMultiGrant(const std::shared_ptr<MultiCall>& call, Answer busy) {
         forEachName<StatusOr<lock::LockState>>(
             names,
             [service](const std::string& name, std::function<void(StatusOr<lock::LockState>)> cb) {
-              service->inspect(name, std::move(cb));
+              service->inspect(lock::LockId{lock::LockKind::kMutex, name}, std::move(cb));
             },
             [call, own = std::move(*held)](std::vector<StatusOr<lock::LockState>> states) mutable {
               for (size_t i = 0; i < states.size(); ++i) {
@@ -241,7 +243,8 @@ void LockApi::retryMultiGrant(lock::MultiAcquireOptions opts, std::string replay
                lease.contains("token") && lease["token"].is_number_unsigned();
     if (readable) {
       remembered_grant.grants.push_back(
-          {lease["name"].get<std::string>(), owner, lease["token"].get<uint64_t>(), 0});
+          {lock::LockId{lock::LockKind::kMutex, lease["name"].get<std::string>()}, owner,
+           lease["token"].get<uint64_t>(), 0});
     }
   }
   if (!SL_INVARIANT(readable, "api.remembered_multi_grant_unreadable")) {
@@ -286,7 +289,7 @@ void LockApi::startMultiAcquire(lock::MultiAcquireOptions opts, std::string repl
       case lock::AcquireStatus::kGranted: {
         call->granted = true;
         std::vector<std::string> names;
-        for (const lock::Grant& g : r.grants) names.push_back(g.name);
+        for (const lock::Grant& g : r.grants) names.push_back(g.lock.name);
         // Nobody would learn of these leases: give them back (as for one lock).
         return deliverGrantAnswer(
             call->claim, call->responder, Answer{200, multiGrantAnswer(r), {}, r.owner, 0},
@@ -303,7 +306,8 @@ void LockApi::startMultiAcquire(lock::MultiAcquireOptions opts, std::string repl
         // As for one lock: only leases this sidecar does not know of (granted before a restart).
         const bool known_here =
             std::any_of(call->names.begin(), call->names.end(), [&](const std::string& name) {
-              return call->service->holds(name, call->given_owner) > 0;
+              return call->service->holds(lock::LockId{lock::LockKind::kMutex, name},
+                                          call->given_owner) > 0;
             });
         if (!call->claim.key.empty() && !call->given_owner.empty() && !call->auto_renew &&
             !known_here) {

@@ -17,7 +17,7 @@
 namespace sidelock::api {
 
 // ---- Semaphores: up to `limit` permits at once, each with its own TTL (README "Semaphores").
-// The lock service knows a semaphore by semaphoreLockKey(name); permits are owner ids it makes.
+// The lock service knows a semaphore as {kSemaphore, name}; permits are owner ids it makes.
 
 namespace {
 constexpr int64_t kMaxSemaphoreLimit = 1'000'000;
@@ -52,10 +52,10 @@ void LockApi::semaphoreAcquire(http::Request& req, http::ResponderPtr res) {
   }
   if (!body.ok()) return sendBodyError(res, body);
   if (draining_) return sendError(res, 503, "shutting_down", "the sidecar is shutting down");
-  opts.name = lock::semaphoreLockKey(req.param("name"));
+  opts.lock = lock::LockId{lock::LockKind::kSemaphore, std::string(req.param("name"))};
   applyHold(body, hold, locks_.max_hold_ms_limit, opts);
   // Permits are made by the sidecar: a retry is recognised by its request_id alone.
-  const std::string retry_scope = retryScope(opts.name, {}, req.principal.get());
+  const std::string retry_scope = retryScope(opts.lock.display(), {}, req.principal.get());
   beginAcquire(std::move(opts), replayKey(kAcquireRoute, retry_scope, request_id), std::move(res));
 }
 
@@ -70,11 +70,11 @@ void LockApi::semaphoreRelease(http::Request& req, http::ResponderPtr res) {
         readRequestId(body, request_id);
   }
   if (!body.ok()) return sendBodyError(res, body);
-  const std::string key = lock::semaphoreLockKey(req.param("name"));
-  const std::string retry_scope = retryScope(key, permit, req.principal.get());
+  const lock::LockId semaphore{lock::LockKind::kSemaphore, std::string(req.param("name"))};
+  const std::string retry_scope = retryScope(semaphore.display(), permit, req.principal.get());
   releaseOnce(replayKey(kReleaseRoute, retry_scope, request_id), std::move(res),
-              [this, key, permit = std::string(permit)](const AnswerFn& answer_with) {
-                service_.release(key, permit, [answer_with](StatusOr<lock::ReleaseStatus> r) {
+              [this, semaphore, permit = std::string(permit)](const AnswerFn& answer_with) {
+                service_.release(semaphore, permit, [answer_with](StatusOr<lock::ReleaseStatus> r) {
                   if (!r.isOk()) return answer_with(backendErrorAnswer(r.status()), false);
                   Answer answer;
                   switch (*r) {
@@ -111,8 +111,8 @@ void LockApi::semaphoreExtend(http::Request& req, http::ResponderPtr res) {
         body.readInt(BodyField::kTtlMs, 1, locks_.max_ttl_ms, ttl_ms);
   }
   if (!body.ok()) return sendBodyError(res, body);
-  service_.extend(lock::semaphoreLockKey(req.param("name")), permit, ttl_ms,
-                  [res](StatusOr<lock::ExtendResult> r) {
+  service_.extend(lock::LockId{lock::LockKind::kSemaphore, std::string(req.param("name"))}, permit,
+                  ttl_ms, [res](StatusOr<lock::ExtendResult> r) {
                     if (!r.isOk()) return sendBackendError(res, r.status());
                     if (r->status == lock::ExtendStatus::kExtended) {
                       return res->send(200, kJson,
@@ -128,7 +128,8 @@ void LockApi::semaphoreExtend(http::Request& req, http::ResponderPtr res) {
 void LockApi::semaphoreInspect(http::Request& req, http::ResponderPtr res) {
   if (!checkName(req, res, static_cast<size_t>(locks_.max_name_bytes))) return;
   std::string name(req.param("name"));
-  service_.inspect(lock::semaphoreLockKey(name), [res, name](StatusOr<lock::LockState> r) {
+  const lock::LockId semaphore{lock::LockKind::kSemaphore, name};
+  service_.inspect(semaphore, [res, name](StatusOr<lock::LockState> r) {
     if (!r.isOk()) return sendBackendError(res, r.status());
     // limit 0: no permit is held, the next acquire sets it. Never the permit ids.
     res->send(200, kJson,

@@ -4,20 +4,20 @@
 
 namespace sidelock::lock {
 
-Lease* LeaseTable::find(std::string_view name) const {
-  auto it = leases_.find(name);
+Lease* LeaseTable::find(const LockId& lock) const {
+  auto it = leases_.find(lock);
   return it == leases_.end() ? nullptr : it->second.get();
 }
 
-Lease* LeaseTable::find(std::string_view name, std::string_view owner) const {
-  for (Lease* l = find(name); l != nullptr; l = l->next_same_name.get()) {
+Lease* LeaseTable::find(const LockId& lock, std::string_view owner) const {
+  for (Lease* l = find(lock); l != nullptr; l = l->next_same_name.get()) {
     if (l->owner == owner) return l;
   }
   return nullptr;
 }
 
 LeaseTable::~LeaseTable() {
-  for (auto& [name, first] : leases_) {
+  for (auto& [lock, first] : leases_) {
     while (first != nullptr) first = std::move(first->next_same_name);
   }
 }
@@ -40,14 +40,14 @@ void GrantTimes::remove(int64_t granted_us) {
 
 void LeaseTable::insert(std::unique_ptr<Lease> lease) {
   grant_times_.add(lease->granted_us);
-  auto [it, inserted] = leases_.try_emplace(lease->name, nullptr);
+  auto [it, inserted] = leases_.try_emplace(lease->lock, nullptr);
   if (!inserted) lease->next_same_name = std::move(it->second);
   it->second = std::move(lease);
   ++size_;
 }
 
-std::unique_ptr<Lease> LeaseTable::remove(std::string_view name, std::string_view owner) {
-  auto it = leases_.find(name);
+std::unique_ptr<Lease> LeaseTable::remove(const LockId& lock, std::string_view owner) {
+  auto it = leases_.find(lock);
   if (it == leases_.end()) return nullptr;
   std::unique_ptr<Lease>* slot = &it->second;
   while (*slot != nullptr && (*slot)->owner != owner) slot = &(*slot)->next_same_name;
@@ -60,18 +60,20 @@ std::unique_ptr<Lease> LeaseTable::remove(std::string_view name, std::string_vie
   return lease;
 }
 
-std::vector<std::pair<std::string, std::string>> LeaseTable::keys() const {
-  std::vector<std::pair<std::string, std::string>> out;
+std::vector<std::pair<LockId, std::string>> LeaseTable::keys() const {
+  std::vector<std::pair<LockId, std::string>> out;
   out.reserve(size_);
-  forEach([&out](const Lease& l) { out.emplace_back(l.name, l.owner); });
+  forEach([&out](const Lease& l) { out.emplace_back(l.lock, l.owner); });
   return out;
 }
 
-std::string LostLeaseMemory::keyOf(std::string_view name, std::string_view owner) {
-  // NUL cannot occur in a valid lock name, so the split is unambiguous.
+std::string LostLeaseMemory::keyOf(const LockId& lock, std::string_view owner) {
+  // The kind in the first byte; NUL cannot occur in a valid lock name, so the split is
+  // unambiguous.
   std::string key;
-  key.reserve(name.size() + 1 + owner.size());
-  key.append(name).push_back('\0');
+  key.reserve(1 + lock.name.size() + 1 + owner.size());
+  key.push_back(static_cast<char>(lock.kind));
+  key.append(lock.name).push_back('\0');
   key.append(owner);
   return key;
 }
@@ -83,10 +85,10 @@ void LostLeaseMemory::dropExpired(int64_t now_us) {
   }
 }
 
-void LostLeaseMemory::remember(std::string_view name, std::string_view owner, int64_t now_us) {
+void LostLeaseMemory::remember(const LockId& lock, std::string_view owner, int64_t now_us) {
   if (capacity_ == 0) return;
   dropExpired(now_us);
-  std::string key = keyOf(name, owner);
+  std::string key = keyOf(lock, owner);
   if (auto it = index_.find(key); it != index_.end()) {
     order_.erase(it->second);
     index_.erase(it);
@@ -99,14 +101,14 @@ void LostLeaseMemory::remember(std::string_view name, std::string_view owner, in
   index_.emplace(std::move(key), std::prev(order_.end()));
 }
 
-bool LostLeaseMemory::contains(std::string_view name, std::string_view owner, int64_t now_us) {
+bool LostLeaseMemory::contains(const LockId& lock, std::string_view owner, int64_t now_us) {
   dropExpired(now_us);
-  return index_.find(keyOf(name, owner)) != index_.end();
+  return index_.find(keyOf(lock, owner)) != index_.end();
 }
 
-void LostLeaseMemory::forget(std::string_view name, std::string_view owner) {
+void LostLeaseMemory::forget(const LockId& lock, std::string_view owner) {
   if (index_.empty()) return;  // the usual case: every grant and release forgets its pair
-  auto it = index_.find(keyOf(name, owner));
+  auto it = index_.find(keyOf(lock, owner));
   if (it == index_.end()) return;
   order_.erase(it->second);
   index_.erase(it);

@@ -16,14 +16,10 @@
 
 #include "event/scheduler.h"
 #include "lock/backoff.h"
+#include "lock/lock_id.h"
 #include "lock/lock_service.h"
 
 namespace sidelock::lock {
-
-struct StringHash {
-  using is_transparent = void;
-  size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
-};
 
 /// A hold count as a Lease keeps it (the backend's count is 64-bit; nobody re-enters 2^31 times).
 inline int32_t clampHolds(int64_t holds) {
@@ -33,8 +29,8 @@ inline int32_t clampHolds(int64_t holds) {
 struct Lease {
   Lease(int64_t retry_min_ms, int64_t retry_max_ms) : renew_backoff(retry_min_ms, retry_max_ms) {}
 
-  uint64_t id = 0;  // unique per grant: callbacks find "their" lease by (name, id)
-  std::string name;
+  uint64_t id = 0;  // unique per grant: callbacks find "their" lease by (lock, id)
+  LockId lock;
   std::string owner;
   uint64_t token = 0;
   int64_t ttl_ms = 0;  // as requested: what every renewal extends by
@@ -87,48 +83,48 @@ class GrantTimes {
 /// Leases by (lock, owner): a mutex has at most one per lock, a semaphore one per permit.
 class LeaseTable {
  public:
-  /// A lease of `name` (a mutex's only one), or nullptr.
-  Lease* find(std::string_view name) const;
-  /// The lease of `name` that `owner` holds.
-  Lease* find(std::string_view name, std::string_view owner) const;
+  /// A lease of `lock` (a mutex's only one), or nullptr.
+  Lease* find(const LockId& lock) const;
+  /// The lease of `lock` that `owner` holds.
+  Lease* find(const LockId& lock, std::string_view owner) const;
   LeaseTable() = default;
   LeaseTable(const LeaseTable&) = delete;
   LeaseTable& operator=(const LeaseTable&) = delete;
   /// Unlinks each chain first: thousands of permits must not end in a recursion as deep.
   ~LeaseTable();
-  /// Inserts a lease no other lease of the table has the (name, owner) of, at its grant
+  /// Inserts a lease no other lease of the table has the (lock, owner) of, at its grant
   /// (granted_us set, and not before that of any lease inserted earlier).
   void insert(std::unique_ptr<Lease> lease);
-  std::unique_ptr<Lease> remove(std::string_view name, std::string_view owner);
+  std::unique_ptr<Lease> remove(const LockId& lock, std::string_view owner);
   size_t size() const { return size_; }
   bool empty() const { return size_ == 0; }
   /// Grant time of the oldest lease held (to the second), -1 with none.
   int64_t oldestGrantedUs() const { return grant_times_.oldestUs(); }
   template <typename F>
   void forEach(F&& f) const {
-    for (const auto& [name, first] : leases_) {
+    for (const auto& [lock, first] : leases_) {
       for (const Lease* l = first.get(); l != nullptr; l = l->next_same_name.get()) f(*l);
     }
   }
-  /// (name, owner) of every lease, for loops that end leases as they go.
-  std::vector<std::pair<std::string, std::string>> keys() const;
+  /// (lock, owner) of every lease, for loops that end leases as they go.
+  std::vector<std::pair<LockId, std::string>> keys() const;
 
  private:
-  std::unordered_map<std::string, std::unique_ptr<Lease>, StringHash, std::equal_to<>> leases_;
+  std::unordered_map<LockId, std::unique_ptr<Lease>, LockIdHash> leases_;
   size_t size_ = 0;
   GrantTimes grant_times_;
 };
 
-/// Recently lost (name, owner) pairs: least-recently-lost evicted beyond `capacity`, entries
+/// Recently lost (lock, owner) pairs: least-recently-lost evicted beyond `capacity`, entries
 /// forgotten after `retention_us`. Owner ids are kept only in memory, never logged.
 class LostLeaseMemory {
  public:
   LostLeaseMemory(size_t capacity, int64_t retention_us)
       : capacity_(capacity), retention_us_(retention_us) {}
 
-  void remember(std::string_view name, std::string_view owner, int64_t now_us);
-  bool contains(std::string_view name, std::string_view owner, int64_t now_us);
-  void forget(std::string_view name, std::string_view owner);
+  void remember(const LockId& lock, std::string_view owner, int64_t now_us);
+  bool contains(const LockId& lock, std::string_view owner, int64_t now_us);
+  void forget(const LockId& lock, std::string_view owner);
   size_t size() const { return index_.size(); }
 
  private:
@@ -136,13 +132,13 @@ class LostLeaseMemory {
     std::string key;
     int64_t expires_us;
   };
-  static std::string keyOf(std::string_view name, std::string_view owner);
+  static std::string keyOf(const LockId& lock, std::string_view owner);
   void dropExpired(int64_t now_us);
 
   size_t capacity_;
   int64_t retention_us_;
   std::list<Entry> order_;  // oldest first
-  std::unordered_map<std::string, std::list<Entry>::iterator, StringHash, std::equal_to<>> index_;
+  std::unordered_map<std::string, std::list<Entry>::iterator> index_;
 };
 
 }  // namespace sidelock::lock

@@ -31,11 +31,12 @@ bool isTransientBackendError(const Status& s) {
   }
 }
 
-/// The lock keys whose leases are the one lease of `name` in the backend (its key
+/// The locks whose leases are the one lease of `name` in the backend (its key
 /// `<prefix>{name}`): the mutex (writers, re-entered holds, multi-lock members), its fair
 /// holders and its readers, writers first.
-std::array<std::string, 3> keysOfOneLease(std::string_view name) {
-  return {std::string(name), fairLockKey(name), sharedLockKey(name)};
+std::array<LockId, 3> locksOfOneLease(std::string_view name) {
+  return {LockId{LockKind::kMutex, std::string(name)}, LockId{LockKind::kFair, std::string(name)},
+          LockId{LockKind::kShared, std::string(name)}};
 }
 
 }  // namespace
@@ -54,18 +55,18 @@ AcquireTicket LockService::acquire(AcquireOptions options, std::function<void(Ac
   return impl_->acquire(std::move(options), std::move(done), std::move(on_event));
 }
 
-void LockService::release(std::string_view name, std::string_view owner,
+void LockService::release(const LockId& lock, std::string_view owner,
                           std::function<void(StatusOr<ReleaseStatus>)> done) {
-  impl_->release(name, owner, std::move(done));
+  impl_->release(lock, owner, std::move(done));
 }
 
-void LockService::extend(std::string_view name, std::string_view owner, int64_t ttl_ms,
+void LockService::extend(const LockId& lock, std::string_view owner, int64_t ttl_ms,
                          std::function<void(StatusOr<ExtendResult>)> done) {
-  impl_->extend(name, owner, ttl_ms, std::move(done));
+  impl_->extend(lock, owner, ttl_ms, std::move(done));
 }
 
-void LockService::inspect(std::string_view name, std::function<void(StatusOr<LockState>)> done) {
-  impl_->inspect(name, std::move(done));
+void LockService::inspect(const LockId& lock, std::function<void(StatusOr<LockState>)> done) {
+  impl_->inspect(lock, std::move(done));
 }
 
 void LockService::forceRelease(std::string_view name,
@@ -73,42 +74,13 @@ void LockService::forceRelease(std::string_view name,
   impl_->forceRelease(name, std::move(done));
 }
 
-namespace {
-constexpr std::string_view kSemaphoreKeyPrefix = "semaphore/";
-constexpr std::string_view kSharedKeyPrefix = "shared/";
-constexpr std::string_view kFairKeyPrefix = "fair/";
-
-std::string prefixed(std::string_view prefix, std::string_view name) {
-  std::string key(prefix);
-  key.append(name);
-  return key;
-}
-}  // namespace
-
-std::string semaphoreLockKey(std::string_view name) { return prefixed(kSemaphoreKeyPrefix, name); }
-std::string sharedLockKey(std::string_view name) { return prefixed(kSharedKeyPrefix, name); }
-std::string fairLockKey(std::string_view name) { return prefixed(kFairKeyPrefix, name); }
-
-LockRef lockRefOf(std::string_view key) {
-  if (key.starts_with(kSemaphoreKeyPrefix)) {
-    return {LockKind::kSemaphore, key.substr(kSemaphoreKeyPrefix.size())};
-  }
-  if (key.starts_with(kSharedKeyPrefix)) {
-    return {LockKind::kShared, key.substr(kSharedKeyPrefix.size())};
-  }
-  if (key.starts_with(kFairKeyPrefix)) {
-    return {LockKind::kFair, key.substr(kFairKeyPrefix.size())};
-  }
-  return {LockKind::kMutex, key};
-}
-
 std::vector<LeaseInfo> LockService::leases() const { return impl_->leases(); }
-int64_t LockService::holds(std::string_view name, std::string_view owner) const {
-  return impl_->holds(name, owner);
+int64_t LockService::holds(const LockId& lock, std::string_view owner) const {
+  return impl_->holds(lock, owner);
 }
 std::vector<WaiterCount> LockService::waiterCounts() const { return impl_->waiterCounts(); }
-bool LockService::lostLately(std::string_view name, std::string_view owner) {
-  return impl_->lostLately(name, owner);
+bool LockService::lostLately(const LockId& lock, std::string_view owner) {
+  return impl_->lostLately(lock, owner);
 }
 
 BackendHealth LockService::backendHealth() const { return impl_->backendHealth(); }
@@ -132,10 +104,11 @@ LockService::Impl::Impl(const config::LocksConfig& config, backend::Backend& bac
     // A release of any kind of lock of that name (a freed permit, a freed mutex: writers and
     // readers wait for that one, the last reader gone).
     // Writers first (see wakeLockQueues).
-    wakeQueue(name, /*notified=*/true);
-    wakeQueue(fairLockKey(name), /*notified=*/true);
-    wakeQueue(semaphoreLockKey(name), /*notified=*/true);
-    wakeQueue(sharedLockKey(name), /*notified=*/true);
+    std::string n(name);
+    wakeQueue(LockId{LockKind::kMutex, n}, /*notified=*/true);
+    wakeQueue(LockId{LockKind::kFair, n}, /*notified=*/true);
+    wakeQueue(LockId{LockKind::kSemaphore, n}, /*notified=*/true);
+    wakeQueue(LockId{LockKind::kShared, std::move(n)}, /*notified=*/true);
   }));
   backend_.setReadyListener(guarded([this] { onBackendReady(); }));
   // A shutdown waits for the backend calls in flight (or its grace period).
@@ -184,7 +157,7 @@ AcquireTicket LockService::Impl::acquire(AcquireOptions options,
     r.status = status;
     r.retry_after_ms = retry_after_ms;
     r.limit = limit;
-    metrics::Metrics::AcquireMetrics& m = acquireMetrics(options.name);
+    metrics::Metrics::AcquireMetrics& m = acquireMetrics(options.lock.kind);
     if (status == AcquireStatus::kCancelled) {
       m.cancelled.Increment();
     } else if (status == AcquireStatus::kTooManyWaiters) {
@@ -205,18 +178,18 @@ AcquireTicket LockService::Impl::acquire(AcquireOptions options,
 
   // A re-entry into a lease we hold: one try at once. Queued, it would wait behind waiters that
   // wait for this very lease (and a single try would be answered busy on their account).
-  const bool reentry = options.reentrant && leases_.find(options.name, options.owner) != nullptr;
+  const bool reentry = options.reentrant && leases_.find(options.lock, options.owner) != nullptr;
   if (reentry) options.wait_ms = 0;
-  WaiterQueue* q = reentry ? nullptr : queues_.find(options.name);
+  WaiterQueue* q = reentry ? nullptr : queues_.find(options.lock);
   const size_t queued_here = q != nullptr ? q->fifo.size() : 0;
   int64_t wait_if_busy_ms = 0;
   if (options.wait_ms > 0) {
     if (const WaiterLimit full = fullWaiterLimit(queued_here); full != WaiterLimit::kNone) {
       if (queued_here > 0) {
         // Others wait for this name already: the caller would have to queue behind them.
-        SL_LOG(kDebug, "lock.too_many_waiters", {"name", options.name},
+        SL_LOG(kDebug, "lock.too_many_waiters", {"name", options.lock.display()},
                {"queued", static_cast<unsigned long>(queued_here)});
-        return reject(AcquireStatus::kTooManyWaiters, retryHintMs(options.name, -1), full);
+        return reject(AcquireStatus::kTooManyWaiters, retryHintMs(options.lock, -1), full);
       }
       // No local queue: the lock may well be free, and a full queue elsewhere must not refuse
       // it. Try once; queue (or refuse) only if the answer is busy.
@@ -239,7 +212,7 @@ AcquireTicket LockService::Impl::acquire(AcquireOptions options,
 
   if (w.options.wait_ms == 0) {
     // (Readers share: queued readers are being let in, so a reader's single try asks too.)
-    if (queued_here > 0 && lockRefOf(w.options.name).kind != LockKind::kShared) {
+    if (queued_here > 0 && w.options.lock.kind != LockKind::kShared) {
       // Local waiters asked first: a single try must not jump the FIFO queue. The lock is
       // contended by definition, so answer busy without a backend round trip (or the outage the
       // queue is riding out: a single try fails fast).
@@ -250,7 +223,7 @@ AcquireTicket LockService::Impl::acquire(AcquireOptions options,
       } else {
         w.contended = true;
         r.status = AcquireStatus::kBusy;
-        r.retry_after_ms = retryHintMs(w.options.name, -1);
+        r.retry_after_ms = retryHintMs(w.options.lock, -1);
       }
       finishWaiter(w, std::move(r));
       return ticket;
@@ -280,16 +253,16 @@ void LockService::Impl::enqueue(Waiter& w, int64_t holder_ttl_ms) {
   const uint64_t id = w.id;
   const int64_t wait_ms = std::max<int64_t>(1, ceilMs(w.deadline_us - scheduler_.nowUs()));
   bool created = false;
-  WaiterQueue& queue = queues_.getOrCreate(w.options.name, &created);
-  if (created) backend_.watchReleases(lockRefOf(w.options.name).name);
+  WaiterQueue& queue = queues_.getOrCreate(w.options.lock, &created);
+  if (created) backend_.watchReleases(w.options.lock.name);
   queues_.push(queue, &w);
   updateWaiterGauge();
   w.deadline_timer.start(scheduler_, wait_ms, guarded([this, id] { onDeadline(id); }));
-  const bool fair = lockRefOf(w.options.name).kind == LockKind::kFair;
+  const bool fair = w.options.lock.kind == LockKind::kFair;
   if (fair && !created) {
     // A fair waiter takes its place in the backend's queue now: the head asks again at once and
     // registers everybody queued here (its answer may still be in flight: then right after it).
-    wakeQueue(w.options.name, /*notified=*/false);
+    wakeQueue(w.options.lock, /*notified=*/false);
     return;
   }
   if (created && holder_ttl_ms >= 0 && !fair) {
@@ -299,26 +272,26 @@ void LockService::Impl::enqueue(Waiter& w, int64_t holder_ttl_ms) {
     planRetry(queue);
     return;
   }
-  pumpQueue(w.options.name);
+  pumpQueue(w.options.lock);
 }
 
 void LockService::Impl::queueAfterBusyTry(Waiter& w, int64_t holder_ttl_ms) {
   const int64_t now = scheduler_.nowUs();
-  const WaiterQueue* q = queues_.find(w.options.name);
+  const WaiterQueue* q = queues_.find(w.options.lock);
   const WaiterLimit full = fullWaiterLimit(q != nullptr ? q->fifo.size() : 0);
   const int64_t deadline_us = w.started_us + w.wait_if_busy_ms * 1000;
   AcquireResult r;
   if (full != WaiterLimit::kNone) {
-    SL_LOG(kDebug, "lock.too_many_waiters", {"name", w.options.name});
+    SL_LOG(kDebug, "lock.too_many_waiters", {"name", w.options.lock.display()});
     r.status = AcquireStatus::kTooManyWaiters;
     r.limit = full;
-    r.retry_after_ms = retryHintMs(w.options.name, holder_ttl_ms);
+    r.retry_after_ms = retryHintMs(w.options.lock, holder_ttl_ms);
     finishWaiter(w, std::move(r));
     return;
   }
   if (deadline_us <= now) {  // the try took the whole budget
     r.status = AcquireStatus::kBusy;
-    r.retry_after_ms = retryHintMs(w.options.name, holder_ttl_ms);
+    r.retry_after_ms = retryHintMs(w.options.lock, holder_ttl_ms);
     finishWaiter(w, std::move(r));
     return;
   }
@@ -333,26 +306,26 @@ void LockService::Impl::cancelWaiter(uint64_t id) {
   auto it = waiters_.find(id);
   if (it == waiters_.end() || it->second->abandoned) return;  // already answered
   Waiter& w = *it->second;
-  SL_LOG(kDebug, "lock.acquire_cancelled", {"name", w.options.name},
+  SL_LOG(kDebug, "lock.acquire_cancelled", {"name", w.options.lock.display()},
          {"owner", ownerDigest(w.options.owner)});
   AcquireResult r;
   r.status = AcquireStatus::kCancelled;
-  const std::string name = w.options.name;
+  const LockId lock = w.options.lock;
   const bool was_queued = w.queued;
   finishWaiter(w, std::move(r));
-  if (was_queued) pumpQueue(name);
+  if (was_queued) pumpQueue(lock);
 }
 
 void LockService::Impl::attempt(Waiter& w) {
   w.attempting = true;
   const bool queued = w.options.wait_ms > 0;
-  WaiterQueue* q = queued ? queues_.find(w.options.name) : nullptr;
+  WaiterQueue* q = queued ? queues_.find(w.options.lock) : nullptr;
   if (q != nullptr) q->attempt_in_flight = true;
   InFlight in_flight = ops_.hold();
-  backend::Operation op = backend::Operation::acquire(w.options.name, w.options.owner,
+  backend::Operation op = backend::Operation::acquire(w.options.lock.name, w.options.owner,
                                                       w.options.ttl_ms, w.options.reentrant);
   op.limit = w.options.limit;
-  const LockKind kind = lockRefOf(w.options.name).kind;
+  const LockKind kind = w.options.lock.kind;
   if (queued && kind == LockKind::kMutex) {
     // A queued writer: if readers hold the lock, new readers stay out until our next attempt,
     // never past our own deadline.
@@ -367,8 +340,9 @@ void LockService::Impl::attempt(Waiter& w) {
     also_waiting = othersQueued(q, &w);
     op.also_waiting = also_waiting;
   }
-  runOnBackend(op, guarded([this, id = w.id, in_flight = std::move(in_flight)](
-                               StatusOr<backend::Outcome> reply) mutable {
+  runOnBackend(w.options.lock, op,
+               guarded([this, id = w.id, in_flight = std::move(in_flight)](
+                           StatusOr<backend::Outcome> reply) mutable {
                  onAttemptReply(id, std::move(reply), std::move(in_flight));
                }));
 }
@@ -380,9 +354,9 @@ void LockService::Impl::onAttemptReply(uint64_t id, StatusOr<backend::Outcome> r
   if (it == waiters_.end()) return;  // cannot happen: attempting waiters are kept until here
   Waiter& w = *it->second;
   w.attempting = false;
-  const std::string name = w.options.name;
+  const LockId lock = w.options.lock;
   const bool queued_attempt = w.options.wait_ms > 0;
-  WaiterQueue* q = queued_attempt ? queues_.find(name) : nullptr;
+  WaiterQueue* q = queued_attempt ? queues_.find(lock) : nullptr;
   bool wake = false;
   bool wake_notified = false;
   if (q != nullptr) {
@@ -392,7 +366,7 @@ void LockService::Impl::onAttemptReply(uint64_t id, StatusOr<backend::Outcome> r
     if (reply.isOk()) q->backend_error = Status::ok();
   }
   const bool granted = reply.isOk() && reply->ok();
-  if (q != nullptr && reply.isOk() && lockRefOf(name).kind == LockKind::kMutex) {
+  if (q != nullptr && reply.isOk() && lock.kind == LockKind::kMutex) {
     // Readers turned the writer away and it marked itself; a writer whose acquire got it in
     // removed every mark (those still queued mark themselves again if readers come back first).
     if (reply->writer_marked) q->writers_marked = true;
@@ -404,14 +378,14 @@ void LockService::Impl::onAttemptReply(uint64_t id, StatusOr<backend::Outcome> r
     // mark this late answer set.
     if (reply.isOk() && reply->writer_marked) withdrawFromBackend(w, q);
     if (granted) {
-      SL_LOG(kDebug, "lock.late_grant_released", {"name", name},
+      SL_LOG(kDebug, "lock.late_grant_released", {"name", lock.display()},
              {"owner", ownerDigest(w.options.owner)});
-      releaseOrphan(name, w.options.owner);  // wakes the queue once the backend answered
+      releaseOrphan(lock, w.options.owner);  // wakes the queue once the backend answered
     }
     waiters_.erase(it);
     if (q != nullptr) {
-      if (!granted) pumpQueue(name);
-      maybeEraseQueue(name);
+      if (!granted) pumpQueue(lock);
+      maybeEraseQueue(lock);
     }
     return;
   }
@@ -422,7 +396,7 @@ void LockService::Impl::onAttemptReply(uint64_t id, StatusOr<backend::Outcome> r
     // (or as soon as the backend reports ready) and onDeadline answers 503 with this error if
     // the budget runs out first. Logged by the backend, once per state change.
     if (q->backend_error.isOk()) {
-      SL_LOG(kDebug, "lock.waiting_out_outage", {"name", name},
+      SL_LOG(kDebug, "lock.waiting_out_outage", {"name", lock.display()},
              {"error", reply.status().toString()});
     }
     q->backend_error = reply.status();
@@ -434,37 +408,37 @@ void LockService::Impl::onAttemptReply(uint64_t id, StatusOr<backend::Outcome> r
     r.error = reply.status();
     finishWaiter(w, std::move(r));
     // The next waiter gets its own attempt (and, with the backend down, its own fast failure).
-    if (q != nullptr) pumpQueue(name);
+    if (q != nullptr) pumpQueue(lock);
   } else if (reply->code == backend::OutcomeCode::kLimitMismatch) {
     // Not worth waiting for: the semaphore keeps its limit while permits are held.
     r.status = AcquireStatus::kLimitMismatch;
     r.semaphore_limit = reply->limit;
     finishWaiter(w, std::move(r));
-    if (q != nullptr) pumpQueue(name);
+    if (q != nullptr) pumpQueue(lock);
   } else if (granted) {
     recordGrant(w, *reply);
     r.status = AcquireStatus::kGranted;
-    r.grant.name = name;
+    r.grant.lock = lock;
     r.grant.owner = w.options.owner;
     r.grant.token = reply->token;
     r.grant.ttl_ms = reply->validity_ms;
     if (w.options.reentrant) r.grant.holds = std::max<int64_t>(1, reply->holds);
     finishWaiter(w, std::move(r));
-    if (q != nullptr && (q = queues_.find(name)) != nullptr) {
+    if (q != nullptr && (q = queues_.find(lock)) != nullptr) {
       q->backoff.reset();
-      if (const LockKind kind = lockRefOf(name).kind;
+      if (const LockKind kind = lock.kind;
           kind == LockKind::kSemaphore || kind == LockKind::kShared) {
         // Admission: a semaphore may have more permits free, readers share; the next waiter
         // asks at once and the queue sleeps only when an attempt is turned away.
-        pumpQueue(name);
+        pumpQueue(lock);
       } else {
         // We hold it now: the next waiter sleeps until our release wakes it (or our TTL lapses).
         q->holder_expiry_us = scheduler_.nowUs() + reply->validity_ms * 1000;
-        if (wake && lockRefOf(name).kind == LockKind::kFair) {
+        if (wake && lock.kind == LockKind::kFair) {
           // A fair waiter joined while this attempt was out: the next head asks now, which
           // registers it in the backend's queue (waiting for our release would let waiters of
           // other sidecars that came later in before it).
-          pumpQueue(name);
+          pumpQueue(lock);
         } else {
           planRetry(*q);
         }
@@ -477,7 +451,7 @@ void LockService::Impl::onAttemptReply(uint64_t id, StatusOr<backend::Outcome> r
       queueAfterBusyTry(w, reply->holder_ttl_ms);
     } else if (!queued_attempt) {
       r.status = AcquireStatus::kBusy;
-      r.retry_after_ms = retryHintMs(name, reply->holder_ttl_ms);
+      r.retry_after_ms = retryHintMs(lock, reply->holder_ttl_ms);
       finishWaiter(w, std::move(r));
     } else if (q != nullptr) {
       q->holder_expiry_us =
@@ -492,26 +466,26 @@ void LockService::Impl::onAttemptReply(uint64_t id, StatusOr<backend::Outcome> r
       }
     }
   }
-  if (q != nullptr) maybeEraseQueue(name);
+  if (q != nullptr) maybeEraseQueue(lock);
 }
 
 void LockService::Impl::onDeadline(uint64_t id) {
   auto it = waiters_.find(id);
   if (it == waiters_.end() || it->second->abandoned) return;
   Waiter& w = *it->second;
-  const std::string name = w.options.name;
+  const LockId lock = w.options.lock;
   AcquireResult r;
-  const WaiterQueue* q = queues_.find(name);
+  const WaiterQueue* q = queues_.find(lock);
   if (q != nullptr && !q->backend_error.isOk()) {
     // The budget ended with the backend still out: that is the answer, not "locked".
     r.status = AcquireStatus::kError;
     r.error = q->backend_error;
   } else {
     r.status = AcquireStatus::kBusy;
-    r.retry_after_ms = retryHintMs(name, -1);
+    r.retry_after_ms = retryHintMs(lock, -1);
   }
   finishWaiter(w, std::move(r));
-  pumpQueue(name);
+  pumpQueue(lock);
 }
 
 int64_t LockService::Impl::fairClaimMs() const {
@@ -541,11 +515,11 @@ std::string LockService::Impl::othersQueued(const WaiterQueue* q, const Waiter* 
 
 void LockService::Impl::withdrawFromBackend(const Waiter& w, const WaiterQueue* q) {
   InFlight in_flight = ops_.hold();
-  backend::Operation op = backend::Operation::withdraw(w.options.name, w.options.owner);
+  backend::Operation op = backend::Operation::withdraw(w.options.lock.name, w.options.owner);
   // A writer's mark passes to the writers still queued here, so that readers stay out until
   // the last of them leaves (or gets in).
   const std::string others =
-      lockRefOf(w.options.name).kind == LockKind::kMutex ? othersQueued(q, &w) : std::string();
+      w.options.lock.kind == LockKind::kMutex ? othersQueued(q, &w) : std::string();
   op.also_waiting = others;
   // As an attempt's mark: until the next attempt, never past the last of their deadlines.
   int64_t last_deadline_us = 0;
@@ -559,7 +533,8 @@ void LockService::Impl::withdrawFromBackend(const Waiter& w, const WaiterQueue* 
   }
   op.writer_wait_ms = std::clamp<int64_t>(
       writerMarkMs(), 1, std::max<int64_t>(1, ceilMs(last_deadline_us - scheduler_.nowUs())));
-  runOnBackend(op, guarded([in_flight = std::move(in_flight)](StatusOr<backend::Outcome>) mutable {
+  runOnBackend(w.options.lock, op,
+               guarded([in_flight = std::move(in_flight)](StatusOr<backend::Outcome>) mutable {
                  in_flight.release();
                }));
 }
@@ -571,15 +546,15 @@ void LockService::Impl::finishWaiter(Waiter& w, AcquireResult result) {
     // It may hold a place in the backend's queue (fair), or keep readers out (a writer that
     // readers turned away): give it up now rather than by its claim / mark lapsing (the next
     // waiter, the readers would wait for that).
-    const LockKind kind = lockRefOf(w.options.name).kind;
-    const WaiterQueue* q = queues_.find(w.options.name);
+    const LockKind kind = w.options.lock.kind;
+    const WaiterQueue* q = queues_.find(w.options.lock);
     if (kind == LockKind::kFair ||
         (kind == LockKind::kMutex && q != nullptr && q->writers_marked)) {
       withdrawFromBackend(w, q);
     }
   }
   const int64_t now = scheduler_.nowUs();
-  metrics::Metrics::AcquireMetrics& m = acquireMetrics(w.options.name);
+  metrics::Metrics::AcquireMetrics& m = acquireMetrics(w.options.lock.kind);
   m.wait_seconds.Observe(static_cast<double>(now - w.started_us) / 1e6);
   if (w.contended) m.contended.Increment();
   switch (result.status) {
@@ -618,24 +593,24 @@ void LockService::Impl::finishWaiter(Waiter& w, AcquireResult result) {
 
 void LockService::Impl::detachFromQueue(Waiter& w) {
   if (!w.queued) return;
-  if (WaiterQueue* q = queues_.find(w.options.name)) {
+  if (WaiterQueue* q = queues_.find(w.options.lock)) {
     queues_.remove(*q, &w);
     updateWaiterGauge();
-    maybeEraseQueue(w.options.name);
+    maybeEraseQueue(w.options.lock);
   }
 }
 
-void LockService::Impl::maybeEraseQueue(std::string_view name) {
-  WaiterQueue* q = queues_.find(name);
+void LockService::Impl::maybeEraseQueue(const LockId& lock) {
+  WaiterQueue* q = queues_.find(lock);
   // A queue with an attempt in flight stays until that attempt answers, so that a new queue for
   // the same name can never have two heads contending at once.
   if (q == nullptr || !q->fifo.empty() || q->attempt_in_flight) return;
-  queues_.erase(name);
-  backend_.unwatchReleases(lockRefOf(name).name);
+  queues_.erase(lock);
+  backend_.unwatchReleases(lock.name);
 }
 
-void LockService::Impl::pumpQueue(std::string_view name) {
-  WaiterQueue* q = queues_.find(name);
+void LockService::Impl::pumpQueue(const LockId& lock) {
+  WaiterQueue* q = queues_.find(lock);
   if (q == nullptr || q->fifo.empty() || q->attempt_in_flight || q->retry_timer.pending()) return;
   attempt(*q->fifo.front());
 }
@@ -654,8 +629,8 @@ void LockService::Impl::onRetryTimer(WaiterQueue* q) {
   if (!q->fifo.empty() && !q->attempt_in_flight) attempt(*q->fifo.front());
 }
 
-void LockService::Impl::wakeQueue(std::string_view name, bool notified) {
-  WaiterQueue* q = queues_.find(name);
+void LockService::Impl::wakeQueue(const LockId& lock, bool notified) {
+  WaiterQueue* q = queues_.find(lock);
   if (q == nullptr || q->fifo.empty()) return;
   if (q->attempt_in_flight) {
     q->wake_pending = true;
@@ -671,65 +646,63 @@ void LockService::Impl::wakeQueue(std::string_view name, bool notified) {
   attempt(*q->fifo.front());
 }
 
-void LockService::Impl::wakeLockQueues(std::string_view key, bool notified) {
-  const LockRef ref = lockRefOf(key);
-  if (ref.kind == LockKind::kSemaphore) return wakeQueue(key, notified);
+void LockService::Impl::wakeLockQueues(const LockId& lock, bool notified) {
+  if (lock.kind == LockKind::kSemaphore) return wakeQueue(lock, notified);
   // A mutex, its fair waiters and its readers all wait for the one lease of the name. Writers
   // are woken first: their attempts reach the backend first (one connection, in order), so a
   // queued writer takes a lock freed by its last reader before queued readers start a new
   // group of readers (writer preference; the mark went with the readers' key).
-  for (const std::string& queue : keysOfOneLease(ref.name)) wakeQueue(queue, notified);
+  for (const LockId& queue : locksOfOneLease(lock.name)) wakeQueue(queue, notified);
 }
 
-void LockService::Impl::wakeAfterRelease(std::string_view key, const backend::Outcome& released) {
+void LockService::Impl::wakeAfterRelease(const LockId& lock, const backend::Outcome& released) {
   // Writers, readers and fair waiters of one name wait in their own queues: a writer gone lets
   // any of them in, the last reader gone too (other sidecars hear it from the announcement); a
   // reader that leaves others behind lets nobody in.
-  if (lockRefOf(key).kind == LockKind::kShared && released.used > 0) return wakeQueue(key, false);
-  wakeLockQueues(key, false);
+  if (lock.kind == LockKind::kShared && released.used > 0) return wakeQueue(lock, false);
+  wakeLockQueues(lock, false);
 }
 
-metrics::Metrics::AcquireMetrics& LockService::Impl::acquireMetrics(std::string_view key) {
-  const LockKind kind = lockRefOf(key).kind;
+metrics::Metrics::AcquireMetrics& LockService::Impl::acquireMetrics(LockKind kind) {
   metrics::Metrics::AcquireMetrics*& m = acquire_metrics_[static_cast<size_t>(kind)];
   if (m == nullptr) m = &metrics_.acquireFor(backend::lockKindName(kind));
   return *m;
 }
 
-void LockService::Impl::runOnBackend(backend::Operation op, backend::OutcomeCallback cb) {
-  const LockRef ref = lockRefOf(op.name);
-  op.kind = ref.kind;
-  op.name = ref.name;
+void LockService::Impl::runOnBackend(const LockId& lock, backend::Operation op,
+                                     backend::OutcomeCallback cb) {
+  op.kind = lock.kind;
+  op.name = lock.name;
   backend_.run(op, std::move(cb));
 }
 
 void LockService::Impl::onBackendReady() {
-  for (const std::string& name : queues_.names()) {
-    const WaiterQueue* q = queues_.find(name);
-    if (q != nullptr && !q->backend_error.isOk()) wakeQueue(name, /*notified=*/false);
+  for (const LockId& lock : queues_.locks()) {
+    const WaiterQueue* q = queues_.find(lock);
+    if (q != nullptr && !q->backend_error.isOk()) wakeQueue(lock, /*notified=*/false);
   }
 }
 
-void LockService::Impl::releaseOrphan(const std::string& name, const std::string& owner) {
-  runOnBackend(backend::Operation::release(name, owner),
-               guarded([in_flight = ops_.hold(), this, name](StatusOr<backend::Outcome> r) mutable {
+void LockService::Impl::releaseOrphan(const LockId& lock, const std::string& owner) {
+  runOnBackend(lock, backend::Operation::release(lock.name, owner),
+               guarded([in_flight = ops_.hold(), this, lock](StatusOr<backend::Outcome> r) mutable {
                  const InFlight settled = std::move(in_flight);
                  // Either way the queue was paused for this release: get its head going again.
                  if (r.isOk() && r->ok()) {
-                   wakeQueue(name, false);
+                   wakeQueue(lock, false);
                  } else {
-                   pumpQueue(name);
+                   pumpQueue(lock);
                  }
                }));
 }
 
-int64_t LockService::Impl::retryHintMs(std::string_view name, int64_t holder_ttl_ms) {
+int64_t LockService::Impl::retryHintMs(const LockId& lock, int64_t holder_ttl_ms) {
   if (holder_ttl_ms >= 0) return std::max<int64_t>(1, holder_ttl_ms);
   const int64_t now = scheduler_.nowUs();
-  if (WaiterQueue* q = queues_.find(name); q != nullptr && q->holder_expiry_us >= 0) {
+  if (WaiterQueue* q = queues_.find(lock); q != nullptr && q->holder_expiry_us >= 0) {
     return std::max<int64_t>(1, ceilMs(q->holder_expiry_us - now));
   }
-  if (Lease* lease = leases_.find(name)) {
+  if (Lease* lease = leases_.find(lock)) {
     return std::max<int64_t>(1, ceilMs(lease->expiry_us - now));
   }
   return std::max<int64_t>(1, config_.retry_max_ms);
@@ -754,7 +727,7 @@ void LockService::Impl::acquireAllAtOnce(
           for (size_t i = 0; i < options.names.size(); ++i) {
             // The bookkeeping of a one-name grant: lease, renewal, gauges, metrics.
             Waiter w;
-            w.options.name = options.names[i];
+            w.options.lock = LockId{LockKind::kMutex, options.names[i]};
             w.options.owner = options.owner;
             w.options.ttl_ms = options.ttl_ms;
             w.options.auto_renew = options.auto_renew;
@@ -766,10 +739,10 @@ void LockService::Impl::acquireAllAtOnce(
             one.validity_ms = reply->validity_ms;
             one.holds = 1;
             recordGrant(w, one);
-            metrics::Metrics::AcquireMetrics& m = acquireMetrics(options.names[i]);
+            metrics::Metrics::AcquireMetrics& m = acquireMetrics(LockKind::kMutex);
             m.acquired.Increment();
             m.wait_seconds.Observe(waited_s);
-            grants.push_back({options.names[i], options.owner, one.token, one.validity_ms, 0});
+            grants.push_back({w.options.lock, options.owner, one.token, one.validity_ms, 0});
           }
         }
         deliver(
@@ -781,11 +754,11 @@ void LockService::Impl::acquireAllAtOnce(
 // ---------------------------------------------------------------------------------------------
 // Release, extend, inspect
 
-void LockService::Impl::release(std::string_view name, std::string_view owner,
+void LockService::Impl::release(const LockId& lock, std::string_view owner,
                                 std::function<void(StatusOr<ReleaseStatus>)> done) {
-  std::string n(name);
+  LockId n = lock;
   std::string o(owner);
-  if (Lease* lease = leases_.find(name, owner)) {
+  if (Lease* lease = leases_.find(lock, owner)) {
     // Renewal ends before the release is even sent, so none can run after it is answered. (A
     // re-entered lease gives back one hold and stays held: its renewal goes on.) Either way the
     // release waits for a renewal in flight: our count of holds may be behind the backend's.
@@ -801,27 +774,26 @@ void LockService::Impl::release(std::string_view name, std::string_view owner,
   sendRelease(std::move(n), std::move(o), std::move(done), true);
 }
 
-void LockService::Impl::sendRelease(std::string name, std::string owner,
+void LockService::Impl::sendRelease(LockId lock, std::string owner,
                                     std::function<void(StatusOr<ReleaseStatus>)> done,
                                     bool client_request) {
-  if (client_request && !stopping_ && backend_.canHandOff() &&
-      lockRefOf(name).kind == LockKind::kMutex) {
-    if (Waiter* next = handOffCandidate(name)) {
-      sendReleaseWithHandOff(std::move(name), std::move(owner), *next, std::move(done));
+  if (client_request && !stopping_ && backend_.canHandOff() && lock.kind == LockKind::kMutex) {
+    if (Waiter* next = handOffCandidate(lock)) {
+      sendReleaseWithHandOff(std::move(lock), std::move(owner), *next, std::move(done));
       return;
     }
   }
-  runOnBackend(backend::Operation::release(name, owner),
-               guarded([in_flight = ops_.hold(), this, name, owner, done = std::move(done),
+  runOnBackend(lock, backend::Operation::release(lock.name, owner),
+               guarded([in_flight = ops_.hold(), this, lock, owner, done = std::move(done),
                         client_request](StatusOr<backend::Outcome> reply) mutable {
                  const InFlight settled = std::move(in_flight);
-                 onReleaseReply(name, owner, std::move(reply), std::move(done), client_request,
+                 onReleaseReply(lock, owner, std::move(reply), std::move(done), client_request,
                                 /*wake=*/true);
                }));
 }
 
-Waiter* LockService::Impl::handOffCandidate(std::string_view name) {
-  WaiterQueue* q = queues_.find(name);
+Waiter* LockService::Impl::handOffCandidate(const LockId& lock) {
+  WaiterQueue* q = queues_.find(lock);
   if (q == nullptr || q->fifo.empty() || q->attempt_in_flight) return nullptr;
   Waiter* head = q->fifo.front();
   return head->abandoned ? nullptr : head;
@@ -830,9 +802,9 @@ Waiter* LockService::Impl::handOffCandidate(std::string_view name) {
 // The release's answer is also the next waiter's grant: it goes out as soon as Redis answers,
 // instead of after a second round trip (release, wake-up, acquire). To the waiter this is its
 // attempt: fairness, fencing and metrics follow the acquire path.
-void LockService::Impl::sendReleaseWithHandOff(std::string name, std::string owner, Waiter& next,
+void LockService::Impl::sendReleaseWithHandOff(LockId lock, std::string owner, Waiter& next,
                                                std::function<void(StatusOr<ReleaseStatus>)> done) {
-  WaiterQueue* q = queues_.find(name);
+  WaiterQueue* q = queues_.find(lock);
   q->retry_timer.reset();
   q->attempt_in_flight = true;
   next.attempting = true;
@@ -840,50 +812,50 @@ void LockService::Impl::sendReleaseWithHandOff(std::string name, std::string own
   // waiter's attempt (until onAttemptReply has handled its part).
   InFlight release_hold = ops_.hold();
   InFlight attempt_hold = ops_.hold();
-  runOnBackend(backend::Operation::handOff(name, owner, next.options.owner, next.options.ttl_ms),
-               guarded([this, name, owner, id = next.id, next_owner = next.options.owner,
-                        done = std::move(done), release_hold = std::move(release_hold),
-                        attempt_hold =
-                            std::move(attempt_hold)](StatusOr<backend::Outcome> reply) mutable {
-                 const InFlight settled = std::move(release_hold);
-                 // kOk released our lease; a token means the lock went on to the waiter (a hand-off
-                 // whose grant had to be taken back answers kOk without one).
-                 const bool handed_on = reply.isOk() && reply->ok() && reply->token != 0;
-                 // The old lease leaves the table before the new one enters it (keyed by
-                 // name). Handed on, the reply's holds are the next owner's: ours are all gone.
-                 StatusOr<backend::Outcome> released = reply;
-                 if (handed_on) released->holds = 0;
-                 onReleaseReply(name, owner, std::move(released), std::move(done), true,
-                                /*wake=*/false);
-                 if (handed_on) {
-                   // A hand-off removes no writer's mark (an acquire does): the writer that got
-                   // in withdraws its own, or readers would wait for it after its release.
-                   const WaiterQueue* queue = queues_.find(name);
-                   auto next_waiter = waiters_.find(id);
-                   if (queue != nullptr && queue->writers_marked && next_waiter != waiters_.end()) {
-                     withdrawFromBackend(*next_waiter->second, queue);
-                   }
-                   onAttemptReply(id, reply, std::move(attempt_hold), /*handed_off=*/true);
-                 } else if (!reply.isOk()) {
-                   // No answer (timeout, lost link): the script may still have run. Give back a
-                   // grant the waiter never heard of (compare-and-delete: harmless if it never
-                   // happened), and let the waiter's own error handling decide, as for a failed
-                   // acquire.
-                   releaseOrphan(name, next_owner);
-                   onAttemptReply(id, reply.status(), std::move(attempt_hold));
-                 } else {
-                   // Nothing was handed on: to the waiter this was a busy attempt; it retries with
-                   // its backoff (a lock found not held is tried again at the shortest one).
-                   backend::Outcome busy;
-                   busy.code = backend::OutcomeCode::kBusy;
-                   // Still held: by another owner, or by us with holds left.
-                   busy.holder_ttl_ms = reply->ok() ? reply->validity_ms : reply->holder_ttl_ms;
-                   onAttemptReply(id, busy, std::move(attempt_hold));
-                 }
-               }));
+  runOnBackend(
+      lock, backend::Operation::handOff(lock.name, owner, next.options.owner, next.options.ttl_ms),
+      guarded([this, lock, owner, id = next.id, next_owner = next.options.owner,
+               done = std::move(done), release_hold = std::move(release_hold),
+               attempt_hold = std::move(attempt_hold)](StatusOr<backend::Outcome> reply) mutable {
+        const InFlight settled = std::move(release_hold);
+        // kOk released our lease; a token means the lock went on to the waiter (a hand-off
+        // whose grant had to be taken back answers kOk without one).
+        const bool handed_on = reply.isOk() && reply->ok() && reply->token != 0;
+        // The old lease leaves the table before the new one enters it (keyed by
+        // lock). Handed on, the reply's holds are the next owner's: ours are all gone.
+        StatusOr<backend::Outcome> released = reply;
+        if (handed_on) released->holds = 0;
+        onReleaseReply(lock, owner, std::move(released), std::move(done), true,
+                       /*wake=*/false);
+        if (handed_on) {
+          // A hand-off removes no writer's mark (an acquire does): the writer that got
+          // in withdraws its own, or readers would wait for it after its release.
+          const WaiterQueue* queue = queues_.find(lock);
+          auto next_waiter = waiters_.find(id);
+          if (queue != nullptr && queue->writers_marked && next_waiter != waiters_.end()) {
+            withdrawFromBackend(*next_waiter->second, queue);
+          }
+          onAttemptReply(id, reply, std::move(attempt_hold), /*handed_off=*/true);
+        } else if (!reply.isOk()) {
+          // No answer (timeout, lost link): the script may still have run. Give back a
+          // grant the waiter never heard of (compare-and-delete: harmless if it never
+          // happened), and let the waiter's own error handling decide, as for a failed
+          // acquire.
+          releaseOrphan(lock, next_owner);
+          onAttemptReply(id, reply.status(), std::move(attempt_hold));
+        } else {
+          // Nothing was handed on: to the waiter this was a busy attempt; it retries with
+          // its backoff (a lock found not held is tried again at the shortest one).
+          backend::Outcome busy;
+          busy.code = backend::OutcomeCode::kBusy;
+          // Still held: by another owner, or by us with holds left.
+          busy.holder_ttl_ms = reply->ok() ? reply->validity_ms : reply->holder_ttl_ms;
+          onAttemptReply(id, busy, std::move(attempt_hold));
+        }
+      }));
 }
 
-void LockService::Impl::onReleaseReply(const std::string& name, const std::string& owner,
+void LockService::Impl::onReleaseReply(const LockId& lock, const std::string& owner,
                                        StatusOr<backend::Outcome> reply,
                                        std::function<void(StatusOr<ReleaseStatus>)> done,
                                        bool client_request, bool wake) {
@@ -894,14 +866,15 @@ void LockService::Impl::onReleaseReply(const std::string& name, const std::strin
     if (auto suppressed = release_failed_log_.admit(
             scheduler_.nowMs(), std::to_string(static_cast<int>(reply.status().code())))) {
       SL_LOG(
-          kWarn, "lock.release_failed", {"name", name}, {"error", reply.status().toString()},
+          kWarn, "lock.release_failed", {"name", lock.display()},
+          {"error", reply.status().toString()},
           {"suppressed", static_cast<unsigned long long>(*suppressed)},
           {"suppressed_window_s", static_cast<long long>(release_failed_log_.windowMs() / 1000)});
     }
     result = reply.status();
   } else if (reply->ok() && reply->holds > 0) {
     // A re-entered lease gave back one hold and stays held.
-    if (Lease* lease = leases_.find(name, owner)) {
+    if (Lease* lease = leases_.find(lock, owner)) {
       lease->holds = clampHolds(reply->holds);
       if (!stopping_ && lease->releasing && lease->auto_renew && lease->after_renewal.empty()) {
         // Our count said this was the last hold (another sidecar took one for this owner):
@@ -915,25 +888,25 @@ void LockService::Impl::onReleaseReply(const std::string& name, const std::strin
     if (client_request) metrics_.release_released.Increment();
     result = ReleaseStatus::kHoldReleased;
   } else if (reply->ok()) {
-    if (Lease* lease = leases_.find(name, owner)) {
-      SL_LOG(kDebug, "lock.released", {"name", name}, {"owner", ownerDigest(owner)});
+    if (Lease* lease = leases_.find(lock, owner)) {
+      SL_LOG(kDebug, "lock.released", {"name", lock.display()}, {"owner", ownerDigest(owner)});
       if (lease->on_event) {
         deliver([on_event = std::move(lease->on_event)] { on_event(LeaseEvent::kReleased); });
       }
-      endLease(name, owner);
+      endLease(lock, owner);
     }
-    lost_.forget(name, owner);
+    lost_.forget(lock, owner);
     if (client_request) metrics_.release_released.Increment();
     result = ReleaseStatus::kReleased;
-    if (wake) wakeAfterRelease(name, *reply);
+    if (wake) wakeAfterRelease(lock, *reply);
   } else {
     const bool not_owner = reply->code == backend::OutcomeCode::kNotOwner;
-    if (Lease* lease = leases_.find(name, owner)) {
+    if (Lease* lease = leases_.find(lock, owner)) {
       // We granted it and believed it held: it vanished or was taken behind our back.
       markLost(*lease, not_owner ? "release found another owner" : "release found no lease",
                /*by_renewal=*/false, wake);
       result = ReleaseStatus::kLeaseLost;
-    } else if (lost_.contains(name, owner, scheduler_.nowUs())) {
+    } else if (lost_.contains(lock, owner, scheduler_.nowUs())) {
       result = ReleaseStatus::kLeaseLost;
     } else {
       result = not_owner ? ReleaseStatus::kNotOwner : ReleaseStatus::kNotHeld;
@@ -959,14 +932,14 @@ void LockService::Impl::onReleaseReply(const std::string& name, const std::strin
   }
 }
 
-void LockService::Impl::extend(std::string_view name, std::string_view owner, int64_t ttl_ms,
+void LockService::Impl::extend(const LockId& lock, std::string_view owner, int64_t ttl_ms,
                                std::function<void(StatusOr<ExtendResult>)> done) {
-  const Lease* held = leases_.find(name, owner);
+  const Lease* held = leases_.find(lock, owner);
   const uint64_t lease_id = held != nullptr ? held->id : 0;
-  std::string n(name);
+  LockId n = lock;
   std::string o(owner);
   runOnBackend(
-      backend::Operation::extend(name, owner, ttl_ms),
+      lock, backend::Operation::extend(lock.name, owner, ttl_ms),
       guarded([in_flight = ops_.hold(), this, n = std::move(n), o = std::move(o), lease_id, ttl_ms,
                done = std::move(done)](StatusOr<backend::Outcome> reply) mutable {
         const InFlight settled = std::move(in_flight);
@@ -1017,9 +990,8 @@ void LockService::Impl::extend(std::string_view name, std::string_view owner, in
       }));
 }
 
-void LockService::Impl::inspect(std::string_view name,
-                                std::function<void(StatusOr<LockState>)> done) {
-  runOnBackend(backend::Operation::inspect(name),
+void LockService::Impl::inspect(const LockId& lock, std::function<void(StatusOr<LockState>)> done) {
+  runOnBackend(lock, backend::Operation::inspect(lock.name),
                guarded([in_flight = ops_.hold(), this,
                         done = std::move(done)](StatusOr<backend::Outcome> reply) mutable {
                  const InFlight settled = std::move(in_flight);
@@ -1039,7 +1011,7 @@ void LockService::Impl::inspect(std::string_view name,
 void LockService::Impl::forceRelease(std::string_view name,
                                      std::function<void(StatusOr<ForcedRelease>)> done) {
   runOnBackend(
-      backend::Operation::forceRelease(name),
+      LockId{LockKind::kMutex, std::string(name)}, backend::Operation::forceRelease(name),
       guarded([in_flight = ops_.hold(), this, n = std::string(name),
                done = std::move(done)](StatusOr<backend::Outcome> reply) mutable {
         const InFlight settled = std::move(in_flight);
@@ -1053,19 +1025,20 @@ void LockService::Impl::forceRelease(std::string_view name,
           // gone).
           // Fair holders and readers hold the lock's key too: a force release frees them all.
           // (Semaphores have keys of their own, and no force release.)
-          for (const std::string& key : keysOfOneLease(n)) {
+          for (const LockId& holder_lock : locksOfOneLease(n)) {
             std::vector<std::string> owners;
-            for (const Lease* l = leases_.find(key); l != nullptr; l = l->next_same_name.get()) {
+            for (const Lease* l = leases_.find(holder_lock); l != nullptr;
+                 l = l->next_same_name.get()) {
               if (!l->releasing) owners.push_back(l->owner);
             }
             for (const std::string& owner : owners) {
-              if (Lease* lease = leases_.find(key, owner)) {
+              if (Lease* lease = leases_.find(holder_lock, owner)) {
                 markLost(*lease, "force-released by an operator", /*by_renewal=*/false,
                          /*wake=*/false);
               }
             }
           }
-          wakeLockQueues(n, /*notified=*/true);
+          wakeLockQueues(LockId{LockKind::kMutex, n}, /*notified=*/true);
         }
         if (done) {
           deliver([done = std::move(done), result = std::move(result)]() mutable {
@@ -1075,8 +1048,8 @@ void LockService::Impl::forceRelease(std::string_view name,
       }));
 }
 
-int64_t LockService::Impl::holds(std::string_view name, std::string_view owner) const {
-  const Lease* lease = leases_.find(name, owner);
+int64_t LockService::Impl::holds(const LockId& lock, std::string_view owner) const {
+  const Lease* lease = leases_.find(lock, owner);
   return lease != nullptr ? lease->holds : 0;
 }
 
@@ -1086,7 +1059,7 @@ std::vector<LeaseInfo> LockService::Impl::leases() const {
   out.reserve(leases_.size());
   leases_.forEach([&](const Lease& l) {
     LeaseInfo info;
-    info.name = l.name;
+    info.lock = l.lock;
     info.token = l.token;
     info.age_ms = (now - l.granted_us) / 1000;
     info.ttl_remaining_ms = std::max<int64_t>(0, ceilMs(l.expiry_us - now));
@@ -1094,8 +1067,10 @@ std::vector<LeaseInfo> LockService::Impl::leases() const {
     info.stream = l.stream;
     out.push_back(std::move(info));
   });
-  std::sort(out.begin(), out.end(),
-            [](const LeaseInfo& a, const LeaseInfo& b) { return a.name < b.name; });
+  // In the order of the printed form GET /v1/locks shows (a listing, not a hot path).
+  std::sort(out.begin(), out.end(), [](const LeaseInfo& a, const LeaseInfo& b) {
+    return a.lock.display() < b.lock.display();
+  });
   return out;
 }
 
@@ -1135,10 +1110,10 @@ void LockService::Impl::shutdown(bool release_held, int64_t grace_ms, std::funct
     stopRenewal(*lease);
     if (!release_held) continue;
     // Every hold of a re-entered lease (pipelined in order: the last one frees the lock).
-    auto send = [this, name = key.first, owner = lease->owner,
+    auto send = [this, lock = key.first, owner = lease->owner,
                  holds = std::max<int64_t>(1, lease->holds)] {
       for (int64_t i = 0; i < holds; ++i) {
-        sendRelease(name, owner, nullptr, /*client_request=*/false);
+        sendRelease(lock, owner, nullptr, /*client_request=*/false);
       }
     };
     if (lease->renew_in_flight) {

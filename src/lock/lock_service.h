@@ -15,29 +15,18 @@
 #include "common/status.h"
 #include "config/config.h"
 #include "event/scheduler.h"
+#include "lock/lock_id.h"
 #include "metrics/metrics.h"
 
 namespace sidelock::lock {
 
-using LockKind = backend::LockKind;
 using BusyReason = backend::BusyReason;
 
-/// The lock service knows each lock by a key: its name for a mutex (and the writers of a
-/// read/write lock), "semaphore/<name>" for a semaphore, "shared/<name>" for the readers of a
-/// read/write lock ('/' never occurs in a lock name). Queues, leases, logs and GET /v1/locks use
-/// it. Readers wait in a queue of their own: all of them contend at once (they share), and a
-/// queued writer keeps new ones out through the backend's writer-waiting mark, so local readers
-/// and readers of other sidecars meet the same writer preference.
-/// "fair/<name>" is a fair lock's key: its waiters queue in the backend in arrival order across
-/// sidecars; its lease is the mutex's.
-std::string semaphoreLockKey(std::string_view name);
-std::string sharedLockKey(std::string_view name);
-std::string fairLockKey(std::string_view name);
-struct LockRef {
-  LockKind kind = LockKind::kMutex;
-  std::string_view name;  // the lock's own name (a view into the key)
-};
-LockRef lockRefOf(std::string_view key);
+/// The service knows each lock by a LockId (lock_id.h): the readers of a read/write lock wait in
+/// a queue of their own ({kShared, name}): all of them contend at once (they share), and a queued
+/// writer keeps new ones out through the backend's writer-waiting mark, so local readers and
+/// readers of other sidecars meet the same writer preference. A fair lock's waiters ({kFair,
+/// name}) queue in the backend in arrival order across sidecars; its lease is the mutex's.
 
 /// What inspect reports of a lock (never its owner).
 struct LockState {
@@ -60,7 +49,7 @@ using BackendHealth = backend::BackendHealth;
 using NodeHealth = backend::NodeHealth;
 
 struct AcquireOptions {
-  std::string name;    // the lock key: semaphoreLockKey(name), sharedLockKey(name) for readers
+  LockId lock;
   std::string owner;   // empty: the service generates a 128-bit random owner id
   int64_t ttl_ms = 0;  // validated by the API layer: 1..max_ttl_ms (<= 0: default_ttl_ms)
   /// 0 = try once (answered busy without a backend call if local waiters are queued for the
@@ -86,7 +75,7 @@ struct AcquireOptions {
 };
 
 struct Grant {
-  std::string name;
+  LockId lock;
   std::string owner;
   uint64_t token = 0;
   int64_t ttl_ms = 0;  // validity granted (Redlock: after elapsed and drift)
@@ -146,7 +135,7 @@ enum class LeaseEvent { kRenewed, kLost, kCapped, kReleased, kCapExpired };
 
 /// A lease this sidecar granted and still holds, for GET /v1/locks (no owner ids).
 struct LeaseInfo {
-  std::string name;
+  LockId lock;
   uint64_t token = 0;
   int64_t age_ms = 0;
   int64_t ttl_remaining_ms = 0;
@@ -155,7 +144,7 @@ struct LeaseInfo {
 };
 
 struct WaiterCount {
-  std::string name;
+  LockId lock;
   int waiters = 0;
 };
 
@@ -224,15 +213,16 @@ class LockService {
   /// Releases the lease: stops its renewal first (no renewal ever runs after this is answered;
   /// a renewal already in flight is answered before the release is sent). A backend error
   /// answers the error status; the lease then keeps no watchdog and simply expires.
-  void release(std::string_view name, std::string_view owner,
+  void release(const LockId& lock, std::string_view owner,
                std::function<void(StatusOr<ReleaseStatus>)> done);
   /// Owner-checked extend; on success a watchdog (auto_renew) renews with `ttl_ms` from then on.
-  void extend(std::string_view name, std::string_view owner, int64_t ttl_ms,
+  void extend(const LockId& lock, std::string_view owner, int64_t ttl_ms,
               std::function<void(StatusOr<ExtendResult>)> done);
-  void inspect(std::string_view name, std::function<void(StatusOr<LockState>)> done);
+  void inspect(const LockId& lock, std::function<void(StatusOr<LockState>)> done);
   /// Operators only: frees the lock whoever holds it (no owner check, no new token), wakes the
   /// waiters, and if this sidecar granted the lease, ends it as lost (its holder's stream gets
   /// `lost`; its release / extend answer lease_lost).
+  /// By name, not LockId: the mutex, its fair holders and its readers share the one lease freed.
   void forceRelease(std::string_view name, std::function<void(StatusOr<ForcedRelease>)> done);
 
   /// Acquires every name of `options` or none. Where the backend keeps every lock on one node
@@ -251,10 +241,10 @@ class LockService {
                   std::function<void(std::vector<StatusOr<ReleaseStatus>>)> done);
 
   std::vector<LeaseInfo> leases() const;
-  /// Holds of the lease (name, owner) this sidecar holds; 0 if it holds none.
-  int64_t holds(std::string_view name, std::string_view owner) const;
-  /// Whether this sidecar granted (name, owner) and saw it lost lately (what lease_lost answers).
-  bool lostLately(std::string_view name, std::string_view owner);
+  /// Holds of the lease (lock, owner) this sidecar holds; 0 if it holds none.
+  int64_t holds(const LockId& lock, std::string_view owner) const;
+  /// Whether this sidecar granted (lock, owner) and saw it lost lately (what lease_lost answers).
+  bool lostLately(const LockId& lock, std::string_view owner);
   std::vector<WaiterCount> waiterCounts() const;
   /// The backend's health, for /readyz.
   BackendHealth backendHealth() const;

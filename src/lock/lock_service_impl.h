@@ -31,7 +31,7 @@
 
 namespace sidelock::lock {
 
-/// How many lost (name, owner) pairs are remembered, and for how long, so that a release after
+/// How many lost (lock, owner) pairs are remembered, and for how long, so that a release after
 /// a loss answers lease_lost rather than not_held.
 inline constexpr size_t kLostLeaseCapacity = 4096;
 inline constexpr int64_t kLostLeaseRetentionUs = 10LL * 60 * 1000 * 1000;
@@ -46,24 +46,24 @@ class LockService::Impl {
 
   AcquireTicket acquire(AcquireOptions options, std::function<void(AcquireResult)> done,
                         std::function<void(LeaseEvent)> on_event);
-  void release(std::string_view name, std::string_view owner,
+  void release(const LockId& lock, std::string_view owner,
                std::function<void(StatusOr<ReleaseStatus>)> done);
-  void extend(std::string_view name, std::string_view owner, int64_t ttl_ms,
+  void extend(const LockId& lock, std::string_view owner, int64_t ttl_ms,
               std::function<void(StatusOr<ExtendResult>)> done);
-  void inspect(std::string_view name, std::function<void(StatusOr<LockState>)> done);
+  void inspect(const LockId& lock, std::function<void(StatusOr<LockState>)> done);
   void forceRelease(std::string_view name, std::function<void(StatusOr<ForcedRelease>)> done);
   std::vector<LeaseInfo> leases() const;
-  int64_t holds(std::string_view name, std::string_view owner) const;
-  bool lostLately(std::string_view name, std::string_view owner) {
-    return lost_.contains(name, owner, scheduler_.nowUs());
+  int64_t holds(const LockId& lock, std::string_view owner) const;
+  bool lostLately(const LockId& lock, std::string_view owner) {
+    return lost_.contains(lock, owner, scheduler_.nowUs());
   }
   BackendHealth backendHealth() const { return backend_.health(); }
   event::Scheduler& scheduler() { return scheduler_; }
   /// Multi-locks: whether the backend grants every name in one atomic step.
   bool acquiresAllAtOnce() const { return backend_.acquiresAllAtOnce(); }
-  /// Whether acquires of `name` are queued here.
-  bool hasLocalWaiters(std::string_view name) {
-    const WaiterQueue* q = queues_.find(name);
+  /// Whether acquires of `lock` are queued here.
+  bool hasLocalWaiters(const LockId& lock) {
+    const WaiterQueue* q = queues_.find(lock);
     return q != nullptr && !q->fifo.empty();
   }
   /// One atomic try of every name of `options` (never waits). Granted, each name becomes a
@@ -114,9 +114,9 @@ class LockService::Impl {
   void onAttemptReply(uint64_t id, StatusOr<backend::Outcome> reply, InFlight in_flight,
                       bool handed_off = false);
   void onDeadline(uint64_t id);
-  /// The queue limit a waiter on `name` would exceed by queueing now, or kNone if there is room.
+  /// The queue limit a waiter on a lock would exceed by queueing now, or kNone if there is room.
   WaiterLimit fullWaiterLimit(size_t queued_here) const;
-  /// Puts `w` at the back of its name's queue with its remaining budget (a new queue waits out
+  /// Puts `w` at the back of its lock's queue with its remaining budget (a new queue waits out
   /// `holder_ttl_ms` / backoff before its first attempt; an existing one keeps its schedule).
   void enqueue(Waiter& w, int64_t holder_ttl_ms);
   /// A try-first acquire (wait_if_busy_ms) found the lock busy: queue it or refuse with 429.
@@ -125,9 +125,9 @@ class LockService::Impl {
   /// flight, marks it abandoned until that attempt answers).
   void finishWaiter(Waiter& w, AcquireResult result);
   void detachFromQueue(Waiter& w);
-  void maybeEraseQueue(std::string_view name);
-  /// Lets the head of `name`'s queue contend now unless an attempt or a retry is already planned.
-  void pumpQueue(std::string_view name);
+  void maybeEraseQueue(const LockId& lock);
+  /// Lets the head of `lock`'s queue contend now unless an attempt or a retry is already planned.
+  void pumpQueue(const LockId& lock);
   void planRetry(WaiterQueue& q);
   void onRetryTimer(WaiterQueue* q);
   /// The lock is probably free (released here, released elsewhere, expired): head tries now.
@@ -141,30 +141,30 @@ class LockService::Impl {
   int64_t writerMarkMs() const;
   /// The owner ids queued in `q` but `except` (abandoned ones left out), space-separated.
   static std::string othersQueued(const WaiterQueue* q, const Waiter* except);
-  /// Wakes `key`'s queue and, for a read/write lock, the queue of the other mode (a lease that
+  /// Wakes `lock`'s queue and, for a read/write lock, the queue of the other mode (a lease that
   /// ended without a release: expired, lost, force-released).
-  void wakeLockQueues(std::string_view key, bool notified);
-  /// After our own release freed `key`: wakes its queue, and the other queue of a read/write
+  void wakeLockQueues(const LockId& lock, bool notified);
+  /// After our own release freed `lock`: wakes its queue, and the other queue of a read/write
   /// lock that the release let in.
-  void wakeAfterRelease(std::string_view key, const backend::Outcome& released);
-  void wakeQueue(std::string_view name, bool notified);
+  void wakeAfterRelease(const LockId& lock, const backend::Outcome& released);
+  void wakeQueue(const LockId& lock, bool notified);
   /// The backend can grant again: queues riding out the outage retry at once.
   void onBackendReady();
-  void releaseOrphan(const std::string& name, const std::string& owner);
-  int64_t retryHintMs(std::string_view name, int64_t holder_ttl_ms);
+  void releaseOrphan(const LockId& lock, const std::string& owner);
+  int64_t retryHintMs(const LockId& lock, int64_t holder_ttl_ms);
   void updateWaiterGauge();
 
   // --- release / extend (lock_service.cc) ---
-  void sendRelease(std::string name, std::string owner,
+  void sendRelease(LockId lock, std::string owner,
                    std::function<void(StatusOr<ReleaseStatus>)> done, bool client_request);
-  /// The head of `name`'s queue, if a release may hand the lock straight to it.
-  Waiter* handOffCandidate(std::string_view name);
+  /// The head of `lock`'s queue, if a release may hand the lock straight to it.
+  Waiter* handOffCandidate(const LockId& lock);
   /// Release and grant to `next` in one backend round trip (Verb::kHandOff).
-  void sendReleaseWithHandOff(std::string name, std::string owner, Waiter& next,
+  void sendReleaseWithHandOff(LockId lock, std::string owner, Waiter& next,
                               std::function<void(StatusOr<ReleaseStatus>)> done);
   /// Settles a release's answer: lease table, metrics, the caller's answer and (if `wake`) the
   /// queue's head.
-  void onReleaseReply(const std::string& name, const std::string& owner,
+  void onReleaseReply(const LockId& lock, const std::string& owner,
                       StatusOr<backend::Outcome> reply,
                       std::function<void(StatusOr<ReleaseStatus>)> done, bool client_request,
                       bool wake);
@@ -178,18 +178,18 @@ class LockService::Impl {
   int64_t renewIntervalMs(const Lease& lease, int64_t validity_ms) const;
   void scheduleRenewal(Lease& lease, int64_t delay_ms);
   void renew(Lease& lease);
-  void onRenewReply(const std::string& name, const std::string& owner, uint64_t lease_id,
+  void onRenewReply(const LockId& lock, const std::string& owner, uint64_t lease_id,
                     StatusOr<backend::Outcome> reply, InFlight in_flight);
   /// Stops renewals for good (release or shutdown); the lease itself stays until answered.
   void stopRenewal(Lease& lease);
   /// The lease is gone behind our back: count, log once, remember, tell the holder, drop it.
   void markLost(Lease& lease, const char* reason, bool by_renewal, bool wake = true);
   /// Drops the lease from the table and settles the gauges / hold time.
-  void endLease(std::string_view name, std::string_view owner);
-  /// Sends `op` (named by its lock key) to the backend as the kind and name the key stands for.
-  void runOnBackend(backend::Operation op, backend::OutcomeCallback cb);
-  /// The acquire metrics of the kind of lock `key` names ({kind=...}), looked up once per kind.
-  metrics::Metrics::AcquireMetrics& acquireMetrics(std::string_view key);
+  void endLease(const LockId& lock, std::string_view owner);
+  /// Sends `op` to the backend as `lock`'s kind and name.
+  void runOnBackend(const LockId& lock, backend::Operation op, backend::OutcomeCallback cb);
+  /// The acquire metrics of `kind` ({kind=...}), looked up once per kind.
+  metrics::Metrics::AcquireMetrics& acquireMetrics(LockKind kind);
   void updateHeldGauge();
   /// Scrape hook: sidelock_oldest_lease_age_seconds from the lease table's grant-time index.
   void updateOldestLeaseAge();

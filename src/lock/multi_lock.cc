@@ -35,8 +35,9 @@ class MultiAcquire : public std::enable_shared_from_this<MultiAcquire> {
     // (in the global order) where it does not, or when the try found one held and we may wait.
     // (Not past local waiters of any of the names: like a single try, it must not jump them.)
     if (impl_.acquiresAllAtOnce() && options_.names.size() > 1 &&
-        std::none_of(options_.names.begin(), options_.names.end(),
-                     [this](const std::string& n) { return impl_.hasLocalWaiters(n); })) {
+        std::none_of(options_.names.begin(), options_.names.end(), [this](const std::string& n) {
+          return impl_.hasLocalWaiters(LockId{LockKind::kMutex, n});
+        })) {
       impl_.acquireAllAtOnce(options_, [self = shared_from_this()](StatusOr<backend::AllOutcome> r,
                                                                    std::vector<Grant> grants) {
         self->onAllAtOnce(std::move(r), std::move(grants));
@@ -67,7 +68,7 @@ class MultiAcquire : public std::enable_shared_from_this<MultiAcquire> {
   void takeNext() {
     if (next_ == options_.names.size()) return checkValidity();
     AcquireOptions o;
-    o.name = options_.names[next_];
+    o.lock = LockId{LockKind::kMutex, options_.names[next_]};
     o.owner = options_.owner;
     o.ttl_ms = options_.ttl_ms;
     // A single try stays a single try for every name; a wait shares one budget.
@@ -83,7 +84,7 @@ class MultiAcquire : public std::enable_shared_from_this<MultiAcquire> {
   void onAllAtOnce(StatusOr<backend::AllOutcome> r, std::vector<Grant> grants) {
     if (finished_) {  // cancelled meanwhile: what was granted goes back
       for (const Grant& g : grants) {
-        service_.release(g.name, options_.owner, [](StatusOr<ReleaseStatus>) {});
+        service_.release(g.lock, options_.owner, [](StatusOr<ReleaseStatus>) {});
       }
       return;
     }
@@ -122,7 +123,7 @@ class MultiAcquire : public std::enable_shared_from_this<MultiAcquire> {
       // Cancelled or failed while this grant was on its way to us (the service gives back only
       // a grant that is still in flight when cancelled): nobody will hold it, give it back.
       if (r.status == AcquireStatus::kGranted) {
-        service_.release(r.grant.name, options_.owner, [](StatusOr<ReleaseStatus>) {});
+        service_.release(r.grant.lock, options_.owner, [](StatusOr<ReleaseStatus>) {});
       }
       return;
     }
@@ -165,7 +166,7 @@ class MultiAcquire : public std::enable_shared_from_this<MultiAcquire> {
   /// on a later turn, so counting it here before the next one is sent is safe.
   void extendGrant(size_t i, bool final) {
     ++extends_pending_;
-    service_.extend(grants_[i].name, options_.owner, options_.ttl_ms,
+    service_.extend(grants_[i].lock, options_.owner, options_.ttl_ms,
                     [self = shared_from_this(), i, final](StatusOr<ExtendResult> r) {
                       self->onExtended(i, std::move(r), final);
                     });
@@ -182,12 +183,12 @@ class MultiAcquire : public std::enable_shared_from_this<MultiAcquire> {
       return;
     }
     for (const Grant& g : grants_) {
-      if (service_.holds(g.name, options_.owner) == 0) {
+      if (service_.holds(g.lock, options_.owner) == 0) {
         // This sidecar saw it lost while the later names were waited for (renewal found it
         // gone, force release): the multi-lock does not hold every name.
         MultiAcquireResult lost;
         lost.status = AcquireStatus::kBusy;
-        lost.blocked_by = g.name;
+        lost.blocked_by = g.lock.name;
         return fail(std::move(lost));
       }
     }
@@ -209,7 +210,7 @@ class MultiAcquire : public std::enable_shared_from_this<MultiAcquire> {
     } else if (extend_failure_.blocked_by.empty()) {
       // Lost while the later names were waited for: the whole acquire fails.
       extend_failure_.status = r.isOk() ? AcquireStatus::kBusy : AcquireStatus::kError;
-      extend_failure_.blocked_by = grants_[i].name;
+      extend_failure_.blocked_by = grants_[i].lock.name;
       if (!r.isOk()) extend_failure_.error = r.status();
     }
     if (!extend_failure_.blocked_by.empty()) return fail(std::move(extend_failure_));
@@ -243,7 +244,7 @@ class MultiAcquire : public std::enable_shared_from_this<MultiAcquire> {
              {"given_back", static_cast<unsigned long>(grants_.size())});
     }
     for (const Grant& g : grants_) {
-      service_.release(g.name, options_.owner, [](StatusOr<ReleaseStatus>) {});
+      service_.release(g.lock, options_.owner, [](StatusOr<ReleaseStatus>) {});
     }
     grants_.clear();
     if (done_) std::exchange(done_, nullptr)(std::move(r));
@@ -308,10 +309,11 @@ void LockService::releaseAll(std::vector<std::string> names, std::string owner,
     return;
   }
   for (size_t i = 0; i < names.size(); ++i) {
-    release(names[i], owner, [c, i](StatusOr<ReleaseStatus> r) {
-      c->results[i] = std::move(r);
-      if (--c->pending == 0) c->done(std::move(c->results));
-    });
+    release(LockId{LockKind::kMutex, std::move(names[i])}, owner,
+            [c, i](StatusOr<ReleaseStatus> r) {
+              c->results[i] = std::move(r);
+              if (--c->pending == 0) c->done(std::move(c->results));
+            });
   }
 }
 

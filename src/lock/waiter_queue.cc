@@ -4,25 +4,25 @@
 
 namespace sidelock::lock {
 
-WaiterQueue* WaiterQueues::find(std::string_view name) {
-  auto it = queues_.find(name);
+WaiterQueue* WaiterQueues::find(const LockId& lock) {
+  auto it = queues_.find(lock);
   return it == queues_.end() ? nullptr : it->second.get();
 }
 
-WaiterQueue& WaiterQueues::getOrCreate(std::string_view name, bool* created) {
-  auto it = queues_.find(name);
+WaiterQueue& WaiterQueues::getOrCreate(const LockId& lock, bool* created) {
+  auto it = queues_.find(lock);
   *created = it == queues_.end();
   if (*created) {
     it = queues_
-             .emplace(std::string(name),
+             .emplace(lock,
                       std::make_unique<WaiterQueue>(retry_min_ms_, retry_max_ms_, retry_jitter_ms_))
              .first;
   }
   return *it->second;
 }
 
-void WaiterQueues::erase(std::string_view name) {
-  auto it = queues_.find(name);
+void WaiterQueues::erase(const LockId& lock) {
+  auto it = queues_.find(lock);
   if (it == queues_.end()) return;
   total_ -= it->second->fifo.size();
   queues_.erase(it);
@@ -46,18 +46,20 @@ bool WaiterQueues::remove(WaiterQueue& q, Waiter* w) {
 std::vector<WaiterCount> WaiterQueues::counts() const {
   std::vector<WaiterCount> out;
   out.reserve(queues_.size());
-  for (const auto& [name, q] : queues_) {
-    if (!q->fifo.empty()) out.push_back(WaiterCount{name, static_cast<int>(q->fifo.size())});
+  for (const auto& [lock, q] : queues_) {
+    if (!q->fifo.empty()) out.push_back(WaiterCount{lock, static_cast<int>(q->fifo.size())});
   }
-  std::sort(out.begin(), out.end(),
-            [](const WaiterCount& a, const WaiterCount& b) { return a.name < b.name; });
+  // In the order of the printed form GET /v1/locks shows (a listing, not a hot path).
+  std::sort(out.begin(), out.end(), [](const WaiterCount& a, const WaiterCount& b) {
+    return a.lock.display() < b.lock.display();
+  });
   return out;
 }
 
-std::vector<std::string> WaiterQueues::names() const {
-  std::vector<std::string> out;
+std::vector<LockId> WaiterQueues::locks() const {
+  std::vector<LockId> out;
   out.reserve(queues_.size());
-  for (const auto& [name, q] : queues_) out.push_back(name);
+  for (const auto& [lock, q] : queues_) out.push_back(lock);
   return out;
 }
 

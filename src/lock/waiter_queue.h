@@ -1,4 +1,4 @@
-// Acquire requests in progress, and the per-name FIFO queues of those that wait (wait_ms > 0).
+// Acquire requests in progress, and the per-lock FIFO queues of those that wait (wait_ms > 0).
 // Only the head of a queue contends with the backend; the queue carries the contention state
 // (retry backoff, what we know of the holder's TTL, a wake-up that raced an in-flight attempt).
 #pragma once
@@ -16,6 +16,7 @@
 #include "event/scheduler.h"
 #include "lock/backoff.h"
 #include "lock/lease_table.h"
+#include "lock/lock_id.h"
 #include "lock/lock_service.h"
 
 namespace sidelock::lock {
@@ -30,7 +31,7 @@ struct Waiter {
   bool contended = false;   // the lock was found held at least once
   /// Why its own last attempt was refused (a busy answer tells the caller).
   backend::BusyReason busy_reason = backend::BusyReason::kHeld;
-  bool queued = false;      // in its name's FIFO
+  bool queued = false;      // in its lock's FIFO
   bool attempting = false;  // a backend acquire for it is in flight
   /// Already answered (cancelled, deadline, shutdown) while its attempt was in flight: a late
   /// grant is released at once.
@@ -72,27 +73,26 @@ class WaiterQueues {
         retry_max_ms_(retry_max_ms),
         retry_jitter_ms_(retry_jitter_ms) {}
 
-  WaiterQueue* find(std::string_view name);
-  /// Returns the queue of `name`, creating it if needed (`*created` tells which).
-  WaiterQueue& getOrCreate(std::string_view name, bool* created);
-  void erase(std::string_view name);
+  WaiterQueue* find(const LockId& lock);
+  /// Returns the queue of `lock`, creating it if needed (`*created` tells which).
+  WaiterQueue& getOrCreate(const LockId& lock, bool* created);
+  void erase(const LockId& lock);
 
   void push(WaiterQueue& q, Waiter* w);
   /// Removes `w` from `q` if present; returns whether it was there.
   bool remove(WaiterQueue& q, Waiter* w);
 
-  /// Waiters queued over all names.
+  /// Waiters queued over all locks.
   size_t total() const { return total_; }
   std::vector<WaiterCount> counts() const;
-  std::vector<std::string> names() const;
+  std::vector<LockId> locks() const;
 
  private:
   int64_t retry_min_ms_;
   int64_t retry_max_ms_;
   int64_t retry_jitter_ms_;
   size_t total_ = 0;
-  std::unordered_map<std::string, std::unique_ptr<WaiterQueue>, StringHash, std::equal_to<>>
-      queues_;
+  std::unordered_map<LockId, std::unique_ptr<WaiterQueue>, LockIdHash> queues_;
 };
 
 }  // namespace sidelock::lock

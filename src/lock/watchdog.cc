@@ -31,13 +31,13 @@ void LockService::Impl::updateOldestLeaseAge() {
 
 void LockService::Impl::recordGrant(Waiter& w, const backend::Outcome& grant) {
   const int64_t now = scheduler_.nowUs();
-  const std::string& name = w.options.name;
+  const LockId& lock = w.options.lock;
   // A re-entry is told by the backend's count, not by the token: a grant of holds > 1 to the
   // owner of a lease we hold is that lease (its token is the lease's; the scripts keep it).
-  if (Lease* held = leases_.find(name, w.options.owner);
+  if (Lease* held = leases_.find(lock, w.options.owner);
       held != nullptr && w.options.reentrant && grant.holds > 1) {
     if (grant.token != held->token) {
-      SL_LOG(kWarn, "lock.reentry_token_differs", {"name", name},
+      SL_LOG(kWarn, "lock.reentry_token_differs", {"name", lock.display()},
              {"lease_token", static_cast<unsigned long long>(held->token)},
              {"reentry_token", static_cast<unsigned long long>(grant.token)});
     }
@@ -47,12 +47,12 @@ void LockService::Impl::recordGrant(Waiter& w, const backend::Outcome& grant) {
         clampHolds(grant.holds > 0 ? grant.holds : held->holds + 1);  // the backend counts
     held->expiry_us = std::max(held->expiry_us, now + grant.validity_ms * 1000);
     armExpiry(*held);
-    lost_.forget(name, held->owner);
-    SL_LOG(kDebug, "lock.reentered", {"name", name}, {"owner", ownerDigest(held->owner)},
+    lost_.forget(lock, held->owner);
+    SL_LOG(kDebug, "lock.reentered", {"name", lock.display()}, {"owner", ownerDigest(held->owner)},
            {"holds", static_cast<long long>(held->holds)});
     return;
   }
-  if (Lease* old = lockRefOf(name).kind == LockKind::kMutex ? leases_.find(name) : nullptr) {
+  if (Lease* old = lock.kind == LockKind::kMutex ? leases_.find(lock) : nullptr) {
     // A mutex has one holder: the backend granted the name again, so our earlier lease lapsed
     // before its timer told us. (A semaphore's permits live side by side.)
     if (old->renewing && !old->releasing) {
@@ -65,7 +65,7 @@ void LockService::Impl::recordGrant(Waiter& w, const backend::Outcome& grant) {
   auto owned = std::make_unique<Lease>(config_.retry_min_ms, config_.retry_max_ms);
   Lease& lease = *owned;
   lease.id = ++next_lease_id_;
-  lease.name = name;
+  lease.lock = lock;
   lease.owner = w.options.owner;
   lease.token = grant.token;
   lease.ttl_ms = w.options.ttl_ms;
@@ -80,14 +80,15 @@ void LockService::Impl::recordGrant(Waiter& w, const backend::Outcome& grant) {
   }
   lease.on_event = std::move(w.on_event);
   leases_.insert(std::move(owned));
-  lost_.forget(lease.name, lease.owner);
+  lost_.forget(lease.lock, lease.owner);
   updateHeldGauge();
   armExpiry(lease);
   if (lease.auto_renew) {
     lease.renewing = true;
     scheduleRenewal(lease, renewIntervalMs(lease, grant.validity_ms));
   }
-  SL_LOG(kDebug, "lock.granted", {"name", lease.name}, {"owner", ownerDigest(lease.owner)},
+  SL_LOG(kDebug, "lock.granted", {"name", lease.lock.display()},
+         {"owner", ownerDigest(lease.owner)},
          {"token", static_cast<unsigned long long>(lease.token)},
          {"ttl_ms", static_cast<long long>(grant.validity_ms)}, {"auto_renew", lease.auto_renew},
          {"stream", lease.stream});
@@ -115,16 +116,17 @@ void LockService::Impl::onLeaseExpiry(Lease& lease) {
 
 void LockService::Impl::expireLease(Lease& lease, bool wake) {
   metrics_.lease_expired.Increment();
-  SL_LOG(kInfo, "lease.expired", {"name", lease.name}, {"owner", ownerDigest(lease.owner)},
+  SL_LOG(kInfo, "lease.expired", {"name", lease.lock.display()},
+         {"owner", ownerDigest(lease.owner)},
          {"token", static_cast<unsigned long long>(lease.token)},
          {"held_ms", static_cast<long long>((scheduler_.nowUs() - lease.granted_us) / 1000)});
   // A holder that listens (stream) learns that it no longer holds the lock, whatever the reason.
   std::function<void(LeaseEvent)> on_event = std::move(lease.on_event);
   const LeaseEvent last = lease.capped ? LeaseEvent::kCapExpired : LeaseEvent::kLost;
-  const std::string name = lease.name;
-  endLease(name, lease.owner);
+  const LockId lock = lease.lock;
+  endLease(lock, lease.owner);
   if (on_event) deliver([on_event = std::move(on_event), last] { on_event(last); });
-  if (wake) wakeLockQueues(name, false);
+  if (wake) wakeLockQueues(lock, false);
 }
 
 int64_t LockService::Impl::renewIntervalMs(const Lease& lease, int64_t validity_ms) const {
@@ -150,7 +152,8 @@ void LockService::Impl::renew(Lease& lease) {
     lease.renewing = false;
     lease.capped = true;
     metrics_.renew_capped.Increment();
-    SL_LOG(kInfo, "lease.renew_capped", {"name", lease.name}, {"owner", ownerDigest(lease.owner)},
+    SL_LOG(kInfo, "lease.renew_capped", {"name", lease.lock.display()},
+           {"owner", ownerDigest(lease.owner)},
            {"token", static_cast<unsigned long long>(lease.token)},
            {"held_ms", static_cast<long long>((now - lease.granted_us) / 1000)});
     if (lease.on_event) {
@@ -162,22 +165,22 @@ void LockService::Impl::renew(Lease& lease) {
   lease.renew_in_flight = true;
   InFlight in_flight = ops_.hold();
   runOnBackend(
-      backend::Operation::extend(lease.name, lease.owner, lease.ttl_ms),
-      guarded([this, name = lease.name, owner = lease.owner, id = lease.id,
+      lease.lock, backend::Operation::extend(lease.lock.name, lease.owner, lease.ttl_ms),
+      guarded([this, lock = lease.lock, owner = lease.owner, id = lease.id,
                in_flight = std::move(in_flight)](StatusOr<backend::Outcome> reply) mutable {
-        onRenewReply(name, owner, id, std::move(reply), std::move(in_flight));
+        onRenewReply(lock, owner, id, std::move(reply), std::move(in_flight));
       }));
 }
 
-void LockService::Impl::onRenewReply(const std::string& name, const std::string& owner,
+void LockService::Impl::onRenewReply(const LockId& lock, const std::string& owner,
                                      uint64_t lease_id, StatusOr<backend::Outcome> reply,
                                      InFlight in_flight) {
   const InFlight settled = std::move(in_flight);  // in flight until this function returns
-  Lease* lease = leases_.find(name, owner);
+  Lease* lease = leases_.find(lock, owner);
   if (lease == nullptr || lease->id != lease_id) {
     // The lease ended while this renewal was in flight (declared lost when its validity ran
     // out). If the renewal did land, the key is alive for nobody: take it back.
-    if (reply.isOk() && reply->ok()) releaseOrphan(name, owner);
+    if (reply.isOk() && reply->ok()) releaseOrphan(lock, owner);
     return;
   }
   lease->renew_in_flight = false;
@@ -198,8 +201,8 @@ void LockService::Impl::onRenewReply(const std::string& name, const std::string&
         if (lease->renew_backoff.attempt() == 0) {
           if (auto suppressed = renew_error_log_.admit(
                   scheduler_.nowMs(), std::to_string(static_cast<int>(reply.status().code())))) {
-            SL_LOG(kWarn, "lease.renew_error", {"name", name}, {"owner", ownerDigest(owner)},
-                   {"error", reply.status().toString()},
+            SL_LOG(kWarn, "lease.renew_error", {"name", lock.display()},
+                   {"owner", ownerDigest(owner)}, {"error", reply.status().toString()},
                    {"validity_ms", static_cast<long long>(remaining_ms)},
                    {"suppressed", static_cast<unsigned long long>(*suppressed)},
                    {"suppressed_window_s",
@@ -246,19 +249,19 @@ void LockService::Impl::markLost(Lease& lease, const char* reason, bool by_renew
   // that ended without a release; lease_lost_total is the subset the sidecar found lost.
   metrics_.lease_expired.Increment();
   if (by_renewal) metrics_.renew_lost.Increment();
-  lost_.remember(lease.name, lease.owner, now);
-  SL_LOG(kWarn, "lease.lost", {"name", lease.name}, {"owner", ownerDigest(lease.owner)},
+  lost_.remember(lease.lock, lease.owner, now);
+  SL_LOG(kWarn, "lease.lost", {"name", lease.lock.display()}, {"owner", ownerDigest(lease.owner)},
          {"token", static_cast<unsigned long long>(lease.token)}, {"reason", reason},
          {"held_ms", static_cast<long long>((now - lease.granted_us) / 1000)});
   std::function<void(LeaseEvent)> on_event = std::move(lease.on_event);
-  const std::string name = lease.name;
-  endLease(name, lease.owner);
+  const LockId lock = lease.lock;
+  endLease(lock, lease.owner);
   if (on_event) deliver([on_event = std::move(on_event)] { on_event(LeaseEvent::kLost); });
-  if (wake) wakeLockQueues(name, false);
+  if (wake) wakeLockQueues(lock, false);
 }
 
-void LockService::Impl::endLease(std::string_view name, std::string_view owner) {
-  std::unique_ptr<Lease> lease = leases_.remove(name, owner);
+void LockService::Impl::endLease(const LockId& lock, std::string_view owner) {
+  std::unique_ptr<Lease> lease = leases_.remove(lock, owner);
   if (lease == nullptr) return;
   metrics_.hold_seconds.Observe(static_cast<double>(scheduler_.nowUs() - lease->granted_us) / 1e6);
   updateHeldGauge();

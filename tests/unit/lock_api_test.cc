@@ -72,7 +72,8 @@ class LockApiTest : public ::testing::Test {
 
   lock::LockState inspect(std::string_view name) {
     std::optional<StatusOr<lock::LockState>> r;
-    svc->inspect(name, [&](StatusOr<lock::LockState> v) { r.emplace(std::move(v)); });
+    svc->inspect(lock::LockId{lock::LockKind::kMutex, std::string(name)},
+                 [&](StatusOr<lock::LockState> v) { r.emplace(std::move(v)); });
     sched.runReady();
     EXPECT_TRUE(r && r->isOk());
     return r->value();

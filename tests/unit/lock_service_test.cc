@@ -26,6 +26,10 @@ namespace {
 
 using testing::TestBackend;
 
+LockId mutexLock(std::string name) { return LockId{LockKind::kMutex, std::move(name)}; }
+LockId sharedLock(std::string name) { return LockId{LockKind::kShared, std::move(name)}; }
+LockId fairLock(std::string name) { return LockId{LockKind::kFair, std::move(name)}; }
+
 /// Collects the outcome of one acquire.
 struct Outcome {
   std::optional<AcquireResult> result;
@@ -50,8 +54,11 @@ class LockServiceTest : public ::testing::Test {
 
   static AcquireOptions opts(std::string name, std::string owner, int64_t ttl_ms,
                              int64_t wait_ms = 0) {
+    return opts(mutexLock(std::move(name)), std::move(owner), ttl_ms, wait_ms);
+  }
+  static AcquireOptions opts(LockId lock, std::string owner, int64_t ttl_ms, int64_t wait_ms = 0) {
     AcquireOptions o;
-    o.name = std::move(name);
+    o.lock = std::move(lock);
     o.owner = std::move(owner);
     o.ttl_ms = ttl_ms;
     o.wait_ms = wait_ms;
@@ -85,8 +92,11 @@ class LockServiceTest : public ::testing::Test {
   }
 
   StatusOr<ReleaseStatus> release(std::string_view name, std::string_view owner) {
+    return release(mutexLock(std::string(name)), owner);
+  }
+  StatusOr<ReleaseStatus> release(const LockId& lock, std::string_view owner) {
     std::optional<StatusOr<ReleaseStatus>> r;
-    svc->release(name, owner, [&](StatusOr<ReleaseStatus> v) { r.emplace(std::move(v)); });
+    svc->release(lock, owner, [&](StatusOr<ReleaseStatus> v) { r.emplace(std::move(v)); });
     EXPECT_FALSE(r) << "done ran inside release()";
     sched.runReady();
     EXPECT_TRUE(r);
@@ -94,14 +104,16 @@ class LockServiceTest : public ::testing::Test {
   }
   StatusOr<ExtendResult> extend(std::string_view name, std::string_view owner, int64_t ttl) {
     std::optional<StatusOr<ExtendResult>> r;
-    svc->extend(name, owner, ttl, [&](StatusOr<ExtendResult> v) { r.emplace(std::move(v)); });
+    svc->extend(mutexLock(std::string(name)), owner, ttl,
+                [&](StatusOr<ExtendResult> v) { r.emplace(std::move(v)); });
     sched.runReady();
     EXPECT_TRUE(r);
     return std::move(*r);
   }
-  LockState inspect(std::string_view name) {
+  LockState inspect(std::string_view name) { return inspect(mutexLock(std::string(name))); }
+  LockState inspect(const LockId& lock) {
     std::optional<StatusOr<LockState>> r;
-    svc->inspect(name, [&](StatusOr<LockState> v) { r.emplace(std::move(v)); });
+    svc->inspect(lock, [&](StatusOr<LockState> v) { r.emplace(std::move(v)); });
     sched.runReady();
     EXPECT_TRUE(r && r->isOk());
     return r->value();
@@ -129,7 +141,7 @@ class LockServiceTest : public ::testing::Test {
 TEST_F(LockServiceTest, GrantGeneratesOwnerAndRecordsLease) {
   auto a = acquireNow(opts("orders-42", "", 10'000));
   ASSERT_EQ(a->status(), AcquireStatus::kGranted);
-  EXPECT_EQ(a->grant().name, "orders-42");
+  EXPECT_EQ(a->grant().lock.display(), "orders-42");
   EXPECT_EQ(a->grant().owner.size(), 32u);
   EXPECT_EQ(a->grant().owner.find_first_not_of("0123456789abcdef"), std::string::npos);
   EXPECT_EQ(a->grant().token, 1u);
@@ -138,7 +150,7 @@ TEST_F(LockServiceTest, GrantGeneratesOwnerAndRecordsLease) {
   sched.advanceMs(2500);
   auto leases = svc->leases();
   ASSERT_EQ(leases.size(), 1u);
-  EXPECT_EQ(leases[0].name, "orders-42");
+  EXPECT_EQ(leases[0].lock.display(), "orders-42");
   EXPECT_EQ(leases[0].token, 1u);
   EXPECT_EQ(leases[0].age_ms, 2500);
   EXPECT_EQ(leases[0].ttl_remaining_ms, 7500);
@@ -421,14 +433,14 @@ TEST_F(LockServiceTest, ReentryCountsHoldsAndNeverQueuesBehindItsWaiters) {
   ASSERT_EQ(again->status(), AcquireStatus::kGranted) << "a re-entry is one try, not queued";
   EXPECT_EQ(again->grant().token, first->grant().token);
   EXPECT_EQ(again->grant().holds, 2);
-  EXPECT_EQ(svc->holds("x", "h"), 2);
+  EXPECT_EQ(svc->holds(mutexLock("x"), "h"), 2);
   EXPECT_EQ(held(), 1) << "one lease, two holds";
 
   AcquireOptions plain = opts("x", "h", 1000);
   EXPECT_EQ(acquireNow(plain)->status(), AcquireStatus::kBusy) << "no re-entry unless asked";
 
   EXPECT_EQ(*release("x", "h"), ReleaseStatus::kHoldReleased);
-  EXPECT_EQ(svc->holds("x", "h"), 1);
+  EXPECT_EQ(svc->holds(mutexLock("x"), "h"), 1);
   sched.runReady();
   EXPECT_FALSE(waiter->done());
   EXPECT_EQ(*release("x", "h"), ReleaseStatus::kReleased);
@@ -436,7 +448,7 @@ TEST_F(LockServiceTest, ReentryCountsHoldsAndNeverQueuesBehindItsWaiters) {
   ASSERT_TRUE(waiter->done());
   EXPECT_EQ(waiter->status(), AcquireStatus::kGranted);
   EXPECT_GT(waiter->grant().token, first->grant().token);
-  EXPECT_EQ(svc->holds("x", "h"), 0);
+  EXPECT_EQ(svc->holds(mutexLock("x"), "h"), 0);
 }
 
 // The watchdog keeps renewing a re-entered lease after a hold is given back, and shutdown gives
@@ -450,7 +462,7 @@ TEST_F(LockServiceTest, ReenteredLeaseKeepsRenewingAndShutdownReleasesEveryHold)
   ASSERT_EQ(acquireNow(o)->status(), AcquireStatus::kGranted);
   EXPECT_EQ(*release("x", "h"), ReleaseStatus::kHoldReleased);
   advance(2000, 5);
-  EXPECT_EQ(svc->holds("x", "h"), 2) << "still held, renewed past its 300 ms TTL";
+  EXPECT_EQ(svc->holds(mutexLock("x"), "h"), 2) << "still held, renewed past its 300 ms TTL";
   bool done = false;
   svc->shutdown(true, 1000, [&] { done = true; });
   advance(50);
@@ -546,7 +558,7 @@ TEST_F(LockServiceTest, HandOffToAWaiterWhoLeftIsReleasedAgain) {
   advance(100, 10);
   backend.release_reply_delay_ms = 5;  // the waiter leaves while the hand-off is in flight
   std::optional<StatusOr<ReleaseStatus>> r;
-  svc->release("x", "h", [&](StatusOr<ReleaseStatus> v) { r.emplace(std::move(v)); });
+  svc->release(mutexLock("x"), "h", [&](StatusOr<ReleaseStatus> v) { r.emplace(std::move(v)); });
   sched.runReady();
   w->ticket.cancel();
   advance(50, 1);
@@ -796,7 +808,8 @@ TEST_F(LockServiceTest, ReleaseDuringAnInFlightRenewalWaitsForIt) {
   ASSERT_EQ(backend.count("extend"), 1);
   ASSERT_EQ(backend.count("extend_reply"), 0);
   std::optional<StatusOr<ReleaseStatus>> r;
-  svc->release("x", "alice", [&](StatusOr<ReleaseStatus> v) { r.emplace(std::move(v)); });
+  svc->release(mutexLock("x"), "alice",
+               [&](StatusOr<ReleaseStatus> v) { r.emplace(std::move(v)); });
   sched.runReady();
   EXPECT_FALSE(r);  // sequenced behind the renewal
   EXPECT_EQ(backend.count("release"), 0);
@@ -1007,7 +1020,8 @@ TEST_F(LockServiceTest, ShutdownWaitsForBothHalvesOfAHandOff) {
   auto w = start(opts("x", "w", 60'000, 30'000));
   advance(100, 10);
   std::optional<StatusOr<ReleaseStatus>> released;
-  svc->release("x", "h", [&](StatusOr<ReleaseStatus> v) { released.emplace(std::move(v)); });
+  svc->release(mutexLock("x"), "h",
+               [&](StatusOr<ReleaseStatus> v) { released.emplace(std::move(v)); });
   advance(10, 1);
   ASSERT_EQ(backend.count("release_grant"), 1);
   bool done = false;
@@ -1090,14 +1104,14 @@ void LockServiceTest::manyClientsNeverOverlapAndEverythingSettles() {
         continue;
       }
       const int64_t at = o->answered_us;
-      Holder& h = last[o->grant().name];
-      EXPECT_LE(h.ends_us, at) << "two grants of " << o->grant().name << " overlap";
+      Holder& h = last[o->grant().lock.display()];
+      EXPECT_LE(h.ends_us, at) << "two grants of " << o->grant().lock.display() << " overlap";
       EXPECT_GT(o->grant().token, h.token);
       h.token = o->grant().token;
       h.ends_us = at + o->grant().ttl_ms * 1000;
       ++granted;
       if (rng() % 2 && svc->leases().size() > 0) {
-        auto r = release(o->grant().name, o->grant().owner);
+        auto r = release(o->grant().lock, o->grant().owner);
         ASSERT_TRUE(r.isOk());
         if (*r == ReleaseStatus::kReleased) {
           h.ends_us = sched.nowUs();
@@ -1137,7 +1151,7 @@ TEST_F(LockServiceTest, QueuedReadersAreAllAdmittedWhenTheWriterReleases) {
   ASSERT_EQ(writer->status(), AcquireStatus::kGranted);
   std::vector<std::shared_ptr<Outcome>> readers;
   for (int i = 0; i < 3; ++i) {
-    readers.push_back(start(opts(sharedLockKey("doc"), "r" + std::to_string(i), 60'000, 30'000)));
+    readers.push_back(start(opts(sharedLock("doc"), "r" + std::to_string(i), 60'000, 30'000)));
   }
   advance(100, 10);
   for (const auto& r : readers) EXPECT_FALSE(r->done());
@@ -1149,17 +1163,17 @@ TEST_F(LockServiceTest, QueuedReadersAreAllAdmittedWhenTheWriterReleases) {
     EXPECT_GT(r->grant().token, writer->grant().token);
   }
   EXPECT_EQ(held(), 3) << "three readers, three leases";
-  EXPECT_EQ(inspect(sharedLockKey("doc")).used, 3);
+  EXPECT_EQ(inspect(sharedLock("doc")).used, 3);
   EXPECT_EQ(metrics.acquireFor("shared").acquired.Value(), 3);
   EXPECT_EQ(metrics.acquireFor("shared").contended.Value(), 3);
   // A reader's release leaves the others holding; the last one's lets a writer in.
   auto next_writer = start(opts("doc", "w2", 60'000, 30'000));
   advance(50, 10);
-  ASSERT_EQ(*release(sharedLockKey("doc"), "r0"), ReleaseStatus::kReleased);
-  ASSERT_EQ(*release(sharedLockKey("doc"), "r1"), ReleaseStatus::kReleased);
+  ASSERT_EQ(*release(sharedLock("doc"), "r0"), ReleaseStatus::kReleased);
+  ASSERT_EQ(*release(sharedLock("doc"), "r1"), ReleaseStatus::kReleased);
   sched.runReady();
   EXPECT_FALSE(next_writer->done());
-  ASSERT_EQ(*release(sharedLockKey("doc"), "r2"), ReleaseStatus::kReleased);
+  ASSERT_EQ(*release(sharedLock("doc"), "r2"), ReleaseStatus::kReleased);
   sched.runReady();
   ASSERT_TRUE(next_writer->done()) << "the last reader's release woke the writer at once";
   EXPECT_EQ(next_writer->status(), AcquireStatus::kGranted);
@@ -1181,8 +1195,8 @@ TEST_F(LockServiceTest, BusyAnswersSayWhoHoldsTheLock) {
   EXPECT_EQ(waited->status(), AcquireStatus::kBusy);
   EXPECT_EQ(waited->result->busy_reason, BusyReason::kHeldByYou);
   // A reader that holds a read lease already.
-  ASSERT_EQ(acquireNow(opts(sharedLockKey("y"), "r1", 60'000))->status(), AcquireStatus::kGranted);
-  EXPECT_EQ(acquireNow(opts(sharedLockKey("y"), "r1", 60'000))->result->busy_reason,
+  ASSERT_EQ(acquireNow(opts(sharedLock("y"), "r1", 60'000))->status(), AcquireStatus::kGranted);
+  EXPECT_EQ(acquireNow(opts(sharedLock("y"), "r1", 60'000))->result->busy_reason,
             BusyReason::kHeldByYou);
   EXPECT_EQ(acquireNow(opts("y", "w", 60'000))->result->busy_reason, BusyReason::kHeld)
       << "a writer refused by readers";
@@ -1191,63 +1205,59 @@ TEST_F(LockServiceTest, BusyAnswersSayWhoHoldsTheLock) {
 // A queued writer turns new readers away while the readers it waits for drain (writer
 // preference); a single try of a writer marks nothing.
 TEST_F(LockServiceTest, AQueuedWriterTurnsNewReadersAway) {
-  ASSERT_EQ(acquireNow(opts(sharedLockKey("doc"), "r1", 60'000))->status(),
-            AcquireStatus::kGranted);
+  ASSERT_EQ(acquireNow(opts(sharedLock("doc"), "r1", 60'000))->status(), AcquireStatus::kGranted);
   EXPECT_EQ(acquireNow(opts("doc", "try", 60'000))->status(), AcquireStatus::kBusy);
-  EXPECT_EQ(acquireNow(opts(sharedLockKey("doc"), "r2", 60'000))->status(), AcquireStatus::kGranted)
+  EXPECT_EQ(acquireNow(opts(sharedLock("doc"), "r2", 60'000))->status(), AcquireStatus::kGranted)
       << "a writer's single try does not keep readers out";
   auto writer = start(opts("doc", "w", 60'000, 30'000));
   advance(10);
-  auto late_reader = acquireNow(opts(sharedLockKey("doc"), "r3", 60'000));
+  auto late_reader = acquireNow(opts(sharedLock("doc"), "r3", 60'000));
   EXPECT_EQ(late_reader->status(), AcquireStatus::kBusy) << "the waiting writer goes first";
   EXPECT_EQ(late_reader->result->busy_reason, BusyReason::kWriterWaiting);
-  auto again = acquireNow(opts(sharedLockKey("doc"), "r1", 60'000));
+  auto again = acquireNow(opts(sharedLock("doc"), "r1", 60'000));
   EXPECT_EQ(again->result->busy_reason, BusyReason::kWriterWaiting) << "the mark is checked first";
-  ASSERT_EQ(*release(sharedLockKey("doc"), "r1"), ReleaseStatus::kReleased);
-  ASSERT_EQ(*release(sharedLockKey("doc"), "r2"), ReleaseStatus::kReleased);
+  ASSERT_EQ(*release(sharedLock("doc"), "r1"), ReleaseStatus::kReleased);
+  ASSERT_EQ(*release(sharedLock("doc"), "r2"), ReleaseStatus::kReleased);
   sched.runReady();
   ASSERT_TRUE(writer->done());
   EXPECT_EQ(writer->status(), AcquireStatus::kGranted);
   // Once the writer gave up waiting (granted here), readers are welcome again after it.
   ASSERT_EQ(*release("doc", "w"), ReleaseStatus::kReleased);
-  EXPECT_EQ(acquireNow(opts(sharedLockKey("doc"), "r3", 60'000))->status(),
-            AcquireStatus::kGranted);
+  EXPECT_EQ(acquireNow(opts(sharedLock("doc"), "r3", 60'000))->status(), AcquireStatus::kGranted);
 }
 
 // A queued writer that leaves without the lock withdraws its mark at once, handing it to the
 // writer still queued behind it; readers get in as soon as the last one has left, not when the
 // mark would have lapsed (retry_max_ms + jitter + 1 s).
 TEST_F(LockServiceTest, QueuedWritersThatLeaveWithdrawTheirMarks) {
-  ASSERT_EQ(acquireNow(opts(sharedLockKey("doc"), "r1", 60'000))->status(),
-            AcquireStatus::kGranted);
+  ASSERT_EQ(acquireNow(opts(sharedLock("doc"), "r1", 60'000))->status(), AcquireStatus::kGranted);
   auto first = start(opts("doc", "w1", 60'000, 30'000));
   auto second = start(opts("doc", "w2", 60'000, 30'000));
   advance(10);
-  EXPECT_EQ(acquireNow(opts(sharedLockKey("doc"), "r2", 60'000))->status(), AcquireStatus::kBusy);
+  EXPECT_EQ(acquireNow(opts(sharedLock("doc"), "r2", 60'000))->status(), AcquireStatus::kBusy);
   first->ticket.cancel();  // w1's client hangs up
   sched.runReady();
   EXPECT_EQ(backend.count("withdraw"), 1);
-  EXPECT_EQ(acquireNow(opts(sharedLockKey("doc"), "r2", 60'000))->status(), AcquireStatus::kBusy)
+  EXPECT_EQ(acquireNow(opts(sharedLock("doc"), "r2", 60'000))->status(), AcquireStatus::kBusy)
       << "w2 still waits: its mark keeps readers out";
   second->ticket.cancel();
   sched.runReady();
   EXPECT_EQ(backend.count("withdraw"), 2);
-  EXPECT_EQ(acquireNow(opts(sharedLockKey("doc"), "r2", 60'000))->status(), AcquireStatus::kGranted)
+  EXPECT_EQ(acquireNow(opts(sharedLock("doc"), "r2", 60'000))->status(), AcquireStatus::kGranted)
       << "no writer waits any more: readers come in at once";
 }
 
 // The last reader out lets the queued writer in, not the readers queued behind it (the writer's
 // mark goes with the readers' key, so whoever asks first wins: the writer is woken first).
 TEST_F(LockServiceTest, TheLastReadersReleaseLetsTheQueuedWriterInFirst) {
-  ASSERT_EQ(acquireNow(opts(sharedLockKey("doc"), "r1", 60'000))->status(),
-            AcquireStatus::kGranted);
+  ASSERT_EQ(acquireNow(opts(sharedLock("doc"), "r1", 60'000))->status(), AcquireStatus::kGranted);
   auto writer = start(opts("doc", "w", 60'000, 30'000));
   advance(5);
-  auto reader = start(opts(sharedLockKey("doc"), "r2", 60'000, 30'000));
+  auto reader = start(opts(sharedLock("doc"), "r2", 60'000, 30'000));
   advance(5);
   ASSERT_FALSE(reader->done()) << "held back by the waiting writer";
   for (int cycle = 0; cycle < 3 && !writer->done(); ++cycle) {
-    ASSERT_EQ(*release(sharedLockKey("doc"), cycle == 0 ? "r1" : "r2"), ReleaseStatus::kReleased);
+    ASSERT_EQ(*release(sharedLock("doc"), cycle == 0 ? "r1" : "r2"), ReleaseStatus::kReleased);
     sched.runReady();
   }
   ASSERT_TRUE(writer->done());
@@ -1261,8 +1271,8 @@ TEST_F(LockServiceTest, TheLastReadersReleaseLetsTheQueuedWriterInFirst) {
 
 // A force release frees readers too (they hold the lock's key): their leases end as lost.
 TEST_F(LockServiceTest, ForceReleaseEndsReadersLeasesAsLost) {
-  auto r1 = acquireNow(opts(sharedLockKey("doc"), "r1", 60'000));
-  auto r2 = acquireNow(opts(sharedLockKey("doc"), "r2", 60'000));
+  auto r1 = acquireNow(opts(sharedLock("doc"), "r1", 60'000));
+  auto r2 = acquireNow(opts(sharedLock("doc"), "r2", 60'000));
   ASSERT_EQ(r2->status(), AcquireStatus::kGranted);
   std::optional<StatusOr<ForcedRelease>> forced;
   svc->forceRelease("doc", [&](StatusOr<ForcedRelease> r) { forced.emplace(std::move(r)); });
@@ -1271,8 +1281,8 @@ TEST_F(LockServiceTest, ForceReleaseEndsReadersLeasesAsLost) {
   EXPECT_TRUE((*forced)->released);
   EXPECT_EQ(held(), 0);
   EXPECT_EQ(r1->events, std::vector<LeaseEvent>{LeaseEvent::kLost});
-  EXPECT_TRUE(svc->lostLately(sharedLockKey("doc"), "r2")) << "what the API routes a release by";
-  EXPECT_EQ(*release(sharedLockKey("doc"), "r2"), ReleaseStatus::kLeaseLost);
+  EXPECT_TRUE(svc->lostLately(sharedLock("doc"), "r2")) << "what the API routes a release by";
+  EXPECT_EQ(*release(sharedLock("doc"), "r2"), ReleaseStatus::kLeaseLost);
   EXPECT_EQ(acquireNow(opts("doc", "w", 60'000))->status(), AcquireStatus::kGranted);
 }
 
@@ -1282,24 +1292,24 @@ TEST_F(LockServiceTest, ForceReleaseEndsReadersLeasesAsLost) {
 // head's attempt) and keep their places; one that gives up withdraws; a single try never jumps
 // the queue.
 TEST_F(LockServiceTest, FairWaitersRegisterOnArrivalAndWithdrawWhenTheyLeave) {
-  ASSERT_EQ(acquireNow(opts(fairLockKey("q"), "h", 60'000))->status(), AcquireStatus::kGranted);
-  auto first = start(opts(fairLockKey("q"), "w1", 60'000, 30'000));
+  ASSERT_EQ(acquireNow(opts(fairLock("q"), "h", 60'000))->status(), AcquireStatus::kGranted);
+  auto first = start(opts(fairLock("q"), "w1", 60'000, 30'000));
   sched.runReady();
-  auto second = start(opts(fairLockKey("q"), "w2", 60'000, 30'000));
+  auto second = start(opts(fairLock("q"), "w2", 60'000, 30'000));
   sched.runReady();
-  auto third = start(opts(fairLockKey("q"), "w3", 60'000, 30'000));
+  auto third = start(opts(fairLock("q"), "w3", 60'000, 30'000));
   sched.runReady();
   advance(5);
   // The backend's queue holds all three: a fair single try of a free lock would be refused.
-  ASSERT_EQ(*release(fairLockKey("q"), "h"), ReleaseStatus::kReleased);
+  ASSERT_EQ(*release(fairLock("q"), "h"), ReleaseStatus::kReleased);
   second->ticket.cancel();  // w2 leaves
   sched.runReady();
   ASSERT_TRUE(first->done());
   EXPECT_EQ(first->status(), AcquireStatus::kGranted);
   EXPECT_EQ(first->grant().owner, "w1");
   EXPECT_GE(backend.count("withdraw"), 1);
-  ASSERT_EQ(*release(fairLockKey("q"), "w1"), ReleaseStatus::kReleased);
-  EXPECT_EQ(acquireNow(opts(fairLockKey("q"), "jumper", 60'000))->status(), AcquireStatus::kBusy)
+  ASSERT_EQ(*release(fairLock("q"), "w1"), ReleaseStatus::kReleased);
+  EXPECT_EQ(acquireNow(opts(fairLock("q"), "jumper", 60'000))->status(), AcquireStatus::kBusy)
       << "w3 is queued: a single try waits its turn";
   sched.runReady();
   advance(10);
@@ -1326,8 +1336,8 @@ TEST_F(LockServiceTest, MultiLockTakesAllOrGivesBackAndKeepsEarlyLeasesAlive) {
   ASSERT_TRUE(busy->has_value());
   EXPECT_EQ((*busy)->status, AcquireStatus::kBusy);
   EXPECT_EQ((*busy)->blocked_by, "m-c");
-  EXPECT_EQ(svc->holds("m-a", "me"), 0) << "given back";
-  EXPECT_EQ(svc->holds("m-b", "me"), 0) << "given back";
+  EXPECT_EQ(svc->holds(mutexLock("m-a"), "me"), 0) << "given back";
+  EXPECT_EQ(svc->holds(mutexLock("m-b"), "me"), 0) << "given back";
   EXPECT_EQ(held(), 1);
 
   // m-c is held for 60 s more; our leases have a 300 ms TTL and we wait up to 2 s.
@@ -1338,7 +1348,7 @@ TEST_F(LockServiceTest, MultiLockTakesAllOrGivesBackAndKeepsEarlyLeasesAlive) {
   ASSERT_TRUE(waited->has_value());
   ASSERT_EQ((*waited)->status, AcquireStatus::kGranted);
   ASSERT_EQ((*waited)->grants.size(), 2u);
-  EXPECT_EQ((*waited)->grants[0].name, "m-a");
+  EXPECT_EQ((*waited)->grants[0].lock.display(), "m-a");
   EXPECT_GE((*waited)->ttl_ms, 150) << "m-a was kept alive while m-c was waited for";
   EXPECT_EQ(inspect("m-a").held, true);
 }
@@ -1352,27 +1362,28 @@ TEST_F(LockServiceTest, CancelledMultiLockGivesBackWhatItTook) {
         EXPECT_EQ(r.status, AcquireStatus::kCancelled);
       });
   advance(50, 10);
-  EXPECT_EQ(svc->holds("n-1", "me"), 1);
+  EXPECT_EQ(svc->holds(mutexLock("n-1"), "me"), 1);
   t.cancel();
   EXPECT_FALSE(answered) << "answered on a later turn";
   advance(10);
   EXPECT_TRUE(answered);
-  EXPECT_EQ(svc->holds("n-1", "me"), 0);
+  EXPECT_EQ(svc->holds(mutexLock("n-1"), "me"), 0);
   EXPECT_FALSE(inspect("n-1").held);
 }
 
 TEST(LostLeaseMemoryTest, BoundedAndForgetful) {
   LostLeaseMemory lost(2, 1000);
-  lost.remember("a", "o1", 0);
-  lost.remember("b", "o1", 10);
-  EXPECT_TRUE(lost.contains("a", "o1", 20));
-  EXPECT_FALSE(lost.contains("a", "o2", 20));
-  lost.remember("c", "o1", 30);  // evicts the oldest
-  EXPECT_FALSE(lost.contains("a", "o1", 40));
-  EXPECT_TRUE(lost.contains("c", "o1", 40));
+  lost.remember(mutexLock("a"), "o1", 0);
+  lost.remember(mutexLock("b"), "o1", 10);
+  EXPECT_TRUE(lost.contains(mutexLock("a"), "o1", 20));
+  EXPECT_FALSE(lost.contains(mutexLock("a"), "o2", 20));
+  EXPECT_FALSE(lost.contains(sharedLock("a"), "o1", 20)) << "another kind, another lock";
+  lost.remember(mutexLock("c"), "o1", 30);  // evicts the oldest
+  EXPECT_FALSE(lost.contains(mutexLock("a"), "o1", 40));
+  EXPECT_TRUE(lost.contains(mutexLock("c"), "o1", 40));
   EXPECT_EQ(lost.size(), 2u);
-  EXPECT_FALSE(lost.contains("b", "o1", 1010));  // retention over
-  lost.forget("c", "o1");
+  EXPECT_FALSE(lost.contains(mutexLock("b"), "o1", 1010));  // retention over
+  lost.forget(mutexLock("c"), "o1");
   EXPECT_EQ(lost.size(), 0u);
 }
 
