@@ -378,9 +378,10 @@ lock::LockId LockApi::leaseOf(std::string_view name, std::string_view owner, boo
     return readers;
   }
   // A fair lease is the mutex's lease: any sidecar releases it by name; the one that granted it
-  // does so as a fair lock, which ends its own bookkeeping of the lease.
+  // does so as a fair lock, which ends its own bookkeeping of the lease (and, once it saw the
+  // lease lost, answers lease_lost rather than not_held, as for readers).
   lock::LockId fair{lock::LockKind::kFair, std::move(readers.name)};
-  if (service_.holds(fair, owner) > 0) return fair;
+  if (service_.holds(fair, owner) > 0 || service_.lostLately(fair, owner)) return fair;
   return lock::LockId{lock::LockKind::kMutex, std::move(fair.name)};
 }
 

@@ -7,6 +7,7 @@
 
 #include <functional>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -120,6 +121,56 @@ TEST_F(LockApiTest, AGrantThatReachesAClientThatLeftIsReleased) {
   EXPECT_TRUE(svc->leases().empty());
   EXPECT_EQ(held(), 0);
   EXPECT_EQ(waiters(), 0);
+}
+
+// A lease this sidecar saw lost answers lease_lost on release, whatever its kind: a fair lease
+// too (its loss is remembered under the fair lock; the release route used to look only at the
+// mutex once the fair lease had left the table, and answered not_held).
+TEST_F(LockApiTest, AReleaseOfALostLeaseSaysLeaseLostForEveryKind) {
+  LockApi lock_api(cfg, *svc, metrics, sched);
+  http::Handler acquire;
+  http::Handler release;
+  http::Handler force_release;
+  for (auto& r : lock_api.routes()) {
+    if (r.pattern == "/v1/locks/{name}/acquire") acquire = r.handler;
+    if (r.pattern == "/v1/locks/{name}/release") release = r.handler;
+  }
+  for (auto& r : lock_api.adminRoutes()) {
+    if (r.pattern == "/admin/v1/locks/{name}/release") force_release = r.handler;
+  }
+  ASSERT_TRUE(acquire && release && force_release);
+  const std::vector<std::pair<std::string, std::string>> kinds = {
+      {"mutex", R"({"ttl_ms":60000})"},
+      {"fair", R"({"ttl_ms":60000,"fair":true})"},
+      {"reader", R"({"ttl_ms":60000,"mode":"shared"})"}};
+  for (const auto& [name, body] : kinds) {
+    SCOPED_TRACE(name);
+    http::Request req;
+    req.method = "POST";
+    req.params = {{"name", name}};
+    req.body = body;
+    auto granted = std::make_shared<FakeResponder>(sched);
+    acquire(req, granted);
+    advance(10);
+    ASSERT_EQ(granted->statuses, std::vector<int>{200});
+    const std::string owner = nlohmann::json::parse(granted->bodies[0])["owner"];
+    // An operator frees the lock: every holder this sidecar knows of is marked lost at once.
+    http::Request admin;
+    admin.method = "POST";
+    admin.params = {{"name", name}};
+    admin.principal = std::make_shared<http::Principal>(http::Principal{"admin token", {}});
+    auto forced = std::make_shared<FakeResponder>(sched);
+    force_release(admin, forced);
+    advance(10);
+    ASSERT_EQ(forced->statuses, std::vector<int>{200}) << forced->bodies[0];
+    req.body = nlohmann::json{{"owner", owner}}.dump();
+    auto released = std::make_shared<FakeResponder>(sched);
+    release(req, released);
+    advance(10);
+    ASSERT_EQ(released->statuses, std::vector<int>{404});
+    EXPECT_NE(released->bodies[0].find("\"lease_lost\""), std::string::npos)
+        << released->bodies[0];
+  }
 }
 
 }  // namespace
