@@ -83,6 +83,14 @@ class LockApiTest : public ::testing::Test {
   void advance(int64_t ms) {
     for (int64_t t = 0; t < ms; ++t) sched.advanceMs(1);
   }
+  /// A POST to a /{name} route with `body`.
+  static http::Request post(const std::string& name, std::string body) {
+    http::Request req;
+    req.method = "POST";
+    req.params = {{"name", name}};
+    req.body = std::move(body);
+    return req;
+  }
   double held() { return metrics.held_locks.Value(); }
   double waiters() { return metrics.waiters.Value(); }
 
@@ -106,10 +114,7 @@ TEST_F(LockApiTest, AGrantThatReachesAClientThatLeftIsReleased) {
       {"stream", R"({"ttl_ms":60000,"wait_ms":5000,"hold":"stream"})"}};
   for (const auto& [name, body] : bodies) {
     SCOPED_TRACE(name);
-    http::Request req;
-    req.method = "POST";
-    req.params = {{"name", name}};
-    req.body = body;
+    http::Request req = post(name, body);
     auto res = std::make_shared<FakeResponder>(sched);
     acquire(req, res);  // the lock is free: the attempt is in flight
     // The client leaves; the backend's grant is processed before the client-gone callback
@@ -145,19 +150,14 @@ TEST_F(LockApiTest, AReleaseOfALostLeaseSaysLeaseLostForEveryKind) {
       {"reader", R"({"ttl_ms":60000,"mode":"shared"})"}};
   for (const auto& [name, body] : kinds) {
     SCOPED_TRACE(name);
-    http::Request req;
-    req.method = "POST";
-    req.params = {{"name", name}};
-    req.body = body;
+    http::Request req = post(name, body);
     auto granted = std::make_shared<FakeResponder>(sched);
     acquire(req, granted);
     advance(10);
     ASSERT_EQ(granted->statuses, std::vector<int>{200});
     const std::string owner = nlohmann::json::parse(granted->bodies[0])["owner"];
     // An operator frees the lock: every holder this sidecar knows of is marked lost at once.
-    http::Request admin;
-    admin.method = "POST";
-    admin.params = {{"name", name}};
+    http::Request admin = post(name, "");
     admin.principal = std::make_shared<http::Principal>(http::Principal{"admin token", {}});
     auto forced = std::make_shared<FakeResponder>(sched);
     force_release(admin, forced);
