@@ -14,6 +14,7 @@
 #include "api/route_helpers.h"
 #include "common/invariant.h"
 #include "common/log.h"
+#include "lock/kinds/kind_policy.h"
 
 namespace sidelock::api {
 namespace {
@@ -24,22 +25,19 @@ using nlohmann::json;
 std::string grantAnswer(const lock::Grant& g, std::string_view event = {}) {
   JsonObject answer;
   if (!event.empty()) answer.text("event", event);
-  const lock::LockId& ref = g.lock;
-  if (ref.kind == lock::LockKind::kSemaphore) {
-    // A permit under the semaphore's own name.
-    return answer.text("name", ref.name)
-        .text("permit", g.owner)
-        .unsignedInteger("token", g.token)
-        .integer("ttl_ms", g.ttl_ms)
-        .finish();
-  }
-  answer.text("name", ref.name)
-      .text("owner", g.owner)
+  const lock::KindPolicy& policy = lock::policyOf(g.lock.kind);
+  answer.text("name", g.lock.name)
+      .text(policy.owner_field, g.owner)  // a semaphore's: "permit"
       .unsignedInteger("token", g.token)
       .integer("ttl_ms", g.ttl_ms);
   if (g.holds > 0) answer.integer("holds", g.holds);  // reentrant acquires only
-  if (ref.kind == lock::LockKind::kShared) answer.text("mode", "shared");
-  if (ref.kind == lock::LockKind::kFair) answer.boolean("fair", true);
+  if (const lock::AnswerTag& tag = policy.answer_tag; !tag.key.empty()) {
+    if (tag.text.empty()) {
+      answer.boolean(tag.key, true);
+    } else {
+      answer.text(tag.key, tag.text);
+    }
+  }
   return answer.finish();
 }
 
@@ -304,7 +302,7 @@ void LockApi::startAcquire(lock::AcquireOptions opts, std::string replay_key,
         // answer would have been replayed), e.g. a second thread sharing the owner id, which
         // gets 409 held_by_you rather than the lease (and the TTL it did not ask for).
         if (!call->claim.key.empty() && !call->given_owner.empty() && !call->auto_renew &&
-            call->lock.kind != lock::LockKind::kShared &&
+            lock::policyOf(call->lock.kind).grant_readable_back &&
             call->service->holds(call->lock, call->given_owner) == 0) {
           // (A reader's token cannot be read back: the counter moves with every reader.)
           return reclaimOwnGrant(call, call->lock, r.retry_after_ms);

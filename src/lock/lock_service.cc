@@ -7,8 +7,10 @@
 #include <array>
 #include <utility>
 
+#include "common/invariant.h"
 #include "common/log.h"
 #include "common/random.h"
+#include "lock/kinds/kind_policy.h"
 #include "lock/lock_service_impl.h"
 
 namespace sidelock::lock {
@@ -29,14 +31,6 @@ bool isTransientBackendError(const Status& s) {
     default:
       return false;
   }
-}
-
-/// The locks whose leases are the one lease of `name` in the backend (its key
-/// `<prefix>{name}`): the mutex (writers, re-entered holds, multi-lock members), its fair
-/// holders and its readers, writers first.
-std::array<LockId, 3> locksOfOneLease(std::string_view name) {
-  return {LockId{LockKind::kMutex, std::string(name)}, LockId{LockKind::kFair, std::string(name)},
-          LockId{LockKind::kShared, std::string(name)}};
 }
 
 }  // namespace
@@ -102,13 +96,12 @@ LockService::Impl::Impl(const config::LocksConfig& config, backend::Backend& bac
       lost_(kLostLeaseCapacity, kLostLeaseRetentionUs) {
   backend_.setReleaseListener(guarded([this](std::string_view name) {
     // A release of any kind of lock of that name (a freed permit, a freed mutex: writers and
-    // readers wait for that one, the last reader gone).
-    // Writers first (see wakeLockQueues).
-    std::string n(name);
-    wakeQueue(LockId{LockKind::kMutex, n}, /*notified=*/true);
-    wakeQueue(LockId{LockKind::kFair, n}, /*notified=*/true);
-    wakeQueue(LockId{LockKind::kSemaphore, n}, /*notified=*/true);
-    wakeQueue(LockId{LockKind::kShared, std::move(n)}, /*notified=*/true);
+    // readers wait for that one, the last reader gone). Writers first (KindPolicy::lease_sharers).
+    LockId lock{LockKind::kMutex, std::string(name)};
+    for (LockKind kind : kindsInWakeOrder()) {
+      lock.kind = kind;
+      wakeQueue(lock, /*notified=*/true);
+    }
   }));
   backend_.setReadyListener(guarded([this] { onBackendReady(); }));
   // A shutdown waits for the backend calls in flight (or its grace period).
@@ -178,7 +171,8 @@ AcquireTicket LockService::Impl::acquire(AcquireOptions options,
 
   // A re-entry into a lease we hold: one try at once. Queued, it would wait behind waiters that
   // wait for this very lease (and a single try would be answered busy on their account).
-  const bool reentry = options.reentrant && leases_.find(options.lock, options.owner) != nullptr;
+  const bool reentry = options.reentrant && policyOf(options.lock.kind).allows_reentry &&
+                       leases_.find(options.lock, options.owner) != nullptr;
   if (reentry) options.wait_ms = 0;
   WaiterQueue* q = reentry ? nullptr : queues_.find(options.lock);
   const size_t queued_here = q != nullptr ? q->fifo.size() : 0;
@@ -211,8 +205,7 @@ AcquireTicket LockService::Impl::acquire(AcquireOptions options,
   AcquireTicket ticket(alive_.guarded([this, id] { cancelWaiter(id); }));
 
   if (w.options.wait_ms == 0) {
-    // (Readers share: queued readers are being let in, so a reader's single try asks too.)
-    if (queued_here > 0 && w.options.lock.kind != LockKind::kShared) {
+    if (queued_here > 0 && !policyOf(w.options.lock.kind).single_try_skips_local_queue) {
       // Local waiters asked first: a single try must not jump the FIFO queue. The lock is
       // contended by definition, so answer busy without a backend round trip (or the outage the
       // queue is riding out: a single try fails fast).
@@ -258,14 +251,14 @@ void LockService::Impl::enqueue(Waiter& w, int64_t holder_ttl_ms) {
   queues_.push(queue, &w);
   updateWaiterGauge();
   w.deadline_timer.start(scheduler_, wait_ms, guarded([this, id] { onDeadline(id); }));
-  const bool fair = w.options.lock.kind == LockKind::kFair;
-  if (fair && !created) {
+  const bool queue_in_backend = policyOf(w.options.lock.kind).queue_in_backend;
+  if (queue_in_backend && !created) {
     // A fair waiter takes its place in the backend's queue now: the head asks again at once and
     // registers everybody queued here (its answer may still be in flight: then right after it).
     wakeQueue(w.options.lock, /*notified=*/false);
     return;
   }
-  if (created && holder_ttl_ms >= 0 && !fair) {
+  if (created && holder_ttl_ms >= 0 && !queue_in_backend) {
     // Just found held: the first attempt waits for the holder's TTL (or its release). (A fair
     // waiter asks at once: that attempt is what puts it in the backend's queue.)
     queue.holder_expiry_us = scheduler_.nowUs() + holder_ttl_ms * 1000;
@@ -325,15 +318,15 @@ void LockService::Impl::attempt(Waiter& w) {
   backend::Operation op = backend::Operation::acquire(w.options.lock.name, w.options.owner,
                                                       w.options.ttl_ms, w.options.reentrant);
   op.limit = w.options.limit;
-  const LockKind kind = w.options.lock.kind;
-  if (queued && kind == LockKind::kMutex) {
+  const KindPolicy& policy = policyOf(w.options.lock.kind);
+  if (queued && policy.marks_writer_waiting) {
     // A queued writer: if readers hold the lock, new readers stay out until our next attempt,
     // never past our own deadline.
     const int64_t left_ms = ceilMs(w.deadline_us - scheduler_.nowUs());
     op.writer_wait_ms = std::clamp<int64_t>(writerMarkMs(), 1, std::max<int64_t>(1, left_ms));
   }
   std::string also_waiting;
-  if (queued && kind == LockKind::kFair) {
+  if (queued && policy.queue_in_backend) {
     // A fair waiter joins the backend's queue (or keeps its place), and so do the other waiters
     // queued here behind it, in their order: one call keeps every local claim alive.
     op.claim_ms = fairClaimMs();
@@ -351,7 +344,9 @@ void LockService::Impl::onAttemptReply(uint64_t id, StatusOr<backend::Outcome> r
                                        InFlight in_flight, bool handed_off) {
   const InFlight settled = std::move(in_flight);  // in flight until this function returns
   auto it = waiters_.find(id);
-  if (it == waiters_.end()) return;  // cannot happen: attempting waiters are kept until here
+  if (!SL_INVARIANT(it != waiters_.end(), "lock.attempt_reply_without_waiter")) {
+    return;  // attempting waiters are kept (abandoned if need be) until their reply is here
+  }
   Waiter& w = *it->second;
   w.attempting = false;
   const LockId lock = w.options.lock;
@@ -366,7 +361,8 @@ void LockService::Impl::onAttemptReply(uint64_t id, StatusOr<backend::Outcome> r
     if (reply.isOk()) q->backend_error = Status::ok();
   }
   const bool granted = reply.isOk() && reply->ok();
-  if (q != nullptr && reply.isOk() && lock.kind == LockKind::kMutex) {
+  const KindPolicy& policy = policyOf(lock.kind);
+  if (q != nullptr && reply.isOk() && policy.marks_writer_waiting) {
     // Readers turned the writer away and it marked itself; a writer whose acquire got it in
     // removed every mark (those still queued mark themselves again if readers come back first).
     if (reply->writer_marked) q->writers_marked = true;
@@ -426,15 +422,14 @@ void LockService::Impl::onAttemptReply(uint64_t id, StatusOr<backend::Outcome> r
     finishWaiter(w, std::move(r));
     if (q != nullptr && (q = queues_.find(lock)) != nullptr) {
       q->backoff.reset();
-      if (const LockKind kind = lock.kind;
-          kind == LockKind::kSemaphore || kind == LockKind::kShared) {
+      if (policy.admits_many) {
         // Admission: a semaphore may have more permits free, readers share; the next waiter
         // asks at once and the queue sleeps only when an attempt is turned away.
         pumpQueue(lock);
       } else {
         // We hold it now: the next waiter sleeps until our release wakes it (or our TTL lapses).
         q->holder_expiry_us = scheduler_.nowUs() + reply->validity_ms * 1000;
-        if (wake && lock.kind == LockKind::kFair) {
+        if (wake && policy.queue_in_backend) {
           // A fair waiter joined while this attempt was out: the next head asks now, which
           // registers it in the backend's queue (waiting for our release would let waiters of
           // other sidecars that came later in before it).
@@ -519,7 +514,7 @@ void LockService::Impl::withdrawFromBackend(const Waiter& w, const WaiterQueue* 
   // A writer's mark passes to the writers still queued here, so that readers stay out until
   // the last of them leaves (or gets in).
   const std::string others =
-      w.options.lock.kind == LockKind::kMutex ? othersQueued(q, &w) : std::string();
+      policyOf(w.options.lock.kind).marks_writer_waiting ? othersQueued(q, &w) : std::string();
   op.also_waiting = others;
   // As an attempt's mark: until the next attempt, never past the last of their deadlines.
   int64_t last_deadline_us = 0;
@@ -546,10 +541,10 @@ void LockService::Impl::finishWaiter(Waiter& w, AcquireResult result) {
     // It may hold a place in the backend's queue (fair), or keep readers out (a writer that
     // readers turned away): give it up now rather than by its claim / mark lapsing (the next
     // waiter, the readers would wait for that).
-    const LockKind kind = w.options.lock.kind;
+    const KindPolicy& policy = policyOf(w.options.lock.kind);
     const WaiterQueue* q = queues_.find(w.options.lock);
-    if (kind == LockKind::kFair ||
-        (kind == LockKind::kMutex && q != nullptr && q->writers_marked)) {
+    if (policy.queue_in_backend ||
+        (policy.marks_writer_waiting && q != nullptr && q->writers_marked)) {
       withdrawFromBackend(w, q);
     }
   }
@@ -647,19 +642,24 @@ void LockService::Impl::wakeQueue(const LockId& lock, bool notified) {
 }
 
 void LockService::Impl::wakeLockQueues(const LockId& lock, bool notified) {
-  if (lock.kind == LockKind::kSemaphore) return wakeQueue(lock, notified);
-  // A mutex, its fair waiters and its readers all wait for the one lease of the name. Writers
-  // are woken first: their attempts reach the backend first (one connection, in order), so a
-  // queued writer takes a lock freed by its last reader before queued readers start a new
-  // group of readers (writer preference; the mark went with the readers' key).
-  for (const LockId& queue : locksOfOneLease(lock.name)) wakeQueue(queue, notified);
+  // Every queue waiting for the same backend lease, writers first: their attempts reach the
+  // backend first (one connection, in order), so a queued writer takes a lock freed by its last
+  // reader before queued readers start a new group of readers (writer preference; the mark went
+  // with the readers' key).
+  LockId queue{lock.kind, lock.name};
+  for (LockKind kind : policyOf(lock.kind).lease_sharers) {
+    queue.kind = kind;
+    wakeQueue(queue, notified);
+  }
 }
 
 void LockService::Impl::wakeAfterRelease(const LockId& lock, const backend::Outcome& released) {
   // Writers, readers and fair waiters of one name wait in their own queues: a writer gone lets
   // any of them in, the last reader gone too (other sidecars hear it from the announcement); a
   // reader that leaves others behind lets nobody in.
-  if (lock.kind == LockKind::kShared && released.used > 0) return wakeQueue(lock, false);
+  if (policyOf(lock.kind).holders_share_one_lease && released.used > 0) {
+    return wakeQueue(lock, false);
+  }
   wakeLockQueues(lock, false);
 }
 
@@ -777,7 +777,7 @@ void LockService::Impl::release(const LockId& lock, std::string_view owner,
 void LockService::Impl::sendRelease(LockId lock, std::string owner,
                                     std::function<void(StatusOr<ReleaseStatus>)> done,
                                     bool client_request) {
-  if (client_request && !stopping_ && backend_.canHandOff() && lock.kind == LockKind::kMutex) {
+  if (client_request && !stopping_ && backend_.canHandOff() && policyOf(lock.kind).hands_off) {
     if (Waiter* next = handOffCandidate(lock)) {
       sendReleaseWithHandOff(std::move(lock), std::move(owner), *next, std::move(done));
       return;
@@ -1025,7 +1025,9 @@ void LockService::Impl::forceRelease(std::string_view name,
           // gone).
           // Fair holders and readers hold the lock's key too: a force release frees them all.
           // (Semaphores have keys of their own, and no force release.)
-          for (const LockId& holder_lock : locksOfOneLease(n)) {
+          LockId holder_lock{LockKind::kMutex, n};
+          for (LockKind kind : kMutexLeaseSharers) {
+            holder_lock.kind = kind;
             std::vector<std::string> owners;
             for (const Lease* l = leases_.find(holder_lock); l != nullptr;
                  l = l->next_same_name.get()) {

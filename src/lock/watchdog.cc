@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "common/log.h"
+#include "lock/kinds/kind_policy.h"
 #include "lock/lock_service_impl.h"
 
 namespace sidelock::lock {
@@ -52,7 +53,8 @@ void LockService::Impl::recordGrant(Waiter& w, const backend::Outcome& grant) {
            {"holds", static_cast<long long>(held->holds)});
     return;
   }
-  if (Lease* old = lock.kind == LockKind::kMutex ? leases_.find(lock) : nullptr) {
+  if (Lease* old =
+          policyOf(lock.kind).new_grant_ends_earlier_lease ? leases_.find(lock) : nullptr) {
     // A mutex has one holder: the backend granted the name again, so our earlier lease lapsed
     // before its timer told us. (A semaphore's permits live side by side.)
     if (old->renewing && !old->releasing) {

@@ -47,7 +47,8 @@ def main():
     checked = 0
     for layer in sorted(deps):
         allowed = deps[layer] | {layer}
-        files = sorted(glob.glob(os.path.join(src, layer, "*.h")) + glob.glob(os.path.join(src, layer, "*.cc")))
+        files = sorted(glob.glob(os.path.join(src, layer, "**", "*.h"), recursive=True) +
+                       glob.glob(os.path.join(src, layer, "**", "*.cc"), recursive=True))
         for path in files:
             with open(path) as f:
                 for number, line in enumerate(f, 1):
