@@ -1,5 +1,6 @@
-// Internal: the state and helpers of LockService, shared by lock_service.cc (acquire, waiting,
-// release, extend, shutdown) and watchdog.cc (lease lifecycle: grant, renewal, expiry, loss).
+// Internal: the state and helpers of LockService, shared by lock_service.cc (facade, plumbing,
+// shutdown), waiting.cc (acquire, queues), release.cc (release, hand-off, extend, inspect) and
+// watchdog.cc (lease lifecycle: grant, renewal, expiry, loss).
 //
 // Callback discipline: every entry from the outside world that is not a public call (a backend
 // reply, a timer, a release notification) runs inside a TurnScope. User callbacks (`done`,
@@ -37,6 +38,9 @@ inline constexpr size_t kLostLeaseCapacity = 4096;
 inline constexpr int64_t kLostLeaseRetentionUs = 10LL * 60 * 1000 * 1000;
 /// A queued writer's mark keeps new readers out this much longer than its next retry can be away.
 inline constexpr int64_t kWriterWaitSlackMs = 1000;
+
+/// Microseconds to whole milliseconds, rounded up (a wait is never cut short); 0 if none left.
+inline int64_t ceilMs(int64_t us) { return us <= 0 ? 0 : (us + 999) / 1000; }
 
 class LockService::Impl {
  public:
@@ -106,7 +110,7 @@ class LockService::Impl {
   void deliver(std::function<void()> fn);
   bool drain();  // false if the service was destroyed while draining
 
-  // --- acquire and waiting (lock_service.cc) ---
+  // --- acquire and waiting (waiting.cc) ---
   void cancelWaiter(uint64_t id);
   void attempt(Waiter& w);
   /// `handed_off`: the grant came with a release's hand-off, which leaves writers' marks alone.
@@ -154,7 +158,7 @@ class LockService::Impl {
   int64_t retryHintMs(const LockId& lock, int64_t holder_ttl_ms);
   void updateWaiterGauge();
 
-  // --- release / extend (lock_service.cc) ---
+  // --- release / extend (release.cc) ---
   void sendRelease(LockId lock, std::string owner,
                    std::function<void(StatusOr<ReleaseStatus>)> done, bool client_request);
   /// The head of `lock`'s queue, if a release may hand the lock straight to it.

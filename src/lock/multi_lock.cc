@@ -15,8 +15,6 @@
 namespace sidelock::lock {
 namespace {
 
-int64_t ceilMs(int64_t us) { return us <= 0 ? 0 : (us + 999) / 1000; }
-
 /// One multi-lock acquire in progress. Owned by the callbacks it has handed out (the current
 /// one-name acquire, the extends), so it lives exactly as long as something can still answer.
 class MultiAcquire : public std::enable_shared_from_this<MultiAcquire> {

@@ -14,12 +14,6 @@
 #include "lock/lock_service_impl.h"
 
 namespace sidelock::lock {
-namespace {
-
-int64_t ceilMs(int64_t us) { return us <= 0 ? 0 : (us + 999) / 1000; }
-
-}  // namespace
-
 void LockService::Impl::updateHeldGauge() {
   metrics_.held_locks.Set(static_cast<double>(leases_.size()));
 }

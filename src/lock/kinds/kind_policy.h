@@ -12,7 +12,7 @@
 //   4. Its routes (src/api/<kind>_routes.cc or lock_routes.cc), request fields, openapi.json.
 //   5. Docs (README.md) and tests (policy table: tests/unit/kind_policy_test.cc; its own
 //      integration test; the differential test).
-// Nothing in lock_service.cc, watchdog.cc or the API's answers needs to change.
+// Nothing in lock_service.cc, waiting.cc, release.cc, watchdog.cc or the API's answers changes.
 #pragma once
 
 #include <array>
