@@ -5,8 +5,9 @@
 namespace sidelock::lock {
 
 Lease* LeaseTable::find(const LockId& lock) const {
-  auto it = leases_.find(lock);
-  return it == leases_.end() ? nullptr : it->second.get();
+  const ByName& leases = byName(lock.kind);
+  auto it = leases.find(lock.name);
+  return it == leases.end() ? nullptr : it->second.get();
 }
 
 Lease* LeaseTable::find(const LockId& lock, std::string_view owner) const {
@@ -17,8 +18,10 @@ Lease* LeaseTable::find(const LockId& lock, std::string_view owner) const {
 }
 
 LeaseTable::~LeaseTable() {
-  for (auto& [lock, first] : leases_) {
-    while (first != nullptr) first = std::move(first->next_same_name);
+  for (ByName& leases : by_kind_) {
+    for (auto& [name, first] : leases) {
+      while (first != nullptr) first = std::move(first->next_same_name);
+    }
   }
 }
 
@@ -40,22 +43,23 @@ void GrantTimes::remove(int64_t granted_us) {
 
 void LeaseTable::insert(std::unique_ptr<Lease> lease) {
   grant_times_.add(lease->granted_us);
-  auto [it, inserted] = leases_.try_emplace(lease->lock, nullptr);
+  auto [it, inserted] = byName(lease->lock.kind).try_emplace(lease->lock.name, nullptr);
   if (!inserted) lease->next_same_name = std::move(it->second);
   it->second = std::move(lease);
   ++size_;
 }
 
 std::unique_ptr<Lease> LeaseTable::remove(const LockId& lock, std::string_view owner) {
-  auto it = leases_.find(lock);
-  if (it == leases_.end()) return nullptr;
+  ByName& leases = byName(lock.kind);
+  auto it = leases.find(lock.name);
+  if (it == leases.end()) return nullptr;
   std::unique_ptr<Lease>* slot = &it->second;
   while (*slot != nullptr && (*slot)->owner != owner) slot = &(*slot)->next_same_name;
   if (*slot == nullptr) return nullptr;
   std::unique_ptr<Lease> lease = std::move(*slot);
   *slot = std::move(lease->next_same_name);
   grant_times_.remove(lease->granted_us);
-  if (it->second == nullptr) leases_.erase(it);
+  if (it->second == nullptr) leases.erase(it);
   --size_;
   return lease;
 }

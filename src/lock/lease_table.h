@@ -3,6 +3,7 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <climits>
 #include <cstdint>
 #include <functional>
@@ -26,6 +27,25 @@ inline int32_t clampHolds(int64_t holds) {
   return static_cast<int32_t>(std::clamp<int64_t>(holds, 0, INT32_MAX));
 }
 
+/// Work queued behind a lease's renewal in flight (a release, a shutdown's releases). Rare: a
+/// lease pays one pointer for it, not an empty vector's three (RSS budget).
+class AfterRenewal {
+ public:
+  void push_back(std::function<void()> fn) {
+    if (list_ == nullptr) list_ = std::make_unique<std::vector<std::function<void()>>>();
+    list_->push_back(std::move(fn));
+  }
+  bool empty() const { return list_ == nullptr || list_->empty(); }
+  /// The work queued so far, in order; none is left queued.
+  std::vector<std::function<void()>> take() {
+    std::unique_ptr<std::vector<std::function<void()>>> taken = std::move(list_);
+    return taken != nullptr ? std::move(*taken) : std::vector<std::function<void()>>();
+  }
+
+ private:
+  std::unique_ptr<std::vector<std::function<void()>>> list_;
+};
+
 struct Lease {
   Lease(int64_t retry_min_ms, int64_t retry_max_ms) : renew_backoff(retry_min_ms, retry_max_ms) {}
 
@@ -36,20 +56,21 @@ struct Lease {
   int64_t ttl_ms = 0;  // as requested: what every renewal extends by
   int64_t granted_us = 0;
   int64_t expiry_us = 0;  // end of validity as last confirmed by the backend
-  bool auto_renew = false;
-  bool stream = false;
-  // Next to the bools, in what would be padding: 100k leases must stay within the RSS budget.
-  int32_t holds = 1;             // reentrant acquires: holds taken and not yet given back
+  // Flags as bits next to `holds`, in what would be padding: 100k leases must stay within the RSS
+  // budget (8 bytes less a lease puts it in a smaller allocator bin).
+  bool auto_renew : 1 = false;
+  bool stream : 1 = false;
+  // Watchdog state.
+  bool renewing : 1 = false;         // renewals still planned (auto_renew, not capped or released)
+  bool renew_in_flight : 1 = false;  // a backend extend for a renewal has not answered yet
+  bool releasing : 1 = false;        // release started: renewals are over for good
+  bool capped : 1 = false;           // renewals stopped at max_hold_ms: it runs out at the cap
+  int32_t holds = 1;                 // reentrant acquires: holds taken and not yet given back
   int64_t hold_deadline_us = 0;  // auto_renew: no renewal starts at or after this (0 = no cap)
   std::function<void(LeaseEvent)> on_event;
 
-  // Watchdog state.
-  bool renewing = false;         // renewals still planned (auto_renew, not capped or released)
-  bool renew_in_flight = false;  // a backend extend for a renewal has not answered yet
-  bool releasing = false;        // release started: renewals are over for good
-  bool capped = false;           // renewals stopped at max_hold_ms: it runs out at the cap
   /// Work that must wait until the in-flight renewal answered (release sequencing).
-  std::vector<std::function<void()>> after_renewal;
+  AfterRenewal after_renewal;
   Backoff renew_backoff;  // pacing of retries after transient errors
   event::ScopedTimer expiry_timer;
   event::ScopedTimer renew_timer;
@@ -102,15 +123,27 @@ class LeaseTable {
   int64_t oldestGrantedUs() const { return grant_times_.oldestUs(); }
   template <typename F>
   void forEach(F&& f) const {
-    for (const auto& [lock, first] : leases_) {
-      for (const Lease* l = first.get(); l != nullptr; l = l->next_same_name.get()) f(*l);
+    for (const ByName& leases : by_kind_) {
+      for (const auto& [name, first] : leases) {
+        for (const Lease* l = first.get(); l != nullptr; l = l->next_same_name.get()) f(*l);
+      }
     }
   }
   /// (lock, owner) of every lease, for loops that end leases as they go.
   std::vector<std::pair<LockId, std::string>> keys() const;
 
  private:
-  std::unordered_map<LockId, std::unique_ptr<Lease>, LockIdHash> leases_;
+  struct NameHash {
+    using is_transparent = void;
+    size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+  };
+  // One map per kind, keyed by the name alone: a LockId key would cost every lease 16 bytes more
+  // (the kind's padding in the key, and the next allocator bin for the node): 1.6 MB at 100k.
+  using ByName = std::unordered_map<std::string, std::unique_ptr<Lease>, NameHash, std::equal_to<>>;
+  ByName& byName(LockKind kind) { return by_kind_[static_cast<size_t>(kind)]; }
+  const ByName& byName(LockKind kind) const { return by_kind_[static_cast<size_t>(kind)]; }
+
+  std::array<ByName, backend::kLockKindCount> by_kind_;
   size_t size_ = 0;
   GrantTimes grant_times_;
 };

@@ -180,8 +180,7 @@ void LockService::Impl::onRenewReply(const LockId& lock, const std::string& owne
     return;
   }
   lease->renew_in_flight = false;
-  std::vector<std::function<void()>> after = std::move(lease->after_renewal);
-  lease->after_renewal.clear();
+  std::vector<std::function<void()>> after = lease->after_renewal.take();
   const bool active = lease->renewing && !lease->releasing;
   const int64_t now = scheduler_.nowUs();
 
@@ -262,7 +261,7 @@ void LockService::Impl::endLease(const LockId& lock, std::string_view owner) {
   metrics_.hold_seconds.Observe(static_cast<double>(scheduler_.nowUs() - lease->granted_us) / 1e6);
   updateHeldGauge();
   // A release still waiting for this lease's renewal goes out now (it will find the lease gone).
-  std::vector<std::function<void()>> after = std::move(lease->after_renewal);
+  std::vector<std::function<void()>> after = lease->after_renewal.take();
   lease.reset();
   for (auto& fn : after) fn();
 }
