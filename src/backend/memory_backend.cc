@@ -22,6 +22,29 @@ void forEachOwner(std::string_view list, F&& f) {
   }
 }
 
+/// Release (erase) or extend (a new expiry) of `op.owner`'s entry among `holders` (a semaphore's
+/// permits, a lock's readers): kOk with how many are left, or `o` unchanged if it has none.
+Outcome releaseOrExtendHolder(std::map<std::string, int64_t, std::less<>>& holders,
+                              const Operation& op, int64_t now_us, Outcome o) {
+  auto holder = holders.find(op.owner);
+  if (holder == holders.end()) return o;
+  o.code = OutcomeCode::kOk;
+  if (op.verb == Verb::kRelease) {
+    holders.erase(holder);
+  } else {
+    holder->second = now_us + op.ttl_ms * 1000;
+    o.validity_ms = op.ttl_ms;
+  }
+  o.used = static_cast<int64_t>(holders.size());
+  return o;
+}
+
+/// The answer to a verb a kind does not serve (the lock service never sends one).
+Status notServed(const Operation& op, std::string_view kind) {
+  return Status(StatusCode::kFailedPrecondition,
+                std::string(verbName(op.verb)) + " is not served for " + std::string(kind));
+}
+
 }  // namespace
 
 MemoryBackend::MemoryBackend(event::Scheduler& scheduler) : scheduler_(scheduler) {}
@@ -182,17 +205,7 @@ StatusOr<Outcome> MemoryBackend::applySemaphore(const Operation& op) {
     case Verb::kExtend: {
       if (op.verb == Verb::kExtend && op.ttl_ms <= 0) return invalidArgument("ttl_ms must be > 0");
       if (it == semaphores_.end()) return o;
-      auto permit = it->second.permits.find(op.owner);
-      if (permit == it->second.permits.end()) return o;
-      o.code = OutcomeCode::kOk;
-      if (op.verb == Verb::kRelease) {
-        it->second.permits.erase(permit);
-      } else {
-        permit->second = now + op.ttl_ms * 1000;
-        o.validity_ms = op.ttl_ms;
-      }
-      o.used = static_cast<int64_t>(it->second.permits.size());
-      return o;
+      return releaseOrExtendHolder(it->second.permits, op, now, o);
     }
     case Verb::kInspect:
       o.token = it == semaphores_.end() ? 0 : it->second.token;
@@ -207,8 +220,7 @@ StatusOr<Outcome> MemoryBackend::applySemaphore(const Operation& op) {
     case Verb::kWithdraw:
       break;
   }
-  return Status(StatusCode::kFailedPrecondition,
-                std::string(verbName(op.verb)) + " is not served for semaphores");
+  return notServed(op, "semaphores");
 }
 
 StatusOr<Outcome> MemoryBackend::applyShared(const Operation& op) {
@@ -261,17 +273,7 @@ StatusOr<Outcome> MemoryBackend::applyShared(const Operation& op) {
     case Verb::kExtend: {
       if (op.verb == Verb::kExtend && op.ttl_ms <= 0) return invalidArgument("ttl_ms must be > 0");
       if (readers == nullptr) return o;
-      auto reader = readers->readers.find(op.owner);
-      if (reader == readers->readers.end()) return o;
-      o.code = OutcomeCode::kOk;
-      if (op.verb == Verb::kRelease) {
-        readers->readers.erase(reader);
-      } else {
-        reader->second = now + op.ttl_ms * 1000;
-        o.validity_ms = op.ttl_ms;
-      }
-      o.used = static_cast<int64_t>(readers->readers.size());
-      return o;
+      return releaseOrExtendHolder(readers->readers, op, now, o);
     }
     case Verb::kInspect:
       if (auto it = locks_.find(op.name); it != locks_.end()) o.token = it->second.token;
@@ -289,8 +291,7 @@ StatusOr<Outcome> MemoryBackend::applyShared(const Operation& op) {
     case Verb::kWithdraw:
       break;
   }
-  return Status(StatusCode::kFailedPrecondition,
-                std::string(verbName(op.verb)) + " is not served for readers");
+  return notServed(op, "readers");
 }
 
 StatusOr<Outcome> MemoryBackend::applyFair(const Operation& op) {

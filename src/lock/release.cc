@@ -8,6 +8,17 @@
 #include "lock/lock_service_impl.h"
 
 namespace sidelock::lock {
+namespace {
+
+/// Counts a refused release or extend under its result label (lease_lost, not_owner, not_held).
+template <typename RefusedStatus>
+void countRefusal(RefusedStatus status, prometheus::Counter& lease_lost,
+                  prometheus::Counter& not_owner, prometheus::Counter& not_held) {
+  if (status == RefusedStatus::kLeaseLost) return lease_lost.Increment();
+  (status == RefusedStatus::kNotOwner ? not_owner : not_held).Increment();
+}
+
+}  // namespace
 
 // ---------------------------------------------------------------------------------------------
 // Release, extend, inspect
@@ -170,17 +181,8 @@ void LockService::Impl::onReleaseReply(const LockId& lock, const std::string& ow
       result = not_owner ? ReleaseStatus::kNotOwner : ReleaseStatus::kNotHeld;
     }
     if (client_request) {
-      switch (*result) {
-        case ReleaseStatus::kLeaseLost:
-          metrics_.release_lease_lost.Increment();
-          break;
-        case ReleaseStatus::kNotOwner:
-          metrics_.release_not_owner.Increment();
-          break;
-        default:
-          metrics_.release_not_held.Increment();
-          break;
-      }
+      countRefusal(*result, metrics_.release_lease_lost, metrics_.release_not_owner,
+                   metrics_.release_not_held);
     }
   }
   if (done) {
@@ -227,17 +229,8 @@ void LockService::Impl::extend(const LockId& lock, std::string_view owner, int64
           } else if (lost_.contains(n, o, scheduler_.nowUs())) {
             status = ExtendStatus::kLeaseLost;
           }
-          switch (status) {
-            case ExtendStatus::kLeaseLost:
-              metrics_.extend_lease_lost.Increment();
-              break;
-            case ExtendStatus::kNotOwner:
-              metrics_.extend_not_owner.Increment();
-              break;
-            default:
-              metrics_.extend_not_held.Increment();
-              break;
-          }
+          countRefusal(status, metrics_.extend_lease_lost, metrics_.extend_not_owner,
+                       metrics_.extend_not_held);
           result = ExtendResult{status, 0};
         }
         if (done) {

@@ -13,12 +13,9 @@
 --! include lib/holder.lua
 --! include lib/announce.lua
 
-local holds, refused = ownHolds()
-if not holds then
-  return refused
-end
-if holds > 1 then
-  return giveBackHold(holds)
+local reply = lastHoldOrReply()
+if reply then
+  return reply
 end
 redis.call('DEL', KEYS[1])
 announce(ARGV[2], ARGV[3], ARGV[4])

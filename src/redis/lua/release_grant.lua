@@ -15,12 +15,9 @@
 --! include lib/next_token.lua
 --! include lib/holder.lua
 
-local holds, refused = ownHolds()
-if not holds then
-  return refused
-end
-if holds > 1 then
-  return giveBackHold(holds)
+local reply = lastHoldOrReply()
+if reply then
+  return reply
 end
 redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
 return {1, nextToken(ARGV[4]), tonumber(ARGV[3]), 1}

@@ -2,8 +2,8 @@
 -- acquire took a second hold (owner ids never contain a space). One key per lease, as before: a
 -- hold count kept in a key of its own would be a key that mostly does not exist, and Redis Cluster
 -- answers TRYAGAIN to every script naming a missing key while its slot migrates.
--- holderOf(v), setHolds(owner, holds, ttl), ownHolds() (the owner check of ARGV[1]) and
--- giveBackHold(holds).
+-- holderOf(v), setHolds(owner, holds, ttl), ownHolds() (the owner check of ARGV[1]),
+-- giveBackHold(holds) and lastHoldOrReply() (the start of release and hand-off).
 
 local function holderOf(v)
   local sep = string.find(v, ' ', 1, true)
@@ -33,4 +33,16 @@ local function giveBackHold(holds)
   local ttl = redis.call('PTTL', KEYS[1])
   setHolds(ARGV[1], holds - 1, ttl)
   return {1, 0, ttl, holds - 1}
+end
+-- The start of a release (or hand-off): nil if ARGV[1] holds the lease's last hold (the caller
+-- frees or passes it on), else the reply to send now: refused, or one hold of several given back.
+local function lastHoldOrReply()
+  local holds, refused = ownHolds()
+  if not holds then
+    return refused
+  end
+  if holds > 1 then
+    return giveBackHold(holds)
+  end
+  return nil
 end
