@@ -33,12 +33,7 @@ class ClusterLoopTest : public ::testing::Test {
         << backend_->health().reason;
   }
   void TearDown() override {
-    if (backend_) {
-      bool done = false;
-      backend_->shutdown([&] { done = true; });
-      EXPECT_TRUE(env_.runUntil([&] { return done; }));
-      backend_.reset();
-    }
+    env_.shutDown(backend_);
     env_.close();
   }
 

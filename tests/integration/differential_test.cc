@@ -53,9 +53,7 @@ class DifferentialTest : public ::testing::Test {
     ASSERT_TRUE(env_.runUntil([&] { return redis_backend_->health().ready; }));
   }
   void TearDown() override {
-    bool done = false;
-    redis_backend_->shutdown([&] { done = true; });
-    EXPECT_TRUE(env_.runUntil([&] { return done; }));
+    env_.shutDown(redis_backend_);
     memory_.shutdown([] {});
     env_.runFor(10);
     env_.close();

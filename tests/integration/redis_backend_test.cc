@@ -22,11 +22,7 @@ class RedisBackendTest : public ::testing::Test {
   static constexpr int64_t kMaxTtlMs = 600'000;
 
   void TearDown() override {
-    for (auto& b : backends_) {
-      bool done = false;
-      b->shutdown([&] { done = true; });
-      EXPECT_TRUE(env_.runUntil([&] { return done; }));
-    }
+    for (auto& b : backends_) env_.shutDown(b);
     backends_.clear();
     env_.close();
   }

@@ -32,12 +32,7 @@ RedisNodeOptions options(int port) {
 class RedisNodeTest : public ::testing::Test {
  protected:
   void TearDown() override {
-    if (node_) {
-      bool done = false;
-      node_->shutdown([&] { done = true; });
-      EXPECT_TRUE(env_.runUntil([&] { return done; }));
-      node_.reset();
-    }
+    env_.shutDown(node_);
     env_.close();
   }
 

@@ -52,6 +52,17 @@ class LoopEnv {
     runUntil([&] { return std::chrono::steady_clock::now() >= until; }, ms + 1000);
   }
 
+  /// Shuts `object` down (a backend, a node: anything with shutdown(done)), runs the loop until
+  /// it says done, and destroys it. Nothing to do for a null pointer.
+  template <typename T>
+  void shutDown(std::unique_ptr<T>& object) {
+    if (object == nullptr) return;
+    bool done = false;
+    object->shutdown([&] { done = true; });
+    EXPECT_TRUE(runUntil([&] { return done; })) << "shutdown did not finish";
+    object.reset();
+  }
+
   /// Closes our handles, drains the loop (bounded) and checks uv_loop_close() == 0.
   void close() {
     closed_ = true;

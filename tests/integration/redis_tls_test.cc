@@ -24,12 +24,7 @@ using testing::TestPki;
 class RedisTlsTest : public ::testing::Test {
  protected:
   void TearDown() override {
-    if (node_) {
-      bool done = false;
-      node_->shutdown([&] { done = true; });
-      EXPECT_TRUE(env_.runUntil([&] { return done; }));
-      node_.reset();
-    }
+    env_.shutDown(node_);
     env_.close();
   }
 
