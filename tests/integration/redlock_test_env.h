@@ -45,14 +45,11 @@ class RedlockTest : public ::testing::Test {
   }
 
   config::BackendConfig redlockConfig(bool delayed_restart = false) {
-    config::BackendConfig c;
+    // One redis's test-friendly timeouts, for every node.
+    config::BackendConfig c = redisConfig(servers_.front()->port());
     c.type = config::BackendType::kRedlock;
+    c.nodes.clear();
     for (auto& s : servers_) c.nodes.push_back(localNode(s->port()));
-    c.key_prefix = "sidelock:";
-    c.connect_timeout_ms = 300;
-    c.command_timeout_ms = 300;
-    c.reconnect_min_ms = 20;
-    c.reconnect_max_ms = 200;
     c.health_interval_ms = 100;
     c.redlock.node_timeout_ms = kNodeTimeoutMs;
     c.redlock.drift_factor = 0.01;
