@@ -152,6 +152,44 @@ TEST_F(SafeRetriesInFlightTest, EightCopiesOfAPermitAcquireTakeOnePermit) {
   EXPECT_EQ(pool["used"], 1) << pool.dump();
 }
 
+// A second run of a copy would answer 404 not_held (the permit is gone): the copies get 200.
+TEST_F(SafeRetriesInFlightTest, CopiesOfAPermitReleaseReleaseOnce) {
+  auto mine = c_.post("/v1/semaphores/pool/acquire", R"({"limit":2,"ttl_ms":30000})");
+  ASSERT_EQ(mine.status, 200) << mine.body;
+  auto other = c_.post("/v1/semaphores/pool/acquire", R"({"limit":2,"ttl_ms":30000})");
+  ASSERT_EQ(other.status, 200) << other.body;
+  const std::string permit = json::parse(mine.body)["permit"];
+
+  pauseWrites(redis_);
+  auto answers =
+      sendCopies(sidecar_->port(), "/v1/semaphores/pool/release",
+                 json{{"permit", permit}, {"request_id", "rel-p"}}.dump(), 3);
+  for (const auto& a : answers) {
+    EXPECT_EQ(a.status, 200) << "the first answer, not 404 not_held: " << a.body;
+    EXPECT_EQ(a.body, answers[0].body);
+  }
+  auto pool = json::parse(c_.get("/v1/semaphores/pool").body);
+  EXPECT_EQ(pool["used"], 1) << "the other permit is still held: " << pool.dump();
+}
+
+TEST_F(SafeRetriesInFlightTest, APermitAcquireRetriedAfterTheClientGaveUpGetsItsPermit) {
+  const std::string acquire = R"({"limit":3,"ttl_ms":30000,"request_id":"acq-p"})";
+  pauseWrites(redis_);
+  sendAndGiveUp(sidecar_->port(), "/v1/semaphores/pool/acquire", acquire);
+  // Its permit must reach the retry, not be given back, and no second permit be taken.
+  HttpClient retry = HttpClient::tcp(sidecar_->port());
+  auto answer = retry.post("/v1/semaphores/pool/acquire", acquire);
+  ASSERT_EQ(answer.status, 200) << answer.body;
+  const json grant = json::parse(answer.body);
+  auto pool = json::parse(c_.get("/v1/semaphores/pool").body);
+  EXPECT_EQ(pool["used"], 1) << pool.dump();
+  EXPECT_EQ(metricValue(c_.get("/metrics").body, "sidelock_grants_undelivered_total"), 0);
+  auto again = json::parse(retry.post("/v1/semaphores/pool/acquire", acquire).body);
+  EXPECT_EQ(again["permit"], grant["permit"]) << "a later retry gets the same permit";
+  EXPECT_EQ(c_.post("/v1/semaphores/pool/release", json{{"permit", grant["permit"]}}.dump()).status,
+            200);
+}
+
 // Multi-locks: the same claim. A second run of a copy would answer 409 (the names are held by
 // the first run's owner) and a second release 404 (nothing left to release).
 TEST_F(SafeRetriesInFlightTest, CopiesOfAMultiLockAcquireGetOneGrant) {
