@@ -68,6 +68,16 @@ void sendAndGiveUp(int port, const std::string& path, const std::string& body) {
   EXPECT_FALSE(impatient.readResponse(100).has_value()) << "Redis holds " << path << " back";
 }
 
+/// Sends a POST whose client gives up while Redis holds it back, then the client's retry on a new
+/// connection: the retry's answer.
+HttpResponse retryAfterGivingUp(const RedisServer& redis, int port, const std::string& path,
+                                const std::string& body) {
+  pauseWrites(redis);
+  sendAndGiveUp(port, path, body);
+  HttpClient retry = HttpClient::tcp(port);
+  return retry.post(path, body);
+}
+
 class SafeRetriesInFlightTest : public ::testing::Test {
  protected:
   RedisServer redis_;
@@ -103,10 +113,7 @@ TEST_F(SafeRetriesInFlightTest, AReleaseRetriedAfterTheClientGaveUpActsOnce) {
   ASSERT_EQ(c_.post("/v1/locks/re/acquire", acquire).status, 200);
   const std::string release = R"({"owner":"me","request_id":"give-up"})";
 
-  pauseWrites(redis_);
-  sendAndGiveUp(sidecar_->port(), "/v1/locks/re/release", release);  // and retries
-  HttpClient retry = HttpClient::tcp(sidecar_->port());
-  auto answer = retry.post("/v1/locks/re/release", release);
+  auto answer = retryAfterGivingUp(redis_, sidecar_->port(), "/v1/locks/re/release", release);
   EXPECT_EQ(answer.status, 200) << answer.body;
   EXPECT_EQ(json::parse(answer.body)["held"], true) << answer.body;
   EXPECT_EQ(json::parse(c_.get("/v1/locks/re").body)["held"], true) << "one hold is left";
@@ -114,11 +121,9 @@ TEST_F(SafeRetriesInFlightTest, AReleaseRetriedAfterTheClientGaveUpActsOnce) {
 
 TEST_F(SafeRetriesInFlightTest, AnAcquireRetriedAfterTheClientGaveUpGetsItsGrant) {
   const std::string acquire = R"({"ttl_ms":30000,"request_id":"acq-1"})";
-  pauseWrites(redis_);
-  sendAndGiveUp(sidecar_->port(), "/v1/locks/job/acquire", acquire);
   // Its grant must reach the retry, not be given back.
+  auto answer = retryAfterGivingUp(redis_, sidecar_->port(), "/v1/locks/job/acquire", acquire);
   HttpClient retry = HttpClient::tcp(sidecar_->port());
-  auto answer = retry.post("/v1/locks/job/acquire", acquire);
   ASSERT_EQ(answer.status, 200) << answer.body;
   const std::string owner = json::parse(answer.body)["owner"];
   // The grant is the retry's: still held, and its owner releases it.
@@ -174,11 +179,10 @@ TEST_F(SafeRetriesInFlightTest, CopiesOfAPermitReleaseReleaseOnce) {
 
 TEST_F(SafeRetriesInFlightTest, APermitAcquireRetriedAfterTheClientGaveUpGetsItsPermit) {
   const std::string acquire = R"({"limit":3,"ttl_ms":30000,"request_id":"acq-p"})";
-  pauseWrites(redis_);
-  sendAndGiveUp(sidecar_->port(), "/v1/semaphores/pool/acquire", acquire);
   // Its permit must reach the retry, not be given back, and no second permit be taken.
+  auto answer =
+      retryAfterGivingUp(redis_, sidecar_->port(), "/v1/semaphores/pool/acquire", acquire);
   HttpClient retry = HttpClient::tcp(sidecar_->port());
-  auto answer = retry.post("/v1/semaphores/pool/acquire", acquire);
   ASSERT_EQ(answer.status, 200) << answer.body;
   const json grant = json::parse(answer.body);
   auto pool = json::parse(c_.get("/v1/semaphores/pool").body);
@@ -227,11 +231,9 @@ TEST_F(SafeRetriesInFlightTest, CopiesOfAMultiLockReleaseReleaseOnce) {
 
 TEST_F(SafeRetriesInFlightTest, AMultiLockAcquireRetriedAfterTheClientGaveUpGetsItsGrant) {
   const std::string acquire = R"({"names":["x","y"],"ttl_ms":30000,"request_id":"acq-m"})";
-  pauseWrites(redis_);
-  sendAndGiveUp(sidecar_->port(), "/v1/multilocks/acquire", acquire);
   // Its grant must reach the retry, not be given back.
+  auto answer = retryAfterGivingUp(redis_, sidecar_->port(), "/v1/multilocks/acquire", acquire);
   HttpClient retry = HttpClient::tcp(sidecar_->port());
-  auto answer = retry.post("/v1/multilocks/acquire", acquire);
   ASSERT_EQ(answer.status, 200) << answer.body;
   const json grant = json::parse(answer.body);
   // The grant is the retry's: the leases it names are held, and none was given back.
