@@ -166,10 +166,13 @@ async function problemsOf(doc) {
 // -------------------------------------------------------------------------------------------------
 // Inputs.
 
+// A problem with the files to validate (as opposed to a bug here): reported without a stack.
+class InputError extends Error {}
+
 function yamlDocuments(file) {
   const docs = [];
   parseAllDocuments(readFileSync(file, "utf8")).forEach((d, i) => {
-    if (d.errors.length) throw new Error(`${file}: document ${i + 1}: ${d.errors[0].message}`);
+    if (d.errors.length) throw new InputError(`${file}: document ${i + 1}: ${d.errors[0].message}`);
     const value = d.toJS();
     if (value !== null && value !== undefined) docs.push(value);
   });
@@ -216,11 +219,11 @@ function inputs(repo) {
   const goldens = readdirSync(goldenDir).filter((f) => f.endsWith(".yaml")).sort();
   for (const f of goldens) {
     const docs = yamlDocuments(join(goldenDir, f));
-    if (docs.length === 0) throw new Error(`tests/helm/golden/${f}: no document`);
+    if (docs.length === 0) throw new InputError(`tests/helm/golden/${f}: no document`);
     docs.forEach((doc, i) => items.push({ source: `tests/helm/golden/${f} #${i + 1}`, doc }));
   }
   if (goldens.length < kMinGoldens) {
-    throw new Error(`only ${goldens.length} goldens (at least ${kMinGoldens} expected)`);
+    throw new InputError(`only ${goldens.length} goldens (at least ${kMinGoldens} expected)`);
   }
 
   const kube = join(repo, "deploy/kubernetes");
@@ -239,8 +242,9 @@ function inputs(repo) {
   const known = [...kDeployFiles, ...Object.keys(kDeployPatches), ...Object.keys(kDeploySkipped)];
   for (const p of listYaml(kube)) {
     if (!known.includes(relative(kube, p))) {
-      throw new Error(`deploy/kubernetes/${relative(kube, p)}: neither validated nor skipped ` +
-                      "with a reason (list it in tests/helm/kube-schema/validate.mjs)");
+      const file = `deploy/kubernetes/${relative(kube, p)}`;
+      throw new InputError(`${file}: neither validated nor skipped with a reason ` +
+                           "(list it in tests/helm/kube-schema/validate.mjs)");
     }
   }
   const skipped = Object.entries(kDeploySkipped).map(
@@ -253,8 +257,8 @@ function inputs(repo) {
     if (p.startsWith(kube + "/")) continue;
     const isObject = (d) => d && typeof d === "object" && "apiVersion" in d && "kind" in d;
     if (yamlDocuments(p).some(isObject)) {
-      throw new Error(`${relative(repo, p)}: a Kubernetes object outside deploy/kubernetes, not ` +
-                      "validated (list it in tests/helm/kube-schema/validate.mjs)");
+      throw new InputError(`${relative(repo, p)}: a Kubernetes object outside deploy/kubernetes, ` +
+                           "not validated (list it in tests/helm/kube-schema/validate.mjs)");
     }
   }
   return { items, skipped };
@@ -362,6 +366,6 @@ async function main() {
 }
 
 process.exitCode = await main().catch((e) => {
-  console.error(`kube-schema: ${e.stack ?? e}`);
+  console.error(`kube-schema: FAILED: ${e instanceof InputError ? e.message : e.stack ?? e}`);
   return 1;
 });
