@@ -8,6 +8,9 @@ cd "$(dirname "$0")/.."
 JOBS=${JOBS:-$(nproc)}
 
 deploy/scripts/install-deps.sh
+# The npm packages of the Kubernetes schema test, once for both passes (the ctest then runs offline;
+# if this fails, helm_kube_schema tries again and fails, naming the cause).
+tests/helm/kube-schema/install.sh || echo "== warning: tests/helm/kube-schema/install.sh failed"
 
 # Tests start their own redis-server / prometheus processes on free ports; make sure no stale
 # processes from an interrupted run hold resources (only ones started from our temp dirs).

@@ -10,3 +10,15 @@ if(SIDELOCK_GO)
 else()
   message(WARNING "go not found (Debian: golang-go): the helm_chart test is not registered")
 endif()
+
+# Kubernetes API schemas (issue 19): every rendered manifest of every value set (the goldens) and
+# deploy/kubernetes/, validated strictly by tests/helm/kube-schema/validate.mjs with the npm packages
+# pinned there (tests/run.sh installs them before ctest; run.sh installs them itself when missing).
+find_program(SIDELOCK_NODE node)
+if(SIDELOCK_NODE)
+  add_test(NAME helm_kube_schema
+    COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/helm/kube-schema/run.sh ${PROJECT_SOURCE_DIR})
+  set_tests_properties(helm_kube_schema PROPERTIES TIMEOUT 300 LABELS "integration")
+else()
+  message(WARNING "node not found (Debian: nodejs): the helm_kube_schema test is not registered")
+endif()
