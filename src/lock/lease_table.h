@@ -133,13 +133,10 @@ class LeaseTable {
   std::vector<std::pair<LockId, std::string>> keys() const;
 
  private:
-  struct NameHash {
-    using is_transparent = void;
-    size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
-  };
   // One map per kind, keyed by the name alone: a LockId key would cost every lease 16 bytes more
   // (the kind's padding in the key, and the next allocator bin for the node): 1.6 MB at 100k.
-  using ByName = std::unordered_map<std::string, std::unique_ptr<Lease>, NameHash, std::equal_to<>>;
+  // Lookups come with the LockId's own std::string name, so the key needs no transparent hash.
+  using ByName = std::unordered_map<std::string, std::unique_ptr<Lease>>;
   ByName& byName(LockKind kind) { return by_kind_[static_cast<size_t>(kind)]; }
   const ByName& byName(LockKind kind) const { return by_kind_[static_cast<size_t>(kind)]; }
 
