@@ -166,7 +166,7 @@ void beginShutdown(Sidecar& s, const config::Config& cfg, const char* why) {
   // The admin listener stays up while draining so probes see /readyz turn 503.
   // Hard deadline: whatever is still open at grace + 1 s is abandoned and the process exits
   // non-zero, so a stuck Redis cannot hold a pod in Terminating forever.
-  s.force_exit.start(*s.scheduler, cfg.shutdown.grace_ms + 1000, [&s] {
+  s.force_exit.start(*s.scheduler, cfg.shutdown.grace_ms + 1000, [] {
     SL_LOG(kError, "shutdown.forced", {"reason", "grace period exceeded"});
     fflush(stderr);
     _exit(1);
