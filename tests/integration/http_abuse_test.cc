@@ -36,7 +36,7 @@ using std::chrono::steady_clock;
 
 // The honest client's lease TTL; every bound below is relative to it. Doubled under ASan, which
 // slows everything the loop does (the flood included) several times.
-#if defined(__SANITIZE_ADDRESS__)
+#if defined(SIDELOCK_ASAN)  // CMakeLists.txt: gcc or clang with SIDELOCK_SANITIZE
 constexpr int64_t kLeaseTtlMs = 2000;
 #else
 constexpr int64_t kLeaseTtlMs = 1000;

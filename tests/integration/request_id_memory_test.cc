@@ -19,7 +19,7 @@ namespace {
 
 // Under ASan the sidecar's RSS is ASan's (shadow memory, a quarantine that keeps freed blocks):
 // the load and the byte bound are checked there too, the RSS figures only in the build we ship.
-#if defined(__SANITIZE_ADDRESS__)
+#if defined(SIDELOCK_ASAN)  // CMakeLists.txt: gcc or clang with SIDELOCK_SANITIZE
 constexpr bool kRssIsMeaningful = false;
 #else
 constexpr bool kRssIsMeaningful = true;
