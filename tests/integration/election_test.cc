@@ -4,15 +4,23 @@
 // fencing property of terms. Hand-over times are printed ([election] lines) for the README.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <array>
+#include <atomic>
 #include <chrono>
+#include <memory>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
+#include "support/hold_check.h"
 #include "support/http_client.h"
 #include "support/redis_server.h"
+#include "support/redlock_sidecar.h"
 #include "support/sidecar_group.h"
 #include "support/sidecar_polling.h"
 #include "support/sidecar_process.h"
@@ -291,6 +299,142 @@ TEST_F(ElectionTest, AKilledLeadersSidecarHandsOverAfterTheTtlAndFencingHolds) {
     }
   }
   EXPECT_EQ(last, current);
+}
+
+// Three sidecars, one candidate on each, campaigning again whenever they stop leading. The
+// leader's sidecar is killed (SIGKILL) and, later, stopped (SIGSTOP) for 3 x TTL. Each candidate
+// records the windows in which it may act as leader: from its `elected` event to its end event,
+// and never later than half a TTL after its last `elected`/`renewed` event (what a careful leader
+// does: a silent stream means a lease that may be running out). No two windows may overlap, the
+// terms grow with every new leader, and observers never see a term go backwards.
+TEST(ElectionChaosTest, ThreeSidecarsNeverHaveTwoLeadersAcrossKillAndPause) {
+  constexpr int64_t kTtlMs = 1000;
+  constexpr size_t kSidecars = 3;
+  SidecarGroup group(kSidecars);
+  std::atomic<bool> stop{false};
+  std::array<std::atomic<int>, kSidecars> generation{};  // bumped on each kill and restart
+  std::mutex mu;
+  HoldLog windows;
+  std::vector<std::pair<int64_t, uint64_t>> elections;  // (elected at, term)
+  auto since_start = [start = Clock::now()] { return msSince(start); };
+  std::vector<std::thread> candidates;
+  for (size_t i = 0; i < kSidecars; ++i) {
+    candidates.emplace_back([&, i, port = group[i]->port()] {
+      const std::string me = "cand-" + std::to_string(i);
+      while (!stop) {
+        const int gen = generation[i];
+        std::unique_ptr<Campaign> c;
+        try {
+          c = std::make_unique<Campaign>(port, "chaos", me, kTtlMs);
+        } catch (...) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(50));
+          continue;
+        }
+        std::optional<json> e;
+        while (!stop && gen == generation[i] && !(e = c->elected(200))) {
+        }
+        if (!e || (*e)["event"] != "elected") continue;
+        const auto from = HoldLog::now();
+        auto last = from;
+        {
+          std::lock_guard lock(mu);
+          elections.emplace_back(since_start(), (*e)["term"].get<uint64_t>());
+        }
+        while (!stop) {
+          std::optional<json> next = c->next(static_cast<int>(kTtlMs));
+          if (next && (*next)["event"] == "renewed") {
+            last = HoldLog::now();
+            continue;
+          }
+          break;  // lost, resigned, closed, or silent for a TTL
+        }
+        const auto to = std::min(HoldLog::now(), last + std::chrono::milliseconds(kTtlMs / 2));
+        windows.record("chaos", from, to, HoldMode::kExclusive, me);
+      }
+    });
+  }
+  std::vector<std::unique_ptr<Observer>> observers;
+  for (size_t i = 0; i < kSidecars; ++i) {
+    observers.push_back(std::make_unique<Observer>(group[i]->port(), "chaos"));
+  }
+
+  // Who leads, as sidecar `i` reads it (a new connection each time: a killed or stopped sidecar
+  // breaks its connections); "" when nobody does or it cannot answer.
+  auto leader = [&](size_t i) -> std::string {
+    try {
+      HttpClient c = HttpClient::tcp(group[i]->port());
+      const HttpResponse r = c.request("GET", "/v1/elections/chaos", "", 1000);
+      const json l = json::parse(r.body)["leader"];
+      return l.is_object() ? l["candidate"].get<std::string>() : "";
+    } catch (...) {
+      return "";
+    }
+  };
+  auto faultLeader = [&](bool pause) {
+    std::string current;
+    ASSERT_TRUE(pollUntil([&] { return !(current = leader(0)).empty() || !(current = leader(1)).empty(); }));
+    const size_t victim = static_cast<size_t>(current.back() - '0');
+    const size_t witness = (victim + 1) % kSidecars;
+    auto newLeader = [&] {
+      const std::string now = leader(witness);
+      return !now.empty() && now != current;
+    };
+    if (pause) {
+      group[victim]->pause();
+      const bool elected = pollUntil(newLeader);
+      std::this_thread::sleep_for(std::chrono::milliseconds(3 * kTtlMs));
+      group[victim]->resume();
+      ASSERT_TRUE(elected) << "no new leader while " << current << "'s sidecar was stopped";
+    } else {
+      ++generation[victim];
+      group[victim]->kill();
+      const bool elected = pollUntil(newLeader);
+      group[victim]->restart();
+      ++generation[victim];
+      ASSERT_TRUE(elected) << "no new leader after " << current << "'s sidecar was killed";
+    }
+  };
+  faultLeader(/*pause=*/false);
+  faultLeader(/*pause=*/true);
+  faultLeader(/*pause=*/false);
+  std::this_thread::sleep_for(std::chrono::milliseconds(kTtlMs));
+  stop = true;
+  for (auto& t : candidates) t.join();
+
+  const ExclusionReport report = checkExclusion(windows.holds());
+  EXPECT_TRUE(report.violations.empty()) << report.violations.front();
+  std::lock_guard lock(mu);
+  EXPECT_GE(elections.size(), 4u) << "the faults did not change the leader";
+  std::sort(elections.begin(), elections.end());
+  for (size_t i = 1; i < elections.size(); ++i) {
+    EXPECT_GT(elections[i].second, elections[i - 1].second) << "a later leader got a lower term";
+  }
+  std::printf("[election] chaos: %zu leaders, %zu windows, no overlap\n", elections.size(),
+              windows.size());
+  for (auto& o : observers) {
+    uint64_t last = 0;
+    while (std::optional<json> e = o->next(100)) {
+      if ((*e)["event"] != "leader") continue;
+      EXPECT_GE((*e)["term"].get<uint64_t>(), last) << "an observer saw a term go back";
+      last = (*e)["term"];
+    }
+  }
+  group.expectCleanStops();
+}
+
+TEST(ElectionRedlockTest, RedlockRefusesElectionsClearly) {
+  RedlockSidecar redlock(3);
+  HttpClient c = HttpClient::tcp(redlock.sidecar->port());
+  for (const auto& [method, path, body] :
+       std::vector<std::tuple<std::string, std::string, std::string>>{
+           {"POST", "/v1/elections/e/campaign", R"({"candidate": "pod-a"})"},
+           {"GET", "/v1/elections/e", ""},
+           {"GET", "/v1/elections/e/ready?candidate=pod-a", ""}}) {
+    HttpResponse r = c.request(method, path, body);
+    EXPECT_EQ(r.status, 501) << path << " " << r.body;
+    EXPECT_EQ(json::parse(r.body)["error"], "not_supported") << r.body;
+  }
+  EXPECT_EQ(redlock.sidecar->stop(), 0) << redlock.sidecar->logs();
 }
 
 TEST_F(ElectionTest, BadInputIsRefusedAndChangesNothing) {
