@@ -1,15 +1,18 @@
 // sidelock: flags, signals and wiring. The only code the tests don't link.
 #include <signal.h>
 #include <sys/resource.h>
+#include <unistd.h>
 #include <uv.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "api/dapr_api.h"
+#include "api/election_api.h"
 #include "api/lock_api.h"
 #include "backend/memory_backend.h"
 #include "cli/command_line.h"
@@ -79,6 +82,7 @@ struct Sidecar {
   std::unique_ptr<lock::LockService> locks;
   std::unique_ptr<api::LockApi> api;
   std::unique_ptr<api::DaprApi> dapr_api;  // dapr.enabled: Dapr's lock routes
+  std::unique_ptr<api::ElectionApi> elections;
   std::unique_ptr<http::Router> router;
   // Who may use each listener (README "Access control"); the servers' handlers refer to these.
   http::TokenVerifier lock_tokens;
@@ -96,6 +100,15 @@ struct Sidecar {
   bool stopping = false;
   int exit_code = 0;
 };
+
+/// Whom this sidecar speaks for in elections (GET /v1/elections/{name}/ready without a
+/// candidate): $POD_NAME (set by the Helm chart from the downward API), else the host name.
+std::string podIdentity() {
+  if (const char* pod = std::getenv("POD_NAME"); pod != nullptr && *pod != '\0') return pod;
+  char host[256] = {};
+  if (gethostname(host, sizeof(host) - 1) == 0) return host;
+  return "";
+}
 
 std::unique_ptr<backend::Backend> makeBackend(Sidecar& s, const config::Config& cfg) {
   switch (cfg.backend.type) {
@@ -162,6 +175,8 @@ void beginShutdown(Sidecar& s, const config::Config& cfg, const char* why) {
   s.stopping = true;
   SL_LOG(kInfo, "shutdown.begin", {"signal", why}, {"grace_ms", cfg.shutdown.grace_ms});
   s.api->setDraining(true);
+  // Leaders elected here resign before anything drains: the next candidate is elected at once.
+  s.elections->setDraining(true);
   s.server->stopAccepting();
   // The admin listener stays up while draining so probes see /readyz turn 503.
   // Hard deadline: whatever is still open at grace + 1 s is abandoned and the process exits
@@ -256,9 +271,13 @@ int runSidecar(const config::Config& cfg) {
   s.locks = std::make_unique<lock::LockService>(cfg.locks, *s.backend, *s.scheduler, *s.metrics);
   s.api = std::make_unique<api::LockApi>(cfg.locks, *s.locks, *s.metrics, *s.scheduler);
   s.dapr_api = std::make_unique<api::DaprApi>(cfg.dapr, cfg.locks, *s.locks);
+  s.elections = std::make_unique<api::ElectionApi>(
+      cfg.locks, *s.locks, *s.metrics, *s.scheduler,
+      api::ElectionApi::Options{.identity = podIdentity(), .observe_reread_ms = 1000});
   s.router = std::make_unique<http::Router>();
   std::vector<api::Route> lock_routes = s.api->routes();
   for (auto& route : s.dapr_api->routes()) lock_routes.push_back(std::move(route));
+  for (auto& route : s.elections->routes()) lock_routes.push_back(std::move(route));
   for (auto& route : lock_routes) {
     Status added = s.router->add(route.method, route.pattern, std::move(route.handler));
     if (!added.isOk()) {  // a programming error in the route table, caught by every test run
@@ -328,6 +347,7 @@ int runSidecar(const config::Config& cfg) {
   // Objects that own handles go first, then the loop drains their close callbacks.
   s.admin_server.reset();
   s.server.reset();
+  s.elections.reset();
   s.api.reset();
   s.locks.reset();
   s.backend.reset();

@@ -115,14 +115,7 @@ std::vector<Route> LockApi::routes() {
   // (a scoped token learns nothing about other locks, not even whether a name is valid).
   auto bindNamed = [this](void (LockApi::*fn)(http::Request&, http::ResponderPtr)) {
     return [this, fn](http::Request& req, http::ResponderPtr res) {
-      if (!mayUseLock(req.principal.get(), req.param("name"))) {
-        std::string allowed;
-        for (const auto& prefix : req.principal->scopes) {
-          allowed += (allowed.empty() ? "\"" : ", \"") + prefix + "\"";
-        }
-        return sendError(res, 403, "lock_not_allowed",
-                         "this token may use only lock names starting with " + allowed);
-      }
+      if (!checkNameAllowed(req, res)) return;
       (this->*fn)(req, std::move(res));
     };
   };

@@ -207,6 +207,10 @@ std::string_view RequestBody::fieldName(BodyField field) {
       return "names";
     case BodyField::kFair:
       return "fair";
+    case BodyField::kCandidate:
+      return "candidate";
+    case BodyField::kValue:
+      return "value";
   }
   return "";
 }

@@ -40,7 +40,9 @@ enum class BodyField {
   kMode,    // read/write locks: "shared" (readers) or "exclusive" (writers, the default)
   kNames,   // multi-locks: an array of lock names
   kFair,    // fair locks: FIFO across sidecars
-  // A new field goes above this line: kFieldCount counts up to kFair.
+  kCandidate,  // elections: who campaigns
+  kValue,      // elections: what the leader proclaims
+  // A new field goes above this line: kFieldCount counts up to kValue.
 };
 
 class BodyReader;
@@ -103,7 +105,7 @@ class RequestBody {
     std::vector<std::string> items;  // kStrings
   };
   static constexpr std::string_view kBadRequest = "bad_request";
-  static constexpr size_t kFieldCount = static_cast<size_t>(BodyField::kFair) + 1;
+  static constexpr size_t kFieldCount = static_cast<size_t>(BodyField::kValue) + 1;
 
   Value& slot(BodyField field) { return values_[static_cast<size_t>(field)]; }
   const Value& slot(BodyField field) const { return values_[static_cast<size_t>(field)]; }

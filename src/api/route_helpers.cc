@@ -178,6 +178,17 @@ void sendRetryLater(const http::ResponderPtr& res, int status, std::string_view 
 
 /// Validates the {name} route parameter (percent-decoded by the router, so "%41bc" is "Abc");
 /// answers 400 and returns false if it is bad.
+bool checkNameAllowed(const http::Request& req, const http::ResponderPtr& res) {
+  if (LockApi::mayUseLock(req.principal.get(), req.param("name"))) return true;
+  std::string allowed;
+  for (const auto& prefix : req.principal->scopes) {
+    allowed += (allowed.empty() ? "\"" : ", \"") + prefix + "\"";
+  }
+  sendError(res, 403, "lock_not_allowed",
+            "this token may use only lock names starting with " + allowed);
+  return false;
+}
+
 bool checkName(const http::Request& req, const http::ResponderPtr& res, size_t max_bytes) {
   const std::string problem = LockApi::lockNameProblem(req.param("name"), max_bytes);
   if (problem.empty()) return true;

@@ -39,6 +39,10 @@ void applyHold(const RequestBody& b, std::string_view hold, int64_t max_hold_ms_
                lock::AcquireOptions& opts);
 /// The "hold" field of an acquire (lock or permit): "stream", "none" or absent.
 void checkHold(RequestBody& b, std::string_view hold);
+/// Whether the caller's token may use the {name} of the route (its prefixes, README "Access
+/// control"); answers 403 lock_not_allowed and returns false if not. Checked before anything else:
+/// a scoped token learns nothing about other names, not even whether one is valid.
+bool checkNameAllowed(const http::Request& req, const http::ResponderPtr& res);
 /// Validates the {name} route parameter; answers 400 and returns false if it is bad.
 bool checkName(const http::Request& req, const http::ResponderPtr& res, size_t max_bytes);
 

@@ -18,6 +18,8 @@ const char* verbName(Verb verb) {
       return "force_release";
     case Verb::kWithdraw:
       return "withdraw";
+    case Verb::kProclaim:
+      return "proclaim";
   }
   return "unknown";
 }
@@ -32,6 +34,8 @@ const char* lockKindName(LockKind kind) {
       return "shared";
     case LockKind::kFair:
       return "fair";
+    case LockKind::kElection:
+      return "election";
   }
   return "unknown";
 }

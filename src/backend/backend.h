@@ -33,9 +33,12 @@ enum class Verb : uint8_t {
   /// a queued writer (kMutex) withdraws its mark, and if no other writer's mark is left on a lock
   /// that no writer holds, the readers kept out are told (announced like a release).
   kWithdraw,
+  /// Elections: owner-checked, the leader's value becomes `value` (same term, same TTL), and the
+  /// change is announced like a release so that observers everywhere read the leader again.
+  kProclaim,
 };
 /// One more per verb above (src/redis/scripts.cc sizes its script-per-verb table by it).
-inline constexpr size_t kVerbCount = 7;
+inline constexpr size_t kVerbCount = 8;
 
 /// The kind of lock an operation works on. Each kind has its own keys (so one name used as two
 /// kinds never collides) and its own scripts.
@@ -50,8 +53,14 @@ enum class LockKind : uint8_t {
   /// its waiters of every sidecar arrived, through a queue in the backend. A waiter holds its
   /// place by a claim that expires unless renewed, so a dead waiter or sidecar drops out.
   kFair,
+  /// A leader election: a mutex with keys of its own (an election and a lock of one name never
+  /// meet) whose lease also records who leads: the candidate, the value it proclaims and since
+  /// when, readable from every sidecar (inspect). A grant, a proclaim and a resign (release) are
+  /// announced on the name's release channel, so observers and candidates everywhere learn of
+  /// them at once; the grant's fencing token is the election's term.
+  kElection,
 };
-inline constexpr size_t kLockKindCount = 4;
+inline constexpr size_t kLockKindCount = 5;
 
 /// One lock operation: a verb on one lock of one kind, as `owner`. The strings are views: the
 /// backend copies what it keeps before run() returns.
@@ -81,6 +90,10 @@ struct Operation {
   /// (For a writer's withdraw: the writers who take its mark over.)
   int64_t claim_ms = 0;
   std::string_view also_waiting;
+  /// Elections: acquire (campaign) records `candidate` and `value` with the lease; proclaim sets
+  /// `value`. Both are opaque text (validated above: candidate 1..256 printable, value <= 4 KiB).
+  std::string_view candidate;
+  std::string_view value;
 
   // Each factory sets the fields its verb reads, by name; every other field keeps its default
   // (no positional initializer of a dozen unrelated fields to get wrong).
@@ -109,6 +122,22 @@ struct Operation {
   Operation of(LockKind k) const {
     Operation op = *this;
     op.kind = k;
+    return op;
+  }
+  /// Elections: `owner` campaigns as `candidate`; granted, it leads with `value`.
+  static Operation campaign(std::string_view name, std::string_view owner, int64_t ttl_ms,
+                            std::string_view candidate, std::string_view value) {
+    Operation op = make(Verb::kAcquire, LockKind::kElection, name, owner);
+    op.ttl_ms = ttl_ms;
+    op.candidate = candidate;
+    op.value = value;
+    return op;
+  }
+  /// Elections: the leader `owner` proclaims a new `value`.
+  static Operation proclaim(std::string_view name, std::string_view owner,
+                            std::string_view value) {
+    Operation op = make(Verb::kProclaim, LockKind::kElection, name, owner);
+    op.value = value;
     return op;
   }
   static Operation release(std::string_view name, std::string_view owner) {
@@ -165,6 +194,13 @@ enum class BusyReason : uint8_t {
   kWriterWaiting,  // readers: nobody may hold it, but a queued writer's mark turns readers away
 };
 
+/// Who leads an election (inspect of kElection while held): as its campaign recorded it.
+struct LeaderRecord {
+  std::string candidate;
+  std::string value;
+  int64_t since_ms = 0;  // when this term began: the backend's clock (Redis TIME), Unix ms
+};
+
 /// The one reply shape of every verb and every backend.
 struct Outcome {
   OutcomeCode code = OutcomeCode::kNotHeld;
@@ -190,6 +226,9 @@ struct Outcome {
   /// Mutex acquire kBusy with writer_wait_ms: readers held the lock, so the writers marked
   /// themselves waiting (and must withdraw their marks if they leave without the lock).
   bool writer_marked = false;
+  /// Elections: inspect kOk: who leads (`token` is the term, `validity_ms` the TTL left);
+  /// acquire kOk: `since_ms` of the new term. Empty otherwise.
+  LeaderRecord leader;
 
   bool ok() const { return code == OutcomeCode::kOk; }
 };

@@ -1,6 +1,7 @@
 #include "backend/memory_backend.h"
 
 #include <algorithm>
+#include <optional>
 #include <utility>
 
 namespace sidelock::backend {
@@ -121,13 +122,18 @@ int64_t MemoryBackend::holderExpiryUs(const Entry* writer, const Entry* readers)
 void MemoryBackend::run(const Operation& op, OutcomeCallback cb) {
   StatusOr<Outcome> result = shut_down_ ? StatusOr<Outcome>(shutDownError()) : apply(op);
   // Announced when the lock became free (a re-entered lease giving back one hold stays held; a
-  // reader leaving others behind keeps it held) or a permit was given back.
+  // reader leaving others behind keeps it held) or a permit was given back; an election's grant,
+  // proclaim and resign are news to its observers.
   const bool freed = op.kind == LockKind::kSemaphore ? true
                      : op.kind == LockKind::kShared  ? result.isOk() && result->used == 0
                                                      : result.isOk() && result->holds == 0;
-  const bool announce = (result.isOk() && result->ok() && freed &&
-                         (op.verb == Verb::kRelease || op.verb == Verb::kForceRelease)) ||
-                        std::exchange(announce_withdraw_, false);
+  const bool election_news =
+      op.kind == LockKind::kElection && (op.verb == Verb::kAcquire || op.verb == Verb::kProclaim);
+  const bool announce =
+      (result.isOk() && result->ok() &&
+       ((freed && (op.verb == Verb::kRelease || op.verb == Verb::kForceRelease)) ||
+        election_news)) ||
+      std::exchange(announce_withdraw_, false);
   deliver([cb = std::move(cb), result = std::move(result)]() mutable { cb(std::move(result)); });
   if (announce) notifyReleased(op.name);
 }
@@ -218,6 +224,7 @@ StatusOr<Outcome> MemoryBackend::applySemaphore(const Operation& op) {
     case Verb::kHandOff:
     case Verb::kForceRelease:
     case Verb::kWithdraw:
+    case Verb::kProclaim:
       break;
   }
   return notServed(op, "semaphores");
@@ -289,6 +296,7 @@ StatusOr<Outcome> MemoryBackend::applyShared(const Operation& op) {
     case Verb::kHandOff:
     case Verb::kForceRelease:
     case Verb::kWithdraw:
+    case Verb::kProclaim:
       break;
   }
   return notServed(op, "readers");
@@ -346,8 +354,91 @@ StatusOr<Outcome> MemoryBackend::applyFair(const Operation& op) {
   return o;
 }
 
+StatusOr<Outcome> MemoryBackend::applyElection(const Operation& op) {
+  const int64_t now = scheduler_.nowUs();
+  Outcome o;
+  auto it = elections_.find(op.name);
+  Election* held = nullptr;
+  if (it != elections_.end() && !it->second.owner.empty()) {
+    if (now < it->second.expiry_us) {
+      held = &it->second;
+    } else {
+      it->second.owner.clear();  // lazily expired; the term counter stays
+    }
+  }
+  // The owner check of renew, resign and proclaim (extend.lua, release.lua,
+  // election_proclaim.lua): nobody leads, or another does.
+  auto refused = [&]() -> std::optional<Outcome> {
+    if (held == nullptr) return o;
+    if (held->owner == op.owner) return std::nullopt;
+    o.code = OutcomeCode::kNotOwner;
+    o.holder_ttl_ms = remainingMs(held->expiry_us, now);
+    return o;
+  };
+  switch (op.verb) {
+    case Verb::kAcquire: {
+      if (op.ttl_ms <= 0 || op.owner.empty()) {
+        return invalidArgument("ttl_ms must be > 0 and owner non-empty");
+      }
+      if (held != nullptr) {  // no re-entry: the leader's own campaign is busy too
+        o.code = OutcomeCode::kBusy;
+        if (held->owner == op.owner) o.busy_reason = BusyReason::kHeldByYou;
+        o.holder_ttl_ms = remainingMs(held->expiry_us, now);
+        return o;
+      }
+      Election& e = elections_[std::string(op.name)];
+      e.owner.assign(op.owner);
+      e.expiry_us = now + op.ttl_ms * 1000;
+      e.leader =
+          LeaderRecord{std::string(op.candidate), std::string(op.value), scheduler_.wallClockMs()};
+      o.code = OutcomeCode::kOk;
+      o.token = ++e.token;
+      o.validity_ms = op.ttl_ms;
+      o.holds = 1;
+      o.leader.since_ms = e.leader.since_ms;
+      return o;
+    }
+    case Verb::kExtend:
+      if (op.ttl_ms <= 0) return invalidArgument("ttl_ms must be > 0");
+      if (auto refusal = refused()) return *refusal;
+      held->expiry_us = now + op.ttl_ms * 1000;
+      o.code = OutcomeCode::kOk;
+      o.validity_ms = op.ttl_ms;
+      o.holds = 1;
+      return o;
+    case Verb::kRelease:
+      if (auto refusal = refused()) return *refusal;
+      held->owner.clear();
+      held->leader = LeaderRecord{};
+      o.code = OutcomeCode::kOk;
+      return o;
+    case Verb::kProclaim:
+      if (auto refusal = refused()) return *refusal;
+      held->leader.value.assign(op.value);
+      o.code = OutcomeCode::kOk;
+      o.token = held->token;
+      o.validity_ms = remainingMs(held->expiry_us, now);
+      o.holds = 1;
+      return o;
+    case Verb::kInspect:
+      if (it != elections_.end()) o.token = it->second.token;
+      if (held != nullptr) {
+        o.code = OutcomeCode::kOk;
+        o.validity_ms = remainingMs(held->expiry_us, now);
+        o.leader = held->leader;
+      }
+      return o;
+    case Verb::kHandOff:
+    case Verb::kForceRelease:
+    case Verb::kWithdraw:
+      break;
+  }
+  return notServed(op, "elections");
+}
+
 StatusOr<Outcome> MemoryBackend::apply(const Operation& op) {
   if (op.kind == LockKind::kSemaphore) return applySemaphore(op);
+  if (op.kind == LockKind::kElection) return applyElection(op);
   if (op.kind == LockKind::kShared) return applyShared(op);
   if (op.kind == LockKind::kFair) {
     // The queue's verbs; every other verb of a fair lock is the mutex's (the same lease).
@@ -470,6 +561,8 @@ StatusOr<Outcome> MemoryBackend::apply(const Operation& op) {
       return o;
     case Verb::kWithdraw:
       return withdrawWriter(op);
+    case Verb::kProclaim:
+      return notServed(op, lockKindName(op.kind));
   }
   return invalidArgument("unknown operation");
 }

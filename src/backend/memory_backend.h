@@ -2,10 +2,10 @@
 // (`backend.type: memory`) and for fast, deterministic lock-service tests on a FakeScheduler.
 //
 // Semantics mirror the Redis scripts (it is their reference model: differential_test runs both on
-// the same random operations): SET NX PX + a per-name fencing counter that never resets
-// (so tokens strictly increase per name even across releases and expiries), owner-checked release
-// and extend, and lazy expiry against the Scheduler's monotonic clock. Every callback is posted to
-// a later loop turn (Backend contract).
+// the same random operations; elections included): SET NX PX + a per-name fencing counter that
+// never resets (so tokens strictly increase per name even across releases and expiries),
+// owner-checked release and extend, and lazy expiry against the Scheduler's monotonic clock. Every
+// callback is posted to a later loop turn (Backend contract).
 #pragma once
 
 #include <cstdint>
@@ -87,6 +87,8 @@ class MemoryBackend final : public Backend {
   /// Fair acquire and withdraw (a fair lock's other verbs are the mutex's). Sets
   /// `announce_withdraw_` when a withdrawal left a free lock to the next waiter.
   StatusOr<Outcome> applyFair(const Operation& op);
+  /// Elections: a mutex of their own (never the lock of the same name) recording who leads.
+  StatusOr<Outcome> applyElection(const Operation& op);
   /// The live readers of `name` (expired ones dropped).
   Entry* liveReaders(std::string_view name);
   /// Until when (Scheduler time) queued writers keep readers of `e` out; 0 if no mark lives
@@ -112,6 +114,16 @@ class MemoryBackend final : public Backend {
     uint64_t token = 0;
   };
   std::unordered_map<std::string, Semaphore, StringHash, std::equal_to<>> semaphores_;
+  /// An election: the leader's lease (owner, expiry in Scheduler time; owner empty when nobody
+  /// leads), its own fencing counter (the term; never reset) and the leader's record (since_ms:
+  /// the scheduler's wall clock at the grant).
+  struct Election {
+    std::string owner;
+    int64_t expiry_us = 0;
+    uint64_t token = 0;
+    LeaderRecord leader;
+  };
+  std::unordered_map<std::string, Election, StringHash, std::equal_to<>> elections_;
   std::unordered_map<std::string, int, StringHash, std::equal_to<>> watches_;
   ReleaseListener listener_;
   bool shut_down_ = false;

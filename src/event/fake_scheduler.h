@@ -12,6 +12,8 @@ namespace sidelock::event {
 class FakeScheduler final : public Scheduler {
  public:
   int64_t nowUs() const override { return now_us_; }
+  /// A fixed date (2026-09-01T00:00:00Z) plus the time the fake clock has moved since it started.
+  int64_t wallClockMs() const override { return kWallClockStartMs + (now_us_ - kStartUs) / 1000; }
 
   TimerId schedule(int64_t delay_ms, Callback cb, TimerId* fired_id) override {
     TimerId id = ++next_id_;
@@ -49,7 +51,9 @@ class FakeScheduler final : public Scheduler {
   size_t pendingTimers() const { return timers_.size(); }
 
  private:
-  int64_t now_us_ = 1'000'000'000;  // arbitrary non-zero start
+  static constexpr int64_t kStartUs = 1'000'000'000;  // arbitrary non-zero start
+  static constexpr int64_t kWallClockStartMs = 1'788'220'800'000;
+  int64_t now_us_ = kStartUs;
   TimerId next_id_ = 0;
   struct Timer {
     Callback cb;

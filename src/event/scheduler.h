@@ -18,6 +18,9 @@ class Scheduler {
   /// Monotonic time. Never goes backwards; unrelated to wall-clock time.
   virtual int64_t nowUs() const = 0;
   int64_t nowMs() const { return nowUs() / 1000; }
+  /// Wall-clock time, Unix ms: only for what is shown as a date (an election's leader "since"),
+  /// never to measure a duration (it may step). FakeScheduler's moves with its monotonic time.
+  virtual int64_t wallClockMs() const = 0;
 
   /// Runs `cb` once, `delay_ms` (>= 0) from now, on the loop thread.
   TimerId runAfter(int64_t delay_ms, Callback cb) {

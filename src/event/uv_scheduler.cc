@@ -1,6 +1,7 @@
 #include "event/uv_scheduler.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 
 namespace sidelock::event {
@@ -36,6 +37,12 @@ void UvScheduler::close() {
 int64_t UvScheduler::nowUs() const {
   // uv_hrtime is monotonic nanoseconds; uv_now is cached per loop turn at ms precision.
   return static_cast<int64_t>(uv_hrtime() / 1000);
+}
+
+int64_t UvScheduler::wallClockMs() const {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
 }
 
 namespace {

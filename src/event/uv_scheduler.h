@@ -23,6 +23,7 @@ class UvScheduler final : public Scheduler {
   ~UvScheduler() override;
 
   int64_t nowUs() const override;
+  int64_t wallClockMs() const override;
   TimerId schedule(int64_t delay_ms, Callback cb, TimerId* fired_id) override;
   void cancel(TimerId id) override;
   void post(Callback cb) override;

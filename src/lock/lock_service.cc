@@ -40,6 +40,15 @@ void LockService::inspect(const LockId& lock, std::function<void(StatusOr<LockSt
   impl_->inspect(lock, std::move(done));
 }
 
+void LockService::proclaim(const LockId& lock, std::string_view owner, std::string_view value,
+                           std::function<void(StatusOr<ProclaimResult>)> done) {
+  impl_->proclaim(lock, owner, value, std::move(done));
+}
+
+ChangeWatch LockService::watchChanges(std::string_view name, std::function<void()> on_change) {
+  return impl_->watchChanges(name, std::move(on_change));
+}
+
 void LockService::forceRelease(std::string_view name,
                                std::function<void(StatusOr<ForcedRelease>)> done) {
   impl_->forceRelease(name, std::move(done));
@@ -79,8 +88,13 @@ LockService::Impl::Impl(const config::LocksConfig& config, backend::Backend& bac
       lock.kind = kind;
       wakeQueue(lock, /*notified=*/true);
     }
+    notifyChangeWatchers(name);
   }));
-  backend_.setReadyListener(guarded([this] { onBackendReady(); }));
+  backend_.setReadyListener(guarded([this] {
+    onBackendReady();
+    // Announcements made while the backend was out were missed: every watcher reads again.
+    for (const auto& [name, watchers] : change_watchers_) notifyChangeWatchers(name);
+  }));
   // A shutdown waits for the backend calls in flight (or its grace period).
   ops_.onDrained([this] { maybeFinishShutdown(); });
   // The hook outlives this service inside Metrics: `alive_` tells it the service is gone.
@@ -90,6 +104,39 @@ LockService::Impl::Impl(const config::LocksConfig& config, backend::Backend& bac
 // Timers die with their owners (ScopedTimer); backend replies and posted callbacks still queued
 // see `alive_` expired and do nothing. The backend is not touched here: it may already be gone.
 LockService::Impl::~Impl() = default;
+
+ChangeWatch LockService::Impl::watchChanges(std::string_view name,
+                                            std::function<void()> on_change) {
+  auto [it, created] = change_watchers_.try_emplace(std::string(name));
+  if (created) backend_.watchReleases(name);
+  const uint64_t id = ++next_change_watch_id_;
+  it->second.emplace_back(id, std::move(on_change));
+  return ChangeWatch(alive_.guarded([this, n = it->first, id] { unwatchChanges(n, id); }));
+}
+
+void LockService::Impl::unwatchChanges(const std::string& name, uint64_t id) {
+  auto it = change_watchers_.find(name);
+  if (it == change_watchers_.end()) return;
+  std::erase_if(it->second, [id](const auto& w) { return w.first == id; });
+  if (!it->second.empty()) return;
+  change_watchers_.erase(it);
+  backend_.unwatchReleases(name);
+}
+
+void LockService::Impl::notifyChangeWatchers(std::string_view name) {
+  auto it = change_watchers_.find(std::string(name));
+  if (it == change_watchers_.end()) return;
+  // Delivered after this turn's bookkeeping, by id: a watcher removed meanwhile is skipped.
+  for (const auto& [id, fn] : it->second) {
+    deliver([this, n = it->first, watch_id = id] {
+      auto found = change_watchers_.find(n);
+      if (found == change_watchers_.end()) return;
+      for (auto& [other_id, callback] : found->second) {
+        if (other_id == watch_id) return callback();
+      }
+    });
+  }
+}
 
 void LockService::Impl::deliver(std::function<void()> fn) {
   if (depth_.inside()) {

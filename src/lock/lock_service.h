@@ -28,6 +28,8 @@ using BusyReason = backend::BusyReason;
 /// readers of other sidecars meet the same writer preference. A fair lock's waiters ({kFair,
 /// name}) queue in the backend in arrival order across sidecars; its lease is the mutex's.
 
+using LeaderRecord = backend::LeaderRecord;
+
 /// What inspect reports of a lock (never its owner).
 struct LockState {
   bool held = false;
@@ -35,6 +37,7 @@ struct LockState {
   uint64_t token = 0;  // fencing token of the current (or last) grant; 0 if never granted
   int64_t used = 0;    // semaphores: permits held now; read/write locks: readers holding it
   int64_t limit = 0;   // semaphores: the limit while permits are held
+  LeaderRecord leader;  // elections, while held: who leads (`token` is the term)
 };
 
 /// What an operator's force release did.
@@ -47,6 +50,10 @@ struct ForcedRelease {
 // and never include the backend.
 using BackendHealth = backend::BackendHealth;
 using NodeHealth = backend::NodeHealth;
+
+/// The longest wait a kind with KindPolicy::waits_until_cancelled accepts (about 100 years: a
+/// campaign waits for as long as its client stays).
+inline constexpr int64_t kWaitUntilCancelledMs = 100LL * 365 * 24 * 3600 * 1000;
 
 struct AcquireOptions {
   LockId lock;
@@ -72,6 +79,9 @@ struct AcquireOptions {
   bool reentrant = false;
   /// Semaphores: how many permits may be held at once (1..); `owner` is the permit.
   int64_t limit = 0;
+  /// Elections: who campaigns (recorded with the lease when elected) and the value it leads with.
+  std::string candidate;
+  std::string value;
 };
 
 struct Grant {
@@ -119,6 +129,37 @@ enum class ExtendStatus { kExtended, kNotOwner, kNotHeld, kLeaseLost };
 struct ExtendResult {
   ExtendStatus status = ExtendStatus::kNotHeld;
   int64_t ttl_ms = 0;
+};
+
+/// Elections: how a leader's proclaim came out (kLeaseLost as for release).
+enum class ProclaimStatus { kProclaimed, kNotOwner, kNotHeld, kLeaseLost };
+struct ProclaimResult {
+  ProclaimStatus status = ProclaimStatus::kNotHeld;
+  uint64_t term = 0;   // kProclaimed: the leader's term (unchanged by a proclaim)
+  int64_t ttl_ms = 0;  // kProclaimed: the lease's TTL left
+};
+
+/// Keeps a watch on a name's announced changes (watchChanges) while alive.
+class ChangeWatch {
+ public:
+  ChangeWatch() = default;
+  explicit ChangeWatch(std::function<void()> stop) : stop_(std::move(stop)) {}
+  ChangeWatch(ChangeWatch&&) noexcept = default;
+  ChangeWatch& operator=(ChangeWatch&& o) noexcept {
+    if (this != &o) {
+      reset();
+      stop_ = std::move(o.stop_);
+    }
+    return *this;
+  }
+  ~ChangeWatch() { reset(); }
+  void reset() {
+    if (stop_) std::exchange(stop_, nullptr)();
+  }
+  explicit operator bool() const { return static_cast<bool>(stop_); }
+
+ private:
+  std::function<void()> stop_;
 };
 
 /// Events pushed to a holder that passed `on_event` (stream holds), on later loop turns:
@@ -219,6 +260,17 @@ class LockService {
   void extend(const LockId& lock, std::string_view owner, int64_t ttl_ms,
               std::function<void(StatusOr<ExtendResult>)> done);
   void inspect(const LockId& lock, std::function<void(StatusOr<LockState>)> done);
+  /// Elections: the leader (`owner`, owner-checked) proclaims a new `value`; every sidecar's
+  /// observers hear of it (the change is announced).
+  void proclaim(const LockId& lock, std::string_view owner, std::string_view value,
+                std::function<void(StatusOr<ProclaimResult>)> done);
+  /// Calls `on_change` (on a later loop turn) whenever a change of `name` is announced by any
+  /// sidecar (a release; an election's grant, proclaim or resign), and once each time the
+  /// backend comes back after an outage (announcements may have been missed meanwhile), until
+  /// the returned watch is destroyed. Lease expiries are not announced: a watcher that must see
+  /// them reads again when the TTL it read runs out. Watches of one name share one backend
+  /// subscription.
+  ChangeWatch watchChanges(std::string_view name, std::function<void()> on_change);
   /// Operators only: frees the lock whoever holds it (no owner check, no new token), wakes the
   /// waiters, and if this sidecar granted the lease, ends it as lost (its holder's stream gets
   /// `lost`; its release / extend answer lease_lost).

@@ -56,6 +56,9 @@ class LockService::Impl {
               std::function<void(StatusOr<ExtendResult>)> done);
   void inspect(const LockId& lock, std::function<void(StatusOr<LockState>)> done);
   void forceRelease(std::string_view name, std::function<void(StatusOr<ForcedRelease>)> done);
+  void proclaim(const LockId& lock, std::string_view owner, std::string_view value,
+                std::function<void(StatusOr<ProclaimResult>)> done);
+  ChangeWatch watchChanges(std::string_view name, std::function<void()> on_change);
   std::vector<LeaseInfo> leases() const;
   int64_t holds(const LockId& lock, std::string_view owner) const;
   bool lostLately(const LockId& lock, std::string_view owner) {
@@ -198,6 +201,11 @@ class LockService::Impl {
   /// Scrape hook: sidelock_oldest_lease_age_seconds from the lease table's grant-time index.
   void updateOldestLeaseAge();
 
+  // --- change watches (lock_service.cc) ---
+  void unwatchChanges(const std::string& name, uint64_t id);
+  /// Tells every watcher of `name` (on deliver()), e.g. after its release channel spoke.
+  void notifyChangeWatchers(std::string_view name);
+
   // --- shutdown accounting ---
   void maybeFinishShutdown();
 
@@ -211,6 +219,10 @@ class LockService::Impl {
   std::unordered_map<uint64_t, std::unique_ptr<Waiter>> waiters_;  // every unanswered acquire
   LeaseTable leases_;
   LostLeaseMemory lost_;
+  // Watchers of announced changes, by name; each name holds one backend watch while watched.
+  std::unordered_map<std::string, std::vector<std::pair<uint64_t, std::function<void()>>>>
+      change_watchers_;
+  uint64_t next_change_watch_id_ = 0;
   uint64_t next_waiter_id_ = 0;
   uint64_t next_lease_id_ = 0;
 

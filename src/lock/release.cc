@@ -241,16 +241,48 @@ void LockService::Impl::extend(const LockId& lock, std::string_view owner, int64
       }));
 }
 
+void LockService::Impl::proclaim(const LockId& lock, std::string_view owner,
+                                 std::string_view value,
+                                 std::function<void(StatusOr<ProclaimResult>)> done) {
+  runOnBackend(
+      lock, backend::Operation::proclaim(lock.name, owner, value),
+      guarded([in_flight = ops_.hold(), this, n = lock, o = std::string(owner),
+               done = std::move(done)](StatusOr<backend::Outcome> reply) mutable {
+        const InFlight settled = std::move(in_flight);
+        StatusOr<ProclaimResult> result = ProclaimResult{};
+        if (!reply.isOk()) {
+          result = reply.status();
+        } else if (reply->ok()) {
+          result = ProclaimResult{ProclaimStatus::kProclaimed, reply->token, reply->validity_ms};
+        } else {
+          // A lease of ours refused: the watchdog will find it gone at its next renewal; the
+          // caller learns now that it no longer leads.
+          const bool ours = leases_.find(n, o) != nullptr || lost_.contains(n, o, scheduler_.nowUs());
+          ProclaimStatus status = reply->code == backend::OutcomeCode::kNotOwner
+                                      ? ProclaimStatus::kNotOwner
+                                      : ProclaimStatus::kNotHeld;
+          if (ours) status = ProclaimStatus::kLeaseLost;
+          result = ProclaimResult{status, 0, 0};
+        }
+        if (done) {
+          deliver([done = std::move(done), result = std::move(result)]() mutable {
+            done(std::move(result));
+          });
+        }
+      }));
+}
+
 void LockService::Impl::inspect(const LockId& lock, std::function<void(StatusOr<LockState>)> done) {
   runOnBackend(lock, backend::Operation::inspect(lock.name),
                guarded([in_flight = ops_.hold(), this,
                         done = std::move(done)](StatusOr<backend::Outcome> reply) mutable {
                  const InFlight settled = std::move(in_flight);
                  StatusOr<LockState> state =
-                     reply.isOk() ? StatusOr<LockState>(
-                                        LockState{reply->ok(), reply->ok() ? reply->validity_ms : 0,
-                                                  reply->token, reply->used, reply->limit})
-                                  : StatusOr<LockState>(reply.status());
+                     reply.isOk()
+                         ? StatusOr<LockState>(LockState{
+                               reply->ok(), reply->ok() ? reply->validity_ms : 0, reply->token,
+                               reply->used, reply->limit, std::move(reply->leader)})
+                         : StatusOr<LockState>(reply.status());
                  if (done) {
                    deliver([done = std::move(done), state = std::move(state)]() mutable {
                      done(std::move(state));

@@ -58,9 +58,12 @@ AcquireTicket LockService::Impl::acquire(AcquireOptions options,
   if (options.owner.empty()) options.owner = randomOwnerId();
   if (options.stream) options.auto_renew = true;
   if (options.ttl_ms <= 0) options.ttl_ms = config_.default_ttl_ms;
-  // The API layer validates; clamping here keeps a direct caller from queueing forever.
-  options.wait_ms =
-      std::clamp<int64_t>(options.wait_ms, 0, std::max<int64_t>(0, config_.max_wait_ms));
+  // The API layer validates; clamping here keeps a direct caller from queueing forever (a kind
+  // whose waiters wait until cancelled, as election candidates, is bounded by its caller).
+  const int64_t max_wait_ms = policyOf(options.lock.kind).waits_until_cancelled
+                                  ? kWaitUntilCancelledMs
+                                  : std::max<int64_t>(0, config_.max_wait_ms);
+  options.wait_ms = std::clamp<int64_t>(options.wait_ms, 0, max_wait_ms);
 
   // A re-entry into a lease we hold: one try at once. Queued, it would wait behind waiters that
   // wait for this very lease (and a single try would be answered busy on their account).
@@ -208,10 +211,12 @@ void LockService::Impl::attempt(Waiter& w) {
   WaiterQueue* q = queued ? queues_.find(w.options.lock) : nullptr;
   if (q != nullptr) q->attempt_in_flight = true;
   InFlight in_flight = ops_.hold();
+  const KindPolicy& policy = policyOf(w.options.lock.kind);
   backend::Operation op = backend::Operation::acquire(w.options.lock.name, w.options.owner,
                                                       w.options.ttl_ms, w.options.reentrant);
   op.limit = w.options.limit;
-  const KindPolicy& policy = policyOf(w.options.lock.kind);
+  op.candidate = w.options.candidate;  // elections: recorded with the lease
+  op.value = w.options.value;
   if (queued && policy.marks_writer_waiting) {
     // A queued writer: if readers hold the lock, new readers stay out until our next attempt,
     // never past our own deadline.

@@ -147,6 +147,29 @@ Metrics::Metrics(std::string version)
                   .Help("Release notifications (pub/sub) that woke a local waiter.")
                   .Register(*registry_)
                   .Add({})),
+      elections_won(BuildCounter()
+                        .Name("sidelock_elections_won_total")
+                        .Help("Campaigns through this sidecar that were elected leader.")
+                        .Register(*registry_)
+                        .Add({})),
+      election_leadership_lost_total(
+          BuildCounter()
+              .Name("sidelock_election_leadership_lost_total")
+              .Help("Leaders through this sidecar that lost leadership without resigning, by "
+                    "reason (lost: the lease was found gone or another's, or ran out).")
+              .Register(*registry_)),
+      election_lost(election_leadership_lost_total.Add({{"reason", "lost"}})),
+      election_resignations(BuildCounter()
+                                .Name("sidelock_election_resignations_total")
+                                .Help("Leaders through this sidecar that resigned (the resign "
+                                      "route, their client hanging up, or shutdown).")
+                                .Register(*registry_)
+                                .Add({})),
+      election_observers(BuildGauge()
+                             .Name("sidelock_election_observers")
+                             .Help("Observe streams open on this sidecar.")
+                             .Register(*registry_)
+                             .Add({})),
       backend_up(BuildGauge()
                      .Name("sidelock_backend_up")
                      .Help("1 if the backend node is connected and answering, else 0.")

@@ -127,6 +127,16 @@ class Metrics {
 
   prometheus::Counter& wakeups;  // pub/sub release notifications that woke a waiter
 
+  // --- elections (README "Leader election") ---
+  prometheus::Counter& elections_won;  // campaigns of this sidecar elected
+  /// {reason}: "lost" (the lease was found gone or another's: renewals failed, a pause, an
+  /// outage longer than the TTL), "client_gone" (the campaign's client hung up while leading:
+  /// counted as a resignation too).
+  prometheus::Family<prometheus::Counter>& election_leadership_lost_total;
+  prometheus::Counter& election_lost;
+  prometheus::Counter& election_resignations;  // leaders that resigned (route, hang-up, shutdown)
+  prometheus::Gauge& election_observers;       // open observe streams
+
   // --- backend ---
   prometheus::Family<prometheus::Gauge>& backend_up;                   // {node}
   prometheus::Family<prometheus::Histogram>& backend_request_seconds;  // {node,op}

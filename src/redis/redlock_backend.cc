@@ -238,6 +238,11 @@ Status RedlockBackend::refusal(const Operation& op) const {
         "queue, and nodes that saw waiters arrive in another order would each let a different "
         "waiter in first (README, Fair locks)");
   }
+  if (op.kind == LockKind::kElection) {
+    return Status(StatusCode::kFailedPrecondition,
+                  "elections need one master (redis, sentinel or cluster): Redlock cannot record "
+                  "one leader across its nodes yet");
+  }
   if (op.verb == Verb::kAcquire && op.reentrant) {
     return invalidArgument(
         "reentrant acquires are not served by backend type redlock: every node would count "
@@ -347,7 +352,8 @@ void RedlockBackend::decide(const std::shared_ptr<QuorumCall>& call) {
     case Verb::kForceRelease:
       if (call->pending == 0) finishRead(call);
       return;
-    case Verb::kHandOff:  // refused in run()
+    case Verb::kHandOff:   // refused in run()
+    case Verb::kProclaim:  // elections are refused in run()
       return;
   }
 }

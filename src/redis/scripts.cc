@@ -4,6 +4,7 @@
 #include <array>
 #include <cstdlib>
 #include <optional>
+#include <vector>
 
 namespace sidelock::backend {
 namespace {
@@ -69,6 +70,18 @@ std::string fairClaimsKey(std::string_view prefix, std::string_view name) {
   return lockKey(prefix, name) + ":fair:claims";
 }
 
+std::string electionKey(std::string_view prefix, std::string_view name) {
+  return lockKey(prefix, name) + ":el";
+}
+
+std::string electionTokenKey(std::string_view prefix, std::string_view name) {
+  return lockKey(prefix, name) + ":el:token";
+}
+
+std::string electionLeaderKey(std::string_view prefix, std::string_view name) {
+  return lockKey(prefix, name) + ":el:leader";
+}
+
 std::string releaseChannel(std::string_view prefix, std::string_view name) {
   std::string c;
   c.reserve(prefix.size() + kChannelInfix.size() + name.size() + 1);
@@ -132,6 +145,63 @@ Status badShape(std::string_view node, ScriptId script) {
                        scriptName(script) + " script");
 }
 
+// The replies of the elections' own scripts (ScriptReply::kLeader; each file states its own):
+//   election_campaign  {1, term, ttl, 1, since_ms} elected; {0, 0, PTTL} busy; {3, 0, PTTL} ours
+//   election_proclaim  {1, term, PTTL, 1}; {0, 0, PTTL} not the leader; {-1, 0, 0} nobody leads
+//   election_leader    {1, term, PTTL, candidate, value, since_ms}; {-1, last term, 0}
+// Anything else (another code for the script, a field more or less, a text where a number goes)
+// is a reply of the wrong shape.
+StatusOr<Outcome> decodeLeaderOutcome(const RedisValue& v, ScriptId script, std::string_view node) {
+  const std::vector<RedisValue>& e = v.elements;
+  auto isInteger = [&e](size_t i) {
+    return i < e.size() && e[i].type == RedisValue::Type::kInteger;
+  };
+  if (v.type != RedisValue::Type::kArray || !isInteger(0) || !isInteger(1) || !isInteger(2)) {
+    return badShape(node, script);
+  }
+  const bool campaign = script == ScriptId::kElectionCampaign;
+  const bool leader = script == ScriptId::kElectionLeader;
+  const int64_t code = e[0].integer;
+  const int64_t token = e[1].integer;
+  const int64_t ttl = e[2].integer;
+  Outcome o;
+  if (code == 1) {
+    o.code = OutcomeCode::kOk;
+    o.token = static_cast<uint64_t>(std::max<int64_t>(0, token));
+    o.validity_ms = std::max<int64_t>(0, ttl);  // PTTL -1 (no expiry: not ours) reads as 0 left
+    if (leader) {
+      auto isText = [&e](size_t i) { return e[i].type == RedisValue::Type::kString; };
+      if (e.size() != 6 || token < 0 || !isText(3) || !isText(4) || !isInteger(5) ||
+          e[5].integer < 0) {
+        return badShape(node, script);
+      }
+      o.leader = LeaderRecord{e[3].str, e[4].str, e[5].integer};
+      return o;
+    }
+    // A grant always carries its term and its since; a proclaim reads the term back.
+    if (e.size() != (campaign ? 5u : 4u) || !isInteger(3) || e[3].integer != 1 || token < 0 ||
+        (campaign && (token == 0 || !isInteger(4) || e[4].integer <= 0))) {
+      return badShape(node, script);
+    }
+    o.holds = 1;
+    if (campaign) o.leader.since_ms = e[4].integer;
+    return o;
+  }
+  if (e.size() != 3) return badShape(node, script);
+  if (code == -1 && !campaign) {
+    o.code = OutcomeCode::kNotHeld;
+    o.token = static_cast<uint64_t>(std::max<int64_t>(0, token));
+    return o;
+  }
+  if ((code == 0 && !leader) || (code == 3 && campaign)) {
+    o.code = campaign ? OutcomeCode::kBusy : OutcomeCode::kNotOwner;
+    if (code == 3) o.busy_reason = BusyReason::kHeldByYou;
+    o.holder_ttl_ms = ttl >= 0 ? ttl : -1;  // -1: a key without expiry, unknown
+    return o;
+  }
+  return badShape(node, script);
+}
+
 }  // namespace
 
 std::string clientVisibleRedisError(std::string_view redis_error) {
@@ -168,6 +238,9 @@ StatusOr<Outcome> decodeOutcome(const StatusOr<RedisValue>& reply, ScriptId scri
   if (v.isError()) return scriptErrorStatus(node, v.str);
   if (scriptSource(script).reply == ScriptReply::kAcquireAll) {
     return badShape(node, script);  // decodeAllOutcome()'s
+  }
+  if (scriptSource(script).reply == ScriptReply::kLeader) {
+    return decodeLeaderOutcome(v, script, node);
   }
   const bool semaphore = isSemaphoreScript(script);
   const bool shared = isSharedScript(script);
@@ -322,6 +395,14 @@ constexpr ScriptTable kScript = [] {
   serve(LockKind::kShared, Verb::kRelease, ScriptId::kSharedRelease);
   serve(LockKind::kShared, Verb::kExtend, ScriptId::kSharedExtend);
   serve(LockKind::kShared, Verb::kInspect, ScriptId::kSharedInspect);
+  // An election is a mutex under keys of its own whose lease records who leads: renew and resign
+  // are the mutex's extend and release (which keep and delete the record, KEYS[3]). It is never
+  // handed on, force-released or queued in Redis (src/lock/kinds/election.cc).
+  serve(LockKind::kElection, Verb::kAcquire, ScriptId::kElectionCampaign);
+  serve(LockKind::kElection, Verb::kExtend, ScriptId::kExtend);
+  serve(LockKind::kElection, Verb::kRelease, ScriptId::kRelease);
+  serve(LockKind::kElection, Verb::kInspect, ScriptId::kElectionLeader);
+  serve(LockKind::kElection, Verb::kProclaim, ScriptId::kElectionProclaim);
   return t;
 }();
 
@@ -354,6 +435,10 @@ StatusOr<ScriptCall> scriptCallFor(const Operation& op, const ScriptContext& ctx
     key(semaphoreKey(ctx.prefix, op.name));
     key(semaphoreTokenKey(ctx.prefix, op.name));
     key(semaphoreLimitKey(ctx.prefix, op.name));
+  } else if (op.kind == LockKind::kElection) {
+    key(electionKey(ctx.prefix, op.name));
+    key(electionTokenKey(ctx.prefix, op.name));
+    key(electionLeaderKey(ctx.prefix, op.name));
   } else {
     key(lockKey(ctx.prefix, op.name));
     key(tokenKey(ctx.prefix, op.name));
@@ -400,6 +485,10 @@ StatusOr<ScriptCall> scriptCallFor(const Operation& op, const ScriptContext& ctx
           arg(kNotReentrantArg);
         }
         if (op.writer_wait_ms > 0) arg(std::to_string(op.writer_wait_ms));
+      } else if (c.script == ScriptId::kElectionCampaign) {
+        arg(op.candidate);
+        arg(op.value);
+        announceArgs();  // a new leader is news to every observer
       }
       break;
     case Verb::kRelease:
@@ -434,6 +523,12 @@ StatusOr<ScriptCall> scriptCallFor(const Operation& op, const ScriptContext& ctx
       break;
     case Verb::kForceRelease:
       c.node_op = NodeOp::kRelease;
+      announceArgs();
+      break;
+    case Verb::kProclaim:
+      c.node_op = NodeOp::kOther;
+      arg(op.owner);
+      arg(op.value);
       announceArgs();
       break;
   }

@@ -58,6 +58,13 @@
 // Read/write locks' readers (shared_*.lua) answer their count as the 4th field
 // (ScriptReply::kShared); acquire_all.lua has a reply of its own (decodeAllOutcome()).
 //
+// Elections (KEYS: p{name}:el, p{name}:el:token, p{name}:el:leader): a mutex lease under keys of
+// their own, whose grant's token is the term, plus a hash recording who leads (candidate, value,
+// since_ms, term). Renew and resign are extend.lua and release.lua (given the record as KEYS[3]);
+// campaign, proclaim and inspect are election_*.lua, whose replies may carry the record
+// (ScriptReply::kLeader): campaign {1, term, ttl, 1, since_ms}, proclaim {1, term, PTTL, 1},
+// inspect {1, term, PTTL, candidate, value, since_ms} (bulk strings for the two texts).
+//
 // Kinds and keys: a lock kind owns its keys. The mutex keeps the layout above (`p{name}`,
 // `p{name}:token`) so that sidecars of older versions and this one, run side by side during a
 // rolling upgrade, still exclude each other; a kind added later puts its kind in its keys
@@ -87,6 +94,7 @@ enum class ScriptReply : uint8_t {
   kLock,        // {code, token, ttl[, holds]}: the contract above
   kSemaphore,   // {code, token, ttl[, used[, limit]]}
   kShared,      // {code, token, ttl[, readers]}
+  kLeader,      // elections: {code, term, ttl[, 1[, since_ms]]} or the record (decodeOutcome())
   kAcquireAll,  // decodeAllOutcome()'s
 };
 
@@ -139,6 +147,13 @@ std::string writerMarkKey(std::string_view prefix, std::string_view name);
 /// time) and `<prefix>{<name>}:fair:claims` (waiter -> until when it keeps its place, ms).
 std::string fairQueueKey(std::string_view prefix, std::string_view name);
 std::string fairClaimsKey(std::string_view prefix, std::string_view name);
+/// Elections: `<prefix>{<name>}:el` (the leader's lease: owner id, PX = its TTL),
+/// `<prefix>{<name>}:el:token` (the election's own fencing counter: the term) and
+/// `<prefix>{<name>}:el:leader` (a hash: candidate, value, since_ms, term; expires with the
+/// counter, deleted on resign). A lock of the same name never meets them.
+std::string electionKey(std::string_view prefix, std::string_view name);
+std::string electionTokenKey(std::string_view prefix, std::string_view name);
+std::string electionLeaderKey(std::string_view prefix, std::string_view name);
 /// ARGV[4] of the acquire script: take one more hold if the owner holds the lease already.
 inline constexpr std::string_view kReentrantArg = "reentrant";
 /// ARGV[4] of the acquire script when ARGV[5] (writer_wait_ms) follows without re-entry.
@@ -186,7 +201,7 @@ struct ScriptCall {
   ScriptId script = ScriptId::kInspect;
   NodeOp node_op = NodeOp::kOther;
   std::array<std::string, 4> keys;
-  std::array<std::string, 6> args;
+  std::array<std::string, 8> args;
   uint8_t key_count = 0;
   uint8_t arg_count = 0;
 
@@ -194,7 +209,7 @@ struct ScriptCall {
   /// changed nor moved.
   struct Views {
     std::array<std::string_view, 4> keys;
-    std::array<std::string_view, 6> args;
+    std::array<std::string_view, 8> args;
     RedisArgs keyArgs() const { return {keys.data(), key_count}; }
     RedisArgs argArgs() const { return {args.data(), arg_count}; }
     size_t key_count = 0;

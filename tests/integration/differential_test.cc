@@ -3,9 +3,10 @@
 // mutexes as writers (with writer-waiting marks and force releases), semaphores with limits) run
 // against
 // MemoryBackend and against RedisBackend on a real redis-server, and every outcome must agree
-// (code, holds, permits used, limit). Fencing tokens start from different bases (the memory
-// counter at 1, Redis's at TIME in microseconds), so they are checked for what both promise:
-// strictly increasing per name on each side. TTLs are long enough that nothing expires.
+// (code, holds, permits used, limit; elections: the leader's record). Fencing tokens start from
+// different bases (the memory counter at 1, Redis's at TIME in microseconds), so they are checked
+// for what both promise: strictly increasing per name on each side. TTLs are long enough that
+// nothing expires.
 #include <gtest/gtest.h>
 
 #include <iostream>
@@ -89,7 +90,97 @@ TEST_F(DifferentialTest, VerbsAKindDoesNotServeAreRefusedByBoth) {
           << pair << ": " << r.status().message();
     }
   }
+  // Elections are never handed on, force-released or withdrawn; only elections proclaim.
+  for (const Operation& op : {Operation::handOff("x", "o", "next", 900).of(LockKind::kElection),
+                              Operation::withdraw("x", "o").of(LockKind::kElection),
+                              Operation::forceRelease("x").of(LockKind::kElection),
+                              Operation::proclaim("x", "o", "v").of(LockKind::kMutex),
+                              Operation::proclaim("x", "o", "v").of(LockKind::kSemaphore)}) {
+    const std::string pair = std::string(verbName(op.verb)) + " of " + lockKindName(op.kind);
+    StatusOr<Outcome> m = runOn(memory_, op);
+    StatusOr<Outcome> r = runOn(*redis_backend_, op);
+    ASSERT_FALSE(m.isOk() || r.isOk()) << pair;
+    EXPECT_EQ(m.status().code(), StatusCode::kFailedPrecondition) << pair;
+    EXPECT_EQ(r.status().code(), StatusCode::kFailedPrecondition) << pair;
+  }
   EXPECT_EQ(redis_.cli({"DBSIZE"}), "0") << "nothing was written";
+}
+
+// Elections: random campaigns, renewals, resignations, proclaims and inspects, mixed with mutex
+// acquires and releases of the same names (an election has keys of its own: the two never meet).
+// Both sides agree on every code, on the leader's record (candidate, value) and on whether the
+// term moved; terms strictly increase per name on each side, and since_ms is each side's clock.
+TEST_F(DifferentialTest, ElectionSequencesAgreeWithTheReferenceModel) {
+  std::mt19937 rng(20261126);
+  const std::vector<std::string> names = {"a", "b"};
+  const std::vector<std::string> owners = {"o1", "o2", "o3"};
+  const std::vector<std::string> values = {"", "v1", "v2"};
+  auto pick = [&rng](const std::vector<std::string>& v) -> const std::string& {
+    return v[std::uniform_int_distribution<size_t>(0, v.size() - 1)(rng)];
+  };
+  const auto election = LockKind::kElection;
+  std::map<std::string, uint64_t> memory_term;
+  std::map<std::string, uint64_t> redis_term;
+  std::map<Verb, int> agreed_ok;
+  constexpr int kSteps = 1500;
+  for (int i = 0; i < kSteps; ++i) {
+    const std::string& name = pick(names);
+    const std::string& owner = pick(owners);
+    const int what = std::uniform_int_distribution<int>(0, 99)(rng);
+    const std::string candidate = "candidate-" + owner;  // outlives the operation's view of it
+    Operation op;
+    if (what < 30) {
+      op = Operation::campaign(name, owner, 60'000, candidate, pick(values));
+    } else if (what < 45) {
+      op = Operation::release(name, owner).of(election);
+    } else if (what < 55) {
+      op = Operation::extend(name, owner, 60'000).of(election);
+    } else if (what < 70) {
+      op = Operation::proclaim(name, owner, pick(values));
+    } else if (what < 85) {
+      op = Operation::inspect(name).of(election);
+    } else if (what < 93) {
+      op = Operation::acquire(name, owner, 60'000);  // the mutex of the same name
+    } else {
+      op = Operation::release(name, owner);
+    }
+    StatusOr<Outcome> m = runOn(memory_, op);
+    StatusOr<Outcome> r = runOn(*redis_backend_, op);
+    const std::string where = "step " + std::to_string(i) + ": " + verbName(op.verb) + " " +
+                              lockKindName(op.kind) + " " + name + " by " + owner;
+    ASSERT_TRUE(m.isOk()) << where << ": memory " << m.status().toString();
+    ASSERT_TRUE(r.isOk()) << where << ": redis " << r.status().toString();
+    ASSERT_EQ(outcomeName(m->code), std::string(outcomeName(r->code))) << where;
+    if (m->code == OutcomeCode::kBusy) {
+      EXPECT_EQ(static_cast<int>(m->busy_reason), static_cast<int>(r->busy_reason)) << where;
+    }
+    EXPECT_EQ(m->holds, r->holds) << where;
+    EXPECT_EQ(m->leader.candidate, r->leader.candidate) << where;
+    EXPECT_EQ(m->leader.value, r->leader.value) << where;
+    EXPECT_EQ(m->leader.since_ms > 0, r->leader.since_ms > 0) << where;
+    if (op.kind != election) continue;
+    if (m->ok()) ++agreed_ok[op.verb];
+    if (op.verb == Verb::kAcquire && m->ok()) {
+      // A new term: strictly above every term of the name before, on each side.
+      EXPECT_GT(m->token, memory_term[name]) << where;
+      EXPECT_GT(r->token, redis_term[name]) << where;
+      memory_term[name] = m->token;
+      redis_term[name] = r->token;
+    } else if (op.verb == Verb::kInspect || (op.verb == Verb::kProclaim && m->ok())) {
+      // The term as the last campaign won it (inspect: 0 before any).
+      EXPECT_EQ(m->token, memory_term[name]) << where;
+      EXPECT_EQ(r->token, redis_term[name]) << where;
+    }
+  }
+  std::cout << "[differential] " << kSteps
+            << " election steps agreed: " << agreed_ok[Verb::kAcquire] << " elected, "
+            << agreed_ok[Verb::kProclaim] << " proclaimed, " << agreed_ok[Verb::kExtend]
+            << " renewed, " << agreed_ok[Verb::kRelease] << " resigned, "
+            << agreed_ok[Verb::kInspect] << " inspected while led\n";
+  for (Verb verb :
+       {Verb::kAcquire, Verb::kProclaim, Verb::kExtend, Verb::kRelease, Verb::kInspect}) {
+    EXPECT_GT(agreed_ok[verb], 20) << verbName(verb) << " succeeded often enough to mean something";
+  }
 }
 
 TEST_F(DifferentialTest, RandomSequencesAgreeWithTheReferenceModel) {

@@ -178,5 +178,14 @@ TEST_F(RedisAclTest, TheAclIsInForce) {
   EXPECT_EQ(asSidecarUser({"PING"}), "PONG");
 }
 
+// The elections' scripts (src/redis/lua/election_*.lua) also write and read the leader's record,
+// a hash: HSET and HMGET are in the ACL, on the prefix only. (Their routes come with the lock
+// service; until then, the commands the scripts call, under the same ACL check.)
+TEST_F(RedisAclTest, TheElectionsRecordIsReachable) {
+  EXPECT_EQ(asSidecarUser({"HSET", "sidelock:{e}:el:leader", "candidate", "c", "value", "v"}), "2");
+  EXPECT_EQ(asSidecarUser({"HMGET", "sidelock:{e}:el:leader", "candidate", "value"}), "c\nv");
+  EXPECT_NE(asSidecarUser({"HSET", "other-app:hash", "f", "v"}).find("NOPERM"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace sidelock::testing

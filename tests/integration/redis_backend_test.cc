@@ -413,6 +413,163 @@ TEST_F(RedisBackendTest, ReleaseWakesListenerOnAnotherBackend) {
             releaseChannel("sidelock:", "job") + "\n0");
 }
 
+// Each election verb against a real redis-server: election_campaign.lua, extend.lua and
+// release.lua on the election's keys, election_proclaim.lua and election_leader.lua.
+TEST_F(RedisBackendTest, ElectionVerbsOnTheirOwnKeys) {
+  RedisBackend& b = make(redisConfig(redis_.port()));
+  const auto election = LockKind::kElection;
+  auto leader = run(b, Operation::inspect("svc").of(election));
+  ASSERT_TRUE(leader.isOk()) << leader.status().toString();
+  EXPECT_EQ(leader->code, OutcomeCode::kNotHeld);
+  EXPECT_EQ(leader->token, 0u) << "never elected";
+
+  const int64_t before_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                                std::chrono::system_clock::now().time_since_epoch())
+                                .count();
+  auto a = run(b, Operation::campaign("svc", "owner-a", 10'000, "node-a", "10.0.0.1:80"));
+  ASSERT_TRUE(a.isOk()) << a.status().toString();
+  ASSERT_TRUE(a->ok());
+  EXPECT_GT(a->token, 1'000'000'000'000'000u) << "seeded from Redis TIME in us";
+  EXPECT_EQ(a->validity_ms, 10'000);
+  EXPECT_EQ(a->holds, 1);
+  // since: Redis TIME in Unix ms (same machine: within a few seconds of ours).
+  EXPECT_GE(a->leader.since_ms, before_ms - 5'000);
+  EXPECT_LE(a->leader.since_ms, before_ms + 5'000);
+  EXPECT_EQ(redis_.cli({"GET", "sidelock:{svc}:el"}), "owner-a");
+  EXPECT_EQ(redis_.cli({"EXISTS", "sidelock:{svc}"}), "0") << "never the mutex's key";
+  EXPECT_EQ(redis_.cli({"HGET", "sidelock:{svc}:el:leader", "term"}), std::to_string(a->token))
+      << "every digit of the term";
+  EXPECT_GT(std::stoll(redis_.cli({"PTTL", "sidelock:{svc}:el:leader"})), kMaxTtlMs)
+      << "the record expires with the counter";
+
+  // Busy for another candidate and for the leader itself; a mutex of the name is another lock.
+  auto busy = run(b, Operation::campaign("svc", "owner-b", 5'000, "node-b", ""));
+  ASSERT_TRUE(busy.isOk());
+  EXPECT_EQ(busy->code, OutcomeCode::kBusy);
+  EXPECT_EQ(busy->busy_reason, BusyReason::kHeld);
+  EXPECT_GT(busy->holder_ttl_ms, 0);
+  EXPECT_LE(busy->holder_ttl_ms, 10'000);
+  auto ours = run(b, Operation::campaign("svc", "owner-a", 5'000, "node-a", ""));
+  EXPECT_EQ(ours->code, OutcomeCode::kBusy);
+  EXPECT_EQ(ours->busy_reason, BusyReason::kHeldByYou);
+  ASSERT_TRUE(acquire(b, "svc", "owner-m", 5'000)->ok());
+
+  leader = run(b, Operation::inspect("svc").of(election));
+  ASSERT_TRUE(leader.isOk()) << leader.status().toString();
+  ASSERT_TRUE(leader->ok());
+  EXPECT_EQ(leader->token, a->token) << "the term";
+  EXPECT_GT(leader->validity_ms, 0);
+  EXPECT_LE(leader->validity_ms, 10'000);
+  EXPECT_EQ(leader->leader.candidate, "node-a");
+  EXPECT_EQ(leader->leader.value, "10.0.0.1:80");
+  EXPECT_EQ(leader->leader.since_ms, a->leader.since_ms);
+
+  // Proclaim: owner-checked; the value changes, the term and the TTL stay.
+  auto not_leader = run(b, Operation::proclaim("svc", "owner-b", "x"));
+  ASSERT_TRUE(not_leader.isOk()) << not_leader.status().toString();
+  EXPECT_EQ(not_leader->code, OutcomeCode::kNotOwner);
+  EXPECT_GT(not_leader->holder_ttl_ms, 0);
+  const std::string big_value(4096, 'v');
+  auto proclaimed = run(b, Operation::proclaim("svc", "owner-a", big_value));
+  ASSERT_TRUE(proclaimed.isOk()) << proclaimed.status().toString();
+  ASSERT_TRUE(proclaimed->ok());
+  EXPECT_EQ(proclaimed->token, a->token);
+  EXPECT_GT(proclaimed->validity_ms, 0);
+  EXPECT_LE(proclaimed->validity_ms, 10'000);
+  leader = run(b, Operation::inspect("svc").of(election));
+  EXPECT_EQ(leader->leader.value, big_value);
+  EXPECT_EQ(leader->leader.candidate, "node-a");
+  EXPECT_EQ(leader->leader.since_ms, a->leader.since_ms) << "the same term";
+
+  // Renew: owner-checked; the record and the counter live on with it.
+  EXPECT_EQ(run(b, Operation::extend("svc", "owner-b", 60'000).of(election))->code,
+            OutcomeCode::kNotOwner);
+  redis_.cli({"PEXPIRE", "sidelock:{svc}:el:leader", "20000"});
+  redis_.cli({"PEXPIRE", "sidelock:{svc}:el:token", "20000"});
+  auto renewed = run(b, Operation::extend("svc", "owner-a", 60'000).of(election));
+  ASSERT_TRUE(renewed.isOk()) << renewed.status().toString();
+  ASSERT_TRUE(renewed->ok());
+  EXPECT_GT(renewed->validity_ms, 10'000);
+  EXPECT_EQ(renewed->holds, 1);
+  EXPECT_GT(std::stoll(redis_.cli({"PTTL", "sidelock:{svc}:el:leader"})), kMaxTtlMs);
+  EXPECT_GT(std::stoll(redis_.cli({"PTTL", "sidelock:{svc}:el:token"})), kMaxTtlMs);
+
+  // Resign: owner-checked; the record goes with the lease, the term stays readable.
+  EXPECT_EQ(run(b, Operation::release("svc", "owner-b").of(election))->code,
+            OutcomeCode::kNotOwner);
+  auto resigned = run(b, Operation::release("svc", "owner-a").of(election));
+  ASSERT_TRUE(resigned.isOk()) << resigned.status().toString();
+  EXPECT_TRUE(resigned->ok());
+  EXPECT_EQ(resigned->holds, 0);
+  EXPECT_EQ(redis_.cli({"EXISTS", "sidelock:{svc}:el", "sidelock:{svc}:el:leader"}), "0");
+  EXPECT_EQ(redis_.cli({"GET", "sidelock:{svc}"}), "owner-m") << "the mutex is untouched";
+  EXPECT_EQ(run(b, Operation::release("svc", "owner-a").of(election))->code, OutcomeCode::kNotHeld);
+  EXPECT_EQ(run(b, Operation::proclaim("svc", "owner-a", "x"))->code, OutcomeCode::kNotHeld);
+  EXPECT_EQ(run(b, Operation::extend("svc", "owner-a", 1'000).of(election))->code,
+            OutcomeCode::kNotHeld);
+  leader = run(b, Operation::inspect("svc").of(election));
+  EXPECT_EQ(leader->code, OutcomeCode::kNotHeld);
+  EXPECT_EQ(leader->token, a->token) << "the last term";
+  EXPECT_TRUE(leader->leader.candidate.empty());
+
+  // The next term is above, with a record of its own (nothing of the last one's left).
+  auto b2 = run(b, Operation::campaign("svc", "owner-b", 5'000, "node-b", ""));
+  ASSERT_TRUE(b2.isOk() && b2->ok());
+  EXPECT_GT(b2->token, a->token);
+  EXPECT_GE(b2->leader.since_ms, a->leader.since_ms);
+  leader = run(b, Operation::inspect("svc").of(election));
+  EXPECT_EQ(leader->token, b2->token);
+  EXPECT_EQ(leader->leader.candidate, "node-b");
+  EXPECT_EQ(leader->leader.value, "");
+
+  // The term never goes back, even when the counter is lost (Redis restarted empty, expired).
+  ASSERT_TRUE(run(b, Operation::release("svc", "owner-b").of(election))->ok());
+  redis_.cli({"DEL", "sidelock:{svc}:el:token"});
+  auto c = run(b, Operation::campaign("svc", "owner-c", 5'000, "node-c", ""));
+  ASSERT_TRUE(c.isOk() && c->ok());
+  EXPECT_GT(c->token, b2->token);
+
+  // Not served: hand-off, force release, withdraw.
+  for (const Operation& op : {Operation::handOff("svc", "owner-c", "owner-d", 1'000),
+                              Operation::forceRelease("svc"), Operation::withdraw("svc", "x")}) {
+    auto refused = run(b, op.of(election));
+    ASSERT_FALSE(refused.isOk()) << verbName(op.verb);
+    EXPECT_EQ(refused.status().code(), StatusCode::kFailedPrecondition);
+  }
+  EXPECT_EQ(run(b, Operation::proclaim("svc", "owner-m", "x").of(LockKind::kMutex)).status().code(),
+            StatusCode::kFailedPrecondition);
+}
+
+// A new leader, a proclaim and a resign are announced on the name's release channel: observers
+// and candidates on other sidecars hear of them at once. Refusals announce nothing.
+TEST_F(RedisBackendTest, ElectionNewsWakesListenerOnAnotherBackend) {
+  RedisBackend& leader = make(redisConfig(redis_.port()));
+  RedisBackend& observer = make(redisConfig(redis_.port()));
+  std::vector<std::string> heard;
+  observer.setReleaseListener([&](std::string_view name) { heard.emplace_back(name); });
+  observer.watchReleases("svc");
+  ASSERT_TRUE(env_.runUntil(
+      [&] { return observer.node().subscribed(releaseChannel("sidelock:", "svc")); }));
+  const auto election = LockKind::kElection;
+  auto heardNews = [&](size_t count) {
+    return env_.runUntil([&] { return heard.size() >= count; }, 2000);
+  };
+
+  ASSERT_TRUE(run(leader, Operation::campaign("svc", "owner-a", 10'000, "node-a", ""))->ok());
+  ASSERT_TRUE(heardNews(1)) << "elected";
+  EXPECT_FALSE(run(leader, Operation::campaign("svc", "owner-b", 10'000, "node-b", ""))->ok());
+  EXPECT_EQ(run(leader, Operation::proclaim("svc", "owner-b", "x"))->code, OutcomeCode::kNotOwner);
+  ASSERT_TRUE(run(leader, Operation::extend("svc", "owner-a", 10'000).of(election))->ok());
+  ASSERT_TRUE(run(leader, Operation::proclaim("svc", "owner-a", "v2"))->ok());
+  ASSERT_TRUE(heardNews(2)) << "proclaimed";
+  ASSERT_TRUE(run(leader, Operation::release("svc", "owner-a").of(election))->ok());
+  ASSERT_TRUE(heardNews(3)) << "resigned";
+  env_.runFor(100);
+  EXPECT_EQ(heard, std::vector<std::string>({"svc", "svc", "svc"}))
+      << "the refusals and the renewal announced nothing";
+  observer.unwatchReleases("svc");
+}
+
 TEST_F(RedisBackendTest, SubscriptionsSurviveRedisRestart) {
   RedisBackend& waiter = make(redisConfig(redis_.port()));
   int woken = 0;

@@ -92,6 +92,24 @@ TEST_F(RedlockTest, TinyTtlIsRejectedAsInvalid) {
   EXPECT_EQ(nodesWithKey("l"), 0);
 }
 
+// Elections need one master to record one leader: every election verb is refused, and nothing
+// is written on any node.
+TEST_F(RedlockTest, ElectionsAreRefusedWithWhy) {
+  auto& b = makeReadyBackend();
+  for (const Operation& op :
+       {Operation::campaign("e", "a", 5'000, "node-a", "v"), Operation::proclaim("e", "a", "v"),
+        Operation::inspect("e").of(backend::LockKind::kElection),
+        Operation::extend("e", "a", 5'000).of(backend::LockKind::kElection),
+        Operation::release("e", "a").of(backend::LockKind::kElection)}) {
+    auto r = run(b, op);
+    ASSERT_FALSE(r.isOk()) << backend::verbName(op.verb);
+    EXPECT_EQ(r.status().code(), StatusCode::kFailedPrecondition);
+    EXPECT_NE(r.status().message().find("elections need one master"), std::string::npos)
+        << r.status().message();
+  }
+  for (auto& s : servers_) EXPECT_EQ(s->cli({"DBSIZE"}), "0");
+}
+
 TEST_F(RedlockTest, ReleaseOutcomes) {
   auto& b = makeReadyBackend();
   auto none = release(b, "l", "a");

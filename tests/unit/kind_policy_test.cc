@@ -81,6 +81,20 @@ TEST(KindPolicyTest, EachKindSaysWhatItDoesDifferently) {
   EXPECT_EQ(setOf(semaphore.lease_sharers), std::set<LockKind>{LockKind::kSemaphore});
   EXPECT_FALSE(semaphore.hands_off);
   EXPECT_FALSE(semaphore.single_try_skips_local_queue);
+
+  // An election: a mutex of its own keys whose candidates wait while their stream is open; never
+  // handed on, never re-entered, never queued in the backend.
+  const KindPolicy& election = policyOf(LockKind::kElection);
+  EXPECT_EQ(setOf(election.lease_sharers), std::set<LockKind>{LockKind::kElection});
+  EXPECT_TRUE(election.waits_until_cancelled);
+  EXPECT_TRUE(election.new_grant_ends_earlier_lease);
+  EXPECT_FALSE(election.hands_off);
+  EXPECT_FALSE(election.allows_reentry);
+  EXPECT_FALSE(election.queue_in_backend);
+  EXPECT_FALSE(election.marks_writer_waiting);
+  EXPECT_FALSE(election.admits_many);
+  EXPECT_FALSE(election.grant_readable_back);
+  EXPECT_FALSE(mutex.waits_until_cancelled) << "only elections wait without a max_wait_ms";
 }
 
 }  // namespace

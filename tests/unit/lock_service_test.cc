@@ -136,6 +136,91 @@ class LockServiceTest : public ::testing::Test {
   void manyClientsNeverOverlapAndEverythingSettles();
 };
 
+// --- elections (issue 19) ---------------------------------------------------------------------
+
+LockId election(std::string name) { return LockId{LockKind::kElection, std::move(name)}; }
+
+AcquireOptions campaign(const std::string& name, const std::string& candidate, int64_t ttl_ms,
+                        int64_t wait_ms) {
+  AcquireOptions o;
+  o.lock = election(name);
+  o.ttl_ms = ttl_ms;
+  o.wait_ms = wait_ms;
+  o.stream = true;
+  o.candidate = candidate;
+  o.value = candidate + "-value";
+  return o;
+}
+
+TEST_F(LockServiceTest, ACandidateWaitsPastMaxWaitMsAndTheLeaderIsReadable) {
+  cfg.max_wait_ms = 1000;
+  make();
+  auto first = acquireNow(campaign("sched", "pod-a", 5000, 0));
+  ASSERT_EQ(first->status(), AcquireStatus::kGranted);
+  const LockState state = inspect(election("sched"));
+  EXPECT_TRUE(state.held);
+  EXPECT_EQ(state.token, first->grant().token);
+  EXPECT_EQ(state.leader.candidate, "pod-a");
+  EXPECT_EQ(state.leader.value, "pod-a-value");
+  // A mutex of the same name is another lock.
+  EXPECT_EQ(acquireNow(opts("sched", "m", 1000))->status(), AcquireStatus::kGranted);
+
+  // pod-b waits far longer than max_wait_ms, while pod-a's stream renews its lease.
+  auto second = start(campaign("sched", "pod-b", 5000, kWaitUntilCancelledMs));
+  advance(20'000, 10);
+  EXPECT_FALSE(second->done()) << "a candidate's wait was cut to max_wait_ms";
+  ASSERT_TRUE(release(election("sched"), first->grant().owner).isOk());
+  advance(10);
+  ASSERT_TRUE(second->done());
+  EXPECT_EQ(second->status(), AcquireStatus::kGranted);
+  EXPECT_GT(second->grant().token, first->grant().token);
+  EXPECT_EQ(inspect(election("sched")).leader.candidate, "pod-b");
+}
+
+TEST_F(LockServiceTest, ProclaimIsOwnerCheckedAndKeepsTheTerm) {
+  auto leader = acquireNow(campaign("p", "pod-a", 5000, 0));
+  ASSERT_EQ(leader->status(), AcquireStatus::kGranted);
+  auto proclaim = [&](std::string_view owner, std::string_view value) {
+    std::optional<StatusOr<ProclaimResult>> r;
+    svc->proclaim(election("p"), owner, value, [&](StatusOr<ProclaimResult> v) { r.emplace(v); });
+    EXPECT_FALSE(r) << "done ran inside proclaim()";
+    sched.runReady();
+    EXPECT_TRUE(r && r->isOk());
+    return r->value();
+  };
+  const ProclaimResult ok = proclaim(leader->grant().owner, "new");
+  EXPECT_EQ(ok.status, ProclaimStatus::kProclaimed);
+  EXPECT_EQ(ok.term, leader->grant().token);
+  EXPECT_EQ(inspect(election("p")).leader.value, "new");
+  EXPECT_EQ(proclaim("somebody-else", "x").status, ProclaimStatus::kNotOwner);
+  EXPECT_EQ(inspect(election("p")).leader.value, "new");
+  ASSERT_TRUE(release(election("p"), leader->grant().owner).isOk());
+  EXPECT_EQ(proclaim(leader->grant().owner, "y").status, ProclaimStatus::kNotHeld);
+}
+
+TEST_F(LockServiceTest, ChangeWatchersHearGrantsProclaimsAndResignsUntilTheWatchEnds) {
+  int heard = 0;
+  ChangeWatch watch = svc->watchChanges("w", [&] { ++heard; });
+  EXPECT_EQ(backend.memory().watchedNames(), 1u);
+  auto leader = acquireNow(campaign("w", "pod-a", 5000, 0));
+  sched.runReady();
+  EXPECT_GE(heard, 1) << "a grant is announced";
+  const int after_grant = heard;
+  svc->proclaim(election("w"), leader->grant().owner, "v2", [](StatusOr<ProclaimResult>) {});
+  sched.runReady();
+  EXPECT_GT(heard, after_grant) << "a proclaim is announced";
+  const int after_proclaim = heard;
+  ASSERT_TRUE(release(election("w"), leader->grant().owner).isOk());
+  sched.runReady();
+  EXPECT_GT(heard, after_proclaim) << "a resign is announced";
+  watch.reset();
+  EXPECT_EQ(backend.memory().watchedNames(), 0u) << "the last watch of a name unsubscribes";
+  const int before = heard;
+  acquireNow(campaign("w", "pod-b", 5000, 0));
+  sched.runReady();
+  EXPECT_EQ(heard, before) << "a watch that ended still heard a change";
+}
+
 // --- single tries ----------------------------------------------------------------------------
 
 TEST_F(LockServiceTest, GrantGeneratesOwnerAndRecordsLease) {

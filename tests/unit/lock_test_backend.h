@@ -73,6 +73,9 @@ class TestBackend final : public backend::Backend {
       case Verb::kWithdraw:
         recorded = "withdraw";
         break;
+      case Verb::kProclaim:
+        recorded = "proclaim";
+        break;
       case Verb::kInspect:
         break;
     }

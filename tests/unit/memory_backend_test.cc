@@ -52,6 +52,14 @@ class MemoryBackendTest : public ::testing::Test {
     return std::move(*s.value);
   }
 
+  StatusOr<Outcome> run(const Operation& op) {
+    Slot<StatusOr<Outcome>> s;
+    backend.run(op, s.cb());
+    EXPECT_FALSE(s.value) << "callback ran inside the call";
+    sched.runReady();
+    return std::move(*s.value);
+  }
+
   event::FakeScheduler sched;
   MemoryBackend backend{sched};
 };
@@ -138,6 +146,130 @@ TEST_F(MemoryBackendTest, ReleaseNotifiesOnlyWatchedNamesOnALaterTurn) {
   ASSERT_TRUE(acquire("x", "a", 1000)->ok());
   EXPECT_EQ(*release("x", "a"), OutcomeCode::kOk);
   EXPECT_EQ(heard.size(), 1u);
+}
+
+// An election (the reference model of election_*.lua): one leader, whose campaign records the
+// candidate, value and since; the term is its own counter's; a proclaim keeps the term and TTL.
+TEST_F(MemoryBackendTest, ElectionLeadsOneAtATimeAndRecordsWhoLeads) {
+  const auto election = LockKind::kElection;
+  auto leader = run(Operation::inspect("e").of(election));
+  ASSERT_TRUE(leader.isOk());
+  EXPECT_EQ(leader->code, OutcomeCode::kNotHeld);
+  EXPECT_EQ(leader->token, 0u) << "never elected";
+
+  const int64_t wall_before = sched.wallClockMs();
+  auto a = run(Operation::campaign("e", "owner-a", 1000, "node-a", "10.0.0.1:80"));
+  ASSERT_TRUE(a.isOk()) << a.status().toString();
+  EXPECT_TRUE(a->ok());
+  EXPECT_EQ(a->token, 1u);
+  EXPECT_EQ(a->validity_ms, 1000);
+  EXPECT_EQ(a->holds, 1);
+  EXPECT_EQ(a->leader.since_ms, wall_before) << "the scheduler's wall clock at the grant";
+
+  // Busy for another candidate, and for the leader itself (no re-entry).
+  sched.advanceMs(300);
+  auto b = run(Operation::campaign("e", "owner-b", 1000, "node-b", ""));
+  EXPECT_EQ(b->code, OutcomeCode::kBusy);
+  EXPECT_EQ(b->busy_reason, BusyReason::kHeld);
+  EXPECT_EQ(b->holder_ttl_ms, 700);
+  auto again = run(Operation::campaign("e", "owner-a", 1000, "node-a", ""));
+  EXPECT_EQ(again->code, OutcomeCode::kBusy);
+  EXPECT_EQ(again->busy_reason, BusyReason::kHeldByYou);
+
+  // Its own keys: the mutex and the election of one name never meet.
+  ASSERT_TRUE(acquire("e", "owner-m", 1000)->ok());
+  EXPECT_EQ(inspect("e")->token, 1u) << "the mutex's own counter";
+
+  leader = run(Operation::inspect("e").of(election));
+  ASSERT_TRUE(leader->ok());
+  EXPECT_EQ(leader->token, 1u) << "the term";
+  EXPECT_EQ(leader->validity_ms, 700);
+  EXPECT_EQ(leader->leader.candidate, "node-a");
+  EXPECT_EQ(leader->leader.value, "10.0.0.1:80");
+  EXPECT_EQ(leader->leader.since_ms, wall_before);
+
+  // Proclaim: owner-checked; the value changes, the term and the TTL stay.
+  EXPECT_EQ(run(Operation::proclaim("e", "owner-b", "x"))->code, OutcomeCode::kNotOwner);
+  auto proclaimed = run(Operation::proclaim("e", "owner-a", "10.0.0.1:81"));
+  ASSERT_TRUE(proclaimed->ok());
+  EXPECT_EQ(proclaimed->token, 1u);
+  EXPECT_EQ(proclaimed->validity_ms, 700);
+  leader = run(Operation::inspect("e").of(election));
+  EXPECT_EQ(leader->leader.value, "10.0.0.1:81");
+  EXPECT_EQ(leader->leader.since_ms, wall_before) << "the same term began then";
+
+  // Renew: owner-checked, never re-creates.
+  EXPECT_EQ(run(Operation::extend("e", "owner-b", 5000).of(election))->code,
+            OutcomeCode::kNotOwner);
+  auto renewed = run(Operation::extend("e", "owner-a", 5000).of(election));
+  ASSERT_TRUE(renewed->ok());
+  EXPECT_EQ(renewed->validity_ms, 5000);
+  EXPECT_EQ(renewed->holds, 1);
+
+  // Resign: owner-checked; nobody leads after it, the term stays readable; the next term is
+  // above it, with its own record.
+  EXPECT_EQ(run(Operation::release("e", "owner-b").of(election))->code, OutcomeCode::kNotOwner);
+  auto resigned = run(Operation::release("e", "owner-a").of(election));
+  ASSERT_TRUE(resigned->ok());
+  EXPECT_EQ(resigned->holds, 0);
+  EXPECT_EQ(run(Operation::release("e", "owner-a").of(election))->code, OutcomeCode::kNotHeld);
+  EXPECT_EQ(run(Operation::proclaim("e", "owner-a", "x"))->code, OutcomeCode::kNotHeld);
+  EXPECT_EQ(run(Operation::extend("e", "owner-a", 1).of(election))->code, OutcomeCode::kNotHeld);
+  leader = run(Operation::inspect("e").of(election));
+  EXPECT_EQ(leader->code, OutcomeCode::kNotHeld);
+  EXPECT_EQ(leader->token, 1u);
+  EXPECT_TRUE(leader->leader.candidate.empty()) << "the record went with the lease";
+  sched.advanceMs(50);
+  auto b2 = run(Operation::campaign("e", "owner-b", 1000, "node-b", ""));
+  ASSERT_TRUE(b2->ok());
+  EXPECT_EQ(b2->token, 2u) << "a new term";
+  EXPECT_EQ(b2->leader.since_ms, wall_before + 350);
+  leader = run(Operation::inspect("e").of(election));
+  EXPECT_EQ(leader->leader.candidate, "node-b");
+  EXPECT_EQ(leader->leader.value, "");
+
+  // A lapsed term: nobody leads; the next campaign wins a term above.
+  sched.advanceMs(1000);
+  EXPECT_EQ(run(Operation::inspect("e").of(election))->code, OutcomeCode::kNotHeld);
+  EXPECT_EQ(run(Operation::proclaim("e", "owner-b", "late"))->code, OutcomeCode::kNotHeld);
+  EXPECT_EQ(run(Operation::campaign("e", "owner-a", 1000, "node-a", ""))->token, 3u);
+}
+
+TEST_F(MemoryBackendTest, ElectionServesNoHandOffForceReleaseOrWithdrawAndOthersNoProclaim) {
+  ASSERT_TRUE(run(Operation::campaign("e", "owner-a", 1000, "node-a", ""))->ok());
+  for (const Operation& op : {Operation::handOff("e", "owner-a", "owner-b", 1000),
+                              Operation::forceRelease("e"), Operation::withdraw("e", "owner-a")}) {
+    auto refused = run(op.of(LockKind::kElection));
+    ASSERT_FALSE(refused.isOk()) << verbName(op.verb);
+    EXPECT_EQ(refused.status().code(), StatusCode::kFailedPrecondition);
+  }
+  EXPECT_EQ(run(Operation::inspect("e").of(LockKind::kElection))->leader.candidate, "node-a");
+  for (LockKind kind :
+       {LockKind::kMutex, LockKind::kFair, LockKind::kShared, LockKind::kSemaphore}) {
+    auto refused = run(Operation::proclaim("e", "owner-a", "v").of(kind));
+    ASSERT_FALSE(refused.isOk()) << lockKindName(kind);
+    EXPECT_EQ(refused.status().code(), StatusCode::kFailedPrecondition);
+  }
+  EXPECT_EQ(run(Operation::campaign("e", "", 1000, "c", "")).status().code(),
+            StatusCode::kInvalidArgument);
+}
+
+// A grant, a proclaim and a resign are news to observers (announced like a release); a refused
+// one is not.
+TEST_F(MemoryBackendTest, ElectionNewsIsAnnounced) {
+  std::vector<std::string> heard;
+  backend.setReleaseListener([&](std::string_view n) { heard.emplace_back(n); });
+  backend.watchReleases("e");
+  ASSERT_TRUE(run(Operation::campaign("e", "owner-a", 1000, "node-a", ""))->ok());
+  EXPECT_EQ(heard.size(), 1u) << "elected";
+  EXPECT_FALSE(run(Operation::campaign("e", "owner-b", 1000, "node-b", ""))->ok());
+  EXPECT_EQ(run(Operation::proclaim("e", "owner-b", "x"))->code, OutcomeCode::kNotOwner);
+  EXPECT_TRUE(run(Operation::extend("e", "owner-a", 1000).of(LockKind::kElection))->ok());
+  EXPECT_EQ(heard.size(), 1u) << "nothing changed for observers";
+  ASSERT_TRUE(run(Operation::proclaim("e", "owner-a", "v2"))->ok());
+  EXPECT_EQ(heard.size(), 2u) << "proclaimed";
+  ASSERT_TRUE(run(Operation::release("e", "owner-a").of(LockKind::kElection))->ok());
+  EXPECT_EQ(heard, std::vector<std::string>({"e", "e", "e"})) << "resigned";
 }
 
 TEST_F(MemoryBackendTest, TestHooksDeleteAndStealBehindTheHoldersBack) {

@@ -85,10 +85,15 @@ TEST(RedisReplies, EveryScriptSharesOneShape) {
       EXPECT_FALSE(decode(reply(1, 2, 3), id).isOk());
       continue;
     }
-    EXPECT_TRUE(decode(reply(-1, 0, 0), id).isOk()) << scriptName(id);
+    // An election's campaign is never answered "not held" (it grants or is busy).
+    if (id != ScriptId::kElectionCampaign) {
+      EXPECT_TRUE(decode(reply(-1, 0, 0), id).isOk()) << scriptName(id);
+    }
     EXPECT_FALSE(decode(array({integer(1)}), id).isOk()) << scriptName(id);
-    // Mutex scripts answer up to 4 fields, semaphore scripts up to 5 (used, limit).
-    std::vector<RedisValue> too_long(isSemaphoreScript(id) ? 6 : 5, integer(1));
+    // Mutex scripts answer up to 4 fields, semaphore scripts up to 5 (used, limit), election
+    // scripts up to 6 (inspect: the leader's record).
+    const bool leader_shape = scriptSource(id).reply == ScriptReply::kLeader;
+    std::vector<RedisValue> too_long(isSemaphoreScript(id) ? 6 : leader_shape ? 7 : 5, integer(1));
     EXPECT_FALSE(decode(array(too_long), id).isOk()) << scriptName(id);
     EXPECT_FALSE(decode(reply(1, 2, 3, -1), id).isOk()) << scriptName(id);
     EXPECT_FALSE(decode(array({integer(1), str("2"), integer(3)}), id).isOk());
@@ -413,12 +418,29 @@ TEST(RedisScripts, AVerbNoScriptServesIsAnError) {
       EXPECT_EQ(scriptFor(kind, op.verb).status().code(), StatusCode::kFailedPrecondition);
     }
   }
+  // Elections are never handed on, force-released or queued in Redis; only they proclaim.
+  for (const Operation& op : {Operation::handOff("n", "o", "next", 900).of(LockKind::kElection),
+                              Operation::withdraw("n", "o").of(LockKind::kElection),
+                              Operation::forceRelease("n").of(LockKind::kElection),
+                              Operation::proclaim("n", "o", "v").of(LockKind::kMutex),
+                              Operation::proclaim("n", "o", "v").of(LockKind::kFair),
+                              Operation::proclaim("n", "o", "v").of(LockKind::kShared),
+                              Operation::proclaim("n", "o", "v").of(LockKind::kSemaphore)}) {
+    const StatusOr<ScriptCall> call = scriptCallFor(op, ctx);
+    ASSERT_FALSE(call.isOk()) << verbName(op.verb) << " of " << lockKindName(op.kind);
+    EXPECT_EQ(call.status().code(), StatusCode::kFailedPrecondition);
+  }
   // Every other pair has its script.
   for (LockKind kind : {LockKind::kMutex, LockKind::kFair}) {
     for (size_t v = 0; v < kVerbCount; ++v) {
+      if (static_cast<Verb>(v) == Verb::kProclaim) continue;
       EXPECT_TRUE(scriptFor(kind, static_cast<Verb>(v)).isOk())
           << verbName(static_cast<Verb>(v)) << " of " << lockKindName(kind);
     }
+  }
+  for (Verb verb :
+       {Verb::kAcquire, Verb::kRelease, Verb::kExtend, Verb::kInspect, Verb::kProclaim}) {
+    EXPECT_TRUE(scriptFor(LockKind::kElection, verb).isOk()) << verbName(verb) << " of election";
   }
   for (LockKind kind : {LockKind::kSemaphore, LockKind::kShared}) {
     for (Verb verb : {Verb::kAcquire, Verb::kRelease, Verb::kExtend, Verb::kInspect}) {
@@ -427,6 +449,167 @@ TEST(RedisScripts, AVerbNoScriptServesIsAnError) {
   }
   EXPECT_EQ(*scriptFor(LockKind::kFair, Verb::kWithdraw), ScriptId::kFairWithdraw);
   EXPECT_EQ(*scriptFor(LockKind::kMutex, Verb::kWithdraw), ScriptId::kWriterWithdraw);
+}
+
+// An election's verbs: its own three keys (one hash tag: one Cluster slot), campaign and proclaim
+// announce on the name's release channel, renew and resign are the mutex's scripts.
+TEST(RedisScripts, ElectionVerbsWorkOnTheElectionsOwnKeys) {
+  const ScriptContext ctx{"p:", "61000", false};
+  EXPECT_EQ(electionKey("p:", "n"), "p:{n}:el");
+  EXPECT_EQ(electionTokenKey("p:", "n"), "p:{n}:el:token");
+  EXPECT_EQ(electionLeaderKey("p:", "n"), "p:{n}:el:leader");
+  auto expectElectionKeys = [](const ScriptCall& c) {
+    ASSERT_EQ(c.key_count, 3) << scriptName(c.script);
+    EXPECT_EQ(c.keys[0], "p:{n}:el") << "never the mutex's key";
+    EXPECT_EQ(c.keys[1], "p:{n}:el:token") << "its own counter: the term";
+    EXPECT_EQ(c.keys[2], "p:{n}:el:leader");
+  };
+
+  const std::string value(4096, 'v');  // the longest value the API lets through
+  const ScriptCall campaign = callOf(Operation::campaign("n", "o", 5000, "node-a", value), ctx);
+  EXPECT_EQ(campaign.script, ScriptId::kElectionCampaign);
+  expectElectionKeys(campaign);
+  ASSERT_EQ(campaign.arg_count, 7);
+  EXPECT_EQ(campaign.args[0], "o");
+  EXPECT_EQ(campaign.args[1], "5000");
+  EXPECT_EQ(campaign.args[2], "61000");
+  EXPECT_EQ(campaign.args[3], "node-a");
+  EXPECT_EQ(campaign.args[4], value) << "copied, not a view of the operation's string";
+  EXPECT_EQ(campaign.args[5], releaseChannel("p:", "n")) << "a new leader is announced";
+  EXPECT_EQ(campaign.args[6], "n");
+  const ScriptCall sharded =
+      callOf(Operation::campaign("n", "o", 5000, "node-a", "v"), ScriptContext{"p:", "1", true});
+  ASSERT_EQ(sharded.arg_count, 8);
+  EXPECT_EQ(sharded.args[7], kShardedPublish);
+  EXPECT_EQ(sharded.views().argArgs().size(), 8u);
+
+  const ScriptCall renew = callOf(Operation::extend("n", "o", 7000).of(LockKind::kElection), ctx);
+  EXPECT_EQ(renew.script, ScriptId::kExtend);
+  expectElectionKeys(renew);
+  ASSERT_EQ(renew.arg_count, 3);
+  EXPECT_EQ(renew.args[1], "7000");
+  EXPECT_EQ(renew.args[2], "61000") << "the record and the counter live on with the lease";
+
+  const ScriptCall resign = callOf(Operation::release("n", "o").of(LockKind::kElection), ctx);
+  EXPECT_EQ(resign.script, ScriptId::kRelease);
+  expectElectionKeys(resign);
+  ASSERT_EQ(resign.arg_count, 3);
+  EXPECT_EQ(resign.args[0], "o");
+  EXPECT_EQ(resign.args[1], releaseChannel("p:", "n"));
+
+  const ScriptCall proclaim = callOf(Operation::proclaim("n", "o", "new value"), ctx);
+  EXPECT_EQ(proclaim.script, ScriptId::kElectionProclaim);
+  expectElectionKeys(proclaim);
+  ASSERT_EQ(proclaim.arg_count, 4);
+  EXPECT_EQ(proclaim.args[0], "o");
+  EXPECT_EQ(proclaim.args[1], "new value");
+  EXPECT_EQ(proclaim.args[2], releaseChannel("p:", "n"));
+  EXPECT_EQ(proclaim.args[3], "n");
+
+  const ScriptCall leader = callOf(Operation::inspect("n").of(LockKind::kElection), ctx);
+  EXPECT_EQ(leader.script, ScriptId::kElectionLeader);
+  expectElectionKeys(leader);
+  EXPECT_EQ(leader.arg_count, 0) << "the owner is never asked for nor revealed";
+}
+
+TEST(RedisReplies, ElectionCampaignProclaimAndLeader) {
+  // Campaign: elected with its term and since; busy; this owner leads already (no re-entry).
+  auto elected = decode(array({integer(1), integer(1'795'376'077'464'695), integer(5000),
+                               integer(1), integer(1'795'376'077'464)}),
+                        ScriptId::kElectionCampaign);
+  ASSERT_TRUE(elected.isOk()) << elected.status().toString();
+  EXPECT_TRUE(elected->ok());
+  EXPECT_EQ(elected->token, 1'795'376'077'464'695u);
+  EXPECT_EQ(elected->validity_ms, 5000);
+  EXPECT_EQ(elected->holds, 1);
+  EXPECT_EQ(elected->leader.since_ms, 1'795'376'077'464);
+  EXPECT_TRUE(elected->leader.candidate.empty()) << "a grant carries only since";
+  auto busy = decode(reply(0, 0, 1234), ScriptId::kElectionCampaign);
+  ASSERT_TRUE(busy.isOk());
+  EXPECT_EQ(busy->code, OutcomeCode::kBusy);
+  EXPECT_EQ(busy->busy_reason, BusyReason::kHeld);
+  EXPECT_EQ(busy->holder_ttl_ms, 1234);
+  auto ours = decode(reply(3, 0, 900), ScriptId::kElectionCampaign);
+  ASSERT_TRUE(ours.isOk());
+  EXPECT_EQ(ours->code, OutcomeCode::kBusy);
+  EXPECT_EQ(ours->busy_reason, BusyReason::kHeldByYou);
+  EXPECT_EQ(decode(reply(0, 0, -1), ScriptId::kElectionCampaign)->holder_ttl_ms, -1);
+
+  // Proclaim: same term, the TTL left; not the leader; nobody leads.
+  auto proclaimed = decode(reply(1, 42, 800, 1), ScriptId::kElectionProclaim);
+  ASSERT_TRUE(proclaimed.isOk());
+  EXPECT_TRUE(proclaimed->ok());
+  EXPECT_EQ(proclaimed->token, 42u);
+  EXPECT_EQ(proclaimed->validity_ms, 800);
+  EXPECT_EQ(decode(reply(0, 0, 5), ScriptId::kElectionProclaim)->code, OutcomeCode::kNotOwner);
+  EXPECT_EQ(decode(reply(0, 0, 5), ScriptId::kElectionProclaim)->holder_ttl_ms, 5);
+  EXPECT_EQ(decode(reply(-1, 0, 0), ScriptId::kElectionProclaim)->code, OutcomeCode::kNotHeld);
+
+  // Inspect: the record while somebody leads; the last term when nobody does.
+  auto leads = decode(array({integer(1), integer(42), integer(700), str("node-a"), str(""),
+                             integer(1'795'376'077'464)}),
+                      ScriptId::kElectionLeader);
+  ASSERT_TRUE(leads.isOk()) << leads.status().toString();
+  EXPECT_TRUE(leads->ok());
+  EXPECT_EQ(leads->token, 42u);
+  EXPECT_EQ(leads->validity_ms, 700);
+  EXPECT_EQ(leads->leader.candidate, "node-a");
+  EXPECT_EQ(leads->leader.value, "") << "an empty value is a value";
+  EXPECT_EQ(leads->leader.since_ms, 1'795'376'077'464);
+  auto nobody = decode(reply(-1, 42, 0), ScriptId::kElectionLeader);
+  ASSERT_TRUE(nobody.isOk());
+  EXPECT_EQ(nobody->code, OutcomeCode::kNotHeld);
+  EXPECT_EQ(nobody->token, 42u) << "the last term, led or not";
+  EXPECT_TRUE(nobody->leader.candidate.empty());
+
+  // Malformed: another code for the script, a field more or less, a text for a number.
+  const std::vector<std::pair<ScriptId, RedisValue>> malformed = {
+      {ScriptId::kElectionCampaign, reply(1, 7, 5000, 1)},  // no since
+      {ScriptId::kElectionCampaign,
+       array({integer(1), integer(0), integer(5000), integer(1), integer(9)})},  // no term
+      {ScriptId::kElectionCampaign,
+       array({integer(1), integer(7), integer(5000), integer(1), integer(0)})},  // since 0
+      {ScriptId::kElectionCampaign,
+       array({integer(1), integer(7), integer(5000), integer(2), integer(9)})},  // re-entered?
+      {ScriptId::kElectionCampaign,
+       array({integer(1), integer(7), integer(5000), integer(1), str("9")})},
+      {ScriptId::kElectionCampaign, reply(-1, 0, 0)},
+      {ScriptId::kElectionCampaign, reply(4, 0, 0)},
+      {ScriptId::kElectionCampaign, reply(0, 0, 5, 1)},
+      {ScriptId::kElectionProclaim, reply(1, 42, 800)},
+      {ScriptId::kElectionProclaim, reply(3, 0, 800)},
+      {ScriptId::kElectionProclaim,
+       array({integer(1), integer(42), integer(800), integer(1), integer(9)})},
+      {ScriptId::kElectionLeader, reply(1, 42, 700)},
+      {ScriptId::kElectionLeader, reply(0, 0, 700)},
+      {ScriptId::kElectionLeader, reply(-1, 42, 0, 0)},
+      {ScriptId::kElectionLeader,
+       array({integer(1), integer(42), integer(700), str("node-a"), str("v")})},
+      {ScriptId::kElectionLeader,
+       array({integer(1), integer(42), integer(700), integer(5), str("v"), integer(9)})},
+      {ScriptId::kElectionLeader,
+       array({integer(1), integer(42), integer(700), str("node-a"), RedisValue{}, integer(9)})},
+      {ScriptId::kElectionLeader,
+       array({integer(1), integer(42), integer(700), str("node-a"), str("v"), str("9")})},
+      {ScriptId::kElectionLeader,
+       array({integer(1), integer(42), integer(700), str("node-a"), str("v"), integer(-1)})},
+      {ScriptId::kElectionLeader,
+       array({str("1"), integer(42), integer(700), str("node-a"), str("v"), integer(9)})},
+      {ScriptId::kElectionLeader, str("node-a")},
+  };
+  for (size_t i = 0; i < malformed.size(); ++i) {
+    const auto& [script, value] = malformed[i];
+    auto bad = decode(value, script);
+    ASSERT_FALSE(bad.isOk()) << "case " << i << " of " << scriptName(script);
+    EXPECT_EQ(bad.status().code(), StatusCode::kInternal);
+    EXPECT_NE(bad.status().message().find(scriptName(script)), std::string::npos);
+  }
+  // Errors and failures pass through as for every script.
+  EXPECT_EQ(decode(error("NOPERM no hset"), ScriptId::kElectionProclaim).status().code(),
+            StatusCode::kInternal);
+  EXPECT_EQ(
+      decode(StatusOr<RedisValue>(unavailable("down")), ScriptId::kElectionLeader).status().code(),
+      StatusCode::kUnavailable);
 }
 
 TEST(RedisBackoff, GrowsDoublesAndCapsWithJitter) {

@@ -14,13 +14,16 @@ const KindPolicy& policyOf(LockKind kind) {
       return sharedPolicy();
     case LockKind::kSemaphore:
       return semaphorePolicy();
+    case LockKind::kElection:
+      return electionPolicy();
   }
   return mutexPolicy();  // not reached: the switch names every kind (-Wswitch)
 }
 
 std::span<const LockKind> kindsInWakeOrder() {
   static constexpr std::array<LockKind, backend::kLockKindCount> kOrder = {
-      LockKind::kMutex, LockKind::kFair, LockKind::kSemaphore, LockKind::kShared};
+      LockKind::kMutex, LockKind::kFair, LockKind::kSemaphore, LockKind::kShared,
+      LockKind::kElection};
   return kOrder;
 }
 

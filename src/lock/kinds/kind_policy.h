@@ -66,6 +66,10 @@ struct KindPolicy {
   /// attempt (writer preference); giving up, it withdraws the mark, passing it on to the
   /// writers still queued here.
   bool marks_writer_waiting = false;
+  /// A queued waiter waits until it is granted or cancelled (its client leaves): the service does
+  /// not cut its wait to locks.max_wait_ms (election candidates wait in line for as long as their
+  /// campaign stream is open). The queue limits still apply.
+  bool waits_until_cancelled = false;
 
   // --- release ---
 
@@ -102,5 +106,6 @@ const KindPolicy& mutexPolicy();
 const KindPolicy& fairPolicy();
 const KindPolicy& sharedPolicy();
 const KindPolicy& semaphorePolicy();
+const KindPolicy& electionPolicy();
 
 }  // namespace sidelock::lock

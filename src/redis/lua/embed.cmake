@@ -8,7 +8,7 @@
 #
 # A script file is a header of "--" comment lines, then the Lua. The header is for readers (it
 # states the script's KEYS, ARGV and replies) and is not sent to Redis, except two directives:
-#   --! reply: lock | semaphore | shared | acquire_all
+#   --! reply: lock | semaphore | shared | leader | acquire_all
 #       the reply's shape (src/redis/scripts.h, ScriptReply: what decodeOutcome() reads); required
 #   --! include lib/<piece>.lua
 #       the piece's Lua (without its own header) goes here, in the order of the lines. Pieces
@@ -64,11 +64,11 @@ function(lua_text path is_piece out_text out_reply)
         endif()
         lua_text("${piece}" TRUE piece_text unused)
         string(APPEND text "${piece_text}")
-      elseif("${line}" MATCHES "^--! reply: (lock|semaphore|shared|acquire_all)$")
+      elseif("${line}" MATCHES "^--! reply: (lock|semaphore|shared|leader|acquire_all)$")
         set(reply "${CMAKE_MATCH_1}")
       elseif("${line}" MATCHES "^--!")
         message(FATAL_ERROR "${path}: unknown directive '${line}' (--! reply: lock|semaphore|"
-                            "shared|acquire_all, or --! include lib/<piece>.lua)")
+                            "shared|leader|acquire_all, or --! include lib/<piece>.lua)")
       endif()
     else()
       set(in_header FALSE)
@@ -123,7 +123,7 @@ elseif(PART STREQUAL "table")
     get_filename_component(name "${path}" NAME_WE)
     lua_text("${path}" FALSE text reply)
     if(reply STREQUAL "")
-      message(FATAL_ERROR "${path}: no '--! reply: lock|semaphore|shared|acquire_all' line in its header")
+      message(FATAL_ERROR "${path}: no '--! reply: lock|semaphore|shared|leader|acquire_all' line in its header")
     endif()
     if(text MATCHES "\\)sidelock_lua")
       message(FATAL_ERROR "${path}: contains the raw string delimiter )sidelock_lua")

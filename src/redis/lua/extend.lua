@@ -1,7 +1,9 @@
--- extend: the owner's mutex lease gets a new TTL.
+-- extend: the owner's mutex lease gets a new TTL (an election's leader renews its term).
 --
 -- KEYS[1]  p{name}          the lease: owner id[, " <holds>"], PX = its TTL
 -- KEYS[2]  p{name}:token    the fencing counter
+-- KEYS[3]  p{name}:el:leader  elections only (KEYS[1..2] are then p{name}:el, p{name}:el:token):
+--                           the leader's record, which lives as long as the counter
 -- ARGV     owner, ttl_ms, counter_ttl_ms
 -- Replies  {1, 0, PTTL, holds}     extended
 --          {0, 0, holder PTTL}     held by another owner
@@ -9,7 +11,8 @@
 --
 -- PEXPIRE only an existing key we own: re-creating a missing key would silently re-acquire a lock
 -- that expired and may since have been granted to (and released by) someone else. The counter's
--- expiry (ARGV[3]) is pushed out too, so it outlives a lease renewed past locks.max_ttl_ms.
+-- expiry (ARGV[3]) is pushed out too, so it outlives a lease renewed past locks.max_ttl_ms; so is
+-- an election's record (election_campaign.lua writes it).
 --! reply: lock
 --! include lib/holder.lua
 
@@ -19,4 +22,7 @@ if not holds then
 end
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 redis.call('PEXPIRE', KEYS[2], ARGV[3])
+if KEYS[3] then
+  redis.call('PEXPIRE', KEYS[3], ARGV[3])
+end
 return {1, 0, redis.call('PTTL', KEYS[1]), holds}

@@ -1,7 +1,10 @@
--- release: the owner gives its mutex lease back (one hold of a re-entered one).
+-- release: the owner gives its mutex lease back (one hold of a re-entered one); an election's
+-- leader resigns.
 --
 -- KEYS[1]  p{name}          the lease: owner id[, " <holds>"], PX = its TTL
 -- KEYS[2]  p{name}:token    the fencing counter
+-- KEYS[3]  p{name}:el:leader  elections only (KEYS[1..2] are then p{name}:el, p{name}:el:token):
+--                           the leader's record, deleted with the lease
 -- ARGV     owner, channel, name[, "sharded"]  ("sharded": Redis Cluster, SPUBLISH)
 -- Replies  {1, 0, 0, holds left}   released (0: freed and announced; more: one hold given back)
 --          {0, 0, holder PTTL}     held by another owner
@@ -18,5 +21,8 @@ if reply then
   return reply
 end
 redis.call('DEL', KEYS[1])
+if KEYS[3] then
+  redis.call('DEL', KEYS[3])
+end
 announce(ARGV[2], ARGV[3], ARGV[4])
 return {1, 0, 0, 0}

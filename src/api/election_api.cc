@@ -1,0 +1,352 @@
+#include "api/election_api.h"
+
+#include <nlohmann/json.hpp>
+#include <utility>
+
+#include "api/json_object.h"
+#include "api/route_helpers.h"
+#include "common/log.h"
+#include "http/router.h"
+
+namespace sidelock::api {
+namespace {
+
+using nlohmann::json;
+
+lock::LockId electionOf(std::string_view name) {
+  return lock::LockId{lock::LockKind::kElection, std::string(name)};
+}
+
+/// A backend error of an election route: Redlock (and any backend that cannot record a leader)
+/// refuses the kind with kFailedPrecondition, which is a 501 here, not an outage.
+void sendElectionBackendError(const http::ResponderPtr& res, const Status& status) {
+  if (status.code() == StatusCode::kFailedPrecondition) {
+    return sendError(res, 501, "not_supported", status.message());
+  }
+  sendBackendError(res, status);
+}
+
+void sendNotLeader(const http::ResponderPtr& res, std::string_view why) {
+  sendError(res, 409, "not_leader", why);
+}
+
+/// The value of `key` in a raw query string ("candidate=a&x=y"), percent-decoded; false if absent
+/// or badly encoded.
+bool queryValue(std::string_view query, std::string_view key, std::string* out) {
+  while (!query.empty()) {
+    const size_t amp = query.find('&');
+    const std::string_view pair = query.substr(0, amp);
+    query = amp == std::string_view::npos ? std::string_view{} : query.substr(amp + 1);
+    const size_t eq = pair.find('=');
+    if (pair.substr(0, eq) != key) continue;
+    return http::percentDecode(eq == std::string_view::npos ? std::string_view{}
+                                                            : pair.substr(eq + 1),
+                               out);
+  }
+  return false;
+}
+
+}  // namespace
+
+/// One campaign: waiting in line, then leading until it resigns, loses or its client leaves.
+struct ElectionApi::Campaign {
+  lock::AcquireTicket ticket;
+  http::ResponderPtr responder;
+  lock::LockId election;
+  std::string candidate;
+  std::string owner;  // once elected
+  uint64_t term = 0;  // once elected
+  bool elected = false;
+  bool finished = false;  // the answer or the stream is complete
+};
+
+std::string ElectionApi::candidateProblem(std::string_view candidate) {
+  if (candidate.empty()) return "candidate is empty";
+  if (candidate.size() > kMaxCandidateBytes) {
+    return "candidate is " + std::to_string(candidate.size()) + " bytes long; the limit is " +
+           std::to_string(kMaxCandidateBytes);
+  }
+  for (unsigned char c : candidate) {
+    if (c < 0x20 || c > 0x7e) return "candidate must be printable ASCII (0x20..0x7e)";
+  }
+  return "";
+}
+
+ElectionApi::ElectionApi(const config::LocksConfig& locks, lock::LockService& service,
+                         metrics::Metrics& metrics, event::Scheduler& scheduler, Options options)
+    : locks_(locks),
+      service_(service),
+      metrics_(metrics),
+      options_(std::move(options)),
+      observers_(service, scheduler, metrics, options_.observe_reread_ms) {}
+
+ElectionApi::~ElectionApi() = default;
+
+std::vector<Route> ElectionApi::routes() {
+  auto bindNamed = [this](void (ElectionApi::*fn)(http::Request&, http::ResponderPtr)) {
+    return [this, fn](http::Request& req, http::ResponderPtr res) {
+      if (!checkNameAllowed(req, res)) return;
+      if (!checkName(req, res, static_cast<size_t>(locks_.max_name_bytes))) return;
+      (this->*fn)(req, std::move(res));
+    };
+  };
+  return {
+      {"POST", "/v1/elections/{name}/campaign", bindNamed(&ElectionApi::campaign)},
+      {"GET", "/v1/elections/{name}", bindNamed(&ElectionApi::leader)},
+      {"GET", "/v1/elections/{name}/observe", bindNamed(&ElectionApi::observe)},
+      {"POST", "/v1/elections/{name}/proclaim", bindNamed(&ElectionApi::proclaim)},
+      {"POST", "/v1/elections/{name}/resign", bindNamed(&ElectionApi::resign)},
+      {"GET", "/v1/elections/{name}/ready", bindNamed(&ElectionApi::ready)},
+  };
+}
+
+void ElectionApi::campaign(http::Request& req, http::ResponderPtr res) {
+  RequestBody& body = body_;
+  body.parse(req.header("content-type"), req.body,
+             {BodyField::kCandidate, BodyField::kValue, BodyField::kTtlMs});
+  lock::AcquireOptions opts;
+  opts.lock = electionOf(req.param("name"));
+  opts.ttl_ms = locks_.default_ttl_ms;
+  std::string_view candidate;
+  std::string_view value;
+  if (body.ok()) {
+    body.readString(BodyField::kCandidate, candidate) &&
+        body.readString(BodyField::kValue, value) &&
+        body.readInt(BodyField::kTtlMs, 1, locks_.max_ttl_ms, opts.ttl_ms);
+  }
+  if (body.ok() && !body.has(BodyField::kCandidate)) body.setError("candidate is required");
+  if (body.ok()) {
+    if (std::string problem = candidateProblem(candidate); !problem.empty()) {
+      body.setError(std::move(problem));
+    }
+  }
+  if (body.ok() && value.size() > kMaxValueBytes) {
+    body.setError("value is " + std::to_string(value.size()) + " bytes long; the limit is " +
+                  std::to_string(kMaxValueBytes));
+  }
+  if (!body.ok()) return sendBodyError(res, body);
+  if (draining_) return sendError(res, 503, "shutting_down", "the sidecar is shutting down");
+
+  // In line until elected or until the client leaves; leading, the lease is renewed for as long
+  // as the stream is open (no max_hold_ms: a leader stays while it is alive).
+  opts.wait_ms = lock::kWaitUntilCancelledMs;
+  opts.stream = true;
+  opts.auto_renew = true;
+  opts.max_hold_ms = lock::kWaitUntilCancelledMs;
+  opts.candidate = candidate;
+  opts.value = value;
+
+  auto call = std::make_shared<Campaign>();
+  call->responder = res;
+  call->election = opts.lock;
+  call->candidate = opts.candidate;
+  campaigns_.insert(call);
+  auto finish = [this](const std::shared_ptr<Campaign>& c) {
+    c->finished = true;
+    campaigns_.erase(c);
+  };
+
+  auto on_event = [this, call, finish](lock::LeaseEvent e) {
+    if (e == lock::LeaseEvent::kReleased) metrics_.election_resignations.Increment();
+    if (e == lock::LeaseEvent::kLost || e == lock::LeaseEvent::kCapExpired) {
+      metrics_.election_lost.Increment();
+    }
+    if (call->finished) return;
+    JsonObject event;
+    switch (e) {
+      case lock::LeaseEvent::kRenewed:
+        call->responder->writeChunk(event.text("event", "renewed")
+                                        .text("name", call->election.name)
+                                        .unsignedInteger("term", call->term)
+                                        .finish());
+        return;
+      case lock::LeaseEvent::kCapped:
+        return;  // no cap on a campaign (max_hold_ms), so never sent
+      case lock::LeaseEvent::kLost:
+      case lock::LeaseEvent::kCapExpired:
+        event.text("event", "lost")
+            .text("name", call->election.name)
+            .text("reason",
+                  "the leader's lease expired or another candidate leads: renewals failed or "
+                  "found it gone")
+            .unsignedInteger("term", call->term);
+        break;
+      case lock::LeaseEvent::kReleased:
+        event.text("event", "resigned")
+            .text("name", call->election.name)
+            .unsignedInteger("term", call->term);
+        break;
+    }
+    call->responder->writeChunk(event.finish());
+    call->responder->endStream();
+    finish(call);
+  };
+
+  auto done = [this, call, finish](lock::AcquireResult r) {
+    const http::ResponderPtr& out = call->responder;
+    if (call->finished) return;
+    switch (r.status) {
+      case lock::AcquireStatus::kGranted: {
+        call->elected = true;
+        call->owner = r.grant.owner;
+        call->term = r.grant.token;
+        metrics_.elections_won.Increment();
+        if (!out->clientConnected()) {
+          // Gone between grant and answer: resign now rather than lead for nobody.
+          finish(call);
+          service_.release(r.grant.lock, r.grant.owner, [](StatusOr<lock::ReleaseStatus>) {});
+          return;
+        }
+        SL_LOG(kInfo, "election.elected", {"name", call->election.name},
+               {"candidate", call->candidate}, {"term", static_cast<unsigned long>(r.grant.token)});
+        out->startStream(200, "application/x-ndjson");
+        out->writeChunk(JsonObject()
+                            .text("event", "elected")
+                            .text("candidate", call->candidate)
+                            .text("name", call->election.name)
+                            .text("owner", r.grant.owner)
+                            .unsignedInteger("term", r.grant.token)
+                            .integer("ttl_ms", r.grant.ttl_ms)
+                            .finish());
+        return;
+      }
+      case lock::AcquireStatus::kTooManyWaiters:
+        finish(call);
+        return sendRetryLater(out, 429, "too_many_waiters",
+                              "too many candidates and waiters are queued on this sidecar "
+                              "(locks.max_waiters_per_lock / locks.max_waiters)",
+                              r.retry_after_ms);
+      case lock::AcquireStatus::kCancelled:
+        finish(call);
+        return sendError(out, 503, "shutting_down", "the sidecar is shutting down");
+      case lock::AcquireStatus::kError:
+        finish(call);
+        return sendElectionBackendError(out, r.error);
+      case lock::AcquireStatus::kBusy:
+      case lock::AcquireStatus::kLimitMismatch:
+        // Not reached: a candidate waits until cancelled, and elections have no limit.
+        finish(call);
+        return sendNotLeader(out, "the campaign ended without an election");
+    }
+  };
+
+  call->ticket = service_.acquire(std::move(opts), std::move(done), std::move(on_event));
+  // Leaving the line, or resigning: the connection is the campaign.
+  std::weak_ptr<Campaign> weak = call;
+  res->onClientGone([this, weak, finish] {
+    auto c = weak.lock();
+    if (!c || c->finished) return;
+    finish(c);
+    if (!c->elected) return c->ticket.cancel();
+    service_.release(c->election, c->owner, [](StatusOr<lock::ReleaseStatus>) {});
+  });
+}
+
+void ElectionApi::leader(http::Request& req, http::ResponderPtr res) {
+  const std::string name(req.param("name"));
+  service_.inspect(electionOf(name), [res, name](StatusOr<lock::LockState> state) {
+    if (!state.isOk()) return sendElectionBackendError(res, state.status());
+    json answer = {{"name", name}, {"leader", nullptr}};
+    if (state->held) {
+      answer["leader"] = json{{"candidate", state->leader.candidate},
+                              {"value", state->leader.value},
+                              {"term", state->token},
+                              {"since_ms", state->leader.since_ms},
+                              {"ttl_ms", state->ttl_ms}};
+    }
+    sendJson(res, 200, answer);
+  });
+}
+
+void ElectionApi::observe(http::Request& req, http::ResponderPtr res) {
+  if (draining_) return sendError(res, 503, "shutting_down", "the sidecar is shutting down");
+  observers_.add(std::string(req.param("name")), std::move(res));
+}
+
+void ElectionApi::proclaim(http::Request& req, http::ResponderPtr res) {
+  RequestBody& body = body_;
+  body.parse(req.header("content-type"), req.body, {BodyField::kOwner, BodyField::kValue});
+  std::string_view owner;
+  std::string_view value;
+  if (body.ok()) {
+    readOwner(body, static_cast<size_t>(locks_.max_owner_bytes), true, owner) &&
+        body.readString(BodyField::kValue, value);
+  }
+  if (body.ok() && !body.has(BodyField::kValue)) body.setError("value is required");
+  if (body.ok() && value.size() > kMaxValueBytes) {
+    body.setError("value is " + std::to_string(value.size()) + " bytes long; the limit is " +
+                  std::to_string(kMaxValueBytes));
+  }
+  if (!body.ok()) return sendBodyError(res, body);
+  const std::string name(req.param("name"));
+  service_.proclaim(electionOf(name), owner, value,
+                    [res, name](StatusOr<lock::ProclaimResult> r) {
+                      if (!r.isOk()) return sendElectionBackendError(res, r.status());
+                      if (r->status != lock::ProclaimStatus::kProclaimed) {
+                        return sendNotLeader(res, "this owner does not lead the election");
+                      }
+                      sendJson(res, 200,
+                               json{{"name", name}, {"term", r->term}, {"ttl_ms", r->ttl_ms}});
+                    });
+}
+
+void ElectionApi::resign(http::Request& req, http::ResponderPtr res) {
+  RequestBody& body = body_;
+  body.parse(req.header("content-type"), req.body, {BodyField::kOwner});
+  std::string_view owner;
+  if (body.ok()) readOwner(body, static_cast<size_t>(locks_.max_owner_bytes), true, owner);
+  if (!body.ok()) return sendBodyError(res, body);
+  const std::string name(req.param("name"));
+  service_.release(electionOf(name), owner, [res, name](StatusOr<lock::ReleaseStatus> r) {
+    if (!r.isOk()) return sendElectionBackendError(res, r.status());
+    if (*r != lock::ReleaseStatus::kReleased) {
+      return sendNotLeader(res, "this owner does not lead the election (it resigned, lost "
+                                "or never led)");
+    }
+    sendJson(res, 200, json{{"name", name}, {"resigned", true}});
+  });
+}
+
+void ElectionApi::ready(http::Request& req, http::ResponderPtr res) {
+  std::string candidate;
+  if (!queryValue(req.query, "candidate", &candidate)) candidate = options_.identity;
+  if (std::string problem = candidateProblem(candidate); !problem.empty()) {
+    return sendError(res, 400, "bad_request",
+                     options_.identity.empty() && req.query.empty()
+                         ? "no candidate given and the sidecar has no identity ($POD_NAME or "
+                           "the host name)"
+                         : problem);
+  }
+  const std::string name(req.param("name"));
+  service_.inspect(electionOf(name), [res, name, candidate](StatusOr<lock::LockState> state) {
+    if (!state.isOk()) return sendElectionBackendError(res, state.status());
+    if (!state->held || state->leader.candidate != candidate) {
+      return sendError(res, 503, "not_leader",
+                       state->held ? "\"" + candidate + "\" does not lead \"" + name + "\""
+                                   : "\"" + name + "\" has no leader");
+    }
+    sendJson(res, 200,
+             json{{"name", name}, {"candidate", candidate}, {"leader", true},
+                  {"term", state->token}});
+  });
+}
+
+void ElectionApi::setDraining(bool draining) {
+  draining_ = draining;
+  if (!draining) return;
+  // Copied: the callbacks these start change campaigns_ (on later turns, but safely either way).
+  const auto campaigns = campaigns_;
+  for (const auto& c : campaigns) {
+    if (c->finished) continue;
+    if (c->elected) {
+      SL_LOG(kInfo, "election.resign_on_shutdown", {"name", c->election.name},
+             {"candidate", c->candidate});
+      service_.release(c->election, c->owner, [](StatusOr<lock::ReleaseStatus>) {});
+    } else {
+      c->ticket.cancel();
+    }
+  }
+  observers_.endAll();
+}
+
+}  // namespace sidelock::api

@@ -1,0 +1,74 @@
+// Leader election over HTTP (README "Leader election"): campaign as an NDJSON stream, the leader
+// read from the backend by any sidecar, observe streams pushed on every change, proclaim, resign,
+// and a readiness route that answers 200 only while a given candidate leads. An election is a
+// lock of kind kElection (backend.h): the lock service queues candidates, renews the leader's
+// lease and tells it when the lease is lost; its fencing token is the election's term.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <unordered_set>
+#include <vector>
+
+#include "api/election_observers.h"
+#include "api/lock_api.h"
+#include "api/request_body.h"
+#include "config/config.h"
+#include "event/scheduler.h"
+#include "http/http_types.h"
+#include "lock/lock_service.h"
+#include "metrics/metrics.h"
+
+namespace sidelock::api {
+
+class ElectionApi {
+ public:
+  struct Options {
+    /// This sidecar's pod: whom GET /v1/elections/{name}/ready asks about without `candidate`.
+    std::string identity;
+    /// Observers read the leader again at least this often (a missed announcement's bound).
+    int64_t observe_reread_ms = 1000;
+  };
+  /// Candidates: 1..kMaxCandidateBytes printable ASCII (space included); values: up to
+  /// kMaxValueBytes of any text.
+  static constexpr size_t kMaxCandidateBytes = 256;
+  static constexpr size_t kMaxValueBytes = 4096;
+
+  ElectionApi(const config::LocksConfig& locks, lock::LockService& service,
+              metrics::Metrics& metrics, event::Scheduler& scheduler, Options options);
+  ~ElectionApi();
+  ElectionApi(const ElectionApi&) = delete;
+  ElectionApi& operator=(const ElectionApi&) = delete;
+
+  std::vector<Route> routes();
+  /// SIGTERM: every leader elected through this sidecar resigns at once (the next candidate,
+  /// anywhere, is elected in one round trip rather than after a TTL), candidates leave the line,
+  /// observe streams end, and new campaigns are refused (503 shutting_down).
+  void setDraining(bool draining);
+
+  /// What is wrong with a candidate name ("" if fine).
+  static std::string candidateProblem(std::string_view candidate);
+
+ private:
+  struct Campaign;
+
+  void campaign(http::Request& req, http::ResponderPtr res);
+  void leader(http::Request& req, http::ResponderPtr res);
+  void observe(http::Request& req, http::ResponderPtr res);
+  void proclaim(http::Request& req, http::ResponderPtr res);
+  void resign(http::Request& req, http::ResponderPtr res);
+  void ready(http::Request& req, http::ResponderPtr res);
+
+  const config::LocksConfig& locks_;
+  lock::LockService& service_;
+  metrics::Metrics& metrics_;
+  Options options_;
+  bool draining_ = false;
+  ElectionObservers observers_;
+  /// Campaigns in progress (waiting or leading), so that draining can end them.
+  std::unordered_set<std::shared_ptr<Campaign>> campaigns_;
+  RequestBody body_;
+};
+
+}  // namespace sidelock::api

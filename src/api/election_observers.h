@@ -1,0 +1,93 @@
+// The observe streams of elections (GET /v1/elections/{name}/observe): every stream of one name
+// on this sidecar shares one view of its leader, one watch of its announcements and one backend
+// read at a time, so 10,000 observers of a name cost what one does, plus their writes.
+//
+// How a change reaches an observer: a grant, proclaim or resign anywhere is announced on the
+// name's release channel (LockService::watchChanges), which makes the group read the leader again
+// and push what changed. Nothing announces a lease that just runs out (a leader that died), and a
+// pub/sub message can be missed (a dropped subscription link): the group therefore also reads
+// again every `reread_ms` and right after the leader's TTL ends, so a missed change shows within
+// reread_ms, and a dead leader's end within its TTL plus one read.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "event/lifetime.h"
+#include "event/scheduler.h"
+#include "http/http_types.h"
+#include "lock/lock_service.h"
+#include "metrics/metrics.h"
+
+namespace sidelock::api {
+
+/// What the observers of one election know of its leader.
+struct LeaderView {
+  bool held = false;
+  uint64_t term = 0;  // held: the leader's term
+  std::string candidate;
+  std::string value;
+  int64_t ttl_ms = 0;  // held: the lease's TTL left when read
+
+  bool sameLeader(const LeaderView& o) const {
+    return held == o.held && (!held || (term == o.term && candidate == o.candidate &&
+                                        value == o.value));
+  }
+};
+
+/// The NDJSON line an observer gets for `view` of election `name`: {"event":"leader",...} or
+/// {"event":"no_leader",...}.
+std::string observeEvent(std::string_view name, const LeaderView& view);
+
+class ElectionObservers {
+ public:
+  ElectionObservers(lock::LockService& service, event::Scheduler& scheduler,
+                    metrics::Metrics& metrics, int64_t reread_ms);
+  ~ElectionObservers();
+  ElectionObservers(const ElectionObservers&) = delete;
+  ElectionObservers& operator=(const ElectionObservers&) = delete;
+
+  /// Starts `stream`'s NDJSON answer and adds it to `name`'s observers: it gets the current state
+  /// first (at once if known, else after the group's first read), then one event per change.
+  void add(const std::string& name, http::ResponderPtr stream);
+  /// Ends every stream (the sidecar drains) and forgets every group.
+  void endAll();
+  size_t count() const { return streams_; }
+
+ private:
+  struct Group {
+    uint64_t id = 0;
+    std::string name;
+    std::vector<http::ResponderPtr> streams;
+    lock::ChangeWatch watch;
+    bool known = false;  // a read has answered
+    LeaderView view;
+    /// The highest term any read showed: a read showing a lower one (an older leader, seen
+    /// through a stale answer) is ignored, so terms in a stream never go backwards.
+    uint64_t highest_term = 0;
+    bool reading = false;
+    bool read_again = false;  // a change was announced while a read was in flight
+    event::ScopedTimer reread_timer;
+  };
+
+  Group* find(const std::string& name, uint64_t id);
+  void read(Group& g);
+  void onRead(const std::string& name, uint64_t id, StatusOr<lock::LockState> state);
+  void remove(const std::string& name, uint64_t id, const http::Responder* stream);
+  void broadcast(Group& g);
+
+  lock::LockService& service_;
+  event::Scheduler& scheduler_;
+  metrics::Metrics& metrics_;
+  const int64_t reread_ms_;
+  std::unordered_map<std::string, std::unique_ptr<Group>> groups_;
+  uint64_t next_group_id_ = 0;
+  size_t streams_ = 0;
+  event::LivenessToken alive_;
+};
+
+}  // namespace sidelock::api

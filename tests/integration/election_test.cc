@@ -1,0 +1,473 @@
+// Leader election (issue 19) over /v1/elections/{name}/...: real sidecars on a real redis-server.
+// Campaign streams, the leader read from any sidecar, observe streams pushed on every change,
+// proclaim, resign, the readiness route, hand-over on resign / hang-up / SIGKILL, and the
+// fencing property of terms. Hand-over times are printed ([election] lines) for the README.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <thread>
+#include <tuple>
+#include <vector>
+
+#include "support/hold_check.h"
+#include "support/http_client.h"
+#include "support/redis_server.h"
+#include "support/redlock_sidecar.h"
+#include "support/sidecar_group.h"
+#include "support/sidecar_polling.h"
+#include "support/sidecar_process.h"
+
+namespace sidelock::testing {
+namespace {
+
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+int64_t msSince(Clock::time_point t) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t).count();
+}
+
+/// A campaign in progress: its own connection, the request sent, the stream read event by event.
+class Campaign {
+ public:
+  Campaign(int port, const std::string& name, const std::string& candidate, int64_t ttl_ms,
+           const std::string& value = "")
+      : client_(HttpClient::tcp(port)) {
+    json body = {{"candidate", candidate}, {"ttl_ms", ttl_ms}};
+    if (!value.empty()) body["value"] = value;
+    client_.sendRequest("POST", "/v1/elections/" + name + "/campaign", body.dump());
+  }
+
+  /// Waits for the answer's head and its first event ("elected"); nullopt if none in time.
+  std::optional<json> elected(int timeout_ms = 10000) {
+    if (!head_) {
+      head_ = client_.readStreamHead(timeout_ms);
+      if (!head_) return std::nullopt;
+      if (head_->status != 200) return json{{"status", head_->status}, {"body", head_->body}};
+    }
+    return next(timeout_ms);
+  }
+  /// The next event of the stream, or nullopt (end, close, timeout).
+  std::optional<json> next(int timeout_ms = 10000) {
+    std::optional<std::string> line = client_.readStreamLine(timeout_ms);
+    if (!line) return std::nullopt;
+    return json::parse(*line);
+  }
+  /// Skips "renewed" events until another one comes.
+  std::optional<json> nextNotRenewed(int timeout_ms = 10000) {
+    const auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
+    while (Clock::now() < deadline) {
+      std::optional<json> e = next(static_cast<int>(std::max<int64_t>(1, -msSince(deadline))));
+      if (!e || (*e)["event"] != "renewed") return e;
+    }
+    return std::nullopt;
+  }
+  void hangUp() { client_.close(); }
+
+ private:
+  HttpClient client_;
+  std::optional<HttpResponse> head_;
+};
+
+/// An observe stream of one election.
+class Observer {
+ public:
+  Observer(int port, const std::string& name) : client_(HttpClient::tcp(port)) {
+    client_.sendRequest("GET", "/v1/elections/" + name + "/observe");
+    head_ = client_.readStreamHead(10000);
+  }
+  int status() const { return head_ ? head_->status : 0; }
+  std::optional<json> next(int timeout_ms = 10000) {
+    std::optional<std::string> line = client_.readStreamLine(timeout_ms);
+    if (!line) return std::nullopt;
+    return json::parse(*line);
+  }
+
+ private:
+  HttpClient client_;
+  std::optional<HttpResponse> head_;
+};
+
+class ElectionTest : public TwoSidecarsOnOneRedis {};
+
+TEST_F(ElectionTest, TheLeaderIsTheSameOnEverySidecar) {
+  Campaign pod_a(a->port(), "scheduler", "pod-a", 10000, "10.0.0.1:8080");
+  std::optional<json> elected = pod_a.elected();
+  ASSERT_TRUE(elected.has_value());
+  EXPECT_EQ((*elected)["event"], "elected");
+  EXPECT_EQ((*elected)["candidate"], "pod-a");
+  EXPECT_EQ((*elected)["name"], "scheduler");
+  EXPECT_GT((*elected)["term"].get<uint64_t>(), 0u);
+  EXPECT_FALSE((*elected)["owner"].get<std::string>().empty());
+  EXPECT_EQ((*elected)["ttl_ms"], 10000);
+
+  for (HttpClient* c : {&ca, &cb}) {
+    HttpResponse r = c->get("/v1/elections/scheduler");
+    ASSERT_EQ(r.status, 200) << r.body;
+    const json leader = json::parse(r.body)["leader"];
+    ASSERT_TRUE(leader.is_object()) << r.body;
+    EXPECT_EQ(leader["candidate"], "pod-a");
+    EXPECT_EQ(leader["value"], "10.0.0.1:8080");
+    EXPECT_EQ(leader["term"], (*elected)["term"]);
+    EXPECT_GT(leader["since_ms"].get<int64_t>(), 1'700'000'000'000);  // Unix ms
+    EXPECT_GT(leader["ttl_ms"].get<int64_t>(), 0);
+    EXPECT_FALSE(r.body.find((*elected)["owner"].get<std::string>()) != std::string::npos)
+        << "the owner id is a secret";
+  }
+  // The readiness route: 200 for the leader, 503 for anybody else, on any sidecar.
+  EXPECT_EQ(cb.get("/v1/elections/scheduler/ready?candidate=pod-a").status, 200);
+  HttpResponse not_ready = cb.get("/v1/elections/scheduler/ready?candidate=pod-b");
+  EXPECT_EQ(not_ready.status, 503);
+  EXPECT_EQ(json::parse(not_ready.body)["error"], "not_leader");
+  EXPECT_EQ(ca.get("/v1/elections/nobody-here/ready?candidate=pod-a").status, 503);
+  // A name nobody campaigned for has no leader.
+  HttpResponse none = ca.get("/v1/elections/nobody-here");
+  ASSERT_EQ(none.status, 200);
+  EXPECT_TRUE(json::parse(none.body)["leader"].is_null()) << none.body;
+  // Elections and locks of one name never meet.
+  EXPECT_EQ(ca.post("/v1/locks/scheduler/acquire", R"({"ttl_ms": 5000})").status, 200);
+}
+
+TEST_F(ElectionTest, ResignHandsOverAtOnceAndTheTermGrows) {
+  constexpr int64_t kTtlMs = 30000;  // a hand-over by expiry would take this long
+  Campaign pod_a(a->port(), "leader", "pod-a", kTtlMs);
+  std::optional<json> first = pod_a.elected();
+  ASSERT_TRUE(first.has_value());
+  Campaign pod_b(b->port(), "leader", "pod-b", kTtlMs);  // waits in line on the other sidecar
+  ASSERT_TRUE(pollUntil([&] {
+    return json::parse(cb.get("/v1/locks").body)["waiters"].dump().find("election/leader") !=
+           std::string::npos;
+  })) << "pod-b never queued";
+
+  const auto resigned_at = Clock::now();
+  HttpResponse r =
+      ca.post("/v1/elections/leader/resign", json{{"owner", (*first)["owner"]}}.dump());
+  ASSERT_EQ(r.status, 200) << r.body;
+  std::optional<json> second = pod_b.elected();
+  const int64_t handover_ms = msSince(resigned_at);
+  ASSERT_TRUE(second.has_value());
+  EXPECT_EQ((*second)["event"], "elected");
+  EXPECT_GT((*second)["term"].get<uint64_t>(), (*first)["term"].get<uint64_t>());
+  std::printf("[election] hand-over on resign (2 sidecars, 1 Redis): %lld ms\n",
+              static_cast<long long>(handover_ms));
+  EXPECT_LT(handover_ms, kTtlMs / 3) << "the resign was not pushed to the waiting candidate";
+  // The resigned leader's stream ends with "resigned"; a second resign is refused.
+  std::optional<json> end = pod_a.nextNotRenewed();
+  ASSERT_TRUE(end.has_value());
+  EXPECT_EQ((*end)["event"], "resigned");
+  EXPECT_FALSE(pod_a.next(2000).has_value()) << "the stream goes on after resigned";
+  HttpResponse again =
+      ca.post("/v1/elections/leader/resign", json{{"owner", (*first)["owner"]}}.dump());
+  EXPECT_EQ(again.status, 409);
+  EXPECT_EQ(json::parse(again.body)["error"], "not_leader");
+}
+
+TEST_F(ElectionTest, HangingUpResignsAndLeavesTheLine) {
+  Campaign pod_a(a->port(), "hangup", "pod-a", 30000);
+  ASSERT_TRUE(pod_a.elected().has_value());
+  Campaign pod_c(a->port(), "hangup", "pod-c", 30000);  // queued behind pod-a, same sidecar
+  Campaign pod_b(b->port(), "hangup", "pod-b", 30000);
+  ASSERT_TRUE(pollUntil([&] {
+    return json::parse(ca.get("/v1/locks").body)["waiters"].dump().find("election/hangup") !=
+           std::string::npos;
+  }));
+  pod_c.hangUp();  // leaves the line
+  const auto hung_up_at = Clock::now();
+  pod_a.hangUp();  // resigns
+  std::optional<json> elected = pod_b.elected();
+  ASSERT_TRUE(elected.has_value());
+  EXPECT_EQ((*elected)["candidate"], "pod-b");
+  EXPECT_LT(msSince(hung_up_at), 10000);
+  const json leader = json::parse(ca.get("/v1/elections/hangup").body)["leader"];
+  EXPECT_EQ(leader["candidate"], "pod-b");
+}
+
+TEST_F(ElectionTest, ObserversSeeEveryChangePushedAndTermsNeverGoBack) {
+  Observer on_b(b->port(), "obs");
+  ASSERT_EQ(on_b.status(), 200);
+  std::optional<json> e = on_b.next();
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ((*e)["event"], "no_leader");
+
+  Campaign pod_a(a->port(), "obs", "pod-a", 30000, "v1");
+  std::optional<json> elected = pod_a.elected();
+  ASSERT_TRUE(elected.has_value());
+  e = on_b.next();
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ((*e)["event"], "leader");
+  EXPECT_EQ((*e)["candidate"], "pod-a");
+  EXPECT_EQ((*e)["value"], "v1");
+  const uint64_t term1 = (*e)["term"];
+  EXPECT_EQ(term1, (*elected)["term"].get<uint64_t>());
+
+  // A second observer, on the other sidecar, starts with the current leader.
+  Observer on_a(a->port(), "obs");
+  e = on_a.next();
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ((*e)["event"], "leader");
+  EXPECT_EQ((*e)["term"], term1);
+
+  // Proclaim: the same term, the new value, pushed to both.
+  HttpResponse p = cb.post("/v1/elections/obs/proclaim",
+                           json{{"owner", (*elected)["owner"]}, {"value", "v2"}}.dump());
+  ASSERT_EQ(p.status, 200) << p.body;
+  EXPECT_EQ(json::parse(p.body)["term"], term1);
+  for (Observer* o : {&on_b, &on_a}) {
+    e = o->next();
+    ASSERT_TRUE(e.has_value());
+    EXPECT_EQ((*e)["value"], "v2");
+    EXPECT_EQ((*e)["term"], term1);
+  }
+  // Not the leader: refused, nothing changes.
+  HttpResponse refused =
+      cb.post("/v1/elections/obs/proclaim", json{{"owner", "not-the-owner"}, {"value", "x"}}.dump());
+  EXPECT_EQ(refused.status, 409);
+  EXPECT_EQ(json::parse(refused.body)["error"], "not_leader");
+
+  // Resign with nobody in line: no_leader, pushed.
+  ASSERT_EQ(ca.post("/v1/elections/obs/resign", json{{"owner", (*elected)["owner"]}}.dump()).status,
+            200);
+  for (Observer* o : {&on_b, &on_a}) {
+    e = o->next(3000);
+    ASSERT_TRUE(e.has_value());
+    EXPECT_EQ((*e)["event"], "no_leader");
+  }
+  // A new leader: a higher term.
+  Campaign pod_b(b->port(), "obs", "pod-b", 30000);
+  ASSERT_TRUE(pod_b.elected().has_value());
+  for (Observer* o : {&on_b, &on_a}) {
+    e = o->next(3000);
+    ASSERT_TRUE(e.has_value());
+    EXPECT_EQ((*e)["candidate"], "pod-b");
+    EXPECT_GT((*e)["term"].get<uint64_t>(), term1);
+  }
+  // The gauge counts the open streams.
+  const std::string metrics = ca.get("/metrics").body;
+  EXPECT_EQ(metricValue(metrics, "sidelock_election_observers"), 1) << metrics;
+}
+
+TEST_F(ElectionTest, AKilledLeadersSidecarHandsOverAfterTheTtlAndFencingHolds) {
+  constexpr int64_t kTtlMs = 2000;
+  Observer on_b(b->port(), "crash");
+  ASSERT_TRUE(on_b.next().has_value());  // no_leader
+  Campaign pod_a(a->port(), "crash", "pod-a", kTtlMs);
+  std::optional<json> first = pod_a.elected();
+  ASSERT_TRUE(first.has_value());
+  ASSERT_TRUE(on_b.next().has_value());  // pod-a leads
+  Campaign pod_b(b->port(), "crash", "pod-b", kTtlMs);
+
+  const auto killed_at = Clock::now();
+  a->kill();  // SIGKILL: nothing resigns; the lease must run out
+  std::optional<json> second = pod_b.elected(kTtlMs * 5);
+  const int64_t handover_ms = msSince(killed_at);
+  ASSERT_TRUE(second.has_value());
+  EXPECT_EQ((*second)["candidate"], "pod-b");
+  std::printf("[election] hand-over after SIGKILL of the leader's sidecar (TTL %lld ms): %lld ms\n",
+              static_cast<long long>(kTtlMs), static_cast<long long>(handover_ms));
+  EXPECT_GE(handover_ms, kTtlMs / 2) << "a new leader before the old lease could have run out";
+
+  // The fencing property: a resource that keeps the highest term it saw refuses the deposed
+  // leader's writes. Terms only grow, so the new leader's is higher.
+  const uint64_t deposed = (*first)["term"], current = (*second)["term"];
+  EXPECT_GT(current, deposed);
+  uint64_t resource_term = current;  // the new leader wrote first
+  auto accepts = [&](uint64_t term) {
+    if (term < resource_term) return false;
+    resource_term = term;
+    return true;
+  };
+  EXPECT_FALSE(accepts(deposed));
+  EXPECT_TRUE(accepts(current));
+
+  // The observer on b saw pod-b's term, never a lower one after it.
+  uint64_t last = 0;
+  for (int i = 0; i < 3; ++i) {
+    std::optional<json> e = on_b.next(kTtlMs * 2);
+    if (!e) break;
+    if ((*e)["event"] == "leader") {
+      EXPECT_GE((*e)["term"].get<uint64_t>(), last);
+      last = (*e)["term"];
+      if ((*e)["candidate"] == "pod-b") break;
+    }
+  }
+  EXPECT_EQ(last, current);
+}
+
+// Three sidecars, one candidate on each, campaigning again whenever they stop leading. The
+// leader's sidecar is killed (SIGKILL) and, later, stopped (SIGSTOP) for 3 x TTL. Each candidate
+// records the windows in which it may act as leader: from its `elected` event to its end event,
+// and never later than half a TTL after its last `elected`/`renewed` event (what a careful leader
+// does: a silent stream means a lease that may be running out). No two windows may overlap, the
+// terms grow with every new leader, and observers never see a term go backwards.
+TEST(ElectionChaosTest, ThreeSidecarsNeverHaveTwoLeadersAcrossKillAndPause) {
+  constexpr int64_t kTtlMs = 1000;
+  constexpr size_t kSidecars = 3;
+  SidecarGroup group(kSidecars);
+  std::atomic<bool> stop{false};
+  std::array<std::atomic<int>, kSidecars> generation{};  // bumped on each kill and restart
+  std::mutex mu;
+  HoldLog windows;
+  std::vector<std::pair<int64_t, uint64_t>> elections;  // (elected at, term)
+  auto since_start = [start = Clock::now()] { return msSince(start); };
+  std::vector<std::thread> candidates;
+  for (size_t i = 0; i < kSidecars; ++i) {
+    candidates.emplace_back([&, i, port = group[i]->port()] {
+      const std::string me = "cand-" + std::to_string(i);
+      while (!stop) {
+        const int gen = generation[i];
+        std::unique_ptr<Campaign> c;
+        try {
+          c = std::make_unique<Campaign>(port, "chaos", me, kTtlMs);
+        } catch (...) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(50));
+          continue;
+        }
+        std::optional<json> e;
+        while (!stop && gen == generation[i] && !(e = c->elected(200))) {
+        }
+        if (!e || (*e)["event"] != "elected") continue;
+        const auto from = HoldLog::now();
+        auto last = from;
+        {
+          std::lock_guard lock(mu);
+          elections.emplace_back(since_start(), (*e)["term"].get<uint64_t>());
+        }
+        while (!stop) {
+          std::optional<json> next = c->next(static_cast<int>(kTtlMs));
+          if (next && (*next)["event"] == "renewed") {
+            last = HoldLog::now();
+            continue;
+          }
+          break;  // lost, resigned, closed, or silent for a TTL
+        }
+        const auto to = std::min(HoldLog::now(), last + std::chrono::milliseconds(kTtlMs / 2));
+        windows.record("chaos", from, to, HoldMode::kExclusive, me);
+      }
+    });
+  }
+  std::vector<std::unique_ptr<Observer>> observers;
+  for (size_t i = 0; i < kSidecars; ++i) {
+    observers.push_back(std::make_unique<Observer>(group[i]->port(), "chaos"));
+  }
+
+  // Who leads, as sidecar `i` reads it (a new connection each time: a killed or stopped sidecar
+  // breaks its connections); "" when nobody does or it cannot answer.
+  auto leader = [&](size_t i) -> std::string {
+    try {
+      HttpClient c = HttpClient::tcp(group[i]->port());
+      const HttpResponse r = c.request("GET", "/v1/elections/chaos", "", 1000);
+      const json l = json::parse(r.body)["leader"];
+      return l.is_object() ? l["candidate"].get<std::string>() : "";
+    } catch (...) {
+      return "";
+    }
+  };
+  auto faultLeader = [&](bool pause) {
+    std::string current;
+    ASSERT_TRUE(pollUntil([&] { return !(current = leader(0)).empty() || !(current = leader(1)).empty(); }));
+    const size_t victim = static_cast<size_t>(current.back() - '0');
+    const size_t witness = (victim + 1) % kSidecars;
+    auto newLeader = [&] {
+      const std::string now = leader(witness);
+      return !now.empty() && now != current;
+    };
+    if (pause) {
+      group[victim]->pause();
+      const bool elected = pollUntil(newLeader);
+      std::this_thread::sleep_for(std::chrono::milliseconds(3 * kTtlMs));
+      group[victim]->resume();
+      ASSERT_TRUE(elected) << "no new leader while " << current << "'s sidecar was stopped";
+    } else {
+      ++generation[victim];
+      group[victim]->kill();
+      const bool elected = pollUntil(newLeader);
+      group[victim]->restart();
+      ++generation[victim];
+      ASSERT_TRUE(elected) << "no new leader after " << current << "'s sidecar was killed";
+    }
+  };
+  faultLeader(/*pause=*/false);
+  faultLeader(/*pause=*/true);
+  faultLeader(/*pause=*/false);
+  std::this_thread::sleep_for(std::chrono::milliseconds(kTtlMs));
+  stop = true;
+  for (auto& t : candidates) t.join();
+
+  const ExclusionReport report = checkExclusion(windows.holds());
+  EXPECT_TRUE(report.violations.empty()) << report.violations.front();
+  std::lock_guard lock(mu);
+  EXPECT_GE(elections.size(), 4u) << "the faults did not change the leader";
+  std::sort(elections.begin(), elections.end());
+  for (size_t i = 1; i < elections.size(); ++i) {
+    EXPECT_GT(elections[i].second, elections[i - 1].second) << "a later leader got a lower term";
+  }
+  std::printf("[election] chaos: %zu leaders, %zu windows, no overlap\n", elections.size(),
+              windows.size());
+  for (auto& o : observers) {
+    uint64_t last = 0;
+    while (std::optional<json> e = o->next(100)) {
+      if ((*e)["event"] != "leader") continue;
+      EXPECT_GE((*e)["term"].get<uint64_t>(), last) << "an observer saw a term go back";
+      last = (*e)["term"];
+    }
+  }
+  group.expectCleanStops();
+}
+
+TEST(ElectionRedlockTest, RedlockRefusesElectionsClearly) {
+  RedlockSidecar redlock(3);
+  HttpClient c = HttpClient::tcp(redlock.sidecar->port());
+  for (const auto& [method, path, body] :
+       std::vector<std::tuple<std::string, std::string, std::string>>{
+           {"POST", "/v1/elections/e/campaign", R"({"candidate": "pod-a"})"},
+           {"GET", "/v1/elections/e", ""},
+           {"GET", "/v1/elections/e/ready?candidate=pod-a", ""}}) {
+    HttpResponse r = c.request(method, path, body);
+    EXPECT_EQ(r.status, 501) << path << " " << r.body;
+    EXPECT_EQ(json::parse(r.body)["error"], "not_supported") << r.body;
+  }
+  EXPECT_EQ(redlock.sidecar->stop(), 0) << redlock.sidecar->logs();
+}
+
+TEST_F(ElectionTest, BadInputIsRefusedAndChangesNothing) {
+  struct Case {
+    std::string path;
+    std::string body;
+    int status;
+  };
+  const std::string big(4097, 'v');
+  const std::vector<Case> cases = {
+      {"/v1/elections/e/campaign", "{}", 400},
+      {"/v1/elections/e/campaign", R"({"candidate": ""})", 400},
+      {"/v1/elections/e/campaign", R"({"candidate": "a\u0001b"})", 400},
+      {"/v1/elections/e/campaign", json{{"candidate", std::string(257, 'c')}}.dump(), 400},
+      {"/v1/elections/e/campaign", json{{"candidate", "c"}, {"value", big}}.dump(), 400},
+      {"/v1/elections/e/campaign", R"({"candidate": "c", "ttl_ms": 0})", 400},
+      {"/v1/elections/e/campaign", R"({"candidate": "c", "wait_ms": 10})", 400},
+      {"/v1/elections/e{x}/campaign", R"({"candidate": "c"})", 400},
+      {"/v1/elections/e/proclaim", R"({"owner": "o"})", 400},
+      {"/v1/elections/e/proclaim", R"({"value": "v"})", 400},
+      {"/v1/elections/e/resign", "{}", 400},
+      {"/v1/elections/e/resign", R"({"owner": "nobody"})", 409},
+  };
+  for (const Case& c : cases) {
+    HttpResponse r = ca.post(c.path, c.body);
+    EXPECT_EQ(r.status, c.status) << c.path << " " << c.body << " -> " << r.body;
+    if (r.status >= 400) {
+      EXPECT_FALSE(json::parse(r.body)["error"].get<std::string>().empty());
+    }
+  }
+  EXPECT_TRUE(json::parse(ca.get("/v1/elections/e").body)["leader"].is_null());
+  EXPECT_EQ(redis.cli({"DBSIZE"}), "0") << "bad input wrote to Redis";
+}
+
+}  // namespace
+}  // namespace sidelock::testing
