@@ -146,7 +146,7 @@ void ElectionApi::campaign(http::Request& req, http::ResponderPtr res) {
     campaigns_.erase(c);
   };
 
-  auto on_event = [this, call, finish](lock::LeaseEvent e) {
+  auto on_event = alive_.guarded([this, call, finish](lock::LeaseEvent e) {
     if (e == lock::LeaseEvent::kReleased) metrics_.election_resignations.Increment();
     if (e == lock::LeaseEvent::kLost || e == lock::LeaseEvent::kCapExpired) {
       metrics_.election_lost.Increment();
@@ -180,9 +180,9 @@ void ElectionApi::campaign(http::Request& req, http::ResponderPtr res) {
     call->responder->writeChunk(event.finish());
     call->responder->endStream();
     finish(call);
-  };
+  });
 
-  auto done = [this, call, finish](lock::AcquireResult r) {
+  auto done = alive_.guarded([this, call, finish](lock::AcquireResult r) {
     const http::ResponderPtr& out = call->responder;
     if (call->finished) return;
     switch (r.status) {
@@ -228,18 +228,18 @@ void ElectionApi::campaign(http::Request& req, http::ResponderPtr res) {
         finish(call);
         return sendNotLeader(out, "the campaign ended without an election");
     }
-  };
+  });
 
   call->ticket = service_.acquire(std::move(opts), std::move(done), std::move(on_event));
   // Leaving the line, or resigning: the connection is the campaign.
   std::weak_ptr<Campaign> weak = call;
-  res->onClientGone([this, weak, finish] {
+  res->onClientGone(alive_.guarded([this, weak, finish] {
     auto c = weak.lock();
     if (!c || c->finished) return;
     finish(c);
     if (!c->elected) return c->ticket.cancel();
     service_.release(c->election, c->owner, [](StatusOr<lock::ReleaseStatus>) {});
-  });
+  }));
 }
 
 void ElectionApi::leader(http::Request& req, http::ResponderPtr res) {
@@ -260,7 +260,21 @@ void ElectionApi::leader(http::Request& req, http::ResponderPtr res) {
 
 void ElectionApi::observe(http::Request& req, http::ResponderPtr res) {
   if (draining_) return sendError(res, 503, "shutting_down", "the sidecar is shutting down");
-  observers_.add(std::string(req.param("name")), std::move(res));
+  // One read first: a backend that cannot hold elections (Redlock) is answered 501 like the other
+  // routes, rather than with a stream that never says anything.
+  std::string name(req.param("name"));
+  service_.inspect(electionOf(name),
+                   alive_.guarded([this, name, res](StatusOr<lock::LockState> state) {
+                     if (!state.isOk() &&
+                         state.status().code() == StatusCode::kFailedPrecondition) {
+                       return sendElectionBackendError(res, state.status());
+                     }
+                     if (draining_) {
+                       return sendError(res, 503, "shutting_down", "the sidecar is shutting down");
+                     }
+                     if (!res->clientConnected()) return;  // gone meanwhile: nothing to add
+                     observers_.add(name, res);
+                   }));
 }
 
 void ElectionApi::proclaim(http::Request& req, http::ResponderPtr res) {

@@ -15,6 +15,7 @@
 #include "api/lock_api.h"
 #include "api/request_body.h"
 #include "config/config.h"
+#include "event/lifetime.h"
 #include "event/scheduler.h"
 #include "http/http_types.h"
 #include "lock/lock_service.h"
@@ -69,6 +70,9 @@ class ElectionApi {
   /// Campaigns in progress (waiting or leading), so that draining can end them.
   std::unordered_set<std::shared_ptr<Campaign>> campaigns_;
   RequestBody body_;
+  // Last member: callbacks handed to the lock service and the HTTP server are guarded by it
+  // (src/README.md, rule 5), so none runs after this API is gone, whatever the teardown order.
+  event::LivenessToken alive_;
 };
 
 }  // namespace sidelock::api

@@ -255,13 +255,16 @@ void LockService::Impl::proclaim(const LockId& lock, std::string_view owner,
         } else if (reply->ok()) {
           result = ProclaimResult{ProclaimStatus::kProclaimed, reply->token, reply->validity_ms};
         } else {
-          // A lease of ours refused: the watchdog will find it gone at its next renewal; the
-          // caller learns now that it no longer leads.
-          const bool ours = leases_.find(n, o) != nullptr || lost_.contains(n, o, scheduler_.nowUs());
-          ProclaimStatus status = reply->code == backend::OutcomeCode::kNotOwner
-                                      ? ProclaimStatus::kNotOwner
-                                      : ProclaimStatus::kNotHeld;
-          if (ours) status = ProclaimStatus::kLeaseLost;
+          const bool not_owner = reply->code == backend::OutcomeCode::kNotOwner;
+          ProclaimStatus status = not_owner ? ProclaimStatus::kNotOwner : ProclaimStatus::kNotHeld;
+          if (Lease* lease = leases_.find(n, o); lease != nullptr) {
+            // As release and extend do: the stream learns now, not at its next renewal.
+            markLost(*lease, not_owner ? "proclaim found another owner" : "proclaim found no lease",
+                     /*by_renewal=*/false);
+            status = ProclaimStatus::kLeaseLost;
+          } else if (lost_.contains(n, o, scheduler_.nowUs())) {
+            status = ProclaimStatus::kLeaseLost;
+          }
           result = ProclaimResult{status, 0, 0};
         }
         if (done) {

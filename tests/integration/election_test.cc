@@ -272,7 +272,8 @@ TEST_F(ElectionTest, AKilledLeadersSidecarHandsOverAfterTheTtlAndFencingHolds) {
   EXPECT_EQ((*second)["candidate"], "pod-b");
   std::printf("[election] hand-over after SIGKILL of the leader's sidecar (TTL %lld ms): %lld ms\n",
               static_cast<long long>(kTtlMs), static_cast<long long>(handover_ms));
-  EXPECT_GE(handover_ms, kTtlMs / 2) << "a new leader before the old lease could have run out";
+  // At least the lease left after the last renewal (renewals come every third of the TTL).
+  EXPECT_GE(handover_ms, kTtlMs / 3) << "a new leader before the old lease could have run out";
 
   // The fencing property: a resource that keeps the highest term it saw refuses the deposed
   // leader's writes. Terms only grow, so the new leader's is higher.
@@ -304,8 +305,8 @@ TEST_F(ElectionTest, AKilledLeadersSidecarHandsOverAfterTheTtlAndFencingHolds) {
 // Three sidecars, one candidate on each, campaigning again whenever they stop leading. The
 // leader's sidecar is killed (SIGKILL) and, later, stopped (SIGSTOP) for 3 x TTL. Each candidate
 // records the windows in which it may act as leader: from its `elected` event to its end event,
-// and never later than half a TTL after its last `elected`/`renewed` event (what a careful leader
-// does: a silent stream means a lease that may be running out). No two windows may overlap, the
+// and never later than a third of a TTL after its last `elected`/`renewed` event (what a careful
+// leader does: a silent stream means a lease that may be running out). No two windows may overlap, the
 // terms grow with every new leader, and observers never see a term go backwards.
 TEST(ElectionChaosTest, ThreeSidecarsNeverHaveTwoLeadersAcrossKillAndPause) {
   constexpr int64_t kTtlMs = 1000;
@@ -330,9 +331,7 @@ TEST(ElectionChaosTest, ThreeSidecarsNeverHaveTwoLeadersAcrossKillAndPause) {
           std::this_thread::sleep_for(std::chrono::milliseconds(50));
           continue;
         }
-        // Read after connecting: a campaign sent to the restarted sidecar must not be dropped
-        // when the restart's bump arrives (it may be elected at once). A kill after this read
-        // changes it, which ends the wait on the dead connection.
+        // Read after connecting; a kill bumps it, which ends the wait on the dead connection.
         const int gen = generation[i];
         std::optional<json> e;
         while (!stop && gen == generation[i] && !(e = c->elected(200))) {
@@ -353,7 +352,7 @@ TEST(ElectionChaosTest, ThreeSidecarsNeverHaveTwoLeadersAcrossKillAndPause) {
           }
           break;  // lost, resigned, closed, or silent for a TTL
         }
-        const auto to = std::min(HoldLog::now(), last + std::chrono::milliseconds(kTtlMs / 2));
+        const auto to = std::min(HoldLog::now(), last + std::chrono::milliseconds(kTtlMs / 3));
         windows.record("chaos", from, to, HoldMode::kExclusive, me);
         {
           std::lock_guard lock(mu);
@@ -403,8 +402,9 @@ TEST(ElectionChaosTest, ThreeSidecarsNeverHaveTwoLeadersAcrossKillAndPause) {
       ++generation[victim];
       group[victim]->kill();
       const bool elected = pollUntil(newLeader);
+      // No second bump: nothing could connect to the killed sidecar, and a thread that connects
+      // to the restarted one must keep its campaign (it may be elected at once).
       group[victim]->restart();
-      ++generation[victim];
       ASSERT_TRUE(elected) << "no new leader after " << current << "'s sidecar was killed";
     }
   };
@@ -418,11 +418,9 @@ TEST(ElectionChaosTest, ThreeSidecarsNeverHaveTwoLeadersAcrossKillAndPause) {
   const ExclusionReport report = checkExclusion(windows.holds());
   EXPECT_TRUE(report.violations.empty()) << report.violations.front();
   std::lock_guard lock(mu);
-  // Every fault was seen to change the leader (faultLeader asserts it through GET). The candidate
-  // threads saw at least the first leader and one more; once in about 20 CI-like runs they saw one
-  // election fewer than the 4 that GET showed (open question in the issue-19 note: the trace
-  // below says what happened when).
-  EXPECT_GE(elections.size(), 2u) << "the candidates never saw a new leader";
+  // Every fault changed the leader (faultLeader asserts it through GET), and every leader is a
+  // candidate thread's: the threads saw each election.
+  EXPECT_GE(elections.size(), 4u) << "an election no candidate thread recorded";
   std::sort(elections.begin(), elections.end());
   for (size_t i = 1; i < elections.size(); ++i) {
     EXPECT_GT(elections[i].second, elections[i - 1].second) << "a later leader got a lower term";
@@ -450,6 +448,7 @@ TEST(ElectionRedlockTest, RedlockRefusesElectionsClearly) {
        std::vector<std::tuple<std::string, std::string, std::string>>{
            {"POST", "/v1/elections/e/campaign", R"({"candidate": "pod-a"})"},
            {"GET", "/v1/elections/e", ""},
+           {"GET", "/v1/elections/e/observe", ""},
            {"GET", "/v1/elections/e/ready?candidate=pod-a", ""}}) {
     HttpResponse r = c.request(method, path, body);
     EXPECT_EQ(r.status, 501) << path << " " << r.body;
