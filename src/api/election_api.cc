@@ -26,6 +26,14 @@ void sendElectionBackendError(const http::ResponderPtr& res, const Status& statu
   sendBackendError(res, status);
 }
 
+/// A leader's value (campaign, proclaim): at most ElectionApi::kMaxValueBytes.
+void checkValue(RequestBody& body, std::string_view value) {
+  if (body.ok() && value.size() > ElectionApi::kMaxValueBytes) {
+    body.setError("value is " + std::to_string(value.size()) + " bytes long; the limit is " +
+                  std::to_string(ElectionApi::kMaxValueBytes));
+  }
+}
+
 void sendNotLeader(const http::ResponderPtr& res, std::string_view why) {
   sendError(res, 409, "not_leader", why);
 }
@@ -120,10 +128,7 @@ void ElectionApi::campaign(http::Request& req, http::ResponderPtr res) {
       body.setError(std::move(problem));
     }
   }
-  if (body.ok() && value.size() > kMaxValueBytes) {
-    body.setError("value is " + std::to_string(value.size()) + " bytes long; the limit is " +
-                  std::to_string(kMaxValueBytes));
-  }
+  checkValue(body, value);
   if (!body.ok()) return sendBodyError(res, body);
   if (draining_) return sendError(res, 503, "shutting_down", "the sidecar is shutting down");
 
@@ -287,10 +292,7 @@ void ElectionApi::proclaim(http::Request& req, http::ResponderPtr res) {
         body.readString(BodyField::kValue, value);
   }
   if (body.ok() && !body.has(BodyField::kValue)) body.setError("value is required");
-  if (body.ok() && value.size() > kMaxValueBytes) {
-    body.setError("value is " + std::to_string(value.size()) + " bytes long; the limit is " +
-                  std::to_string(kMaxValueBytes));
-  }
+  checkValue(body, value);
   if (!body.ok()) return sendBodyError(res, body);
   const std::string name(req.param("name"));
   service_.proclaim(electionOf(name), owner, value,

@@ -169,6 +169,11 @@ class LockService::Impl {
   /// Release and grant to `next` in one backend round trip (Verb::kHandOff).
   void sendReleaseWithHandOff(LockId lock, std::string owner, Waiter& next,
                               std::function<void(StatusOr<ReleaseStatus>)> done);
+  /// An owner-checked verb (release, extend, proclaim) was refused for (lock, owner): `lease` (this
+  /// sidecar's lease of that grant, or null) is lost now. True when the refusal is of a lease this
+  /// sidecar granted (lost now or lately): the caller answers lease_lost.
+  bool refusedOwnLease(Lease* lease, const LockId& lock, const std::string& owner,
+                       const char* reason, bool wake = true);
   /// Settles a release's answer: lease table, metrics, the caller's answer and (if `wake`) the
   /// queue's head.
   void onReleaseReply(const LockId& lock, const std::string& owner,

@@ -170,12 +170,9 @@ void LockService::Impl::onReleaseReply(const LockId& lock, const std::string& ow
     if (wake) wakeAfterRelease(lock, *reply);
   } else {
     const bool not_owner = reply->code == backend::OutcomeCode::kNotOwner;
-    if (Lease* lease = leases_.find(lock, owner)) {
-      // We granted it and believed it held: it vanished or was taken behind our back.
-      markLost(*lease, not_owner ? "release found another owner" : "release found no lease",
-               /*by_renewal=*/false, wake);
-      result = ReleaseStatus::kLeaseLost;
-    } else if (lost_.contains(lock, owner, scheduler_.nowUs())) {
+    if (refusedOwnLease(leases_.find(lock, owner), lock, owner,
+                        not_owner ? "release found another owner" : "release found no lease",
+                        wake)) {
       result = ReleaseStatus::kLeaseLost;
     } else {
       result = not_owner ? ReleaseStatus::kNotOwner : ReleaseStatus::kNotHeld;
@@ -190,6 +187,18 @@ void LockService::Impl::onReleaseReply(const LockId& lock, const std::string& ow
       done(std::move(result));
     });
   }
+}
+
+bool LockService::Impl::refusedOwnLease(Lease* lease, const LockId& lock,
+                                        const std::string& owner, const char* reason,
+                                        bool wake) {
+  if (lease != nullptr) {
+    // We granted it and believed it held: it vanished or was taken behind our back. The holder
+    // (its stream) learns now, not at its next renewal.
+    markLost(*lease, reason, /*by_renewal=*/false, wake);
+    return true;
+  }
+  return lost_.contains(lock, owner, scheduler_.nowUs());
 }
 
 void LockService::Impl::extend(const LockId& lock, std::string_view owner, int64_t ttl_ms,
@@ -222,11 +231,8 @@ void LockService::Impl::extend(const LockId& lock, std::string_view owner, int64
         } else {
           const bool not_owner = reply->code == backend::OutcomeCode::kNotOwner;
           ExtendStatus status = not_owner ? ExtendStatus::kNotOwner : ExtendStatus::kNotHeld;
-          if (lease != nullptr) {
-            markLost(*lease, not_owner ? "extend found another owner" : "extend found no lease",
-                     /*by_renewal=*/false);
-            status = ExtendStatus::kLeaseLost;
-          } else if (lost_.contains(n, o, scheduler_.nowUs())) {
+          if (refusedOwnLease(lease, n, o,
+                              not_owner ? "extend found another owner" : "extend found no lease")) {
             status = ExtendStatus::kLeaseLost;
           }
           countRefusal(status, metrics_.extend_lease_lost, metrics_.extend_not_owner,
@@ -257,12 +263,9 @@ void LockService::Impl::proclaim(const LockId& lock, std::string_view owner,
         } else {
           const bool not_owner = reply->code == backend::OutcomeCode::kNotOwner;
           ProclaimStatus status = not_owner ? ProclaimStatus::kNotOwner : ProclaimStatus::kNotHeld;
-          if (Lease* lease = leases_.find(n, o); lease != nullptr) {
-            // As release and extend do: the stream learns now, not at its next renewal.
-            markLost(*lease, not_owner ? "proclaim found another owner" : "proclaim found no lease",
-                     /*by_renewal=*/false);
-            status = ProclaimStatus::kLeaseLost;
-          } else if (lost_.contains(n, o, scheduler_.nowUs())) {
+          if (refusedOwnLease(leases_.find(n, o), n, o,
+                              not_owner ? "proclaim found another owner"
+                                        : "proclaim found no lease")) {
             status = ProclaimStatus::kLeaseLost;
           }
           result = ProclaimResult{status, 0, 0};
