@@ -1027,7 +1027,6 @@ struct CampaignStream {
   std::unique_ptr<Connection> conn;
   bool elected = false;
   bool ended = false;  // the answer ended (after resigned / lost, or an error) or the link broke
-  bool broken = false;
   std::string owner;
   uint64_t term = 0;
   int renewals = 0;
@@ -1038,7 +1037,7 @@ struct CampaignStream {
   /// Campaigns for `name` on the sidecar at `port` (a new connection, state reset).
   void start(EventLoop& loop, int port, const std::string& name, int ttl_ms) {
     conn.reset();
-    elected = ended = broken = false;
+    elected = ended = false;
     owner.clear();
     last_event.clear();
     error.clear();
@@ -1054,7 +1053,6 @@ struct CampaignStream {
     const auto now = Clock::now();
     if (!r.line) {
       if (!r.broken && (r.http_status != 200 || !elected)) error = describe(r);
-      broken = r.broken;
       ended = true;
       return;
     }
@@ -1327,6 +1325,7 @@ struct ObserverRun : FailureLog {
   double bench_cpu_ms = 0;       // the bench's own (reading every stream) per round (mean)
   int64_t fanout_lines = 0;      // lines the streams got during the leader changes
   int64_t no_leader_lines = 0;   // `no_leader` seen between a resign and the next leader
+
   double perStreamKiB() const {
     return observers > 0 ? static_cast<double>(rss_streams_kib - rss_idle_kib) / observers : 0;
   }
@@ -1353,9 +1352,9 @@ uint64_t numberIn(std::string_view line, std::string_view key) {
 
 /// Its own sidecar O (listen.max_connections raised) serves only observers; the leaders
 /// campaign on `leaders_sc` (sidecar A), one per name and one more waiting. RSS and CPU of O:
-/// idle, then with `observers` streams over `names` names (opened over its Unix socket); then
-/// `rounds` leader changes: every leader resigns at once and the time until each stream shows
-/// the new leader is taken.
+/// idle, then with `o.observers` streams over `o.observer_names` names (over its Unix socket);
+/// then `o.fanout_rounds` leader changes: every leader resigns at once and the time until each
+/// stream shows the new leader is taken.
 ObserverRun runObservers(const Options& o, const std::string& yaml,
                          const SidecarProcess& leaders_sc, Placement& placement) {
   ObserverRun run;
