@@ -240,9 +240,21 @@ void Connection::readAvailable() {
 void Connection::parseHttp() {
   size_t pos = 0;
   while (!broken()) {
+    if (chunked_) {
+      pos = parseChunks(pos);
+      if (chunked_) break;  // waits for more bytes
+      continue;
+    }
     const size_t head_end = in_.find("\r\n\r\n", pos);
     if (head_end == std::string::npos) break;
     const std::string_view head(in_.data() + pos, head_end - pos);
+    if (findHeader(head, "transfer-encoding: chunked") != std::string_view::npos) {
+      chunked_ = true;
+      chunked_status_ = head.size() > 12 ? std::atoi(head.data() + 9) : 0;
+      partial_line_.clear();
+      pos = head_end + 4;
+      continue;
+    }
     size_t body_len = 0;
     const size_t cl = findHeader(head, "content-length:");
     if (cl != std::string_view::npos) {
@@ -258,6 +270,35 @@ void Connection::parseHttp() {
     deliver(reply);
   }
   in_.erase(0, pos);
+}
+
+size_t Connection::parseChunks(size_t pos) {
+  while (!broken()) {
+    // "<hex size>\r\n<data>\r\n"; size 0 (then "\r\n": no trailers) ends the answer.
+    const size_t size_end = in_.find("\r\n", pos);
+    if (size_end == std::string::npos) return pos;
+    const size_t size = std::strtoul(in_.c_str() + pos, nullptr, 16);
+    const size_t data = size_end + 2;
+    if (in_.size() < data + size + 2) return pos;
+    pos = data + size + 2;
+    if (size == 0) {
+      chunked_ = false;
+      deliver(Reply{.http_status = chunked_status_});
+      return pos;
+    }
+    std::string_view rest(in_.data() + data, size);
+    for (size_t nl = rest.find('\n'); nl != std::string_view::npos; nl = rest.find('\n')) {
+      Reply line{.http_status = chunked_status_, .line = true};
+      if (!partial_line_.empty()) partial_line_.append(rest.substr(0, nl));
+      line.body = partial_line_.empty() ? rest.substr(0, nl) : std::string_view(partial_line_);
+      if (handler_) handler_(line);
+      partial_line_.clear();
+      rest.remove_prefix(nl + 1);
+      if (broken()) return pos;
+    }
+    partial_line_.append(rest);
+  }
+  return pos;
 }
 
 void Connection::parseResp() {

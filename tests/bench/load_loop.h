@@ -6,7 +6,8 @@
 //
 // A connection has one reply handler for its whole life (the caller knows what it sent, the
 // replies come back in order), so a call is: build the request bytes once, send(), wait for the
-// handler. Nothing here knows about locks.
+// handler. A chunked answer (an NDJSON stream: a campaign, an observe) reaches the handler once
+// per line, as it arrives, and once more when it ends. Nothing here knows about locks.
 //
 // Handlers may send on any connection but must not destroy one: connections are destroyed
 // outside runUntil().
@@ -31,7 +32,10 @@ using Clock = std::chrono::steady_clock;
 struct Reply {
   bool broken = false;               // the connection failed before this request was answered
   int http_status = 0;               // HTTP
-  std::string_view body = {};        // HTTP body
+  std::string_view body = {};        // HTTP body; with `line`, one NDJSON line without its '\n'
+  /// A line of a chunked answer that is still open: the request stays pending until the answer
+  /// ends, which is delivered as one more Reply with `line` false and an empty body.
+  bool line = false;
   long long integer = 0;             // RESP: integer reply, or the first element of an array reply
   bool redis_error = false;          // RESP error reply
   std::string_view redis_text = {};  // RESP status / string / error text
@@ -101,6 +105,8 @@ class Connection {
   void flush();
   void readAvailable();
   void parseHttp();
+  /// Decodes the chunks of an open chunked answer from in_[pos...]; returns where it stopped.
+  size_t parseChunks(size_t pos);
   void parseResp();
   void deliver(const Reply& reply);
   void fail();
@@ -114,6 +120,10 @@ class Connection {
   size_t out_sent_ = 0;
   bool want_write_ = false;
   std::string in_;  // HTTP bytes not yet parsed
+  // An open chunked answer: its status, and the part of a line not ended yet.
+  bool chunked_ = false;
+  int chunked_status_ = 0;
+  std::string partial_line_;
   redisReader* reader_ = nullptr;
 };
 

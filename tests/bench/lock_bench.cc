@@ -8,6 +8,10 @@
 //   4. redlock    pair latency with 5 redis-server nodes vs the single-node backend
 //   5. scale      RSS idle and with many auto-renewed leases and waiters; pairs/s while renewing
 //   6. CPU        sidecar CPU per lock operation (from /proc) at 16 and 64 clients
+//   7. election   leader hand-over on resign (one sidecar, two) vs the same scripts sent
+//                 directly; on SIGKILL of the leader's sidecar vs the TTL
+//   8. observers  RSS and CPU of a sidecar with 10,000 observe streams; a leader change pushed
+//                 to all of them
 //
 // All load comes from one epoll loop (load_loop.h). Output: a table, one PASS/FAIL line per
 // target, one `BENCH_JSON {...}` line. Exit code 1 only when an operation failed: a missed target
@@ -16,6 +20,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -31,6 +36,7 @@
 
 #include "bench/load_loop.h"
 #include "bench/proc_stats.h"
+#include "config/config.h"
 #include "redis/scripts.h"
 #include "support/http_client.h"
 #include "support/redis_server.h"
@@ -77,16 +83,23 @@ double selfCpuSeconds() {
 
 struct Options {
   bool quick = false;
-  double seconds = 1.0;        // one slice of a closed-loop run / one open-loop run
-  int slices = 3;              // alternating slices per closed-loop comparison
-  int handoffs = 300;          // hand-offs measured per hand-off scenario
-  int waiters = 4;             // waiters queued on the one name
-  int poll_rounds = 40;        // hand-offs to the 50 ms polling client
-  int settle_ms = 5;           // pause between "waiters queued" and the release
-  int scale_leases = 100'000;  // auto-renewed leases held in the scale scenario
-  int scale_waiters = 10'000;  // waiters queued meanwhile
-  double scale_seconds = 10;   // CPU window and pairs run while holding (one renewal period)
-  int scale_ttl_ms = 30'000;   // lease TTL in the scale scenario (renewed every ttl/3)
+  double seconds = 1.0;          // one slice of a closed-loop run / one open-loop run
+  int slices = 3;                // alternating slices per closed-loop comparison
+  int handoffs = 300;            // hand-offs measured per hand-off scenario
+  int waiters = 4;               // waiters queued on the one name
+  int poll_rounds = 40;          // hand-offs to the 50 ms polling client
+  int settle_ms = 5;             // pause between "waiters queued" and the release
+  int scale_leases = 100'000;    // auto-renewed leases held in the scale scenario
+  int scale_waiters = 10'000;    // waiters queued meanwhile
+  double scale_seconds = 10;     // CPU window and pairs run while holding (one renewal period)
+  int scale_ttl_ms = 30'000;     // lease TTL in the scale scenario (renewed every ttl/3)
+  int election_rounds = 200;     // resign hand-overs per case (same sidecar, other sidecar)
+  int crash_rounds = 10;         // hand-overs after SIGKILL of the leader's sidecar
+  int crash_ttl_ms = 1000;       // the candidates' TTL in those
+  int observers = 10'000;        // observe streams on one sidecar
+  int observer_names = 10;       // elections they are spread over
+  double observer_seconds = 10;  // each CPU window of the observer scenario
+  int fanout_rounds = 5;         // leader changes pushed to every observer
   std::string placement = "auto";
   std::vector<std::string> only;  // scenarios to run; empty = all
 
@@ -95,7 +108,8 @@ struct Options {
   }
 };
 
-constexpr const char* kScenarios[] = {"pairs", "open", "handoff", "redlock", "scale"};
+constexpr const char* kScenarios[] = {"pairs", "open",     "handoff",  "redlock",
+                                      "scale", "election", "observers"};
 
 [[noreturn]] void usage(const std::string& msg) {
   std::cerr
@@ -103,8 +117,10 @@ constexpr const char* kScenarios[] = {"pairs", "open", "handoff", "redlock", "sc
       << "usage: lock_bench [--quick] [--seconds S] [--slices N] [--handoffs N] [--waiters N]\n"
       << "                  [--poll-rounds N] [--settle-ms MS] [--scale-leases N]\n"
       << "                  [--scale-waiters N] [--scale-seconds S] [--scale-ttl-ms MS]\n"
-      << "                  [--placement auto|split|spread|shared]\n"
-      << "                  [--only pairs,open,handoff,redlock,scale]\n";
+      << "                  [--election-rounds N] [--crash-rounds N] [--crash-ttl-ms MS]\n"
+      << "                  [--observers N] [--observer-names N] [--observer-seconds S]\n"
+      << "                  [--fanout-rounds N] [--placement auto|split|spread|shared]\n"
+      << "                  [--only pairs,open,handoff,redlock,scale,election,observers]\n";
   std::exit(2);
 }
 
@@ -132,6 +148,13 @@ Options parseOptions(int argc, char** argv) {
     o.scale_waiters = 30;
     o.scale_seconds = 0.6;
     o.scale_ttl_ms = 1500;  // so that the quick window sees renewals
+    o.election_rounds = 6;
+    o.crash_rounds = 1;
+    o.crash_ttl_ms = 300;
+    o.observers = 100;
+    o.observer_names = 2;
+    o.observer_seconds = 0.3;
+    o.fanout_rounds = 1;
   }
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -139,26 +162,38 @@ Options parseOptions(int argc, char** argv) {
     if (a == "--help" || a == "-h") usage("help");
     if (i + 1 >= argc) usage(a + " needs a value (or is unknown)");
     const char* v = argv[++i];
-    if (a == "--seconds") {
-      o.seconds = parseNumber(a, v, 0.05, 600);
-    } else if (a == "--slices") {
-      o.slices = static_cast<int>(parseNumber(a, v, 1, 100));
-    } else if (a == "--handoffs") {
-      o.handoffs = static_cast<int>(parseNumber(a, v, 1, 1e6));
-    } else if (a == "--waiters") {
-      o.waiters = static_cast<int>(parseNumber(a, v, 1, 1000));
-    } else if (a == "--poll-rounds") {
-      o.poll_rounds = static_cast<int>(parseNumber(a, v, 1, 1e5));
-    } else if (a == "--settle-ms") {
-      o.settle_ms = static_cast<int>(parseNumber(a, v, 0, 10'000));
-    } else if (a == "--scale-leases") {
-      o.scale_leases = static_cast<int>(parseNumber(a, v, 10, 1e7));
-    } else if (a == "--scale-waiters") {
-      o.scale_waiters = static_cast<int>(parseNumber(a, v, 1, 15'000));
-    } else if (a == "--scale-ttl-ms") {
-      o.scale_ttl_ms = static_cast<int>(parseNumber(a, v, 1000, 600'000));
-    } else if (a == "--scale-seconds") {
-      o.scale_seconds = parseNumber(a, v, 0.1, 600);
+    // The numeric flags: name, range, and where the value goes (an int or a double).
+    struct NumericFlag {
+      const char* name;
+      double min, max;
+      int* as_int;
+      double* as_double;
+    };
+    const NumericFlag numeric[] = {
+        {"--seconds", 0.05, 600, nullptr, &o.seconds},
+        {"--slices", 1, 100, &o.slices, nullptr},
+        {"--handoffs", 1, 1e6, &o.handoffs, nullptr},
+        {"--waiters", 1, 1000, &o.waiters, nullptr},
+        {"--poll-rounds", 1, 1e5, &o.poll_rounds, nullptr},
+        {"--settle-ms", 0, 10'000, &o.settle_ms, nullptr},
+        {"--scale-leases", 10, 1e7, &o.scale_leases, nullptr},
+        {"--scale-waiters", 1, 15'000, &o.scale_waiters, nullptr},
+        {"--scale-ttl-ms", 1000, 600'000, &o.scale_ttl_ms, nullptr},
+        {"--scale-seconds", 0.1, 600, nullptr, &o.scale_seconds},
+        {"--election-rounds", 1, 1e5, &o.election_rounds, nullptr},
+        {"--crash-rounds", 1, 1000, &o.crash_rounds, nullptr},
+        {"--crash-ttl-ms", 100, 60'000, &o.crash_ttl_ms, nullptr},
+        {"--observers", 1, 15'000, &o.observers, nullptr},
+        {"--observer-names", 1, 1000, &o.observer_names, nullptr},
+        {"--observer-seconds", 0.1, 600, nullptr, &o.observer_seconds},
+        {"--fanout-rounds", 1, 1000, &o.fanout_rounds, nullptr},
+    };
+    const auto flag = std::find_if(std::begin(numeric), std::end(numeric),
+                                   [&](const NumericFlag& f) { return a == f.name; });
+    if (flag != std::end(numeric)) {
+      const double value = parseNumber(a, v, flag->min, flag->max);
+      if (flag->as_int != nullptr) *flag->as_int = static_cast<int>(value);
+      if (flag->as_double != nullptr) *flag->as_double = value;
     } else if (a == "--only") {
       std::string list = v;
       for (size_t from = 0; from <= list.size();) {
@@ -166,7 +201,9 @@ Options parseOptions(int argc, char** argv) {
         const std::string name = list.substr(from, comma - from);
         if (std::find_if(std::begin(kScenarios), std::end(kScenarios),
                          [&](const char* k) { return name == k; }) == std::end(kScenarios)) {
-          usage("--only takes a comma-separated list of pairs, open, handoff, redlock, scale");
+          usage(
+              "--only takes a comma-separated list of pairs, open, handoff, redlock, scale, "
+              "election, observers");
         }
         o.only.push_back(name);
         from = comma + 1;
@@ -210,13 +247,24 @@ Summary summarize(std::vector<double> v) {
   return s;
 }
 
-json toJson(const Summary& s) {
+/// `unit` names the unit of the samples in the keys: "p50_us", or "p50_ms" for a Summary of ms.
+json toJson(const Summary& s, const std::string& unit = "us") {
   return json{{"n", s.n},
-              {"p50_us", round3(s.p50)},
-              {"p99_us", round3(s.p99)},
-              {"max_us", round3(s.max)},
-              {"mean_us", round3(s.mean)}};
+              {"p50_" + unit, round3(s.p50)},
+              {"p99_" + unit, round3(s.p99)},
+              {"max_" + unit, round3(s.max)},
+              {"mean_" + unit, round3(s.mean)}};
 }
+
+/// Failed operations of a run: how many, and the first (they are rare and each one matters).
+struct FailureLog {
+  int failures = 0;
+  std::string first_error;
+
+  void fail(const std::string& why) {
+    if (failures++ == 0) first_error = why;
+  }
+};
 
 // ---------------------------------------------------------------------------------------------
 // CPU placement. On this 2-core VM a ping-pong between two processes is 4-5x faster when they
@@ -283,7 +331,8 @@ std::unique_ptr<Connection> connectTo(EventLoop& loop, const Endpoint& e) {
 /// SHA1s of the sidecar's acquire / release scripts, loaded into the direct-baseline Redis.
 struct Scripts {
   std::string acquire_sha;
-  std::string release_sha;
+  std::string release_sha;  // also an election's resign (release.lua with the leader record)
+  std::string campaign_sha;
 };
 
 Scripts loadScripts(const RedisServer& redis) {
@@ -292,7 +341,8 @@ Scripts loadScripts(const RedisServer& redis) {
     if (sha.size() != 40) throw std::runtime_error("SCRIPT LOAD failed: " + sha);
     return sha;
   };
-  return Scripts{load(backend::ScriptId::kAcquire), load(backend::ScriptId::kRelease)};
+  return Scripts{load(backend::ScriptId::kAcquire), load(backend::ScriptId::kRelease),
+                 load(backend::ScriptId::kElectionCampaign)};
 }
 
 struct PairRequests {
@@ -333,7 +383,10 @@ std::string describe(const Reply& r) {
   return "script reply " + std::to_string(r.integer);
 }
 
-int64_t metricValue(const SidecarProcess& s, const std::string& series) {
+/// The sum of every series of `series` on sidecar `s` whose labels contain `label` (e.g.
+/// `op="inspect"`; empty: all); -1 if none.
+int64_t metricValue(const SidecarProcess& s, const std::string& series,
+                    const std::string& label = "") {
   HttpClient c = HttpClient::tcp(s.port());
   const std::string text = c.get("/metrics").body;
   int64_t sum = -1;
@@ -344,6 +397,9 @@ int64_t metricValue(const SidecarProcess& s, const std::string& series) {
     if (start >= text.size() || (text[start] != ' ' && text[start] != '{')) continue;
     const size_t value = text.find(' ', text.find_first_of(" }", start));
     if (value == std::string::npos) continue;
+    if (!label.empty() && text.substr(start, value - start).find(label) == std::string::npos) {
+      continue;
+    }
     sum = std::max<int64_t>(sum, 0) + std::llround(std::strtod(text.c_str() + value + 1, nullptr));
   }
   return sum;
@@ -604,13 +660,11 @@ OpenLoopRun runOpenLoop(const Endpoint& e, const Scripts& scripts, double rate, 
 // ---------------------------------------------------------------------------------------------
 // Scenario 3: hand-off
 
-struct HandoffRun {
+struct HandoffRun : FailureLog {
   Summary latency_us;  // release sent -> next holder's 200 complete
   int ok = 0;
-  int failures = 0;
   int slower_than_fallback = 0;  // only a fallback poll explains these (a lost wake-up)
   int64_t pushed_wakeups = -1;   // sidelock_wakeups_total delta on the waiters' sidecar
-  std::string first_error;
 };
 
 int queuedWaiters(const SidecarProcess& s, const std::string& name) {
@@ -621,6 +675,16 @@ int queuedWaiters(const SidecarProcess& s, const std::string& name) {
     if (w.value("name", "") == name) return w.value("waiters", 0);
   }
   return 0;
+}
+
+/// Polls GET /v1/locks until `count` waiters are queued on `name` (as it lists it: an election's
+/// candidates as "election/<name>"); false after 2000 tries (a second or two).
+bool waitQueued(const SidecarProcess& s, const std::string& name, int count) {
+  for (int tries = 0; tries < 2000; ++tries) {
+    if (queuedWaiters(s, name) >= count) return true;
+    std::this_thread::sleep_for(std::chrono::microseconds(500));
+  }
+  return false;
 }
 
 int64_t tokenOf(const Reply& r) {
@@ -638,10 +702,6 @@ HandoffRun runHandoff(const SidecarProcess& holder_sc, const SidecarProcess& wai
                       const std::string& name, int rounds, int waiters, int settle_ms,
                       bool first_only) {
   HandoffRun h;
-  auto fail = [&](const std::string& why) {
-    ++h.failures;
-    if (h.first_error.empty()) h.first_error = why;
-  };
   EventLoop loop;
   auto holder = Connection::tcp(loop, holder_sc.port(), Protocol::kHttp);
   std::vector<std::unique_ptr<Connection>> queue;
@@ -660,12 +720,12 @@ HandoffRun runHandoff(const SidecarProcess& holder_sc, const SidecarProcess& wai
     holder->onReply([&](const Reply& r) {
       holder_done = true;
       if (r.http_status == 200 && last_token < 0) last_token = tokenOf(r);
-      if (r.http_status != 200) fail("holder call failed: " + std::to_string(r.http_status));
+      if (r.http_status != 200) h.fail("holder call failed: " + std::to_string(r.http_status));
     });
     holder->send(holder_acquire);
     loop.runUntil([&] { return holder_done; }, Clock::now() + std::chrono::seconds(10));
     if (last_token < 0) {
-      fail("holder could not acquire in round " + std::to_string(round));
+      h.fail("holder could not acquire in round " + std::to_string(round));
       break;
     }
     int granted = 0, released = 0;
@@ -677,16 +737,17 @@ HandoffRun runHandoff(const SidecarProcess& holder_sc, const SidecarProcess& wai
         const auto now = Clock::now();
         if (holding) {  // this waiter's own release
           ++released;
-          if (r.http_status != 200) fail("waiter release failed");
+          if (r.http_status != 200) h.fail("waiter release failed");
           return;
         }
         const int64_t token = r.http_status == 200 ? tokenOf(r) : -1;
         if (token < 0) {
-          fail("waiter not granted: " + std::to_string(r.http_status) + " " + std::string(r.body));
+          h.fail("waiter not granted: " + std::to_string(r.http_status) + " " +
+                 std::string(r.body));
           ++released;
           return;
         }
-        if (token <= last_token) fail("fencing token did not grow");
+        if (token <= last_token) h.fail("fencing token did not grow");
         last_token = token;
         const double us = microsBetween(release_sent, now);
         if (!first_only || granted == 0) {
@@ -703,19 +764,16 @@ HandoffRun runHandoff(const SidecarProcess& holder_sc, const SidecarProcess& wai
                           json{{"ttl_ms", 30000}, {"wait_ms", 20000}, {"owner", owner}}.dump()));
     }
     // Release only once every waiter is queued, so we time wake-ups, not a race with queueing.
-    bool queued = false;
-    for (int tries = 0; tries < 2000 && !queued; ++tries) {
-      queued = queuedWaiters(waiter_sc, name) >= waiters;
-      if (!queued) std::this_thread::sleep_for(std::chrono::microseconds(500));
+    if (!waitQueued(waiter_sc, name, waiters)) {
+      h.fail("waiters never showed as queued in round " + std::to_string(round));
     }
-    if (!queued) fail("waiters never showed as queued in round " + std::to_string(round));
     std::this_thread::sleep_for(std::chrono::milliseconds(settle_ms));
     holder_done = false;
     release_sent = Clock::now();
     holder->send(holder_release);
     if (!loop.runUntil([&] { return holder_done && released == waiters; },
                        Clock::now() + std::chrono::seconds(25))) {
-      fail("hand-off round " + std::to_string(round) + " did not finish");
+      h.fail("hand-off round " + std::to_string(round) + " did not finish");
     }
   }
   h.latency_us = summarize(std::move(latencies));
@@ -952,6 +1010,542 @@ ScaleRun runScale(const Options& o, const RedisServer& redis, const Scripts& scr
 }
 
 // ---------------------------------------------------------------------------------------------
+// Scenario 7: election hand-over (on resign, and on SIGKILL of the leader's sidecar)
+
+std::string electionPath(const std::string& name, const char* verb) {
+  return "/v1/elections/" + name + "/" + verb;
+}
+
+/// TTL of the candidates of the resign hand-over and observer scenarios: long enough that no
+/// renewal (every third of it) falls into a measured hand-over.
+constexpr int kElectionTtlMs = 10'000;
+
+/// One candidate's campaign (POST .../campaign): its NDJSON stream, read by the bench's loop.
+/// Lives at a fixed address (its connection's handler points at it).
+struct CampaignStream {
+  std::string candidate;
+  std::unique_ptr<Connection> conn;
+  bool elected = false;
+  bool ended = false;  // the answer ended (after resigned / lost, or an error) or the link broke
+  std::string owner;
+  uint64_t term = 0;
+  int renewals = 0;
+  std::string last_event;  // the event that ended the stream: "resigned", "lost"
+  std::string error;       // an answer other than the stream (status and body)
+  Clock::time_point elected_at{};
+
+  /// Campaigns for `name` on the sidecar at `port` (a new connection, state reset).
+  void start(EventLoop& loop, int port, const std::string& name, int ttl_ms) {
+    conn.reset();
+    elected = ended = false;
+    owner.clear();
+    last_event.clear();
+    error.clear();
+    term = 0;
+    renewals = 0;
+    conn = Connection::tcp(loop, port, Protocol::kHttp);
+    conn->onReply([this](const Reply& r) { onReply(r); });
+    conn->send(httpPost(electionPath(name, "campaign"),
+                        json{{"candidate", candidate}, {"ttl_ms", ttl_ms}}.dump()));
+  }
+
+  void onReply(const Reply& r) {
+    const auto now = Clock::now();
+    if (!r.line) {
+      if (!r.broken && (r.http_status != 200 || !elected)) error = describe(r);
+      ended = true;
+      return;
+    }
+    const json e = json::parse(r.body, nullptr, false);
+    const std::string event = e.is_object() ? e.value("event", "") : "";
+    if (event == "elected") {
+      elected = true;
+      elected_at = now;
+      owner = e.value("owner", "");
+      term = e.value("term", uint64_t{0});
+    } else if (event == "renewed") {
+      ++renewals;
+    } else {
+      last_event = event.empty() ? std::string(r.body) : event;
+    }
+  }
+};
+
+/// The Redis work a hand-over needs at least, sent directly after the same idle pause, with the
+/// sidecar's own scripts and keys (under kDirectPrefix): the leader's release script (one round
+/// trip: `release_us`), then, on its answer, the next candidate's campaign script
+/// (`handover_us`: both round trips). Accumulated over slices, then finish().
+struct DirectHandover {
+  std::vector<double> release_samples, handover_samples;
+  Summary release_us;
+  Summary handover_us;
+  int failures = 0;
+
+  void finish() {
+    release_us = summarize(std::move(release_samples));
+    handover_us = summarize(std::move(handover_samples));
+  }
+};
+
+std::string directScriptCall(const Scripts& scripts, const backend::Operation& op) {
+  const backend::ScriptContext ctx{kDirectPrefix,
+                                   std::to_string(backend::tokenCounterTtlMs(600'000)), false};
+  StatusOr<backend::ScriptCall> call = backend::scriptCallFor(op, ctx);
+  if (!call.isOk()) throw std::runtime_error("no script call: " + call.status().message());
+  const std::string& sha = call->script == backend::ScriptId::kElectionCampaign
+                               ? scripts.campaign_sha
+                           : call->script == backend::ScriptId::kRelease ? scripts.release_sha
+                                                                         : scripts.acquire_sha;
+  std::vector<std::string> args{"EVALSHA", sha, std::to_string(call->key_count)};
+  for (size_t i = 0; i < call->key_count; ++i) args.push_back(call->keys[i]);
+  for (size_t i = 0; i < call->arg_count; ++i) args.push_back(call->args[i]);
+  return respCommand(args);
+}
+
+void runDirectHandovers(const Endpoint& direct, const Scripts& scripts, int samples, int settle_ms,
+                        DirectHandover& d) {
+  EventLoop loop;
+  auto conn = connectTo(loop, direct);
+  const std::string name = "election-direct";
+  const std::array<std::string, 2> owners{"direct-owner-0", "direct-owner-1"};
+  std::array<std::string, 2> campaign, release;
+  for (size_t i = 0; i < 2; ++i) {
+    const std::string candidate = "direct-" + std::to_string(i);
+    campaign[i] = directScriptCall(
+        scripts, backend::Operation::campaign(name, owners[i], kElectionTtlMs, candidate, ""));
+    backend::Operation resign = backend::Operation::release(name, owners[i]);
+    resign.kind = backend::LockKind::kElection;
+    release[i] = directScriptCall(scripts, resign);
+  }
+  int answers = 0;
+  conn->onReply([&](const Reply& r) {
+    ++answers;
+    if (!succeeded(r, Protocol::kResp)) ++d.failures;
+  });
+  auto call = [&](const std::string& request) {
+    const int want = answers + 1;
+    conn->send(request);
+    loop.runUntil([&] { return answers == want; }, Clock::now() + std::chrono::seconds(10));
+  };
+  call(campaign[0]);
+  size_t leader = 0;
+  for (int i = 0; i < samples && d.failures == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(settle_ms));
+    const auto t0 = Clock::now();
+    call(release[leader]);
+    d.release_samples.push_back(microsBetween(t0, Clock::now()));
+    leader = 1 - leader;
+    call(campaign[leader]);
+    d.handover_samples.push_back(microsBetween(t0, Clock::now()));
+  }
+  call(release[leader]);
+}
+
+/// Two candidates of `name` taking turns, candidate i campaigning on `sidecar(i)`: the first is
+/// elected; then each round the other campaigns and shows as queued, and `hand_over(leader,
+/// from, to)` makes the leader go, waits for `to` and records what it measures; the term must
+/// grow. Failures go to `log` and stop the rounds. Hanging up at the end resigns the leader.
+void takeTurns(EventLoop& loop, const std::function<const SidecarProcess&(size_t)>& sidecar,
+               const std::string& name, int ttl_ms, int rounds, FailureLog& log,
+               const std::function<void(size_t, CampaignStream&, CampaignStream&)>& hand_over) {
+  std::array<CampaignStream, 2> c;
+  c[0].candidate = name + "-candidate-0";
+  c[1].candidate = name + "-candidate-1";
+  c[0].start(loop, sidecar(0).port(), name, ttl_ms);
+  loop.runUntil([&] { return c[0].elected || c[0].ended; },
+                Clock::now() + std::chrono::seconds(10));
+  if (!c[0].elected) log.fail("the first candidate was not elected: " + c[0].error);
+  size_t leader = 0;
+  for (int round = 0; round < rounds && log.failures == 0; ++round) {
+    const size_t next = 1 - leader;
+    CampaignStream& from = c[leader];
+    CampaignStream& to = c[next];
+    to.start(loop, sidecar(next).port(), name, ttl_ms);
+    if (!waitQueued(sidecar(next), "election/" + name, 1)) {
+      log.fail("the candidate never showed as queued in round " + std::to_string(round));
+      break;
+    }
+    hand_over(leader, from, to);
+    if (log.failures > 0) break;
+    if (!to.elected) {
+      log.fail("the next candidate was not elected in round " + std::to_string(round) + ": " +
+               to.error);
+    } else if (to.term <= from.term) {
+      log.fail("the term did not grow");
+    }
+    leader = next;
+  }
+}
+
+/// A hand-over run (latency_us: resign sent -> the other candidate's `elected` line; wake-ups of
+/// both sidecars), accumulated over slices, then finish().
+struct ElectionRun : HandoffRun {
+  std::vector<double> samples;
+
+  void finish() { latency_us = summarize(std::move(samples)); }
+};
+
+/// Rounds of resign hand-overs between two candidates, the first campaigning on `first`, the
+/// second on `second` (the same sidecar, or another one: then the resign reaches it by pub/sub).
+/// Once the waiting candidate shows as queued (+ the settle pause, so every process is idle as in
+/// real use), the leader POSTs resign on its own sidecar; timed from sending the resign to the
+/// other candidate's `elected` line. The resigned candidate then campaigns again: roles swap.
+/// Adds to `h`.
+void runResignHandover(const SidecarProcess& first, const SidecarProcess& second,
+                       const std::string& name, int rounds, int settle_ms, ElectionRun& h) {
+  const std::array<const SidecarProcess*, 2> sc{&first, &second};
+  const bool same = &first == &second;
+  auto wakeups = [&] {
+    return metricValue(first, "sidelock_wakeups_total") +
+           (same ? 0 : metricValue(second, "sidelock_wakeups_total"));
+  };
+  const int64_t wakeups_before = wakeups();
+  if (h.pushed_wakeups < 0) h.pushed_wakeups = 0;
+  EventLoop loop;
+  const std::array<std::unique_ptr<Connection>, 2> resign{
+      Connection::tcp(loop, first.port(), Protocol::kHttp),
+      Connection::tcp(loop, second.port(), Protocol::kHttp)};
+  takeTurns(
+      loop, [&](size_t i) -> const SidecarProcess& { return *sc[i]; }, name, kElectionTtlMs, rounds,
+      h,
+      [&](size_t leader, CampaignStream& from, CampaignStream& to) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(settle_ms));
+        int resign_status = 0;
+        resign[leader]->onReply(
+            [&](const Reply& r) { resign_status = r.broken ? -1 : r.http_status; });
+        const auto sent = Clock::now();
+        resign[leader]->send(
+            httpPost(electionPath(name, "resign"), json{{"owner", from.owner}}.dump()));
+        if (!loop.runUntil(
+                [&] { return (to.elected || to.ended) && resign_status != 0 && from.ended; },
+                sent + std::chrono::seconds(10))) {
+          return h.fail("a hand-over did not finish");
+        }
+        if (resign_status != 200) h.fail("resign answered " + std::to_string(resign_status));
+        if (from.last_event != "resigned") {
+          h.fail("the leader's stream ended with " + from.last_event);
+        }
+        if (!to.elected) return;
+        const double us = microsBetween(sent, to.elected_at);
+        h.samples.push_back(us);
+        ++h.ok;
+        if (us >= kFallbackRetryMinMs * 500.0) ++h.slower_than_fallback;
+      });
+  const int64_t wakeups_after = wakeups();
+  if (wakeups_before >= 0 && wakeups_after >= 0) h.pushed_wakeups += wakeups_after - wakeups_before;
+}
+
+struct CrashRun : FailureLog {
+  Summary from_kill_ms;     // SIGKILL of the leader's sidecar -> the other's `elected` line
+  Summary lease_left_ms;    // the lease's PTTL at the kill (read from Redis right after it)
+  Summary after_expiry_ms;  // lease expiry -> `elected`: what the sidecar adds to the TTL
+  int ok = 0;
+};
+
+double millisBetween(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double, std::milli>(b - a).count();
+}
+
+/// Rounds of: two candidates, each on its own sidecar; just after the leader's stream showed a
+/// renewal (so its lease has about the whole TTL left), its sidecar is SIGKILLed and the lease's
+/// PTTL read from Redis; timed until the other candidate's `elected` line. The killed sidecar is
+/// started again and its candidate campaigns there: roles swap.
+CrashRun runCrashHandover(const std::string& yaml, const RedisServer& redis,
+                          const std::string& name, int rounds, int ttl_ms) {
+  CrashRun h;
+  std::array<std::unique_ptr<SidecarProcess>, 2> sc{
+      std::make_unique<SidecarProcess>(SidecarProcess::Options{yaml, {}, true}),
+      std::make_unique<SidecarProcess>(SidecarProcess::Options{yaml, {}, true})};
+  EventLoop loop;
+  auto redis_conn = Connection::tcp(loop, redis.port(), Protocol::kResp);
+  const std::string pttl =
+      respCommand({"PTTL", backend::electionKey(config::BackendConfig{}.key_prefix, name)});
+  std::vector<double> from_kill, lease_left, after_expiry;
+  const auto ttl = std::chrono::milliseconds(ttl_ms);
+  takeTurns(
+      loop, [&](size_t i) -> const SidecarProcess& { return *sc[i]; }, name, ttl_ms, rounds, h,
+      [&](size_t leader, CampaignStream& from, CampaignStream& to) {
+        // Kill just after a renewal: the lease then has about the whole TTL left.
+        const int renewals = from.renewals;
+        if (!loop.runUntil([&] { return from.renewals > renewals || from.ended; },
+                           Clock::now() + 2 * ttl + std::chrono::seconds(1)) ||
+            from.ended) {
+          return h.fail("the leader's stream showed no renewal");
+        }
+        const auto killed = Clock::now();
+        sc[leader]->kill();
+        long long left = -3;
+        redis_conn->onReply([&](const Reply& r) { left = r.broken ? -3 : r.integer; });
+        redis_conn->send(pttl);
+        loop.runUntil([&] { return redis_conn->pending() == 0; },
+                      Clock::now() + std::chrono::seconds(5));
+        const auto expiry = Clock::now() + std::chrono::milliseconds(std::max(0LL, left));
+        if (left < 0) h.fail("the lease was gone at the kill (PTTL " + std::to_string(left) + ")");
+        loop.runUntil([&] { return to.elected || to.ended; },
+                      killed + 3 * ttl + std::chrono::seconds(5));
+        if (to.elected) {
+          from_kill.push_back(millisBetween(killed, to.elected_at));
+          lease_left.push_back(millisBetween(killed, expiry));
+          after_expiry.push_back(millisBetween(expiry, to.elected_at));
+          ++h.ok;
+        }
+        from.conn.reset();
+        sc[leader]->restart();  // its candidate campaigns there next round
+      });
+  h.from_kill_ms = summarize(std::move(from_kill));
+  h.lease_left_ms = summarize(std::move(lease_left));
+  h.after_expiry_ms = summarize(std::move(after_expiry));
+  for (auto& s : sc) {
+    if (!s->running()) continue;
+    if (const int code = s->stop(); code != 0) {
+      h.fail("crash sidecar exit code " + std::to_string(code));
+    }
+  }
+  return h;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Scenario 8: observers (many observe streams on one sidecar)
+
+struct ObserverRun : FailureLog {
+  int observers = 0;
+  int names = 0;
+  int64_t rss_idle_kib = -1, rss_streams_kib = -1, rss_after_kib = -1;
+  double open_seconds = 0;       // to open every stream and read its first line
+  double cpu_idle_cores = 0;     // the sidecar, no streams, over the window
+  double cpu_streams_cores = 0;  // the same, every stream open, nothing changing
+  double window_seconds = 0;     // each of those two windows
+  int64_t reads = -1;            // Redis inspect calls of the sidecar in the second one
+  int64_t idle_lines = 0;        // lines the observers got while nothing changed
+  int64_t gauge = -1;            // sidelock_election_observers with every stream open
+  Summary elected_us;            // per name and round: resign -> the next `elected`
+  Summary fanout_us;             // per stream and round: resign -> its new `leader` line
+  Summary last_us;               // per round: resign -> the last stream's
+  double fanout_cpu_ms = 0;      // the sidecar's CPU per round (mean)
+  double bench_cpu_ms = 0;       // the bench's own (reading every stream) per round (mean)
+  int64_t fanout_lines = 0;      // lines the streams got during the leader changes
+  int64_t no_leader_lines = 0;   // `no_leader` seen between a resign and the next leader
+
+  double perStreamKiB() const {
+    return observers > 0 ? static_cast<double>(rss_streams_kib - rss_idle_kib) / observers : 0;
+  }
+};
+
+/// One observe stream as the bench reads it: lines are scanned, not parsed (10,000 of them).
+struct ObserveStream {
+  std::unique_ptr<Connection> conn;
+  size_t name = 0;    // index into the names
+  uint64_t term = 0;  // the highest leader term seen
+  int64_t lines = 0;
+  bool informed = false;  // this round's new leader seen
+  Clock::time_point informed_at{};
+};
+
+/// The number after `"key":` in one NDJSON line, 0 if absent.
+uint64_t numberIn(std::string_view line, std::string_view key) {
+  std::string quoted = "\"";
+  quoted.append(key).append("\":");
+  const size_t at = line.find(quoted);
+  if (at == std::string_view::npos) return 0;
+  return std::strtoull(line.data() + at + quoted.size(), nullptr, 10);
+}
+
+/// Its own sidecar O (listen.max_connections raised) serves only observers; the leaders
+/// campaign on `leaders_sc` (sidecar A), one per name and one more waiting. RSS and CPU of O:
+/// idle, then with `o.observers` streams over `o.observer_names` names (over its Unix socket);
+/// then `o.fanout_rounds` leader changes: every leader resigns at once and the time until each
+/// stream shows the new leader is taken.
+ObserverRun runObservers(const Options& o, const std::string& yaml,
+                         const SidecarProcess& leaders_sc, Placement& placement) {
+  ObserverRun run;
+  run.observers = o.observers;
+  run.names = o.observer_names;
+  SidecarProcess sc(
+      {yaml, {}, true, "  max_connections: " + std::to_string(o.observers + 1024) + "\n"});
+  placement.addServer(sc.pid());
+  placement.forThroughput();
+  std::cerr << "lock_bench: observer sidecar pid " << sc.pid() << " (for a profiler)\n";
+  EventLoop loop;
+  const auto names = static_cast<size_t>(o.observer_names);
+  auto nameOf = [](size_t k) { return "observed-" + std::to_string(k); };
+  // Leaders, and the candidates that take over when they resign.
+  std::vector<std::unique_ptr<CampaignStream>> leaders, waiting;
+  for (size_t k = 0; k < names; ++k) {
+    for (auto* list : {&leaders, &waiting}) {
+      list->push_back(std::make_unique<CampaignStream>());
+      list->back()->candidate = "observed-candidate-" + std::to_string(k) + "-" +
+                                std::to_string(list == &leaders ? 0 : 1);
+    }
+    leaders[k]->start(loop, leaders_sc.port(), nameOf(k), kElectionTtlMs);
+  }
+  auto everyone = [](const auto& list, auto pred) {
+    return std::all_of(list.begin(), list.end(), [&](const auto& c) { return pred(*c); });
+  };
+  loop.runUntil([&] { return everyone(leaders, [](const auto& c) { return c.elected; }); },
+                Clock::now() + std::chrono::seconds(10));
+  if (!everyone(leaders, [](const auto& c) { return c.elected; })) {
+    run.fail("a leader of the observed names was not elected");
+  }
+  auto campaignAndQueue = [&] {
+    for (size_t k = 0; k < names; ++k) {
+      waiting[k]->start(loop, leaders_sc.port(), nameOf(k), kElectionTtlMs);
+    }
+    for (size_t k = 0; k < names; ++k) {
+      if (!waitQueued(leaders_sc, "election/" + nameOf(k), 1)) {
+        run.fail("a candidate of " + nameOf(k) + " never showed as queued");
+      }
+    }
+  };
+  campaignAndQueue();
+
+  // Idle, no streams: the baselines.
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  run.rss_idle_kib = rssKiB(sc.pid());
+  const auto window = seconds(o.observer_seconds);
+  double cpu0 = cpuSeconds(sc.pid());
+  auto w0 = Clock::now();
+  std::this_thread::sleep_for(window);
+  run.window_seconds = std::chrono::duration<double>(Clock::now() - w0).count();
+  run.cpu_idle_cores = (cpuSeconds(sc.pid()) - cpu0) / run.window_seconds;
+
+  // Open the streams in batches (each batch's first lines read before the next connects).
+  std::vector<ObserveStream> streams(static_cast<size_t>(o.observers));
+  std::vector<uint64_t> old_term(names, 0);
+  bool measuring = false;
+  int64_t informed = 0, opened = 0, ended = 0;
+  const auto t_open = Clock::now();
+  constexpr size_t kBatch = 500;
+  for (size_t from = 0; from < streams.size() && run.failures == 0; from += kBatch) {
+    const size_t to = std::min(streams.size(), from + kBatch);
+    for (size_t i = from; i < to; ++i) {
+      ObserveStream& s = streams[i];
+      s.name = i % names;
+      s.conn = Connection::unix(loop, sc.socketPath(), Protocol::kHttp);
+      s.conn->onReply([&, i](const Reply& r) {
+        ObserveStream& me = streams[i];
+        if (!r.line) {
+          ++ended;
+          return;
+        }
+        if (me.lines++ == 0) ++opened;
+        if (measuring) ++run.fanout_lines;
+        if (r.body.find("\"event\":\"no_leader\"") != std::string_view::npos) {
+          if (measuring) ++run.no_leader_lines;
+          return;
+        }
+        const uint64_t term = numberIn(r.body, "term");
+        if (measuring && !me.informed && term > old_term[me.name]) {
+          me.informed = true;
+          me.informed_at = Clock::now();
+          ++informed;
+        }
+        me.term = std::max(me.term, term);
+      });
+      s.conn->send(httpGet(electionPath(nameOf(s.name), "observe")));
+    }
+    if (!loop.runUntil([&] { return opened == static_cast<int64_t>(to) || ended > 0; },
+                       Clock::now() + std::chrono::seconds(30)) ||
+        ended > 0) {
+      run.fail("observe streams opened " + std::to_string(opened) + " of " + std::to_string(to) +
+               ", ended " + std::to_string(ended));
+    }
+  }
+  run.open_seconds = std::chrono::duration<double>(Clock::now() - t_open).count();
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  run.rss_streams_kib = rssKiB(sc.pid());
+  run.gauge = metricValue(sc, "sidelock_election_observers");
+  if (run.gauge != o.observers) run.fail("observers gauge " + std::to_string(run.gauge));
+
+  // Every stream open, nothing changing: the bench keeps reading (it should get nothing).
+  int64_t lines_before = 0;
+  for (const auto& s : streams) lines_before += s.lines;
+  const int64_t reads0 =
+      metricValue(sc, "sidelock_backend_request_seconds_count", "op=\"inspect\"");
+  cpu0 = cpuSeconds(sc.pid());
+  w0 = Clock::now();
+  loop.runUntil([] { return false; }, w0 + window);
+  const double w = std::chrono::duration<double>(Clock::now() - w0).count();
+  run.cpu_streams_cores = (cpuSeconds(sc.pid()) - cpu0) / w;
+  run.reads = metricValue(sc, "sidelock_backend_request_seconds_count", "op=\"inspect\"") - reads0;
+  for (const auto& s : streams) run.idle_lines += s.lines;
+  run.idle_lines -= lines_before;
+
+  // Leader changes: every leader resigns at once.
+  auto resign_conn = Connection::tcp(loop, leaders_sc.port(), Protocol::kHttp);
+  int resigned = 0;
+  resign_conn->onReply([&](const Reply& r) {
+    ++resigned;
+    if (r.http_status != 200) run.fail("resign answered " + describe(r));
+  });
+  std::vector<double> elected_us, fanout_us, last_us;
+  double fanout_cpu = 0, bench_cpu = 0;
+  for (int round = 0; round < o.fanout_rounds && run.failures == 0; ++round) {
+    for (size_t k = 0; k < names; ++k) old_term[k] = leaders[k]->term;
+    for (auto& s : streams) s.informed = false;
+    informed = 0;
+    resigned = 0;
+    measuring = true;
+    const double c0 = cpuSeconds(sc.pid());
+    const double self0 = selfCpuSeconds();
+    const auto sent = Clock::now();
+    for (size_t k = 0; k < names; ++k) {
+      resign_conn->send(
+          httpPost(electionPath(nameOf(k), "resign"), json{{"owner", leaders[k]->owner}}.dump()));
+    }
+    const bool done = loop.runUntil(
+        [&] {
+          return informed == o.observers && resigned == static_cast<int>(names) &&
+                 everyone(waiting, [](const auto& c) { return c.elected || c.ended; });
+        },
+        sent + std::chrono::seconds(30));
+    fanout_cpu += cpuSeconds(sc.pid()) - c0;
+    bench_cpu += selfCpuSeconds() - self0;
+    measuring = false;
+    if (!done || ended > 0) {
+      run.fail("leader change " + std::to_string(round) + ": " + std::to_string(informed) + " of " +
+               std::to_string(o.observers) + " streams informed, " + std::to_string(ended) +
+               " ended");
+      break;
+    }
+    double last = 0;
+    for (const auto& s : streams) {
+      const double us = microsBetween(sent, s.informed_at);
+      fanout_us.push_back(us);
+      last = std::max(last, us);
+    }
+    last_us.push_back(last);
+    for (size_t k = 0; k < names; ++k) {
+      if (!waiting[k]->elected)
+        run.fail("no new leader of " + nameOf(k) + ": " + waiting[k]->error);
+      elected_us.push_back(microsBetween(sent, waiting[k]->elected_at));
+    }
+    std::swap(leaders, waiting);
+    campaignAndQueue();
+  }
+  run.rss_after_kib = rssKiB(sc.pid());
+  run.elected_us = summarize(std::move(elected_us));
+  run.fanout_us = summarize(std::move(fanout_us));
+  run.last_us = summarize(std::move(last_us));
+  run.fanout_cpu_ms = fanout_cpu * 1000 / o.fanout_rounds;
+  run.bench_cpu_ms = bench_cpu * 1000 / o.fanout_rounds;
+
+  // Hanging up ends every stream: the gauge must come back to 0.
+  streams.clear();
+  int64_t left = -1;
+  for (int tries = 0; tries < 100 && left != 0; ++tries) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    left = metricValue(sc, "sidelock_election_observers");
+  }
+  if (left != 0) run.fail("observers gauge after hanging up: " + std::to_string(left));
+  leaders.clear();
+  waiting.clear();
+  if (const int code = sc.stop(30'000); code != 0) {
+    run.fail("observer sidecar exit code " + std::to_string(code));
+  }
+  return run;
+}
+
+// ---------------------------------------------------------------------------------------------
 // Report
 
 struct Target {
@@ -1020,6 +1614,8 @@ class LockBench {
     if (o_.wants("open")) openLoop();
     if (o_.wants("handoff")) handoff();
     if (o_.wants("redlock")) redlock();
+    if (o_.wants("election")) election();
+    if (o_.wants("observers")) observers();
     double idle_kib = static_cast<double>(rss_a_idle_kib_);
     if (o_.wants("scale")) idle_kib = std::max(idle_kib, scale());
     addTarget({"RSS idle", idle_kib / 1024, 20, true, "MiB"});
@@ -1218,6 +1814,174 @@ class LockBench {
     addTarget({"hand-off, other sidecar, p50", cross.latency_us.p50 / 1000, 0.4, true, "ms"});
   }
 
+  // 7
+  void election() {
+    SidecarProcess b({singleNodeYaml(), {}, true});
+    placement_.addServer(b.pid());
+    const std::string where = placement_.forLatency();
+    std::cerr << "lock_bench: election hand-over on resign [" << where << "]\n";
+    // In alternating slices (same, other, direct, same, ...), so drifting background load hits
+    // all three alike.
+    ElectionRun same, cross;
+    DirectHandover direct;
+    const int per_slice = std::max(1, o_.election_rounds / o_.slices);
+    for (int slice = 0; slice < o_.slices; ++slice) {
+      runResignHandover(a_, a_, "election-same", per_slice, o_.settle_ms, same);
+      runResignHandover(a_, b, "election-cross", per_slice, o_.settle_ms, cross);
+      runDirectHandovers(direct_, scripts_, per_slice, o_.settle_ms, direct);
+    }
+    same.finish();
+    cross.finish();
+    direct.finish();
+    const int stop_b = b.stop();
+    // Crash rounds: their sidecars are started (and restarted) here, unpinned.
+    const std::string crash_where = placement_.forThroughput();
+    std::cerr << "lock_bench: election hand-over on SIGKILL, ttl " << o_.crash_ttl_ms << " ms ["
+              << crash_where << "]\n";
+    const CrashRun crash = runCrashHandover(singleNodeYaml(), redis_, "election-crash",
+                                            o_.crash_rounds, o_.crash_ttl_ms);
+
+    const double base = direct.handover_us.p50;
+    std::printf(
+        "\n7. election hand-over on resign, 2 candidates [%s]\n  x = p50 / p50 of the same "
+        "hand-over sent directly to Redis (release script, then campaign\n  script: 2 round "
+        "trips) after the same %d ms idle pause\n",
+        where.c_str(), o_.settle_ms);
+    std::printf("  %-44s %9s %9s %9s %9s\n", "resign -> next elected (µs)", "p50", "p99", "max",
+                "x");
+    printLatency("direct: release script (1 round trip)", direct.release_us, base);
+    printLatency("direct: release + campaign (baseline)", direct.handover_us, base);
+    printLatency("same sidecar", same.latency_us, base);
+    printLatency("other sidecar (pub/sub)", cross.latency_us, base);
+    std::printf(
+        "  same: %d ok; other: %d ok, pushed wake-ups %lld; slower than the fallback poll: %d + "
+        "%d\n",
+        same.ok, cross.ok, static_cast<long long>(cross.pushed_wakeups), same.slower_than_fallback,
+        cross.slower_than_fallback);
+    std::printf(
+        "  on SIGKILL of the leader's sidecar, ttl %d ms, %d rounds [%s]\n"
+        "  (killed just after a renewal; lease left = its PTTL read from Redis at the kill)\n",
+        o_.crash_ttl_ms, crash.ok, crash_where.c_str());
+    std::printf("  %-44s %9s %9s %9s %9s\n", "(ms)", "p50", "p99", "max", "/ttl");
+    const double ttl = o_.crash_ttl_ms;
+    auto msRow = [&](const char* label, const Summary& m) {
+      std::printf("  %-44s %9.1f %9.1f %9.1f %8.3fx\n", label, m.p50, m.p99, m.max,
+                  ratio(m.p50, ttl));
+    };
+    msRow("kill -> next elected", crash.from_kill_ms);
+    msRow("lease left at the kill", crash.lease_left_ms);
+    msRow("lease expiry -> next elected", crash.after_expiry_ms);
+    std::printf("  kill -> next elected minus the TTL: p50 %+.1f ms, max %+.1f ms\n",
+                crash.from_kill_ms.p50 - ttl, crash.from_kill_ms.max - ttl);
+    account("election hand-over, same sidecar", same);
+    account("election hand-over, other sidecar", cross);
+    failures_ += direct.failures + crash.failures;
+    if (direct.failures > 0)
+      std::printf("  ! direct election scripts: %d failed\n", direct.failures);
+    if (crash.failures > 0) std::printf("  ! crash hand-over: %s\n", crash.first_error.c_str());
+    if (stop_b != 0) {
+      ++failures_;
+      std::printf("  ! sidecar B exit code %d\n", stop_b);
+    }
+    out_["election"] = {{"placement", where},
+                        {"settle_ms", o_.settle_ms},
+                        {"direct_release", toJson(direct.release_us)},
+                        {"direct_handover", toJson(direct.handover_us)},
+                        {"same_sidecar", toJson(same)},
+                        {"other_sidecar", toJson(cross)},
+                        {"same_over_direct_p50", round3(ratio(same.latency_us.p50, base))},
+                        {"other_over_direct_p50", round3(ratio(cross.latency_us.p50, base))},
+                        {"crash",
+                         {{"placement", crash_where},
+                          {"ttl_ms", o_.crash_ttl_ms},
+                          {"ok", crash.ok},
+                          {"failures", crash.failures},
+                          {"first_error", crash.first_error},
+                          {"from_kill", toJson(crash.from_kill_ms, "ms")},
+                          {"lease_left", toJson(crash.lease_left_ms, "ms")},
+                          {"after_expiry", toJson(crash.after_expiry_ms, "ms")},
+                          {"from_kill_minus_ttl_p50_ms", round3(crash.from_kill_ms.p50 - ttl)},
+                          {"from_kill_over_ttl_p50", round3(ratio(crash.from_kill_ms.p50, ttl))}}}};
+    addTarget({"election resign hand-over, same sidecar, p50 vs direct",
+               ratio(same.latency_us.p50, base), 1.5, true, "x"});
+    addTarget({"election resign hand-over, other sidecar, p50 vs direct",
+               ratio(cross.latency_us.p50, base), 2, true, "x"});
+    addTarget({"election SIGKILL hand-over / TTL, p50", ratio(crash.from_kill_ms.p50, ttl), 1.05,
+               true, "x"});
+  }
+
+  // 8
+  void observers() {
+    std::cerr << "lock_bench: " << o_.observers << " observe streams over " << o_.observer_names
+              << " names\n";
+    const ObserverRun r = runObservers(o_, singleNodeYaml(), a_, placement_);
+    const double per_stream = r.perStreamKiB();
+    std::printf("\n8. observers: %d observe streams over %d names on one sidecar [%s]\n",
+                r.observers, r.names, placement_.forThroughput().c_str());
+    std::printf(
+        "  RSS: idle %.1f MiB, with the streams %.1f MiB (+%.2f KiB per stream), after "
+        "the leader changes %.1f MiB\n",
+        static_cast<double>(r.rss_idle_kib) / 1024, static_cast<double>(r.rss_streams_kib) / 1024,
+        per_stream, static_cast<double>(r.rss_after_kib) / 1024);
+    std::printf(
+        "  opened in %.2f s; sidecar CPU over %.1f s: idle %.2f%% of a core, with the "
+        "streams %.2f%% (%.2fx)\n",
+        r.open_seconds, r.window_seconds, r.cpu_idle_cores * 100, r.cpu_streams_cores * 100,
+        ratio(r.cpu_streams_cores, r.cpu_idle_cores));
+    std::printf(
+        "  Redis reads meanwhile: %lld (%.1f/s for %d names: one per name each second, "
+        "not one per stream); lines pushed: %lld\n",
+        static_cast<long long>(r.reads), ratio(r.reads, r.window_seconds), r.names,
+        static_cast<long long>(r.idle_lines));
+    std::printf(
+        "  %d leader changes (every leader resigns at once); x = p50 / p50 of the new "
+        "leader's elected line\n",
+        o_.fanout_rounds);
+    std::printf("  %-44s %9s %9s %9s %9s\n", "resign -> (µs)", "p50", "p99", "max", "x");
+    const double base = r.elected_us.p50;
+    printLatency("next candidate elected (baseline)", r.elected_us, base);
+    printLatency("each stream's new leader line", r.fanout_us, base);
+    printLatency("the last stream's, per change", r.last_us, base);
+    const double lines_per_change = ratio(r.fanout_lines, o_.fanout_rounds);
+    std::printf(
+        "  per leader change: %.0f lines pushed (%lld no_leader in all), sidecar CPU %.1f ms "
+        "(%.2f µs per line), bench CPU %.1f ms\n",
+        lines_per_change, static_cast<long long>(r.no_leader_lines), r.fanout_cpu_ms,
+        ratio(r.fanout_cpu_ms * 1000, lines_per_change), r.bench_cpu_ms);
+    failures_ += r.failures;
+    if (r.failures > 0) std::printf("  ! observers: %s\n", r.first_error.c_str());
+    if (o_.observers < 10'000) {
+      std::printf("  (below 10k observers: the RSS and CPU target lines are not comparable)\n");
+    }
+    out_["observers"] = {{"observers", r.observers},
+                         {"names", r.names},
+                         {"rss_idle_kib", r.rss_idle_kib},
+                         {"rss_streams_kib", r.rss_streams_kib},
+                         {"rss_after_changes_kib", r.rss_after_kib},
+                         {"rss_per_stream_kib", round3(per_stream)},
+                         {"open_seconds", round3(r.open_seconds)},
+                         {"window_seconds", round3(r.window_seconds)},
+                         {"cpu_idle_cores", round3(r.cpu_idle_cores)},
+                         {"cpu_streams_cores", round3(r.cpu_streams_cores)},
+                         {"reads_in_window", r.reads},
+                         {"idle_lines", r.idle_lines},
+                         {"gauge", r.gauge},
+                         {"elected", toJson(r.elected_us)},
+                         {"fanout", toJson(r.fanout_us)},
+                         {"fanout_last", toJson(r.last_us)},
+                         {"fanout_cpu_ms_per_change", round3(r.fanout_cpu_ms)},
+                         {"bench_cpu_ms_per_change", round3(r.bench_cpu_ms)},
+                         {"fanout_lines", r.fanout_lines},
+                         {"no_leader_lines", r.no_leader_lines},
+                         {"failures", r.failures},
+                         {"first_error", r.first_error}};
+    addTarget({"observers, RSS per stream", per_stream, 4, true, "KiB"});
+    addTarget(
+        {"observers, sidecar CPU with every stream open", r.cpu_streams_cores * 100, 2, true, "%"});
+    addTarget({"observers, leader change pushed to the last one, p50", r.last_us.p50 / 1000, 250,
+               true, "ms"});
+  }
+
   // 4. On 2 cores the five nodes cannot all run in parallel (in production they are on five
   // machines), so the ratio is measured in both placements; the target line uses the first.
   void redlock() {
@@ -1345,17 +2109,21 @@ class LockBench {
 
 int main(int argc, char** argv) {
   const auto options = sidelock::bench::parseOptions(argc, argv);
-  // The scale scenario holds one connection per waiter in the bench and in the sidecar (which
-  // inherits this limit): raise the soft limit as far as the hard one allows.
+  // The scale scenario holds one connection per waiter, the observers one per stream, in the bench
+  // and in the sidecar (which inherits this limit): raise the soft limit as far as the hard one
+  // allows.
   rlimit files{};
-  const rlim_t wanted = static_cast<rlim_t>(options.scale_waiters) + 2048;
-  if (options.wants("scale") && getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur < wanted) {
+  const int connections = std::max(options.wants("scale") ? options.scale_waiters : 0,
+                                   options.wants("observers") ? options.observers : 0);
+  const rlim_t wanted = static_cast<rlim_t>(connections) + 2048;
+  if (connections > 0 && getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur < wanted) {
     files.rlim_cur = std::min(wanted, files.rlim_max);
     setrlimit(RLIMIT_NOFILE, &files);
     if (files.rlim_cur < wanted) {
       std::fprintf(stderr,
-                   "lock_bench: open-file limit %llu is below the %llu the scale "
-                   "scenario needs (raise ulimit -n or lower --scale-waiters)\n",
+                   "lock_bench: open-file limit %llu is below the %llu the scale and "
+                   "observers scenarios need (raise ulimit -n or lower --scale-waiters or "
+                   "--observers)\n",
                    static_cast<unsigned long long>(files.rlim_cur),
                    static_cast<unsigned long long>(wanted));
       return 2;
