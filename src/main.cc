@@ -14,6 +14,7 @@
 #include "api/dapr_api.h"
 #include "api/election_api.h"
 #include "api/lock_api.h"
+#include "api/pod_elections.h"
 #include "backend/memory_backend.h"
 #include "cli/command_line.h"
 #include "cli/exit_codes.h"
@@ -83,6 +84,7 @@ struct Sidecar {
   std::unique_ptr<api::LockApi> api;
   std::unique_ptr<api::DaprApi> dapr_api;  // dapr.enabled: Dapr's lock routes
   std::unique_ptr<api::ElectionApi> elections;
+  std::unique_ptr<api::PodElections> pod_elections;  // config `elections`: campaigns for the pod
   std::unique_ptr<http::Router> router;
   // Who may use each listener (README "Access control"); the servers' handlers refer to these.
   http::TokenVerifier lock_tokens;
@@ -100,15 +102,6 @@ struct Sidecar {
   bool stopping = false;
   int exit_code = 0;
 };
-
-/// Whom this sidecar speaks for in elections (GET /v1/elections/{name}/ready without a
-/// candidate): $POD_NAME (set by the Helm chart from the downward API), else the host name.
-std::string podIdentity() {
-  if (const char* pod = std::getenv("POD_NAME"); pod != nullptr && *pod != '\0') return pod;
-  char host[256] = {};
-  if (gethostname(host, sizeof(host) - 1) == 0) return host;
-  return "";
-}
 
 std::unique_ptr<backend::Backend> makeBackend(Sidecar& s, const config::Config& cfg) {
   switch (cfg.backend.type) {
@@ -174,8 +167,9 @@ void beginShutdown(Sidecar& s, const config::Config& cfg, const char* why) {
   if (s.stopping) return;
   s.stopping = true;
   SL_LOG(kInfo, "shutdown.begin", {"signal", why}, {"grace_ms", cfg.shutdown.grace_ms});
-  s.api->setDraining(true);
   // Leaders elected here resign before anything drains: the next candidate is elected at once.
+  s.pod_elections->resignAll();
+  s.api->setDraining(true);
   s.elections->setDraining(true);
   s.server->stopAccepting();
   // The admin listener stays up while draining so probes see /readyz turn 503.
@@ -273,7 +267,9 @@ int runSidecar(const config::Config& cfg) {
   s.dapr_api = std::make_unique<api::DaprApi>(cfg.dapr, cfg.locks, *s.locks);
   s.elections = std::make_unique<api::ElectionApi>(
       cfg.locks, *s.locks, *s.metrics, *s.scheduler,
-      api::ElectionApi::Options{.identity = podIdentity(), .observe_reread_ms = 1000});
+      api::ElectionApi::Options{.identity = cfg.identity, .observe_reread_ms = 1000});
+  s.pod_elections = std::make_unique<api::PodElections>(
+      cfg.elections, cfg.identity, *s.locks, s.elections->observers(), *s.scheduler, *s.metrics);
   s.router = std::make_unique<http::Router>();
   std::vector<api::Route> lock_routes = s.api->routes();
   for (auto& route : s.dapr_api->routes()) lock_routes.push_back(std::move(route));
@@ -318,6 +314,7 @@ int runSidecar(const config::Config& cfg) {
     s.backend->shutdown([&s] { closeEverything(s); });
   } else {
     s.backend->start();
+    s.pod_elections->start();
     auto on_signal = [](uv_signal_t* h, int signum) {
       if (h->data == nullptr) return;
       auto* pair = static_cast<std::pair<Sidecar*, const config::Config*>*>(h->data);
@@ -347,6 +344,7 @@ int runSidecar(const config::Config& cfg) {
   // Objects that own handles go first, then the loop drains their close callbacks.
   s.admin_server.reset();
   s.server.reset();
+  s.pod_elections.reset();
   s.elections.reset();
   s.api.reset();
   s.locks.reset();

@@ -56,6 +56,27 @@ bool queryValue(std::string_view query, std::string_view key, std::string* out) 
 
 }  // namespace
 
+lock::AcquireOptions campaignOptions(std::string_view name, std::string_view candidate,
+                                     std::string_view value, int64_t ttl_ms) {
+  lock::AcquireOptions opts;
+  opts.lock = electionOf(name);
+  opts.ttl_ms = ttl_ms;
+  opts.wait_ms = lock::kWaitUntilCancelledMs;
+  opts.stream = true;
+  opts.auto_renew = true;
+  opts.max_hold_ms = lock::kWaitUntilCancelledMs;
+  opts.candidate = candidate;
+  opts.value = value;
+  return opts;
+}
+
+void countCampaignEvent(metrics::Metrics& metrics, lock::LeaseEvent event) {
+  if (event == lock::LeaseEvent::kReleased) metrics.election_resignations.Increment();
+  if (event == lock::LeaseEvent::kLost || event == lock::LeaseEvent::kCapExpired) {
+    metrics.election_lost.Increment();
+  }
+}
+
 /// One campaign: waiting in line, then leading until it resigns, loses or its client leaves.
 struct ElectionApi::Campaign {
   lock::AcquireTicket ticket;
@@ -67,18 +88,6 @@ struct ElectionApi::Campaign {
   bool elected = false;
   bool finished = false;  // the answer or the stream is complete
 };
-
-std::string ElectionApi::candidateProblem(std::string_view candidate) {
-  if (candidate.empty()) return "candidate is empty";
-  if (candidate.size() > kMaxCandidateBytes) {
-    return "candidate is " + std::to_string(candidate.size()) + " bytes long; the limit is " +
-           std::to_string(kMaxCandidateBytes);
-  }
-  for (unsigned char c : candidate) {
-    if (c < 0x20 || c > 0x7e) return "candidate must be printable ASCII (0x20..0x7e)";
-  }
-  return "";
-}
 
 ElectionApi::ElectionApi(const config::LocksConfig& locks, lock::LockService& service,
                          metrics::Metrics& metrics, event::Scheduler& scheduler, Options options)
@@ -112,15 +121,13 @@ void ElectionApi::campaign(http::Request& req, http::ResponderPtr res) {
   RequestBody& body = body_;
   body.parse(req.header("content-type"), req.body,
              {BodyField::kCandidate, BodyField::kValue, BodyField::kTtlMs});
-  lock::AcquireOptions opts;
-  opts.lock = electionOf(req.param("name"));
-  opts.ttl_ms = locks_.default_ttl_ms;
+  int64_t ttl_ms = locks_.default_ttl_ms;
   std::string_view candidate;
   std::string_view value;
   if (body.ok()) {
     body.readString(BodyField::kCandidate, candidate) &&
         body.readString(BodyField::kValue, value) &&
-        body.readInt(BodyField::kTtlMs, 1, locks_.max_ttl_ms, opts.ttl_ms);
+        body.readInt(BodyField::kTtlMs, 1, locks_.max_ttl_ms, ttl_ms);
   }
   if (body.ok() && !body.has(BodyField::kCandidate)) body.setError("candidate is required");
   if (body.ok()) {
@@ -132,14 +139,8 @@ void ElectionApi::campaign(http::Request& req, http::ResponderPtr res) {
   if (!body.ok()) return sendBodyError(res, body);
   if (draining_) return sendError(res, 503, "shutting_down", "the sidecar is shutting down");
 
-  // In line until elected or until the client leaves; leading, the lease is renewed for as long
-  // as the stream is open (no max_hold_ms: a leader stays while it is alive).
-  opts.wait_ms = lock::kWaitUntilCancelledMs;
-  opts.stream = true;
-  opts.auto_renew = true;
-  opts.max_hold_ms = lock::kWaitUntilCancelledMs;
-  opts.candidate = candidate;
-  opts.value = value;
+  // The connection is the campaign: in line until elected or until the client leaves.
+  lock::AcquireOptions opts = campaignOptions(req.param("name"), candidate, value, ttl_ms);
 
   auto call = std::make_shared<Campaign>();
   call->responder = res;
@@ -152,10 +153,7 @@ void ElectionApi::campaign(http::Request& req, http::ResponderPtr res) {
   };
 
   auto on_event = alive_.guarded([this, call, finish](lock::LeaseEvent e) {
-    if (e == lock::LeaseEvent::kReleased) metrics_.election_resignations.Increment();
-    if (e == lock::LeaseEvent::kLost || e == lock::LeaseEvent::kCapExpired) {
-      metrics_.election_lost.Increment();
-    }
+    countCampaignEvent(metrics_, e);
     if (call->finished) return;
     JsonObject event;
     switch (e) {

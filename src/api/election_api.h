@@ -14,6 +14,7 @@
 #include "api/election_observers.h"
 #include "api/lock_api.h"
 #include "api/request_body.h"
+#include "common/names.h"
 #include "config/config.h"
 #include "event/lifetime.h"
 #include "event/scheduler.h"
@@ -22,6 +23,14 @@
 #include "metrics/metrics.h"
 
 namespace sidelock::api {
+
+/// The acquire of a campaign for election `name` (shared by the campaign route and PodElections):
+/// in line until elected or cancelled (no time limit), then leading with the lease renewed until
+/// it is released or lost (a stream hold without max_hold_ms: a leader stays while it is alive).
+lock::AcquireOptions campaignOptions(std::string_view name, std::string_view candidate,
+                                     std::string_view value, int64_t ttl_ms);
+/// Counts a campaign's lease event in the election metrics (resignations, leadership lost).
+void countCampaignEvent(metrics::Metrics& metrics, lock::LeaseEvent event);
 
 class ElectionApi {
  public:
@@ -32,9 +41,9 @@ class ElectionApi {
     int64_t observe_reread_ms = 1000;
   };
   /// Candidates: 1..kMaxCandidateBytes printable ASCII (space included); values: up to
-  /// kMaxValueBytes of any text.
-  static constexpr size_t kMaxCandidateBytes = 256;
-  static constexpr size_t kMaxValueBytes = 4096;
+  /// kMaxValueBytes of any text (common/names.h, shared with the configuration).
+  static constexpr size_t kMaxCandidateBytes = sidelock::kMaxCandidateBytes;
+  static constexpr size_t kMaxValueBytes = kMaxLeaderValueBytes;
 
   ElectionApi(const config::LocksConfig& locks, lock::LockService& service,
               metrics::Metrics& metrics, event::Scheduler& scheduler, Options options);
@@ -43,13 +52,17 @@ class ElectionApi {
   ElectionApi& operator=(const ElectionApi&) = delete;
 
   std::vector<Route> routes();
+  /// The observe groups of this sidecar (PodElections listens to its names' groups).
+  ElectionObservers& observers() { return observers_; }
   /// SIGTERM: every leader elected through this sidecar resigns at once (the next candidate,
   /// anywhere, is elected in one round trip rather than after a TTL), candidates leave the line,
   /// observe streams end, and new campaigns are refused (503 shutting_down).
   void setDraining(bool draining);
 
   /// What is wrong with a candidate name ("" if fine).
-  static std::string candidateProblem(std::string_view candidate);
+  static std::string candidateProblem(std::string_view candidate) {
+    return sidelock::candidateProblem(candidate);
+  }
 
  private:
   struct Campaign;

@@ -36,14 +36,28 @@ ElectionObservers::Group* ElectionObservers::find(const std::string& name, uint6
   return it->second.get();
 }
 
-void ElectionObservers::add(const std::string& name, http::ResponderPtr stream) {
+ElectionObservers::Group& ElectionObservers::groupOf(const std::string& name) {
   auto [it, created] = groups_.try_emplace(name);
-  if (created) {
-    it->second = std::make_unique<Group>();
-    it->second->id = ++next_group_id_;
-    it->second->name = name;
-  }
+  if (!created) return *it->second;
+  it->second = std::make_unique<Group>();
   Group& g = *it->second;
+  g.id = ++next_group_id_;
+  g.name = name;
+  g.watch = service_.watchChanges(name, alive_.guarded([this, name, id = g.id] {
+    Group* found = find(name, id);
+    if (found == nullptr) return;
+    if (found->reading) {
+      found->read_again = true;
+      return;
+    }
+    read(*found);
+  }));
+  read(g);
+  return g;
+}
+
+void ElectionObservers::add(const std::string& name, http::ResponderPtr stream) {
+  Group& g = groupOf(name);
   stream->startStream(200, "application/x-ndjson");
   if (g.known) stream->writeChunk(observeEvent(name, g.view));
   stream->onClientGone(alive_.guarded([this, name, id = g.id, raw = stream.get()] {
@@ -52,18 +66,14 @@ void ElectionObservers::add(const std::string& name, http::ResponderPtr stream) 
   g.streams.push_back(std::move(stream));
   ++streams_;
   metrics_.election_observers.Set(static_cast<double>(streams_));
-  if (created) {
-    g.watch = service_.watchChanges(name, alive_.guarded([this, name, id = g.id] {
-      Group* found = find(name, id);
-      if (found == nullptr) return;
-      if (found->reading) {
-        found->read_again = true;
-        return;
-      }
-      read(*found);
-    }));
-    read(g);
-  }
+}
+
+void ElectionObservers::listen(const std::string& name,
+                               std::function<void(const LeaderView&)> on_read) {
+  Group& g = groupOf(name);
+  g.listeners.push_back(std::move(on_read));
+  // A group already known answers the newcomer with its next read, made now.
+  if (g.known && !g.reading) read(g);
 }
 
 void ElectionObservers::read(Group& g) {
@@ -101,6 +111,9 @@ void ElectionObservers::onRead(const std::string& name, uint64_t id,
       g.known = true;
       g.view = std::move(next);
       if (changed) broadcast(g);
+      // Copied: a listener may add one (no group is erased while it has listeners).
+      const auto listeners = g.listeners;
+      for (const auto& on_read : listeners) on_read(g.view);
     }
   } else {
     // The backend is out: keep what is known and try again later (the lock service also
@@ -133,7 +146,8 @@ void ElectionObservers::remove(const std::string& name, uint64_t id,
   std::erase_if(g->streams, [stream](const http::ResponderPtr& s) { return s.get() == stream; });
   streams_ -= before - g->streams.size();
   metrics_.election_observers.Set(static_cast<double>(streams_));
-  if (g->streams.empty()) groups_.erase(name);  // its watch and timer go with it
+  // Its watch and timer go with it.
+  if (g->streams.empty() && g->listeners.empty()) groups_.erase(name);
 }
 
 void ElectionObservers::endAll() {

@@ -12,6 +12,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -54,7 +55,12 @@ class ElectionObservers {
   /// Starts `stream`'s NDJSON answer and adds it to `name`'s observers: it gets the current state
   /// first (at once if known, else after the group's first read), then one event per change.
   void add(const std::string& name, http::ResponderPtr stream);
-  /// Ends every stream (the sidecar drains) and forgets every group.
+  /// Calls `on_read` with the leader of `name` after each of the group's reads that answered (a
+  /// change announced, a re-read: at least every `reread_ms` while the backend answers), for as
+  /// long as this object lives or until endAll(); never inside this call. For the elections the
+  /// sidecar runs itself (PodElections), which share the group of the name's observe streams.
+  void listen(const std::string& name, std::function<void(const LeaderView&)> on_read);
+  /// Ends every stream (the sidecar drains) and forgets every group (and listener).
   void endAll();
   size_t count() const { return streams_; }
 
@@ -63,6 +69,7 @@ class ElectionObservers {
     uint64_t id = 0;
     std::string name;
     std::vector<http::ResponderPtr> streams;
+    std::vector<std::function<void(const LeaderView&)>> listeners;
     lock::ChangeWatch watch;
     bool known = false;  // a read has answered
     LeaderView view;
@@ -74,6 +81,8 @@ class ElectionObservers {
     event::ScopedTimer reread_timer;
   };
 
+  /// `name`'s group, made (watching and reading) if new.
+  Group& groupOf(const std::string& name);
   Group* find(const std::string& name, uint64_t id);
   void read(Group& g);
   void onRead(const std::string& name, uint64_t id, StatusOr<lock::LockState> state);

@@ -16,6 +16,7 @@
 #include "api/route_helpers.h"
 #include "common/invariant.h"
 #include "common/log.h"
+#include "common/names.h"
 
 namespace sidelock::api {
 namespace {
@@ -41,25 +42,7 @@ json healthJson(const lock::BackendHealth& h) {
 }  // namespace
 
 std::string LockApi::lockNameProblem(std::string_view name, size_t max_bytes) {
-  if (name.empty()) return "the lock name is empty";
-  if (name.size() > max_bytes) {
-    return "the lock name is " + std::to_string(name.size()) + " bytes long; the limit is " +
-           std::to_string(max_bytes);
-  }
-  if (name == "." || name == "..") {
-    return "\"" + std::string(name) + "\" is not a lock name (HTTP clients rewrite it as a path)";
-  }
-  for (size_t i = 0; i < name.size(); ++i) {
-    const unsigned char c = static_cast<unsigned char>(name[i]);
-    bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-              c == '-' || c == '_' || c == '.' || c == ':' || c == '@' || c == '~';
-    if (ok) continue;
-    char shown[8];
-    std::snprintf(shown, sizeof(shown), c >= 0x21 && c <= 0x7e ? "'%c'" : "0x%02X", c);
-    return "the lock name has " + std::string(shown) + " at byte " + std::to_string(i + 1) +
-           "; lock names are A-Z a-z 0-9 and - _ . : @ ~";
-  }
-  return "";
+  return sidelock::lockNameProblem(name, max_bytes);
 }
 
 bool LockApi::validOwner(std::string_view owner, size_t max_bytes) {

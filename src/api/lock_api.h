@@ -42,12 +42,7 @@ class LockApi {
   /// While draining (SIGTERM), /readyz answers 503 and new acquires 503 shutting_down.
   void setDraining(bool draining) { draining_ = draining; }
 
-  /// Lock names: 1..max_name_bytes of A-Z a-z 0-9 and "-_.:@~", except "." and "..". ('~' is
-  /// what a Dapr resourceId's '/' becomes: see DaprApi::lockNameOfResource.) Everything
-  /// else is refused: braces would break the Redis Cluster hash tag, '/' the route, NUL/control
-  /// bytes/spaces logs and keys, glob characters KEYS-style patterns; "." and ".." are path
-  /// segments that HTTP clients rewrite (curl, browsers and proxies remove them), so such a
-  /// name would reach a different lock than the one its caller meant.
+  /// Lock names (and election names): the rules of common/names.h, lockNameProblem().
   static bool validLockName(std::string_view name, size_t max_bytes) {
     return lockNameProblem(name, max_bytes).empty();
   }

@@ -590,7 +590,11 @@ void MemoryBackend::notifyReleased(std::string_view name) {
   });
 }
 
-void MemoryBackend::forceDelete(std::string_view name) {
+void MemoryBackend::forceDelete(std::string_view name, LockKind kind) {
+  if (kind == LockKind::kElection) {
+    if (auto it = elections_.find(name); it != elections_.end()) it->second.owner.clear();
+    return;
+  }
   if (Entry* held = liveEntry(name)) held->owner.clear();
 }
 

@@ -46,8 +46,9 @@ class MemoryBackend final : public Backend {
 
   // --- test hooks (pure logic; not part of the Backend interface) ---
   /// Deletes a lease behind everybody's back (simulates data loss / an admin DEL). No
-  /// notification is published, as with a key that silently vanished.
-  void forceDelete(std::string_view name);
+  /// notification is published, as with a key that silently vanished. `kind` kElection: the
+  /// election's lease (its own keys), else the lock's.
+  void forceDelete(std::string_view name, LockKind kind = LockKind::kMutex);
   /// Replaces the holder (simulates a lease stolen after a pause). Keeps the expiry.
   void forceOwner(std::string_view name, std::string_view owner);
   /// Number of names with an active watch (for tests of watch/unwatch balance).

@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "common/duration.h"
+#include "common/names.h"
 
 namespace sidelock::config {
 namespace {
@@ -580,12 +581,107 @@ void loadDapr(const Section& root, DaprConfig& c) {
   }
 }
 
+/// `text` with every `${VAR}` replaced by the environment variable VAR (a name of letters, digits
+/// and '_', not starting with a digit) and every `$$` by one `$`; any other `$` stays as it is. An
+/// unset variable, a bad name or a `${` without its `}` fails naming `path`.
+std::string expandEnvironment(const std::string& path, const std::string& text) {
+  std::string out;
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (text[i] != '$' || i + 1 == text.size() || (text[i + 1] != '$' && text[i + 1] != '{')) {
+      out += text[i];
+      continue;
+    }
+    if (text[i + 1] == '$') {
+      out += '$';
+      ++i;
+      continue;
+    }
+    const size_t close = text.find('}', i + 2);
+    if (close == std::string::npos) {
+      fail(path, "\"${\" without its \"}\" (write $$ for a literal $)");
+    }
+    const std::string var = text.substr(i + 2, close - i - 2);
+    bool valid = !var.empty() && !(var[0] >= '0' && var[0] <= '9');
+    for (unsigned char c : var) {
+      valid = valid && ((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') ||
+                        (c >= '0' && c <= '9') || c == '_');
+    }
+    if (!valid) {
+      fail(path, "\"${" + var + "}\" is not an environment variable name (letters, digits and _)");
+    }
+    const char* v = getenv(var.c_str());
+    if (v == nullptr) fail(path, "the environment variable " + var + " is not set");
+    out += v;
+    i = close;
+  }
+  return out;
+}
+
+/// $POD_NAME (the Helm chart sets it from the downward API), else the host name, else "".
+std::string defaultIdentity() {
+  if (const char* pod = getenv("POD_NAME"); pod != nullptr && *pod != '\0') return pod;
+  char host[256] = {};
+  if (gethostname(host, sizeof(host) - 1) == 0) return host;
+  return "";
+}
+
+// identity and elections: after locks (the TTL limits) and before anything uses them.
+void loadElections(const Section& root, Config& c) {
+  // Absent or "" (what a template renders for an unset value): the default.
+  root.readString("identity", c.identity);
+  const bool given = !c.identity.empty();
+  if (!given) c.identity = defaultIdentity();
+  if (!c.identity.empty()) {
+    if (std::string problem = candidateProblem(c.identity); !problem.empty()) {
+      fail("identity", problem + (given ? "" : " (from $POD_NAME or the host name: set identity)"));
+    }
+  }
+
+  const YAML::Node list = root.child("elections");
+  if (!list || list.IsNull()) return;
+  if (!list.IsSequence()) {
+    fail("elections", "must be a list of {name, value, ttl_ms} (e.g. [{name: scheduler}])");
+  }
+  std::set<std::string> names;
+  for (size_t i = 0; i < list.size(); ++i) {
+    const std::string at = "elections[" + std::to_string(i) + "]";
+    if (!list[i].IsMap()) fail(at, "must be a mapping {name, value, ttl_ms}");
+    Section e(list[i], at);
+    ElectionConfig election;
+    election.ttl_ms = c.locks.default_ttl_ms;
+    e.readString("name", election.name);
+    e.readString("value", election.value);
+    e.readDurationMs("ttl_ms", election.ttl_ms, 1, c.locks.max_ttl_ms);
+    e.rejectUnknown({"name", "value", "ttl_ms"});
+    if (!e.child("name")) fail(e.path("name"), "required: the election's name");
+    if (std::string problem = lockNameProblem(election.name,
+                                              static_cast<size_t>(c.locks.max_name_bytes));
+        !problem.empty()) {
+      fail(e.path("name"), problem + " (elections are named like locks)");
+    }
+    if (!names.insert(election.name).second) {
+      fail(e.path("name"), "\"" + election.name + "\" is listed twice");
+    }
+    election.value = expandEnvironment(e.path("value"), election.value);
+    if (election.value.size() > kMaxLeaderValueBytes) {
+      fail(e.path("value"), "is " + std::to_string(election.value.size()) +
+                                " bytes long (after ${VAR} expansion); the limit is " +
+                                std::to_string(kMaxLeaderValueBytes));
+    }
+    c.elections.push_back(std::move(election));
+  }
+  if (!c.elections.empty() && c.identity.empty()) {
+    fail("identity", "required for elections: no $POD_NAME and no host name to default to");
+  }
+}
+
 Config load(const YAML::Node& root_node) {
   Config c;
   Section root(root_node, "");
   loadListen(root, c.listen);
   loadBackend(root, c.backend);
   loadLocks(root, c.locks);
+  loadElections(root, c);
 
   Section sd(root.child("shutdown"), "shutdown");
   sd.readDurationMs("grace_ms", c.shutdown.grace_ms, 0, 3'600'000);
@@ -606,7 +702,8 @@ Config load(const YAML::Node& root_node) {
 
   loadAuth(root, c.auth, c.listen);
   loadDapr(root, c.dapr);
-  root.rejectUnknown({"listen", "backend", "locks", "shutdown", "log", "auth", "dapr"});
+  root.rejectUnknown(
+      {"listen", "backend", "locks", "shutdown", "log", "auth", "dapr", "identity", "elections"});
   if (c.backend.type == BackendType::kRedlock)
     c.locks.retry_jitter_ms = c.backend.redlock.retry_jitter_ms;
   if (c.backend.type == BackendType::kRedlock &&

@@ -179,7 +179,19 @@ struct DaprConfig {
   std::string owner_secret;  // resolved at load; not a YAML key
 };
 
+/// One election the sidecar campaigns in for its pod from start-up (`elections:`, README
+/// "Elections the sidecar runs for its pod").
+struct ElectionConfig {
+  std::string name;   // a lock name (common/names.h); no two alike
+  std::string value;  // the leader's value, `${VAR}` expanded from the environment at load
+  int64_t ttl_ms = 0;  // 1..locks.max_ttl_ms; locks.default_ttl_ms when not given
+};
+
 struct Config {
+  /// Whom this sidecar speaks for in elections (its pod): the candidate of `elections` and of
+  /// GET /v1/elections/{name}/ready without `candidate`. Default: $POD_NAME, else the host name.
+  std::string identity;
+  std::vector<ElectionConfig> elections;
   ListenConfig listen;
   BackendConfig backend;
   LocksConfig locks;

@@ -170,6 +170,21 @@ Metrics::Metrics(std::string version)
                              .Help("Observe streams open on this sidecar.")
                              .Register(*registry_)
                              .Add({})),
+      election_leader(BuildGauge()
+                          .Name("sidelock_election_leader")
+                          .Help("Configured elections: 1 while this sidecar's identity leads, "
+                                "else 0.")
+                          .Register(*registry_)),
+      election_leaderless_seconds(
+          BuildGauge()
+              .Name("sidelock_election_leaderless_seconds")
+              .Help("Configured elections: seconds since this sidecar last knew of a leader "
+                    "(anybody's), 0 while there is one.")
+              .Register(*registry_)),
+      election_ttl_seconds(BuildGauge()
+                               .Name("sidelock_election_ttl_seconds")
+                               .Help("Configured elections: the leader's lease TTL.")
+                               .Register(*registry_)),
       backend_up(BuildGauge()
                      .Name("sidelock_backend_up")
                      .Help("1 if the backend node is connected and answering, else 0.")
@@ -319,6 +334,12 @@ Metrics::AcquireMetrics& Metrics::acquireFor(std::string_view kind) {
                             result("cancelled"), acquire_contended_total.Add({{"kind", k}}),
                             acquire_wait_seconds.Add({{"kind", k}}, waitBuckets())}));
   return *acquire_kinds_.back().second;
+}
+
+Metrics::ElectionSeries Metrics::electionSeries(std::string_view name) {
+  const prometheus::Labels labels{{"election", std::string(name)}};
+  return ElectionSeries{election_leader.Add(labels), election_leaderless_seconds.Add(labels),
+                        election_ttl_seconds.Add(labels)};
 }
 
 NodeMetrics& Metrics::node(std::string_view address) { return makeNode(address, true); }

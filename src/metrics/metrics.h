@@ -136,6 +136,22 @@ class Metrics {
   prometheus::Counter& election_lost;
   prometheus::Counter& election_resignations;  // leaders that resigned (route, hang-up, shutdown)
   prometheus::Gauge& election_observers;       // open observe streams
+  /// {election}: only the names of the configured `elections` (bounded by config, never a name a
+  /// client sent). 1 while this sidecar's identity leads, else 0.
+  prometheus::Family<prometheus::Gauge>& election_leader;
+  /// {election}: seconds since this sidecar last knew of a leader (any candidate's) of the name,
+  /// 0 while it knows one; set at scrape time.
+  prometheus::Family<prometheus::Gauge>& election_leaderless_seconds;
+  /// {election}: the configured TTL, so an alert compares leaderless time with it.
+  prometheus::Family<prometheus::Gauge>& election_ttl_seconds;
+  /// The series of one configured election.
+  struct ElectionSeries {
+    prometheus::Gauge& leader;
+    prometheus::Gauge& leaderless_seconds;
+    prometheus::Gauge& ttl_seconds;
+  };
+  /// The series of configured election `name` (created at the first call).
+  ElectionSeries electionSeries(std::string_view name);
 
   // --- backend ---
   prometheus::Family<prometheus::Gauge>& backend_up;                   // {node}

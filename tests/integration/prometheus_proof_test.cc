@@ -267,9 +267,13 @@ TEST(PrometheusProofTest, EveryDashboardAndAlertQueryReturnsSeriesFromALiveSidec
   const std::string rules = promql::readFile(rules_path);
 
   RedisServer redis;
+  // One configured election, so its gauges (the Elections row, SidelockElectionLeaderless)
+  // have series: the sidecar leads it, and nothing fires.
   SidecarProcess sidecar({"backend:\n  type: redis\n  nodes: [\"" + redis.address() +
                               "\"]\n"
-                              "log:\n  level: info\n",
+                              "log:\n  level: info\n"
+                              "identity: proof-pod\n"
+                              "elections: [{name: proof, ttl_ms: 5000}]\n",
                           {},
                           /*wait_ready=*/true});
   PrometheusServer prom(sidecar.port(), rules_path);
@@ -307,17 +311,21 @@ TEST(PrometheusProofTest, EveryDashboardAndAlertQueryReturnsSeriesFromALiveSidec
 
   // The workload moved the counters it should (the scrape saw the metrics change).
   const std::string sel = "{job=\"sidelock\"}";
-  EXPECT_GE(prom.value("sidelock_acquire_total{result=\"acquired\"}"), 5);
-  EXPECT_GE(prom.value("sidelock_acquire_total{result=\"busy\"}"), 1);
-  EXPECT_GE(prom.value("sidelock_acquire_contended_total" + sel), 1);
+  // (kind="mutex": the configured election's campaign has series of its own, kind="election".)
+  const std::string mutex = "{kind=\"mutex\",";
+  EXPECT_GE(prom.value("sidelock_acquire_total" + mutex + "result=\"acquired\"}"), 5);
+  EXPECT_GE(prom.value("sidelock_acquire_total" + mutex + "result=\"busy\"}"), 1);
+  EXPECT_GE(prom.value("sidelock_acquire_contended_total{kind=\"mutex\"}"), 1);
   EXPECT_GE(prom.value("sidelock_release_total{result=\"not_owner\"}"), 1);
   EXPECT_GE(prom.value("sidelock_release_total{result=\"released\"}"), 4);
   EXPECT_GE(prom.value("sidelock_lease_expired_total" + sel), 1);
-  EXPECT_GE(prom.value("sidelock_acquire_wait_seconds_count" + sel), 5);
+  EXPECT_GE(prom.value("sidelock_acquire_wait_seconds_count{kind=\"mutex\"}"), 5);
   EXPECT_EQ(prom.value("sidelock_backend_up{node=\"" + redis.address() + "\"}"), 1);
   EXPECT_EQ(prom.value("sidelock_backend_ready" + sel), 1);
-  EXPECT_EQ(prom.value("sidelock_held_locks" + sel), 0);
+  EXPECT_EQ(prom.value("sidelock_held_locks" + sel), 1);  // the configured election's lease
   EXPECT_EQ(prom.value("sidelock_waiters" + sel), 0);
+  EXPECT_EQ(prom.value("sidelock_election_leader{election=\"proof\"}"), 1);
+  EXPECT_EQ(prom.value("sidelock_election_ttl_seconds{election=\"proof\"}"), 5);
 
   // The check itself can fail: an unknown metric selects nothing, invalid PromQL is an error.
   EXPECT_EQ(prom.seriesCount("sidelock_no_such_metric_total" + sel), 0);

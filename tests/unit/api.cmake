@@ -3,3 +3,9 @@ sidelock_test(api_unit_test
           ${CMAKE_CURRENT_LIST_DIR}/lock_api_test.cc
   LIBS sidelock_api
   LABELS unit)
+
+# PodElections (config `elections`) on a FakeScheduler + MemoryBackend.
+sidelock_test(pod_elections_test
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/pod_elections_test.cc
+  LIBS sidelock_api
+  LABELS unit)

@@ -2,10 +2,13 @@
 
 #include <gtest/gtest.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include <fstream>
 #include <iterator>
 #include <sstream>
+#include <utility>
+#include <vector>
 
 namespace sidelock::config {
 namespace {
@@ -376,6 +379,98 @@ TEST(ConfigTest, SentinelCombinationsAreValidated) {
             std::string::npos)
       << "TLS reaches the sentinels too";
   EXPECT_NE(errorOf("backend:\n  type: etcd\n").find("sentinel"), std::string::npos);
+}
+
+TEST(ConfigTest, IdentityDefaultsToPodNameThenHostName) {
+  setenv("POD_NAME", "web-7d9f-abcde", 1);
+  auto c = loadConfigFromString("");
+  ASSERT_TRUE(c.isOk()) << c.status().toString();
+  EXPECT_EQ(c->identity, "web-7d9f-abcde");
+  EXPECT_TRUE(c->elections.empty());
+  c = loadConfigFromString("identity: \"\"\n");  // "" (an unset template value): the default
+  ASSERT_TRUE(c.isOk()) << c.status().toString();
+  EXPECT_EQ(c->identity, "web-7d9f-abcde");
+  c = loadConfigFromString("identity: pod-a\n");  // the key wins
+  ASSERT_TRUE(c.isOk()) << c.status().toString();
+  EXPECT_EQ(c->identity, "pod-a");
+  unsetenv("POD_NAME");
+  c = loadConfigFromString("");
+  ASSERT_TRUE(c.isOk()) << c.status().toString();
+  char host[256] = {};
+  ASSERT_EQ(gethostname(host, sizeof(host) - 1), 0);
+  EXPECT_EQ(c->identity, host);
+  // A POD_NAME no candidate may have names where it came from.
+  setenv("POD_NAME", std::string(300, 'p').c_str(), 1);
+  EXPECT_EQ(errorOf(""),
+            "identity: candidate is 300 bytes long; the limit is 256 (from $POD_NAME or the host "
+            "name: set identity)");
+  unsetenv("POD_NAME");
+}
+
+TEST(ConfigTest, ElectionsParseWithDefaultsAndEnvironment) {
+  setenv("SIDELOCK_TEST_POD_IP", "10.0.0.7", 1);
+  auto c = loadConfigFromString(R"(
+identity: pod-a
+locks: {default_ttl_ms: 15000}
+elections:
+  - name: scheduler
+    value: "${SIDELOCK_TEST_POD_IP}:8080"
+    ttl_ms: 10s
+  - {name: "cron.nightly"}
+  - {name: costs, value: "$$5 and $HOME and $ alone"}
+)");
+  ASSERT_TRUE(c.isOk()) << c.status().toString();
+  EXPECT_EQ(c->identity, "pod-a");
+  ASSERT_EQ(c->elections.size(), 3u);
+  EXPECT_EQ(c->elections[0].name, "scheduler");
+  EXPECT_EQ(c->elections[0].value, "10.0.0.7:8080");
+  EXPECT_EQ(c->elections[0].ttl_ms, 10000);
+  EXPECT_EQ(c->elections[1].name, "cron.nightly");
+  EXPECT_EQ(c->elections[1].value, "");
+  EXPECT_EQ(c->elections[1].ttl_ms, 15000);  // locks.default_ttl_ms
+  // $$ is one $; a $ before anything but { or $ stays as written.
+  EXPECT_EQ(c->elections[2].value, "$5 and $HOME and $ alone");
+  unsetenv("SIDELOCK_TEST_POD_IP");
+  c = loadConfigFromString("elections: []\n");
+  ASSERT_TRUE(c.isOk()) << c.status().toString();
+  EXPECT_TRUE(c->elections.empty());
+}
+
+TEST(ConfigTest, ElectionErrorsNameTheKey) {
+  unsetenv("SIDELOCK_TEST_UNSET");
+  setenv("SIDELOCK_TEST_BIG", std::string(4000, 'v').c_str(), 1);
+  const std::string big(4097, 'v');
+  // {the YAML under `identity: pod-a`, the error}
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"elections: {name: a}",
+       "elections: must be a list of {name, value, ttl_ms} (e.g. [{name: scheduler}])"},
+      {"elections: [scheduler]", "elections[0]: must be a mapping {name, value, ttl_ms}"},
+      {"elections: [{value: x}]", "elections[0].name: required: the election's name"},
+      {"elections: [{name: \"a b\"}]",
+       "elections[0].name: the lock name has 0x20 at byte 2; lock names are A-Z a-z 0-9 and - _ "
+       ". : @ ~ (elections are named like locks)"},
+      {"elections: [{name: a}, {name: b}, {name: a}]", "elections[2].name: \"a\" is listed twice"},
+      {"elections: [{name: a, wait_ms: 5}]", "elections[0].wait_ms: unknown key"},
+      {"elections: [{name: a, ttl_ms: 0}]",
+       "elections[0].ttl_ms: must be between 1 and 600000, got 0"},
+      {"locks: {max_ttl_ms: 20000, default_ttl_ms: 5000}\nelections: [{name: a, ttl_ms: 30s}]",
+       "elections[0].ttl_ms: must be between 1 and 20000, got 30s (30000 ms)"},
+      {"elections: [{name: a, value: \"${SIDELOCK_TEST_UNSET}:8080\"}]",
+       "elections[0].value: the environment variable SIDELOCK_TEST_UNSET is not set"},
+      {"elections: [{name: a, value: \"${POD_IP\"}]",
+       "elections[0].value: \"${\" without its \"}\" (write $$ for a literal $)"},
+      {"elections: [{name: a, value: \"${1X}\"}]",
+       "elections[0].value: \"${1X}\" is not an environment variable name (letters, digits and "
+       "_)"},
+      {"elections: [{name: a, value: \"" + big + "\"}]",
+       "elections[0].value: is 4097 bytes long (after ${VAR} expansion); the limit is 4096"},
+      {"elections: [{name: a, value: \"${SIDELOCK_TEST_BIG}${SIDELOCK_TEST_BIG}\"}]",
+       "elections[0].value: is 8000 bytes long (after ${VAR} expansion); the limit is 4096"},
+  };
+  for (const auto& [yaml, error] : cases) EXPECT_EQ(errorOf("identity: pod-a\n" + yaml), error);
+  unsetenv("SIDELOCK_TEST_BIG");
+  EXPECT_EQ(errorOf("identity: \"pod\\ta\"\n"),
+            "identity: candidate must be printable ASCII (0x20..0x7e)");
 }
 
 }  // namespace

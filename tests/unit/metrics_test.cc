@@ -33,6 +33,24 @@ TEST(MetricsTest, NodeSeriesAreResolvedOnce) {
   EXPECT_NE(&m.node("a:1"), &m.node("b:2"));
 }
 
+TEST(MetricsTest, ConfiguredElectionsHaveTheirOwnSeries) {
+  Metrics m;
+  EXPECT_EQ(m.render().find("sidelock_election_leader{"), std::string::npos)
+      << "no series before an election is configured";
+  Metrics::ElectionSeries scheduler = m.electionSeries("scheduler");
+  scheduler.leader.Set(1);
+  scheduler.leaderless_seconds.Set(2.5);
+  scheduler.ttl_seconds.Set(10);
+  EXPECT_EQ(&m.electionSeries("scheduler").leader, &scheduler.leader) << "created once";
+  const std::string text = m.render();
+  EXPECT_NE(text.find("sidelock_election_leader{election=\"scheduler\"} 1"), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("sidelock_election_leaderless_seconds{election=\"scheduler\"} 2.5"),
+            std::string::npos);
+  EXPECT_NE(text.find("sidelock_election_ttl_seconds{election=\"scheduler\"} 10"),
+            std::string::npos);
+}
+
 TEST(MetricsTest, CachedRenderIsSharedWithinOneEpochOnly) {
   Metrics m;
   m.wakeups.Increment();

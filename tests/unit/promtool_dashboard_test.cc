@@ -32,6 +32,7 @@ std::string renderAllFamilies() {
   m.node("127.0.0.1:6379").up->Set(1);
   m.httpRequests("/v1/locks/{name}/acquire", 200).Increment();
   m.httpLatency("/v1/locks/{name}/acquire").Observe(0.001);
+  m.electionSeries("scheduler").leader.Set(1);  // a configured election's gauges
   return m.render();
 }
 

@@ -18,10 +18,16 @@ var refusedConfigKeys = map[string]bool{"backend.username": true, "backend.passw
 
 var (
 	sectionDeclRe = regexp.MustCompile(`Section\s+(\w+)\s*\(([^;]*)\);`)
-	pathArgRe     = regexp.MustCompile(`,\s*(?:"([^"]*)"|(\w+)\.path\("([^"]*)"\))\s*$`)
-	rejectRe      = regexp.MustCompile(`(\w+)\.rejectUnknown\(\s*\{([^}]*)\}`)
-	quotedRe      = regexp.MustCompile(`"([^"]*)"`)
+	// `Section e(list[i], at)`: an item of a list (config `elections`), whose keys are the schema's
+	// `items`, not properties of the list: its known keys are not config paths.
+	itemDeclRe = regexp.MustCompile(`^\w+\[\w+\],`)
+	pathArgRe  = regexp.MustCompile(`,\s*(?:"([^"]*)"|(\w+)\.path\("([^"]*)"\))\s*$`)
+	rejectRe   = regexp.MustCompile(`(\w+)\.rejectUnknown\(\s*\{([^}]*)\}`)
+	quotedRe   = regexp.MustCompile(`"([^"]*)"`)
 )
+
+// The path of a list item's Section (no config path of its own).
+const listItem = "[]"
 
 // configCodeKeys returns every "section.key" path config.cc accepts, sections included ("backend.tls").
 // Sections are followed through their declarations: `Section t(s.child("tls"), s.path("tls"))` makes t
@@ -61,6 +67,10 @@ func configCodeKeys(src string) (map[string]bool, error) {
 	for _, e := range events {
 		if e.decl != nil {
 			m := pathArgRe.FindStringSubmatch(e.decl[2])
+			if m == nil && itemDeclRe.MatchString(e.decl[2]) {
+				paths[e.decl[1]] = listItem
+				continue
+			}
 			if m == nil {
 				return nil, fmt.Errorf("cannot read the path of `Section %s(%s)`", e.decl[1], e.decl[2])
 			}
@@ -72,6 +82,9 @@ func configCodeKeys(src string) (map[string]bool, error) {
 			continue
 		}
 		base := pathOf(e.rej[1])
+		if base == listItem {
+			continue
+		}
 		for _, q := range quotedRe.FindAllStringSubmatch(e.rej[2], -1) {
 			if k := join(base, q[1]); !refusedConfigKeys[k] {
 				keys[k] = true
