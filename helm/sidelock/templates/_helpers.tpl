@@ -13,6 +13,8 @@ and from this chart:     .
   sidelock.appEnv             list items: SIDELOCK_SOCKET and SIDELOCK_ADDR (the lock API) for the app, and
                               SIDELOCK_AUTH_TOKEN when auth.appTokenKey is set
   sidelock.podAnnotations     map entries: a checksum of the config (rolls pods on config change)
+  sidelock.electionReadinessProbe   an app container's readinessProbe body: Ready only while the pod
+                              leads an election; takes (dict "context" <sidelock context> "election" NAME)
   sidelock.terminationGracePeriodSeconds   a number covering app shutdown + preStop + drain
   sidelock.fullname           "<release>-sidelock": the ConfigMap is named after it
 Keep these within what tests/helm/render implements (see README.md, "Testing the chart").
@@ -194,7 +196,56 @@ authorization:
 {{- if and $cfg.listen.unix (not (hasPrefix (printf "%s/" .Values.sidecar.socketDir) $cfg.listen.unix)) -}}
 {{- fail (printf "config.listen.unix (%s) must be inside sidecar.socketDir (%s), the volume shared with the app" $cfg.listen.unix .Values.sidecar.socketDir) -}}
 {{- end -}}
+{{- include "sidelock.checkElections" (dict "cfg" $cfg "ctx" .) -}}
 {{ toYaml $cfg }}
+{{- end -}}
+
+{{/* Fails on config.identity / config.elections the sidecar would refuse at start-up (a crash loop
+after `helm install` succeeded), or that could not work in a pod: a name too long or listed twice, a
+ttl_ms above locks.max_ttl_ms, a ${VAR} in a value that the sidecar's environment does not set, an
+identity holding a ${VAR} (not expanded there) or shared by several demo replicas.
+Takes (dict "cfg" <the config> "ctx" <sidelock context>). */}}
+{{- define "sidelock.checkElections" -}}
+{{- $cfg := .cfg -}}
+{{- $ctx := .ctx -}}
+{{- $env := list -}}
+{{- range fromYamlArray (include "sidelock.sidecarEnv" $ctx) -}}{{- $env = append $env .name -}}{{- end -}}
+{{- $seen := dict -}}
+{{- range $i, $e := $cfg.elections | default list -}}
+{{- $at := printf "config.elections[%d]" $i -}}
+{{- if gt (len $e.name) (int $cfg.locks.max_name_bytes) -}}
+{{- fail (printf "%s.name %q is %d bytes long; config.locks.max_name_bytes is %d" $at $e.name (len $e.name) (int $cfg.locks.max_name_bytes)) -}}
+{{- end -}}
+{{- if hasKey $seen $e.name -}}
+{{- fail (printf "%s.name %q is listed twice (also config.elections[%d])" $at $e.name (get $seen $e.name)) -}}
+{{- end -}}
+{{- $_ := set $seen $e.name $i -}}
+{{- if and (hasKey $e "ttl_ms") (not (kindIs "string" $e.ttl_ms)) (not (kindIs "string" $cfg.locks.max_ttl_ms)) -}}
+{{- if gt (int64 $e.ttl_ms) (int64 $cfg.locks.max_ttl_ms) -}}
+{{- fail (printf "%s.ttl_ms (%d) is above config.locks.max_ttl_ms (%d)" $at (int64 $e.ttl_ms) (int64 $cfg.locks.max_ttl_ms)) -}}
+{{- end -}}
+{{- end -}}
+{{- range $ref := regexFindAll `\$\$|\$\{[^}]*\}?` ($e.value | default "") -1 -}}
+{{- if ne $ref "$$" -}}
+{{- $var := trimSuffix "}" (trimPrefix "${" $ref) -}}
+{{- if not (hasSuffix "}" $ref) -}}
+{{- fail (printf "%s.value: \"${\" without its \"}\" (write $$ for a literal $)" $at) -}}
+{{- else if not (regexMatch `^[A-Za-z_][A-Za-z0-9_]*$` $var) -}}
+{{- fail (printf "%s.value: %q is not an environment variable name (letters, digits and _)" $at $ref) -}}
+{{- else if not (has $var $env) -}}
+{{- fail (printf "%s.value uses ${%s}, which the sidecar's environment does not set (it has %s; add it with sidecar.extraEnv)" $at $var (join ", " $env)) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- if contains "${" ($cfg.identity | default "") -}}
+{{- fail (printf "config.identity %q: the sidecar does not expand ${VAR} there (only in config.elections[].value); leave it \"\" for $POD_NAME" $cfg.identity) -}}
+{{- end -}}
+{{- with $ctx.Values.demo -}}
+{{- if and $cfg.identity $cfg.elections .enabled (gt (int .replicas) 1) -}}
+{{- fail (printf "config.identity %q is the same on all %d demo.replicas (one ConfigMap): every pod would be the leader of config.elections; leave it \"\" (each pod's name)" $cfg.identity (int .replicas)) -}}
+{{- end -}}
+{{- end -}}
 {{- end -}}
 
 {{- define "sidelock.graceSeconds" -}}
@@ -212,6 +263,63 @@ authorization:
 
 {{- define "sidelock.terminationGracePeriodSeconds" -}}
 {{- add (int .Values.sidecar.appShutdownSeconds) (int (include "sidelock.preStopSleep" .)) (int (include "sidelock.graceSeconds" .)) 2 -}}
+{{- end -}}
+
+{{/* The sidecar container's env items: the pod's name and IP from the downward API (config.identity
+defaults to POD_NAME; an election's value may use ${POD_IP}), the Redis and Sentinel credentials from
+their Secrets, then sidecar.extraEnv (which may replace POD_NAME or POD_IP). sidelock.config reads the
+names back to check the ${VAR}s of config.elections. */}}
+{{- define "sidelock.sidecarEnv" -}}
+{{- $extra := list -}}
+{{- range .Values.sidecar.extraEnv -}}{{- $extra = append $extra .name -}}{{- end -}}
+{{- if not (has "POD_NAME" $extra) }}
+# Downward API: the pod's name is the sidecar's identity in elections (config.identity "").
+- name: POD_NAME
+  valueFrom:
+    fieldRef:
+      fieldPath: metadata.name
+{{- end }}
+{{- if not (has "POD_IP" $extra) }}
+# Downward API: the pod's IP, for ${POD_IP} in config.elections[].value.
+- name: POD_IP
+  valueFrom:
+    fieldRef:
+      fieldPath: status.podIP
+{{- end }}
+{{- if and .Values.redis.existingSecret (not .Values.redis.mountAsFile) }}
+{{- if .Values.redis.usernameKey }}
+- name: {{ .Values.config.backend.username_env }}
+  valueFrom:
+    secretKeyRef:
+      name: {{ .Values.redis.existingSecret }}
+      key: {{ .Values.redis.usernameKey }}
+{{- end }}
+- name: {{ .Values.config.backend.password_env }}
+  valueFrom:
+    secretKeyRef:
+      name: {{ .Values.redis.existingSecret }}
+      key: {{ .Values.redis.passwordKey }}
+{{- end }}
+{{- if and (eq .Values.config.backend.type "sentinel") .Values.redis.sentinel.existingSecret }}
+{{- $sentinelCfg := .Values.config.backend.sentinel | default dict }}
+{{- with .Values.redis.sentinel }}
+{{- if .usernameKey }}
+- name: {{ $sentinelCfg.username_env | default "SIDELOCK_SENTINEL_USERNAME" }}
+  valueFrom:
+    secretKeyRef:
+      name: {{ .existingSecret }}
+      key: {{ .usernameKey }}
+{{- end }}
+- name: {{ $sentinelCfg.password_env | default "SIDELOCK_SENTINEL_PASSWORD" }}
+  valueFrom:
+    secretKeyRef:
+      name: {{ .existingSecret }}
+      key: {{ .passwordKey }}
+{{- end }}
+{{- end }}
+{{- with .Values.sidecar.extraEnv }}
+{{ toYaml . }}
+{{- end }}
 {{- end -}}
 
 {{- define "sidelock.sidecarContainer" -}}
@@ -253,44 +361,8 @@ authorization:
       protocol: TCP
     {{- end }}
   {{- end }}
-  {{- $sentinelSecret := and (eq .Values.config.backend.type "sentinel") .Values.redis.sentinel.existingSecret }}
-  {{- if or .Values.redis.existingSecret $sentinelSecret .Values.sidecar.extraEnv }}
   env:
-    {{- if and .Values.redis.existingSecret (not .Values.redis.mountAsFile) }}
-    {{- if .Values.redis.usernameKey }}
-    - name: {{ .Values.config.backend.username_env }}
-      valueFrom:
-        secretKeyRef:
-          name: {{ .Values.redis.existingSecret }}
-          key: {{ .Values.redis.usernameKey }}
-    {{- end }}
-    - name: {{ .Values.config.backend.password_env }}
-      valueFrom:
-        secretKeyRef:
-          name: {{ .Values.redis.existingSecret }}
-          key: {{ .Values.redis.passwordKey }}
-    {{- end }}
-    {{- if $sentinelSecret }}
-    {{- $sentinelCfg := .Values.config.backend.sentinel | default dict }}
-    {{- with .Values.redis.sentinel }}
-    {{- if .usernameKey }}
-    - name: {{ $sentinelCfg.username_env | default "SIDELOCK_SENTINEL_USERNAME" }}
-      valueFrom:
-        secretKeyRef:
-          name: {{ .existingSecret }}
-          key: {{ .usernameKey }}
-    {{- end }}
-    - name: {{ $sentinelCfg.password_env | default "SIDELOCK_SENTINEL_PASSWORD" }}
-      valueFrom:
-        secretKeyRef:
-          name: {{ .existingSecret }}
-          key: {{ .passwordKey }}
-    {{- end }}
-    {{- end }}
-    {{- with .Values.sidecar.extraEnv }}
-    {{- toYaml . | nindent 4 }}
-    {{- end }}
-  {{- end }}
+    {{- include "sidelock.sidecarEnv" . | trim | nindent 4 }}
   {{- with .Values.sidecar.probes.startup }}
   {{- if .enabled }}
   startupProbe:
@@ -445,6 +517,36 @@ authorization:
       name: {{ .Values.auth.existingSecret }}
       key: {{ .Values.auth.appTokenKey }}
 {{- end }}
+{{- end -}}
+
+{{/*
+The readinessProbe body for an APP container that should be Ready only while its pod leads an election,
+so that a Service sends traffic to the leader only (README.md, "Leader election"):
+  readinessProbe:
+    {{- include "sidelock.electionReadinessProbe" (dict "context" $sidelock "election" "scheduler") | nindent 4 }}
+GET /v1/elections/NAME/ready on the sidecar's admin listener (the kubelet connects to the pod IP; the
+lock API stays on loopback), asked without a candidate: the sidecar answers for its identity (POD_NAME).
+The port is a number: a probe's named port is looked up in its own container, and sidelock-admin is the
+sidecar's. Optional dict keys: periodSeconds (2), timeoutSeconds (1), failureThreshold (2).
+*/}}
+{{- define "sidelock.electionReadinessProbe" -}}
+{{- $ctx := required "sidelock.electionReadinessProbe: \"context\" (the sidelock context) is required" .context -}}
+{{- $name := required "sidelock.electionReadinessProbe: \"election\" (the election's name) is required" .election -}}
+{{- if or (not (regexMatch `^[A-Za-z0-9_.:@~-]+$` $name)) (eq $name ".") (eq $name "..") -}}
+{{- fail (printf "sidelock.electionReadinessProbe: %q is not an election name (A-Z a-z 0-9 and - _ . : @ ~)" $name) -}}
+{{- end -}}
+{{- $admin := $ctx.Values.config.listen.admin -}}
+{{- if or (not $admin) (include "sidelock.isLoopback" $admin) -}}
+{{- fail (printf "sidelock.electionReadinessProbe needs config.listen.admin on the pod IP (it is %q): the kubelet probes the pod IP, and the lock API stays on loopback" $admin) -}}
+{{- end -}}
+httpGet:
+  # 200 while this pod's identity leads the election, 503 otherwise.
+  path: /v1/elections/{{ $name }}/ready
+  port: {{ int (include "sidelock.portOf" $admin) }}
+periodSeconds: {{ int (.periodSeconds | default 2) }}
+timeoutSeconds: {{ int (.timeoutSeconds | default 1) }}
+successThreshold: 1
+failureThreshold: {{ int (.failureThreshold | default 2) }}
 {{- end -}}
 
 {{- define "sidelock.podAnnotations" -}}

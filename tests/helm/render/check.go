@@ -208,7 +208,7 @@ func (s *suite) checkChartBasics() {
 		}
 	}
 	for k := range chartKeys {
-		if _, ok := refKeys[k]; !ok {
+		if _, ok := refKeys[k]; !ok && !commentedInReference(ref, k) {
 			errs = append(errs, "values.yaml config has "+k+" which config/sidelock.yaml does not")
 		}
 	}
@@ -242,6 +242,17 @@ func (s *suite) checkChartBasics() {
 		errs = append(errs, fmt.Sprintf("config.listen.admin default %q must be reachable on the pod IP, on its own port", admin))
 	}
 	s.check("defaults: lock API on localhost, admin listener on the pod IP", errs)
+}
+
+// The top-level keys config/sidelock.yaml shows only in comments, with the value the chart gives them
+// (the sidecar's default: its own identity, no elections), so a config that omits them is the chart's.
+var commentedDefaults = obj{"identity": "", "elections": []interface{}{}}
+
+// commentedInReference: key is one of commentedDefaults and the reference file has it (commented out).
+func commentedInReference(ref obj, key string) bool {
+	_, known := commentedDefaults[key]
+	_, present := ref[key]
+	return known && !present
 }
 
 // loopbackRe matches a "host:port" listen address that only the pod's own containers can reach
@@ -544,9 +555,18 @@ func (s *suite) checkObjects(name string, docs []obj, vals map[string]interface{
 				}
 			}
 		}
+		// The downward API gives the sidecar its pod's name (config.identity's default) and IP (for
+		// ${POD_IP} in config.elections), unless sidecar.extraEnv sets them.
+		for v, field := range map[string]string{"POD_NAME": "metadata.name", "POD_IP": "status.podIP"} {
+			e := byName(list(sc["env"]), v)
+			if byName(list(get(vals, "sidecar", "extraEnv")), v) == nil && str(get(e, "valueFrom", "fieldRef", "fieldPath")) != field {
+				errs = append(errs, fmt.Sprintf("sidecar env %s is %v, want the downward API's %s", v, e, field))
+			}
+		}
+		errs = append(errs, electionProbeProblems(spec, vals)...)
 		s.check(label+": sidecar, probes, mounts, security, shutdown", errs)
 		if cm != nil {
-			s.checkConfigMap(label, cm, vals)
+			s.checkConfigMap(label, cm, vals, containerEnv(sc))
 		}
 	}
 	s.checkDemoRedisPersistence(name, docs)
@@ -618,7 +638,7 @@ func (s *suite) checkObjects(name string, docs []obj, vals map[string]interface{
 	s.check(name+": scraping on the admin port, no Service for the lock API", errs)
 }
 
-func (s *suite) checkConfigMap(label string, cm obj, vals map[string]interface{}) {
+func (s *suite) checkConfigMap(label string, cm obj, vals map[string]interface{}, env []string) {
 	text := str(get(cm, "data", "sidelock.yaml"))
 	var cfg obj
 	var errs []string
@@ -656,12 +676,63 @@ func (s *suite) checkConfigMap(label string, cm obj, vals map[string]interface{}
 		errs = append(errs, "a number is rendered in exponent form")
 	}
 	s.check(label+": ConfigMap holds every config value", errs)
-	s.checkConfigWithBinary(label, text)
+	s.checkConfigWithBinary(label, text, env)
 }
 
+// containerEnv is the environment a container would get, as NAME=value: literal values as given,
+// the downward API's pod name and IP as a pod would have them, anything from a Secret as "secret".
+// (sidelock --check-config needs it: config.elections values expand ${VAR} from the environment.)
+func containerEnv(c obj) []string {
+	var env []string
+	for _, x := range list(c["env"]) {
+		e, _ := x.(obj)
+		v := str(e["value"])
+		switch str(get(e, "valueFrom", "fieldRef", "fieldPath")) {
+		case "metadata.name":
+			v = "demo-7d9f5c6b8-x2x4q"
+		case "status.podIP":
+			v = "10.1.2.3"
+		}
+		if get(e, "valueFrom", "secretKeyRef") != nil {
+			v = "secret"
+		}
+		env = append(env, str(e["name"])+"="+v)
+	}
+	return env
+}
+
+// electionProbeProblems checks the app containers' readiness probes on sidelock's election route
+// (sidelock.electionReadinessProbe): the kubelet must reach it, so it asks the admin listener by port
+// number (a named port is looked up in the probe's own container, and sidelock-admin is the
+// sidecar's), for a valid election name.
+func electionProbeProblems(spec obj, vals map[string]interface{}) []string {
+	var errs []string
+	admin := str(get(vals, "config", "listen", "admin"))
+	for _, ct := range append(list(spec["containers"]), list(spec["initContainers"])...) {
+		c, _ := ct.(obj)
+		for _, probe := range []string{"readinessProbe", "livenessProbe", "startupProbe"} {
+			path := str(get(c, probe, "httpGet", "path"))
+			m := electionReadyRe.FindStringSubmatch(path)
+			if m == nil {
+				continue
+			}
+			if probe != "readinessProbe" || c["name"] == get(vals, "sidecar", "name") {
+				errs = append(errs, fmt.Sprintf("container %s: %s on %s: the election route belongs in an app container's readinessProbe", c["name"], probe, path))
+			}
+			if port := fmt.Sprint(get(c, probe, "httpGet", "port")); admin == "" || loopbackRe.MatchString(admin) || port != portOf(admin) {
+				errs = append(errs, fmt.Sprintf("container %s: %s on port %s, want config.listen.admin's port (%q) by number", c["name"], path, port, admin))
+			}
+		}
+	}
+	return errs
+}
+
+var electionReadyRe = regexp.MustCompile(`^/v1/elections/([A-Za-z0-9_.:@~-]+)/ready$`)
+
 // checkConfigWithBinary runs `sidelock --check-config` on the rendered file once the binary validates
-// (a config with an unknown key must be rejected first; until then the check is reported as skipped).
-func (s *suite) checkConfigWithBinary(label, text string) {
+// (a config with an unknown key must be rejected first; until then the check is reported as skipped),
+// with env (NAME=value) added to its environment.
+func (s *suite) checkConfigWithBinary(label, text string, env []string) {
 	if s.sidelock == "" {
 		s.skipped = append(s.skipped, label+": sidelock --check-config (no binary given)")
 		return
@@ -675,7 +746,9 @@ func (s *suite) checkConfigWithBinary(label, text string) {
 	run := func(cfg string) (string, error) {
 		f := filepath.Join(dir, "sidelock.yaml")
 		_ = os.WriteFile(f, []byte(cfg), 0o600)
-		out, err := exec.Command(s.sidelock, "--check-config", f).CombinedOutput()
+		cmd := exec.Command(s.sidelock, "--check-config", f)
+		cmd.Env = append(os.Environ(), env...)
+		out, err := cmd.CombinedOutput()
 		return string(out), err
 	}
 	if s.checkConfigWork == nil {

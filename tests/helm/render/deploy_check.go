@@ -129,7 +129,7 @@ func (s *suite) checkCompose() {
 	s.check("compose: Prometheus scrapes the admin listeners", errs)
 	for _, f := range []string{"sidelock-redis.yaml", "sidelock-redlock.yaml"} {
 		raw, _ := os.ReadFile(filepath.Join(dir, f))
-		s.checkConfigWithBinary("compose "+f, string(raw))
+		s.checkConfigWithBinary("compose "+f, string(raw), nil)
 	}
 
 	if _, err := exec.LookPath("promtool"); err != nil {

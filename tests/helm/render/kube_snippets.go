@@ -79,7 +79,7 @@ func (s *suite) compareConfig(what string, cfg, want obj) []string {
 	}
 	got := map[string]interface{}{}
 	wantFlat := map[string]interface{}{}
-	flattenKeys("", mergeDefaults(defaults, cfg), got)
+	flattenKeys("", mergeDefaults(mergeDefaults(commentedDefaults, defaults), cfg), got)
 	flattenKeys("", want, wantFlat)
 	var errs []string
 	for k, v := range wantFlat {
@@ -208,7 +208,7 @@ func (s *suite) checkKubernetesSnippets() {
 	sort.Strings(errs)
 	s.check("deploy/kubernetes/sidecar-snippet.yaml: what the chart renders", errs)
 	if snippetCfgText != "" {
-		s.checkConfigWithBinary("deploy/kubernetes/sidecar-snippet.yaml", snippetCfgText)
+		s.checkConfigWithBinary("deploy/kubernetes/sidecar-snippet.yaml", snippetCfgText, nil)
 	}
 
 	// The kustomize component: its patch and config are the same.
