@@ -733,7 +733,8 @@ int runCommand(int argc, char** argv) {
   if (!opts.isOk()) {
     fprintf(stderr,
             "sidelock run: %s\n"
-            "Usage: sidelock run [OPTIONS] NAME [--] CMD [ARGS...]  (sidelock run --help)\n",
+            "Usage: sidelock run [OPTIONS] {NAME | --elect NAME} [--] CMD [ARGS...]  (sidelock "
+            "run --help)\n",
             opts.status().message().c_str());
     return kExitUsage;
   }
