@@ -17,6 +17,7 @@
 
 #include "support/child_process.h"
 #include "support/http_client.h"
+#include "support/redis_link.h"
 #include "support/redis_server.h"
 #include "support/sidecar_polling.h"
 #include "support/sidecar_process.h"
@@ -474,13 +475,15 @@ TEST_F(CliRunTest, ElectStopsCommandAndGrandchildBeforeTheLeaseCanExpire) {
   const std::vector<pid_t> pids = readPids(path("pids"));
   KillOnExit cleanup{pids};
   ASSERT_EQ(pids.size(), 2u);
-  // The sidecar stops renewing (and telling). The lease's real end is Redis's: read after the
-  // pause, taken at the earliest instant the answer can describe.
+  // The sidecar stops renewing (and telling). The lease's real end is Redis's: its PTTL read
+  // after the pause, counted from the earliest instant the answer can describe.
+  RedisLink redis(redis_->port());
   sidecar_->pause();
   const auto asked = Clock::now();
-  const std::string pttl = redis_->cli({"PTTL", "sidelock:{lead}:el"});
-  ASSERT_GT(std::stoll(pttl), 0) << pttl;
-  const auto expiry = asked + milliseconds(std::stoll(pttl));
+  const std::vector<int64_t> pttl = redis.command({"PTTL", "sidelock:{lead}:el"});
+  ASSERT_EQ(pttl.size(), 1u);
+  ASSERT_GT(pttl[0], 0);
+  const auto expiry = asked + milliseconds(pttl[0]);
   auto anyRuns = [&] { return processRuns(pids[0]) || processRuns(pids[1]); };
   ASSERT_TRUE(waitFor([&] { return !anyRuns(); }, 5000)) << p.stderrText();
   const auto dead = Clock::now();
