@@ -66,6 +66,8 @@ Usage:
   sidelock --check-config FILE    validate FILE and exit (0 ok, 2 invalid)
   sidelock run [options] NAME -- CMD ARGS...
                                   run CMD while holding lock NAME (sidelock run --help)
+  sidelock run [options] --elect NAME -- CMD ARGS...
+                                  run CMD only while leading election NAME
   sidelock locks [--json]         the leases and waiters of a sidecar (sidelock locks --help)
   sidelock --version              print the version
   sidelock --help                 this text

@@ -1,5 +1,6 @@
 #include "api/election_api.h"
 
+#include <algorithm>
 #include <nlohmann/json.hpp>
 #include <utility>
 
@@ -158,10 +159,15 @@ void ElectionApi::campaign(http::Request& req, http::ResponderPtr res) {
     JsonObject event;
     switch (e) {
       case lock::LeaseEvent::kRenewed:
-        call->responder->writeChunk(event.text("event", "renewed")
-                                        .text("name", call->election.name)
-                                        .unsignedInteger("term", call->term)
-                                        .finish());
+        // ttl_ms: the validity left now, so a holder that must stop before the lease can expire
+        // (sidelock run --elect) counts from what the backend confirmed, not from a full TTL.
+        call->responder->writeChunk(
+            event.text("event", "renewed")
+                .text("name", call->election.name)
+                .unsignedInteger("term", call->term)
+                .integer("ttl_ms",
+                         std::max<int64_t>(0, service_.validityLeftMs(call->election, call->owner)))
+                .finish());
         return;
       case lock::LeaseEvent::kCapped:
         return;  // no cap on a campaign (max_hold_ms), so never sent

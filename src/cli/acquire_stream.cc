@@ -41,24 +41,42 @@ std::string percentEncode(std::string_view text) {
   return out;
 }
 
+namespace {
+
+/// A POST whose answer is an event stream or a JSON refusal.
+std::string buildStreamPost(const std::string& path, const json& body, const std::string& token) {
+  std::string text = body.dump();
+  return "POST " + path +
+         " HTTP/1.1\r\n"
+         // A loopback name: the sidecar refuses other Host names (DNS rebinding).
+         "Host: localhost\r\n" +
+         (token.empty() ? std::string() : "Authorization: Bearer " + token + "\r\n") +
+         "User-Agent: sidelock-run\r\n"
+         "Accept: application/x-ndjson, application/json\r\n"
+         "Content-Type: application/json\r\n"
+         "Content-Length: " +
+         std::to_string(text.size()) + "\r\n\r\n" + text;
+}
+
+}  // namespace
+
 std::string buildAcquireRequest(const AcquireRequest& request) {
   json body = json::object();
   if (request.ttl_ms) body["ttl_ms"] = *request.ttl_ms;
   if (request.wait_ms) body["wait_ms"] = *request.wait_ms;
   if (request.max_hold_ms) body["max_hold_ms"] = *request.max_hold_ms;
   body["hold"] = "stream";
-  std::string text = body.dump();
-  return "POST /v1/locks/" + percentEncode(request.name) +
-         "/acquire HTTP/1.1\r\n"
-         // A loopback name: the sidecar refuses other Host names (DNS rebinding).
-         "Host: localhost\r\n" +
-         (request.token.empty() ? std::string()
-                                : "Authorization: Bearer " + request.token + "\r\n") +
-         "User-Agent: sidelock-run\r\n"
-         "Accept: application/x-ndjson, application/json\r\n"
-         "Content-Type: application/json\r\n"
-         "Content-Length: " +
-         std::to_string(text.size()) + "\r\n\r\n" + text;
+  return buildStreamPost("/v1/locks/" + percentEncode(request.name) + "/acquire", body,
+                         request.token);
+}
+
+std::string buildCampaignRequest(const CampaignRequest& request) {
+  json body = json::object();
+  body["candidate"] = request.candidate;
+  if (request.value) body["value"] = *request.value;
+  if (request.ttl_ms) body["ttl_ms"] = *request.ttl_ms;
+  return buildStreamPost("/v1/elections/" + percentEncode(request.name) + "/campaign", body,
+                         request.token);
 }
 
 StatusOr<StreamEvent> parseStreamEvent(std::string_view line) {
@@ -80,6 +98,10 @@ StatusOr<StreamEvent> parseStreamEvent(std::string_view line) {
     ev.type = StreamEvent::Type::kLost;
   } else if (ev.event == "capped") {
     ev.type = StreamEvent::Type::kCapped;
+  } else if (ev.event == "elected") {
+    ev.type = StreamEvent::Type::kElected;
+  } else if (ev.event == "resigned") {
+    ev.type = StreamEvent::Type::kResigned;
   }
   if (auto f = j.find("name"); f != j.end() && f->is_string()) ev.name = f->get<std::string>();
   if (auto f = j.find("owner"); f != j.end() && f->is_string()) ev.owner = f->get<std::string>();
@@ -93,15 +115,23 @@ StatusOr<StreamEvent> parseStreamEvent(std::string_view line) {
     }
     ev.ttl_ms = f->get<int64_t>();
   }
-  if (auto f = j.find("token"); f != j.end()) {
+  // An election's fencing token is its term.
+  const char* token_field = j.contains("term") ? "term" : "token";
+  if (auto f = j.find(token_field); f != j.end()) {
     if (!f->is_number_unsigned()) {
-      return invalidArgument("bad token in stream event: " + truncated(line));
+      return invalidArgument(std::string("bad ") + token_field +
+                             " in stream event: " + truncated(line));
     }
     ev.token = f->get<uint64_t>();
   }
   if (ev.type == StreamEvent::Type::kAcquired) {
     if (ev.owner.empty() || j.find("token") == j.end()) {
       return invalidArgument("acquired event without owner/token: " + truncated(line));
+    }
+  }
+  if (ev.type == StreamEvent::Type::kElected) {
+    if (ev.owner.empty() || j.find("term") == j.end()) {
+      return invalidArgument("elected event without owner/term: " + truncated(line));
     }
   }
   return ev;

@@ -1,7 +1,8 @@
-// The client side of `POST /v1/locks/{name}/acquire` with `hold: "stream"`: builds the request and
-// parses the answer, which is either a chunked NDJSON event stream (200, application/x-ndjson) or
-// an ordinary JSON refusal (409 locked, 4xx/5xx errors). Pure (bytes in, events out), so it is fed
-// from strings in arbitrary splits by the unit tests. HTTP framing and de-chunking are llhttp's.
+// The client side of `POST /v1/locks/{name}/acquire` with `hold: "stream"` and of
+// `POST /v1/elections/{name}/campaign`: builds the request and parses the answer, which is either
+// a chunked NDJSON event stream (200, application/x-ndjson) or an ordinary JSON refusal (409
+// locked, 4xx/5xx errors). Pure (bytes in, events out), so it is fed from strings in arbitrary
+// splits by the unit tests. HTTP framing and de-chunking are llhttp's.
 #pragma once
 
 #include <cstdint>
@@ -26,23 +27,36 @@ struct AcquireRequest {
 /// The full HTTP/1.1 request text (path percent-encoded, JSON body).
 std::string buildAcquireRequest(const AcquireRequest& request);
 
+struct CampaignRequest {
+  std::string name;  // the election
+  std::string candidate;
+  std::optional<std::string> value;
+  std::optional<int64_t> ttl_ms;
+  std::string token;  // bearer token ($SIDELOCK_AUTH_TOKEN); "" sends none
+};
+
+/// The full HTTP/1.1 request text of a campaign (path percent-encoded, JSON body).
+std::string buildCampaignRequest(const CampaignRequest& request);
+
 /// RFC 3986 percent-encoding of everything but unreserved characters.
 std::string percentEncode(std::string_view text);
 
 struct StreamEvent {
-  enum class Type { kAcquired, kRenewed, kLost, kCapped, kUnknown };
+  // kElected and kResigned are a campaign's (its `lost` and `renewed` are parsed as a lock's).
+  enum class Type { kAcquired, kRenewed, kLost, kCapped, kElected, kResigned, kUnknown };
   Type type = Type::kUnknown;
   std::string event;  // the "event" field as sent
   std::string name;
   std::string owner;
-  uint64_t token = 0;
+  uint64_t token = 0;   // the fencing token: a lock's `token`, an election's `term`
   int64_t ttl_ms = -1;  // -1 when absent (a renewal then restores the granted TTL)
   std::string reason;   // lost
   bool cap_reached = false;  // lost: the lease ran out at its max hold, after `capped`
 };
 
-/// One NDJSON line -> event. `acquired` must carry owner and token; unknown event names are
-/// returned as kUnknown (newer sidecars may add events) rather than rejected.
+/// One NDJSON line -> event. `acquired` must carry owner and token, `elected` owner and term;
+/// unknown event names are returned as kUnknown (newer sidecars may add events) rather than
+/// rejected.
 StatusOr<StreamEvent> parseStreamEvent(std::string_view line);
 
 /// A refusal body: {"error":code,"message":...,"retry_after_ms":N}. Lenient: a body that is

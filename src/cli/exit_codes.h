@@ -12,8 +12,12 @@ namespace sidelock::cli {
 inline constexpr int kExitUsage = 64;           // EX_USAGE: bad arguments, or the sidecar said 400
 inline constexpr int kExitUnavailable = 69;     // EX_UNAVAILABLE: sidecar unreachable, 5xx, hung up
 inline constexpr int kExitInternal = 70;        // EX_SOFTWARE: malformed answer, fork/pipe failure
-inline constexpr int kExitNotAcquired = 75;     // EX_TEMPFAIL: lock busy for --wait (409), or 429
+inline constexpr int kExitNotAcquired = 75;     // EX_TEMPFAIL: lock busy for --wait (409), or 429;
+                                                // --elect: not elected within --wait
 inline constexpr int kExitLockLost = 76;        // the lease was lost while CMD ran; CMD was stopped
+// --elect: the leadership was lost (lost or resigned event, stream broken, no renewal) while CMD
+// ran; CMD was stopped. The lock's code: in both modes the lease behind CMD ended under it.
+inline constexpr int kExitLeadershipLost = kExitLockLost;
 inline constexpr int kExitNotPermitted = 77;    // EX_NOPERM: 401/403/421 (token, prefixes, origin)
 inline constexpr int kExitMaxHold = 124;        // --max-hold reached (like timeout(1)); CMD stopped
 inline constexpr int kExitCannotExecute = 126;  // CMD found but not executable (like shells)

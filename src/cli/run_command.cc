@@ -25,6 +25,7 @@
 
 #include "cli/acquire_stream.h"
 #include "cli/exit_codes.h"
+#include "cli/lease_deadline.h"
 
 namespace sidelock::cli {
 namespace {
@@ -80,7 +81,11 @@ int pollTimeout(int64_t deadline_ms) {
 
 class Runner {
  public:
-  explicit Runner(const RunOptions& opts) : opts_(opts) {}
+  explicit Runner(const RunOptions& opts)
+      : opts_(opts),
+        what_(opts.elect ? "leadership of election '" + opts.name + "'"
+                         : "lock '" + opts.name + "'"),
+        deadline_(opts.grace_ms) {}
   ~Runner();
   int run();
 
@@ -91,7 +96,15 @@ class Runner {
     StreamEvent grant;
     int64_t granted_at_ms = 0;
   };
-  enum class Stop { kNone, kLost, kCapped };
+  // kSignalled: --elect only, SIGTERM/SIGINT to us (CMD gets it and, after the grace, SIGKILL).
+  enum class Stop { kNone, kLost, kCapped, kSignalled };
+  /// One request whose answer is an event stream (or a refusal).
+  struct StreamRequest {
+    std::string text;
+    int64_t answer_by_ms = -1;   // -1: no limit
+    bool limit_is_wait = false;  // reaching answer_by_ms is --wait running out, not a hung sidecar
+    StreamEvent::Type first_event = StreamEvent::Type::kAcquired;
+  };
 
   void say(const char* fmt, ...) __attribute__((format(printf, 2, 3)));
   bool setupSignals();
@@ -103,6 +116,12 @@ class Runner {
   /// One request: nullopt and `lease` filled on a grant, else an exit code. On 409 (`*locked`)
   /// nothing is printed and `retry_in_ms` is the sidecar's hint (-1 if none).
   std::optional<int> acquireOnce(int64_t wait_ms, Lease* lease, bool* locked, int64_t* retry_in_ms);
+  /// --elect: campaigns; nullopt and `lease` filled once elected, else an exit code.
+  std::optional<int> campaign(Lease* lease);
+  /// Sends `request` on a new connection and reads until its first event (then nullopt and
+  /// `lease` filled) or a refusal (an exit code; on 409 `*locked` as in acquireOnce).
+  std::optional<int> openStream(const StreamRequest& request, Lease* lease, bool* locked,
+                                int64_t* retry_in_ms);
   /// Forks the keeper, which outlives us only to SIGKILL CMD's process group if we die first.
   bool startKeeper();
   /// Tells the keeper that CMD's group is gone and waits for it.
@@ -119,6 +138,7 @@ class Runner {
   bool sleepInterruptibly(int64_t ms, int* signal_out);
 
   const RunOptions& opts_;
+  const std::string what_;  // "lock 'x'" or "leadership of election 'x'", for messages
   Fd sigfd_;
   sigset_t blocked_{};
   sigset_t old_mask_{};
@@ -135,8 +155,9 @@ class Runner {
   int child_status_ = 0;
 
   Stop stop_ = Stop::kNone;
-  int64_t kill_at_ms_ = -1;
-  int64_t lease_deadline_ms_ = -1;
+  int64_t stop_at_ms_ = -1;  // when CMD got SIGTERM for the stop
+  int64_t kill_at_ms_ = -1;  // when CMD's group gets SIGKILL; -1 none (yet, or any more)
+  LeaseDeadline deadline_;
 };
 
 Runner::~Runner() {
@@ -206,6 +227,26 @@ bool Runner::sleepInterruptibly(int64_t ms, int* signal_out) {
 
 std::optional<int> Runner::acquireOnce(int64_t wait_ms, Lease* lease, bool* locked,
                                        int64_t* retry_in_ms) {
+  AcquireRequest req{opts_.name, opts_.ttl_ms, wait_ms, opts_.max_hold_ms, opts_.token};
+  return openStream(StreamRequest{buildAcquireRequest(req), nowMs() + wait_ms + kAnswerSlackMs},
+                    lease, locked, retry_in_ms);
+}
+
+std::optional<int> Runner::campaign(Lease* lease) {
+  CampaignRequest req{opts_.name, opts_.candidate, opts_.value, opts_.ttl_ms, opts_.token};
+  // No limit at the sidecar: the candidate waits in line while the connection is open, and
+  // closing it (on --wait running out) leaves the line.
+  StreamRequest request{buildCampaignRequest(req), opts_.wait_ms ? nowMs() + *opts_.wait_ms : -1,
+                        /*limit_is_wait=*/true, StreamEvent::Type::kElected};
+  bool locked = false;
+  int64_t retry_in_ms = -1;
+  std::optional<int> code = openStream(request, lease, &locked, &retry_in_ms);
+  if (locked) say("the sidecar refused the campaign for %s (409)", what_.c_str());
+  return code;
+}
+
+std::optional<int> Runner::openStream(const StreamRequest& request, Lease* lease, bool* locked,
+                                      int64_t* retry_in_ms) {
   *locked = false;
   *retry_in_ms = -1;
   StatusOr<Fd> sock = connectSidecar();
@@ -214,10 +255,10 @@ std::optional<int> Runner::acquireOnce(int64_t wait_ms, Lease* lease, bool* lock
         sock.status().message().c_str());
     return kExitUnavailable;
   }
-  AcquireRequest req{opts_.name, opts_.ttl_ms, wait_ms, opts_.max_hold_ms, opts_.token};
-  std::string out = buildAcquireRequest(req);
+  const std::string& out = request.text;
   auto parser = std::make_unique<AcquireResponseParser>();
-  const int64_t answer_by = nowMs() + wait_ms + kAnswerSlackMs;
+  const int64_t answer_by = request.answer_by_ms;
+  const int64_t asked_at = nowMs();
   size_t sent = 0;
   char buf[16 * 1024];
   while (true) {
@@ -231,12 +272,17 @@ std::optional<int> Runner::acquireOnce(int64_t wait_ms, Lease* lease, bool* lock
     }
     // Closing the connection (on return) withdraws a queued acquire at the sidecar.
     for (int s : readSignals()) {
-      say("got %s while waiting for lock '%s'; giving up", strsignal(s), opts_.name.c_str());
+      say("got %s while waiting for %s; giving up", strsignal(s), what_.c_str());
       return kExitSignalBase + s;
     }
-    if (r == 0 && nowMs() >= answer_by) {
+    if (r == 0 && answer_by >= 0 && nowMs() >= answer_by) {
+      if (request.limit_is_wait) {
+        say("not elected in election '%s' within --wait %lld ms", opts_.name.c_str(),
+            static_cast<long long>(answer_by - asked_at));
+        return kExitNotAcquired;
+      }
       say("the sidecar at %s did not answer within %lld ms", opts_.endpoint().c_str(),
-          static_cast<long long>(wait_ms + kAnswerSlackMs));
+          static_cast<long long>(answer_by - asked_at));
       return kExitUnavailable;
     }
     if (sent < out.size() && (fds[1].revents & (POLLOUT | POLLERR | POLLHUP))) {
@@ -265,12 +311,12 @@ std::optional<int> Runner::acquireOnce(int64_t wait_ms, Lease* lease, bool* lock
       std::optional<StreamEvent> ev = parser->nextEvent();
       if (!ev) {
         if (parser->messageComplete()) {
-          say("the sidecar ended the stream before granting lock '%s'", opts_.name.c_str());
+          say("the sidecar ended the stream before granting %s", what_.c_str());
           return kExitUnavailable;
         }
         continue;
       }
-      if (ev->type != StreamEvent::Type::kAcquired) {
+      if (ev->type != request.first_event) {
         say("unexpected first event '%s' from the sidecar", ev->event.c_str());
         return kExitInternal;
       }
@@ -296,7 +342,7 @@ std::optional<int> Runner::acquireOnce(int64_t wait_ms, Lease* lease, bool* lock
       return kExitNotAcquired;
     }
     int code = exitCodeForRefusal(status, err.error);
-    say("the sidecar refused lock '%s': %d %s%s%s", opts_.name.c_str(), status,
+    say("the sidecar refused %s: %d %s%s%s", what_.c_str(), status,
         err.error.empty() ? "" : err.error.c_str(), err.message.empty() ? "" : ": ",
         err.message.c_str());
     return code;
@@ -329,7 +375,7 @@ std::optional<int> Runner::acquire(Lease* lease) {
       int64_t pause = std::clamp<int64_t>(retry_in_ms, 10, 1000);
       int sig = 0;
       if (!sleepInterruptibly(std::min(pause, left), &sig)) {
-        say("got %s while waiting for lock '%s'; giving up", strsignal(sig), opts_.name.c_str());
+        say("got %s while waiting for %s; giving up", strsignal(sig), what_.c_str());
         return kExitSignalBase + sig;
       }
     }
@@ -378,7 +424,21 @@ std::optional<int> Runner::spawn(const Lease& lease) {
   std::vector<char*> argv;
   for (const std::string& a : opts_.command) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
-  std::string token = std::to_string(lease.grant.token);
+  // What CMD is told about the lease, set in the child before exec.
+  std::vector<std::pair<const char*, std::string>> env;
+  const std::string token = std::to_string(lease.grant.token);
+  if (opts_.elect) {
+    env = {{"SIDELOCK_ELECTION", opts_.name},
+           {"SIDELOCK_CANDIDATE", opts_.candidate},
+           {"SIDELOCK_TERM", token},
+           // The term is the election's fencing token: a CMD written for locks passes it on.
+           {"SIDELOCK_TOKEN", token},
+           {"SIDELOCK_OWNER", lease.grant.owner}};
+  } else {
+    env = {{"SIDELOCK_LOCK", opts_.name},
+           {"SIDELOCK_OWNER", lease.grant.owner},
+           {"SIDELOCK_TOKEN", token}};
+  }
   // Orphans of CMD's come to us instead of init, so endCommandGroup() can wait until they are gone.
   prctl(PR_SET_CHILD_SUBREAPER, 1);
   const pid_t parent = getpid();
@@ -403,9 +463,7 @@ std::optional<int> Runner::spawn(const Lease& lease) {
     fcntl(lease.sock.get(), F_SETFD, 0);
     if (tty_fd_ >= 0) tcsetpgrp(tty_fd_, getpid());
     sigprocmask(SIG_SETMASK, &old_mask_, nullptr);
-    setenv("SIDELOCK_LOCK", opts_.name.c_str(), 1);
-    setenv("SIDELOCK_OWNER", lease.grant.owner.c_str(), 1);
-    setenv("SIDELOCK_TOKEN", token.c_str(), 1);
+    for (const auto& [key, value] : env) setenv(key, value.c_str(), 1);
     execvp(argv[0], argv.data());
     int e = errno;
     ssize_t ignored = write(exec_err_write.get(), &e, sizeof(e));
@@ -504,30 +562,44 @@ void Runner::endCommandGroup() {
 }
 
 void Runner::beginStop(Stop why, const std::string& detail) {
-  if (stop_ != Stop::kNone) return;
+  if (stop_ != Stop::kNone) {
+    // Already stopping (on a signal, say) when the lease is lost: no new signals (the SIGKILL is
+    // due no later than the kill deadline already), but the exit status says it was lost.
+    if (why == Stop::kLost && stop_ == Stop::kSignalled) {
+      stop_ = Stop::kLost;
+      say("%s lost (%s) while %s was stopping", what_.c_str(), detail.c_str(),
+          opts_.command[0].c_str());
+    }
+    return;
+  }
   stop_ = why;
+  const int64_t now = nowMs();
+  stop_at_ms_ = now;
+  kill_at_ms_ = deadline_.sigkillAt(now);
   std::string what = "lost";
   if (why == Stop::kCapped) {
     // Name the cap that was reached: without --max-hold it is the sidecar's.
     what = opts_.max_hold_ms ? "held for --max-hold " + std::to_string(*opts_.max_hold_ms) + " ms"
                              : "held for the sidecar's maximum hold (locks.max_hold_ms_limit)";
   }
-  say("lock '%s' %s (%s): sending SIGTERM to %s, SIGKILL in %lld ms", opts_.name.c_str(),
-      what.c_str(), detail.c_str(), opts_.command[0].c_str(),
-      static_cast<long long>(opts_.grace_ms));
+  if (why == Stop::kSignalled) {
+    say("%s: passing it on to %s, SIGKILL in %lld ms; resigning after it", detail.c_str(),
+        opts_.command[0].c_str(), static_cast<long long>(kill_at_ms_ - now));
+    return;
+  }
+  say("%s %s (%s): sending SIGTERM to %s, SIGKILL in %lld ms", what_.c_str(), what.c_str(),
+      detail.c_str(), opts_.command[0].c_str(), static_cast<long long>(kill_at_ms_ - now));
   signalChild(SIGTERM);
-  kill_at_ms_ = nowMs() + opts_.grace_ms;
 }
 
 int Runner::supervise(Lease* lease) {
-  auto setLeaseDeadline = [&](int64_t ttl_ms) {
-    // We learn of a renewal a little after it happened, so the real expiry is before
-    // receipt + ttl: keep a margin, and stop CMD when the sidecar has gone quiet for that long.
-    if (ttl_ms <= 0) return;
-    lease_deadline_ms_ = nowMs() + ttl_ms - std::min<int64_t>(ttl_ms / 10, 1000);
-  };
-  int64_t grant_ttl = lease->grant.ttl_ms >= 0 ? lease->grant.ttl_ms : opts_.ttl_ms.value_or(-1);
-  setLeaseDeadline(grant_ttl);
+  // The lease as confirmed by the grant, then by each renewal, at the time we received it: the
+  // deadlines count from there (lease_deadline.h). A renewal without ttl_ms (a lock's) restores
+  // the granted TTL; an election's says what is left of its validity.
+  const int64_t grant_ttl =
+      lease->grant.ttl_ms >= 0 ? lease->grant.ttl_ms : opts_.ttl_ms.value_or(-1);
+  deadline_.confirmed(lease->granted_at_ms, grant_ttl);
+  int64_t last_confirmed_ms = lease->granted_at_ms;
 
   bool stream_open = true;
   char buf[16 * 1024];
@@ -535,7 +607,10 @@ int Runner::supervise(Lease* lease) {
     while (std::optional<StreamEvent> ev = lease->parser->nextEvent()) {
       switch (ev->type) {
         case StreamEvent::Type::kRenewed:
-          setLeaseDeadline(ev->ttl_ms >= 0 ? ev->ttl_ms : grant_ttl);
+          // Once CMD is being stopped, nothing moves its SIGKILL.
+          if (stop_ != Stop::kNone) break;
+          last_confirmed_ms = nowMs();
+          deadline_.confirmed(last_confirmed_ms, ev->ttl_ms >= 0 ? ev->ttl_ms : grant_ttl);
           break;
         case StreamEvent::Type::kLost:
           if (ev->cap_reached) {  // the cap, as planned (normally `capped` stopped CMD already)
@@ -544,6 +619,11 @@ int Runner::supervise(Lease* lease) {
           }
           beginStop(Stop::kLost,
                     ev->reason.empty() ? "reported by the sidecar" : "sidecar: " + ev->reason);
+          break;
+        case StreamEvent::Type::kResigned:
+          // Not by us (we resign by closing the connection, after CMD): the sidecar is shutting
+          // down, or someone resigned with our owner id. The next leader may be elected now.
+          beginStop(Stop::kLost, "resigned by the sidecar (shutting down?) or with our owner id");
           break;
         case StreamEvent::Type::kCapped:
           // The sidecar stopped renewing; the lease has at most one TTL left. Stopping CMD now
@@ -570,28 +650,39 @@ int Runner::supervise(Lease* lease) {
   };
 
   while (!child_done_) {
-    int64_t deadline = -1;
-    if (kill_at_ms_ >= 0) deadline = kill_at_ms_;
-    if (stop_ == Stop::kNone && lease_deadline_ms_ >= 0) deadline = lease_deadline_ms_;
+    int64_t wake_at = kill_at_ms_;
+    if (stop_ == Stop::kNone) wake_at = deadline_.overdueAt();
     pollfd fds[2] = {{sigfd_.get(), POLLIN, 0}, {lease->sock.get(), POLLIN, 0}};
-    int r = poll(fds, stream_open ? 2 : 1, pollTimeout(deadline));
+    int r = poll(fds, stream_open ? 2 : 1, pollTimeout(wake_at));
     if (r < 0 && errno != EINTR) {
       say("poll: %s", strerror(errno));
       beginStop(Stop::kLost, "internal error");
     }
-    for (int s : readSignals()) signalChild(s);
+    for (int s : readSignals()) {
+      signalChild(s);
+      // --elect: SIGTERM / SIGINT end the run (CMD got the signal; it has the grace to exit).
+      if (opts_.elect && (s == SIGTERM || s == SIGINT)) {
+        beginStop(Stop::kSignalled, std::string("got ") + strsignal(s));
+      }
+    }
     reapChildren();  // a SIGCHLD read above already noted it; this covers a coalesced one
     if (child_done_) break;
     if (stream_open && r > 0 && (fds[1].revents & (POLLIN | POLLERR | POLLHUP))) {
       readStream(false);
     }
     int64_t now = nowMs();
-    if (stop_ == Stop::kNone && lease_deadline_ms_ >= 0 && now >= lease_deadline_ms_) {
-      beginStop(Stop::kLost, "no renewal from the sidecar before the lease would expire");
+    if (stop_ == Stop::kNone && deadline_.known() && now >= deadline_.overdueAt()) {
+      beginStop(Stop::kLost, "no renewal from the sidecar for " +
+                                 std::to_string(now - last_confirmed_ms) +
+                                 " ms; the lease may expire " +
+                                 std::to_string(deadline_.expiresAt() - now) + " ms from now");
     }
     if (kill_at_ms_ >= 0 && now >= kill_at_ms_) {
-      say("%s did not exit within %lld ms of SIGTERM: sending SIGKILL", opts_.command[0].c_str(),
-          static_cast<long long>(opts_.grace_ms));
+      say("%s did not exit within %lld ms of SIGTERM (%s): sending SIGKILL",
+          opts_.command[0].c_str(), static_cast<long long>(now - stop_at_ms_),
+          kill_at_ms_ < stop_at_ms_ + opts_.grace_ms
+              ? "the kill deadline, before the lease can expire"
+              : "--grace");
       signalChild(SIGKILL);
       kill_at_ms_ = -1;
     }
@@ -599,16 +690,16 @@ int Runner::supervise(Lease* lease) {
 
   // CMD is done. A loss that raced with its end still means it did not hold the lock to the end.
   if (stop_ == Stop::kNone && stream_open) readStream(true);
-  if (stop_ == Stop::kNone && lease_deadline_ms_ >= 0 && nowMs() >= lease_deadline_ms_) {
+  if (stop_ == Stop::kNone && deadline_.known() && nowMs() >= deadline_.killBy()) {
     stop_ = Stop::kLost;
-    say("lock '%s' may have expired before %s finished (no renewal from the sidecar)",
-        opts_.name.c_str(), opts_.command[0].c_str());
+    say("%s may have expired before %s finished (no renewal from the sidecar)", what_.c_str(),
+        opts_.command[0].c_str());
   }
   endCommandGroup();
-  // Closing the connection releases the lock at the sidecar (nothing of CMD's holds it now but
-  // processes that left CMD's process group, see README).
+  // Closing the connection releases the lock (resigns, with --elect) at the sidecar (nothing of
+  // CMD's holds it now but processes that left CMD's process group, see README).
   lease->sock.reset();
-  if (stop_ == Stop::kLost) return kExitLockLost;
+  if (stop_ == Stop::kLost) return opts_.elect ? kExitLeadershipLost : kExitLockLost;
   if (stop_ == Stop::kCapped) return kExitMaxHold;
   return exitCodeFromWaitStatus(child_status_);
 }
@@ -619,7 +710,7 @@ int Runner::run() {
     return kExitInternal;
   }
   Lease lease;
-  if (std::optional<int> code = acquire(&lease)) return *code;
+  if (std::optional<int> code = opts_.elect ? campaign(&lease) : acquire(&lease)) return *code;
   if (!startKeeper()) {
     say("cannot start the keeper process: %s", strerror(errno));
     return kExitInternal;
@@ -642,7 +733,8 @@ int runCommand(int argc, char** argv) {
   if (!opts.isOk()) {
     fprintf(stderr,
             "sidelock run: %s\n"
-            "Usage: sidelock run [OPTIONS] NAME [--] CMD [ARGS...]  (sidelock run --help)\n",
+            "Usage: sidelock run [OPTIONS] {NAME | --elect NAME} [--] CMD [ARGS...]  (sidelock "
+            "run --help)\n",
             opts.status().message().c_str());
     return kExitUsage;
   }

@@ -13,6 +13,8 @@ StatusOr<RunOptions> parseRunArgs(const std::vector<std::string>& args, const Ru
   RunOptions opts;
   std::optional<std::string> socket_flag;
   std::optional<std::string> addr_flag;
+  std::optional<std::string> elect_flag;
+  std::optional<std::string> candidate_flag;
   // Options may come before or after NAME: CMD starts at the first word after NAME that is not
   // an option, or after "--". ("-- NAME [--] CMD" works too: a "--" before NAME ends options.)
   bool have_name = false;
@@ -46,8 +48,23 @@ StatusOr<RunOptions> parseRunArgs(const std::vector<std::string>& args, const Ru
     Status error;
     std::optional<std::string> value;
     if (takeFlagValue(args, &i, "--socket", &socket_flag, &error) ||
-        takeFlagValue(args, &i, "--addr", &addr_flag, &error)) {
+        takeFlagValue(args, &i, "--addr", &addr_flag, &error) ||
+        takeFlagValue(args, &i, "--candidate", &candidate_flag, &error) ||
+        takeFlagValue(args, &i, "--value", &opts.value, &error)) {
       if (!error.isOk()) return error;
+      continue;
+    }
+    if (takeFlagValue(args, &i, "--elect", &elect_flag, &error)) {
+      if (!error.isOk()) return error;
+      // --elect NAME is the name: CMD starts at the next word that is no option.
+      if (have_name && !opts.elect) {
+        return invalidArgument("--elect NAME names the election; give no lock NAME besides (got '" +
+                               opts.name + "')");
+      }
+      if (opts.elect) return invalidArgument("--elect given twice");
+      opts.elect = true;
+      opts.name = *elect_flag;
+      have_name = true;
       continue;
     }
     struct DurationFlag {
@@ -78,10 +95,41 @@ StatusOr<RunOptions> parseRunArgs(const std::vector<std::string>& args, const Ru
     }
   }
 
-  if (!have_name) return invalidArgument("missing lock NAME");
-  if (opts.name.empty()) return invalidArgument("the lock NAME must not be empty");
+  if (!have_name) return invalidArgument("missing lock NAME (or --elect NAME)");
+  if (opts.name.empty()) {
+    return invalidArgument(opts.elect ? "the election NAME must not be empty"
+                                      : "the lock NAME must not be empty");
+  }
   if (i >= args.size()) return invalidArgument("missing CMD to run (NAME -- CMD [ARGS...])");
   opts.command.assign(args.begin() + static_cast<std::ptrdiff_t>(i), args.end());
+
+  if (!opts.elect && (candidate_flag || opts.value)) {
+    return invalidArgument(std::string(candidate_flag ? "--candidate" : "--value") +
+                           " applies to --elect only");
+  }
+  if (opts.elect) {
+    // A leader leads for as long as it lives: a campaign has no cap.
+    if (opts.max_hold_ms) return invalidArgument("--max-hold does not apply to --elect");
+    // A campaign has no try-once at the sidecar: a candidate waits in line until elected.
+    if (opts.wait_ms && *opts.wait_ms == 0) {
+      return invalidArgument(
+          "--wait 0 does not apply to --elect (a candidate waits in line; "
+          "for try-once use a lock: sidelock run --wait 0 NAME)");
+    }
+    // Who campaigns, as the sidecar names its own pod: $POD_NAME, else the host name.
+    if (candidate_flag) {
+      opts.candidate = *candidate_flag;
+    } else if (auto pod = env.getenv("POD_NAME")) {
+      opts.candidate = *pod;
+    } else if (env.host_name) {
+      opts.candidate = env.host_name();
+    }
+    if (opts.candidate.empty()) {
+      return invalidArgument(candidate_flag ? "--candidate must not be empty"
+                                            : "no candidate: give --candidate ID (default "
+                                              "$POD_NAME, else the host name: neither is set)");
+    }
+  }
 
   StatusOr<SidecarEndpoint> endpoint = resolveEndpoint(socket_flag, addr_flag, env);
   if (!endpoint.isOk()) return endpoint.status();
@@ -96,6 +144,8 @@ StatusOr<RunOptions> parseRunArgs(const std::vector<std::string>& args, const Ru
 std::string runUsage() {
   return std::string(
              "Usage: sidelock run [OPTIONS] NAME [--] CMD [ARGS...]\n"
+             "       sidelock run [OPTIONS] --elect NAME [--candidate ID] [--value V] [--] CMD "
+             "[ARGS...]\n"
              "\n"
              "Acquires the lock NAME through the local sidecar, runs CMD while holding it, and\n"
              "releases it when CMD exits. The lock is bound to a connection to the sidecar (hold:\n"
@@ -107,19 +157,36 @@ std::string runUsage() {
              "environment, runs in its own process group, and receives SIGINT, SIGTERM, SIGHUP,\n"
              "SIGQUIT, SIGUSR1 and SIGUSR2 sent to sidelock run. If the lock is lost, CMD's "
              "process\n"
-             "group gets SIGTERM at once and SIGKILL after the grace period.\n"
+             "group gets SIGTERM at once and SIGKILL after the grace period -- but never later\n"
+             "than the kill deadline: the last renewal received + TTL - a safety margin (a tenth\n"
+             "of the TTL, at most 1 s), so nothing of CMD runs once the lease could have expired.\n"
+             "Without a renewal for half the TTL (or once only the grace is left before the\n"
+             "deadline, if later), CMD gets SIGTERM too.\n"
+             "\n"
+             "With --elect NAME, sidelock run campaigns in election NAME instead (waiting in line\n"
+             "for as long as --wait allows) and runs CMD only while it leads: CMD gets\n"
+             "SIDELOCK_ELECTION, SIDELOCK_CANDIDATE, SIDELOCK_TERM (the term, the election's\n"
+             "fencing token; also as SIDELOCK_TOKEN) and SIDELOCK_OWNER (for proclaim). Losing\n"
+             "the leadership stops CMD as losing a lock does. When CMD exits, or sidelock run "
+             "gets\n"
+             "SIGTERM or SIGINT (passed on to CMD, SIGKILL after the grace), it resigns.\n"
              "\n"
              "Options:\n") +
          endpointUsage() +
          "  --ttl MS         lease TTL (default: the sidecar's locks.default_ttl_ms)\n"
-         "  --wait MS        how long to wait for the lock; 0 = try once (default: forever)\n"
+         "  --wait MS        how long to wait for the lock (or to be elected); 0 = try once\n"
+         "                   (default: forever)\n"
          "  --max-hold MS    stop CMD after holding the lock this long (default: the sidecar's\n"
-         "                   locks.max_hold_ms_limit, the cap of a stream hold)\n"
-         "  --grace MS       SIGTERM -> SIGKILL delay when the lock is lost (default 10000)\n"
+         "                   locks.max_hold_ms_limit, the cap of a stream hold; not with --elect)\n"
+         "  --grace MS       SIGTERM -> SIGKILL delay when CMD must stop (default 10000)\n"
+         "  --elect NAME     campaign in election NAME; run CMD only while leading\n"
+         "  --candidate ID   who campaigns (default: $POD_NAME, else the host name)\n"
+         "  --value V        the leader's value, e.g. its address (default: none)\n"
          "  -q, --quiet      no diagnostics on stderr (the exit status still tells)\n"
          "  -h, --help       this text\n"
          "Options may come before or after NAME; CMD starts at the first word after NAME that\n"
-         "is not an option, or after --. Durations take an optional unit: 500, 500ms, 30s, 5m, 2h.\n"
+         "is not an option, or after --. Durations take an optional unit: 500, 500ms, 30s, 5m, "
+         "2h.\n"
          "\n" +
          exitCodeTable();
 }

@@ -2,6 +2,8 @@
 //
 //   sidelock run [--socket PATH | --addr HOST:PORT] [--ttl MS] [--wait MS] [--max-hold MS]
 //                [--grace MS] [--quiet] NAME [--] CMD [ARGS...]
+//   sidelock run [--socket PATH | --addr HOST:PORT] [--ttl MS] [--wait MS] [--grace MS] [--quiet]
+//                --elect NAME [--candidate ID] [--value V] [--] CMD [ARGS...]
 // (the options may also follow NAME; CMD starts at the first word after NAME that is no option)
 #pragma once
 
@@ -27,11 +29,16 @@ struct RunOptions {
   std::string host;
   int port = 0;
 
-  std::string name;                  // lock name
+  std::string name;                  // lock name, or the election's with --elect
   std::vector<std::string> command;  // CMD ARGS..., never empty
 
+  // --elect NAME: campaign in election NAME and run CMD only while leading.
+  bool elect = false;
+  std::string candidate;             // --candidate, else $POD_NAME, else the host name
+  std::optional<std::string> value;  // --value: what the leader publishes (an address)
+
   std::optional<int64_t> ttl_ms;       // unset: the sidecar's locks.default_ttl_ms
-  std::optional<int64_t> wait_ms;      // unset: wait as long as it takes
+  std::optional<int64_t> wait_ms;      // unset: wait as long as it takes (to be elected, too)
   std::optional<int64_t> max_hold_ms;  // unset: the sidecar's locks.max_hold_ms_limit
   int64_t grace_ms = kDefaultGraceMs;  // SIGTERM -> SIGKILL delay after a loss
   bool quiet = false;                  // no diagnostics on stderr (usage errors still print)

@@ -31,6 +31,10 @@ RunEnvironment RunEnvironment::system() {
     struct stat st {};
     return ::stat(path.c_str(), &st) == 0 && S_ISSOCK(st.st_mode);
   };
+  env.host_name = [] {
+    char host[256] = {};
+    return ::gethostname(host, sizeof(host) - 1) == 0 ? std::string(host) : std::string();
+  };
   return env;
 }
 

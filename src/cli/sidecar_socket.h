@@ -30,6 +30,8 @@ struct SidecarEndpoint {
 struct RunEnvironment {
   std::function<std::optional<std::string>(const char* name)> getenv;
   std::function<bool(const std::string& path)> socket_exists;
+  /// gethostname(); "" if unknown. May be left empty (then nothing is known).
+  std::function<std::string()> host_name;
   /// The process environment and the real filesystem.
   static RunEnvironment system();
 };

@@ -58,6 +58,9 @@ std::vector<LeaseInfo> LockService::leases() const { return impl_->leases(); }
 int64_t LockService::holds(const LockId& lock, std::string_view owner) const {
   return impl_->holds(lock, owner);
 }
+int64_t LockService::validityLeftMs(const LockId& lock, std::string_view owner) const {
+  return impl_->validityLeftMs(lock, owner);
+}
 std::vector<WaiterCount> LockService::waiterCounts() const { return impl_->waiterCounts(); }
 bool LockService::lostLately(const LockId& lock, std::string_view owner) {
   return impl_->lostLately(lock, owner);

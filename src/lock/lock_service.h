@@ -295,6 +295,10 @@ class LockService {
   std::vector<LeaseInfo> leases() const;
   /// Holds of the lease (lock, owner) this sidecar holds; 0 if it holds none.
   int64_t holds(const LockId& lock, std::string_view owner) const;
+  /// What is left of the validity of the lease (lock, owner) this sidecar holds, as last
+  /// confirmed by the backend, in whole milliseconds rounded down (a holder may count on it);
+  /// -1 if it holds none.
+  int64_t validityLeftMs(const LockId& lock, std::string_view owner) const;
   /// Whether this sidecar granted (lock, owner) and saw it lost lately (what lease_lost answers).
   bool lostLately(const LockId& lock, std::string_view owner);
   std::vector<WaiterCount> waiterCounts() const;

@@ -61,6 +61,7 @@ class LockService::Impl {
   ChangeWatch watchChanges(std::string_view name, std::function<void()> on_change);
   std::vector<LeaseInfo> leases() const;
   int64_t holds(const LockId& lock, std::string_view owner) const;
+  int64_t validityLeftMs(const LockId& lock, std::string_view owner) const;
   bool lostLately(const LockId& lock, std::string_view owner) {
     return lost_.contains(lock, owner, scheduler_.nowUs());
   }

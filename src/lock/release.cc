@@ -344,6 +344,12 @@ int64_t LockService::Impl::holds(const LockId& lock, std::string_view owner) con
   return lease != nullptr ? lease->holds : 0;
 }
 
+int64_t LockService::Impl::validityLeftMs(const LockId& lock, std::string_view owner) const {
+  const Lease* lease = leases_.find(lock, owner);
+  if (lease == nullptr) return -1;
+  return std::max<int64_t>(0, (lease->expiry_us - scheduler_.nowUs()) / 1000);
+}
+
 std::vector<LeaseInfo> LockService::Impl::leases() const {
   const int64_t now = scheduler_.nowUs();
   std::vector<LeaseInfo> out;

@@ -17,6 +17,7 @@
 
 #include "support/child_process.h"
 #include "support/http_client.h"
+#include "support/redis_link.h"
 #include "support/redis_server.h"
 #include "support/sidecar_polling.h"
 #include "support/sidecar_process.h"
@@ -184,6 +185,19 @@ class CliRunTest : public ::testing::Test {
     return code;
   }
   std::string path(const std::string& file) const { return dir_ + "/" + file; }
+  /// CMD (which handles SIGTERM) runs under `lease` ({"NAME"} or {"--elect", "NAME"}) until the
+  /// sidecar is SIGKILLed: CMD gets SIGTERM at once and sidelock run exits 76.
+  void expectSidecarLossStops(std::vector<std::string> lease) {
+    lease.insert(lease.begin(), {"--grace", "5000"});
+    lease.insert(
+        lease.end(),
+        {"--", "sh", "-c", "trap 'echo term > got; exit 0' TERM; touch started; " + kWaitForGo});
+    RunProcess p(dir_, tcp(lease));
+    ASSERT_TRUE(waitFor([&] { return fileExists(path("started")); }, 10000)) << p.stderrText();
+    sidecar_->kill();
+    EXPECT_EQ(p.wait(), 76) << p.stderrText();
+    EXPECT_EQ(readFile(path("got")), "term\n");
+  }
 
   std::unique_ptr<RedisServer> redis_;
   std::unique_ptr<SidecarProcess> sidecar_;
@@ -376,14 +390,7 @@ TEST_F(CliRunTest, KillsACommandThatIgnoresSigtermAfterTheGrace) {
   EXPECT_NE(p.stderrText().find("SIGKILL"), std::string::npos) << p.stderrText();
 }
 
-TEST_F(CliRunTest, SidecarGoneWhileRunningStopsTheCommand) {
-  RunProcess p(dir_, tcp({"--grace", "5000", "gone", "--", "sh", "-c",
-                          "trap 'echo term > got; exit 0' TERM; touch started; " + kWaitForGo}));
-  ASSERT_TRUE(waitFor([&] { return fileExists(path("started")); }, 10000)) << p.stderrText();
-  sidecar_->kill();
-  EXPECT_EQ(p.wait(), 76) << p.stderrText();
-  EXPECT_EQ(readFile(path("got")), "term\n");
-}
+TEST_F(CliRunTest, SidecarGoneWhileRunningStopsTheCommand) { expectSidecarLossStops({"gone"}); }
 
 TEST_F(CliRunTest, UnreachableSidecarAndBadUsage) {
   RunProcess tcp_gone(dir_, {"--addr", "127.0.0.1:" + std::to_string(pickFreePort()), "x", "--",
@@ -452,6 +459,109 @@ TEST_F(CliRunTest, MaxHoldStopsTheCommand) {
             std::string::npos)
       << q.stderrText();
   EXPECT_EQ(capping.stop(), 0) << capping.logs();
+}
+
+// --- sidelock run --elect -----------------------------------------------------------------------
+
+TEST_F(CliRunTest, ElectStopsCommandAndGrandchildBeforeTheLeaseCanExpire) {
+  // CMD and its child (a subshell: sidelock run's grandchild) both ignore SIGTERM; --grace is far
+  // longer than the TTL, so only the kill deadline can stop them in time.
+  RunProcess p(dir_, tcp({"--elect", "lead", "--candidate", "a", "--ttl", "2000", "--grace", "10s",
+                          "--", "sh", "-c",
+                          "trap '' TERM; echo $$ >> pids; "
+                          "( trap '' TERM; n=0; while [ $n -lt 400 ]; do sleep 0.05; "
+                          "n=$((n+1)); done ) & echo $! >> pids; touch started; wait"}));
+  ASSERT_TRUE(waitFor([&] { return fileExists(path("started")); }, 10000)) << p.stderrText();
+  const std::vector<pid_t> pids = readPids(path("pids"));
+  KillOnExit cleanup{pids};
+  ASSERT_EQ(pids.size(), 2u);
+  // The sidecar stops renewing (and telling). The lease's real end is Redis's: its PTTL read
+  // after the pause, counted from the earliest instant the answer can describe.
+  RedisLink redis(redis_->port());
+  sidecar_->pause();
+  const auto asked = Clock::now();
+  const std::vector<int64_t> pttl = redis.command({"PTTL", "sidelock:{lead}:el"});
+  ASSERT_EQ(pttl.size(), 1u);
+  ASSERT_GT(pttl[0], 0);
+  const auto expiry = asked + milliseconds(pttl[0]);
+  auto anyRuns = [&] { return processRuns(pids[0]) || processRuns(pids[1]); };
+  ASSERT_TRUE(waitFor([&] { return !anyRuns(); }, 5000)) << p.stderrText();
+  const auto dead = Clock::now();
+  EXPECT_LT(dead, expiry) << "CMD's group outlived the lease by "
+                          << std::chrono::duration_cast<milliseconds>(dead - expiry).count()
+                          << " ms\n"
+                          << p.stderrText();
+  std::cerr << "[run --elect] CMD's group dead "
+            << std::chrono::duration_cast<milliseconds>(expiry - dead).count()
+            << " ms before the lease's expiry (TTL 2000 ms, grace 10 s)\n";
+  EXPECT_EQ(p.wait(), 76) << p.stderrText();
+  EXPECT_NE(p.stderrText().find("kill deadline"), std::string::npos) << p.stderrText();
+  sidecar_->resume();
+}
+
+TEST_F(CliRunTest, ElectASecondCandidateTakesOverWithAHigherTerm) {
+  HttpClient c = HttpClient::tcp(sidecar_->port());
+  RunProcess first(
+      dir_, tcp({"--elect", "job", "--candidate", "a", "--ttl", "5s", "--", "sh", "-c",
+                 "echo $SIDELOCK_TERM > term-a; touch a-started; " + kWaitForGo + "; exit 3"}));
+  ASSERT_TRUE(waitFor([&] { return fileExists(path("a-started")); }, 10000)) << first.stderrText();
+  RunProcess second(
+      dir_, tcp({"--elect", "job", "--candidate", "b", "--ttl", "5s", "--", "sh", "-c",
+                 "trap 'exit 42' TERM; echo \"$SIDELOCK_TERM $SIDELOCK_CANDIDATE\" > term-b; "
+                 "n=0; while kill -0 $PPID 2>/dev/null && [ $n -lt 1200 ]; do sleep 0.05; "
+                 "n=$((n+1)); done"}));
+  ASSERT_TRUE(waitForWaiters(c, "election/job", 1)) << second.stderrText();
+  // A third gives up after --wait: not elected, 75, and nothing ran.
+  RunProcess third(dir_, tcp({"--elect", "job", "--candidate", "c", "--wait", "300", "--", "sh",
+                              "-c", "touch c-ran"}));
+  EXPECT_EQ(third.wait(), 75) << third.stderrText();
+  EXPECT_FALSE(fileExists(path("c-ran")));
+  EXPECT_FALSE(fileExists(path("term-b")));
+
+  // The leader's CMD ends on its own: its code passes through, it resigns, the next one leads.
+  std::ofstream(path("go")).put('x');
+  EXPECT_EQ(first.wait(), 3) << first.stderrText();
+  ASSERT_TRUE(
+      waitFor([&] { return readFile(path("term-b")).find('\n') != std::string::npos; }, 10000))
+      << second.stderrText();
+  std::istringstream b(readFile(path("term-b")));
+  std::string term_b, candidate_b;
+  b >> term_b >> candidate_b;
+  EXPECT_GT(std::stoull(term_b), std::stoull(readFile(path("term-a"))));
+  EXPECT_EQ(candidate_b, "b");
+  EXPECT_NE(c.get("/v1/elections/job").body.find("\"candidate\":\"b\""), std::string::npos);
+
+  // SIGTERM to sidelock run: CMD gets it, its status is ours, and the leadership is given up.
+  kill(second.pid(), SIGTERM);
+  EXPECT_EQ(second.wait(), 42) << second.stderrText();
+  EXPECT_NE(c.get("/v1/elections/job").body.find("\"leader\":null"), std::string::npos);
+}
+
+TEST_F(CliRunTest, ElectLosingTheSidecarStopsTheCommand) {
+  expectSidecarLossStops({"--elect", "gone"});
+}
+
+TEST_F(CliRunTest, ElectUsageErrors) {
+  const std::vector<std::vector<std::string>> bad = {
+      {"--elect"},                                                 // no NAME
+      {"--elect", "x"},                                            // no CMD
+      {"--candidate", "a", "job", "--", "sh", "-c", "touch ran"},  // --candidate without --elect
+      {"job", "--elect", "x", "--", "sh", "-c", "touch ran"},      // a lock NAME and --elect
+      {"--elect", "x", "--max-hold", "5s", "--", "sh", "-c", "touch ran"},
+      {"--elect", "x", "--wait", "0", "--", "sh", "-c", "touch ran"},
+  };
+  for (const auto& args : bad) {
+    RunProcess p(dir_, tcp(args));
+    EXPECT_EQ(p.wait(), 64) << args[0] << " " << (args.size() > 1 ? args[1] : "") << "\n"
+                            << p.stderrText();
+  }
+  // The sidecar's own checks (a candidate must be printable) are usage errors too.
+  RunProcess unprintable(
+      dir_, tcp({"--elect", "x", "--candidate", "a\tb", "--", "sh", "-c", "touch ran"}));
+  EXPECT_EQ(unprintable.wait(), 64) << unprintable.stderrText();
+  EXPECT_NE(unprintable.stderrText().find("printable"), std::string::npos)
+      << unprintable.stderrText();
+  EXPECT_FALSE(fileExists(path("ran")));
 }
 
 }  // namespace

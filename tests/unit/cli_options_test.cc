@@ -27,6 +27,22 @@ StatusOr<RunOptions> parse(std::vector<std::string> args, const RunEnvironment& 
   return parseRunArgs(args, env);
 }
 
+struct UsageCase {
+  std::vector<std::string> args;
+  std::string expect_in_message;
+};
+
+/// Each case is refused as a usage error whose message names the problem.
+void expectUsageErrors(const std::vector<UsageCase>& cases, const RunEnvironment& env = fakeEnv()) {
+  for (const UsageCase& c : cases) {
+    auto opts = parse(c.args, env);
+    ASSERT_FALSE(opts.isOk()) << ::testing::PrintToString(c.args);
+    EXPECT_EQ(opts.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(opts.status().message().find(c.expect_in_message), std::string::npos)
+        << opts.status().message();
+  }
+}
+
 TEST(RunOptionsTest, MinimalCommandUsesDefaults) {
   auto opts = parse({"job", "--", "sh", "-c", "true"});
   ASSERT_TRUE(opts.isOk()) << opts.status().toString();
@@ -160,11 +176,7 @@ TEST(RunOptionsTest, HelpWinsAnywhereBeforeCmd) {
 }
 
 TEST(RunOptionsTest, UsageErrorsHaveClearMessages) {
-  struct Case {
-    std::vector<std::string> args;
-    std::string expect_in_message;
-  };
-  const Case cases[] = {
+  expectUsageErrors({
       {{}, "missing lock NAME"},
       {{"job"}, "missing CMD"},
       {{"job", "--"}, "missing CMD"},
@@ -183,14 +195,73 @@ TEST(RunOptionsTest, UsageErrorsHaveClearMessages) {
       {{"", "c"}, "must not be empty"},
       {{"--ttl", "99999999999999999999", "j", "c"}, "not a duration"},
       {{"--ttl", "999999999h", "j", "c"}, "too long"},
-  };
-  for (const Case& c : cases) {
-    auto opts = parse(c.args);
-    ASSERT_FALSE(opts.isOk()) << ::testing::PrintToString(c.args);
-    EXPECT_EQ(opts.status().code(), StatusCode::kInvalidArgument);
-    EXPECT_NE(opts.status().message().find(c.expect_in_message), std::string::npos)
-        << opts.status().message();
-  }
+  });
+}
+
+TEST(RunOptionsTest, ElectNamesTheElectionAndTakesCandidateAndValue) {
+  auto opts = parse({"--elect", "scheduler", "--candidate", "pod-a", "--value", "10.0.0.7:8080",
+                     "--ttl", "10s", "--grace", "2s", "--", "./run"});
+  ASSERT_TRUE(opts.isOk()) << opts.status().toString();
+  EXPECT_TRUE(opts->elect);
+  EXPECT_EQ(opts->name, "scheduler");
+  EXPECT_EQ(opts->candidate, "pod-a");
+  EXPECT_EQ(opts->value, "10.0.0.7:8080");
+  EXPECT_EQ(*opts->ttl_ms, 10000);
+  EXPECT_EQ(opts->grace_ms, 2000);
+  EXPECT_FALSE(opts->wait_ms);  // waits in line as long as it takes
+  EXPECT_EQ(opts->command, (std::vector<std::string>{"./run"}));
+
+  // --elect NAME is the name: CMD starts at the next word that is no option, options may follow.
+  opts = parse({"--elect=cron", "--wait", "5s", "sh", "-c", "x"}, fakeEnv({{"POD_NAME", "p"}}));
+  ASSERT_TRUE(opts.isOk()) << opts.status().toString();
+  EXPECT_EQ(opts->name, "cron");
+  EXPECT_EQ(*opts->wait_ms, 5000);
+  EXPECT_FALSE(opts->value);
+  EXPECT_EQ(opts->command, (std::vector<std::string>{"sh", "-c", "x"}));
+
+  // Without --elect nothing of it is set.
+  opts = parse({"job", "true"});
+  ASSERT_TRUE(opts.isOk());
+  EXPECT_FALSE(opts->elect);
+  EXPECT_TRUE(opts->candidate.empty());
+}
+
+TEST(RunOptionsTest, ElectCandidateDefaultsLikeTheSidecarsIdentity) {
+  RunEnvironment env = fakeEnv({{"POD_NAME", "web-7f9c"}});
+  env.host_name = [] { return std::string("node-1"); };
+  auto opts = parse({"--elect", "e", "true"}, env);
+  ASSERT_TRUE(opts.isOk()) << opts.status().toString();
+  EXPECT_EQ(opts->candidate, "web-7f9c");  // $POD_NAME first
+  opts = parse({"--elect", "e", "--candidate", "me", "true"}, env);
+  ASSERT_TRUE(opts.isOk());
+  EXPECT_EQ(opts->candidate, "me");  // the flag wins
+  env = fakeEnv();
+  env.host_name = [] { return std::string("node-1"); };
+  opts = parse({"--elect", "e", "true"}, env);
+  ASSERT_TRUE(opts.isOk());
+  EXPECT_EQ(opts->candidate, "node-1");  // else the host name
+  opts = parse({"--elect", "e", "true"}, fakeEnv());
+  ASSERT_FALSE(opts.isOk());  // neither: say how to give one
+  EXPECT_NE(opts.status().message().find("--candidate"), std::string::npos)
+      << opts.status().message();
+}
+
+TEST(RunOptionsTest, ElectUsageErrors) {
+  expectUsageErrors(
+      {
+          {{"--elect"}, "--elect needs a value"},
+          {{"--elect", "e"}, "missing CMD"},
+          {{"--elect", "", "c"}, "the election NAME must not be empty"},
+          {{"--elect", "e", "--elect", "f", "c"}, "--elect given twice"},
+          {{"job", "--elect", "e", "c"}, "give no lock NAME besides"},
+          {{"--candidate", "a", "job", "c"}, "--candidate applies to --elect only"},
+          {{"job", "--value", "v", "c"}, "--value applies to --elect only"},
+          {{"--elect", "e", "--max-hold", "5s", "c"}, "--max-hold does not apply to --elect"},
+          {{"--elect", "e", "--wait", "0", "c"}, "--wait 0 does not apply to --elect"},
+          {{"--elect", "e", "--candidate", "", "c"}, "--candidate must not be empty"},
+          {{"--elect", "e", "--candidate"}, "--candidate needs a value"},
+      },
+      fakeEnv({{"POD_NAME", "p"}}));
 }
 
 TEST(RunOptionsTest, DurationUnits) {
@@ -207,12 +278,20 @@ TEST(RunOptionsTest, DurationUnits) {
 
 TEST(RunOptionsTest, UsageListsEveryOptionAndExitCode) {
   std::string usage = runUsage();
-  for (const char* needle : {"--socket",      "--addr",         "--ttl",          "--wait",
-                             "--max-hold",    "--grace",        "--quiet",        "SIDELOCK_SOCKET",
-                             "SIDELOCK_ADDR", "SIDELOCK_TOKEN", "SIDELOCK_OWNER", "SIDELOCK_LOCK",
-                             " 64 ",          " 69 ",           " 70 ",           " 75 ",
-                             " 76 ",          " 124 ",          " 126 ",          " 127 ",
-                             "128+N"}) {
+  for (const char* needle : {"--socket",       "--addr",
+                             "--ttl",          "--wait",
+                             "--max-hold",     "--grace",
+                             "--quiet",        "SIDELOCK_SOCKET",
+                             "SIDELOCK_ADDR",  "SIDELOCK_TOKEN",
+                             "SIDELOCK_OWNER", "SIDELOCK_LOCK",
+                             " 64 ",           " 69 ",
+                             " 70 ",           " 75 ",
+                             " 76 ",           " 124 ",
+                             " 126 ",          " 127 ",
+                             "128+N",          "--elect",
+                             "--candidate",    "--value",
+                             "SIDELOCK_TERM",  "SIDELOCK_ELECTION",
+                             "kill deadline"}) {
     EXPECT_NE(usage.find(needle), std::string::npos) << needle;
   }
 }

@@ -271,6 +271,55 @@ TEST(AcquireRequestTest, BuildsStreamAcquire) {
   EXPECT_NE(req.find("\r\nAuthorization: Bearer t0ken-from-env\r\n"), std::string::npos) << req;
 }
 
+TEST(AcquireStreamTest, ACampaignStream) {
+  const std::string stream =
+      kStreamHead +
+      chunk(R"({"event":"elected","candidate":"pod-a","name":"s","owner":"o-9",)"
+            R"("term":1795585391224577,"ttl_ms":10000})"
+            "\n") +
+      chunk(R"({"event":"renewed","name":"s","term":1795585391224577,"ttl_ms":9998})"
+            "\n") +
+      chunk(R"({"event":"resigned","name":"s","term":1795585391224577})"
+            "\n") +
+      "0\r\n\r\n";
+  AcquireResponseParser p;
+  ASSERT_TRUE(p.feed(stream).isOk());
+  std::vector<StreamEvent> events = drain(p);
+  ASSERT_EQ(events.size(), 3u);
+  EXPECT_EQ(events[0].type, StreamEvent::Type::kElected);
+  EXPECT_EQ(events[0].owner, "o-9");
+  EXPECT_EQ(events[0].token, 1795585391224577u);  // the term is the fencing token
+  EXPECT_EQ(events[0].ttl_ms, 10000);
+  EXPECT_EQ(events[1].type, StreamEvent::Type::kRenewed);
+  EXPECT_EQ(events[1].ttl_ms, 9998);
+  EXPECT_EQ(events[2].type, StreamEvent::Type::kResigned);
+
+  // An elected event must say who owns the term.
+  EXPECT_FALSE(parseStreamEvent(R"({"event":"elected","term":5,"ttl_ms":1})").isOk());
+  EXPECT_FALSE(parseStreamEvent(R"({"event":"elected","owner":"o","ttl_ms":1})").isOk());
+  EXPECT_FALSE(parseStreamEvent(R"({"event":"elected","owner":"o","term":-1})").isOk());
+  auto lost = parseStreamEvent(R"({"event":"lost","reason":"gone","term":7})");
+  ASSERT_TRUE(lost.isOk());
+  EXPECT_EQ(lost->type, StreamEvent::Type::kLost);
+  EXPECT_EQ(lost->reason, "gone");
+}
+
+TEST(AcquireRequestTest, BuildsCampaign) {
+  std::string req = buildCampaignRequest({"sched/1", "pod a", "10.0.0.7:8080", 10000, "tk"});
+  ASSERT_EQ(req.rfind("POST /v1/elections/sched%2F1/campaign HTTP/1.1\r\n", 0), 0u) << req;
+  std::string body = req.substr(req.find("\r\n\r\n") + 4);
+  EXPECT_NE(req.find("Content-Length: " + std::to_string(body.size()) + "\r\n"), std::string::npos);
+  EXPECT_NE(req.find("\r\nAuthorization: Bearer tk\r\n"), std::string::npos) << req;
+  auto j = nlohmann::json::parse(body);
+  EXPECT_EQ(
+      j, (nlohmann::json{{"candidate", "pod a"}, {"value", "10.0.0.7:8080"}, {"ttl_ms", 10000}}));
+  // Unset: the sidecar's defaults (no value, locks.default_ttl_ms).
+  req = buildCampaignRequest({"s", "c", std::nullopt, std::nullopt, ""});
+  EXPECT_EQ(nlohmann::json::parse(req.substr(req.find("\r\n\r\n") + 4)),
+            (nlohmann::json{{"candidate", "c"}}));
+  EXPECT_EQ(req.find("Authorization"), std::string::npos);
+}
+
 TEST(AcquireRequestTest, PercentEncoding) {
   EXPECT_EQ(percentEncode("abc-XYZ_0.9~"), "abc-XYZ_0.9~");
   EXPECT_EQ(percentEncode("a/b c?d#e%"), "a%2Fb%20c%3Fd%23e%25");

@@ -177,6 +177,20 @@ TEST_F(LockServiceTest, ACandidateWaitsPastMaxWaitMsAndTheLeaderIsReadable) {
   EXPECT_EQ(inspect(election("sched")).leader.candidate, "pod-b");
 }
 
+TEST_F(LockServiceTest, ValidityLeftCountsDownFromTheLastConfirmation) {
+  // What a campaign's renewed event reports (ttl_ms), so sidelock run --elect can stop CMD in time.
+  auto leader = acquireNow(campaign("v", "pod-a", 3000, 0));
+  ASSERT_EQ(leader->status(), AcquireStatus::kGranted);
+  const std::string owner = leader->grant().owner;
+  EXPECT_EQ(svc->validityLeftMs(election("v"), owner), 3000);
+  sched.advanceMs(400);
+  EXPECT_EQ(svc->validityLeftMs(election("v"), owner), 2600);
+  EXPECT_EQ(svc->validityLeftMs(election("v"), "someone-else"), -1);
+  EXPECT_EQ(svc->validityLeftMs(mutexLock("v"), owner), -1);  // another lock
+  ASSERT_TRUE(release(election("v"), owner).isOk());
+  EXPECT_EQ(svc->validityLeftMs(election("v"), owner), -1);
+}
+
 TEST_F(LockServiceTest, ProclaimIsOwnerCheckedAndKeepsTheTerm) {
   auto leader = acquireNow(campaign("p", "pod-a", 5000, 0));
   ASSERT_EQ(leader->status(), AcquireStatus::kGranted);
