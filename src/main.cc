@@ -209,6 +209,7 @@ void setUpAccessPolicies(Sidecar& s, const config::Config& cfg) {
   s.unix_policy.allowed_uids = cfg.listen.unix_allowed_uids;
   // Probes and Prometheus reach the admin listener by pod IP: no browser checks there.
   s.admin_policy.browser_checks = false;
+  s.admin_policy.token_free_paths.push_back("/v1/elections/*/ready");  // probes send no token
   if (cfg.auth.admin_tokens.configured()) s.admin_policy.tokens = &s.admin_tokens;
 }
 
@@ -297,6 +298,13 @@ int runSidecar(const config::Config& cfg) {
     }
     for (auto& route : s.api->adminRoutes()) {  // operator routes: on the admin port only
       (void)s.admin_router->add(route.method, route.pattern, std::move(route.handler));
+    }
+    // The one lock-API route a kubelet needs: the app container's leader-only readiness probe
+    // (helm: sidelock.electionReadinessProbe) reaches the sidecar by pod IP, on this port.
+    for (auto& route : s.elections->routes()) {
+      if (route.method == "GET" && route.pattern == api::ElectionApi::kReadyPattern) {
+        (void)s.admin_router->add(route.method, route.pattern, std::move(route.handler));
+      }
     }
     config::ListenConfig admin_listen = cfg.listen;
     admin_listen.tcp = cfg.listen.admin;

@@ -114,7 +114,7 @@ std::vector<Route> ElectionApi::routes() {
       {"GET", "/v1/elections/{name}/observe", bindNamed(&ElectionApi::observe)},
       {"POST", "/v1/elections/{name}/proclaim", bindNamed(&ElectionApi::proclaim)},
       {"POST", "/v1/elections/{name}/resign", bindNamed(&ElectionApi::resign)},
-      {"GET", "/v1/elections/{name}/ready", bindNamed(&ElectionApi::ready)},
+      {"GET", kReadyPattern, bindNamed(&ElectionApi::ready)},
   };
 }
 

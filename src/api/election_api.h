@@ -44,6 +44,8 @@ class ElectionApi {
   /// kMaxValueBytes of any text (common/names.h, shared with the configuration).
   static constexpr size_t kMaxCandidateBytes = sidelock::kMaxCandidateBytes;
   static constexpr size_t kMaxValueBytes = kMaxLeaderValueBytes;
+  /// The readiness route, also served on the admin listener (a kubelet probe reaches it there).
+  static constexpr const char* kReadyPattern = "/v1/elections/{name}/ready";
 
   ElectionApi(const config::LocksConfig& locks, lock::LockService& service,
               metrics::Metrics& metrics, event::Scheduler& scheduler, Options options);

@@ -245,6 +245,13 @@ TEST_F(TokenTest, AdminListenerHasItsOwnToken) {
   EXPECT_NE(r.body.find("sidelock_"), std::string::npos);
   r = send(admin, "GET", "/readyz", {"Host: 10.0.0.7"});
   EXPECT_EQ(r.status, 200) << "the kubelet sends no token";
+  // The app container's leader-only readiness probe (helm: sidelock.electionReadinessProbe):
+  // on the admin port by pod IP, without a token; nobody leads, so 503 rather than 401 or 404.
+  r = send(admin, "GET", "/v1/elections/scheduler/ready?candidate=pod-a", {"Host: 10.0.0.7"});
+  EXPECT_EQ(r.status, 503) << r.body;
+  EXPECT_NE(r.body.find("not_leader"), std::string::npos) << r.body;
+  r = send(admin, "POST", "/v1/elections/scheduler/campaign", {"Host: 10.0.0.7"});
+  EXPECT_EQ(r.status, 401) << "no other election route is token-free there";
   EXPECT_EQ(call("GET", "/metrics", kAdminToken).status, 401) << "and the other way round";
 }
 

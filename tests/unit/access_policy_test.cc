@@ -202,6 +202,13 @@ TEST(AccessPolicyTest, TokensOnTheListener) {
   EXPECT_FALSE(checkAccess(probe, p)) << "probes need no token";
   Request metrics = request({{"host", "localhost"}}, "/metrics");
   EXPECT_TRUE(checkAccess(metrics, p));
+  Request not_listed = request({{"host", "localhost"}}, "/v1/elections/scheduler/ready");
+  EXPECT_TRUE(checkAccess(not_listed, p)) << "only listed paths are token-free";
+  p.token_free_paths.push_back("/v1/elections/*/ready");
+  Request listed = request({{"host", "localhost"}}, "/v1/elections/scheduler/ready");
+  EXPECT_FALSE(checkAccess(listed, p)) << "the leader-only readiness probe sends no token";
+  Request campaign = request({{"host", "localhost"}}, "/v1/elections/scheduler/campaign");
+  EXPECT_TRUE(checkAccess(campaign, p));
 
   p.token_required = false;  // the Unix socket without auth.unix_requires_token
   Request anonymous = request({{"host", "localhost"}});
@@ -250,6 +257,21 @@ TEST(LockScopeTest, PrefixesLimitLockNames) {
   EXPECT_FALSE(api::LockApi::mayUseLock(&scoped, "orders"));
   EXPECT_FALSE(api::LockApi::mayUseLock(&scoped, "invoices-1"));
   EXPECT_FALSE(api::LockApi::mayUseLock(&scoped, ""));
+}
+
+TEST(PathIsListed, StarMatchesOneNonEmptySegment) {
+  const std::vector<std::string> listed = {"/healthz", "/v1/elections/*/ready"};
+  EXPECT_TRUE(pathIsListed(listed, "/healthz"));
+  EXPECT_TRUE(pathIsListed(listed, "/v1/elections/scheduler/ready"));
+  EXPECT_TRUE(pathIsListed(listed, "/v1/elections/a%2Fb/ready"));
+  EXPECT_FALSE(pathIsListed(listed, "/healthz/"));
+  EXPECT_FALSE(pathIsListed(listed, "/healthzz"));
+  EXPECT_FALSE(pathIsListed(listed, "/v1/elections//ready"));
+  EXPECT_FALSE(pathIsListed(listed, "/v1/elections/a/b/ready"));
+  EXPECT_FALSE(pathIsListed(listed, "/v1/elections/a/ready/x"));
+  EXPECT_FALSE(pathIsListed(listed, "/v1/elections/a"));
+  EXPECT_FALSE(pathIsListed(listed, ""));
+  EXPECT_FALSE(pathIsListed({}, "/healthz"));
 }
 
 }  // namespace
