@@ -86,8 +86,8 @@ struct RedlockBackend::WakeState {
   int latest() const { return *std::max_element(published.begin(), published.end()); }
   /// Nodes that published event `k` (1-based) or a later one.
   int reached(int k) const {
-    return static_cast<int>(std::count_if(published.begin(), published.end(),
-                                          [k](int p) { return p >= k; }));
+    return static_cast<int>(
+        std::count_if(published.begin(), published.end(), [k](int p) { return p >= k; }));
   }
 };
 
@@ -402,7 +402,9 @@ void RedlockBackend::startTokenSync(const std::shared_ptr<QuorumCall>& call) {
   // its own clock and its own counter into its record: the sync writes the decided ones).
   const bool election = call->kind == LockKind::kElection;
   for (size_t i = 0; i < nodes_.size(); ++i) {
-    if (call->granting[i]) call->since_ms = std::max(call->since_ms, call->answers[i]->leader.since_ms);
+    if (call->granting[i]) {
+      call->since_ms = std::max(call->since_ms, call->answers[i]->leader.since_ms);
+    }
   }
   const ScriptCall sync =
       election ? electionSyncCall(call->name, call->owner, call->token, call->since_ms, scripts_)
@@ -565,14 +567,13 @@ void RedlockBackend::answerExtended(const std::shared_ptr<QuorumCall>& call) {
     // Nobody may rely on keys that were extended too late: roll them back (release on
     // every node) rather than leave a lease that blocks others and that its holder was
     // told it does not have.
-    releaseOnAll(
-        *call, [this, call, elapsed_ms, pending = std::make_shared<size_t>(nodes_.size())](
-                   size_t, StatusOr<RedisValue>) {
-          if (--*pending != 0) return;
-          answer(call, deadlineExceeded("redlock: extend took " + std::to_string(elapsed_ms) +
-                                        " ms, leaving no validity; the lease "
-                                        "was released"));
-        });
+    releaseOnAll(*call, [this, call, elapsed_ms, pending = std::make_shared<size_t>(nodes_.size())](
+                            size_t, StatusOr<RedisValue>) {
+      if (--*pending != 0) return;
+      answer(call, deadlineExceeded("redlock: extend took " + std::to_string(elapsed_ms) +
+                                    " ms, leaving no validity; the lease "
+                                    "was released"));
+    });
     return;
   }
   Outcome extended;
@@ -588,11 +589,10 @@ void RedlockBackend::finishExtendLoss(const std::shared_ptr<QuorumCall>& call) {
     // Outage: we cannot tell whether the lease survives; leave it alone so a retry can still
     // extend it within its previous validity.
     metrics_.redlock_quorum_failures.Increment();
-    answer(call,
-           unavailable(std::string("redlock: ") + verbName(call->verb) + " answered by " +
-                       std::to_string(answered) + " of " +
-                       std::to_string(nodes_.size()) + " nodes, " + std::to_string(quorumSize()) +
-                       " needed: " + nodeErrors(call->errors)));
+    answer(call, unavailable(std::string("redlock: ") + verbName(call->verb) + " answered by " +
+                             std::to_string(answered) + " of " + std::to_string(nodes_.size()) +
+                             " nodes, " + std::to_string(quorumSize()) +
+                             " needed: " + nodeErrors(call->errors)));
     return;
   }
   // The lease is lost: drop what is left of it so it does not block others until it expires.
@@ -848,14 +848,19 @@ void RedlockBackend::settleWake(const std::string& name) {
   }
   if (w.latest() > w.fired) {
     // Some node announced an event that a majority has not (yet): fire anyway after settle_ms
-    // (nodes down or without the key never publish), counting every event known by then.
+    // (nodes down or without the key never publish), counting every event known by then as one
+    // (a straggler's announcement after that counts as a new event: one spare wake-up).
     if (w.settling) return;
     w.settling = true;
     w.timer.start(scheduler_, settle_ms, [this, name] {
       auto found = wakes_.find(name);
       if (found == wakes_.end()) return;
-      found->second->settling = false;
-      found->second->fired = found->second->latest();
+      WakeState& late = *found->second;
+      late.settling = false;
+      late.fired = late.latest();
+      // Every node counts as caught up: a node that announced one more (a failed attempt's clean
+      // up on it alone) must not hold every later event back to this fallback.
+      for (int& p : late.published) p = late.fired;
       fireWake(name);
       settleWake(name);
     });

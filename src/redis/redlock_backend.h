@@ -46,9 +46,10 @@
 //    name is the same event k. The listener fires once per event: when a majority of nodes has
 //    published it (the lock is free at a majority; the leader readable there) or node_timeout_ms
 //    after the first node published it, whichever is first (that fallback counts every event
-//    any node announced so far as one). Back-to-back events (a proclaim right after a grant) each
-//    fire. The count is forgotten 2 x node_timeout_ms after the last event, so a node that missed
-//    one (down, or without the key) counts along with the others again.
+//    any node announced so far as one, and every node as caught up). Back-to-back events (a
+//    proclaim right after a grant) each fire. The count is forgotten 2 x node_timeout_ms after
+//    the last event, so a node that missed one (down, or without the key) counts along with the
+//    others again.
 //
 // Elections (LockKind::kElection, keys p{name}:el, :el:token, :el:leader; README "Leader
 // election" and "Fencing tokens with Redlock"):
@@ -81,7 +82,6 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <set>
 #include <string>
 #include <string_view>
 #include <vector>

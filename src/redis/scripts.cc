@@ -286,8 +286,8 @@ StatusOr<Outcome> decodeOutcome(const StatusOr<RedisValue>& reply, ScriptId scri
     case 0:
       if (script == ScriptId::kInspect || script == ScriptId::kForceRelease ||
           script == ScriptId::kTokenSync || script == ScriptId::kElectionSync ||
-          script == ScriptId::kFairWithdraw ||
-          script == ScriptId::kWriterWithdraw || (semaphore && script != ScriptId::kSemAcquire) ||
+          script == ScriptId::kFairWithdraw || script == ScriptId::kWriterWithdraw ||
+          (semaphore && script != ScriptId::kSemAcquire) ||
           (shared && script != ScriptId::kSharedAcquire)) {
         return badShape(node, script);
       }

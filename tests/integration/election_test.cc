@@ -486,8 +486,8 @@ TEST(ElectionRedlockTest, TwoSidecarsSeeOneLeaderAndObserversFollowOnRedlock) {
   EXPECT_EQ(cb.get("/v1/elections/e/ready?candidate=pod-a").status, 200);
 
   // Proclaim through the other sidecar: pushed to the observer, the same term.
-  HttpResponse p =
-      cb.post("/v1/elections/e/proclaim", json{{"owner", (*first)["owner"]}, {"value", "v2"}}.dump());
+  HttpResponse p = cb.post("/v1/elections/e/proclaim",
+                           json{{"owner", (*first)["owner"]}, {"value", "v2"}}.dump());
   ASSERT_EQ(p.status, 200) << p.body;
   EXPECT_EQ(json::parse(p.body)["term"], term1);
   e = on_b.next(3000);

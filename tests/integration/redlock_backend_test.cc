@@ -103,8 +103,8 @@ TEST_F(RedlockTest, ElectionTermsAreTheQuorumsAndStrictlyIncrease) {
   using backend::LockKind;
   // Counters that drifted apart (failed attempts elsewhere): nodes 3 and 4 ran ahead.
   for (int i = 0; i < kNodes; ++i) {
-    ASSERT_EQ(servers_[i]->cli({"SET", backend::electionTokenKey("sidelock:", "e"),
-                                i >= 3 ? "500" : "100"}),
+    ASSERT_EQ(servers_[i]->cli(
+                  {"SET", backend::electionTokenKey("sidelock:", "e"), i >= 3 ? "500" : "100"}),
               "OK");
   }
   auto first = run(b, Operation::campaign("e", "owner-a", 10'000, "pod-a", "v1"));
@@ -116,8 +116,7 @@ TEST_F(RedlockTest, ElectionTermsAreTheQuorumsAndStrictlyIncrease) {
   // Every node records the term and since_ms the quorum decided, not its own counter's.
   for (int i = 0; i < kNodes; ++i) {
     EXPECT_EQ(electionRecord(*servers_[i], "e", "term"), "501") << "node " << i;
-    EXPECT_EQ(electionRecord(*servers_[i], "e", "since_ms"),
-              std::to_string(first->leader.since_ms))
+    EXPECT_EQ(electionRecord(*servers_[i], "e", "since_ms"), std::to_string(first->leader.since_ms))
         << "node " << i;
     EXPECT_EQ(servers_[i]->cli({"GET", backend::electionTokenKey("sidelock:", "e")}), "501");
   }

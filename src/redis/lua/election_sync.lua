@@ -13,8 +13,8 @@
 -- while ARGV[1] still holds the lease here (owner-checked: a record of somebody else's lease is
 -- never touched), so every node of the lease records the same term and since_ms, marked as the
 -- quorum's (`quorum` = 1): a leader read counts only such records (election_leader.lua), never a
--- node's own provisional term from before the sync. The rewrite is announced: observers that read the leader at the
--- campaign's own announcement, before the terms agreed, read it again.
+-- node's own provisional term from before the sync. The rewrite is announced: observers that
+-- read the leader at the campaign's own announcement, before the sync, read it again.
 --! reply: lock
 --! include lib/raise_counter.lua
 --! include lib/announce.lua
