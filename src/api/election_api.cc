@@ -18,8 +18,9 @@ lock::LockId electionOf(std::string_view name) {
   return lock::LockId{lock::LockKind::kElection, std::string(name)};
 }
 
-/// A backend error of an election route: Redlock (and any backend that cannot record a leader)
-/// refuses the kind with kFailedPrecondition, which is a 501 here, not an outage.
+/// A backend error of an election route: a backend that cannot record a leader would refuse the
+/// kind with kFailedPrecondition, which is a 501 here, not an outage (every shipped backend
+/// holds elections; Redlock since its quorum records the term on a majority).
 void sendElectionBackendError(const http::ResponderPtr& res, const Status& status) {
   if (status.code() == StatusCode::kFailedPrecondition) {
     return sendError(res, 501, "not_supported", status.message());
@@ -269,7 +270,7 @@ void ElectionApi::leader(http::Request& req, http::ResponderPtr res) {
 
 void ElectionApi::observe(http::Request& req, http::ResponderPtr res) {
   if (draining_) return sendError(res, 503, "shutting_down", "the sidecar is shutting down");
-  // One read first: a backend that cannot hold elections (Redlock) is answered 501 like the other
+  // One read first: a backend that cannot hold elections would be answered 501 like the other
   // routes, rather than with a stream that never says anything.
   std::string name(req.param("name"));
   service_.inspect(electionOf(name),

@@ -199,6 +199,10 @@ struct LeaderRecord {
   std::string candidate;
   std::string value;
   int64_t since_ms = 0;  // when this term began: the backend's clock (Redis TIME), Unix ms
+  /// Redlock: which lease the record belongs to (a digest of the leader's owner id, never the
+  /// id), once the quorum's term is recorded in it; empty before that and on other backends.
+  /// Backend-internal: never shown to clients.
+  std::string lease;
 };
 
 /// The one reply shape of every verb and every backend.

@@ -389,8 +389,10 @@ StatusOr<Outcome> MemoryBackend::applyElection(const Operation& op) {
       Election& e = elections_[std::string(op.name)];
       e.owner.assign(op.owner);
       e.expiry_us = now + op.ttl_ms * 1000;
-      e.leader =
-          LeaderRecord{std::string(op.candidate), std::string(op.value), scheduler_.wallClockMs()};
+      e.leader = LeaderRecord{};
+      e.leader.candidate = op.candidate;
+      e.leader.value = op.value;
+      e.leader.since_ms = scheduler_.wallClockMs();
       o.code = OutcomeCode::kOk;
       o.token = ++e.token;
       o.validity_ms = op.ttl_ms;

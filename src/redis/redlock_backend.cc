@@ -56,6 +56,7 @@ struct RedlockBackend::QuorumCall {
   int out_of_memory = 0;  // nodes that failed at maxmemory (kResourceExhausted)
   // Acquire, once won: the token sync, then the answer (or the cleanup).
   uint64_t token = 0;
+  int64_t since_ms = 0;        // elections: the term's start, the latest of the granting nodes'
   std::vector<bool> granting;  // voted for us when the vote was decided
   int sync_needed = 0;         // granting nodes
   int sync_acks = 0;           // granting nodes whose counter is known to be >= token
@@ -73,11 +74,21 @@ struct RedlockBackend::QuorumCall {
   quorum::Outcome vote() const;
 };
 
+// The announcements of one name: one release (grant, proclaim) publishes once on every node that
+// carried it out, so the k-th announcement of each node is the same event. Event k fires once a
+// majority of nodes published k times, or settle_ms after a node first published it.
 struct RedlockBackend::WakeState {
-  int64_t first_us = 0;
-  std::set<size_t> nodes;
-  bool fired = false;
-  event::ScopedTimer timer;
+  std::vector<int> published;  // per node: announcements since this state was made
+  int fired = 0;               // events fired
+  bool settling = false;       // `timer` is the fallback of an event not yet fired
+  event::ScopedTimer timer;    // fallback fire, or forgetting the state when quiet
+
+  int latest() const { return *std::max_element(published.begin(), published.end()); }
+  /// Nodes that published event `k` (1-based) or a later one.
+  int reached(int k) const {
+    return static_cast<int>(
+        std::count_if(published.begin(), published.end(), [k](int p) { return p >= k; }));
+  }
 };
 
 RedlockBackend::RedlockBackend(uv_loop_s* loop, event::Scheduler& scheduler,
@@ -238,11 +249,6 @@ Status RedlockBackend::refusal(const Operation& op) const {
         "queue, and nodes that saw waiters arrive in another order would each let a different "
         "waiter in first (README, Fair locks)");
   }
-  if (op.kind == LockKind::kElection) {
-    return Status(StatusCode::kFailedPrecondition,
-                  "elections need one master (redis, sentinel or cluster): Redlock cannot record "
-                  "one leader across its nodes yet");
-  }
   if (op.verb == Verb::kAcquire && op.reentrant) {
     return invalidArgument(
         "reentrant acquires are not served by backend type redlock: every node would count "
@@ -349,11 +355,16 @@ void RedlockBackend::decide(const std::shared_ptr<QuorumCall>& call) {
       if (call->pending == 0) finishRelease(call);
       return;
     case Verb::kInspect:
+      if (call->pending != 0) return;
+      if (call->kind == LockKind::kElection) return finishLeaderRead(call);
+      return finishRead(call);
     case Verb::kForceRelease:
       if (call->pending == 0) finishRead(call);
       return;
-    case Verb::kHandOff:   // refused in run()
-    case Verb::kProclaim:  // elections are refused in run()
+    case Verb::kProclaim:  // decided as an extend: owner-checked on a majority
+      decideExtend(call);
+      return;
+    case Verb::kHandOff:  // refused in run()
       return;
   }
 }
@@ -387,11 +398,22 @@ void RedlockBackend::startTokenSync(const std::shared_ptr<QuorumCall>& call) {
     if (call->granting[i]) granting_tokens.push_back(call->answers[i]->token);
   }
   call->token = quorum::fencingToken(granting_tokens);
-  const ScriptCall sync = tokenSyncCall(call->name, call->token, scripts_);
+  // An election's term starts when the last granting node granted (each node's campaign wrote
+  // its own clock and its own counter into its record: the sync writes the decided ones).
+  const bool election = call->kind == LockKind::kElection;
+  for (size_t i = 0; i < nodes_.size(); ++i) {
+    if (call->granting[i]) {
+      call->since_ms = std::max(call->since_ms, call->answers[i]->leader.since_ms);
+    }
+  }
+  const ScriptCall sync =
+      election ? electionSyncCall(call->name, call->owner, call->token, call->since_ms, scripts_)
+               : tokenSyncCall(call->name, call->token, scripts_);
   const ScriptCall::Views v = sync.views();
   for (size_t i = 0; i < nodes_.size(); ++i) {
     if (call->granting[i]) ++call->sync_needed;
-    if (call->granting[i] && call->answers[i]->token == call->token) {
+    // An election's record is rewritten on every granting node, whatever its counter says.
+    if (!election && call->granting[i] && call->answers[i]->token == call->token) {
       ++call->sync_acks;  // its counter already equals the token
       continue;
     }
@@ -399,9 +421,9 @@ void RedlockBackend::startTokenSync(const std::shared_ptr<QuorumCall>& call) {
     // and a lagging one is what a later majority could otherwise hand out a smaller token from.
     nodes_[i]->redis->runScriptArgs(
         static_cast<size_t>(sync.script), v.keyArgs(), v.argArgs(), config_.redlock.node_timeout_ms,
-        sync.node_op, alive_.guarded([this, call, i](StatusOr<RedisValue> r) {
+        sync.node_op, alive_.guarded([this, call, i, id = sync.script](StatusOr<RedisValue> r) {
           if (call->synced || !call->granting[i]) return;
-          StatusOr<Outcome> d = decodeOutcome(r, ScriptId::kTokenSync, nodes_[i]->address);
+          StatusOr<Outcome> d = decodeOutcome(r, id, nodes_[i]->address);
           if (d.isOk()) {
             ++call->sync_acks;
           } else {
@@ -442,6 +464,7 @@ void RedlockBackend::evaluateTokenSync(const std::shared_ptr<QuorumCall>& call) 
   granted.code = OutcomeCode::kOk;
   granted.token = call->token;
   granted.validity_ms = validity;
+  if (call->kind == LockKind::kElection) granted.leader.since_ms = call->since_ms;
   answer(call, granted);
 }
 
@@ -524,38 +547,39 @@ void RedlockBackend::decideExtend(const std::shared_ptr<QuorumCall>& call) {
     switch (call->vote()) {
       case quorum::Outcome::kUndecided:
         return;
-      case quorum::Outcome::kWon: {
+      case quorum::Outcome::kWon:
         call->decided = true;
         call->done = true;
-        const int64_t elapsed_ms = (scheduler_.nowUs() - call->start_us + 999) / 1000;
-        const int64_t validity =
-            quorum::validityMs(call->ttl_ms, elapsed_ms, config_.redlock.drift_factor);
-        if (validity <= 0) {
-          // Nobody may rely on keys that were extended too late: roll them back (release on
-          // every node) rather than leave a lease that blocks others and that its holder was
-          // told it does not have.
-          releaseOnAll(
-              *call, [this, call, elapsed_ms, pending = std::make_shared<size_t>(nodes_.size())](
-                         size_t, StatusOr<RedisValue>) {
-                if (--*pending != 0) return;
-                answer(call, deadlineExceeded("redlock: extend took " + std::to_string(elapsed_ms) +
-                                              " ms, leaving no validity; the lease "
-                                              "was released"));
-              });
-          return;
-        }
-        Outcome extended;
-        extended.code = OutcomeCode::kOk;
-        extended.validity_ms = validity;
-        answer(call, extended);
-        return;
-      }
+        return call->verb == Verb::kProclaim ? answerProclaimed(call) : answerExtended(call);
       case quorum::Outcome::kLost:
         call->decided = true;
         break;
     }
   }
   if (call->pending == 0) finishExtendLoss(call);
+}
+
+void RedlockBackend::answerExtended(const std::shared_ptr<QuorumCall>& call) {
+  const int64_t elapsed_ms = (scheduler_.nowUs() - call->start_us + 999) / 1000;
+  const int64_t validity =
+      quorum::validityMs(call->ttl_ms, elapsed_ms, config_.redlock.drift_factor);
+  if (validity <= 0) {
+    // Nobody may rely on keys that were extended too late: roll them back (release on
+    // every node) rather than leave a lease that blocks others and that its holder was
+    // told it does not have.
+    releaseOnAll(*call, [this, call, elapsed_ms, pending = std::make_shared<size_t>(nodes_.size())](
+                            size_t, StatusOr<RedisValue>) {
+      if (--*pending != 0) return;
+      answer(call, deadlineExceeded("redlock: extend took " + std::to_string(elapsed_ms) +
+                                    " ms, leaving no validity; the lease "
+                                    "was released"));
+    });
+    return;
+  }
+  Outcome extended;
+  extended.code = OutcomeCode::kOk;
+  extended.validity_ms = validity;
+  answer(call, extended);
 }
 
 void RedlockBackend::finishExtendLoss(const std::shared_ptr<QuorumCall>& call) {
@@ -565,10 +589,10 @@ void RedlockBackend::finishExtendLoss(const std::shared_ptr<QuorumCall>& call) {
     // Outage: we cannot tell whether the lease survives; leave it alone so a retry can still
     // extend it within its previous validity.
     metrics_.redlock_quorum_failures.Increment();
-    answer(call,
-           unavailable("redlock: extend answered by " + std::to_string(answered) + " of " +
-                       std::to_string(nodes_.size()) + " nodes, " + std::to_string(quorumSize()) +
-                       " needed: " + nodeErrors(call->errors)));
+    answer(call, unavailable(std::string("redlock: ") + verbName(call->verb) + " answered by " +
+                             std::to_string(answered) + " of " + std::to_string(nodes_.size()) +
+                             " nodes, " + std::to_string(quorumSize()) +
+                             " needed: " + nodeErrors(call->errors)));
     return;
   }
   // The lease is lost: drop what is left of it so it does not block others until it expires.
@@ -579,6 +603,94 @@ void RedlockBackend::finishExtendLoss(const std::shared_ptr<QuorumCall>& call) {
                           size_t, StatusOr<RedisValue>) {
     if (--*pending == 0) answer(call, lost);
   });
+}
+
+// ---- proclaim: owner-checked on every node, decided as an extend (decideExtend): won once a
+// majority of voting nodes took the value (the term and TTL are the lease's); lost, every node is
+// waited for, to tell an outage (kUnavailable, the lease untouched) from a lost lease (kNotOwner /
+// kNotHeld, what is left of it released, as a lost extend).
+
+void RedlockBackend::answerProclaimed(const std::shared_ptr<QuorumCall>& call) {
+  Outcome proclaimed;
+  proclaimed.code = OutcomeCode::kOk;
+  std::vector<int64_t> pttls;
+  std::map<uint64_t, int> terms;  // the record's term -> nodes
+  for (size_t i = 0; i < nodes_.size(); ++i) {
+    if (!call->voting[i] || !call->said(i, OutcomeCode::kOk)) continue;
+    pttls.push_back(call->answers[i]->validity_ms);
+    ++terms[call->answers[i]->token];
+  }
+  // Every node that got the campaign got the token sync after it, on the same connection, so all
+  // record the decided term; one whose sync failed still holds its own: the term most say wins
+  // (ties: the higher).
+  int most = 0;
+  for (const auto& [term, count] : terms) {
+    if (count >= most) {
+      most = count;
+      proclaimed.token = term;
+    }
+  }
+  // The lease's TTL at a majority, less the time the vote took and the drift of that TTL.
+  const int64_t ttl = quorum::heldTtlMs(static_cast<int>(nodes_.size()), pttls);
+  const int64_t elapsed_ms = (scheduler_.nowUs() - call->start_us + 999) / 1000;
+  proclaimed.validity_ms =
+      std::max<int64_t>(0, quorum::validityMs(ttl, elapsed_ms, config_.redlock.drift_factor));
+  proclaimed.holds = 1;
+  answer(call, proclaimed);
+}
+
+// ---- leader read (inspect of an election): the leader is the lease whose records a majority
+// of voting nodes hold with the same term, as the token sync wrote them (election_leader.lua
+// answers a digest of the owner id only for a record the sync wrote; before the sync a node's
+// record holds its own counter's value, which may be below the decided term, and is not counted:
+// nobody leads until the grant is answered). The value is
+// the one most of those nodes record (a proclaim answered OK reached a majority of them); a tie,
+// only left by a proclaim that failed, goes to the first node in config order. ttl_ms: until
+// fewer than a majority hold the lease. Nobody leads: the highest counter seen is the last term.
+
+void RedlockBackend::finishLeaderRead(const std::shared_ptr<QuorumCall>& call) {
+  if (const int answered = call->answeredVoting(); answered < quorumSize()) {
+    return finishRead(call);  // kUnavailable, worded as for every read
+  }
+  std::map<std::pair<std::string, uint64_t>, std::vector<size_t>> leases;
+  Outcome o;
+  for (size_t i = 0; i < nodes_.size(); ++i) {
+    if (!call->answers[i]) continue;
+    const Outcome& a = *call->answers[i];
+    o.token = std::max(o.token, a.token);
+    // A record without a lease digest holds its node's own provisional term (no token sync yet).
+    if (call->voting[i] && a.ok() && !a.leader.lease.empty()) {
+      leases[{a.leader.lease, a.token}].push_back(i);
+    }
+  }
+  for (const auto& [lease, holders] : leases) {
+    if (static_cast<int>(holders.size()) < quorumSize()) continue;
+    // Two majorities would share a node, which records one lease: this is the only one.
+    std::vector<int64_t> pttls;
+    std::map<std::string_view, size_t> votes;  // value -> nodes recording it
+    const std::string* value = nullptr;
+    size_t value_votes = 0;
+    o.leader = call->answers[holders.front()]->leader;
+    for (size_t i : holders) {
+      const Outcome& a = *call->answers[i];
+      pttls.push_back(a.validity_ms);
+      o.leader.since_ms = std::max(o.leader.since_ms, a.leader.since_ms);
+      // Strictly more: of two values recorded as often, the one that got there first in config
+      // order.
+      if (const size_t count = ++votes[a.leader.value]; count > value_votes) {
+        value_votes = count;
+        value = &a.leader.value;
+      }
+    }
+    o.leader.value = *value;
+    o.code = OutcomeCode::kOk;
+    o.token = lease.second;
+    o.validity_ms = std::max<int64_t>(0, quorum::heldTtlMs(static_cast<int>(nodes_.size()), pttls));
+    break;
+  }
+  if (!o.ok()) o.leader = LeaderRecord{};
+  o.leader.lease.clear();  // compared here, never passed on
+  answer(call, o);
 }
 
 // ---- release: on all nodes, waiting for each. Any node that deleted our key counts, voting or
@@ -712,40 +824,54 @@ void RedlockBackend::onMessage(size_t i, std::string_view channel) {
   std::string name;
   if (!lockNameFromChannel(config_.key_prefix, channel, &name)) return;
   if (watches_.find(name) == watches_.end()) return;  // a late message after unwatch
-  const int64_t now_us = scheduler_.nowUs();
-  const int64_t settle_ms = std::max<int64_t>(config_.redlock.node_timeout_ms, 1);
   auto it = wakes_.find(name);
-  if (it != wakes_.end() && now_us - it->second->first_us >= 2 * settle_ms * 1000) {
-    wakes_.erase(it);
-    it = wakes_.end();
-  }
   if (it == wakes_.end()) {
     auto w = std::make_unique<WakeState>();
-    w->first_us = now_us;
-    // Fires after settle_ms if a majority never publishes, then forgets the name after another
-    // settle_ms so that the next release wakes again.
-    w->timer.start(scheduler_, settle_ms, [this, name, settle_ms] {
-      auto found = wakes_.find(name);
-      if (found == wakes_.end()) return;
-      if (!found->second->fired) fireWake(name);
-      found = wakes_.find(name);  // the listener may have unwatched it
-      if (found == wakes_.end()) return;
-      found->second->timer.start(scheduler_, settle_ms, [this, name] {
-        auto f = wakes_.find(name);
-        if (f == wakes_.end()) return;
-        wakes_.erase(f);
-      });
-    });
+    w->published.assign(nodes_.size(), 0);
     it = wakes_.emplace(name, std::move(w)).first;
   }
+  ++it->second->published[i];
+  settleWake(name);
+}
+
+void RedlockBackend::settleWake(const std::string& name) {
+  const int64_t settle_ms = std::max<int64_t>(config_.redlock.node_timeout_ms, 1);
+  auto it = wakes_.find(name);
+  if (it == wakes_.end()) return;
   WakeState& w = *it->second;
-  w.nodes.insert(i);
-  if (!w.fired && static_cast<int>(w.nodes.size()) >= quorumSize()) fireWake(name);
+  if (w.reached(w.fired + 1) >= quorumSize()) {
+    // Announced at a majority: a release is free there, a grant or proclaim readable there.
+    ++w.fired;
+    w.settling = false;
+    fireWake(name);
+    return settleWake(name);  // the listener may have unwatched it; a later event may be ready
+  }
+  if (w.latest() > w.fired) {
+    // Some node announced an event that a majority has not (yet): fire anyway after settle_ms
+    // (nodes down or without the key never publish), counting every event known by then as one
+    // (a straggler's announcement after that counts as a new event: one spare wake-up).
+    if (w.settling) return;
+    w.settling = true;
+    w.timer.start(scheduler_, settle_ms, [this, name] {
+      auto found = wakes_.find(name);
+      if (found == wakes_.end()) return;
+      WakeState& late = *found->second;
+      late.settling = false;
+      late.fired = late.latest();
+      // Every node counts as caught up: a node that announced one more (a failed attempt's clean
+      // up on it alone) must not hold every later event back to this fallback.
+      for (int& p : late.published) p = late.fired;
+      fireWake(name);
+      settleWake(name);
+    });
+    return;
+  }
+  // Every event fired: forget the name once quiet (2 x settle_ms after its last event), so that
+  // a node that missed one (down, or without the key) counts along again with the others.
+  w.timer.start(scheduler_, 2 * settle_ms, [this, name] { wakes_.erase(name); });
 }
 
 void RedlockBackend::fireWake(const std::string& name) {
-  auto it = wakes_.find(name);
-  if (it != wakes_.end()) it->second->fired = true;
   if (listener_) {
     const std::string copy = name;  // the listener may unwatch and erase our state
     listener_(copy);

@@ -41,18 +41,47 @@
 //  inspect: held iff a majority of voting nodes hold the key; ttl_ms = the time until fewer than a
 //    majority hold it; token = the highest counter seen (the last grant's token, or higher after
 //    failed attempts). kUnavailable if fewer than a majority of voting nodes answered.
-//  wake-ups: subscribed on every node; one release publishes on every node that held the key, so
-//    the listener fires once per release: when a majority of nodes has published (the lock is
-//    free at a majority) or node_timeout_ms after the first publication, whichever is first;
-//    further publications for that name within 2 x node_timeout_ms are dropped (a second real
-//    release inside that window is missed; waiters still retry with backoff).
+//  wake-ups: subscribed on every node; one release (or an election's grant, term record or
+//    proclaim) publishes on every node that carried it out, so each node's k-th publication of a
+//    name is the same event k. The listener fires once per event: when a majority of nodes has
+//    published it (the lock is free at a majority; the leader readable there) or node_timeout_ms
+//    after the first node published it, whichever is first (that fallback counts every event
+//    any node announced so far as one, and every node as caught up). Back-to-back events (a
+//    proclaim right after a grant) each fire. The count is forgotten 2 x node_timeout_ms after
+//    the last event, so a node that missed one (down, or without the key) counts along with the
+//    others again.
+//
+// Elections (LockKind::kElection, keys p{name}:el, :el:token, :el:leader; README "Leader
+// election" and "Fencing tokens with Redlock"):
+//  campaign (acquire): as acquire: election_campaign.lua on every node, elected iff a majority
+//    of voting nodes granted with validity left; busy / kUnavailable / kDeadlineExceeded as
+//    acquire, a lost attempt released everywhere. Term = the fencing token. The token sync is
+//    election_sync.lua, sent to every node and waited for on every granting node (also when the
+//    counters agree): counter raised to the term, and the record of every node where the
+//    candidate still holds the lease rewritten with the decided term and since_ms (the latest
+//    of the granting nodes' clocks), then announced. The grant carries that since_ms.
+//  renew (extend) and resign (release): as extend and release (extend.lua / release.lua with the
+//    record as KEYS[3]).
+//  proclaim: election_proclaim.lua on every node, decided as extend: kOk (term, TTL at a majority
+//    less elapsed and drift) once a majority of voting nodes took the value; otherwise, once
+//    every node answered: kUnavailable if fewer than a majority answered (the lease untouched),
+//    else the lease is lost: released everywhere, kNotOwner if a majority said "another owner",
+//    else kNotHeld.
+//  inspect (leader read): kOk iff a majority of voting nodes hold one lease with the same record
+//    term written by the token sync (election_leader.lua answers the record, and a digest of the
+//    owner id only for a record the sync wrote: a node's provisional term is never counted, so
+//    nobody leads until the grant is answered, and a leader's term is always the decided one;
+//    that also covers a proclaim: its term is the one most nodes that took it record); token = that
+//    term, validity_ms = until fewer than a majority hold it, since_ms the latest of theirs,
+//    value the one most of them record (ties: the value that got there first in node order);
+//    else kNotHeld with the highest counter seen; kUnavailable if fewer than a majority of
+//    voting nodes answered.
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
-#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -82,8 +111,8 @@ class RedlockBackend final : public Backend {
   RedlockBackend& operator=(const RedlockBackend&) = delete;
 
   void start() override;
-  /// Acquire, release, extend, inspect and force release as described above; hand-off is not
-  /// served (canHandOff() stays false: the next owner needs a quorum vote of its own).
+  /// Acquire, release, extend, inspect, force release and proclaim as described above; hand-off
+  /// is not served (canHandOff() stays false: the next owner needs a quorum vote of its own).
   void run(const Operation& op, OutcomeCallback cb) override;
 
   void setReleaseListener(ReleaseListener listener) override { listener_ = std::move(listener); }
@@ -119,6 +148,8 @@ class RedlockBackend final : public Backend {
   void applyDelayedRestart(size_t i);
   void updateReady();
   void onMessage(size_t i, std::string_view channel);
+  /// Fires the events of `name` a majority announced, or arms the fallback / forget timer.
+  void settleWake(const std::string& name);
   void fireWake(const std::string& name);
 
   /// Why `op` is answered without asking the nodes (shutting down, a verb or kind Redlock does
@@ -132,8 +163,15 @@ class RedlockBackend final : public Backend {
   void evaluateTokenSync(const std::shared_ptr<QuorumCall>& call);
   void startAcquireCleanup(const std::shared_ptr<QuorumCall>& call, Status error);
   void finishAcquireLoss(const std::shared_ptr<QuorumCall>& call);
+  /// Extend and proclaim: both owner-checked on a majority.
   void decideExtend(const std::shared_ptr<QuorumCall>& call);
+  void answerExtended(const std::shared_ptr<QuorumCall>& call);
+  void answerProclaimed(const std::shared_ptr<QuorumCall>& call);
+  /// A lost extend or proclaim: kUnavailable, or the lease's leftovers released and kNotOwner /
+  /// kNotHeld.
   void finishExtendLoss(const std::shared_ptr<QuorumCall>& call);
+  /// Inspect of an election: the lease a majority records (see the comment above it).
+  void finishLeaderRead(const std::shared_ptr<QuorumCall>& call);
   void finishRelease(const std::shared_ptr<QuorumCall>& call);
   /// Inspect and force release.
   void finishRead(const std::shared_ptr<QuorumCall>& call);

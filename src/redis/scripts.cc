@@ -148,7 +148,7 @@ Status badShape(std::string_view node, ScriptId script) {
 // The replies of the elections' own scripts (ScriptReply::kLeader; each file states its own):
 //   election_campaign  {1, term, ttl, 1, since_ms} elected; {0, 0, PTTL} busy; {3, 0, PTTL} ours
 //   election_proclaim  {1, term, PTTL, 1}; {0, 0, PTTL} not the leader; {-1, 0, 0} nobody leads
-//   election_leader    {1, term, PTTL, candidate, value, since_ms}; {-1, last term, 0}
+//   election_leader    {1, term, PTTL, candidate, value, since_ms, lease}; {-1, last term, 0}
 // Anything else (another code for the script, a field more or less, a text where a number goes)
 // is a reply of the wrong shape.
 StatusOr<Outcome> decodeLeaderOutcome(const RedisValue& v, ScriptId script, std::string_view node) {
@@ -171,11 +171,11 @@ StatusOr<Outcome> decodeLeaderOutcome(const RedisValue& v, ScriptId script, std:
     o.validity_ms = std::max<int64_t>(0, ttl);  // PTTL -1 (no expiry: not ours) reads as 0 left
     if (leader) {
       auto isText = [&e](size_t i) { return e[i].type == RedisValue::Type::kString; };
-      if (e.size() != 6 || token < 0 || !isText(3) || !isText(4) || !isInteger(5) ||
-          e[5].integer < 0) {
+      if (e.size() != 7 || token < 0 || !isText(3) || !isText(4) || !isInteger(5) ||
+          e[5].integer < 0 || !isText(6)) {
         return badShape(node, script);
       }
-      o.leader = LeaderRecord{e[3].str, e[4].str, e[5].integer};
+      o.leader = LeaderRecord{e[3].str, e[4].str, e[5].integer, e[6].str};
       return o;
     }
     // A grant always carries its term and its since; a proclaim reads the term back.
@@ -285,8 +285,9 @@ StatusOr<Outcome> decodeOutcome(const StatusOr<RedisValue>& reply, ScriptId scri
       return o;
     case 0:
       if (script == ScriptId::kInspect || script == ScriptId::kForceRelease ||
-          script == ScriptId::kTokenSync || script == ScriptId::kFairWithdraw ||
-          script == ScriptId::kWriterWithdraw || (semaphore && script != ScriptId::kSemAcquire) ||
+          script == ScriptId::kTokenSync || script == ScriptId::kElectionSync ||
+          script == ScriptId::kFairWithdraw || script == ScriptId::kWriterWithdraw ||
+          (semaphore && script != ScriptId::kSemAcquire) ||
           (shared && script != ScriptId::kSharedAcquire)) {
         return badShape(node, script);
       }
@@ -544,6 +545,25 @@ ScriptCall tokenSyncCall(std::string_view name, uint64_t token, const ScriptCont
   c.args[0] = std::to_string(token);
   c.args[1] = ctx.counter_ttl_ms;
   c.arg_count = 2;
+  return c;
+}
+
+ScriptCall electionSyncCall(std::string_view name, std::string_view owner, uint64_t term,
+                            int64_t since_ms, const ScriptContext& ctx) {
+  ScriptCall c;
+  c.script = ScriptId::kElectionSync;
+  c.node_op = NodeOp::kOther;
+  c.keys[0] = electionKey(ctx.prefix, name);
+  c.keys[1] = electionTokenKey(ctx.prefix, name);
+  c.keys[2] = electionLeaderKey(ctx.prefix, name);
+  c.key_count = 3;
+  c.args[0].assign(owner);
+  c.args[1] = std::to_string(term);
+  c.args[2] = std::to_string(since_ms);
+  c.args[3] = ctx.counter_ttl_ms;
+  c.args[4] = releaseChannel(ctx.prefix, name);
+  c.args[5].assign(name);
+  c.arg_count = 6;
   return c;
 }
 

@@ -63,7 +63,10 @@
 // since_ms, term). Renew and resign are extend.lua and release.lua (given the record as KEYS[3]);
 // campaign, proclaim and inspect are election_*.lua, whose replies may carry the record
 // (ScriptReply::kLeader): campaign {1, term, ttl, 1, since_ms}, proclaim {1, term, PTTL, 1},
-// inspect {1, term, PTTL, candidate, value, since_ms} (bulk strings for the two texts).
+// inspect {1, term, PTTL, candidate, value, since_ms, lease} (bulk strings for the three texts;
+// lease: the SHA-1 of the leader's owner id once Redlock's token sync wrote the quorum's term into
+// the record, else empty; Redlock compares it across nodes). Redlock's
+// token sync of an election is election_sync.lua (the record's term and since_ms as decided).
 //
 // Kinds and keys: a lock kind owns its keys. The mutex keeps the layout above (`p{name}`,
 // `p{name}:token`) so that sidecars of older versions and this one, run side by side during a
@@ -227,5 +230,10 @@ StatusOr<ScriptId> scriptFor(LockKind kind, Verb verb);
 StatusOr<ScriptCall> scriptCallFor(const Operation& op, const ScriptContext& ctx);
 /// Redlock's token sync of `name`'s counter to at least `token`.
 ScriptCall tokenSyncCall(std::string_view name, uint64_t token, const ScriptContext& ctx);
+/// Redlock's token sync of election `name` (election_sync.lua): its counter raised to `term`, and
+/// `term` and `since_ms` written into the leader's record where `owner` still holds the lease
+/// (announced there).
+ScriptCall electionSyncCall(std::string_view name, std::string_view owner, uint64_t term,
+                            int64_t since_ms, const ScriptContext& ctx);
 
 }  // namespace sidelock::backend

@@ -96,6 +96,15 @@ class Observer {
   std::optional<HttpResponse> head_;
 };
 
+/// Who leads election `name`, as GET /v1/elections/{name} answers through `c`: null when nobody
+/// leads, and after a failure (reported).
+json leaderOn(HttpClient& c, const std::string& name) {
+  HttpResponse r = c.get("/v1/elections/" + name);
+  EXPECT_EQ(r.status, 200) << r.body;
+  if (r.status != 200) return nullptr;
+  return json::parse(r.body)["leader"];
+}
+
 class ElectionTest : public TwoSidecarsOnOneRedis {};
 
 TEST_F(ElectionTest, TheLeaderIsTheSameOnEverySidecar) {
@@ -110,16 +119,14 @@ TEST_F(ElectionTest, TheLeaderIsTheSameOnEverySidecar) {
   EXPECT_EQ((*elected)["ttl_ms"], 10000);
 
   for (HttpClient* c : {&ca, &cb}) {
-    HttpResponse r = c->get("/v1/elections/scheduler");
-    ASSERT_EQ(r.status, 200) << r.body;
-    const json leader = json::parse(r.body)["leader"];
-    ASSERT_TRUE(leader.is_object()) << r.body;
+    const json leader = leaderOn(*c, "scheduler");
+    ASSERT_TRUE(leader.is_object()) << leader.dump();
     EXPECT_EQ(leader["candidate"], "pod-a");
     EXPECT_EQ(leader["value"], "10.0.0.1:8080");
     EXPECT_EQ(leader["term"], (*elected)["term"]);
     EXPECT_GT(leader["since_ms"].get<int64_t>(), 1'700'000'000'000);  // Unix ms
     EXPECT_GT(leader["ttl_ms"].get<int64_t>(), 0);
-    EXPECT_FALSE(r.body.find((*elected)["owner"].get<std::string>()) != std::string::npos)
+    EXPECT_FALSE(leader.dump().find((*elected)["owner"].get<std::string>()) != std::string::npos)
         << "the owner id is a secret";
   }
   // The readiness route: 200 for the leader, 503 for anybody else, on any sidecar.
@@ -441,19 +448,85 @@ TEST(ElectionChaosTest, ThreeSidecarsNeverHaveTwoLeadersAcrossKillAndPause) {
   group.expectCleanStops();
 }
 
-TEST(ElectionRedlockTest, RedlockRefusesElectionsClearly) {
+// Redlock: two sidecars over the same three nodes see one leader; an observer on the other
+// sidecar is pushed the grant, a proclaim and the next leader after a resign (announcements from
+// each node, coalesced), and the term grows.
+TEST(ElectionRedlockTest, TwoSidecarsSeeOneLeaderAndObserversFollowOnRedlock) {
   RedlockSidecar redlock(3);
-  HttpClient c = HttpClient::tcp(redlock.sidecar->port());
-  for (const auto& [method, path, body] :
-       std::vector<std::tuple<std::string, std::string, std::string>>{
-           {"POST", "/v1/elections/e/campaign", R"({"candidate": "pod-a"})"},
-           {"GET", "/v1/elections/e", ""},
-           {"GET", "/v1/elections/e/observe", ""},
-           {"GET", "/v1/elections/e/ready?candidate=pod-a", ""}}) {
-    HttpResponse r = c.request(method, path, body);
-    EXPECT_EQ(r.status, 501) << path << " " << r.body;
-    EXPECT_EQ(json::parse(r.body)["error"], "not_supported") << r.body;
+  std::vector<std::string> addresses;
+  for (const auto& node : redlock.nodes) addresses.push_back(node->address());
+  SidecarProcess second(SidecarProcess::Options{redlockBackendYaml(addresses), {}, true});
+  HttpClient ca = HttpClient::tcp(redlock.sidecar->port());
+  HttpClient cb = HttpClient::tcp(second.port());
+
+  Observer on_b(second.port(), "e");
+  ASSERT_EQ(on_b.status(), 200);
+  std::optional<json> e = on_b.next();
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ((*e)["event"], "no_leader");
+
+  constexpr int64_t kTtlMs = 30000;  // a hand-over or a change seen by expiry would take this long
+  Campaign pod_a(redlock.sidecar->port(), "e", "pod-a", kTtlMs, "v1");
+  std::optional<json> first = pod_a.elected();
+  ASSERT_TRUE(first.has_value());
+  ASSERT_EQ((*first)["event"], "elected") << first->dump();
+  const uint64_t term1 = (*first)["term"];
+  e = on_b.next(3000);
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ((*e)["candidate"], "pod-a");
+  EXPECT_EQ((*e)["term"], term1);
+  for (HttpClient* c : {&ca, &cb}) {
+    const json leader = leaderOn(*c, "e");
+    ASSERT_TRUE(leader.is_object()) << leader.dump();
+    EXPECT_EQ(leader["candidate"], "pod-a");
+    EXPECT_EQ(leader["value"], "v1");
+    EXPECT_EQ(leader["term"], term1);
+    EXPECT_GT(leader["ttl_ms"].get<int64_t>(), kTtlMs / 2);
   }
+  EXPECT_EQ(cb.get("/v1/elections/e/ready?candidate=pod-a").status, 200);
+
+  // Proclaim through the other sidecar: pushed to the observer, the same term.
+  HttpResponse p = cb.post("/v1/elections/e/proclaim",
+                           json{{"owner", (*first)["owner"]}, {"value", "v2"}}.dump());
+  ASSERT_EQ(p.status, 200) << p.body;
+  EXPECT_EQ(json::parse(p.body)["term"], term1);
+  e = on_b.next(3000);
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ((*e)["value"], "v2");
+  EXPECT_EQ((*e)["term"], term1);
+  HttpResponse refused =
+      cb.post("/v1/elections/e/proclaim", json{{"owner", "not-the-owner"}, {"value", "x"}}.dump());
+  EXPECT_EQ(refused.status, 409) << refused.body;
+
+  // A candidate in line on the other sidecar is elected at once after the resign.
+  Campaign pod_b(second.port(), "e", "pod-b", kTtlMs);
+  ASSERT_TRUE(pollUntil([&] {
+    return json::parse(cb.get("/v1/locks").body)["waiters"].dump().find("election/e") !=
+           std::string::npos;
+  })) << "pod-b never queued";
+  const auto resigned_at = Clock::now();
+  ASSERT_EQ(ca.post("/v1/elections/e/resign", json{{"owner", (*first)["owner"]}}.dump()).status,
+            200);
+  std::optional<json> second_term = pod_b.elected();
+  const int64_t handover_ms = msSince(resigned_at);
+  ASSERT_TRUE(second_term.has_value());
+  EXPECT_EQ((*second_term)["event"], "elected") << second_term->dump();
+  EXPECT_GT((*second_term)["term"].get<uint64_t>(), term1);
+  std::printf("[election] hand-over on resign (2 sidecars, Redlock over 3 nodes): %lld ms\n",
+              static_cast<long long>(handover_ms));
+  EXPECT_LT(handover_ms, kTtlMs / 3) << "the resign was not pushed to the waiting candidate";
+  // The observer sees pod-b (possibly after a no_leader in between), pushed.
+  bool saw_b = false;
+  for (int i = 0; i < 3 && !saw_b; ++i) {
+    e = on_b.next(3000);
+    ASSERT_TRUE(e.has_value());
+    saw_b = (*e)["event"] == "leader" && (*e)["candidate"] == "pod-b";
+    if (saw_b) {
+      EXPECT_EQ((*e)["term"], (*second_term)["term"]);
+    }
+  }
+  EXPECT_TRUE(saw_b);
+  EXPECT_EQ(second.stop(), 0) << second.logs();
   EXPECT_EQ(redlock.sidecar->stop(), 0) << redlock.sidecar->logs();
 }
 

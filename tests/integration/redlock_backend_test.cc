@@ -92,22 +92,174 @@ TEST_F(RedlockTest, TinyTtlIsRejectedAsInvalid) {
   EXPECT_EQ(nodesWithKey("l"), 0);
 }
 
-// Elections need one master to record one leader: every election verb is refused, and nothing
-// is written on any node.
-TEST_F(RedlockTest, ElectionsAreRefusedWithWhy) {
+// Elections (issue 19): a campaign is a Redlock acquire whose term is the fencing token; after
+// the token sync every node of the granting majority records that term in its leader record.
+std::string electionRecord(RedisServer& s, const std::string& name, const std::string& field) {
+  return s.cli({"HGET", backend::electionLeaderKey("sidelock:", name), field});
+}
+
+TEST_F(RedlockTest, ElectionTermsAreTheQuorumsAndStrictlyIncrease) {
   auto& b = makeReadyBackend();
-  for (const Operation& op :
-       {Operation::campaign("e", "a", 5'000, "node-a", "v"), Operation::proclaim("e", "a", "v"),
-        Operation::inspect("e").of(backend::LockKind::kElection),
-        Operation::extend("e", "a", 5'000).of(backend::LockKind::kElection),
-        Operation::release("e", "a").of(backend::LockKind::kElection)}) {
-    auto r = run(b, op);
-    ASSERT_FALSE(r.isOk()) << backend::verbName(op.verb);
-    EXPECT_EQ(r.status().code(), StatusCode::kFailedPrecondition);
-    EXPECT_NE(r.status().message().find("elections need one master"), std::string::npos)
-        << r.status().message();
+  using backend::LockKind;
+  // Counters that drifted apart (failed attempts elsewhere): nodes 3 and 4 ran ahead.
+  for (int i = 0; i < kNodes; ++i) {
+    ASSERT_EQ(servers_[i]->cli(
+                  {"SET", backend::electionTokenKey("sidelock:", "e"), i >= 3 ? "500" : "100"}),
+              "OK");
   }
-  for (auto& s : servers_) EXPECT_EQ(s->cli({"DBSIZE"}), "0");
+  auto first = run(b, Operation::campaign("e", "owner-a", 10'000, "pod-a", "v1"));
+  ASSERT_TRUE(first.isOk()) << first.status().toString();
+  ASSERT_TRUE(first->ok());
+  EXPECT_EQ(first->token, 501u) << "the highest counter of the granting nodes";
+  EXPECT_GT(first->leader.since_ms, 1'700'000'000'000);
+  EXPECT_GT(first->validity_ms, 9'000);
+  // Every node records the term and since_ms the quorum decided, not its own counter's.
+  for (int i = 0; i < kNodes; ++i) {
+    EXPECT_EQ(electionRecord(*servers_[i], "e", "term"), "501") << "node " << i;
+    EXPECT_EQ(electionRecord(*servers_[i], "e", "since_ms"), std::to_string(first->leader.since_ms))
+        << "node " << i;
+    EXPECT_EQ(servers_[i]->cli({"GET", backend::electionTokenKey("sidelock:", "e")}), "501");
+  }
+  // The leader read: the record of the majority, the term granted.
+  auto leader = run(b, Operation::inspect("e").of(LockKind::kElection));
+  ASSERT_TRUE(leader.isOk()) << leader.status().toString();
+  ASSERT_TRUE(leader->ok());
+  EXPECT_EQ(leader->token, 501u);
+  EXPECT_EQ(leader->leader.candidate, "pod-a");
+  EXPECT_EQ(leader->leader.value, "v1");
+  EXPECT_EQ(leader->leader.since_ms, first->leader.since_ms);
+  EXPECT_TRUE(leader->leader.lease.empty()) << "the lease digest stays in the backend";
+  EXPECT_GT(leader->validity_ms, 5'000);  // redis-cli above: a process start each, slow in CI
+
+  // Another candidate is busy; the leader's own second campaign is held by it.
+  auto other = run(b, Operation::campaign("e", "owner-b", 10'000, "pod-b", "v2"));
+  ASSERT_TRUE(other.isOk());
+  EXPECT_EQ(other->code, OutcomeCode::kBusy);
+  EXPECT_EQ(electionRecord(*servers_[0], "e", "candidate"), "pod-a");
+
+  // Proclaim: owner-checked on every node, the same term; a stranger is not the leader.
+  auto proclaimed = run(b, Operation::proclaim("e", "owner-a", "v3"));
+  ASSERT_TRUE(proclaimed.isOk()) << proclaimed.status().toString();
+  ASSERT_TRUE(proclaimed->ok());
+  EXPECT_EQ(proclaimed->token, 501u);
+  EXPECT_GT(proclaimed->validity_ms, 5'000);
+  auto stranger = run(b, Operation::proclaim("e", "owner-b", "x"));
+  ASSERT_TRUE(stranger.isOk());
+  EXPECT_EQ(stranger->code, OutcomeCode::kNotOwner);
+  // A proclaim that reached only a majority (two nodes kept the old value): the majority's value.
+  for (int i = 0; i < 2; ++i) {
+    servers_[i]->cli({"HSET", backend::electionLeaderKey("sidelock:", "e"), "value", "v1"});
+  }
+  leader = run(b, Operation::inspect("e").of(LockKind::kElection));
+  ASSERT_TRUE(leader.isOk() && leader->ok());
+  EXPECT_EQ(leader->leader.value, "v3");
+  // Only records the token sync wrote count: a node's own provisional term (before the sync) is
+  // never read as the leader's.
+  for (int i = 0; i < 2; ++i) {
+    servers_[i]->cli({"HDEL", backend::electionLeaderKey("sidelock:", "e"), "quorum"});
+  }
+  leader = run(b, Operation::inspect("e").of(LockKind::kElection));
+  ASSERT_TRUE(leader.isOk() && leader->ok()) << "three of five records still count";
+  servers_[2]->cli({"HDEL", backend::electionLeaderKey("sidelock:", "e"), "quorum"});
+  leader = run(b, Operation::inspect("e").of(LockKind::kElection));
+  ASSERT_TRUE(leader.isOk());
+  EXPECT_EQ(leader->code, OutcomeCode::kNotHeld);
+  for (int i = 0; i < 3; ++i) {
+    servers_[i]->cli({"HSET", backend::electionLeaderKey("sidelock:", "e"), "quorum", "1"});
+  }
+
+  // Renew and resign through extend.lua and release.lua on the election's keys.
+  auto renewed = run(b, Operation::extend("e", "owner-a", 20'000).of(LockKind::kElection));
+  ASSERT_TRUE(renewed.isOk() && renewed->ok()) << renewed.status().toString();
+  EXPECT_GT(renewed->validity_ms, 15'000);
+  auto resigned = run(b, Operation::release("e", "owner-a").of(LockKind::kElection));
+  ASSERT_TRUE(resigned.isOk() && resigned->ok());
+  for (auto& srv : servers_) {
+    EXPECT_EQ(srv->cli({"EXISTS", backend::electionLeaderKey("sidelock:", "e")}), "0");
+  }
+  leader = run(b, Operation::inspect("e").of(LockKind::kElection));
+  ASSERT_TRUE(leader.isOk());
+  EXPECT_EQ(leader->code, OutcomeCode::kNotHeld);
+  EXPECT_EQ(leader->token, 501u) << "the last term";
+  auto lapsed = run(b, Operation::proclaim("e", "owner-a", "late"));
+  ASSERT_TRUE(lapsed.isOk());
+  EXPECT_EQ(lapsed->code, OutcomeCode::kNotHeld);
+
+  // The next leader's term is higher, also when the majority that elects it excludes the nodes
+  // that ran ahead (they are taken by a lease of somebody else).
+  for (int i = 3; i < kNodes; ++i) {
+    servers_[i]->cli({"SET", backend::electionKey("sidelock:", "e"), "foreign", "PX", "30000"});
+  }
+  auto next = run(b, Operation::campaign("e", "owner-b", 10'000, "pod-b", "v2"));
+  ASSERT_TRUE(next.isOk() && next->ok()) << next.status().toString();
+  EXPECT_GT(next->token, first->token);
+  leader = run(b, Operation::inspect("e").of(LockKind::kElection));
+  ASSERT_TRUE(leader.isOk() && leader->ok());
+  EXPECT_EQ(leader->leader.candidate, "pod-b");
+  EXPECT_EQ(leader->token, next->token);
+}
+
+// Nodes down: two of five still elect (and the leader reads); three down is an outage, never a
+// leader nobody can confirm. A node restarted empty re-seeds its counter from its clock, so terms
+// never go back.
+TEST_F(RedlockTest, ElectionsSurviveAMinorityDownAndTermsNeverGoBackAfterEmptyRestarts) {
+  auto& b = makeReadyBackend();
+  using backend::LockKind;
+  auto first = run(b, Operation::campaign("e", "owner-a", 10'000, "pod-a", "v"));
+  ASSERT_TRUE(first.isOk() && first->ok()) << first.status().toString();
+  ASSERT_TRUE(run(b, Operation::release("e", "owner-a").of(LockKind::kElection))->ok());
+
+  restartEmpty(b, 0, 3);  // a majority forgot everything
+  ASSERT_TRUE(waitAllVoting(b)) << b.health().reason;
+  auto second = run(b, Operation::campaign("e", "owner-b", 10'000, "pod-b", "v"));
+  ASSERT_TRUE(second.isOk() && second->ok()) << second.status().toString();
+  EXPECT_GT(second->token, first->token);
+  ASSERT_TRUE(run(b, Operation::release("e", "owner-b").of(LockKind::kElection))->ok());
+
+  servers_[3]->kill();
+  servers_[4]->kill();
+  ASSERT_TRUE(env_.runUntil([&] { return !b.health().nodes[3].up && !b.health().nodes[4].up; }));
+  auto third = run(b, Operation::campaign("e", "owner-c", 10'000, "pod-c", "v"));
+  ASSERT_TRUE(third.isOk() && third->ok()) << third.status().toString();
+  EXPECT_GT(third->token, second->token);
+  auto leader = run(b, Operation::inspect("e").of(LockKind::kElection));
+  ASSERT_TRUE(leader.isOk() && leader->ok()) << leader.status().toString();
+  EXPECT_EQ(leader->leader.candidate, "pod-c");
+  EXPECT_EQ(leader->token, third->token);
+  ASSERT_TRUE(run(b, Operation::proclaim("e", "owner-c", "w"))->ok());
+
+  servers_[2]->kill();
+  ASSERT_TRUE(env_.runUntil([&] { return !b.health().nodes[2].up; }));
+  leader = run(b, Operation::inspect("e").of(LockKind::kElection));
+  ASSERT_FALSE(leader.isOk());
+  EXPECT_EQ(leader.status().code(), StatusCode::kUnavailable);
+  auto proclaim = run(b, Operation::proclaim("e", "owner-c", "x"));
+  ASSERT_FALSE(proclaim.isOk());
+  EXPECT_EQ(proclaim.status().code(), StatusCode::kUnavailable);
+  auto fourth = run(b, Operation::campaign("e", "owner-d", 10'000, "pod-d", "v"));
+  EXPECT_FALSE(fourth.isOk() && fourth->ok());
+}
+
+// Observers and waiting candidates learn of a grant, a proclaim and a resign from the nodes'
+// announcements, coalesced: one wake-up per event, also for events closer together than the
+// node timeout (a proclaim right after the grant).
+TEST_F(RedlockTest, ElectionAnnouncementsWakeOncePerEventEvenBackToBack) {
+  auto& watcher = makeReadyBackend();
+  auto& b = makeReadyBackend();
+  using backend::LockKind;
+  int woken = 0;
+  watcher.setReleaseListener([&](std::string_view name) { woken += name == "e" ? 1 : 0; });
+  watcher.watchReleases("e");
+  env_.runFor(200);  // let SUBSCRIBE reach every node
+
+  // A grant announces twice on every node (the campaign, then the term's sync), a proclaim and
+  // a resign once: four events, back to back, within the node timeout.
+  ASSERT_TRUE(run(b, Operation::campaign("e", "owner-a", 10'000, "pod-a", "v"))->ok());
+  ASSERT_TRUE(run(b, Operation::proclaim("e", "owner-a", "w"))->ok());
+  ASSERT_TRUE(run(b, Operation::release("e", "owner-a").of(LockKind::kElection))->ok());
+  ASSERT_TRUE(env_.runUntil([&] { return woken >= 4; }, 2000)) << woken << " wake-ups";
+  env_.runFor(3 * kNodeTimeoutMs);
+  EXPECT_EQ(woken, 4);
 }
 
 TEST_F(RedlockTest, ReleaseOutcomes) {

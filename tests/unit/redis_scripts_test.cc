@@ -393,6 +393,20 @@ TEST(RedisScripts, EveryOperationIsOneScriptCall) {
   ASSERT_EQ(sync.key_count, 1);
   EXPECT_EQ(sync.keys[0], "p:{n}:token");
   EXPECT_EQ(sync.args[0], "77");
+  // An election's sync: its own counter, and the record rewritten where the owner still leads.
+  const ScriptCall el_sync = electionSyncCall("n", "o", 78, 1'795'376'077'464, ctx);
+  EXPECT_EQ(el_sync.script, ScriptId::kElectionSync);
+  ASSERT_EQ(el_sync.key_count, 3);
+  EXPECT_EQ(el_sync.keys[0], "p:{n}:el");
+  EXPECT_EQ(el_sync.keys[1], "p:{n}:el:token");
+  EXPECT_EQ(el_sync.keys[2], "p:{n}:el:leader");
+  ASSERT_EQ(el_sync.arg_count, 6);
+  EXPECT_EQ(el_sync.args[0], "o");
+  EXPECT_EQ(el_sync.args[1], "78");
+  EXPECT_EQ(el_sync.args[2], "1795376077464");
+  EXPECT_EQ(el_sync.args[3], ctx.counter_ttl_ms);
+  EXPECT_EQ(el_sync.args[4], releaseChannel("p:", "n"));
+  EXPECT_EQ(el_sync.args[5], "n");
   const ScriptCall::Views v = acquire.views();
   EXPECT_EQ(v.keyArgs().size(), 2u);
   EXPECT_EQ(v.argArgs()[0], "o");
@@ -547,7 +561,7 @@ TEST(RedisReplies, ElectionCampaignProclaimAndLeader) {
 
   // Inspect: the record while somebody leads; the last term when nobody does.
   auto leads = decode(array({integer(1), integer(42), integer(700), str("node-a"), str(""),
-                             integer(1'795'376'077'464)}),
+                             integer(1'795'376'077'464), str("9f2c")}),
                       ScriptId::kElectionLeader);
   ASSERT_TRUE(leads.isOk()) << leads.status().toString();
   EXPECT_TRUE(leads->ok());
@@ -556,6 +570,7 @@ TEST(RedisReplies, ElectionCampaignProclaimAndLeader) {
   EXPECT_EQ(leads->leader.candidate, "node-a");
   EXPECT_EQ(leads->leader.value, "") << "an empty value is a value";
   EXPECT_EQ(leads->leader.since_ms, 1'795'376'077'464);
+  EXPECT_EQ(leads->leader.lease, "9f2c") << "the lease's digest, which Redlock compares";
   auto nobody = decode(reply(-1, 42, 0), ScriptId::kElectionLeader);
   ASSERT_TRUE(nobody.isOk());
   EXPECT_EQ(nobody->code, OutcomeCode::kNotHeld);
@@ -586,16 +601,22 @@ TEST(RedisReplies, ElectionCampaignProclaimAndLeader) {
       {ScriptId::kElectionLeader,
        array({integer(1), integer(42), integer(700), str("node-a"), str("v")})},
       {ScriptId::kElectionLeader,
-       array({integer(1), integer(42), integer(700), integer(5), str("v"), integer(9)})},
+       array({integer(1), integer(42), integer(700), integer(5), str("v"), integer(9), str("d")})},
+      {ScriptId::kElectionLeader, array({integer(1), integer(42), integer(700), str("node-a"),
+                                         RedisValue{}, integer(9), str("d")})},
       {ScriptId::kElectionLeader,
-       array({integer(1), integer(42), integer(700), str("node-a"), RedisValue{}, integer(9)})},
+       array({integer(1), integer(42), integer(700), str("node-a"), str("v"), str("9"), str("d")})},
+      {ScriptId::kElectionLeader, array({integer(1), integer(42), integer(700), str("node-a"),
+                                         str("v"), integer(-1), str("d")})},
       {ScriptId::kElectionLeader,
-       array({integer(1), integer(42), integer(700), str("node-a"), str("v"), str("9")})},
-      {ScriptId::kElectionLeader,
-       array({integer(1), integer(42), integer(700), str("node-a"), str("v"), integer(-1)})},
-      {ScriptId::kElectionLeader,
-       array({str("1"), integer(42), integer(700), str("node-a"), str("v"), integer(9)})},
+       array({str("1"), integer(42), integer(700), str("node-a"), str("v"), integer(9), str("d")})},
       {ScriptId::kElectionLeader, str("node-a")},
+      {ScriptId::kElectionLeader,  // no lease digest
+       array({integer(1), integer(42), integer(700), str("node-a"), str("v"), integer(9)})},
+      {ScriptId::kElectionLeader,  // a number for the digest
+       array({integer(1), integer(42), integer(700), str("node-a"), str("v"), integer(9),
+              integer(5)})},
+      {ScriptId::kElectionSync, reply(0, 0, 5)},
   };
   for (size_t i = 0; i < malformed.size(); ++i) {
     const auto& [script, value] = malformed[i];

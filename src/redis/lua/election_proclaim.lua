@@ -4,7 +4,8 @@
 -- KEYS[2]  p{name}:el:token    the election's fencing counter (the term)
 -- KEYS[3]  p{name}:el:leader   who leads: a hash {candidate, value, since_ms, term}
 -- ARGV     owner, value, channel, name[, "sharded"]
--- Replies  {1, term, PTTL, 1}    proclaimed (and announced)
+-- Replies  {1, term, PTTL, 1}    proclaimed (and announced); the term is the record's (the counter
+--                                if the record lost it), as election_leader.lua reads it
 --          {0, 0, holder PTTL}   another candidate leads
 --          {-1, 0, 0}            nobody leads
 --
@@ -25,4 +26,8 @@ if redis.call('PTTL', KEYS[3]) < 0 then
   redis.call('PEXPIRE', KEYS[3], math.max(ttl, 1))
 end
 announce(ARGV[3], ARGV[4], ARGV[5])
-return {1, lastToken(), ttl, 1}
+local term = tonumber(redis.call('HMGET', KEYS[3], 'term')[1] or '0')
+if term == 0 then
+  term = lastToken()
+end
+return {1, term, ttl, 1}
