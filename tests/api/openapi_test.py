@@ -447,6 +447,15 @@ class Stream:
             self.lines.append(raw)
         return json.loads(raw) if raw.strip() else None
 
+    def check_to_end(self, doc, path, last_event):
+        """Reads the rest of the stream, validates every line and expects `last_event` last."""
+        while self.line() is not None:
+            pass
+        check_response(doc, "POST", path, self.resp.status, self.resp.getheader("Content-Type", ""),
+                       "".join(self.lines), last_event)
+        if not self.lines or json.loads(self.lines[-1])["event"] != last_event:
+            fail("%s: the stream ended with %s, not %s" % (path, self.lines[-1:], last_event))
+
     def close(self):
         self.conn.close()
 
@@ -489,24 +498,14 @@ def exercise_elections(doc, port, check):
         time.sleep(0.02)
     check("POST", base + "e/campaign", '{"candidate":"pod-c"}', expect=429)
     check("POST", base + "e/resign", json.dumps({"owner": owner}), expect=200)
-    while leader.line() is not None:
-        pass
-    check_response(doc, "POST", base + "e/campaign", leader.resp.status,
-                   leader.resp.getheader("Content-Type", ""), "".join(leader.lines), "resigned")
-    if json.loads(leader.lines[-1])["event"] != "resigned":
-        fail("the resigned leader's stream ended with " + leader.lines[-1])
+    leader.check_to_end(doc, base + "e/campaign", "resigned")
     # pod-b is elected at once; its lease is then deleted behind its back: its stream ends lost.
     waiting.line()
     watch.line()
     redis_port = RUN["redis_port"]
     subprocess.run(["redis-cli", "-p", str(redis_port), "DEL", "sidelock:{e}:el"],
                    stdout=subprocess.DEVNULL, check=False)
-    while waiting.line() is not None:
-        pass
-    check_response(doc, "POST", base + "e/campaign", waiting.resp.status,
-                   waiting.resp.getheader("Content-Type", ""), "".join(waiting.lines), "lost")
-    if json.loads(waiting.lines[-1])["event"] != "lost":
-        fail("the deposed leader's stream ended with " + waiting.lines[-1])
+    waiting.check_to_end(doc, base + "e/campaign", "lost")
     watch.line()  # no_leader, once the observers read again (at most a second)
     watch.close()
     check_response(doc, "GET", base + "e/observe", watch.resp.status,
