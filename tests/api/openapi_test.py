@@ -29,6 +29,8 @@ from live_processes import free_port, wait_port  # noqa: E402  (shared with test
 
 FAILURES = []
 CHECKED = {"responses": 0, "readme": 0}
+# (METHOD, template, status) -> the top-level and nested field names seen in real answers.
+HIT = {}
 ADMIN_TOKEN = "OpenApiAdminToken-0123456789abcdef"
 
 
@@ -180,6 +182,32 @@ def check_response(doc, method, path, status, ctype, body, note=""):
     except Exception as e:  # noqa: BLE001
         return fail("%s: %s\n    body: %s" % (where, str(e).splitlines()[0], body[:300]))
     CHECKED["responses"] += 1
+    fields = HIT.setdefault((method.upper(), template, str(status)), set())
+    if media in ("application/json", "application/x-ndjson"):
+        for line in body.splitlines() if media == "application/x-ndjson" else [body]:
+            if line.strip():
+                fields.update(field_names(json.loads(line)))
+
+
+def field_names(value, prefix=""):
+    """Dotted names of every object member in `value` ("leader.term")."""
+    names = set()
+    if isinstance(value, dict):
+        for k, v in value.items():
+            names.add(prefix + k)
+            names.update(field_names(v, prefix + k + "."))
+    return names
+
+
+def schema_field_names(schema, doc, prefix=""):
+    """Dotted names of every property a response schema documents (through $ref and oneOf)."""
+    schema = inline_refs(schema, doc)
+    names = set()
+    for alt in [schema] + schema.get("oneOf", []) + schema.get("anyOf", []):
+        for k, v in alt.get("properties", {}).items():
+            names.add(prefix + k)
+            names.update(schema_field_names(v, doc, prefix + k + "."))
+    return names
 
 
 # --- README examples ----------------------------------------------------------------------------
@@ -376,6 +404,8 @@ def exercise(doc, lock_port, admin_port):
     check("POST", "/v1.0-alpha1/lock/elsewhere", lock("vader"), expect=400)
     check("POST", "/v1.0-alpha1/unlock/lockstore", "{}", {"Content-Type": "text/html"}, expect=415)
 
+    exercise_elections(doc, lock_port, check)
+
     # The admin listener: force release with and without the admin token.
     auth = {"Authorization": "Bearer " + ADMIN_TOKEN}
     check("POST", "/v1/locks/f/acquire", "{}", expect=200)
@@ -385,6 +415,147 @@ def exercise(doc, lock_port, admin_port):
     check("POST", "/admin/v1/locks/a%7Bb/release", headers=auth, port=admin_port, expect=400)
     check("GET", "/readyz", port=admin_port, expect=200)
     check("GET", "/v1/openapi.json", headers=auth, port=admin_port, expect=200)
+
+
+# Statuses of the election routes a contract sidecar cannot provoke cheaply, and why; every other
+# documented status of the six election paths must be answered for real (check_election_coverage).
+ELECTION_NOT_PROVOKED = {
+    "401": "no lock tokens in this sidecar's config (tests/integration/access_control_test.cc)",
+    "501": "no backend type shipped answers it: every one holds elections",
+    ("POST", "/v1/elections/{name}/campaign", "503"): "a campaign rides out an outage in line",
+    ("GET", "/v1/elections/{name}/observe", "503"): "only while draining",
+}
+
+
+class Stream:
+    """A chunked NDJSON answer read line by line (campaign, observe)."""
+
+    def __init__(self, port, method, path, body=None, timeout=10):
+        self.conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+        headers = {"Host": "localhost"}
+        if body is not None:
+            headers["Content-Type"] = "application/json"
+        self.conn.request(method, path, body=body, headers=headers)
+        self.resp = None  # a campaign in line has no answer yet: read when the first line is
+        self.lines = []
+
+    def line(self):
+        if self.resp is None:
+            self.resp = self.conn.getresponse()
+        raw = self.resp.readline().decode()
+        if raw:
+            self.lines.append(raw)
+        return json.loads(raw) if raw.strip() else None
+
+    def check_to_end(self, doc, path, last_event):
+        """Reads the rest of the stream, validates every line and expects `last_event` last."""
+        while self.line() is not None:
+            pass
+        check_response(doc, "POST", path, self.resp.status, self.resp.getheader("Content-Type", ""),
+                       "".join(self.lines), last_event)
+        if not self.lines or json.loads(self.lines[-1])["event"] != last_event:
+            fail("%s: the stream ended with %s, not %s" % (path, self.lines[-1:], last_event))
+
+    def close(self):
+        self.conn.close()
+
+
+def exercise_elections(doc, port, check):
+    """Every election route, each documented status it can answer here, validated."""
+    base = "/v1/elections/"
+    check("GET", base + "e", expect=200)
+    check("GET", base + "e/ready?candidate=pod-a", expect=503)
+    check("GET", base + "a%7Bb", expect=400)
+    check("GET", base + "e/ready?candidate=%01", expect=400)
+    for path in ("e/campaign", "e/proclaim", "e/resign"):
+        check("POST", base + path, '{"candidate":', expect=400)
+        check("POST", base + path, "{}", {"Origin": "http://evil.example"}, expect=403)
+        check("POST", base + path, "{}", {"Host": "attacker.example"}, expect=421)
+    for path in ("e", "e/observe", "e/ready?candidate=pod-a"):
+        check("GET", base + path, headers={"Origin": "http://evil.example"}, expect=403)
+        check("GET", base + path, headers={"Host": "attacker.example"}, expect=421)
+    check("GET", base + "a%7Bb/observe", expect=400)
+
+    # A leader with a short TTL (renewed every 200 ms), an observer, a candidate in line and one
+    # turned away (max_waiters_per_lock is 1).
+    leader = Stream(port, "POST", base + "e/campaign",
+                    '{"candidate":"pod-a","value":"10.0.0.1:8080","ttl_ms":600}')
+    elected = leader.line()
+    owner = elected["owner"]
+    watch = Stream(port, "GET", base + "e/observe")
+    watch.line()
+    check("GET", base + "e", expect=200)
+    check("GET", base + "e/ready?candidate=pod-a", expect=200)
+    check("POST", base + "e/proclaim", json.dumps({"owner": owner, "value": "10.0.0.1:9090"}), expect=200)
+    watch.line()  # the value proclaimed
+    check("POST", base + "e/proclaim", '{"owner":"somebody-else","value":"x"}', expect=409)
+    check("POST", base + "e/resign", '{"owner":"somebody-else"}', expect=409)
+    while leader.line()["event"] != "renewed":
+        pass
+    waiting = Stream(port, "POST", base + "e/campaign", '{"candidate":"pod-b","ttl_ms":600}')
+    end = time.time() + 5
+    while time.time() < end and "election/e" not in json.dumps(json.loads(call(port, "GET", "/v1/locks")[2])["waiters"]):
+        time.sleep(0.02)
+    check("POST", base + "e/campaign", '{"candidate":"pod-c"}', expect=429)
+    check("POST", base + "e/resign", json.dumps({"owner": owner}), expect=200)
+    leader.check_to_end(doc, base + "e/campaign", "resigned")
+    # pod-b is elected at once; its lease is then deleted behind its back: its stream ends lost.
+    waiting.line()
+    watch.line()
+    redis_port = RUN["redis_port"]
+    subprocess.run(["redis-cli", "-p", str(redis_port), "DEL", "sidelock:{e}:el"],
+                   stdout=subprocess.DEVNULL, check=False)
+    waiting.check_to_end(doc, base + "e/campaign", "lost")
+    watch.line()  # no_leader, once the observers read again (at most a second)
+    watch.close()
+    check_response(doc, "GET", base + "e/observe", watch.resp.status,
+                   watch.resp.getheader("Content-Type", ""), "".join(watch.lines))
+    seen = {json.loads(line)["event"] for line in watch.lines}
+    if seen != {"leader", "no_leader"}:
+        fail("the observer saw %s, not leader and no_leader" % sorted(seen))
+    leader.close()
+    waiting.close()
+
+
+def exercise_elections_backend_down(port, check):
+    """The election routes that read or write Redis answer 503 while it is down."""
+    base = "/v1/elections/"
+    end = time.time() + 10
+    while time.time() < end and call(port, "GET", "/readyz")[0] != 503:
+        time.sleep(0.05)
+    check("GET", base + "e", expect=503)
+    check("GET", base + "e/ready?candidate=pod-a", expect=503)
+    check("POST", base + "e/proclaim", '{"owner":"o","value":"v"}', expect=503)
+    check("POST", base + "e/resign", '{"owner":"o"}', expect=503)
+
+
+def check_election_coverage(doc):
+    """Every documented status of the six election paths was answered for real (or is listed in
+    ELECTION_NOT_PROVOKED), and every field a success answer documents appeared in one."""
+    paths = [p for p in doc["paths"] if p.startswith("/v1/elections/")]
+    answered = sorted(k for k in HIT if k[1] in paths)
+    print("election routes: %d (method, path, status) answered: %s" % (
+        len(answered), ", ".join("%s %s %s" % k for k in answered)))
+    if len(paths) != 6:
+        fail("expected 6 election paths in the document, found %d" % len(paths))
+    for path in paths:
+        for method, op in doc["paths"][path].items():
+            for status, resp in op["responses"].items():
+                key = (method.upper(), path, status)
+                if status in ELECTION_NOT_PROVOKED or key in ELECTION_NOT_PROVOKED:
+                    continue
+                if key not in HIT:
+                    fail("%s %s: documented status %s never answered by the contract sidecar" % key)
+                    continue
+                if not status.startswith("2"):
+                    continue
+                for media in resp.get("content", {}).values():
+                    missing = schema_field_names(media["schema"], doc) - HIT[key]
+                    if missing:
+                        fail("%s %s %s: documented fields never answered: %s" % (key + (sorted(missing),)))
+
+
+RUN = {}
 
 
 def main():
@@ -431,7 +602,19 @@ def main():
         end = time.time() + 20
         while time.time() < end and call(lock_port, "GET", "/readyz")[0] != 200:
             time.sleep(0.05)
+        RUN["redis_port"] = redis_port
         exercise(doc, lock_port, admin_port)
+        # Last: Redis goes away, and the election routes that need it answer 503.
+        procs[0].kill()
+        procs[0].wait()
+
+        def check_down(method, path, body=None, headers=None, expect=None):
+            status, ctype, data = call(lock_port, method, path, body, headers)
+            if expect is not None and status != expect:
+                fail("%s %s: expected %d, got %d %s" % (method, path, expect, status, data[:200]))
+            check_response(doc, method, path, status, ctype, data, "Redis down")
+        exercise_elections_backend_down(lock_port, check_down)
+        check_election_coverage(doc)
     finally:
         for p in reversed(procs):
             p.send_signal(signal.SIGTERM)

@@ -15,7 +15,7 @@ target_include_directories(sidelock_chaos PUBLIC ${CMAKE_CURRENT_LIST_DIR}/..)
 target_link_libraries(sidelock_chaos PUBLIC sidelock_test_support nlohmann_json::nlohmann_json
   Threads::Threads)
 
-foreach(suite checkers sidecar_faults redis_faults clock_and_network soak)
+foreach(suite checkers sidecar_faults redis_faults clock_and_network soak election_faults)
   sidelock_test(chaos_${suite}_test
     SOURCES ${CMAKE_CURRENT_LIST_DIR}/${suite}_test.cc
     LIBS sidelock_chaos

@@ -15,6 +15,7 @@
 #include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -31,6 +32,7 @@ using nlohmann::json;
 
 constexpr const char* kFullToken = "FullAccessToken0123456789abcdefXYZ";
 constexpr const char* kOrdersToken = "OrdersOnlyToken0123456789abcdefXYZ";
+constexpr const char* kJobsToken = "JobsOnlyToken0123456789abcdefXYZ";
 constexpr const char* kNewToken = "RotatedInToken0123456789abcdefXYZ";
 constexpr const char* kAdminToken = "AdminScrapeToken0123456789abcdefXYZ";
 
@@ -143,7 +145,8 @@ class TokenTest : public ::testing::Test {
     tokens_file_ = dir_ + "/tokens";
     std::ofstream(tokens_file_) << "# lock tokens\n"
                                 << kFullToken << "\n"
-                                << kOrdersToken << " prefixes=orders-,jobs:\n";
+                                << kOrdersToken << " prefixes=orders-,jobs:\n"
+                                << kJobsToken << " prefixes=jobs-\n";
     admin_port_ = pickFreePort();
     sidecar_ = std::make_unique<SidecarProcess>(
         SidecarProcess::Options{"backend:\n  type: memory\nauth:\n  tokens_file: " + tokens_file_ +
@@ -156,7 +159,7 @@ class TokenTest : public ::testing::Test {
     if (sidecar_) {
       EXPECT_EQ(sidecar_->stop(), 0) << sidecar_->logs();
       const std::string logs = sidecar_->logs();
-      for (const char* t : {kFullToken, kOrdersToken, kNewToken, kAdminToken}) {
+      for (const char* t : {kFullToken, kOrdersToken, kJobsToken, kNewToken, kAdminToken}) {
         EXPECT_EQ(logs.find(t), std::string::npos) << "a token was logged";
       }
     }
@@ -232,6 +235,98 @@ TEST_F(TokenTest, TcpRequiresAValidTokenAndPrefixesLimitLockNames) {
   EXPECT_EQ(call("GET", "/healthz", nullptr).status, 200);
   EXPECT_EQ(call("GET", "/readyz", nullptr).status, 200);
   EXPECT_EQ(call("GET", "/metrics", nullptr).status, 401);
+}
+
+/// A streaming request (campaign, observe) sent with `token`: the client, its head read.
+struct TokenStream {
+  HttpClient client;
+  HttpResponse head;
+  std::optional<json> next() {
+    std::optional<std::string> line = client.readStreamLine(5000);
+    if (!line) return std::nullopt;
+    return json::parse(*line);
+  }
+};
+
+TokenStream openStream(int port, const std::string& method, const std::string& path,
+                       const char* token, const std::string& body = "") {
+  TokenStream s{HttpClient::tcp(port), {}};
+  std::string r = method + " " + path + " HTTP/1.1\r\nHost: localhost\r\n" + bearer(token) + "\r\n";
+  if (method == "POST") r += "Content-Length: " + std::to_string(body.size()) + "\r\n";
+  s.client.sendRaw(r + "\r\n" + body);
+  std::optional<HttpResponse> head = s.client.readStreamHead(5000);
+  if (!head) ADD_FAILURE() << "no answer to " << method << " " << path;
+  s.head = head.value_or(HttpResponse{});
+  return s;
+}
+
+// Token prefixes apply to election names as to lock names: a token for `jobs-` runs a whole
+// election of jobs-x (campaign, who leads, observe, proclaim, ready, resign) and gets 403
+// lock_not_allowed on every election route of another name, even with that leader's owner id.
+TEST_F(TokenTest, PrefixesLimitElectionNames) {
+  const int port = sidecar_->port();
+  TokenStream jobs = openStream(port, "POST", "/v1/elections/jobs-x/campaign", kJobsToken,
+                                R"({"candidate":"pod-a","value":"10.0.0.1"})");
+  ASSERT_EQ(jobs.head.status, 200) << jobs.head.body;
+  std::optional<json> elected = jobs.next();
+  ASSERT_TRUE(elected.has_value());
+  ASSERT_EQ((*elected)["event"], "elected");
+  const std::string jobs_owner = (*elected)["owner"];
+  TokenStream other = openStream(port, "POST", "/v1/elections/other/campaign", kFullToken,
+                                 R"({"candidate":"pod-b"})");
+  ASSERT_EQ(other.head.status, 200) << other.head.body;
+  std::optional<json> other_elected = other.next();
+  ASSERT_TRUE(other_elected.has_value());
+  const std::string other_owner = (*other_elected)["owner"];
+
+  auto r = call("GET", "/v1/elections/jobs-x", kJobsToken);
+  EXPECT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(json::parse(r.body)["leader"]["candidate"], "pod-a");
+  TokenStream watch = openStream(port, "GET", "/v1/elections/jobs-x/observe", kJobsToken);
+  EXPECT_EQ(watch.head.status, 200) << watch.head.body;
+  std::optional<json> first = watch.next();
+  ASSERT_TRUE(first.has_value());
+  EXPECT_EQ((*first)["candidate"], "pod-a");
+  r = call("POST", "/v1/elections/jobs-x/proclaim", kJobsToken,
+           json{{"owner", jobs_owner}, {"value", "10.0.0.2"}}.dump());
+  EXPECT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(call("GET", "/v1/elections/jobs-x/ready?candidate=pod-a", kJobsToken).status, 200);
+
+  for (const auto& [method, path, body] :
+       std::vector<std::tuple<std::string, std::string, std::string>>{
+           {"POST", "/v1/elections/other/campaign", R"({"candidate":"pod-c"})"},
+           {"GET", "/v1/elections/other", ""},
+           {"GET", "/v1/elections/other/observe", ""},
+           {"POST", "/v1/elections/other/proclaim",
+            json{{"owner", other_owner}, {"value", "hijacked"}}.dump()},
+           {"POST", "/v1/elections/other/resign", json{{"owner", other_owner}}.dump()},
+           {"GET", "/v1/elections/other/ready?candidate=pod-b", ""},
+           {"GET", "/v1/elections/jobs/ready?candidate=pod-b", ""},
+           {"POST", "/v1/elections/jobs:x/campaign", R"({"candidate":"pod-c"})"}}) {
+    r = call(method, path, kJobsToken, body);
+    EXPECT_EQ(r.status, 403) << method << " " << path << ": " << r.body;
+    EXPECT_EQ(errorOf(r), "lock_not_allowed") << path;
+    EXPECT_NE(r.body.find("jobs-"), std::string::npos) << "names the allowed prefix: " << r.body;
+  }
+  // Nothing changed for `other`, and no token at all is still 401 on the election routes.
+  r = call("GET", "/v1/elections/other", kFullToken);
+  EXPECT_EQ(json::parse(r.body)["leader"]["candidate"], "pod-b") << r.body;
+  EXPECT_EQ(json::parse(r.body)["leader"]["value"], "") << "the refused proclaim wrote nothing";
+  r = call("GET", "/v1/elections/jobs-x", nullptr);
+  EXPECT_EQ(r.status, 401);
+  EXPECT_EQ(errorOf(r), "token_required");
+  // The listing shows a scoped token only its own elections.
+  const json listed = json::parse(call("GET", "/v1/locks", kJobsToken).body);
+  EXPECT_NE(listed.dump().find("jobs-x"), std::string::npos) << listed.dump();
+  EXPECT_EQ(listed.dump().find("other"), std::string::npos) << listed.dump();
+
+  r = call("POST", "/v1/elections/jobs-x/resign", kJobsToken, json{{"owner", jobs_owner}}.dump());
+  EXPECT_EQ(r.status, 200) << r.body;
+  std::optional<json> end = jobs.next();
+  while (end && (*end)["event"] == "renewed") end = jobs.next();
+  ASSERT_TRUE(end.has_value());
+  EXPECT_EQ((*end)["event"], "resigned");
+  EXPECT_EQ(call("GET", "/v1/elections/jobs-x/ready?candidate=pod-a", kJobsToken).status, 503);
 }
 
 TEST_F(TokenTest, AdminListenerHasItsOwnToken) {

@@ -17,6 +17,7 @@
 #include <tuple>
 #include <vector>
 
+#include "support/election_streams.h"
 #include "support/hold_check.h"
 #include "support/http_client.h"
 #include "support/redis_server.h"
@@ -34,67 +35,6 @@ using Clock = std::chrono::steady_clock;
 int64_t msSince(Clock::time_point t) {
   return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t).count();
 }
-
-/// A campaign in progress: its own connection, the request sent, the stream read event by event.
-class Campaign {
- public:
-  Campaign(int port, const std::string& name, const std::string& candidate, int64_t ttl_ms,
-           const std::string& value = "")
-      : client_(HttpClient::tcp(port)) {
-    json body = {{"candidate", candidate}, {"ttl_ms", ttl_ms}};
-    if (!value.empty()) body["value"] = value;
-    client_.sendRequest("POST", "/v1/elections/" + name + "/campaign", body.dump());
-  }
-
-  /// Waits for the answer's head and its first event ("elected"); nullopt if none in time.
-  std::optional<json> elected(int timeout_ms = 10000) {
-    if (!head_) {
-      head_ = client_.readStreamHead(timeout_ms);
-      if (!head_) return std::nullopt;
-      if (head_->status != 200) return json{{"status", head_->status}, {"body", head_->body}};
-    }
-    return next(timeout_ms);
-  }
-  /// The next event of the stream, or nullopt (end, close, timeout).
-  std::optional<json> next(int timeout_ms = 10000) {
-    std::optional<std::string> line = client_.readStreamLine(timeout_ms);
-    if (!line) return std::nullopt;
-    return json::parse(*line);
-  }
-  /// Skips "renewed" events until another one comes.
-  std::optional<json> nextNotRenewed(int timeout_ms = 10000) {
-    const auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
-    while (Clock::now() < deadline) {
-      std::optional<json> e = next(static_cast<int>(std::max<int64_t>(1, -msSince(deadline))));
-      if (!e || (*e)["event"] != "renewed") return e;
-    }
-    return std::nullopt;
-  }
-  void hangUp() { client_.close(); }
-
- private:
-  HttpClient client_;
-  std::optional<HttpResponse> head_;
-};
-
-/// An observe stream of one election.
-class Observer {
- public:
-  Observer(int port, const std::string& name) : client_(HttpClient::tcp(port)) {
-    client_.sendRequest("GET", "/v1/elections/" + name + "/observe");
-    head_ = client_.readStreamHead(10000);
-  }
-  int status() const { return head_ ? head_->status : 0; }
-  std::optional<json> next(int timeout_ms = 10000) {
-    std::optional<std::string> line = client_.readStreamLine(timeout_ms);
-    if (!line) return std::nullopt;
-    return json::parse(*line);
-  }
-
- private:
-  HttpClient client_;
-  std::optional<HttpResponse> head_;
-};
 
 /// Who leads election `name`, as GET /v1/elections/{name} answers through `c`: null when nobody
 /// leads, and after a failure (reported).

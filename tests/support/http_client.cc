@@ -158,7 +158,7 @@ HttpClient::~HttpClient() {
 }
 
 HttpClient HttpClient::tcp(int port) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) throw std::runtime_error("socket failed");
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
@@ -175,7 +175,7 @@ HttpClient HttpClient::tcp(int port) {
 }
 
 HttpClient HttpClient::unix(const std::string& path) {
-  int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) throw std::runtime_error("socket failed");
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
