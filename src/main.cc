@@ -4,6 +4,8 @@
 #include <unistd.h>
 #include <uv.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -162,17 +164,17 @@ void shutDownBackendAndServers(Sidecar& s) {
   });
 }
 
-/// SIGTERM/SIGINT: stop accepting, drain the lock service (answers waiters, releases leases),
+/// SIGTERM/SIGINT: stop accepting, let campaign leaders step down, drain the lock service (answers waiters, releases leases),
 /// let the HTTP output drain (streams' last events), close the backend, then the HTTP server,
 /// then the loop's own handles.
 void beginShutdown(Sidecar& s, const config::Config& cfg, const char* why) {
   if (s.stopping) return;
   s.stopping = true;
   SL_LOG(kInfo, "shutdown.begin", {"signal", why}, {"grace_ms", cfg.shutdown.grace_ms});
-  // Leaders elected here resign before anything drains: the next candidate is elected at once.
+  // Configured elections' leaders resign before anything drains: the next candidate is elected
+  // at once (they have no client process to stop first).
   s.pod_elections->resignAll();
   s.api->setDraining(true);
-  s.elections->setDraining(true);
   s.server->stopAccepting();
   // The admin listener stays up while draining so probes see /readyz turn 503.
   // Hard deadline: whatever is still open at grace + 1 s is abandoned and the process exits
@@ -182,16 +184,29 @@ void beginShutdown(Sidecar& s, const config::Config& cfg, const char* why) {
     fflush(stderr);
     _exit(1);
   });
-  s.locks->shutdown(cfg.shutdown.release_held, cfg.shutdown.grace_ms, [&s] {
-    // The streams' last events ("released") and body ends are written by now, not yet sent:
-    // let the kernel take them before the connections close, or clients see a bare EOF.
-    s.server->drainOutput(kOutputDrainMs, [&s](size_t unwritten) {
-      if (unwritten > 0) {
-        SL_LOG(kWarn, "shutdown.output_not_drained",
-               {"connections", static_cast<unsigned long>(unwritten)},
-               {"waited_ms", static_cast<long long>(kOutputDrainMs)});
-      }
-      shutDownBackendAndServers(s);
+  // Leaders elected through a campaign stream step down: their client (sidelock run --elect)
+  // stops its process while the lease is still renewed, and resigns by closing the stream, or
+  // is resigned after half the grace. Only then may the lock service release leases
+  // (shutdown.release_held would otherwise resign them under a client still running). The rest
+  // of the grace is the lock service's.
+  const int64_t grace_ms = cfg.shutdown.grace_ms;
+  const bool release_held = cfg.shutdown.release_held;
+  const auto started = std::chrono::steady_clock::now();
+  s.elections->setDraining(true, grace_ms / 2, [&s, grace_ms, release_held, started] {
+    const int64_t spent = std::chrono::duration_cast<std::chrono::milliseconds>(
+                              std::chrono::steady_clock::now() - started)
+                              .count();
+    s.locks->shutdown(release_held, std::max<int64_t>(1, grace_ms - spent), [&s] {
+      // The streams' last events ("released") and body ends are written by now, not yet sent:
+      // let the kernel take them before the connections close, or clients see a bare EOF.
+      s.server->drainOutput(kOutputDrainMs, [&s](size_t unwritten) {
+        if (unwritten > 0) {
+          SL_LOG(kWarn, "shutdown.output_not_drained",
+                 {"connections", static_cast<unsigned long>(unwritten)},
+                 {"waited_ms", static_cast<long long>(kOutputDrainMs)});
+        }
+        shutDownBackendAndServers(s);
+      });
     });
   });
 }

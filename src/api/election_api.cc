@@ -89,6 +89,8 @@ struct ElectionApi::Campaign {
   uint64_t term = 0;  // once elected
   bool elected = false;
   bool finished = false;  // the answer or the stream is complete
+  bool stepping_down = false;  // draining: `stepping_down` sent, resigns on close or deadline
+  event::ScopedTimer step_down_deadline;
 };
 
 ElectionApi::ElectionApi(const config::LocksConfig& locks, lock::LockService& service,
@@ -96,6 +98,7 @@ ElectionApi::ElectionApi(const config::LocksConfig& locks, lock::LockService& se
     : locks_(locks),
       service_(service),
       metrics_(metrics),
+      scheduler_(scheduler),
       options_(std::move(options)),
       observers_(service, scheduler, metrics, options_.observe_reread_ms) {}
 
@@ -151,7 +154,9 @@ void ElectionApi::campaign(http::Request& req, http::ResponderPtr res) {
   campaigns_.insert(call);
   auto finish = [this](const std::shared_ptr<Campaign>& c) {
     c->finished = true;
+    c->step_down_deadline.reset();
     campaigns_.erase(c);
+    if (c->stepping_down) checkSteppedDown();
   };
 
   auto on_event = alive_.guarded([this, call, finish](lock::LeaseEvent e) {
@@ -246,9 +251,12 @@ void ElectionApi::campaign(http::Request& req, http::ResponderPtr res) {
   res->onClientGone(alive_.guarded([this, weak, finish] {
     auto c = weak.lock();
     if (!c || c->finished) return;
+    if (c->stepping_down) stepDownRelease(c);  // counted before finish checks the step-downs
     finish(c);
     if (!c->elected) return c->ticket.cancel();
-    service_.release(c->election, c->owner, [](StatusOr<lock::ReleaseStatus>) {});
+    if (!c->stepping_down) {
+      service_.release(c->election, c->owner, [](StatusOr<lock::ReleaseStatus>) {});
+    }
   }));
 }
 
@@ -352,22 +360,71 @@ void ElectionApi::ready(http::Request& req, http::ResponderPtr res) {
   });
 }
 
-void ElectionApi::setDraining(bool draining) {
+void ElectionApi::setDraining(bool draining, int64_t step_down_ms,
+                              std::function<void()> on_stepped_down) {
   draining_ = draining;
   if (!draining) return;
+  on_stepped_down_ = std::move(on_stepped_down);
   // Copied: the callbacks these start change campaigns_ (on later turns, but safely either way).
   const auto campaigns = campaigns_;
   for (const auto& c : campaigns) {
     if (c->finished) continue;
-    if (c->elected) {
+    if (!c->elected) {
+      c->ticket.cancel();
+    } else if (step_down_ms <= 0) {
       SL_LOG(kInfo, "election.resign_on_shutdown", {"name", c->election.name},
              {"candidate", c->candidate});
       service_.release(c->election, c->owner, [](StatusOr<lock::ReleaseStatus>) {});
     } else {
-      c->ticket.cancel();
+      // The client's process may still be running: tell it to stop, keep the lease renewed, and
+      // resign when it closes the stream (onClientGone) or at the deadline.
+      SL_LOG(kInfo, "election.step_down_on_shutdown", {"name", c->election.name},
+             {"candidate", c->candidate}, {"resign_in_ms", static_cast<long long>(step_down_ms)});
+      c->stepping_down = true;
+      c->responder->writeChunk(JsonObject()
+                                   .text("event", "stepping_down")
+                                   .text("name", c->election.name)
+                                   .text("candidate", c->candidate)
+                                   .unsignedInteger("term", c->term)
+                                   .text("reason", "shutting_down")
+                                   .integer("resign_in_ms", step_down_ms)
+                                   .finish());
+      std::weak_ptr<Campaign> weak = c;
+      c->step_down_deadline.start(scheduler_, step_down_ms, alive_.guarded([this, weak] {
+        auto live = weak.lock();
+        if (!live || live->finished) return;
+        SL_LOG(kInfo, "election.step_down_deadline", {"name", live->election.name},
+               {"candidate", live->candidate});
+        // The lease event kReleased ends the stream with `resigned` and finishes the campaign.
+        stepDownRelease(live);
+      }));
     }
   }
   observers_.endAll();
+  checkSteppedDown();
+}
+
+void ElectionApi::stepDownRelease(const std::shared_ptr<Campaign>& c) {
+  ++step_down_releases_;
+  service_.release(c->election, c->owner,
+                   alive_.guarded([this](StatusOr<lock::ReleaseStatus>) {
+                     --step_down_releases_;
+                     checkSteppedDown();
+                   }));
+}
+
+void ElectionApi::checkSteppedDown() {
+  if (!on_stepped_down_ || step_down_releases_ > 0) return;
+  for (const auto& c : campaigns_) {
+    if (c->stepping_down && !c->finished) return;
+  }
+  // A later turn: this may run inside a lease event or a release callback of the lock service.
+  scheduler_.runAfter(0, alive_.guarded([this] {
+    if (!on_stepped_down_) return;
+    auto done = std::move(on_stepped_down_);
+    on_stepped_down_ = nullptr;
+    done();
+  }));
 }
 
 }  // namespace sidelock::api

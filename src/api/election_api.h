@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <unordered_set>
@@ -56,10 +57,16 @@ class ElectionApi {
   std::vector<Route> routes();
   /// The observe groups of this sidecar (PodElections listens to its names' groups).
   ElectionObservers& observers() { return observers_; }
-  /// SIGTERM: every leader elected through this sidecar resigns at once (the next candidate,
-  /// anywhere, is elected in one round trip rather than after a TTL), candidates leave the line,
-  /// observe streams end, and new campaigns are refused (503 shutting_down).
-  void setDraining(bool draining);
+  /// SIGTERM: every leader elected through this sidecar steps down: its stream gets
+  /// `stepping_down` with resign_in_ms = step_down_ms, its lease keeps being renewed, and it
+  /// resigns when the client closes the stream or step_down_ms have passed (then the stream ends
+  /// with `resigned`). The client's process can so stop before the next candidate, anywhere, is
+  /// elected (one round trip after the resignation, not a TTL). step_down_ms <= 0 resigns at
+  /// once. Candidates leave the line, observe streams end, and new campaigns are refused (503
+  /// shutting_down) at once. on_stepped_down runs once every step-down is done (resigned, lost,
+  /// or its release answered): the lock service must not release those leases before.
+  void setDraining(bool draining, int64_t step_down_ms = 0,
+                   std::function<void()> on_stepped_down = {});
 
   /// What is wrong with a candidate name ("" if fine).
   static std::string candidateProblem(std::string_view candidate) {
@@ -75,12 +82,20 @@ class ElectionApi {
   void proclaim(http::Request& req, http::ResponderPtr res);
   void resign(http::Request& req, http::ResponderPtr res);
   void ready(http::Request& req, http::ResponderPtr res);
+  /// Resigns a stepping-down campaign (client gone or deadline) and counts the release in flight.
+  void stepDownRelease(const std::shared_ptr<Campaign>& c);
+  /// Runs on_stepped_down_ (on a later turn) once no step-down is pending.
+  void checkSteppedDown();
 
   const config::LocksConfig& locks_;
   lock::LockService& service_;
   metrics::Metrics& metrics_;
+  event::Scheduler& scheduler_;
   Options options_;
   bool draining_ = false;
+  /// Step-down releases sent and not yet answered.
+  int step_down_releases_ = 0;
+  std::function<void()> on_stepped_down_;
   ElectionObservers observers_;
   /// Campaigns in progress (waiting or leading), so that draining can end them.
   std::unordered_set<std::shared_ptr<Campaign>> campaigns_;

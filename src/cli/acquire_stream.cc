@@ -100,6 +100,8 @@ StatusOr<StreamEvent> parseStreamEvent(std::string_view line) {
     ev.type = StreamEvent::Type::kCapped;
   } else if (ev.event == "elected") {
     ev.type = StreamEvent::Type::kElected;
+  } else if (ev.event == "stepping_down") {
+    ev.type = StreamEvent::Type::kSteppingDown;
   } else if (ev.event == "resigned") {
     ev.type = StreamEvent::Type::kResigned;
   }
@@ -108,6 +110,12 @@ StatusOr<StreamEvent> parseStreamEvent(std::string_view line) {
   if (auto f = j.find("reason"); f != j.end() && f->is_string()) ev.reason = f->get<std::string>();
   if (auto f = j.find("cap_reached"); f != j.end() && f->is_boolean()) {
     ev.cap_reached = f->get<bool>();
+  }
+  if (auto f = j.find("resign_in_ms"); f != j.end()) {
+    if (!f->is_number_integer() || f->get<int64_t>() < 0) {
+      return invalidArgument("bad resign_in_ms in stream event: " + truncated(line));
+    }
+    ev.resign_in_ms = f->get<int64_t>();
   }
   if (auto f = j.find("ttl_ms"); f != j.end()) {
     if (!f->is_number_integer() || f->get<int64_t>() < 0) {

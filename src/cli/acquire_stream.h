@@ -42,8 +42,18 @@ std::string buildCampaignRequest(const CampaignRequest& request);
 std::string percentEncode(std::string_view text);
 
 struct StreamEvent {
-  // kElected and kResigned are a campaign's (its `lost` and `renewed` are parsed as a lock's).
-  enum class Type { kAcquired, kRenewed, kLost, kCapped, kElected, kResigned, kUnknown };
+  // kElected, kSteppingDown and kResigned are a campaign's (its `lost` and `renewed` are parsed
+  // as a lock's).
+  enum class Type {
+    kAcquired,
+    kRenewed,
+    kLost,
+    kCapped,
+    kElected,
+    kSteppingDown,
+    kResigned,
+    kUnknown
+  };
   Type type = Type::kUnknown;
   std::string event;  // the "event" field as sent
   std::string name;
@@ -52,6 +62,7 @@ struct StreamEvent {
   int64_t ttl_ms = -1;  // -1 when absent (a renewal then restores the granted TTL)
   std::string reason;   // lost
   bool cap_reached = false;  // lost: the lease ran out at its max hold, after `capped`
+  int64_t resign_in_ms = -1;  // stepping_down: the sidecar resigns then at the latest
 };
 
 /// One NDJSON line -> event. `acquired` must carry owner and token, `elected` owner and term;

@@ -620,6 +620,19 @@ int Runner::supervise(Lease* lease) {
           beginStop(Stop::kLost,
                     ev->reason.empty() ? "reported by the sidecar" : "sidecar: " + ev->reason);
           break;
+        case StreamEvent::Type::kSteppingDown: {
+          // The sidecar is shutting down: it keeps the lease renewed and resigns when we close
+          // the stream or at resign_in_ms. Stop CMD now, dead before that deadline (less the
+          // margin the lease deadline keeps), then close: the next leader is elected only then.
+          beginStop(Stop::kLost, "the sidecar is shutting down and steps down");
+          if (ev->resign_in_ms >= 0 && kill_at_ms_ > 0) {
+            const int64_t now = nowMs();
+            const int64_t resign_by = now + ev->resign_in_ms -
+                                      LeaseDeadline::safetyMarginMs(ev->resign_in_ms);
+            kill_at_ms_ = std::max(now, std::min(kill_at_ms_, resign_by));
+          }
+          break;
+        }
         case StreamEvent::Type::kResigned:
           // Not by us (we resign by closing the connection, after CMD): the sidecar is shutting
           // down, or someone resigned with our owner id. The next leader may be elected now.

@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <fstream>
+#include <iterator>
 #include <functional>
 #include <iostream>
 #include <memory>
@@ -535,6 +536,48 @@ TEST_F(CliRunTest, ElectASecondCandidateTakesOverWithAHigherTerm) {
   kill(second.pid(), SIGTERM);
   EXPECT_EQ(second.wait(), 42) << second.stderrText();
   EXPECT_NE(c.get("/v1/elections/job").body.find("\"leader\":null"), std::string::npos);
+}
+
+// The leader's sidecar gets SIGTERM (a rolling update: the app container gets it too): the
+// sidecar steps down rather than resigning, `run --elect` stops CMD, then resigns, so the next
+// candidate (on another sidecar) is elected only once CMD has exited: never two acting leaders.
+TEST_F(CliRunTest, ElectSidecarSigtermElectsTheNextOnlyAfterCommandExited) {
+  SidecarProcess::Options o;
+  o.yaml = "backend:\n  type: redis\n  nodes: [\"" + redis_->address() + "\"]\n";
+  o.wait_ready = true;
+  SidecarProcess other(o);
+  RunProcess leader(dir_, tcp({"--elect", "roll", "--candidate", "a", "--ttl", "3s", "--grace",
+                               "4000", "--", "sh", "-c",
+                               "trap 'sleep 1; date +%s%3N > exited; exit 0' TERM; touch started; "
+                               "while :; do sleep 0.05; done"}));
+  ASSERT_TRUE(waitFor([&] { return fileExists(path("started")); }, 10000)) << leader.stderrText();
+  HttpClient next = HttpClient::tcp(other.port());
+  next.sendRequest("POST", "/v1/elections/roll/campaign", R"({"candidate":"b","ttl_ms":3000})");
+  HttpClient co = HttpClient::tcp(other.port());
+  ASSERT_TRUE(pollUntil([&] {
+    return co.get("/v1/locks").body.find("election/roll") != std::string::npos;
+  }));
+  ASSERT_EQ(kill(sidecar_->pid(), SIGTERM), 0);
+  std::optional<HttpResponse> head = next.readStreamHead(15000);
+  const int64_t elected_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                                 std::chrono::system_clock::now().time_since_epoch())
+                                 .count();
+  ASSERT_TRUE(head.has_value());
+  EXPECT_EQ(head->status, 200);
+  EXPECT_EQ(leader.wait(), 76) << leader.stderrText();  // leadership lost: stepped down
+  ASSERT_TRUE(fileExists(path("exited"))) << leader.stderrText();
+  const int64_t exited_ms = std::stoll(readFile(path("exited")));
+  EXPECT_GE(elected_ms, exited_ms);  // b was elected only after a's CMD had exited
+  // The sidecar then drains and exits 0 within its grace (10 s by default).
+  const auto term_at = std::chrono::steady_clock::now();
+  EXPECT_TRUE(pollUntil([&] {
+    std::ifstream stat("/proc/" + std::to_string(sidecar_->pid()) + "/stat");
+    std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+    const size_t paren = text.rfind(')');
+    return paren != std::string::npos && paren + 2 < text.size() && text[paren + 2] == 'Z';
+  }));
+  EXPECT_LT(std::chrono::steady_clock::now() - term_at, std::chrono::seconds(10));
+  EXPECT_EQ(sidecar_->stop(), 0) << sidecar_->logs();  // already exited: this only reaps it
 }
 
 TEST_F(CliRunTest, ElectLosingTheSidecarStopsTheCommand) {

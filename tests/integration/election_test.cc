@@ -3,11 +3,14 @@
 // proclaim, resign, the readiness route, hand-over on resign / hang-up / SIGKILL, and the
 // fencing property of terms. Hand-over times are printed ([election] lines) for the README.
 #include <gtest/gtest.h>
+#include <signal.h>
 
 #include <algorithm>
 #include <array>
 #include <atomic>
 #include <chrono>
+#include <fstream>
+#include <iterator>
 #include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -43,6 +46,17 @@ json leaderOn(HttpClient& c, const std::string& name) {
   EXPECT_EQ(r.status, 200) << r.body;
   if (r.status != 200) return nullptr;
   return json::parse(r.body)["leader"];
+}
+
+/// True once `sidecar`, SIGTERMed by the test, has exited (a zombie, reaped by its stop() at the
+/// fixture's end with the exit status: a second SIGTERM before then would be a forced exit).
+bool exitsOnItsOwn(const SidecarProcess& sidecar) {
+  return pollUntil([&] {
+    std::ifstream stat("/proc/" + std::to_string(sidecar.pid()) + "/stat");
+    std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+    const size_t paren = text.rfind(')');
+    return paren != std::string::npos && paren + 2 < text.size() && text[paren + 2] == 'Z';
+  });
 }
 
 class ElectionTest : public TwoSidecarsOnOneRedis {};
@@ -135,6 +149,55 @@ TEST_F(ElectionTest, HangingUpResignsAndLeavesTheLine) {
   EXPECT_LT(msSince(hung_up_at), 10000);
   const json leader = json::parse(ca.get("/v1/elections/hangup").body)["leader"];
   EXPECT_EQ(leader["candidate"], "pod-b");
+}
+
+// SIGTERM: a campaign leader steps down rather than resigning at once. It stays leader (the
+// lease renewed) until its client closes the stream, and only then is the next candidate elected.
+TEST_F(ElectionTest, SigtermStepsDownAndHandsOverWhenTheClientCloses) {
+  Campaign pod_a(a->port(), "stepdown", "pod-a", 3000);
+  ASSERT_TRUE(pod_a.elected().has_value());
+  Campaign pod_b(b->port(), "stepdown", "pod-b", 3000);
+  ASSERT_TRUE(pollUntil([&] {
+    return json::parse(cb.get("/v1/locks").body)["waiters"].dump().find("election/stepdown") !=
+           std::string::npos;
+  }));
+  ASSERT_EQ(::kill(a->pid(), SIGTERM), 0);
+  std::optional<json> e = pod_a.nextNotRenewed();
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ((*e)["event"], "stepping_down");
+  EXPECT_EQ((*e)["candidate"], "pod-a");
+  EXPECT_EQ((*e)["reason"], "shutting_down");
+  EXPECT_EQ((*e)["resign_in_ms"], 5000);  // shutdown.grace_ms (10000 by default) / 2
+  // Past a TTL: still the leader, its lease renewed.
+  std::this_thread::sleep_for(std::chrono::milliseconds(3500));
+  EXPECT_EQ(json::parse(cb.get("/v1/elections/stepdown").body)["leader"]["candidate"], "pod-a");
+  const auto closed_at = Clock::now();
+  pod_a.hangUp();
+  std::optional<json> elected = pod_b.elected();
+  ASSERT_TRUE(elected.has_value());
+  EXPECT_EQ((*elected)["candidate"], "pod-b");
+  EXPECT_LT(msSince(closed_at), 1500);  // at once, not after the deadline
+  EXPECT_TRUE(exitsOnItsOwn(*a));
+}
+
+// A client that ignores `stepping_down` is resigned at the deadline.
+TEST_F(ElectionTest, SigtermResignsALeaderThatIgnoresSteppingDownAtTheDeadline) {
+  Campaign pod_a(a->port(), "stepdown2", "pod-a", 3000);
+  ASSERT_TRUE(pod_a.elected().has_value());
+  Campaign pod_b(b->port(), "stepdown2", "pod-b", 3000);
+  const auto term_at = Clock::now();
+  ASSERT_EQ(::kill(a->pid(), SIGTERM), 0);
+  std::optional<json> e = pod_a.nextNotRenewed();
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ((*e)["event"], "stepping_down");
+  e = pod_a.nextNotRenewed();
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ((*e)["event"], "resigned");
+  EXPECT_GE(msSince(term_at), 4900);
+  std::optional<json> elected = pod_b.elected();
+  ASSERT_TRUE(elected.has_value());
+  EXPECT_EQ((*elected)["candidate"], "pod-b");
+  EXPECT_TRUE(exitsOnItsOwn(*a));
 }
 
 TEST_F(ElectionTest, ObserversSeeEveryChangePushedAndTermsNeverGoBack) {
