@@ -517,6 +517,43 @@ def exercise_elections(doc, port, check):
     waiting.close()
 
 
+def exercise_step_down(doc, sidelock, redis_port, tmp):
+    """SIGTERM to a sidecar whose campaign leads: the stream says `stepping_down` (with
+    `resign_in_ms`), and ends `resigned` when the client closes. A sidecar of its own: the contract
+    sidecar must keep serving."""
+    lock_port = free_port()
+    config = os.path.join(tmp, "step-down.yaml")
+    with open(config, "w") as f:
+        f.write('listen:\n  tcp: "127.0.0.1:%d"\n  unix: ""\n'
+                'backend:\n  type: redis\n  nodes: ["127.0.0.1:%d"]\n'
+                "shutdown:\n  grace_ms: 2000\n" % (lock_port, redis_port))
+    log_path = os.path.join(tmp, "step-down.log")
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen([sidelock, "--config", config], stdout=log, stderr=log)
+    try:
+        if not wait_port(lock_port):
+            return fail("the step-down sidecar did not start:\n" + open(log_path).read())
+        path = "/v1/elections/step/campaign"
+        leader = Stream(lock_port, "POST", path, '{"candidate":"pod-a","ttl_ms":1000}')
+        if leader.line()["event"] != "elected":
+            return fail("step-down: the first campaign was not elected")
+        proc.send_signal(signal.SIGTERM)
+        event = leader.line()
+        while event is not None and event["event"] == "renewed":
+            event = leader.line()
+        if event is None or event["event"] != "stepping_down":
+            return fail("step-down: expected stepping_down after SIGTERM, got %s" % event)
+        # Past resign_in_ms (1000 ms here) the sidecar resigns by itself and ends the stream.
+        leader.check_to_end(doc, path, "resigned")
+        leader.close()
+        if proc.wait(timeout=15) != 0:
+            fail("step-down: the sidecar exited %d:\n%s" % (proc.returncode, open(log_path).read()))
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
 def exercise_elections_backend_down(port, check):
     """The election routes that read or write Redis answer 503 while it is down."""
     base = "/v1/elections/"
@@ -604,6 +641,7 @@ def main():
             time.sleep(0.05)
         RUN["redis_port"] = redis_port
         exercise(doc, lock_port, admin_port)
+        exercise_step_down(doc, args.sidelock, redis_port, tmp)
         # Last: Redis goes away, and the election routes that need it answer 503.
         procs[0].kill()
         procs[0].wait()
