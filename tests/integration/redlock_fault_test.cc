@@ -85,7 +85,9 @@ TEST_F(RedlockTest, ExtendWithMajorityLostIsNotExtended) {
   ASSERT_TRUE(env_.runUntil([&] { return !b.health().nodes[2].up && !b.health().nodes[3].up; }));
   servers_[2]->restart();
   servers_[3]->restart();
-  ASSERT_TRUE(env_.runUntil([&] { return b.nodeVoting(2) && b.nodeVoting(3); }));
+  // Every node voting, not only the restarted two: on a loaded machine a live node's PING can
+  // time out meanwhile, and an inspect needs a majority answering.
+  ASSERT_TRUE(waitAllVoting(b, 10'000)) << b.health().reason;
   auto state = inspect(b, "l");
   ASSERT_TRUE(state.isOk()) << state.status().toString();
   EXPECT_FALSE(state->ok());  // the restarted nodes came back empty: no majority holds it
@@ -239,6 +241,7 @@ TEST_F(RedlockTest, NodeRestartedEmptyCannotVoteUntilMaxTtlPassed) {
   ASSERT_TRUE(waitAllVoting(b, kMaxTtl + 5000)) << b.health().reason;
   EXPECT_TRUE(b.health().ready);
 
+  const auto granted_at = Clock::now();
   ASSERT_TRUE(acquire(b, "l", "a", kMaxTtl)->ok());
   ASSERT_NO_FATAL_FAILURE(restartEmpty(b, 2, kNodes));
   auto h = b.health();
@@ -253,7 +256,11 @@ TEST_F(RedlockTest, NodeRestartedEmptyCannotVoteUntilMaxTtlPassed) {
   auto second = acquire(b, "l", "b", kMaxTtl);
   EXPECT_TRUE(!second.isOk() || !second->ok());
   EXPECT_EQ(nodesHolding("l", "b"), 0);  // and the attempt was cleaned up everywhere
-  EXPECT_EQ(nodesHolding("l", "a"), 2);
+  // "a" still holds its two keys, unless a loaded machine took longer than its TTL to get here.
+  if (msSince(granted_at) < kMaxTtl) {
+    EXPECT_EQ(nodesHolding("l", "a"), 2);
+  }
+  EXPECT_LE(nodesHolding("l", "a"), 2);
   // Extends count only voting nodes too: "a" keeps two voting keys, no majority.
   auto e = extend(b, "l", "a", kMaxTtl);
   EXPECT_TRUE(!e.isOk() || e->code != OutcomeCode::kOk);
