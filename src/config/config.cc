@@ -571,7 +571,8 @@ void loadDapr(const Section& root, DaprConfig& c) {
   s.readString("app_id", c.app_id);
   s.rejectUnknown({"enabled", "stores", "owner_secret_env", "owner_secret_file", "app_id"});
   if (c.app_id.empty() || c.app_id.size() > 63 ||
-      c.app_id.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_") !=
+      c.app_id.find_first_not_of(
+          "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_") !=
           std::string::npos) {
     fail(s.path("app_id"), "must be 1 to 63 letters, digits, '-' or '_' (a Dapr app id)");
   }

@@ -192,8 +192,7 @@ std::optional<Refusal> checkAccess(Request& request, const ListenerPolicy& polic
     if (!token.empty()) {
       request.principal = policy.tokens->verify(token);
       if (!request.principal) return unauthorized(kInvalidToken, "the bearer token is not valid");
-    } else if (policy.token_required &&
-               !pathIsListed(policy.token_free_paths, request.path)) {
+    } else if (policy.token_required && !pathIsListed(policy.token_free_paths, request.path)) {
       return unauthorized(kTokenRequired,
                           "this listener requires Authorization: Bearer <token> (or Dapr's "
                           "dapr-api-token: <token>)");

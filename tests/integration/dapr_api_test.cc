@@ -200,9 +200,10 @@ TEST(DaprApiTest, MetadataAndHealthRoutesAnswerInDaprsShape) {
   meta = json::parse(HttpClient::tcp(s->port()).get("/v1.0/metadata").body);
   EXPECT_EQ(meta["id"], "orders");
   ASSERT_EQ(meta["components"].size(), 2u) << meta;
-  EXPECT_EQ(meta["components"][1],
-            json({{"name", "b"}, {"type", "lock.redis"}, {"version", "v1"},
-                  {"capabilities", json::array()}}));
+  EXPECT_EQ(meta["components"][1], json({{"name", "b"},
+                                         {"type", "lock.redis"},
+                                         {"version", "v1"},
+                                         {"capabilities", json::array()}}));
   EXPECT_EQ(s->stop(), 0) << s->logs();
 
   s = sidecarOn("backend:\n  type: memory\ndapr:\n  enabled: false\n");

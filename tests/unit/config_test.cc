@@ -163,7 +163,8 @@ TEST(ConfigTest, DaprSectionParsesAndIsValidated) {
   ASSERT_TRUE(app.isOk()) << app.status().toString();
   EXPECT_EQ(app->dapr.app_id, "orders-svc_2");
   for (const char* bad : {"\"\"", "orders.svc", "\"a b\"", "x/y"}) {
-    EXPECT_EQ(errorOf(std::string("dapr:\n  app_id: ") + bad + "\n").find("dapr.app_id: must be"), 0u)
+    EXPECT_EQ(errorOf(std::string("dapr:\n  app_id: ") + bad + "\n").find("dapr.app_id: must be"),
+              0u)
         << bad;
   }
   EXPECT_EQ(errorOf("dapr:\n  app_id: " + std::string(64, 'a') + "\n").find("dapr.app_id"), 0u);
