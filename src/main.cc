@@ -218,6 +218,11 @@ void setUpAccessPolicies(Sidecar& s, const config::Config& cfg) {
   s.tcp_policy.allowed_origins = cfg.listen.allowed_origins;
   s.tcp_policy.allowed_hosts = cfg.listen.allowed_hosts;
   if (cfg.auth.tokens.configured()) s.tcp_policy.tokens = &s.lock_tokens;
+  if (cfg.dapr.enabled) {
+    // Dapr's own health probes are token-free too (Dapr's API token auth leaves them out).
+    s.tcp_policy.token_free_paths.push_back("/v1.0/healthz");
+    s.tcp_policy.token_free_paths.push_back("/v1.0/healthz/outbound");
+  }
   s.unix_policy = s.tcp_policy;
   // Optional on the socket: a token that is sent is still checked and its prefixes apply.
   s.unix_policy.token_required = cfg.auth.unix_requires_token;
@@ -282,7 +287,8 @@ int runSidecar(const config::Config& cfg) {
   s.backend = makeBackend(s, cfg);
   s.locks = std::make_unique<lock::LockService>(cfg.locks, *s.backend, *s.scheduler, *s.metrics);
   s.api = std::make_unique<api::LockApi>(cfg.locks, *s.locks, *s.metrics, *s.scheduler);
-  s.dapr_api = std::make_unique<api::DaprApi>(cfg.dapr, cfg.locks, *s.locks);
+  s.dapr_api = std::make_unique<api::DaprApi>(
+      cfg.dapr, cfg.locks, *s.locks, [api = s.api.get()] { return api->notReadyReason(); });
   s.elections = std::make_unique<api::ElectionApi>(
       cfg.locks, *s.locks, *s.metrics, *s.scheduler,
       api::ElectionApi::Options{.identity = cfg.identity, .observe_reread_ms = 1000});

@@ -11,6 +11,8 @@ deploy/scripts/install-deps.sh
 # The npm packages of the Kubernetes schema test, once for both passes (the ctest then runs offline;
 # if this fails, helm_kube_schema tries again and fails, naming the cause).
 tests/helm/kube-schema/install.sh || echo "== warning: tests/helm/kube-schema/install.sh failed"
+# The Dapr JS SDK of dapr_sdk_test, likewise (issue 21).
+tests/integration/dapr-sdk/install.sh || echo "== warning: tests/integration/dapr-sdk/install.sh failed"
 
 # Tests start their own redis-server / prometheus processes on free ports; make sure no stale
 # processes from an interrupted run hold resources (only ones started from our temp dirs).

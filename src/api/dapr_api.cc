@@ -6,15 +6,16 @@
 
 #include <algorithm>
 #include <memory>
+#include <nlohmann/json.hpp>
 
 #include "api/json_object.h"
+#include "api/route_helpers.h"
 #include "common/log.h"
 #include "common/random.h"
 
 namespace sidelock::api {
 namespace {
 
-constexpr std::string_view kJson = "application/json";
 constexpr size_t kMaxLockOwnerBytes = 1024;
 
 // Dapr's error codes (dapr/dapr pkg/messages) for what can go wrong here.
@@ -23,6 +24,12 @@ constexpr std::string_view kStoreNotFound = "ERR_LOCK_STORE_NOT_FOUND";
 constexpr std::string_view kTryLockFailed = "ERR_TRY_LOCK";
 constexpr std::string_view kUnlockFailed = "ERR_UNLOCK";
 constexpr std::string_view kPermissionDenied = "ERR_PERMISSION_DENIED";
+constexpr std::string_view kHealthNotReady = "ERR_HEALTH_NOT_READY";
+constexpr std::string_view kOutboundNotReady = "ERR_OUTBOUND_HEALTH_NOT_READY";
+
+// What GET /v1.0/metadata says each configured store is: Dapr's Redis lock component.
+constexpr std::string_view kStoreComponentType = "lock.redis";
+constexpr std::string_view kStoreComponentVersion = "v1";
 
 // Dapr's unlock status values.
 constexpr int kUnlockSuccess = 0;
@@ -48,8 +55,12 @@ std::string randomSecret() {
 }  // namespace
 
 DaprApi::DaprApi(const config::DaprConfig& dapr, const config::LocksConfig& locks,
-                 lock::LockService& service)
-    : dapr_(dapr), locks_(locks), service_(service), secret_(dapr.owner_secret) {
+                 lock::LockService& service, NotReadyReason not_ready_reason)
+    : dapr_(dapr),
+      locks_(locks),
+      service_(service),
+      not_ready_reason_(std::move(not_ready_reason)),
+      secret_(dapr.owner_secret) {
   if (secret_.empty() && dapr.enabled) {
     secret_ = randomSecret();
     SL_LOG(kInfo, "dapr.owner_secret",
@@ -66,7 +77,43 @@ std::vector<Route> DaprApi::routes() {
        [this](http::Request& req, http::ResponderPtr res) { lock(req, std::move(res)); }},
       {"POST", "/v1.0-alpha1/unlock/{store}",
        [this](http::Request& req, http::ResponderPtr res) { unlock(req, std::move(res)); }},
+      {"GET", "/v1.0/metadata",
+       [this](http::Request& req, http::ResponderPtr res) { metadata(req, std::move(res)); }},
+      {"GET", "/v1.0/healthz",
+       [this](http::Request&, http::ResponderPtr res) { health(kHealthNotReady, std::move(res)); }},
+      {"GET", "/v1.0/healthz/outbound",
+       [this](http::Request&, http::ResponderPtr res) {
+         health(kOutboundNotReady, std::move(res));
+       }},
   };
+}
+
+void DaprApi::metadata(http::Request& /*req*/, http::ResponderPtr res) {
+  // Dapr's answer (docs.dapr.io, "Metadata API reference") with what sidelock has: no actors,
+  // subscriptions or HTTP endpoints, and one lock component per named store. With "*" every store
+  // name is accepted and none is listed.
+  nlohmann::json components = nlohmann::json::array();
+  for (const std::string& store : dapr_.stores) {
+    if (store == "*") continue;
+    components.push_back({{"name", store},
+                          {"type", kStoreComponentType},
+                          {"version", kStoreComponentVersion},
+                          {"capabilities", nlohmann::json::array()}});
+  }
+  sendJson(res, 200,
+           {{"id", dapr_.app_id},
+            {"runtimeVersion", SIDELOCK_VERSION},
+            {"enabledFeatures", nlohmann::json::array()},
+            {"actors", nlohmann::json::array()},
+            {"components", std::move(components)},
+            {"extended", {{"runtime", "sidelock"}}}});
+}
+
+void DaprApi::health(std::string_view error_code, http::ResponderPtr res) {
+  // Dapr answers 204 without a body when ready; sidelock is ready when /readyz says so.
+  const std::string reason = not_ready_reason_();
+  if (reason.empty()) return res->send(204, "", "");
+  sendDaprError(res, 500, error_code, "sidelock is not ready: " + reason);
 }
 
 std::string DaprApi::ownerFor(std::string_view resource_id, std::string_view lock_owner) const {

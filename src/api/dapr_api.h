@@ -2,7 +2,10 @@
 // code changes:
 //   POST /v1.0-alpha1/lock/{store}    {"resourceId","lockOwner","expiryInSeconds"} -> {"success"}
 //   POST /v1.0-alpha1/unlock/{store}  {"resourceId","lockOwner"} -> {"status": 0|1|2|3}
-// Errors have Dapr's shape: {"errorCode": "ERR_...", "message": "..."}.
+//   GET /v1.0/metadata                {"id","runtimeVersion","components":[...],...}
+//   GET /v1.0/healthz, /v1.0/healthz/outbound   204 when ready (as /readyz), 500 otherwise
+// Errors have Dapr's shape: {"errorCode": "ERR_...", "message": "..."}. Dapr SDKs poll
+// /v1.0/metadata before their first call, so without it they never send one.
 //
 // The lock is the sidecar lock named resourceId (so Dapr and v1 clients of one resource exclude
 // each other). Dapr lets the client choose lockOwner, while a sidecar owner id is a secret: the
@@ -11,6 +14,7 @@
 // when the secret is configured, and nobody can release a lock without knowing its lockOwner.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -24,11 +28,15 @@ namespace sidelock::api {
 
 class DaprApi {
  public:
+  /// Why the sidecar is not ready ("" when it is): what /readyz answers, read by the health
+  /// routes (LockApi::notReadyReason).
+  using NotReadyReason = std::function<std::string()>;
+
   /// `dapr.owner_secret` empty: a random secret for this process.
   DaprApi(const config::DaprConfig& dapr, const config::LocksConfig& locks,
-          lock::LockService& service);
+          lock::LockService& service, NotReadyReason not_ready_reason);
 
-  /// The two routes, or none when dapr.enabled is false.
+  /// The lock, metadata and health routes, or none when dapr.enabled is false.
   std::vector<Route> routes();
 
   /// The sidecar owner id for a Dapr (resourceId, lockOwner): 32 hex digits of the HMAC.
@@ -43,6 +51,9 @@ class DaprApi {
  private:
   void lock(http::Request& req, http::ResponderPtr res);
   void unlock(http::Request& req, http::ResponderPtr res);
+  void metadata(http::Request& req, http::ResponderPtr res);
+  /// /v1.0/healthz and /v1.0/healthz/outbound: `error_code` is Dapr's code of the 500 answer.
+  void health(std::string_view error_code, http::ResponderPtr res);
   /// Store accepted, body parsed, resourceId naming a valid lock (`*lock_name`) the token may
   /// use, lockOwner set; otherwise answers the Dapr error and returns false.
   bool readCommon(http::Request& req, const http::ResponderPtr& res,
@@ -52,6 +63,7 @@ class DaprApi {
   const config::DaprConfig& dapr_;
   const config::LocksConfig& locks_;
   lock::LockService& service_;
+  NotReadyReason not_ready_reason_;
   std::string secret_;
   RequestBody body_;
 };

@@ -170,6 +170,12 @@ void LockApi::readyz(http::Request&, http::ResponderPtr res) {
   sendJson(res, 200, json{{"ready", true}, {"nodes", healthJson(h)}});
 }
 
+std::string LockApi::notReadyReason() const {
+  if (draining_) return "shutting down";
+  lock::BackendHealth h = service_.backendHealth();
+  return h.ready ? "" : (h.reason.empty() ? "the backend is not ready" : h.reason);
+}
+
 void LockApi::openapi(http::Request& /*req*/, http::ResponderPtr res) {
   res->send(200, kJson, std::string(openApiDocument()));
 }

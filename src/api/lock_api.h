@@ -41,6 +41,8 @@ class LockApi {
 
   /// While draining (SIGTERM), /readyz answers 503 and new acquires 503 shutting_down.
   void setDraining(bool draining) { draining_ = draining; }
+  /// Why /readyz answers 503 ("shutting down", the backend's reason), or "" when it answers 200.
+  std::string notReadyReason() const;
 
   /// Lock names (and election names): the rules of common/names.h, lockNameProblem().
   static bool validLockName(std::string_view name, size_t max_bytes) {

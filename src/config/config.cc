@@ -568,7 +568,14 @@ void loadDapr(const Section& root, DaprConfig& c) {
   }
   s.readString("owner_secret_env", c.owner_secret_env);
   s.readString("owner_secret_file", c.owner_secret_file);
-  s.rejectUnknown({"enabled", "stores", "owner_secret_env", "owner_secret_file"});
+  s.readString("app_id", c.app_id);
+  s.rejectUnknown({"enabled", "stores", "owner_secret_env", "owner_secret_file", "app_id"});
+  if (c.app_id.empty() || c.app_id.size() > 63 ||
+      c.app_id.find_first_not_of(
+          "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_") !=
+          std::string::npos) {
+    fail(s.path("app_id"), "must be 1 to 63 letters, digits, '-' or '_' (a Dapr app id)");
+  }
   if (!c.owner_secret_env.empty()) {
     if (const char* v = getenv(c.owner_secret_env.c_str())) c.owner_secret = v;
   }

@@ -177,6 +177,9 @@ struct DaprConfig {
   std::string owner_secret_env = "SIDELOCK_DAPR_OWNER_SECRET";
   std::string owner_secret_file;
   std::string owner_secret;  // resolved at load; not a YAML key
+  /// The app id GET /v1.0/metadata answers (`id`): Dapr's app id, one per application, the same
+  /// on every replica. 1..63 letters, digits, '-' and '_' (Dapr refuses '.' in app ids).
+  std::string app_id = "sidelock";
 };
 
 /// One election the sidecar campaigns in for its pod from start-up (`elections:`, README

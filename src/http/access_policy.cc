@@ -67,6 +67,14 @@ std::string_view bearerToken(std::string_view authorization) {
   return token;
 }
 
+/// Dapr's "dapr-api-token: <token>" (what Dapr SDKs send for DAPR_API_TOKEN): the bare token,
+/// without a scheme; surrounding spaces are not part of it.
+std::string_view daprApiToken(std::string_view header) {
+  while (!header.empty() && header.front() == ' ') header.remove_prefix(1);
+  while (!header.empty() && header.back() == ' ') header.remove_suffix(1);
+  return header;
+}
+
 }  // namespace
 
 void TokenVerifier::replace(const std::vector<TokenEntry>& entries) {
@@ -173,13 +181,21 @@ std::optional<Refusal> checkAccess(Request& request, const ListenerPolicy& polic
     }
   }
   if (policy.tokens != nullptr) {
-    std::string_view token = bearerToken(request.header("authorization"));
+    const std::string_view bearer = bearerToken(request.header("authorization"));
+    const std::string_view dapr = daprApiToken(request.header("dapr-api-token"));
+    if (!bearer.empty() && !dapr.empty() && bearer != dapr) {
+      // Two different tokens: neither is taken over the other (the scopes would be ambiguous).
+      return unauthorized(kInvalidToken,
+                          "Authorization: Bearer and dapr-api-token carry different tokens");
+    }
+    const std::string_view token = bearer.empty() ? dapr : bearer;
     if (!token.empty()) {
       request.principal = policy.tokens->verify(token);
       if (!request.principal) return unauthorized(kInvalidToken, "the bearer token is not valid");
-    } else if (policy.token_required &&
-               !pathIsListed(policy.token_free_paths, request.path)) {
-      return unauthorized(kTokenRequired, "this listener requires Authorization: Bearer <token>");
+    } else if (policy.token_required && !pathIsListed(policy.token_free_paths, request.path)) {
+      return unauthorized(kTokenRequired,
+                          "this listener requires Authorization: Bearer <token> (or Dapr's "
+                          "dapr-api-token: <token>)");
     }
   }
   return std::nullopt;

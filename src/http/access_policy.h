@@ -57,7 +57,9 @@ struct ListenerPolicy {
   std::vector<std::string> allowed_origins;  // lower-case scheme://host[:port]
   std::vector<std::string> allowed_hosts;    // lower-case, no port; "*" = any Host
   /// Null: tokens are ignored. Otherwise a presented token must be one of these (401 if not) and
-  /// its scopes apply; and with token_required every path but token_free_paths needs one.
+  /// its scopes apply; and with token_required every path but token_free_paths needs one. A token
+  /// is presented as `Authorization: Bearer <token>` or as Dapr's `dapr-api-token: <token>`
+  /// (both at once must be the same token).
   const TokenVerifier* tokens = nullptr;
   bool token_required = true;
   /// Probes (the kubelet cannot send a secret header) and nothing else. A `*` segment matches

@@ -51,10 +51,14 @@ bool asksToClose(const HeaderList& extra_headers) {
 void appendResponse(std::string& out, const ResponseFraming& framing, int status,
                     std::string_view content_type, std::string_view body,
                     const HeaderList& extra_headers) {
+  // 204 No Content has neither a body nor a Content-Length (RFC 9110, sections 8.6 and 15.3.5).
+  const bool no_content = status == 204;
   appendHead(out, status, content_type, framing.close, framing.http10);
-  out += "Content-Length: ";
-  appendNumber(out, body.size());
-  out += "\r\n";
+  if (!no_content) {
+    out += "Content-Length: ";
+    appendNumber(out, body.size());
+    out += "\r\n";
+  }
   for (const auto& [name, value] : extra_headers) {
     if (equalsIgnoreCase(name, "connection") || equalsIgnoreCase(name, "content-length") ||
         equalsIgnoreCase(name, "transfer-encoding")) {
@@ -66,7 +70,7 @@ void appendResponse(std::string& out, const ResponseFraming& framing, int status
     out += "\r\n";
   }
   out += "\r\n";
-  if (!framing.head_method) out += body;
+  if (!framing.head_method && !no_content) out += body;
 }
 
 void appendStreamHead(std::string& out, const ResponseFraming& framing, int status,

@@ -165,7 +165,13 @@ def check_response(doc, method, path, status, ctype, body, note=""):
     resp = op["responses"].get(str(status))
     if resp is None:
         return fail("%s: status not documented for %s %s" % (where, method, template))
-    content = resp.get("content", {})
+    if "content" not in resp:  # 204: documented without a body, and answered without one
+        if body or ctype:
+            return fail("%s: documented without a body, answered %r %r" % (where, ctype, body[:100]))
+        CHECKED["responses"] += 1
+        HIT.setdefault((method.upper(), template, str(status)), set())
+        return
+    content = resp["content"]
     media = ctype.split(";")[0].strip().lower()
     if media not in content:
         return fail("%s: content type %s not documented (has %s)" % (where, media, sorted(content)))
@@ -403,6 +409,12 @@ def exercise(doc, lock_port, admin_port):
     check("POST", "/v1.0-alpha1/lock/lockstore", '{"resourceId":"d1"}', expect=400)
     check("POST", "/v1.0-alpha1/lock/elsewhere", lock("vader"), expect=400)
     check("POST", "/v1.0-alpha1/unlock/lockstore", "{}", {"Content-Type": "text/html"}, expect=415)
+    _, meta = check("GET", "/v1.0/metadata", expect=200)
+    if json.loads(meta)["components"] != [{"name": "lockstore", "type": "lock.redis", "version": "v1",
+                                           "capabilities": []}]:
+        fail("GET /v1.0/metadata: components %s" % meta)
+    check("GET", "/v1.0/healthz", expect=204)
+    check("GET", "/v1.0/healthz/outbound", expect=204)
 
     exercise_elections(doc, lock_port, check)
 
@@ -652,6 +664,12 @@ def main():
                 fail("%s %s: expected %d, got %d %s" % (method, path, expect, status, data[:200]))
             check_response(doc, method, path, status, ctype, data, "Redis down")
         exercise_elections_backend_down(lock_port, check_down)
+        # Dapr's probes follow /readyz.
+        end = time.time() + 20
+        while time.time() < end and call(lock_port, "GET", "/readyz")[0] != 503:
+            time.sleep(0.05)
+        check_down("GET", "/v1.0/healthz", expect=500)
+        check_down("GET", "/v1.0/healthz/outbound", expect=500)
         check_election_coverage(doc)
     finally:
         for p in reversed(procs):

@@ -176,6 +176,42 @@ TEST(DaprApiTest, ResourceIdsWithSlashesNameTheLockWithTildes) {
   EXPECT_EQ(s->stop(), 0) << s->logs();
 }
 
+// What Dapr SDKs poll before their first call (tests/integration/dapr-sdk/ runs the real JS SDK).
+TEST(DaprApiTest, MetadataAndHealthRoutesAnswerInDaprsShape) {
+  auto s = sidecarOn("backend:\n  type: memory\n");  // dapr.stores ["*"], dapr.app_id default
+  HttpClient c = HttpClient::tcp(s->port());
+  auto r = c.get("/v1.0/metadata");
+  ASSERT_EQ(r.status, 200) << r.body;
+  auto meta = json::parse(r.body);
+  EXPECT_EQ(meta["id"], "sidelock");
+  EXPECT_FALSE(meta.value("runtimeVersion", "").empty()) << meta;
+  EXPECT_EQ(meta["components"], json::array()) << "\"*\" names no store";
+  EXPECT_EQ(meta["enabledFeatures"], json::array());
+  for (const char* probe : {"/v1.0/healthz", "/v1.0/healthz/outbound"}) {
+    r = c.get(probe);
+    EXPECT_EQ(r.status, 204) << probe;
+    EXPECT_EQ(r.body, "") << probe;
+    EXPECT_EQ(r.headers.count("content-length"), 0u) << probe;
+  }
+  EXPECT_EQ(c.post("/v1.0/metadata", "{}").status, 405);
+  EXPECT_EQ(s->stop(), 0) << s->logs();
+
+  s = sidecarOn("backend:\n  type: memory\ndapr:\n  app_id: orders\n  stores: [a, b]\n");
+  meta = json::parse(HttpClient::tcp(s->port()).get("/v1.0/metadata").body);
+  EXPECT_EQ(meta["id"], "orders");
+  ASSERT_EQ(meta["components"].size(), 2u) << meta;
+  EXPECT_EQ(meta["components"][1], json({{"name", "b"},
+                                         {"type", "lock.redis"},
+                                         {"version", "v1"},
+                                         {"capabilities", json::array()}}));
+  EXPECT_EQ(s->stop(), 0) << s->logs();
+
+  s = sidecarOn("backend:\n  type: memory\ndapr:\n  enabled: false\n");
+  EXPECT_EQ(HttpClient::tcp(s->port()).get("/v1.0/metadata").status, 404);
+  EXPECT_EQ(HttpClient::tcp(s->port()).get("/v1.0/healthz").status, 404);
+  EXPECT_EQ(s->stop(), 0) << s->logs();
+}
+
 TEST(DaprApiTest, WorksOnRedlock) {
   std::vector<std::unique_ptr<RedisServer>> nodes;
   std::string list;

@@ -221,6 +221,53 @@ TEST(AccessPolicyTest, TokensOnTheListener) {
   EXPECT_TRUE(checkAccess(wrong, p)) << "and a wrong one is refused";
 }
 
+// Dapr SDKs send DAPR_API_TOKEN as `dapr-api-token: <token>`: the same tokens, scopes and refusals
+// as `Authorization: Bearer`.
+TEST(AccessPolicyTest, DaprApiTokenHeader) {
+  auto entries = config::parseTokens(std::string(kTokenA) + " prefixes=orders-\n", "f");
+  ASSERT_TRUE(entries.isOk());
+  TokenVerifier tokens(*entries);
+  ListenerPolicy p;
+  p.tokens = &tokens;
+
+  Request good = request({{"host", "localhost"}, {"dapr-api-token", std::string(" ") + kTokenA}});
+  EXPECT_FALSE(checkAccess(good, p));
+  ASSERT_TRUE(good.principal);
+  EXPECT_EQ(good.principal->scopes, std::vector<std::string>{"orders-"}) << "its prefixes apply";
+
+  Request wrong = request({{"host", "localhost"}, {"dapr-api-token", "wrongwrongwrongwrong"}});
+  auto refusal = checkAccess(wrong, p);
+  ASSERT_TRUE(refusal);
+  EXPECT_EQ(refusal->status, 401);
+  EXPECT_EQ(refusal->code, kInvalidToken);
+  EXPECT_FALSE(wrong.principal);
+
+  Request with_scheme =
+      request({{"host", "localhost"}, {"dapr-api-token", std::string("Bearer ") + kTokenA}});
+  EXPECT_TRUE(checkAccess(with_scheme, p)) << "Dapr's header carries the bare token";
+
+  Request empty = request({{"host", "localhost"}, {"dapr-api-token", ""}});
+  refusal = checkAccess(empty, p);
+  ASSERT_TRUE(refusal);
+  EXPECT_EQ(refusal->code, kTokenRequired);
+  EXPECT_NE(refusal->message.find("dapr-api-token"), std::string::npos);
+
+  Request both_same = request({{"host", "localhost"},
+                               {"authorization", std::string("Bearer ") + kTokenA},
+                               {"dapr-api-token", kTokenA}});
+  EXPECT_FALSE(checkAccess(both_same, p));
+  Request both_differ = request({{"host", "localhost"},
+                                 {"authorization", std::string("Bearer ") + kTokenA},
+                                 {"dapr-api-token", "wrongwrongwrongwrong"}});
+  refusal = checkAccess(both_differ, p);
+  ASSERT_TRUE(refusal) << "a valid bearer does not cover a different dapr-api-token";
+  EXPECT_EQ(refusal->code, kInvalidToken);
+  EXPECT_FALSE(both_differ.principal);
+
+  p.token_required = false;  // the Unix socket: a token that is sent is still checked
+  EXPECT_TRUE(checkAccess(wrong, p));
+}
+
 TEST(AccessPolicyTest, PeerUidAllowList) {
   ListenerPolicy p;
   p.allowed_uids = {1000, 0};

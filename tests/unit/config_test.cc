@@ -158,6 +158,16 @@ TEST(ConfigTest, DaprSectionParsesAndIsValidated) {
   EXPECT_EQ(c->dapr.stores, (std::vector<std::string>{"lockstore", "redisStore"}));
   EXPECT_EQ(errorOf("dapr:\n  stores: []\n").find("dapr.stores"), 0u);
   EXPECT_EQ(errorOf("dapr:\n  secret: x\n"), "dapr.secret: unknown key");
+  EXPECT_EQ(defaults->dapr.app_id, "sidelock");
+  auto app = loadConfigFromString("dapr:\n  app_id: orders-svc_2\n");
+  ASSERT_TRUE(app.isOk()) << app.status().toString();
+  EXPECT_EQ(app->dapr.app_id, "orders-svc_2");
+  for (const char* bad : {"\"\"", "orders.svc", "\"a b\"", "x/y"}) {
+    EXPECT_EQ(errorOf(std::string("dapr:\n  app_id: ") + bad + "\n").find("dapr.app_id: must be"),
+              0u)
+        << bad;
+  }
+  EXPECT_EQ(errorOf("dapr:\n  app_id: " + std::string(64, 'a') + "\n").find("dapr.app_id"), 0u);
   setenv("SIDELOCK_TEST_DAPR_SECRET", "short", 1);
   EXPECT_NE(errorOf("dapr:\n  owner_secret_env: SIDELOCK_TEST_DAPR_SECRET\n")
                 .find("at least 16 characters"),

@@ -225,6 +225,10 @@ TEST(ResponseWriter, FramesResponsesAndChunks) {
             "HTTP/1.1 404 Not Found\r\nServer: sidelock\r\nConnection: close\r\n"
             "Content-Length: 4\r\n\r\n");
   out.clear();
+  appendResponse(out, keep_alive, 204, "", "ignored", {});  // Dapr's /v1.0/healthz
+  EXPECT_EQ(out, "HTTP/1.1 204 No Content\r\nServer: sidelock\r\n\r\n")
+      << "204 has no body and no Content-Length";
+  out.clear();
   ResponseFraming chunked;
   appendStreamHead(out, chunked, 200, "application/x-ndjson");
   appendChunk(out, chunked, "");

@@ -1,0 +1,258 @@
+// The official Dapr JS SDK (@dapr/dapr, pinned in package-lock.json) against a real sidelock sidecar on
+// a real redis-server (issue 21): DaprClient over HTTP, pointed at the sidecar the way a Dapr user
+// points it (DAPR_HTTP_ENDPOINT, DAPR_API_TOKEN), must start (it polls GET /v1.0/metadata first)
+// and get Dapr's documented answers to lock and unlock; a wrong or missing token is refused.
+// Usage: node sdk_test.mjs SIDELOCK_BINARY (run.sh installs the SDK first).
+import { spawn } from "node:child_process";
+import { createRequire } from "node:module";
+import fs from "node:fs";
+import net from "node:net";
+import os from "node:os";
+import path from "node:path";
+
+const require = createRequire(import.meta.url);
+const { DaprClient, CommunicationProtocolEnum, LogLevel } = require("@dapr/dapr");
+const { LockStatus } = require("@dapr/dapr/types/lock/UnlockResponse");
+const { Settings } = require("@dapr/dapr/utils/Settings.util");
+
+const sidelock = process.argv[2];
+const TOKEN = "sdkTestTokenAAAAAAAAAAAAAAAAAAAA";  // every lock name
+const SCOPED = "sdkTestTokenBBBBBBBBBBBBBBBBBBBB";  // names starting with orders~ only
+const STORE = "lockstore";
+const failures = [];
+let checks = 0;
+
+function check(ok, what, detail = "") {
+  checks++;
+  if (!ok) {
+    failures.push(what);
+    console.error(`FAIL: ${what}${detail ? ": " + detail : ""}`);
+  }
+}
+
+function freePort() {
+  return new Promise((resolve, reject) => {
+    const srv = net.createServer();
+    srv.once("error", reject);
+    srv.listen(0, "127.0.0.1", () => {
+      const { port } = srv.address();
+      srv.close(() => resolve(port));
+    });
+  });
+}
+
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+async function until(fn, ms) {
+  const end = Date.now() + ms;
+  while (Date.now() < end) {
+    try {
+      if (await fn()) return true;
+    } catch {
+      // not up yet
+    }
+    await sleep(50);
+  }
+  return false;
+}
+
+function stop(proc) {
+  return new Promise((resolve) => {
+    if (proc.exitCode !== null || proc.signalCode !== null) return resolve(proc.exitCode);
+    const timer = setTimeout(() => proc.kill("SIGKILL"), 15000);
+    proc.once("exit", (code) => {
+      clearTimeout(timer);
+      resolve(code);
+    });
+    proc.kill("SIGTERM");
+  });
+}
+
+/// The SDK's error for a refused call: {error, error_msg, status} as JSON in the message.
+function refusalOf(err) {
+  try {
+    return JSON.parse(err.message);
+  } catch {
+    return { status: undefined, error_msg: String(err && err.message) };
+  }
+}
+
+async function expectRefused(promise, status, what) {
+  try {
+    const got = await promise;
+    check(false, what, `expected HTTP ${status}, got the answer ${JSON.stringify(got)}`);
+  } catch (err) {
+    const r = refusalOf(err);
+    check(r.status === status, what, `expected HTTP ${status}, got ${err.message}`);
+    return r;
+  }
+  return null;
+}
+
+const logger = { level: LogLevel.Error };
+function httpClient(token) {
+  // Nothing but the protocol and the token: host and port come from DAPR_HTTP_ENDPOINT, as a Dapr
+  // app gets them.
+  const options = { communicationProtocol: CommunicationProtocolEnum.HTTP, logger };
+  if (token !== undefined) options.daprApiToken = token;
+  return new DaprClient(options);
+}
+
+async function exercise(lockPort, sidecarLog) {
+  process.env.DAPR_HTTP_ENDPOINT = `http://127.0.0.1:${lockPort}`;
+  process.env.DAPR_API_TOKEN = TOKEN;  // picked up by the SDK, unchanged
+  const started = Date.now();
+  const client = httpClient(undefined);
+  await client.start();  // polls GET /v1.0/metadata until it answers
+  console.log(`DaprClient started in ${Date.now() - started} ms`);
+
+  const meta = await client.metadata.get();
+  check(meta.id === "orders-app", "metadata id is dapr.app_id", JSON.stringify(meta));
+  check(typeof meta.runtimeVersion === "string" && meta.runtimeVersion.length > 0,
+        "metadata runtimeVersion", JSON.stringify(meta));
+  const c = meta.components;
+  check(Array.isArray(c) && c.length === 1 && c[0].name === STORE && c[0].type === "lock.redis" &&
+            c[0].version === "v1" && Array.isArray(c[0].capabilities),
+        "metadata lists the configured store as lock.redis", JSON.stringify(c));
+  check(await client.health.isHealthy(), "health.isHealthy()");
+
+  // Dapr's documented sequence (docs.dapr.io, "Distributed lock API reference").
+  const res = "orders/42";
+  let r = await client.lock.lock(STORE, res, "owner-a", 60);
+  check(r.success === true, "lock", JSON.stringify(r));
+  r = await client.lock.lock(STORE, res, "owner-b", 60);
+  check(r.success === false, "lock by another owner answers success false", JSON.stringify(r));
+  let u = await client.lock.unlock(STORE, res, "owner-b");
+  check(u.status === LockStatus.LockBelongsToOthers, "unlock by the wrong owner: LOCK_BELONGS_TO_OTHERS",
+        JSON.stringify(u));
+  u = await client.lock.unlock(STORE, res, "owner-a");
+  check(u.status === LockStatus.Success, "unlock: SUCCESS", JSON.stringify(u));
+  u = await client.lock.unlock(STORE, res, "owner-a");
+  check(u.status === LockStatus.LockDoesNotExist, "unlock again: LOCK_DOES_NOT_EXIST",
+        JSON.stringify(u));
+
+  // The same lock as sidelock's own API: orders/42 is the lock orders~42.
+  r = await client.lock.lock(STORE, res, "owner-a", 60);
+  check(r.success === true, "lock again after the unlock", JSON.stringify(r));
+  const v1 = await fetch(`http://127.0.0.1:${lockPort}/v1/locks/orders~42`,
+                         { headers: { authorization: `Bearer ${TOKEN}` } });
+  check(v1.status === 200 && (await v1.json()).held === true, "the v1 API sees the Dapr lock held");
+  await client.lock.unlock(STORE, res, "owner-a");
+
+  // A token limited to a prefix: the same prefix rules as Authorization: Bearer.
+  const scoped = httpClient(SCOPED);
+  r = await scoped.lock.lock(STORE, "orders/7", "owner-s", 60);
+  check(r.success === true, "a scoped token locks a name under its prefix", JSON.stringify(r));
+  const denied = await expectRefused(scoped.lock.lock(STORE, "invoices/7", "owner-s", 60), 403,
+                                     "a scoped token is refused a name outside its prefix");
+  if (denied) {
+    check(JSON.parse(denied.error_msg).errorCode === "ERR_PERMISSION_DENIED",
+          "the refusal is Dapr's ERR_PERMISSION_DENIED", denied.error_msg);
+  }
+
+  // A wrong token. Like Dapr itself (whose /v1.0/metadata needs the token too), the SDK never
+  // sees the sidecar start: it polls 60 times, here 20 ms apart instead of 500 ms.
+  const wrong = httpClient("sdkTestTokenWRONGWRONGWRONGWRONG");
+  const pollMs = Settings.daprSidecarPollingDelayMs;
+  Settings.daprSidecarPollingDelayMs = 20;
+  try {
+    await wrong.start();
+    check(false, "a wrong token: the SDK's start() fails");
+  } catch (err) {
+    check(String(err.message).includes("DAPR_SIDECAR_COULD_NOT_BE_STARTED"),
+          "a wrong token: the SDK's start() fails", err.message);
+  } finally {
+    Settings.daprSidecarPollingDelayMs = pollMs;
+  }
+  // Past the start-up wait, the lock call itself is refused and takes nothing.
+  wrong.daprClient.setIsInitialized(true);
+  const refused = await expectRefused(wrong.lock.lock(STORE, "orders/refused", "intruder", 60), 401,
+                                      "a wrong token: lock refused with 401");
+  if (refused) {
+    check(JSON.parse(refused.error_msg).error === "invalid_token", "401 invalid_token",
+          refused.error_msg);
+  }
+  await expectRefused(wrong.lock.unlock(STORE, "orders/7", "owner-s"), 401,
+                      "a wrong token: unlock refused with 401");
+  delete process.env.DAPR_API_TOKEN;
+  const none = httpClient(undefined);
+  none.daprClient.setIsInitialized(true);
+  await expectRefused(none.lock.lock(STORE, "orders/refused", "intruder", 60), 401,
+                      "no token: lock refused with 401");
+  r = await client.lock.lock(STORE, "orders/refused", "owner-a", 60);
+  check(r.success === true, "the refused calls took nothing", JSON.stringify(r));
+  u = await scoped.lock.unlock(STORE, "orders/7", "owner-s");
+  check(u.status === LockStatus.Success, "the wrong token's unlock released nothing",
+        JSON.stringify(u));
+
+  // Dapr's health probes: 204 when ready, no token needed.
+  for (const probe of ["/v1.0/healthz", "/v1.0/healthz/outbound"]) {
+    const h = await fetch(`http://127.0.0.1:${lockPort}${probe}`);
+    check(h.status === 204 && (await h.text()) === "", `${probe} answers 204 without a token`);
+  }
+  await client.stop();  // the SDK's keep-alive agents (shared by every client)
+  if (failures.length) console.error(fs.readFileSync(sidecarLog, "utf8"));
+}
+
+async function main() {
+  const tmp = fs.mkdtempSync(path.join(os.tmpdir(), "sidelock-dapr-sdk-"));
+  const procs = [];
+  try {
+    const redisPort = await freePort();
+    const lockPort = await freePort();
+    const redis = spawn("redis-server", ["--port", String(redisPort), "--bind", "127.0.0.1",
+                                         "--save", "", "--appendonly", "no", "--dir", tmp],
+                        { stdio: "ignore" });
+    procs.push(redis);
+    const redisUp = await until(() => new Promise((resolve) => {
+      const s = net.connect(redisPort, "127.0.0.1", () => { s.destroy(); resolve(true); });
+      s.on("error", () => resolve(false));
+    }), 10000);
+    if (!redisUp) throw new Error("redis-server did not start");
+
+    const config = path.join(tmp, "sidelock.yaml");
+    fs.writeFileSync(config,
+        `listen:\n  tcp: "127.0.0.1:${lockPort}"\n  unix: ""\n` +
+        `backend:\n  type: redis\n  nodes: ["127.0.0.1:${redisPort}"]\n` +
+        `auth:\n  tokens_env: SDK_TEST_TOKENS\n` +
+        `dapr:\n  stores: ["${STORE}"]\n  app_id: orders-app\n`);
+    const sidecarLog = path.join(tmp, "sidecar.log");
+    const out = fs.openSync(sidecarLog, "w");
+    const sidecar = spawn(sidelock, ["--config", config], {
+      stdio: ["ignore", out, out],
+      env: { ...process.env, SDK_TEST_TOKENS: `${TOKEN}\n${SCOPED} prefixes=orders~\n`,
+             SIDELOCK_DAPR_OWNER_SECRET: "sdk-test-secret-0123456789" },
+    });
+    procs.push(sidecar);
+    const ready = await until(async () =>
+        (await fetch(`http://127.0.0.1:${lockPort}/readyz`)).status === 200, 20000);
+    if (!ready) throw new Error("the sidecar did not become ready:\n" + fs.readFileSync(sidecarLog));
+
+    await exercise(lockPort, sidecarLog);
+
+    // Not ready: Redis gone, the probes answer 500 as /readyz answers 503.
+    await stop(redis);
+    const down = await until(async () =>
+        (await fetch(`http://127.0.0.1:${lockPort}/v1.0/healthz`)).status === 500, 20000);
+    check(down, "/v1.0/healthz answers 500 while Redis is down");
+    const outbound = await fetch(`http://127.0.0.1:${lockPort}/v1.0/healthz/outbound`);
+    check(outbound.status === 500 &&
+              (await outbound.json()).errorCode === "ERR_OUTBOUND_HEALTH_NOT_READY",
+          "/v1.0/healthz/outbound answers 500 ERR_OUTBOUND_HEALTH_NOT_READY");
+    const code = await stop(sidecar);
+    check(code === 0, "the sidecar exits 0", String(code));
+  } finally {
+    for (const p of procs.reverse()) await stop(p);
+    fs.rmSync(tmp, { recursive: true, force: true });
+  }
+  if (failures.length) {
+    console.error(`${failures.length} of ${checks} checks failed`);
+    process.exit(1);
+  }
+  console.log(`dapr-sdk: ${checks} checks passed with @dapr/dapr over HTTP`);
+}
+
+main().catch((err) => {
+  console.error(err);
+  process.exit(1);
+});
