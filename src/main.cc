@@ -164,7 +164,8 @@ void shutDownBackendAndServers(Sidecar& s) {
   });
 }
 
-/// SIGTERM/SIGINT: stop accepting, let campaign leaders step down, drain the lock service (answers waiters, releases leases),
+/// SIGTERM/SIGINT: stop accepting, answer waiters, let campaign leaders step down, drain the lock
+/// service (releases leases),
 /// let the HTTP output drain (streams' last events), close the backend, then the HTTP server,
 /// then the loop's own handles.
 void beginShutdown(Sidecar& s, const config::Config& cfg, const char* why) {
@@ -175,6 +176,9 @@ void beginShutdown(Sidecar& s, const config::Config& cfg, const char* why) {
   // at once (they have no client process to stop first).
   s.pod_elections->resignAll();
   s.api->setDraining(true);
+  // Waiters are answered 503 shutting_down now, not after the step-downs below: they hold
+  // nothing, and their clients can retry on another sidecar at once.
+  s.locks->cancelWaiters();
   s.server->stopAccepting();
   // The admin listener stays up while draining so probes see /readyz turn 503.
   // Hard deadline: whatever is still open at grace + 1 s is abandoned and the process exits
@@ -229,7 +233,8 @@ void setUpAccessPolicies(Sidecar& s, const config::Config& cfg) {
   s.unix_policy.allowed_uids = cfg.listen.unix_allowed_uids;
   // Probes and Prometheus reach the admin listener by pod IP: no browser checks there.
   s.admin_policy.browser_checks = false;
-  s.admin_policy.token_free_paths.push_back("/v1/elections/*/ready");  // probes send no token
+  // Probes send no token.
+  s.admin_policy.token_free_paths.push_back(api::ElectionApi::kReadyPattern);
   if (cfg.auth.admin_tokens.configured()) s.admin_policy.tokens = &s.admin_tokens;
 }
 
@@ -290,7 +295,7 @@ int runSidecar(const config::Config& cfg) {
   s.dapr_api = std::make_unique<api::DaprApi>(
       cfg.dapr, cfg.locks, *s.locks, [api = s.api.get()] { return api->notReadyReason(); });
   s.elections = std::make_unique<api::ElectionApi>(
-      cfg.locks, *s.locks, *s.metrics, *s.scheduler,
+      cfg.locks, *s.locks, *s.api, *s.metrics, *s.scheduler,
       api::ElectionApi::Options{.identity = cfg.identity, .observe_reread_ms = 1000});
   s.pod_elections = std::make_unique<api::PodElections>(
       cfg.elections, cfg.identity, *s.locks, s.elections->observers(), *s.scheduler, *s.metrics);

@@ -7,7 +7,7 @@
 #include "api/json_object.h"
 #include "api/route_helpers.h"
 #include "common/log.h"
-#include "http/router.h"
+#include "http/path_pattern.h"
 
 namespace sidelock::api {
 namespace {
@@ -21,11 +21,15 @@ lock::LockId electionOf(std::string_view name) {
 /// A backend error of an election route: a backend that cannot record a leader would refuse the
 /// kind with kFailedPrecondition, which is a 501 here, not an outage (every shipped backend
 /// holds elections; Redlock since its quorum records the term on a majority).
-void sendElectionBackendError(const http::ResponderPtr& res, const Status& status) {
+Answer electionBackendErrorAnswer(const Status& status) {
   if (status.code() == StatusCode::kFailedPrecondition) {
-    return sendError(res, 501, "not_supported", status.message());
+    return errorAnswer(501, "not_supported", status.message());
   }
-  sendBackendError(res, status);
+  return backendErrorAnswer(status);
+}
+
+void sendElectionBackendError(const http::ResponderPtr& res, const Status& status) {
+  sendAnswer(res, electionBackendErrorAnswer(status));
 }
 
 /// A leader's value (campaign, proclaim): at most ElectionApi::kMaxValueBytes.
@@ -36,8 +40,10 @@ void checkValue(RequestBody& body, std::string_view value) {
   }
 }
 
+Answer notLeaderAnswer(std::string_view why) { return errorAnswer(409, "not_leader", why); }
+
 void sendNotLeader(const http::ResponderPtr& res, std::string_view why) {
-  sendError(res, 409, "not_leader", why);
+  sendAnswer(res, notLeaderAnswer(why));
 }
 
 /// The value of `key` in a raw query string ("candidate=a&x=y"), percent-decoded; false if absent
@@ -94,9 +100,11 @@ struct ElectionApi::Campaign {
 };
 
 ElectionApi::ElectionApi(const config::LocksConfig& locks, lock::LockService& service,
-                         metrics::Metrics& metrics, event::Scheduler& scheduler, Options options)
+                         LockApi& lock_api, metrics::Metrics& metrics, event::Scheduler& scheduler,
+                         Options options)
     : locks_(locks),
       service_(service),
+      lock_api_(lock_api),
       metrics_(metrics),
       scheduler_(scheduler),
       options_(std::move(options)),
@@ -279,7 +287,8 @@ void ElectionApi::leader(http::Request& req, http::ResponderPtr res) {
 void ElectionApi::observe(http::Request& req, http::ResponderPtr res) {
   if (draining_) return sendError(res, 503, "shutting_down", "the sidecar is shutting down");
   // One read first: a backend that cannot hold elections would be answered 501 like the other
-  // routes, rather than with a stream that never says anything.
+  // routes, rather than with a stream that never says anything. A new observe group starts from
+  // this read (no second read).
   std::string name(req.param("name"));
   service_.inspect(electionOf(name),
                    alive_.guarded([this, name, res](StatusOr<lock::LockState> state) {
@@ -291,49 +300,78 @@ void ElectionApi::observe(http::Request& req, http::ResponderPtr res) {
                        return sendError(res, 503, "shutting_down", "the sidecar is shutting down");
                      }
                      if (!res->clientConnected()) return;  // gone meanwhile: nothing to add
-                     observers_.add(name, res);
+                     observers_.add(name, res, std::move(state));
                    }));
 }
 
+// proclaim and resign with a request_id: a retry gets the first attempt's answer (or waits for it
+// while the first runs) and never acts twice, as a lock's release (LockApi::answerOnce). Filed
+// under the election's name and the owner; backend errors are not remembered (a retry runs).
 void ElectionApi::proclaim(http::Request& req, http::ResponderPtr res) {
   RequestBody& body = body_;
-  body.parse(req.header("content-type"), req.body, {BodyField::kOwner, BodyField::kValue});
+  body.parse(req.header("content-type"), req.body,
+             {BodyField::kOwner, BodyField::kValue, BodyField::kRequestId});
   std::string_view owner;
   std::string_view value;
+  std::string_view request_id;
   if (body.ok()) {
     readOwner(body, static_cast<size_t>(locks_.max_owner_bytes), true, owner) &&
-        body.readString(BodyField::kValue, value);
+        body.readString(BodyField::kValue, value) && readRequestId(body, request_id);
   }
   if (body.ok() && !body.has(BodyField::kValue)) body.setError("value is required");
   checkValue(body, value);
   if (!body.ok()) return sendBodyError(res, body);
-  const std::string name(req.param("name"));
-  service_.proclaim(electionOf(name), owner, value,
-                    [res, name](StatusOr<lock::ProclaimResult> r) {
-                      if (!r.isOk()) return sendElectionBackendError(res, r.status());
-                      if (r->status != lock::ProclaimStatus::kProclaimed) {
-                        return sendNotLeader(res, "this owner does not lead the election");
-                      }
-                      sendJson(res, 200,
-                               json{{"name", name}, {"term", r->term}, {"ttl_ms", r->ttl_ms}});
-                    });
+  std::string name(req.param("name"));
+  const std::string retry_scope = retryScope(name, owner, req.principal.get());
+  lock_api_.answerOnce(
+      replayKey(kProclaimRoute, retry_scope, request_id), std::move(res),
+      [this, name = std::move(name), owner = std::string(owner),
+       value = std::string(value)](const LockApi::AnswerFn& answer_with) {
+        service_.proclaim(
+            electionOf(name), owner, value, [name, answer_with](StatusOr<lock::ProclaimResult> r) {
+              if (!r.isOk()) return answer_with(electionBackendErrorAnswer(r.status()), false);
+              if (r->status != lock::ProclaimStatus::kProclaimed) {
+                return answer_with(notLeaderAnswer("this owner does not lead the election"), true);
+              }
+              answer_with(
+                  Answer{200,
+                         json{{"name", name}, {"term", r->term}, {"ttl_ms", r->ttl_ms}}.dump(),
+                         {},
+                         {},
+                         0},
+                  true);
+            });
+      });
 }
 
 void ElectionApi::resign(http::Request& req, http::ResponderPtr res) {
   RequestBody& body = body_;
-  body.parse(req.header("content-type"), req.body, {BodyField::kOwner});
+  body.parse(req.header("content-type"), req.body, {BodyField::kOwner, BodyField::kRequestId});
   std::string_view owner;
-  if (body.ok()) readOwner(body, static_cast<size_t>(locks_.max_owner_bytes), true, owner);
+  std::string_view request_id;
+  if (body.ok()) {
+    readOwner(body, static_cast<size_t>(locks_.max_owner_bytes), true, owner) &&
+        readRequestId(body, request_id);
+  }
   if (!body.ok()) return sendBodyError(res, body);
-  const std::string name(req.param("name"));
-  service_.release(electionOf(name), owner, [res, name](StatusOr<lock::ReleaseStatus> r) {
-    if (!r.isOk()) return sendElectionBackendError(res, r.status());
-    if (*r != lock::ReleaseStatus::kReleased) {
-      return sendNotLeader(res, "this owner does not lead the election (it resigned, lost "
-                                "or never led)");
-    }
-    sendJson(res, 200, json{{"name", name}, {"resigned", true}});
-  });
+  std::string name(req.param("name"));
+  const std::string retry_scope = retryScope(name, owner, req.principal.get());
+  lock_api_.answerOnce(
+      replayKey(kResignRoute, retry_scope, request_id), std::move(res),
+      [this, name = std::move(name),
+       owner = std::string(owner)](const LockApi::AnswerFn& answer_with) {
+        service_.release(
+            electionOf(name), owner, [name, answer_with](StatusOr<lock::ReleaseStatus> r) {
+              if (!r.isOk()) return answer_with(electionBackendErrorAnswer(r.status()), false);
+              if (*r != lock::ReleaseStatus::kReleased) {
+                return answer_with(notLeaderAnswer("this owner does not lead the election (it "
+                                                   "resigned, lost or never led)"),
+                                   true);
+              }
+              answer_with(Answer{200, json{{"name", name}, {"resigned", true}}.dump(), {}, {}, 0},
+                          true);
+            });
+      });
 }
 
 void ElectionApi::ready(http::Request& req, http::ResponderPtr res) {

@@ -48,7 +48,8 @@ class ElectionApi {
   /// The readiness route, also served on the admin listener (a kubelet probe reaches it there).
   static constexpr const char* kReadyPattern = "/v1/elections/{name}/ready";
 
-  ElectionApi(const config::LocksConfig& locks, lock::LockService& service,
+  /// `lock_api` answers proclaim and resign once per request_id (its remembered answers).
+  ElectionApi(const config::LocksConfig& locks, lock::LockService& service, LockApi& lock_api,
               metrics::Metrics& metrics, event::Scheduler& scheduler, Options options);
   ~ElectionApi();
   ElectionApi(const ElectionApi&) = delete;
@@ -89,6 +90,7 @@ class ElectionApi {
 
   const config::LocksConfig& locks_;
   lock::LockService& service_;
+  LockApi& lock_api_;
   metrics::Metrics& metrics_;
   event::Scheduler& scheduler_;
   Options options_;

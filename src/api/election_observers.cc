@@ -36,7 +36,8 @@ ElectionObservers::Group* ElectionObservers::find(const std::string& name, uint6
   return it->second.get();
 }
 
-ElectionObservers::Group& ElectionObservers::groupOf(const std::string& name) {
+ElectionObservers::Group& ElectionObservers::groupOf(const std::string& name,
+                                                     StatusOr<lock::LockState>* seed) {
   auto [it, created] = groups_.try_emplace(name);
   if (!created) return *it->second;
   it->second = std::make_unique<Group>();
@@ -52,12 +53,21 @@ ElectionObservers::Group& ElectionObservers::groupOf(const std::string& name) {
     }
     read(*found);
   }));
-  read(g);
+  if (seed == nullptr || !seed->isOk()) {
+    read(g);
+    return g;
+  }
+  // The caller's read stands for the group's first: it is taken as if it had just answered, so
+  // the re-reads that catch up on a change announced before the watch was in place (every
+  // reread_ms, and when the lease's TTL ends) are armed as after any read.
+  g.reading = true;
+  onRead(name, g.id, std::move(*seed));
   return g;
 }
 
-void ElectionObservers::add(const std::string& name, http::ResponderPtr stream) {
-  Group& g = groupOf(name);
+void ElectionObservers::add(const std::string& name, http::ResponderPtr stream,
+                            StatusOr<lock::LockState> first_read) {
+  Group& g = groupOf(name, &first_read);
   stream->startStream(200, "application/x-ndjson");
   if (g.known) stream->writeChunk(observeEvent(name, g.view));
   stream->onClientGone(alive_.guarded([this, name, id = g.id, raw = stream.get()] {

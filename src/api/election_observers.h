@@ -54,7 +54,11 @@ class ElectionObservers {
 
   /// Starts `stream`'s NDJSON answer and adds it to `name`'s observers: it gets the current state
   /// first (at once if known, else after the group's first read), then one event per change.
-  void add(const std::string& name, http::ResponderPtr stream);
+  /// `first_read` is a read of the leader the caller just made: a new group starts from it
+  /// rather than reading again (one backend read per new observe stream); a group that exists
+  /// keeps its own view (its terms never go back).
+  void add(const std::string& name, http::ResponderPtr stream,
+           StatusOr<lock::LockState> first_read);
   /// Calls `on_read` with the leader of `name` after each of the group's reads that answered (a
   /// change announced, a re-read: at least every `reread_ms` while the backend answers), for as
   /// long as this object lives or until endAll(); never inside this call. For the elections the
@@ -81,8 +85,8 @@ class ElectionObservers {
     event::ScopedTimer reread_timer;
   };
 
-  /// `name`'s group, made (watching and reading) if new.
-  Group& groupOf(const std::string& name);
+  /// `name`'s group, made (watching, and reading unless `seed` answered) if new.
+  Group& groupOf(const std::string& name, StatusOr<lock::LockState>* seed = nullptr);
   Group* find(const std::string& name, uint64_t id);
   void read(Group& g);
   void onRead(const std::string& name, uint64_t id, StatusOr<lock::LockState> state);

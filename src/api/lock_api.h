@@ -39,6 +39,14 @@ class LockApi {
   /// (answers only requests that carried an admin token) and GET /v1/openapi.json.
   std::vector<Route> adminRoutes();
 
+  /// Answers a request that acts once (a release of a lock or permit, an election's proclaim or
+  /// resign) under `replay_key` (empty without a request_id): a retry gets the first answer, or
+  /// waits for it while the first runs. `run` performs the action and calls the function it is
+  /// given with the answer (and whether to remember it) exactly once.
+  using AnswerFn = std::function<void(const IdempotencyCache::Answer&, bool remember)>;
+  void answerOnce(std::string replay_key, http::ResponderPtr res,
+                  const std::function<void(AnswerFn)>& run);
+
   /// While draining (SIGTERM), /readyz answers 503 and new acquires 503 shutting_down.
   void setDraining(bool draining) { draining_ = draining; }
   /// Why /readyz answers 503 ("shutting down", the backend's reason), or "" when it answers 200.
@@ -75,12 +83,6 @@ class LockApi {
                     http::ResponderPtr res);
   void retryGrant(lock::AcquireOptions opts, std::string replay_key, IdempotencyCache::Id answer_id,
                   std::string owner, uint64_t token, http::ResponderPtr res);
-  /// Answers a release (lock or permit) under `replay_key` (empty without a request_id): a retry
-  /// gets the first answer, or waits for it while the first runs. `run` performs the release and
-  /// calls the function it is given with the answer (and whether to remember it) exactly once.
-  using AnswerFn = std::function<void(const IdempotencyCache::Answer&, bool remember)>;
-  void releaseOnce(std::string replay_key, http::ResponderPtr res,
-                   const std::function<void(AnswerFn)>& run);
   /// Keeps a timer armed while answers are remembered, to drop each when its window ends.
   void scheduleSweep();
   void release(http::Request& req, http::ResponderPtr res);

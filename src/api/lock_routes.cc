@@ -399,7 +399,7 @@ void LockApi::release(http::Request& req, http::ResponderPtr res) {
   const lock::LockId lock = leaseOf(req.param("name"), owner, shared, body.has(BodyField::kMode));
   // Filed under the lock's own name: a retry finds the first answer whatever mode it resolves to.
   const std::string retry_scope = retryScope(req.param("name"), owner, req.principal.get());
-  releaseOnce(
+  answerOnce(
       replayKey(kReleaseRoute, retry_scope, request_id), std::move(res),
       [this, lock, owner = std::string(owner)](const AnswerFn& answer_with) {
         service_.release(
@@ -444,8 +444,8 @@ void LockApi::release(http::Request& req, http::ResponderPtr res) {
       });
 }
 
-void LockApi::releaseOnce(std::string replay_key, http::ResponderPtr res,
-                          const std::function<void(AnswerFn)>& run) {
+void LockApi::answerOnce(std::string replay_key, http::ResponderPtr res,
+                         const std::function<void(AnswerFn)>& run) {
   const IdempotencyCache::Lookup found = claimRequest(replay_key, res);
   if (found.kind == IdempotencyCache::Lookup::Kind::kReplay) {
     return sendAnswer(res, *found.answer);  // a retried release gets the first answer

@@ -351,7 +351,7 @@ void LockApi::multiRelease(http::Request& req, http::ResponderPtr res) {
   std::vector<std::string> names;
   if (!readLockNames(body, req, res, static_cast<size_t>(locks_.max_name_bytes), names)) return;
   const std::string retry_scope = multiRetryScope(names, owner, req.principal.get());
-  releaseOnce(
+  answerOnce(
       replayKey(kMultiReleaseRoute, retry_scope, request_id), std::move(res),
       [this, names = std::move(names), owner = std::string(owner)](const AnswerFn& answer_with) {
         service_.releaseAll(

@@ -76,6 +76,8 @@ inline constexpr std::string_view kAcquireRoute = "acquire";
 inline constexpr std::string_view kReleaseRoute = "release";
 inline constexpr std::string_view kMultiAcquireRoute = "multilocks/acquire";
 inline constexpr std::string_view kMultiReleaseRoute = "multilocks/release";
+inline constexpr std::string_view kProclaimRoute = "elections/proclaim";
+inline constexpr std::string_view kResignRoute = "elections/resign";
 
 /// Microseconds of the steady clock: the IdempotencyCache's time.
 int64_t monotonicUs();

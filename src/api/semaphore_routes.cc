@@ -72,32 +72,32 @@ void LockApi::semaphoreRelease(http::Request& req, http::ResponderPtr res) {
   if (!body.ok()) return sendBodyError(res, body);
   const lock::LockId semaphore{lock::LockKind::kSemaphore, std::string(req.param("name"))};
   const std::string retry_scope = retryScope(semaphore.display(), permit, req.principal.get());
-  releaseOnce(replayKey(kReleaseRoute, retry_scope, request_id), std::move(res),
-              [this, semaphore, permit = std::string(permit)](const AnswerFn& answer_with) {
-                service_.release(semaphore, permit, [answer_with](StatusOr<lock::ReleaseStatus> r) {
-                  if (!r.isOk()) return answer_with(backendErrorAnswer(r.status()), false);
-                  Answer answer;
-                  switch (*r) {
-                    case lock::ReleaseStatus::kReleased:
-                    case lock::ReleaseStatus::kHoldReleased:
-                      answer.status = 200;
-                      answer.body = JsonObject().boolean("released", true).finish();
-                      break;
-                    case lock::ReleaseStatus::kLeaseLost:
-                      answer.status = 404;
-                      answer.body = errorBody("lease_lost",
-                                              "the permit was lost before release (it expired)");
-                      break;
-                    case lock::ReleaseStatus::kNotOwner:
-                    case lock::ReleaseStatus::kNotHeld:
-                      answer.status = 404;
-                      answer.body =
-                          errorBody("not_held", "no such permit (it expired or was released)");
-                      break;
-                  }
-                  answer_with(answer, true);
-                });
-              });
+  answerOnce(replayKey(kReleaseRoute, retry_scope, request_id), std::move(res),
+             [this, semaphore, permit = std::string(permit)](const AnswerFn& answer_with) {
+               service_.release(semaphore, permit, [answer_with](StatusOr<lock::ReleaseStatus> r) {
+                 if (!r.isOk()) return answer_with(backendErrorAnswer(r.status()), false);
+                 Answer answer;
+                 switch (*r) {
+                   case lock::ReleaseStatus::kReleased:
+                   case lock::ReleaseStatus::kHoldReleased:
+                     answer.status = 200;
+                     answer.body = JsonObject().boolean("released", true).finish();
+                     break;
+                   case lock::ReleaseStatus::kLeaseLost:
+                     answer.status = 404;
+                     answer.body =
+                         errorBody("lease_lost", "the permit was lost before release (it expired)");
+                     break;
+                   case lock::ReleaseStatus::kNotOwner:
+                   case lock::ReleaseStatus::kNotHeld:
+                     answer.status = 404;
+                     answer.body =
+                         errorBody("not_held", "no such permit (it expired or was released)");
+                     break;
+                 }
+                 answer_with(answer, true);
+               });
+             });
 }
 
 void LockApi::semaphoreExtend(http::Request& req, http::ResponderPtr res) {

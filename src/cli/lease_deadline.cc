@@ -30,4 +30,10 @@ int64_t LeaseDeadline::sigkillAt(int64_t stop_ms) const {
   return known() ? std::min(after_grace, killBy()) : after_grace;
 }
 
+int64_t LeaseDeadline::killBeforeResign(int64_t now_ms, int64_t kill_at_ms, int64_t resign_in_ms) {
+  if (resign_in_ms < 0 || kill_at_ms < 0) return kill_at_ms;
+  const int64_t resign_by = now_ms + resign_in_ms - safetyMarginMs(resign_in_ms);
+  return std::max(now_ms, std::min(kill_at_ms, resign_by));
+}
+
 }  // namespace sidelock::cli

@@ -34,6 +34,13 @@ class LeaseDeadline {
   /// never after killBy().
   int64_t sigkillAt(int64_t stop_ms) const;
 
+  /// --elect, `stepping_down` received at `now_ms` (the sidecar shuts down and resigns
+  /// `resign_in_ms` from then, or when the stream closes): the SIGKILL time `kill_at_ms` (a
+  /// sigkillAt()) brought forward so that CMD is dead before the resignation, less
+  /// safetyMarginMs(resign_in_ms); never before `now_ms`. resign_in_ms < 0 (not said) or
+  /// kill_at_ms < 0 (none pending) leave kill_at_ms.
+  static int64_t killBeforeResign(int64_t now_ms, int64_t kill_at_ms, int64_t resign_in_ms);
+
   /// What the deadline keeps back from a TTL for what a receipt time cannot see: the renewal's
   /// Redis round trip (the sidecar counts the validity from its reply), the event's way to us,
   /// our own wake-up and the kernel's SIGKILL, and clock-rate drift. A tenth of the TTL, at most

@@ -128,7 +128,9 @@ class Runner {
   void standDownKeeper();
   std::optional<int> spawn(const Lease& lease);
   int supervise(Lease* lease);
-  void beginStop(Stop why, const std::string& detail);
+  /// Stops CMD (SIGTERM now, SIGKILL after the grace or at the kill deadline); `resign_in_ms`
+  /// (>= 0: a step-down's) brings the SIGKILL before the sidecar's resignation.
+  void beginStop(Stop why, const std::string& detail, int64_t resign_in_ms = -1);
   void signalChild(int sig);
   /// Notes CMD's end (leaving it a zombie, see there) and stops, and reaps the orphans of CMD
   /// that were re-parented to us.
@@ -561,7 +563,8 @@ void Runner::endCommandGroup() {
   }
 }
 
-void Runner::beginStop(Stop why, const std::string& detail) {
+void Runner::beginStop(Stop why, const std::string& detail, int64_t resign_in_ms) {
+  const int64_t now = nowMs();
   if (stop_ != Stop::kNone) {
     // Already stopping (on a signal, say) when the lease is lost: no new signals (the SIGKILL is
     // due no later than the kill deadline already), but the exit status says it was lost.
@@ -570,12 +573,19 @@ void Runner::beginStop(Stop why, const std::string& detail) {
       say("%s lost (%s) while %s was stopping", what_.c_str(), detail.c_str(),
           opts_.command[0].c_str());
     }
+    // A step-down still brings the SIGKILL forward: CMD is dead before the sidecar resigns.
+    if (const int64_t kill_at = LeaseDeadline::killBeforeResign(now, kill_at_ms_, resign_in_ms);
+        kill_at != kill_at_ms_) {
+      kill_at_ms_ = kill_at;
+      say("%s (%s): SIGKILL to %s in %lld ms", what_.c_str(), detail.c_str(),
+          opts_.command[0].c_str(), static_cast<long long>(kill_at_ms_ - now));
+    }
     return;
   }
   stop_ = why;
-  const int64_t now = nowMs();
   stop_at_ms_ = now;
-  kill_at_ms_ = deadline_.sigkillAt(now);
+  // The SIGKILL time said below is the one used: after a step-down, before the resignation.
+  kill_at_ms_ = LeaseDeadline::killBeforeResign(now, deadline_.sigkillAt(now), resign_in_ms);
   std::string what = "lost";
   if (why == Stop::kCapped) {
     // Name the cap that was reached: without --max-hold it is the sidecar's.
@@ -620,19 +630,12 @@ int Runner::supervise(Lease* lease) {
           beginStop(Stop::kLost,
                     ev->reason.empty() ? "reported by the sidecar" : "sidecar: " + ev->reason);
           break;
-        case StreamEvent::Type::kSteppingDown: {
+        case StreamEvent::Type::kSteppingDown:
           // The sidecar is shutting down: it keeps the lease renewed and resigns when we close
           // the stream or at resign_in_ms. Stop CMD now, dead before that deadline (less the
           // margin the lease deadline keeps), then close: the next leader is elected only then.
-          beginStop(Stop::kLost, "the sidecar is shutting down and steps down");
-          if (ev->resign_in_ms >= 0 && kill_at_ms_ > 0) {
-            const int64_t now = nowMs();
-            const int64_t resign_by = now + ev->resign_in_ms -
-                                      LeaseDeadline::safetyMarginMs(ev->resign_in_ms);
-            kill_at_ms_ = std::max(now, std::min(kill_at_ms_, resign_by));
-          }
+          beginStop(Stop::kLost, "the sidecar is shutting down and steps down", ev->resign_in_ms);
           break;
-        }
         case StreamEvent::Type::kResigned:
           // Not by us (we resign by closing the connection, after CMD): the sidecar is shutting
           // down, or someone resigned with our owner id. The next leader may be elected now.

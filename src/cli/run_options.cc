@@ -2,6 +2,7 @@
 
 #include "cli/exit_codes.h"
 #include "common/duration.h"
+#include "common/pod_identity.h"
 
 namespace sidelock::cli {
 
@@ -117,13 +118,7 @@ StatusOr<RunOptions> parseRunArgs(const std::vector<std::string>& args, const Ru
           "for try-once use a lock: sidelock run --wait 0 NAME)");
     }
     // Who campaigns, as the sidecar names its own pod: $POD_NAME, else the host name.
-    if (candidate_flag) {
-      opts.candidate = *candidate_flag;
-    } else if (auto pod = env.getenv("POD_NAME")) {
-      opts.candidate = *pod;
-    } else if (env.host_name) {
-      opts.candidate = env.host_name();
-    }
+    opts.candidate = candidate_flag ? *candidate_flag : podIdentity(env.getenv, env.host_name);
     if (opts.candidate.empty()) {
       return invalidArgument(candidate_flag ? "--candidate must not be empty"
                                             : "no candidate: give --candidate ID (default "
@@ -170,6 +165,11 @@ std::string runUsage() {
              "the leadership stops CMD as losing a lock does. When CMD exits, or sidelock run "
              "gets\n"
              "SIGTERM or SIGINT (passed on to CMD, SIGKILL after the grace), it resigns.\n"
+             "When the sidecar itself shuts down it steps down (event stepping_down, with\n"
+             "resign_in_ms: half its shutdown.grace_ms): CMD gets SIGTERM at once and SIGKILL\n"
+             "after the grace but before that resignation (less the safety margin), then\n"
+             "sidelock run resigns and exits 76 (leadership lost); the next leader is elected\n"
+             "once CMD is gone.\n"
              "\n"
              "Options:\n") +
          endpointUsage() +

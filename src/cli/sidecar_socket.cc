@@ -12,6 +12,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "common/pod_identity.h"
+
 namespace sidelock::cli {
 
 std::string SidecarEndpoint::describe() const {
@@ -22,19 +24,12 @@ std::string SidecarEndpoint::describe() const {
 
 RunEnvironment RunEnvironment::system() {
   RunEnvironment env;
-  env.getenv = [](const char* name) -> std::optional<std::string> {
-    const char* v = ::getenv(name);
-    if (v == nullptr || *v == '\0') return std::nullopt;
-    return std::string(v);
-  };
+  env.getenv = systemGetenv;
   env.socket_exists = [](const std::string& path) {
     struct stat st {};
     return ::stat(path.c_str(), &st) == 0 && S_ISSOCK(st.st_mode);
   };
-  env.host_name = [] {
-    char host[256] = {};
-    return ::gethostname(host, sizeof(host) - 1) == 0 ? std::string(host) : std::string();
-  };
+  env.host_name = systemHostName;
   return env;
 }
 

@@ -14,6 +14,7 @@
 
 #include "common/duration.h"
 #include "common/names.h"
+#include "common/pod_identity.h"
 
 namespace sidelock::config {
 namespace {
@@ -624,20 +625,12 @@ std::string expandEnvironment(const std::string& path, const std::string& text) 
   return out;
 }
 
-/// $POD_NAME (the Helm chart sets it from the downward API), else the host name, else "".
-std::string defaultIdentity() {
-  if (const char* pod = getenv("POD_NAME"); pod != nullptr && *pod != '\0') return pod;
-  char host[256] = {};
-  if (gethostname(host, sizeof(host) - 1) == 0) return host;
-  return "";
-}
-
 // identity and elections: after locks (the TTL limits) and before anything uses them.
 void loadElections(const Section& root, Config& c) {
   // Absent or "" (what a template renders for an unset value): the default.
   root.readString("identity", c.identity);
   const bool given = !c.identity.empty();
-  if (!given) c.identity = defaultIdentity();
+  if (!given) c.identity = podIdentity(systemGetenv, systemHostName);
   if (!c.identity.empty()) {
     if (std::string problem = candidateProblem(c.identity); !problem.empty()) {
       fail("identity", problem + (given ? "" : " (from $POD_NAME or the host name: set identity)"));

@@ -99,24 +99,6 @@ std::shared_ptr<const Principal> TokenVerifier::verify(std::string_view presente
   return found;
 }
 
-bool pathIsListed(const std::vector<std::string>& patterns, std::string_view path) {
-  auto matches = [path](std::string_view pattern) {
-    std::string_view rest = path;
-    while (!pattern.empty()) {
-      const size_t p_end = std::min(pattern.find('/', 1), pattern.size());
-      const size_t r_end = std::min(rest.find('/', 1), rest.size());
-      const std::string_view want = pattern.substr(0, p_end);
-      const std::string_view got = rest.substr(0, r_end);
-      // "/*" takes any segment but an empty one ("/v1/elections//ready" is no election's).
-      if (want == "/*" ? got.size() < 2 : want != got) return false;
-      pattern.remove_prefix(p_end);
-      rest.remove_prefix(r_end);
-    }
-    return rest.empty();
-  };
-  return std::any_of(patterns.begin(), patterns.end(), matches);
-}
-
 std::string hostWithoutPort(std::string_view host_header) {
   std::string_view host = host_header;
   if (!host.empty() && host.front() == '[') {
@@ -192,7 +174,9 @@ std::optional<Refusal> checkAccess(Request& request, const ListenerPolicy& polic
     if (!token.empty()) {
       request.principal = policy.tokens->verify(token);
       if (!request.principal) return unauthorized(kInvalidToken, "the bearer token is not valid");
-    } else if (policy.token_required && !pathIsListed(policy.token_free_paths, request.path)) {
+    } else if (policy.token_required &&
+               !pathIsListed(policy.token_free_paths,
+                             request.raw_path.empty() ? request.path : request.raw_path)) {
       return unauthorized(kTokenRequired,
                           "this listener requires Authorization: Bearer <token> (or Dapr's "
                           "dapr-api-token: <token>)");

@@ -16,6 +16,7 @@
 
 #include "common/token_entry.h"
 #include "http/http_types.h"
+#include "http/path_pattern.h"
 
 namespace sidelock::http {
 
@@ -62,8 +63,9 @@ struct ListenerPolicy {
   /// (both at once must be the same token).
   const TokenVerifier* tokens = nullptr;
   bool token_required = true;
-  /// Probes (the kubelet cannot send a secret header) and nothing else. A `*` segment matches
-  /// any one non-empty path segment ("/v1/elections/*/ready": the leader-only readiness probe).
+  /// Probes (the kubelet cannot send a secret header) and nothing else: route patterns
+  /// (http::PathPattern, matched as the Router matches them), so "/v1/elections/{name}/ready",
+  /// the leader-only readiness probe, lists the path of every election's.
   std::vector<std::string> token_free_paths = {"/healthz", "/readyz"};
   /// Unix socket peers (Request::peer, SO_PEERCRED): empty = anyone the socket's file mode lets
   /// connect; otherwise a peer without credentials is refused too.
@@ -77,9 +79,6 @@ struct Refusal {
   std::string message;
   std::vector<std::pair<std::string, std::string>> headers;
 };
-
-/// Whether `path` is one of `patterns` (exact, or with `*` standing for one non-empty segment).
-bool pathIsListed(const std::vector<std::string>& patterns, std::string_view path);
 
 /// The Host header's host part, without the port ("[::1]:7411" -> "[::1]"), lower-cased.
 std::string hostWithoutPort(std::string_view host_header);

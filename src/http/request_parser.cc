@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "http/http_error.h"
-#include "http/router.h"
+#include "http/path_pattern.h"
 
 namespace sidelock::http {
 namespace {

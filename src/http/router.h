@@ -10,15 +10,12 @@
 
 #include "common/status.h"
 #include "http/http_types.h"
+#include "http/path_pattern.h"
 
 namespace sidelock::http {
 
 /// The metrics label for requests no route matched (404s, and errors found before routing).
 inline constexpr std::string_view kUnmatchedRoute = "unmatched";
-
-/// Percent-decodes `in` ("%2F" -> "/"); '+' stays '+' (paths are not form-encoded). False on a
-/// malformed escape ("%", "%4", "%zz").
-bool percentDecode(std::string_view in, std::string* out);
 
 class Router {
  public:
@@ -36,9 +33,9 @@ class Router {
     std::vector<std::pair<std::string, std::string>> params;
   };
 
-  /// Registers `handler` for `method` on `pattern`: "/"-separated segments, each a literal or a
-  /// whole-segment "{param}". Errors: pattern not starting with '/', malformed or duplicate
-  /// parameter names, or the same (method, pattern) twice.
+  /// Registers `handler` for `method` on `pattern` (a PathPattern: "/"-separated segments, each a
+  /// literal or a whole-segment "{param}"). Errors: those of PathPattern::parse, or the same
+  /// (method, pattern) twice.
   Status add(std::string_view method, std::string_view pattern, Handler handler);
 
   /// Matches a path (percent-encoded, no query string). Segments are split before decoding, so
@@ -59,14 +56,9 @@ class Router {
   size_t size() const { return routes_.size(); }
 
  private:
-  struct Segment {
-    std::string text;  // literal text, or the parameter name
-    bool is_param = false;
-  };
   struct Route {
     std::string method;
-    std::string pattern;
-    std::vector<Segment> segments;
+    PathPattern pattern;
     Handler handler;
   };
   std::vector<Route> routes_;

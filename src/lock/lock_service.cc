@@ -72,6 +72,8 @@ void LockService::shutdown(bool release_held, int64_t grace_ms, std::function<vo
   impl_->shutdown(release_held, grace_ms, std::move(done));
 }
 
+void LockService::cancelWaiters() { impl_->cancelWaiters(); }
+
 // ---------------------------------------------------------------------------------------------
 // Plumbing
 
@@ -167,16 +169,7 @@ void LockService::Impl::updateWaiterGauge() {
 // ---------------------------------------------------------------------------------------------
 // Shutdown
 
-void LockService::Impl::shutdown(bool release_held, int64_t grace_ms, std::function<void()> done) {
-  if (stopping_) {  // a second call just waits for the first to finish
-    if (done) deliver(std::move(done));
-    return;
-  }
-  stopping_ = true;
-  shutdown_done_ = std::move(done);
-  SL_LOG(kInfo, "lock.shutdown", {"leases", static_cast<unsigned long>(leases_.size())},
-         {"waiters", static_cast<unsigned long>(queues_.total())}, {"release_held", release_held});
-
+void LockService::Impl::cancelWaiters() {
   std::vector<uint64_t> ids;
   ids.reserve(waiters_.size());
   for (const auto& [id, w] : waiters_) {
@@ -191,6 +184,19 @@ void LockService::Impl::shutdown(bool release_held, int64_t grace_ms, std::funct
     r.error = cancelled("sidelock is shutting down");
     finishWaiter(*it->second, std::move(r));
   }
+}
+
+void LockService::Impl::shutdown(bool release_held, int64_t grace_ms, std::function<void()> done) {
+  if (stopping_) {  // a second call just waits for the first to finish
+    if (done) deliver(std::move(done));
+    return;
+  }
+  stopping_ = true;
+  shutdown_done_ = std::move(done);
+  SL_LOG(kInfo, "lock.shutdown", {"leases", static_cast<unsigned long>(leases_.size())},
+         {"waiters", static_cast<unsigned long>(queues_.total())}, {"release_held", release_held});
+
+  cancelWaiters();
 
   for (const auto& key : leases_.keys()) {
     Lease* lease = leases_.find(key.first, key.second);

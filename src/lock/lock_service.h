@@ -311,6 +311,10 @@ class LockService {
   /// not released stay in leases() until they expire.
   /// Destroying the service is safe at any time: pending callbacks are then never called.
   void shutdown(bool release_held, int64_t grace_ms, std::function<void()> done);
+  /// SIGTERM, before shutdown(): answers every waiter kCancelled now, while the leases held stay
+  /// renewed (campaign leaders stepping down keep theirs until shutdown()). Callers refuse new
+  /// acquires themselves meanwhile (LockApi::setDraining); shutdown() cancels any waiter left.
+  void cancelWaiters();
 
   /// The implementation (lock_service_impl.h), named here for the service's own parts
   /// (multi_lock.cc); nothing outside src/lock uses it.

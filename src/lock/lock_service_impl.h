@@ -82,6 +82,8 @@ class LockService::Impl {
   const config::LocksConfig& config() const { return config_; }
   std::vector<WaiterCount> waiterCounts() const;
   void shutdown(bool release_held, int64_t grace_ms, std::function<void()> done);
+  /// Answers every waiter kCancelled ("sidelock is shutting down"), in arrival order.
+  void cancelWaiters();
 
  private:
   using InFlight = event::InFlightGate::Holder;

@@ -161,7 +161,19 @@ TEST_F(ElectionTest, SigtermStepsDownAndHandsOverWhenTheClientCloses) {
     return json::parse(cb.get("/v1/locks").body)["waiters"].dump().find("election/stepdown") !=
            std::string::npos;
   }));
+  // A lock waiter on the same sidecar holds nothing: it is answered at SIGTERM, not after the
+  // step-down (up to grace / 2 later).
+  ASSERT_EQ(ca.post("/v1/locks/busy/acquire", R"({"ttl_ms":30000})").status, 200);
+  HttpClient waiter = HttpClient::tcp(a->port());
+  waiter.sendRequest("POST", "/v1/locks/busy/acquire", R"({"ttl_ms":30000,"wait_ms":20000})");
+  ASSERT_TRUE(waitForWaiters(ca, "busy", 1));
+  const auto sigterm_at = Clock::now();
   ASSERT_EQ(::kill(a->pid(), SIGTERM), 0);
+  std::optional<HttpResponse> refused = waiter.readResponse(3000);
+  ASSERT_TRUE(refused.has_value()) << "the waiter waits for the step-down";
+  EXPECT_EQ(refused->status, 503) << refused->body;
+  EXPECT_EQ(json::parse(refused->body)["error"], "shutting_down");
+  EXPECT_LT(msSince(sigterm_at), 2000);
   std::optional<json> e = pod_a.nextNotRenewed();
   ASSERT_TRUE(e.has_value());
   EXPECT_EQ((*e)["event"], "stepping_down");
@@ -198,6 +210,55 @@ TEST_F(ElectionTest, SigtermResignsALeaderThatIgnoresSteppingDownAtTheDeadline) 
   ASSERT_TRUE(elected.has_value());
   EXPECT_EQ((*elected)["candidate"], "pod-b");
   EXPECT_TRUE(exitsOnItsOwn(*a));
+}
+
+/// The backend reads of a sidecar so far (every node's op="inspect" requests, from /metrics).
+int64_t inspectReads(HttpClient& c) {
+  const std::string text = c.get("/metrics").body;
+  const std::string prefix = "sidelock_backend_request_seconds_count{";
+  int64_t total = 0;
+  for (size_t at = text.find("\n" + prefix); at != std::string::npos;
+       at = text.find("\n" + prefix, at + 1)) {
+    const size_t end = text.find('\n', at + 1);
+    const std::string line = text.substr(at + 1, end - at - 1);
+    if (line.find("op=\"inspect\"") == std::string::npos) continue;
+    total += std::stoll(line.substr(line.rfind(' ') + 1));
+  }
+  return total;
+}
+
+// A new observe stream costs one backend read: its group starts from the read the route makes
+// first (to answer 501 on a backend without elections), not from a second one. The group's own
+// re-reads (every second, and when the TTL ends) come later.
+TEST_F(ElectionTest, ANewObserveStreamCostsOneBackendRead) {
+  Campaign pod_a(a->port(), "seeded", "pod-a", 30000, "v1");
+  std::optional<json> elected = pod_a.elected();
+  ASSERT_TRUE(elected.has_value());
+  const int64_t before = inspectReads(cb);
+  const auto opened_at = Clock::now();
+  Observer on_b(b->port(), "seeded");
+  ASSERT_EQ(on_b.status(), 200);
+  std::optional<json> e = on_b.next();
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ((*e)["event"], "leader");
+  EXPECT_EQ((*e)["value"], "v1");
+  const int64_t reads = inspectReads(cb) - before;
+  // The group re-reads after observe_reread_ms (1 s): only a quicker look counts reads exactly.
+  if (msSince(opened_at) < 800) {
+    EXPECT_EQ(reads, 1) << "one read per new observe stream";
+  } else {
+    std::printf("[election] slow machine: the re-read may have run; %lld reads\n",
+                static_cast<long long>(reads));
+    EXPECT_GE(reads, 1);
+  }
+  // The seeded group follows changes as any group: a proclaim is pushed.
+  ASSERT_EQ(ca.post("/v1/elections/seeded/proclaim",
+                    json{{"owner", (*elected)["owner"]}, {"value", "v2"}}.dump())
+                .status,
+            200);
+  e = on_b.next();
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ((*e)["value"], "v2");
 }
 
 TEST_F(ElectionTest, ObserversSeeEveryChangePushedAndTermsNeverGoBack) {

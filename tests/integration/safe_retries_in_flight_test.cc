@@ -1,4 +1,5 @@
-// request_id while the first request is still running (issue 22): a retry that arrives before the
+// request_id while the first request is still running (issue 22; elections' proclaim and resign,
+// issue 19): a retry that arrives before the
 // first answer waits for that answer and never acts a second time, also when the first request's
 // client gave up and hung up. Real sidecars on a real redis-server whose writes are held back
 // with CLIENT PAUSE ... WRITE, so that the first request is provably still in flight when its
@@ -7,9 +8,11 @@
 
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "support/election_streams.h"
 #include "support/http_client.h"
 #include "support/redis_link.h"
 #include "support/redis_server.h"
@@ -38,19 +41,20 @@ void pauseWrites(const RedisServer& redis) {
 }
 
 /// Sends `copies` copies of one POST, each on its own connection, the first alone until it is in
-/// flight (so it is the first), and returns the answers.
+/// flight (so it is the first), and returns the answers. `open` requests were in flight before
+/// (a campaign stream).
 std::vector<HttpResponse> sendCopies(int port, const std::string& path, const std::string& body,
-                                     int copies) {
+                                     int copies, int open = 0) {
   HttpClient probe = HttpClient::tcp(port);
   std::vector<HttpClient> clients;
   for (int i = 0; i < copies; ++i) {
     clients.push_back(HttpClient::tcp(port));
     clients.back().sendRequest("POST", path, body);
     if (i == 0) {
-      EXPECT_TRUE(pollUntil([&] { return inFlight(probe) == 1; }));
+      EXPECT_TRUE(pollUntil([&] { return inFlight(probe) == open + 1; }));
     }
   }
-  EXPECT_TRUE(pollUntil([&] { return inFlight(probe) == copies; }));
+  EXPECT_TRUE(pollUntil([&] { return inFlight(probe) == open + copies; }));
   std::vector<HttpResponse> answers;
   for (auto& c : clients) {
     auto answer = c.readResponse();
@@ -254,6 +258,74 @@ TEST_F(SafeRetriesInFlightTest, AMultiLockAcquireRetriedAfterTheClientGaveUpGets
                     json{{"names", {"x", "y"}}, {"owner", grant["owner"]}}.dump())
                 .status,
             200);
+}
+
+// Elections (issue 19): a resign acts once. A second run of a copy would answer 409 not_leader
+// (the leader is gone), so every copy answering 200 proves the copies waited for the first.
+TEST_F(SafeRetriesInFlightTest, CopiesOfAnElectionResignResignOnce) {
+  Campaign leader(sidecar_->port(), "boss", "pod-a", 30000);
+  std::optional<json> elected = leader.elected();
+  ASSERT_TRUE(elected.has_value());
+  const std::string resign = json{{"owner", (*elected)["owner"]}, {"request_id", "rs-1"}}.dump();
+
+  pauseWrites(redis_);
+  auto answers = sendCopies(sidecar_->port(), "/v1/elections/boss/resign", resign, 3, 1);
+  for (const auto& a : answers) {
+    EXPECT_EQ(a.status, 200) << "the first answer, not 409 not_leader: " << a.body;
+    EXPECT_EQ(a.body, answers[0].body);
+  }
+  std::optional<json> end = leader.nextNotRenewed();
+  ASSERT_TRUE(end.has_value());
+  EXPECT_EQ((*end)["event"], "resigned");
+  // A later retry is answered from memory; without the request id a resign runs again.
+  auto later = c_.post("/v1/elections/boss/resign", resign);
+  EXPECT_EQ(later.status, 200) << later.body;
+  EXPECT_EQ(later.body, answers[0].body);
+  EXPECT_EQ(
+      c_.post("/v1/elections/boss/resign", json{{"owner", (*elected)["owner"]}}.dump()).status,
+      409);
+}
+
+// A proclaim acts once too: its copies get the first answer, and so does a retry after the leader
+// resigned (a second run would answer 409 not_leader).
+TEST_F(SafeRetriesInFlightTest, CopiesOfAProclaimGetTheFirstAnswer) {
+  Campaign leader(sidecar_->port(), "boss", "pod-a", 30000, "v0");
+  std::optional<json> elected = leader.elected();
+  ASSERT_TRUE(elected.has_value());
+  const json owner = (*elected)["owner"];
+  const std::string proclaim =
+      json{{"owner", owner}, {"value", "v1"}, {"request_id", "pr-1"}}.dump();
+
+  pauseWrites(redis_);
+  auto answers = sendCopies(sidecar_->port(), "/v1/elections/boss/proclaim", proclaim, 3, 1);
+  for (const auto& a : answers) {
+    EXPECT_EQ(a.status, 200) << a.body;
+    EXPECT_EQ(a.body, answers[0].body);
+  }
+  EXPECT_EQ(json::parse(c_.get("/v1/elections/boss").body)["leader"]["value"], "v1");
+  ASSERT_EQ(c_.post("/v1/elections/boss/resign", json{{"owner", owner}}.dump()).status, 200);
+  auto retry = c_.post("/v1/elections/boss/proclaim", proclaim);
+  EXPECT_EQ(retry.status, 200) << "answered from memory, not run again: " << retry.body;
+  EXPECT_EQ(retry.body, answers[0].body);
+  auto fresh = c_.post("/v1/elections/boss/proclaim",
+                       json{{"owner", owner}, {"value", "v1"}, {"request_id", "pr-2"}}.dump());
+  EXPECT_EQ(fresh.status, 409) << "a new request id runs: " << fresh.body;
+}
+
+// Bad request ids are refused before anything runs, as on the lock routes.
+TEST_F(SafeRetriesInFlightTest, ElectionRoutesRefuseBadRequestIds) {
+  const std::string long_id(129, 'x');
+  for (const json& body :
+       {json{{"owner", "o"}, {"request_id", ""}}, json{{"owner", "o"}, {"request_id", long_id}},
+        json{{"owner", "o"}, {"request_id", 7}}}) {
+    auto resign = c_.post("/v1/elections/boss/resign", body.dump());
+    EXPECT_EQ(resign.status, 400) << body.dump() << " " << resign.body;
+    json with_value = body;
+    with_value["value"] = "v";
+    auto proclaim = c_.post("/v1/elections/boss/proclaim", with_value.dump());
+    EXPECT_EQ(proclaim.status, 400) << with_value.dump() << " " << proclaim.body;
+    EXPECT_NE(proclaim.body.find("request_id"), std::string::npos) << proclaim.body;
+  }
 }
 
 }  // namespace

@@ -204,11 +204,15 @@ TEST(AccessPolicyTest, TokensOnTheListener) {
   EXPECT_TRUE(checkAccess(metrics, p));
   Request not_listed = request({{"host", "localhost"}}, "/v1/elections/scheduler/ready");
   EXPECT_TRUE(checkAccess(not_listed, p)) << "only listed paths are token-free";
-  p.token_free_paths.push_back("/v1/elections/*/ready");
+  p.token_free_paths.push_back("/v1/elections/{name}/ready");
   Request listed = request({{"host", "localhost"}}, "/v1/elections/scheduler/ready");
   EXPECT_FALSE(checkAccess(listed, p)) << "the leader-only readiness probe sends no token";
   Request campaign = request({{"host", "localhost"}}, "/v1/elections/scheduler/campaign");
   EXPECT_TRUE(checkAccess(campaign, p));
+  // The path as sent decides, as for the router: an encoded "/" stays inside the election's name.
+  Request encoded = request({{"host", "localhost"}}, "/v1/elections/a/b/ready");
+  encoded.raw_path = "/v1/elections/a%2Fb/ready";
+  EXPECT_FALSE(checkAccess(encoded, p)) << "the router sends it to the readiness route";
 
   p.token_required = false;  // the Unix socket without auth.unix_requires_token
   Request anonymous = request({{"host", "localhost"}});
@@ -306,8 +310,9 @@ TEST(LockScopeTest, PrefixesLimitLockNames) {
   EXPECT_FALSE(api::LockApi::mayUseLock(&scoped, ""));
 }
 
-TEST(PathIsListed, StarMatchesOneNonEmptySegment) {
-  const std::vector<std::string> listed = {"/healthz", "/v1/elections/*/ready"};
+// The same matcher as the Router's (http::PathPattern): a {param} is one non-empty segment.
+TEST(PathIsListed, AParameterMatchesOneNonEmptySegment) {
+  const std::vector<std::string> listed = {"/healthz", "/v1/elections/{name}/ready"};
   EXPECT_TRUE(pathIsListed(listed, "/healthz"));
   EXPECT_TRUE(pathIsListed(listed, "/v1/elections/scheduler/ready"));
   EXPECT_TRUE(pathIsListed(listed, "/v1/elections/a%2Fb/ready"));
@@ -318,6 +323,9 @@ TEST(PathIsListed, StarMatchesOneNonEmptySegment) {
   EXPECT_FALSE(pathIsListed(listed, "/v1/elections/a/ready/x"));
   EXPECT_FALSE(pathIsListed(listed, "/v1/elections/a"));
   EXPECT_FALSE(pathIsListed(listed, ""));
+  EXPECT_FALSE(pathIsListed(listed, "/v1/elections/a%zz/ready")) << "a bad escape lists nothing";
+  EXPECT_TRUE(pathIsListed(listed, "/health%7A")) << "decoded as the router decodes it";
+  EXPECT_FALSE(pathIsListed({"/v1/elections/{name"}, "/v1/elections/{name")) << "a bad pattern";
   EXPECT_FALSE(pathIsListed({}, "/healthz"));
 }
 

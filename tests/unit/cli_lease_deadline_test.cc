@@ -64,5 +64,15 @@ TEST(LeaseDeadlineTest, OverdueLeavesTheGraceWhenItFitsAndNeverPassesTheDeadline
   EXPECT_EQ(z.killBy(), 900);
 }
 
+// --elect and the sidecar's step-down: CMD is dead before the sidecar resigns, less a margin.
+TEST(LeaseDeadlineTest, AStepDownBringsTheSigkillBeforeTheResignation) {
+  // resign_in_ms 5000 at t=1000: by 6000 less a margin of 500.
+  EXPECT_EQ(LeaseDeadline::killBeforeResign(1'000, 11'000, 5'000), 5'500);
+  EXPECT_EQ(LeaseDeadline::killBeforeResign(1'000, 3'000, 5'000), 3'000) << "earlier stays";
+  EXPECT_EQ(LeaseDeadline::killBeforeResign(1'000, 11'000, 0), 1'000) << "never in the past";
+  EXPECT_EQ(LeaseDeadline::killBeforeResign(1'000, 11'000, -1), 11'000) << "no resign_in_ms";
+  EXPECT_EQ(LeaseDeadline::killBeforeResign(1'000, -1, 5'000), -1) << "no SIGKILL pending";
+}
+
 }  // namespace
 }  // namespace sidelock::cli

@@ -4,6 +4,7 @@
 #include <random>
 
 #include "cli/acquire_stream.h"
+#include "cli/lease_deadline.h"
 
 namespace sidelock::cli {
 namespace {
@@ -302,6 +303,45 @@ TEST(AcquireStreamTest, ACampaignStream) {
   ASSERT_TRUE(lost.isOk());
   EXPECT_EQ(lost->type, StreamEvent::Type::kLost);
   EXPECT_EQ(lost->reason, "gone");
+}
+
+// The sidecar's SIGTERM step-down (README "Leader election"): the event and its resign_in_ms,
+// then the SIGKILL time sidelock run --elect keeps from it (before the sidecar resigns).
+TEST(AcquireStreamTest, ASteppingDownEventGivesTheKillDeadline) {
+  const std::string stream =
+      kStreamHead +
+      chunk(R"({"event":"elected","candidate":"pod-a","name":"s","owner":"o-9","term":3,)"
+            R"("ttl_ms":10000})"
+            "\n") +
+      chunk(R"({"event":"stepping_down","name":"s","candidate":"pod-a","term":3,)"
+            R"("reason":"shutting_down","resign_in_ms":5000})"
+            "\n");
+  AcquireResponseParser p;
+  ASSERT_TRUE(p.feed(stream).isOk());
+  std::vector<StreamEvent> events = drain(p);
+  ASSERT_EQ(events.size(), 2u);
+  EXPECT_EQ(events[1].type, StreamEvent::Type::kSteppingDown);
+  EXPECT_EQ(events[1].resign_in_ms, 5000);
+  EXPECT_FALSE(p.messageComplete()) << "the stream stays open until we close it";
+
+  // Received at t=1000 while CMD is running with --grace 10000: SIGKILL by the resignation
+  // (1000 + 5000) less its margin (500), not after the grace.
+  LeaseDeadline deadline(10'000);
+  deadline.confirmed(0, 10'000);
+  const int64_t kill_at = deadline.sigkillAt(1'000);
+  EXPECT_EQ(kill_at, 9'000);  // the lease's own kill deadline
+  EXPECT_EQ(LeaseDeadline::killBeforeResign(1'000, kill_at, events[1].resign_in_ms), 5'500);
+  // A short grace stays as it was.
+  EXPECT_EQ(LeaseDeadline::killBeforeResign(1'000, 2'000, events[1].resign_in_ms), 2'000);
+
+  // Without resign_in_ms nothing moves; a bad one is an error, not a deadline.
+  auto bare = parseStreamEvent(R"({"event":"stepping_down","name":"s","term":3})");
+  ASSERT_TRUE(bare.isOk());
+  EXPECT_EQ(bare->type, StreamEvent::Type::kSteppingDown);
+  EXPECT_EQ(bare->resign_in_ms, -1);
+  EXPECT_EQ(LeaseDeadline::killBeforeResign(1'000, 9'000, bare->resign_in_ms), 9'000);
+  EXPECT_FALSE(parseStreamEvent(R"({"event":"stepping_down","resign_in_ms":-1})").isOk());
+  EXPECT_FALSE(parseStreamEvent(R"({"event":"stepping_down","resign_in_ms":"5s"})").isOk());
 }
 
 TEST(AcquireRequestTest, BuildsCampaign) {

@@ -1081,6 +1081,32 @@ TEST_F(LockServiceTest, ShutdownFailsWaitersReleasesLeasesAndZeroesGauges) {
   EXPECT_EQ(sched.pendingTimers(), 0u);
 }
 
+// SIGTERM answers the waiters at once (cancelWaiters) while campaign leaders step down: the
+// leases held stay renewed until shutdown() follows.
+TEST_F(LockServiceTest, CancelWaitersAnswersWaitersAndKeepsLeasesRenewed) {
+  auto o = opts("x", "alice", 300);
+  o.auto_renew = true;
+  auto a = acquireNow(o);
+  auto w = start(opts("x", "carol", 300, 10'000));
+  advance(50);
+  EXPECT_EQ(waiters(), 1);
+  svc->cancelWaiters();
+  sched.runReady();
+  ASSERT_TRUE(w->done());
+  EXPECT_EQ(w->status(), AcquireStatus::kCancelled);
+  EXPECT_EQ(waiters(), 0);
+  const int extends = backend.count("extend");
+  advance(1000, 10);
+  EXPECT_GT(backend.count("extend"), extends) << "the holder's lease is still renewed";
+  EXPECT_TRUE(inspect("x").held);
+  EXPECT_EQ(held(), 1);
+  bool done = false;
+  svc->shutdown(true, 5000, [&] { done = true; });
+  sched.runReady();
+  EXPECT_TRUE(done);
+  EXPECT_FALSE(inspect("x").held);
+}
+
 TEST_F(LockServiceTest, ShutdownWithoutReleaseLeavesLeasesToExpire) {
   auto o = opts("x", "alice", 300);
   o.auto_renew = true;
