@@ -7,7 +7,8 @@ namespace sidelock::api {
 
 void readHealth(RequestBody& body, std::optional<health::HealthSpec>& out) {
   std::vector<BodyMember> members;
-  if (!body.ok() || !body.has(BodyField::kHealth) || !body.readObject(BodyField::kHealth, members)) {
+  if (!body.ok() || !body.has(BodyField::kHealth) ||
+      !body.readObject(BodyField::kHealth, members)) {
     return;
   }
   health::HealthSpec spec;
@@ -62,9 +63,9 @@ void watchHealth(const std::shared_ptr<HealthHold>& hold, health::Prober& prober
                  lock::LockService& service, const lock::Grant& grant) {
   // The watch lives in the hold, which the lease's event callback keeps: the callback holds the
   // hold weakly (no cycle), and the prober never calls it once the watch is gone.
-  hold->watch = prober.watch(
-      hold->spec, [weak = std::weak_ptr<HealthHold>(hold), service = &service, lock = grant.lock,
-                   owner = grant.owner] {
+  hold->watch =
+      prober.watch(hold->spec, [weak = std::weak_ptr<HealthHold>(hold), service = &service,
+                                lock = grant.lock, owner = grant.owner] {
         auto alive = weak.lock();
         if (alive == nullptr) return;
         alive->unhealthy = true;

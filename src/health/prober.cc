@@ -146,7 +146,8 @@ struct Prober::Impl {
   uint64_t next_id = 1;
   event::LivenessToken alive;
 
-  Impl(uv_loop_t* l, event::Scheduler& s, metrics::Metrics& m) : loop(l), scheduler(s), metrics(m) {}
+  Impl(uv_loop_t* l, event::Scheduler& s, metrics::Metrics& m)
+      : loop(l), scheduler(s), metrics(m) {}
 
   void start(Probe& probe) {
     const std::string key = keyOf(probe);

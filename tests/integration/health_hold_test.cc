@@ -65,8 +65,8 @@ class AppHealth {
         silent_.push_back(c);  // accepted, never answered
         continue;
       }
-      const std::string answer = "HTTP/1.1 " + std::to_string(s) +
-                                 " X\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
+      const std::string answer =
+          "HTTP/1.1 " + std::to_string(s) + " X\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
       (void)!write(c, answer.data(), answer.size());
       ::close(c);
     }
@@ -86,10 +86,10 @@ using HealthHoldTest = TwoSidecarsOnOneRedis;
 
 TEST_F(HealthHoldTest, FailingEndpointEndsTheStreamHoldAndAWaiterElsewhereGetsTheLock) {
   AppHealth app;
-  ca.sendRequest("POST", "/v1/locks/orders/acquire",
-                 json{{"ttl_ms", 5000}, {"hold", "stream"},
-                      {"health", healthField(app.url(), 200, 3)}}
-                     .dump());
+  ca.sendRequest(
+      "POST", "/v1/locks/orders/acquire",
+      json{{"ttl_ms", 5000}, {"hold", "stream"}, {"health", healthField(app.url(), 200, 3)}}
+          .dump());
   auto head = ca.readStreamHead();
   ASSERT_TRUE(head.has_value());
   ASSERT_EQ(head->status, 200);
@@ -100,8 +100,7 @@ TEST_F(HealthHoldTest, FailingEndpointEndsTheStreamHoldAndAWaiterElsewhereGetsTh
   cb.sendRequest("POST", "/v1/locks/orders/acquire", R"({"ttl_ms":5000,"wait_ms":10000})");
   // Healthy for a while: the hold stays.
   ASSERT_TRUE(pollUntil([&] { return app.requests >= 3; }, 5000));
-  EXPECT_EQ(metricValue(admin.get("/metrics").body, "sidelock_leases_released_unhealthy_total"),
-            0)
+  EXPECT_EQ(metricValue(admin.get("/metrics").body, "sidelock_leases_released_unhealthy_total"), 0)
       << "no release while healthy";
 
   app.status = 503;
@@ -116,8 +115,8 @@ TEST_F(HealthHoldTest, FailingEndpointEndsTheStreamHoldAndAWaiterElsewhereGetsTh
   EXPECT_EQ(lost["event"], "lost");
   EXPECT_EQ(lost["reason"], "unhealthy");
   auto granted = cb.readResponse(5000);
-  const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() -
-                                                                          failing_since);
+  const auto took =
+      std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - failing_since);
   ASSERT_TRUE(granted.has_value());
   EXPECT_EQ(granted->status, 200) << granted->body;
   // failures x interval = 600 ms, plus a probe in flight and a round trip; asserted loosely.
@@ -131,10 +130,10 @@ TEST_F(HealthHoldTest, FailingEndpointEndsTheStreamHoldAndAWaiterElsewhereGetsTh
 TEST_F(HealthHoldTest, AutoRenewHoldIsReleasedAndItsOwnerHearsLeaseLost) {
   AppHealth app;
   app.status = 500;
-  auto r = ca.post("/v1/locks/jobs/acquire",
-                   json{{"ttl_ms", 5000}, {"auto_renew", true},
-                        {"health", healthField(app.url(), 100, 2)}}
-                       .dump());
+  auto r = ca.post(
+      "/v1/locks/jobs/acquire",
+      json{{"ttl_ms", 5000}, {"auto_renew", true}, {"health", healthField(app.url(), 100, 2)}}
+          .dump());
   ASSERT_EQ(r.status, 200) << r.body;
   const std::string owner = json::parse(r.body)["owner"];
   ASSERT_TRUE(pollUntil(
@@ -153,10 +152,10 @@ TEST_F(HealthHoldTest, HoldsNamingOneUrlShareOneProbeAndASilentEndpointBlocksNot
   AppHealth app;
   std::vector<std::string> owners;
   for (int i = 0; i < 4; ++i) {
-    auto r = ca.post("/v1/locks/shared-" + std::to_string(i) + "/acquire",
-                     json{{"ttl_ms", 5000}, {"auto_renew", true},
-                          {"health", healthField(app.url(), 300, 3)}}
-                         .dump());
+    auto r = ca.post(
+        "/v1/locks/shared-" + std::to_string(i) + "/acquire",
+        json{{"ttl_ms", 5000}, {"auto_renew", true}, {"health", healthField(app.url(), 300, 3)}}
+            .dump());
     ASSERT_EQ(r.status, 200) << r.body;
     owners.push_back(json::parse(r.body)["owner"]);
   }
@@ -165,10 +164,10 @@ TEST_F(HealthHoldTest, HoldsNamingOneUrlShareOneProbeAndASilentEndpointBlocksNot
   // sidecar keeps answering quickly.
   AppHealth silent;
   silent.status = 0;
-  auto r = ca.post("/v1/locks/silent/acquire",
-                   json{{"ttl_ms", 5000}, {"auto_renew", true},
-                        {"health", healthField(silent.url(), 500, 100)}}
-                       .dump());
+  auto r = ca.post(
+      "/v1/locks/silent/acquire",
+      json{{"ttl_ms", 5000}, {"auto_renew", true}, {"health", healthField(silent.url(), 500, 100)}}
+          .dump());
   ASSERT_EQ(r.status, 200) << r.body;
   EXPECT_EQ(metricValue(ca.get("/metrics").body, "sidelock_health_probes"), 2);
   ASSERT_TRUE(pollUntil(
@@ -208,14 +207,14 @@ TEST_F(HealthHoldTest, BadHealthFieldsAreRefusedWith400AndChangeNothing) {
       {json("http://127.0.0.1/"), "health"},
   };
   for (const auto& [health, names] : cases) {
-    auto r = ca.post("/v1/locks/bad/acquire",
-                     json{{"auto_renew", true}, {"health", health}}.dump());
+    auto r =
+        ca.post("/v1/locks/bad/acquire", json{{"auto_renew", true}, {"health", health}}.dump());
     EXPECT_EQ(r.status, 400) << health;
     EXPECT_NE(r.body.find(names), std::string::npos) << r.body;
   }
   // A lease nobody renews cannot follow health.
-  auto plain = ca.post("/v1/locks/bad/acquire",
-                       json{{"health", healthField(app.url(), 1000, 3)}}.dump());
+  auto plain =
+      ca.post("/v1/locks/bad/acquire", json{{"health", healthField(app.url(), 1000, 3)}}.dump());
   EXPECT_EQ(plain.status, 400) << plain.body;
   EXPECT_EQ(redis.cli({"EXISTS", "sidelock:{bad}"}), "0");
   EXPECT_EQ(metricValue(ca.get("/metrics").body, "sidelock_health_probes"), 0);

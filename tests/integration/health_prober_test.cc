@@ -1,8 +1,6 @@
 // The health prober on a real loop against a tiny HTTP server in the test (src/health/prober.h):
 // results by kind, the unhealthy call after N failures in a row, one shared probe per URL, and a
 // silent endpoint that times out without blocking the loop.
-#include "health/prober.h"
-
 #include <gtest/gtest.h>
 #include <uv.h>
 
@@ -12,6 +10,7 @@
 
 #include "event/uv_handle.h"
 #include "event/uv_scheduler.h"
+#include "health/prober.h"
 #include "metrics/metrics.h"
 
 namespace sidelock::health {

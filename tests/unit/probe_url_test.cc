@@ -35,31 +35,31 @@ TEST(ProbeUrlTest, LoopbackFormsAreAccepted) {
 
 TEST(ProbeUrlTest, EverythingElseIsRefusedWithAReason) {
   for (const char* bad : {
-           "https://127.0.0.1/",                 // TLS: plain http only
-           "ftp://127.0.0.1/",                   // another scheme
-           "127.0.0.1:8080/healthz",             // no scheme
-           "http://10.0.0.1/",                   // not loopback
-           "http://128.0.0.1/",                  // just outside 127/8
-           "http://example.com/",                // a name other than localhost
-           "http://localhost.example.com/",      // ...even one that starts like it
-           "http://127.0.0.1@evil.example/",     // userinfo trick
-           "http://evil.example@127.0.0.1/",     // userinfo, either way round
-           "http://user:pw@127.0.0.1/",          // userinfo
-           "http://127.1/",                      // short IPv4 forms are not read
-           "http://2130706433/",                 // nor integers
-           "http://0x7f.0.0.1/",                 // nor hex
-           "http://[::2]/",                      // IPv6 other than ::1
-           "http://[::ffff:10.0.0.1]/",          // mapped IPv4
-           "http://[::1/",                       // unclosed bracket
-           "http://127.0.0.1:0/",                // port 0
-           "http://127.0.0.1:65536/",            // port out of range
-           "http://127.0.0.1:80x/",              // port not digits
-           "http://127.0.0.1:/",                 // empty port
-           "http://127.0.0.1/a b",               // a space
-           "http://127.0.0.1/a\r\nX: y",         // header injection
-           "http://127.0.0.1/#frag",             // fragment
-           "http://127.0.0.1\\@evil.example/",   // backslash
-           "http:///healthz",                    // no host
+           "https://127.0.0.1/",                // TLS: plain http only
+           "ftp://127.0.0.1/",                  // another scheme
+           "127.0.0.1:8080/healthz",            // no scheme
+           "http://10.0.0.1/",                  // not loopback
+           "http://128.0.0.1/",                 // just outside 127/8
+           "http://example.com/",               // a name other than localhost
+           "http://localhost.example.com/",     // ...even one that starts like it
+           "http://127.0.0.1@evil.example/",    // userinfo trick
+           "http://evil.example@127.0.0.1/",    // userinfo, either way round
+           "http://user:pw@127.0.0.1/",         // userinfo
+           "http://127.1/",                     // short IPv4 forms are not read
+           "http://2130706433/",                // nor integers
+           "http://0x7f.0.0.1/",                // nor hex
+           "http://[::2]/",                     // IPv6 other than ::1
+           "http://[::ffff:10.0.0.1]/",         // mapped IPv4
+           "http://[::1/",                      // unclosed bracket
+           "http://127.0.0.1:0/",               // port 0
+           "http://127.0.0.1:65536/",           // port out of range
+           "http://127.0.0.1:80x/",             // port not digits
+           "http://127.0.0.1:/",                // empty port
+           "http://127.0.0.1/a b",              // a space
+           "http://127.0.0.1/a\r\nX: y",        // header injection
+           "http://127.0.0.1/#frag",            // fragment
+           "http://127.0.0.1\\@evil.example/",  // backslash
+           "http:///healthz",                   // no host
            "",
        }) {
     auto url = parseProbeUrl(bad);
