@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
@@ -119,6 +120,8 @@ TEST_F(HealthHoldTest, FailingEndpointEndsTheStreamHoldAndAWaiterElsewhereGetsTh
       std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - failing_since);
   ASSERT_TRUE(granted.has_value());
   EXPECT_EQ(granted->status, 200) << granted->body;
+  std::printf("health: lease ended and the waiter was granted %lld ms after the endpoint failed\n",
+              static_cast<long long>(took.count()));
   // failures x interval = 600 ms, plus a probe in flight and a round trip; asserted loosely.
   EXPECT_LT(took.count(), 3000) << "the lease ended " << took.count() << " ms after failing";
   const std::string metrics = admin.get("/metrics").body;
