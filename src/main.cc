@@ -27,6 +27,7 @@
 #include "event/stream_listener.h"
 #include "event/uv_handle.h"
 #include "event/uv_scheduler.h"
+#include "health/prober.h"
 #include "http/access_policy.h"
 #include "http/router.h"
 #include "http/server.h"
@@ -83,6 +84,7 @@ struct Sidecar {
   uv_loop_t loop{};
   std::unique_ptr<event::UvScheduler> scheduler;
   std::unique_ptr<metrics::Metrics> metrics;
+  std::unique_ptr<health::Prober> health_prober;  // health-bound holds' probes
   std::unique_ptr<backend::Backend> backend;
   std::unique_ptr<lock::LockService> locks;
   std::unique_ptr<api::LockApi> api;
@@ -292,6 +294,8 @@ int runSidecar(const config::Config& cfg) {
   s.backend = makeBackend(s, cfg);
   s.locks = std::make_unique<lock::LockService>(cfg.locks, *s.backend, *s.scheduler, *s.metrics);
   s.api = std::make_unique<api::LockApi>(cfg.locks, *s.locks, *s.metrics, *s.scheduler);
+  s.health_prober = std::make_unique<health::Prober>(&s.loop, *s.scheduler, *s.metrics);
+  s.api->setHealthProber(s.health_prober.get());
   s.dapr_api = std::make_unique<api::DaprApi>(
       cfg.dapr, cfg.locks, *s.locks, [api = s.api.get()] { return api->notReadyReason(); });
   s.elections = std::make_unique<api::ElectionApi>(
@@ -384,6 +388,7 @@ int runSidecar(const config::Config& cfg) {
   s.elections.reset();
   s.api.reset();
   s.locks.reset();
+  s.health_prober.reset();  // after the leases whose watches it runs
   s.backend.reset();
   s.scheduler.reset();
   uv_run(&s.loop, UV_RUN_DEFAULT);

@@ -11,6 +11,7 @@
 #include <string_view>
 #include <vector>
 
+#include "api/health_binding.h"
 #include "api/idempotency_cache.h"
 #include "api/request_body.h"
 #include "config/config.h"
@@ -51,6 +52,9 @@ class LockApi {
   void setDraining(bool draining) { draining_ = draining; }
   /// Why /readyz answers 503 ("shutting down", the backend's reason), or "" when it answers 200.
   std::string notReadyReason() const;
+  /// The prober of health-bound holds (README "Holds that follow the app's health"); without
+  /// one, an acquire naming "health" is refused.
+  void setHealthProber(health::Prober* prober) { health_prober_ = prober; }
 
   /// Lock names (and election names): the rules of common/names.h, lockNameProblem().
   static bool validLockName(std::string_view name, size_t max_bytes) {
@@ -79,8 +83,9 @@ class LockApi {
   /// without a request_id) a retry gets the first attempt's grant, or waits for its answer.
   void beginAcquire(lock::AcquireOptions opts, std::string replay_key, http::ResponderPtr res);
   /// Runs the acquire; `claim` (0: none) is its request_id's claim in replies_.
+  /// `health`, if set, binds the granted lease to its app's health (health_binding.h).
   void startAcquire(lock::AcquireOptions opts, std::string replay_key, IdempotencyCache::Id claim,
-                    http::ResponderPtr res);
+                    http::ResponderPtr res, std::shared_ptr<HealthHold> health = nullptr);
   void retryGrant(lock::AcquireOptions opts, std::string replay_key, IdempotencyCache::Id answer_id,
                   std::string owner, uint64_t token, http::ResponderPtr res);
   /// Keeps a timer armed while answers are remembered, to drop each when its window ends.
@@ -116,6 +121,7 @@ class LockApi {
   metrics::Metrics& metrics_;
   event::Scheduler& scheduler_;
   bool draining_ = false;
+  health::Prober* health_prober_ = nullptr;
   // Answers by request_id (safe retries); shared with the callbacks that fill it in.
   std::shared_ptr<IdempotencyCache> replies_;
   event::ScopedTimer sweep_timer_;

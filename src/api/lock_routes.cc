@@ -76,6 +76,8 @@ struct AcquireCall {
   bool auto_renew = false;
   int64_t ttl_ms = 0;
   bool semaphore = false;  // answers name the permit, not the owner
+  std::shared_ptr<HealthHold> health;  // a health-bound hold (health_binding.h)
+  health::Prober* health_prober = nullptr;
 
   /// Answers the request and every retry of it with an answer that is not remembered.
   void answerAll(const Answer& answer) { claim.answerAll(responder, answer); }
@@ -139,7 +141,7 @@ void LockApi::acquire(http::Request& req, http::ResponderPtr res) {
   body.parse(req.header("content-type"), req.body,
              {BodyField::kTtlMs, BodyField::kWaitMs, BodyField::kOwner, BodyField::kAutoRenew,
               BodyField::kMaxHoldMs, BodyField::kHold, BodyField::kRequestId, BodyField::kReentrant,
-              BodyField::kMode, BodyField::kFair});
+              BodyField::kMode, BodyField::kFair, BodyField::kHealth});
   lock::AcquireOptions opts;
   bool shared = false;
   bool fair = false;
@@ -174,6 +176,19 @@ void LockApi::acquire(http::Request& req, http::ResponderPtr res) {
   if (body.ok() && hold == "stream" && !request_id.empty()) {
     body.setError("request_id cannot be used with hold: stream (the stream is the lease's answer)");
   }
+  std::optional<health::HealthSpec> health_spec;
+  readHealth(body, health_spec);
+  if (body.ok() && health_spec) {
+    // Checked before applyHold: a stream hold renews (auto_renew) by itself.
+    if (!opts.auto_renew && hold != "stream") {
+      body.setError("health needs auto_renew: true or hold: \"stream\" (a lease nobody renews "
+                    "ends by itself)");
+    } else if (opts.reentrant || !request_id.empty()) {
+      body.setError("health cannot be used with reentrant or request_id");
+    } else if (health_prober_ == nullptr) {
+      body.setError("health probes are not available on this sidecar");
+    }
+  }
   if (!body.ok()) return sendBodyError(res, body);
   // Filed under the lock's printed form: a reader's retry never meets a writer's answer.
   const std::string retry_scope = retryScope(opts.lock.display(), owner, req.principal.get());
@@ -183,6 +198,12 @@ void LockApi::acquire(http::Request& req, http::ResponderPtr res) {
     return;
   }
   applyHold(body, hold, locks_.max_hold_ms_limit, opts);
+  if (health_spec) {
+    auto health = std::make_shared<HealthHold>();
+    health->spec = std::move(*health_spec);
+    return startAcquire(std::move(opts), {}, IdempotencyCache::Id{}, std::move(res),
+                        std::move(health));
+  }
   beginAcquire(std::move(opts), replayKey(kAcquireRoute, retry_scope, request_id), std::move(res));
 }
 
@@ -233,7 +254,8 @@ void LockApi::retryGrant(lock::AcquireOptions opts, std::string replay_key,
 }
 
 void LockApi::startAcquire(lock::AcquireOptions opts, std::string replay_key,
-                           IdempotencyCache::Id claim, http::ResponderPtr res) {
+                           IdempotencyCache::Id claim, http::ResponderPtr res,
+                           std::shared_ptr<HealthHold> health) {
   auto call = std::make_shared<AcquireCall>();
   call->responder = res;
   call->lock = opts.lock;
@@ -245,7 +267,9 @@ void LockApi::startAcquire(lock::AcquireOptions opts, std::string replay_key,
       if (call->finished) return;
       JsonObject event;
       event.text("event", leaseEventName(e));
-      if (e == lock::LeaseEvent::kLost) {
+      if (e == lock::LeaseEvent::kLost && call->health && call->health->unhealthy) {
+        event.text("reason", "unhealthy");
+      } else if (e == lock::LeaseEvent::kLost) {
         event.text("reason", "the lease expired or is held by another owner");
       } else if (e == lock::LeaseEvent::kCapExpired) {
         event.text("reason",
@@ -264,6 +288,9 @@ void LockApi::startAcquire(lock::AcquireOptions opts, std::string replay_key,
     };
   }
 
+  if (health) on_event = endWatchWithLease(health, std::move(on_event));
+  call->health = std::move(health);
+  call->health_prober = health_prober_;
   call->service = &service_;
   call->locks = &locks_;
   call->metrics = &metrics_;
@@ -277,6 +304,7 @@ void LockApi::startAcquire(lock::AcquireOptions opts, std::string replay_key,
     switch (r.status) {
       case lock::AcquireStatus::kGranted:
         call->granted = true;
+        if (call->health) watchHealth(call->health, *call->health_prober, *call->service, r.grant);
         if (!call->stream) {
           call->finished = true;
           return deliverGrant(call, r.grant);

@@ -21,7 +21,7 @@ class BodyReader {
 
   bool null() { return other(); }
   bool boolean(bool value) {
-    if (notAString()) return true;
+    if (notAString() || memberOther()) return true;
     if (RequestBody::Value* v = take()) {
       v->kind = RequestBody::Kind::kBool;
       v->boolean = value;
@@ -30,6 +30,11 @@ class BodyReader {
   }
   bool number_integer(json::number_integer_t value) {
     if (notAString()) return true;
+    if (BodyMember* m = member()) {
+      m->type = BodyMember::Type::kInteger;
+      m->integer = value;
+      return true;
+    }
     if (RequestBody::Value* v = take()) {
       v->kind = RequestBody::Kind::kInteger;
       v->integer = value;
@@ -38,6 +43,13 @@ class BodyReader {
   }
   bool number_unsigned(json::number_unsigned_t value) {
     if (notAString()) return true;
+    if (BodyMember* m = member()) {
+      if (value <= static_cast<json::number_unsigned_t>(INT64_MAX)) {
+        m->type = BodyMember::Type::kInteger;
+        m->integer = static_cast<int64_t>(value);
+      }
+      return true;
+    }
     if (RequestBody::Value* v = take()) {
       v->kind = RequestBody::Kind::kUnsigned;
       v->unsigned_integer = value;
@@ -45,7 +57,7 @@ class BodyReader {
     return true;
   }
   bool number_float(json::number_float_t, const json::string_t& literal) {
-    if (notAString()) return true;
+    if (notAString() || memberOther()) return true;
     if (RequestBody::Value* v = take()) {
       // nlohmann reads an integer too large for 64 bits as a float: it is an out-of-range
       // integer, not a fraction.
@@ -55,6 +67,11 @@ class BodyReader {
     return true;
   }
   bool string(json::string_t& value) {
+    if (BodyMember* m = member()) {
+      m->type = BodyMember::Type::kString;
+      m->text = std::move(value);
+      return true;
+    }
     if (array_ != nullptr && depth_ == 2) {
       if (array_->kind == RequestBody::Kind::kStrings) array_->items.push_back(std::move(value));
       return true;
@@ -69,6 +86,12 @@ class BodyReader {
   bool start_object(std::size_t) {
     if (depth_ == 0) top_is_object_ = true;
     notAString();
+    if (depth_ == 1 && current_ != nullptr && current_ == objectField()) {
+      // The one field that takes an object: its members are kept (one level).
+      object_ = std::exchange(current_, nullptr);
+      object_->kind = RequestBody::Kind::kObject;
+      object_->members.clear();
+    }
     return enter();
   }
   bool start_array(std::size_t) {
@@ -81,12 +104,20 @@ class BodyReader {
     }
     return enter();
   }
-  bool end_object() { return leave(); }
+  bool end_object() {
+    if (depth_ == 2) object_ = nullptr;
+    return leave();
+  }
   bool end_array() {
     if (depth_ == 2) array_ = nullptr;
     return leave();
   }
   bool key(json::string_t& name) {
+    if (object_ != nullptr && depth_ == 2) {
+      object_->members.push_back(BodyMember{name, BodyMember::Type::kOther, 0, {}});
+      member_open_ = true;
+      return true;
+    }
     current_name_.clear();
     if (depth_ != 1) return true;
     for (BodyField field : allowed_) {
@@ -132,8 +163,17 @@ class BodyReader {
     if (depth_ != 1) return nullptr;
     return std::exchange(current_, nullptr);
   }
+  /// The member of the object field whose value comes now, if any (taken once).
+  BodyMember* member() {
+    if (object_ == nullptr || depth_ != 2 || !member_open_) return nullptr;
+    member_open_ = false;
+    return &object_->members.back();
+  }
+  /// A member's value of another type (it stays kOther). True when it was a member's value.
+  bool memberOther() { return member() != nullptr; }
+  RequestBody::Value* objectField() { return &body_.slot(BodyField::kHealth); }
   bool other() {
-    if (notAString()) return true;
+    if (notAString() || memberOther()) return true;
     if (RequestBody::Value* v = take()) v->kind = RequestBody::Kind::kOther;
     return true;
   }
@@ -164,6 +204,8 @@ class BodyReader {
   bool top_complete_ = false;
   unsigned seen_ = 0;                    // bit per BodyField
   RequestBody::Value* array_ = nullptr;  // the field whose array is being read
+  RequestBody::Value* object_ = nullptr;  // the field whose object is being read
+  bool member_open_ = false;              // a member's key was read, its value not yet
   Stop stop_ = Stop::kNone;
   std::string current_name_;
   size_t error_position_ = 0;
@@ -211,6 +253,8 @@ std::string_view RequestBody::fieldName(BodyField field) {
       return "candidate";
     case BodyField::kValue:
       return "value";
+    case BodyField::kHealth:
+      return "health";
   }
   return "";
 }
@@ -420,6 +464,16 @@ bool RequestBody::readStrings(BodyField field, size_t max_items,
                                  std::to_string(max_items) + " strings");
   }
   out.assign(v.items.begin(), v.items.end());
+  return true;
+}
+
+bool RequestBody::readObject(BodyField field, std::vector<BodyMember>& out) {
+  const Value& v = slot(field);
+  if (v.kind == Kind::kAbsent) return true;
+  if (v.kind != Kind::kObject) {
+    return fail(kBadRequest, std::string(fieldName(field)) + " must be an object");
+  }
+  out = v.members;
   return true;
 }
 

@@ -42,10 +42,21 @@ enum class BodyField {
   kFair,    // fair locks: FIFO across sidecars
   kCandidate,  // elections: who campaigns
   kValue,      // elections: what the leader proclaims
-  // A new field goes above this line: kFieldCount counts up to kValue.
+  kHealth,     // health-bound holds: an object {"url", "interval_ms", "failures"}
+  // A new field goes above this line: kFieldCount counts up to kHealth.
 };
 
 class BodyReader;
+
+/// One member of a field whose value is an object (kHealth): integers and strings are kept,
+/// anything else (or a value nested deeper) is kOther.
+struct BodyMember {
+  enum class Type { kInteger, kString, kOther };
+  std::string name;
+  Type type = Type::kOther;
+  int64_t integer = 0;
+  std::string text;
+};
 
 class RequestBody {
  public:
@@ -73,6 +84,9 @@ class RequestBody {
   /// An array of 1..max_items strings (views valid until the next parse()).
   bool readStrings(BodyField field, size_t max_items, std::vector<std::string_view>& out);
 
+  /// An object's members, in order (duplicates kept: the caller refuses them).
+  bool readObject(BodyField field, std::vector<BodyMember>& out);
+
   /// Records a problem found by the caller (the first one wins).
   void setError(std::string message) { fail(kBadRequest, std::move(message)); }
 
@@ -94,6 +108,7 @@ class RequestBody {
     kBool,
     kString,
     kStrings,
+    kObject,
     kOther
   };
   struct Value {
@@ -103,9 +118,10 @@ class RequestBody {
     bool boolean = false;
     std::string text;                // kept between requests: its capacity is reused
     std::vector<std::string> items;  // kStrings
+    std::vector<BodyMember> members;  // kObject
   };
   static constexpr std::string_view kBadRequest = "bad_request";
-  static constexpr size_t kFieldCount = static_cast<size_t>(BodyField::kValue) + 1;
+  static constexpr size_t kFieldCount = static_cast<size_t>(BodyField::kHealth) + 1;
 
   Value& slot(BodyField field) { return values_[static_cast<size_t>(field)]; }
   const Value& slot(BodyField field) const { return values_[static_cast<size_t>(field)]; }

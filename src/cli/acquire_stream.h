@@ -22,6 +22,7 @@ struct AcquireRequest {
   std::optional<int64_t> wait_ms;
   std::optional<int64_t> max_hold_ms;
   std::string token;  // bearer token ($SIDELOCK_AUTH_TOKEN); "" sends none
+  std::optional<std::string> health_url;  // the sidecar validates it (loopback http only)
 };
 
 /// The full HTTP/1.1 request text (path percent-encoded, JSON body).

@@ -51,7 +51,8 @@ StatusOr<RunOptions> parseRunArgs(const std::vector<std::string>& args, const Ru
     if (takeFlagValue(args, &i, "--socket", &socket_flag, &error) ||
         takeFlagValue(args, &i, "--addr", &addr_flag, &error) ||
         takeFlagValue(args, &i, "--candidate", &candidate_flag, &error) ||
-        takeFlagValue(args, &i, "--value", &opts.value, &error)) {
+        takeFlagValue(args, &i, "--value", &opts.value, &error) ||
+        takeFlagValue(args, &i, "--health", &opts.health_url, &error)) {
       if (!error.isOk()) return error;
       continue;
     }
@@ -111,6 +112,8 @@ StatusOr<RunOptions> parseRunArgs(const std::vector<std::string>& args, const Ru
   if (opts.elect) {
     // A leader leads for as long as it lives: a campaign has no cap.
     if (opts.max_hold_ms) return invalidArgument("--max-hold does not apply to --elect");
+    // The sidecar binds lock holds to health; campaigns do not take it yet.
+    if (opts.health_url) return invalidArgument("--health does not apply to --elect");
     // A campaign has no try-once at the sidecar: a candidate waits in line until elected.
     if (opts.wait_ms && *opts.wait_ms == 0) {
       return invalidArgument(
@@ -179,6 +182,9 @@ std::string runUsage() {
          "  --max-hold MS    stop CMD after holding the lock this long (default: the sidecar's\n"
          "                   locks.max_hold_ms_limit, the cap of a stream hold; not with --elect)\n"
          "  --grace MS       SIGTERM -> SIGKILL delay when CMD must stop (default 10000)\n"
+         "  --health URL     the app's health endpoint (http://127.0.0.1:PORT/PATH): after 3\n"
+         "                   failed probes a second apart the sidecar releases the lock and CMD\n"
+         "                   is stopped as for a lost lock (not with --elect)\n"
          "  --elect NAME     campaign in election NAME; run CMD only while leading\n"
          "  --candidate ID   who campaigns (default: $POD_NAME, else the host name)\n"
          "  --value V        the leader's value, e.g. its address (default: none)\n"

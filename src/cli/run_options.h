@@ -40,6 +40,7 @@ struct RunOptions {
   std::optional<int64_t> ttl_ms;       // unset: the sidecar's locks.default_ttl_ms
   std::optional<int64_t> wait_ms;      // unset: wait as long as it takes (to be elected, too)
   std::optional<int64_t> max_hold_ms;  // unset: the sidecar's locks.max_hold_ms_limit
+  std::optional<std::string> health_url;  // --health: the hold follows the app's health
   int64_t grace_ms = kDefaultGraceMs;  // SIGTERM -> SIGKILL delay after a loss
   bool quiet = false;                  // no diagnostics on stderr (usage errors still print)
   std::string token;                   // $SIDELOCK_AUTH_TOKEN: bearer token for auth.tokens

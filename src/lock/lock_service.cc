@@ -31,6 +31,10 @@ void LockService::release(const LockId& lock, std::string_view owner,
   impl_->release(lock, owner, std::move(done));
 }
 
+void LockService::releaseUnhealthy(const LockId& lock, std::string_view owner) {
+  impl_->releaseUnhealthy(lock, owner);
+}
+
 void LockService::extend(const LockId& lock, std::string_view owner, int64_t ttl_ms,
                          std::function<void(StatusOr<ExtendResult>)> done) {
   impl_->extend(lock, owner, ttl_ms, std::move(done));

@@ -256,6 +256,12 @@ class LockService {
   /// answers the error status; the lease then keeps no watchdog and simply expires.
   void release(const LockId& lock, std::string_view owner,
                std::function<void(StatusOr<ReleaseStatus>)> done);
+  /// Ends the lease (lock, owner) this sidecar holds because its holder is unhealthy (README
+  /// "Holds that follow the app's health"): renewal stops, the lease is released in the backend
+  /// (waiters anywhere are woken), its holder's stream gets kLost, and a later release / extend
+  /// by its owner answers lease_lost. Counted in sidelock_leases_released_unhealthy_total.
+  /// Nothing happens if this sidecar holds no such lease.
+  void releaseUnhealthy(const LockId& lock, std::string_view owner);
   /// Owner-checked extend; on success a watchdog (auto_renew) renews with `ttl_ms` from then on.
   void extend(const LockId& lock, std::string_view owner, int64_t ttl_ms,
               std::function<void(StatusOr<ExtendResult>)> done);

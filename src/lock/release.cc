@@ -43,6 +43,27 @@ void LockService::Impl::release(const LockId& lock, std::string_view owner,
   sendRelease(std::move(n), std::move(o), std::move(done), true);
 }
 
+void LockService::Impl::releaseUnhealthy(const LockId& lock, std::string_view owner) {
+  Lease* lease = leases_.find(lock, owner);
+  if (lease == nullptr) return;
+  metrics_.leases_released_unhealthy.Increment();
+  SL_LOG(kWarn, "lease.unhealthy", {"name", lock.display()}, {"owner", ownerDigest(owner)},
+         {"token", static_cast<unsigned long long>(lease->token)});
+  // The holder hears kLost, not kReleased: it did not ask for this. The release's own bookkeeping
+  // forgets the lease; it is remembered as lost after, so its owner's release answers lease_lost.
+  std::function<void(LeaseEvent)> on_event = std::move(lease->on_event);
+  lease->on_event = nullptr;
+  // Renewal stops whatever the holds: a re-entered lease gives back one hold in the backend and
+  // the rest run out with the TTL, never renewed for an unhealthy app.
+  lease->holds = 1;
+  release(lock, owner,
+          [this, lock, o = std::string(owner),
+           on_event = std::move(on_event)](StatusOr<ReleaseStatus>) {
+            lost_.remember(lock, o, scheduler_.nowUs());
+            if (on_event) on_event(LeaseEvent::kLost);
+          });
+}
+
 void LockService::Impl::sendRelease(LockId lock, std::string owner,
                                     std::function<void(StatusOr<ReleaseStatus>)> done,
                                     bool client_request) {

@@ -185,6 +185,25 @@ Metrics::Metrics(std::string version)
                                .Name("sidelock_election_ttl_seconds")
                                .Help("Configured elections: the leader's lease TTL.")
                                .Register(*registry_)),
+      health_probes_total(BuildCounter()
+                              .Name("sidelock_health_probes_total")
+                              .Help("Probes of apps' health endpoints by result.")
+                              .Register(*registry_)),
+      health_probe_ok(health_probes_total.Add({{"result", "ok"}})),
+      health_probe_failed(health_probes_total.Add({{"result", "failed"}})),
+      health_probe_timeout(health_probes_total.Add({{"result", "timeout"}})),
+      health_probe_refused(health_probes_total.Add({{"result", "refused"}})),
+      health_probes_active(BuildGauge()
+                               .Name("sidelock_health_probes")
+                               .Help("Distinct health endpoints being probed.")
+                               .Register(*registry_)
+                               .Add({})),
+      leases_released_unhealthy(BuildCounter()
+                                    .Name("sidelock_leases_released_unhealthy_total")
+                                    .Help("Leases released because their health endpoint "
+                                          "failed.")
+                                    .Register(*registry_)
+                                    .Add({})),
       backend_up(BuildGauge()
                      .Name("sidelock_backend_up")
                      .Help("1 if the backend node is connected and answering, else 0.")

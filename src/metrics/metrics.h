@@ -153,6 +153,19 @@ class Metrics {
   /// The series of configured election `name` (created at the first call).
   ElectionSeries electionSeries(std::string_view name);
 
+  // --- health-bound holds (README "Holds that follow the app's health") ---
+  /// {result}: ok (2xx), failed (another status, a bad or oversized answer, a reset), timeout,
+  /// refused (the connect failed).
+  prometheus::Family<prometheus::Counter>& health_probes_total;
+  prometheus::Counter& health_probe_ok;
+  prometheus::Counter& health_probe_failed;
+  prometheus::Counter& health_probe_timeout;
+  prometheus::Counter& health_probe_refused;
+  /// Distinct health endpoints probed now (holds naming the same URL and interval share one).
+  prometheus::Gauge& health_probes_active;
+  /// Leases this sidecar released because their health endpoint failed.
+  prometheus::Counter& leases_released_unhealthy;
+
   // --- backend ---
   prometheus::Family<prometheus::Gauge>& backend_up;                   // {node}
   prometheus::Family<prometheus::Histogram>& backend_request_seconds;  // {node,op}

@@ -96,8 +96,9 @@ TEST(RunOptionsTest, OptionsMayFollowTheName) {
 }
 
 TEST(RunOptionsTest, AllOptionsBothSpellings) {
-  auto opts = parse({"--socket", "/tmp/s.sock", "--ttl=1500", "--wait", "2s", "--max-hold", "1h",
-                     "--grace=0", "-q", "job", "--", "cmd"});
+  auto opts =
+      parse({"--socket", "/tmp/s.sock", "--ttl=1500", "--wait", "2s", "--max-hold", "1h",
+             "--grace=0", "-q", "--health", "http://127.0.0.1:8080/ready", "job", "--", "cmd"});
   ASSERT_TRUE(opts.isOk()) << opts.status().toString();
   EXPECT_EQ(opts->socket_path, "/tmp/s.sock");
   EXPECT_EQ(*opts->ttl_ms, 1500);
@@ -105,6 +106,7 @@ TEST(RunOptionsTest, AllOptionsBothSpellings) {
   EXPECT_EQ(*opts->max_hold_ms, 3'600'000);
   EXPECT_EQ(opts->grace_ms, 0);
   EXPECT_TRUE(opts->quiet);
+  EXPECT_EQ(*opts->health_url, "http://127.0.0.1:8080/ready");
   EXPECT_EQ(opts->endpoint(), "unix:/tmp/s.sock");
 }
 
@@ -257,6 +259,8 @@ TEST(RunOptionsTest, ElectUsageErrors) {
           {{"--candidate", "a", "job", "c"}, "--candidate applies to --elect only"},
           {{"job", "--value", "v", "c"}, "--value applies to --elect only"},
           {{"--elect", "e", "--max-hold", "5s", "c"}, "--max-hold does not apply to --elect"},
+          {{"--elect", "e", "--health", "http://127.0.0.1/", "c"},
+           "--health does not apply to --elect"},
           {{"--elect", "e", "--wait", "0", "c"}, "--wait 0 does not apply to --elect"},
           {{"--elect", "e", "--candidate", "", "c"}, "--candidate must not be empty"},
           {{"--elect", "e", "--candidate"}, "--candidate needs a value"},
@@ -291,6 +295,7 @@ TEST(RunOptionsTest, UsageListsEveryOptionAndExitCode) {
                              "128+N",          "--elect",
                              "--candidate",    "--value",
                              "SIDELOCK_TERM",  "SIDELOCK_ELECTION",
+                             "--health",
                              "kill deadline"}) {
     EXPECT_NE(usage.find(needle), std::string::npos) << needle;
   }

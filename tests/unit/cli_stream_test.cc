@@ -247,7 +247,8 @@ TEST(AcquireStreamTest, OkWithoutNdjsonIsNotAStream) {
 }
 
 TEST(AcquireRequestTest, BuildsStreamAcquire) {
-  std::string req = buildAcquireRequest({"nightly report/1", 5000, 0, std::nullopt, ""});
+  std::string req =
+      buildAcquireRequest({"nightly report/1", 5000, 0, std::nullopt, "", std::nullopt});
   ASSERT_EQ(req.rfind("POST /v1/locks/nightly%20report%2F1/acquire HTTP/1.1\r\n", 0), 0u) << req;
   size_t body_at = req.find("\r\n\r\n");
   ASSERT_NE(body_at, std::string::npos);
@@ -262,14 +263,20 @@ TEST(AcquireRequestTest, BuildsStreamAcquire) {
   EXPECT_NE(req.find("\r\nHost: localhost\r\n"), std::string::npos) << "a loopback Host name";
   EXPECT_EQ(req.find("Authorization"), std::string::npos);
 
-  req = buildAcquireRequest({"a", std::nullopt, std::nullopt, 60000, ""});
+  req = buildAcquireRequest({"a", std::nullopt, std::nullopt, 60000, "", std::nullopt});
   j = nlohmann::json::parse(req.substr(req.find("\r\n\r\n") + 4));
   EXPECT_FALSE(j.contains("ttl_ms"));
   EXPECT_FALSE(j.contains("wait_ms"));
   EXPECT_EQ(j["max_hold_ms"], 60000);
 
-  req = buildAcquireRequest({"a", std::nullopt, std::nullopt, std::nullopt, "t0ken-from-env"});
+  req = buildAcquireRequest(
+      {"a", std::nullopt, std::nullopt, std::nullopt, "t0ken-from-env", std::nullopt});
   EXPECT_NE(req.find("\r\nAuthorization: Bearer t0ken-from-env\r\n"), std::string::npos) << req;
+
+  req = buildAcquireRequest(
+      {"a", std::nullopt, std::nullopt, std::nullopt, "", "http://127.0.0.1:8080/healthz"});
+  j = nlohmann::json::parse(req.substr(req.find("\r\n\r\n") + 4));
+  EXPECT_EQ(j["health"], nlohmann::json({{"url", "http://127.0.0.1:8080/healthz"}}));
 }
 
 TEST(AcquireStreamTest, ACampaignStream) {

@@ -177,5 +177,33 @@ TEST(JsonObject, WritesFieldsInOrderWithNlohmannEscaping) {
             "\"ttl_ms\":-5,\"held\":false}\n");
 }
 
+TEST(RequestBody, HealthObjectKeepsItsMembersOneLevelDeep) {
+  RequestBody b;
+  ASSERT_TRUE(b.parse("", R"({"health":{"url":"http://127.0.0.1/","interval_ms":500,
+                              "failures":2,"deep":{"x":1},"f":1.5,"big":18446744073709551615},
+                              "ttl_ms":7})",
+                      {BodyField::kHealth, BodyField::kTtlMs}));
+  std::vector<BodyMember> members;
+  ASSERT_TRUE(b.readObject(BodyField::kHealth, members));
+  ASSERT_EQ(members.size(), 6u);
+  EXPECT_EQ(members[0].name, "url");
+  EXPECT_EQ(members[0].type, BodyMember::Type::kString);
+  EXPECT_EQ(members[0].text, "http://127.0.0.1/");
+  EXPECT_EQ(members[1].type, BodyMember::Type::kInteger);
+  EXPECT_EQ(members[1].integer, 500);
+  EXPECT_EQ(members[2].integer, 2);
+  EXPECT_EQ(members[3].type, BodyMember::Type::kOther);  // nested deeper
+  EXPECT_EQ(members[4].type, BodyMember::Type::kOther);  // a fraction
+  EXPECT_EQ(members[5].type, BodyMember::Type::kOther);  // beyond int64
+  int64_t ttl = 0;
+  EXPECT_TRUE(b.readInt(BodyField::kTtlMs, 1, 100, ttl));  // the top level goes on after it
+  EXPECT_EQ(ttl, 7);
+
+  RequestBody not_object;
+  ASSERT_TRUE(not_object.parse("", R"({"health":"http://127.0.0.1/"})", {BodyField::kHealth}));
+  EXPECT_FALSE(not_object.readObject(BodyField::kHealth, members));
+  EXPECT_EQ(not_object.error(), "health must be an object");
+}
+
 }  // namespace
 }  // namespace sidelock::api

@@ -1,0 +1,261 @@
+#include "health/prober.h"
+
+#include <llhttp.h>
+
+#include <algorithm>
+#include <map>
+#include <utility>
+
+#include "common/log.h"
+#include "event/uv_handle.h"
+#include "metrics/metrics.h"
+
+namespace sidelock::health {
+namespace {
+
+/// One GET of one URL: connect, write, read up to the headers. Reports once through `done`,
+/// which may destroy the attempt (nothing touches it afterwards). Its uv requests (connect,
+/// write) may outlive it: their callbacks find the handle's data cleared (rule 3) and only free
+/// themselves (src/README.md, rule 3).
+class Attempt {
+ public:
+  Attempt(uv_loop_t* loop, event::Scheduler& scheduler, const ProbeUrl& url, int64_t timeout_ms,
+          std::function<void(ProbeResult)> done)
+      : done_(std::move(done)) {
+    request_ = "GET " + url.target + " HTTP/1.1\r\nHost: " + url.host +
+               "\r\nUser-Agent: sidelock-health\r\nAccept: */*\r\nConnection: close\r\n\r\n";
+    llhttp_settings_init(&settings_);
+    settings_.on_headers_complete = [](llhttp_t* p) {
+      auto* self = static_cast<Attempt*>(p->data);
+      self->status_ = p->status_code;
+      return static_cast<int>(HPE_PAUSED);  // the status is all we need
+    };
+    llhttp_init(&parser_, HTTP_RESPONSE, &settings_);
+    parser_.data = this;
+    timeout_.start(scheduler, timeout_ms, [this] { finish(ProbeResult::kTimeout); });
+    uv_tcp_t* tcp = tcp_.allocate(this);
+    if (uv_tcp_init(loop, tcp) != 0) {
+      tcp_.discardUninitialised();
+      post(scheduler, ProbeResult::kRefused);
+      return;
+    }
+    auto* connect = new uv_connect_t{};
+    const int rc = uv_tcp_connect(connect, tcp, reinterpret_cast<const sockaddr*>(&url.address),
+                                  [](uv_connect_t* req, int status) {
+                                    auto* owner = static_cast<Attempt*>(req->handle->data);
+                                    delete req;
+                                    if (owner != nullptr) owner->onConnect(status);
+                                  });
+    if (rc != 0) {
+      delete connect;
+      post(scheduler, ProbeResult::kRefused);
+    }
+  }
+  Attempt(const Attempt&) = delete;
+  Attempt& operator=(const Attempt&) = delete;
+
+ private:
+  // A failure found at once still reaches the owner on a later turn (src/README.md, rule 4).
+  void post(event::Scheduler& scheduler, ProbeResult result) {
+    timeout_.start(scheduler, 0, [this, result] { finish(result); });
+  }
+
+  void onConnect(int status) {
+    if (status != 0) return finish(ProbeResult::kRefused);
+    auto* write = new uv_write_t{};
+    uv_buf_t buf = uv_buf_init(request_.data(), static_cast<unsigned>(request_.size()));
+    // request_ lives as long as the handle is open; once closed, the write is cancelled before
+    // the handle's memory (and this object may be gone: the callback only frees the request).
+    if (uv_write(write, reinterpret_cast<uv_stream_t*>(tcp_.get()), &buf, 1,
+                 [](uv_write_t* req, int rc) {
+                   auto* owner = static_cast<Attempt*>(req->handle->data);
+                   delete req;
+                   if (owner != nullptr && rc != 0) owner->finish(ProbeResult::kFailed);
+                 }) != 0) {
+      delete write;
+      return finish(ProbeResult::kFailed);
+    }
+    uv_read_start(
+        reinterpret_cast<uv_stream_t*>(tcp_.get()),
+        [](uv_handle_t* h, size_t, uv_buf_t* out) {
+          auto* owner = static_cast<Attempt*>(h->data);
+          *out = uv_buf_init(owner->buffer_, sizeof owner->buffer_);
+        },
+        [](uv_stream_t* s, ssize_t n, const uv_buf_t* read) {
+          auto* owner = static_cast<Attempt*>(s->data);
+          if (owner != nullptr) owner->onRead(n, read);
+        });
+  }
+
+  void onRead(ssize_t n, const uv_buf_t* buf) {
+    if (n == 0) return;
+    if (n < 0) {
+      // EOF before the headers ended (or a reset): no answer.
+      return finish(ProbeResult::kFailed);
+    }
+    read_bytes_ += static_cast<size_t>(n);
+    if (read_bytes_ > kMaxAnswerBytes) return finish(ProbeResult::kFailed);
+    const llhttp_errno_t err = llhttp_execute(&parser_, buf->base, static_cast<size_t>(n));
+    if (err == HPE_PAUSED) {
+      return finish(status_ >= 200 && status_ < 300 ? ProbeResult::kOk : ProbeResult::kFailed);
+    }
+    if (err != HPE_OK) finish(ProbeResult::kFailed);
+  }
+
+  void finish(ProbeResult result) {
+    if (!done_) return;
+    timeout_.reset();
+    tcp_.close();
+    auto done = std::move(done_);
+    done_ = nullptr;
+    done(result);  // may destroy this
+  }
+
+  std::function<void(ProbeResult)> done_;
+  std::string request_;
+  llhttp_t parser_{};
+  llhttp_settings_t settings_{};
+  int status_ = 0;
+  size_t read_bytes_ = 0;
+  char buffer_[4096];
+  event::ScopedTimer timeout_;
+  event::UvHandle<uv_tcp_t> tcp_;
+};
+
+}  // namespace
+
+struct Prober::Impl {
+  struct Watcher {
+    int failures_needed = 1;
+    int failures_seen = 0;
+    bool told = false;
+    std::function<void()> on_unhealthy;
+  };
+  struct Probe {
+    ProbeUrl url;
+    int64_t interval_ms = 0;
+    std::map<uint64_t, Watcher> watchers;
+    std::unique_ptr<Attempt> attempt;
+    event::ScopedTimer next;
+  };
+
+  uv_loop_t* loop;
+  event::Scheduler& scheduler;
+  metrics::Metrics& metrics;
+  std::map<std::string, std::unique_ptr<Probe>> probes;
+  uint64_t next_id = 1;
+  event::LivenessToken alive;
+
+  Impl(uv_loop_t* l, event::Scheduler& s, metrics::Metrics& m)
+      : loop(l), scheduler(s), metrics(m) {}
+
+  void start(Probe& probe) {
+    const std::string key = keyOf(probe);
+    const int64_t timeout_ms = std::min(probe.interval_ms, kMaxTimeoutMs);
+    probe.attempt = std::make_unique<Attempt>(
+        loop, scheduler, probe.url, timeout_ms,
+        alive.guarded([this, key](ProbeResult result) { onResult(key, result); }));
+  }
+
+  static std::string keyOf(const Probe& probe) {
+    return std::to_string(probe.interval_ms) + " " + probe.url.text;
+  }
+
+  void onResult(const std::string& key, ProbeResult result) {
+    auto it = probes.find(key);
+    if (it == probes.end()) return;
+    Probe& probe = *it->second;
+    // The attempt is on the stack (its finish() called us): free it on a later turn.
+    scheduler.post([dead = std::shared_ptr<Attempt>(std::move(probe.attempt))] {});
+    count(result);
+    for (auto& [id, watcher] : probe.watchers) {
+      if (result == ProbeResult::kOk) {
+        watcher.failures_seen = 0;
+        continue;
+      }
+      if (watcher.told || ++watcher.failures_seen < watcher.failures_needed) continue;
+      watcher.told = true;
+      SL_LOG(kWarn, "health.unhealthy", {"url", probe.url.text},
+             {"failures", static_cast<long long>(watcher.failures_seen)});
+      // Posted: the callback may end the watch (and this probe) — never under our feet.
+      scheduler.post(alive.guarded([this, key, watch_id = id] {
+        auto found = probes.find(key);
+        if (found == probes.end()) return;
+        auto w = found->second->watchers.find(watch_id);
+        if (w == found->second->watchers.end()) return;
+        std::function<void()> fn = std::move(w->second.on_unhealthy);
+        if (fn) fn();
+      }));
+    }
+    probe.next.start(scheduler, probe.interval_ms, [this, key] {
+      auto found = probes.find(key);
+      if (found != probes.end()) start(*found->second);
+    });
+  }
+
+  void count(ProbeResult result) {
+    switch (result) {
+      case ProbeResult::kOk:
+        return metrics.health_probe_ok.Increment();
+      case ProbeResult::kFailed:
+        return metrics.health_probe_failed.Increment();
+      case ProbeResult::kTimeout:
+        return metrics.health_probe_timeout.Increment();
+      case ProbeResult::kRefused:
+        return metrics.health_probe_refused.Increment();
+    }
+  }
+};
+
+HealthWatch& HealthWatch::operator=(HealthWatch&& o) noexcept {
+  if (this != &o) {
+    reset();
+    prober_ = std::exchange(o.prober_, nullptr);
+    alive_ = std::move(o.alive_);
+    key_ = std::move(o.key_);
+    id_ = o.id_;
+  }
+  return *this;
+}
+
+void HealthWatch::reset() {
+  Prober* prober = std::exchange(prober_, nullptr);
+  if (prober != nullptr && !alive_.expired()) prober->unwatch(key_, id_);
+}
+
+Prober::Prober(uv_loop_t* loop, event::Scheduler& scheduler, metrics::Metrics& metrics)
+    : impl_(std::make_unique<Impl>(loop, scheduler, metrics)) {}
+
+Prober::~Prober() { impl_->metrics.health_probes_active.Set(0); }
+
+HealthWatch Prober::watch(const HealthSpec& spec, std::function<void()> on_unhealthy) {
+  auto probe = std::make_unique<Impl::Probe>();
+  probe->url = spec.url;
+  probe->interval_ms = spec.interval_ms;
+  const std::string key = Impl::keyOf(*probe);
+  auto [it, fresh] = impl_->probes.try_emplace(key, std::move(probe));
+  const uint64_t id = impl_->next_id++;
+  Impl::Watcher& watcher = it->second->watchers[id];
+  watcher.failures_needed = std::max(1, spec.failures);
+  watcher.on_unhealthy = std::move(on_unhealthy);
+  if (fresh) {
+    impl_->metrics.health_probes_active.Set(static_cast<double>(impl_->probes.size()));
+    impl_->start(*it->second);
+  }
+  return HealthWatch(this, alive_.ref(), key, id);
+}
+
+void Prober::unwatch(const std::string& key, uint64_t id) {
+  auto it = impl_->probes.find(key);
+  if (it == impl_->probes.end()) return;
+  it->second->watchers.erase(id);
+  if (!it->second->watchers.empty()) return;
+  // The attempt may be the one reporting right now (a watcher's callback ending its watch runs
+  // on a posted turn, never inside finish()), so destroying it here is safe.
+  impl_->probes.erase(it);
+  impl_->metrics.health_probes_active.Set(static_cast<double>(impl_->probes.size()));
+}
+
+size_t Prober::activeProbes() const { return impl_->probes.size(); }
+
+}  // namespace sidelock::health

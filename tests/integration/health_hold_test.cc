@@ -1,0 +1,228 @@
+// Holds that follow the app's health (issue 20), end to end: real sidecar processes on a real
+// redis-server, the app's health endpoint a tiny HTTP server in this test process.
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "support/http_client.h"
+#include "support/sidecar_group.h"
+#include "support/sidecar_polling.h"
+
+namespace sidelock::testing {
+namespace {
+
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+/// An app's health endpoint on 127.0.0.1 (a free port): answers `status` (0: reads the request
+/// and never answers) on a thread of its own, one connection at a time.
+class AppHealth {
+ public:
+  AppHealth() {
+    fd_ = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    EXPECT_EQ(bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+    EXPECT_EQ(listen(fd_, 64), 0);
+    socklen_t len = sizeof addr;
+    getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len);
+    port_ = ntohs(addr.sin_port);
+    thread_ = std::thread([this] { serve(); });
+  }
+  ~AppHealth() {
+    stop_ = true;
+    thread_.join();
+    for (int c : silent_) ::close(c);
+    ::close(fd_);
+  }
+  std::string url() const { return "http://127.0.0.1:" + std::to_string(port_) + "/healthz"; }
+  std::atomic<int> status{200};
+  std::atomic<int> requests{0};
+
+ private:
+  void serve() {
+    while (!stop_) {
+      pollfd p{fd_, POLLIN, 0};
+      if (poll(&p, 1, 50) <= 0) continue;
+      const int c = accept(fd_, nullptr, nullptr);
+      if (c < 0) continue;
+      char buf[2048];
+      pollfd r{c, POLLIN, 0};
+      if (poll(&r, 1, 1000) > 0 && read(c, buf, sizeof buf) > 0) ++requests;
+      const int s = status;
+      if (s == 0) {
+        silent_.push_back(c);  // accepted, never answered
+        continue;
+      }
+      const std::string answer =
+          "HTTP/1.1 " + std::to_string(s) + " X\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
+      (void)!write(c, answer.data(), answer.size());
+      ::close(c);
+    }
+  }
+  int fd_ = -1;
+  int port_ = 0;
+  std::atomic<bool> stop_{false};
+  std::vector<int> silent_;
+  std::thread thread_;
+};
+
+json healthField(const std::string& url, int interval_ms, int failures) {
+  return json{{"url", url}, {"interval_ms", interval_ms}, {"failures", failures}};
+}
+
+using HealthHoldTest = TwoSidecarsOnOneRedis;
+
+TEST_F(HealthHoldTest, FailingEndpointEndsTheStreamHoldAndAWaiterElsewhereGetsTheLock) {
+  AppHealth app;
+  ca.sendRequest(
+      "POST", "/v1/locks/orders/acquire",
+      json{{"ttl_ms", 5000}, {"hold", "stream"}, {"health", healthField(app.url(), 200, 3)}}
+          .dump());
+  auto head = ca.readStreamHead();
+  ASSERT_TRUE(head.has_value());
+  ASSERT_EQ(head->status, 200);
+  ASSERT_TRUE(ca.readStreamLine().has_value());  // acquired
+
+  HttpClient admin = group.client(0);  // ca carries the stream
+  // A waiter on the other sidecar.
+  cb.sendRequest("POST", "/v1/locks/orders/acquire", R"({"ttl_ms":5000,"wait_ms":10000})");
+  // Healthy for a while: the hold stays.
+  ASSERT_TRUE(pollUntil([&] { return app.requests >= 3; }, 5000));
+  EXPECT_EQ(metricValue(admin.get("/metrics").body, "sidelock_leases_released_unhealthy_total"), 0)
+      << "no release while healthy";
+
+  app.status = 503;
+  const auto failing_since = Clock::now();
+  std::optional<std::string> last;
+  for (int i = 0; i < 10; ++i) {
+    last = ca.readStreamLine(5000);
+    ASSERT_TRUE(last.has_value());
+    if (json::parse(*last)["event"] != "renewed") break;
+  }
+  const json lost = json::parse(*last);
+  EXPECT_EQ(lost["event"], "lost");
+  EXPECT_EQ(lost["reason"], "unhealthy");
+  auto granted = cb.readResponse(5000);
+  const auto took =
+      std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - failing_since);
+  ASSERT_TRUE(granted.has_value());
+  EXPECT_EQ(granted->status, 200) << granted->body;
+  std::printf("health: lease ended and the waiter was granted %lld ms after the endpoint failed\n",
+              static_cast<long long>(took.count()));
+  // failures x interval = 600 ms, plus a probe in flight and a round trip; asserted loosely.
+  EXPECT_LT(took.count(), 3000) << "the lease ended " << took.count() << " ms after failing";
+  const std::string metrics = admin.get("/metrics").body;
+  EXPECT_EQ(metricValue(metrics, "sidelock_leases_released_unhealthy_total"), 1);
+  EXPECT_GE(metricValue(metrics, "sidelock_health_probes_total{result=\"failed\"}"), 3);
+  EXPECT_EQ(metricValue(metrics, "sidelock_health_probes"), 0) << "the probe ends with its hold";
+}
+
+TEST_F(HealthHoldTest, AutoRenewHoldIsReleasedAndItsOwnerHearsLeaseLost) {
+  AppHealth app;
+  app.status = 500;
+  auto r = ca.post(
+      "/v1/locks/jobs/acquire",
+      json{{"ttl_ms", 5000}, {"auto_renew", true}, {"health", healthField(app.url(), 100, 2)}}
+          .dump());
+  ASSERT_EQ(r.status, 200) << r.body;
+  const std::string owner = json::parse(r.body)["owner"];
+  ASSERT_TRUE(pollUntil(
+      [&] {
+        return metricValue(ca.get("/metrics").body, "sidelock_leases_released_unhealthy_total") ==
+               1;
+      },
+      5000));
+  EXPECT_EQ(cb.post("/v1/locks/jobs/acquire", R"({"ttl_ms":1000})").status, 200);
+  auto release = ca.post("/v1/locks/jobs/release", json{{"owner", owner}}.dump());
+  EXPECT_EQ(release.status, 404) << release.body;
+  EXPECT_EQ(json::parse(release.body)["error"], "lease_lost") << release.body;
+}
+
+TEST_F(HealthHoldTest, HoldsNamingOneUrlShareOneProbeAndASilentEndpointBlocksNothing) {
+  AppHealth app;
+  std::vector<std::string> owners;
+  for (int i = 0; i < 4; ++i) {
+    auto r = ca.post(
+        "/v1/locks/shared-" + std::to_string(i) + "/acquire",
+        json{{"ttl_ms", 5000}, {"auto_renew", true}, {"health", healthField(app.url(), 300, 3)}}
+            .dump());
+    ASSERT_EQ(r.status, 200) << r.body;
+    owners.push_back(json::parse(r.body)["owner"]);
+  }
+  EXPECT_EQ(metricValue(ca.get("/metrics").body, "sidelock_health_probes"), 1);
+  // Another endpoint that accepts and never answers: its probes time out meanwhile, and the
+  // sidecar keeps answering quickly.
+  AppHealth silent;
+  silent.status = 0;
+  auto r = ca.post(
+      "/v1/locks/silent/acquire",
+      json{{"ttl_ms", 5000}, {"auto_renew", true}, {"health", healthField(silent.url(), 500, 100)}}
+          .dump());
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(metricValue(ca.get("/metrics").body, "sidelock_health_probes"), 2);
+  ASSERT_TRUE(pollUntil(
+      [&] {
+        const auto start = Clock::now();
+        const bool fast = ca.get("/healthz").status == 200 &&
+                          Clock::now() - start < std::chrono::milliseconds(300);
+        EXPECT_TRUE(fast);
+        return metricValue(ca.get("/metrics").body,
+                           "sidelock_health_probes_total{result=\"timeout\"}") >= 2;
+      },
+      5000));
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(ca.post("/v1/locks/shared-" + std::to_string(i) + "/release",
+                      json{{"owner", owners[i]}}.dump())
+                  .status,
+              200);
+  }
+  EXPECT_EQ(metricValue(ca.get("/metrics").body, "sidelock_health_probes"), 1) << "shared one ends";
+  // 4 holds, one probe every 300 ms.
+  EXPECT_LT(app.requests.load(), 20);
+}
+
+TEST_F(HealthHoldTest, BadHealthFieldsAreRefusedWith400AndChangeNothing) {
+  AppHealth app;
+  const std::vector<std::pair<json, std::string>> cases = {
+      {healthField("http://10.0.0.1:80/healthz", 1000, 3), "health.url"},
+      {healthField("http://127.0.0.1@evil.example/", 1000, 3), "health.url"},
+      {healthField("https://127.0.0.1/", 1000, 3), "health.url"},
+      {healthField("http://example.com/", 1000, 3), "health.url"},
+      {healthField("http://[::2]/", 1000, 3), "health.url"},
+      {healthField(app.url(), 50, 3), "health.interval_ms"},
+      {healthField(app.url(), 1000, 0), "health.failures"},
+      {healthField(app.url(), 1000, 101), "health.failures"},
+      {json{{"interval_ms", 1000}}, "health.url"},
+      {json{{"url", app.url()}, {"extra", 1}}, "health.extra"},
+      {json("http://127.0.0.1/"), "health"},
+  };
+  for (const auto& [health, names] : cases) {
+    auto r =
+        ca.post("/v1/locks/bad/acquire", json{{"auto_renew", true}, {"health", health}}.dump());
+    EXPECT_EQ(r.status, 400) << health;
+    EXPECT_NE(r.body.find(names), std::string::npos) << r.body;
+  }
+  // A lease nobody renews cannot follow health.
+  auto plain =
+      ca.post("/v1/locks/bad/acquire", json{{"health", healthField(app.url(), 1000, 3)}}.dump());
+  EXPECT_EQ(plain.status, 400) << plain.body;
+  EXPECT_EQ(redis.cli({"EXISTS", "sidelock:{bad}"}), "0");
+  EXPECT_EQ(metricValue(ca.get("/metrics").body, "sidelock_health_probes"), 0);
+  EXPECT_EQ(app.requests.load(), 0);
+}
+
+}  // namespace
+}  // namespace sidelock::testing
