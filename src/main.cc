@@ -282,6 +282,7 @@ int runSidecar(const config::Config& cfg) {
   s.backend = makeBackend(s, cfg);
   s.locks = std::make_unique<lock::LockService>(cfg.locks, *s.backend, *s.scheduler, *s.metrics);
   s.api = std::make_unique<api::LockApi>(cfg.locks, *s.locks, *s.metrics, *s.scheduler);
+  s.api->setIdentity(cfg.identity);
   s.dapr_api = std::make_unique<api::DaprApi>(cfg.dapr, cfg.locks, *s.locks);
   s.elections = std::make_unique<api::ElectionApi>(
       cfg.locks, *s.locks, *s.metrics, *s.scheduler,

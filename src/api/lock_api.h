@@ -39,6 +39,9 @@ class LockApi {
   /// (answers only requests that carried an admin token) and GET /v1/openapi.json.
   std::vector<Route> adminRoutes();
 
+  /// The sidecar's identity (config `identity`): the "holder" of an acquire that names none.
+  void setIdentity(std::string identity) { identity_ = std::move(identity); }
+
   /// While draining (SIGTERM), /readyz answers 503 and new acquires 503 shutting_down.
   void setDraining(bool draining) { draining_ = draining; }
 
@@ -112,6 +115,7 @@ class LockApi {
   metrics::Metrics& metrics_;
   event::Scheduler& scheduler_;
   bool draining_ = false;
+  std::string identity_;  // setIdentity()
   // Answers by request_id (safe retries); shared with the callbacks that fill it in.
   std::shared_ptr<IdempotencyCache> replies_;
   event::ScopedTimer sweep_timer_;

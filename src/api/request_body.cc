@@ -211,6 +211,8 @@ std::string_view RequestBody::fieldName(BodyField field) {
       return "candidate";
     case BodyField::kValue:
       return "value";
+    case BodyField::kHolder:
+      return "holder";
   }
   return "";
 }

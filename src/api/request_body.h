@@ -42,7 +42,8 @@ enum class BodyField {
   kFair,    // fair locks: FIFO across sidecars
   kCandidate,  // elections: who campaigns
   kValue,      // elections: what the leader proclaims
-  // A new field goes above this line: kFieldCount counts up to kValue.
+  kHolder,     // locks: who holds it, a public label (never the owner id)
+  // A new field goes above this line: kFieldCount counts up to kHolder.
 };
 
 class BodyReader;
@@ -105,7 +106,7 @@ class RequestBody {
     std::vector<std::string> items;  // kStrings
   };
   static constexpr std::string_view kBadRequest = "bad_request";
-  static constexpr size_t kFieldCount = static_cast<size_t>(BodyField::kValue) + 1;
+  static constexpr size_t kFieldCount = static_cast<size_t>(BodyField::kHolder) + 1;
 
   Value& slot(BodyField field) { return values_[static_cast<size_t>(field)]; }
   const Value& slot(BodyField field) const { return values_[static_cast<size_t>(field)]; }
