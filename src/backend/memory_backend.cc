@@ -546,7 +546,7 @@ StatusOr<Outcome> MemoryBackend::apply(const Operation& op) {
         return o;
       }
       held->owner.assign(op.next_owner);
-      held->holder.clear();  // the next owner's label is not known here (as in release_grant.lua)
+      held->holder.assign(op.holder);  // the next owner's label (as in release_grant.lua)
       held->since_ms = unixNowMs();
       held->expiry_us = now + op.ttl_ms * 1000;
       held->token += 1;

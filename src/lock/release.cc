@@ -81,8 +81,11 @@ void LockService::Impl::sendReleaseWithHandOff(LockId lock, std::string owner, W
   // waiter's attempt (until onAttemptReply has handled its part).
   InFlight release_hold = ops_.hold();
   InFlight attempt_hold = ops_.hold();
+  backend::Operation hand_off =
+      backend::Operation::handOff(lock.name, owner, next.options.owner, next.options.ttl_ms);
+  hand_off.holder = next.options.holder;  // recorded for the next owner
   runOnBackend(
-      lock, backend::Operation::handOff(lock.name, owner, next.options.owner, next.options.ttl_ms),
+      lock, hand_off,
       guarded([this, lock, owner, id = next.id, next_owner = next.options.owner,
                done = std::move(done), release_hold = std::move(release_hold),
                attempt_hold = std::move(attempt_hold)](StatusOr<backend::Outcome> reply) mutable {

@@ -493,6 +493,7 @@ StatusOr<ScriptCall> scriptCallFor(const Operation& op, const ScriptContext& ctx
       case ScriptId::kInspect:
       case ScriptId::kRelease:
       case ScriptId::kExtend:
+      case ScriptId::kReleaseGrant:
         key(holderRecordKey(ctx.prefix, op.name));  // the holder record follows the lease
         break;
       case ScriptId::kWriterWithdraw:
@@ -555,6 +556,7 @@ StatusOr<ScriptCall> scriptCallFor(const Operation& op, const ScriptContext& ctx
       arg(op.next_owner);
       arg(std::to_string(op.ttl_ms));
       arg(ctx.counter_ttl_ms);
+      arg(op.holder);  // the next owner's label
       break;
     case Verb::kWithdraw:
       c.node_op = NodeOp::kRelease;

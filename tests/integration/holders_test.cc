@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <future>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -14,6 +15,7 @@
 #include "support/http_client.h"
 #include "support/redis_cluster.h"
 #include "support/redis_server.h"
+#include "support/sidecar_polling.h"
 #include "support/sidecar_process.h"
 
 namespace sidelock::testing {
@@ -86,6 +88,26 @@ TEST(HoldersTest, HolderIsVisibleFromAnotherSidecarAndTheOwnerIdNowhere) {
   EXPECT_EQ(freed["held"], false);
   EXPECT_FALSE(freed.contains("holder")) << freed.dump();
   EXPECT_EQ(redis.cli({"EXISTS", "sidelock:{orders-42}:holder"}), "0");
+
+  // A waiter of the same sidecar is handed the lock at release (one step): its label goes with it.
+  auto first = ca.post("/v1/locks/handed/acquire", R"({"ttl_ms":20000,"holder":"first"})");
+  ASSERT_EQ(first.status, 200) << first.body;
+  owners.push_back(json::parse(first.body)["owner"]);
+  const int port_a = a->port();
+  auto waiter = std::async(std::launch::async, [port_a] {
+    HttpClient w = HttpClient::tcp(port_a);
+    return w.post("/v1/locks/handed/acquire",
+                  R"({"ttl_ms":20000,"wait_ms":10000,"holder":"second"})");
+  });
+  ASSERT_TRUE(pollUntil([&] {  // the waiter is queued on A
+    return HttpClient::tcp(port_a).get("/metrics").body.find("\nsidelock_waiters 1") !=
+           std::string::npos;
+  }));
+  ASSERT_EQ(ca.post("/v1/locks/handed/release", json{{"owner", owners.back()}}.dump()).status, 200);
+  const HttpResponse second = waiter.get();
+  ASSERT_EQ(second.status, 200) << second.body;
+  owners.push_back(json::parse(second.body)["owner"]);
+  EXPECT_EQ(json::parse(cb.get("/v1/locks/handed").body)["holder"], "second");
 
   // No label given: the sidecar's identity ($POD_NAME).
   auto plain = ca.post("/v1/locks/plain/acquire", R"({"ttl_ms":20000})");

@@ -339,7 +339,8 @@ TEST(RedisScripts, EveryOperationIsOneScriptCall) {
 
   const ScriptCall hand_off = callOf(Operation::handOff("n", "o", "next", 900), ctx);
   EXPECT_EQ(hand_off.script, ScriptId::kReleaseGrant);
-  ASSERT_EQ(hand_off.arg_count, 4);
+  ASSERT_EQ(hand_off.arg_count, 5);
+  EXPECT_EQ(hand_off.keys[2], "p:{n}:holder") << "the next owner's holder record";
   EXPECT_EQ(hand_off.args[1], "next");
   EXPECT_EQ(hand_off.args[2], "900");
   EXPECT_EQ(callOf(Operation::extend("n", "o", 1), ctx).script, ScriptId::kExtend);
