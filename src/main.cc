@@ -296,6 +296,7 @@ int runSidecar(const config::Config& cfg) {
   s.api = std::make_unique<api::LockApi>(cfg.locks, *s.locks, *s.metrics, *s.scheduler);
   s.health_prober = std::make_unique<health::Prober>(&s.loop, *s.scheduler, *s.metrics);
   s.api->setHealthProber(s.health_prober.get());
+  s.api->setIdentity(cfg.identity);
   s.dapr_api = std::make_unique<api::DaprApi>(
       cfg.dapr, cfg.locks, *s.locks, [api = s.api.get()] { return api->notReadyReason(); });
   s.elections = std::make_unique<api::ElectionApi>(

@@ -47,6 +47,8 @@ class LockApi {
   using AnswerFn = std::function<void(const IdempotencyCache::Answer&, bool remember)>;
   void answerOnce(std::string replay_key, http::ResponderPtr res,
                   const std::function<void(AnswerFn)>& run);
+  /// The sidecar's identity (config `identity`): the "holder" of an acquire that names none.
+  void setIdentity(std::string identity) { identity_ = std::move(identity); }
 
   /// While draining (SIGTERM), /readyz answers 503 and new acquires 503 shutting_down.
   void setDraining(bool draining) { draining_ = draining; }
@@ -122,6 +124,7 @@ class LockApi {
   event::Scheduler& scheduler_;
   bool draining_ = false;
   health::Prober* health_prober_ = nullptr;
+  std::string identity_;  // setIdentity()
   // Answers by request_id (safe retries); shared with the callbacks that fill it in.
   std::shared_ptr<IdempotencyCache> replies_;
   event::ScopedTimer sweep_timer_;

@@ -141,7 +141,7 @@ void LockApi::acquire(http::Request& req, http::ResponderPtr res) {
   body.parse(req.header("content-type"), req.body,
              {BodyField::kTtlMs, BodyField::kWaitMs, BodyField::kOwner, BodyField::kAutoRenew,
               BodyField::kMaxHoldMs, BodyField::kHold, BodyField::kRequestId, BodyField::kReentrant,
-              BodyField::kMode, BodyField::kFair, BodyField::kHealth});
+              BodyField::kMode, BodyField::kFair, BodyField::kHealth, BodyField::kHolder});
   lock::AcquireOptions opts;
   bool shared = false;
   bool fair = false;
@@ -158,7 +158,7 @@ void LockApi::acquire(http::Request& req, http::ResponderPtr res) {
         body.readInt(BodyField::kMaxHoldMs, 1, locks_.max_hold_ms_limit, opts.max_hold_ms) &&
         body.readString(BodyField::kHold, hold) && readRequestId(body, request_id) &&
         body.readBool(BodyField::kReentrant, opts.reentrant) && readMode(body, shared) &&
-        body.readBool(BodyField::kFair, fair);
+        body.readBool(BodyField::kFair, fair) && readHolder(body, identity_, opts.holder);
   }
   checkHold(body, hold);
   if (body.ok() && shared && opts.reentrant) {
@@ -339,7 +339,8 @@ void LockApi::startAcquire(lock::AcquireOptions opts, std::string replay_key,
           return call->answerAll(retryLaterAnswer(
               409, "no_permits", "every permit of the semaphore is taken", r.retry_after_ms));
         }
-        return call->answerAll(lockedAnswer(r.busy_reason, call->lock.kind, r.retry_after_ms));
+        return call->answerAll(
+            lockedAnswer(r.busy_reason, call->lock.kind, r.retry_after_ms, r.holder));
       }
       case lock::AcquireStatus::kLimitMismatch:
         call->finished = true;
@@ -564,6 +565,11 @@ void LockApi::inspect(http::Request& req, http::ResponderPtr res) {
         .integer("ttl_ms", r->held ? r->ttl_ms : 0);
     if (r->held) answer.text("mode", r->used > 0 ? "shared" : "exclusive");
     if (r->held && r->used > 0) answer.integer("readers", r->used);
+    // Who holds it (the label its acquire recorded, from the backend: the same on every
+    // sidecar) and since when; absent when the lease recorded none.
+    if (r->held && r->used == 0 && !r->holder.empty()) {
+      answer.text("holder", r->holder).integer("since_ms", r->since_ms);
+    }
     res->send(200, kJson, answer.finish());
   });
 }

@@ -255,6 +255,8 @@ std::string_view RequestBody::fieldName(BodyField field) {
       return "value";
     case BodyField::kHealth:
       return "health";
+    case BodyField::kHolder:
+      return "holder";
   }
   return "";
 }

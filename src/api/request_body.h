@@ -43,7 +43,8 @@ enum class BodyField {
   kCandidate,  // elections: who campaigns
   kValue,      // elections: what the leader proclaims
   kHealth,     // health-bound holds: an object {"url", "interval_ms", "failures"}
-  // A new field goes above this line: kFieldCount counts up to kHealth.
+  kHolder,     // locks: who holds it, a public label (never the owner id)
+  // A new field goes above this line: kFieldCount counts up to kHolder.
 };
 
 class BodyReader;
@@ -121,7 +122,7 @@ class RequestBody {
     std::vector<BodyMember> members;  // kObject
   };
   static constexpr std::string_view kBadRequest = "bad_request";
-  static constexpr size_t kFieldCount = static_cast<size_t>(BodyField::kHealth) + 1;
+  static constexpr size_t kFieldCount = static_cast<size_t>(BodyField::kHolder) + 1;
 
   Value& slot(BodyField field) { return values_[static_cast<size_t>(field)]; }
   const Value& slot(BodyField field) const { return values_[static_cast<size_t>(field)]; }

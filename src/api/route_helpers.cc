@@ -4,6 +4,7 @@
 
 #include "api/json_object.h"
 #include "api/lock_api.h"
+#include "common/names.h"
 
 namespace sidelock::api {
 
@@ -65,11 +66,12 @@ Answer errorAnswer(int status, std::string_view code, std::string_view message) 
 /// `limit` (429 only) names the config key of the queue limit that was hit.
 Answer retryLaterAnswer(int status, std::string_view code, std::string_view message,
                         int64_t retry_after_ms, std::string_view limit,
-                        std::string_view reason) {
+                        std::string_view reason, std::string_view holder) {
   JsonObject answer;
   answer.text("error", code);
   if (!limit.empty()) answer.text("limit", limit);
   if (!reason.empty()) answer.text("reason", reason);
+  if (!holder.empty()) answer.text("holder", holder);
   return Answer{status,
                 answer.text("message", message).integer("retry_after_ms", retry_after_ms).finish(),
                 {{"Retry-After", std::to_string((retry_after_ms + 999) / 1000)}},
@@ -79,7 +81,8 @@ Answer retryLaterAnswer(int status, std::string_view code, std::string_view mess
 
 /// 409 locked of one lock, saying why: another owner holds it, the caller itself does (and did
 /// not ask to re-enter), or readers are held back for a queued writer.
-Answer lockedAnswer(lock::BusyReason why, lock::LockKind kind, int64_t retry_after_ms) {
+Answer lockedAnswer(lock::BusyReason why, lock::LockKind kind, int64_t retry_after_ms,
+                    std::string_view holder) {
   std::string_view reason = "held";
   std::string_view message = "the lock is held by another owner";
   switch (why) {
@@ -99,7 +102,20 @@ Answer lockedAnswer(lock::BusyReason why, lock::LockKind kind, int64_t retry_aft
           "a writer is waiting for the lock: new readers are turned away until it got in and out";
       break;
   }
-  return retryLaterAnswer(409, "locked", message, retry_after_ms, {}, reason);
+  return retryLaterAnswer(409, "locked", message, retry_after_ms, {}, reason, holder);
+}
+
+bool readHolder(RequestBody& b, std::string_view identity, std::string& out) {
+  std::string_view holder = identity;
+  if (!b.readString(BodyField::kHolder, holder)) return false;
+  if (b.has(BodyField::kHolder)) {
+    if (std::string problem = holderProblem(holder); !problem.empty()) {
+      b.setError(problem);
+      return false;
+    }
+  }
+  out.assign(holder);
+  return true;
 }
 
 /// An owner id in `field` ("owner", or a semaphore's "permit"): 1..max_bytes printable ASCII.

@@ -34,6 +34,10 @@ bool readRequestId(RequestBody& b, std::string_view& out);
 bool readOwnerId(RequestBody& b, BodyField field, std::string_view what, size_t max_bytes,
                  bool required, std::string_view& out);
 bool readOwner(RequestBody& b, size_t max_bytes, bool required, std::string_view& out);
+/// "holder": who holds the lock, a public label (common/names.h, holderProblem()); absent:
+/// `identity` (the sidecar's, config `identity`; empty: none recorded). False with the body's
+/// error set on a bad label.
+bool readHolder(RequestBody& b, std::string_view identity, std::string& out);
 /// "hold": "stream" binds the lease to the connection (see the definition for the cap).
 void applyHold(const RequestBody& b, std::string_view hold, int64_t max_hold_ms_limit,
                lock::AcquireOptions& opts);
@@ -55,14 +59,17 @@ void sendAnswer(const http::ResponderPtr& res, const Answer& a);
 std::string errorBody(std::string_view code, std::string_view message);
 Answer errorAnswer(int status, std::string_view code, std::string_view message);
 /// 409 and 429: come back later, with the hint in the body and as Retry-After (whole seconds).
-/// `limit` (429 only) names the config key of the queue limit that was hit.
+/// `limit` (429 only) names the config key of the queue limit that was hit; `holder` (409
+/// locked) who holds the lock, when its lease recorded a label.
 Answer retryLaterAnswer(int status, std::string_view code, std::string_view message,
                         int64_t retry_after_ms, std::string_view limit = {},
-                        std::string_view reason = {});
+                        std::string_view reason = {}, std::string_view holder = {});
 void sendRetryLater(const http::ResponderPtr& res, int status, std::string_view code,
                     std::string_view message, int64_t retry_after_ms, std::string_view limit = {});
-/// 409 locked of one lock, saying why (reason held / held_by_you / writer_waiting).
-Answer lockedAnswer(lock::BusyReason why, lock::LockKind kind, int64_t retry_after_ms);
+/// 409 locked of one lock, saying why (reason held / held_by_you / writer_waiting) and, when
+/// known, who holds it (its public label, never the owner id).
+Answer lockedAnswer(lock::BusyReason why, lock::LockKind kind, int64_t retry_after_ms,
+                    std::string_view holder = {});
 /// Answers the first problem RequestBody found: 415 for a non-JSON body, else 400.
 void sendBodyError(const http::ResponderPtr& res, const RequestBody& b);
 /// Maps a backend Status to the API's error answer (503 backend_unavailable, ...).

@@ -94,6 +94,10 @@ struct Operation {
   /// `value`. Both are opaque text (validated above: candidate 1..256 printable, value <= 4 KiB).
   std::string_view candidate;
   std::string_view value;
+  /// Mutex and fair acquire (hand-off: the next owner's): who holds the lease, as a public label (validated above: 1..256
+  /// printable ASCII; the sidecar's identity by default), recorded with the lease and read back
+  /// by inspect and busy acquires on every sidecar. Never the owner id. Empty: none recorded.
+  std::string_view holder;
 
   // Each factory sets the fields its verb reads, by name; every other field keeps its default
   // (no positional initializer of a dozen unrelated fields to get wrong).
@@ -233,6 +237,11 @@ struct Outcome {
   /// Elections: inspect kOk: who leads (`token` is the term, `validity_ms` the TTL left);
   /// acquire kOk: `since_ms` of the new term. Empty otherwise.
   LeaderRecord leader;
+  /// Mutex and fair locks: who holds the lease (the label its acquire recorded) and since when
+  /// (the backend's clock, Unix ms): inspect kOk and acquire kBusy. Empty / 0 when unknown (a
+  /// lease granted without a label, or by a sidecar older than the holder record).
+  std::string holder;
+  int64_t since_ms = 0;
 
   bool ok() const { return code == OutcomeCode::kOk; }
 };

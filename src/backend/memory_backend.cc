@@ -1,6 +1,7 @@
 #include "backend/memory_backend.h"
 
 #include <algorithm>
+#include <chrono>
 #include <optional>
 #include <utility>
 
@@ -10,6 +11,13 @@ namespace {
 /// Remaining time rounded up, so "1 us left" reads as 1 ms held, never 0 (Redis PTTL never
 /// reports 0 for a live key either).
 int64_t remainingMs(int64_t expiry_us, int64_t now_us) { return (expiry_us - now_us + 999) / 1000; }
+
+// A grant's since_ms: wall-clock Unix ms (the scheduler's time has no epoch), as Redis TIME is.
+int64_t unixNowMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
 
 Status shutDownError() { return cancelled("memory backend is shut down"); }
 
@@ -287,6 +295,8 @@ StatusOr<Outcome> MemoryBackend::applyShared(const Operation& op) {
       if (writer != nullptr) {
         o.code = OutcomeCode::kOk;
         o.validity_ms = remainingMs(writer->expiry_us, now);
+        o.holder = writer->holder;
+        o.since_ms = writer->since_ms;
       } else if (readers != nullptr) {
         o.code = OutcomeCode::kOk;
         o.validity_ms = readers_ms;
@@ -343,11 +353,17 @@ StatusOr<Outcome> MemoryBackend::applyFair(const Operation& op) {
   const bool our_turn = e.fair_queue.empty() || e.fair_queue.front().owner == op.owner;
   if (our_turn && free) {
     if (auto it = position(op.owner); it != e.fair_queue.end()) e.fair_queue.erase(it);
-    return apply(Operation::acquire(op.name, op.owner, op.ttl_ms));
+    Operation grant = Operation::acquire(op.name, op.owner, op.ttl_ms);
+    grant.holder = op.holder;
+    return apply(grant);
   }
   // Held: until the holder lets go; free but another's turn: until the first waiter's claim.
   o.code = OutcomeCode::kBusy;
   if (writer != nullptr && writer->owner == op.owner) o.busy_reason = BusyReason::kHeldByYou;
+  if (writer != nullptr) {
+    o.holder = writer->holder;
+    o.since_ms = writer->since_ms;
+  }
   o.holder_ttl_ms =
       free ? std::max<int64_t>(1, remainingMs(e.fair_queue.front().claim_until_us, now))
            : remainingMs(holder_expiry_us, now);
@@ -457,6 +473,10 @@ StatusOr<Outcome> MemoryBackend::apply(const Operation& op) {
   auto heldByOther = [&](OutcomeCode code) {
     o.code = code;
     o.holder_ttl_ms = remainingMs(holder_expiry_us, now);
+    if (held != nullptr) {
+      o.holder = held->holder;
+      o.since_ms = held->since_ms;
+    }
     return o;
   };
   switch (op.verb) {
@@ -491,6 +511,8 @@ StatusOr<Outcome> MemoryBackend::apply(const Operation& op) {
       e.expiry_us = now + op.ttl_ms * 1000;
       e.token += 1;
       e.holds = 1;
+      e.holder.assign(op.holder);
+      e.since_ms = unixNowMs();
       if (op.writer_wait_ms > 0) e.writer_marks.clear();  // a queued writer got in
       o.code = OutcomeCode::kOk;
       o.token = e.token;
@@ -524,6 +546,8 @@ StatusOr<Outcome> MemoryBackend::apply(const Operation& op) {
         return o;
       }
       held->owner.assign(op.next_owner);
+      held->holder.assign(op.holder);  // the next owner's label (as in release_grant.lua)
+      held->since_ms = unixNowMs();
       held->expiry_us = now + op.ttl_ms * 1000;
       held->token += 1;
       o.token = held->token;
@@ -546,6 +570,10 @@ StatusOr<Outcome> MemoryBackend::apply(const Operation& op) {
         o.code = OutcomeCode::kOk;
         o.validity_ms = remainingMs(holder_expiry_us, now);
         o.token = e.token;
+        if (held != nullptr) {
+          o.holder = held->holder;
+          o.since_ms = held->since_ms;
+        }
       } else if (auto it = locks_.find(op.name); it != locks_.end()) {
         o.token = it->second.token;
       }

@@ -60,6 +60,8 @@ class MemoryBackend final : public Backend {
     int64_t expiry_us = 0;  // Scheduler time; meaningful while owner is non-empty
     uint64_t token = 0;     // last fencing token granted for this name; never reset
     int64_t holds = 1;      // reentrant acquires: holds of the current lease
+    std::string holder;     // the lease's public label (Operation::holder); empty if none
+    int64_t since_ms = 0;   // when the lease was granted, Unix ms (system clock)
     /// Readers of a read/write lock (owner -> expiry, Scheduler time), held while no writer
     /// (`owner`) is; and the queued writers' marks (writer -> until when it turns new readers
     /// away; kept after the readers left, cleared when a queued writer gets in, one removed when

@@ -28,16 +28,28 @@ std::string lockNameProblem(std::string_view name, size_t max_bytes) {
   return "";
 }
 
-std::string candidateProblem(std::string_view candidate) {
-  if (candidate.empty()) return "candidate is empty";
-  if (candidate.size() > kMaxCandidateBytes) {
-    return "candidate is " + std::to_string(candidate.size()) + " bytes long; the limit is " +
+namespace {
+
+// A public label (a candidate, a holder) named `field`: 1..kMaxCandidateBytes printable ASCII.
+std::string labelProblem(std::string_view field, std::string_view label) {
+  const std::string what(field);
+  if (label.empty()) return what + " is empty";
+  if (label.size() > kMaxCandidateBytes) {
+    return what + " is " + std::to_string(label.size()) + " bytes long; the limit is " +
            std::to_string(kMaxCandidateBytes);
   }
-  for (unsigned char c : candidate) {
-    if (c < 0x20 || c > 0x7e) return "candidate must be printable ASCII (0x20..0x7e)";
+  for (unsigned char c : label) {
+    if (c < 0x20 || c > 0x7e) return what + " must be printable ASCII (0x20..0x7e)";
   }
   return "";
 }
+
+}  // namespace
+
+std::string candidateProblem(std::string_view candidate) {
+  return labelProblem("candidate", candidate);
+}
+
+std::string holderProblem(std::string_view holder) { return labelProblem("holder", holder); }
 
 }  // namespace sidelock

@@ -24,5 +24,8 @@ inline constexpr size_t kMaxCandidateBytes = 256;
 inline constexpr size_t kMaxLeaderValueBytes = 4096;
 /// What is wrong with a candidate ("" if nothing).
 std::string candidateProblem(std::string_view candidate);
+/// Lock holders (the "holder" of an acquire: a public label, the sidecar's identity by default):
+/// the candidates' rule, 1..kMaxCandidateBytes printable ASCII. What is wrong ("" if nothing).
+std::string holderProblem(std::string_view holder);
 
 }  // namespace sidelock

@@ -38,6 +38,11 @@ struct LockState {
   int64_t used = 0;    // semaphores: permits held now; read/write locks: readers holding it
   int64_t limit = 0;   // semaphores: the limit while permits are held
   LeaderRecord leader;  // elections, while held: who leads (`token` is the term)
+  /// Locks (mutex, fair), while held: who holds it (the label its acquire recorded) and since
+  /// when (Unix ms, the backend's clock); empty / 0 when unknown. The one source of both for
+  /// every reader (GET /v1/locks/{name}, events).
+  std::string holder;
+  int64_t since_ms = 0;
 };
 
 /// What an operator's force release did.
@@ -82,6 +87,10 @@ struct AcquireOptions {
   /// Elections: who campaigns (recorded with the lease when elected) and the value it leads with.
   std::string candidate;
   std::string value;
+  /// Locks (mutex, fair, writers): who holds it, a public label recorded with the lease and
+  /// shown by inspect on every sidecar (validated by the API: 1..256 printable ASCII). Never the
+  /// owner id. Empty: none recorded.
+  std::string holder;
 };
 
 struct Grant {
@@ -114,6 +123,7 @@ struct AcquireResult {
   int64_t retry_after_ms = 0;  // kBusy, kTooManyWaiters: a hint (holder's remaining TTL if known)
   /// kBusy: why the waiter's own last attempt was refused (kHeld when it never tried itself).
   BusyReason busy_reason = BusyReason::kHeld;
+  std::string holder;  // kBusy: who held it at the last try (its public label); empty: unknown
   WaiterLimit limit = WaiterLimit::kNone;  // kTooManyWaiters
   Status error;                            // kError
   int64_t semaphore_limit = 0;             // kLimitMismatch: the limit the semaphore has

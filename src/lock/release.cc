@@ -102,8 +102,11 @@ void LockService::Impl::sendReleaseWithHandOff(LockId lock, std::string owner, W
   // waiter's attempt (until onAttemptReply has handled its part).
   InFlight release_hold = ops_.hold();
   InFlight attempt_hold = ops_.hold();
+  backend::Operation hand_off =
+      backend::Operation::handOff(lock.name, owner, next.options.owner, next.options.ttl_ms);
+  hand_off.holder = next.options.holder;  // recorded for the next owner
   runOnBackend(
-      lock, backend::Operation::handOff(lock.name, owner, next.options.owner, next.options.ttl_ms),
+      lock, hand_off,
       guarded([this, lock, owner, id = next.id, next_owner = next.options.owner,
                done = std::move(done), release_hold = std::move(release_hold),
                attempt_hold = std::move(attempt_hold)](StatusOr<backend::Outcome> reply) mutable {
@@ -308,7 +311,8 @@ void LockService::Impl::inspect(const LockId& lock, std::function<void(StatusOr<
                      reply.isOk()
                          ? StatusOr<LockState>(LockState{
                                reply->ok(), reply->ok() ? reply->validity_ms : 0, reply->token,
-                               reply->used, reply->limit, std::move(reply->leader)})
+                               reply->used, reply->limit, std::move(reply->leader),
+                               std::move(reply->holder), reply->since_ms})
                          : StatusOr<LockState>(reply.status());
                  if (done) {
                    deliver([done = std::move(done), state = std::move(state)]() mutable {

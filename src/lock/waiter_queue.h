@@ -31,6 +31,7 @@ struct Waiter {
   bool contended = false;   // the lock was found held at least once
   /// Why its own last attempt was refused (a busy answer tells the caller).
   backend::BusyReason busy_reason = backend::BusyReason::kHeld;
+  std::string busy_holder;  // who held the lock at the last busy answer (empty: unknown)
   bool queued = false;      // in its lock's FIFO
   bool attempting = false;  // a backend acquire for it is in flight
   /// Already answered (cancelled, deadline, shutdown) while its attempt was in flight: a late

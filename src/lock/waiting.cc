@@ -217,6 +217,7 @@ void LockService::Impl::attempt(Waiter& w) {
   op.limit = w.options.limit;
   op.candidate = w.options.candidate;  // elections: recorded with the lease
   op.value = w.options.value;
+  op.holder = w.options.holder;  // locks: the public label recorded with the lease
   if (queued && policy.marks_writer_waiting) {
     // A queued writer: if readers hold the lock, new readers stay out until our next attempt,
     // never past our own deadline.
@@ -340,6 +341,7 @@ void LockService::Impl::onAttemptReply(uint64_t id, StatusOr<backend::Outcome> r
   } else {
     w.contended = true;
     w.busy_reason = reply->busy_reason;
+    w.busy_holder = reply->holder;
     if (!queued_attempt && w.wait_if_busy_ms > 0) {
       queueAfterBusyTry(w, reply->holder_ttl_ms);
     } else if (!queued_attempt) {
@@ -434,7 +436,10 @@ void LockService::Impl::withdrawFromBackend(const Waiter& w, const WaiterQueue* 
 
 void LockService::Impl::finishWaiter(Waiter& w, AcquireResult result) {
   w.deadline_timer.reset();
-  if (result.status == AcquireStatus::kBusy) result.busy_reason = w.busy_reason;
+  if (result.status == AcquireStatus::kBusy) {
+    result.busy_reason = w.busy_reason;
+    result.holder = w.busy_holder;
+  }
   if (result.status != AcquireStatus::kGranted && w.options.wait_ms > 0) {
     // It may hold a place in the backend's queue (fair), or keep readers out (a writer that
     // readers turned away): give it up now rather than by its claim / mark lapsing (the next

@@ -496,6 +496,7 @@ void RedlockBackend::finishAcquireLoss(const std::shared_ptr<QuorumCall>& call) 
   int failed = 0;
   std::vector<int64_t> busy_pttls;
   int busy_held_by_you = 0;
+  const Outcome* busy_holder = nullptr;
   for (size_t i = 0; i < nodes_.size(); ++i) {
     if (call->voting[i] && call->said(i, OutcomeCode::kOk)) {
       ++votes_for;
@@ -503,6 +504,10 @@ void RedlockBackend::finishAcquireLoss(const std::shared_ptr<QuorumCall>& call) 
       ++busy;
       busy_pttls.push_back(call->answers[i]->holder_ttl_ms);
       if (call->answers[i]->busy_reason == BusyReason::kHeldByYou) ++busy_held_by_you;
+      // The 409's holder: a hint for the caller's log, so the first node that names one.
+      if (busy_holder == nullptr && !call->answers[i]->holder.empty()) {
+        busy_holder = &*call->answers[i];
+      }
     } else {
       ++failed;
       if (!call->answers[i] && call->errors[i].empty()) call->errors[i] = "no answer";
@@ -536,6 +541,10 @@ void RedlockBackend::finishAcquireLoss(const std::shared_ptr<QuorumCall>& call) 
   // The caller's own lease only if every node that refused says so (Redlock serves no readers).
   if (busy > 0 && busy_held_by_you == busy) busy_outcome.busy_reason = BusyReason::kHeldByYou;
   busy_outcome.holder_ttl_ms = quorum::holderTtlMs(n, votes_for, std::move(busy_pttls));
+  if (busy_holder != nullptr) {
+    busy_outcome.holder = busy_holder->holder;
+    busy_outcome.since_ms = busy_holder->since_ms;
+  }
   answer(call, busy_outcome);
 }
 
@@ -733,6 +742,7 @@ void RedlockBackend::finishRead(const std::shared_ptr<QuorumCall>& call) {
   Outcome o;
   std::vector<int64_t> held_pttls;
   std::vector<int64_t> readers;  // per voting node that holds it (read/write locks)
+  std::vector<const Outcome*> holding;  // the voting nodes that hold it (their holder records)
   bool deleted_somewhere = false;
   for (size_t i = 0; i < nodes_.size(); ++i) {
     if (!call->answers[i]) continue;
@@ -741,6 +751,7 @@ void RedlockBackend::finishRead(const std::shared_ptr<QuorumCall>& call) {
     if (call->voting[i] && call->answers[i]->ok()) {
       held_pttls.push_back(call->answers[i]->validity_ms);
       readers.push_back(call->answers[i]->used);
+      holding.push_back(&*call->answers[i]);
     }
   }
   if (call->verb == Verb::kForceRelease) {
@@ -754,6 +765,23 @@ void RedlockBackend::finishRead(const std::shared_ptr<QuorumCall>& call) {
     if (readers.size() >= quorum) {
       std::sort(readers.begin(), readers.end(), std::greater<>());
       o.used = readers[quorum - 1];
+    }
+    // Who holds it: the holder a majority of nodes recorded (each node stamped since_ms with its
+    // own clock: the earliest of them), else unknown.
+    for (const Outcome* candidate : holding) {
+      if (candidate->holder.empty()) continue;
+      size_t agree = 0;
+      int64_t since = candidate->since_ms;
+      for (const Outcome* other : holding) {
+        if (other->holder != candidate->holder) continue;
+        ++agree;
+        since = std::min(since, other->since_ms);
+      }
+      if (agree >= quorum) {
+        o.holder = candidate->holder;
+        o.since_ms = since;
+        break;
+      }
     }
   }
   answer(call, o);

@@ -58,6 +58,10 @@ std::string writerMarkKey(std::string_view prefix, std::string_view name) {
   return lockKey(prefix, name) + ":writer";
 }
 
+std::string holderRecordKey(std::string_view prefix, std::string_view name) {
+  return lockKey(prefix, name) + ":holder";
+}
+
 std::string readersKey(std::string_view prefix, std::string_view name) {
   return lockKey(prefix, name) + ":readers";
 }
@@ -227,6 +231,24 @@ Status scriptErrorStatus(std::string_view node, std::string_view redis_error) {
   return internalError("redis " + std::string(node) + ": " + message);
 }
 
+namespace {
+
+// "<since_ms> <label>" (lib/holder_record.lua) into the outcome's holder and since_ms.
+bool parseHolderRecord(std::string_view record, Outcome* o) {
+  const size_t sep = record.find(' ');
+  if (sep == std::string_view::npos || sep == 0 || sep + 1 >= record.size()) return false;
+  int64_t since = 0;
+  for (char c : record.substr(0, sep)) {
+    if (c < '0' || c > '9' || since > (INT64_MAX - 9) / 10) return false;
+    since = since * 10 + (c - '0');
+  }
+  o->holder.assign(record.substr(sep + 1));
+  o->since_ms = since;
+  return true;
+}
+
+}  // namespace
+
 bool isSharedScript(ScriptId id) { return scriptSource(id).reply == ScriptReply::kShared; }
 
 bool isSemaphoreScript(ScriptId id) { return scriptSource(id).reply == ScriptReply::kSemaphore; }
@@ -245,22 +267,28 @@ StatusOr<Outcome> decodeOutcome(const StatusOr<RedisValue>& reply, ScriptId scri
   const bool semaphore = isSemaphoreScript(script);
   const bool shared = isSharedScript(script);
   const size_t max_fields = semaphore ? 5 : 4;
-  if (v.type != RedisValue::Type::kArray || v.elements.size() < 3 ||
-      v.elements.size() > max_fields) {
-    return badShape(node, script);
-  }
-  for (const RedisValue& e : v.elements) {
+  if (v.type != RedisValue::Type::kArray) return badShape(node, script);
+  // A mutex script's busy or held reply may end with the holder record: "<since_ms> <label>".
+  const bool has_record =
+      v.elements.size() > 3 && v.elements.back().type == RedisValue::Type::kString;
+  const size_t fields = v.elements.size() - (has_record ? 1 : 0);
+  if (fields < 3 || fields > max_fields) return badShape(node, script);
+  for (size_t i = 0; i < fields; ++i) {
+    const RedisValue& e = v.elements[i];
     if (e.type != RedisValue::Type::kInteger || e.integer < -2) return badShape(node, script);
   }
   const int64_t code = v.elements[0].integer;
   const int64_t token = v.elements[1].integer;
   const int64_t ttl = v.elements[2].integer;
-  const int64_t count = v.elements.size() >= 4 ? v.elements[3].integer : 0;
-  const int64_t limit = v.elements.size() >= 5 ? v.elements[4].integer : 0;
+  const int64_t count = fields >= 4 ? v.elements[3].integer : 0;
+  const int64_t limit = fields >= 5 ? v.elements[4].integer : 0;
   if (count < 0 || limit < 0) return badShape(node, script);
+  Outcome o;
+  if (has_record && !parseHolderRecord(v.elements.back().str, &o)) {
+    return badShape(node, script);
+  }
   const bool acquires = script == ScriptId::kAcquire || script == ScriptId::kSemAcquire ||
                         script == ScriptId::kSharedAcquire || script == ScriptId::kFairAcquire;
-  Outcome o;
   if (semaphore || shared) {
     o.used = count;
     o.limit = limit;
@@ -450,19 +478,30 @@ StatusOr<ScriptCall> scriptCallFor(const Operation& op, const ScriptContext& ctx
         break;
       case ScriptId::kSharedRelease:
       case ScriptId::kSharedExtend:
+        key(readersKey(ctx.prefix, op.name));
+        break;
       case ScriptId::kSharedInspect:
         key(readersKey(ctx.prefix, op.name));
+        key(holderRecordKey(ctx.prefix, op.name));  // a writer's
         break;
       case ScriptId::kFairAcquire:
       case ScriptId::kFairWithdraw:
         key(fairQueueKey(ctx.prefix, op.name));
         key(fairClaimsKey(ctx.prefix, op.name));
+        if (c.script == ScriptId::kFairAcquire) key(holderRecordKey(ctx.prefix, op.name));
+        break;
+      case ScriptId::kInspect:
+      case ScriptId::kRelease:
+      case ScriptId::kExtend:
+      case ScriptId::kReleaseGrant:
+        key(holderRecordKey(ctx.prefix, op.name));  // the holder record follows the lease
         break;
       case ScriptId::kWriterWithdraw:
         key(writerMarkKey(ctx.prefix, op.name));  // the queued writers' marks
         break;
       case ScriptId::kAcquire:
         if (op.writer_wait_ms > 0) key(writerMarkKey(ctx.prefix, op.name));
+        key(holderRecordKey(ctx.prefix, op.name));  // always the last key
         break;
       default:
         break;
@@ -478,8 +517,10 @@ StatusOr<ScriptCall> scriptCallFor(const Operation& op, const ScriptContext& ctx
       arg(ctx.counter_ttl_ms);
       if (c.script == ScriptId::kFairAcquire) {
         arg(std::to_string(std::max<int64_t>(0, op.claim_ms)));
+        arg(op.holder);
         if (!op.also_waiting.empty()) arg(op.also_waiting);
       } else if (c.script == ScriptId::kAcquire) {
+        arg(op.holder);
         if (op.reentrant) {
           arg(kReentrantArg);
         } else if (op.writer_wait_ms > 0) {
@@ -502,6 +543,9 @@ StatusOr<ScriptCall> scriptCallFor(const Operation& op, const ScriptContext& ctx
       arg(op.owner);
       arg(std::to_string(op.ttl_ms));
       arg(ctx.counter_ttl_ms);
+      if (c.script == ScriptId::kExtend && op.kind != LockKind::kElection) {
+        arg(kHolderFollowsLeaseArg);
+      }
       break;
     case Verb::kInspect:
       c.node_op = NodeOp::kInspect;
@@ -512,6 +556,7 @@ StatusOr<ScriptCall> scriptCallFor(const Operation& op, const ScriptContext& ctx
       arg(op.next_owner);
       arg(std::to_string(op.ttl_ms));
       arg(ctx.counter_ttl_ms);
+      arg(op.holder);  // the next owner's label
       break;
     case Verb::kWithdraw:
       c.node_op = NodeOp::kRelease;

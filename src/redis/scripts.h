@@ -157,9 +157,15 @@ std::string fairClaimsKey(std::string_view prefix, std::string_view name);
 std::string electionKey(std::string_view prefix, std::string_view name);
 std::string electionTokenKey(std::string_view prefix, std::string_view name);
 std::string electionLeaderKey(std::string_view prefix, std::string_view name);
-/// ARGV[4] of the acquire script: take one more hold if the owner holds the lease already.
+/// `<prefix>{<name>}:holder`: a mutex lease's holder record ("<owner> <since_ms> <label>", the
+/// lease's PX; src/redis/lua/lib/holder_record.lua): who holds it, as a public label, readable by
+/// every sidecar (inspect, a busy acquire) without the owner id ever leaving Redis.
+std::string holderRecordKey(std::string_view prefix, std::string_view name);
+/// ARGV[4] of the mutex extend script: the holder record (KEYS[3]) follows the lease's new TTL.
+inline constexpr std::string_view kHolderFollowsLeaseArg = "lease";
+/// ARGV[5] of the acquire script: take one more hold if the owner holds the lease already.
 inline constexpr std::string_view kReentrantArg = "reentrant";
-/// ARGV[4] of the acquire script when ARGV[5] (writer_wait_ms) follows without re-entry.
+/// ARGV[5] of the acquire script when ARGV[6] (writer_wait_ms) follows without re-entry.
 inline constexpr std::string_view kNotReentrantArg = "-";
 /// ARGV[4] of the release script on Redis Cluster: announce with SPUBLISH (sharded pub/sub).
 inline constexpr std::string_view kShardedPublish = "sharded";
@@ -203,7 +209,7 @@ struct ScriptContext {
 struct ScriptCall {
   ScriptId script = ScriptId::kInspect;
   NodeOp node_op = NodeOp::kOther;
-  std::array<std::string, 4> keys;
+  std::array<std::string, 5> keys;
   std::array<std::string, 8> args;
   uint8_t key_count = 0;
   uint8_t arg_count = 0;
@@ -211,7 +217,7 @@ struct ScriptCall {
   /// Views of keys / args for RedisNode::runScriptArgs; valid while this call is neither
   /// changed nor moved.
   struct Views {
-    std::array<std::string_view, 4> keys;
+    std::array<std::string_view, 5> keys;
     std::array<std::string_view, 8> args;
     RedisArgs keyArgs() const { return {keys.data(), key_count}; }
     RedisArgs argArgs() const { return {args.data(), arg_count}; }

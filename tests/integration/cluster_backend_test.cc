@@ -255,7 +255,8 @@ TEST_F(ClusterBackendTest, FollowsAskDuringMigrationAndMovedAfterIt) {
   const int slot = cluster_->keySlot(lockKey(name));
   const size_t from = static_cast<size_t>(cluster_->ownerOf(slot));
   const size_t to = (from + 1) % cluster_->size();
-  ASSERT_TRUE(cluster_->startMigration(slot, from, to, {lockKey(name), lockKey(name) + ":token"}));
+  ASSERT_TRUE(cluster_->startMigration(
+      slot, from, to, {lockKey(name), lockKey(name) + ":token", lockKey(name) + ":holder"}));
 
   // The keys left the source: it answers ASK, the sidecar asks the importing node.
   r = c.post("/v1/locks/" + name + "/extend", json{{"owner", owner}, {"ttl_ms", 300'000}}.dump());
@@ -364,7 +365,8 @@ TEST_F(ClusterBackendTest, SubscriptionFollowsItsSlotToAnotherMaster) {
   ASSERT_TRUE(pollUntil([&] { return subscribedOn(from, name); }));
 
   // Move the slot with its keys, as redis-cli --cluster reshard does for each slot.
-  ASSERT_TRUE(cluster_->startMigration(slot, from, to, {lockKey(name), lockKey(name) + ":token"}));
+  ASSERT_TRUE(cluster_->startMigration(
+      slot, from, to, {lockKey(name), lockKey(name) + ":token", lockKey(name) + ":holder"}));
   ASSERT_TRUE(cluster_->finishMigration(slot, to));
   ASSERT_TRUE(cluster_->waitConsistent()) << cluster_->lastOutput();
   EXPECT_TRUE(pollUntil([&] { return subscribedOn(to, name); }))

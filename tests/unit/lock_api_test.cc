@@ -128,6 +128,55 @@ TEST_F(LockApiTest, AGrantThatReachesAClientThatLeftIsReleased) {
   EXPECT_EQ(waiters(), 0);
 }
 
+// "holder": a public label, 1..256 printable ASCII, the sidecar's identity by default; a bad
+// one is refused (400 naming the field) and changes nothing; inspect and a 409 name it.
+TEST_F(LockApiTest, TheHolderIsValidatedDefaultsToTheIdentityAndIsShown) {
+  LockApi lock_api(cfg, *svc, metrics, sched);
+  lock_api.setIdentity("pod-a");
+  http::Handler acquire;
+  http::Handler get;
+  for (auto& r : lock_api.routes()) {
+    if (r.pattern == "/v1/locks/{name}/acquire") acquire = r.handler;
+    if (r.pattern == "/v1/locks/{name}" && r.method == "GET") get = r.handler;
+  }
+  ASSERT_TRUE(acquire && get);
+  auto call = [&](const http::Handler& h, http::Request req) {
+    auto res = std::make_shared<FakeResponder>(sched);
+    h(req, res);
+    advance(5);
+    EXPECT_EQ(res->statuses.size(), 1u);
+    return std::make_pair(res->statuses.empty() ? 0 : res->statuses[0],
+                          res->bodies.empty() ? nlohmann::json() : nlohmann::json::parse(res->bodies[0]));
+  };
+  const std::vector<std::string> bad_holders = {
+      "\"\"", "\"" + std::string(257, 'x') + "\"", "\"a\\u0007b\"", "\"caf\xc3\xa9\"", "12"};
+  for (const std::string& bad : bad_holders) {
+    SCOPED_TRACE(bad);
+    auto [status, body] = call(acquire, post("x", "{\"holder\":" + bad + "}"));
+    EXPECT_EQ(status, 400) << body.dump();
+    EXPECT_NE(body.value("message", "").find("holder"), std::string::npos) << body.dump();
+    EXPECT_FALSE(inspect("x").held) << "a refused acquire changes nothing";
+  }
+  auto [given, grant] = call(acquire, post("x", R"({"holder":"worker 3 ~ ok"})"));
+  ASSERT_EQ(given, 200) << grant.dump();
+  EXPECT_EQ(inspect("x").holder, "worker 3 ~ ok");
+  EXPECT_GT(inspect("x").since_ms, 1'700'000'000'000);
+  auto [busy, locked] = call(acquire, post("x", "{}"));
+  EXPECT_EQ(busy, 409);
+  EXPECT_EQ(locked["holder"], "worker 3 ~ ok") << locked.dump();
+  http::Request read;
+  read.method = "GET";
+  read.params = {{"name", "x"}};
+  auto [ok, state] = call(get, read);
+  EXPECT_EQ(ok, 200);
+  EXPECT_EQ(state["holder"], "worker 3 ~ ok") << state.dump();
+  EXPECT_EQ(state.dump().find(grant["owner"].get<std::string>()), std::string::npos);
+  ASSERT_EQ(call(acquire, post("y", "{}")).first, 200);
+  EXPECT_EQ(inspect("y").holder, "pod-a") << "no holder given: the sidecar's identity";
+  ASSERT_EQ(call(acquire, post("z", R"({"holder":")" + std::string(256, '~') + R"("})")).first,
+            200);
+}
+
 // A lease this sidecar saw lost answers lease_lost on release, whatever its kind: a fair lease
 // too (its loss is remembered under the fair lock; the release route used to look only at the
 // mutex once the fair lease had left the table, and answered not_held).

@@ -39,6 +39,32 @@ RedisValue reply(int64_t code, int64_t token, int64_t ttl, int64_t holds) {
   return array({integer(code), integer(token), integer(ttl), integer(holds)});
 }
 
+// A busy or held reply may end with the holder record "<since_ms> <label>" (holder_record.lua).
+TEST(RedisReplies, HolderRecord) {
+  auto busy = decode(array({integer(0), integer(0), integer(900), str("1795585337668 pod a")}),
+                     ScriptId::kAcquire);
+  ASSERT_TRUE(busy.isOk());
+  EXPECT_EQ(busy->code, OutcomeCode::kBusy);
+  EXPECT_EQ(busy->holder, "pod a");
+  EXPECT_EQ(busy->since_ms, 1795585337668);
+  EXPECT_EQ(busy->holder_ttl_ms, 900);
+  auto held = decode(array({integer(1), integer(7), integer(900), str("5 w")}), ScriptId::kInspect);
+  ASSERT_TRUE(held.isOk());
+  EXPECT_EQ(held->holder, "w");
+  auto writer = decode(array({integer(1), integer(7), integer(900), integer(0), str("5 w")}),
+                       ScriptId::kSharedInspect);
+  ASSERT_TRUE(writer.isOk());
+  EXPECT_EQ(writer->holder, "w");
+  EXPECT_EQ(writer->used, 0);
+  for (const char* bad : {"", "5", "5 ", " w", "x w", "99999999999999999999 w"}) {
+    EXPECT_FALSE(decode(array({integer(1), integer(7), integer(900), str(bad)}),
+                        ScriptId::kInspect)
+                     .isOk())
+        << bad;
+  }
+  EXPECT_EQ(holderRecordKey("sidelock:", "o"), "sidelock:{o}:holder") << "the lease's slot";
+}
+
 TEST(RedisReplies, Acquire) {
   auto granted = decode(reply(1, 7, 5000, 1), ScriptId::kAcquire);
   ASSERT_TRUE(granted.isOk());
@@ -285,16 +311,21 @@ TEST(RedisScripts, EveryOperationIsOneScriptCall) {
   const ScriptContext ctx{"p:", "61000", false};
   const ScriptCall acquire = callOf(Operation::acquire("n", "o", 5000), ctx);
   EXPECT_EQ(acquire.script, ScriptId::kAcquire);
-  ASSERT_EQ(acquire.key_count, 2);
+  ASSERT_EQ(acquire.key_count, 3);
   EXPECT_EQ(acquire.keys[0], "p:{n}");
   EXPECT_EQ(acquire.keys[1], "p:{n}:token");
-  ASSERT_EQ(acquire.arg_count, 3);
+  EXPECT_EQ(acquire.keys[2], "p:{n}:holder") << "the holder record, always the last key";
+  ASSERT_EQ(acquire.arg_count, 4);
   EXPECT_EQ(acquire.args[0], "o");
   EXPECT_EQ(acquire.args[1], "5000");
   EXPECT_EQ(acquire.args[2], "61000");
-  const ScriptCall reentrant = callOf(Operation::acquire("n", "o", 5000, true), ctx);
-  ASSERT_EQ(reentrant.arg_count, 4);
-  EXPECT_EQ(reentrant.args[3], kReentrantArg);
+  EXPECT_EQ(acquire.args[3], "") << "no holder label";
+  Operation labelled = Operation::acquire("n", "o", 5000, true);
+  labelled.holder = "pod a";
+  const ScriptCall reentrant = callOf(labelled, ctx);
+  ASSERT_EQ(reentrant.arg_count, 5);
+  EXPECT_EQ(reentrant.args[3], "pod a");
+  EXPECT_EQ(reentrant.args[4], kReentrantArg);
 
   const ScriptCall release = callOf(Operation::release("n", "o"), ctx);
   EXPECT_EQ(release.script, ScriptId::kRelease);
@@ -308,11 +339,16 @@ TEST(RedisScripts, EveryOperationIsOneScriptCall) {
 
   const ScriptCall hand_off = callOf(Operation::handOff("n", "o", "next", 900), ctx);
   EXPECT_EQ(hand_off.script, ScriptId::kReleaseGrant);
-  ASSERT_EQ(hand_off.arg_count, 4);
+  ASSERT_EQ(hand_off.arg_count, 5);
+  EXPECT_EQ(hand_off.keys[2], "p:{n}:holder") << "the next owner's holder record";
   EXPECT_EQ(hand_off.args[1], "next");
   EXPECT_EQ(hand_off.args[2], "900");
   EXPECT_EQ(callOf(Operation::extend("n", "o", 1), ctx).script, ScriptId::kExtend);
+  EXPECT_EQ(callOf(Operation::extend("n", "o", 1), ctx).keys[2], "p:{n}:holder");
+  EXPECT_EQ(callOf(Operation::extend("n", "o", 1), ctx).args[3], kHolderFollowsLeaseArg);
   EXPECT_EQ(callOf(Operation::inspect("n"), ctx).arg_count, 0);
+  EXPECT_EQ(callOf(Operation::inspect("n"), ctx).keys[2], "p:{n}:holder");
+  EXPECT_EQ(release.keys[2], "p:{n}:holder") << "deleted with the lease";
   EXPECT_EQ(callOf(Operation::forceRelease("n"), ctx).script, ScriptId::kForceRelease);
 
   // A semaphore: its own keys (the kind is in them), its own counter, its limit as ARGV.
@@ -346,15 +382,16 @@ TEST(RedisScripts, EveryOperationIsOneScriptCall) {
   Operation queued_writer = Operation::acquire("n", "o", 5000);
   queued_writer.writer_wait_ms = 1700;
   const ScriptCall marking = callOf(queued_writer, ctx);
-  ASSERT_EQ(marking.key_count, 3);
+  ASSERT_EQ(marking.key_count, 4);
   EXPECT_EQ(marking.keys[2], "p:{n}:writer");
-  EXPECT_EQ(callOf(Operation::acquire("n", "o", 5000), ctx).key_count, 2)
+  EXPECT_EQ(marking.keys[3], "p:{n}:holder");
+  EXPECT_EQ(callOf(Operation::acquire("n", "o", 5000), ctx).key_count, 3)
       << "a single try names no mark";
-  ASSERT_EQ(marking.arg_count, 5);
-  EXPECT_EQ(marking.args[3], kNotReentrantArg);
-  EXPECT_EQ(marking.args[4], "1700");
+  ASSERT_EQ(marking.arg_count, 6);
+  EXPECT_EQ(marking.args[4], kNotReentrantArg);
+  EXPECT_EQ(marking.args[5], "1700");
   queued_writer.reentrant = true;
-  EXPECT_EQ(callOf(queued_writer, ctx).args[3], kReentrantArg);
+  EXPECT_EQ(callOf(queued_writer, ctx).args[4], kReentrantArg);
 
   // Fair locks: acquire and withdraw work on the queue's keys too; every other verb is the
   // mutex's, on the mutex's keys.
@@ -363,18 +400,20 @@ TEST(RedisScripts, EveryOperationIsOneScriptCall) {
   fair_waiter.also_waiting = "w2 w3";
   const ScriptCall fair = callOf(fair_waiter, ctx);
   EXPECT_EQ(fair.script, ScriptId::kFairAcquire);
-  ASSERT_EQ(fair.key_count, 4);
+  ASSERT_EQ(fair.key_count, 5);
   EXPECT_EQ(fair.keys[2], "p:{n}:fair");
   EXPECT_EQ(fair.keys[3], "p:{n}:fair:claims");
-  ASSERT_EQ(fair.arg_count, 5);
+  EXPECT_EQ(fair.keys[4], "p:{n}:holder");
+  ASSERT_EQ(fair.arg_count, 6);
   EXPECT_EQ(fair.args[3], "2100");
-  EXPECT_EQ(fair.args[4], "w2 w3");
+  EXPECT_EQ(fair.args[4], "") << "no holder label";
+  EXPECT_EQ(fair.args[5], "w2 w3");
   EXPECT_EQ(callOf(Operation::acquire("n", "w", 5).of(LockKind::kFair), ctx).args[3], "0")
       << "a single try never joins the queue";
   EXPECT_EQ(callOf(Operation::withdraw("n", "w1"), ctx).script, ScriptId::kFairWithdraw);
   const ScriptCall fair_release = callOf(Operation::release("n", "w").of(LockKind::kFair), ctx);
   EXPECT_EQ(fair_release.script, ScriptId::kRelease);
-  EXPECT_EQ(fair_release.key_count, 2);
+  EXPECT_EQ(fair_release.key_count, 3) << "the mutex's keys and its holder record";
   // A queued writer withdraws its mark, handing it to the writers still queued on its sidecar.
   Operation leaving_writer = Operation::withdraw("n", "w1").of(LockKind::kMutex);
   leaving_writer.writer_wait_ms = 21000;
@@ -408,7 +447,7 @@ TEST(RedisScripts, EveryOperationIsOneScriptCall) {
   EXPECT_EQ(el_sync.args[4], releaseChannel("p:", "n"));
   EXPECT_EQ(el_sync.args[5], "n");
   const ScriptCall::Views v = acquire.views();
-  EXPECT_EQ(v.keyArgs().size(), 2u);
+  EXPECT_EQ(v.keyArgs().size(), 3u);
   EXPECT_EQ(v.argArgs()[0], "o");
 }
 

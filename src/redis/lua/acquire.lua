@@ -2,18 +2,21 @@
 --
 -- KEYS[1]  p{name}          the lease: owner id[, " <holds>"], PX = its TTL
 -- KEYS[2]  p{name}:token    the fencing counter
--- KEYS[3]  p{name}:writer   the queued writers' marks (only with ARGV[5])
--- ARGV     owner, ttl_ms, counter_ttl_ms[, "reentrant" | "-"[, writer_wait_ms]]
+-- KEYS[3]  p{name}:writer   the queued writers' marks (only with ARGV[6])
+-- KEYS[#KEYS]  p{name}:holder  the holder record (lib/holder_record.lua; the last key)
+-- ARGV     owner, ttl_ms, counter_ttl_ms, holder label ('' = none)[, "reentrant" | "-"[,
+--          writer_wait_ms]]
 --          ("-": not reentrant, so that writer_wait_ms can follow; writer_wait_ms: a queued
 --          writer, which marks itself waiting if readers hold the lock)
 -- Replies  {1, token, ttl, holds}  granted (holds > 1: re-entered, the same token)
 --          {0, 0, holder PTTL}     held by another owner
+--          (a busy reply ends with "<since_ms> <label>" when the holder recorded one)
 --          {0, 0, PTTL, 1}         a queued writer: readers hold the lock, the writer is marked
 --          {3, 0, PTTL}            held by this owner already (without "reentrant")
 --
 -- SET NX PX and the token run in one script so a grant and its fencing token are atomic: no
 -- other client can observe the lease without its token, and a failed SET never burns a token.
--- Re-entry (ARGV[4] = 'reentrant') by the holder: one more hold, the same token (the counter's
+-- Re-entry (ARGV[5] = 'reentrant') by the holder: one more hold, the same token (the counter's
 -- value: only grants move it, and every grant, extend and re-entry keeps it alive as long as the
 -- lease), a TTL never shorter than the lease has left.
 --! reply: lock
@@ -21,28 +24,33 @@
 --! include lib/holder.lua
 --! include lib/clock.lua
 --! include lib/readers.lua
+--! include lib/holder_record.lua
 
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  if ARGV[5] then
+  if ARGV[6] then
     redis.call('DEL', KEYS[3])  -- a queued writer got in: readers may queue behind it again
   end
+  recordHolder(KEYS[#KEYS], ARGV[1], ARGV[4], ARGV[2])
   return {1, nextToken(ARGV[3]), tonumber(ARGV[2]), 1}
 end
 -- Busy: who holds it tells a re-entry, and the caller's own lease (code 3) from another's.
 local v = redis.call('GET', KEYS[1])
 local owner, holds = holderOf(v)
 if owner == ARGV[1] then
-  if ARGV[4] ~= 'reentrant' then
+  if ARGV[5] ~= 'reentrant' then
     return {3, 0, redis.call('PTTL', KEYS[1])}
   end
   local ttl = math.max(redis.call('PTTL', KEYS[1]), tonumber(ARGV[2]))
   setHolds(owner, holds + 1, ttl)
+  redis.call('PEXPIRE', KEYS[#KEYS], ttl)
   redis.call('PEXPIRE', KEYS[2], ARGV[3])
   return {1, tonumber(redis.call('GET', KEYS[2]) or '0'), ttl, holds + 1}
 end
-if v and ARGV[5] and readersHold(v) then
+if v and ARGV[6] and readersHold(v) then
   redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', nowMs())
-  markWritersWaiting(tonumber(ARGV[5]), ARGV[1])
+  markWritersWaiting(tonumber(ARGV[6]), ARGV[1])
   return {0, 0, redis.call('PTTL', KEYS[1]), 1}
 end
-return {0, 0, redis.call('PTTL', KEYS[1])}
+local busy = {0, 0, redis.call('PTTL', KEYS[1])}
+busy[#busy + 1] = readHolder(KEYS[#KEYS], v)
+return busy

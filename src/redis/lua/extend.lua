@@ -3,8 +3,10 @@
 -- KEYS[1]  p{name}          the lease: owner id[, " <holds>"], PX = its TTL
 -- KEYS[2]  p{name}:token    the fencing counter
 -- KEYS[3]  p{name}:el:leader  elections only (KEYS[1..2] are then p{name}:el, p{name}:el:token):
---                           the leader's record, which lives as long as the counter
--- ARGV     owner, ttl_ms, counter_ttl_ms
+--                           the leader's record, which lives as long as the counter; locks
+--                           (mutex, fair): p{name}:holder, the holder record, which lives as
+--                           long as the lease (ARGV[4] = 'lease')
+-- ARGV     owner, ttl_ms, counter_ttl_ms[, "lease"]
 -- Replies  {1, 0, PTTL, holds}     extended
 --          {0, 0, holder PTTL}     held by another owner
 --          {-1, 0, 0}              not held
@@ -23,6 +25,6 @@ end
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 redis.call('PEXPIRE', KEYS[2], ARGV[3])
 if KEYS[3] then
-  redis.call('PEXPIRE', KEYS[3], ARGV[3])
+  redis.call('PEXPIRE', KEYS[3], ARGV[4] == 'lease' and ARGV[2] or ARGV[3])
 end
 return {1, 0, redis.call('PTTL', KEYS[1]), holds}

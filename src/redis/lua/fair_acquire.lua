@@ -4,13 +4,16 @@
 -- KEYS[2]  p{name}:token    the fencing counter
 -- KEYS[3]  p{name}:fair         the queue: waiter -> arrival (us, Redis time)
 -- KEYS[4]  p{name}:fair:claims  waiter -> until when it keeps its place (ms, Redis time)
--- ARGV     owner, ttl_ms, counter_ttl_ms, claim_ms[, other waiters of this sidecar]
+-- KEYS[5]  p{name}:holder        the holder record (lib/holder_record.lua)
+-- ARGV     owner, ttl_ms, counter_ttl_ms, claim_ms, holder label ('' = none)[, other waiters
+--          of this sidecar]
 -- Replies  {1, token, ttl, 1}      granted
 --          {0, 0, ms}              busy: the holder's PTTL, or the first waiter's claim
 --          {3, 0, ms}              busy: this owner holds the lock already
+--          (a busy reply ends with "<since_ms> <label>" when the holder recorded one)
 --
 -- A waiter (ARGV[4] = claim_ms > 0) joins the queue or keeps its place, with the sidecar's other
--- waiters (ARGV[5], space-separated, in their local order) in the same step; a single try (claim
+-- waiters (ARGV[6], space-separated, in their local order) in the same step; a single try (claim
 -- 0) never joins. The lock goes to the first of the queue only (to anybody while nobody waits).
 -- Busy answers the holder's TTL, or, while the lock waits for the first waiter to take it, that
 -- waiter's claim.
@@ -18,6 +21,7 @@
 --! include lib/next_token.lua
 --! include lib/clock.lua
 --! include lib/fair_queue.lua
+--! include lib/holder_record.lua
 
 local now = nowMs()
 dropLapsed(now)
@@ -32,7 +36,7 @@ if claim > 0 then
     arrival = arrival + 1
   end
   join(ARGV[1])
-  for w in string.gmatch(ARGV[5] or '', '%S+') do
+  for w in string.gmatch(ARGV[6] or '', '%S+') do
     join(w)
   end
   -- The queue lives as long as its longest claim (sidecars may use other claim lengths).
@@ -49,18 +53,23 @@ local function busyCode()
   end
   return 0
 end
+local function withHolder(busy)
+  busy[#busy + 1] = readHolder(KEYS[5], redis.call('GET', KEYS[1]))
+  return busy
+end
 local first = redis.call('ZRANGE', KEYS[3], 0, 0)
 if #first == 0 or first[1] == ARGV[1] then
   if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
     redis.call('ZREM', KEYS[3], ARGV[1])
     redis.call('ZREM', KEYS[4], ARGV[1])
+    recordHolder(KEYS[5], ARGV[1], ARGV[5], ARGV[2])
     return {1, nextToken(ARGV[3]), tonumber(ARGV[2]), 1}
   end
-  return {busyCode(), 0, redis.call('PTTL', KEYS[1])}
+  return withHolder({busyCode(), 0, redis.call('PTTL', KEYS[1])})
 end
 local pttl = redis.call('PTTL', KEYS[1])
 if pttl < 0 then
   local until_first = tonumber(redis.call('ZSCORE', KEYS[4], first[1]) or now)
   pttl = math.max(until_first - now, 1)
 end
-return {busyCode(), 0, pttl}
+return withHolder({busyCode(), 0, pttl})

@@ -2,7 +2,8 @@
 --
 -- KEYS[1]  p{name}          the lease: owner id[, " <holds>"], PX = its TTL
 -- KEYS[2]  p{name}:token    the fencing counter
--- ARGV     owner, next owner, next ttl_ms, counter_ttl_ms
+-- KEYS[3]  p{name}:holder   the holder record (lib/holder_record.lua): the next owner's
+-- ARGV     owner, next owner, next ttl_ms, counter_ttl_ms, next holder label ('' = none)
 -- Replies  {1, token, ttl, 1}      released and granted to the next owner
 --          {1, 0, PTTL, holds}     a re-entered lease gave back one hold, handed nothing on
 --          {0, 0, holder PTTL}     held by another owner
@@ -14,10 +15,14 @@
 --! reply: lock
 --! include lib/next_token.lua
 --! include lib/holder.lua
+--! include lib/clock.lua
+--! include lib/holder_record.lua
 
 local reply = lastHoldOrReply()
 if reply then
   return reply
 end
 redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+redis.call('DEL', KEYS[3])
+recordHolder(KEYS[3], ARGV[2], ARGV[5], ARGV[3])
 return {1, nextToken(ARGV[4]), tonumber(ARGV[3]), 1}

@@ -3,14 +3,17 @@
 -- KEYS[1]  p{name}          the lease: owner id[, " <holds>"], PX = its TTL
 -- KEYS[2]  p{name}:token    the fencing counter
 -- KEYS[3]  p{name}:readers
+-- KEYS[4]  p{name}:holder   the writer's holder record (lib/holder_record.lua)
 -- ARGV     (none)
--- Replies  {1, last token, PTTL, readers}   held by readers (their count) or a writer (0)
+-- Replies  {1, last token, PTTL, readers[, "<since_ms> <label>"]}   held by readers (their
+--                                           count) or a writer (0; who, when it recorded it)
 --          {-1, last token, 0, 0}           free
 --
 -- Read-only.
 --! reply: shared
 --! include lib/clock.lua
 --! include lib/readers.lua
+--! include lib/holder_record.lua
 
 local token = tonumber(redis.call('GET', KEYS[2]) or '0')
 local v = redis.call('GET', KEYS[1])
@@ -20,5 +23,8 @@ end
 local readers = 0
 if readersHold(v) then
   readers = redis.call('ZCOUNT', KEYS[3], '(' .. nowMs(), '+inf')
+  return {1, token, redis.call('PTTL', KEYS[1]), readers}
 end
-return {1, token, redis.call('PTTL', KEYS[1]), readers}
+local held = {1, token, redis.call('PTTL', KEYS[1]), readers}
+held[#held + 1] = readHolder(KEYS[4], v)
+return held
