@@ -7,7 +7,11 @@
 -- (the reply's last element) or nil. Scripts that record include lib/clock.lua first (nowMs).
 
 local function recordHolder(key, owner, label, ttl)
-  if label == nil or label == '' then return end
+  if label == nil or label == '' then
+    -- No label: no record, not even one a force-released lease of this owner left behind.
+    redis.call('DEL', key)
+    return
+  end
   redis.call('SET', key, owner .. ' ' .. nowMs() .. ' ' .. label, 'PX', math.max(tonumber(ttl), 1))
 end
 local function readHolder(key, v)
