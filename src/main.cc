@@ -141,6 +141,9 @@ void closeEverything(Sidecar& s) {
   s.sigint.close();
   s.sighup.close();
   s.force_exit.reset();
+  // Leases left in the table (release_held: false, a failed release) keep their health watches:
+  // their probes' sockets must not keep the loop running.
+  if (s.health_prober) s.health_prober->shutdown();
   s.scheduler->close();
 }
 

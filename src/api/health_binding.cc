@@ -40,6 +40,13 @@ void readHealth(RequestBody& body, std::optional<health::HealthSpec>& out) {
                              std::to_string(health::kMaxFailures));
       }
       spec.failures = static_cast<int>(m.integer);
+    } else if (m.name == "grace_ms") {
+      if (m.type != BodyMember::Type::kInteger || m.integer < 0 ||
+          m.integer > health::kMaxGraceMs) {
+        return body.setError("health.grace_ms must be an integer between 0 and " +
+                             std::to_string(health::kMaxGraceMs));
+      }
+      spec.grace_ms = m.integer;
     } else {
       return body.setError("unknown field \"health." + m.name + "\"");
     }

@@ -65,7 +65,9 @@ std::string buildAcquireRequest(const AcquireRequest& request) {
   if (request.ttl_ms) body["ttl_ms"] = *request.ttl_ms;
   if (request.wait_ms) body["wait_ms"] = *request.wait_ms;
   if (request.max_hold_ms) body["max_hold_ms"] = *request.max_hold_ms;
-  if (request.health_url) body["health"] = {{"url", *request.health_url}};
+  if (request.health_url) {
+    body["health"] = {{"url", *request.health_url}, {"grace_ms", request.health_grace_ms}};
+  }
   body["hold"] = "stream";
   return buildStreamPost("/v1/locks/" + percentEncode(request.name) + "/acquire", body,
                          request.token);

@@ -23,6 +23,7 @@ struct AcquireRequest {
   std::optional<int64_t> max_hold_ms;
   std::string token;  // bearer token ($SIDELOCK_AUTH_TOKEN); "" sends none
   std::optional<std::string> health_url;  // the sidecar validates it (loopback http only)
+  int64_t health_grace_ms = 0;            // with health_url: health.grace_ms
 };
 
 /// The full HTTP/1.1 request text (path percent-encoded, JSON body).

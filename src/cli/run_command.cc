@@ -230,7 +230,7 @@ bool Runner::sleepInterruptibly(int64_t ms, int* signal_out) {
 std::optional<int> Runner::acquireOnce(int64_t wait_ms, Lease* lease, bool* locked,
                                        int64_t* retry_in_ms) {
   AcquireRequest req{opts_.name, opts_.ttl_ms, wait_ms, opts_.max_hold_ms, opts_.token,
-                     opts_.health_url};
+                     opts_.health_url, opts_.health_grace_ms};
   return openStream(StreamRequest{buildAcquireRequest(req), nowMs() + wait_ms + kAnswerSlackMs},
                     lease, locked, retry_in_ms);
 }

@@ -75,10 +75,12 @@ StatusOr<RunOptions> parseRunArgs(const std::vector<std::string>& args, const Ru
       bool allow_zero;
     };
     std::optional<int64_t> grace;
+    std::optional<int64_t> health_grace;
     const DurationFlag durations[] = {{"--ttl", &opts.ttl_ms, false},
                                       {"--wait", &opts.wait_ms, true},
                                       {"--max-hold", &opts.max_hold_ms, false},
-                                      {"--grace", &grace, true}};
+                                      {"--grace", &grace, true},
+                                      {"--health-grace", &health_grace, true}};
     bool matched = false;
     for (const DurationFlag& d : durations) {
       if (!takeFlagValue(args, &i, d.flag, &value, &error)) continue;
@@ -91,6 +93,7 @@ StatusOr<RunOptions> parseRunArgs(const std::vector<std::string>& args, const Ru
       break;
     }
     if (grace) opts.grace_ms = *grace;
+    if (health_grace) opts.health_grace_ms = *health_grace;
     if (!matched) {
       return invalidArgument("unknown option '" + arg + "'" +
                              (have_name ? " (a CMD that starts with '-' goes after --)" : ""));
@@ -185,6 +188,8 @@ std::string runUsage() {
          "  --health URL     the app's health endpoint (http://127.0.0.1:PORT/PATH): after 3\n"
          "                   failed probes a second apart the sidecar releases the lock and CMD\n"
          "                   is stopped as for a lost lock (not with --elect)\n"
+         "  --health-grace MS  failed probes this long after the grant do not count: CMD's\n"
+         "                   start-up time (default 30000; at most 600000)\n"
          "  --elect NAME     campaign in election NAME; run CMD only while leading\n"
          "  --candidate ID   who campaigns (default: $POD_NAME, else the host name)\n"
          "  --value V        the leader's value, e.g. its address (default: none)\n"

@@ -20,6 +20,9 @@
 namespace sidelock::cli {
 
 inline constexpr int64_t kDefaultGraceMs = 10'000;
+/// --health-grace: failed probes in the first 30 s do not count (CMD starts after the grant, and
+/// its health endpoint answers only once it is up).
+inline constexpr int64_t kDefaultHealthGraceMs = 30000;
 
 struct RunOptions {
   bool help = false;  // --help: print usage, exit 0; nothing else is filled in
@@ -41,6 +44,7 @@ struct RunOptions {
   std::optional<int64_t> wait_ms;      // unset: wait as long as it takes (to be elected, too)
   std::optional<int64_t> max_hold_ms;  // unset: the sidecar's locks.max_hold_ms_limit
   std::optional<std::string> health_url;  // --health: the hold follows the app's health
+  int64_t health_grace_ms = kDefaultHealthGraceMs;  // --health-grace: CMD's start-up time
   int64_t grace_ms = kDefaultGraceMs;  // SIGTERM -> SIGKILL delay after a loss
   bool quiet = false;                  // no diagnostics on stderr (usage errors still print)
   std::string token;                   // $SIDELOCK_AUTH_TOKEN: bearer token for auth.tokens

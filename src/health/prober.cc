@@ -128,6 +128,7 @@ struct Prober::Impl {
   struct Watcher {
     int failures_needed = 1;
     int failures_seen = 0;
+    int64_t counts_from_us = 0;  // failures before this (the watch's grace) are not counted
     bool told = false;
     std::function<void()> on_unhealthy;
   };
@@ -173,7 +174,8 @@ struct Prober::Impl {
         watcher.failures_seen = 0;
         continue;
       }
-      if (watcher.told || ++watcher.failures_seen < watcher.failures_needed) continue;
+      if (watcher.told || scheduler.nowUs() < watcher.counts_from_us) continue;
+      if (++watcher.failures_seen < watcher.failures_needed) continue;
       watcher.told = true;
       SL_LOG(kWarn, "health.unhealthy", {"url", probe.url.text},
              {"failures", static_cast<long long>(watcher.failures_seen)});
@@ -237,6 +239,7 @@ HealthWatch Prober::watch(const HealthSpec& spec, std::function<void()> on_unhea
   const uint64_t id = impl_->next_id++;
   Impl::Watcher& watcher = it->second->watchers[id];
   watcher.failures_needed = std::max(1, spec.failures);
+  watcher.counts_from_us = impl_->scheduler.nowUs() + std::max<int64_t>(0, spec.grace_ms) * 1000;
   watcher.on_unhealthy = std::move(on_unhealthy);
   if (fresh) {
     impl_->metrics.health_probes_active.Set(static_cast<double>(impl_->probes.size()));
@@ -254,6 +257,11 @@ void Prober::unwatch(const std::string& key, uint64_t id) {
   // on a posted turn, never inside finish()), so destroying it here is safe.
   impl_->probes.erase(it);
   impl_->metrics.health_probes_active.Set(static_cast<double>(impl_->probes.size()));
+}
+
+void Prober::shutdown() {
+  impl_->probes.clear();
+  impl_->metrics.health_probes_active.Set(0);
 }
 
 size_t Prober::activeProbes() const { return impl_->probes.size(); }

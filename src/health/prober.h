@@ -32,11 +32,15 @@ struct HealthSpec {
   ProbeUrl url;
   int64_t interval_ms = 1000;
   int failures = 3;
+  /// Failed probes in the first grace_ms of a watch do not count (an app still starting up, as a
+  /// Kubernetes startupProbe allows); the probes run and are counted in the metrics all the same.
+  int64_t grace_ms = 0;
 };
 
 inline constexpr int64_t kMinIntervalMs = 100;
 inline constexpr int64_t kMaxIntervalMs = 60000;
 inline constexpr int kMaxFailures = 100;
+inline constexpr int64_t kMaxGraceMs = 600000;
 inline constexpr int64_t kMaxTimeoutMs = 2000;
 inline constexpr size_t kMaxAnswerBytes = 16 * 1024;
 
@@ -77,6 +81,11 @@ class Prober {
   /// `spec.failures` failed probes in a row counted from this watch's start. Never called after
   /// the watch is destroyed.
   HealthWatch watch(const HealthSpec& spec, std::function<void()> on_unhealthy);
+
+  /// Stops every probe at once (closing its socket and timers); watches stay valid and are never
+  /// called. At the sidecar's shutdown: a probe to an app that accepted but never answers would
+  /// otherwise keep the loop alive.
+  void shutdown();
 
   /// Distinct probes running now (for tests; also the sidelock_health_probes gauge).
   size_t activeProbes() const;

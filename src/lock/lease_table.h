@@ -65,6 +65,7 @@ struct Lease {
   bool renew_in_flight : 1 = false;  // a backend extend for a renewal has not answered yet
   bool releasing : 1 = false;        // release started: renewals are over for good
   bool capped : 1 = false;           // renewals stopped at max_hold_ms: it runs out at the cap
+  bool unhealthy : 1 = false;        // released because its app is unhealthy: never renewed again
   int32_t holds = 1;                 // reentrant acquires: holds taken and not yet given back
   int64_t hold_deadline_us = 0;  // auto_renew: no renewal starts at or after this (0 = no cap)
   std::function<void(LeaseEvent)> on_event;

@@ -45,8 +45,10 @@ void LockService::Impl::release(const LockId& lock, std::string_view owner,
 
 void LockService::Impl::releaseUnhealthy(const LockId& lock, std::string_view owner) {
   Lease* lease = leases_.find(lock, owner);
-  if (lease == nullptr) return;
-  metrics_.leases_released_unhealthy.Increment();
+  // A release already under way (the client's own, or an earlier unhealthy one) ends the lease:
+  // its holder hears that answer, and the lease is not remembered as lost.
+  if (lease == nullptr || lease->releasing || lease->unhealthy) return;
+  lease->unhealthy = true;
   SL_LOG(kWarn, "lease.unhealthy", {"name", lock.display()}, {"owner", ownerDigest(owner)},
          {"token", static_cast<unsigned long long>(lease->token)});
   // The holder hears kLost, not kReleased: it did not ask for this. The release's own bookkeeping
@@ -58,7 +60,12 @@ void LockService::Impl::releaseUnhealthy(const LockId& lock, std::string_view ow
   lease->holds = 1;
   release(lock, owner,
           [this, lock, o = std::string(owner),
-           on_event = std::move(on_event)](StatusOr<ReleaseStatus>) {
+           on_event = std::move(on_event)](StatusOr<ReleaseStatus> released) {
+            // Counted once the backend gave the lease (or its hold) back, not when asked.
+            if (released.isOk() && (*released == ReleaseStatus::kReleased ||
+                                    *released == ReleaseStatus::kHoldReleased)) {
+              metrics_.leases_released_unhealthy.Increment();
+            }
             lost_.remember(lock, o, scheduler_.nowUs());
             if (on_event) on_event(LeaseEvent::kLost);
           });
@@ -169,7 +176,8 @@ void LockService::Impl::onReleaseReply(const LockId& lock, const std::string& ow
     // A re-entered lease gave back one hold and stays held.
     if (Lease* lease = leases_.find(lock, owner)) {
       lease->holds = clampHolds(reply->holds);
-      if (!stopping_ && lease->releasing && lease->auto_renew && lease->after_renewal.empty()) {
+      if (!stopping_ && lease->releasing && lease->auto_renew && !lease->unhealthy &&
+          lease->after_renewal.empty()) {
         // Our count said this was the last hold (another sidecar took one for this owner):
         // the lease lives on, so does its renewal.
         lease->releasing = false;

@@ -138,6 +138,32 @@ TEST_F(HealthProberTest, HealthyEndpointNeverCallsAndFailingOneCallsOnceAfterNFa
   EXPECT_EQ(calls, 1);  // once, however long it stays failing
 }
 
+TEST_F(HealthProberTest, FailuresInTheGraceDoNotCount) {
+  start();
+  server_->answer = "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n\r\n";
+  int calls = 0;
+  HealthSpec graced = spec(server_->url(), 100, 2);
+  graced.grace_ms = 700;
+  const uint64_t since = uv_now(&loop_);
+  HealthWatch watch = prober_->watch(graced, [&] { ++calls; });
+  ASSERT_TRUE(runUntil([&] { return calls > 0; }, 3000));
+  // Failing from the start: told only after the grace plus two counted failures.
+  EXPECT_GE(uv_now(&loop_) - since, 700u);
+  EXPECT_GE(value(metrics_.health_probe_failed), 4);  // probed (and counted) during the grace
+}
+
+TEST_F(HealthProberTest, ShutdownStopsEveryProbeAndWatchesStayHarmless) {
+  start();
+  int calls = 0;
+  HealthWatch watch = prober_->watch(spec(server_->url(), 100, 1), [&] { ++calls; });
+  EXPECT_EQ(prober_->activeProbes(), 1u);
+  prober_->shutdown();
+  EXPECT_EQ(prober_->activeProbes(), 0u);
+  runUntil([] { return false; }, 300);
+  EXPECT_EQ(calls, 0);
+  watch.reset();  // after shutdown: nothing to stop, no crash
+}
+
 TEST_F(HealthProberTest, OneProbePerUrlSharedByEveryWatchAndStoppedWithTheLast) {
   start();
   int calls = 0;

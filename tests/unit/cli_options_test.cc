@@ -98,7 +98,8 @@ TEST(RunOptionsTest, OptionsMayFollowTheName) {
 TEST(RunOptionsTest, AllOptionsBothSpellings) {
   auto opts =
       parse({"--socket", "/tmp/s.sock", "--ttl=1500", "--wait", "2s", "--max-hold", "1h",
-             "--grace=0", "-q", "--health", "http://127.0.0.1:8080/ready", "job", "--", "cmd"});
+             "--grace=0", "-q", "--health", "http://127.0.0.1:8080/ready", "--health-grace", "45s",
+             "job", "--", "cmd"});
   ASSERT_TRUE(opts.isOk()) << opts.status().toString();
   EXPECT_EQ(opts->socket_path, "/tmp/s.sock");
   EXPECT_EQ(*opts->ttl_ms, 1500);
@@ -107,6 +108,7 @@ TEST(RunOptionsTest, AllOptionsBothSpellings) {
   EXPECT_EQ(opts->grace_ms, 0);
   EXPECT_TRUE(opts->quiet);
   EXPECT_EQ(*opts->health_url, "http://127.0.0.1:8080/ready");
+  EXPECT_EQ(opts->health_grace_ms, 45'000);
   EXPECT_EQ(opts->endpoint(), "unix:/tmp/s.sock");
 }
 

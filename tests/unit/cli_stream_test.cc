@@ -274,9 +274,10 @@ TEST(AcquireRequestTest, BuildsStreamAcquire) {
   EXPECT_NE(req.find("\r\nAuthorization: Bearer t0ken-from-env\r\n"), std::string::npos) << req;
 
   req = buildAcquireRequest(
-      {"a", std::nullopt, std::nullopt, std::nullopt, "", "http://127.0.0.1:8080/healthz"});
+      {"a", std::nullopt, std::nullopt, std::nullopt, "", "http://127.0.0.1:8080/healthz", 30000});
   j = nlohmann::json::parse(req.substr(req.find("\r\n\r\n") + 4));
-  EXPECT_EQ(j["health"], nlohmann::json({{"url", "http://127.0.0.1:8080/healthz"}}));
+  EXPECT_EQ(j["health"],
+            nlohmann::json({{"url", "http://127.0.0.1:8080/healthz"}, {"grace_ms", 30000}}));
 }
 
 TEST(AcquireStreamTest, ACampaignStream) {

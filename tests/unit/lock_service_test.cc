@@ -1512,5 +1512,44 @@ TEST(LostLeaseMemoryTest, BoundedAndForgetful) {
   EXPECT_EQ(lost.size(), 0u);
 }
 
+// --- health-bound holds (issue 20) -----------------------------------------------------------
+
+TEST_F(LockServiceTest, AnUnhealthyLeaseIsReleasedOnceAndTheHolderHearsLost) {
+  AcquireOptions o = opts("x", "h", 1000);
+  o.auto_renew = true;
+  auto held = acquireNow(o);
+  ASSERT_EQ(held->result->status, AcquireStatus::kGranted);
+  svc->releaseUnhealthy(mutexLock("x"), "h");
+  svc->releaseUnhealthy(mutexLock("x"), "h");  // a second call while the first runs: nothing
+  sched.runReady();
+  EXPECT_EQ(metrics.leases_released_unhealthy.Value(), 1);
+  ASSERT_EQ(held->events.size(), 1u);
+  EXPECT_EQ(held->events.back(), LeaseEvent::kLost);
+  EXPECT_FALSE(inspect("x").held);
+  // Its owner's own release comes too late: the lease was lost, not released by it.
+  auto r = release("x", "h");
+  ASSERT_TRUE(r.isOk());
+  EXPECT_EQ(*r, ReleaseStatus::kLeaseLost);
+  // Nothing renews it afterwards.
+  advance(3000, 50);
+  EXPECT_FALSE(inspect("x").held);
+}
+
+TEST_F(LockServiceTest, AClientReleaseInFlightWinsOverAnUnhealthyRelease) {
+  AcquireOptions o = opts("x", "h", 1000);
+  o.auto_renew = true;
+  auto held = acquireNow(o);
+  ASSERT_EQ(held->result->status, AcquireStatus::kGranted);
+  std::optional<StatusOr<ReleaseStatus>> r;
+  svc->release(mutexLock("x"), "h", [&](StatusOr<ReleaseStatus> v) { r.emplace(std::move(v)); });
+  svc->releaseUnhealthy(mutexLock("x"), "h");  // the client's release is already under way
+  sched.runReady();
+  ASSERT_TRUE(r && r->isOk());
+  EXPECT_EQ(**r, ReleaseStatus::kReleased);
+  EXPECT_EQ(metrics.leases_released_unhealthy.Value(), 0);
+  ASSERT_FALSE(held->events.empty());
+  EXPECT_EQ(held->events.back(), LeaseEvent::kReleased);
+}
+
 }  // namespace
 }  // namespace sidelock::lock
