@@ -18,7 +18,8 @@ namespace sidelock::testing {
 namespace {
 
 // Under ASan the sidecar's RSS is ASan's (shadow memory, a quarantine that keeps freed blocks):
-// the load and the byte bound are checked there too, the RSS figures only in the build we ship.
+// run by hand there, it checks the load and the byte bound only. The test command registers it
+// in the build we ship only (tests/integration/safe_retries.cmake).
 #if defined(SIDELOCK_ASAN)  // CMakeLists.txt: gcc or clang with SIDELOCK_SANITIZE
 constexpr bool kRssIsMeaningful = false;
 #else
