@@ -80,6 +80,14 @@ class Http2Connection {
 
   // For Http2Stream.
   nghttp2_session* session() const { return session_.get(); }
+  size_t maxQueuedBytes() const { return server_->options_.max_queued_bytes_per_stream; }
+  void postReset(int32_t stream_id) {
+    server_->scheduler_.post(alive_.guarded([this, stream_id] {
+      if (closed_) return;
+      nghttp2_submit_rst_stream(session_.get(), NGHTTP2_FLAG_NONE, stream_id, NGHTTP2_CANCEL);
+      sendPending();
+    }));
+  }
 
  private:
   struct WriteReq {
@@ -427,6 +435,13 @@ bool Http2Stream::respond(std::vector<Http2Header> headers, bool end_stream) {
 
 bool Http2Stream::write(std::string data) {
   if (!open() || !responded_) return false;
+  if (queued_bytes_ > connection_->maxQueuedBytes()) {
+    // Reset on a later turn: the caller is inside its own write (src/README.md, rule 4).
+    ending_ = true;
+    connection_->postReset(id_);
+    return false;
+  }
+  queued_bytes_ += data.size();
   out_.push_back(std::move(data));
   resume();
   return true;
@@ -464,6 +479,7 @@ ssize_t Http2StreamAccess::read(Http2Stream& s, nghttp2_session* session, int32_
     const size_t n = std::min(length - copied, front.size() - s.out_offset_);
     memcpy(buf + copied, front.data() + s.out_offset_, n);
     copied += n;
+    s.queued_bytes_ -= n;
     s.out_offset_ += n;
     if (s.out_offset_ == front.size()) {
       s.out_.pop_front();
@@ -492,8 +508,7 @@ ssize_t Http2StreamAccess::read(Http2Stream& s, nghttp2_session* session, int32_
 
 Http2Server::Http2Server(uv_loop_t* loop, event::Scheduler& scheduler, const Http2Options& options,
                          StreamHandler handler)
-    : loop_(loop),
-      scheduler_(scheduler),
+    : scheduler_(scheduler),
       options_(options),
       handler_(std::move(handler)),
       tcp_(loop),
