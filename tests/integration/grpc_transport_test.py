@@ -410,6 +410,15 @@ class TransportTest(unittest.TestCase):
         self.assertEqual(c.result(sid)[3], 8)  # RST_STREAM CANCEL
         self.assert_served()
 
+    def test_idle_connection_gets_goaway(self):
+        c = Client(self.server.address(), timeout=6)
+        self.addCleanup(c.close)
+        start = time.time()
+        c.wait_closed(6)  # idle_timeout_ms is 3 s in the echo server
+        self.assertTrue(c.closed)
+        self.assertEqual(c.goaway(), 0)
+        self.assertGreater(time.time() - start, 2.5)
+
     def test_garbage_preface_is_closed(self):
         s = socket.create_connection(self.server.address())
         s.settimeout(5)
