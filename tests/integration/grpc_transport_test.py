@@ -342,7 +342,7 @@ class TransportTest(unittest.TestCase):
         s.sendall(frames)
         data, closed = self.read_until_closed(s)
         self.assertTrue(closed)
-        self.assertIsNotNone(self.goaway_code(data))
+        self.assertEqual(self.goaway_code(data), 11)  # ENHANCE_YOUR_CALM
         self.assert_served()
 
     def flood(self, frame_bytes, count):
