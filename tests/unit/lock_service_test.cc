@@ -1481,11 +1481,11 @@ TEST_F(LockServiceTest, MultiLockTakesAllOrGivesBackAndKeepsEarlyLeasesAlive) {
 TEST_F(LockServiceTest, CancelledMultiLockGivesBackWhatItTook) {
   ASSERT_EQ(acquireNow(opts("n-2", "other", 60'000))->status(), AcquireStatus::kGranted);
   bool answered = false;
-  AcquireTicket t =
-      svc->acquireAll({{"n-1", "n-2"}, "me", 60'000, 10'000, false, 0}, [&](MultiAcquireResult r) {
-        answered = true;
-        EXPECT_EQ(r.status, AcquireStatus::kCancelled);
-      });
+  MultiAcquireOptions both{{"n-1", "n-2"}, "me", 60'000, 10'000, false, 0, ""};
+  AcquireTicket t = svc->acquireAll(std::move(both), [&](MultiAcquireResult r) {
+    answered = true;
+    EXPECT_EQ(r.status, AcquireStatus::kCancelled);
+  });
   advance(50, 10);
   EXPECT_EQ(svc->holds(mutexLock("n-1"), "me"), 1);
   t.cancel();
