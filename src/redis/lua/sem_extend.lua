@@ -20,6 +20,6 @@ end
 local ttl = tonumber(ARGV[2])
 redis.call('ZADD', KEYS[1], 'XX', now + ttl, ARGV[1])
 redis.call('PEXPIRE', KEYS[3], keepFor(ttl))
-if redis.call('HEXISTS', KEYS[4], ARGV[1]) == 1 then followLeases(KEYS[4], ttl) end
+if redis.call('HMGET', KEYS[4], ARGV[1])[1] then followLeases(KEYS[4], ttl) end
 redis.call('PEXPIRE', KEYS[2], ARGV[3])
 return {1, 0, ttl, redis.call('ZCOUNT', KEYS[1], '(' .. now, '+inf')}

@@ -31,7 +31,7 @@ local function listLabels(z, h, now, max)
   local out = {}
   local live = redis.call('ZRANGEBYSCORE', z, '(' .. now, '+inf', 'WITHSCORES', 'LIMIT', 0, max)
   for i = 1, #live, 2 do
-    local r = redis.call('HGET', h, live[i])
+    local r = redis.call('HMGET', h, live[i])[1]
     local sep = r and string.find(r, ' ', 1, true)
     if sep then
       out[#out + 1] = string.sub(r, 1, sep - 1) .. ' ' ..
