@@ -347,7 +347,9 @@ int runSidecar(const config::Config& cfg) {
       cfg.dapr, cfg.locks, *s.locks, [api = s.api.get()] { return api->notReadyReason(); });
   s.elections = std::make_unique<api::ElectionApi>(
       cfg.locks, *s.locks, *s.api, *s.metrics, *s.scheduler,
-      api::ElectionApi::Options{.identity = cfg.identity, .observe_reread_ms = 1000});
+      api::ElectionApi::Options{.identity = cfg.identity,
+                                .observe_reread_ms = 1000,
+                                .health_prober = s.health_prober.get()});
   s.pod_elections = std::make_unique<api::PodElections>(
       cfg.elections, cfg.identity, *s.locks, s.elections->observers(), *s.scheduler, *s.metrics);
   s.router = std::make_unique<http::Router>();

@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 #include <utility>
 
+#include "api/health_binding.h"
 #include "api/json_object.h"
 #include "api/route_helpers.h"
 #include "common/log.h"
@@ -93,6 +94,7 @@ struct ElectionApi::Campaign {
   std::string candidate;
   std::string owner;  // once elected
   uint64_t term = 0;  // once elected
+  std::shared_ptr<HealthHold> health;  // a health-bound campaign (health_binding.h)
   bool elected = false;
   bool finished = false;  // the answer or the stream is complete
   bool stepping_down = false;  // draining: `stepping_down` sent, resigns on close or deadline
@@ -133,7 +135,7 @@ std::vector<Route> ElectionApi::routes() {
 void ElectionApi::campaign(http::Request& req, http::ResponderPtr res) {
   RequestBody& body = body_;
   body.parse(req.header("content-type"), req.body,
-             {BodyField::kCandidate, BodyField::kValue, BodyField::kTtlMs});
+             {BodyField::kCandidate, BodyField::kValue, BodyField::kTtlMs, BodyField::kHealth});
   int64_t ttl_ms = locks_.default_ttl_ms;
   std::string_view candidate;
   std::string_view value;
@@ -149,6 +151,11 @@ void ElectionApi::campaign(http::Request& req, http::ResponderPtr res) {
     }
   }
   checkValue(body, value);
+  std::optional<health::HealthSpec> health_spec;
+  readHealth(body, health_spec);
+  if (body.ok() && health_spec && options_.health_prober == nullptr) {
+    body.setError("health probes are not available on this sidecar");
+  }
   if (!body.ok()) return sendBodyError(res, body);
   if (draining_) return sendError(res, 503, "shutting_down", "the sidecar is shutting down");
 
@@ -156,6 +163,10 @@ void ElectionApi::campaign(http::Request& req, http::ResponderPtr res) {
   lock::AcquireOptions opts = campaignOptions(req.param("name"), candidate, value, ttl_ms);
 
   auto call = std::make_shared<Campaign>();
+  if (health_spec) {
+    call->health = std::make_shared<HealthHold>();
+    call->health->spec = std::move(*health_spec);
+  }
   call->responder = res;
   call->election = opts.lock;
   call->candidate = opts.candidate;
@@ -190,8 +201,10 @@ void ElectionApi::campaign(http::Request& req, http::ResponderPtr res) {
         event.text("event", "lost")
             .text("name", call->election.name)
             .text("reason",
-                  "the leader's lease expired or another candidate leads: renewals failed or "
-                  "found it gone")
+                  call->health && call->health->unhealthy
+                      ? "unhealthy"  // resigned: its health endpoint failed (as a lock's hold)
+                      : "the leader's lease expired or another candidate leads: renewals failed "
+                        "or found it gone")
             .unsignedInteger("term", call->term);
         break;
       case lock::LeaseEvent::kReleased:
@@ -219,6 +232,9 @@ void ElectionApi::campaign(http::Request& req, http::ResponderPtr res) {
           finish(call);
           service_.release(r.grant.lock, r.grant.owner, [](StatusOr<lock::ReleaseStatus>) {});
           return;
+        }
+        if (call->health) {
+          watchHealth(call->health, *options_.health_prober, service_, r.grant);
         }
         SL_LOG(kInfo, "election.elected", {"name", call->election.name},
                {"candidate", call->candidate}, {"term", static_cast<unsigned long>(r.grant.token)});
@@ -253,7 +269,9 @@ void ElectionApi::campaign(http::Request& req, http::ResponderPtr res) {
     }
   });
 
-  call->ticket = service_.acquire(std::move(opts), std::move(done), std::move(on_event));
+  std::function<void(lock::LeaseEvent)> events = std::move(on_event);
+  if (call->health) events = endWatchWithLease(call->health, std::move(events));
+  call->ticket = service_.acquire(std::move(opts), std::move(done), std::move(events));
   // Leaving the line, or resigning: the connection is the campaign.
   std::weak_ptr<Campaign> weak = call;
   res->onClientGone(alive_.guarded([this, weak, finish] {

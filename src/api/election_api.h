@@ -19,6 +19,7 @@
 #include "config/config.h"
 #include "event/lifetime.h"
 #include "event/scheduler.h"
+#include "health/prober.h"
 #include "http/http_types.h"
 #include "lock/lock_service.h"
 #include "metrics/metrics.h"
@@ -40,6 +41,10 @@ class ElectionApi {
     std::string identity;
     /// Observers read the leader again at least this often (a missed announcement's bound).
     int64_t observe_reread_ms = 1000;
+    /// Campaigns' "health" (README "Holds that follow the app's health"): after `failures`
+    /// failed probes the leader resigns and its stream reads lost, reason unhealthy. Null: a
+    /// campaign naming health is refused (400).
+    health::Prober* health_prober = nullptr;
   };
   /// Candidates: 1..kMaxCandidateBytes printable ASCII (space included); values: up to
   /// kMaxValueBytes of any text (common/names.h, shared with the configuration).

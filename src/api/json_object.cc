@@ -55,6 +55,17 @@ JsonObject& JsonObject::boolean(std::string_view key, bool value) {
   return *this;
 }
 
+JsonObject& JsonObject::json(std::string_view key, std::string_view value) {
+  appendKey(key);
+  out_ += value;
+  return *this;
+}
+
+std::string JsonObject::finishNested() {
+  out_ += '}';
+  return std::move(out_);
+}
+
 std::string JsonObject::finish() {
   out_ += "}\n";
   return std::move(out_);

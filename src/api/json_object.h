@@ -18,6 +18,10 @@ class JsonObject {
   JsonObject& integer(std::string_view key, int64_t value);
   JsonObject& unsignedInteger(std::string_view key, uint64_t value);
   JsonObject& boolean(std::string_view key, bool value);
+  /// `value` is JSON already (an array or object another builder wrote), appended as it is.
+  JsonObject& json(std::string_view key, std::string_view value);
+  /// The object without the answer's "\n", to nest in another answer; the builder is spent.
+  std::string finishNested();
   /// The object followed by "\n", as every answer of the API ends; the builder is spent.
   std::string finish();
 

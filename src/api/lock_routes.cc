@@ -570,6 +570,8 @@ void LockApi::inspect(http::Request& req, http::ResponderPtr res) {
     if (r->held && r->used == 0 && !r->holder.empty()) {
       answer.text("holder", r->holder).integer("since_ms", r->since_ms);
     }
+    // Readers: each one's holder (those that recorded a label; at most 100, soonest expiry first).
+    if (r->held && r->used > 0) answer.json("holders", holdersJson(r->holders));
     res->send(200, kJson, answer.finish());
   });
 }

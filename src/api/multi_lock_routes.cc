@@ -185,7 +185,8 @@ void LockApi::multiAcquire(http::Request& req, http::ResponderPtr res) {
   RequestBody& body = body_;
   body.parse(req.header("content-type"), req.body,
              {BodyField::kNames, BodyField::kTtlMs, BodyField::kWaitMs, BodyField::kOwner,
-              BodyField::kAutoRenew, BodyField::kMaxHoldMs, BodyField::kRequestId});
+              BodyField::kAutoRenew, BodyField::kMaxHoldMs, BodyField::kRequestId,
+              BodyField::kHolder});
   lock::MultiAcquireOptions opts;
   opts.ttl_ms = locks_.default_ttl_ms;
   std::string_view owner;
@@ -196,7 +197,7 @@ void LockApi::multiAcquire(http::Request& req, http::ResponderPtr res) {
         readOwner(body, static_cast<size_t>(locks_.max_owner_bytes), false, owner) &&
         body.readBool(BodyField::kAutoRenew, opts.auto_renew) &&
         body.readInt(BodyField::kMaxHoldMs, 1, locks_.max_hold_ms_limit, opts.max_hold_ms) &&
-        readRequestId(body, request_id);
+        readRequestId(body, request_id) && readHolder(body, identity_, opts.holder);
   }
   if (!readLockNames(body, req, res, static_cast<size_t>(locks_.max_name_bytes), opts.names)) {
     return;

@@ -118,6 +118,20 @@ bool readHolder(RequestBody& b, std::string_view identity, std::string& out) {
   return true;
 }
 
+std::string holdersJson(const std::vector<backend::LeaseHolder>& holders) {
+  std::string out = "[";
+  for (const backend::LeaseHolder& h : holders) {
+    if (out.size() > 1) out += ',';
+    out += JsonObject()
+               .text("holder", h.holder)
+               .integer("since_ms", h.since_ms)
+               .integer("ttl_ms", h.ttl_ms)
+               .finishNested();
+  }
+  out += ']';
+  return out;
+}
+
 /// An owner id in `field` ("owner", or a semaphore's "permit"): 1..max_bytes printable ASCII.
 bool readOwnerId(RequestBody& b, BodyField field, std::string_view what, size_t max_bytes,
                  bool required, std::string_view& out) {

@@ -38,6 +38,9 @@ bool readOwner(RequestBody& b, size_t max_bytes, bool required, std::string_view
 /// `identity` (the sidecar's, config `identity`; empty: none recorded). False with the body's
 /// error set on a bad label.
 bool readHolder(RequestBody& b, std::string_view identity, std::string& out);
+/// The JSON array of the "holders" field (GET of a lock held by readers, of a semaphore):
+/// [{"holder","since_ms","ttl_ms"}, ...], labels only, never owner ids.
+std::string holdersJson(const std::vector<backend::LeaseHolder>& holders);
 /// "hold": "stream" binds the lease to the connection (see the definition for the cap).
 void applyHold(const RequestBody& b, std::string_view hold, int64_t max_hold_ms_limit,
                lock::AcquireOptions& opts);

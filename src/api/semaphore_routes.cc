@@ -32,7 +32,7 @@ void LockApi::semaphoreAcquire(http::Request& req, http::ResponderPtr res) {
   RequestBody& body = body_;
   body.parse(req.header("content-type"), req.body,
              {BodyField::kLimit, BodyField::kTtlMs, BodyField::kWaitMs, BodyField::kAutoRenew,
-              BodyField::kMaxHoldMs, BodyField::kHold, BodyField::kRequestId});
+              BodyField::kMaxHoldMs, BodyField::kHold, BodyField::kRequestId, BodyField::kHolder});
   lock::AcquireOptions opts;
   opts.ttl_ms = locks_.default_ttl_ms;
   std::string_view hold;
@@ -44,7 +44,8 @@ void LockApi::semaphoreAcquire(http::Request& req, http::ResponderPtr res) {
         body.readInt(BodyField::kWaitMs, 0, locks_.max_wait_ms, opts.wait_ms) &&
         body.readBool(BodyField::kAutoRenew, opts.auto_renew) &&
         body.readInt(BodyField::kMaxHoldMs, 1, locks_.max_hold_ms_limit, opts.max_hold_ms) &&
-        body.readString(BodyField::kHold, hold) && readRequestId(body, request_id);
+        body.readString(BodyField::kHold, hold) && readRequestId(body, request_id) &&
+        readHolder(body, identity_, opts.holder);
   }
   checkHold(body, hold);
   if (body.ok() && hold == "stream" && !request_id.empty()) {
@@ -132,12 +133,16 @@ void LockApi::semaphoreInspect(http::Request& req, http::ResponderPtr res) {
   service_.inspect(semaphore, [res, name](StatusOr<lock::LockState> r) {
     if (!r.isOk()) return sendBackendError(res, r.status());
     // limit 0: no permit is held, the next acquire sets it. Never the permit ids.
+    // holders: each permit's holder (those that recorded a label; at most 100, soonest expiry
+    // first).
     res->send(200, kJson,
               JsonObject()
                   .text("name", name)
                   .integer("limit", r->held ? r->limit : 0)
                   .integer("used", r->held ? r->used : 0)
                   .unsignedInteger("token", r->token)
+                  .json("holders", holdersJson(r->held ? r->holders
+                                                       : std::vector<backend::LeaseHolder>{}))
                   .finish());
   });
 }

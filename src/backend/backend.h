@@ -209,6 +209,18 @@ struct LeaderRecord {
   std::string lease;
 };
 
+/// One lease among many (a reader of a read/write lock, a semaphore's permit): who holds it (the
+/// public label its acquire recorded, never the owner id), since when (the backend's clock, Unix
+/// ms) and the TTL it has left.
+struct LeaseHolder {
+  std::string holder;
+  int64_t since_ms = 0;
+  int64_t ttl_ms = 0;
+};
+/// At most this many LeaseHolder entries per inspect (soonest expiry first): an inspect of a
+/// semaphore with thousands of permits stays one bounded answer.
+inline constexpr int64_t kMaxListedHolders = 100;
+
 /// The one reply shape of every verb and every backend.
 struct Outcome {
   OutcomeCode code = OutcomeCode::kNotHeld;
@@ -242,6 +254,9 @@ struct Outcome {
   /// lease granted without a label, or by a sidecar older than the holder record).
   std::string holder;
   int64_t since_ms = 0;
+  /// Readers (kShared) and semaphores, inspect kOk: the holders of the live leases that recorded
+  /// a label (at most kMaxListedHolders). Empty otherwise.
+  std::vector<LeaseHolder> holders;
 
   bool ok() const { return code == OutcomeCode::kOk; }
 };
@@ -299,11 +314,11 @@ class Backend {
   /// multi-lock in one atomic step. The others take its names one by one (LockService).
   virtual bool acquiresAllAtOnce() const { return false; }
   /// Grants every mutex of `names` (distinct) to `owner` for `ttl_ms`, or none, in one atomic
-  /// step; never waits. Only called when acquiresAllAtOnce(); the default answers (at once)
-  /// kFailedPrecondition.
+  /// step; never waits. Each lease records `holder` (Operation::holder) as a single acquire does.
+  /// Only called when acquiresAllAtOnce(); the default answers (at once) kFailedPrecondition.
   virtual void acquireAll(const std::vector<std::string>& names, std::string_view owner,
-                          int64_t ttl_ms, AllOutcomeCallback cb) {
-    (void)names, (void)owner, (void)ttl_ms;
+                          int64_t ttl_ms, std::string_view holder, AllOutcomeCallback cb) {
+    (void)names, (void)owner, (void)ttl_ms, (void)holder;
     cb(Status(StatusCode::kFailedPrecondition, "this backend takes a multi-lock name by name"));
   }
 

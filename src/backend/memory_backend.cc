@@ -48,6 +48,37 @@ Outcome releaseOrExtendHolder(std::map<std::string, int64_t, std::less<>>& holde
   return o;
 }
 
+/// Records `op.holder` as the label of lease `op.owner` among `leases` (none: forgets an older
+/// one), and forgets the labels of leases that are gone.
+void recordLabel(const std::map<std::string, int64_t, std::less<>>& leases,
+                 std::map<std::string, LeaseHolder, std::less<>>& labels, const Operation& op) {
+  std::erase_if(labels, [&leases](const auto& l) { return !leases.contains(l.first); });
+  if (op.holder.empty()) {
+    if (auto it = labels.find(op.owner); it != labels.end()) labels.erase(it);
+    return;
+  }
+  labels[std::string(op.owner)] = LeaseHolder{std::string(op.holder), unixNowMs(), 0};
+}
+
+/// The labelled live leases among `leases`, soonest expiry first, at most kMaxListedHolders.
+std::vector<LeaseHolder> listLabels(const std::map<std::string, int64_t, std::less<>>& leases,
+                                    const std::map<std::string, LeaseHolder, std::less<>>& labels,
+                                    int64_t now_us) {
+  std::vector<std::pair<int64_t, const LeaseHolder*>> live;
+  for (const auto& [owner, expiry] : leases) {
+    auto l = labels.find(owner);
+    if (expiry > now_us && l != labels.end()) live.emplace_back(expiry, &l->second);
+  }
+  std::sort(live.begin(), live.end(),
+            [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::vector<LeaseHolder> out;
+  for (const auto& [expiry, l] : live) {
+    if (out.size() >= static_cast<size_t>(kMaxListedHolders)) break;
+    out.push_back(LeaseHolder{l->holder, l->since_ms, remainingMs(expiry, now_us)});
+  }
+  return out;
+}
+
 /// The answer to a verb a kind does not serve (the lock service never sends one).
 Status notServed(const Operation& op, std::string_view kind) {
   return Status(StatusCode::kFailedPrecondition,
@@ -147,7 +178,7 @@ void MemoryBackend::run(const Operation& op, OutcomeCallback cb) {
 }
 
 void MemoryBackend::acquireAll(const std::vector<std::string>& names, std::string_view owner,
-                               int64_t ttl_ms, AllOutcomeCallback cb) {
+                               int64_t ttl_ms, std::string_view holder, AllOutcomeCallback cb) {
   StatusOr<AllOutcome> result = AllOutcome{};
   if (shut_down_) {
     result = shutDownError();
@@ -166,7 +197,9 @@ void MemoryBackend::acquireAll(const std::vector<std::string>& names, std::strin
       result->granted = true;
       result->validity_ms = ttl_ms;
       for (const std::string& name : names) {
-        StatusOr<Outcome> one = apply(Operation::acquire(name, owner, ttl_ms));
+        Operation grant = Operation::acquire(name, owner, ttl_ms);
+        grant.holder = holder;
+        StatusOr<Outcome> one = apply(grant);
         if (!one.isOk()) {
           result = one.status();
           break;
@@ -209,6 +242,7 @@ StatusOr<Outcome> MemoryBackend::applySemaphore(const Operation& op) {
       Semaphore& sem = semaphores_[std::string(op.name)];
       sem.limit = op.limit;
       sem.permits[std::string(op.owner)] = now + op.ttl_ms * 1000;
+      recordLabel(sem.permits, sem.labels, op);
       o.code = OutcomeCode::kOk;
       o.token = ++sem.token;
       o.validity_ms = op.ttl_ms;
@@ -227,6 +261,7 @@ StatusOr<Outcome> MemoryBackend::applySemaphore(const Operation& op) {
         o.code = OutcomeCode::kOk;
         o.used = used;
         o.limit = it->second.limit;
+        o.holders = listLabels(it->second.permits, it->second.labels, now);
       }
       return o;
     case Verb::kHandOff:
@@ -278,6 +313,7 @@ StatusOr<Outcome> MemoryBackend::applyShared(const Operation& op) {
       }
       Entry& e = locks_[std::string(op.name)];
       e.readers[std::string(op.owner)] = now + op.ttl_ms * 1000;
+      recordLabel(e.readers, e.reader_labels, op);
       o.code = OutcomeCode::kOk;
       o.token = ++e.token;
       o.validity_ms = op.ttl_ms;
@@ -301,6 +337,7 @@ StatusOr<Outcome> MemoryBackend::applyShared(const Operation& op) {
         o.code = OutcomeCode::kOk;
         o.validity_ms = readers_ms;
         o.used = count;
+        o.holders = listLabels(readers->readers, readers->reader_labels, now);
       }
       return o;
     case Verb::kHandOff:

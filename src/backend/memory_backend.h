@@ -35,7 +35,7 @@ class MemoryBackend final : public Backend {
   bool canHandOff() const override { return true; }
   bool acquiresAllAtOnce() const override { return true; }
   void acquireAll(const std::vector<std::string>& names, std::string_view owner, int64_t ttl_ms,
-                  AllOutcomeCallback cb) override;
+                  std::string_view holder, AllOutcomeCallback cb) override;
 
   void setReleaseListener(ReleaseListener listener) override { listener_ = std::move(listener); }
   void watchReleases(std::string_view name) override;
@@ -55,6 +55,9 @@ class MemoryBackend final : public Backend {
   size_t watchedNames() const { return watches_.size(); }
 
  private:
+  /// The holders of the leases in a readers' or permits' map: owner -> label and since_ms (the
+  /// LeaseHolder's ttl_ms unused: the lease's own map has the expiry), as lease_labels.lua keeps.
+  using Labels = std::map<std::string, LeaseHolder, std::less<>>;
   struct Entry {
     std::string owner;      // empty when free
     int64_t expiry_us = 0;  // Scheduler time; meaningful while owner is non-empty
@@ -68,6 +71,7 @@ class MemoryBackend final : public Backend {
     /// its writer withdraws).
     std::map<std::string, int64_t, std::less<>> readers;
     std::map<std::string, int64_t, std::less<>> writer_marks;
+    Labels reader_labels;  // the readers' holders
     /// Fair locks: the waiters in arrival order, each with the end of its claim.
     struct FairWaiter {
       std::string owner;
@@ -113,6 +117,7 @@ class MemoryBackend final : public Backend {
   /// counter (never reset: the entry stays when the last permit goes).
   struct Semaphore {
     std::map<std::string, int64_t, std::less<>> permits;
+    Labels labels;  // the permits' holders
     int64_t limit = 0;
     uint64_t token = 0;
   };

@@ -78,6 +78,9 @@ std::string buildCampaignRequest(const CampaignRequest& request) {
   body["candidate"] = request.candidate;
   if (request.value) body["value"] = *request.value;
   if (request.ttl_ms) body["ttl_ms"] = *request.ttl_ms;
+  if (request.health_url) {
+    body["health"] = {{"url", *request.health_url}, {"grace_ms", request.health_grace_ms}};
+  }
   return buildStreamPost("/v1/elections/" + percentEncode(request.name) + "/campaign", body,
                          request.token);
 }

@@ -35,6 +35,9 @@ struct CampaignRequest {
   std::optional<std::string> value;
   std::optional<int64_t> ttl_ms;
   std::string token;  // bearer token ($SIDELOCK_AUTH_TOKEN); "" sends none
+  /// --health: the leader resigns when the app's endpoint fails (as AcquireRequest's).
+  std::optional<std::string> health_url;
+  int64_t health_grace_ms = 0;
 };
 
 /// The full HTTP/1.1 request text of a campaign (path percent-encoded, JSON body).

@@ -236,7 +236,8 @@ std::optional<int> Runner::acquireOnce(int64_t wait_ms, Lease* lease, bool* lock
 }
 
 std::optional<int> Runner::campaign(Lease* lease) {
-  CampaignRequest req{opts_.name, opts_.candidate, opts_.value, opts_.ttl_ms, opts_.token};
+  CampaignRequest req{opts_.name,  opts_.candidate, opts_.value,          opts_.ttl_ms,
+                      opts_.token, opts_.health_url, opts_.health_grace_ms};
   // No limit at the sidecar: the candidate waits in line while the connection is open, and
   // closing it (on --wait running out) leaves the line.
   StreamRequest request{buildCampaignRequest(req), opts_.wait_ms ? nowMs() + *opts_.wait_ms : -1,

@@ -115,8 +115,6 @@ StatusOr<RunOptions> parseRunArgs(const std::vector<std::string>& args, const Ru
   if (opts.elect) {
     // A leader leads for as long as it lives: a campaign has no cap.
     if (opts.max_hold_ms) return invalidArgument("--max-hold does not apply to --elect");
-    // The sidecar binds lock holds to health; campaigns do not take it yet.
-    if (opts.health_url) return invalidArgument("--health does not apply to --elect");
     // A campaign has no try-once at the sidecar: a candidate waits in line until elected.
     if (opts.wait_ms && *opts.wait_ms == 0) {
       return invalidArgument(
@@ -187,7 +185,7 @@ std::string runUsage() {
          "  --grace MS       SIGTERM -> SIGKILL delay when CMD must stop (default 10000)\n"
          "  --health URL     the app's health endpoint (http://127.0.0.1:PORT/PATH): after 3\n"
          "                   failed probes a second apart the sidecar releases the lock and CMD\n"
-         "                   is stopped as for a lost lock (not with --elect)\n"
+         "                   is stopped as for a lost lock (--elect: the leader resigns)\n"
          "  --health-grace MS  failed probes this long after the grant do not count: CMD's\n"
          "                   start-up time (default 30000; at most 600000)\n"
          "  --elect NAME     campaign in election NAME; run CMD only while leading\n"

@@ -43,6 +43,9 @@ struct LockState {
   /// every reader (GET /v1/locks/{name}, events).
   std::string holder;
   int64_t since_ms = 0;
+  /// Readers (while readers hold it) and semaphores: each live lease's holder (those that
+  /// recorded a label; at most backend::kMaxListedHolders, soonest expiry first).
+  std::vector<backend::LeaseHolder> holders;
 };
 
 /// What an operator's force release did.
@@ -232,6 +235,7 @@ struct MultiAcquireOptions {
   int64_t wait_ms = 0;             // the budget for all names together
   bool auto_renew = false;
   int64_t max_hold_ms = 0;
+  std::string holder;  // each lease's public label (AcquireOptions::holder)
 };
 
 struct MultiAcquireResult {

@@ -74,6 +74,7 @@ class MultiAcquire : public std::enable_shared_from_this<MultiAcquire> {
         options_.wait_ms > 0 ? std::max<int64_t>(1, ceilMs(deadline_us_ - scheduler_.nowUs())) : 0;
     o.auto_renew = options_.auto_renew;
     o.max_hold_ms = options_.max_hold_ms;
+    o.holder = options_.holder;
     current_ = service_.acquire(std::move(o), [self = shared_from_this()](AcquireResult r) {
       self->onTaken(std::move(r));
     });

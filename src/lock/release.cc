@@ -320,7 +320,8 @@ void LockService::Impl::inspect(const LockId& lock, std::function<void(StatusOr<
                          ? StatusOr<LockState>(LockState{
                                reply->ok(), reply->ok() ? reply->validity_ms : 0, reply->token,
                                reply->used, reply->limit, std::move(reply->leader),
-                               std::move(reply->holder), reply->since_ms})
+                               std::move(reply->holder), reply->since_ms,
+                               std::move(reply->holders)})
                          : StatusOr<LockState>(reply.status());
                  if (done) {
                    deliver([done = std::move(done), state = std::move(state)]() mutable {

@@ -620,7 +620,7 @@ void LockService::Impl::acquireAllAtOnce(
   }
   const int64_t started_us = scheduler_.nowUs();
   backend_.acquireAll(
-      options.names, options.owner, options.ttl_ms,
+      options.names, options.owner, options.ttl_ms, options.holder,
       guarded([in_flight = ops_.hold(), this, options, started_us,
                done = std::move(done)](StatusOr<backend::AllOutcome> reply) mutable {
         const InFlight settled = std::move(in_flight);

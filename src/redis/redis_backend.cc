@@ -103,16 +103,17 @@ void RedisBackend::run(const Operation& op, OutcomeCallback cb) {
 }
 
 void RedisBackend::acquireAll(const std::vector<std::string>& names, std::string_view owner,
-                              int64_t ttl_ms, AllOutcomeCallback cb) {
+                              int64_t ttl_ms, std::string_view holder, AllOutcomeCallback cb) {
   std::vector<std::string> keys;
-  keys.reserve(2 * names.size());
+  keys.reserve(3 * names.size());
   for (const std::string& name : names) {
     keys.push_back(lockKey(scripts_.prefix, name));
     keys.push_back(tokenKey(scripts_.prefix, name));
+    keys.push_back(holderRecordKey(scripts_.prefix, name));  // as a single acquire records it
   }
   const std::vector<std::string_view> key_views(keys.begin(), keys.end());
   const std::string ttl = std::to_string(ttl_ms);
-  const std::array<std::string_view, 3> args = {owner, ttl, scripts_.counter_ttl_ms};
+  const std::array<std::string_view, 4> args = {owner, ttl, scripts_.counter_ttl_ms, holder};
   node_->runScriptArgs(
       static_cast<size_t>(ScriptId::kAcquireAll), key_views, args, timeout_ms_, NodeOp::kAcquire,
       [address = address_, count = names.size(), cb = std::move(cb)](StatusOr<RedisValue> r) {

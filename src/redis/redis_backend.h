@@ -52,7 +52,7 @@ class RedisBackend final : public Backend {
   bool canHandOff() const override { return true; }
   bool acquiresAllAtOnce() const override { return true; }
   void acquireAll(const std::vector<std::string>& names, std::string_view owner, int64_t ttl_ms,
-                  AllOutcomeCallback cb) override;
+                  std::string_view holder, AllOutcomeCallback cb) override;
 
   void setReleaseListener(ReleaseListener listener) override {
     watches_.setListener(std::move(listener));

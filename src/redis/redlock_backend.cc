@@ -783,6 +783,14 @@ void RedlockBackend::finishRead(const std::shared_ptr<QuorumCall>& call) {
         break;
       }
     }
+    // The readers' holders: one node's list (each node stamps its own since/TTL), the first
+    // node in configured order that counts the readers the majority counts.
+    for (const Outcome* node : holding) {
+      if (o.used > 0 && node->used == o.used) {
+        o.holders = node->holders;
+        break;
+      }
+    }
   }
   answer(call, o);
 }

@@ -66,6 +66,14 @@ std::string readersKey(std::string_view prefix, std::string_view name) {
   return lockKey(prefix, name) + ":readers";
 }
 
+std::string readerHoldersKey(std::string_view prefix, std::string_view name) {
+  return lockKey(prefix, name) + ":readers:holders";
+}
+
+std::string permitHoldersKey(std::string_view prefix, std::string_view name) {
+  return lockKey(prefix, name) + ":sem:holders";
+}
+
 std::string fairQueueKey(std::string_view prefix, std::string_view name) {
   return lockKey(prefix, name) + ":fair";
 }
@@ -233,17 +241,41 @@ Status scriptErrorStatus(std::string_view node, std::string_view redis_error) {
 
 namespace {
 
+// Splits "<ms> <rest>" (ms: decimal digits; rest non-empty) off `text`.
+bool splitMs(std::string_view text, int64_t* ms, std::string_view* rest) {
+  const size_t sep = text.find(' ');
+  if (sep == std::string_view::npos || sep == 0 || sep + 1 >= text.size()) return false;
+  int64_t n = 0;
+  for (char c : text.substr(0, sep)) {
+    if (c < '0' || c > '9' || n > (INT64_MAX - 9) / 10) return false;
+    n = n * 10 + (c - '0');
+  }
+  *ms = n;
+  *rest = text.substr(sep + 1);
+  return true;
+}
+
 // "<since_ms> <label>" (lib/holder_record.lua) into the outcome's holder and since_ms.
 bool parseHolderRecord(std::string_view record, Outcome* o) {
-  const size_t sep = record.find(' ');
-  if (sep == std::string_view::npos || sep == 0 || sep + 1 >= record.size()) return false;
-  int64_t since = 0;
-  for (char c : record.substr(0, sep)) {
-    if (c < '0' || c > '9' || since > (INT64_MAX - 9) / 10) return false;
-    since = since * 10 + (c - '0');
+  std::string_view label;
+  if (!splitMs(record, &o->since_ms, &label)) return false;
+  o->holder.assign(label);
+  return true;
+}
+
+// "<since_ms> <ttl_ms> <label>" entries (lib/lease_labels.lua, listLabels) into the outcome's
+// holders.
+bool parseLeaseHolders(const RedisValue& list, Outcome* o) {
+  if (list.elements.size() > static_cast<size_t>(kMaxListedHolders)) return false;
+  for (const RedisValue& e : list.elements) {
+    if (e.type != RedisValue::Type::kString) return false;
+    LeaseHolder h;
+    std::string_view rest;
+    std::string_view label;
+    if (!splitMs(e.str, &h.since_ms, &rest) || !splitMs(rest, &h.ttl_ms, &label)) return false;
+    h.holder.assign(label);
+    o->holders.push_back(std::move(h));
   }
-  o->holder.assign(record.substr(sep + 1));
-  o->since_ms = since;
   return true;
 }
 
@@ -271,7 +303,12 @@ StatusOr<Outcome> decodeOutcome(const StatusOr<RedisValue>& reply, ScriptId scri
   // A mutex script's busy or held reply may end with the holder record: "<since_ms> <label>".
   const bool has_record =
       v.elements.size() > 3 && v.elements.back().type == RedisValue::Type::kString;
-  const size_t fields = v.elements.size() - (has_record ? 1 : 0);
+  // A reader's or semaphore's held inspect reply ends with its leases' holders (an array).
+  const bool has_holders = (script == ScriptId::kSharedInspect ||
+                            script == ScriptId::kSemInspect) &&
+                           v.elements.size() > 3 &&
+                           v.elements.back().type == RedisValue::Type::kArray;
+  const size_t fields = v.elements.size() - (has_record || has_holders ? 1 : 0);
   if (fields < 3 || fields > max_fields) return badShape(node, script);
   for (size_t i = 0; i < fields; ++i) {
     const RedisValue& e = v.elements[i];
@@ -287,6 +324,7 @@ StatusOr<Outcome> decodeOutcome(const StatusOr<RedisValue>& reply, ScriptId scri
   if (has_record && !parseHolderRecord(v.elements.back().str, &o)) {
     return badShape(node, script);
   }
+  if (has_holders && !parseLeaseHolders(v.elements.back(), &o)) return badShape(node, script);
   const bool acquires = script == ScriptId::kAcquire || script == ScriptId::kSemAcquire ||
                         script == ScriptId::kSharedAcquire || script == ScriptId::kFairAcquire;
   if (semaphore || shared) {
@@ -464,6 +502,7 @@ StatusOr<ScriptCall> scriptCallFor(const Operation& op, const ScriptContext& ctx
     key(semaphoreKey(ctx.prefix, op.name));
     key(semaphoreTokenKey(ctx.prefix, op.name));
     key(semaphoreLimitKey(ctx.prefix, op.name));
+    key(permitHoldersKey(ctx.prefix, op.name));  // the permits' holders
   } else if (op.kind == LockKind::kElection) {
     key(electionKey(ctx.prefix, op.name));
     key(electionTokenKey(ctx.prefix, op.name));
@@ -475,14 +514,17 @@ StatusOr<ScriptCall> scriptCallFor(const Operation& op, const ScriptContext& ctx
       case ScriptId::kSharedAcquire:
         key(readersKey(ctx.prefix, op.name));
         key(writerMarkKey(ctx.prefix, op.name));
+        key(readerHoldersKey(ctx.prefix, op.name));
         break;
       case ScriptId::kSharedRelease:
       case ScriptId::kSharedExtend:
         key(readersKey(ctx.prefix, op.name));
+        key(readerHoldersKey(ctx.prefix, op.name));
         break;
       case ScriptId::kSharedInspect:
         key(readersKey(ctx.prefix, op.name));
         key(holderRecordKey(ctx.prefix, op.name));  // a writer's
+        key(readerHoldersKey(ctx.prefix, op.name));
         break;
       case ScriptId::kFairAcquire:
       case ScriptId::kFairWithdraw:
@@ -527,6 +569,8 @@ StatusOr<ScriptCall> scriptCallFor(const Operation& op, const ScriptContext& ctx
           arg(kNotReentrantArg);
         }
         if (op.writer_wait_ms > 0) arg(std::to_string(op.writer_wait_ms));
+      } else if (c.script == ScriptId::kSharedAcquire || c.script == ScriptId::kSemAcquire) {
+        arg(op.holder);  // the reader's / permit's label (lib/lease_labels.lua)
       } else if (c.script == ScriptId::kElectionCampaign) {
         arg(op.candidate);
         arg(op.value);
@@ -549,6 +593,9 @@ StatusOr<ScriptCall> scriptCallFor(const Operation& op, const ScriptContext& ctx
       break;
     case Verb::kInspect:
       c.node_op = NodeOp::kInspect;
+      if (c.script == ScriptId::kSharedInspect || c.script == ScriptId::kSemInspect) {
+        arg(std::to_string(kMaxListedHolders));
+      }
       break;
     case Verb::kHandOff:
       c.node_op = NodeOp::kRelease;

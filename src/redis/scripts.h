@@ -142,6 +142,11 @@ std::string semaphoreLimitKey(std::string_view prefix, std::string_view name);
 /// Readers of a read/write lock: `<prefix>{<name>}:readers` (a sorted set of reader owner id ->
 /// expiry in ms of Redis time). The readers also hold KEYS[1] (see src/redis/lua/lib/readers.lua).
 std::string readersKey(std::string_view prefix, std::string_view name);
+/// The holders of the leases in a sorted set (`<prefix>{<name>}:readers:holders`,
+/// `<prefix>{<name>}:sem:holders`): a hash owner id -> "<since_ms> <label>", as long as its
+/// longest lease lives (src/redis/lua/lib/lease_labels.lua). Inspect answers the labels only.
+std::string readerHoldersKey(std::string_view prefix, std::string_view name);
+std::string permitHoldersKey(std::string_view prefix, std::string_view name);
 /// `<prefix>{<name>}:writer`: queued writers wait for readers to leave (a sorted set: writer
 /// owner id -> until when it turns new readers away, ms of Redis time); deleted when a queued
 /// writer gets in, a writer's own entry removed when it leaves without the lock.

@@ -218,8 +218,9 @@ TEST_F(DifferentialTest, RandomSequencesAgreeWithTheReferenceModel) {
       }
       std::optional<StatusOr<AllOutcome>> m_all;
       std::optional<StatusOr<AllOutcome>> r_all;
-      memory_.acquireAll(names, owner, 60'000, [&](StatusOr<AllOutcome> r) { m_all.emplace(r); });
-      redis_backend_->acquireAll(names, owner, 60'000,
+      memory_.acquireAll(names, owner, 60'000, "batch",
+                         [&](StatusOr<AllOutcome> r) { m_all.emplace(r); });
+      redis_backend_->acquireAll(names, owner, 60'000, "batch",
                                  [&](StatusOr<AllOutcome> r) { r_all.emplace(r); });
       ASSERT_TRUE(env_.runUntil([&] { return m_all && r_all; }));
       const std::string where = "step " + std::to_string(i) + ": acquire all by " + owner;

@@ -83,6 +83,15 @@ json healthField(const std::string& url, int interval_ms, int failures) {
   return json{{"url", url}, {"interval_ms", interval_ms}, {"failures", failures}};
 }
 
+/// The stream's first line that is not a "renewed" event (nullopt: the stream ended or stalled).
+std::optional<std::string> firstLineNotRenewed(HttpClient& c) {
+  for (int i = 0; i < 10; ++i) {
+    std::optional<std::string> line = c.readStreamLine(5000);
+    if (!line || json::parse(*line)["event"] != "renewed") return line;
+  }
+  return std::nullopt;
+}
+
 using HealthHoldTest = TwoSidecarsOnOneRedis;
 
 TEST_F(HealthHoldTest, FailingEndpointEndsTheStreamHoldAndAWaiterElsewhereGetsTheLock) {
@@ -106,12 +115,8 @@ TEST_F(HealthHoldTest, FailingEndpointEndsTheStreamHoldAndAWaiterElsewhereGetsTh
 
   app.status = 503;
   const auto failing_since = Clock::now();
-  std::optional<std::string> last;
-  for (int i = 0; i < 10; ++i) {
-    last = ca.readStreamLine(5000);
-    ASSERT_TRUE(last.has_value());
-    if (json::parse(*last)["event"] != "renewed") break;
-  }
+  const std::optional<std::string> last = firstLineNotRenewed(ca);
+  ASSERT_TRUE(last.has_value());
   const json lost = json::parse(*last);
   EXPECT_EQ(lost["event"], "lost");
   EXPECT_EQ(lost["reason"], "unhealthy");
@@ -192,6 +197,54 @@ TEST_F(HealthHoldTest, HoldsNamingOneUrlShareOneProbeAndASilentEndpointBlocksNot
   EXPECT_EQ(metricValue(ca.get("/metrics").body, "sidelock_health_probes"), 1) << "shared one ends";
   // 4 holds, one probe every 300 ms.
   EXPECT_LT(app.requests.load(), 20);
+}
+
+// A campaign with "health": the leader resigns after `failures` failed probes, its stream reads
+// lost (reason unhealthy), and a candidate on the other sidecar is elected.
+TEST_F(HealthHoldTest, FailingEndpointMakesTheLeaderResignAndAnotherCandidateLeads) {
+  AppHealth app;
+  ca.sendRequest("POST", "/v1/elections/primary/campaign",
+                 json{{"candidate", "pod-a"},
+                      {"ttl_ms", 5000},
+                      {"health", healthField(app.url(), 200, 2)}}
+                     .dump());
+  auto head = ca.readStreamHead();
+  ASSERT_TRUE(head.has_value());
+  ASSERT_EQ(head->status, 200) << head->body;
+  auto elected = ca.readStreamLine();
+  ASSERT_TRUE(elected.has_value());
+  EXPECT_EQ(json::parse(*elected)["event"], "elected");
+  cb.sendRequest("POST", "/v1/elections/primary/campaign",
+                 json{{"candidate", "pod-b"}, {"ttl_ms", 5000}}.dump());
+  ASSERT_TRUE(pollUntil([&] { return app.requests >= 2; }, 5000));
+
+  app.status = 503;
+  const auto failing_since = Clock::now();
+  const std::optional<std::string> last = firstLineNotRenewed(ca);
+  ASSERT_TRUE(last.has_value());
+  const json lost = json::parse(*last);
+  EXPECT_EQ(lost["event"], "lost") << *last;
+  EXPECT_EQ(lost["reason"], "unhealthy") << *last;
+  auto b_head = cb.readStreamHead(5000);
+  ASSERT_TRUE(b_head.has_value());
+  EXPECT_EQ(b_head->status, 200) << b_head->body;
+  auto b_elected = cb.readStreamLine(5000);
+  ASSERT_TRUE(b_elected.has_value());
+  EXPECT_EQ(json::parse(*b_elected)["candidate"], "pod-b") << *b_elected;
+  const auto took =
+      std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - failing_since);
+  EXPECT_LT(took.count(), 3000) << "the leader resigned " << took.count() << " ms after failing";
+  HttpClient admin = group.client(0);
+  EXPECT_EQ(metricValue(admin.get("/metrics").body, "sidelock_leases_released_unhealthy_total"),
+            1);
+  // A non-loopback URL is refused for a campaign as for a lock.
+  auto refused = admin.post(
+      "/v1/elections/primary/campaign",
+      json{{"candidate", "pod-c"}, {"health", healthField("http://10.0.0.1/healthz", 1000, 3)}}
+          .dump());
+  EXPECT_EQ(refused.status, 400) << refused.body;
+  EXPECT_NE(refused.body.find("health.url"), std::string::npos) << refused.body;
+  cb.close();  // B resigns now, not at its sidecar's shutdown (stepping_down waits for it)
 }
 
 TEST_F(HealthHoldTest, BadHealthFieldsAreRefusedWith400AndChangeNothing) {

@@ -5,6 +5,7 @@
 // a Redlock set, a three-master cluster) and two real sidecar processes each.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <future>
 #include <memory>
@@ -63,6 +64,93 @@ std::string expectHolderSeenFromB(HttpClient& ca, HttpClient& cb, const std::str
   EXPECT_EQ(busy.status, 409) << busy.body;
   EXPECT_EQ(json::parse(busy.body)["holder"], holder) << busy.body;
   EXPECT_EQ(busy.body.find(owner), std::string::npos) << "never the owner id";
+  return owner;
+}
+
+/// Readers of `name` and permits of semaphore `name` taken on A ("reader a", "permit a") and on B
+/// (no label: B's identity, `b_identity`): GET on B lists each one's holder, with since_ms and
+/// ttl_ms, never an owner or permit id; a released one leaves the list. Returns the ids handed out.
+std::vector<std::string> expectReadersAndPermitsSeenFromB(HttpClient& ca, HttpClient& cb,
+                                                          const std::string& name,
+                                                          const std::string& b_identity) {
+  std::vector<std::string> ids;
+  const int64_t before = unixNowMs();
+  auto ra = ca.post("/v1/locks/" + name + "/acquire",
+                    R"({"ttl_ms":20000,"mode":"shared","holder":"reader a"})");
+  EXPECT_EQ(ra.status, 200) << ra.body;
+  auto rb = cb.post("/v1/locks/" + name + "/acquire", R"({"ttl_ms":10000,"mode":"shared"})");
+  EXPECT_EQ(rb.status, 200) << rb.body;
+  ids.push_back(json::parse(ra.body).value("owner", ""));
+  ids.push_back(json::parse(rb.body).value("owner", ""));
+  auto seen = cb.get("/v1/locks/" + name);
+  EXPECT_EQ(seen.status, 200) << seen.body;
+  json state = json::parse(seen.body);
+  EXPECT_EQ(state["mode"], "shared") << seen.body;
+  EXPECT_EQ(state["readers"], 2) << seen.body;
+  EXPECT_FALSE(state.contains("holder")) << "no writer: " << seen.body;
+  EXPECT_EQ(state["holders"].size(), 2u) << seen.body;
+  if (state["holders"].size() == 2) {
+    // Soonest expiry first: B's 10 s reader, then A's 20 s one.
+    EXPECT_EQ(state["holders"][0]["holder"], b_identity) << seen.body;
+    EXPECT_EQ(state["holders"][1]["holder"], "reader a") << seen.body;
+    EXPECT_GT(state["holders"][1]["ttl_ms"].get<int64_t>(), 10000) << seen.body;
+    EXPECT_LE(state["holders"][1]["ttl_ms"].get<int64_t>(), 20000) << seen.body;
+    EXPECT_GE(state["holders"][1]["since_ms"].get<int64_t>(), before - 1000) << seen.body;
+    EXPECT_LE(state["holders"][1]["since_ms"].get<int64_t>(), unixNowMs() + 1000) << seen.body;
+  }
+  EXPECT_EQ(cb.post("/v1/locks/" + name + "/release", json{{"owner", ids[1]}}.dump()).status, 200);
+  state = json::parse(cb.get("/v1/locks/" + name).body);
+  EXPECT_EQ(state["holders"].size(), 1u) << state.dump();
+  if (state["holders"].size() == 1) {
+    EXPECT_EQ(state["holders"][0]["holder"], "reader a");
+  }
+
+  auto pa = ca.post("/v1/semaphores/" + name + "/acquire",
+                    R"({"limit":3,"ttl_ms":20000,"holder":"permit a"})");
+  EXPECT_EQ(pa.status, 200) << pa.body;
+  auto pb = cb.post("/v1/semaphores/" + name + "/acquire", R"({"limit":3,"ttl_ms":20000})");
+  EXPECT_EQ(pb.status, 200) << pb.body;
+  ids.push_back(json::parse(pa.body).value("permit", ""));
+  ids.push_back(json::parse(pb.body).value("permit", ""));
+  auto sem = cb.get("/v1/semaphores/" + name);
+  EXPECT_EQ(sem.status, 200) << sem.body;
+  const json permits = json::parse(sem.body);
+  EXPECT_EQ(permits["used"], 2) << sem.body;
+  std::vector<std::string> labels;
+  for (const json& p : permits["holders"]) {
+    labels.push_back(p["holder"]);
+    EXPECT_GT(p["ttl_ms"].get<int64_t>(), 10000) << sem.body;
+    EXPECT_GE(p["since_ms"].get<int64_t>(), before - 1000) << sem.body;
+  }
+  std::vector<std::string> expected = {b_identity, "permit a"};
+  std::sort(labels.begin(), labels.end());
+  std::sort(expected.begin(), expected.end());
+  EXPECT_EQ(labels, expected) << sem.body;
+  EXPECT_EQ(ca.post("/v1/semaphores/" + name + "/release", json{{"permit", ids[2]}}.dump()).status,
+            200);
+  const json left = json::parse(cb.get("/v1/semaphores/" + name).body);
+  EXPECT_EQ(left["holders"].size(), 1u) << left.dump();
+  for (const std::string& id : ids) {
+    EXPECT_FALSE(id.empty());
+    EXPECT_EQ(seen.body.find(id), std::string::npos) << "never an owner id";
+    EXPECT_EQ(sem.body.find(id), std::string::npos) << "never a permit id";
+  }
+  return ids;
+}
+
+/// A multi-lock taken on A as "batch 9": B sees the holder on every name. Returns its owner id.
+std::string expectMultiHolderSeenFromB(HttpClient& ca, HttpClient& cb, const std::string& x,
+                                       const std::string& y) {
+  auto granted = ca.post("/v1/multilocks/acquire",
+                         json{{"names", json::array({x, y})}, {"ttl_ms", 20000}, {"holder", "batch 9"}}
+                             .dump());
+  EXPECT_EQ(granted.status, 200) << granted.body;
+  const std::string owner = json::parse(granted.body).value("owner", "");
+  for (const std::string& name : {x, y}) {
+    auto seen = cb.get("/v1/locks/" + name);
+    EXPECT_EQ(json::parse(seen.body)["holder"], "batch 9") << name << " " << seen.body;
+    EXPECT_EQ(seen.body.find(owner), std::string::npos) << "never the owner id";
+  }
   return owner;
 }
 
@@ -128,6 +216,15 @@ TEST(HoldersTest, HolderIsVisibleFromAnotherSidecarAndTheOwnerIdNowhere) {
   EXPECT_EQ(busy_fair.status, 409) << busy_fair.body;
   EXPECT_EQ(json::parse(busy_fair.body)["holder"], "f") << busy_fair.body;
 
+  // Readers and a semaphore's permits: each one's holder, from B too.
+  for (const std::string& id : expectReadersAndPermitsSeenFromB(ca, cb, "docs", "orders-7f9c-b")) {
+    owners.push_back(id);
+  }
+  EXPECT_EQ(redis.cli({"HLEN", "sidelock:{docs}:readers:holders"}), "1") << "B's label went";
+  EXPECT_EQ(redis.cli({"HLEN", "sidelock:{docs}:sem:holders"}), "1") << "A's label went";
+  // A multi-lock (one master: one step, acquire_all.lua) records it on every name.
+  owners.push_back(expectMultiHolderSeenFromB(ca, cb, "acct-42", "acct-7"));
+
   // The owner id is nowhere: not in the logs of either sidecar, not in /metrics.
   const std::string metrics_a = ca.get("/metrics").body;
   const std::string metrics_b = cb.get("/metrics").body;
@@ -172,6 +269,13 @@ TEST(HoldersTest, RedlockReadsTheHolderFromTheMajority) {
   const json unknown = json::parse(cb.get("/v1/locks/redlocked").body);
   EXPECT_EQ(unknown["held"], true);
   EXPECT_FALSE(unknown.contains("holder")) << "no majority agrees: unknown, " << unknown.dump();
+  // Readers: the list of the first node that counts the readers the majority counts.
+  auto reader =
+      ca.post("/v1/locks/read/acquire", R"({"ttl_ms":20000,"mode":"shared","holder":"r"})");
+  ASSERT_EQ(reader.status, 200) << reader.body;
+  const json readers = json::parse(cb.get("/v1/locks/read").body);
+  ASSERT_EQ(readers["holders"].size(), 1u) << readers.dump();
+  EXPECT_EQ(readers["holders"][0]["holder"], "r");
   EXPECT_EQ(a->stop(), 0) << a->logs();
   EXPECT_EQ(b->stop(), 0) << b->logs();
 }
@@ -181,12 +285,24 @@ TEST(HoldersTest, ClusterRecordsTheHolderInTheLeasesSlot) {
   const std::string yaml = "backend:\n  type: cluster\n  nodes: [\"" + cluster.address(0) +
                            "\"]\n  command_timeout_ms: 3000\n";
   auto a = startSidecar(yaml);
-  auto b = startSidecar(yaml);
+  auto b = startSidecar(yaml, {"POD_NAME=b"});
   HttpClient ca = HttpClient::tcp(a->port());
   HttpClient cb = HttpClient::tcp(b->port());
   for (const char* name : {"c1", "c2", "c3", "c4"}) expectHolderSeenFromB(ca, cb, name, name);
+  expectReadersAndPermitsSeenFromB(ca, cb, "c5", "b");
+  expectMultiHolderSeenFromB(ca, cb, "c6", "c7");  // name by name: another slot each
   EXPECT_EQ(a->stop(), 0) << a->logs();
   EXPECT_EQ(b->stop(), 0) << b->logs();
+}
+
+TEST(HoldersTest, MemoryBackendListsReadersAndPermitsHolders) {
+  // One sidecar (the memory backend is not shared): it is both A and B.
+  auto a = startSidecar("backend:\n  type: memory\n", {"POD_NAME=solo"});
+  HttpClient ca = HttpClient::tcp(a->port());
+  HttpClient cb = HttpClient::tcp(a->port());
+  expectReadersAndPermitsSeenFromB(ca, cb, "mem", "solo");
+  expectMultiHolderSeenFromB(ca, cb, "m1", "m2");
+  EXPECT_EQ(a->stop(), 0) << a->logs();
 }
 
 }  // namespace

@@ -110,6 +110,11 @@ TEST(RunOptionsTest, AllOptionsBothSpellings) {
   EXPECT_EQ(*opts->health_url, "http://127.0.0.1:8080/ready");
   EXPECT_EQ(opts->health_grace_ms, 45'000);
   EXPECT_EQ(opts->endpoint(), "unix:/tmp/s.sock");
+  // --elect takes --health too: the leader resigns when the app fails.
+  auto elect = parse({"--elect", "e", "--health", "http://127.0.0.1:8080/ready", "cmd"},
+                     fakeEnv({{"POD_NAME", "p"}}));
+  ASSERT_TRUE(elect.isOk()) << elect.status().toString();
+  EXPECT_EQ(*elect->health_url, "http://127.0.0.1:8080/ready");
 }
 
 TEST(RunOptionsTest, WaitZeroMeansTryOnce) {
@@ -261,8 +266,6 @@ TEST(RunOptionsTest, ElectUsageErrors) {
           {{"--candidate", "a", "job", "c"}, "--candidate applies to --elect only"},
           {{"job", "--value", "v", "c"}, "--value applies to --elect only"},
           {{"--elect", "e", "--max-hold", "5s", "c"}, "--max-hold does not apply to --elect"},
-          {{"--elect", "e", "--health", "http://127.0.0.1/", "c"},
-           "--health does not apply to --elect"},
           {{"--elect", "e", "--wait", "0", "c"}, "--wait 0 does not apply to --elect"},
           {{"--elect", "e", "--candidate", "", "c"}, "--candidate must not be empty"},
           {{"--elect", "e", "--candidate"}, "--candidate needs a value"},

@@ -353,7 +353,8 @@ TEST(AcquireStreamTest, ASteppingDownEventGivesTheKillDeadline) {
 }
 
 TEST(AcquireRequestTest, BuildsCampaign) {
-  std::string req = buildCampaignRequest({"sched/1", "pod a", "10.0.0.7:8080", 10000, "tk"});
+  std::string req = buildCampaignRequest(
+      {"sched/1", "pod a", "10.0.0.7:8080", 10000, "tk", std::nullopt, 0});
   ASSERT_EQ(req.rfind("POST /v1/elections/sched%2F1/campaign HTTP/1.1\r\n", 0), 0u) << req;
   std::string body = req.substr(req.find("\r\n\r\n") + 4);
   EXPECT_NE(req.find("Content-Length: " + std::to_string(body.size()) + "\r\n"), std::string::npos);
@@ -362,10 +363,15 @@ TEST(AcquireRequestTest, BuildsCampaign) {
   EXPECT_EQ(
       j, (nlohmann::json{{"candidate", "pod a"}, {"value", "10.0.0.7:8080"}, {"ttl_ms", 10000}}));
   // Unset: the sidecar's defaults (no value, locks.default_ttl_ms).
-  req = buildCampaignRequest({"s", "c", std::nullopt, std::nullopt, ""});
+  req = buildCampaignRequest({"s", "c", std::nullopt, std::nullopt, "", std::nullopt, 0});
   EXPECT_EQ(nlohmann::json::parse(req.substr(req.find("\r\n\r\n") + 4)),
             (nlohmann::json{{"candidate", "c"}}));
   EXPECT_EQ(req.find("Authorization"), std::string::npos);
+  // --elect --health: the leader resigns when the app fails (health with its grace).
+  req = buildCampaignRequest(
+      {"s", "c", std::nullopt, std::nullopt, "", "http://127.0.0.1:8080/healthz", 30000});
+  EXPECT_EQ(nlohmann::json::parse(req.substr(req.find("\r\n\r\n") + 4))["health"],
+            nlohmann::json({{"url", "http://127.0.0.1:8080/healthz"}, {"grace_ms", 30000}}));
 }
 
 TEST(AcquireRequestTest, PercentEncoding) {

@@ -1455,7 +1455,7 @@ TEST_F(LockServiceTest, MultiLockTakesAllOrGivesBackAndKeepsEarlyLeasesAlive) {
     return out;
   };
   ASSERT_EQ(acquireNow(opts("m-c", "other", 60'000))->status(), AcquireStatus::kGranted);
-  auto busy = run({{"m-c", "m-a", "m-b"}, "me", 60'000, 0, false, 0});
+  auto busy = run({{"m-c", "m-a", "m-b"}, "me", 60'000, 0, false, 0, ""});
   sched.runReady();
   advance(10);
   ASSERT_TRUE(busy->has_value());
@@ -1468,7 +1468,7 @@ TEST_F(LockServiceTest, MultiLockTakesAllOrGivesBackAndKeepsEarlyLeasesAlive) {
   // m-c is held for 60 s more; our leases have a 300 ms TTL and we wait up to 2 s.
   ASSERT_EQ(*release("m-c", "other"), ReleaseStatus::kReleased);
   ASSERT_EQ(acquireNow(opts("m-c", "other", 1500))->status(), AcquireStatus::kGranted);
-  auto waited = run({{"m-c", "m-a"}, "me", 300, 2000, false, 0});
+  auto waited = run({{"m-c", "m-a"}, "me", 300, 2000, false, 0, ""});
   advance(1700, 10);
   ASSERT_TRUE(waited->has_value());
   ASSERT_EQ((*waited)->status, AcquireStatus::kGranted);
@@ -1481,11 +1481,11 @@ TEST_F(LockServiceTest, MultiLockTakesAllOrGivesBackAndKeepsEarlyLeasesAlive) {
 TEST_F(LockServiceTest, CancelledMultiLockGivesBackWhatItTook) {
   ASSERT_EQ(acquireNow(opts("n-2", "other", 60'000))->status(), AcquireStatus::kGranted);
   bool answered = false;
-  AcquireTicket t =
-      svc->acquireAll({{"n-1", "n-2"}, "me", 60'000, 10'000, false, 0}, [&](MultiAcquireResult r) {
-        answered = true;
-        EXPECT_EQ(r.status, AcquireStatus::kCancelled);
-      });
+  MultiAcquireOptions both{{"n-1", "n-2"}, "me", 60'000, 10'000, false, 0, ""};
+  AcquireTicket t = svc->acquireAll(std::move(both), [&](MultiAcquireResult r) {
+    answered = true;
+    EXPECT_EQ(r.status, AcquireStatus::kCancelled);
+  });
   advance(50, 10);
   EXPECT_EQ(svc->holds(mutexLock("n-1"), "me"), 1);
   t.cancel();

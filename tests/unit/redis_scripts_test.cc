@@ -39,6 +39,41 @@ RedisValue reply(int64_t code, int64_t token, int64_t ttl, int64_t holds) {
   return array({integer(code), integer(token), integer(ttl), integer(holds)});
 }
 
+// A held inspect of readers or a semaphore ends with its leases' holders (lease_labels.lua):
+// "<since_ms> <ttl_ms> <label>" each; anything else there is a bad reply.
+TEST(RedisReplies, LeaseHolders) {
+  auto readers = decode(array({integer(1), integer(7), integer(900), integer(2),
+                               array({str("1795585337668 400 pod a"), str("5 900 b")})}),
+                        ScriptId::kSharedInspect);
+  ASSERT_TRUE(readers.isOk());
+  EXPECT_EQ(readers->used, 2);
+  ASSERT_EQ(readers->holders.size(), 2u);
+  EXPECT_EQ(readers->holders[0].holder, "pod a");
+  EXPECT_EQ(readers->holders[0].since_ms, 1795585337668);
+  EXPECT_EQ(readers->holders[0].ttl_ms, 400);
+  EXPECT_EQ(readers->holders[1].holder, "b");
+  auto permits = decode(array({integer(1), integer(7), integer(0), integer(1), integer(3),
+                               array({str("5 900 p")})}),
+                        ScriptId::kSemInspect);
+  ASSERT_TRUE(permits.isOk());
+  EXPECT_EQ(permits->limit, 3);
+  ASSERT_EQ(permits->holders.size(), 1u);
+  EXPECT_EQ(permits->holders[0].ttl_ms, 900);
+  auto none = decode(array({integer(1), integer(7), integer(0), integer(1), integer(3), array({})}),
+                     ScriptId::kSemInspect);
+  ASSERT_TRUE(none.isOk());
+  EXPECT_TRUE(none->holders.empty());
+  for (const char* bad : {"", "5", "5 900", "5 900 ", "5 x p", "x 900 p"}) {
+    const RedisValue v =
+        array({integer(1), integer(7), integer(900), integer(2), array({str(bad)})});
+    EXPECT_FALSE(decode(v, ScriptId::kSharedInspect).isOk()) << bad;
+  }
+  EXPECT_FALSE(decode(array({integer(1), integer(7), integer(900), array({str("5 9 p")})}),
+                      ScriptId::kInspect)
+                   .isOk())
+      << "only readers and semaphores list holders";
+}
+
 // A busy or held reply may end with the holder record "<since_ms> <label>" (holder_record.lua).
 TEST(RedisReplies, HolderRecord) {
   auto busy = decode(array({integer(0), integer(0), integer(900), str("1795585337668 pod a")}),
@@ -354,11 +389,20 @@ TEST(RedisScripts, EveryOperationIsOneScriptCall) {
   // A semaphore: its own keys (the kind is in them), its own counter, its limit as ARGV.
   const ScriptCall permit = callOf(Operation::acquirePermit("n", "p", 900, 3), ctx);
   EXPECT_EQ(permit.script, ScriptId::kSemAcquire);
-  ASSERT_EQ(permit.key_count, 3);
+  ASSERT_EQ(permit.key_count, 4);
   EXPECT_EQ(permit.keys[0], "p:{n}:sem");
   EXPECT_EQ(permit.keys[1], "p:{n}:sem:token") << "its own counter, not the mutex's";
   EXPECT_EQ(permit.keys[2], "p:{n}:sem:limit");
+  EXPECT_EQ(permit.keys[3], "p:{n}:sem:holders") << "the permits' holders, in the same slot";
   EXPECT_EQ(permit.args[2], "3");
+  Operation labelled_op = Operation::acquirePermit("n", "p", 900, 3);
+  labelled_op.holder = "pod-a";
+  const ScriptCall labelled_permit = callOf(labelled_op, ctx);
+  ASSERT_EQ(labelled_permit.arg_count, 5);
+  EXPECT_EQ(labelled_permit.args[4], "pod-a");
+  const ScriptCall sem_inspect = callOf(Operation::inspect("n").of(LockKind::kSemaphore), ctx);
+  ASSERT_EQ(sem_inspect.arg_count, 1);
+  EXPECT_EQ(sem_inspect.args[0], std::to_string(backend::kMaxListedHolders));
   EXPECT_EQ(callOf(Operation::release("n", "p").of(LockKind::kSemaphore), ctx).script,
             ScriptId::kSemRelease);
   EXPECT_EQ(callOf(Operation::inspect("n").of(LockKind::kSemaphore), ctx).script,
@@ -367,13 +411,21 @@ TEST(RedisScripts, EveryOperationIsOneScriptCall) {
   // Readers share the mutex's key and counter, and list themselves in a sorted set of their own.
   const ScriptCall reader = callOf(Operation::acquireShared("n", "r", 900), ctx);
   EXPECT_EQ(reader.script, ScriptId::kSharedAcquire);
-  ASSERT_EQ(reader.key_count, 4);
+  ASSERT_EQ(reader.key_count, 5);
   EXPECT_EQ(reader.keys[0], "p:{n}");
   EXPECT_EQ(reader.keys[1], "p:{n}:token") << "readers and writers: one counter";
   EXPECT_EQ(reader.keys[2], "p:{n}:readers");
   EXPECT_EQ(reader.keys[3], "p:{n}:writer") << "a queued writer's mark turns readers away";
-  EXPECT_EQ(callOf(Operation::release("n", "r").of(LockKind::kShared), ctx).key_count, 3);
-  ASSERT_EQ(reader.arg_count, 3);
+  EXPECT_EQ(reader.keys[4], "p:{n}:readers:holders");
+  const ScriptCall reader_release = callOf(Operation::release("n", "r").of(LockKind::kShared), ctx);
+  ASSERT_EQ(reader_release.key_count, 4);
+  EXPECT_EQ(reader_release.keys[3], "p:{n}:readers:holders") << "a leaving reader's label goes";
+  const ScriptCall readers_inspect = callOf(Operation::inspect("n").of(LockKind::kShared), ctx);
+  ASSERT_EQ(readers_inspect.key_count, 5);
+  EXPECT_EQ(readers_inspect.keys[4], "p:{n}:readers:holders");
+  ASSERT_EQ(readers_inspect.arg_count, 1);
+  ASSERT_EQ(reader.arg_count, 4);
+  EXPECT_EQ(reader.args[3], "") << "no label: none recorded";
   EXPECT_EQ(callOf(Operation::release("n", "r").of(LockKind::kShared), ctx).script,
             ScriptId::kSharedRelease);
   EXPECT_EQ(callOf(Operation::extend("n", "r", 9).of(LockKind::kShared), ctx).script,

@@ -3,7 +3,8 @@
 -- KEYS[1]  p{name}:sem        the permits: permit id -> expiry (ms, Redis time)
 -- KEYS[2]  p{name}:sem:token  the semaphore's own fencing counter
 -- KEYS[3]  p{name}:sem:limit  its limit while permits are held
--- ARGV     permit, ttl_ms, limit, counter_ttl_ms
+-- KEYS[4]  p{name}:sem:holders  the permits' holders (lib/lease_labels.lua)
+-- ARGV     permit, ttl_ms, limit, counter_ttl_ms, holder (a public label; empty: none)
 -- Replies  {1, token, ttl, used, limit}   granted
 --          {0, 0, ms until the first permit expires, used, limit}   all permits taken
 --          {2, 0, 0, used, limit of the semaphore}   another limit while permits are held
@@ -14,8 +15,10 @@
 --! include lib/next_token.lua
 --! include lib/clock.lua
 --! include lib/keep_for.lua
+--! include lib/lease_labels.lua
 
 local now = nowMs()
+dropExpiredLabels(KEYS[1], KEYS[4], now)
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
 local used = redis.call('ZCARD', KEYS[1])
 local limit = tonumber(ARGV[3])
@@ -34,4 +37,5 @@ end
 local ttl = tonumber(ARGV[2])
 redis.call('ZADD', KEYS[1], now + ttl, ARGV[1])
 redis.call('SET', KEYS[3], limit, 'PX', keepFor(ttl))
+recordLabel(KEYS[4], ARGV[1], ARGV[5], ttl)
 return {1, nextToken(ARGV[4]), ttl, used + 1, limit}

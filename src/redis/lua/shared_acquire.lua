@@ -4,7 +4,8 @@
 -- KEYS[2]  p{name}:token    the fencing counter
 -- KEYS[3]  p{name}:readers  the readers: owner id -> expiry (ms, Redis time)
 -- KEYS[4]  p{name}:writer   the queued writers' marks
--- ARGV     owner, ttl_ms, counter_ttl_ms
+-- KEYS[5]  p{name}:readers:holders  the readers' holders (lib/lease_labels.lua)
+-- ARGV     owner, ttl_ms, counter_ttl_ms, holder (a public label; empty: none)
 -- Replies  {1, token, ttl, readers}   granted
 --          {0, 0, holder PTTL, 0}     a writer holds the lock
 --          {3, 0, PTTL, readers}      this reader holds a read lease already
@@ -17,6 +18,7 @@
 --! include lib/next_token.lua
 --! include lib/clock.lua
 --! include lib/readers.lua
+--! include lib/lease_labels.lua
 
 local now = nowMs()
 local v = redis.call('GET', KEYS[1])
@@ -35,16 +37,18 @@ if mark > 0 then
 end
 if v then
   local pttl = redis.call('PTTL', KEYS[1])
+  dropExpiredLabels(KEYS[3], KEYS[5], now)
   redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
   if redis.call('ZSCORE', KEYS[3], ARGV[1]) then
     return {3, 0, pttl, redis.call('ZCARD', KEYS[3])}  -- this reader holds a read lease
   end
 else
-  redis.call('DEL', KEYS[3])
+  redis.call('DEL', KEYS[3], KEYS[5])
 end
 local ttl = tonumber(ARGV[2])
 redis.call('ZADD', KEYS[3], now + ttl, ARGV[1])
 local keep = math.max(redis.call('PTTL', KEYS[1]), ttl)
 redis.call('SET', KEYS[1], v or kReaders, 'PX', keep)
 redis.call('PEXPIRE', KEYS[3], keep)
+recordLabel(KEYS[5], ARGV[1], ARGV[4], keep)
 return {1, nextToken(ARGV[3]), ttl, redis.call('ZCARD', KEYS[3])}
