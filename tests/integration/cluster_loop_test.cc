@@ -83,7 +83,8 @@ TEST_F(ClusterLoopTest, ARefusedShardSubscriptionIsReportedWithItsChannel) {
 
 TEST_F(ClusterLoopTest, WatchedReleasesArriveFromEveryShardAndShutdownAnswersEveryCall) {
   std::vector<std::string> released;
-  backend_->setReleaseListener([&](std::string_view name) { released.emplace_back(name); });
+  backend_->setReleaseListener(
+      [&](std::string_view name, std::string_view) { released.emplace_back(name); });
   std::vector<std::string> names;
   std::set<std::string> homes;
   for (int i = 0; homes.size() < 3 && i < 1000; ++i) {

@@ -57,9 +57,8 @@ TEST(RedisReplies, HolderRecord) {
   EXPECT_EQ(writer->holder, "w");
   EXPECT_EQ(writer->used, 0);
   for (const char* bad : {"", "5", "5 ", " w", "x w", "99999999999999999999 w"}) {
-    EXPECT_FALSE(decode(array({integer(1), integer(7), integer(900), str(bad)}),
-                        ScriptId::kInspect)
-                     .isOk())
+    EXPECT_FALSE(
+        decode(array({integer(1), integer(7), integer(900), str(bad)}), ScriptId::kInspect).isOk())
         << bad;
   }
   EXPECT_EQ(holderRecordKey("sidelock:", "o"), "sidelock:{o}:holder") << "the lease's slot";
@@ -315,15 +314,19 @@ TEST(RedisScripts, EveryOperationIsOneScriptCall) {
   EXPECT_EQ(acquire.keys[0], "p:{n}");
   EXPECT_EQ(acquire.keys[1], "p:{n}:token");
   EXPECT_EQ(acquire.keys[2], "p:{n}:holder") << "the holder record, always the last key";
-  ASSERT_EQ(acquire.arg_count, 4);
+  ASSERT_EQ(acquire.arg_count, 8);
   EXPECT_EQ(acquire.args[0], "o");
   EXPECT_EQ(acquire.args[1], "5000");
   EXPECT_EQ(acquire.args[2], "61000");
   EXPECT_EQ(acquire.args[3], "") << "no holder label";
+  EXPECT_EQ(acquire.args[4], kNotReentrantArg);
+  EXPECT_EQ(acquire.args[5], "0") << "not a queued writer";
+  EXPECT_EQ(acquire.args[6], "p:released:{n}") << "a grant is announced";
+  EXPECT_EQ(acquire.args[7], announcement::kGranted);
   Operation labelled = Operation::acquire("n", "o", 5000, true);
   labelled.holder = "pod a";
   const ScriptCall reentrant = callOf(labelled, ctx);
-  ASSERT_EQ(reentrant.arg_count, 5);
+  ASSERT_EQ(reentrant.arg_count, 8);
   EXPECT_EQ(reentrant.args[3], "pod a");
   EXPECT_EQ(reentrant.args[4], kReentrantArg);
 
@@ -331,7 +334,8 @@ TEST(RedisScripts, EveryOperationIsOneScriptCall) {
   EXPECT_EQ(release.script, ScriptId::kRelease);
   ASSERT_EQ(release.arg_count, 3);
   EXPECT_EQ(release.args[1], "p:released:{n}");
-  EXPECT_EQ(release.args[2], "n");
+  EXPECT_EQ(release.args[2], announcement::kReleased) << "the payload: what changed";
+  EXPECT_EQ(callOf(Operation::forceRelease("n"), ctx).args[1], announcement::kForced);
   const ScriptCall sharded =
       callOf(Operation::release("n", "o"), ScriptContext{"p:", "61000", true});
   ASSERT_EQ(sharded.arg_count, 4);
@@ -339,7 +343,8 @@ TEST(RedisScripts, EveryOperationIsOneScriptCall) {
 
   const ScriptCall hand_off = callOf(Operation::handOff("n", "o", "next", 900), ctx);
   EXPECT_EQ(hand_off.script, ScriptId::kReleaseGrant);
-  ASSERT_EQ(hand_off.arg_count, 5);
+  ASSERT_EQ(hand_off.arg_count, 7);
+  EXPECT_EQ(hand_off.args[6], announcement::kGranted) << "a hand-off wakes no waiter";
   EXPECT_EQ(hand_off.keys[2], "p:{n}:holder") << "the next owner's holder record";
   EXPECT_EQ(hand_off.args[1], "next");
   EXPECT_EQ(hand_off.args[2], "900");
@@ -373,7 +378,8 @@ TEST(RedisScripts, EveryOperationIsOneScriptCall) {
   EXPECT_EQ(reader.keys[2], "p:{n}:readers");
   EXPECT_EQ(reader.keys[3], "p:{n}:writer") << "a queued writer's mark turns readers away";
   EXPECT_EQ(callOf(Operation::release("n", "r").of(LockKind::kShared), ctx).key_count, 3);
-  ASSERT_EQ(reader.arg_count, 3);
+  ASSERT_EQ(reader.arg_count, 5);
+  EXPECT_EQ(reader.args[4], announcement::kGranted) << "a first reader is announced";
   EXPECT_EQ(callOf(Operation::release("n", "r").of(LockKind::kShared), ctx).script,
             ScriptId::kSharedRelease);
   EXPECT_EQ(callOf(Operation::extend("n", "r", 9).of(LockKind::kShared), ctx).script,
@@ -529,7 +535,7 @@ TEST(RedisScripts, ElectionVerbsWorkOnTheElectionsOwnKeys) {
   EXPECT_EQ(campaign.args[3], "node-a");
   EXPECT_EQ(campaign.args[4], value) << "copied, not a view of the operation's string";
   EXPECT_EQ(campaign.args[5], releaseChannel("p:", "n")) << "a new leader is announced";
-  EXPECT_EQ(campaign.args[6], "n");
+  EXPECT_EQ(campaign.args[6], announcement::kGranted);
   const ScriptCall sharded =
       callOf(Operation::campaign("n", "o", 5000, "node-a", "v"), ScriptContext{"p:", "1", true});
   ASSERT_EQ(sharded.arg_count, 8);
@@ -557,7 +563,7 @@ TEST(RedisScripts, ElectionVerbsWorkOnTheElectionsOwnKeys) {
   EXPECT_EQ(proclaim.args[0], "o");
   EXPECT_EQ(proclaim.args[1], "new value");
   EXPECT_EQ(proclaim.args[2], releaseChannel("p:", "n"));
-  EXPECT_EQ(proclaim.args[3], "n");
+  EXPECT_EQ(proclaim.args[3], announcement::kProclaimed);
 
   const ScriptCall leader = callOf(Operation::inspect("n").of(LockKind::kElection), ctx);
   EXPECT_EQ(leader.script, ScriptId::kElectionLeader);

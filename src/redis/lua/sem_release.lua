@@ -3,7 +3,7 @@
 -- KEYS[1]  p{name}:sem        the permits: permit id -> expiry (ms, Redis time)
 -- KEYS[2]  p{name}:sem:token  the semaphore's own fencing counter
 -- KEYS[3]  p{name}:sem:limit  its limit while permits are held
--- ARGV     permit, channel, name[, "sharded"]
+-- ARGV     permit, channel, reason[, "sharded"]
 -- Replies  {1, 0, 0, used}         released (announced like a release)
 --          {-1, 0, 0}              no such live permit
 --! reply: semaphore

@@ -4,7 +4,8 @@
 -- KEYS[2]  p{name}:token    the fencing counter
 -- KEYS[3]  p{name}:readers  the readers: owner id -> expiry (ms, Redis time)
 -- KEYS[4]  p{name}:writer   the queued writers' marks
--- ARGV     owner, ttl_ms, counter_ttl_ms
+-- ARGV     owner, ttl_ms, counter_ttl_ms, channel, reason ("granted")[, "sharded"]: the first
+--          reader of a free lock is announced (lib/announce.lua); later readers are not
 -- Replies  {1, token, ttl, readers}   granted
 --          {0, 0, holder PTTL, 0}     a writer holds the lock
 --          {3, 0, PTTL, readers}      this reader holds a read lease already
@@ -17,6 +18,7 @@
 --! include lib/next_token.lua
 --! include lib/clock.lua
 --! include lib/readers.lua
+--! include lib/announce.lua
 
 local now = nowMs()
 local v = redis.call('GET', KEYS[1])
@@ -47,4 +49,8 @@ redis.call('ZADD', KEYS[3], now + ttl, ARGV[1])
 local keep = math.max(redis.call('PTTL', KEYS[1]), ttl)
 redis.call('SET', KEYS[1], v or kReaders, 'PX', keep)
 redis.call('PEXPIRE', KEYS[3], keep)
-return {1, nextToken(ARGV[3]), ttl, redis.call('ZCARD', KEYS[3])}
+local token = nextToken(ARGV[3])
+if not v then
+  announce(ARGV[4], ARGV[5], ARGV[6])
+end
+return {1, token, ttl, redis.call('ZCARD', KEYS[3])}

@@ -3,7 +3,7 @@
 -- KEYS[1]  p{name}          the lease: owner id[, " <holds>"], PX = its TTL
 -- KEYS[2]  p{name}:token    the fencing counter
 -- KEYS[3]  p{name}:readers
--- ARGV     owner, channel, name[, "sharded"]
+-- ARGV     owner, channel, reason[, "sharded"]
 -- Replies  {1, 0, 0, readers left}   released
 --          {-1, 0, 0, 0}             no live read lease of this owner
 --
