@@ -504,13 +504,11 @@ void LockApi::forceRelease(http::Request& req, http::ResponderPtr res) {
   std::string who = req.principal->label;
   if (req.peer != nullptr && !req.peer->key().empty()) who += " from " + req.peer->key();
   std::string name(req.param("name"));
-  service_.forceRelease(name, [res, name, who, events = std::weak_ptr<LockEvents>(events_)](
-                                  StatusOr<lock::ForcedRelease> r) {
+  service_.forceRelease(name, [res, name, who](StatusOr<lock::ForcedRelease> r) {
     if (!r.isOk()) return sendBackendError(res, r.status());
     if (!r->released) {
       return sendError(res, 404, "not_held", "the lock is not held (it expired or was released)");
     }
-    if (auto e = events.lock()) e->noteForced(name, r->token);
     SL_LOG(kWarn, "lock.force_released", {"name", name},
            {"token", static_cast<unsigned long long>(r->token)}, {"by", who});
     res->send(200, kJson,

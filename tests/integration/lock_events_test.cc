@@ -1,11 +1,14 @@
 // Lock event streams (issue 20): GET /v1/locks/{name}/events on real sidecars over one real
 // redis-server. Acquire, release, expiry and force release on sidecar A are seen in order by
-// watchers on A and B; tokens never go back; a killed pub/sub link loses no event for longer than
-// the catch-up re-read; bad input is refused.
+// watchers on A and B, grants pushed (not left to the 1 s re-read), with the holder; tokens never
+// go back; a killed pub/sub link loses no event for longer than the catch-up re-read; bad input is
+// refused.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -61,15 +64,19 @@ HttpResponse adminPost(int port, const std::string& path) {
   return r ? *r : HttpResponse{};
 }
 
+/// A sidecar on `backend_yaml` with an admin listener on `admin_port`.
+std::unique_ptr<SidecarProcess> startSidecar(const std::string& backend_yaml, int admin_port) {
+  return std::make_unique<SidecarProcess>(SidecarProcess::Options{
+      backend_yaml + "auth:\n  admin_tokens_env: SIDELOCK_TEST_ADMIN_TOKENS\n",
+      {std::string("SIDELOCK_TEST_ADMIN_TOKENS=") + kAdminToken},
+      /*wait_ready=*/true,
+      "  admin: \"127.0.0.1:" + std::to_string(admin_port) + "\"\n"});
+}
+
 class LockEventsTest : public ::testing::Test {
  protected:
   std::unique_ptr<SidecarProcess> start(int admin_port) {
-    return std::make_unique<SidecarProcess>(SidecarProcess::Options{
-        redisBackendYaml(redis.address()) +
-            "auth:\n  admin_tokens_env: SIDELOCK_TEST_ADMIN_TOKENS\n",
-        {std::string("SIDELOCK_TEST_ADMIN_TOKENS=") + kAdminToken},
-        /*wait_ready=*/true,
-        "  admin: \"127.0.0.1:" + std::to_string(admin_port) + "\"\n"});
+    return startSidecar(redisBackendYaml(redis.address()), admin_port);
   }
 
   RedisServer redis;
@@ -91,6 +98,17 @@ void expectEverywhere(std::vector<Watcher*> ws, const std::string& type, uint64_
   }
 }
 
+/// Acquires "orders" through `ca`, then force-releases it through the admin listener on
+/// `admin_port`: every watcher of `ws` sees `acquired`, then `forced`, with the lease's token.
+void acquireThenForce(HttpClient& ca, int admin_port, const std::vector<Watcher*>& ws) {
+  HttpResponse r = ca.post("/v1/locks/orders/acquire", R"({"ttl_ms": 30000})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  const uint64_t token = json::parse(r.body)["token"];
+  expectEverywhere(ws, "acquired", token);
+  ASSERT_EQ(adminPost(admin_port, "/admin/v1/locks/orders/release").status, 200);
+  expectEverywhere(ws, "forced", token);
+}
+
 TEST_F(LockEventsTest, AcquireReleaseExpireAndForceAreSeenInOrderOnEverySidecar) {
   Watcher on_a(a->port(), "/v1/locks/orders/events");
   Watcher on_b(b->port(), "/v1/locks/orders/events");
@@ -104,52 +122,76 @@ TEST_F(LockEventsTest, AcquireReleaseExpireAndForceAreSeenInOrderOnEverySidecar)
     EXPECT_EQ((*e)["held"], false);
   }
 
-  // Acquire and release on A.
-  HttpResponse r = ca.post("/v1/locks/orders/acquire", R"({"ttl_ms": 30000})");
+  // Acquire and release on A: the acquired event names the holder and since when.
+  HttpResponse r =
+      ca.post("/v1/locks/orders/acquire", R"({"ttl_ms": 30000, "holder": "worker-7"})");
   ASSERT_EQ(r.status, 200) << r.body;
   const uint64_t t1 = json::parse(r.body)["token"];
-  expectEverywhere({&on_a, &on_b}, "acquired", t1);
+  for (Watcher* w : {&on_a, &on_b}) {
+    std::optional<json> e = w->next();
+    ASSERT_TRUE(e.has_value());
+    EXPECT_EQ((*e)["event"], "acquired") << e->dump();
+    EXPECT_EQ((*e)["token"], t1);
+    EXPECT_EQ((*e)["holder"], "worker-7") << e->dump();
+    EXPECT_GT((*e)["since_ms"].get<int64_t>(), 1'600'000'000'000) << e->dump();
+  }
   const auto released_at = Clock::now();
-  ASSERT_EQ(ca.post("/v1/locks/orders/release", json{{"owner", json::parse(r.body)["owner"]}}
-                                                     .dump())
-                .status,
-            200);
+  ASSERT_EQ(
+      ca.post("/v1/locks/orders/release", json{{"owner", json::parse(r.body)["owner"]}}.dump())
+          .status,
+      200);
   expectEverywhere({&on_a, &on_b}, "released", t1);
   std::printf("[events] release seen on both sidecars after %lld ms\n",
-              static_cast<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(
-                                         Clock::now() - released_at)
-                                         .count()));
+              static_cast<long long>(
+                  std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - released_at)
+                      .count()));
 
-  // A lease that runs out: expired, at its TTL (longer than the 1 s re-read: grants are not
-  // announced, so B sees this one at its next re-read).
+  // A lease that runs out: expired, at its TTL.
   r = ca.post("/v1/locks/orders/acquire", R"({"ttl_ms": 1500})");
   ASSERT_EQ(r.status, 200) << r.body;
   const uint64_t t2 = json::parse(r.body)["token"];
   expectEverywhere({&on_a, &on_b}, "acquired", t2);
   expectEverywhere({&on_a, &on_b}, "expired", t2);
 
-  // An operator's force release: `forced` on the sidecar that did it (A).
+  // An operator's force release: `forced` on every sidecar (the announcement says so).
+  acquireThenForce(ca, admin_a, {&on_a, &on_b});
+
+  // Grants are pushed: B sees them well before its 1 s re-read would (the median of five, so
+  // that one slow turn of a loaded machine does not decide).
+  std::vector<int64_t> seen_ms;
+  for (int i = 0; i < 5; ++i) {
+    const auto t0 = Clock::now();
+    r = ca.post("/v1/locks/orders/acquire", R"({"ttl_ms": 30000})");
+    ASSERT_EQ(r.status, 200) << r.body;
+    const json grant = json::parse(r.body);
+    expectEverywhere({&on_b}, "acquired", grant["token"]);
+    seen_ms.push_back(
+        std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count());
+    ASSERT_EQ(ca.post("/v1/locks/orders/release", json{{"owner", grant["owner"]}}.dump()).status,
+              200);
+    expectEverywhere({&on_a}, "acquired", grant["token"]);
+    expectEverywhere({&on_a, &on_b}, "released", grant["token"]);
+  }
+  std::sort(seen_ms.begin(), seen_ms.end());
+  std::printf("[events] acquire -> acquired on the other sidecar: median %lld ms\n",
+              static_cast<long long>(seen_ms[2]));
+  EXPECT_LT(seen_ms[2], 400) << "grants are not pushed";
+
+  // A late watcher starts with the current state (with its holder); the gauge counts the open
+  // streams.
   r = ca.post("/v1/locks/orders/acquire", R"({"ttl_ms": 30000})");
   ASSERT_EQ(r.status, 200) << r.body;
-  const uint64_t t3 = json::parse(r.body)["token"];
-  expectEverywhere({&on_a, &on_b}, "acquired", t3);
-  ASSERT_EQ(adminPost(admin_a, "/admin/v1/locks/orders/release").status, 200);
-  expectEverywhere({&on_a}, "forced", t3);
-  std::optional<json> e = on_b.next();
-  ASSERT_TRUE(e.has_value());
-  EXPECT_EQ((*e)["token"], t3);
-  EXPECT_TRUE((*e)["event"] == "released" || (*e)["event"] == "forced") << e->dump();
-
-  // A late watcher starts with the current state; the gauge counts the open streams.
+  const uint64_t t4 = json::parse(r.body)["token"];
+  expectEverywhere({&on_a, &on_b}, "acquired", t4);
   Watcher late(b->port(), "/v1/locks/orders/events");
-  e = late.next();
+  std::optional<json> e = late.next();
   ASSERT_TRUE(e.has_value());
   EXPECT_EQ((*e)["event"], "state");
-  EXPECT_EQ((*e)["token"], t3);
+  EXPECT_EQ((*e)["token"], t4);
+  EXPECT_TRUE(e->contains("holder")) << e->dump();
   const std::string metrics = HttpClient::tcp(b->port()).get("/metrics").body;
   EXPECT_NE(metrics.find("sidelock_lock_event_streams 2"), std::string::npos) << metrics;
-  EXPECT_NE(metrics.find("sidelock_lock_events_sent_total{type=\"expired\"} 1"),
-            std::string::npos)
+  EXPECT_NE(metrics.find("sidelock_lock_events_sent_total{type=\"expired\"} 1"), std::string::npos)
       << metrics;
 }
 
@@ -162,10 +204,10 @@ TEST_F(LockEventsTest, ExtendedOnlyWhenAskedAndAKilledPubSubLinkIsCaughtUp) {
   const json grant = json::parse(r.body);
   const uint64_t t1 = grant["token"];
   expectEverywhere({&plain, &with_ext}, "acquired", t1);
-  ASSERT_EQ(ca.post("/v1/locks/orders/extend", json{{"owner", grant["owner"]}, {"ttl_ms", 20000}}
-                                                   .dump())
-                .status,
-            200);
+  ASSERT_EQ(
+      ca.post("/v1/locks/orders/extend", json{{"owner", grant["owner"]}, {"ttl_ms", 20000}}.dump())
+          .status,
+      200);
   expectEverywhere({&with_ext}, "extended", t1);
 
   // Every subscription link dropped: the release is still seen, by the catch-up re-read (1 s).
@@ -174,9 +216,50 @@ TEST_F(LockEventsTest, ExtendedOnlyWhenAskedAndAKilledPubSubLinkIsCaughtUp) {
   ASSERT_EQ(ca.post("/v1/locks/orders/release", json{{"owner", grant["owner"]}}.dump()).status,
             200);
   expectEverywhere({&plain, &with_ext}, "released", t1, 3000);
-  EXPECT_LT(std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - released_at)
-                .count(),
-            2500);
+  EXPECT_LT(
+      std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - released_at).count(),
+      2500);
+}
+
+// Redlock: every node publishes, a majority's announcement passes the event on (the other
+// nodes' copies collapse into it), the read is the Redlock inspect. The same events, in order, on
+// both sidecars; `forced` everywhere. Tokens are those of the Redlock inspect: the highest counter
+// of any node, which can be above the grant's own token (a node that granted after the majority
+// had decided), so they are checked for order only.
+TEST(LockEventsRedlockTest, EventsFollowTheMajorityOnEverySidecar) {
+  RedisServer r1, r2, r3;
+  const std::string yaml = redlockBackendYaml({r1.address(), r2.address(), r3.address()});
+  const int admin_a = pickFreePort();
+  auto a = startSidecar(yaml, admin_a);
+  auto b = startSidecar(yaml, pickFreePort());
+  HttpClient ca = HttpClient::tcp(a->port());
+  Watcher on_a(a->port(), "/v1/locks/orders/events");
+  Watcher on_b(b->port(), "/v1/locks/orders/events");
+  auto expectNext = [&](const std::string& type, uint64_t at_least) {
+    for (Watcher* w : {&on_a, &on_b}) {
+      std::optional<json> e = w->next();
+      ASSERT_TRUE(e.has_value()) << "no " << type << " event";
+      EXPECT_EQ((*e)["event"], type) << e->dump();
+      EXPECT_GE((*e)["token"].get<uint64_t>(), at_least) << e->dump();
+      if (type == "acquired") {
+        EXPECT_EQ((*e)["holder"], "rl-1") << e->dump();
+      }
+    }
+  };
+  expectNext("state", 0);
+  HttpResponse r = ca.post("/v1/locks/orders/acquire", R"({"ttl_ms": 30000, "holder": "rl-1"})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  const json grant = json::parse(r.body);
+  expectNext("acquired", grant["token"]);
+  ASSERT_EQ(ca.post("/v1/locks/orders/release", json{{"owner", grant["owner"]}}.dump()).status,
+            200);
+  expectNext("released", grant["token"]);
+  r = ca.post("/v1/locks/orders/acquire", R"({"ttl_ms": 30000, "holder": "rl-1"})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  const uint64_t t2 = json::parse(r.body)["token"];
+  expectNext("acquired", t2);
+  ASSERT_EQ(adminPost(admin_a, "/admin/v1/locks/orders/release").status, 200);
+  expectNext("forced", t2);
 }
 
 TEST_F(LockEventsTest, BadInputIsRefused) {
