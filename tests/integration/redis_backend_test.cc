@@ -384,8 +384,9 @@ TEST_F(RedisBackendTest, ReleaseWakesListenerOnAnotherBackend) {
   RedisBackend& holder = make(redisConfig(redis_.port()));
   RedisBackend& waiter = make(redisConfig(redis_.port()));
   std::vector<std::string> woken;
-  waiter.setReleaseListener(
-      [&](std::string_view name, std::string_view) { woken.emplace_back(name); });
+  waiter.setReleaseListener([&](std::string_view name, std::string_view reason) {
+    if (announcement::freesLock(reason)) woken.emplace_back(name);  // grants are announced too
+  });
   waiter.watchReleases("job");
   waiter.watchReleases("job");  // counted
   ASSERT_TRUE(

@@ -393,7 +393,7 @@ TEST(RedisScripts, EveryOperationIsOneScriptCall) {
   EXPECT_EQ(marking.keys[3], "p:{n}:holder");
   EXPECT_EQ(callOf(Operation::acquire("n", "o", 5000), ctx).key_count, 3)
       << "a single try names no mark";
-  ASSERT_EQ(marking.arg_count, 6);
+  ASSERT_EQ(marking.arg_count, 8);
   EXPECT_EQ(marking.args[4], kNotReentrantArg);
   EXPECT_EQ(marking.args[5], "1700");
   queued_writer.reentrant = true;
@@ -410,10 +410,11 @@ TEST(RedisScripts, EveryOperationIsOneScriptCall) {
   EXPECT_EQ(fair.keys[2], "p:{n}:fair");
   EXPECT_EQ(fair.keys[3], "p:{n}:fair:claims");
   EXPECT_EQ(fair.keys[4], "p:{n}:holder");
-  ASSERT_EQ(fair.arg_count, 6);
+  ASSERT_EQ(fair.arg_count, 8);
   EXPECT_EQ(fair.args[3], "2100");
   EXPECT_EQ(fair.args[4], "") << "no holder label";
   EXPECT_EQ(fair.args[5], "w2 w3");
+  EXPECT_EQ(fair.args[7], announcement::kGranted) << "a fair grant is announced";
   EXPECT_EQ(callOf(Operation::acquire("n", "w", 5).of(LockKind::kFair), ctx).args[3], "0")
       << "a single try never joins the queue";
   EXPECT_EQ(callOf(Operation::withdraw("n", "w1"), ctx).script, ScriptId::kFairWithdraw);
