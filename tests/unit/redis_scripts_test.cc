@@ -452,7 +452,7 @@ TEST(RedisScripts, EveryOperationIsOneScriptCall) {
   EXPECT_EQ(el_sync.args[2], "1795376077464");
   EXPECT_EQ(el_sync.args[3], ctx.counter_ttl_ms);
   EXPECT_EQ(el_sync.args[4], releaseChannel("p:", "n"));
-  EXPECT_EQ(el_sync.args[5], "n");
+  EXPECT_EQ(el_sync.args[5], announcement::kGranted);
   const ScriptCall::Views v = acquire.views();
   EXPECT_EQ(v.keyArgs().size(), 3u);
   EXPECT_EQ(v.argArgs()[0], "o");
