@@ -340,6 +340,11 @@ TEST(RedisScripts, EveryOperationIsOneScriptCall) {
       callOf(Operation::release("n", "o"), ScriptContext{"p:", "61000", true});
   ASSERT_EQ(sharded.arg_count, 4);
   EXPECT_EQ(sharded.args[3], kShardedPublish);
+  Operation sharded_writer = Operation::acquire("n", "o", 5000);
+  sharded_writer.writer_wait_ms = 1700;
+  const ScriptCall widest = callOf(sharded_writer, ScriptContext{"p:", "61000", true});
+  ASSERT_EQ(widest.arg_count, 9) << "the most arguments a call carries: ScriptCall::args fits them";
+  EXPECT_EQ(widest.args[8], kShardedPublish);
 
   const ScriptCall hand_off = callOf(Operation::handOff("n", "o", "next", 900), ctx);
   EXPECT_EQ(hand_off.script, ScriptId::kReleaseGrant);
