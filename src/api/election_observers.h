@@ -1,6 +1,7 @@
 // The observe streams of elections (GET /v1/elections/{name}/observe): every stream of one name
 // on this sidecar shares one view of its leader, one watch of its announcements and one backend
-// read at a time, so 10,000 observers of a name cost what one does, plus their writes.
+// read at a time (a WatchedNames group), so 10,000 observers of a name cost what one does, plus
+// their writes.
 //
 // How a change reaches an observer: a grant, proclaim or resign anywhere is announced on the
 // name's release channel (LockService::watchChanges), which makes the group read the leader again
@@ -18,7 +19,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "event/lifetime.h"
+#include "api/watched_names.h"
 #include "event/scheduler.h"
 #include "http/http_types.h"
 #include "lock/lock_service.h"
@@ -35,8 +36,8 @@ struct LeaderView {
   int64_t ttl_ms = 0;  // held: the lease's TTL left when read
 
   bool sameLeader(const LeaderView& o) const {
-    return held == o.held && (!held || (term == o.term && candidate == o.candidate &&
-                                        value == o.value));
+    return held == o.held &&
+           (!held || (term == o.term && candidate == o.candidate && value == o.value));
   }
 };
 
@@ -65,42 +66,27 @@ class ElectionObservers {
   /// sidecar runs itself (PodElections), which share the group of the name's observe streams.
   void listen(const std::string& name, std::function<void(const LeaderView&)> on_read);
   /// Ends every stream (the sidecar drains) and forgets every group (and listener).
-  void endAll();
-  size_t count() const { return streams_; }
+  void endAll() { groups_.endAll(); }
+  size_t count() const { return groups_.count(); }
 
  private:
-  struct Group {
-    uint64_t id = 0;
-    std::string name;
-    std::vector<http::ResponderPtr> streams;
-    std::vector<std::function<void(const LeaderView&)>> listeners;
-    lock::ChangeWatch watch;
-    bool known = false;  // a read has answered
+  struct Observer {
+    http::ResponderPtr stream;
+  };
+  struct State {
     LeaderView view;
     /// The highest term any read showed: a read showing a lower one (an older leader, seen
     /// through a stale answer) is ignored, so terms in a stream never go backwards.
     uint64_t highest_term = 0;
-    bool reading = false;
-    bool read_again = false;  // a change was announced while a read was in flight
-    event::ScopedTimer reread_timer;
+    std::vector<std::function<void(const LeaderView&)>> listeners;
   };
+  using Groups = WatchedNames<State, Observer>;
 
-  /// `name`'s group, made (watching, and reading unless `seed` answered) if new.
-  Group& groupOf(const std::string& name, StatusOr<lock::LockState>* seed = nullptr);
-  Group* find(const std::string& name, uint64_t id);
-  void read(Group& g);
-  void onRead(const std::string& name, uint64_t id, StatusOr<lock::LockState> state);
-  void remove(const std::string& name, uint64_t id, const http::Responder* stream);
-  void broadcast(Group& g);
+  /// After a read of `g`: pushes a new leader to its streams; the ms until the next read.
+  int64_t onRead(Groups::Group& g, StatusOr<lock::LockState> state);
 
-  lock::LockService& service_;
-  event::Scheduler& scheduler_;
   metrics::Metrics& metrics_;
-  const int64_t reread_ms_;
-  std::unordered_map<std::string, std::unique_ptr<Group>> groups_;
-  uint64_t next_group_id_ = 0;
-  size_t streams_ = 0;
-  event::LivenessToken alive_;
+  Groups groups_;
 };
 
 }  // namespace sidelock::api

@@ -23,6 +23,10 @@ namespace {
 
 using nlohmann::json;
 
+/// Lock event streams read each watched lock at least this often: the catch-up of a missed
+/// announcement (README "Lock events").
+constexpr int64_t kEventRereadMs = 1000;
+
 const char* nodeState(const lock::NodeHealth& n) {
   if (!n.up) return "down";
   return n.voting ? "up" : "not_voting";
@@ -69,7 +73,8 @@ LockApi::LockApi(const config::LocksConfig& locks, lock::LockService& service,
       scheduler_(scheduler),
       replies_(std::make_shared<IdempotencyCache>(
           locks.request_id_window_ms, static_cast<size_t>(locks.max_request_ids),
-          static_cast<size_t>(locks.max_request_id_bytes))) {
+          static_cast<size_t>(locks.max_request_id_bytes))),
+      events_(std::make_shared<LockEvents>(service, scheduler, metrics, kEventRereadMs)) {
   metrics_.addScrapeHook([replies = std::weak_ptr<IdempotencyCache>(replies_), m = &metrics] {
     if (auto r = replies.lock()) m->request_id_bytes.Set(static_cast<double>(r->bytes()));
   });
@@ -107,6 +112,7 @@ std::vector<Route> LockApi::routes() {
       {"POST", "/v1/locks/{name}/release", bindNamed(&LockApi::release)},
       {"POST", "/v1/locks/{name}/extend", bindNamed(&LockApi::extend)},
       {"GET", "/v1/locks/{name}", bindNamed(&LockApi::inspect)},
+      {"GET", "/v1/locks/{name}/events", bindNamed(&LockApi::events)},
       {"GET", "/v1/locks", bind(&LockApi::list)},
       {"POST", "/v1/semaphores/{name}/acquire", bindNamed(&LockApi::semaphoreAcquire)},
       {"POST", "/v1/semaphores/{name}/release", bindNamed(&LockApi::semaphoreRelease)},

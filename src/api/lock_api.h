@@ -13,6 +13,7 @@
 
 #include "api/health_binding.h"
 #include "api/idempotency_cache.h"
+#include "api/lock_events.h"
 #include "api/request_body.h"
 #include "config/config.h"
 #include "event/scheduler.h"
@@ -51,7 +52,11 @@ class LockApi {
   void setIdentity(std::string identity) { identity_ = std::move(identity); }
 
   /// While draining (SIGTERM), /readyz answers 503 and new acquires 503 shutting_down.
-  void setDraining(bool draining) { draining_ = draining; }
+  /// Draining also ends the lock event streams (new ones get 503).
+  void setDraining(bool draining) {
+    draining_ = draining;
+    if (draining) events_->endAll();
+  }
   /// Why /readyz answers 503 ("shutting down", the backend's reason), or "" when it answers 200.
   std::string notReadyReason() const;
   /// The prober of health-bound holds (README "Holds that follow the app's health"); without
@@ -111,6 +116,8 @@ class LockApi {
   lock::LockId leaseOf(std::string_view name, std::string_view owner, bool shared,
                        bool mode_given) const;
   void inspect(http::Request& req, http::ResponderPtr res);
+  /// GET /v1/locks/{name}/events (lock_event_routes.cc).
+  void events(http::Request& req, http::ResponderPtr res);
   void list(http::Request& req, http::ResponderPtr res);
   void healthz(http::Request& req, http::ResponderPtr res);
   void readyz(http::Request& req, http::ResponderPtr res);
@@ -128,6 +135,8 @@ class LockApi {
   // Answers by request_id (safe retries); shared with the callbacks that fill it in.
   std::shared_ptr<IdempotencyCache> replies_;
   event::ScopedTimer sweep_timer_;
+  // The event streams; shared so that a force release's answer can still find them (weakly).
+  std::shared_ptr<LockEvents> events_;
   // The body of the request being handled: reused so that parsing allocates nothing once warm.
   RequestBody body_;
 };

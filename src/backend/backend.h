@@ -94,9 +94,10 @@ struct Operation {
   /// `value`. Both are opaque text (validated above: candidate 1..256 printable, value <= 4 KiB).
   std::string_view candidate;
   std::string_view value;
-  /// Mutex and fair acquire (hand-off: the next owner's): who holds the lease, as a public label (validated above: 1..256
-  /// printable ASCII; the sidecar's identity by default), recorded with the lease and read back
-  /// by inspect and busy acquires on every sidecar. Never the owner id. Empty: none recorded.
+  /// Mutex and fair acquire (hand-off: the next owner's): who holds the lease, as a public label
+  /// (validated above: 1..256 printable ASCII; the sidecar's identity by default), recorded with
+  /// the lease and read back by inspect and busy acquires on every sidecar. Never the owner id.
+  /// Empty: none recorded.
   std::string_view holder;
 
   // Each factory sets the fields its verb reads, by name; every other field keeps its default
@@ -138,8 +139,7 @@ struct Operation {
     return op;
   }
   /// Elections: the leader `owner` proclaims a new `value`.
-  static Operation proclaim(std::string_view name, std::string_view owner,
-                            std::string_view value) {
+  static Operation proclaim(std::string_view name, std::string_view owner, std::string_view value) {
     Operation op = make(Verb::kProclaim, LockKind::kElection, name, owner);
     op.value = value;
     return op;
@@ -294,8 +294,22 @@ struct AllOutcome {
   int64_t holder_ttl_ms = -1;    // not granted: its holder's remaining TTL, -1 when unknown
 };
 using AllOutcomeCallback = std::function<void(StatusOr<AllOutcome>)>;
-/// Called with a lock name when some sidecar released that lock (pub/sub wake-up).
-using ReleaseListener = std::function<void(std::string_view name)>;
+/// What an announcement on a lock's release channel says changed: the pub/sub payload. Any other
+/// payload (a sidecar of an older version sent the lock's name) counts as a release.
+namespace announcement {
+inline constexpr std::string_view kReleased = "released";      // released, or a waiter withdrew
+inline constexpr std::string_view kForced = "forced";          // an operator's force release
+inline constexpr std::string_view kGranted = "granted";        // a grant or a hand-off
+inline constexpr std::string_view kProclaimed = "proclaimed";  // an election leader's new value
+/// Whether waiters should try again: only when something may have become free.
+inline bool freesLock(std::string_view reason) {
+  return reason != kGranted && reason != kProclaimed;
+}
+}  // namespace announcement
+
+/// Called with a lock name and the announcement's reason (announcement::k*) when some sidecar
+/// changed that lock (pub/sub).
+using ReleaseListener = std::function<void(std::string_view name, std::string_view reason)>;
 
 class Backend {
  public:

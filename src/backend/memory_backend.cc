@@ -160,21 +160,29 @@ int64_t MemoryBackend::holderExpiryUs(const Entry* writer, const Entry* readers)
 
 void MemoryBackend::run(const Operation& op, OutcomeCallback cb) {
   StatusOr<Outcome> result = shut_down_ ? StatusOr<Outcome>(shutDownError()) : apply(op);
-  // Announced when the lock became free (a re-entered lease giving back one hold stays held; a
-  // reader leaving others behind keeps it held) or a permit was given back; an election's grant,
-  // proclaim and resign are news to its observers.
+  // Announced, like the Redis scripts do (backend::announcement): a release when the lock became
+  // free (a re-entered lease giving back one hold stays held; a reader leaving others behind
+  // keeps it held) or a permit was given back; a force release; a grant of a lock, a hand-off and
+  // an election's grant (news to event streams and observers, no waiter wakes); a proclaim.
+  const bool ok = result.isOk() && result->ok();
   const bool freed = op.kind == LockKind::kSemaphore ? true
                      : op.kind == LockKind::kShared  ? result.isOk() && result->used == 0
                                                      : result.isOk() && result->holds == 0;
-  const bool election_news =
-      op.kind == LockKind::kElection && (op.verb == Verb::kAcquire || op.verb == Verb::kProclaim);
-  const bool announce =
-      (result.isOk() && result->ok() &&
-       ((freed && (op.verb == Verb::kRelease || op.verb == Verb::kForceRelease)) ||
-        election_news)) ||
-      std::exchange(announce_withdraw_, false);
+  std::string_view reason;
+  if (ok && op.verb == Verb::kForceRelease && freed) {
+    reason = announcement::kForced;
+  } else if (ok && op.verb == Verb::kRelease && freed) {
+    reason = announcement::kReleased;
+  } else if (ok && op.verb == Verb::kProclaim) {
+    reason = announcement::kProclaimed;
+  } else if (ok && ((op.verb == Verb::kAcquire && op.kind != LockKind::kSemaphore &&
+                     result->holds <= 1 && (op.kind != LockKind::kShared || result->used == 1)) ||
+                    op.verb == Verb::kHandOff)) {
+    reason = announcement::kGranted;
+  }
+  if (std::exchange(announce_withdraw_, false)) reason = announcement::kReleased;
   deliver([cb = std::move(cb), result = std::move(result)]() mutable { cb(std::move(result)); });
-  if (announce) notifyReleased(op.name);
+  if (!reason.empty()) notifyReleased(op.name, reason);
 }
 
 void MemoryBackend::acquireAll(const std::vector<std::string>& names, std::string_view owner,
@@ -649,11 +657,11 @@ void MemoryBackend::unwatchReleases(std::string_view name) {
   if (--it->second <= 0) watches_.erase(it);
 }
 
-void MemoryBackend::notifyReleased(std::string_view name) {
+void MemoryBackend::notifyReleased(std::string_view name, std::string_view reason) {
   if (!listener_ || watches_.find(name) == watches_.end()) return;
-  deliver([this, name = std::string(name)] {
+  deliver([this, name = std::string(name), reason] {
     // Re-check: the watch may have ended (queue emptied) between release and delivery.
-    if (listener_ && watches_.find(name) != watches_.end()) listener_(name);
+    if (listener_ && watches_.find(name) != watches_.end()) listener_(name, reason);
   });
 }
 

@@ -109,7 +109,9 @@ class MemoryBackend final : public Backend {
   static int64_t holderExpiryUs(const Entry* writer, const Entry* readers);
   /// Posts `fn` unless this backend has been destroyed by then.
   void deliver(std::function<void()> fn);
-  void notifyReleased(std::string_view name);
+  /// Announces a change of `name` (`reason`: backend::announcement, a string literal) to the
+  /// listener on a later turn, while it is watched.
+  void notifyReleased(std::string_view name, std::string_view reason);
 
   event::Scheduler& scheduler_;
   std::unordered_map<std::string, Entry, StringHash, std::equal_to<>> locks_;

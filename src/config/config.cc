@@ -560,6 +560,7 @@ void loadLocks(const Section& root, LocksConfig& c) {
   s.readInt("max_owner_bytes", c.max_owner_bytes, 8, 1024);
   s.readInt("max_waiters_per_lock", c.max_waiters_per_lock, 0, 1'000'000);
   s.readInt("max_waiters", c.max_waiters, 0, 10'000'000);
+  s.readInt("max_event_streams", c.max_event_streams, 0, 1'000'000);
   s.readDurationMs("retry_min_ms", c.retry_min_ms, 1, 60'000);
   s.readDurationMs("retry_max_ms", c.retry_max_ms, 1, 600'000);
   s.readDouble("renew_fraction", c.renew_fraction, 0.05, 0.9);
@@ -570,7 +571,7 @@ void loadLocks(const Section& root, LocksConfig& c) {
   s.readInt("max_request_id_bytes", c.max_request_id_bytes, 0, int64_t{1} << 40);
   s.rejectUnknown({"default_ttl_ms", "max_ttl_ms", "max_wait_ms", "max_name_bytes",
                    "max_owner_bytes", "max_waiters_per_lock", "max_waiters", "retry_min_ms",
-                   "retry_max_ms", "renew_fraction", "default_max_hold_ms", "max_hold_ms_limit",
+                   "retry_max_ms", "max_event_streams", "renew_fraction", "default_max_hold_ms", "max_hold_ms_limit",
                    "request_id_window_ms", "max_request_ids", "max_request_id_bytes"});
   if (c.default_ttl_ms > c.max_ttl_ms)
     fail(s.path("default_ttl_ms"), "must be <= locks.max_ttl_ms");

@@ -147,6 +147,7 @@ struct LocksConfig {
   int max_owner_bytes = 128;
   int max_waiters_per_lock = 1024;
   int max_waiters = 65'536;
+  int max_event_streams = 16'384;  // open GET /v1/locks/{name}/events streams
   int64_t retry_min_ms = 2;    // waiter backoff start
   int64_t retry_max_ms = 500;  // waiter backoff cap (also capped by the holder's PTTL)
   /// Watchdog: renew every ttl * renew_fraction.

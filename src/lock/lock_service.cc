@@ -12,6 +12,18 @@
 
 namespace sidelock::lock {
 
+namespace {
+
+ChangeReason changeReasonOf(std::string_view payload) {
+  namespace a = backend::announcement;
+  if (payload == a::kForced) return ChangeReason::kForced;
+  if (payload == a::kGranted) return ChangeReason::kGranted;
+  if (payload == a::kProclaimed) return ChangeReason::kProclaimed;
+  return ChangeReason::kReleased;  // "released", or an older sidecar's payload (the lock's name)
+}
+
+}  // namespace
+
 // ---------------------------------------------------------------------------------------------
 // Facade
 
@@ -49,7 +61,8 @@ void LockService::proclaim(const LockId& lock, std::string_view owner, std::stri
   impl_->proclaim(lock, owner, value, std::move(done));
 }
 
-ChangeWatch LockService::watchChanges(std::string_view name, std::function<void()> on_change) {
+ChangeWatch LockService::watchChanges(std::string_view name,
+                                      std::function<void(ChangeReason)> on_change) {
   return impl_->watchChanges(name, std::move(on_change));
 }
 
@@ -89,20 +102,26 @@ LockService::Impl::Impl(const config::LocksConfig& config, backend::Backend& bac
       metrics_(metrics),
       queues_(config.retry_min_ms, config.retry_max_ms, config.retry_jitter_ms),
       lost_(kLostLeaseCapacity, kLostLeaseRetentionUs) {
-  backend_.setReleaseListener(guarded([this](std::string_view name) {
-    // A release of any kind of lock of that name (a freed permit, a freed mutex: writers and
-    // readers wait for that one, the last reader gone). Writers first (KindPolicy::lease_sharers).
-    LockId lock{LockKind::kMutex, std::string(name)};
-    for (LockKind kind : kindsInWakeOrder()) {
-      lock.kind = kind;
-      wakeQueue(lock, /*notified=*/true);
+  backend_.setReleaseListener(guarded([this](std::string_view name, std::string_view payload) {
+    const ChangeReason reason = changeReasonOf(payload);
+    if (backend::announcement::freesLock(payload)) {
+      // A release of any kind of lock of that name (a freed permit, a freed mutex: writers and
+      // readers wait for that one, the last reader gone). Writers first
+      // (KindPolicy::lease_sharers). A grant frees nothing: no waiter wakes for it.
+      LockId lock{LockKind::kMutex, std::string(name)};
+      for (LockKind kind : kindsInWakeOrder()) {
+        lock.kind = kind;
+        wakeQueue(lock, /*notified=*/true);
+      }
     }
-    notifyChangeWatchers(name);
+    notifyChangeWatchers(name, reason);
   }));
   backend_.setReadyListener(guarded([this] {
     onBackendReady();
     // Announcements made while the backend was out were missed: every watcher reads again.
-    for (const auto& [name, watchers] : change_watchers_) notifyChangeWatchers(name);
+    for (const auto& [name, watchers] : change_watchers_) {
+      notifyChangeWatchers(name, ChangeReason::kCatchUp);
+    }
   }));
   // A shutdown waits for the backend calls in flight (or its grace period).
   ops_.onDrained([this] { maybeFinishShutdown(); });
@@ -115,7 +134,7 @@ LockService::Impl::Impl(const config::LocksConfig& config, backend::Backend& bac
 LockService::Impl::~Impl() = default;
 
 ChangeWatch LockService::Impl::watchChanges(std::string_view name,
-                                            std::function<void()> on_change) {
+                                            std::function<void(ChangeReason)> on_change) {
   auto [it, created] = change_watchers_.try_emplace(std::string(name));
   if (created) backend_.watchReleases(name);
   const uint64_t id = ++next_change_watch_id_;
@@ -132,16 +151,16 @@ void LockService::Impl::unwatchChanges(const std::string& name, uint64_t id) {
   backend_.unwatchReleases(name);
 }
 
-void LockService::Impl::notifyChangeWatchers(std::string_view name) {
+void LockService::Impl::notifyChangeWatchers(std::string_view name, ChangeReason reason) {
   auto it = change_watchers_.find(std::string(name));
   if (it == change_watchers_.end()) return;
   // Delivered after this turn's bookkeeping, by id: a watcher removed meanwhile is skipped.
   for (const auto& [id, fn] : it->second) {
-    deliver([this, n = it->first, watch_id = id] {
+    deliver([this, n = it->first, watch_id = id, reason] {
       auto found = change_watchers_.find(n);
       if (found == change_watchers_.end()) return;
       for (auto& [other_id, callback] : found->second) {
-        if (other_id == watch_id) return callback();
+        if (other_id == watch_id) return callback(reason);
       }
     });
   }

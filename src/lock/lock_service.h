@@ -152,6 +152,15 @@ struct ProclaimResult {
   int64_t ttl_ms = 0;  // kProclaimed: the lease's TTL left
 };
 
+/// What an announced change of a name was (watchChanges): the pub/sub payload, parsed.
+enum class ChangeReason {
+  kCatchUp,     // not an announcement: the backend came back, announcements may have been missed
+  kReleased,    // a release (or a waiter's withdrawal); also any payload this version does not know
+  kForced,      // an operator's force release
+  kGranted,     // a grant or a hand-off
+  kProclaimed,  // an election leader's new value
+};
+
 /// Keeps a watch on a name's announced changes (watchChanges) while alive.
 class ChangeWatch {
  public:
@@ -284,13 +293,14 @@ class LockService {
   /// observers hear of it (the change is announced).
   void proclaim(const LockId& lock, std::string_view owner, std::string_view value,
                 std::function<void(StatusOr<ProclaimResult>)> done);
-  /// Calls `on_change` (on a later loop turn) whenever a change of `name` is announced by any
-  /// sidecar (a release; an election's grant, proclaim or resign), and once each time the
-  /// backend comes back after an outage (announcements may have been missed meanwhile), until
-  /// the returned watch is destroyed. Lease expiries are not announced: a watcher that must see
-  /// them reads again when the TTL it read runs out. Watches of one name share one backend
-  /// subscription.
-  ChangeWatch watchChanges(std::string_view name, std::function<void()> on_change);
+  /// Calls `on_change` (on a later loop turn) with what changed whenever a change of `name` is
+  /// announced by any sidecar (a release, a force release, a grant or hand-off; an election's
+  /// grant, proclaim or resign), and with kCatchUp once each time the backend comes back after
+  /// an outage (announcements may have been missed meanwhile), until the returned watch is
+  /// destroyed. Lease expiries are not announced: a watcher that must see them reads again when
+  /// the TTL it read runs out. Watches of one name share one backend subscription. Only releases
+  /// wake waiters; grants are news to watchers only.
+  ChangeWatch watchChanges(std::string_view name, std::function<void(ChangeReason)> on_change);
   /// Operators only: frees the lock whoever holds it (no owner check, no new token), wakes the
   /// waiters, and if this sidecar granted the lease, ends it as lost (its holder's stream gets
   /// `lost`; its release / extend answer lease_lost).

@@ -59,7 +59,7 @@ class LockService::Impl {
   void forceRelease(std::string_view name, std::function<void(StatusOr<ForcedRelease>)> done);
   void proclaim(const LockId& lock, std::string_view owner, std::string_view value,
                 std::function<void(StatusOr<ProclaimResult>)> done);
-  ChangeWatch watchChanges(std::string_view name, std::function<void()> on_change);
+  ChangeWatch watchChanges(std::string_view name, std::function<void(ChangeReason)> on_change);
   std::vector<LeaseInfo> leases() const;
   int64_t holds(const LockId& lock, std::string_view owner) const;
   int64_t validityLeftMs(const LockId& lock, std::string_view owner) const;
@@ -213,7 +213,7 @@ class LockService::Impl {
   // --- change watches (lock_service.cc) ---
   void unwatchChanges(const std::string& name, uint64_t id);
   /// Tells every watcher of `name` (on deliver()), e.g. after its release channel spoke.
-  void notifyChangeWatchers(std::string_view name);
+  void notifyChangeWatchers(std::string_view name, ChangeReason reason);
 
   // --- shutdown accounting ---
   void maybeFinishShutdown();
@@ -229,7 +229,8 @@ class LockService::Impl {
   LeaseTable leases_;
   LostLeaseMemory lost_;
   // Watchers of announced changes, by name; each name holds one backend watch while watched.
-  std::unordered_map<std::string, std::vector<std::pair<uint64_t, std::function<void()>>>>
+  std::unordered_map<std::string,
+                     std::vector<std::pair<uint64_t, std::function<void(ChangeReason)>>>>
       change_watchers_;
   uint64_t next_change_watch_id_ = 0;
   uint64_t next_waiter_id_ = 0;

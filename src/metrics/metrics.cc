@@ -170,6 +170,16 @@ Metrics::Metrics(std::string version)
                              .Help("Observe streams open on this sidecar.")
                              .Register(*registry_)
                              .Add({})),
+      lock_event_streams(BuildGauge()
+                             .Name("sidelock_lock_event_streams")
+                             .Help("Lock event streams (GET /v1/locks/{name}/events) open on this "
+                                   "sidecar.")
+                             .Register(*registry_)
+                             .Add({})),
+      lock_events_sent_total(BuildCounter()
+                                 .Name("sidelock_lock_events_sent_total")
+                                 .Help("Lock event lines written to event streams, by type.")
+                                 .Register(*registry_)),
       election_leader(BuildGauge()
                           .Name("sidelock_election_leader")
                           .Help("Configured elections: 1 while this sidecar's identity leads, "

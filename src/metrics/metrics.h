@@ -136,6 +136,10 @@ class Metrics {
   prometheus::Counter& election_lost;
   prometheus::Counter& election_resignations;  // leaders that resigned (route, hang-up, shutdown)
   prometheus::Gauge& election_observers;       // open observe streams
+  // --- lock event streams (README "Lock events") ---
+  prometheus::Gauge& lock_event_streams;  // open GET /v1/locks/{name}/events streams
+  /// {type}: state, acquired, released, expired, forced, extended (lines written, per stream).
+  prometheus::Family<prometheus::Counter>& lock_events_sent_total;
   /// {election}: only the names of the configured `elections` (bounded by config, never a name a
   /// client sent). 1 while this sidecar's identity leads, else 0.
   prometheus::Family<prometheus::Gauge>& election_leader;

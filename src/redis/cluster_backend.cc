@@ -186,8 +186,9 @@ ClusterBackend::Node& ClusterBackend::nodeFor(const config::RedisNodeAddress& ad
     if (!entry->second.redis->up() || map_.empty()) scheduleRefresh();
     updateReady();
   });
-  raw->setMessageListener(
-      [this](std::string_view channel, std::string_view) { watches_.onMessage(channel); });
+  raw->setMessageListener([this](std::string_view channel, std::string_view payload) {
+    watches_.onMessage(channel, payload);
+  });
   raw->setSubscribeErrorListener([this, key](const std::string&, const std::string& error) {
     // A shard channel's slot moved away from the node we subscribed on (the node said
     // "sunsubscribe", our SSUBSCRIBE again got MOVED): follow it now, before the other nodes
@@ -259,9 +260,7 @@ void ClusterBackend::scheduleRefresh() {
   if (refresh_timer_.pending()) return;
   const int64_t delay =
       std::max<int64_t>(0, last_refresh_ms_ + kMinRefreshGapMs - scheduler_.nowMs());
-  refresh_timer_.start(scheduler_, delay, [this] {
-    refreshNow();
-  });
+  refresh_timer_.start(scheduler_, delay, [this] { refreshNow(); });
 }
 
 void ClusterBackend::armPeriodicRefresh() {

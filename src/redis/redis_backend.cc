@@ -77,8 +77,9 @@ RedisBackend::RedisBackend(uv_loop_t* loop, event::Scheduler& scheduler,
     metrics_.backend_ready.Set(ready ? 1 : 0);
     if (ready && ready_listener_) ready_listener_();
   });
-  node_->setMessageListener(
-      [this](std::string_view channel, std::string_view) { watches_.onMessage(channel); });
+  node_->setMessageListener([this](std::string_view channel, std::string_view payload) {
+    watches_.onMessage(channel, payload);
+  });
 }
 
 RedisBackend::~RedisBackend() = default;

@@ -81,9 +81,27 @@ struct RedlockBackend::WakeState {
   std::vector<int> published;  // per node: announcements since this state was made
   int fired = 0;               // events fired
   bool settling = false;       // `timer` is the fallback of an event not yet fired
-  event::ScopedTimer timer;    // fallback fire, or forgetting the state when quiet
+  /// Per event (0-based): its reason (backend::announcement, a constant), as the nodes said.
+  std::vector<std::string_view> reasons;
+  event::ScopedTimer timer;  // fallback fire, or forgetting the state when quiet
 
   int latest() const { return *std::max_element(published.begin(), published.end()); }
+  /// The reason of events [from, to) fired as one: a force release, else a release, else the
+  /// last one's (a grant, a proclaim).
+  std::string_view reasonOf(int from, int to) const {
+    std::string_view r = announcement::kReleased;
+    bool frees = false;
+    for (int e = from; e < to && e < static_cast<int>(reasons.size()); ++e) {
+      const std::string_view x = reasons[static_cast<size_t>(e)];
+      if (x == announcement::kForced) return x;
+      if (announcement::freesLock(x)) {
+        frees = true;
+      } else if (!frees) {
+        r = x;
+      }
+    }
+    return frees ? announcement::kReleased : r;
+  }
   /// Nodes that published event `k` (1-based) or a later one.
   int reached(int k) const {
     return static_cast<int>(
@@ -111,8 +129,10 @@ RedlockBackend::RedlockBackend(uv_loop_s* loop, event::Scheduler& scheduler,
     // The node posts state changes to the loop: a post still queued when we are destroyed must
     // not reach us (weak reference).
     slot->redis->setStateListener(alive_.guarded([this, i](bool up) { onNodeState(i, up); }));
-    slot->redis->setMessageListener(alive_.guarded(
-        [this, i](std::string_view channel, std::string_view) { onMessage(i, channel); }));
+    slot->redis->setMessageListener(
+        alive_.guarded([this, i](std::string_view channel, std::string_view payload) {
+          onMessage(i, channel, payload);
+        }));
     nodes_.push_back(std::move(slot));
   }
   metrics_.backend_ready.Set(0);
@@ -741,7 +761,7 @@ void RedlockBackend::finishRead(const std::shared_ptr<QuorumCall>& call) {
   }
   Outcome o;
   std::vector<int64_t> held_pttls;
-  std::vector<int64_t> readers;  // per voting node that holds it (read/write locks)
+  std::vector<int64_t> readers;         // per voting node that holds it (read/write locks)
   std::vector<const Outcome*> holding;  // the voting nodes that hold it (their holder records)
   bool deleted_somewhere = false;
   for (size_t i = 0; i < nodes_.size(); ++i) {
@@ -856,7 +876,7 @@ void RedlockBackend::unwatchReleases(std::string_view name) {
   for (auto& n : nodes_) n->redis->unsubscribe(channel);
 }
 
-void RedlockBackend::onMessage(size_t i, std::string_view channel) {
+void RedlockBackend::onMessage(size_t i, std::string_view channel, std::string_view payload) {
   std::string name;
   if (!lockNameFromChannel(config_.key_prefix, channel, &name)) return;
   if (watches_.find(name) == watches_.end()) return;  // a late message after unwatch
@@ -866,7 +886,18 @@ void RedlockBackend::onMessage(size_t i, std::string_view channel) {
     w->published.assign(nodes_.size(), 0);
     it = wakes_.emplace(name, std::move(w)).first;
   }
-  ++it->second->published[i];
+  WakeState& w = *it->second;
+  const int k = ++w.published[i];  // this node's k-th event; its reason if it is the first
+  // The reason of event k: the first node's, but a force release seen anywhere wins.
+  const std::string_view reason = payload == announcement::kForced       ? announcement::kForced
+                                  : payload == announcement::kGranted    ? announcement::kGranted
+                                  : payload == announcement::kProclaimed ? announcement::kProclaimed
+                                                                         : announcement::kReleased;
+  if (static_cast<int>(w.reasons.size()) < k) {
+    w.reasons.resize(static_cast<size_t>(k), reason);
+  } else if (reason == announcement::kForced) {
+    w.reasons[static_cast<size_t>(k - 1)] = reason;
+  }
   settleWake(name);
 }
 
@@ -879,7 +910,7 @@ void RedlockBackend::settleWake(const std::string& name) {
     // Announced at a majority: a release is free there, a grant or proclaim readable there.
     ++w.fired;
     w.settling = false;
-    fireWake(name);
+    fireWake(name, w.reasonOf(w.fired - 1, w.fired));
     return settleWake(name);  // the listener may have unwatched it; a later event may be ready
   }
   if (w.latest() > w.fired) {
@@ -893,11 +924,12 @@ void RedlockBackend::settleWake(const std::string& name) {
       if (found == wakes_.end()) return;
       WakeState& late = *found->second;
       late.settling = false;
+      const std::string_view reason = late.reasonOf(late.fired, late.latest());
       late.fired = late.latest();
       // Every node counts as caught up: a node that announced one more (a failed attempt's clean
       // up on it alone) must not hold every later event back to this fallback.
       for (int& p : late.published) p = late.fired;
-      fireWake(name);
+      fireWake(name, reason);
       settleWake(name);
     });
     return;
@@ -907,10 +939,10 @@ void RedlockBackend::settleWake(const std::string& name) {
   w.timer.start(scheduler_, 2 * settle_ms, [this, name] { wakes_.erase(name); });
 }
 
-void RedlockBackend::fireWake(const std::string& name) {
+void RedlockBackend::fireWake(const std::string& name, std::string_view reason) {
   if (listener_) {
     const std::string copy = name;  // the listener may unwatch and erase our state
-    listener_(copy);
+    listener_(copy, reason);
   }
 }
 

@@ -147,10 +147,10 @@ class RedlockBackend final : public Backend {
   /// write.
   void applyDelayedRestart(size_t i);
   void updateReady();
-  void onMessage(size_t i, std::string_view channel);
+  void onMessage(size_t i, std::string_view channel, std::string_view payload);
   /// Fires the events of `name` a majority announced, or arms the fallback / forget timer.
   void settleWake(const std::string& name);
-  void fireWake(const std::string& name);
+  void fireWake(const std::string& name, std::string_view reason);
 
   /// Why `op` is answered without asking the nodes (shutting down, a verb or kind Redlock does
   /// not serve, a TTL within the drift allowance); OK when it goes out.

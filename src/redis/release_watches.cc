@@ -18,12 +18,12 @@ bool ReleaseWatches::remove(std::string_view name) {
   return true;
 }
 
-void ReleaseWatches::onMessage(std::string_view channel) const {
+void ReleaseWatches::onMessage(std::string_view channel, std::string_view payload) const {
   std::string name;
   if (!lockNameFromChannel(prefix_, channel, &name)) return;
   if (counts_.find(name) == counts_.end() || !listener_) return;
   auto listener = listener_;  // it may replace itself
-  listener(name);
+  listener(name, payload);
 }
 
 }  // namespace sidelock::backend

@@ -24,8 +24,9 @@ class ReleaseWatches {
   const std::map<std::string, int, std::less<>>& names() const { return counts_; }
 
   void setListener(ReleaseListener listener) { listener_ = std::move(listener); }
-  /// A message arrived on `channel`: calls the listener when it announces a watched lock.
-  void onMessage(std::string_view channel) const;
+  /// A message arrived on `channel` with `payload` (its reason, backend::announcement): calls
+  /// the listener when it announces a watched lock.
+  void onMessage(std::string_view channel, std::string_view payload) const;
 
  private:
   std::string prefix_;

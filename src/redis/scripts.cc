@@ -491,10 +491,11 @@ StatusOr<ScriptCall> scriptCallFor(const Operation& op, const ScriptContext& ctx
   c.script = *script;
   auto key = [&c](std::string k) { c.keys[c.key_count++] = std::move(k); };
   auto arg = [&c](std::string_view a) { c.args[c.arg_count++].assign(a); };
-  // What a script that frees a lock needs to announce it: channel, name[, "sharded"].
-  auto announceArgs = [&] {
+  // What a script needs to announce a change of the lock: channel, reason (the message's
+  // payload, backend::announcement: what changed)[, "sharded"].
+  auto announceArgs = [&](std::string_view reason) {
     arg(releaseChannel(ctx.prefix, op.name));
-    arg(op.name);
+    arg(reason);
     if (ctx.sharded_publish) arg(kShardedPublish);
   };
   // KEYS: each script's file (src/redis/lua/<name>.lua) states them.
@@ -560,27 +561,27 @@ StatusOr<ScriptCall> scriptCallFor(const Operation& op, const ScriptContext& ctx
       if (c.script == ScriptId::kFairAcquire) {
         arg(std::to_string(std::max<int64_t>(0, op.claim_ms)));
         arg(op.holder);
-        if (!op.also_waiting.empty()) arg(op.also_waiting);
+        arg(op.also_waiting);
+        announceArgs(announcement::kGranted);  // a grant is news to every event stream
       } else if (c.script == ScriptId::kAcquire) {
         arg(op.holder);
-        if (op.reentrant) {
-          arg(kReentrantArg);
-        } else if (op.writer_wait_ms > 0) {
-          arg(kNotReentrantArg);
-        }
-        if (op.writer_wait_ms > 0) arg(std::to_string(op.writer_wait_ms));
+        arg(op.reentrant ? kReentrantArg : kNotReentrantArg);
+        arg(std::to_string(std::max<int64_t>(0, op.writer_wait_ms)));
+        announceArgs(announcement::kGranted);
       } else if (c.script == ScriptId::kSharedAcquire || c.script == ScriptId::kSemAcquire) {
         arg(op.holder);  // the reader's / permit's label (lib/lease_labels.lua)
+        // The first reader of a free lock is news to every event stream (semaphores have none).
+        if (c.script == ScriptId::kSharedAcquire) announceArgs(announcement::kGranted);
       } else if (c.script == ScriptId::kElectionCampaign) {
         arg(op.candidate);
         arg(op.value);
-        announceArgs();  // a new leader is news to every observer
+        announceArgs(announcement::kGranted);  // a new leader is news to every observer
       }
       break;
     case Verb::kRelease:
       c.node_op = NodeOp::kRelease;
       arg(op.owner);
-      announceArgs();
+      announceArgs(announcement::kReleased);
       break;
     case Verb::kExtend:
       c.node_op = NodeOp::kExtend;
@@ -603,7 +604,8 @@ StatusOr<ScriptCall> scriptCallFor(const Operation& op, const ScriptContext& ctx
       arg(op.next_owner);
       arg(std::to_string(op.ttl_ms));
       arg(ctx.counter_ttl_ms);
-      arg(op.holder);  // the next owner's label
+      arg(op.holder);                        // the next owner's label
+      announceArgs(announcement::kGranted);  // never a release: the lock was not free
       break;
     case Verb::kWithdraw:
       c.node_op = NodeOp::kRelease;
@@ -612,17 +614,17 @@ StatusOr<ScriptCall> scriptCallFor(const Operation& op, const ScriptContext& ctx
         arg(std::to_string(std::max<int64_t>(1, op.writer_wait_ms)));
         arg(op.also_waiting);
       }
-      announceArgs();
+      announceArgs(announcement::kReleased);  // a withdrawn waiter may have let others in
       break;
     case Verb::kForceRelease:
       c.node_op = NodeOp::kRelease;
-      announceArgs();
+      announceArgs(announcement::kForced);
       break;
     case Verb::kProclaim:
       c.node_op = NodeOp::kOther;
       arg(op.owner);
       arg(op.value);
-      announceArgs();
+      announceArgs(announcement::kProclaimed);
       break;
   }
   return c;
@@ -654,7 +656,7 @@ ScriptCall electionSyncCall(std::string_view name, std::string_view owner, uint6
   c.args[2] = std::to_string(since_ms);
   c.args[3] = ctx.counter_ttl_ms;
   c.args[4] = releaseChannel(ctx.prefix, name);
-  c.args[5].assign(name);
+  c.args[5].assign(announcement::kGranted);  // a leader made whole on this node
   c.arg_count = 6;
   return c;
 }

@@ -215,7 +215,9 @@ struct ScriptCall {
   ScriptId script = ScriptId::kInspect;
   NodeOp node_op = NodeOp::kOther;
   std::array<std::string, 5> keys;
-  std::array<std::string, 8> args;
+  /// The most: a queued writer's acquire on Redis Cluster (owner, ttl, counter ttl, holder,
+  /// re-entry, writer wait, channel, reason, "sharded") and a fair waiter's likewise.
+  std::array<std::string, 9> args;
   uint8_t key_count = 0;
   uint8_t arg_count = 0;
 
@@ -223,7 +225,7 @@ struct ScriptCall {
   /// changed nor moved.
   struct Views {
     std::array<std::string_view, 5> keys;
-    std::array<std::string_view, 8> args;
+    std::array<std::string_view, 9> args;
     RedisArgs keyArgs() const { return {keys.data(), key_count}; }
     RedisArgs argArgs() const { return {args.data(), arg_count}; }
     size_t key_count = 0;

@@ -280,7 +280,7 @@ def check_readme(doc, readme):
                 except Exception as e:  # noqa: BLE001
                     fail("README %s %s body %s: %s" % (method, path, data, str(e).splitlines()[0]))
         stream = (data is not None and '"hold":"stream"' in data.replace(" ", "")) or \
-            path.endswith(("/campaign", "/observe"))
+            path.endswith(("/campaign", "/observe", "/events"))
         for status, obj in answers:
             resp = op["responses"].get(str(status))
             if resp is None:

@@ -12,6 +12,8 @@
 //                 directly; on SIGKILL of the leader's sidecar vs the TTL
 //   8. observers  RSS and CPU of a sidecar with 10,000 observe streams; a leader change pushed
 //                 to all of them
+//   9. events     lock event streams: acquire -> `acquired` and release -> `released` on another
+//                 sidecar; RSS and CPU of a sidecar with 10,000 open event streams
 //
 // All load comes from one epoll loop (load_loop.h). Output: a table, one PASS/FAIL line per
 // target, one `BENCH_JSON {...}` line. Exit code 1 only when an operation failed: a missed target
@@ -29,6 +31,7 @@
 #include <iostream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <random>
 #include <string>
 #include <thread>
@@ -100,6 +103,10 @@ struct Options {
   int observer_names = 10;       // elections they are spread over
   double observer_seconds = 10;  // each CPU window of the observer scenario
   int fanout_rounds = 5;         // leader changes pushed to every observer
+  int event_streams = 10'000;    // lock event streams on one sidecar
+  int event_names = 100;         // locks they are spread over
+  int event_rounds = 40;         // acquire + release cycles watched
+  double event_seconds = 10;     // each CPU window of the events scenario
   std::string placement = "auto";
   std::vector<std::string> only;  // scenarios to run; empty = all
 
@@ -108,8 +115,8 @@ struct Options {
   }
 };
 
-constexpr const char* kScenarios[] = {"pairs", "open",     "handoff",  "redlock",
-                                      "scale", "election", "observers"};
+constexpr const char* kScenarios[] = {"pairs", "open",     "handoff",   "redlock",
+                                      "scale", "election", "observers", "events"};
 
 [[noreturn]] void usage(const std::string& msg) {
   std::cerr
@@ -119,8 +126,10 @@ constexpr const char* kScenarios[] = {"pairs", "open",     "handoff",  "redlock"
       << "                  [--scale-waiters N] [--scale-seconds S] [--scale-ttl-ms MS]\n"
       << "                  [--election-rounds N] [--crash-rounds N] [--crash-ttl-ms MS]\n"
       << "                  [--observers N] [--observer-names N] [--observer-seconds S]\n"
-      << "                  [--fanout-rounds N] [--placement auto|split|spread|shared]\n"
-      << "                  [--only pairs,open,handoff,redlock,scale,election,observers]\n";
+      << "                  [--fanout-rounds N] [--event-streams N] [--event-names N]\n"
+      << "                  [--event-rounds N] [--event-seconds S]\n"
+      << "                  [--placement auto|split|spread|shared]\n"
+      << "                  [--only pairs,open,handoff,redlock,scale,election,observers,events]\n";
   std::exit(2);
 }
 
@@ -155,6 +164,10 @@ Options parseOptions(int argc, char** argv) {
     o.observer_names = 2;
     o.observer_seconds = 0.3;
     o.fanout_rounds = 1;
+    o.event_streams = 100;
+    o.event_names = 4;
+    o.event_rounds = 3;
+    o.event_seconds = 0.3;
   }
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -187,6 +200,10 @@ Options parseOptions(int argc, char** argv) {
         {"--observer-names", 1, 1000, &o.observer_names, nullptr},
         {"--observer-seconds", 0.1, 600, nullptr, &o.observer_seconds},
         {"--fanout-rounds", 1, 1000, &o.fanout_rounds, nullptr},
+        {"--event-streams", 1, 15'000, &o.event_streams, nullptr},
+        {"--event-names", 1, 1000, &o.event_names, nullptr},
+        {"--event-rounds", 1, 10'000, &o.event_rounds, nullptr},
+        {"--event-seconds", 0.1, 600, nullptr, &o.event_seconds},
     };
     const auto flag = std::find_if(std::begin(numeric), std::end(numeric),
                                    [&](const NumericFlag& f) { return a == f.name; });
@@ -203,7 +220,7 @@ Options parseOptions(int argc, char** argv) {
                          [&](const char* k) { return name == k; }) == std::end(kScenarios)) {
           usage(
               "--only takes a comma-separated list of pairs, open, handoff, redlock, scale, "
-              "election, observers");
+              "election, observers, events");
         }
         o.only.push_back(name);
         from = comma + 1;
@@ -354,19 +371,31 @@ std::string lockPath(const std::string& name, const char* verb) {
   return "/v1/locks/" + name + "/" + verb;
 }
 
+std::string directScriptCall(const Scripts& scripts, const backend::Operation& op) {
+  const backend::ScriptContext ctx{kDirectPrefix,
+                                   std::to_string(backend::tokenCounterTtlMs(600'000)), false};
+  StatusOr<backend::ScriptCall> call = backend::scriptCallFor(op, ctx);
+  if (!call.isOk()) throw std::runtime_error("no script call: " + call.status().message());
+  const std::string& sha = call->script == backend::ScriptId::kElectionCampaign
+                               ? scripts.campaign_sha
+                           : call->script == backend::ScriptId::kRelease ? scripts.release_sha
+                                                                         : scripts.acquire_sha;
+  std::vector<std::string> args{"EVALSHA", sha, std::to_string(call->key_count)};
+  for (size_t i = 0; i < call->key_count; ++i) args.push_back(call->keys[i]);
+  for (size_t i = 0; i < call->arg_count; ++i) args.push_back(call->args[i]);
+  return respCommand(args);
+}
+
 PairRequests pairRequests(const Endpoint& e, const Scripts& s, const std::string& name,
                           const std::string& owner) {
   if (e.protocol == Protocol::kHttp) {
     return {httpPost(lockPath(name, "acquire"), json{{"ttl_ms", 10000}, {"owner", owner}}.dump()),
             httpPost(lockPath(name, "release"), json{{"owner", owner}}.dump())};
   }
-  // The keys and arguments the sidecar sends (scripts.h): the lease and its counter.
-  const std::string lock = backend::lockKey(kDirectPrefix, name);
-  const std::string counter = backend::tokenKey(kDirectPrefix, name);
-  return {respCommand({"EVALSHA", s.acquire_sha, "2", lock, counter, owner, "10000",
-                       std::to_string(backend::tokenCounterTtlMs(600'000))}),
-          respCommand({"EVALSHA", s.release_sha, "2", lock, counter, owner,
-                       backend::releaseChannel(kDirectPrefix, name), name})};
+  // The keys and arguments the sidecar sends (scripts.h): the lease, its counter, its holder
+  // record, and the grant's and the release's announcements.
+  return {directScriptCall(s, backend::Operation::acquire(name, owner, 10000)),
+          directScriptCall(s, backend::Operation::release(name, owner))};
 }
 
 /// An acquire that granted or a release that released (script reply 1, HTTP 200).
@@ -1087,21 +1116,6 @@ struct DirectHandover {
   }
 };
 
-std::string directScriptCall(const Scripts& scripts, const backend::Operation& op) {
-  const backend::ScriptContext ctx{kDirectPrefix,
-                                   std::to_string(backend::tokenCounterTtlMs(600'000)), false};
-  StatusOr<backend::ScriptCall> call = backend::scriptCallFor(op, ctx);
-  if (!call.isOk()) throw std::runtime_error("no script call: " + call.status().message());
-  const std::string& sha = call->script == backend::ScriptId::kElectionCampaign
-                               ? scripts.campaign_sha
-                           : call->script == backend::ScriptId::kRelease ? scripts.release_sha
-                                                                         : scripts.acquire_sha;
-  std::vector<std::string> args{"EVALSHA", sha, std::to_string(call->key_count)};
-  for (size_t i = 0; i < call->key_count; ++i) args.push_back(call->keys[i]);
-  for (size_t i = 0; i < call->arg_count; ++i) args.push_back(call->args[i]);
-  return respCommand(args);
-}
-
 void runDirectHandovers(const Endpoint& direct, const Scripts& scripts, int samples, int settle_ms,
                         DirectHandover& d) {
   EventLoop loop;
@@ -1307,28 +1321,61 @@ CrashRun runCrashHandover(const std::string& yaml, const RedisServer& redis,
 // ---------------------------------------------------------------------------------------------
 // Scenario 8: observers (many observe streams on one sidecar)
 
-struct ObserverRun : FailureLog {
-  int observers = 0;
+/// What many open streams cost one sidecar (the observers and events scenarios).
+struct StreamCosts : FailureLog {
+  int streams = 0;
   int names = 0;
-  int64_t rss_idle_kib = -1, rss_streams_kib = -1, rss_after_kib = -1;
+  int64_t rss_idle_kib = -1, rss_streams_kib = -1;
   double open_seconds = 0;       // to open every stream and read its first line
   double cpu_idle_cores = 0;     // the sidecar, no streams, over the window
   double cpu_streams_cores = 0;  // the same, every stream open, nothing changing
   double window_seconds = 0;     // each of those two windows
   int64_t reads = -1;            // Redis inspect calls of the sidecar in the second one
-  int64_t idle_lines = 0;        // lines the observers got while nothing changed
-  int64_t gauge = -1;            // sidelock_election_observers with every stream open
-  Summary elected_us;            // per name and round: resign -> the next `elected`
-  Summary fanout_us;             // per stream and round: resign -> its new `leader` line
-  Summary last_us;               // per round: resign -> the last stream's
-  double fanout_cpu_ms = 0;      // the sidecar's CPU per round (mean)
-  double bench_cpu_ms = 0;       // the bench's own (reading every stream) per round (mean)
-  int64_t fanout_lines = 0;      // lines the streams got during the leader changes
-  int64_t no_leader_lines = 0;   // `no_leader` seen between a resign and the next leader
+  int64_t idle_lines = 0;        // lines the streams got while nothing changed
+  int64_t gauge = -1;            // the sidecar's gauge of open streams with every one open
 
   double perStreamKiB() const {
-    return observers > 0 ? static_cast<double>(rss_streams_kib - rss_idle_kib) / observers : 0;
+    return streams > 0 ? static_cast<double>(rss_streams_kib - rss_idle_kib) / streams : 0;
   }
+  /// The lines of the table after the RSS line: opening, CPU, and the reads while idle.
+  void printOpenCpuAndReads() const {
+    std::printf(
+        "  opened in %.2f s; sidecar CPU over %.1f s: idle %.2f%% of a core, with the "
+        "streams %.2f%% (%.2fx)\n",
+        open_seconds, window_seconds, cpu_idle_cores * 100, cpu_streams_cores * 100,
+        ratio(cpu_streams_cores, cpu_idle_cores));
+    std::printf(
+        "  Redis reads meanwhile: %lld (%.1f/s for %d names: one per name each second, "
+        "not one per stream); lines pushed: %lld\n",
+        static_cast<long long>(reads), ratio(reads, window_seconds), names,
+        static_cast<long long>(idle_lines));
+  }
+  json costJson() const {
+    return json{{"names", names},
+                {"rss_idle_kib", rss_idle_kib},
+                {"rss_streams_kib", rss_streams_kib},
+                {"rss_per_stream_kib", round3(perStreamKiB())},
+                {"open_seconds", round3(open_seconds)},
+                {"window_seconds", round3(window_seconds)},
+                {"cpu_idle_cores", round3(cpu_idle_cores)},
+                {"cpu_streams_cores", round3(cpu_streams_cores)},
+                {"reads_in_window", reads},
+                {"idle_lines", idle_lines},
+                {"gauge", gauge},
+                {"failures", failures},
+                {"first_error", first_error}};
+  }
+};
+
+struct ObserverRun : StreamCosts {
+  int64_t rss_after_kib = -1;
+  Summary elected_us;           // per name and round: resign -> the next `elected`
+  Summary fanout_us;            // per stream and round: resign -> its new `leader` line
+  Summary last_us;              // per round: resign -> the last stream's
+  double fanout_cpu_ms = 0;     // the sidecar's CPU per round (mean)
+  double bench_cpu_ms = 0;      // the bench's own (reading every stream) per round (mean)
+  int64_t fanout_lines = 0;     // lines the streams got during the leader changes
+  int64_t no_leader_lines = 0;  // `no_leader` seen between a resign and the next leader
 };
 
 /// One observe stream as the bench reads it: lines are scanned, not parsed (10,000 of them).
@@ -1355,10 +1402,63 @@ uint64_t numberIn(std::string_view line, std::string_view key) {
 /// idle, then with `o.observers` streams over `o.observer_names` names (over its Unix socket);
 /// then `o.fanout_rounds` leader changes: every leader resigns at once and the time until each
 /// stream shows the new leader is taken.
+/// A sidecar's cost with nothing to do: RSS now, and its CPU (cores) over `window` (sleeping).
+void idleBaseline(pid_t pid, double window_s, int64_t* rss_kib, double* cores, double* taken_s) {
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  *rss_kib = rssKiB(pid);
+  const double cpu0 = cpuSeconds(pid);
+  const auto w0 = Clock::now();
+  std::this_thread::sleep_for(seconds(window_s));
+  *taken_s = std::chrono::duration<double>(Clock::now() - w0).count();
+  *cores = (cpuSeconds(pid) - cpu0) / *taken_s;
+}
+
+/// Opens `n` streams in batches of 500 (`connect(i)` starts stream i), each batch's first lines
+/// read (`opened` counts them) before the next connects. Empty, or what went wrong.
+std::string openInBatches(EventLoop& loop, size_t n, const std::function<void(size_t)>& connect,
+                          const int64_t& opened, const int64_t& ended) {
+  constexpr size_t kBatch = 500;
+  for (size_t from = 0; from < n; from += kBatch) {
+    const size_t to = std::min(n, from + kBatch);
+    for (size_t i = from; i < to; ++i) connect(i);
+    if (!loop.runUntil([&] { return opened == static_cast<int64_t>(to) || ended > 0; },
+                       Clock::now() + std::chrono::seconds(30)) ||
+        ended > 0) {
+      return "streams opened " + std::to_string(opened) + " of " + std::to_string(to) + ", ended " +
+             std::to_string(ended);
+    }
+  }
+  return "";
+}
+
+/// Every stream open, nothing changing: the sidecar's CPU (cores) over `window_s` while `loop`
+/// keeps reading, and the Redis reads (inspect calls) it made meanwhile.
+void quietWindow(EventLoop& loop, const SidecarProcess& sc, double window_s, double* cores,
+                 int64_t* reads) {
+  const int64_t reads0 =
+      metricValue(sc, "sidelock_backend_request_seconds_count", "op=\"inspect\"");
+  const double cpu0 = cpuSeconds(sc.pid());
+  const auto w0 = Clock::now();
+  loop.runUntil([] { return false; }, w0 + seconds(window_s));
+  const double w = std::chrono::duration<double>(Clock::now() - w0).count();
+  *cores = (cpuSeconds(sc.pid()) - cpu0) / w;
+  *reads = metricValue(sc, "sidelock_backend_request_seconds_count", "op=\"inspect\"") - reads0;
+}
+
+/// After hanging up every stream: the sidecar's gauge `family` back at 0 (within 2 s), or why not.
+std::string gaugeDrained(const SidecarProcess& sc, const std::string& family) {
+  int64_t left = -1;
+  for (int tries = 0; tries < 100 && left != 0; ++tries) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    left = metricValue(sc, family);
+  }
+  return left == 0 ? "" : family + " after hanging up: " + std::to_string(left);
+}
+
 ObserverRun runObservers(const Options& o, const std::string& yaml,
                          const SidecarProcess& leaders_sc, Placement& placement) {
   ObserverRun run;
-  run.observers = o.observers;
+  run.streams = o.observers;
   run.names = o.observer_names;
   SidecarProcess sc(
       {yaml, {}, true, "  max_connections: " + std::to_string(o.observers + 1024) + "\n"});
@@ -1399,14 +1499,8 @@ ObserverRun runObservers(const Options& o, const std::string& yaml,
   campaignAndQueue();
 
   // Idle, no streams: the baselines.
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  run.rss_idle_kib = rssKiB(sc.pid());
-  const auto window = seconds(o.observer_seconds);
-  double cpu0 = cpuSeconds(sc.pid());
-  auto w0 = Clock::now();
-  std::this_thread::sleep_for(window);
-  run.window_seconds = std::chrono::duration<double>(Clock::now() - w0).count();
-  run.cpu_idle_cores = (cpuSeconds(sc.pid()) - cpu0) / run.window_seconds;
+  idleBaseline(sc.pid(), o.observer_seconds, &run.rss_idle_kib, &run.cpu_idle_cores,
+               &run.window_seconds);
 
   // Open the streams in batches (each batch's first lines read before the next connects).
   std::vector<ObserveStream> streams(static_cast<size_t>(o.observers));
@@ -1414,41 +1508,34 @@ ObserverRun runObservers(const Options& o, const std::string& yaml,
   bool measuring = false;
   int64_t informed = 0, opened = 0, ended = 0;
   const auto t_open = Clock::now();
-  constexpr size_t kBatch = 500;
-  for (size_t from = 0; from < streams.size() && run.failures == 0; from += kBatch) {
-    const size_t to = std::min(streams.size(), from + kBatch);
-    for (size_t i = from; i < to; ++i) {
-      ObserveStream& s = streams[i];
-      s.name = i % names;
-      s.conn = Connection::unix(loop, sc.socketPath(), Protocol::kHttp);
-      s.conn->onReply([&, i](const Reply& r) {
-        ObserveStream& me = streams[i];
-        if (!r.line) {
-          ++ended;
-          return;
-        }
-        if (me.lines++ == 0) ++opened;
-        if (measuring) ++run.fanout_lines;
-        if (r.body.find("\"event\":\"no_leader\"") != std::string_view::npos) {
-          if (measuring) ++run.no_leader_lines;
-          return;
-        }
-        const uint64_t term = numberIn(r.body, "term");
-        if (measuring && !me.informed && term > old_term[me.name]) {
-          me.informed = true;
-          me.informed_at = Clock::now();
-          ++informed;
-        }
-        me.term = std::max(me.term, term);
-      });
-      s.conn->send(httpGet(electionPath(nameOf(s.name), "observe")));
-    }
-    if (!loop.runUntil([&] { return opened == static_cast<int64_t>(to) || ended > 0; },
-                       Clock::now() + std::chrono::seconds(30)) ||
-        ended > 0) {
-      run.fail("observe streams opened " + std::to_string(opened) + " of " + std::to_string(to) +
-               ", ended " + std::to_string(ended));
-    }
+  auto connect = [&](size_t i) {
+    ObserveStream& s = streams[i];
+    s.name = i % names;
+    s.conn = Connection::unix(loop, sc.socketPath(), Protocol::kHttp);
+    s.conn->onReply([&, i](const Reply& r) {
+      ObserveStream& me = streams[i];
+      if (!r.line) {
+        ++ended;
+        return;
+      }
+      if (me.lines++ == 0) ++opened;
+      if (measuring) ++run.fanout_lines;
+      if (r.body.find("\"event\":\"no_leader\"") != std::string_view::npos) {
+        if (measuring) ++run.no_leader_lines;
+        return;
+      }
+      const uint64_t term = numberIn(r.body, "term");
+      if (measuring && !me.informed && term > old_term[me.name]) {
+        me.informed = true;
+        me.informed_at = Clock::now();
+        ++informed;
+      }
+      me.term = std::max(me.term, term);
+    });
+    s.conn->send(httpGet(electionPath(nameOf(s.name), "observe")));
+  };
+  if (std::string why = openInBatches(loop, streams.size(), connect, opened, ended); !why.empty()) {
+    run.fail("observe " + why);
   }
   run.open_seconds = std::chrono::duration<double>(Clock::now() - t_open).count();
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
@@ -1459,14 +1546,7 @@ ObserverRun runObservers(const Options& o, const std::string& yaml,
   // Every stream open, nothing changing: the bench keeps reading (it should get nothing).
   int64_t lines_before = 0;
   for (const auto& s : streams) lines_before += s.lines;
-  const int64_t reads0 =
-      metricValue(sc, "sidelock_backend_request_seconds_count", "op=\"inspect\"");
-  cpu0 = cpuSeconds(sc.pid());
-  w0 = Clock::now();
-  loop.runUntil([] { return false; }, w0 + window);
-  const double w = std::chrono::duration<double>(Clock::now() - w0).count();
-  run.cpu_streams_cores = (cpuSeconds(sc.pid()) - cpu0) / w;
-  run.reads = metricValue(sc, "sidelock_backend_request_seconds_count", "op=\"inspect\"") - reads0;
+  quietWindow(loop, sc, o.observer_seconds, &run.cpu_streams_cores, &run.reads);
   for (const auto& s : streams) run.idle_lines += s.lines;
   run.idle_lines -= lines_before;
 
@@ -1531,16 +1611,167 @@ ObserverRun runObservers(const Options& o, const std::string& yaml,
 
   // Hanging up ends every stream: the gauge must come back to 0.
   streams.clear();
-  int64_t left = -1;
-  for (int tries = 0; tries < 100 && left != 0; ++tries) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    left = metricValue(sc, "sidelock_election_observers");
-  }
-  if (left != 0) run.fail("observers gauge after hanging up: " + std::to_string(left));
+  if (std::string why = gaugeDrained(sc, "sidelock_election_observers"); !why.empty())
+    run.fail(why);
   leaders.clear();
   waiting.clear();
   if (const int code = sc.stop(30'000); code != 0) {
     run.fail("observer sidecar exit code " + std::to_string(code));
+  }
+  return run;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Scenario 9: lock events (many event streams on one sidecar, changes made on another)
+
+struct EventsRun : StreamCosts {
+  Summary acquired_us;        // per stream of the changed name: acquire sent -> `acquired`
+  Summary released_us;        // per stream: release sent -> `released`
+  Summary acquired_first_us;  // per round: acquire sent -> the first stream's `acquired`
+  Summary released_first_us;  // per round: release sent -> the first stream's `released`
+  Summary acquire_call_us;    // per round: the acquire's own answer on A (the baseline)
+};
+
+struct EventStream {
+  std::unique_ptr<Connection> conn;
+  size_t name = 0;
+  int64_t lines = 0;
+  uint64_t acquired_token = 0, released_token = 0;  // of the last such line
+  Clock::time_point acquired_at{}, released_at{};
+};
+
+/// Its own sidecar E (listen.max_connections raised) serves only event streams, over its Unix
+/// socket; the locks change on `changer` (sidecar A). RSS and CPU of E idle and with
+/// `o.event_streams` streams over `o.event_names` names; then `o.event_rounds` acquire + release
+/// cycles, one name per round in turn: how long until each stream of that name shows each.
+EventsRun runEvents(const Options& o, const std::string& yaml, const SidecarProcess& changer,
+                    Placement& placement) {
+  EventsRun run;
+  run.streams = o.event_streams;
+  run.names = o.event_names;
+  SidecarProcess sc(
+      {yaml, {}, true, "  max_connections: " + std::to_string(o.event_streams + 1024) + "\n"});
+  placement.addServer(sc.pid());
+  placement.forThroughput();
+  std::cerr << "lock_bench: events sidecar pid " << sc.pid() << " (for a profiler)\n";
+  EventLoop loop;
+  const auto names = static_cast<size_t>(o.event_names);
+  auto nameOf = [](size_t k) { return "watched-" + std::to_string(k); };
+
+  idleBaseline(sc.pid(), o.event_seconds, &run.rss_idle_kib, &run.cpu_idle_cores,
+               &run.window_seconds);
+
+  std::vector<EventStream> streams(static_cast<size_t>(o.event_streams));
+  int64_t opened = 0, ended = 0;
+  size_t changing = names;  // the name changing this round (none yet)
+  const auto t_open = Clock::now();
+  auto connect = [&](size_t i) {
+    EventStream& st = streams[i];
+    st.name = i % names;
+    st.conn = Connection::unix(loop, sc.socketPath(), Protocol::kHttp);
+    st.conn->onReply([&, i](const Reply& r) {
+      EventStream& me = streams[i];
+      if (!r.line) {
+        ++ended;
+        return;
+      }
+      if (me.lines++ == 0) ++opened;
+      if (me.name != changing) return;
+      // The grant's line may come before A's answer (its token): kept, matched later.
+      if (r.body.find("\"event\":\"acquired\"") != std::string_view::npos) {
+        me.acquired_at = Clock::now();
+        me.acquired_token = numberIn(r.body, "token");
+      } else if (r.body.find("\"event\":\"released\"") != std::string_view::npos) {
+        me.released_at = Clock::now();
+        me.released_token = numberIn(r.body, "token");
+      }
+    });
+    st.conn->send(httpGet(lockPath(nameOf(st.name), "events")));
+  };
+  if (std::string why = openInBatches(loop, streams.size(), connect, opened, ended); !why.empty()) {
+    run.fail("event " + why);
+  }
+  run.open_seconds = std::chrono::duration<double>(Clock::now() - t_open).count();
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  run.rss_streams_kib = rssKiB(sc.pid());
+  run.gauge = metricValue(sc, "sidelock_lock_event_streams");
+  if (run.gauge != o.event_streams) run.fail("event streams gauge " + std::to_string(run.gauge));
+
+  // Every stream open, nothing changing.
+  int64_t lines_before = 0;
+  for (const auto& st : streams) lines_before += st.lines;
+  quietWindow(loop, sc, o.event_seconds, &run.cpu_streams_cores, &run.reads);
+  for (const auto& st : streams) run.idle_lines += st.lines;
+  run.idle_lines -= lines_before;
+
+  // Changes on A, one name per round.
+  auto conn = Connection::tcp(loop, changer.port(), Protocol::kHttp);
+  std::optional<json> answer;
+  conn->onReply([&](const Reply& r) {
+    answer = r.http_status == 200 ? json::parse(r.body) : json{{"error", describe(r)}};
+  });
+  std::vector<double> acquired_us, released_us, acquired_first, released_first, call_us;
+  for (int round = 0; round < o.event_rounds && run.failures == 0; ++round) {
+    const size_t k = static_cast<size_t>(round) % names;
+    std::vector<EventStream*> of_k;
+    for (auto& st : streams) {
+      if (st.name == k) of_k.push_back(&st);
+    }
+    auto seen = [&](uint64_t token, bool acquired) {
+      return std::count_if(of_k.begin(), of_k.end(), [&](const EventStream* st) {
+        return (acquired ? st->acquired_token : st->released_token) == token;
+      });
+    };
+    const auto watchers = static_cast<std::ptrdiff_t>(of_k.size());
+    answer.reset();
+    changing = k;
+    const auto sent = Clock::now();
+    conn->send(httpPost(lockPath(nameOf(k), "acquire"), R"({"ttl_ms": 30000})"));
+    loop.runUntil([&] { return answer.has_value(); }, sent + std::chrono::seconds(10));
+    if (!answer || !answer->contains("token")) {
+      run.fail("acquire " + std::to_string(round) + ": " + (answer ? answer->dump() : "no answer"));
+      break;
+    }
+    call_us.push_back(microsBetween(sent, Clock::now()));
+    const uint64_t token = (*answer)["token"];
+    const std::string owner = (*answer)["owner"];
+    loop.runUntil([&] { return seen(token, true) == watchers; }, sent + std::chrono::seconds(10));
+    answer.reset();
+    const auto release_sent = Clock::now();
+    conn->send(httpPost(lockPath(nameOf(k), "release"), json{{"owner", owner}}.dump()));
+    const bool done =
+        loop.runUntil([&] { return answer.has_value() && seen(token, false) == watchers; },
+                      release_sent + std::chrono::seconds(10));
+    if (!done || seen(token, true) != watchers) {
+      run.fail("round " + std::to_string(round) + ": " + std::to_string(seen(token, true)) + " / " +
+               std::to_string(seen(token, false)) + " of " + std::to_string(watchers) +
+               " streams saw acquired / released");
+      break;
+    }
+    double first_a = 1e18, first_r = 1e18;
+    for (const EventStream* st : of_k) {
+      const double a = microsBetween(sent, st->acquired_at);
+      const double r = microsBetween(release_sent, st->released_at);
+      acquired_us.push_back(a);
+      released_us.push_back(r);
+      first_a = std::min(first_a, a);
+      first_r = std::min(first_r, r);
+    }
+    acquired_first.push_back(first_a);
+    released_first.push_back(first_r);
+  }
+  changing = names;
+  run.acquired_us = summarize(std::move(acquired_us));
+  run.released_us = summarize(std::move(released_us));
+  run.acquired_first_us = summarize(std::move(acquired_first));
+  run.released_first_us = summarize(std::move(released_first));
+  run.acquire_call_us = summarize(std::move(call_us));
+
+  streams.clear();
+  if (std::string why = gaugeDrained(sc, "sidelock_lock_event_streams"); !why.empty())
+    run.fail(why);
+  if (const int code = sc.stop(30'000); code != 0) {
+    run.fail("events sidecar exit code " + std::to_string(code));
   }
   return run;
 }
@@ -1616,6 +1847,7 @@ class LockBench {
     if (o_.wants("redlock")) redlock();
     if (o_.wants("election")) election();
     if (o_.wants("observers")) observers();
+    if (o_.wants("events")) events();
     double idle_kib = static_cast<double>(rss_a_idle_kib_);
     if (o_.wants("scale")) idle_kib = std::max(idle_kib, scale());
     addTarget({"RSS idle", idle_kib / 1024, 20, true, "MiB"});
@@ -1916,23 +2148,14 @@ class LockBench {
               << " names\n";
     const ObserverRun r = runObservers(o_, singleNodeYaml(), a_, placement_);
     const double per_stream = r.perStreamKiB();
-    std::printf("\n8. observers: %d observe streams over %d names on one sidecar [%s]\n",
-                r.observers, r.names, placement_.forThroughput().c_str());
+    std::printf("\n8. observers: %d observe streams over %d names on one sidecar [%s]\n", r.streams,
+                r.names, placement_.forThroughput().c_str());
     std::printf(
         "  RSS: idle %.1f MiB, with the streams %.1f MiB (+%.2f KiB per stream), after "
         "the leader changes %.1f MiB\n",
         static_cast<double>(r.rss_idle_kib) / 1024, static_cast<double>(r.rss_streams_kib) / 1024,
         per_stream, static_cast<double>(r.rss_after_kib) / 1024);
-    std::printf(
-        "  opened in %.2f s; sidecar CPU over %.1f s: idle %.2f%% of a core, with the "
-        "streams %.2f%% (%.2fx)\n",
-        r.open_seconds, r.window_seconds, r.cpu_idle_cores * 100, r.cpu_streams_cores * 100,
-        ratio(r.cpu_streams_cores, r.cpu_idle_cores));
-    std::printf(
-        "  Redis reads meanwhile: %lld (%.1f/s for %d names: one per name each second, "
-        "not one per stream); lines pushed: %lld\n",
-        static_cast<long long>(r.reads), ratio(r.reads, r.window_seconds), r.names,
-        static_cast<long long>(r.idle_lines));
+    r.printOpenCpuAndReads();
     std::printf(
         "  %d leader changes (every leader resigns at once); x = p50 / p50 of the new "
         "leader's elected line\n",
@@ -1953,33 +2176,64 @@ class LockBench {
     if (o_.observers < 10'000) {
       std::printf("  (below 10k observers: the RSS and CPU target lines are not comparable)\n");
     }
-    out_["observers"] = {{"observers", r.observers},
-                         {"names", r.names},
-                         {"rss_idle_kib", r.rss_idle_kib},
-                         {"rss_streams_kib", r.rss_streams_kib},
-                         {"rss_after_changes_kib", r.rss_after_kib},
-                         {"rss_per_stream_kib", round3(per_stream)},
-                         {"open_seconds", round3(r.open_seconds)},
-                         {"window_seconds", round3(r.window_seconds)},
-                         {"cpu_idle_cores", round3(r.cpu_idle_cores)},
-                         {"cpu_streams_cores", round3(r.cpu_streams_cores)},
-                         {"reads_in_window", r.reads},
-                         {"idle_lines", r.idle_lines},
-                         {"gauge", r.gauge},
-                         {"elected", toJson(r.elected_us)},
-                         {"fanout", toJson(r.fanout_us)},
-                         {"fanout_last", toJson(r.last_us)},
-                         {"fanout_cpu_ms_per_change", round3(r.fanout_cpu_ms)},
-                         {"bench_cpu_ms_per_change", round3(r.bench_cpu_ms)},
-                         {"fanout_lines", r.fanout_lines},
-                         {"no_leader_lines", r.no_leader_lines},
-                         {"failures", r.failures},
-                         {"first_error", r.first_error}};
+    json& obs = out_["observers"] = r.costJson();
+    obs["observers"] = r.streams;
+    obs["rss_after_changes_kib"] = r.rss_after_kib;
+    obs["elected"] = toJson(r.elected_us);
+    obs["fanout"] = toJson(r.fanout_us);
+    obs["fanout_last"] = toJson(r.last_us);
+    obs["fanout_cpu_ms_per_change"] = round3(r.fanout_cpu_ms);
+    obs["bench_cpu_ms_per_change"] = round3(r.bench_cpu_ms);
+    obs["fanout_lines"] = r.fanout_lines;
+    obs["no_leader_lines"] = r.no_leader_lines;
     addTarget({"observers, RSS per stream", per_stream, 4, true, "KiB"});
     addTarget(
         {"observers, sidecar CPU with every stream open", r.cpu_streams_cores * 100, 2, true, "%"});
     addTarget({"observers, leader change pushed to the last one, p50", r.last_us.p50 / 1000, 250,
                true, "ms"});
+  }
+
+  void events() {
+    std::cerr << "lock_bench: " << o_.event_streams << " event streams over " << o_.event_names
+              << " names\n";
+    const EventsRun r = runEvents(o_, singleNodeYaml(), a_, placement_);
+    const double per_stream = r.perStreamKiB();
+    std::printf(
+        "\n9. events: %d lock event streams over %d names on one sidecar, changes on "
+        "another [%s]\n",
+        r.streams, r.names, placement_.forThroughput().c_str());
+    std::printf("  RSS: idle %.1f MiB, with the streams %.1f MiB (+%.2f KiB per stream)\n",
+                static_cast<double>(r.rss_idle_kib) / 1024,
+                static_cast<double>(r.rss_streams_kib) / 1024, per_stream);
+    r.printOpenCpuAndReads();
+    std::printf("  %d acquire + release cycles on A; x = p50 / p50 of the acquire's own answer\n",
+                o_.event_rounds);
+    std::printf("  %-44s %9s %9s %9s %9s\n", "sent on A -> (µs)", "p50", "p99", "max", "x");
+    const double base = r.acquire_call_us.p50;
+    printLatency("acquire answered (baseline)", r.acquire_call_us, base);
+    printLatency("acquired, first stream on E", r.acquired_first_us, base);
+    printLatency("acquired, every stream of the name on E", r.acquired_us, base);
+    printLatency("released, first stream on E", r.released_first_us, base);
+    printLatency("released, every stream of the name on E", r.released_us, base);
+    failures_ += r.failures;
+    if (r.failures > 0) std::printf("  ! events: %s\n", r.first_error.c_str());
+    if (o_.event_streams < 10'000) {
+      std::printf("  (below 10k streams: the RSS and CPU target lines are not comparable)\n");
+    }
+    json& ev = out_["events"] = r.costJson();
+    ev["streams"] = r.streams;
+    ev["acquire_call"] = toJson(r.acquire_call_us);
+    ev["acquired_first"] = toJson(r.acquired_first_us);
+    ev["acquired"] = toJson(r.acquired_us);
+    ev["released_first"] = toJson(r.released_first_us);
+    ev["released"] = toJson(r.released_us);
+    addTarget({"events, RSS per stream", per_stream, 4, true, "KiB"});
+    addTarget(
+        {"events, sidecar CPU with every stream open", r.cpu_streams_cores * 100, 2, true, "%"});
+    addTarget({"events, acquire -> acquired on another sidecar, p50",
+               r.acquired_first_us.p50 / 1000, 50, true, "ms"});
+    addTarget({"events, release -> released on another sidecar, p50",
+               r.released_first_us.p50 / 1000, 50, true, "ms"});
   }
 
   // 4. On 2 cores the five nodes cannot all run in parallel (in production they are on five
@@ -2113,8 +2367,9 @@ int main(int argc, char** argv) {
   // and in the sidecar (which inherits this limit): raise the soft limit as far as the hard one
   // allows.
   rlimit files{};
-  const int connections = std::max(options.wants("scale") ? options.scale_waiters : 0,
-                                   options.wants("observers") ? options.observers : 0);
+  const int connections = std::max({options.wants("scale") ? options.scale_waiters : 0,
+                                    options.wants("observers") ? options.observers : 0,
+                                    options.wants("events") ? options.event_streams : 0});
   const rlim_t wanted = static_cast<rlim_t>(connections) + 2048;
   if (connections > 0 && getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur < wanted) {
     files.rlim_cur = std::min(wanted, files.rlim_max);

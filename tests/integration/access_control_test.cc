@@ -205,6 +205,7 @@ TEST_F(TokenTest, TcpRequiresAValidTokenAndPrefixesLimitLockNames) {
            {"POST", "/v1/locks/billing-1/release", json{{"owner", billing_owner}}.dump()},
            {"POST", "/v1/locks/billing-1/extend", json{{"owner", billing_owner}}.dump()},
            {"GET", "/v1/locks/billing-1", ""},
+           {"GET", "/v1/locks/billing-1/events", ""},
            {"POST", "/v1/locks/orders/acquire", "{}"}}) {
     r = call(method, path, kOrdersToken, body);
     EXPECT_EQ(r.status, 403) << method << " " << path << ": " << r.body;

@@ -384,7 +384,9 @@ TEST_F(RedisBackendTest, ReleaseWakesListenerOnAnotherBackend) {
   RedisBackend& holder = make(redisConfig(redis_.port()));
   RedisBackend& waiter = make(redisConfig(redis_.port()));
   std::vector<std::string> woken;
-  waiter.setReleaseListener([&](std::string_view name) { woken.emplace_back(name); });
+  waiter.setReleaseListener([&](std::string_view name, std::string_view reason) {
+    if (announcement::freesLock(reason)) woken.emplace_back(name);  // grants are announced too
+  });
   waiter.watchReleases("job");
   waiter.watchReleases("job");  // counted
   ASSERT_TRUE(
@@ -546,7 +548,9 @@ TEST_F(RedisBackendTest, ElectionNewsWakesListenerOnAnotherBackend) {
   RedisBackend& leader = make(redisConfig(redis_.port()));
   RedisBackend& observer = make(redisConfig(redis_.port()));
   std::vector<std::string> heard;
-  observer.setReleaseListener([&](std::string_view name) { heard.emplace_back(name); });
+  observer.setReleaseListener([&](std::string_view name, std::string_view reason) {
+    heard.push_back(std::string(name) + " " + std::string(reason));
+  });
   observer.watchReleases("svc");
   ASSERT_TRUE(env_.runUntil(
       [&] { return observer.node().subscribed(releaseChannel("sidelock:", "svc")); }));
@@ -565,15 +569,48 @@ TEST_F(RedisBackendTest, ElectionNewsWakesListenerOnAnotherBackend) {
   ASSERT_TRUE(run(leader, Operation::release("svc", "owner-a").of(election))->ok());
   ASSERT_TRUE(heardNews(3)) << "resigned";
   env_.runFor(100);
-  EXPECT_EQ(heard, std::vector<std::string>({"svc", "svc", "svc"}))
+  EXPECT_EQ(heard, std::vector<std::string>({"svc granted", "svc proclaimed", "svc released"}))
       << "the refusals and the renewal announced nothing";
   observer.unwatchReleases("svc");
+}
+
+// Every change of a lock is announced with what it was (the payload): a grant, a hand-off (a
+// grant: the lock never became free), a release, a force release. Re-entry announces nothing.
+TEST_F(RedisBackendTest, LockChangesAreAnnouncedWithTheirReason) {
+  RedisBackend& holder = make(redisConfig(redis_.port()));
+  RedisBackend& observer = make(redisConfig(redis_.port()));
+  std::vector<std::string> heard;
+  observer.setReleaseListener(
+      [&](std::string_view, std::string_view reason) { heard.emplace_back(reason); });
+  observer.watchReleases("job");
+  ASSERT_TRUE(env_.runUntil(
+      [&] { return observer.node().subscribed(releaseChannel("sidelock:", "job")); }));
+  auto heardNews = [&](size_t count) {
+    return env_.runUntil([&] { return heard.size() >= count; }, 2000);
+  };
+  ASSERT_TRUE(run(holder, Operation::acquire("job", "alice", 10'000, true))->ok());
+  ASSERT_TRUE(heardNews(1));
+  ASSERT_TRUE(run(holder, Operation::acquire("job", "alice", 10'000, true))->ok());  // re-entry
+  ASSERT_EQ(*release(holder, "job", "alice"), OutcomeCode::kOk);  // one hold of two
+  ASSERT_TRUE(run(holder, Operation::handOff("job", "alice", "bob", 10'000))->ok());
+  ASSERT_TRUE(heardNews(2));
+  ASSERT_EQ(*release(holder, "job", "bob"), OutcomeCode::kOk);
+  ASSERT_TRUE(heardNews(3));
+  ASSERT_TRUE(acquire(holder, "job", "carol", 10'000)->ok());
+  ASSERT_TRUE(run(holder, Operation::forceRelease("job"))->ok());
+  ASSERT_TRUE(heardNews(5));
+  env_.runFor(100);
+  EXPECT_EQ(heard,
+            std::vector<std::string>({"granted", "granted", "released", "granted", "forced"}));
+  observer.unwatchReleases("job");
 }
 
 TEST_F(RedisBackendTest, SubscriptionsSurviveRedisRestart) {
   RedisBackend& waiter = make(redisConfig(redis_.port()));
   int woken = 0;
-  waiter.setReleaseListener([&](std::string_view) { ++woken; });
+  waiter.setReleaseListener([&](std::string_view, std::string_view reason) {
+    woken += announcement::freesLock(reason) ? 1 : 0;
+  });
   waiter.watchReleases("r");
   const std::string channel = releaseChannel("sidelock:", "r");
   ASSERT_TRUE(env_.runUntil([&] { return waiter.node().subscribed(channel); }));

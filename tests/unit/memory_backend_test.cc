@@ -130,7 +130,7 @@ TEST_F(MemoryBackendTest, BadArgumentsAreErrorsNotGrants) {
 
 TEST_F(MemoryBackendTest, ReleaseNotifiesOnlyWatchedNamesOnALaterTurn) {
   std::vector<std::string> heard;
-  backend.setReleaseListener([&](std::string_view n) { heard.emplace_back(n); });
+  backend.setReleaseListener([&](std::string_view n, std::string_view) { heard.emplace_back(n); });
   ASSERT_TRUE(acquire("x", "a", 1000)->ok());
   ASSERT_TRUE(acquire("y", "a", 1000)->ok());
   backend.watchReleases("x");
@@ -254,11 +254,29 @@ TEST_F(MemoryBackendTest, ElectionServesNoHandOffForceReleaseOrWithdrawAndOthers
             StatusCode::kInvalidArgument);
 }
 
+// Each announcement says what changed (the Redis scripts' pub/sub payload): a grant wakes no
+// waiter, a release and a force release do.
+TEST_F(MemoryBackendTest, AnnouncementsCarryTheirReason) {
+  std::vector<std::string> heard;
+  backend.setReleaseListener([&](std::string_view n, std::string_view reason) {
+    heard.emplace_back(std::string(n) + " " + std::string(reason));
+  });
+  backend.watchReleases("g");
+  ASSERT_TRUE(acquire("g", "a", 1000)->ok());
+  EXPECT_EQ(*release("g", "a"), OutcomeCode::kOk);
+  ASSERT_TRUE(acquire("g", "b", 1000)->ok());
+  ASSERT_TRUE(run(Operation::forceRelease("g"))->ok());
+  EXPECT_EQ(heard, std::vector<std::string>({"g granted", "g released", "g granted", "g forced"}));
+  EXPECT_FALSE(announcement::freesLock(announcement::kGranted));
+  EXPECT_TRUE(announcement::freesLock(announcement::kForced));
+  EXPECT_TRUE(announcement::freesLock("g")) << "an older sidecar's payload: the lock's name";
+}
+
 // A grant, a proclaim and a resign are news to observers (announced like a release); a refused
 // one is not.
 TEST_F(MemoryBackendTest, ElectionNewsIsAnnounced) {
   std::vector<std::string> heard;
-  backend.setReleaseListener([&](std::string_view n) { heard.emplace_back(n); });
+  backend.setReleaseListener([&](std::string_view n, std::string_view) { heard.emplace_back(n); });
   backend.watchReleases("e");
   ASSERT_TRUE(run(Operation::campaign("e", "owner-a", 1000, "node-a", ""))->ok());
   EXPECT_EQ(heard.size(), 1u) << "elected";

@@ -33,6 +33,7 @@ std::string renderAllFamilies() {
   m.httpRequests("/v1/locks/{name}/acquire", 200).Increment();
   m.httpLatency("/v1/locks/{name}/acquire").Observe(0.001);
   m.electionSeries("scheduler").leader.Set(1);  // a configured election's gauges
+  m.lock_events_sent_total.Add({{"type", "acquired"}}).Increment();  // labelled on first use
   return m.render();
 }
 

@@ -92,9 +92,8 @@ TEST(RedisReplies, HolderRecord) {
   EXPECT_EQ(writer->holder, "w");
   EXPECT_EQ(writer->used, 0);
   for (const char* bad : {"", "5", "5 ", " w", "x w", "99999999999999999999 w"}) {
-    EXPECT_FALSE(decode(array({integer(1), integer(7), integer(900), str(bad)}),
-                        ScriptId::kInspect)
-                     .isOk())
+    EXPECT_FALSE(
+        decode(array({integer(1), integer(7), integer(900), str(bad)}), ScriptId::kInspect).isOk())
         << bad;
   }
   EXPECT_EQ(holderRecordKey("sidelock:", "o"), "sidelock:{o}:holder") << "the lease's slot";
@@ -350,15 +349,19 @@ TEST(RedisScripts, EveryOperationIsOneScriptCall) {
   EXPECT_EQ(acquire.keys[0], "p:{n}");
   EXPECT_EQ(acquire.keys[1], "p:{n}:token");
   EXPECT_EQ(acquire.keys[2], "p:{n}:holder") << "the holder record, always the last key";
-  ASSERT_EQ(acquire.arg_count, 4);
+  ASSERT_EQ(acquire.arg_count, 8);
   EXPECT_EQ(acquire.args[0], "o");
   EXPECT_EQ(acquire.args[1], "5000");
   EXPECT_EQ(acquire.args[2], "61000");
   EXPECT_EQ(acquire.args[3], "") << "no holder label";
+  EXPECT_EQ(acquire.args[4], kNotReentrantArg);
+  EXPECT_EQ(acquire.args[5], "0") << "not a queued writer";
+  EXPECT_EQ(acquire.args[6], "p:released:{n}") << "a grant is announced";
+  EXPECT_EQ(acquire.args[7], announcement::kGranted);
   Operation labelled = Operation::acquire("n", "o", 5000, true);
   labelled.holder = "pod a";
   const ScriptCall reentrant = callOf(labelled, ctx);
-  ASSERT_EQ(reentrant.arg_count, 5);
+  ASSERT_EQ(reentrant.arg_count, 8);
   EXPECT_EQ(reentrant.args[3], "pod a");
   EXPECT_EQ(reentrant.args[4], kReentrantArg);
 
@@ -366,15 +369,22 @@ TEST(RedisScripts, EveryOperationIsOneScriptCall) {
   EXPECT_EQ(release.script, ScriptId::kRelease);
   ASSERT_EQ(release.arg_count, 3);
   EXPECT_EQ(release.args[1], "p:released:{n}");
-  EXPECT_EQ(release.args[2], "n");
+  EXPECT_EQ(release.args[2], announcement::kReleased) << "the payload: what changed";
+  EXPECT_EQ(callOf(Operation::forceRelease("n"), ctx).args[1], announcement::kForced);
   const ScriptCall sharded =
       callOf(Operation::release("n", "o"), ScriptContext{"p:", "61000", true});
   ASSERT_EQ(sharded.arg_count, 4);
   EXPECT_EQ(sharded.args[3], kShardedPublish);
+  Operation sharded_writer = Operation::acquire("n", "o", 5000);
+  sharded_writer.writer_wait_ms = 1700;
+  const ScriptCall widest = callOf(sharded_writer, ScriptContext{"p:", "61000", true});
+  ASSERT_EQ(widest.arg_count, 9) << "the most arguments a call carries: ScriptCall::args fits them";
+  EXPECT_EQ(widest.args[8], kShardedPublish);
 
   const ScriptCall hand_off = callOf(Operation::handOff("n", "o", "next", 900), ctx);
   EXPECT_EQ(hand_off.script, ScriptId::kReleaseGrant);
-  ASSERT_EQ(hand_off.arg_count, 5);
+  ASSERT_EQ(hand_off.arg_count, 7);
+  EXPECT_EQ(hand_off.args[6], announcement::kGranted) << "a hand-off wakes no waiter";
   EXPECT_EQ(hand_off.keys[2], "p:{n}:holder") << "the next owner's holder record";
   EXPECT_EQ(hand_off.args[1], "next");
   EXPECT_EQ(hand_off.args[2], "900");
@@ -424,8 +434,9 @@ TEST(RedisScripts, EveryOperationIsOneScriptCall) {
   ASSERT_EQ(readers_inspect.key_count, 5);
   EXPECT_EQ(readers_inspect.keys[4], "p:{n}:readers:holders");
   ASSERT_EQ(readers_inspect.arg_count, 1);
-  ASSERT_EQ(reader.arg_count, 4);
+  ASSERT_EQ(reader.arg_count, 6);
   EXPECT_EQ(reader.args[3], "") << "no label: none recorded";
+  EXPECT_EQ(reader.args[5], announcement::kGranted) << "a first reader is announced";
   EXPECT_EQ(callOf(Operation::release("n", "r").of(LockKind::kShared), ctx).script,
             ScriptId::kSharedRelease);
   EXPECT_EQ(callOf(Operation::extend("n", "r", 9).of(LockKind::kShared), ctx).script,
@@ -439,7 +450,7 @@ TEST(RedisScripts, EveryOperationIsOneScriptCall) {
   EXPECT_EQ(marking.keys[3], "p:{n}:holder");
   EXPECT_EQ(callOf(Operation::acquire("n", "o", 5000), ctx).key_count, 3)
       << "a single try names no mark";
-  ASSERT_EQ(marking.arg_count, 6);
+  ASSERT_EQ(marking.arg_count, 8);
   EXPECT_EQ(marking.args[4], kNotReentrantArg);
   EXPECT_EQ(marking.args[5], "1700");
   queued_writer.reentrant = true;
@@ -456,10 +467,11 @@ TEST(RedisScripts, EveryOperationIsOneScriptCall) {
   EXPECT_EQ(fair.keys[2], "p:{n}:fair");
   EXPECT_EQ(fair.keys[3], "p:{n}:fair:claims");
   EXPECT_EQ(fair.keys[4], "p:{n}:holder");
-  ASSERT_EQ(fair.arg_count, 6);
+  ASSERT_EQ(fair.arg_count, 8);
   EXPECT_EQ(fair.args[3], "2100");
   EXPECT_EQ(fair.args[4], "") << "no holder label";
   EXPECT_EQ(fair.args[5], "w2 w3");
+  EXPECT_EQ(fair.args[7], announcement::kGranted) << "a fair grant is announced";
   EXPECT_EQ(callOf(Operation::acquire("n", "w", 5).of(LockKind::kFair), ctx).args[3], "0")
       << "a single try never joins the queue";
   EXPECT_EQ(callOf(Operation::withdraw("n", "w1"), ctx).script, ScriptId::kFairWithdraw);
@@ -497,7 +509,7 @@ TEST(RedisScripts, EveryOperationIsOneScriptCall) {
   EXPECT_EQ(el_sync.args[2], "1795376077464");
   EXPECT_EQ(el_sync.args[3], ctx.counter_ttl_ms);
   EXPECT_EQ(el_sync.args[4], releaseChannel("p:", "n"));
-  EXPECT_EQ(el_sync.args[5], "n");
+  EXPECT_EQ(el_sync.args[5], announcement::kGranted);
   const ScriptCall::Views v = acquire.views();
   EXPECT_EQ(v.keyArgs().size(), 3u);
   EXPECT_EQ(v.argArgs()[0], "o");
@@ -581,7 +593,7 @@ TEST(RedisScripts, ElectionVerbsWorkOnTheElectionsOwnKeys) {
   EXPECT_EQ(campaign.args[3], "node-a");
   EXPECT_EQ(campaign.args[4], value) << "copied, not a view of the operation's string";
   EXPECT_EQ(campaign.args[5], releaseChannel("p:", "n")) << "a new leader is announced";
-  EXPECT_EQ(campaign.args[6], "n");
+  EXPECT_EQ(campaign.args[6], announcement::kGranted);
   const ScriptCall sharded =
       callOf(Operation::campaign("n", "o", 5000, "node-a", "v"), ScriptContext{"p:", "1", true});
   ASSERT_EQ(sharded.arg_count, 8);
@@ -609,7 +621,7 @@ TEST(RedisScripts, ElectionVerbsWorkOnTheElectionsOwnKeys) {
   EXPECT_EQ(proclaim.args[0], "o");
   EXPECT_EQ(proclaim.args[1], "new value");
   EXPECT_EQ(proclaim.args[2], releaseChannel("p:", "n"));
-  EXPECT_EQ(proclaim.args[3], "n");
+  EXPECT_EQ(proclaim.args[3], announcement::kProclaimed);
 
   const ScriptCall leader = callOf(Operation::inspect("n").of(LockKind::kElection), ctx);
   EXPECT_EQ(leader.script, ScriptId::kElectionLeader);

@@ -4,10 +4,9 @@
 -- KEYS[2]  p{name}:token    the fencing counter
 -- KEYS[3]  p{name}:writer   the queued writers' marks (only with ARGV[6])
 -- KEYS[#KEYS]  p{name}:holder  the holder record (lib/holder_record.lua; the last key)
--- ARGV     owner, ttl_ms, counter_ttl_ms, holder label ('' = none)[, "reentrant" | "-"[,
---          writer_wait_ms]]
---          ("-": not reentrant, so that writer_wait_ms can follow; writer_wait_ms: a queued
---          writer, which marks itself waiting if readers hold the lock)
+-- ARGV     owner, ttl_ms, counter_ttl_ms, holder label ('' = none), "reentrant" | "-",
+--          writer_wait_ms (> 0: a queued writer, which marks itself waiting if readers hold the
+--          lock), channel, reason ("granted")[, "sharded"]: a grant is announced (lib/announce.lua)
 -- Replies  {1, token, ttl, holds}  granted (holds > 1: re-entered, the same token)
 --          {0, 0, holder PTTL}     held by another owner
 --          (a busy reply ends with "<since_ms> <label>" when the holder recorded one)
@@ -25,13 +24,17 @@
 --! include lib/clock.lua
 --! include lib/readers.lua
 --! include lib/holder_record.lua
+--! include lib/announce.lua
 
+local writer_wait = tonumber(ARGV[6]) or 0
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  if ARGV[6] then
+  if writer_wait > 0 then
     redis.call('DEL', KEYS[3])  -- a queued writer got in: readers may queue behind it again
   end
   recordHolder(KEYS[#KEYS], ARGV[1], ARGV[4], ARGV[2])
-  return {1, nextToken(ARGV[3]), tonumber(ARGV[2]), 1}
+  local token = nextToken(ARGV[3])
+  announce(ARGV[7], ARGV[8], ARGV[9])
+  return {1, token, tonumber(ARGV[2]), 1}
 end
 -- Busy: who holds it tells a re-entry, and the caller's own lease (code 3) from another's.
 local v = redis.call('GET', KEYS[1])
@@ -46,9 +49,9 @@ if owner == ARGV[1] then
   redis.call('PEXPIRE', KEYS[2], ARGV[3])
   return {1, tonumber(redis.call('GET', KEYS[2]) or '0'), ttl, holds + 1}
 end
-if v and ARGV[6] and readersHold(v) then
+if v and writer_wait > 0 and readersHold(v) then
   redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', nowMs())
-  markWritersWaiting(tonumber(ARGV[6]), ARGV[1])
+  markWritersWaiting(writer_wait, ARGV[1])
   return {0, 0, redis.call('PTTL', KEYS[1]), 1}
 end
 local busy = {0, 0, redis.call('PTTL', KEYS[1])}

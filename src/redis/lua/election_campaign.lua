@@ -3,7 +3,7 @@
 -- KEYS[1]  p{name}:el          the leader's lease: owner id, PX = its TTL (no holds: no re-entry)
 -- KEYS[2]  p{name}:el:token    the election's fencing counter: the last grant's token is the term
 -- KEYS[3]  p{name}:el:leader   who leads: a hash {candidate, value, since_ms, term}
--- ARGV     owner, ttl_ms, counter_ttl_ms, candidate, value, channel, name[, "sharded"]
+-- ARGV     owner, ttl_ms, counter_ttl_ms, candidate, value, channel, reason[, "sharded"]
 -- Replies  {1, term, ttl, 1, since_ms}   elected (since_ms: Redis TIME, Unix ms)
 --          {0, 0, holder PTTL}           another candidate leads
 --          {3, 0, PTTL}                  this owner leads already

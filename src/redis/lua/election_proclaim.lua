@@ -3,7 +3,7 @@
 -- KEYS[1]  p{name}:el          the leader's lease: owner id, PX = its TTL
 -- KEYS[2]  p{name}:el:token    the election's fencing counter (the term)
 -- KEYS[3]  p{name}:el:leader   who leads: a hash {candidate, value, since_ms, term}
--- ARGV     owner, value, channel, name[, "sharded"]
+-- ARGV     owner, value, channel, reason[, "sharded"]
 -- Replies  {1, term, PTTL, 1}    proclaimed (and announced); the term is the record's (the counter
 --                                if the record lost it), as election_leader.lua reads it
 --          {0, 0, holder PTTL}   another candidate leads

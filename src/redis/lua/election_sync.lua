@@ -4,7 +4,7 @@
 -- KEYS[1]  p{name}:el          the leader's lease: owner id, PX = its TTL
 -- KEYS[2]  p{name}:el:token    the election's fencing counter
 -- KEYS[3]  p{name}:el:leader   who leads: a hash {candidate, value, since_ms, term[, quorum]}
--- ARGV     owner, term, since_ms, counter_ttl_ms, channel, name
+-- ARGV     owner, term, since_ms, counter_ttl_ms, channel, reason
 -- Replies  {1, 0, 0}
 --
 -- Each node's campaign wrote its own counter's value as the term; the quorum's term is the

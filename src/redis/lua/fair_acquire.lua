@@ -5,8 +5,9 @@
 -- KEYS[3]  p{name}:fair         the queue: waiter -> arrival (us, Redis time)
 -- KEYS[4]  p{name}:fair:claims  waiter -> until when it keeps its place (ms, Redis time)
 -- KEYS[5]  p{name}:holder        the holder record (lib/holder_record.lua)
--- ARGV     owner, ttl_ms, counter_ttl_ms, claim_ms, holder label ('' = none)[, other waiters
---          of this sidecar]
+-- ARGV     owner, ttl_ms, counter_ttl_ms, claim_ms, holder label ('' = none), other waiters
+--          of this sidecar ('' = none), channel, reason ("granted")[, "sharded"]: a grant is
+--          announced (lib/announce.lua)
 -- Replies  {1, token, ttl, 1}      granted
 --          {0, 0, ms}              busy: the holder's PTTL, or the first waiter's claim
 --          {3, 0, ms}              busy: this owner holds the lock already
@@ -22,6 +23,7 @@
 --! include lib/clock.lua
 --! include lib/fair_queue.lua
 --! include lib/holder_record.lua
+--! include lib/announce.lua
 
 local now = nowMs()
 dropLapsed(now)
@@ -63,7 +65,9 @@ if #first == 0 or first[1] == ARGV[1] then
     redis.call('ZREM', KEYS[3], ARGV[1])
     redis.call('ZREM', KEYS[4], ARGV[1])
     recordHolder(KEYS[5], ARGV[1], ARGV[5], ARGV[2])
-    return {1, nextToken(ARGV[3]), tonumber(ARGV[2]), 1}
+    local token = nextToken(ARGV[3])
+    announce(ARGV[7], ARGV[8], ARGV[9])
+    return {1, token, tonumber(ARGV[2]), 1}
   end
   return withHolder({busyCode(), 0, redis.call('PTTL', KEYS[1])})
 end

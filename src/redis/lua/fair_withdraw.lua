@@ -4,7 +4,7 @@
 -- KEYS[2]  p{name}:token    the fencing counter
 -- KEYS[3]  p{name}:fair
 -- KEYS[4]  p{name}:fair:claims
--- ARGV     owner, channel, name[, "sharded"]
+-- ARGV     owner, channel, reason[, "sharded"]
 -- Replies  {1, 0, 0}               left the queue
 --          {-1, 0, 0}              was not queued
 --

@@ -2,7 +2,7 @@
 --
 -- KEYS[1]  p{name}          the lease: owner id[, " <holds>"], PX = its TTL
 -- KEYS[2]  p{name}:token    the fencing counter
--- ARGV     channel, name[, "sharded"]
+-- ARGV     channel, reason[, "sharded"]
 -- Replies  {1, last token, 0}      deleted (and announced)
 --          {-1, last token, 0}     not held
 --

@@ -6,7 +6,7 @@
 -- KEYS[3]  p{name}:el:leader  elections only (KEYS[1..2] are then p{name}:el, p{name}:el:token):
 --                           the leader's record, deleted with the lease; locks (mutex, fair):
 --                           p{name}:holder, the holder record (lib/holder_record.lua)
--- ARGV     owner, channel, name[, "sharded"]  ("sharded": Redis Cluster, SPUBLISH)
+-- ARGV     owner, channel, reason[, "sharded"]  ("sharded": Redis Cluster, SPUBLISH)
 -- Replies  {1, 0, 0, holds left}   released (0: freed and announced; more: one hold given back)
 --          {0, 0, holder PTTL}     held by another owner
 --          {-1, 0, 0}              not held

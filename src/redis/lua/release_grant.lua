@@ -3,20 +3,23 @@
 -- KEYS[1]  p{name}          the lease: owner id[, " <holds>"], PX = its TTL
 -- KEYS[2]  p{name}:token    the fencing counter
 -- KEYS[3]  p{name}:holder   the holder record (lib/holder_record.lua): the next owner's
--- ARGV     owner, next owner, next ttl_ms, counter_ttl_ms, next holder label ('' = none)
+-- ARGV     owner, next owner, next ttl_ms, counter_ttl_ms, next holder label ('' = none),
+--          channel, reason ("granted")[, "sharded"]
 -- Replies  {1, token, ttl, 1}      released and granted to the next owner
 --          {1, 0, PTTL, holds}     a re-entered lease gave back one hold, handed nothing on
 --          {0, 0, holder PTTL}     held by another owner
 --          {-1, 0, 0}              not held
 --
 -- Release with hand-off (single master): the next owner's grant replaces ours in the same step,
--- with the next fencing token (as acquire would give it). No PUBLISH: the lock never became free.
+-- with the next fencing token (as acquire would give it). Announced as a grant, never a release:
+-- the lock never became free, so no waiter wakes (event streams see the new holder).
 -- A re-entered lease gives back one hold and hands nothing on (token 0).
 --! reply: lock
 --! include lib/next_token.lua
 --! include lib/holder.lua
 --! include lib/clock.lua
 --! include lib/holder_record.lua
+--! include lib/announce.lua
 
 local reply = lastHoldOrReply()
 if reply then
@@ -25,4 +28,6 @@ end
 redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
 redis.call('DEL', KEYS[3])
 recordHolder(KEYS[3], ARGV[2], ARGV[5], ARGV[3])
-return {1, nextToken(ARGV[4]), tonumber(ARGV[3]), 1}
+local token = nextToken(ARGV[4])
+announce(ARGV[6], ARGV[7], ARGV[8])
+return {1, token, tonumber(ARGV[3]), 1}

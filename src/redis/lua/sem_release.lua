@@ -4,7 +4,7 @@
 -- KEYS[2]  p{name}:sem:token  the semaphore's own fencing counter
 -- KEYS[3]  p{name}:sem:limit  its limit while permits are held
 -- KEYS[4]  p{name}:sem:holders  the permits' holders (lib/lease_labels.lua)
--- ARGV     permit, channel, name[, "sharded"]
+-- ARGV     permit, channel, reason[, "sharded"]
 -- Replies  {1, 0, 0, used}         released (announced like a release)
 --          {-1, 0, 0}              no such live permit
 --! reply: semaphore

@@ -5,7 +5,9 @@
 -- KEYS[3]  p{name}:readers  the readers: owner id -> expiry (ms, Redis time)
 -- KEYS[4]  p{name}:writer   the queued writers' marks
 -- KEYS[5]  p{name}:readers:holders  the readers' holders (lib/lease_labels.lua)
--- ARGV     owner, ttl_ms, counter_ttl_ms, holder (a public label; empty: none)
+-- ARGV     owner, ttl_ms, counter_ttl_ms, holder (a public label; empty: none), channel,
+--          reason ("granted")[, "sharded"]: the first reader of a free lock is announced
+--          (lib/announce.lua); later readers are not
 -- Replies  {1, token, ttl, readers}   granted
 --          {0, 0, holder PTTL, 0}     a writer holds the lock
 --          {3, 0, PTTL, readers}      this reader holds a read lease already
@@ -19,6 +21,7 @@
 --! include lib/clock.lua
 --! include lib/readers.lua
 --! include lib/lease_labels.lua
+--! include lib/announce.lua
 
 local now = nowMs()
 local v = redis.call('GET', KEYS[1])
@@ -51,4 +54,8 @@ local keep = math.max(redis.call('PTTL', KEYS[1]), ttl)
 redis.call('SET', KEYS[1], v or kReaders, 'PX', keep)
 redis.call('PEXPIRE', KEYS[3], keep)
 recordLabel(KEYS[5], ARGV[1], ARGV[4], keep)
-return {1, nextToken(ARGV[3]), ttl, redis.call('ZCARD', KEYS[3])}
+local token = nextToken(ARGV[3])
+if not v then
+  announce(ARGV[5], ARGV[6], ARGV[7])
+end
+return {1, token, ttl, redis.call('ZCARD', KEYS[3])}

@@ -4,7 +4,7 @@
 -- KEYS[2]  p{name}:token    the fencing counter
 -- KEYS[3]  p{name}:readers
 -- KEYS[4]  p{name}:readers:holders  the readers' holders (lib/lease_labels.lua)
--- ARGV     owner, channel, name[, "sharded"]
+-- ARGV     owner, channel, reason[, "sharded"]
 -- Replies  {1, 0, 0, readers left}   released
 --          {-1, 0, 0, 0}             no live read lease of this owner
 --

@@ -3,7 +3,8 @@
 -- KEYS[1]  p{name}          the lease: owner id[, " <holds>"], PX = its TTL
 -- KEYS[2]  p{name}:token    the fencing counter
 -- KEYS[3]  p{name}:writer   the queued writers' marks
--- ARGV     owner, writer_wait_ms, other writers queued (space-separated), channel, name[, "sharded"]
+-- ARGV     owner, writer_wait_ms, other writers queued (space-separated), channel, reason[,
+--          "sharded"]
 -- Replies  {1, 0, 0}               its mark removed, the others marked
 --          {-1, 0, 0}              it had no mark
 --

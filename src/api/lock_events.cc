@@ -1,0 +1,146 @@
+#include "api/lock_events.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "api/json_object.h"
+#include "common/log.h"
+
+namespace sidelock::api {
+
+namespace {
+
+/// A lease whose end (now + TTL, as read) moved later by more than this is `extended`: smaller
+/// moves are the read's own round trip (and a lease gone this close to its end expired).
+constexpr int64_t kExtendSlackMs = 50;
+
+}  // namespace
+
+LockEvents::LockEvents(lock::LockService& service, event::Scheduler& scheduler,
+                       metrics::Metrics& metrics, int64_t reread_ms)
+    : scheduler_(scheduler),
+      metrics_(metrics),
+      // Read as the readers' kind, like GET /v1/locks/{name}: it also tells readers from a writer.
+      groups_(
+          service, scheduler, lock::LockKind::kShared, reread_ms,
+          [this](Groups::Group& g, StatusOr<lock::LockState> state) {
+            return onRead(g, std::move(state));
+          },
+          [](Groups::Group& g, lock::ChangeReason reason) { noteAnnounced(g.state, reason); },
+          [this](size_t streams) {
+            metrics_.lock_event_streams.Set(static_cast<double>(streams));
+          }) {}
+
+LockEvents::~LockEvents() = default;
+
+void LockEvents::add(const std::string& name, http::ResponderPtr stream, bool with_extended) {
+  Groups::Group& g = groups_.groupOf(name);
+  Watcher& w = groups_.addWatcher(g, Watcher{std::move(stream), with_extended});
+  if (g.known) {  // the newcomer's first line (the others had theirs)
+    w.stream->writeChunk(eventLine(g.name, "state", g.state.view));
+    metrics_.lock_events_sent_total.Add({{"type", "state"}}).Increment();
+  }
+}
+
+void LockEvents::noteAnnounced(State& s, lock::ChangeReason reason) {
+  if (reason == lock::ChangeReason::kForced) {
+    s.end = EndAnnounced::kForced;
+  } else if (reason == lock::ChangeReason::kReleased && s.end == EndAnnounced::kNone) {
+    s.end = EndAnnounced::kReleased;
+  }
+  // A grant (or a catch-up) ends nothing: the read it causes shows the new lease.
+}
+
+int64_t LockEvents::onRead(Groups::Group& g, StatusOr<lock::LockState> state) {
+  int64_t next_read_ms = groups_.rereadMs();
+  if (!state.isOk()) {
+    // The backend is out: keep what is known and try again later.
+    SL_LOG(kDebug, "lock.events_read_failed", {"name", g.name},
+           {"error", state.status().message()});
+    return next_read_ms;
+  }
+  const int64_t now = scheduler_.nowMs();
+  View next;
+  next.held = state->held;
+  next.token = state->token;
+  if (next.held) {
+    next.ttl_ms = state->ttl_ms;
+    next.deadline_ms = now + state->ttl_ms;
+    next.shared = state->used > 0;
+    next.readers = state->used;
+    next.holder = std::move(state->holder);
+    next.since_ms = state->since_ms;
+    // Read again right after this lease would run out: an expiry announces nothing.
+    next_read_ms = std::min(next_read_ms, next.ttl_ms + 1);
+  }
+  State& s = g.state;
+  const EndAnnounced end = std::exchange(s.end, EndAnnounced::kNone);
+  if (!g.known) {
+    g.known = true;
+    s.view = next;
+    send(g, "state", next);
+    return next_read_ms;
+  }
+  if (next.token < s.view.token) return next_read_ms;  // a stale answer: never go backwards
+  const View prev = s.view;
+  const bool ended = prev.held && (!next.held || next.token != prev.token);
+  // How a lease ended: as announced; with nothing announced, at its TTL: expired. The deadline
+  // is this sidecar's estimate (the loop's clock, read when the answer came): a lease gone within
+  // the slack before it ran out, not released, expired.
+  std::string_view reason = "released";
+  if (end == EndAnnounced::kForced) {
+    reason = "forced";
+  } else if (end == EndAnnounced::kNone && now >= prev.deadline_ms - kExtendSlackMs) {
+    reason = "expired";
+  }
+  if (ended) {
+    View gone = prev;
+    gone.held = false;
+    gone.ttl_ms = 0;
+    send(g, reason, gone);
+  }
+  if (!next.held && !prev.held && next.token > prev.token) {
+    // A whole lease came and went between two reads (its grant announcement missed, or both
+    // announcements in one read's window): its grant and its end, in token order.
+    send(g, "acquired", next);
+    send(g, end == EndAnnounced::kNone ? "expired" : reason, next);
+  }
+  if (next.held && (!prev.held || ended)) {
+    send(g, "acquired", next);
+  } else if (next.held && next.deadline_ms > prev.deadline_ms + kExtendSlackMs) {
+    send(g, "extended", next);
+  }
+  // An unchanged lease keeps its first deadline, so that small moves do not add up.
+  if (!(next.held && prev.held && !ended &&
+        next.deadline_ms <= prev.deadline_ms + kExtendSlackMs)) {
+    s.view = std::move(next);
+  }
+  return next_read_ms;
+}
+
+std::string LockEvents::eventLine(std::string_view name, std::string_view type, const View& view) {
+  JsonObject line;
+  line.text("event", type).boolean("held", view.held);
+  if (view.held && !view.holder.empty()) line.text("holder", view.holder);
+  if (view.held) line.text("mode", view.shared ? "shared" : "exclusive");
+  line.text("name", name);
+  if (view.held && view.shared) line.integer("readers", view.readers);
+  if (view.held && view.since_ms > 0) line.integer("since_ms", view.since_ms);
+  return line.unsignedInteger("token", view.token)
+      .integer("ttl_ms", view.held ? view.ttl_ms : 0)
+      .finish();
+}
+
+void LockEvents::send(Groups::Group& g, std::string_view type, const View& view) {
+  const std::string text = eventLine(g.name, type, view);
+  const bool extended = type == "extended";
+  double sent = 0;
+  for (const Watcher& w : g.watchers) {
+    if (extended && !w.with_extended) continue;
+    w.stream->writeChunk(text);
+    ++sent;
+  }
+  metrics_.lock_events_sent_total.Add({{"type", std::string(type)}}).Increment(sent);
+}
+
+}  // namespace sidelock::api

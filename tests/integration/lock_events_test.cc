@@ -1,0 +1,275 @@
+// Lock event streams (issue 20): GET /v1/locks/{name}/events on real sidecars over one real
+// redis-server. Acquire, release, expiry and force release on sidecar A are seen in order by
+// watchers on A and B, grants pushed (not left to the 1 s re-read), with the holder; tokens never
+// go back; a killed pub/sub link loses no event for longer than the catch-up re-read; bad input is
+// refused.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "support/http_client.h"
+#include "support/redis_server.h"
+#include "support/sidecar_process.h"
+
+namespace sidelock::testing {
+namespace {
+
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+constexpr const char* kAdminToken = "AdminToken-0123456789abcdefghijklmnop";
+
+/// One event stream, read line by line; checks that tokens never go back.
+class Watcher {
+ public:
+  Watcher(int port, const std::string& path) : client_(HttpClient::tcp(port)) {
+    client_.sendRequest("GET", path);
+    head_ = client_.readStreamHead(10000);
+  }
+  int status() const { return head_ ? head_->status : 0; }
+  std::string contentType() const {
+    if (!head_) return "";
+    auto it = head_->headers.find("content-type");
+    return it == head_->headers.end() ? "" : it->second;
+  }
+  std::optional<json> next(int timeout_ms = 5000) {
+    std::optional<std::string> line = client_.readStreamLine(timeout_ms);
+    if (!line) return std::nullopt;
+    json e = json::parse(*line);
+    const uint64_t token = e["token"];
+    EXPECT_GE(token, last_token_) << "a token went back: " << *line;
+    last_token_ = std::max(last_token_, token);
+    return e;
+  }
+
+ private:
+  HttpClient client_;
+  std::optional<HttpResponse> head_;
+  uint64_t last_token_ = 0;
+};
+
+HttpResponse adminPost(int port, const std::string& path) {
+  HttpClient c = HttpClient::tcp(port);
+  c.sendRaw("POST " + path + " HTTP/1.1\r\nHost: localhost\r\nContent-Length: 0\r\n" +
+            "Authorization: Bearer " + kAdminToken + "\r\n\r\n");
+  auto r = c.readResponse();
+  return r ? *r : HttpResponse{};
+}
+
+/// A sidecar on `backend_yaml` with an admin listener on `admin_port`.
+std::unique_ptr<SidecarProcess> startSidecar(const std::string& backend_yaml, int admin_port) {
+  return std::make_unique<SidecarProcess>(SidecarProcess::Options{
+      backend_yaml + "auth:\n  admin_tokens_env: SIDELOCK_TEST_ADMIN_TOKENS\n",
+      {std::string("SIDELOCK_TEST_ADMIN_TOKENS=") + kAdminToken},
+      /*wait_ready=*/true,
+      "  admin: \"127.0.0.1:" + std::to_string(admin_port) + "\"\n"});
+}
+
+class LockEventsTest : public ::testing::Test {
+ protected:
+  std::unique_ptr<SidecarProcess> start(int admin_port) {
+    return startSidecar(redisBackendYaml(redis.address()), admin_port);
+  }
+
+  RedisServer redis;
+  const int admin_a = pickFreePort();
+  std::unique_ptr<SidecarProcess> a = start(admin_a);
+  std::unique_ptr<SidecarProcess> b = start(pickFreePort());
+  HttpClient ca = HttpClient::tcp(a->port());
+};
+
+/// The next event of every watcher in `ws` is `type` with `token`.
+void expectEverywhere(std::vector<Watcher*> ws, const std::string& type, uint64_t token,
+                      int timeout_ms = 5000) {
+  for (Watcher* w : ws) {
+    std::optional<json> e = w->next(timeout_ms);
+    ASSERT_TRUE(e.has_value()) << "no " << type << " event";
+    EXPECT_EQ((*e)["event"], type) << e->dump();
+    EXPECT_EQ((*e)["token"], token) << e->dump();
+    EXPECT_EQ((*e)["name"], "orders");
+  }
+}
+
+/// Acquires "orders" through `ca`, then force-releases it through the admin listener on
+/// `admin_port`: every watcher of `ws` sees `acquired`, then `forced`, with the lease's token.
+void acquireThenForce(HttpClient& ca, int admin_port, const std::vector<Watcher*>& ws) {
+  HttpResponse r = ca.post("/v1/locks/orders/acquire", R"({"ttl_ms": 30000})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  const uint64_t token = json::parse(r.body)["token"];
+  expectEverywhere(ws, "acquired", token);
+  ASSERT_EQ(adminPost(admin_port, "/admin/v1/locks/orders/release").status, 200);
+  expectEverywhere(ws, "forced", token);
+}
+
+TEST_F(LockEventsTest, AcquireReleaseExpireAndForceAreSeenInOrderOnEverySidecar) {
+  Watcher on_a(a->port(), "/v1/locks/orders/events");
+  Watcher on_b(b->port(), "/v1/locks/orders/events");
+  ASSERT_EQ(on_a.status(), 200);
+  ASSERT_EQ(on_b.status(), 200);
+  EXPECT_EQ(on_a.contentType(), "application/x-ndjson");
+  for (Watcher* w : {&on_a, &on_b}) {
+    std::optional<json> e = w->next();
+    ASSERT_TRUE(e.has_value());
+    EXPECT_EQ((*e)["event"], "state");
+    EXPECT_EQ((*e)["held"], false);
+  }
+
+  // Acquire and release on A: the acquired event names the holder and since when.
+  HttpResponse r =
+      ca.post("/v1/locks/orders/acquire", R"({"ttl_ms": 30000, "holder": "worker-7"})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  const uint64_t t1 = json::parse(r.body)["token"];
+  for (Watcher* w : {&on_a, &on_b}) {
+    std::optional<json> e = w->next();
+    ASSERT_TRUE(e.has_value());
+    EXPECT_EQ((*e)["event"], "acquired") << e->dump();
+    EXPECT_EQ((*e)["token"], t1);
+    EXPECT_EQ((*e)["holder"], "worker-7") << e->dump();
+    EXPECT_GT((*e)["since_ms"].get<int64_t>(), 1'600'000'000'000) << e->dump();
+  }
+  const auto released_at = Clock::now();
+  ASSERT_EQ(
+      ca.post("/v1/locks/orders/release", json{{"owner", json::parse(r.body)["owner"]}}.dump())
+          .status,
+      200);
+  expectEverywhere({&on_a, &on_b}, "released", t1);
+  std::printf("[events] release seen on both sidecars after %lld ms\n",
+              static_cast<long long>(
+                  std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - released_at)
+                      .count()));
+
+  // A lease that runs out: expired, at its TTL.
+  r = ca.post("/v1/locks/orders/acquire", R"({"ttl_ms": 1500})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  const uint64_t t2 = json::parse(r.body)["token"];
+  expectEverywhere({&on_a, &on_b}, "acquired", t2);
+  expectEverywhere({&on_a, &on_b}, "expired", t2);
+
+  // An operator's force release: `forced` on every sidecar (the announcement says so).
+  acquireThenForce(ca, admin_a, {&on_a, &on_b});
+
+  // Grants are pushed: B sees them well before its 1 s re-read would (the median of five, so
+  // that one slow turn of a loaded machine does not decide).
+  std::vector<int64_t> seen_ms;
+  for (int i = 0; i < 5; ++i) {
+    const auto t0 = Clock::now();
+    r = ca.post("/v1/locks/orders/acquire", R"({"ttl_ms": 30000})");
+    ASSERT_EQ(r.status, 200) << r.body;
+    const json grant = json::parse(r.body);
+    expectEverywhere({&on_b}, "acquired", grant["token"]);
+    seen_ms.push_back(
+        std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count());
+    ASSERT_EQ(ca.post("/v1/locks/orders/release", json{{"owner", grant["owner"]}}.dump()).status,
+              200);
+    expectEverywhere({&on_a}, "acquired", grant["token"]);
+    expectEverywhere({&on_a, &on_b}, "released", grant["token"]);
+  }
+  std::sort(seen_ms.begin(), seen_ms.end());
+  std::printf("[events] acquire -> acquired on the other sidecar: median %lld ms\n",
+              static_cast<long long>(seen_ms[2]));
+  EXPECT_LT(seen_ms[2], 400) << "grants are not pushed";
+
+  // A late watcher starts with the current state (with its holder); the gauge counts the open
+  // streams.
+  r = ca.post("/v1/locks/orders/acquire", R"({"ttl_ms": 30000})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  const uint64_t t4 = json::parse(r.body)["token"];
+  expectEverywhere({&on_a, &on_b}, "acquired", t4);
+  Watcher late(b->port(), "/v1/locks/orders/events");
+  std::optional<json> e = late.next();
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ((*e)["event"], "state");
+  EXPECT_EQ((*e)["token"], t4);
+  EXPECT_TRUE(e->contains("holder")) << e->dump();
+  const std::string metrics = HttpClient::tcp(b->port()).get("/metrics").body;
+  EXPECT_NE(metrics.find("sidelock_lock_event_streams 2"), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("sidelock_lock_events_sent_total{type=\"expired\"} 1"), std::string::npos)
+      << metrics;
+}
+
+TEST_F(LockEventsTest, ExtendedOnlyWhenAskedAndAKilledPubSubLinkIsCaughtUp) {
+  Watcher plain(b->port(), "/v1/locks/orders/events");
+  Watcher with_ext(b->port(), "/v1/locks/orders/events?extended=true");
+  for (Watcher* w : {&plain, &with_ext}) ASSERT_TRUE(w->next().has_value());
+  HttpResponse r = ca.post("/v1/locks/orders/acquire", R"({"ttl_ms": 5000})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  const json grant = json::parse(r.body);
+  const uint64_t t1 = grant["token"];
+  expectEverywhere({&plain, &with_ext}, "acquired", t1);
+  ASSERT_EQ(
+      ca.post("/v1/locks/orders/extend", json{{"owner", grant["owner"]}, {"ttl_ms", 20000}}.dump())
+          .status,
+      200);
+  expectEverywhere({&with_ext}, "extended", t1);
+
+  // Every subscription link dropped: the release is still seen, by the catch-up re-read (1 s).
+  redis.cli({"CLIENT", "KILL", "TYPE", "pubsub"});
+  const auto released_at = Clock::now();
+  ASSERT_EQ(ca.post("/v1/locks/orders/release", json{{"owner", grant["owner"]}}.dump()).status,
+            200);
+  expectEverywhere({&plain, &with_ext}, "released", t1, 3000);
+  EXPECT_LT(
+      std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - released_at).count(),
+      2500);
+}
+
+// Redlock: every node publishes, a majority's announcement passes the event on (the other
+// nodes' copies collapse into it), the read is the Redlock inspect. The same events, in order, on
+// both sidecars; `forced` everywhere. Tokens are those of the Redlock inspect: the highest counter
+// of any node, which can be above the grant's own token (a node that granted after the majority
+// had decided), so they are checked for order only.
+TEST(LockEventsRedlockTest, EventsFollowTheMajorityOnEverySidecar) {
+  RedisServer r1, r2, r3;
+  const std::string yaml = redlockBackendYaml({r1.address(), r2.address(), r3.address()});
+  const int admin_a = pickFreePort();
+  auto a = startSidecar(yaml, admin_a);
+  auto b = startSidecar(yaml, pickFreePort());
+  HttpClient ca = HttpClient::tcp(a->port());
+  Watcher on_a(a->port(), "/v1/locks/orders/events");
+  Watcher on_b(b->port(), "/v1/locks/orders/events");
+  auto expectNext = [&](const std::string& type, uint64_t at_least) {
+    for (Watcher* w : {&on_a, &on_b}) {
+      std::optional<json> e = w->next();
+      ASSERT_TRUE(e.has_value()) << "no " << type << " event";
+      EXPECT_EQ((*e)["event"], type) << e->dump();
+      EXPECT_GE((*e)["token"].get<uint64_t>(), at_least) << e->dump();
+      if (type == "acquired") {
+        EXPECT_EQ((*e)["holder"], "rl-1") << e->dump();
+      }
+    }
+  };
+  expectNext("state", 0);
+  HttpResponse r = ca.post("/v1/locks/orders/acquire", R"({"ttl_ms": 30000, "holder": "rl-1"})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  const json grant = json::parse(r.body);
+  expectNext("acquired", grant["token"]);
+  ASSERT_EQ(ca.post("/v1/locks/orders/release", json{{"owner", grant["owner"]}}.dump()).status,
+            200);
+  expectNext("released", grant["token"]);
+  r = ca.post("/v1/locks/orders/acquire", R"({"ttl_ms": 30000, "holder": "rl-1"})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  const uint64_t t2 = json::parse(r.body)["token"];
+  expectNext("acquired", t2);
+  ASSERT_EQ(adminPost(admin_a, "/admin/v1/locks/orders/release").status, 200);
+  expectNext("forced", t2);
+}
+
+TEST_F(LockEventsTest, BadInputIsRefused) {
+  EXPECT_EQ(ca.get("/v1/locks/orders/events?extended=maybe").status, 400);
+  EXPECT_EQ(ca.get("/v1/locks/orders/events?since=3").status, 400);
+  HttpResponse bad = ca.get("/v1/locks/" + std::string(300, 'x') + "/events");
+  EXPECT_EQ(bad.status, 400) << bad.body;
+  EXPECT_EQ(ca.get("/v1/locks/orders/eventz").status, 404);
+  EXPECT_EQ(ca.post("/v1/locks/orders/events", "{}").status, 405);
+}
+
+}  // namespace
+}  // namespace sidelock::testing
