@@ -527,7 +527,7 @@ void LockApi::listHeld(http::Request& req, http::ResponderPtr res) {
     const std::string_view key = rest.substr(0, std::min(amp, rest.find('=')));
     rest = amp == std::string_view::npos ? std::string_view{} : rest.substr(amp + 1);
     if (key != "prefix" && key != "limit" && !key.empty()) {
-      return sendError(res, 400, "invalid_argument",
+      return sendError(res, 400, "bad_request",
                        "unknown query parameter '" + std::string(key) +
                            "' (prefix and limit are known)");
     }
@@ -536,13 +536,13 @@ void LockApi::listHeld(http::Request& req, http::ResponderPtr res) {
   query.budget_ms = kListBudgetMs;
   if (queryHas(req.query, "prefix")) {
     if (!queryValue(req.query, "prefix", &query.prefix)) {
-      return sendError(res, 400, "invalid_argument", "prefix: bad percent-encoding");
+      return sendError(res, 400, "bad_request", "prefix: bad percent-encoding");
     }
     // A prefix is the start of a lock name: the same characters ("." alone is a fine start).
     const std::string& p = query.prefix;
     if (!p.empty() && p != "." && p != "..") {
       const std::string why = lockNameProblem(p, static_cast<size_t>(locks_.max_name_bytes));
-      if (!why.empty()) return sendError(res, 400, "invalid_argument", "prefix: " + why);
+      if (!why.empty()) return sendError(res, 400, "bad_request", "prefix: " + why);
     }
   }
   int64_t limit = kListDefaultLimit;
@@ -552,7 +552,7 @@ void LockApi::listHeld(http::Request& req, http::ResponderPtr res) {
                         text.size() <= 6 && text.find_first_not_of("0123456789") == std::string::npos;
     const int64_t v = digits ? std::stoll(text) : -1;
     if (v < 1 || v > kListMaxLimit) {
-      return sendError(res, 400, "invalid_argument",
+      return sendError(res, 400, "bad_request",
                        "limit: an integer 1.." + std::to_string(kListMaxLimit));
     }
     limit = v;

@@ -53,6 +53,24 @@ struct Row {
   int64_t waiters = 0;
 };
 
+/// The rows as left-aligned columns two spaces apart, one line each.
+std::string renderColumns(const std::vector<std::vector<std::string>>& cells) {
+  std::vector<size_t> width(cells[0].size(), 0);
+  for (const auto& line : cells) {
+    for (size_t c = 0; c < line.size(); ++c) width[c] = std::max(width[c], line[c].size());
+  }
+  std::string out;
+  for (const auto& line : cells) {
+    std::string text;
+    for (size_t c = 0; c < line.size(); ++c) {
+      text += line[c];
+      if (c + 1 < line.size()) text.append(width[c] - line[c].size() + 2, ' ');
+    }
+    out += text + "\n";
+  }
+  return out;
+}
+
 bool isCount(const nlohmann::json& v) { return v.is_number_integer() && v.get<int64_t>() >= 0; }
 
 }  // namespace
@@ -163,23 +181,8 @@ StatusOr<std::string> formatLocksTable(const nlohmann::json& list) {
                      row.held ? humanMs(row.age_ms) : "-", row.held ? humanMs(row.ttl_ms) : "-",
                      row.held ? row.renewal : "-", std::to_string(row.waiters)});
   }
-  std::vector<size_t> width(cells[0].size(), 0);
-  for (const auto& line : cells) {
-    for (size_t c = 0; c < line.size(); ++c) width[c] = std::max(width[c], line[c].size());
-  }
-  std::string out;
-  if (rows.empty()) {
-    out = "no leases held and no waiters queued in this sidecar\n";
-    return out;
-  }
-  for (const auto& line : cells) {
-    std::string text;
-    for (size_t c = 0; c < line.size(); ++c) {
-      text += line[c];
-      if (c + 1 < line.size()) text.append(width[c] - line[c].size() + 2, ' ');
-    }
-    out += text + "\n";
-  }
+  if (rows.empty()) return std::string("no leases held and no waiters queued in this sidecar\n");
+  std::string out = renderColumns(cells);
   out += std::to_string(held) + (held == 1 ? " lease" : " leases") + " held, " +
          std::to_string(total_waiters) + (total_waiters == 1 ? " waiter" : " waiters") +
          " queued (this sidecar only; owner ids are never shown)\n";
@@ -221,18 +224,7 @@ StatusOr<std::string> formatHeldTable(const nlohmann::json& listing, int64_t now
   if (n == 0) {
     out = "no held locks found\n";
   } else {
-    std::vector<size_t> width(cells[0].size(), 0);
-    for (const auto& line : cells) {
-      for (size_t c = 0; c < line.size(); ++c) width[c] = std::max(width[c], line[c].size());
-    }
-    for (const auto& line : cells) {
-      std::string text;
-      for (size_t c = 0; c < line.size(); ++c) {
-        text += line[c];
-        if (c + 1 < line.size()) text.append(width[c] - line[c].size() + 2, ' ');
-      }
-      out += text + "\n";
-    }
+    out = renderColumns(cells);
     out += std::to_string(n) + (n == 1 ? " lock" : " locks") +
            " held across the deployment (owner ids are never shown)\n";
   }
