@@ -317,7 +317,7 @@ TEST(LockScopeTest, PrefixesLimitLockNames) {
 
 // The same matcher as the Router's (http::PathPattern): a {param} is one non-empty segment.
 TEST(PathIsListed, AParameterMatchesOneNonEmptySegment) {
-  const std::vector<std::string> listed = {"/healthz", "/v1/elections/{name}/ready"};
+  const PathList listed = {"/healthz", "/v1/elections/{name}/ready"};
   EXPECT_TRUE(pathIsListed(listed, "/healthz"));
   EXPECT_TRUE(pathIsListed(listed, "/v1/elections/scheduler/ready"));
   EXPECT_TRUE(pathIsListed(listed, "/v1/elections/a%2Fb/ready"));
