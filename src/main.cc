@@ -84,6 +84,7 @@ Usage:
   sidelock run [options] --elect NAME -- CMD ARGS...
                                   run CMD only while leading election NAME
   sidelock locks [--json]         the leases and waiters of a sidecar (sidelock locks --help)
+  sidelock locks --all [--prefix P] [--limit N]   held locks across the deployment
   sidelock --version              print the version
   sidelock --help                 this text
 

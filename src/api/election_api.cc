@@ -47,22 +47,6 @@ void sendNotLeader(const http::ResponderPtr& res, std::string_view why) {
   sendAnswer(res, notLeaderAnswer(why));
 }
 
-/// The value of `key` in a raw query string ("candidate=a&x=y"), percent-decoded; false if absent
-/// or badly encoded.
-bool queryValue(std::string_view query, std::string_view key, std::string* out) {
-  while (!query.empty()) {
-    const size_t amp = query.find('&');
-    const std::string_view pair = query.substr(0, amp);
-    query = amp == std::string_view::npos ? std::string_view{} : query.substr(amp + 1);
-    const size_t eq = pair.find('=');
-    if (pair.substr(0, eq) != key) continue;
-    return http::percentDecode(eq == std::string_view::npos ? std::string_view{}
-                                                            : pair.substr(eq + 1),
-                               out);
-  }
-  return false;
-}
-
 }  // namespace
 
 lock::AcquireOptions campaignOptions(std::string_view name, std::string_view candidate,

@@ -131,6 +131,8 @@ std::vector<Route> LockApi::adminRoutes() {
   return {
       {"POST", "/admin/v1/locks/{name}/release",
        [this](http::Request& req, http::ResponderPtr res) { forceRelease(req, std::move(res)); }},
+      {"GET", "/admin/v1/locks",
+       [this](http::Request& req, http::ResponderPtr res) { listHeld(req, std::move(res)); }},
       {"GET", "/v1/openapi.json",
        [this](http::Request& req, http::ResponderPtr res) { openapi(req, std::move(res)); }},
   };

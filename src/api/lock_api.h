@@ -63,6 +63,11 @@ class LockApi {
   /// one, an acquire naming "health" is refused.
   void setHealthProber(health::Prober* prober) { health_prober_ = prober; }
 
+  /// The admin listing: `limit` by default and at most; the backend scan's time budget.
+  static constexpr int64_t kListDefaultLimit = 100;
+  static constexpr int64_t kListMaxLimit = 1000;
+  static constexpr int64_t kListBudgetMs = 200;
+
   /// Lock names (and election names): the rules of common/names.h, lockNameProblem().
   static bool validLockName(std::string_view name, size_t max_bytes) {
     return lockNameProblem(name, max_bytes).empty();
@@ -78,6 +83,8 @@ class LockApi {
  private:
   void acquire(http::Request& req, http::ResponderPtr res);
   // Semaphores: /v1/semaphores/{name}/...
+  /// GET /admin/v1/locks?prefix=&limit=: held locks across the deployment (LockService::listHeld).
+  void listHeld(http::Request& req, http::ResponderPtr res);
   void semaphoreAcquire(http::Request& req, http::ResponderPtr res);
   void semaphoreRelease(http::Request& req, http::ResponderPtr res);
   void semaphoreExtend(http::Request& req, http::ResponderPtr res);

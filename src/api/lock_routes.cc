@@ -520,6 +520,60 @@ void LockApi::forceRelease(http::Request& req, http::ResponderPtr res) {
   });
 }
 
+void LockApi::listHeld(http::Request& req, http::ResponderPtr res) {
+  std::string_view rest = req.query;
+  while (!rest.empty()) {
+    const size_t amp = rest.find('&');
+    const std::string_view key = rest.substr(0, std::min(amp, rest.find('=')));
+    rest = amp == std::string_view::npos ? std::string_view{} : rest.substr(amp + 1);
+    if (key != "prefix" && key != "limit" && !key.empty()) {
+      return sendError(res, 400, "bad_request",
+                       "unknown query parameter '" + std::string(key) +
+                           "' (prefix and limit are known)");
+    }
+  }
+  lock::HeldQuery query;
+  query.budget_ms = kListBudgetMs;
+  if (queryHas(req.query, "prefix")) {
+    if (!queryValue(req.query, "prefix", &query.prefix)) {
+      return sendError(res, 400, "bad_request", "prefix: bad percent-encoding");
+    }
+    // A prefix is the start of a lock name: the same characters ("." alone is a fine start).
+    const std::string& p = query.prefix;
+    if (!p.empty() && p != "." && p != "..") {
+      const std::string why = lockNameProblem(p, static_cast<size_t>(locks_.max_name_bytes));
+      if (!why.empty()) return sendError(res, 400, "bad_request", "prefix: " + why);
+    }
+  }
+  int64_t limit = kListDefaultLimit;
+  if (queryHas(req.query, "limit")) {
+    std::string text;
+    const bool digits = queryValue(req.query, "limit", &text) && !text.empty() &&
+                        text.size() <= 6 && text.find_first_not_of("0123456789") == std::string::npos;
+    const int64_t v = digits ? std::stoll(text) : -1;
+    if (v < 1 || v > kListMaxLimit) {
+      return sendError(res, 400, "bad_request",
+                       "limit: an integer 1.." + std::to_string(kListMaxLimit));
+    }
+    limit = v;
+  }
+  query.limit = static_cast<size_t>(limit);
+  service_.listHeld(query, [res](StatusOr<lock::HeldListing> r) {
+    if (!r.isOk()) return sendBackendError(res, r.status());
+    json locks = json::array();
+    for (const lock::HeldLock& l : r->locks) {
+      locks.push_back(json{{"name", l.name},
+                           {"holder", l.holder},
+                           {"since_ms", l.since_ms},
+                           {"ttl_ms", l.ttl_ms},
+                           {"token", l.token}});
+    }
+    json body = {{"locks", std::move(locks)}, {"truncated", r->truncated}};
+    if (r->truncated) body["truncated_reason"] = r->truncated_reason;
+    sendJson(res, 200, body);
+  });
+}
+
 void LockApi::extend(http::Request& req, http::ResponderPtr res) {
   if (!checkName(req, res, static_cast<size_t>(locks_.max_name_bytes))) return;
   RequestBody& body = body_;

@@ -5,6 +5,7 @@
 #include "api/json_object.h"
 #include "api/lock_api.h"
 #include "common/names.h"
+#include "http/path_pattern.h"
 
 namespace sidelock::api {
 
@@ -252,6 +253,30 @@ void deliverGrantAnswer(RequestClaim& claim, const http::ResponderPtr& first, co
     }
   }
   for (const auto& reader : readers) sendAnswer(reader, answer);
+}
+
+bool queryValue(std::string_view query, std::string_view key, std::string* out) {
+  while (!query.empty()) {
+    const size_t amp = query.find('&');
+    const std::string_view pair = query.substr(0, amp);
+    query = amp == std::string_view::npos ? std::string_view{} : query.substr(amp + 1);
+    const size_t eq = pair.find('=');
+    if (pair.substr(0, eq) != key) continue;
+    return http::percentDecode(eq == std::string_view::npos ? std::string_view{}
+                                                            : pair.substr(eq + 1),
+                               out);
+  }
+  return false;
+}
+
+bool queryHas(std::string_view query, std::string_view key) {
+  while (!query.empty()) {
+    const size_t amp = query.find('&');
+    const std::string_view pair = query.substr(0, amp);
+    query = amp == std::string_view::npos ? std::string_view{} : query.substr(amp + 1);
+    if (pair.substr(0, pair.find('=')) == key) return true;
+  }
+  return false;
 }
 
 }  // namespace sidelock::api

@@ -52,6 +52,11 @@ void checkHold(RequestBody& b, std::string_view hold);
 bool checkNameAllowed(const http::Request& req, const http::ResponderPtr& res);
 /// Validates the {name} route parameter; answers 400 and returns false if it is bad.
 bool checkName(const http::Request& req, const http::ResponderPtr& res, size_t max_bytes);
+/// The value of `key` in a raw query string ("candidate=a&x=y"), percent-decoded; false if absent
+/// or badly encoded.
+bool queryValue(std::string_view query, std::string_view key, std::string* out);
+/// Whether `key` appears in a raw query string at all (with or without a value).
+bool queryHas(std::string_view query, std::string_view key);
 
 // --- answers --------------------------------------------------------------------------------
 

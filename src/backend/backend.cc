@@ -1,5 +1,7 @@
 #include "backend/backend.h"
 
+#include <algorithm>
+
 namespace sidelock::backend {
 
 const char* verbName(Verb verb) {
@@ -54,6 +56,16 @@ const char* outcomeName(OutcomeCode code) {
       return "limit_mismatch";
   }
   return "unknown";
+}
+
+void keepScannedName(ScannedNames* out, std::string name, size_t keep) {
+  auto at = std::lower_bound(out->names.begin(), out->names.end(), name);
+  if (at != out->names.end() && *at == name) return;
+  out->names.insert(at, std::move(name));
+  if (out->names.size() > keep) {
+    out->names.pop_back();
+    out->overflow = true;
+  }
 }
 
 }  // namespace sidelock::backend

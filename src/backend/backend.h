@@ -311,6 +311,26 @@ inline bool freesLock(std::string_view reason) {
 /// changed that lock (pub/sub).
 using ReleaseListener = std::function<void(std::string_view name, std::string_view reason)>;
 
+/// Backend::scanHolders: which locks have a holder record (admin listing, README "List held locks").
+struct HolderScan {
+  std::string prefix;      // lock names starting with this (plain text, not a pattern)
+  size_t keep = 101;       // keep at most this many names: the smallest by name
+  int64_t budget_ms = 200; // stop scanning once this long has passed (the names so far count)
+  size_t batch = 100;      // names asked for per SCAN step (COUNT): small, never KEYS
+};
+/// What a holder scan found: candidates only (a record may outlive its lease for a moment;
+/// inspect tells). Never owner ids.
+struct ScannedNames {
+  std::vector<std::string> names;  // sorted, distinct, at most `keep`
+  bool overflow = false;           // more names than `keep` were seen (the largest dropped)
+  bool out_of_time = false;        // the budget ran out before every node was scanned through
+  std::vector<std::string> node_errors;  // "host:port: why" for nodes not scanned through
+};
+using ScanCallback = std::function<void(StatusOr<ScannedNames>)>;
+/// Adds `name` to `out` (sorted, distinct), keeping at most `keep` names: a larger one is
+/// dropped and out->overflow set.
+void keepScannedName(ScannedNames* out, std::string name, size_t keep);
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -334,6 +354,15 @@ class Backend {
                           int64_t ttl_ms, std::string_view holder, AllOutcomeCallback cb) {
     (void)names, (void)owner, (void)ttl_ms, (void)holder;
     cb(Status(StatusCode::kFailedPrecondition, "this backend takes a multi-lock name by name"));
+  }
+
+  /// Lock names that have a holder record (mutex and fair leases granted with a "holder"),
+  /// found without blocking the server: SCAN MATCH in small batches on every master (Redlock:
+  /// every node, the names merged), within `scan.budget_ms`. The default answers (at once)
+  /// kFailedPrecondition.
+  virtual void scanHolders(const HolderScan& scan, ScanCallback cb) {
+    (void)scan;
+    cb(Status(StatusCode::kFailedPrecondition, "this backend cannot list its locks"));
   }
 
   /// Wake-ups: while at least one watch on `name` is active the backend listens for its releases

@@ -642,6 +642,18 @@ StatusOr<Outcome> MemoryBackend::apply(const Operation& op) {
   return invalidArgument("unknown operation");
 }
 
+void MemoryBackend::scanHolders(const HolderScan& scan, ScanCallback cb) {
+  ScannedNames found;
+  std::vector<std::string> names;
+  for (const auto& [name, e] : locks_) {
+    if (name.starts_with(scan.prefix) && !e.holder.empty()) names.push_back(name);
+  }
+  for (std::string& name : names) {
+    if (liveEntry(name) != nullptr) keepScannedName(&found, std::move(name), scan.keep);
+  }
+  deliver([cb = std::move(cb), found = std::move(found)]() mutable { cb(std::move(found)); });
+}
+
 void MemoryBackend::watchReleases(std::string_view name) {
   auto it = watches_.find(name);
   if (it == watches_.end()) {

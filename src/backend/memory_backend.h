@@ -37,6 +37,8 @@ class MemoryBackend final : public Backend {
   void acquireAll(const std::vector<std::string>& names, std::string_view owner, int64_t ttl_ms,
                   std::string_view holder, AllOutcomeCallback cb) override;
 
+  /// The live mutex and fair leases that have a holder label (no time budget: in memory).
+  void scanHolders(const HolderScan& scan, ScanCallback cb) override;
   void setReleaseListener(ReleaseListener listener) override { listener_ = std::move(listener); }
   void watchReleases(std::string_view name) override;
   void unwatchReleases(std::string_view name) override;

@@ -4,6 +4,7 @@
 #include <sys/socket.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <chrono>
 #include <cinttypes>
@@ -52,6 +53,24 @@ struct Row {
   int64_t waiters = 0;
 };
 
+/// The rows as left-aligned columns two spaces apart, one line each.
+std::string renderColumns(const std::vector<std::vector<std::string>>& cells) {
+  std::vector<size_t> width(cells[0].size(), 0);
+  for (const auto& line : cells) {
+    for (size_t c = 0; c < line.size(); ++c) width[c] = std::max(width[c], line[c].size());
+  }
+  std::string out;
+  for (const auto& line : cells) {
+    std::string text;
+    for (size_t c = 0; c < line.size(); ++c) {
+      text += line[c];
+      if (c + 1 < line.size()) text.append(width[c] - line[c].size() + 2, ' ');
+    }
+    out += text + "\n";
+  }
+  return out;
+}
+
 bool isCount(const nlohmann::json& v) { return v.is_number_integer() && v.get<int64_t>() >= 0; }
 
 }  // namespace
@@ -61,6 +80,8 @@ StatusOr<LocksOptions> parseLocksArgs(const std::vector<std::string>& args,
   LocksOptions opts;
   std::optional<std::string> socket_flag;
   std::optional<std::string> addr_flag;
+  std::optional<std::string> prefix_flag;
+  std::optional<std::string> limit_flag;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& arg = args[i];
     if (arg == "-h" || arg == "--help") {
@@ -72,13 +93,39 @@ StatusOr<LocksOptions> parseLocksArgs(const std::vector<std::string>& args,
       opts.json = true;
       continue;
     }
+    if (arg == "--all") {
+      opts.all = true;
+      continue;
+    }
     Status error;
     if (takeFlagValue(args, &i, "--socket", &socket_flag, &error) ||
-        takeFlagValue(args, &i, "--addr", &addr_flag, &error)) {
+        takeFlagValue(args, &i, "--addr", &addr_flag, &error) ||
+        takeFlagValue(args, &i, "--prefix", &prefix_flag, &error) ||
+        takeFlagValue(args, &i, "--limit", &limit_flag, &error)) {
       if (!error.isOk()) return error;
       continue;
     }
     return invalidArgument("unknown argument '" + arg + "'");
+  }
+  if ((prefix_flag || limit_flag) && !opts.all) {
+    return invalidArgument("--prefix and --limit go with --all");
+  }
+  if (prefix_flag) {
+    opts.prefix = *prefix_flag;
+    for (char ch : opts.prefix) {
+      if (!std::isalnum(static_cast<unsigned char>(ch)) &&
+          std::string_view("-_.:@~").find(ch) == std::string_view::npos) {
+        return invalidArgument("--prefix: lock-name characters only (A-Z a-z 0-9 -_.:@~)");
+      }
+    }
+  }
+  if (limit_flag) {
+    const std::string& t = *limit_flag;
+    if (t.empty() || t.size() > 4 || t.find_first_not_of("0123456789") != std::string::npos ||
+        std::stoll(t) < 1 || std::stoll(t) > 1000) {
+      return invalidArgument("--limit: an integer 1..1000");
+    }
+    opts.limit = std::stoll(t);
   }
   StatusOr<SidecarEndpoint> endpoint = resolveEndpoint(socket_flag, addr_flag, env);
   if (!endpoint.isOk()) return endpoint.status();
@@ -134,32 +181,65 @@ StatusOr<std::string> formatLocksTable(const nlohmann::json& list) {
                      row.held ? humanMs(row.age_ms) : "-", row.held ? humanMs(row.ttl_ms) : "-",
                      row.held ? row.renewal : "-", std::to_string(row.waiters)});
   }
-  std::vector<size_t> width(cells[0].size(), 0);
-  for (const auto& line : cells) {
-    for (size_t c = 0; c < line.size(); ++c) width[c] = std::max(width[c], line[c].size());
-  }
-  std::string out;
-  if (rows.empty()) {
-    out = "no leases held and no waiters queued in this sidecar\n";
-    return out;
-  }
-  for (const auto& line : cells) {
-    std::string text;
-    for (size_t c = 0; c < line.size(); ++c) {
-      text += line[c];
-      if (c + 1 < line.size()) text.append(width[c] - line[c].size() + 2, ' ');
-    }
-    out += text + "\n";
-  }
+  if (rows.empty()) return std::string("no leases held and no waiters queued in this sidecar\n");
+  std::string out = renderColumns(cells);
   out += std::to_string(held) + (held == 1 ? " lease" : " leases") + " held, " +
          std::to_string(total_waiters) + (total_waiters == 1 ? " waiter" : " waiters") +
          " queued (this sidecar only; owner ids are never shown)\n";
   return out;
 }
 
+std::string locksRequestPath(const LocksOptions& opts) {
+  if (!opts.all) return "/v1/locks";
+  std::string path = "/admin/v1/locks";
+  std::string query;
+  if (!opts.prefix.empty()) query += "prefix=" + opts.prefix;  // lock-name characters: no escaping
+  if (opts.limit > 0) query += (query.empty() ? "" : "&") + ("limit=" + std::to_string(opts.limit));
+  return query.empty() ? path : path + "?" + query;
+}
+
+StatusOr<std::string> formatHeldTable(const nlohmann::json& listing, int64_t now_unix_ms) {
+  auto bad = [](const std::string& what) {
+    return Status(StatusCode::kInternal, "unexpected answer from the sidecar: " + what);
+  };
+  if (!listing.is_object() || !listing.contains("locks") || !listing["locks"].is_array() ||
+      !listing.contains("truncated") || !listing["truncated"].is_boolean()) {
+    return bad("no \"locks\" array and \"truncated\" flag");
+  }
+  std::vector<std::vector<std::string>> cells = {{"LOCK", "HOLDER", "SINCE", "TTL LEFT", "TOKEN"}};
+  for (const auto& l : listing["locks"]) {
+    if (!l.is_object() || !l.contains("name") || !l["name"].is_string() || !l.contains("holder") ||
+        !l["holder"].is_string() || !isCount(l.value("since_ms", -1)) ||
+        !isCount(l.value("ttl_ms", -1)) || !l.contains("token") ||
+        !l["token"].is_number_unsigned()) {
+      return bad("a lock without name, holder, since_ms, ttl_ms or token");
+    }
+    const int64_t age = std::max<int64_t>(0, now_unix_ms - l["since_ms"].get<int64_t>());
+    cells.push_back({l["name"].get<std::string>(), l["holder"].get<std::string>(),
+                     humanMs(age) + " ago", humanMs(l["ttl_ms"].get<int64_t>()),
+                     std::to_string(l["token"].get<uint64_t>())});
+  }
+  std::string out;
+  const size_t n = cells.size() - 1;
+  if (n == 0) {
+    out = "no held locks found\n";
+  } else {
+    out = renderColumns(cells);
+    out += std::to_string(n) + (n == 1 ? " lock" : " locks") +
+           " held across the deployment (owner ids are never shown)\n";
+  }
+  if (listing["truncated"].get<bool>()) {
+    out += "truncated: " + listing.value("truncated_reason", std::string("(no reason given)")) +
+           "\n";
+  }
+  return out;
+}
+
 std::string locksUsage() {
   return std::string(
              "Usage: sidelock locks [--socket PATH | --addr HOST:PORT] [--json]\n"
+             "       sidelock locks --all [--prefix P] [--limit N] [--addr ADMIN_HOST:PORT] "
+             "[--json]\n"
              "\n"
              "Shows the leases a sidecar holds and the waiters queued in it (GET /v1/locks):\n"
              "lock, fencing token, age, remaining TTL, renewal (none, auto, stream) and waiters.\n"
@@ -168,6 +248,12 @@ std::string locksUsage() {
              "Options:\n") +
          endpointUsage() +
          "  --json           print the sidecar's JSON answer instead of a table\n"
+         "  --all            held locks across the whole deployment, from the backend\n"
+         "                   (GET /admin/v1/locks on the admin listener, listen.admin):\n"
+         "                   lock, holder, since, TTL left, token; SIDELOCK_AUTH_TOKEN is then\n"
+         "                   an admin token when the admin listener has admin tokens\n"
+         "  --prefix P       with --all: only lock names starting with P\n"
+         "  --limit N        with --all: at most N locks (1..1000, default 100)\n"
          "  -h, --help       this text\n"
          "\n"
          "Exit status: 0 shown; 64 bad arguments; 69 sidecar unreachable, no answer or 5xx;\n"
@@ -195,7 +281,7 @@ int locksCommand(int argc, char** argv) {
     return kExitUnavailable;
   }
   const std::string request =
-      "GET /v1/locks HTTP/1.1\r\nHost: localhost\r\nUser-Agent: sidelock-locks\r\n"
+      "GET " + locksRequestPath(*opts) + " HTTP/1.1\r\nHost: localhost\r\nUser-Agent: sidelock-locks\r\n"
       "Accept: application/json\r\nConnection: close\r\n" +
       (opts->token.empty() ? std::string() : "Authorization: Bearer " + opts->token + "\r\n") +
       "\r\n";
@@ -254,7 +340,11 @@ int locksCommand(int argc, char** argv) {
     fputs((list.dump() + "\n").c_str(), stdout);
     return 0;
   }
-  StatusOr<std::string> table = formatLocksTable(list);
+  StatusOr<std::string> table =
+      opts->all ? formatHeldTable(list, std::chrono::duration_cast<std::chrono::milliseconds>(
+                                            std::chrono::system_clock::now().time_since_epoch())
+                                            .count())
+                : formatLocksTable(list);
   if (!table.isOk()) {
     fprintf(stderr, "sidelock locks: %s\n", table.status().message().c_str());
     return kExitInternal;

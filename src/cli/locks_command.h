@@ -3,6 +3,9 @@
 // or the sidecar's JSON with --json. Blocking and loop-free like `sidelock run`.
 //
 //   sidelock locks [--socket PATH | --addr HOST:PORT] [--json]
+//   sidelock locks --all [--prefix P] [--limit N] [--addr ADMIN_HOST:PORT] [--json]
+//     held locks across the deployment: GET /admin/v1/locks on the admin listener
+//     (SIDELOCK_AUTH_TOKEN: an admin token when the admin listener has admin tokens)
 //
 // Exit codes (exit_codes.h): 0 shown; 64 bad arguments; 69 sidecar unreachable, no answer or 5xx;
 // 70 an answer that is not the expected JSON; 77 refused (401/403/421: token, Host).
@@ -20,6 +23,10 @@ namespace sidelock::cli {
 struct LocksOptions {
   bool help = false;
   bool json = false;
+  bool all = false;     // --all: the admin listing (GET /admin/v1/locks)
+  std::string prefix;   // --prefix (with --all)
+  int64_t limit = 0;    // --limit (with --all); 0: the sidecar's default
+
   SidecarEndpoint endpoint;
   std::string token;  // $SIDELOCK_AUTH_TOKEN
 };
@@ -32,6 +39,13 @@ StatusOr<LocksOptions> parseLocksArgs(const std::vector<std::string>& args,
 /// here, sorted by name, then a summary line. kInternal if `list` does not have the documented
 /// shape.
 StatusOr<std::string> formatLocksTable(const nlohmann::json& list);
+
+/// The table for a GET /admin/v1/locks answer: lock, holder, since (age), TTL left, token,
+/// sorted by name, then a summary line (saying when the listing was cut short).
+StatusOr<std::string> formatHeldTable(const nlohmann::json& listing, int64_t now_unix_ms);
+
+/// The request path of the options: /v1/locks, or /admin/v1/locks?... with --all.
+std::string locksRequestPath(const LocksOptions& opts);
 
 std::string locksUsage();
 

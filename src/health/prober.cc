@@ -75,7 +75,9 @@ class Attempt {
       delete write;
       return finish(ProbeResult::kFailed);
     }
-    uv_read_start(
+    // A socket that cannot be read from gives no answer: a failed probe (never one that waits
+    // for its timeout, or for a read that never comes).
+    const int read_rc = uv_read_start(
         reinterpret_cast<uv_stream_t*>(tcp_.get()),
         [](uv_handle_t* h, size_t, uv_buf_t* out) {
           auto* owner = static_cast<Attempt*>(h->data);
@@ -85,6 +87,7 @@ class Attempt {
           auto* owner = static_cast<Attempt*>(s->data);
           if (owner != nullptr) owner->onRead(n, read);
         });
+    if (read_rc != 0) finish(ProbeResult::kFailed);
   }
 
   void onRead(ssize_t n, const uv_buf_t* buf) {
@@ -140,22 +143,22 @@ struct Prober::Impl {
     event::ScopedTimer next;
   };
 
-  uv_loop_t* loop;
-  event::Scheduler& scheduler;
-  metrics::Metrics& metrics;
-  std::map<std::string, std::unique_ptr<Probe>> probes;
-  uint64_t next_id = 1;
-  event::LivenessToken alive;
+  uv_loop_t* loop_;
+  event::Scheduler& scheduler_;
+  metrics::Metrics& metrics_;
+  std::map<std::string, std::unique_ptr<Probe>> probes_;
+  uint64_t next_id_ = 1;
+  event::LivenessToken alive_;
 
   Impl(uv_loop_t* l, event::Scheduler& s, metrics::Metrics& m)
-      : loop(l), scheduler(s), metrics(m) {}
+      : loop_(l), scheduler_(s), metrics_(m) {}
 
   void start(Probe& probe) {
     const std::string key = keyOf(probe);
     const int64_t timeout_ms = std::min(probe.interval_ms, kMaxTimeoutMs);
     probe.attempt = std::make_unique<Attempt>(
-        loop, scheduler, probe.url, timeout_ms,
-        alive.guarded([this, key](ProbeResult result) { onResult(key, result); }));
+        loop_, scheduler_, probe.url, timeout_ms,
+        alive_.guarded([this, key](ProbeResult result) { onResult(key, result); }));
   }
 
   static std::string keyOf(const Probe& probe) {
@@ -163,48 +166,48 @@ struct Prober::Impl {
   }
 
   void onResult(const std::string& key, ProbeResult result) {
-    auto it = probes.find(key);
-    if (it == probes.end()) return;
+    auto it = probes_.find(key);
+    if (it == probes_.end()) return;
     Probe& probe = *it->second;
     // The attempt is on the stack (its finish() called us): free it on a later turn.
-    scheduler.post([dead = std::shared_ptr<Attempt>(std::move(probe.attempt))] {});
+    scheduler_.post([dead = std::shared_ptr<Attempt>(std::move(probe.attempt))] {});
     count(result);
     for (auto& [id, watcher] : probe.watchers) {
       if (result == ProbeResult::kOk) {
         watcher.failures_seen = 0;
         continue;
       }
-      if (watcher.told || scheduler.nowUs() < watcher.counts_from_us) continue;
+      if (watcher.told || scheduler_.nowUs() < watcher.counts_from_us) continue;
       if (++watcher.failures_seen < watcher.failures_needed) continue;
       watcher.told = true;
       SL_LOG(kWarn, "health.unhealthy", {"url", probe.url.text},
              {"failures", static_cast<long long>(watcher.failures_seen)});
       // Posted: the callback may end the watch (and this probe) — never under our feet.
-      scheduler.post(alive.guarded([this, key, watch_id = id] {
-        auto found = probes.find(key);
-        if (found == probes.end()) return;
+      scheduler_.post(alive_.guarded([this, key, watch_id = id] {
+        auto found = probes_.find(key);
+        if (found == probes_.end()) return;
         auto w = found->second->watchers.find(watch_id);
         if (w == found->second->watchers.end()) return;
         std::function<void()> fn = std::move(w->second.on_unhealthy);
         if (fn) fn();
       }));
     }
-    probe.next.start(scheduler, probe.interval_ms, [this, key] {
-      auto found = probes.find(key);
-      if (found != probes.end()) start(*found->second);
+    probe.next.start(scheduler_, probe.interval_ms, [this, key] {
+      auto found = probes_.find(key);
+      if (found != probes_.end()) start(*found->second);
     });
   }
 
   void count(ProbeResult result) {
     switch (result) {
       case ProbeResult::kOk:
-        return metrics.health_probe_ok.Increment();
+        return metrics_.health_probe_ok.Increment();
       case ProbeResult::kFailed:
-        return metrics.health_probe_failed.Increment();
+        return metrics_.health_probe_failed.Increment();
       case ProbeResult::kTimeout:
-        return metrics.health_probe_timeout.Increment();
+        return metrics_.health_probe_timeout.Increment();
       case ProbeResult::kRefused:
-        return metrics.health_probe_refused.Increment();
+        return metrics_.health_probe_refused.Increment();
     }
   }
 };
@@ -228,42 +231,42 @@ void HealthWatch::reset() {
 Prober::Prober(uv_loop_t* loop, event::Scheduler& scheduler, metrics::Metrics& metrics)
     : impl_(std::make_unique<Impl>(loop, scheduler, metrics)) {}
 
-Prober::~Prober() { impl_->metrics.health_probes_active.Set(0); }
+Prober::~Prober() { impl_->metrics_.health_probes_active.Set(0); }
 
 HealthWatch Prober::watch(const HealthSpec& spec, std::function<void()> on_unhealthy) {
   auto probe = std::make_unique<Impl::Probe>();
   probe->url = spec.url;
   probe->interval_ms = spec.interval_ms;
   const std::string key = Impl::keyOf(*probe);
-  auto [it, fresh] = impl_->probes.try_emplace(key, std::move(probe));
-  const uint64_t id = impl_->next_id++;
+  auto [it, fresh] = impl_->probes_.try_emplace(key, std::move(probe));
+  const uint64_t id = impl_->next_id_++;
   Impl::Watcher& watcher = it->second->watchers[id];
   watcher.failures_needed = std::max(1, spec.failures);
-  watcher.counts_from_us = impl_->scheduler.nowUs() + std::max<int64_t>(0, spec.grace_ms) * 1000;
+  watcher.counts_from_us = impl_->scheduler_.nowUs() + std::max<int64_t>(0, spec.grace_ms) * 1000;
   watcher.on_unhealthy = std::move(on_unhealthy);
   if (fresh) {
-    impl_->metrics.health_probes_active.Set(static_cast<double>(impl_->probes.size()));
+    impl_->metrics_.health_probes_active.Set(static_cast<double>(impl_->probes_.size()));
     impl_->start(*it->second);
   }
   return HealthWatch(this, alive_.ref(), key, id);
 }
 
 void Prober::unwatch(const std::string& key, uint64_t id) {
-  auto it = impl_->probes.find(key);
-  if (it == impl_->probes.end()) return;
+  auto it = impl_->probes_.find(key);
+  if (it == impl_->probes_.end()) return;
   it->second->watchers.erase(id);
   if (!it->second->watchers.empty()) return;
   // The attempt may be the one reporting right now (a watcher's callback ending its watch runs
   // on a posted turn, never inside finish()), so destroying it here is safe.
-  impl_->probes.erase(it);
-  impl_->metrics.health_probes_active.Set(static_cast<double>(impl_->probes.size()));
+  impl_->probes_.erase(it);
+  impl_->metrics_.health_probes_active.Set(static_cast<double>(impl_->probes_.size()));
 }
 
 void Prober::shutdown() {
-  impl_->probes.clear();
-  impl_->metrics.health_probes_active.Set(0);
+  impl_->probes_.clear();
+  impl_->metrics_.health_probes_active.Set(0);
 }
 
-size_t Prober::activeProbes() const { return impl_->probes.size(); }
+size_t Prober::activeProbes() const { return impl_->probes_.size(); }
 
 }  // namespace sidelock::health

@@ -53,6 +53,13 @@ Refusal unauthorized(std::string_view code, std::string message) {
   return Refusal{401, code, std::move(message), {{"WWW-Authenticate", std::move(challenge)}}};
 }
 
+/// `text` without leading and trailing spaces and tabs (HTTP's OWS).
+std::string_view trimBlanks(std::string_view text) {
+  while (!text.empty() && (text.front() == ' ' || text.front() == '\t')) text.remove_prefix(1);
+  while (!text.empty() && (text.back() == ' ' || text.back() == '\t')) text.remove_suffix(1);
+  return text;
+}
+
 /// The token of "Authorization: Bearer <token>" (scheme case-insensitive), or "" if none.
 std::string_view bearerToken(std::string_view authorization) {
   constexpr std::string_view kScheme = "bearer";
@@ -61,19 +68,12 @@ std::string_view bearerToken(std::string_view authorization) {
       authorization[kScheme.size()] != ' ') {
     return {};
   }
-  std::string_view token = authorization.substr(kScheme.size());
-  while (!token.empty() && token.front() == ' ') token.remove_prefix(1);
-  while (!token.empty() && token.back() == ' ') token.remove_suffix(1);
-  return token;
+  return trimBlanks(authorization.substr(kScheme.size()));
 }
 
 /// Dapr's "dapr-api-token: <token>" (what Dapr SDKs send for DAPR_API_TOKEN): the bare token,
-/// without a scheme; surrounding spaces are not part of it.
-std::string_view daprApiToken(std::string_view header) {
-  while (!header.empty() && header.front() == ' ') header.remove_prefix(1);
-  while (!header.empty() && header.back() == ' ') header.remove_suffix(1);
-  return header;
-}
+/// without a scheme; surrounding spaces and tabs (HTTP's optional whitespace) are not part of it.
+std::string_view daprApiToken(std::string_view header) { return trimBlanks(header); }
 
 }  // namespace
 

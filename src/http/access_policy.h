@@ -65,8 +65,9 @@ struct ListenerPolicy {
   bool token_required = true;
   /// Probes (the kubelet cannot send a secret header) and nothing else: route patterns
   /// (http::PathPattern, matched as the Router matches them), so "/v1/elections/{name}/ready",
-  /// the leader-only readiness probe, lists the path of every election's.
-  std::vector<std::string> token_free_paths = {"/healthz", "/readyz"};
+  /// the leader-only readiness probe, lists the path of every election's. Parsed once, as they
+  /// are added (main.cc), never per request.
+  PathList token_free_paths = {"/healthz", "/readyz"};
   /// Unix socket peers (Request::peer, SO_PEERCRED): empty = anyone the socket's file mode lets
   /// connect; otherwise a peer without credentials is refused too.
   std::vector<uint32_t> allowed_uids;

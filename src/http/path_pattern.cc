@@ -113,13 +113,17 @@ bool PathPattern::matches(const std::vector<std::string>& segments) const {
   return true;
 }
 
-bool pathIsListed(const std::vector<std::string>& patterns, std::string_view path) {
+void PathList::push_back(std::string_view pattern) {
+  StatusOr<PathPattern> parsed = PathPattern::parse(pattern);
+  if (parsed.isOk()) patterns_.push_back(std::move(*parsed));
+}
+
+bool pathIsListed(const PathList& patterns, std::string_view path) {
+  if (patterns.patterns().empty()) return false;
   std::vector<std::string> segments;
   if (splitPath(path, &segments) != PathSplit::kOk) return false;
-  return std::any_of(patterns.begin(), patterns.end(), [&segments](const std::string& text) {
-    StatusOr<PathPattern> pattern = PathPattern::parse(text);
-    return pattern.isOk() && pattern->matches(segments);
-  });
+  return std::any_of(patterns.patterns().begin(), patterns.patterns().end(),
+                     [&segments](const PathPattern& p) { return p.matches(segments); });
 }
 
 }  // namespace sidelock::http

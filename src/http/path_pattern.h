@@ -3,6 +3,7 @@
 // when the router would send it to the route of the same pattern. Pure logic.
 #pragma once
 
+#include <initializer_list>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -46,8 +47,22 @@ class PathPattern {
   std::vector<Segment> segments_;
 };
 
-/// Whether raw `path` matches one of `patterns` (PathPattern; a pattern that does not parse
-/// matches nothing).
-bool pathIsListed(const std::vector<std::string>& patterns, std::string_view path);
+/// Route patterns parsed once, when added (not on each request that is checked against them).
+/// A pattern that does not parse is left out: it matches nothing.
+class PathList {
+ public:
+  PathList() = default;
+  PathList(std::initializer_list<std::string_view> patterns) {
+    for (std::string_view p : patterns) push_back(p);
+  }
+  void push_back(std::string_view pattern);
+  const std::vector<PathPattern>& patterns() const { return patterns_; }
+
+ private:
+  std::vector<PathPattern> patterns_;
+};
+
+/// Whether raw `path` matches one of `patterns`.
+bool pathIsListed(const PathList& patterns, std::string_view path);
 
 }  // namespace sidelock::http

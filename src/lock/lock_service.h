@@ -48,6 +48,26 @@ struct LockState {
   std::vector<backend::LeaseHolder> holders;
 };
 
+/// One lock the admin listing found held (never its owner).
+struct HeldLock {
+  std::string name;
+  std::string holder;  // the label its acquire recorded
+  int64_t since_ms = 0;
+  int64_t ttl_ms = 0;
+  uint64_t token = 0;
+};
+/// The admin listing (GET /admin/v1/locks): held locks across the deployment, sorted by name.
+struct HeldQuery {
+  std::string prefix;      // lock names starting with this ("" = all)
+  size_t limit = 100;      // at most this many locks
+  int64_t budget_ms = 200; // the backend scan's time budget
+};
+struct HeldListing {
+  std::vector<HeldLock> locks;
+  bool truncated = false;
+  std::string truncated_reason;  // why, when truncated: limit, time budget, nodes not scanned
+};
+
 /// What an operator's force release did.
 struct ForcedRelease {
   bool released = false;  // a lease existed and was deleted
@@ -306,6 +326,12 @@ class LockService {
   /// `lost`; its release / extend answer lease_lost).
   /// By name, not LockId: the mutex, its fair holders and its readers share the one lease freed.
   void forceRelease(std::string_view name, std::function<void(StatusOr<ForcedRelease>)> done);
+  /// Operators: the locks held anywhere in the deployment (held_listing.cc): the backend scans
+  /// for holder records (Backend::scanHolders: bounded, SCAN in small batches within the
+  /// budget), then each name found is inspected (Redlock: a quorum read), so a lock is listed
+  /// only while its lease lives. The `limit` smallest names; truncated says when more exist
+  /// or the scan was cut short.
+  void listHeld(const HeldQuery& query, std::function<void(StatusOr<HeldListing>)> done);
 
   /// Acquires every name of `options` or none. Where the backend keeps every lock on one node
   /// (Backend::acquiresAllAtOnce) the first try is one atomic step. Otherwise, and to wait after

@@ -67,6 +67,8 @@ class LockService::Impl {
     return lost_.contains(lock, owner, scheduler_.nowUs());
   }
   BackendHealth backendHealth() const { return backend_.health(); }
+  /// The backend's holder scan, its answer delivered like every other (skipped once destroyed).
+  void scanHolders(const backend::HolderScan& scan, backend::ScanCallback done);
   event::Scheduler& scheduler() { return scheduler_; }
   /// Multi-locks: whether the backend grants every name in one atomic step.
   bool acquiresAllAtOnce() const { return backend_.acquiresAllAtOnce(); }

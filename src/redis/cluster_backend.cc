@@ -6,6 +6,7 @@
 #include <set>
 
 #include "common/log.h"
+#include "redis/holder_scan.h"
 #include "redis/redis_backend.h"
 
 namespace sidelock::backend {
@@ -387,6 +388,23 @@ void ClusterBackend::rehomeWatches() {
 std::string ClusterBackend::subscriptionHome(std::string_view name) const {
   auto it = homes_.find(name);
   return it == homes_.end() ? std::string() : it->second;
+}
+
+void ClusterBackend::scanHolders(const HolderScan& scan, ScanCallback cb) {
+  std::vector<std::string> masters;
+  for (const config::RedisNodeAddress& m : map_.masters()) masters.push_back(m.toString());
+  if (masters.empty()) {
+    scheduler_.post([cb = std::move(cb)] {
+      cb(Status(StatusCode::kUnavailable, "redis cluster: no slot map yet"));
+    });
+    return;
+  }
+  scanHolderRecords(
+      scheduler_, std::move(masters),
+      [this, alive = alive_.ref()](const std::string& address) -> RedisNode* {
+        return alive.expired() || shut_down_ ? nullptr : node(address);
+      },
+      scripts_.prefix, scan, timeout_ms_, std::move(cb));
 }
 
 RedisNode* ClusterBackend::node(const std::string& address) {

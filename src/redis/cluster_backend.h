@@ -57,6 +57,8 @@ class ClusterBackend final : public Backend {
   void run(const Operation& op, OutcomeCallback cb) override;
   bool canHandOff() const override { return true; }
 
+  /// Every master of the slot map, one after another.
+  void scanHolders(const HolderScan& scan, ScanCallback cb) override;
   void setReleaseListener(ReleaseListener listener) override {
     watches_.setListener(std::move(listener));
   }

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "common/log.h"
+#include "redis/holder_scan.h"
 #include "redis/scripts.h"
 
 namespace sidelock::backend {
@@ -120,6 +121,15 @@ void RedisBackend::acquireAll(const std::vector<std::string>& names, std::string
       [address = address_, count = names.size(), cb = std::move(cb)](StatusOr<RedisValue> r) {
         cb(decodeAllOutcome(r, count, *address));
       });
+}
+
+void RedisBackend::scanHolders(const HolderScan& scan, ScanCallback cb) {
+  scanHolderRecords(
+      scheduler_, {node_->address()},
+      [this, alive = alive_.ref()](const std::string&) -> RedisNode* {
+        return alive.expired() || shut_down_ ? nullptr : node_.get();
+      },
+      scripts_.prefix, scan, timeout_ms_, std::move(cb));
 }
 
 void RedisBackend::watchReleases(std::string_view name) {

@@ -13,6 +13,7 @@
 
 #include "backend/backend.h"
 #include "config/config.h"
+#include "event/lifetime.h"
 #include "event/scheduler.h"
 #include "metrics/metrics.h"
 #include "redis/redis_node.h"
@@ -54,6 +55,8 @@ class RedisBackend final : public Backend {
   void acquireAll(const std::vector<std::string>& names, std::string_view owner, int64_t ttl_ms,
                   std::string_view holder, AllOutcomeCallback cb) override;
 
+  void scanHolders(const HolderScan& scan, ScanCallback cb) override;
+
   void setReleaseListener(ReleaseListener listener) override {
     watches_.setListener(std::move(listener));
   }
@@ -82,6 +85,7 @@ class RedisBackend final : public Backend {
   TopologyHook topology_;
   ReleaseWatches watches_;
   bool shut_down_ = false;
+  event::LivenessToken alive_;  // guards scans (scanHolders) still running when destroyed
 };
 
 }  // namespace sidelock::backend

@@ -7,6 +7,7 @@
 
 #include "common/invariant.h"
 #include "common/log.h"
+#include "redis/holder_scan.h"
 #include "redis/redis_backend.h"
 #include "redis/scripts.h"
 
@@ -980,6 +981,25 @@ BackendHealth RedlockBackend::health() const {
     if (!not_voting.empty()) h.reason += "; not voting yet: " + not_voting;
   }
   return h;
+}
+
+void RedlockBackend::scanHolders(const HolderScan& scan, ScanCallback cb) {
+  std::vector<std::string> addresses;
+  for (const auto& n : nodes_) addresses.push_back(n->address);
+  beginOp();  // in flight until delivered: shutdown waits for the scan's answer
+  scanHolderRecords(
+      scheduler_, std::move(addresses),
+      [this](const std::string& address) -> RedisNode* {
+        if (shutting_down_) return nullptr;
+        for (const auto& n : nodes_) {
+          if (n->address == address && !n->shut_down) return n->redis.get();
+        }
+        return nullptr;
+      },
+      scripts_.prefix, scan, config_.command_timeout_ms,
+      [this, cb = std::move(cb)](StatusOr<ScannedNames> r) mutable {
+        deliver([cb = std::move(cb), r = std::move(r)]() mutable { cb(std::move(r)); });
+      });
 }
 
 void RedlockBackend::shutdown(std::function<void()> done) {

@@ -127,6 +127,9 @@ class RedlockBackend final : public Backend {
 
   /// Number of nodes, and whether node `i` (config order) is up and allowed to vote now.
   size_t nodeCount() const { return nodes_.size(); }
+  /// Every node, one after another, the names merged: a name some node records is a candidate;
+  /// the listing's inspect (a quorum read) decides whether it is held.
+  void scanHolders(const HolderScan& scan, ScanCallback cb) override;
   bool nodeVoting(size_t i) const;
 
  private:

@@ -44,6 +44,9 @@ class SentinelBackend final : public Backend {
   void run(const Operation& op, OutcomeCallback cb) override;
   bool canHandOff() const override { return true; }
 
+  void scanHolders(const HolderScan& scan, ScanCallback cb) override {
+    redis_->scanHolders(scan, std::move(cb));
+  }
   void setReleaseListener(ReleaseListener listener) override;
   void watchReleases(std::string_view name) override;
   void unwatchReleases(std::string_view name) override;

@@ -427,6 +427,11 @@ def exercise(doc, lock_port, admin_port):
     check("POST", "/admin/v1/locks/a%7Bb/release", headers=auth, port=admin_port, expect=400)
     check("GET", "/readyz", port=admin_port, expect=200)
     check("GET", "/v1/openapi.json", headers=auth, port=admin_port, expect=200)
+    # The admin listing of held locks.
+    check("POST", "/v1/locks/listed/acquire", '{"holder":"openapi"}', expect=200)
+    check("GET", "/admin/v1/locks", port=admin_port, expect=401)
+    check("GET", "/admin/v1/locks?prefix=list&limit=5", headers=auth, port=admin_port, expect=200)
+    check("GET", "/admin/v1/locks?limit=0", headers=auth, port=admin_port, expect=400)
 
 
 # Statuses of the election routes a contract sidecar cannot provoke cheaply, and why; every other

@@ -14,29 +14,15 @@
 #include "support/redis_server.h"
 #include "support/sidecar_polling.h"
 #include "support/sidecar_process.h"
+#include "support/sidelock_cli.h"
 
 namespace sidelock::testing {
 namespace {
 
 using nlohmann::json;
 
-struct CliResult {
-  int exit_code = -1;
-  std::string out;  // stdout and stderr together
-};
-
-/// Runs `sidelock locks ARGS` with only `env` in its environment; returns when it exits.
 CliResult locks(const std::string& args, const std::string& env = "") {
-  const std::string cmd = "env -i " + env + " '" + sidelockBinary() + "' locks " + args + " 2>&1";
-  CliResult r;
-  FILE* p = popen(cmd.c_str(), "r");
-  if (p == nullptr) return r;
-  std::array<char, 4096> buf{};
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
-  const int status = pclose(p);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
+  return runSidelockCli("locks", args, env);
 }
 
 TEST(CliLocksTest, ListsLeasesAndWaitersAsATableOrJsonOverTcpAndUnix) {

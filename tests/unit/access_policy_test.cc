@@ -238,6 +238,11 @@ TEST(AccessPolicyTest, DaprApiTokenHeader) {
   EXPECT_FALSE(checkAccess(good, p));
   ASSERT_TRUE(good.principal);
   EXPECT_EQ(good.principal->scopes, std::vector<std::string>{"orders-"}) << "its prefixes apply";
+  // Tabs around it are HTTP's optional whitespace too, not part of the token.
+  Request tabbed =
+      request({{"host", "localhost"}, {"dapr-api-token", std::string("\t") + kTokenA + " \t"}});
+  EXPECT_FALSE(checkAccess(tabbed, p));
+  ASSERT_TRUE(tabbed.principal);
 
   Request wrong = request({{"host", "localhost"}, {"dapr-api-token", "wrongwrongwrongwrong"}});
   auto refusal = checkAccess(wrong, p);
@@ -312,7 +317,7 @@ TEST(LockScopeTest, PrefixesLimitLockNames) {
 
 // The same matcher as the Router's (http::PathPattern): a {param} is one non-empty segment.
 TEST(PathIsListed, AParameterMatchesOneNonEmptySegment) {
-  const std::vector<std::string> listed = {"/healthz", "/v1/elections/{name}/ready"};
+  const PathList listed = {"/healthz", "/v1/elections/{name}/ready"};
   EXPECT_TRUE(pathIsListed(listed, "/healthz"));
   EXPECT_TRUE(pathIsListed(listed, "/v1/elections/scheduler/ready"));
   EXPECT_TRUE(pathIsListed(listed, "/v1/elections/a%2Fb/ready"));
