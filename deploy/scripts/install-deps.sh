@@ -7,6 +7,7 @@ BUILD_PACKAGES=(
   build-essential cmake pkg-config git ca-certificates
   libuv1-dev node-llhttp libhiredis-dev libssl-dev libyaml-cpp-dev prometheus-cpp-dev nlohmann-json3-dev
   redis-server redis-tools
+  libprotobuf-dev protobuf-compiler
 )
 TEST_PACKAGES=(
   libgtest-dev prometheus openssl curl
