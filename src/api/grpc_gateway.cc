@@ -12,6 +12,8 @@
 
 #include "dapr/proto/runtime/v1/dapr.pb.h"
 #include "grpc/health/v1/health.pb.h"
+#include "http/router.h"
+#include "metrics/metrics.h"
 #include "sidelock/v1/locks.pb.h"
 
 namespace sidelock::api {
@@ -171,12 +173,22 @@ std::string readinessMessage(bool serving) {
 /// An http::Responder that answers a gRPC call (src/api/grpc_gateway.h).
 class GrpcResponder final : public http::Responder {
  public:
-  GrpcResponder(grpc::CallPtr call, const GrpcMethod& method)
-      : call_(std::move(call)), method_(method) {}
+  /// Counts the call in sidelock_http_requests_total / _seconds with protocol "grpc" when both
+  /// its route (routed()) and its answer are known; `metrics` may be null (tests).
+  GrpcResponder(grpc::CallPtr call, const GrpcMethod& method, metrics::Metrics* metrics,
+                const event::Scheduler& scheduler)
+      : call_(std::move(call)), method_(method), metrics_(metrics), scheduler_(scheduler) {}
+
+  /// The route the router matched (empty when the request was refused or matched none).
+  void routed(std::string_view route) {
+    route_ = route.empty() ? http::kUnmatchedRoute : route;
+    if (status_ != 0) record();
+  }
 
   void send(int status, std::string_view /*content_type*/, std::string body,
             std::vector<std::pair<std::string, std::string>> /*extra_headers*/) override {
     if (!call_->active()) return;
+    answered(status);
     if (method_.answer == Answer::kReadiness && (status == 200 || status == 503)) {
       call_->sendMessage(readinessMessage(status == 200));
       call_->finish(StatusCode::kOk, "");
@@ -195,7 +207,7 @@ class GrpcResponder final : public http::Responder {
     call_->finish(StatusCode::kOk, "");
   }
 
-  void startStream(int /*status*/, std::string_view /*content_type*/) override {}
+  void startStream(int status, std::string_view /*content_type*/) override { answered(status); }
 
   bool writeChunk(std::string_view data) override {
     if (!call_->active()) return false;
@@ -229,9 +241,26 @@ class GrpcResponder final : public http::Responder {
     return call_->sendMessage(std::move(*message));
   }
 
+  void answered(int status) {
+    if (status_ != 0) return;
+    status_ = status;
+    latency_s_ = static_cast<double>(scheduler_.nowUs() - call_->info().received_us) / 1e6;
+    if (!route_.empty()) record();
+  }
+  void record() {
+    if (metrics_ == nullptr) return;
+    metrics_->httpRequests(route_, status_, "grpc").Increment();
+    if (call_->info().received_us > 0) metrics_->httpLatency(route_, "grpc").Observe(latency_s_);
+  }
+
   grpc::CallPtr call_;
   const GrpcMethod& method_;
-  std::string partial_;  // an NDJSON line not complete yet
+  metrics::Metrics* metrics_;
+  const event::Scheduler& scheduler_;
+  std::string partial_;    // an NDJSON line not complete yet
+  std::string_view route_;  // the router's table (fixed at start-up) or kUnmatchedRoute
+  int status_ = 0;          // the route's HTTP status, once answered
+  double latency_s_ = 0;
 };
 
 /// The answer of one /readyz look for Health/Watch: serving or not, or the refusal.
@@ -447,11 +476,11 @@ void GrpcGateway::handle(grpc::CallPtr call, std::string request) {
       return;
     }
   }
-  auto responder = std::make_shared<GrpcResponder>(call, *method);
-  dispatch(*call, *http_call, std::move(responder));
+  auto responder = std::make_shared<GrpcResponder>(call, *method, metrics_, scheduler_);
+  responder->routed(dispatch(*call, *http_call, responder));
 }
 
-void GrpcGateway::dispatch(const grpc::ServerCall& call, const HttpCall& http_call,
+std::string_view GrpcGateway::dispatch(const grpc::ServerCall& call, const HttpCall& http_call,
                            std::shared_ptr<http::Responder> responder) {
   const grpc::CallInfo& info = call.info();
   http::Request request;
@@ -473,6 +502,7 @@ void GrpcGateway::dispatch(const grpc::ServerCall& call, const HttpCall& http_ca
   request.headers.emplace_back("host", info.authority);
   if (!request.body.empty()) request.headers.emplace_back("content-type", "application/json");
   guarded_(request, std::move(responder));
+  return request.route;
 }
 
 void GrpcGateway::startWatch(grpc::CallPtr call, HttpCall http_call) {

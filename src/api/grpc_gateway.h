@@ -101,8 +101,9 @@ class GrpcGateway {
 
  private:
   struct Watch;
-  /// Runs `http_call` through the guarded handler for `call`, answering through `responder`.
-  void dispatch(const grpc::ServerCall& call, const HttpCall& http_call,
+  /// Runs `http_call` through the guarded handler for `call`, answering through `responder`;
+  /// returns the route the router matched (empty if none).
+  std::string_view dispatch(const grpc::ServerCall& call, const HttpCall& http_call,
                 std::shared_ptr<http::Responder> responder);
   void startWatch(grpc::CallPtr call, HttpCall http_call);
   void pollWatch(const std::shared_ptr<Watch>& watch);

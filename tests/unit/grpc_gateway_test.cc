@@ -12,6 +12,7 @@
 #include "dapr/proto/runtime/v1/dapr.pb.h"
 #include "event/fake_scheduler.h"
 #include "grpc/health/v1/health.pb.h"
+#include "metrics/metrics.h"
 #include "sidelock/v1/locks.pb.h"
 
 namespace sidelock::api {
@@ -68,6 +69,7 @@ struct Seen {
 
 http::Handler recordingHandler(Seen& seen) {
   return [&seen](http::Request& request, http::ResponderPtr responder) {
+    request.route = "/v1/locks/{name}/acquire";  // as the router would (metrics label)
     seen.request = request;
     seen.responder = std::move(responder);
     ++seen.count;
@@ -205,9 +207,11 @@ TEST(GrpcGatewayTest, HttpErrorsMapToGrpcStatusesOneToOne) {
 
 TEST(GrpcGatewayTest, UnaryCallRunsTheRouteWithTheCallsMetadata) {
   event::FakeScheduler scheduler;
+  metrics::Metrics metrics("test");
   Seen seen;
-  GrpcGateway gateway(scheduler, nullptr, recordingHandler(seen));
+  GrpcGateway gateway(scheduler, &metrics, recordingHandler(seen));
   auto call = std::make_shared<FakeCall>("/sidelock.v1.Locks/Acquire");
+  call->info_.received_us = scheduler.nowUs();
   call->info_.metadata = {{"authorization", "Bearer t1"},
                           {"dapr-api-token", "t1"},
                           {"content-type", "application/grpc"},
@@ -238,6 +242,12 @@ TEST(GrpcGatewayTest, UnaryCallRunsTheRouteWithTheCallsMetadata) {
   EXPECT_EQ(grant.token(), 42);
   EXPECT_EQ(grant.ttl_ms(), 1000);
   EXPECT_FALSE(seen.responder->clientConnected());
+  // Counted as HTTP requests are, under the route it ran, with protocol "grpc".
+  EXPECT_EQ(metrics.httpRequests("/v1/locks/{name}/acquire", 200, "grpc").Value(), 1);
+  EXPECT_EQ(metrics.httpRequests("/v1/locks/{name}/acquire", 200, "http").Value(), 0);
+  EXPECT_NE(metrics.render().find("sidelock_http_request_seconds_count{protocol=\"grpc\","
+                                  "route=\"/v1/locks/{name}/acquire\"} 1"),
+            std::string::npos);
 }
 
 TEST(GrpcGatewayTest, HttpErrorBecomesStatusWithTheErrorBody) {
