@@ -9,9 +9,16 @@
 
 #include <nlohmann/json.hpp>
 
+#include "api/dapr_api.h"
+#include "api/election_api.h"
+#include "api/lock_api.h"
+#include "backend/memory_backend.h"
 #include "dapr/proto/runtime/v1/dapr.pb.h"
 #include "event/fake_scheduler.h"
 #include "grpc/health/v1/health.pb.h"
+#include "http/access_policy.h"
+#include "http/router.h"
+#include "lock/lock_service.h"
 #include "metrics/metrics.h"
 #include "sidelock/v1/locks.pb.h"
 
@@ -371,6 +378,285 @@ TEST(GrpcGatewayTest, HealthCheckAndWatchFollowReadyz) {
   watch = std::make_shared<FakeCall>("/grpc.health.v1.Health/Watch");
   gateway.handle(watch, check.SerializeAsString());
   EXPECT_EQ(watch->status, StatusCode::kUnauthenticated);
+}
+
+/// The gateway over the real routes (LockApi, DaprApi, ElectionApi on a MemoryBackend), behind the
+/// real access policy: every sidelock.v1 message is accepted by its route's strict JSON body
+/// parser, and every answer converts back.
+class GrpcOverRealRoutesTest : public ::testing::Test {
+ protected:
+  GrpcOverRealRoutesTest() {
+    svc = std::make_unique<lock::LockService>(cfg, backend, sched, metrics);
+    lock_api = std::make_unique<LockApi>(cfg, *svc, metrics, sched);
+    dapr_cfg.stores = {"lockstore"};
+    dapr_api = std::make_unique<DaprApi>(dapr_cfg, cfg, *svc, [] { return std::string(); });
+    elections = std::make_unique<ElectionApi>(cfg, *svc, *lock_api, metrics, sched,
+                                              ElectionApi::Options{.identity = "pod-a"});
+    for (std::vector<Route> routes : {lock_api->routes(), dapr_api->routes(), elections->routes()}) {
+      for (auto& r : routes) EXPECT_TRUE(router.add(r.method, r.pattern, std::move(r.handler)).isOk());
+    }
+    verifier.replace({TokenEntry{"tokenAAAAAAAAAAAAAAAAAAAAAAAAAAAA", {}, "t1"},
+                      TokenEntry{"tokenBBBBBBBBBBBBBBBBBBBBBBBBBBBB", {"orders~"}, "t2"}});
+    policy.tokens = &verifier;
+    gateway = std::make_unique<GrpcGateway>(
+        sched, &metrics, http::guardHandler(policy, policy, router.asHandler()));
+  }
+  ~GrpcOverRealRoutesTest() override {
+    gateway.reset();
+    elections.reset();
+    sched.advanceMs(100);
+  }
+
+  /// Runs one call to its end (or until `max_ms` passed) and returns it.
+  std::shared_ptr<FakeCall> call(std::string method, const google::protobuf::Message& request,
+                                 std::string token = "tokenAAAAAAAAAAAAAAAAAAAAAAAAAAAA",
+                                 int64_t max_ms = 50) {
+    auto c = std::make_shared<FakeCall>(std::move(method));
+    c->info_.metadata = {{"authorization", "Bearer " + token}};
+    c->info_.received_us = sched.nowUs();
+    c->info_.peer = std::make_shared<http::PeerIdentity>(http::PeerIdentity{
+        .transport = http::PeerIdentity::Transport::kTcp, .address = "127.0.0.1", .port = 5555});
+    gateway->handle(c, request.SerializeAsString());
+    for (int64_t t = 0; t < max_ms && c->active(); ++t) sched.advanceMs(1);
+    return c;
+  }
+
+  config::LocksConfig cfg;
+  config::DaprConfig dapr_cfg;
+  event::FakeScheduler sched;
+  backend::MemoryBackend backend{sched};
+  metrics::Metrics metrics;
+  std::unique_ptr<lock::LockService> svc;
+  std::unique_ptr<LockApi> lock_api;
+  std::unique_ptr<DaprApi> dapr_api;
+  std::unique_ptr<ElectionApi> elections;
+  http::Router router;
+  http::TokenVerifier verifier;
+  http::ListenerPolicy policy;
+  std::unique_ptr<GrpcGateway> gateway;
+};
+
+TEST_F(GrpcOverRealRoutesTest, EveryLocksMethodRunsItsRoute) {
+  v1::AcquireRequest acquire;
+  acquire.set_name("orders");
+  acquire.set_ttl_ms(10000);
+  acquire.set_holder("worker-1");
+  acquire.mutable_health()->set_url("http://127.0.0.1:1/healthz");
+  acquire.clear_health();
+  auto c = call("/sidelock.v1.Locks/Acquire", acquire);
+  ASSERT_EQ(c->status, StatusCode::kOk) << c->status_message;
+  const auto grant = parsed<v1::Grant>(c->messages.at(0));
+  EXPECT_GT(grant.token(), 0);
+  EXPECT_EQ(grant.ttl_ms(), 10000);
+  c = call("/sidelock.v1.Locks/Acquire", acquire);
+  EXPECT_EQ(c->status, StatusCode::kAborted);
+  EXPECT_EQ(json::parse(c->status_message)["error"], "locked") << c->status_message;
+
+  v1::InspectRequest inspect;
+  inspect.set_name("orders");
+  c = call("/sidelock.v1.Locks/Inspect", inspect);
+  ASSERT_EQ(c->status, StatusCode::kOk) << c->status_message;
+  EXPECT_TRUE(parsed<v1::LockState>(c->messages.at(0)).held());
+
+  v1::ExtendRequest extend;
+  extend.set_name("orders");
+  extend.set_owner(grant.owner());
+  extend.set_ttl_ms(20000);
+  c = call("/sidelock.v1.Locks/Extend", extend);
+  ASSERT_EQ(c->status, StatusCode::kOk) << c->status_message;
+  EXPECT_EQ(parsed<v1::Extended>(c->messages.at(0)).ttl_ms(), 20000);
+
+  v1::ReleaseRequest release;
+  release.set_name("orders");
+  release.set_owner("not-the-owner");
+  c = call("/sidelock.v1.Locks/Release", release);
+  EXPECT_EQ(c->status, StatusCode::kFailedPrecondition) << c->status_message;
+  release.set_owner(grant.owner());
+  c = call("/sidelock.v1.Locks/Release", release);
+  ASSERT_EQ(c->status, StatusCode::kOk) << c->status_message;
+  EXPECT_TRUE(parsed<v1::Released>(c->messages.at(0)).released());
+
+  v1::SemaphoreAcquireRequest sem;
+  sem.set_name("pool");
+  sem.set_limit(1);
+  c = call("/sidelock.v1.Locks/AcquirePermit", sem);
+  ASSERT_EQ(c->status, StatusCode::kOk) << c->status_message;
+  const auto permit = parsed<v1::Permit>(c->messages.at(0));
+  EXPECT_FALSE(permit.permit().empty());
+  c = call("/sidelock.v1.Locks/AcquirePermit", sem);
+  EXPECT_EQ(c->status, StatusCode::kAborted) << c->status_message;
+  c = call("/sidelock.v1.Locks/InspectSemaphore", inspect);  // "orders": no semaphore there
+  EXPECT_EQ(c->status, StatusCode::kOk) << c->status_message;
+  inspect.set_name("pool");
+  c = call("/sidelock.v1.Locks/InspectSemaphore", inspect);
+  ASSERT_EQ(c->status, StatusCode::kOk) << c->status_message;
+  EXPECT_EQ(parsed<v1::SemaphoreState>(c->messages.at(0)).used(), 1);
+  v1::PermitExtendRequest pext;
+  pext.set_name("pool");
+  pext.set_permit(permit.permit());
+  pext.set_ttl_ms(5000);
+  c = call("/sidelock.v1.Locks/ExtendPermit", pext);
+  EXPECT_EQ(c->status, StatusCode::kOk) << c->status_message;
+  v1::PermitRequest prel;
+  prel.set_name("pool");
+  prel.set_permit(permit.permit());
+  c = call("/sidelock.v1.Locks/ReleasePermit", prel);
+  EXPECT_EQ(c->status, StatusCode::kOk) << c->status_message;
+
+  v1::MultiAcquireRequest multi;
+  multi.add_names("b");
+  multi.add_names("a");
+  multi.set_ttl_ms(5000);
+  c = call("/sidelock.v1.Locks/AcquireMulti", multi);
+  ASSERT_EQ(c->status, StatusCode::kOk) << c->status_message;
+  const auto mg = parsed<v1::MultiGrant>(c->messages.at(0));
+  ASSERT_EQ(mg.leases_size(), 2);
+  EXPECT_EQ(mg.names(0), "a");
+  v1::MultiReleaseRequest mrel;
+  mrel.add_names("a");
+  mrel.add_names("b");
+  mrel.set_owner(mg.owner());
+  c = call("/sidelock.v1.Locks/ReleaseMulti", mrel);
+  EXPECT_EQ(c->status, StatusCode::kOk) << c->status_message;
+
+  // Bad input: the route's own errors.
+  acquire.set_name("bad name");
+  c = call("/sidelock.v1.Locks/Acquire", acquire);
+  EXPECT_EQ(c->status, StatusCode::kInvalidArgument) << c->status_message;
+  acquire.set_name("x");
+  acquire.set_ttl_ms(int64_t{1} << 40);
+  c = call("/sidelock.v1.Locks/Acquire", acquire);
+  EXPECT_EQ(c->status, StatusCode::kInvalidArgument) << c->status_message;
+  EXPECT_GT(metrics.httpRequests("/v1/locks/{name}/acquire", 200, "grpc").Value(), 0);
+}
+
+TEST_F(GrpcOverRealRoutesTest, HoldIsHeldWhileTheCallIsOpen) {
+  v1::AcquireRequest acquire;
+  acquire.set_name("streamed");
+  acquire.set_ttl_ms(3000);
+  auto hold = call("/sidelock.v1.Locks/Hold", acquire);
+  ASSERT_TRUE(hold->active()) << hold->status_message;
+  ASSERT_EQ(hold->messages.size(), 1u);
+  const auto first = parsed<v1::HoldEvent>(hold->messages[0]);
+  EXPECT_EQ(first.event(), "acquired");
+  EXPECT_GT(first.token(), 0);
+  v1::InspectRequest inspect;
+  inspect.set_name("streamed");
+  EXPECT_TRUE(parsed<v1::LockState>(call("/sidelock.v1.Locks/Inspect", inspect)->messages.at(0)).held());
+  sched.advanceMs(2000);  // renewed by the watchdog
+  EXPECT_GE(hold->messages.size(), 2u);
+  hold->cancel();
+  sched.advanceMs(50);
+  EXPECT_FALSE(parsed<v1::LockState>(call("/sidelock.v1.Locks/Inspect", inspect)->messages.at(0)).held());
+}
+
+TEST_F(GrpcOverRealRoutesTest, DeadlineCutsTheWait) {
+  v1::AcquireRequest acquire;
+  acquire.set_name("busy");
+  acquire.set_ttl_ms(60000);
+  ASSERT_EQ(call("/sidelock.v1.Locks/Acquire", acquire)->status, StatusCode::kOk);
+  acquire.set_wait_ms(30000);
+  auto c = std::make_shared<FakeCall>("/sidelock.v1.Locks/Acquire");
+  c->info_.metadata = {{"dapr-api-token", "tokenAAAAAAAAAAAAAAAAAAAAAAAAAAAA"}};
+  c->info_.deadline_us = sched.nowUs() + 500'000;
+  gateway->handle(c, acquire.SerializeAsString());
+  sched.advanceMs(400);
+  EXPECT_TRUE(c->active());
+  for (int t = 0; t < 300 && c->active(); ++t) sched.advanceMs(1);
+  EXPECT_EQ(c->status, StatusCode::kAborted) << "the route gave up at the deadline";
+}
+
+TEST_F(GrpcOverRealRoutesTest, TokensAndScopes) {
+  v1::AcquireRequest acquire;
+  acquire.set_name("invoices~1");
+  EXPECT_EQ(call("/sidelock.v1.Locks/Acquire", acquire, "")->status, StatusCode::kUnauthenticated);
+  EXPECT_EQ(call("/sidelock.v1.Locks/Acquire", acquire, "wrongwrongwrongwrongwrongwrong")->status,
+            StatusCode::kUnauthenticated);
+  auto c = call("/sidelock.v1.Locks/Acquire", acquire, "tokenBBBBBBBBBBBBBBBBBBBBBBBBBBBB");
+  EXPECT_EQ(c->status, StatusCode::kPermissionDenied) << c->status_message;
+  acquire.set_name("orders~1");
+  c = call("/sidelock.v1.Locks/Acquire", acquire, "tokenBBBBBBBBBBBBBBBBBBBBBBBBBBBB");
+  EXPECT_EQ(c->status, StatusCode::kOk) << c->status_message;
+  // Health needs no token, as /readyz.
+  health::HealthCheckRequest check;
+  c = call("/grpc.health.v1.Health/Check", check, "");
+  ASSERT_EQ(c->status, StatusCode::kOk) << c->status_message;
+  EXPECT_EQ(parsed<health::HealthCheckResponse>(c->messages.at(0)).status(),
+            health::HealthCheckResponse::SERVING);
+}
+
+TEST_F(GrpcOverRealRoutesTest, DaprLockMethodsAndMetadata) {
+  dapr::TryLockRequest lock;
+  lock.set_store_name("lockstore");
+  lock.set_resource_id("orders/42");
+  lock.set_lock_owner("owner-a");
+  lock.set_expiry_in_seconds(60);
+  auto c = call("/dapr.proto.runtime.v1.Dapr/TryLockAlpha1", lock);
+  ASSERT_EQ(c->status, StatusCode::kOk) << c->status_message;
+  EXPECT_TRUE(parsed<dapr::TryLockResponse>(c->messages.at(0)).success());
+  lock.set_lock_owner("owner-b");
+  c = call("/dapr.proto.runtime.v1.Dapr/TryLockAlpha1", lock);
+  ASSERT_EQ(c->status, StatusCode::kOk) << c->status_message;
+  EXPECT_FALSE(parsed<dapr::TryLockResponse>(c->messages.at(0)).success());
+  dapr::UnlockRequest unlock;
+  unlock.set_store_name("lockstore");
+  unlock.set_resource_id("orders/42");
+  unlock.set_lock_owner("owner-b");
+  c = call("/dapr.proto.runtime.v1.Dapr/UnlockAlpha1", unlock);
+  EXPECT_EQ(parsed<dapr::UnlockResponse>(c->messages.at(0)).status(),
+            dapr::UnlockResponse::LOCK_BELONGS_TO_OTHERS);
+  unlock.set_lock_owner("owner-a");
+  c = call("/dapr.proto.runtime.v1.Dapr/UnlockAlpha1", unlock);
+  EXPECT_EQ(parsed<dapr::UnlockResponse>(c->messages.at(0)).status(), dapr::UnlockResponse::SUCCESS);
+  c = call("/dapr.proto.runtime.v1.Dapr/UnlockAlpha1", unlock);
+  EXPECT_EQ(parsed<dapr::UnlockResponse>(c->messages.at(0)).status(),
+            dapr::UnlockResponse::LOCK_DOES_NOT_EXIST);
+  lock.set_store_name("nostore");
+  c = call("/dapr.proto.runtime.v1.Dapr/TryLockAlpha1", lock);
+  EXPECT_EQ(c->status, StatusCode::kInvalidArgument) << c->status_message;
+  EXPECT_EQ(json::parse(c->status_message)["errorCode"], "ERR_LOCK_STORE_NOT_FOUND");
+  c = call("/dapr.proto.runtime.v1.Dapr/GetMetadata", dapr::GetMetadataRequest());
+  ASSERT_EQ(c->status, StatusCode::kOk) << c->status_message;
+  const auto meta = parsed<dapr::GetMetadataResponse>(c->messages.at(0));
+  EXPECT_EQ(meta.registered_components_size(), 1);
+  EXPECT_FALSE(meta.runtime_version().empty());
+}
+
+TEST_F(GrpcOverRealRoutesTest, ElectionMethods) {
+  v1::CampaignRequest campaign;
+  campaign.set_name("leader");
+  campaign.set_candidate("c1");
+  campaign.set_value("v1");
+  campaign.set_ttl_ms(3000);
+  auto stream = call("/sidelock.v1.Elections/Campaign", campaign);
+  ASSERT_TRUE(stream->active()) << stream->status_message;
+  ASSERT_GE(stream->messages.size(), 1u);
+  const auto elected = parsed<v1::CampaignEvent>(stream->messages[0]);
+  EXPECT_EQ(elected.event(), "elected");
+  v1::ElectionRequest er;
+  er.set_name("leader");
+  auto c = call("/sidelock.v1.Elections/Leader", er);
+  ASSERT_EQ(c->status, StatusCode::kOk) << c->status_message;
+  EXPECT_EQ(parsed<v1::ElectionState>(c->messages.at(0)).leader().candidate(), "c1");
+  auto observe = call("/sidelock.v1.Elections/Observe", er);
+  ASSERT_GE(observe->messages.size(), 1u) << observe->status_message;
+  EXPECT_EQ(parsed<v1::ObserveEvent>(observe->messages[0]).event(), "leader");
+  v1::ProclaimRequest proclaim;
+  proclaim.set_name("leader");
+  proclaim.set_owner(elected.owner());
+  proclaim.set_value("v2");
+  c = call("/sidelock.v1.Elections/Proclaim", proclaim);
+  ASSERT_EQ(c->status, StatusCode::kOk) << c->status_message;
+  EXPECT_EQ(parsed<v1::Proclaimed>(c->messages.at(0)).term(), elected.term());
+  v1::ResignRequest resign;
+  resign.set_name("leader");
+  resign.set_owner(elected.owner());
+  c = call("/sidelock.v1.Elections/Resign", resign);
+  ASSERT_EQ(c->status, StatusCode::kOk) << c->status_message;
+  EXPECT_TRUE(parsed<v1::Resigned>(c->messages.at(0)).resigned());
+  observe->cancel();
+  stream->cancel();
+  sched.advanceMs(50);
 }
 
 }  // namespace
