@@ -27,6 +27,7 @@
 #include "event/stream_listener.h"
 #include "event/uv_handle.h"
 #include "event/uv_scheduler.h"
+#include "grpc/grpc_server.h"
 #include "health/prober.h"
 #include "http/access_policy.h"
 #include "http/router.h"
@@ -58,6 +59,17 @@ http::ServerOptions serverOptions(const config::ListenConfig& l) {
   o.header_timeout_ms = l.header_timeout_ms;
   o.idle_timeout_ms = l.idle_timeout_ms;
   o.write_timeout_ms = l.write_timeout_ms;
+  return o;
+}
+
+grpc::GrpcServerOptions grpcOptions(const config::ListenConfig& l) {
+  grpc::GrpcServerOptions o;
+  o.http2.max_connections = l.max_connections;
+  o.http2.max_concurrent_streams = l.grpc_limits.max_concurrent_streams;
+  o.http2.max_header_list_bytes = l.grpc_limits.max_header_list_bytes;
+  o.http2.idle_timeout_ms = l.grpc_limits.idle_timeout_ms;
+  o.http2.write_timeout_ms = l.grpc_limits.write_timeout_ms;
+  o.max_message_bytes = static_cast<size_t>(l.grpc_limits.max_message_bytes);
   return o;
 }
 
@@ -101,6 +113,12 @@ struct Sidecar {
   std::unique_ptr<http::HttpServer> server;
   std::unique_ptr<http::Router> admin_router;
   std::unique_ptr<http::HttpServer> admin_server;  // listen.admin: health, metrics, force release
+  /// The lock listeners' guarded handler (guardHandler(tcp_policy, unix_policy, router)): the
+  /// policy of each request is picked by its peer, TCP or Unix, so the gRPC listeners' calls
+  /// turned into http::Requests get the rules of their HTTP twin through the same handler.
+  http::Handler lock_handler;
+  /// listen.grpc and listen.grpc_unix (one server, both listeners).
+  std::unique_ptr<grpc::GrpcServer> grpc_server;
   event::UvHandle<uv_signal_t> sigterm;
   event::UvHandle<uv_signal_t> sigint;
   event::UvHandle<uv_signal_t> sighup;  // reloads the bearer tokens
@@ -137,6 +155,7 @@ std::unique_ptr<backend::Backend> makeBackend(Sidecar& s, const config::Config& 
 }
 
 void closeEverything(Sidecar& s) {
+  if (s.grpc_server) s.grpc_server->close();
   s.sigterm.close();
   s.sigint.close();
   s.sighup.close();
@@ -185,6 +204,7 @@ void beginShutdown(Sidecar& s, const config::Config& cfg, const char* why) {
   // nothing, and their clients can retry on another sidecar at once.
   s.locks->cancelWaiters();
   s.server->stopAccepting();
+  if (s.grpc_server) s.grpc_server->stopAccepting();  // GOAWAY: calls in progress go on
   // The admin listener stays up while draining so probes see /readyz turn 503.
   // Hard deadline: whatever is still open at grace + 1 s is abandoned and the process exits
   // non-zero, so a stuck Redis cannot hold a pod in Terminating forever.
@@ -241,6 +261,29 @@ void setUpAccessPolicies(Sidecar& s, const config::Config& cfg) {
   // Probes send no token.
   s.admin_policy.token_free_paths.push_back(api::ElectionApi::kReadyPattern);
   if (cfg.auth.admin_tokens.configured()) s.admin_policy.tokens = &s.admin_tokens;
+}
+
+/// The gRPC listeners' CallHandler. Until the gRPC services exist (src/api), every call that
+/// passes its listener's access rules (the peer's policy, as on the HTTP twin) is answered
+/// UNIMPLEMENTED. The services' gateway replaces this, handing calls to `s.lock_handler`.
+grpc::CallHandler grpcCallHandler(Sidecar& s) {
+  return [&s](grpc::CallPtr call, std::string) {
+    const grpc::CallInfo& info = call->info();
+    http::Request request;
+    request.method = "POST";
+    request.path = info.method;
+    request.headers = info.metadata;
+    request.headers.emplace_back("host", info.authority);
+    request.peer = info.peer;
+    const bool unix_peer = info.peer->transport == http::PeerIdentity::Transport::kUnix;
+    if (auto refusal = http::checkAccess(request, unix_peer ? s.unix_policy : s.tcp_policy)) {
+      call->finish(refusal->status == 401 ? grpc::StatusCode::kUnauthenticated
+                                          : grpc::StatusCode::kPermissionDenied,
+                   refusal->message);
+      return;
+    }
+    grpc::unimplementedHandler()(std::move(call), {});
+  };
 }
 
 /// SIGHUP: re-reads both token sets. A set that fails to load keeps the previous one; either way
@@ -320,10 +363,19 @@ int runSidecar(const config::Config& cfg) {
     }
   }
   setUpAccessPolicies(s, cfg);
-  s.server = std::make_unique<http::HttpServer>(
-      &s.loop, *s.scheduler, serverOptions(cfg.listen), *s.metrics,
-      http::guardHandler(s.tcp_policy, s.unix_policy, s.router->asHandler()));
+  s.lock_handler = http::guardHandler(s.tcp_policy, s.unix_policy, s.router->asHandler());
+  s.server = std::make_unique<http::HttpServer>(&s.loop, *s.scheduler, serverOptions(cfg.listen),
+                                                *s.metrics, s.lock_handler);
   Status listening = s.server->start();
+  if (listening.isOk() && (!cfg.listen.grpc.empty() || !cfg.listen.grpc_unix.empty())) {
+    s.grpc_server = std::make_unique<grpc::GrpcServer>(&s.loop, *s.scheduler,
+                                                       grpcOptions(cfg.listen), grpcCallHandler(s));
+    if (!cfg.listen.grpc.empty()) listening = s.grpc_server->listenTcp(cfg.listen.grpc);
+    if (listening.isOk() && !cfg.listen.grpc_unix.empty()) {
+      listening = s.grpc_server->listenUnix(cfg.listen.grpc_unix, cfg.listen.unix_mode,
+                                            cfg.listen.unix_gid);
+    }
+  }
   if (listening.isOk() && !cfg.listen.admin.empty()) {
     s.admin_router = std::make_unique<http::Router>();
     for (auto& route : s.api->routes()) {
@@ -355,6 +407,7 @@ int runSidecar(const config::Config& cfg) {
     s.exit_code = 1;
     s.server->close([] {});
     if (s.admin_server) s.admin_server->close([] {});
+    if (s.grpc_server) s.grpc_server->close();
     s.backend->shutdown([&s] { closeEverything(s); });
   } else {
     s.backend->start();
@@ -381,12 +434,14 @@ int runSidecar(const config::Config& cfg) {
         SIGHUP);
     SL_LOG(kInfo, "sidelock.started", {"version", SIDELOCK_VERSION}, {"tcp", cfg.listen.tcp},
            {"unix", cfg.listen.unix_path},
+           {"grpc", cfg.listen.grpc}, {"grpc_unix", cfg.listen.grpc_unix},
            {"backend_nodes", static_cast<int>(cfg.backend.nodes.size())});
   }
 
   uv_run(&s.loop, UV_RUN_DEFAULT);
   // Objects that own handles go first, then the loop drains their close callbacks.
   s.admin_server.reset();
+  s.grpc_server.reset();
   s.server.reset();
   s.pod_elections.reset();
   s.elections.reset();

@@ -6,6 +6,7 @@ set -euo pipefail
 BUILD_PACKAGES=(
   build-essential cmake pkg-config git ca-certificates
   libuv1-dev node-llhttp libhiredis-dev libssl-dev libyaml-cpp-dev prometheus-cpp-dev nlohmann-json3-dev
+  libnghttp2-dev
   redis-server redis-tools
   libprotobuf-dev protobuf-compiler
 )
@@ -15,7 +16,7 @@ TEST_PACKAGES=(
   golang-github-xeipuuv-gojsonschema-dev
   clang libclang-rt-14-dev
   iproute2 iptables faketime libtcmalloc-minimal4
-  python3 python3-jsonschema nodejs
+  python3 python3-jsonschema python3-h2 nodejs
 )
 
 packages=("${BUILD_PACKAGES[@]}")

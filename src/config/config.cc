@@ -306,6 +306,31 @@ void loadAuth(const Section& root, AuthConfig& c, const ListenConfig& listen) {
   c.admin_token_entries = std::move(*admin);
 }
 
+void loadGrpcListen(const Section& s, ListenConfig& c) {
+  s.readString("grpc", c.grpc);
+  if (!c.grpc.empty()) {
+    validateHostPort(s.path("grpc"), c.grpc);
+    if (c.grpc == c.tcp || c.grpc == c.admin) {
+      fail(s.path("grpc"), "must differ from listen.tcp and listen.admin");
+    }
+  }
+  s.readString("grpc_unix", c.grpc_unix);
+  if (!c.grpc_unix.empty()) {
+    if (c.grpc_unix[0] != '/') fail(s.path("grpc_unix"), "must be an absolute path");
+    if (c.grpc_unix.size() >= 108) fail(s.path("grpc_unix"), "socket path longer than 107 bytes");
+    if (c.grpc_unix == c.unix_path) fail(s.path("grpc_unix"), "must differ from listen.unix");
+  }
+  Section g(s.child("grpc_limits"), s.path("grpc_limits"));
+  ListenConfig::GrpcLimits& l = c.grpc_limits;
+  g.readInt("max_concurrent_streams", l.max_concurrent_streams, 1, 100'000);
+  g.readInt("max_message_bytes", l.max_message_bytes, 1024, 64 << 20);
+  g.readInt("max_header_list_bytes", l.max_header_list_bytes, 1024, 1 << 20);
+  g.readDurationMs("idle_timeout_ms", l.idle_timeout_ms, 10, kMaxMs);
+  g.readDurationMs("write_timeout_ms", l.write_timeout_ms, 10, kMaxMs);
+  g.rejectUnknown({"max_concurrent_streams", "max_message_bytes", "max_header_list_bytes",
+                   "idle_timeout_ms", "write_timeout_ms"});
+}
+
 void loadListen(const Section& root, ListenConfig& c) {
   Section s(root.child("listen"), "listen");
   s.readString("tcp", c.tcp);
@@ -336,7 +361,9 @@ void loadListen(const Section& root, ListenConfig& c) {
   s.readDurationMs("idle_timeout_ms", c.idle_timeout_ms, 10, kMaxMs);
   s.readDurationMs("write_timeout_ms", c.write_timeout_ms, 10, kMaxMs);
   loadListenAccess(s, c);
-  s.rejectUnknown({"tcp", "unix", "admin", "unix_mode", "max_connections",
+  loadGrpcListen(s, c);
+  s.rejectUnknown({"tcp", "unix", "admin", "grpc", "grpc_unix", "grpc_limits", "unix_mode",
+                   "max_connections",
                    "max_connections_per_peer", "max_stream_holds", "max_header_bytes",
                    "max_body_bytes", "max_pipelined_requests", "header_timeout_ms",
                    "idle_timeout_ms", "write_timeout_ms", "unix_group", "unix_allowed_uids",

@@ -45,6 +45,18 @@ struct ListenConfig {
   /// Host header names (lower-cased, no port) accepted on the lock listeners besides the loopback
   /// names (localhost, 127.0.0.0/8, [::1]); any other Host is refused (421). "*": any Host.
   std::vector<std::string> allowed_hosts;
+  /// gRPC listeners (HTTP/2 cleartext, prior knowledge): "host:port" with the access rules of
+  /// `tcp`, and a Unix socket path with those of `unix` (mode, group, allowed uids). "" disables.
+  std::string grpc;
+  std::string grpc_unix;
+  /// Limits of the gRPC listeners (YAML `grpc_limits:`).
+  struct GrpcLimits {
+    int max_concurrent_streams = 100;            // per connection; more are refused
+    int max_message_bytes = 4 * 1024 * 1024;     // one request message
+    int max_header_list_bytes = 16 * 1024;       // one request's headers, HPACK-decoded
+    int64_t idle_timeout_ms = 300'000;           // a connection with no call open
+    int64_t write_timeout_ms = 30'000;           // a client that does not read is dropped
+  } grpc_limits;
 };
 
 /// Bearer tokens (auth:). Keys name where tokens come from, never the tokens themselves.

@@ -1,3 +1,5 @@
+// The seam between the gRPC transport (this layer) and the services (src/api): one RPC as a
+// ServerCall, handed to a CallHandler with its request message. Messages are opaque bytes.
 #pragma once
 #include <cstdint>
 #include <functional>

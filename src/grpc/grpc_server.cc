@@ -1,0 +1,279 @@
+#include "grpc/grpc_server.h"
+
+#include <cstring>
+#include <memory>
+#include <utility>
+
+namespace sidelock::grpc {
+namespace {
+
+constexpr size_t kPrefixBytes = 5;  // compressed flag + 4-byte big-endian length
+
+std::vector<http::Http2Header> responseHeaders() {
+  return {{":status", "200"},
+          {"content-type", "application/grpc"},
+          {"grpc-accept-encoding", "identity"}};
+}
+
+bool isGrpcContentType(std::string_view ct) {
+  constexpr std::string_view kGrpc = "application/grpc";
+  if (ct.substr(0, kGrpc.size()) != kGrpc) return false;
+  // "application/grpc", "application/grpc+proto", "application/grpc;..." (any +codec is
+  // passed on: the handler's messages are opaque).
+  return ct.size() == kGrpc.size() || ct[kGrpc.size()] == '+' || ct[kGrpc.size()] == ';';
+}
+
+/// One RPC on one HTTP/2 stream.
+class GrpcCall final : public ServerCall, public std::enable_shared_from_this<GrpcCall> {
+ public:
+  GrpcCall(event::Scheduler& scheduler, const GrpcServerOptions& options, CallHandler handler,
+           http::Http2StreamPtr stream)
+      : scheduler_(scheduler),
+        max_message_bytes_(options.max_message_bytes),
+        handler_(std::move(handler)),
+        stream_(std::move(stream)) {}
+
+  void start();
+
+  const CallInfo& info() const override { return info_; }
+  bool sendMessage(std::string serialized) override;
+  void finish(StatusCode code, std::string_view message) override;
+  bool active() const override { return !finished_ && !gone_ && stream_->open(); }
+  void onCancelled(std::function<void()> cb) override { on_cancelled_ = std::move(cb); }
+  void onUndelivered(std::function<void()> cb) override { on_undelivered_ = std::move(cb); }
+
+ private:
+  void onData(std::string_view data);
+  void onEnd();
+  void onClose(bool answered);
+  void cancel();
+  /// An HTTP-level refusal (not a gRPC request at all).
+  void refuseHttp(const char* status);
+
+  event::Scheduler& scheduler_;
+  size_t max_message_bytes_;
+  CallHandler handler_;
+  http::Http2StreamPtr stream_;
+  CallInfo info_;
+  std::string buffer_;  // request bytes so far (prefix included)
+  std::optional<size_t> expected_;  // prefix + length, once the prefix arrived
+  bool dispatched_ = false;
+  bool headers_sent_ = false;
+  bool sent_message_ = false;
+  bool finished_ = false;
+  bool gone_ = false;
+  std::function<void()> on_cancelled_;
+  std::function<void()> on_undelivered_;
+  event::ScopedTimer deadline_;
+};
+
+void GrpcCall::start() {
+  std::weak_ptr<GrpcCall> weak = weak_from_this();
+  stream_->onClose([self = shared_from_this()](bool answered) { self->onClose(answered); });
+  const http::Http2Stream& s = *stream_;
+  if (s.header(":method") != "POST") return refuseHttp("405");
+  if (!isGrpcContentType(s.header("content-type"))) return refuseHttp("415");
+  info_.method = std::string(s.header(":path"));
+  info_.authority = std::string(s.header(":authority"));
+  if (info_.authority.empty()) info_.authority = std::string(s.header("host"));
+  for (const auto& [name, value] : s.headers()) {
+    if (!name.empty() && name[0] != ':') info_.metadata.emplace_back(name, value);
+  }
+  info_.peer = s.peer() ? s.peer() : std::make_shared<const http::PeerIdentity>();
+  if (s.header("te") != "trailers") {
+    return finish(StatusCode::kInternal, "the request lacks \"te: trailers\"");
+  }
+  const std::string_view timeout = s.header("grpc-timeout");
+  if (!timeout.empty()) {
+    std::optional<int64_t> us = parseGrpcTimeout(timeout);
+    if (!us) return finish(StatusCode::kInternal, "malformed grpc-timeout");
+    info_.deadline_us = scheduler_.nowUs() + *us;
+    deadline_.start(scheduler_, (*us + 999) / 1000, [weak] {
+      auto self = weak.lock();
+      if (!self || !self->active()) return;
+      // finish() may close the stream at once (the client's side has ended), which drops the
+      // callback: take it first.
+      auto cancelled = std::move(self->on_cancelled_);
+      self->finish(StatusCode::kDeadlineExceeded, "deadline exceeded");
+      if (cancelled) cancelled();
+    });
+  }
+  const std::string_view encoding = s.header("grpc-encoding");
+  (void)encoding;  // a compressed message is refused when it arrives (its flag), not here
+  stream_->onData([weak](std::string_view data) {
+    if (auto self = weak.lock()) self->onData(data);
+  });
+  stream_->onEnd([weak] {
+    if (auto self = weak.lock()) self->onEnd();
+  });
+}
+
+void GrpcCall::refuseHttp(const char* status) {
+  finished_ = true;
+  stream_->respond({{":status", status}}, true);
+}
+
+void GrpcCall::onData(std::string_view data) {
+  if (finished_ || gone_) return;
+  if (dispatched_) {
+    return finish(StatusCode::kUnimplemented, "sidelock serves one request message per call");
+  }
+  buffer_.append(data);
+  if (!expected_ && buffer_.size() >= kPrefixBytes) {
+    const auto* p = reinterpret_cast<const uint8_t*>(buffer_.data());
+    if (p[0] != 0) {
+      return finish(StatusCode::kUnimplemented,
+                    "compressed messages are not supported (grpc-accept-encoding: identity)");
+    }
+    const size_t length = (size_t{p[1]} << 24) | (size_t{p[2]} << 16) | (size_t{p[3]} << 8) | p[4];
+    if (length > max_message_bytes_) {
+      buffer_.clear();
+      return finish(StatusCode::kResourceExhausted,
+                    "request message of " + std::to_string(length) + " bytes is over the " +
+                        std::to_string(max_message_bytes_) + "-byte limit");
+    }
+    expected_ = kPrefixBytes + length;
+  }
+  if (expected_ && buffer_.size() > *expected_) {
+    return finish(StatusCode::kUnimplemented, "sidelock serves one request message per call");
+  }
+}
+
+void GrpcCall::onEnd() {
+  if (finished_ || gone_) return;
+  if (!expected_ || buffer_.size() != *expected_) {
+    return finish(StatusCode::kInternal, buffer_.empty() ? "the call carried no request message"
+                                                         : "truncated request message");
+  }
+  dispatched_ = true;
+  info_.received_us = scheduler_.nowUs();
+  std::string request = buffer_.substr(kPrefixBytes);
+  buffer_.clear();
+  buffer_.shrink_to_fit();
+  if (handler_) handler_(shared_from_this(), std::move(request));
+}
+
+bool GrpcCall::sendMessage(std::string serialized) {
+  if (!active()) return false;
+  if (!headers_sent_) {
+    headers_sent_ = true;
+    if (!stream_->respond(responseHeaders(), false)) return false;
+  }
+  const auto n = static_cast<uint32_t>(serialized.size());
+  std::string framed;
+  framed.reserve(kPrefixBytes + serialized.size());
+  framed.push_back('\0');
+  framed.push_back(static_cast<char>(n >> 24));
+  framed.push_back(static_cast<char>(n >> 16));
+  framed.push_back(static_cast<char>(n >> 8));
+  framed.push_back(static_cast<char>(n));
+  framed.append(serialized);
+  if (!stream_->write(std::move(framed))) return false;
+  sent_message_ = true;
+  return true;
+}
+
+void GrpcCall::finish(StatusCode code, std::string_view message) {
+  if (!active()) return;
+  finished_ = true;
+  deadline_.reset();
+  std::vector<http::Http2Header> trailers{
+      {"grpc-status", std::to_string(static_cast<int>(code))}};
+  if (!message.empty()) trailers.emplace_back("grpc-message", percentEncodeMessage(message));
+  if (headers_sent_) {
+    stream_->end(std::move(trailers));
+    return;
+  }
+  // Trailers-only: one HEADERS frame with END_STREAM.
+  std::vector<http::Http2Header> fields = responseHeaders();
+  for (auto& t : trailers) fields.push_back(std::move(t));
+  headers_sent_ = true;
+  stream_->respond(std::move(fields), true);
+}
+
+void GrpcCall::cancel() {
+  if (auto cb = std::move(on_cancelled_)) cb();
+}
+
+void GrpcCall::onClose(bool answered) {
+  deadline_.reset();
+  if (!finished_) {
+    gone_ = true;
+    cancel();
+  } else if (!answered && sent_message_ && on_undelivered_) {
+    // The answer was given but the stream was reset or the connection lost before it left.
+    scheduler_.post([cb = std::move(on_undelivered_)] { cb(); });
+  }
+  on_cancelled_ = nullptr;
+  on_undelivered_ = nullptr;
+  // Break the call <-> stream references (the stream's callbacks hold the call).
+  stream_->onData(nullptr);
+  stream_->onEnd(nullptr);
+}
+
+}  // namespace
+
+std::string_view CallInfo::header(std::string_view lower_name) const {
+  for (const auto& [name, value] : metadata) {
+    if (name == lower_name) return value;
+  }
+  return {};
+}
+
+std::optional<int64_t> parseGrpcTimeout(std::string_view value) {
+  if (value.size() < 2 || value.size() > 9) return std::nullopt;
+  int64_t n = 0;
+  for (char ch : value.substr(0, value.size() - 1)) {
+    if (ch < '0' || ch > '9') return std::nullopt;
+    n = n * 10 + (ch - '0');
+  }
+  int64_t us = 0;
+  switch (value.back()) {
+    case 'H': us = n * 3'600'000'000; break;
+    case 'M': us = n * 60'000'000; break;
+    case 'S': us = n * 1'000'000; break;
+    case 'm': us = n * 1'000; break;
+    case 'u': us = n; break;
+    case 'n': us = n / 1000; break;
+    default: return std::nullopt;
+  }
+  return us < 1 ? 1 : us;
+}
+
+std::string percentEncodeMessage(std::string_view message) {
+  static constexpr char kHex[] = "0123456789ABCDEF";
+  std::string out;
+  out.reserve(message.size());
+  for (unsigned char ch : message) {
+    if (ch >= 0x20 && ch <= 0x7E && ch != '%') {
+      out.push_back(static_cast<char>(ch));
+    } else {
+      out.push_back('%');
+      out.push_back(kHex[ch >> 4]);
+      out.push_back(kHex[ch & 0xF]);
+    }
+  }
+  return out;
+}
+
+CallHandler unimplementedHandler() {
+  return [](CallPtr call, std::string) {
+    call->finish(StatusCode::kUnimplemented,
+                 "sidelock: method " + call->info().method + " is not served");
+  };
+}
+
+GrpcServer::GrpcServer(uv_loop_t* loop, event::Scheduler& scheduler,
+                       const GrpcServerOptions& options, CallHandler handler)
+    : scheduler_(scheduler),
+      options_(options),
+      handler_(std::move(handler)),
+      transport_(loop, scheduler, options.http2,
+                 [this](http::Http2StreamPtr stream) { onStream(std::move(stream)); }) {}
+
+void GrpcServer::onStream(http::Http2StreamPtr stream) {
+  auto call = std::make_shared<GrpcCall>(scheduler_, options_, handler_, std::move(stream));
+  call->start();
+}
+
+}  // namespace sidelock::grpc

@@ -1,0 +1,556 @@
+#include "http/http2_server.h"
+
+#include <nghttp2/nghttp2.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+
+#include "common/log.h"
+#include "http/connection.h"  // identifyPeer
+
+namespace sidelock::http {
+namespace {
+
+constexpr int kListenBacklog = 511;
+constexpr size_t kReadBufferSize = 64 * 1024;
+// Output produced by nghttp2 but not yet taken by the kernel, past which nothing more is
+// produced (frames stay queued inside nghttp2, bounded by its flow control and our stream limit):
+// a peer that never reads cannot make the connection's memory grow, and the write timeout closes it.
+constexpr size_t kMaxBufferedOutput = 256 * 1024;
+// Queued SETTINGS / PING ACKs (and RST_STREAMs) a peer that does not read may cause: past this
+// nghttp2 drops the connection (the SETTINGS and PING floods).
+constexpr size_t kMaxOutboundAck = 1000;
+// Entries in one SETTINGS frame.
+constexpr size_t kMaxSettingsEntries = 32;
+// CONTINUATION frames after one HEADERS (the CONTINUATION flood); nghttp2's default is 8.
+constexpr size_t kMaxContinuations = 8;
+
+// RAII for nghttp2's objects (src/README.md, rule 14: the library is used through its API, and
+// every object it allocates is freed on every path).
+struct SessionDeleter {
+  void operator()(nghttp2_session* s) const { nghttp2_session_del(s); }
+};
+struct CallbacksDeleter {
+  void operator()(nghttp2_session_callbacks* c) const { nghttp2_session_callbacks_del(c); }
+};
+struct OptionDeleter {
+  void operator()(nghttp2_option* o) const { nghttp2_option_del(o); }
+};
+using SessionPtr = std::unique_ptr<nghttp2_session, SessionDeleter>;
+
+std::vector<nghttp2_nv> toNv(const std::vector<Http2Header>& fields) {
+  std::vector<nghttp2_nv> nv;
+  nv.reserve(fields.size());
+  for (const auto& [name, value] : fields) {
+    nv.push_back(nghttp2_nv{
+        const_cast<uint8_t*>(reinterpret_cast<const uint8_t*>(name.data())),
+        const_cast<uint8_t*>(reinterpret_cast<const uint8_t*>(value.data())), name.size(),
+        value.size(), NGHTTP2_NV_FLAG_NONE});
+  }
+  return nv;
+}
+
+}  // namespace
+
+// --- Http2Connection ---------------------------------------------------------------------------
+
+/// One client connection and its nghttp2 server session.
+class Http2Connection {
+ public:
+  Http2Connection(Http2Server* server, size_t* count) : server_(server), count_(count) {
+    ++*count_;
+  }
+  ~Http2Connection() {
+    if (write_ != nullptr) write_->owner = nullptr;
+    --*count_;
+  }
+  Http2Connection(const Http2Connection&) = delete;
+  Http2Connection& operator=(const Http2Connection&) = delete;
+
+  event::ClientStream& stream() { return stream_; }
+
+  Status start(std::shared_ptr<const PeerIdentity> peer);
+  /// GOAWAY: no new streams; the connection closes once the open ones are done.
+  void goAway();
+  /// Closes the socket now; open streams see onClose(false). Destroyed on a later loop turn.
+  void closeNow();
+  /// Produces output and writes it, unless inside nghttp2 (the outer call does it after).
+  void sendPending();
+
+  // For Http2Stream.
+  nghttp2_session* session() const { return session_.get(); }
+
+ private:
+  struct WriteReq {
+    uv_write_t req{};
+    std::string data;
+    Http2Connection* owner = nullptr;
+  };
+
+  static int onBeginHeaders(nghttp2_session*, const nghttp2_frame* frame, void* user);
+  static int onHeader(nghttp2_session*, const nghttp2_frame* frame, const uint8_t* name,
+                      size_t namelen, const uint8_t* value, size_t valuelen, uint8_t flags,
+                      void* user);
+  static int onFrameRecv(nghttp2_session*, const nghttp2_frame* frame, void* user);
+  static int onDataChunk(nghttp2_session*, uint8_t flags, int32_t stream_id, const uint8_t* data,
+                         size_t len, void* user);
+  static int onStreamClose(nghttp2_session*, int32_t stream_id, uint32_t error_code, void* user);
+  static int onFrameSend(nghttp2_session*, const nghttp2_frame* frame, void* user);
+
+  Http2Stream* find(int32_t id) {
+    auto it = streams_.find(id);
+    return it == streams_.end() ? nullptr : it->second.get();
+  }
+  void onRead(ssize_t nread, const uv_buf_t* buf);
+  void startWrite();
+  void onWritten(int status);
+  void armIdle();
+  void closeStreams();
+
+  Http2Server* server_;
+  size_t* count_;
+  event::ClientStream stream_;
+  SessionPtr session_;
+  std::shared_ptr<const PeerIdentity> peer_;
+  std::unordered_map<int32_t, Http2StreamPtr> streams_;
+  std::string pending_;  // produced, not yet handed to uv_write
+  WriteReq* write_ = nullptr;  // the write in flight
+  bool in_session_ = false;    // inside mem_recv / mem_send: no nested mem_send
+  bool closed_ = false;
+  event::ScopedTimer idle_timer_;
+  event::ScopedTimer write_timer_;
+  event::LivenessToken alive_;
+};
+
+Status Http2Connection::start(std::shared_ptr<const PeerIdentity> peer) {
+  peer_ = std::move(peer);
+  const Http2Options& o = server_->options_;
+  nghttp2_session_callbacks* raw_callbacks = nullptr;
+  if (nghttp2_session_callbacks_new(&raw_callbacks) != 0) return internalError("nghttp2: out of memory");
+  std::unique_ptr<nghttp2_session_callbacks, CallbacksDeleter> callbacks(raw_callbacks);
+  nghttp2_session_callbacks_set_on_begin_headers_callback(callbacks.get(), onBeginHeaders);
+  nghttp2_session_callbacks_set_on_header_callback(callbacks.get(), onHeader);
+  nghttp2_session_callbacks_set_on_frame_recv_callback(callbacks.get(), onFrameRecv);
+  nghttp2_session_callbacks_set_on_data_chunk_recv_callback(callbacks.get(), onDataChunk);
+  nghttp2_session_callbacks_set_on_stream_close_callback(callbacks.get(), onStreamClose);
+  nghttp2_session_callbacks_set_on_frame_send_callback(callbacks.get(), onFrameSend);
+  nghttp2_option* raw_option = nullptr;
+  if (nghttp2_option_new(&raw_option) != 0) return internalError("nghttp2: out of memory");
+  std::unique_ptr<nghttp2_option, OptionDeleter> option(raw_option);
+  nghttp2_option_set_max_outbound_ack(option.get(), kMaxOutboundAck);
+  nghttp2_option_set_max_settings(option.get(), kMaxSettingsEntries);
+  nghttp2_option_set_max_continuations(option.get(), kMaxContinuations);
+  nghttp2_option_set_stream_reset_rate_limit(option.get(), o.reset_burst, o.reset_rate);
+  // Streams the client opens past our SETTINGS_MAX_CONCURRENT_STREAMS are refused by nghttp2
+  // (REFUSED_STREAM) before the SETTINGS ACK too.
+  nghttp2_option_set_peer_max_concurrent_streams(option.get(), 100);
+  nghttp2_session* raw_session = nullptr;
+  if (nghttp2_session_server_new2(&raw_session, callbacks.get(), this, option.get()) != 0) {
+    return internalError("nghttp2: cannot create a session");
+  }
+  session_.reset(raw_session);
+  const nghttp2_settings_entry settings[] = {
+      {NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, static_cast<uint32_t>(o.max_concurrent_streams)},
+      {NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE, static_cast<uint32_t>(o.max_header_list_bytes)},
+      {NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, static_cast<uint32_t>(o.initial_window_bytes)},
+      {NGHTTP2_SETTINGS_ENABLE_PUSH, 0},
+  };
+  if (nghttp2_submit_settings(session_.get(), NGHTTP2_FLAG_NONE, settings,
+                              sizeof(settings) / sizeof(settings[0])) != 0 ||
+      nghttp2_session_set_local_window_size(session_.get(), NGHTTP2_FLAG_NONE, 0,
+                                            o.initial_window_bytes) != 0) {
+    return internalError("nghttp2: cannot submit SETTINGS");
+  }
+  int rc = uv_read_start(
+      stream_.get(),
+      [](uv_handle_t* h, size_t, uv_buf_t* buf) {
+        auto* c = static_cast<Http2Connection*>(h->data);
+        *buf = uv_buf_init(c->server_->read_buffer_.data(),
+                           static_cast<unsigned>(c->server_->read_buffer_.size()));
+      },
+      [](uv_stream_t* s, ssize_t nread, const uv_buf_t* buf) {
+        if (s->data != nullptr) static_cast<Http2Connection*>(s->data)->onRead(nread, buf);
+      });
+  if (rc != 0) return unavailable(std::string("uv_read_start: ") + uv_strerror(rc));
+  armIdle();
+  sendPending();
+  return Status::ok();
+}
+
+void Http2Connection::armIdle() {
+  if (server_->options_.idle_timeout_ms <= 0) return;
+  idle_timer_.start(server_->scheduler_, server_->options_.idle_timeout_ms,
+                    alive_.guarded([this] {
+                      if (!streams_.empty()) {
+                        armIdle();
+                        return;
+                      }
+                      goAway();
+                    }));
+}
+
+void Http2Connection::onRead(ssize_t nread, const uv_buf_t* buf) {
+  if (closed_) return;
+  if (nread < 0) {
+    closeNow();
+    return;
+  }
+  if (nread == 0) return;
+  armIdle();
+  in_session_ = true;
+  const ssize_t used = nghttp2_session_mem_recv(
+      session_.get(), reinterpret_cast<const uint8_t*>(buf->base), static_cast<size_t>(nread));
+  in_session_ = false;
+  if (closed_) return;
+  if (used < 0) {
+    // A bad preface, a flood, a protocol error: nghttp2 queued a GOAWAY when it could; send it
+    // and close (sendPending closes once nothing is left to do).
+    SL_LOG(kDebug, "http2.session_error", {"error", nghttp2_strerror(static_cast<int>(used))});
+    // Not HTTP/2 at all, or a flood (ACKs the peer does not read): nothing more is sent.
+    if (used == NGHTTP2_ERR_BAD_CLIENT_MAGIC || used == NGHTTP2_ERR_FLOODED) {
+      closeNow();
+      return;
+    }
+    nghttp2_session_terminate_session(session_.get(), NGHTTP2_PROTOCOL_ERROR);
+  }
+  sendPending();
+}
+
+void Http2Connection::sendPending() {
+  if (closed_ || in_session_) return;
+  while (pending_.size() < kMaxBufferedOutput &&
+         (write_ == nullptr || write_->data.size() < kMaxBufferedOutput)) {
+    const uint8_t* data = nullptr;
+    in_session_ = true;
+    const ssize_t n = nghttp2_session_mem_send(session_.get(), &data);
+    in_session_ = false;
+    if (closed_) return;
+    if (n < 0) {
+      closeNow();
+      return;
+    }
+    if (n == 0) break;
+    pending_.append(reinterpret_cast<const char*>(data), static_cast<size_t>(n));
+  }
+  if (write_ == nullptr && !pending_.empty()) startWrite();
+  if (write_ == nullptr && pending_.empty() && nghttp2_session_want_read(session_.get()) == 0 &&
+      nghttp2_session_want_write(session_.get()) == 0) {
+    closeNow();
+  }
+}
+
+void Http2Connection::startWrite() {
+  write_ = new WriteReq();
+  write_->owner = this;
+  write_->data.swap(pending_);
+  uv_buf_t b = uv_buf_init(write_->data.data(), static_cast<unsigned>(write_->data.size()));
+  int rc = uv_write(&write_->req, stream_.get(), &b, 1, [](uv_write_t* req, int status) {
+    auto* w = reinterpret_cast<WriteReq*>(req);
+    Http2Connection* owner = w->owner;
+    delete w;
+    if (owner != nullptr) owner->onWritten(status);
+  });
+  if (rc != 0) {
+    delete write_;
+    write_ = nullptr;
+    closeNow();
+    return;
+  }
+  if (server_->options_.write_timeout_ms > 0) {
+    write_timer_.start(server_->scheduler_, server_->options_.write_timeout_ms,
+                       alive_.guarded([this] {
+                         SL_LOG(kDebug, "http2.write_timeout");
+                         closeNow();
+                       }));
+  }
+}
+
+void Http2Connection::onWritten(int status) {
+  write_ = nullptr;
+  write_timer_.reset();
+  if (status != 0) {
+    closeNow();
+    return;
+  }
+  sendPending();
+}
+
+void Http2Connection::goAway() {
+  if (closed_) return;
+  nghttp2_submit_goaway(session_.get(), NGHTTP2_FLAG_NONE,
+                        nghttp2_session_get_last_proc_stream_id(session_.get()), NGHTTP2_NO_ERROR,
+                        nullptr, 0);
+  // Once the GOAWAY is out and no stream is open, nghttp2 wants neither to read nor to write.
+  sendPending();
+}
+
+void Http2Connection::closeStreams() {
+  auto streams = std::move(streams_);
+  streams_.clear();
+  for (auto& [id, s] : streams) {
+    s->connection_ = nullptr;
+    if (auto cb = std::move(s->on_close_)) cb(false);
+  }
+}
+
+void Http2Connection::closeNow() {
+  if (closed_) return;
+  closed_ = true;
+  idle_timer_.reset();
+  write_timer_.reset();
+  stream_.close();
+  closeStreams();
+  Http2Server* server = server_;
+  server->scheduler_.post(server->alive_.guarded([server, self = this] {
+    server->destroyConnection(self);
+  }));
+}
+
+int Http2Connection::onBeginHeaders(nghttp2_session*, const nghttp2_frame* frame, void* user) {
+  auto* c = static_cast<Http2Connection*>(user);
+  if (frame->hd.type != NGHTTP2_HEADERS || frame->headers.cat != NGHTTP2_HCAT_REQUEST) return 0;
+  auto s = std::make_shared<Http2Stream>();
+  s->connection_ = c;
+  s->id_ = frame->hd.stream_id;
+  s->peer_ = c->peer_;
+  c->streams_[s->id_] = std::move(s);
+  return 0;
+}
+
+int Http2Connection::onHeader(nghttp2_session* session, const nghttp2_frame* frame,
+                              const uint8_t* name, size_t namelen, const uint8_t* value,
+                              size_t valuelen, uint8_t, void* user) {
+  auto* c = static_cast<Http2Connection*>(user);
+  Http2Stream* s = c->find(frame->hd.stream_id);
+  if (s == nullptr) return 0;
+  // The header list is counted as SETTINGS_MAX_HEADER_LIST_SIZE counts it (RFC 9113 6.5.2); over
+  // the limit the stream is reset and nothing more of it is kept (the HPACK bomb: a small frame
+  // that decodes into a huge list).
+  s->header_bytes_ += namelen + valuelen + 32;
+  if (s->header_bytes_ > static_cast<size_t>(c->server_->options_.max_header_list_bytes)) {
+    s->headers_.clear();
+    s->headers_.shrink_to_fit();
+    nghttp2_submit_rst_stream(session, NGHTTP2_FLAG_NONE, s->id_, NGHTTP2_REFUSED_STREAM);
+    return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
+  }
+  if (frame->headers.cat != NGHTTP2_HCAT_REQUEST) return 0;  // trailers: not kept
+  s->headers_.emplace_back(std::string(reinterpret_cast<const char*>(name), namelen),
+                           std::string(reinterpret_cast<const char*>(value), valuelen));
+  return 0;
+}
+
+int Http2Connection::onFrameRecv(nghttp2_session*, const nghttp2_frame* frame, void* user) {
+  auto* c = static_cast<Http2Connection*>(user);
+  if (frame->hd.type != NGHTTP2_HEADERS && frame->hd.type != NGHTTP2_DATA) return 0;
+  auto it = c->streams_.find(frame->hd.stream_id);
+  if (it == c->streams_.end()) return 0;
+  Http2StreamPtr s = it->second;  // the callbacks below may close it
+  if (frame->hd.type == NGHTTP2_HEADERS && frame->headers.cat == NGHTTP2_HCAT_REQUEST) {
+    if (c->server_->handler_) c->server_->handler_(s);
+  }
+  if ((frame->hd.flags & NGHTTP2_FLAG_END_STREAM) != 0 && s->connection_ != nullptr) {
+    if (auto cb = std::move(s->on_end_)) cb();
+  }
+  return 0;
+}
+
+int Http2Connection::onDataChunk(nghttp2_session*, uint8_t, int32_t stream_id,
+                                 const uint8_t* data, size_t len, void* user) {
+  auto* c = static_cast<Http2Connection*>(user);
+  Http2Stream* s = c->find(stream_id);
+  if (s != nullptr && s->on_data_) {
+    s->on_data_(std::string_view(reinterpret_cast<const char*>(data), len));
+  }
+  return 0;
+}
+
+int Http2Connection::onStreamClose(nghttp2_session*, int32_t stream_id, uint32_t error_code,
+                                   void* user) {
+  auto* c = static_cast<Http2Connection*>(user);
+  auto it = c->streams_.find(stream_id);
+  if (it == c->streams_.end()) return 0;
+  Http2StreamPtr s = std::move(it->second);
+  c->streams_.erase(it);
+  s->connection_ = nullptr;
+  if (auto cb = std::move(s->on_close_)) cb(s->end_sent_ && error_code == NGHTTP2_NO_ERROR);
+  return 0;
+}
+
+int Http2Connection::onFrameSend(nghttp2_session*, const nghttp2_frame* frame, void* user) {
+  auto* c = static_cast<Http2Connection*>(user);
+  if ((frame->hd.flags & NGHTTP2_FLAG_END_STREAM) == 0) return 0;
+  if (frame->hd.type != NGHTTP2_HEADERS && frame->hd.type != NGHTTP2_DATA) return 0;
+  if (Http2Stream* s = c->find(frame->hd.stream_id)) s->end_sent_ = true;
+  return 0;
+}
+
+// --- Http2Stream -------------------------------------------------------------------------------
+
+/// The nghttp2 data provider's view of a stream's queued body.
+struct Http2StreamAccess {
+  static ssize_t read(Http2Stream& s, nghttp2_session* session, int32_t stream_id, uint8_t* buf,
+                      size_t length, uint32_t* data_flags);
+};
+
+namespace {
+
+ssize_t readBody(nghttp2_session* session, int32_t stream_id, uint8_t* buf, size_t length,
+                 uint32_t* data_flags, nghttp2_data_source* source, void*) {
+  auto* s = static_cast<Http2Stream*>(source->ptr);
+  return Http2StreamAccess::read(*s, session, stream_id, buf, length, data_flags);
+}
+
+}  // namespace
+
+std::string_view Http2Stream::header(std::string_view lower_name) const {
+  for (const auto& [name, value] : headers_) {
+    if (name == lower_name) return value;
+  }
+  return {};
+}
+
+bool Http2Stream::respond(std::vector<Http2Header> headers, bool end_stream) {
+  if (!open() || responded_) return false;
+  responded_ = true;
+  std::vector<nghttp2_nv> nv = toNv(headers);
+  nghttp2_data_provider provider{};
+  provider.source.ptr = this;
+  provider.read_callback = readBody;
+  if (end_stream) ending_ = true;
+  int rc = nghttp2_submit_response(connection_->session(), id_, nv.data(), nv.size(),
+                                   end_stream ? nullptr : &provider);
+  if (rc != 0) return false;
+  connection_->sendPending();
+  return true;
+}
+
+bool Http2Stream::write(std::string data) {
+  if (!open() || !responded_) return false;
+  out_.push_back(std::move(data));
+  resume();
+  return true;
+}
+
+bool Http2Stream::end(std::vector<Http2Header> trailers) {
+  if (!open() || !responded_) return false;
+  ending_ = true;
+  trailers_ = !trailers.empty();
+  trailer_fields_ = std::move(trailers);
+  resume();
+  return true;
+}
+
+void Http2Stream::reset(uint32_t error_code) {
+  if (connection_ == nullptr) return;
+  nghttp2_submit_rst_stream(connection_->session(), NGHTTP2_FLAG_NONE, id_, error_code);
+  connection_->sendPending();
+}
+
+void Http2Stream::resume() {
+  if (connection_ == nullptr) return;
+  if (deferred_) {
+    deferred_ = false;
+    nghttp2_session_resume_data(connection_->session(), id_);
+  }
+  connection_->sendPending();
+}
+
+ssize_t Http2StreamAccess::read(Http2Stream& s, nghttp2_session* session, int32_t stream_id,
+                                uint8_t* buf, size_t length, uint32_t* data_flags) {
+  size_t copied = 0;
+  while (copied < length && !s.out_.empty()) {
+    const std::string& front = s.out_.front();
+    const size_t n = std::min(length - copied, front.size() - s.out_offset_);
+    memcpy(buf + copied, front.data() + s.out_offset_, n);
+    copied += n;
+    s.out_offset_ += n;
+    if (s.out_offset_ == front.size()) {
+      s.out_.pop_front();
+      s.out_offset_ = 0;
+    }
+  }
+  if (s.out_.empty() && s.ending_) {
+    *data_flags |= NGHTTP2_DATA_FLAG_EOF;
+    if (s.trailers_) {
+      std::vector<nghttp2_nv> nv = toNv(s.trailer_fields_);
+      // nghttp2 copies the fields.
+      if (nghttp2_submit_trailer(session, stream_id, nv.data(), nv.size()) == 0) {
+        *data_flags |= NGHTTP2_DATA_FLAG_NO_END_STREAM;
+      }
+    }
+    return static_cast<ssize_t>(copied);
+  }
+  if (copied == 0) {
+    s.deferred_ = true;
+    return NGHTTP2_ERR_DEFERRED;
+  }
+  return static_cast<ssize_t>(copied);
+}
+
+// --- Http2Server -------------------------------------------------------------------------------
+
+Http2Server::Http2Server(uv_loop_t* loop, event::Scheduler& scheduler, const Http2Options& options,
+                         StreamHandler handler)
+    : loop_(loop),
+      scheduler_(scheduler),
+      options_(options),
+      handler_(std::move(handler)),
+      tcp_(loop),
+      unix_(loop),
+      read_buffer_(kReadBufferSize) {}
+
+Http2Server::~Http2Server() {
+  close();
+  connections_.clear();
+}
+
+Status Http2Server::listenTcp(std::string_view host_port) {
+  if (closed_) return unavailable("server is closed");
+  return tcp_.listenTcp(host_port, kListenBacklog, [this] { onConnection(tcp_, tcp_count_); });
+}
+
+Status Http2Server::listenUnix(const std::string& path, uint32_t mode, int64_t gid) {
+  if (closed_) return unavailable("server is closed");
+  return unix_.listenUnix(
+      path, mode, kListenBacklog, [this] { onConnection(unix_, unix_count_); }, gid);
+}
+
+void Http2Server::onConnection(event::StreamListener& listener, size_t& count) {
+  auto connection = std::make_unique<Http2Connection>(this, &count);
+  if (!listener.accept(connection->stream(), connection.get()).isOk()) return;
+  if (closed_ || draining_ || count > static_cast<size_t>(std::max(0, options_.max_connections))) {
+    return;  // the destructor closes the stream
+  }
+  auto peer = std::make_shared<const PeerIdentity>(identifyPeer(connection->stream().get()));
+  Http2Connection* c = connection.get();
+  connections_.emplace(c, std::move(connection));
+  if (!c->start(std::move(peer)).isOk()) c->closeNow();
+}
+
+void Http2Server::destroyConnection(Http2Connection* connection) {
+  connections_.erase(connection);
+}
+
+void Http2Server::stopAccepting() {
+  tcp_.close();
+  unix_.close();
+  if (draining_) return;
+  draining_ = true;
+  std::vector<Http2Connection*> all;
+  for (auto& [c, owned] : connections_) all.push_back(c);
+  for (Http2Connection* c : all) c->goAway();
+}
+
+void Http2Server::close(std::function<void()> done) {
+  tcp_.close();
+  unix_.close();
+  closed_ = true;
+  draining_ = true;
+  std::vector<Http2Connection*> all;
+  for (auto& [c, owned] : connections_) all.push_back(c);
+  for (Http2Connection* c : all) c->closeNow();
+  if (done) scheduler_.post(std::move(done));
+}
+
+}  // namespace sidelock::http

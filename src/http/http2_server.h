@@ -1,0 +1,156 @@
+// The HTTP/2 server transport: cleartext with prior knowledge (how gRPC clients connect), TCP and
+// Unix listeners, one nghttp2 server session per connection driven from the libuv loop (bytes
+// read go into nghttp2_session_mem_recv, what nghttp2_session_mem_send produces goes to uv_write,
+// as Node's src/node_http2.cc does). Knows nothing of gRPC or locks: each request stream is handed
+// to one StreamHandler once its headers are complete; the handler reads its body and answers
+// through the Http2Stream.
+//
+// Limits (Http2Options): concurrent streams per connection (SETTINGS; more are refused with
+// REFUSED_STREAM), the request header list (SETTINGS_MAX_HEADER_LIST_SIZE; more is a stream
+// error), CONTINUATION frames per header block, RST_STREAM rate (rapid reset, CVE-2023-44487:
+// GOAWAY ENHANCE_YOUR_CALM), SETTINGS and queued ACKs (SETTINGS / PING floods), the flow-control
+// window, an idle timeout and a write timeout (a peer that stops reading is closed: output is
+// produced only while less than kMaxBufferedOutput waits for the socket).
+#pragma once
+
+#include <uv.h>
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "common/status.h"
+#include "event/lifetime.h"
+#include "event/scheduler.h"
+#include "event/stream_listener.h"
+#include "http/http_types.h"
+
+namespace sidelock::http {
+
+struct Http2Options {
+  int max_concurrent_streams = 100;
+  int max_header_list_bytes = 16 * 1024;
+  int initial_window_bytes = 1024 * 1024;  // per stream; the connection window is the same
+  int max_connections = 1024;              // per listener; more are closed at accept
+  int64_t idle_timeout_ms = 60'000;        // no stream open and nothing read
+  int64_t write_timeout_ms = 30'000;       // one write not taken by the peer
+  /// RST_STREAM token bucket (rapid reset): burst, and tokens regained per second.
+  uint64_t reset_burst = 200;
+  uint64_t reset_rate = 33;
+};
+
+using Http2Header = std::pair<std::string, std::string>;
+
+class Http2Server;
+class Http2Connection;
+struct Http2StreamAccess;
+
+/// One request stream. Shared by the connection and the handler; once the stream is closed
+/// (answered, reset by the peer, connection gone) every call is a no-op returning false.
+class Http2Stream {
+ public:
+  Http2Stream() = default;
+  Http2Stream(const Http2Stream&) = delete;
+  Http2Stream& operator=(const Http2Stream&) = delete;
+  /// The request's header fields as received, pseudo-headers (":method", ":path", ...) first.
+  const std::vector<Http2Header>& headers() const { return headers_; }
+  std::string_view header(std::string_view lower_name) const;
+  const std::shared_ptr<const PeerIdentity>& peer() const { return peer_; }
+  int32_t id() const { return id_; }
+
+  /// Request body pieces as they arrive; `on_end` when the client ended its side (END_STREAM).
+  void onData(std::function<void(std::string_view)> cb) { on_data_ = std::move(cb); }
+  void onEnd(std::function<void()> cb) { on_end_ = std::move(cb); }
+  /// Once, when the stream closes for any reason: `answered` is true when the whole response
+  /// (END_STREAM included) was handed to the socket before the close; false when the peer reset
+  /// the stream or the connection went first.
+  void onClose(std::function<void(bool answered)> cb) { on_close_ = std::move(cb); }
+
+  /// Sends the response headers; with `end_stream` the response ends there (no body).
+  bool respond(std::vector<Http2Header> headers, bool end_stream);
+  /// Queues body bytes (after respond()).
+  bool write(std::string data);
+  /// Ends the response after the queued body, with trailers (none: a plain END_STREAM).
+  bool end(std::vector<Http2Header> trailers);
+  /// Resets the stream (RST_STREAM with an HTTP/2 error code).
+  void reset(uint32_t error_code);
+  /// True until the stream closed or the response was ended.
+  bool open() const { return connection_ != nullptr && !ending_; }
+
+ private:
+  friend class Http2Connection;
+  friend struct Http2StreamAccess;
+  /// Lets nghttp2 ask for queued body bytes again and produces output.
+  void resume();
+
+  Http2Connection* connection_ = nullptr;  // null once closed
+  int32_t id_ = 0;
+  std::vector<Http2Header> headers_;
+  size_t header_bytes_ = 0;
+  std::shared_ptr<const PeerIdentity> peer_;
+  std::function<void(std::string_view)> on_data_;
+  std::function<void()> on_end_;
+  std::function<void(bool)> on_close_;
+  bool responded_ = false;
+  bool ending_ = false;  // end() called: EOF once the queue is empty
+  bool trailers_ = false;
+  std::vector<Http2Header> trailer_fields_;
+  bool deferred_ = false;  // the data provider said NGHTTP2_ERR_DEFERRED
+  bool end_sent_ = false;  // a frame with END_STREAM left nghttp2
+  std::deque<std::string> out_;
+  size_t out_offset_ = 0;  // bytes of out_.front() already sent
+};
+
+using Http2StreamPtr = std::shared_ptr<Http2Stream>;
+/// Called once per request stream, when its headers are complete.
+using StreamHandler = std::function<void(Http2StreamPtr stream)>;
+
+class Http2Server {
+ public:
+  /// `scheduler` and the loop must outlive the server.
+  Http2Server(uv_loop_t* loop, event::Scheduler& scheduler, const Http2Options& options,
+              StreamHandler handler);
+  ~Http2Server();
+  Http2Server(const Http2Server&) = delete;
+  Http2Server& operator=(const Http2Server&) = delete;
+
+  Status listenTcp(std::string_view host_port);
+  Status listenUnix(const std::string& path, uint32_t mode, int64_t gid = -1);
+  int tcpPort() const { return tcp_.port(); }
+  const std::string& unixPath() const { return unix_.unixPath(); }
+  size_t connectionCount() const { return connections_.size(); }
+
+  /// Closes the listeners and sends every connection a GOAWAY (no new streams); open streams go
+  /// on. Idempotent.
+  void stopAccepting();
+  /// Closes the listeners and every connection now: open streams see onClose(false). `done`
+  /// runs on a later loop turn.
+  void close(std::function<void()> done = {});
+
+ private:
+  friend class Http2Connection;
+  void onConnection(event::StreamListener& listener, size_t& count);
+  void destroyConnection(Http2Connection* connection);
+
+  uv_loop_t* loop_;
+  event::Scheduler& scheduler_;
+  Http2Options options_;
+  StreamHandler handler_;
+  event::StreamListener tcp_;
+  event::StreamListener unix_;
+  size_t tcp_count_ = 0;
+  size_t unix_count_ = 0;
+  std::unordered_map<Http2Connection*, std::unique_ptr<Http2Connection>> connections_;
+  bool draining_ = false;
+  bool closed_ = false;
+  std::vector<char> read_buffer_;
+  event::LivenessToken alive_;
+};
+
+}  // namespace sidelock::http
