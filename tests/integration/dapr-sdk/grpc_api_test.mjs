@@ -8,9 +8,9 @@
 import { spawn } from "node:child_process";
 import { createRequire } from "node:module";
 import fs from "node:fs";
-import net from "node:net";
 import os from "node:os";
 import path from "node:path";
+import { check, checkCount, failures, freePort, sleep, startRedis, stop, until } from "./harness.mjs";
 
 const require = createRequire(import.meta.url);
 const grpc = require("@grpc/grpc-js");
@@ -20,55 +20,6 @@ const sidelock = process.argv[2];
 const protoDir = path.join(process.argv[3], "src/api/proto");
 const TOKEN = "grpcTestTokenAAAAAAAAAAAAAAAAAAA";   // every lock name
 const SCOPED = "grpcTestTokenBBBBBBBBBBBBBBBBBBB";  // names starting with orders~ only
-const failures = [];
-let checks = 0;
-
-function check(ok, what, detail = "") {
-  checks++;
-  if (!ok) {
-    failures.push(what);
-    console.error(`FAIL: ${what}${detail ? ": " + detail : ""}`);
-  }
-}
-
-function freePort() {
-  return new Promise((resolve, reject) => {
-    const srv = net.createServer();
-    srv.once("error", reject);
-    srv.listen(0, "127.0.0.1", () => {
-      const { port } = srv.address();
-      srv.close(() => resolve(port));
-    });
-  });
-}
-
-const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
-
-async function until(fn, ms) {
-  const end = Date.now() + ms;
-  while (Date.now() < end) {
-    try {
-      if (await fn()) return true;
-    } catch {
-      // not yet
-    }
-    await sleep(50);
-  }
-  return false;
-}
-
-function stop(proc) {
-  return new Promise((resolve) => {
-    if (proc.exitCode !== null || proc.signalCode !== null) return resolve(proc.exitCode);
-    const timer = setTimeout(() => proc.kill("SIGKILL"), 15000);
-    proc.once("exit", (code) => {
-      clearTimeout(timer);
-      resolve(code);
-    });
-    proc.kill("SIGTERM");
-  });
-}
-
 function metadataOf(headers) {
   const md = new grpc.Metadata();
   for (const [k, v] of Object.entries(headers)) md.set(k, v);
@@ -315,15 +266,8 @@ async function main() {
   try {
     const redisPort = await freePort();
     const ports = { http: await freePort(), grpc: await freePort() };
-    const redis = spawn("redis-server", ["--port", String(redisPort), "--bind", "127.0.0.1",
-                                         "--save", "", "--appendonly", "no", "--dir", tmp],
-                        { stdio: "ignore" });
+    const redis = await startRedis(redisPort, tmp);
     procs.push(redis);
-    const redisUp = await until(() => new Promise((resolve) => {
-      const s = net.connect(redisPort, "127.0.0.1", () => { s.destroy(); resolve(true); });
-      s.on("error", () => resolve(false));
-    }), 10000);
-    if (!redisUp) throw new Error("redis-server did not start");
     const config = path.join(tmp, "sidelock.yaml");
     fs.writeFileSync(config,
         `listen:\n  tcp: "127.0.0.1:${ports.http}"\n  unix: ""\n  grpc: "127.0.0.1:${ports.grpc}"\n` +
@@ -349,10 +293,10 @@ async function main() {
     fs.rmSync(tmp, { recursive: true, force: true });
   }
   if (failures.length) {
-    console.error(`${failures.length} of ${checks} checks failed`);
+    console.error(`${failures.length} of ${checkCount()} checks failed`);
     process.exit(1);
   }
-  console.log(`grpc-api: ${checks} checks passed with @grpc/grpc-js in ${Date.now() - started} ms`);
+  console.log(`grpc-api: ${checkCount()} checks passed with @grpc/grpc-js in ${Date.now() - started} ms`);
 }
 
 main().catch((err) => {

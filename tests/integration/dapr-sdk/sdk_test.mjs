@@ -7,9 +7,9 @@
 import { spawn } from "node:child_process";
 import { createRequire } from "node:module";
 import fs from "node:fs";
-import net from "node:net";
 import os from "node:os";
 import path from "node:path";
+import { check, checkCount, failures, freePort, startRedis, stop, until } from "./harness.mjs";
 
 const require = createRequire(import.meta.url);
 const { DaprClient, CommunicationProtocolEnum, LogLevel } = require("@dapr/dapr");
@@ -20,55 +20,6 @@ const sidelock = process.argv[2];
 const TOKEN = "sdkTestTokenAAAAAAAAAAAAAAAAAAAA";  // every lock name
 const SCOPED = "sdkTestTokenBBBBBBBBBBBBBBBBBBBB";  // names starting with orders~ only
 const STORE = "lockstore";
-const failures = [];
-let checks = 0;
-
-function check(ok, what, detail = "") {
-  checks++;
-  if (!ok) {
-    failures.push(what);
-    console.error(`FAIL: ${what}${detail ? ": " + detail : ""}`);
-  }
-}
-
-function freePort() {
-  return new Promise((resolve, reject) => {
-    const srv = net.createServer();
-    srv.once("error", reject);
-    srv.listen(0, "127.0.0.1", () => {
-      const { port } = srv.address();
-      srv.close(() => resolve(port));
-    });
-  });
-}
-
-const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
-
-async function until(fn, ms) {
-  const end = Date.now() + ms;
-  while (Date.now() < end) {
-    try {
-      if (await fn()) return true;
-    } catch {
-      // not up yet
-    }
-    await sleep(50);
-  }
-  return false;
-}
-
-function stop(proc) {
-  return new Promise((resolve) => {
-    if (proc.exitCode !== null || proc.signalCode !== null) return resolve(proc.exitCode);
-    const timer = setTimeout(() => proc.kill("SIGKILL"), 15000);
-    proc.once("exit", (code) => {
-      clearTimeout(timer);
-      resolve(code);
-    });
-    proc.kill("SIGTERM");
-  });
-}
-
 /// The SDK's error for a refused call: {error, error_msg, status} as JSON in the message.
 function refusalOf(err) {
   try {
@@ -277,15 +228,8 @@ async function main() {
     const redisPort = await freePort();
     const lockPort = await freePort();
     const grpcPort = await freePort();
-    const redis = spawn("redis-server", ["--port", String(redisPort), "--bind", "127.0.0.1",
-                                         "--save", "", "--appendonly", "no", "--dir", tmp],
-                        { stdio: "ignore" });
+    const redis = await startRedis(redisPort, tmp);
     procs.push(redis);
-    const redisUp = await until(() => new Promise((resolve) => {
-      const s = net.connect(redisPort, "127.0.0.1", () => { s.destroy(); resolve(true); });
-      s.on("error", () => resolve(false));
-    }), 10000);
-    if (!redisUp) throw new Error("redis-server did not start");
 
     const config = path.join(tmp, "sidelock.yaml");
     fs.writeFileSync(config,
@@ -325,10 +269,10 @@ async function main() {
     fs.rmSync(tmp, { recursive: true, force: true });
   }
   if (failures.length) {
-    console.error(`${failures.length} of ${checks} checks failed`);
+    console.error(`${failures.length} of ${checkCount()} checks failed`);
     process.exit(1);
   }
-  console.log(`dapr-sdk: ${checks} checks passed with @dapr/dapr over HTTP and gRPC`);
+  console.log(`dapr-sdk: ${checkCount()} checks passed with @dapr/dapr over HTTP and gRPC`);
 }
 
 main().catch((err) => {
