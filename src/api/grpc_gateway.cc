@@ -282,6 +282,33 @@ class ReadinessProbe final : public http::Responder {
   Done done_;
 };
 
+/// A method sidelock does not serve still passes the listener's access rules first (a refused
+/// caller learns nothing more): its call runs a path no route has, and the router's 404 becomes
+/// UNIMPLEMENTED.
+constexpr std::string_view kNoRoutePath = "/.grpc/unknown-method";
+
+class UnknownMethodResponder final : public http::Responder {
+ public:
+  explicit UnknownMethodResponder(grpc::CallPtr call) : call_(std::move(call)) {}
+  void send(int status, std::string_view /*content_type*/, std::string body,
+            std::vector<std::pair<std::string, std::string>> /*extra_headers*/) override {
+    if (!call_->active()) return;
+    if (status == 404 || status == 405) {
+      call_->finish(StatusCode::kUnimplemented, unimplementedMessage(call_->info().method));
+    } else {
+      finishWithError(*call_, status, body);
+    }
+  }
+  void startStream(int /*status*/, std::string_view /*content_type*/) override {}
+  bool writeChunk(std::string_view /*data*/) override { return false; }
+  void endStream() override {}
+  bool clientConnected() const override { return call_->active(); }
+  void onClientGone(std::function<void()> cb) override { call_->onCancelled(std::move(cb)); }
+
+ private:
+  grpc::CallPtr call_;
+};
+
 }  // namespace
 
 const GrpcMethod* findGrpcMethod(std::string_view name) {
@@ -443,7 +470,8 @@ void GrpcGateway::handle(grpc::CallPtr call, std::string request) {
   const grpc::CallInfo& info = call->info();
   const GrpcMethod* method = findGrpcMethod(info.method);
   if (method == nullptr) {
-    call->finish(StatusCode::kUnimplemented, unimplementedMessage(info.method));
+    const HttpCall no_route{"POST", std::string(kNoRoutePath), std::string(kNoRoutePath), ""};
+    dispatch(*call, no_route, std::make_shared<UnknownMethodResponder>(call));
     return;
   }
   std::optional<int64_t> wait_bound_ms;

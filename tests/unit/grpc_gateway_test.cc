@@ -320,12 +320,21 @@ TEST(GrpcGatewayTest, UnknownMethodsAndBadMessagesNeverReachARoute) {
   GrpcGateway gateway(scheduler, nullptr, recordingHandler(seen));
   auto call = std::make_shared<FakeCall>("/dapr.proto.runtime.v1.Dapr/GetState");
   gateway.handle(call, "");
+  // The access rules still apply: the call runs a path no route has; the router's 404 is
+  // UNIMPLEMENTED.
+  ASSERT_EQ(seen.count, 1);
+  EXPECT_EQ(seen.request.path, "/.grpc/unknown-method");
+  seen.responder->send(404, "application/json", R"({"error":"not_found","message":"no route"})");
   EXPECT_EQ(call->status, StatusCode::kUnimplemented);
   EXPECT_NE(call->status_message.find("sidelock does not implement"), std::string::npos);
+  call = std::make_shared<FakeCall>("/dapr.proto.runtime.v1.Dapr/GetState");
+  gateway.handle(call, "");
+  seen.responder->send(401, "application/json", R"({"error":"token_required","message":"x"})");
+  EXPECT_EQ(call->status, StatusCode::kUnauthenticated);
   call = std::make_shared<FakeCall>("/sidelock.v1.Locks/Release");
   gateway.handle(call, "");  // no name
   EXPECT_EQ(call->status, StatusCode::kInvalidArgument);
-  EXPECT_EQ(seen.count, 0);
+  EXPECT_EQ(seen.count, 2);
 }
 
 TEST(GrpcGatewayTest, HealthCheckAndWatchFollowReadyz) {
