@@ -42,8 +42,8 @@ if [[ "${SIDELOCK_SKIP_SANITIZE:-0}" != "1" ]]; then
 fi
 
 if [[ "${SIDELOCK_SKIP_FUZZ:-0}" != "1" ]]; then
-  echo "== fuzz (libFuzzer, ${SIDELOCK_FUZZ_SECONDS:-30} s per target; tests/fuzz/README.md)"
-  tests/fuzz/run_fuzz.sh build-fuzz "${SIDELOCK_FUZZ_SECONDS:-30}" || failed+=("fuzz")
+  echo "== fuzz (libFuzzer, ${SIDELOCK_FUZZ_SECONDS:-20} s per target; tests/fuzz/README.md)"
+  tests/fuzz/run_fuzz.sh build-fuzz "${SIDELOCK_FUZZ_SECONDS:-20}" || failed+=("fuzz")
 fi
 
 if ((${#failed[@]})); then

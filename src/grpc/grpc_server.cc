@@ -192,7 +192,9 @@ void GrpcCall::finish(StatusCode code, std::string_view message) {
 }
 
 void GrpcCall::cancel() {
-  if (auto cb = std::move(on_cancelled_)) cb();
+  // Posted: the close may come from inside the handler's own sendMessage() / finish()
+  // (src/README.md, rule 4).
+  if (auto cb = std::move(on_cancelled_)) scheduler_.post(std::move(cb));
 }
 
 void GrpcCall::onClose(bool answered) {

@@ -80,6 +80,14 @@ class Http2Connection {
 
   // For Http2Stream.
   nghttp2_session* session() const { return session_.get(); }
+  size_t maxQueuedBytes() const { return server_->options_.max_queued_bytes_per_stream; }
+  void postReset(int32_t stream_id) {
+    server_->scheduler_.post(alive_.guarded([this, stream_id] {
+      if (closed_ || session_dead_) return;
+      nghttp2_submit_rst_stream(session_.get(), NGHTTP2_FLAG_NONE, stream_id, NGHTTP2_CANCEL);
+      sendPending();
+    }));
+  }
 
  private:
   struct WriteReq {
@@ -107,6 +115,8 @@ class Http2Connection {
   void onWritten(int status);
   void armIdle();
   void closeStreams();
+  /// After a fatal nghttp2 error: GOAWAY `error_code`, then close once it is written.
+  void failSession(uint32_t error_code);
 
   Http2Server* server_;
   size_t* count_;
@@ -118,6 +128,8 @@ class Http2Connection {
   WriteReq* write_ = nullptr;  // the write in flight
   bool in_session_ = false;    // inside mem_recv / mem_send: no nested mem_send
   bool closed_ = false;
+  bool session_dead_ = false;  // a fatal nghttp2 error: the session may not be called again
+  int32_t last_stream_id_ = 0;  // the highest stream the client opened
   event::ScopedTimer idle_timer_;
   event::ScopedTimer write_timer_;
   event::LivenessToken alive_;
@@ -196,7 +208,7 @@ void Http2Connection::onRead(ssize_t nread, const uv_buf_t* buf) {
     closeNow();
     return;
   }
-  if (nread == 0) return;
+  if (nread == 0 || session_dead_) return;
   armIdle();
   in_session_ = true;
   const ssize_t used = nghttp2_session_mem_recv(
@@ -207,9 +219,16 @@ void Http2Connection::onRead(ssize_t nread, const uv_buf_t* buf) {
     // A bad preface, a flood, a protocol error: nghttp2 queued a GOAWAY when it could; send it
     // and close (sendPending closes once nothing is left to do).
     SL_LOG(kDebug, "http2.session_error", {"error", nghttp2_strerror(static_cast<int>(used))});
-    // Not HTTP/2 at all, or a flood (ACKs the peer does not read): nothing more is sent.
-    if (used == NGHTTP2_ERR_BAD_CLIENT_MAGIC || used == NGHTTP2_ERR_FLOODED) {
-      closeNow();
+    // Not HTTP/2 at all, a flood (ACKs the peer does not read), too many CONTINUATIONs: fatal
+    // errors, after which nghttp2 may not be called again (protocol errors it answers with a
+    // GOAWAY itself, and mem_recv succeeds).
+    if (nghttp2_is_fatal(static_cast<int>(used)) != 0) {
+      if (used == NGHTTP2_ERR_BAD_CLIENT_MAGIC || used == NGHTTP2_ERR_FLOODED) {
+        closeNow();  // not HTTP/2, or a peer that does not read: nothing more to say
+      } else {
+        failSession(used == NGHTTP2_ERR_TOO_MANY_CONTINUATIONS ? NGHTTP2_ENHANCE_YOUR_CALM
+                                                                : NGHTTP2_INTERNAL_ERROR);
+      }
       return;
     }
     nghttp2_session_terminate_session(session_.get(), NGHTTP2_PROTOCOL_ERROR);
@@ -217,8 +236,34 @@ void Http2Connection::onRead(ssize_t nread, const uv_buf_t* buf) {
   sendPending();
 }
 
+void Http2Connection::failSession(uint32_t error_code) {
+  session_dead_ = true;
+  closeStreams();
+  // A GOAWAY written by hand (nghttp2 may not be called after a fatal error), then the close.
+  const uint32_t last = static_cast<uint32_t>(last_stream_id_) & 0x7fffffffu;
+  const unsigned char frame[17] = {0, 0, 8, NGHTTP2_GOAWAY, 0, 0, 0, 0, 0,
+                                   static_cast<unsigned char>(last >> 24),
+                                   static_cast<unsigned char>(last >> 16),
+                                   static_cast<unsigned char>(last >> 8),
+                                   static_cast<unsigned char>(last),
+                                   static_cast<unsigned char>(error_code >> 24),
+                                   static_cast<unsigned char>(error_code >> 16),
+                                   static_cast<unsigned char>(error_code >> 8),
+                                   static_cast<unsigned char>(error_code)};
+  pending_.append(reinterpret_cast<const char*>(frame), sizeof(frame));
+  sendPending();
+}
+
 void Http2Connection::sendPending() {
   if (closed_ || in_session_) return;
+  if (session_dead_) {
+    if (write_ == nullptr && !pending_.empty()) {
+      startWrite();
+    } else if (write_ == nullptr) {
+      closeNow();
+    }
+    return;
+  }
   while (pending_.size() < kMaxBufferedOutput &&
          (write_ == nullptr || write_->data.size() < kMaxBufferedOutput)) {
     const uint8_t* data = nullptr;
@@ -277,7 +322,7 @@ void Http2Connection::onWritten(int status) {
 }
 
 void Http2Connection::goAway() {
-  if (closed_) return;
+  if (closed_ || session_dead_) return;
   nghttp2_submit_goaway(session_.get(), NGHTTP2_FLAG_NONE,
                         nghttp2_session_get_last_proc_stream_id(session_.get()), NGHTTP2_NO_ERROR,
                         nullptr, 0);
@@ -314,6 +359,7 @@ int Http2Connection::onBeginHeaders(nghttp2_session*, const nghttp2_frame* frame
   s->connection_ = c;
   s->id_ = frame->hd.stream_id;
   s->peer_ = c->peer_;
+  c->last_stream_id_ = std::max(c->last_stream_id_, s->id_);
   c->streams_[s->id_] = std::move(s);
   return 0;
 }
@@ -427,6 +473,13 @@ bool Http2Stream::respond(std::vector<Http2Header> headers, bool end_stream) {
 
 bool Http2Stream::write(std::string data) {
   if (!open() || !responded_) return false;
+  if (queued_bytes_ > connection_->maxQueuedBytes()) {
+    // Reset on a later turn: the caller is inside its own write (src/README.md, rule 4).
+    ending_ = true;
+    connection_->postReset(id_);
+    return false;
+  }
+  queued_bytes_ += data.size();
   out_.push_back(std::move(data));
   resume();
   return true;
@@ -464,6 +517,7 @@ ssize_t Http2StreamAccess::read(Http2Stream& s, nghttp2_session* session, int32_
     const size_t n = std::min(length - copied, front.size() - s.out_offset_);
     memcpy(buf + copied, front.data() + s.out_offset_, n);
     copied += n;
+    s.queued_bytes_ -= n;
     s.out_offset_ += n;
     if (s.out_offset_ == front.size()) {
       s.out_.pop_front();
@@ -492,8 +546,7 @@ ssize_t Http2StreamAccess::read(Http2Stream& s, nghttp2_session* session, int32_
 
 Http2Server::Http2Server(uv_loop_t* loop, event::Scheduler& scheduler, const Http2Options& options,
                          StreamHandler handler)
-    : loop_(loop),
-      scheduler_(scheduler),
+    : scheduler_(scheduler),
       options_(options),
       handler_(std::move(handler)),
       tcp_(loop),

@@ -40,6 +40,10 @@ struct Http2Options {
   int max_connections = 1024;              // per listener; more are closed at accept
   int64_t idle_timeout_ms = 60'000;        // no stream open and nothing read
   int64_t write_timeout_ms = 30'000;       // one write not taken by the peer
+  /// Response bytes queued on one stream that the client's flow-control window has not let out
+  /// yet; a write past this resets the stream (a client that reads a stream too slowly must not
+  /// grow the sidecar's memory). One write larger than this is accepted on an empty queue.
+  size_t max_queued_bytes_per_stream = 4 * 1024 * 1024;
   /// RST_STREAM token bucket (rapid reset): burst, and tokens regained per second.
   uint64_t reset_burst = 200;
   uint64_t reset_rate = 33;
@@ -74,7 +78,9 @@ class Http2Stream {
 
   /// Sends the response headers; with `end_stream` the response ends there (no body).
   bool respond(std::vector<Http2Header> headers, bool end_stream);
-  /// Queues body bytes (after respond()).
+  /// Queues body bytes (after respond()). False if the stream is gone, or if the bytes already
+  /// queued are over Http2Options::max_queued_bytes_per_stream: then the stream is reset
+  /// (CANCEL) on a later loop turn and onClose(false) follows.
   bool write(std::string data);
   /// Ends the response after the queued body, with trailers (none: a plain END_STREAM).
   bool end(std::vector<Http2Header> trailers);
@@ -104,6 +110,7 @@ class Http2Stream {
   bool deferred_ = false;  // the data provider said NGHTTP2_ERR_DEFERRED
   bool end_sent_ = false;  // a frame with END_STREAM left nghttp2
   std::deque<std::string> out_;
+  size_t queued_bytes_ = 0;  // in out_, not yet taken by nghttp2
   size_t out_offset_ = 0;  // bytes of out_.front() already sent
 };
 
@@ -138,7 +145,6 @@ class Http2Server {
   void onConnection(event::StreamListener& listener, size_t& count);
   void destroyConnection(Http2Connection* connection);
 
-  uv_loop_t* loop_;
   event::Scheduler& scheduler_;
   Http2Options options_;
   StreamHandler handler_;

@@ -1,9 +1,10 @@
 # Fuzz targets (tests/fuzz/README.md). In the normal builds each target is linked with a small
 # replay main and its in-tree corpus is replayed as a CTest (so the ASan pass checks every seed).
 # With -DSIDELOCK_FUZZ=ON (clang) each is also a libFuzzer binary: <target>.
-set(SIDELOCK_FUZZ_TARGETS http_request_fuzz request_body_fuzz)
+set(SIDELOCK_FUZZ_TARGETS http_request_fuzz request_body_fuzz grpc_frame_fuzz)
 set(http_request_fuzz_LIBS sidelock_http)
 set(request_body_fuzz_LIBS sidelock_api)
+set(grpc_frame_fuzz_LIBS sidelock_grpc)
 
 foreach(target ${SIDELOCK_FUZZ_TARGETS})
   add_executable(${target}_replay ${CMAKE_CURRENT_LIST_DIR}/${target}.cc

@@ -2,13 +2,13 @@
 # Builds the libFuzzer targets with clang (ASan + UBSan) and runs each for a bounded time over a
 # scratch copy of its in-tree corpus. Fails on the first crash, leak, sanitizer report or timeout;
 # the crashing input is kept in the scratch directory, whose path is printed.
-#   tests/fuzz/run_fuzz.sh [build-dir=build-fuzz] [seconds-per-target=30] [jobs=2]
+#   tests/fuzz/run_fuzz.sh [build-dir=build-fuzz] [seconds-per-target=20] [jobs=2]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 dir=${1:-build-fuzz}
-seconds=${2:-30}
+seconds=${2:-20}
 jobs=${3:-${JOBS:-2}}
-targets=(http_request_fuzz request_body_fuzz)
+targets=(http_request_fuzz request_body_fuzz grpc_frame_fuzz)
 
 CC=clang CXX=clang++ cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSIDELOCK_FUZZ=ON >/dev/null
 cmake --build "$dir" --target "${targets[@]}" -j"$jobs"

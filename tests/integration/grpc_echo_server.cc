@@ -8,6 +8,7 @@
 //   /test.Echo/Stream    answers 3 messages "m0".."m2" then OK
 //   /test.Echo/Never     never answers (deadline / cancel tests)
 //   /test.Echo/Big       answers one message of the request's decimal size in bytes
+//   /test.Echo/Flood     64 KiB messages until sendMessage() refuses (stream queue cap)
 //   /test.Echo/Fail      trailers-only NOT_FOUND with a non-ASCII message
 //   anything else        UNIMPLEMENTED
 #include <signal.h>
@@ -34,6 +35,7 @@ int main() {
   options.http2.initial_window_bytes = 65535;
   options.http2.idle_timeout_ms = 3'000;
   options.http2.write_timeout_ms = 700;
+  options.http2.max_queued_bytes_per_stream = 1024 * 1024;
   options.max_message_bytes = 64 * 1024;
   grpc::CallHandler handler = [&](grpc::CallPtr call, std::string request) {
     const std::string method = call->info().method;
@@ -50,6 +52,12 @@ int main() {
     } else if (method == "/test.Echo/Big") {
       call->sendMessage(std::string(std::strtoul(request.c_str(), nullptr, 10), 'x'));
       call->finish(grpc::StatusCode::kOk, "");
+    } else if (method == "/test.Echo/Flood") {
+      // 64 KiB messages until the stream's queue is full (the client reads nothing).
+      int sent = 0;
+      while (sent < 1000 && call->sendMessage(std::string(64 * 1024, 'f'))) ++sent;
+      printf("flood refused after %d\n", sent);
+      fflush(stdout);
     } else if (method == "/test.Echo/Fail") {
       call->finish(grpc::StatusCode::kNotFound, "no such thing: caf\xc3\xa9 100%");
     } else {

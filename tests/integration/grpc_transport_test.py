@@ -342,7 +342,7 @@ class TransportTest(unittest.TestCase):
         s.sendall(frames)
         data, closed = self.read_until_closed(s)
         self.assertTrue(closed)
-        self.assertIsNotNone(self.goaway_code(data))
+        self.assertEqual(self.goaway_code(data), 11)  # ENHANCE_YOUR_CALM
         self.assert_served()
 
     def flood(self, frame_bytes, count):
@@ -398,6 +398,27 @@ class TransportTest(unittest.TestCase):
         self.assertLess(self.server.rss_kib(), 200 * 1024)
         self.assert_served()
 
+    def test_slow_stream_reader_is_reset(self):
+        # The client's window lets 64 KiB out; the server queues at most 1 MiB more for the
+        # stream, then sendMessage() refuses, the stream is reset (CANCEL) and the call cancelled.
+        c = self.client()
+        sid = c.start_call("/test.Echo/Flood", b"x")
+        self.assertTrue(self.server.wait_line("cancelled /test.Echo/Flood"))
+        sent = [int(l.split()[-1]) for l in self.server.lines if l.startswith("flood refused")]
+        self.assertEqual(len(sent), 1)
+        self.assertTrue(15 <= sent[0] <= 18, sent)  # 1 MiB queued (+ the window) in 64 KiB
+        self.assertEqual(c.result(sid)[3], 8)  # RST_STREAM CANCEL
+        self.assert_served()
+
+    def test_idle_connection_gets_goaway(self):
+        c = Client(self.server.address(), timeout=6)
+        self.addCleanup(c.close)
+        start = time.time()
+        c.wait_closed(6)  # idle_timeout_ms is 3 s in the echo server
+        self.assertTrue(c.closed)
+        self.assertEqual(c.goaway(), 0)
+        self.assertGreater(time.time() - start, 2.5)
+
     def test_garbage_preface_is_closed(self):
         s = socket.create_connection(self.server.address())
         s.settimeout(5)
@@ -435,10 +456,12 @@ backend:
 log:
   level: warn
 """)
-        proc = subprocess.Popen([SIDELOCK, "--config", cfg], stderr=subprocess.PIPE)
+        proc = subprocess.Popen([SIDELOCK, "--config", cfg])
+        self.proc = proc
 
         def stop():
-            proc.send_signal(signal.SIGTERM)
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
             self.assertEqual(proc.wait(timeout=10), 0)
         self.addCleanup(stop)
         end = time.time() + 10
@@ -459,6 +482,17 @@ log:
             hdrs, _, trailers, _ = c.call("/dapr.proto.runtime.v1.Dapr/Nope", b"")
             self.assertEqual(status_of(hdrs, trailers), 12)
             self.assertIn("sidelock", hdrs["grpc-message"])
+
+    def test_shutdown_sends_goaway(self):
+        tcp, _ = self.start()
+        c = Client(tcp)
+        self.addCleanup(c.close)
+        hdrs, _, trailers, _ = c.call("/sidelock.v1.Locks/Nope", b"")
+        self.assertEqual(status_of(hdrs, trailers), 12)
+        self.proc.send_signal(signal.SIGTERM)
+        c.wait_closed(5)
+        self.assertEqual(c.goaway(), 0)  # NO_ERROR: a graceful GOAWAY, then the close
+        self.assertTrue(c.closed)
 
     def test_unix_peer_uid_policy_applies(self):
         _, unix = self.start(f"  unix_allowed_uids: [{os.getuid() + 4242}]")

@@ -327,6 +327,53 @@ TEST(ConfigTest, AccessControlErrorsNameTheKey) {
   unsetenv("SIDELOCK_TEST_BAD_TOKENS");
 }
 
+TEST(ConfigTest, GrpcListenKeys) {
+  auto c = loadConfigFromString(R"(
+listen:
+  grpc: "127.0.0.1:50001"
+  grpc_unix: /tmp/sidelock-grpc.sock
+  grpc_limits:
+    max_concurrent_streams: 10
+    max_message_bytes: 65536
+    max_header_list_bytes: 8192
+    idle_timeout_ms: 5s
+    write_timeout_ms: 1000
+)");
+  ASSERT_TRUE(c.isOk()) << c.status().toString();
+  EXPECT_EQ(c->listen.grpc, "127.0.0.1:50001");
+  EXPECT_EQ(c->listen.grpc_unix, "/tmp/sidelock-grpc.sock");
+  EXPECT_EQ(c->listen.grpc_limits.max_concurrent_streams, 10);
+  EXPECT_EQ(c->listen.grpc_limits.max_message_bytes, 65536);
+  EXPECT_EQ(c->listen.grpc_limits.max_header_list_bytes, 8192);
+  EXPECT_EQ(c->listen.grpc_limits.idle_timeout_ms, 5000);
+  EXPECT_EQ(c->listen.grpc_limits.write_timeout_ms, 1000);
+
+  auto defaults = loadConfigFromString("");
+  ASSERT_TRUE(defaults.isOk());
+  EXPECT_EQ(defaults->listen.grpc, "");  // off unless configured
+  EXPECT_EQ(defaults->listen.grpc_unix, "");
+  EXPECT_EQ(defaults->listen.grpc_limits.max_message_bytes, 4 * 1024 * 1024);
+  EXPECT_EQ(defaults->listen.grpc_limits.max_concurrent_streams, 100);
+
+  EXPECT_NE(errorOf("listen:\n  grpc: \"nohost\"\n").find("listen.grpc"), std::string::npos);
+  EXPECT_NE(errorOf("listen:\n  grpc: \"127.0.0.1:7411\"\n").find("listen.grpc: must differ"),
+            std::string::npos);
+  EXPECT_NE(errorOf("listen:\n  grpc_unix: relative.sock\n").find("listen.grpc_unix: must be"),
+            std::string::npos);
+  EXPECT_NE(errorOf("listen:\n  grpc_unix: /run/sidelock/sidelock.sock\n")
+                .find("listen.grpc_unix: must differ from listen.unix"),
+            std::string::npos);
+  EXPECT_NE(errorOf("listen:\n  grpc_limits:\n    max_concurrent_streams: 0\n")
+                .find("listen.grpc_limits.max_concurrent_streams"),
+            std::string::npos);
+  EXPECT_NE(errorOf("listen:\n  grpc_limits:\n    max_message_bytes: 999999999\n")
+                .find("listen.grpc_limits.max_message_bytes"),
+            std::string::npos);
+  EXPECT_NE(errorOf("listen:\n  grpc_limits:\n    streams: 3\n")
+                .find("listen.grpc_limits.streams: unknown key"),
+            std::string::npos);
+}
+
 TEST(ConfigTest, SentinelKeysParse) {
   setenv("SIDELOCK_TEST_SENTINEL_PASS", "s3cret", 1);
   auto c = loadConfigFromString(R"(
