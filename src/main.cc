@@ -15,6 +15,7 @@
 
 #include "api/dapr_api.h"
 #include "api/election_api.h"
+#include "api/grpc_gateway.h"
 #include "api/lock_api.h"
 #include "api/pod_elections.h"
 #include "backend/memory_backend.h"
@@ -119,6 +120,8 @@ struct Sidecar {
   /// turned into http::Requests get the rules of their HTTP twin through the same handler.
   http::Handler lock_handler;
   /// listen.grpc and listen.grpc_unix (one server, both listeners).
+  /// The gRPC services (src/api/grpc_gateway.h): each call runs its route through lock_handler.
+  std::unique_ptr<api::GrpcGateway> grpc_gateway;
   std::unique_ptr<grpc::GrpcServer> grpc_server;
   event::UvHandle<uv_signal_t> sigterm;
   event::UvHandle<uv_signal_t> sigint;
@@ -264,29 +267,6 @@ void setUpAccessPolicies(Sidecar& s, const config::Config& cfg) {
   if (cfg.auth.admin_tokens.configured()) s.admin_policy.tokens = &s.admin_tokens;
 }
 
-/// The gRPC listeners' CallHandler. Until the gRPC services exist (src/api), every call that
-/// passes its listener's access rules (the peer's policy, as on the HTTP twin) is answered
-/// UNIMPLEMENTED. The services' gateway replaces this, handing calls to `s.lock_handler`.
-grpc::CallHandler grpcCallHandler(Sidecar& s) {
-  return [&s](grpc::CallPtr call, std::string) {
-    const grpc::CallInfo& info = call->info();
-    http::Request request;
-    request.method = "POST";
-    request.path = info.method;
-    request.headers = info.metadata;
-    request.headers.emplace_back("host", info.authority);
-    request.peer = info.peer;
-    const bool unix_peer = info.peer->transport == http::PeerIdentity::Transport::kUnix;
-    if (auto refusal = http::checkAccess(request, unix_peer ? s.unix_policy : s.tcp_policy)) {
-      call->finish(refusal->status == 401 ? grpc::StatusCode::kUnauthenticated
-                                          : grpc::StatusCode::kPermissionDenied,
-                   refusal->message);
-      return;
-    }
-    grpc::unimplementedHandler()(std::move(call), {});
-  };
-}
-
 /// SIGHUP: re-reads both token sets. A set that fails to load keeps the previous one; either way
 /// the log says so (counts and key/line only, never a token).
 void reloadTokens(Sidecar& s, const config::Config& cfg) {
@@ -371,8 +351,10 @@ int runSidecar(const config::Config& cfg) {
                                                 *s.metrics, s.lock_handler);
   Status listening = s.server->start();
   if (listening.isOk() && (!cfg.listen.grpc.empty() || !cfg.listen.grpc_unix.empty())) {
-    s.grpc_server = std::make_unique<grpc::GrpcServer>(&s.loop, *s.scheduler,
-                                                       grpcOptions(cfg.listen), grpcCallHandler(s));
+    s.grpc_gateway = std::make_unique<api::GrpcGateway>(*s.scheduler, s.metrics.get(),
+                                                        s.lock_handler);
+    s.grpc_server = std::make_unique<grpc::GrpcServer>(
+        &s.loop, *s.scheduler, grpcOptions(cfg.listen), s.grpc_gateway->asHandler());
     if (!cfg.listen.grpc.empty()) listening = s.grpc_server->listenTcp(cfg.listen.grpc);
     if (listening.isOk() && !cfg.listen.grpc_unix.empty()) {
       listening = s.grpc_server->listenUnix(cfg.listen.grpc_unix, cfg.listen.unix_mode,
@@ -445,6 +427,7 @@ int runSidecar(const config::Config& cfg) {
   // Objects that own handles go first, then the loop drains their close callbacks.
   s.admin_server.reset();
   s.grpc_server.reset();
+  s.grpc_gateway.reset();  // after its server: no call reaches it any more
   s.server.reset();
   s.pod_elections.reset();
   s.elections.reset();

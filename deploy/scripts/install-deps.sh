@@ -8,6 +8,7 @@ BUILD_PACKAGES=(
   libuv1-dev node-llhttp libhiredis-dev libssl-dev libyaml-cpp-dev prometheus-cpp-dev nlohmann-json3-dev
   libnghttp2-dev
   redis-server redis-tools
+  libprotobuf-dev protobuf-compiler
 )
 TEST_PACKAGES=(
   libgtest-dev prometheus openssl curl

@@ -320,7 +320,8 @@ void loadGrpcListen(const Section& s, ListenConfig& c) {
     if (c.grpc_unix.size() >= 108) fail(s.path("grpc_unix"), "socket path longer than 107 bytes");
     if (c.grpc_unix == c.unix_path) fail(s.path("grpc_unix"), "must differ from listen.unix");
   }
-  Section g(s.child("grpc_limits"), s.path("grpc_limits"));
+  // The literal path lets tests/helm/render/config_keys.go place these keys (s is a parameter).
+  Section g(s.child("grpc_limits"), "listen.grpc_limits");
   ListenConfig::GrpcLimits& l = c.grpc_limits;
   g.readInt("max_concurrent_streams", l.max_concurrent_streams, 1, 100'000);
   g.readInt("max_message_bytes", l.max_message_bytes, 1024, 64 << 20);

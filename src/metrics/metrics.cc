@@ -262,11 +262,11 @@ Metrics::Metrics(std::string version)
                                    .Add({}, waitBuckets())),
       http_requests_total(BuildCounter()
                               .Name("sidelock_http_requests_total")
-                              .Help("HTTP requests by route and status code.")
+                              .Help("API requests by protocol (http, grpc), route and HTTP status code.")
                               .Register(*registry_)),
       http_request_seconds(BuildHistogram()
                                .Name("sidelock_http_request_seconds")
-                               .Help("HTTP request latency by route (to the first response byte).")
+                               .Help("API request latency by protocol (http, grpc) and route (to the first response byte).")
                                .Register(*registry_)),
       http_in_flight(BuildGauge()
                          .Name("sidelock_http_in_flight_requests")
@@ -418,13 +418,17 @@ void Metrics::forgetNode(std::string_view address) {
   }
 }
 
-prometheus::Counter& Metrics::httpRequests(std::string_view route, int code) {
+prometheus::Counter& Metrics::httpRequests(std::string_view route, int code,
+                                           std::string_view protocol) {
   // Family::Add returns the existing series for known labels, so this is a lookup after the first.
-  return http_requests_total.Add({{"route", std::string(route)}, {"code", std::to_string(code)}});
+  return http_requests_total.Add({{"protocol", std::string(protocol)},
+                                  {"route", std::string(route)},
+                                  {"code", std::to_string(code)}});
 }
 
-prometheus::Histogram& Metrics::httpLatency(std::string_view route) {
-  return http_request_seconds.Add({{"route", std::string(route)}}, latencyBuckets());
+prometheus::Histogram& Metrics::httpLatency(std::string_view route, std::string_view protocol) {
+  return http_request_seconds.Add(
+      {{"protocol", std::string(protocol)}, {"route", std::string(route)}}, latencyBuckets());
 }
 
 void Metrics::updateProcessMetrics() {

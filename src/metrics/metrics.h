@@ -184,8 +184,8 @@ class Metrics {
   prometheus::Histogram& redlock_validity_seconds;  // validity remaining at grant
 
   // --- http ---
-  prometheus::Family<prometheus::Counter>& http_requests_total;     // {route,code}
-  prometheus::Family<prometheus::Histogram>& http_request_seconds;  // {route}
+  prometheus::Family<prometheus::Counter>& http_requests_total;     // {protocol,route,code}
+  prometheus::Family<prometheus::Histogram>& http_request_seconds;  // {protocol,route}
   prometheus::Gauge& http_in_flight;
   prometheus::Gauge& http_connections;
   prometheus::Counter& http_connections_rejected;  // over max_connections
@@ -197,8 +197,11 @@ class Metrics {
   /// internalErrorCount() at scrape time. Anything above 0 is a bug to report.
   prometheus::Counter& internal_errors;
 
-  prometheus::Counter& httpRequests(std::string_view route, int code);
-  prometheus::Histogram& httpLatency(std::string_view route);
+  /// `protocol`: "http" (HttpServer) or "grpc" (the gRPC gateway, src/api/grpc_gateway.h, which
+  /// counts each call under the route it ran and the route's HTTP status).
+  prometheus::Counter& httpRequests(std::string_view route, int code,
+                                    std::string_view protocol = "http");
+  prometheus::Histogram& httpLatency(std::string_view route, std::string_view protocol = "http");
 
  private:
   NodeMetrics& makeNode(std::string_view label, bool with_up_gauge);

@@ -174,6 +174,8 @@ def readme_config_keys(text, log_events):
 
     for n, line in prose_lines(text):
         for span in re.findall(r"`([^`]*)`", line):
+            if ".proto" in span:  # protobuf names and files (`dapr.proto.runtime.v1.Dapr`, `x.proto`)
+                continue
             for key in KEY_RE.findall(span):
                 add(key, n)
         # `a.b.c` / `d`: d is a sibling of c (`backend.reconnect_min_ms` / `reconnect_max_ms`).

@@ -660,7 +660,7 @@ TEST_F(HttpServerTest, MetricsCountRequestsByRouteAndCode) {
   EXPECT_EQ(metrics_.httpRequests("/slow/{ms}", 200).Value(), 1);
   std::string text;
   onLoop([&] { text = metrics_.render(); });
-  EXPECT_NE(text.find("sidelock_http_request_seconds_count{route=\"/healthz\"} 3"),
+  EXPECT_NE(text.find("sidelock_http_request_seconds_count{protocol=\"http\",route=\"/healthz\"} 3"),
             std::string::npos);
   EXPECT_EQ(metrics_.http_connections.Value(), 1);
   EXPECT_EQ(metrics_.http_in_flight.Value(), 0);

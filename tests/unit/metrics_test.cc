@@ -22,7 +22,7 @@ TEST(MetricsTest, RendersFamiliesWithBoundedLabels) {
   EXPECT_NE(text.find("sidelock_build_info{version=\"1.2.3\"} 1"), std::string::npos);
   EXPECT_NE(text.find("process_resident_memory_bytes"), std::string::npos);
   EXPECT_NE(
-      text.find("sidelock_http_requests_total{code=\"200\",route=\"/v1/locks/{name}/acquire\"} 1"),
+      text.find("sidelock_http_requests_total{code=\"200\",protocol=\"http\",route=\"/v1/locks/{name}/acquire\"} 1"),
       std::string::npos)
       << text;
 }

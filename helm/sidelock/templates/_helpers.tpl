@@ -122,6 +122,23 @@ replaced by loopback. "" when listen.tcp is empty (the lock API is then on the U
 {{- end -}}
 {{- end -}}
 
+{{/* The gRPC API's address for the app containers (DAPR_GRPC_ENDPOINT): listen.grpc, with a wildcard
+host replaced by loopback. "" when listen.grpc is empty. */}}
+{{- define "sidelock.appGrpcAddress" -}}
+{{- $grpc := .Values.config.listen.grpc | default "" -}}
+{{- if $grpc -}}
+{{- $host := regexReplaceAll ":[0-9]+$" $grpc "" -}}
+{{- $port := include "sidelock.portOf" $grpc -}}
+{{- if or (eq $host "") (eq $host "0.0.0.0") -}}
+{{- printf "127.0.0.1:%s" $port -}}
+{{- else if eq $host "[::]" -}}
+{{- printf "[::1]:%s" $port -}}
+{{- else -}}
+{{- $grpc -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
 {{- define "sidelock.credentialsDir" -}}/etc/sidelock/redis{{- end -}}
 {{- define "sidelock.tlsDir" -}}/etc/sidelock/tls{{- end -}}
 {{- define "sidelock.authDir" -}}/etc/sidelock/auth{{- end -}}
@@ -192,6 +209,9 @@ authorization:
 {{- end -}}
 {{- if and (not $cfg.listen.admin) .Values.monitoring.podMonitor.enabled (not (has "*" $cfg.listen.allowed_hosts)) -}}
 {{- fail "without config.listen.admin Prometheus scrapes config.listen.tcp by pod IP, which the lock API refuses as a Host (DNS-rebinding check): set config.listen.admin, or config.listen.allowed_hosts: [\"*\"]" -}}
+{{- end -}}
+{{- if and $cfg.listen.grpc_unix (not (hasPrefix (printf "%s/" .Values.sidecar.socketDir) $cfg.listen.grpc_unix)) -}}
+{{- fail (printf "config.listen.grpc_unix (%s) must be inside sidecar.socketDir (%s), the volume shared with the app" $cfg.listen.grpc_unix .Values.sidecar.socketDir) -}}
 {{- end -}}
 {{- if and $cfg.listen.unix (not (hasPrefix (printf "%s/" .Values.sidecar.socketDir) $cfg.listen.unix)) -}}
 {{- fail (printf "config.listen.unix (%s) must be inside sidecar.socketDir (%s), the volume shared with the app" $cfg.listen.unix .Values.sidecar.socketDir) -}}
@@ -333,6 +353,12 @@ names back to check the ${VAR}s of config.elections. */}}
 {{- if and $tcp (not (include "sidelock.isLoopback" $tcp)) (ne (include "sidelock.portOf" $tcp) $adminPort) -}}
 {{- $lockPort = include "sidelock.portOf" $tcp -}}
 {{- end -}}
+{{/* The gRPC API likewise, beyond loopback only. */}}
+{{- $grpc := .Values.config.listen.grpc | default "" -}}
+{{- $grpcPort := "" -}}
+{{- if and $grpc (not (include "sidelock.isLoopback" $grpc)) -}}
+{{- $grpcPort = include "sidelock.portOf" $grpc -}}
+{{- end -}}
 {{- $sleep := int (include "sidelock.preStopSleep" .) -}}
 - name: {{ .Values.sidecar.name }}
   image: {{ printf "%s:%s" .Values.image.repository .Values.image.tag | quote }}
@@ -342,7 +368,7 @@ names back to check the ${VAR}s of config.elections. */}}
   restartPolicy: Always
   {{- end }}
   args: ["--config", "/etc/sidelock/sidelock.yaml"]
-  {{- if or $adminPort $lockPort }}
+  {{- if or $adminPort $lockPort $grpcPort }}
   ports:
     {{- if $adminPort }}
     {{- if .Values.config.listen.admin }}
@@ -358,6 +384,12 @@ names back to check the ${VAR}s of config.elections. */}}
     # The lock API, listening beyond loopback (config.listen.tcp).
     - name: sidelock
       containerPort: {{ int $lockPort }}
+      protocol: TCP
+    {{- end }}
+    {{- if $grpcPort }}
+    # The gRPC API, listening beyond loopback (config.listen.grpc).
+    - name: sidelock-grpc
+      containerPort: {{ int $grpcPort }}
       protocol: TCP
     {{- end }}
   {{- end }}
@@ -508,6 +540,10 @@ names back to check the ${VAR}s of config.elections. */}}
 {{- end }}
 {{- with include "sidelock.appAddress" . }}
 - name: SIDELOCK_ADDR
+  value: {{ . | quote }}
+{{- end }}
+{{- with include "sidelock.appGrpcAddress" . }}
+- name: DAPR_GRPC_ENDPOINT
   value: {{ . | quote }}
 {{- end }}
 {{- if and .Values.auth.existingSecret .Values.auth.appTokenKey }}

@@ -1,14 +1,15 @@
 // The official Dapr JS SDK (@dapr/dapr, pinned in package-lock.json) against a real sidelock sidecar on
-// a real redis-server (issue 21): DaprClient over HTTP, pointed at the sidecar the way a Dapr user
-// points it (DAPR_HTTP_ENDPOINT, DAPR_API_TOKEN), must start (it polls GET /v1.0/metadata first)
-// and get Dapr's documented answers to lock and unlock; a wrong or missing token is refused.
+// a real redis-server (issue 21): DaprClient over HTTP and over gRPC, pointed at the sidecar the way
+// a Dapr user points it (DAPR_HTTP_ENDPOINT / DAPR_GRPC_ENDPOINT, DAPR_API_TOKEN), must start (it
+// polls GET /v1.0/metadata, or GetMetadata over gRPC, first) and get Dapr's documented answers to
+// lock and unlock; a wrong or missing token is refused.
 // Usage: node sdk_test.mjs SIDELOCK_BINARY (run.sh installs the SDK first).
 import { spawn } from "node:child_process";
 import { createRequire } from "node:module";
 import fs from "node:fs";
-import net from "node:net";
 import os from "node:os";
 import path from "node:path";
+import { check, checkCount, failures, freePort, startRedis, stop, until } from "./harness.mjs";
 
 const require = createRequire(import.meta.url);
 const { DaprClient, CommunicationProtocolEnum, LogLevel } = require("@dapr/dapr");
@@ -19,55 +20,6 @@ const sidelock = process.argv[2];
 const TOKEN = "sdkTestTokenAAAAAAAAAAAAAAAAAAAA";  // every lock name
 const SCOPED = "sdkTestTokenBBBBBBBBBBBBBBBBBBBB";  // names starting with orders~ only
 const STORE = "lockstore";
-const failures = [];
-let checks = 0;
-
-function check(ok, what, detail = "") {
-  checks++;
-  if (!ok) {
-    failures.push(what);
-    console.error(`FAIL: ${what}${detail ? ": " + detail : ""}`);
-  }
-}
-
-function freePort() {
-  return new Promise((resolve, reject) => {
-    const srv = net.createServer();
-    srv.once("error", reject);
-    srv.listen(0, "127.0.0.1", () => {
-      const { port } = srv.address();
-      srv.close(() => resolve(port));
-    });
-  });
-}
-
-const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
-
-async function until(fn, ms) {
-  const end = Date.now() + ms;
-  while (Date.now() < end) {
-    try {
-      if (await fn()) return true;
-    } catch {
-      // not up yet
-    }
-    await sleep(50);
-  }
-  return false;
-}
-
-function stop(proc) {
-  return new Promise((resolve) => {
-    if (proc.exitCode !== null || proc.signalCode !== null) return resolve(proc.exitCode);
-    const timer = setTimeout(() => proc.kill("SIGKILL"), 15000);
-    proc.once("exit", (code) => {
-      clearTimeout(timer);
-      resolve(code);
-    });
-    proc.kill("SIGTERM");
-  });
-}
-
 /// The SDK's error for a refused call: {error, error_msg, status} as JSON in the message.
 function refusalOf(err) {
   try {
@@ -194,25 +146,94 @@ async function exercise(lockPort, sidecarLog) {
   if (failures.length) console.error(fs.readFileSync(sidecarLog, "utf8"));
 }
 
+function grpcClient(token) {
+  // As a Dapr app gets it: the endpoint from DAPR_GRPC_ENDPOINT, the token from DAPR_API_TOKEN
+  // unless given.
+  const options = { communicationProtocol: CommunicationProtocolEnum.GRPC, logger };
+  if (token !== undefined) options.daprApiToken = token;
+  return new DaprClient(options);
+}
+
+/// A refused gRPC call: the SDK's ConnectRPC error carries the gRPC status code.
+async function expectGrpcRefused(promise, code, what) {
+  try {
+    const got = await promise;
+    check(false, what, `expected gRPC status ${code}, got the answer ${JSON.stringify(got)}`);
+  } catch (err) {
+    check(err.code === code, what, `expected gRPC status ${code}, got ${err.code}: ${err.message}`);
+  }
+}
+
+async function exerciseGrpc(grpcPort, sidecarLog) {
+  process.env.DAPR_GRPC_ENDPOINT = `127.0.0.1:${grpcPort}`;
+  process.env.DAPR_API_TOKEN = TOKEN;
+  const started = Date.now();
+  const client = grpcClient(undefined);
+  await client.start();  // calls GetMetadata until it answers
+  console.log(`DaprClient (gRPC) started in ${Date.now() - started} ms`);
+  const meta = await client.metadata.get();
+  check(meta.id === "orders-app", "gRPC: metadata id is dapr.app_id", JSON.stringify(meta));
+  check(Array.isArray(meta.components) && meta.components.length === 1 &&
+            meta.components[0].name === STORE && meta.components[0].type === "lock.redis",
+        "gRPC: metadata lists the store", JSON.stringify(meta.components));
+
+  const res = "orders/43";
+  let r = await client.lock.lock(STORE, res, "owner-a", 60);
+  check(r.success === true, "gRPC: lock", JSON.stringify(r));
+  r = await client.lock.lock(STORE, res, "owner-b", 60);
+  check(r.success === false, "gRPC: lock by another owner answers success false", JSON.stringify(r));
+  let u = await client.lock.unlock(STORE, res, "owner-b");
+  check(u.status === LockStatus.LockBelongsToOthers,
+        "gRPC: unlock by the wrong owner: LOCK_BELONGS_TO_OTHERS", JSON.stringify(u));
+  // The lock the gRPC call took is the HTTP routes' lock: the HTTP SDK sees it held.
+  const httpSide = httpClient(undefined);
+  httpSide.daprClient.setIsInitialized(true);
+  r = await httpSide.lock.lock(STORE, res, "owner-b", 60);
+  check(r.success === false, "gRPC and HTTP share the lock", JSON.stringify(r));
+  u = await client.lock.unlock(STORE, res, "owner-a");
+  check(u.status === LockStatus.Success, "gRPC: unlock: SUCCESS", JSON.stringify(u));
+  u = await client.lock.unlock(STORE, res, "owner-a");
+  check(u.status === LockStatus.LockDoesNotExist, "gRPC: unlock again: LOCK_DOES_NOT_EXIST",
+        JSON.stringify(u));
+
+  // A wrong token: start() never sees the sidecar, and the calls are refused UNAUTHENTICATED (16).
+  const wrong = grpcClient("sdkTestTokenWRONGWRONGWRONGWRONG");
+  const pollMs = Settings.daprSidecarPollingDelayMs;
+  Settings.daprSidecarPollingDelayMs = 20;
+  try {
+    await wrong.start();
+    check(false, "gRPC, a wrong token: the SDK's start() fails");
+  } catch (err) {
+    check(String(err.message).includes("DAPR_SIDECAR_COULD_NOT_BE_STARTED"),
+          "gRPC, a wrong token: the SDK's start() fails", err.message);
+  } finally {
+    Settings.daprSidecarPollingDelayMs = pollMs;
+  }
+  wrong.daprClient.setIsInitialized(true);
+  await expectGrpcRefused(wrong.lock.lock(STORE, "orders/refused-grpc", "intruder", 60), 16,
+                          "gRPC, a wrong token: lock refused UNAUTHENTICATED");
+  await expectGrpcRefused(wrong.lock.unlock(STORE, res, "owner-a"), 16,
+                          "gRPC, a wrong token: unlock refused UNAUTHENTICATED");
+  r = await client.lock.lock(STORE, "orders/refused-grpc", "owner-a", 60);
+  check(r.success === true, "gRPC: the refused calls took nothing", JSON.stringify(r));
+  await client.lock.unlock(STORE, "orders/refused-grpc", "owner-a");
+  await client.stop();
+  if (failures.length) console.error(fs.readFileSync(sidecarLog, "utf8"));
+}
+
 async function main() {
   const tmp = fs.mkdtempSync(path.join(os.tmpdir(), "sidelock-dapr-sdk-"));
   const procs = [];
   try {
     const redisPort = await freePort();
     const lockPort = await freePort();
-    const redis = spawn("redis-server", ["--port", String(redisPort), "--bind", "127.0.0.1",
-                                         "--save", "", "--appendonly", "no", "--dir", tmp],
-                        { stdio: "ignore" });
+    const grpcPort = await freePort();
+    const redis = await startRedis(redisPort, tmp);
     procs.push(redis);
-    const redisUp = await until(() => new Promise((resolve) => {
-      const s = net.connect(redisPort, "127.0.0.1", () => { s.destroy(); resolve(true); });
-      s.on("error", () => resolve(false));
-    }), 10000);
-    if (!redisUp) throw new Error("redis-server did not start");
 
     const config = path.join(tmp, "sidelock.yaml");
     fs.writeFileSync(config,
-        `listen:\n  tcp: "127.0.0.1:${lockPort}"\n  unix: ""\n` +
+        `listen:\n  tcp: "127.0.0.1:${lockPort}"\n  unix: ""\n  grpc: "127.0.0.1:${grpcPort}"\n` +
         `backend:\n  type: redis\n  nodes: ["127.0.0.1:${redisPort}"]\n` +
         `auth:\n  tokens_env: SDK_TEST_TOKENS\n` +
         `dapr:\n  stores: ["${STORE}"]\n  app_id: orders-app\n`);
@@ -229,6 +250,8 @@ async function main() {
     if (!ready) throw new Error("the sidecar did not become ready:\n" + fs.readFileSync(sidecarLog));
 
     await exercise(lockPort, sidecarLog);
+    process.env.DAPR_API_TOKEN = TOKEN;  // exercise() ends without one
+    await exerciseGrpc(grpcPort, sidecarLog);
 
     // Not ready: Redis gone, the probes answer 500 as /readyz answers 503.
     await stop(redis);
@@ -246,10 +269,10 @@ async function main() {
     fs.rmSync(tmp, { recursive: true, force: true });
   }
   if (failures.length) {
-    console.error(`${failures.length} of ${checks} checks failed`);
+    console.error(`${failures.length} of ${checkCount()} checks failed`);
     process.exit(1);
   }
-  console.log(`dapr-sdk: ${checks} checks passed with @dapr/dapr over HTTP`);
+  console.log(`dapr-sdk: ${checkCount()} checks passed with @dapr/dapr over HTTP and gRPC`);
 }
 
 main().catch((err) => {

@@ -1,0 +1,577 @@
+#include "api/grpc_gateway.h"
+
+#include <google/protobuf/descriptor.h>
+#include <google/protobuf/message.h>
+#include <google/protobuf/util/json_util.h>
+
+#include <algorithm>
+#include <array>
+#include <nlohmann/json.hpp>
+#include <utility>
+#include <vector>
+
+#include "dapr/proto/runtime/v1/dapr.pb.h"
+#include "grpc/health/v1/health.pb.h"
+#include "http/router.h"
+#include "metrics/metrics.h"
+#include "sidelock/v1/locks.pb.h"
+
+namespace sidelock::api {
+
+namespace {
+
+namespace pb = google::protobuf;
+using json = nlohmann::json;
+using Answer = GrpcMethod::Answer;
+using grpc::StatusCode;
+
+namespace dapr = ::dapr::proto::runtime::v1;
+namespace health = ::grpc::health::v1;
+namespace v1 = ::sidelock::v1;
+
+GrpcMethod row(std::string_view name, std::string_view http_method, std::string_view path,
+               const pb::Descriptor* request, const pb::Descriptor* response, bool has_body = true,
+               std::string_view extra_body = {}, Answer answer = Answer::kMessage) {
+  return GrpcMethod{name, http_method, path, request, response, has_body, extra_body, answer};
+}
+
+const std::vector<GrpcMethod>& methodTable() {
+  // One row per method of src/api/proto: the route it runs (README, "gRPC").
+  static const std::vector<GrpcMethod> kTable = {
+      // Dapr's lock building block: its HTTP routes (src/api/dapr_api.cc), so its semantics.
+      row("/dapr.proto.runtime.v1.Dapr/TryLockAlpha1", "POST", "/v1.0-alpha1/lock/{store_name}",
+       dapr::TryLockRequest::descriptor(), dapr::TryLockResponse::descriptor()),
+      row("/dapr.proto.runtime.v1.Dapr/UnlockAlpha1", "POST", "/v1.0-alpha1/unlock/{store_name}",
+       dapr::UnlockRequest::descriptor(), dapr::UnlockResponse::descriptor()),
+      row("/dapr.proto.runtime.v1.Dapr/GetMetadata", "GET", "/v1.0/metadata",
+       dapr::GetMetadataRequest::descriptor(), dapr::GetMetadataResponse::descriptor(), false),
+      row("/grpc.health.v1.Health/Check", "GET", "/readyz", health::HealthCheckRequest::descriptor(),
+       health::HealthCheckResponse::descriptor(), false, {}, Answer::kReadiness),
+      row("/grpc.health.v1.Health/Watch", "GET", "/readyz", health::HealthCheckRequest::descriptor(),
+       health::HealthCheckResponse::descriptor(), false, {}, Answer::kWatch),
+      row("/sidelock.v1.Locks/Acquire", "POST", "/v1/locks/{name}/acquire",
+       v1::AcquireRequest::descriptor(), v1::Grant::descriptor()),
+      row("/sidelock.v1.Locks/Hold", "POST", "/v1/locks/{name}/acquire",
+       v1::AcquireRequest::descriptor(), v1::HoldEvent::descriptor(), true, R"("hold":"stream")"),
+      row("/sidelock.v1.Locks/Release", "POST", "/v1/locks/{name}/release",
+       v1::ReleaseRequest::descriptor(), v1::Released::descriptor()),
+      row("/sidelock.v1.Locks/Extend", "POST", "/v1/locks/{name}/extend",
+       v1::ExtendRequest::descriptor(), v1::Extended::descriptor()),
+      row("/sidelock.v1.Locks/Inspect", "GET", "/v1/locks/{name}", v1::InspectRequest::descriptor(),
+       v1::LockState::descriptor(), false),
+      row("/sidelock.v1.Locks/AcquirePermit", "POST", "/v1/semaphores/{name}/acquire",
+       v1::SemaphoreAcquireRequest::descriptor(), v1::Permit::descriptor()),
+      row("/sidelock.v1.Locks/HoldPermit", "POST", "/v1/semaphores/{name}/acquire",
+       v1::SemaphoreAcquireRequest::descriptor(), v1::HoldEvent::descriptor(), true,
+       R"("hold":"stream")"),
+      row("/sidelock.v1.Locks/ReleasePermit", "POST", "/v1/semaphores/{name}/release",
+       v1::PermitRequest::descriptor(), v1::Released::descriptor()),
+      row("/sidelock.v1.Locks/ExtendPermit", "POST", "/v1/semaphores/{name}/extend",
+       v1::PermitExtendRequest::descriptor(), v1::Extended::descriptor()),
+      row("/sidelock.v1.Locks/InspectSemaphore", "GET", "/v1/semaphores/{name}",
+       v1::InspectRequest::descriptor(), v1::SemaphoreState::descriptor(), false),
+      row("/sidelock.v1.Locks/AcquireMulti", "POST", "/v1/multilocks/acquire",
+       v1::MultiAcquireRequest::descriptor(), v1::MultiGrant::descriptor()),
+      row("/sidelock.v1.Locks/ReleaseMulti", "POST", "/v1/multilocks/release",
+       v1::MultiReleaseRequest::descriptor(), v1::Released::descriptor()),
+      row("/sidelock.v1.Elections/Campaign", "POST", "/v1/elections/{name}/campaign",
+       v1::CampaignRequest::descriptor(), v1::CampaignEvent::descriptor()),
+      row("/sidelock.v1.Elections/Leader", "GET", "/v1/elections/{name}",
+       v1::ElectionRequest::descriptor(), v1::ElectionState::descriptor(), false),
+      row("/sidelock.v1.Elections/Observe", "GET", "/v1/elections/{name}/observe",
+       v1::ElectionRequest::descriptor(), v1::ObserveEvent::descriptor(), false),
+      row("/sidelock.v1.Elections/Proclaim", "POST", "/v1/elections/{name}/proclaim",
+       v1::ProclaimRequest::descriptor(), v1::Proclaimed::descriptor()),
+      row("/sidelock.v1.Elections/Resign", "POST", "/v1/elections/{name}/resign",
+       v1::ResignRequest::descriptor(), v1::Resigned::descriptor()),
+  };
+  return kTable;
+}
+
+/// The services grpc.health.v1.Health answers for ("" is the whole sidecar).
+constexpr std::array<std::string_view, 6> kHealthServices = {
+    "", "sidelock.v1.Locks", "sidelock.v1.Elections", "dapr.proto.runtime.v1.Dapr",
+    "grpc.health.v1.Health", "sidelock"};
+
+std::string errorBody(std::string_view code, std::string_view message) {
+  return json{{"error", code}, {"message", message}}.dump();
+}
+
+/// protobuf's JSON prints 64-bit integers as strings (proto3 JSON mapping); the routes read
+/// numbers. Turns them back into numbers, following the message's descriptor.
+void unquoteInt64(json& object, const pb::Descriptor* descriptor) {
+  if (!object.is_object()) return;
+  for (int i = 0; i < descriptor->field_count(); ++i) {
+    const pb::FieldDescriptor* field = descriptor->field(i);
+    auto it = object.find(field->json_name());
+    if (it == object.end()) continue;
+    auto fix = [&](json& value) {
+      if (field->cpp_type() == pb::FieldDescriptor::CPPTYPE_MESSAGE) {
+        unquoteInt64(value, field->message_type());
+      } else if (value.is_string() && field->cpp_type() == pb::FieldDescriptor::CPPTYPE_INT64) {
+        value = std::stoll(value.get<std::string>());
+      } else if (value.is_string() && field->cpp_type() == pb::FieldDescriptor::CPPTYPE_UINT64) {
+        value = std::stoull(value.get<std::string>());
+      }
+    };
+    if (field->is_repeated() && !field->is_map() && it->is_array()) {
+      for (json& element : *it) fix(element);
+    } else if (!field->is_map()) {
+      fix(*it);
+    }
+  }
+}
+
+bool unreserved(unsigned char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
+         c == '.' || c == '_' || c == '~';
+}
+
+std::string percentEncode(std::string_view text) {
+  static constexpr char kHex[] = "0123456789ABCDEF";
+  std::string out;
+  for (const unsigned char c : text) {
+    if (unreserved(c)) {
+      out += static_cast<char>(c);
+    } else {
+      out += '%';
+      out += kHex[c >> 4];
+      out += kHex[c & 15];
+    }
+  }
+  return out;
+}
+
+/// The error code of an HTTP error body: sidelock's "error", Dapr's "errorCode".
+std::string errorCodeOf(const json& body) {
+  if (!body.is_object()) return {};
+  for (const char* key : {"error", "errorCode"}) {
+    auto it = body.find(key);
+    if (it != body.end() && it->is_string()) return it->get<std::string>();
+  }
+  return {};
+}
+
+/// What a call whose route answered `status` with `body` (not 2xx) ends with.
+void finishWithError(grpc::ServerCall& call, int status, std::string_view body) {
+  json parsed = json::parse(body, nullptr, false);
+  if (parsed.is_discarded()) {
+    call.finish(grpcStatusOf(status, ""),
+                errorBody("http_" + std::to_string(status), std::string(body.substr(0, 200))));
+    return;
+  }
+  call.finish(grpcStatusOf(status, errorCodeOf(parsed)), parsed.dump());
+}
+
+std::string readinessMessage(bool serving) {
+  health::HealthCheckResponse response;
+  response.set_status(serving ? health::HealthCheckResponse::SERVING
+                              : health::HealthCheckResponse::NOT_SERVING);
+  return response.SerializeAsString();
+}
+
+/// An http::Responder that answers a gRPC call (src/api/grpc_gateway.h).
+class GrpcResponder final : public http::Responder {
+ public:
+  /// Counts the call in sidelock_http_requests_total / _seconds with protocol "grpc" when both
+  /// its route (routed()) and its answer are known; `metrics` may be null (tests).
+  GrpcResponder(grpc::CallPtr call, const GrpcMethod& method, metrics::Metrics* metrics,
+                const event::Scheduler& scheduler)
+      : call_(std::move(call)), method_(method), metrics_(metrics), scheduler_(scheduler) {}
+
+  /// The route the router matched (empty when the request was refused or matched none).
+  void routed(std::string_view route) {
+    route_ = route.empty() ? http::kUnmatchedRoute : route;
+    if (status_ != 0) record();
+  }
+
+  void send(int status, std::string_view /*content_type*/, std::string body,
+            std::vector<std::pair<std::string, std::string>> /*extra_headers*/) override {
+    if (!call_->active()) return;
+    answered(status);
+    if (method_.answer == Answer::kReadiness && (status == 200 || status == 503)) {
+      call_->sendMessage(readinessMessage(status == 200));
+      call_->finish(StatusCode::kOk, "");
+      return;
+    }
+    if (status < 200 || status > 299) {
+      finishWithError(*call_, status, body);
+      return;
+    }
+    StatusOr<std::string> message = responseMessageOf(method_.response, body);
+    if (!message.isOk()) {
+      call_->finish(StatusCode::kInternal, errorBody("internal", message.status().message()));
+      return;
+    }
+    call_->sendMessage(std::move(*message));
+    call_->finish(StatusCode::kOk, "");
+  }
+
+  void startStream(int status, std::string_view /*content_type*/) override { answered(status); }
+
+  bool writeChunk(std::string_view data) override {
+    if (!call_->active()) return false;
+    partial_.append(data);
+    size_t start = 0;
+    for (size_t end; (end = partial_.find('\n', start)) != std::string::npos; start = end + 1) {
+      if (!sendLine(std::string_view(partial_).substr(start, end - start))) return false;
+    }
+    partial_.erase(0, start);
+    return call_->active();
+  }
+
+  void endStream() override {
+    if (!partial_.empty()) sendLine(partial_);
+    partial_.clear();
+    call_->finish(StatusCode::kOk, "");
+  }
+
+  bool clientConnected() const override { return call_->active(); }
+  void onClientGone(std::function<void()> cb) override { call_->onCancelled(std::move(cb)); }
+  void onUndelivered(std::function<void()> cb) override { call_->onUndelivered(std::move(cb)); }
+
+ private:
+  bool sendLine(std::string_view line) {
+    if (line.find_first_not_of(" \t\r") == std::string_view::npos) return true;
+    StatusOr<std::string> message = responseMessageOf(method_.response, line);
+    if (!message.isOk()) {
+      call_->finish(StatusCode::kInternal, errorBody("internal", message.status().message()));
+      return false;
+    }
+    return call_->sendMessage(std::move(*message));
+  }
+
+  void answered(int status) {
+    if (status_ != 0) return;
+    status_ = status;
+    latency_s_ = static_cast<double>(scheduler_.nowUs() - call_->info().received_us) / 1e6;
+    if (!route_.empty()) record();
+  }
+  void record() {
+    if (metrics_ == nullptr) return;
+    metrics_->httpRequests(route_, status_, "grpc").Increment();
+    if (call_->info().received_us > 0) metrics_->httpLatency(route_, "grpc").Observe(latency_s_);
+  }
+
+  grpc::CallPtr call_;
+  const GrpcMethod& method_;
+  metrics::Metrics* metrics_;
+  const event::Scheduler& scheduler_;
+  std::string partial_;    // an NDJSON line not complete yet
+  std::string_view route_;  // the router's table (fixed at start-up) or kUnmatchedRoute
+  int status_ = 0;          // the route's HTTP status, once answered
+  double latency_s_ = 0;
+};
+
+/// The answer of one /readyz look for Health/Watch: serving or not, or the refusal.
+class ReadinessProbe final : public http::Responder {
+ public:
+  using Done = std::function<void(int status, std::string body)>;
+  explicit ReadinessProbe(Done done) : done_(std::move(done)) {}
+  void send(int status, std::string_view /*content_type*/, std::string body,
+            std::vector<std::pair<std::string, std::string>> /*extra_headers*/) override {
+    if (done_) std::exchange(done_, nullptr)(status, std::move(body));
+  }
+  void startStream(int /*status*/, std::string_view /*content_type*/) override {}
+  bool writeChunk(std::string_view /*data*/) override { return false; }
+  void endStream() override {}
+  bool clientConnected() const override { return true; }
+  void onClientGone(std::function<void()> /*cb*/) override {}
+
+ private:
+  Done done_;
+};
+
+/// A method sidelock does not serve still passes the listener's access rules first (a refused
+/// caller learns nothing more): its call runs a path no route has, and the router's 404 becomes
+/// UNIMPLEMENTED.
+constexpr std::string_view kNoRoutePath = "/.grpc/unknown-method";
+
+class UnknownMethodResponder final : public http::Responder {
+ public:
+  explicit UnknownMethodResponder(grpc::CallPtr call) : call_(std::move(call)) {}
+  void send(int status, std::string_view /*content_type*/, std::string body,
+            std::vector<std::pair<std::string, std::string>> /*extra_headers*/) override {
+    if (!call_->active()) return;
+    if (status == 404 || status == 405) {
+      call_->finish(StatusCode::kUnimplemented, unimplementedMessage(call_->info().method));
+    } else {
+      finishWithError(*call_, status, body);
+    }
+  }
+  void startStream(int /*status*/, std::string_view /*content_type*/) override {}
+  bool writeChunk(std::string_view /*data*/) override { return false; }
+  void endStream() override {}
+  bool clientConnected() const override { return call_->active(); }
+  void onClientGone(std::function<void()> cb) override { call_->onCancelled(std::move(cb)); }
+
+ private:
+  grpc::CallPtr call_;
+};
+
+}  // namespace
+
+const GrpcMethod* findGrpcMethod(std::string_view name) {
+  const auto& table = methodTable();
+  auto it = std::find_if(table.begin(), table.end(),
+                         [&](const GrpcMethod& m) { return m.name == name; });
+  return it == table.end() ? nullptr : &*it;
+}
+
+StatusCode grpcStatusOf(int http_status, std::string_view error_code) {
+  struct ByCode {
+    std::string_view code;
+    StatusCode status;
+  };
+  // Where the error code says more than the HTTP status (README, "gRPC status codes").
+  static constexpr ByCode kByCode[] = {
+      {"locked", StatusCode::kAborted},  // busy: retry (retry_after_ms in the message)
+      {"no_permits", StatusCode::kAborted},
+      {"not_owner", StatusCode::kFailedPrecondition},
+      {"not_held", StatusCode::kFailedPrecondition},
+      {"lease_lost", StatusCode::kFailedPrecondition},
+      {"limit_mismatch", StatusCode::kFailedPrecondition},
+      {"not_leader", StatusCode::kFailedPrecondition},
+      {"request_timeout", StatusCode::kDeadlineExceeded},
+      {"too_many_waiters", StatusCode::kResourceExhausted},
+      {"too_many_connections", StatusCode::kResourceExhausted},
+      {"backend_full", StatusCode::kResourceExhausted},
+      {"not_implemented", StatusCode::kUnimplemented},
+      {"not_supported", StatusCode::kUnimplemented},
+      {"method_not_allowed", StatusCode::kUnimplemented},
+      {"unsupported_media_type", StatusCode::kInvalidArgument},
+  };
+  for (const ByCode& entry : kByCode) {
+    if (entry.code == error_code) return entry.status;
+  }
+  switch (http_status) {
+    case 400: return StatusCode::kInvalidArgument;
+    case 401: return StatusCode::kUnauthenticated;
+    case 403: return StatusCode::kPermissionDenied;
+    case 404: return StatusCode::kNotFound;
+    case 405: return StatusCode::kUnimplemented;
+    case 408: return StatusCode::kDeadlineExceeded;
+    case 409: return StatusCode::kAborted;
+    case 412: return StatusCode::kFailedPrecondition;
+    case 413: case 414: case 429: case 431: return StatusCode::kResourceExhausted;
+    case 415: return StatusCode::kInvalidArgument;
+    case 421: return StatusCode::kPermissionDenied;  // host_not_allowed
+    case 501: return StatusCode::kUnimplemented;
+    case 502: case 503: return StatusCode::kUnavailable;
+    case 504: return StatusCode::kDeadlineExceeded;
+    default: return StatusCode::kInternal;
+  }
+}
+
+StatusOr<HttpCall> httpCallOf(const GrpcMethod& method, std::string_view request_bytes,
+                              std::optional<int64_t> wait_bound_ms) {
+  const pb::Message* prototype = pb::MessageFactory::generated_factory()->GetPrototype(method.request);
+  std::unique_ptr<pb::Message> request(prototype->New());
+  if (!request->ParseFromArray(request_bytes.data(), static_cast<int>(request_bytes.size()))) {
+    return invalidArgument(errorBody(
+        "bad_request", "the request is not a valid " + method.request->full_name() + " message"));
+  }
+  std::string text;
+  pb::util::JsonPrintOptions print;
+  if (!pb::util::MessageToJsonString(*request, &text, print).ok()) {
+    return internalError(errorBody("internal", "cannot print the request as JSON"));
+  }
+  json body = json::parse(text, nullptr, false);
+  if (!body.is_object()) body = json::object();
+  unquoteInt64(body, method.request);
+
+  HttpCall out;
+  out.method = std::string(method.http_method);
+  // The path: each {field} is taken from the request (and stays out of the body).
+  std::string_view rest = method.path;
+  while (!rest.empty()) {
+    const size_t open = rest.find('{');
+    if (open == std::string_view::npos) {
+      out.path.append(rest);
+      out.raw_path.append(rest);
+      break;
+    }
+    const size_t close = rest.find('}', open);
+    out.path.append(rest.substr(0, open));
+    out.raw_path.append(rest.substr(0, open));
+    const std::string field_name(rest.substr(open + 1, close - open - 1));
+    const pb::FieldDescriptor* field = method.request->FindFieldByName(field_name);
+    std::string value;
+    if (field != nullptr) {
+      auto it = body.find(field->json_name());
+      if (it != body.end() && it->is_string()) value = it->get<std::string>();
+      if (it != body.end()) body.erase(it);
+    }
+    if (value.empty()) {
+      return invalidArgument(errorBody("bad_request", field_name + " is required"));
+    }
+    out.path.append(value);
+    out.raw_path.append(percentEncode(value));
+    rest.remove_prefix(close + 1);
+  }
+  if (!method.has_body) return out;
+  if (!method.extra_body.empty()) {
+    json extra = json::parse("{" + std::string(method.extra_body) + "}");
+    body.update(extra);
+  }
+  if (wait_bound_ms && method.request->FindFieldByName("wait_ms") != nullptr) {
+    const int64_t bound = std::max<int64_t>(0, *wait_bound_ms);
+    auto it = body.find("wait_ms");
+    if (it != body.end() && it->is_number_integer() && it->get<int64_t>() > bound) *it = bound;
+  }
+  out.body = body.dump();
+  return out;
+}
+
+StatusOr<std::string> responseMessageOf(const pb::Descriptor* response, std::string_view text) {
+  const pb::Message* prototype = pb::MessageFactory::generated_factory()->GetPrototype(response);
+  std::unique_ptr<pb::Message> message(prototype->New());
+  pb::util::JsonParseOptions parse;
+  parse.ignore_unknown_fields = true;
+  const auto parsed = pb::util::JsonStringToMessage(
+      pb::StringPiece(text.data(), text.size()), message.get(), parse);
+  if (!parsed.ok()) {
+    return internalError("the route's answer is not a " + response->full_name() + ": " +
+                         std::string(parsed.message()));
+  }
+  return message->SerializeAsString();
+}
+
+std::string unimplementedMessage(std::string_view method_name) {
+  return errorBody("not_implemented",
+                   "sidelock does not implement " + std::string(method_name) +
+                       " (served: Dapr's TryLockAlpha1, UnlockAlpha1, GetMetadata; "
+                       "grpc.health.v1.Health; sidelock.v1.Locks; sidelock.v1.Elections)");
+}
+
+struct GrpcGateway::Watch {
+  grpc::CallPtr call;
+  HttpCall http_call;
+  std::optional<bool> last_sent;
+  event::ScopedTimer timer;
+};
+
+GrpcGateway::GrpcGateway(event::Scheduler& scheduler, metrics::Metrics* metrics,
+                         http::Handler guarded, Options options)
+    : scheduler_(scheduler),
+      metrics_(metrics),
+      guarded_(std::move(guarded)),
+      options_(options) {}
+
+GrpcGateway::~GrpcGateway() = default;
+
+grpc::CallHandler GrpcGateway::asHandler() {
+  return [this](grpc::CallPtr call, std::string request) {
+    handle(std::move(call), std::move(request));
+  };
+}
+
+void GrpcGateway::handle(grpc::CallPtr call, std::string request) {
+  const grpc::CallInfo& info = call->info();
+  const GrpcMethod* method = findGrpcMethod(info.method);
+  if (method == nullptr) {
+    const HttpCall no_route{"POST", std::string(kNoRoutePath), std::string(kNoRoutePath), ""};
+    dispatch(*call, no_route, std::make_shared<UnknownMethodResponder>(call));
+    return;
+  }
+  std::optional<int64_t> wait_bound_ms;
+  if (info.deadline_us) wait_bound_ms = (*info.deadline_us - scheduler_.nowUs()) / 1000;
+  StatusOr<HttpCall> http_call = httpCallOf(*method, request, wait_bound_ms);
+  if (!http_call.isOk()) {
+    call->finish(http_call.status().code() == sidelock::StatusCode::kInvalidArgument
+                     ? StatusCode::kInvalidArgument
+                     : StatusCode::kInternal,
+                 http_call.status().message());
+    return;
+  }
+  if (method->answer != Answer::kMessage) {
+    health::HealthCheckRequest check;
+    (void)check.ParseFromString(request);
+    if (std::find(kHealthServices.begin(), kHealthServices.end(), check.service()) ==
+        kHealthServices.end()) {
+      if (method->answer == Answer::kReadiness) {
+        call->finish(StatusCode::kNotFound,
+                     errorBody("not_found", "unknown service \"" + check.service() + "\""));
+      } else {
+        health::HealthCheckResponse unknown;
+        unknown.set_status(health::HealthCheckResponse::SERVICE_UNKNOWN);
+        call->sendMessage(unknown.SerializeAsString());  // and the call stays open (the spec)
+      }
+      return;
+    }
+    if (method->answer == Answer::kWatch) {
+      startWatch(std::move(call), std::move(*http_call));
+      return;
+    }
+  }
+  auto responder = std::make_shared<GrpcResponder>(call, *method, metrics_, scheduler_);
+  responder->routed(dispatch(*call, *http_call, responder));
+}
+
+std::string_view GrpcGateway::dispatch(const grpc::ServerCall& call, const HttpCall& http_call,
+                           std::shared_ptr<http::Responder> responder) {
+  const grpc::CallInfo& info = call.info();
+  http::Request request;
+  request.method = http_call.method;
+  request.path = http_call.path;
+  request.raw_path = http_call.raw_path;
+  request.body = http_call.body;
+  request.received_us = info.received_us;
+  request.loop_turn = info.loop_turn;
+  request.peer = info.peer;
+  request.headers.reserve(info.metadata.size() + 2);
+  for (const auto& [name, value] : info.metadata) {
+    // gRPC's own headers are the transport's; the route reads JSON.
+    if (name == "content-type" || name == "te" || name == "host" || name.rfind("grpc-", 0) == 0) {
+      continue;
+    }
+    request.headers.emplace_back(name, value);
+  }
+  request.headers.emplace_back("host", info.authority);
+  if (!request.body.empty()) request.headers.emplace_back("content-type", "application/json");
+  guarded_(request, std::move(responder));
+  return request.route;
+}
+
+void GrpcGateway::startWatch(grpc::CallPtr call, HttpCall http_call) {
+  auto watch = std::make_shared<Watch>();
+  watch->call = std::move(call);
+  watch->http_call = std::move(http_call);
+  watches_.insert(watch);
+  // The call's end stops the polling: the gateway lets the watch go (its timer with it).
+  watch->call->onCancelled(alive_.guarded([this, weak = std::weak_ptr<Watch>(watch)] {
+    if (auto w = weak.lock()) watches_.erase(w);
+  }));
+  pollWatch(watch);
+}
+
+void GrpcGateway::pollWatch(const std::shared_ptr<Watch>& watch) {
+  if (!watch->call->active()) {
+    watches_.erase(watch);
+    return;
+  }
+  auto probe = std::make_shared<ReadinessProbe>(alive_.guarded(
+      [this, weak = std::weak_ptr<Watch>(watch)](int status, std::string body) {
+        std::shared_ptr<Watch> w = weak.lock();
+        if (!w) return;
+        if (w->call->active() && status != 200 && status != 503) {
+          finishWithError(*w->call, status, body);
+        }
+        if (!w->call->active()) {
+          watches_.erase(w);
+          return;
+        }
+        const bool serving = status == 200;
+        if (w->last_sent != serving) {
+          w->last_sent = serving;
+          w->call->sendMessage(readinessMessage(serving));
+        }
+        w->timer.start(scheduler_, options_.health_watch_poll_ms,
+                       alive_.guarded([this, weak] {
+                         if (auto again = weak.lock()) pollWatch(again);
+                       }));
+      }));
+  dispatch(*watch->call, watch->http_call, std::move(probe));
+}
+
+}  // namespace sidelock::api

@@ -1,0 +1,120 @@
+// The gRPC services (src/api/proto: dapr.proto.runtime.v1.Dapr, grpc.health.v1.Health,
+// sidelock.v1.Locks, sidelock.v1.Elections) as a JSON bridge onto the HTTP routes: each call becomes
+// an internal http::Request (method and path from the method table, the path's {fields} and the JSON
+// body from the request message by protobuf's JSON mapping, headers from the call's metadata) handed
+// to the same guarded handler the HTTP listeners use, so one lock is one lock whatever protocol took
+// it, with the same access control, request_id handling and metrics. The route's answer comes back
+// through GrpcResponder: a JSON body becomes the response message, an NDJSON stream one message per
+// line, an HTTP error a gRPC status (grpcStatusOf, README "gRPC status codes") whose message is the
+// error's JSON body. Design: /work/notes/grpc-call-interface.md; the transport is src/grpc.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_set>
+
+#include "common/status.h"
+#include "event/lifetime.h"
+#include "event/scheduler.h"
+#include "grpc/server_call.h"
+#include "http/http_types.h"
+
+namespace google::protobuf {
+class Descriptor;
+}  // namespace google::protobuf
+
+namespace sidelock::metrics {
+class Metrics;
+}  // namespace sidelock::metrics
+
+namespace sidelock::api {
+
+/// How one gRPC method runs as an HTTP route.
+struct GrpcMethod {
+  enum class Answer {
+    kMessage,    // the route's JSON (or each NDJSON line) is the response message
+    kReadiness,  // /readyz: 200 -> SERVING, 503 -> NOT_SERVING (grpc.health.v1.Health/Check)
+    kWatch,      // kReadiness, polled, sent on each change (grpc.health.v1.Health/Watch)
+  };
+  std::string_view name;         // the call's :path, "/sidelock.v1.Locks/Acquire"
+  std::string_view http_method;  // "POST"
+  /// The route's path; each {field} is the request field of that name (percent-encoded), which
+  /// then stays out of the body.
+  std::string_view path;
+  const google::protobuf::Descriptor* request = nullptr;
+  const google::protobuf::Descriptor* response = nullptr;
+  bool has_body = true;
+  /// JSON members added to the body (the stream hold: "hold": "stream").
+  std::string_view extra_body;
+  Answer answer = Answer::kMessage;
+};
+
+/// The method of a call's :path, or null (then UNIMPLEMENTED).
+const GrpcMethod* findGrpcMethod(std::string_view name);
+
+/// The gRPC status of an HTTP error: by its error code (the body's "error", or Dapr's "errorCode")
+/// where the code says more than the status, else by the HTTP status (README, "gRPC status codes").
+grpc::StatusCode grpcStatusOf(int http_status, std::string_view error_code);
+
+/// The HTTP side of one call: what the gateway hands the router.
+struct HttpCall {
+  std::string method;
+  std::string path;      // decoded
+  std::string raw_path;  // percent-encoded, as the router splits it
+  std::string body;      // JSON; empty for routes without a body
+};
+
+/// Builds the HTTP request of a call from its request message's bytes. `wait_bound_ms` (the time
+/// left before the call's deadline) caps the body's wait_ms where the request has one. Errors are
+/// kInvalidArgument (bytes that are not the message, a path field left empty).
+StatusOr<HttpCall> httpCallOf(const GrpcMethod& method, std::string_view request_bytes,
+                              std::optional<int64_t> wait_bound_ms);
+
+/// The response message (serialised) of a route's JSON answer; unknown JSON fields are ignored.
+StatusOr<std::string> responseMessageOf(const google::protobuf::Descriptor* response,
+                                        std::string_view json);
+
+/// The message naming a method sidelock does not serve.
+std::string unimplementedMessage(std::string_view method_name);
+
+/// Serves gRPC calls (a grpc::CallHandler) by running the HTTP routes through `guarded`, the same
+/// handler (http::guardHandler around the lock router) the HTTP listeners use.
+class GrpcGateway {
+ public:
+  struct Options {
+    int64_t health_watch_poll_ms = 1000;  // how often Health/Watch looks at the readiness
+  };
+  GrpcGateway(event::Scheduler& scheduler, metrics::Metrics* metrics, http::Handler guarded,
+              Options options);
+  GrpcGateway(event::Scheduler& scheduler, metrics::Metrics* metrics, http::Handler guarded)
+      : GrpcGateway(scheduler, metrics, std::move(guarded), Options{}) {}
+  ~GrpcGateway();
+  GrpcGateway(const GrpcGateway&) = delete;
+  GrpcGateway& operator=(const GrpcGateway&) = delete;
+
+  void handle(grpc::CallPtr call, std::string request);
+  /// A handler for the gRPC servers; it must not outlive the gateway.
+  grpc::CallHandler asHandler();
+
+ private:
+  struct Watch;
+  /// Runs `http_call` through the guarded handler for `call`, answering through `responder`;
+  /// returns the route the router matched (empty if none).
+  std::string_view dispatch(const grpc::ServerCall& call, const HttpCall& http_call,
+                std::shared_ptr<http::Responder> responder);
+  void startWatch(grpc::CallPtr call, HttpCall http_call);
+  void pollWatch(const std::shared_ptr<Watch>& watch);
+
+  event::Scheduler& scheduler_;
+  metrics::Metrics* metrics_;
+  http::Handler guarded_;
+  Options options_;
+  /// The open Health/Watch calls (each with its poll timer), dropped when their call ends.
+  std::unordered_set<std::shared_ptr<Watch>> watches_;
+  event::LivenessToken alive_;
+};
+
+}  // namespace sidelock::api

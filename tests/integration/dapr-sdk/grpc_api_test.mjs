@@ -1,0 +1,305 @@
+// sidelock's gRPC services through a client nobody here wrote (issue 21): @grpc/grpc-js with
+// @grpc/proto-loader, which builds the client at run time from sidelock's published protos
+// (src/api/proto), against a real sidecar (listen.grpc) on a real redis-server. Every sidelock.v1
+// method, the Hold stream released by cancelling the call, deadlines (grpc-timeout) honoured, HTTP
+// errors mapped to gRPC statuses, tokens from authorization and dapr-api-token metadata, one lock
+// whatever protocol took it, grpc.health.v1 Check and Watch, and the protocol="grpc" metrics.
+// Usage: node grpc_api_test.mjs SIDELOCK_BINARY REPO_ROOT (run.sh installs the packages first).
+import { spawn } from "node:child_process";
+import { createRequire } from "node:module";
+import fs from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import { check, checkCount, failures, freePort, sleep, startRedis, stop, until } from "./harness.mjs";
+
+const require = createRequire(import.meta.url);
+const grpc = require("@grpc/grpc-js");
+const protoLoader = require("@grpc/proto-loader");
+
+const sidelock = process.argv[2];
+const protoDir = path.join(process.argv[3], "src/api/proto");
+const TOKEN = "grpcTestTokenAAAAAAAAAAAAAAAAAAA";   // every lock name
+const SCOPED = "grpcTestTokenBBBBBBBBBBBBBBBBBBB";  // names starting with orders~ only
+function metadataOf(headers) {
+  const md = new grpc.Metadata();
+  for (const [k, v] of Object.entries(headers)) md.set(k, v);
+  return md;
+}
+const bearer = (token) => metadataOf({ authorization: `Bearer ${token}` });
+
+/// A unary call as a promise: {value} or {error} (a grpc ServiceError).
+function unary(client, method, request, md = bearer(TOKEN), options = {}) {
+  return new Promise((resolve) => {
+    client[method](request, md, options, (error, value) => resolve(error ? { error } : { value }));
+  });
+}
+
+/// The HTTP error body the status message carries (README, "gRPC status codes").
+function errorBodyOf(error) {
+  try {
+    return JSON.parse(error.details);
+  } catch {
+    return {};
+  }
+}
+
+function expectStatus(result, code, what, errorCode = undefined) {
+  if (!result.error) {
+    check(false, what, `expected ${grpc.status[code]}, got ${JSON.stringify(result.value)}`);
+    return {};
+  }
+  check(result.error.code === code, what,
+        `expected ${grpc.status[code]}, got ${grpc.status[result.error.code]}: ${result.error.details}`);
+  const body = errorBodyOf(result.error);
+  if (errorCode !== undefined) {
+    check(body.error === errorCode, `${what}: error ${errorCode}`, result.error.details);
+  }
+  return body;
+}
+
+function expectOk(result, what) {
+  check(!result.error, what, result.error ? `${grpc.status[result.error.code]}: ${result.error.details}` : "");
+  return result.value || {};
+}
+
+/// The first message of a server stream (or its error), the call left open.
+function firstMessage(call) {
+  return new Promise((resolve) => {
+    call.once("data", (value) => resolve({ value }));
+    call.once("error", (error) => resolve({ error }));
+    call.once("end", () => resolve({ error: { code: -1, details: "stream ended" } }));
+  });
+}
+
+async function exercise(ports, sidecarLog) {
+  const definition = protoLoader.loadSync(
+      ["sidelock/v1/locks.proto", "grpc/health/v1/health.proto", "dapr/proto/runtime/v1/dapr.proto"],
+      { includeDirs: [protoDir], keepCase: true, longs: Number, enums: String, defaults: false });
+  const pkg = grpc.loadPackageDefinition(definition);
+  const target = `127.0.0.1:${ports.grpc}`;
+  const creds = grpc.credentials.createInsecure();
+  const locks = new pkg.sidelock.v1.Locks(target, creds);
+  const elections = new pkg.sidelock.v1.Elections(target, creds);
+  const health = new pkg.grpc.health.v1.Health(target, creds);
+  const daprSvc = new pkg.dapr.proto.runtime.v1.Dapr(target, creds);
+  const http = (method, p, body, token = TOKEN) =>
+    fetch(`http://127.0.0.1:${ports.http}${p}`, {
+      method, headers: { authorization: `Bearer ${token}`, "content-type": "application/json" },
+      body: body === undefined ? undefined : JSON.stringify(body),
+    });
+  const S = grpc.status;
+
+  // grpc.health.v1: no token needed, as /readyz.
+  let r = await unary(health, "Check", {}, new grpc.Metadata());
+  check(expectOk(r, "Health/Check").status === "SERVING", "Health/Check SERVING", JSON.stringify(r.value));
+  r = await unary(health, "Check", { service: "sidelock.v1.Locks" }, new grpc.Metadata());
+  check(expectOk(r, "Health/Check sidelock.v1.Locks").status === "SERVING", "Check of Locks SERVING");
+  r = await unary(health, "Check", { service: "no.such.Service" }, new grpc.Metadata());
+  expectStatus(r, S.NOT_FOUND, "Health/Check of an unknown service: NOT_FOUND");
+  const watch = health.Watch({}, new grpc.Metadata());
+  watch.on("error", () => {});
+  const w = await firstMessage(watch);
+  check(w.value && w.value.status === "SERVING", "Health/Watch sends SERVING first", JSON.stringify(w));
+
+  // Acquire, exclusion across protocols, Inspect, Extend, Release.
+  let t0 = Date.now();
+  r = await unary(locks, "Acquire", { name: "g1", ttl_ms: 10000 });
+  const grant = expectOk(r, "Acquire");
+  check(typeof grant.owner === "string" && grant.owner.length > 0 && grant.token > 0 &&
+            grant.ttl_ms > 0 && grant.name === "g1", "Acquire answers a Grant", JSON.stringify(grant));
+  console.log(`first gRPC acquire in ${Date.now() - t0} ms`);
+  let h = await http("POST", "/v1/locks/g1/acquire", { ttl_ms: 5000 });
+  check(h.status === 409, "a lock taken through gRPC excludes an HTTP client", String(h.status));
+  r = await unary(locks, "Acquire", { name: "g1", ttl_ms: 5000 });
+  const busy = expectStatus(r, S.ABORTED, "Acquire of a held lock: ABORTED", "locked");
+  check(typeof busy.retry_after_ms === "number", "ABORTED carries retry_after_ms", JSON.stringify(busy));
+  r = await unary(locks, "Inspect", { name: "g1" });
+  const state = expectOk(r, "Inspect");
+  check(state.held === true && state.token === grant.token, "Inspect sees the lease", JSON.stringify(state));
+  r = await unary(locks, "Extend", { name: "g1", owner: grant.owner, ttl_ms: 20000 });
+  check(expectOk(r, "Extend").ttl_ms > 10000, "Extend answers the new TTL", JSON.stringify(r.value));
+  r = await unary(locks, "Release", { name: "g1", owner: "someone-else" });
+  check(r.error && [S.FAILED_PRECONDITION, S.NOT_FOUND].includes(r.error.code),
+        "Release by another owner is refused", r.error ? r.error.details : JSON.stringify(r.value));
+  r = await unary(locks, "Release", { name: "g1", owner: grant.owner });
+  check(expectOk(r, "Release").released === true, "Release answers released");
+  h = await http("POST", "/v1/locks/h1/acquire", { ttl_ms: 10000 });
+  const httpGrant = await h.json();
+  check(h.status === 200, "HTTP acquire");
+  r = await unary(locks, "Acquire", { name: "h1" });
+  expectStatus(r, S.ABORTED, "a lock taken through HTTP excludes a gRPC client", "locked");
+  r = await unary(locks, "Release", { name: "h1", owner: httpGrant.owner });
+  expectOk(r, "gRPC releases a lock HTTP took (same owner)");
+
+  // The deadline bounds the wait: wait_ms 30 s, deadline 600 ms.
+  await http("POST", "/v1/locks/d1/acquire", { ttl_ms: 10000, owner: "d1-holder" });
+  t0 = Date.now();
+  r = await unary(locks, "Acquire", { name: "d1", wait_ms: 30000 }, bearer(TOKEN),
+                  { deadline: Date.now() + 600 });
+  const took = Date.now() - t0;
+  check(r.error && [S.DEADLINE_EXCEEDED, S.ABORTED].includes(r.error.code),
+        "a call past its deadline ends DEADLINE_EXCEEDED (or locked at the deadline)",
+        r.error ? grpc.status[r.error.code] : JSON.stringify(r.value));
+  check(took < 2500, "the deadline is honoured", `${took} ms`);
+  await http("POST", "/v1/locks/d1/release", { owner: "d1-holder" });
+  await sleep(200);
+  h = await http("GET", "/v1/locks/d1");
+  check((await h.json()).held === false, "the timed-out gRPC waiter took nothing");
+
+  // Hold: the stream hold, released by cancelling the call.
+  const hold = locks.Hold({ name: "s1", ttl_ms: 3000 }, bearer(TOKEN));
+  hold.on("error", () => {});
+  const first = await firstMessage(hold);
+  check(first.value && first.value.event === "acquired" && first.value.token > 0,
+        "Hold's first message is the acquired event", JSON.stringify(first));
+  h = await http("POST", "/v1/locks/s1/acquire", {});
+  check(h.status === 409, "the held stream excludes others", String(h.status));
+  t0 = Date.now();
+  hold.cancel();
+  const released = await until(async () => (await (await http("GET", "/v1/locks/s1")).json()).held === false, 5000);
+  check(released, "cancelling the Hold call releases the lock", `${Date.now() - t0} ms`);
+
+  // Semaphores.
+  const p1 = expectOk(await unary(locks, "AcquirePermit", { name: "sem", limit: 2, ttl_ms: 10000 }), "AcquirePermit 1");
+  const p2 = expectOk(await unary(locks, "AcquirePermit", { name: "sem", limit: 2, ttl_ms: 10000 }), "AcquirePermit 2");
+  check(p1.permit && p2.permit && p1.permit !== p2.permit, "two permits", JSON.stringify([p1, p2]));
+  expectStatus(await unary(locks, "AcquirePermit", { name: "sem", limit: 2 }), S.ABORTED,
+               "a third permit: ABORTED", "no_permits");
+  expectStatus(await unary(locks, "AcquirePermit", { name: "sem", limit: 3 }), S.FAILED_PRECONDITION,
+               "another limit: FAILED_PRECONDITION", "limit_mismatch");
+  r = await unary(locks, "ExtendPermit", { name: "sem", permit: p1.permit, ttl_ms: 20000 });
+  check(expectOk(r, "ExtendPermit").ttl_ms > 10000, "ExtendPermit answers the TTL");
+  r = await unary(locks, "InspectSemaphore", { name: "sem" });
+  check(expectOk(r, "InspectSemaphore").used === 2 && r.value.limit === 2, "InspectSemaphore", JSON.stringify(r.value));
+  expectOk(await unary(locks, "ReleasePermit", { name: "sem", permit: p1.permit }), "ReleasePermit");
+  expectOk(await unary(locks, "ReleasePermit", { name: "sem", permit: p2.permit }), "ReleasePermit 2");
+  const ph = locks.HoldPermit({ name: "semh", limit: 1 }, bearer(TOKEN));
+  ph.on("error", () => {});
+  const phFirst = await firstMessage(ph);
+  check(phFirst.value && phFirst.value.event === "acquired" && phFirst.value.permit, "HoldPermit", JSON.stringify(phFirst));
+  ph.cancel();
+
+  // Multi-locks.
+  r = await unary(locks, "AcquireMulti", { names: ["m2", "m1"], ttl_ms: 10000 });
+  const multi = expectOk(r, "AcquireMulti");
+  check(JSON.stringify(multi.names) === '["m1","m2"]' && multi.leases && multi.leases.length === 2,
+        "AcquireMulti answers the sorted names and leases", JSON.stringify(multi));
+  expectStatus(await unary(locks, "Acquire", { name: "m1" }), S.ABORTED, "a multi-lock's name is held");
+  expectOk(await unary(locks, "ReleaseMulti", { names: ["m1", "m2"], owner: multi.owner }), "ReleaseMulti");
+
+  // Elections.
+  const campaign = elections.Campaign({ name: "e1", candidate: "c1", value: "v1", ttl_ms: 5000 }, bearer(TOKEN));
+  campaign.on("error", () => {});
+  const elected = await firstMessage(campaign);
+  check(elected.value && elected.value.event === "elected" && elected.value.term > 0,
+        "Campaign's first message: elected", JSON.stringify(elected));
+  r = await unary(elections, "Leader", { name: "e1" });
+  check(expectOk(r, "Leader").leader && r.value.leader.candidate === "c1", "Leader", JSON.stringify(r.value));
+  const observe = elections.Observe({ name: "e1" }, bearer(TOKEN));
+  observe.on("error", () => {});
+  const seen = await firstMessage(observe);
+  check(seen.value && seen.value.event === "leader" && seen.value.candidate === "c1", "Observe", JSON.stringify(seen));
+  observe.cancel();
+  if (elected.value) {
+    r = await unary(elections, "Proclaim", { name: "e1", owner: elected.value.owner, value: "v2" });
+    check(expectOk(r, "Proclaim").term > 0, "Proclaim", JSON.stringify(r.value));
+    r = await unary(elections, "Resign", { name: "e1", owner: elected.value.owner });
+    check(expectOk(r, "Resign").resigned === true, "Resign", JSON.stringify(r.value));
+  }
+  campaign.cancel();
+
+  // Errors mapped, and methods sidelock does not serve.
+  expectStatus(await unary(locks, "Acquire", { name: "bad name" }), S.INVALID_ARGUMENT,
+               "an invalid name: INVALID_ARGUMENT", "invalid_name");
+  expectStatus(await unary(locks, "Acquire", {}), S.INVALID_ARGUMENT, "no name: INVALID_ARGUMENT");
+  expectStatus(await unary(locks, "Acquire", { name: "x", ttl_ms: 1e12 }), S.INVALID_ARGUMENT,
+               "a TTL past the maximum: INVALID_ARGUMENT", "bad_request");
+  const raw = new grpc.Client(target, creds);
+  const rawCall = (method) => new Promise((resolve) =>
+      raw.makeUnaryRequest(method, (x) => x, (x) => x, Buffer.alloc(0), bearer(TOKEN),
+                           (error, value) => resolve(error ? { error } : { value })));
+  let e = expectStatus(await rawCall("/dapr.proto.runtime.v1.Dapr/GetState"), S.UNIMPLEMENTED,
+                       "another Dapr method: UNIMPLEMENTED");
+  check(String(e.message).includes("sidelock"), "the UNIMPLEMENTED message names sidelock", JSON.stringify(e));
+  expectStatus(await rawCall("/sidelock.v1.Locks/Nope"), S.UNIMPLEMENTED, "an unknown method: UNIMPLEMENTED");
+
+  // Tokens: authorization or dapr-api-token metadata; none or a wrong one refused.
+  expectStatus(await unary(locks, "Inspect", { name: "t1" }, new grpc.Metadata()), S.UNAUTHENTICATED,
+               "no token: UNAUTHENTICATED", "token_required");
+  expectStatus(await unary(locks, "Acquire", { name: "t1" }, bearer("grpcTestTokenWRONGWRONGWRONGWRONG")),
+               S.UNAUTHENTICATED, "a wrong token: UNAUTHENTICATED", "invalid_token");
+  expectStatus(await unary(locks, "Acquire", { name: "t1" }, metadataOf({ "dapr-api-token": "nope-nope-nope-nope" })),
+               S.UNAUTHENTICATED, "a wrong dapr-api-token: UNAUTHENTICATED", "invalid_token");
+  r = await unary(locks, "Acquire", { name: "orders~t1" }, metadataOf({ "dapr-api-token": SCOPED }));
+  const scopedGrant = expectOk(r, "dapr-api-token metadata is a token");
+  expectStatus(await unary(locks, "Acquire", { name: "invoices~t1" }, bearer(SCOPED)), S.PERMISSION_DENIED,
+               "a scoped token outside its prefix: PERMISSION_DENIED", "lock_not_allowed");
+  h = await http("GET", "/v1/locks/t1");
+  check((await h.json()).held === false, "the refused calls took nothing");
+  await unary(locks, "Release", { name: "orders~t1", owner: scopedGrant.owner }, bearer(SCOPED));
+
+  // Dapr's lock methods through the generated client too (the SDK test covers the sequence).
+  r = await unary(daprSvc, "TryLockAlpha1", { store_name: "lockstore", resource_id: "orders/9",
+                                              lock_owner: "o", expiry_in_seconds: 30 });
+  check(expectOk(r, "TryLockAlpha1").success === true, "TryLockAlpha1", JSON.stringify(r.value));
+  r = await unary(daprSvc, "UnlockAlpha1", { store_name: "lockstore", resource_id: "orders/9", lock_owner: "o" });
+  check(!r.error && (r.value.status === undefined || r.value.status === "SUCCESS"), "UnlockAlpha1 SUCCESS", JSON.stringify(r));
+  expectStatus(await unary(daprSvc, "TryLockAlpha1", { store_name: "nostore", resource_id: "a", lock_owner: "o",
+                                                      expiry_in_seconds: 1 }),
+               S.INVALID_ARGUMENT, "an unknown Dapr store: INVALID_ARGUMENT");
+
+  // Metrics: gRPC calls counted under their routes with protocol="grpc".
+  const metrics = await (await http("GET", "/metrics")).text();
+  check(/sidelock_http_requests_total\{code="200",protocol="grpc",route="\/v1\/locks\/\{name\}\/acquire"\} \d+/.test(metrics),
+        "gRPC calls are counted with protocol=\"grpc\"");
+  check(/sidelock_http_requests_total\{code="200",protocol="http",route="\/v1\/locks\/\{name\}\/acquire"\} \d+/.test(metrics),
+        "HTTP requests with protocol=\"http\"");
+  watch.cancel();
+  for (const c of [locks, elections, health, daprSvc, raw]) c.close();
+  if (failures.length) console.error(fs.readFileSync(sidecarLog, "utf8"));
+}
+
+async function main() {
+  const tmp = fs.mkdtempSync(path.join(os.tmpdir(), "sidelock-grpc-"));
+  const procs = [];
+  const started = Date.now();
+  try {
+    const redisPort = await freePort();
+    const ports = { http: await freePort(), grpc: await freePort() };
+    const redis = await startRedis(redisPort, tmp);
+    procs.push(redis);
+    const config = path.join(tmp, "sidelock.yaml");
+    fs.writeFileSync(config,
+        `listen:\n  tcp: "127.0.0.1:${ports.http}"\n  unix: ""\n  grpc: "127.0.0.1:${ports.grpc}"\n` +
+        `backend:\n  type: redis\n  nodes: ["127.0.0.1:${redisPort}"]\n` +
+        `auth:\n  tokens_env: GRPC_TEST_TOKENS\n` +
+        `dapr:\n  stores: ["lockstore"]\n  app_id: grpc-app\n`);
+    const sidecarLog = path.join(tmp, "sidecar.log");
+    const out = fs.openSync(sidecarLog, "w");
+    const sidecar = spawn(sidelock, ["--config", config], {
+      stdio: ["ignore", out, out],
+      env: { ...process.env, GRPC_TEST_TOKENS: `${TOKEN}\n${SCOPED} prefixes=orders~\n`,
+             SIDELOCK_DAPR_OWNER_SECRET: "grpc-test-secret-0123456789" },
+    });
+    procs.push(sidecar);
+    const ready = await until(async () =>
+        (await fetch(`http://127.0.0.1:${ports.http}/readyz`)).status === 200, 20000);
+    if (!ready) throw new Error("the sidecar did not become ready:\n" + fs.readFileSync(sidecarLog));
+    await exercise(ports, sidecarLog);
+    const code = await stop(sidecar);
+    check(code === 0, "the sidecar exits 0", String(code));
+  } finally {
+    for (const p of procs.reverse()) await stop(p);
+    fs.rmSync(tmp, { recursive: true, force: true });
+  }
+  if (failures.length) {
+    console.error(`${failures.length} of ${checkCount()} checks failed`);
+    process.exit(1);
+  }
+  console.log(`grpc-api: ${checkCount()} checks passed with @grpc/grpc-js in ${Date.now() - started} ms`);
+}
+
+main().catch((err) => {
+  console.error(err);
+  process.exit(1);
+});

@@ -1,0 +1,672 @@
+// The gRPC gateway as pure logic (src/api/grpc_gateway.h): each method's route, the request message
+// -> path and JSON body, the HTTP error -> gRPC status table, JSON answers and NDJSON lines ->
+// response messages, cancellation -> client gone, the token and Host headers from the metadata, and
+// grpc.health.v1.Health (Check, Watch) from /readyz. A fake ServerCall stands for the transport and a
+// fake handler for the guarded router; tests/integration/grpc tests the real thing end to end.
+#include "api/grpc_gateway.h"
+
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "api/dapr_api.h"
+#include "api/election_api.h"
+#include "api/lock_api.h"
+#include "backend/memory_backend.h"
+#include "dapr/proto/runtime/v1/dapr.pb.h"
+#include "event/fake_scheduler.h"
+#include "grpc/health/v1/health.pb.h"
+#include "http/access_policy.h"
+#include "http/router.h"
+#include "lock/lock_service.h"
+#include "metrics/metrics.h"
+#include "sidelock/v1/locks.pb.h"
+
+namespace sidelock::api {
+namespace {
+
+using grpc::StatusCode;
+using json = nlohmann::json;
+namespace dapr = ::dapr::proto::runtime::v1;
+namespace health = ::grpc::health::v1;
+namespace v1 = ::sidelock::v1;
+
+class FakeCall : public grpc::ServerCall {
+ public:
+  explicit FakeCall(std::string method) {
+    info_.method = std::move(method);
+    info_.authority = "127.0.0.1:50001";
+    info_.peer = std::make_shared<http::PeerIdentity>();
+  }
+  const grpc::CallInfo& info() const override { return info_; }
+  bool sendMessage(std::string serialized) override {
+    if (!active_) return false;
+    messages.push_back(std::move(serialized));
+    return true;
+  }
+  void finish(StatusCode code, std::string_view message) override {
+    if (!active_) return;
+    active_ = false;
+    status = code;
+    status_message = std::string(message);
+  }
+  bool active() const override { return active_; }
+  void onCancelled(std::function<void()> cb) override { cancelled_cbs.push_back(std::move(cb)); }
+  void cancel() {
+    active_ = false;
+    for (auto& cb : cancelled_cbs) cb();
+  }
+
+  grpc::CallInfo info_;
+  std::vector<std::string> messages;
+  std::optional<StatusCode> status;
+  std::string status_message;
+  std::vector<std::function<void()>> cancelled_cbs;
+
+ private:
+  bool active_ = true;
+};
+
+/// What the fake router saw, and the responder to answer with.
+struct Seen {
+  http::Request request;  // a copy (headers and body included)
+  http::ResponderPtr responder;
+  int count = 0;
+};
+
+http::Handler recordingHandler(Seen& seen) {
+  return [&seen](http::Request& request, http::ResponderPtr responder) {
+    request.route = "/v1/locks/{name}/acquire";  // as the router would (metrics label)
+    seen.request = request;
+    seen.responder = std::move(responder);
+    ++seen.count;
+  };
+}
+
+template <typename M>
+M parsed(const std::string& bytes) {
+  M m;
+  EXPECT_TRUE(m.ParseFromString(bytes));
+  return m;
+}
+
+TEST(GrpcGatewayTest, EveryMethodOfTheProtosHasARoute) {
+  for (const char* name :
+       {"/dapr.proto.runtime.v1.Dapr/TryLockAlpha1", "/dapr.proto.runtime.v1.Dapr/UnlockAlpha1",
+        "/dapr.proto.runtime.v1.Dapr/GetMetadata", "/grpc.health.v1.Health/Check",
+        "/grpc.health.v1.Health/Watch"}) {
+    EXPECT_NE(findGrpcMethod(name), nullptr) << name;
+  }
+  // Every method the sidelock.v1 services declare, from their descriptors.
+  const auto* file = v1::AcquireRequest::descriptor()->file();
+  ASSERT_EQ(file->service_count(), 2);
+  for (const auto* service : {file->FindServiceByName("Locks"), file->FindServiceByName("Elections")}) {
+    ASSERT_NE(service, nullptr);
+    for (int i = 0; i < service->method_count(); ++i) {
+      const auto* m = service->method(i);
+      const std::string name = "/" + service->full_name() + "/" + m->name();
+      const GrpcMethod* method = findGrpcMethod(name);
+      ASSERT_NE(method, nullptr) << name;
+      EXPECT_EQ(method->request, m->input_type()) << name;
+      EXPECT_EQ(method->response, m->output_type()) << name;
+    }
+  }
+  EXPECT_EQ(findGrpcMethod("/dapr.proto.runtime.v1.Dapr/GetState"), nullptr);
+  EXPECT_EQ(findGrpcMethod("/sidelock.v1.Locks/acquire"), nullptr);
+}
+
+TEST(GrpcGatewayTest, RequestMessageBecomesPathAndJsonBody) {
+  v1::AcquireRequest req;
+  req.set_name("orders 7/x");
+  req.set_ttl_ms(10000);
+  req.set_wait_ms(5000);
+  req.set_auto_renew(true);
+  req.mutable_health()->set_url("http://127.0.0.1:8080/healthz");
+  req.mutable_health()->set_grace_ms(3000);
+  auto call = httpCallOf(*findGrpcMethod("/sidelock.v1.Locks/Acquire"), req.SerializeAsString(),
+                         std::nullopt);
+  ASSERT_TRUE(call.isOk()) << call.status().message();
+  EXPECT_EQ(call->method, "POST");
+  EXPECT_EQ(call->path, "/v1/locks/orders 7/x/acquire");
+  EXPECT_EQ(call->raw_path, "/v1/locks/orders%207%2Fx/acquire");
+  const json body = json::parse(call->body);
+  EXPECT_EQ(body, json::parse(R"({"ttl_ms": 10000, "wait_ms": 5000, "auto_renew": true,
+      "health": {"url": "http://127.0.0.1:8080/healthz", "grace_ms": 3000}})"));
+
+  // The deadline caps wait_ms; Hold adds the stream hold.
+  call = httpCallOf(*findGrpcMethod("/sidelock.v1.Locks/Hold"), req.SerializeAsString(), 1200);
+  ASSERT_TRUE(call.isOk());
+  EXPECT_EQ(json::parse(call->body)["wait_ms"], 1200);
+  EXPECT_EQ(json::parse(call->body)["hold"], "stream");
+  call = httpCallOf(*findGrpcMethod("/sidelock.v1.Locks/Acquire"), req.SerializeAsString(), -5);
+  ASSERT_TRUE(call.isOk());
+  EXPECT_EQ(json::parse(call->body)["wait_ms"], 0);
+
+  // A GET route has no body; an empty path field is refused before any route runs.
+  v1::InspectRequest inspect;
+  inspect.set_name("a");
+  call = httpCallOf(*findGrpcMethod("/sidelock.v1.Locks/Inspect"), inspect.SerializeAsString(),
+                    std::nullopt);
+  ASSERT_TRUE(call.isOk());
+  EXPECT_EQ(call->method, "GET");
+  EXPECT_EQ(call->path, "/v1/locks/a");
+  EXPECT_EQ(call->body, "");
+  call = httpCallOf(*findGrpcMethod("/sidelock.v1.Locks/Inspect"), "", std::nullopt);
+  ASSERT_FALSE(call.isOk());
+  EXPECT_EQ(call.status().code(), sidelock::StatusCode::kInvalidArgument);
+  EXPECT_EQ(json::parse(call.status().message())["error"], "bad_request");
+  call = httpCallOf(*findGrpcMethod("/sidelock.v1.Locks/Acquire"), "\xff\xff\xff", std::nullopt);
+  ASSERT_FALSE(call.isOk());
+  EXPECT_EQ(call.status().code(), sidelock::StatusCode::kInvalidArgument);
+}
+
+TEST(GrpcGatewayTest, DaprMessagesUseDaprsJsonNames) {
+  dapr::TryLockRequest req;
+  req.set_store_name("lockstore");
+  req.set_resource_id("orders/42");
+  req.set_lock_owner("owner-a");
+  req.set_expiry_in_seconds(60);
+  auto call = httpCallOf(*findGrpcMethod("/dapr.proto.runtime.v1.Dapr/TryLockAlpha1"),
+                         req.SerializeAsString(), 100);
+  ASSERT_TRUE(call.isOk());
+  EXPECT_EQ(call->path, "/v1.0-alpha1/lock/lockstore");
+  EXPECT_EQ(json::parse(call->body),
+            json::parse(R"({"resourceId": "orders/42", "lockOwner": "owner-a",
+                            "expiryInSeconds": 60})"));
+  auto unlock = responseMessageOf(dapr::UnlockResponse::descriptor(), R"({"status": 2})");
+  ASSERT_TRUE(unlock.isOk());
+  EXPECT_EQ(parsed<dapr::UnlockResponse>(*unlock).status(),
+            dapr::UnlockResponse::LOCK_BELONGS_TO_OTHERS);
+  auto meta = responseMessageOf(dapr::GetMetadataResponse::descriptor(), R"({"id": "app",
+      "runtimeVersion": "sidelock 1", "enabledFeatures": [], "actors": [],
+      "components": [{"name": "lockstore", "type": "lock.redis", "version": "v1",
+                      "capabilities": []}], "extended": {"runtime": "sidelock"}})");
+  ASSERT_TRUE(meta.isOk()) << meta.status().message();
+  const auto m = parsed<dapr::GetMetadataResponse>(*meta);
+  EXPECT_EQ(m.id(), "app");
+  ASSERT_EQ(m.registered_components_size(), 1);
+  EXPECT_EQ(m.registered_components(0).type(), "lock.redis");
+  EXPECT_EQ(m.extended_metadata().at("runtime"), "sidelock");
+}
+
+TEST(GrpcGatewayTest, HttpErrorsMapToGrpcStatusesOneToOne) {
+  EXPECT_EQ(grpcStatusOf(400, "bad_request"), StatusCode::kInvalidArgument);
+  EXPECT_EQ(grpcStatusOf(400, "invalid_name"), StatusCode::kInvalidArgument);
+  EXPECT_EQ(grpcStatusOf(401, "token_required"), StatusCode::kUnauthenticated);
+  EXPECT_EQ(grpcStatusOf(401, "invalid_token"), StatusCode::kUnauthenticated);
+  EXPECT_EQ(grpcStatusOf(403, "lock_not_allowed"), StatusCode::kPermissionDenied);
+  EXPECT_EQ(grpcStatusOf(403, "ERR_PERMISSION_DENIED"), StatusCode::kPermissionDenied);
+  EXPECT_EQ(grpcStatusOf(404, "not_found"), StatusCode::kNotFound);
+  EXPECT_EQ(grpcStatusOf(409, "locked"), StatusCode::kAborted);
+  EXPECT_EQ(grpcStatusOf(409, "no_permits"), StatusCode::kAborted);
+  EXPECT_EQ(grpcStatusOf(409, "not_owner"), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(grpcStatusOf(409, "limit_mismatch"), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(grpcStatusOf(410, "lease_lost"), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(grpcStatusOf(413, "payload_too_large"), StatusCode::kResourceExhausted);
+  EXPECT_EQ(grpcStatusOf(429, "too_many_waiters"), StatusCode::kResourceExhausted);
+  EXPECT_EQ(grpcStatusOf(421, "host_not_allowed"), StatusCode::kPermissionDenied);
+  EXPECT_EQ(grpcStatusOf(503, "backend_unavailable"), StatusCode::kUnavailable);
+  EXPECT_EQ(grpcStatusOf(503, "shutting_down"), StatusCode::kUnavailable);
+  EXPECT_EQ(grpcStatusOf(504, ""), StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(grpcStatusOf(500, "ERR_TRY_LOCK"), StatusCode::kInternal);
+  EXPECT_EQ(grpcStatusOf(501, "not_implemented"), StatusCode::kUnimplemented);
+}
+
+TEST(GrpcGatewayTest, UnaryCallRunsTheRouteWithTheCallsMetadata) {
+  event::FakeScheduler scheduler;
+  metrics::Metrics metrics("test");
+  Seen seen;
+  GrpcGateway gateway(scheduler, &metrics, recordingHandler(seen));
+  auto call = std::make_shared<FakeCall>("/sidelock.v1.Locks/Acquire");
+  call->info_.received_us = scheduler.nowUs();
+  call->info_.metadata = {{"authorization", "Bearer t1"},
+                          {"dapr-api-token", "t1"},
+                          {"content-type", "application/grpc"},
+                          {"grpc-timeout", "5S"},
+                          {"user-agent", "grpc-node-js/1.14"}};
+  call->info_.loop_turn = 7;
+  v1::AcquireRequest req;
+  req.set_name("orders");
+  req.set_ttl_ms(1000);
+  gateway.handle(call, req.SerializeAsString());
+  ASSERT_EQ(seen.count, 1);
+  EXPECT_EQ(seen.request.path, "/v1/locks/orders/acquire");
+  EXPECT_EQ(seen.request.header("authorization"), "Bearer t1");
+  EXPECT_EQ(seen.request.header("dapr-api-token"), "t1");
+  EXPECT_EQ(seen.request.header("host"), "127.0.0.1:50001");
+  EXPECT_EQ(seen.request.header("content-type"), "application/json");
+  EXPECT_EQ(seen.request.header("grpc-timeout"), "");
+  EXPECT_EQ(seen.request.loop_turn, 7u);
+  EXPECT_EQ(seen.request.peer, call->info_.peer);
+  EXPECT_TRUE(seen.responder->clientConnected());
+
+  seen.responder->send(200, "application/json",
+                       R"({"name":"orders","owner":"o1","token":42,"ttl_ms":1000,"new":1})");
+  ASSERT_EQ(call->status, StatusCode::kOk);
+  ASSERT_EQ(call->messages.size(), 1u);
+  const auto grant = parsed<v1::Grant>(call->messages[0]);
+  EXPECT_EQ(grant.owner(), "o1");
+  EXPECT_EQ(grant.token(), 42);
+  EXPECT_EQ(grant.ttl_ms(), 1000);
+  EXPECT_FALSE(seen.responder->clientConnected());
+  // Counted as HTTP requests are, under the route it ran, with protocol "grpc".
+  EXPECT_EQ(metrics.httpRequests("/v1/locks/{name}/acquire", 200, "grpc").Value(), 1);
+  EXPECT_EQ(metrics.httpRequests("/v1/locks/{name}/acquire", 200, "http").Value(), 0);
+  EXPECT_NE(metrics.render().find("sidelock_http_request_seconds_count{protocol=\"grpc\","
+                                  "route=\"/v1/locks/{name}/acquire\"} 1"),
+            std::string::npos);
+}
+
+TEST(GrpcGatewayTest, HttpErrorBecomesStatusWithTheErrorBody) {
+  event::FakeScheduler scheduler;
+  Seen seen;
+  GrpcGateway gateway(scheduler, nullptr, recordingHandler(seen));
+  auto call = std::make_shared<FakeCall>("/sidelock.v1.Locks/Acquire");
+  v1::AcquireRequest req;
+  req.set_name("orders");
+  gateway.handle(call, req.SerializeAsString());
+  ASSERT_EQ(seen.count, 1);
+  seen.responder->send(409, "application/json",
+                       R"({"error":"locked","message":"held","retry_after_ms":120,"holder":"h"})");
+  EXPECT_EQ(call->status, StatusCode::kAborted);
+  EXPECT_TRUE(call->messages.empty());
+  const json message = json::parse(call->status_message);
+  EXPECT_EQ(message["error"], "locked");
+  EXPECT_EQ(message["retry_after_ms"], 120);
+  EXPECT_EQ(message["holder"], "h");
+}
+
+TEST(GrpcGatewayTest, StreamLinesBecomeMessagesAndCancelIsClientGone) {
+  event::FakeScheduler scheduler;
+  Seen seen;
+  GrpcGateway gateway(scheduler, nullptr, recordingHandler(seen));
+  auto call = std::make_shared<FakeCall>("/sidelock.v1.Locks/Hold");
+  v1::AcquireRequest req;
+  req.set_name("orders");
+  gateway.handle(call, req.SerializeAsString());
+  ASSERT_EQ(seen.count, 1);
+  EXPECT_EQ(json::parse(seen.request.body)["hold"], "stream");
+  bool gone = false;
+  seen.responder->onClientGone([&] { gone = true; });
+  seen.responder->startStream(200, "application/x-ndjson");
+  EXPECT_TRUE(seen.responder->writeChunk(R"({"event":"acquired","name":"orders","tok)"));
+  EXPECT_TRUE(call->messages.empty());  // half a line: nothing yet
+  EXPECT_TRUE(seen.responder->writeChunk("en\":5,\"ttl_ms\":900}\n{\"event\":\"renewed\"}\n"));
+  ASSERT_EQ(call->messages.size(), 2u);
+  EXPECT_EQ(parsed<v1::HoldEvent>(call->messages[0]).event(), "acquired");
+  EXPECT_EQ(parsed<v1::HoldEvent>(call->messages[0]).token(), 5);
+  EXPECT_EQ(parsed<v1::HoldEvent>(call->messages[1]).event(), "renewed");
+  call->cancel();
+  EXPECT_TRUE(gone);
+  EXPECT_FALSE(seen.responder->writeChunk("{\"event\":\"renewed\"}\n"));
+  EXPECT_FALSE(seen.responder->clientConnected());
+
+  // A stream the route ends finishes the call OK.
+  auto call2 = std::make_shared<FakeCall>("/sidelock.v1.Elections/Observe");
+  v1::ElectionRequest observe;
+  observe.set_name("e");
+  gateway.handle(call2, observe.SerializeAsString());
+  EXPECT_EQ(seen.request.path, "/v1/elections/e/observe");
+  seen.responder->startStream(200, "application/x-ndjson");
+  seen.responder->writeChunk("{\"event\":\"no_leader\",\"name\":\"e\"}\n");
+  seen.responder->endStream();
+  EXPECT_EQ(call2->status, StatusCode::kOk);
+  EXPECT_EQ(call2->messages.size(), 1u);
+}
+
+TEST(GrpcGatewayTest, UnknownMethodsAndBadMessagesNeverReachARoute) {
+  event::FakeScheduler scheduler;
+  Seen seen;
+  GrpcGateway gateway(scheduler, nullptr, recordingHandler(seen));
+  auto call = std::make_shared<FakeCall>("/dapr.proto.runtime.v1.Dapr/GetState");
+  gateway.handle(call, "");
+  // The access rules still apply: the call runs a path no route has; the router's 404 is
+  // UNIMPLEMENTED.
+  ASSERT_EQ(seen.count, 1);
+  EXPECT_EQ(seen.request.path, "/.grpc/unknown-method");
+  seen.responder->send(404, "application/json", R"({"error":"not_found","message":"no route"})");
+  EXPECT_EQ(call->status, StatusCode::kUnimplemented);
+  EXPECT_NE(call->status_message.find("sidelock does not implement"), std::string::npos);
+  call = std::make_shared<FakeCall>("/dapr.proto.runtime.v1.Dapr/GetState");
+  gateway.handle(call, "");
+  seen.responder->send(401, "application/json", R"({"error":"token_required","message":"x"})");
+  EXPECT_EQ(call->status, StatusCode::kUnauthenticated);
+  call = std::make_shared<FakeCall>("/sidelock.v1.Locks/Release");
+  gateway.handle(call, "");  // no name
+  EXPECT_EQ(call->status, StatusCode::kInvalidArgument);
+  EXPECT_EQ(seen.count, 2);
+}
+
+TEST(GrpcGatewayTest, HealthCheckAndWatchFollowReadyz) {
+  event::FakeScheduler scheduler;
+  int ready_status = 200;
+  int probes = 0;
+  GrpcGateway gateway(scheduler, nullptr,
+                      [&](http::Request& request, http::ResponderPtr responder) {
+                        EXPECT_EQ(request.path, "/readyz");
+                        ++probes;
+                        responder->send(ready_status, "application/json", "{}");
+                      },
+                      GrpcGateway::Options{.health_watch_poll_ms = 1000});
+  using Response = health::HealthCheckResponse;
+  health::HealthCheckRequest check;
+  auto call = std::make_shared<FakeCall>("/grpc.health.v1.Health/Check");
+  gateway.handle(call, check.SerializeAsString());
+  ASSERT_EQ(call->messages.size(), 1u);
+  EXPECT_EQ(parsed<Response>(call->messages[0]).status(), Response::SERVING);
+  ready_status = 503;
+  check.set_service("sidelock.v1.Locks");
+  call = std::make_shared<FakeCall>("/grpc.health.v1.Health/Check");
+  gateway.handle(call, check.SerializeAsString());
+  EXPECT_EQ(parsed<Response>(call->messages.at(0)).status(), Response::NOT_SERVING);
+  check.set_service("no.such.Service");
+  call = std::make_shared<FakeCall>("/grpc.health.v1.Health/Check");
+  gateway.handle(call, check.SerializeAsString());
+  EXPECT_EQ(call->status, StatusCode::kNotFound);
+
+  check.set_service("");
+  auto watch = std::make_shared<FakeCall>("/grpc.health.v1.Health/Watch");
+  gateway.handle(watch, check.SerializeAsString());
+  ASSERT_EQ(watch->messages.size(), 1u);
+  EXPECT_EQ(parsed<Response>(watch->messages[0]).status(), Response::NOT_SERVING);
+  scheduler.advanceMs(1000);  // unchanged: nothing sent
+  EXPECT_EQ(watch->messages.size(), 1u);
+  ready_status = 200;
+  scheduler.advanceMs(1000);
+  ASSERT_EQ(watch->messages.size(), 2u);
+  EXPECT_EQ(parsed<Response>(watch->messages[1]).status(), Response::SERVING);
+  EXPECT_TRUE(watch->active());
+  const int before = probes;
+  watch->cancel();
+  scheduler.advanceMs(5000);
+  EXPECT_EQ(probes, before);  // the watch stopped looking
+  EXPECT_EQ(scheduler.pendingTimers(), 0u);
+
+  // A refused probe (say 401 token_required) ends the watch with that status.
+  ready_status = 401;
+  watch = std::make_shared<FakeCall>("/grpc.health.v1.Health/Watch");
+  gateway.handle(watch, check.SerializeAsString());
+  EXPECT_EQ(watch->status, StatusCode::kUnauthenticated);
+}
+
+/// The gateway over the real routes (LockApi, DaprApi, ElectionApi on a MemoryBackend), behind the
+/// real access policy: every sidelock.v1 message is accepted by its route's strict JSON body
+/// parser, and every answer converts back.
+class GrpcOverRealRoutesTest : public ::testing::Test {
+ protected:
+  GrpcOverRealRoutesTest() {
+    svc = std::make_unique<lock::LockService>(cfg, backend, sched, metrics);
+    lock_api = std::make_unique<LockApi>(cfg, *svc, metrics, sched);
+    dapr_cfg.stores = {"lockstore"};
+    dapr_api = std::make_unique<DaprApi>(dapr_cfg, cfg, *svc, [] { return std::string(); });
+    elections = std::make_unique<ElectionApi>(cfg, *svc, *lock_api, metrics, sched,
+                                              ElectionApi::Options{.identity = "pod-a"});
+    for (std::vector<Route> routes : {lock_api->routes(), dapr_api->routes(), elections->routes()}) {
+      for (auto& r : routes) EXPECT_TRUE(router.add(r.method, r.pattern, std::move(r.handler)).isOk());
+    }
+    verifier.replace({TokenEntry{"tokenAAAAAAAAAAAAAAAAAAAAAAAAAAAA", {}, "t1"},
+                      TokenEntry{"tokenBBBBBBBBBBBBBBBBBBBBBBBBBBBB", {"orders~"}, "t2"}});
+    policy.tokens = &verifier;
+    gateway = std::make_unique<GrpcGateway>(
+        sched, &metrics, http::guardHandler(policy, policy, router.asHandler()));
+  }
+  ~GrpcOverRealRoutesTest() override {
+    gateway.reset();
+    elections.reset();
+    sched.advanceMs(100);
+  }
+
+  /// Runs one call to its end (or until `max_ms` passed) and returns it.
+  std::shared_ptr<FakeCall> call(std::string method, const google::protobuf::Message& request,
+                                 std::string token = "tokenAAAAAAAAAAAAAAAAAAAAAAAAAAAA",
+                                 int64_t max_ms = 50) {
+    auto c = std::make_shared<FakeCall>(std::move(method));
+    c->info_.metadata = {{"authorization", "Bearer " + token}};
+    c->info_.received_us = sched.nowUs();
+    c->info_.peer = std::make_shared<http::PeerIdentity>(http::PeerIdentity{
+        .transport = http::PeerIdentity::Transport::kTcp, .address = "127.0.0.1", .port = 5555});
+    gateway->handle(c, request.SerializeAsString());
+    for (int64_t t = 0; t < max_ms && c->active(); ++t) sched.advanceMs(1);
+    return c;
+  }
+
+  config::LocksConfig cfg;
+  config::DaprConfig dapr_cfg;
+  event::FakeScheduler sched;
+  backend::MemoryBackend backend{sched};
+  metrics::Metrics metrics;
+  std::unique_ptr<lock::LockService> svc;
+  std::unique_ptr<LockApi> lock_api;
+  std::unique_ptr<DaprApi> dapr_api;
+  std::unique_ptr<ElectionApi> elections;
+  http::Router router;
+  http::TokenVerifier verifier;
+  http::ListenerPolicy policy;
+  std::unique_ptr<GrpcGateway> gateway;
+};
+
+TEST_F(GrpcOverRealRoutesTest, EveryLocksMethodRunsItsRoute) {
+  v1::AcquireRequest acquire;
+  acquire.set_name("orders");
+  acquire.set_ttl_ms(10000);
+  acquire.set_holder("worker-1");
+  acquire.mutable_health()->set_url("http://127.0.0.1:1/healthz");
+  acquire.clear_health();
+  auto c = call("/sidelock.v1.Locks/Acquire", acquire);
+  ASSERT_EQ(c->status, StatusCode::kOk) << c->status_message;
+  const auto grant = parsed<v1::Grant>(c->messages.at(0));
+  EXPECT_GT(grant.token(), 0);
+  EXPECT_EQ(grant.ttl_ms(), 10000);
+  c = call("/sidelock.v1.Locks/Acquire", acquire);
+  EXPECT_EQ(c->status, StatusCode::kAborted);
+  EXPECT_EQ(json::parse(c->status_message)["error"], "locked") << c->status_message;
+
+  v1::InspectRequest inspect;
+  inspect.set_name("orders");
+  c = call("/sidelock.v1.Locks/Inspect", inspect);
+  ASSERT_EQ(c->status, StatusCode::kOk) << c->status_message;
+  EXPECT_TRUE(parsed<v1::LockState>(c->messages.at(0)).held());
+
+  v1::ExtendRequest extend;
+  extend.set_name("orders");
+  extend.set_owner(grant.owner());
+  extend.set_ttl_ms(20000);
+  c = call("/sidelock.v1.Locks/Extend", extend);
+  ASSERT_EQ(c->status, StatusCode::kOk) << c->status_message;
+  EXPECT_EQ(parsed<v1::Extended>(c->messages.at(0)).ttl_ms(), 20000);
+
+  v1::ReleaseRequest release;
+  release.set_name("orders");
+  release.set_owner("not-the-owner");
+  c = call("/sidelock.v1.Locks/Release", release);
+  EXPECT_EQ(c->status, StatusCode::kFailedPrecondition) << c->status_message;
+  release.set_owner(grant.owner());
+  c = call("/sidelock.v1.Locks/Release", release);
+  ASSERT_EQ(c->status, StatusCode::kOk) << c->status_message;
+  EXPECT_TRUE(parsed<v1::Released>(c->messages.at(0)).released());
+
+  v1::SemaphoreAcquireRequest sem;
+  sem.set_name("pool");
+  sem.set_limit(1);
+  c = call("/sidelock.v1.Locks/AcquirePermit", sem);
+  ASSERT_EQ(c->status, StatusCode::kOk) << c->status_message;
+  const auto permit = parsed<v1::Permit>(c->messages.at(0));
+  EXPECT_FALSE(permit.permit().empty());
+  c = call("/sidelock.v1.Locks/AcquirePermit", sem);
+  EXPECT_EQ(c->status, StatusCode::kAborted) << c->status_message;
+  c = call("/sidelock.v1.Locks/InspectSemaphore", inspect);  // "orders": no semaphore there
+  EXPECT_EQ(c->status, StatusCode::kOk) << c->status_message;
+  inspect.set_name("pool");
+  c = call("/sidelock.v1.Locks/InspectSemaphore", inspect);
+  ASSERT_EQ(c->status, StatusCode::kOk) << c->status_message;
+  EXPECT_EQ(parsed<v1::SemaphoreState>(c->messages.at(0)).used(), 1);
+  v1::PermitExtendRequest pext;
+  pext.set_name("pool");
+  pext.set_permit(permit.permit());
+  pext.set_ttl_ms(5000);
+  c = call("/sidelock.v1.Locks/ExtendPermit", pext);
+  EXPECT_EQ(c->status, StatusCode::kOk) << c->status_message;
+  v1::PermitRequest prel;
+  prel.set_name("pool");
+  prel.set_permit(permit.permit());
+  c = call("/sidelock.v1.Locks/ReleasePermit", prel);
+  EXPECT_EQ(c->status, StatusCode::kOk) << c->status_message;
+
+  v1::MultiAcquireRequest multi;
+  multi.add_names("b");
+  multi.add_names("a");
+  multi.set_ttl_ms(5000);
+  c = call("/sidelock.v1.Locks/AcquireMulti", multi);
+  ASSERT_EQ(c->status, StatusCode::kOk) << c->status_message;
+  const auto mg = parsed<v1::MultiGrant>(c->messages.at(0));
+  ASSERT_EQ(mg.leases_size(), 2);
+  EXPECT_EQ(mg.names(0), "a");
+  v1::MultiReleaseRequest mrel;
+  mrel.add_names("a");
+  mrel.add_names("b");
+  mrel.set_owner(mg.owner());
+  c = call("/sidelock.v1.Locks/ReleaseMulti", mrel);
+  EXPECT_EQ(c->status, StatusCode::kOk) << c->status_message;
+
+  // Bad input: the route's own errors.
+  acquire.set_name("bad name");
+  c = call("/sidelock.v1.Locks/Acquire", acquire);
+  EXPECT_EQ(c->status, StatusCode::kInvalidArgument) << c->status_message;
+  acquire.set_name("x");
+  acquire.set_ttl_ms(int64_t{1} << 40);
+  c = call("/sidelock.v1.Locks/Acquire", acquire);
+  EXPECT_EQ(c->status, StatusCode::kInvalidArgument) << c->status_message;
+  EXPECT_GT(metrics.httpRequests("/v1/locks/{name}/acquire", 200, "grpc").Value(), 0);
+}
+
+TEST_F(GrpcOverRealRoutesTest, HoldIsHeldWhileTheCallIsOpen) {
+  v1::AcquireRequest acquire;
+  acquire.set_name("streamed");
+  acquire.set_ttl_ms(3000);
+  auto hold = call("/sidelock.v1.Locks/Hold", acquire);
+  ASSERT_TRUE(hold->active()) << hold->status_message;
+  ASSERT_EQ(hold->messages.size(), 1u);
+  const auto first = parsed<v1::HoldEvent>(hold->messages[0]);
+  EXPECT_EQ(first.event(), "acquired");
+  EXPECT_GT(first.token(), 0);
+  v1::InspectRequest inspect;
+  inspect.set_name("streamed");
+  EXPECT_TRUE(parsed<v1::LockState>(call("/sidelock.v1.Locks/Inspect", inspect)->messages.at(0)).held());
+  sched.advanceMs(2000);  // renewed by the watchdog
+  EXPECT_GE(hold->messages.size(), 2u);
+  hold->cancel();
+  sched.advanceMs(50);
+  EXPECT_FALSE(parsed<v1::LockState>(call("/sidelock.v1.Locks/Inspect", inspect)->messages.at(0)).held());
+}
+
+TEST_F(GrpcOverRealRoutesTest, DeadlineCutsTheWait) {
+  v1::AcquireRequest acquire;
+  acquire.set_name("busy");
+  acquire.set_ttl_ms(60000);
+  ASSERT_EQ(call("/sidelock.v1.Locks/Acquire", acquire)->status, StatusCode::kOk);
+  acquire.set_wait_ms(30000);
+  auto c = std::make_shared<FakeCall>("/sidelock.v1.Locks/Acquire");
+  c->info_.metadata = {{"dapr-api-token", "tokenAAAAAAAAAAAAAAAAAAAAAAAAAAAA"}};
+  c->info_.deadline_us = sched.nowUs() + 500'000;
+  gateway->handle(c, acquire.SerializeAsString());
+  sched.advanceMs(400);
+  EXPECT_TRUE(c->active());
+  for (int t = 0; t < 300 && c->active(); ++t) sched.advanceMs(1);
+  EXPECT_EQ(c->status, StatusCode::kAborted) << "the route gave up at the deadline";
+}
+
+TEST_F(GrpcOverRealRoutesTest, TokensAndScopes) {
+  v1::AcquireRequest acquire;
+  acquire.set_name("invoices~1");
+  EXPECT_EQ(call("/sidelock.v1.Locks/Acquire", acquire, "")->status, StatusCode::kUnauthenticated);
+  EXPECT_EQ(call("/sidelock.v1.Locks/Acquire", acquire, "wrongwrongwrongwrongwrongwrong")->status,
+            StatusCode::kUnauthenticated);
+  auto c = call("/sidelock.v1.Locks/Acquire", acquire, "tokenBBBBBBBBBBBBBBBBBBBBBBBBBBBB");
+  EXPECT_EQ(c->status, StatusCode::kPermissionDenied) << c->status_message;
+  acquire.set_name("orders~1");
+  c = call("/sidelock.v1.Locks/Acquire", acquire, "tokenBBBBBBBBBBBBBBBBBBBBBBBBBBBB");
+  EXPECT_EQ(c->status, StatusCode::kOk) << c->status_message;
+  // Health needs no token, as /readyz.
+  health::HealthCheckRequest check;
+  c = call("/grpc.health.v1.Health/Check", check, "");
+  ASSERT_EQ(c->status, StatusCode::kOk) << c->status_message;
+  EXPECT_EQ(parsed<health::HealthCheckResponse>(c->messages.at(0)).status(),
+            health::HealthCheckResponse::SERVING);
+}
+
+TEST_F(GrpcOverRealRoutesTest, DaprLockMethodsAndMetadata) {
+  dapr::TryLockRequest lock;
+  lock.set_store_name("lockstore");
+  lock.set_resource_id("orders/42");
+  lock.set_lock_owner("owner-a");
+  lock.set_expiry_in_seconds(60);
+  auto c = call("/dapr.proto.runtime.v1.Dapr/TryLockAlpha1", lock);
+  ASSERT_EQ(c->status, StatusCode::kOk) << c->status_message;
+  EXPECT_TRUE(parsed<dapr::TryLockResponse>(c->messages.at(0)).success());
+  lock.set_lock_owner("owner-b");
+  c = call("/dapr.proto.runtime.v1.Dapr/TryLockAlpha1", lock);
+  ASSERT_EQ(c->status, StatusCode::kOk) << c->status_message;
+  EXPECT_FALSE(parsed<dapr::TryLockResponse>(c->messages.at(0)).success());
+  dapr::UnlockRequest unlock;
+  unlock.set_store_name("lockstore");
+  unlock.set_resource_id("orders/42");
+  unlock.set_lock_owner("owner-b");
+  c = call("/dapr.proto.runtime.v1.Dapr/UnlockAlpha1", unlock);
+  EXPECT_EQ(parsed<dapr::UnlockResponse>(c->messages.at(0)).status(),
+            dapr::UnlockResponse::LOCK_BELONGS_TO_OTHERS);
+  unlock.set_lock_owner("owner-a");
+  c = call("/dapr.proto.runtime.v1.Dapr/UnlockAlpha1", unlock);
+  EXPECT_EQ(parsed<dapr::UnlockResponse>(c->messages.at(0)).status(), dapr::UnlockResponse::SUCCESS);
+  c = call("/dapr.proto.runtime.v1.Dapr/UnlockAlpha1", unlock);
+  EXPECT_EQ(parsed<dapr::UnlockResponse>(c->messages.at(0)).status(),
+            dapr::UnlockResponse::LOCK_DOES_NOT_EXIST);
+  lock.set_store_name("nostore");
+  c = call("/dapr.proto.runtime.v1.Dapr/TryLockAlpha1", lock);
+  EXPECT_EQ(c->status, StatusCode::kInvalidArgument) << c->status_message;
+  EXPECT_EQ(json::parse(c->status_message)["errorCode"], "ERR_LOCK_STORE_NOT_FOUND");
+  c = call("/dapr.proto.runtime.v1.Dapr/GetMetadata", dapr::GetMetadataRequest());
+  ASSERT_EQ(c->status, StatusCode::kOk) << c->status_message;
+  const auto meta = parsed<dapr::GetMetadataResponse>(c->messages.at(0));
+  EXPECT_EQ(meta.registered_components_size(), 1);
+  EXPECT_FALSE(meta.runtime_version().empty());
+}
+
+TEST_F(GrpcOverRealRoutesTest, ElectionMethods) {
+  v1::CampaignRequest campaign;
+  campaign.set_name("leader");
+  campaign.set_candidate("c1");
+  campaign.set_value("v1");
+  campaign.set_ttl_ms(3000);
+  auto stream = call("/sidelock.v1.Elections/Campaign", campaign);
+  ASSERT_TRUE(stream->active()) << stream->status_message;
+  ASSERT_GE(stream->messages.size(), 1u);
+  const auto elected = parsed<v1::CampaignEvent>(stream->messages[0]);
+  EXPECT_EQ(elected.event(), "elected");
+  v1::ElectionRequest er;
+  er.set_name("leader");
+  auto c = call("/sidelock.v1.Elections/Leader", er);
+  ASSERT_EQ(c->status, StatusCode::kOk) << c->status_message;
+  EXPECT_EQ(parsed<v1::ElectionState>(c->messages.at(0)).leader().candidate(), "c1");
+  auto observe = call("/sidelock.v1.Elections/Observe", er);
+  ASSERT_GE(observe->messages.size(), 1u) << observe->status_message;
+  EXPECT_EQ(parsed<v1::ObserveEvent>(observe->messages[0]).event(), "leader");
+  v1::ProclaimRequest proclaim;
+  proclaim.set_name("leader");
+  proclaim.set_owner(elected.owner());
+  proclaim.set_value("v2");
+  c = call("/sidelock.v1.Elections/Proclaim", proclaim);
+  ASSERT_EQ(c->status, StatusCode::kOk) << c->status_message;
+  EXPECT_EQ(parsed<v1::Proclaimed>(c->messages.at(0)).term(), elected.term());
+  v1::ResignRequest resign;
+  resign.set_name("leader");
+  resign.set_owner(elected.owner());
+  c = call("/sidelock.v1.Elections/Resign", resign);
+  ASSERT_EQ(c->status, StatusCode::kOk) << c->status_message;
+  EXPECT_TRUE(parsed<v1::Resigned>(c->messages.at(0)).resigned());
+  observe->cancel();
+  stream->cancel();
+  sched.advanceMs(50);
+}
+
+}  // namespace
+}  // namespace sidelock::api
