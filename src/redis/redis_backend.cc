@@ -105,10 +105,11 @@ void RedisBackend::run(const Operation& op, OutcomeCallback cb) {
 void RedisBackend::acquireAll(const std::vector<std::string>& names, std::string_view owner,
                               int64_t ttl_ms, AllOutcomeCallback cb) {
   std::vector<std::string> keys;
-  keys.reserve(2 * names.size());
+  keys.reserve(3 * names.size());
   for (const std::string& name : names) {
     keys.push_back(lockKey(scripts_.prefix, name));
     keys.push_back(tokenKey(scripts_.prefix, name));
+    keys.push_back(lockDelayKey(scripts_.prefix, name));  // a running delay keeps it busy
   }
   const std::vector<std::string_view> key_views(keys.begin(), keys.end());
   const std::string ttl = std::to_string(ttl_ms);

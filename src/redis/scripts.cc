@@ -86,6 +86,10 @@ std::string electionLeaderKey(std::string_view prefix, std::string_view name) {
   return lockKey(prefix, name) + ":el:leader";
 }
 
+std::string lockDelayKey(std::string_view prefix, std::string_view name) {
+  return lockKey(prefix, name) + ":delay";
+}
+
 std::string releaseChannel(std::string_view prefix, std::string_view name) {
   std::string c;
   c.reserve(prefix.size() + kChannelInfix.size() + name.size() + 1);
@@ -335,6 +339,14 @@ StatusOr<Outcome> decodeOutcome(const StatusOr<RedisValue>& reply, ScriptId scri
       if (script != ScriptId::kSemAcquire) return badShape(node, script);
       o.code = OutcomeCode::kLimitMismatch;
       return o;
+    case 5:
+      if (script != ScriptId::kAcquire && script != ScriptId::kFairAcquire) {
+        return badShape(node, script);
+      }
+      o.code = OutcomeCode::kBusy;
+      o.busy_reason = BusyReason::kLockDelay;
+      o.holder_ttl_ms = std::max<int64_t>(1, ttl);
+      return o;
     case 3:
     case 4:
       if (script != ScriptId::kAcquire && script != ScriptId::kSharedAcquire &&
@@ -467,7 +479,7 @@ StatusOr<ScriptCall> scriptCallFor(const Operation& op, const ScriptContext& ctx
   } else if (op.kind == LockKind::kElection) {
     key(electionKey(ctx.prefix, op.name));
     key(electionTokenKey(ctx.prefix, op.name));
-    key(electionLeaderKey(ctx.prefix, op.name));
+    key(electionLeaderKey(ctx.prefix, op.name));  // (elections have no lock-delay)
   } else {
     key(lockKey(ctx.prefix, op.name));
     key(tokenKey(ctx.prefix, op.name));
@@ -506,6 +518,26 @@ StatusOr<ScriptCall> scriptCallFor(const Operation& op, const ScriptContext& ctx
       default:
         break;
     }
+    // The lock-delay key goes last (src/redis/lua/lib/lock_delay.lua): always where a grant is
+    // decided or a lease of anybody's is deleted; for extend, release and hand-off only when the
+    // lease may have one (or the next owner asks for one), so that a lease without a delay never
+    // names a key that does not exist (TRYAGAIN while its Cluster slot migrates).
+    switch (c.script) {
+      case ScriptId::kAcquire:
+      case ScriptId::kFairAcquire:
+      case ScriptId::kForceRelease:
+        key(lockDelayKey(ctx.prefix, op.name));
+        break;
+      case ScriptId::kExtend:
+      case ScriptId::kRelease:
+        if (op.lease_may_delay) key(lockDelayKey(ctx.prefix, op.name));
+        break;
+      case ScriptId::kReleaseGrant:
+        if (op.lease_may_delay || op.lock_delay_ms > 0) key(lockDelayKey(ctx.prefix, op.name));
+        break;
+      default:
+        break;
+    }
   }
   // ARGV, and the metric op.
   switch (op.verb) {
@@ -518,15 +550,22 @@ StatusOr<ScriptCall> scriptCallFor(const Operation& op, const ScriptContext& ctx
       if (c.script == ScriptId::kFairAcquire) {
         arg(std::to_string(std::max<int64_t>(0, op.claim_ms)));
         arg(op.holder);
-        if (!op.also_waiting.empty()) arg(op.also_waiting);
+        if (!op.also_waiting.empty() || op.lock_delay_ms > 0) arg(op.also_waiting);
+        if (op.lock_delay_ms > 0) arg(std::to_string(op.lock_delay_ms));
       } else if (c.script == ScriptId::kAcquire) {
         arg(op.holder);
+        const bool delay = op.lock_delay_ms > 0;
         if (op.reentrant) {
           arg(kReentrantArg);
-        } else if (op.writer_wait_ms > 0) {
+        } else if (op.writer_wait_ms > 0 || delay) {
           arg(kNotReentrantArg);
         }
-        if (op.writer_wait_ms > 0) arg(std::to_string(op.writer_wait_ms));
+        if (op.writer_wait_ms > 0) {
+          arg(std::to_string(op.writer_wait_ms));
+        } else if (delay) {
+          arg(kNotReentrantArg);  // "-": no writer wait
+        }
+        if (delay) arg(std::to_string(op.lock_delay_ms));
       } else if (c.script == ScriptId::kElectionCampaign) {
         arg(op.candidate);
         arg(op.value);
@@ -537,6 +576,10 @@ StatusOr<ScriptCall> scriptCallFor(const Operation& op, const ScriptContext& ctx
       c.node_op = NodeOp::kRelease;
       arg(op.owner);
       announceArgs();
+      if (op.involuntary) {
+        if (!ctx.sharded_publish) arg(kNotReentrantArg);  // "-": not sharded
+        arg(kInvoluntaryArg);
+      }
       break;
     case Verb::kExtend:
       c.node_op = NodeOp::kExtend;
@@ -557,6 +600,7 @@ StatusOr<ScriptCall> scriptCallFor(const Operation& op, const ScriptContext& ctx
       arg(std::to_string(op.ttl_ms));
       arg(ctx.counter_ttl_ms);
       arg(op.holder);  // the next owner's label
+      if (op.lock_delay_ms > 0) arg(std::to_string(op.lock_delay_ms));
       break;
     case Verb::kWithdraw:
       c.node_op = NodeOp::kRelease;

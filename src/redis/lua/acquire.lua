@@ -3,16 +3,18 @@
 -- KEYS[1]  p{name}          the lease: owner id[, " <holds>"], PX = its TTL
 -- KEYS[2]  p{name}:token    the fencing counter
 -- KEYS[3]  p{name}:writer   the queued writers' marks (only with ARGV[6])
--- KEYS[#KEYS]  p{name}:holder  the holder record (lib/holder_record.lua; the last key)
+-- KEYS[#KEYS-1]  p{name}:holder  the holder record (lib/holder_record.lua)
+-- KEYS[#KEYS]  p{name}:delay   the lock-delay (lib/lock_delay.lua; the last key)
 -- ARGV     owner, ttl_ms, counter_ttl_ms, holder label ('' = none)[, "reentrant" | "-"[,
---          writer_wait_ms]]
---          ("-": not reentrant, so that writer_wait_ms can follow; writer_wait_ms: a queued
---          writer, which marks itself waiting if readers hold the lock)
+--          writer_wait_ms | "-"[, lock_delay_ms]]]
+--          ("-": not reentrant / no writer wait, so that what follows can be given;
+--          writer_wait_ms: a queued writer, which marks itself waiting if readers hold the lock)
 -- Replies  {1, token, ttl, holds}  granted (holds > 1: re-entered, the same token)
 --          {0, 0, holder PTTL}     held by another owner
 --          (a busy reply ends with "<since_ms> <label>" when the holder recorded one)
 --          {0, 0, PTTL, 1}         a queued writer: readers hold the lock, the writer is marked
 --          {3, 0, PTTL}            held by this owner already (without "reentrant")
+--          {5, 0, delay PTTL}      free, but a lock-delay runs (the last lease ended unreleased)
 --
 -- SET NX PX and the token run in one script so a grant and its fencing token are atomic: no
 -- other client can observe the lease without its token, and a failed SET never burns a token.
@@ -25,12 +27,20 @@
 --! include lib/clock.lua
 --! include lib/readers.lua
 --! include lib/holder_record.lua
+--! include lib/lock_delay.lua
 
+local holder_key = KEYS[#KEYS - 1]
+local writer_wait = tonumber(ARGV[6] or '')
+local delay = delayLeft()
+if delay > 0 then
+  return {5, 0, delay}
+end
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  if ARGV[6] then
+  if writer_wait then
     redis.call('DEL', KEYS[3])  -- a queued writer got in: readers may queue behind it again
   end
-  recordHolder(KEYS[#KEYS], ARGV[1], ARGV[4], ARGV[2])
+  recordHolder(holder_key, ARGV[1], ARGV[4], ARGV[2])
+  startDelay(ARGV[2], ARGV[7])
   return {1, nextToken(ARGV[3]), tonumber(ARGV[2]), 1}
 end
 -- Busy: who holds it tells a re-entry, and the caller's own lease (code 3) from another's.
@@ -42,15 +52,16 @@ if owner == ARGV[1] then
   end
   local ttl = math.max(redis.call('PTTL', KEYS[1]), tonumber(ARGV[2]))
   setHolds(owner, holds + 1, ttl)
-  redis.call('PEXPIRE', KEYS[#KEYS], ttl)
+  redis.call('PEXPIRE', holder_key, ttl)
+  pushDelay(ttl)
   redis.call('PEXPIRE', KEYS[2], ARGV[3])
   return {1, tonumber(redis.call('GET', KEYS[2]) or '0'), ttl, holds + 1}
 end
-if v and ARGV[6] and readersHold(v) then
+if v and writer_wait and readersHold(v) then
   redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', nowMs())
-  markWritersWaiting(tonumber(ARGV[6]), ARGV[1])
+  markWritersWaiting(writer_wait, ARGV[1])
   return {0, 0, redis.call('PTTL', KEYS[1]), 1}
 end
 local busy = {0, 0, redis.call('PTTL', KEYS[1])}
-busy[#busy + 1] = readHolder(KEYS[#KEYS], v)
+busy[#busy + 1] = readHolder(holder_key, v)
 return busy

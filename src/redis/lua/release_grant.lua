@@ -3,7 +3,10 @@
 -- KEYS[1]  p{name}          the lease: owner id[, " <holds>"], PX = its TTL
 -- KEYS[2]  p{name}:token    the fencing counter
 -- KEYS[3]  p{name}:holder   the holder record (lib/holder_record.lua): the next owner's
--- ARGV     owner, next owner, next ttl_ms, counter_ttl_ms, next holder label ('' = none)
+-- KEYS[4]  p{name}:delay    the lock-delay (lib/lock_delay.lua; named only when the last or the
+--                           next lease has one): the next owner's, the last one's cleared
+-- ARGV     owner, next owner, next ttl_ms, counter_ttl_ms, next holder label ('' = none)[,
+--          the next owner's lock_delay_ms]
 -- Replies  {1, token, ttl, 1}      released and granted to the next owner
 --          {1, 0, PTTL, holds}     a re-entered lease gave back one hold, handed nothing on
 --          {0, 0, holder PTTL}     held by another owner
@@ -17,6 +20,7 @@
 --! include lib/holder.lua
 --! include lib/clock.lua
 --! include lib/holder_record.lua
+--! include lib/lock_delay.lua
 
 local reply = lastHoldOrReply()
 if reply then
@@ -25,4 +29,7 @@ end
 redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
 redis.call('DEL', KEYS[3])
 recordHolder(KEYS[3], ARGV[2], ARGV[5], ARGV[3])
+if KEYS[4] then
+  startDelay(ARGV[3], ARGV[6])
+end
 return {1, nextToken(ARGV[4]), tonumber(ARGV[3]), 1}
