@@ -141,7 +141,8 @@ void LockApi::acquire(http::Request& req, http::ResponderPtr res) {
   body.parse(req.header("content-type"), req.body,
              {BodyField::kTtlMs, BodyField::kWaitMs, BodyField::kOwner, BodyField::kAutoRenew,
               BodyField::kMaxHoldMs, BodyField::kHold, BodyField::kRequestId, BodyField::kReentrant,
-              BodyField::kMode, BodyField::kFair, BodyField::kHealth, BodyField::kHolder});
+              BodyField::kMode, BodyField::kFair, BodyField::kHealth, BodyField::kHolder,
+              BodyField::kLockDelayMs});
   lock::AcquireOptions opts;
   bool shared = false;
   bool fair = false;
@@ -158,9 +159,14 @@ void LockApi::acquire(http::Request& req, http::ResponderPtr res) {
         body.readInt(BodyField::kMaxHoldMs, 1, locks_.max_hold_ms_limit, opts.max_hold_ms) &&
         body.readString(BodyField::kHold, hold) && readRequestId(body, request_id) &&
         body.readBool(BodyField::kReentrant, opts.reentrant) && readMode(body, shared) &&
-        body.readBool(BodyField::kFair, fair) && readHolder(body, identity_, opts.holder);
+        body.readBool(BodyField::kFair, fair) && readHolder(body, identity_, opts.holder) &&
+        body.readInt(BodyField::kLockDelayMs, 0, locks_.max_lock_delay_ms, opts.lock_delay_ms);
   }
   checkHold(body, hold);
+  if (body.ok() && shared && opts.lock_delay_ms > 0) {
+    // Readers share the lease: a reader's loss leaves the others holding it (no delay to run).
+    body.setError("lock_delay_ms applies to exclusive locks only (mutex, fair, reentrant)");
+  }
   if (body.ok() && shared && opts.reentrant) {
     body.setError("reentrant applies to exclusive locks only (a reader holds one shared lease)");
   }

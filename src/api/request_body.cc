@@ -257,6 +257,8 @@ std::string_view RequestBody::fieldName(BodyField field) {
       return "health";
     case BodyField::kHolder:
       return "holder";
+    case BodyField::kLockDelayMs:
+      return "lock_delay_ms";
   }
   return "";
 }

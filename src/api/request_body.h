@@ -35,16 +35,17 @@ enum class BodyField {
   kExpiryInSeconds,
   kRequestId,
   kReentrant,
-  kLimit,   // semaphores
-  kPermit,  // semaphores: the permit id (an owner id)
-  kMode,    // read/write locks: "shared" (readers) or "exclusive" (writers, the default)
-  kNames,   // multi-locks: an array of lock names
-  kFair,    // fair locks: FIFO across sidecars
-  kCandidate,  // elections: who campaigns
-  kValue,      // elections: what the leader proclaims
-  kHealth,     // health-bound holds: an object {"url", "interval_ms", "failures"}
-  kHolder,     // locks: who holds it, a public label (never the owner id)
-  // A new field goes above this line: kFieldCount counts up to kHolder.
+  kLimit,        // semaphores
+  kPermit,       // semaphores: the permit id (an owner id)
+  kMode,         // read/write locks: "shared" (readers) or "exclusive" (writers, the default)
+  kNames,        // multi-locks: an array of lock names
+  kFair,         // fair locks: FIFO across sidecars
+  kCandidate,    // elections: who campaigns
+  kValue,        // elections: what the leader proclaims
+  kHealth,       // health-bound holds: an object {"url", "interval_ms", "failures"}
+  kHolder,       // locks: who holds it, a public label (never the owner id)
+  kLockDelayMs,  // mutex, fair, reentrant locks: the lock-delay after an involuntary loss
+  // A new field goes above this line: kFieldCount counts up to kLockDelayMs.
 };
 
 class BodyReader;
@@ -122,7 +123,7 @@ class RequestBody {
     std::vector<BodyMember> members;  // kObject
   };
   static constexpr std::string_view kBadRequest = "bad_request";
-  static constexpr size_t kFieldCount = static_cast<size_t>(BodyField::kHolder) + 1;
+  static constexpr size_t kFieldCount = static_cast<size_t>(BodyField::kLockDelayMs) + 1;
 
   Value& slot(BodyField field) { return values_[static_cast<size_t>(field)]; }
   const Value& slot(BodyField field) const { return values_[static_cast<size_t>(field)]; }

@@ -102,6 +102,12 @@ Answer lockedAnswer(lock::BusyReason why, lock::LockKind kind, int64_t retry_aft
       message =
           "a writer is waiting for the lock: new readers are turned away until it got in and out";
       break;
+    case lock::BusyReason::kLockDelay:
+      reason = "lock_delay";
+      message =
+          "nobody holds the lock, but its last lease ended without a release (expired, forced or "
+          "given up): its lock_delay_ms runs until retry_after_ms";
+      break;
   }
   return retryLaterAnswer(409, "locked", message, retry_after_ms, {}, reason, holder);
 }

@@ -99,6 +99,17 @@ struct Operation {
   /// the lease and read back by inspect and busy acquires on every sidecar. Never the owner id.
   /// Empty: none recorded.
   std::string_view holder;
+  /// Lock-delay (mutex and fair acquire; hand-off: the next owner's): after this lease ends
+  /// without a release (expiry, force release, an involuntary release) nobody is granted the lock
+  /// for this many ms. 0: none. Extends keep it (the backend remembers it with the lease).
+  int64_t lock_delay_ms = 0;
+  /// Release: the lease is given up involuntarily (e.g. its app failed its health check): its
+  /// lock-delay applies as after an expiry, where a clean release clears it.
+  bool involuntary = false;
+  /// Extend, release, hand-off of a mutex lease: it may have a lock-delay (acquired with
+  /// lock_delay_ms > 0, or this sidecar does not know: the default). false lets the Redis scripts
+  /// leave the delay key out (a lease without a delay keeps none).
+  bool lease_may_delay = true;
 
   // Each factory sets the fields its verb reads, by name; every other field keeps its default
   // (no positional initializer of a dozen unrelated fields to get wrong).
@@ -196,6 +207,8 @@ enum class BusyReason : uint8_t {
   kHeld,           // held by another owner (readers, a writer, or waiters of a fair lock first)
   kHeldByYou,      // held by the same owner, and the acquire did not ask to re-enter (reentrant)
   kWriterWaiting,  // readers: nobody may hold it, but a queued writer's mark turns readers away
+  kLockDelay,      // nobody holds it, but the last lease ended without a release less than its
+                   // lock_delay_ms ago (holder_ttl_ms: what is left of the delay)
 };
 
 /// Who leads an election (inspect of kElection while held): as its campaign recorded it.

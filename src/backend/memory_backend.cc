@@ -194,8 +194,12 @@ void MemoryBackend::acquireAll(const std::vector<std::string>& names, std::strin
     const int64_t now = scheduler_.nowUs();
     for (size_t i = 0; i < names.size() && !result->granted; ++i) {
       const Entry* writer = liveEntry(names[i]);
-      const int64_t holder_expiry_us =
+      int64_t holder_expiry_us =
           holderExpiryUs(writer, writer == nullptr ? liveReaders(names[i]) : nullptr);
+      if (auto it = locks_.find(names[i]);
+          holder_expiry_us == 0 && it != locks_.end() && it->second.delay_until_us > now) {
+        holder_expiry_us = it->second.delay_until_us;  // a lock-delay runs: nothing is granted
+      }
       if (holder_expiry_us == 0) continue;
       result->busy_index = i;
       result->holder_ttl_ms = remainingMs(holder_expiry_us, now);
@@ -395,11 +399,18 @@ StatusOr<Outcome> MemoryBackend::applyFair(const Operation& op) {
     join(op.owner);
     forEachOwner(op.also_waiting, join);
   }
+  if (free && e.delay_until_us > now) {  // a waiter keeps its place through the delay
+    o.code = OutcomeCode::kBusy;
+    o.busy_reason = BusyReason::kLockDelay;
+    o.holder_ttl_ms = std::max<int64_t>(1, remainingMs(e.delay_until_us, now));
+    return o;
+  }
   const bool our_turn = e.fair_queue.empty() || e.fair_queue.front().owner == op.owner;
   if (our_turn && free) {
     if (auto it = position(op.owner); it != e.fair_queue.end()) e.fair_queue.erase(it);
     Operation grant = Operation::acquire(op.name, op.owner, op.ttl_ms);
     grant.holder = op.holder;
+    grant.lock_delay_ms = op.lock_delay_ms;
     return apply(grant);
   }
   // Held: until the holder lets go; free but another's turn: until the first waiter's claim.
@@ -533,6 +544,7 @@ StatusOr<Outcome> MemoryBackend::apply(const Operation& op) {
         // Re-entry: one more hold, same token, a TTL never shorter than what is left.
         held->holds += 1;
         held->expiry_us = std::max(held->expiry_us, now + op.ttl_ms * 1000);
+        held->delay_until_us = held->delay_ms > 0 ? held->expiry_us + held->delay_ms * 1000 : 0;
         o.code = OutcomeCode::kOk;
         o.token = held->token;
         o.validity_ms = remainingMs(held->expiry_us, now);
@@ -552,12 +564,20 @@ StatusOr<Outcome> MemoryBackend::apply(const Operation& op) {
         return heldByOther(OutcomeCode::kBusy);
       }
       Entry& e = locks_[std::string(op.name)];
+      if (e.delay_until_us > now) {  // the last lease ended unreleased: its lock-delay runs
+        o.code = OutcomeCode::kBusy;
+        o.busy_reason = BusyReason::kLockDelay;
+        o.holder_ttl_ms = std::max<int64_t>(1, remainingMs(e.delay_until_us, now));
+        return o;
+      }
       e.owner.assign(op.owner);
       e.expiry_us = now + op.ttl_ms * 1000;
       e.token += 1;
       e.holds = 1;
       e.holder.assign(op.holder);
       e.since_ms = unixNowMs();
+      e.delay_ms = std::max<int64_t>(0, op.lock_delay_ms);
+      e.delay_until_us = e.delay_ms > 0 ? e.expiry_us + e.delay_ms * 1000 : 0;
       if (op.writer_wait_ms > 0) e.writer_marks.clear();  // a queued writer got in
       o.code = OutcomeCode::kOk;
       o.token = e.token;
@@ -576,6 +596,8 @@ StatusOr<Outcome> MemoryBackend::apply(const Operation& op) {
         return o;
       }
       held->owner.clear();
+      // A clean release clears the lock-delay; an involuntary one starts it now.
+      held->delay_until_us = op.involuntary && held->delay_ms > 0 ? now + held->delay_ms * 1000 : 0;
       return o;
     case Verb::kHandOff:
       if (op.ttl_ms <= 0 || op.next_owner.empty()) {
@@ -595,6 +617,8 @@ StatusOr<Outcome> MemoryBackend::apply(const Operation& op) {
       held->since_ms = unixNowMs();
       held->expiry_us = now + op.ttl_ms * 1000;
       held->token += 1;
+      held->delay_ms = std::max<int64_t>(0, op.lock_delay_ms);
+      held->delay_until_us = held->delay_ms > 0 ? held->expiry_us + held->delay_ms * 1000 : 0;
       o.token = held->token;
       o.validity_ms = op.ttl_ms;
       o.holds = 1;
@@ -605,6 +629,7 @@ StatusOr<Outcome> MemoryBackend::apply(const Operation& op) {
       if (held == nullptr) return o;
       if (held->owner != op.owner) return heldByOther(OutcomeCode::kNotOwner);
       held->expiry_us = now + op.ttl_ms * 1000;
+      if (held->delay_ms > 0) held->delay_until_us = held->expiry_us + held->delay_ms * 1000;
       o.code = OutcomeCode::kOk;
       o.validity_ms = op.ttl_ms;
       o.holds = held->holds;
@@ -626,6 +651,10 @@ StatusOr<Outcome> MemoryBackend::apply(const Operation& op) {
     case Verb::kForceRelease:
       if (held != nullptr || readers != nullptr) {
         Entry& e = held != nullptr ? *held : *readers;
+        if (held != nullptr) {  // the lease's lock-delay runs from now (as force_release.lua)
+          e.delay_until_us = e.delay_ms > 0 ? now + e.delay_ms * 1000 : 0;
+          o.validity_ms = e.delay_ms;
+        }
         e.owner.clear();
         e.readers.clear();  // (a writer's mark stays: it is the writer's)
         o.code = OutcomeCode::kOk;

@@ -67,6 +67,11 @@ class MemoryBackend final : public Backend {
     int64_t holds = 1;      // reentrant acquires: holds of the current lease
     std::string holder;     // the lease's public label (Operation::holder); empty if none
     int64_t since_ms = 0;   // when the lease was granted, Unix ms (system clock)
+    /// Lock-delay (as src/redis/lua/lib/lock_delay.lua): the lease's lock_delay_ms, and until
+    /// when (Scheduler time) nobody is granted the lock once the lease is gone: its expiry + the
+    /// delay while held, now + the delay after a force or involuntary release, 0 after a release.
+    int64_t delay_ms = 0;
+    int64_t delay_until_us = 0;
     /// Readers of a read/write lock (owner -> expiry, Scheduler time), held while no writer
     /// (`owner`) is; and the queued writers' marks (writer -> until when it turns new readers
     /// away; kept after the readers left, cleared when a queued writer gets in, one removed when

@@ -557,6 +557,7 @@ void loadLocks(const Section& root, LocksConfig& c) {
   s.readDurationMs("default_ttl_ms", c.default_ttl_ms, 1, kMaxMs);
   s.readDurationMs("max_ttl_ms", c.max_ttl_ms, 1, kMaxMs);
   s.readDurationMs("max_wait_ms", c.max_wait_ms, 0, kMaxMs);
+  s.readDurationMs("max_lock_delay_ms", c.max_lock_delay_ms, 0, kMaxMs);
   s.readInt("max_name_bytes", c.max_name_bytes, 1, 1024);
   s.readInt("max_owner_bytes", c.max_owner_bytes, 8, 1024);
   s.readInt("max_waiters_per_lock", c.max_waiters_per_lock, 0, 1'000'000);
@@ -570,10 +571,11 @@ void loadLocks(const Section& root, LocksConfig& c) {
   s.readDurationMs("request_id_window_ms", c.request_id_window_ms, 0, kMaxMs * 52);
   s.readInt("max_request_ids", c.max_request_ids, 0, 10'000'000);
   s.readInt("max_request_id_bytes", c.max_request_id_bytes, 0, int64_t{1} << 40);
-  s.rejectUnknown({"default_ttl_ms", "max_ttl_ms", "max_wait_ms", "max_name_bytes",
-                   "max_owner_bytes", "max_waiters_per_lock", "max_waiters", "retry_min_ms",
-                   "retry_max_ms", "max_event_streams", "renew_fraction", "default_max_hold_ms", "max_hold_ms_limit",
-                   "request_id_window_ms", "max_request_ids", "max_request_id_bytes"});
+  s.rejectUnknown({"default_ttl_ms", "max_ttl_ms", "max_wait_ms", "max_lock_delay_ms",
+                   "max_name_bytes", "max_owner_bytes", "max_waiters_per_lock", "max_waiters",
+                   "retry_min_ms", "retry_max_ms", "max_event_streams", "renew_fraction",
+                   "default_max_hold_ms", "max_hold_ms_limit", "request_id_window_ms",
+                   "max_request_ids", "max_request_id_bytes"});
   if (c.default_ttl_ms > c.max_ttl_ms)
     fail(s.path("default_ttl_ms"), "must be <= locks.max_ttl_ms");
   if (c.retry_max_ms < c.retry_min_ms)

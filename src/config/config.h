@@ -143,6 +143,8 @@ struct LocksConfig {
   int64_t default_ttl_ms = 30'000;
   int64_t max_ttl_ms = 600'000;
   int64_t max_wait_ms = 300'000;
+  /// The largest lock_delay_ms an acquire may ask (Consul's LockDelay; 0 turns the field off).
+  int64_t max_lock_delay_ms = 60'000;
   int max_name_bytes = 200;
   int max_owner_bytes = 128;
   int max_waiters_per_lock = 1024;

@@ -66,6 +66,7 @@ struct Lease {
   bool releasing : 1 = false;        // release started: renewals are over for good
   bool capped : 1 = false;           // renewals stopped at max_hold_ms: it runs out at the cap
   bool unhealthy : 1 = false;        // released because its app is unhealthy: never renewed again
+  bool lock_delay : 1 = false;       // acquired with lock_delay_ms > 0 (its backend keeps a delay)
   int32_t holds = 1;                 // reentrant acquires: holds taken and not yet given back
   int64_t hold_deadline_us = 0;  // auto_renew: no renewal starts at or after this (0 = no cap)
   std::function<void(LeaseEvent)> on_event;

@@ -39,8 +39,8 @@ AcquireTicket LockService::acquire(AcquireOptions options, std::function<void(Ac
 }
 
 void LockService::release(const LockId& lock, std::string_view owner,
-                          std::function<void(StatusOr<ReleaseStatus>)> done) {
-  impl_->release(lock, owner, std::move(done));
+                          std::function<void(StatusOr<ReleaseStatus>)> done, ReleaseMode mode) {
+  impl_->release(lock, owner, std::move(done), mode);
 }
 
 void LockService::releaseUnhealthy(const LockId& lock, std::string_view owner) {

@@ -114,7 +114,16 @@ struct AcquireOptions {
   /// shown by inspect on every sidecar (validated by the API: 1..256 printable ASCII). Never the
   /// owner id. Empty: none recorded.
   std::string holder;
+  /// Mutex, fair and reentrant locks: after this lease ends without a release (expiry, force
+  /// release, an involuntary release) nobody is granted the lock for this many ms (Consul's
+  /// LockDelay); 0 = none. Validated by the API layer (0..locks.max_lock_delay_ms).
+  int64_t lock_delay_ms = 0;
 };
+
+/// How release() gives a lease up: kClean (the holder is done: the next owner may start at once)
+/// or kInvoluntary (taken from a holder that may still be working, e.g. its app failed its health
+/// check: the lease's lock_delay_ms applies as after an expiry, and it is never handed on).
+enum class ReleaseMode { kClean, kInvoluntary };
 
 struct Grant {
   LockId lock;
@@ -298,7 +307,8 @@ class LockService {
   /// a renewal already in flight is answered before the release is sent). A backend error
   /// answers the error status; the lease then keeps no watchdog and simply expires.
   void release(const LockId& lock, std::string_view owner,
-               std::function<void(StatusOr<ReleaseStatus>)> done);
+               std::function<void(StatusOr<ReleaseStatus>)> done,
+               ReleaseMode mode = ReleaseMode::kClean);
   /// Ends the lease (lock, owner) this sidecar holds because its holder is unhealthy (README
   /// "Holds that follow the app's health"): renewal stops, the lease is released in the backend
   /// (waiters anywhere are woken), its holder's stream gets kLost, and a later release / extend

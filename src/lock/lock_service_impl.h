@@ -52,7 +52,8 @@ class LockService::Impl {
                         std::function<void(LeaseEvent)> on_event);
   void releaseUnhealthy(const LockId& lock, std::string_view owner);
   void release(const LockId& lock, std::string_view owner,
-               std::function<void(StatusOr<ReleaseStatus>)> done);
+               std::function<void(StatusOr<ReleaseStatus>)> done,
+               ReleaseMode mode = ReleaseMode::kClean);
   void extend(const LockId& lock, std::string_view owner, int64_t ttl_ms,
               std::function<void(StatusOr<ExtendResult>)> done);
   void inspect(const LockId& lock, std::function<void(StatusOr<LockState>)> done);
@@ -169,7 +170,8 @@ class LockService::Impl {
 
   // --- release / extend (release.cc) ---
   void sendRelease(LockId lock, std::string owner,
-                   std::function<void(StatusOr<ReleaseStatus>)> done, bool client_request);
+                   std::function<void(StatusOr<ReleaseStatus>)> done, bool client_request,
+                   ReleaseMode mode = ReleaseMode::kClean);
   /// The head of `lock`'s queue, if a release may hand the lock straight to it.
   Waiter* handOffCandidate(const LockId& lock);
   /// Release and grant to `next` in one backend round trip (Verb::kHandOff).

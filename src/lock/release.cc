@@ -24,7 +24,8 @@ void countRefusal(RefusedStatus status, prometheus::Counter& lease_lost,
 // Release, extend, inspect
 
 void LockService::Impl::release(const LockId& lock, std::string_view owner,
-                                std::function<void(StatusOr<ReleaseStatus>)> done) {
+                                std::function<void(StatusOr<ReleaseStatus>)> done,
+                                ReleaseMode mode) {
   LockId n = lock;
   std::string o(owner);
   if (Lease* lease = leases_.find(lock, owner)) {
@@ -34,13 +35,13 @@ void LockService::Impl::release(const LockId& lock, std::string_view owner,
     if (lease->holds <= 1) stopRenewal(*lease);
     if (lease->renew_in_flight) {
       // Sequenced: the renewal's answer comes first, then the release goes out.
-      lease->after_renewal.push_back([this, n, o, done = std::move(done)]() mutable {
-        sendRelease(std::move(n), std::move(o), std::move(done), true);
+      lease->after_renewal.push_back([this, n, o, done = std::move(done), mode]() mutable {
+        sendRelease(std::move(n), std::move(o), std::move(done), true, mode);
       });
       return;
     }
   }
-  sendRelease(std::move(n), std::move(o), std::move(done), true);
+  sendRelease(std::move(n), std::move(o), std::move(done), true, mode);
 }
 
 void LockService::Impl::releaseUnhealthy(const LockId& lock, std::string_view owner) {
@@ -58,29 +59,42 @@ void LockService::Impl::releaseUnhealthy(const LockId& lock, std::string_view ow
   // Renewal stops whatever the holds: a re-entered lease gives back one hold in the backend and
   // the rest run out with the TTL, never renewed for an unhealthy app.
   lease->holds = 1;
-  release(lock, owner,
-          [this, lock, o = std::string(owner),
-           on_event = std::move(on_event)](StatusOr<ReleaseStatus> released) {
-            // Counted once the backend gave the lease (or its hold) back, not when asked.
-            if (released.isOk() && (*released == ReleaseStatus::kReleased ||
-                                    *released == ReleaseStatus::kHoldReleased)) {
-              metrics_.leases_released_unhealthy.Increment();
-            }
-            lost_.remember(lock, o, scheduler_.nowUs());
-            if (on_event) on_event(LeaseEvent::kLost);
-          });
+  const bool delayed = lease->lock_delay;
+  // Involuntary: the app may still be working, so the lease's lock-delay applies (README
+  // "Lock-delay"), and the lock is not handed on.
+  release(
+      lock, owner,
+      [this, lock, o = std::string(owner), delayed,
+       on_event = std::move(on_event)](StatusOr<ReleaseStatus> released) {
+        // Counted once the backend gave the lease (or its hold) back, not when asked.
+        if (released.isOk() &&
+            (*released == ReleaseStatus::kReleased || *released == ReleaseStatus::kHoldReleased)) {
+          metrics_.leases_released_unhealthy.Increment();
+        }
+        if (delayed && released.isOk() && *released == ReleaseStatus::kReleased) {
+          metrics_.lock_delays_unhealthy.Increment();
+        }
+        lost_.remember(lock, o, scheduler_.nowUs());
+        if (on_event) on_event(LeaseEvent::kLost);
+      },
+      ReleaseMode::kInvoluntary);
 }
 
 void LockService::Impl::sendRelease(LockId lock, std::string owner,
                                     std::function<void(StatusOr<ReleaseStatus>)> done,
-                                    bool client_request) {
-  if (client_request && !stopping_ && backend_.canHandOff() && policyOf(lock.kind).hands_off) {
+                                    bool client_request, ReleaseMode mode) {
+  // An involuntary release is never handed on: its lock-delay keeps the next owner out.
+  if (client_request && mode == ReleaseMode::kClean && !stopping_ && backend_.canHandOff() &&
+      policyOf(lock.kind).hands_off) {
     if (Waiter* next = handOffCandidate(lock)) {
       sendReleaseWithHandOff(std::move(lock), std::move(owner), *next, std::move(done));
       return;
     }
   }
-  runOnBackend(lock, backend::Operation::release(lock.name, owner),
+  backend::Operation op = backend::Operation::release(lock.name, owner);
+  op.involuntary = mode == ReleaseMode::kInvoluntary;
+  if (const Lease* held = leases_.find(lock, owner)) op.lease_may_delay = held->lock_delay;
+  runOnBackend(lock, op,
                guarded([in_flight = ops_.hold(), this, lock, owner, done = std::move(done),
                         client_request](StatusOr<backend::Outcome> reply) mutable {
                  const InFlight settled = std::move(in_flight);
@@ -112,6 +126,8 @@ void LockService::Impl::sendReleaseWithHandOff(LockId lock, std::string owner, W
   backend::Operation hand_off =
       backend::Operation::handOff(lock.name, owner, next.options.owner, next.options.ttl_ms);
   hand_off.holder = next.options.holder;  // recorded for the next owner
+  hand_off.lock_delay_ms = next.options.lock_delay_ms;
+  if (const Lease* held = leases_.find(lock, owner)) hand_off.lease_may_delay = held->lock_delay;
   runOnBackend(
       lock, hand_off,
       guarded([this, lock, owner, id = next.id, next_owner = next.options.owner,
@@ -239,8 +255,10 @@ void LockService::Impl::extend(const LockId& lock, std::string_view owner, int64
   const uint64_t lease_id = held != nullptr ? held->id : 0;
   LockId n = lock;
   std::string o(owner);
+  backend::Operation op = backend::Operation::extend(lock.name, owner, ttl_ms);
+  if (held != nullptr) op.lease_may_delay = held->lock_delay;
   runOnBackend(
-      lock, backend::Operation::extend(lock.name, owner, ttl_ms),
+      lock, op,
       guarded([in_flight = ops_.hold(), this, n = std::move(n), o = std::move(o), lease_id, ttl_ms,
                done = std::move(done)](StatusOr<backend::Outcome> reply) mutable {
         const InFlight settled = std::move(in_flight);
@@ -343,6 +361,8 @@ void LockService::Impl::forceRelease(std::string_view name,
                          : StatusOr<ForcedRelease>(reply.status());
         if (reply.isOk() && reply->ok()) {
           metrics_.forced_releases.Increment();
+          // validity_ms: the lock-delay the freed lease's backend started (0: none).
+          if (reply->validity_ms > 0) metrics_.lock_delays_forced.Increment();
           // Our own holder learns it now rather than at its next renewal; a lease already
           // being released by its holder is left to that release (it will find the key
           // gone).

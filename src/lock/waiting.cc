@@ -216,6 +216,7 @@ void LockService::Impl::attempt(Waiter& w) {
                                                       w.options.ttl_ms, w.options.reentrant);
   op.limit = w.options.limit;
   op.candidate = w.options.candidate;  // elections: recorded with the lease
+  op.lock_delay_ms = w.options.lock_delay_ms;
   op.value = w.options.value;
   op.holder = w.options.holder;  // locks: the public label recorded with the lease
   if (queued && policy.marks_writer_waiting) {
@@ -439,6 +440,9 @@ void LockService::Impl::finishWaiter(Waiter& w, AcquireResult result) {
   if (result.status == AcquireStatus::kBusy) {
     result.busy_reason = w.busy_reason;
     result.holder = w.busy_holder;
+    if (result.busy_reason == backend::BusyReason::kLockDelay) {
+      metrics_.lock_delay_refusals.Increment();
+    }
   }
   if (result.status != AcquireStatus::kGranted && w.options.wait_ms > 0) {
     // It may hold a place in the backend's queue (fair), or keep readers out (a writer that
@@ -518,7 +522,11 @@ void LockService::Impl::planRetry(WaiterQueue& q) {
   const int64_t now = scheduler_.nowUs();
   const Waiter& head = *q.fifo.front();
   const int64_t holder_ttl_ms = q.holder_expiry_us < 0 ? -1 : ceilMs(q.holder_expiry_us - now);
-  const int64_t delay = q.backoff.next(holder_ttl_ms, ceilMs(head.deadline_us - now));
+  const int64_t left_ms = ceilMs(head.deadline_us - now);
+  // A lock-delay ends at a known time and nothing announces its end: retry right then.
+  const int64_t delay = head.busy_reason == backend::BusyReason::kLockDelay && holder_ttl_ms >= 0
+                            ? std::clamp<int64_t>(holder_ttl_ms, 1, std::max<int64_t>(1, left_ms))
+                            : q.backoff.next(holder_ttl_ms, left_ms);
   q.retry_timer.start(scheduler_, delay, guarded([this, qp = &q] { onRetryTimer(qp); }));
 }
 

@@ -69,6 +69,7 @@ void LockService::Impl::recordGrant(Waiter& w, const backend::Outcome& grant) {
   lease.expiry_us = now + grant.validity_ms * 1000;
   lease.auto_renew = w.options.auto_renew || w.options.stream;
   lease.stream = w.options.stream;
+  lease.lock_delay = w.options.lock_delay_ms > 0;
   if (lease.auto_renew) {
     const int64_t max_hold =
         w.options.max_hold_ms > 0 ? w.options.max_hold_ms : config_.default_max_hold_ms;
@@ -112,6 +113,7 @@ void LockService::Impl::onLeaseExpiry(Lease& lease) {
 
 void LockService::Impl::expireLease(Lease& lease, bool wake) {
   metrics_.lease_expired.Increment();
+  if (lease.lock_delay) metrics_.lock_delays_expired.Increment();  // its delay runs from now
   SL_LOG(kInfo, "lease.expired", {"name", lease.lock.display()},
          {"owner", ownerDigest(lease.owner)},
          {"token", static_cast<unsigned long long>(lease.token)},
@@ -160,8 +162,10 @@ void LockService::Impl::renew(Lease& lease) {
   if (now >= lease.expiry_us) return;  // too late to renew: the expiry timer declares it lost
   lease.renew_in_flight = true;
   InFlight in_flight = ops_.hold();
+  backend::Operation op = backend::Operation::extend(lease.lock.name, lease.owner, lease.ttl_ms);
+  op.lease_may_delay = lease.lock_delay;
   runOnBackend(
-      lease.lock, backend::Operation::extend(lease.lock.name, lease.owner, lease.ttl_ms),
+      lease.lock, op,
       guarded([this, lock = lease.lock, owner = lease.owner, id = lease.id,
                in_flight = std::move(in_flight)](StatusOr<backend::Outcome> reply) mutable {
         onRenewReply(lock, owner, id, std::move(reply), std::move(in_flight));

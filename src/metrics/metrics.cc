@@ -147,6 +147,20 @@ Metrics::Metrics(std::string version)
                   .Help("Release notifications (pub/sub) that woke a local waiter.")
                   .Register(*registry_)
                   .Add({})),
+      lock_delay_refusals(BuildCounter()
+                              .Name("sidelock_lock_delay_refusals_total")
+                              .Help("Acquires answered 409 locked because a lock-delay ran.")
+                              .Register(*registry_)
+                              .Add({})),
+      lock_delays_applied(BuildCounter()
+                              .Name("sidelock_lock_delays_applied_total")
+                              .Help("Lock-delays started, by cause: a lease of this sidecar "
+                                    "expired unreleased or was released as unhealthy, or a force "
+                                    "release through this sidecar freed a lease with a delay.")
+                              .Register(*registry_)),
+      lock_delays_expired(lock_delays_applied.Add({{"cause", "expired"}})),
+      lock_delays_forced(lock_delays_applied.Add({{"cause", "forced"}})),
+      lock_delays_unhealthy(lock_delays_applied.Add({{"cause", "unhealthy"}})),
       elections_won(BuildCounter()
                         .Name("sidelock_elections_won_total")
                         .Help("Campaigns through this sidecar that were elected leader.")

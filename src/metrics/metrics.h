@@ -126,6 +126,13 @@ class Metrics {
   prometheus::Counter& renew_capped;  // stopped at max_hold_ms
 
   prometheus::Counter& wakeups;  // pub/sub release notifications that woke a waiter
+  prometheus::Counter& lock_delay_refusals;  // acquires answered 409 because a lock-delay ran
+  // Lock-delays started by a lease of this sidecar that ended unreleased, or by a force release
+  // through it: {cause} = expired | forced | unhealthy (pre-created, a fixed set).
+  prometheus::Family<prometheus::Counter>& lock_delays_applied;
+  prometheus::Counter& lock_delays_expired;
+  prometheus::Counter& lock_delays_forced;
+  prometheus::Counter& lock_delays_unhealthy;
 
   // --- elections (README "Leader election") ---
   prometheus::Counter& elections_won;  // campaigns of this sidecar elected

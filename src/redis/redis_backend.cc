@@ -112,6 +112,7 @@ void RedisBackend::acquireAll(const std::vector<std::string>& names, std::string
     keys.push_back(lockKey(scripts_.prefix, name));
     keys.push_back(tokenKey(scripts_.prefix, name));
     keys.push_back(holderRecordKey(scripts_.prefix, name));  // as a single acquire records it
+    keys.push_back(lockDelayKey(scripts_.prefix, name));     // a running delay keeps it busy
   }
   const std::vector<std::string_view> key_views(keys.begin(), keys.end());
   const std::string ttl = std::to_string(ttl_ms);

@@ -517,6 +517,7 @@ void RedlockBackend::finishAcquireLoss(const std::shared_ptr<QuorumCall>& call) 
   int failed = 0;
   std::vector<int64_t> busy_pttls;
   int busy_held_by_you = 0;
+  int busy_lock_delay = 0;
   const Outcome* busy_holder = nullptr;
   for (size_t i = 0; i < nodes_.size(); ++i) {
     if (call->voting[i] && call->said(i, OutcomeCode::kOk)) {
@@ -525,6 +526,7 @@ void RedlockBackend::finishAcquireLoss(const std::shared_ptr<QuorumCall>& call) 
       ++busy;
       busy_pttls.push_back(call->answers[i]->holder_ttl_ms);
       if (call->answers[i]->busy_reason == BusyReason::kHeldByYou) ++busy_held_by_you;
+      if (call->answers[i]->busy_reason == BusyReason::kLockDelay) ++busy_lock_delay;
       // The 409's holder: a hint for the caller's log, so the first node that names one.
       if (busy_holder == nullptr && !call->answers[i]->holder.empty()) {
         busy_holder = &*call->answers[i];
@@ -561,6 +563,8 @@ void RedlockBackend::finishAcquireLoss(const std::shared_ptr<QuorumCall>& call) 
   }
   // The caller's own lease only if every node that refused says so (Redlock serves no readers).
   if (busy > 0 && busy_held_by_you == busy) busy_outcome.busy_reason = BusyReason::kHeldByYou;
+  // A lock-delay if every node that refused is in its delay (each node keeps its own delay key).
+  if (busy > 0 && busy_lock_delay == busy) busy_outcome.busy_reason = BusyReason::kLockDelay;
   busy_outcome.holder_ttl_ms = quorum::holderTtlMs(n, votes_for, std::move(busy_pttls));
   if (busy_holder != nullptr) {
     busy_outcome.holder = busy_holder->holder;
@@ -777,6 +781,9 @@ void RedlockBackend::finishRead(const std::shared_ptr<QuorumCall>& call) {
   }
   if (call->verb == Verb::kForceRelease) {
     if (deleted_somewhere) o.code = OutcomeCode::kOk;
+    for (const auto& a : call->answers) {  // the lock-delay a node started (force_release.lua)
+      if (a && a->ok()) o.validity_ms = std::max(o.validity_ms, a->validity_ms);
+    }
   } else if (const int64_t ttl = quorum::heldTtlMs(static_cast<int>(nodes_.size()), held_pttls);
              ttl >= 0) {
     o.code = OutcomeCode::kOk;

@@ -94,6 +94,10 @@ std::string electionLeaderKey(std::string_view prefix, std::string_view name) {
   return lockKey(prefix, name) + ":el:leader";
 }
 
+std::string lockDelayKey(std::string_view prefix, std::string_view name) {
+  return lockKey(prefix, name) + ":delay";
+}
+
 std::string releaseChannel(std::string_view prefix, std::string_view name) {
   std::string c;
   c.reserve(prefix.size() + kChannelInfix.size() + name.size() + 1);
@@ -373,6 +377,14 @@ StatusOr<Outcome> decodeOutcome(const StatusOr<RedisValue>& reply, ScriptId scri
       if (script != ScriptId::kSemAcquire) return badShape(node, script);
       o.code = OutcomeCode::kLimitMismatch;
       return o;
+    case 5:
+      if (script != ScriptId::kAcquire && script != ScriptId::kFairAcquire) {
+        return badShape(node, script);
+      }
+      o.code = OutcomeCode::kBusy;
+      o.busy_reason = BusyReason::kLockDelay;
+      o.holder_ttl_ms = std::max<int64_t>(1, ttl);
+      return o;
     case 3:
     case 4:
       if (script != ScriptId::kAcquire && script != ScriptId::kSharedAcquire &&
@@ -507,7 +519,7 @@ StatusOr<ScriptCall> scriptCallFor(const Operation& op, const ScriptContext& ctx
   } else if (op.kind == LockKind::kElection) {
     key(electionKey(ctx.prefix, op.name));
     key(electionTokenKey(ctx.prefix, op.name));
-    key(electionLeaderKey(ctx.prefix, op.name));
+    key(electionLeaderKey(ctx.prefix, op.name));  // (elections have no lock-delay)
   } else {
     key(lockKey(ctx.prefix, op.name));
     key(tokenKey(ctx.prefix, op.name));
@@ -549,6 +561,26 @@ StatusOr<ScriptCall> scriptCallFor(const Operation& op, const ScriptContext& ctx
       default:
         break;
     }
+    // The lock-delay key goes last (src/redis/lua/lib/lock_delay.lua): always where a grant is
+    // decided or a lease of anybody's is deleted; for extend, release and hand-off only when the
+    // lease may have one (or the next owner asks for one), so that a lease without a delay never
+    // names a key that does not exist (TRYAGAIN while its Cluster slot migrates).
+    switch (c.script) {
+      case ScriptId::kAcquire:
+      case ScriptId::kFairAcquire:
+      case ScriptId::kForceRelease:
+        key(lockDelayKey(ctx.prefix, op.name));
+        break;
+      case ScriptId::kExtend:
+      case ScriptId::kRelease:
+        if (op.lease_may_delay) key(lockDelayKey(ctx.prefix, op.name));
+        break;
+      case ScriptId::kReleaseGrant:
+        if (op.lease_may_delay || op.lock_delay_ms > 0) key(lockDelayKey(ctx.prefix, op.name));
+        break;
+      default:
+        break;
+    }
   }
   // ARGV, and the metric op.
   switch (op.verb) {
@@ -562,11 +594,13 @@ StatusOr<ScriptCall> scriptCallFor(const Operation& op, const ScriptContext& ctx
         arg(std::to_string(std::max<int64_t>(0, op.claim_ms)));
         arg(op.holder);
         arg(op.also_waiting);
+        arg(std::to_string(std::max<int64_t>(0, op.lock_delay_ms)));
         announceArgs(announcement::kGranted);  // a grant is news to every event stream
       } else if (c.script == ScriptId::kAcquire) {
         arg(op.holder);
         arg(op.reentrant ? kReentrantArg : kNotReentrantArg);
         arg(std::to_string(std::max<int64_t>(0, op.writer_wait_ms)));
+        arg(std::to_string(std::max<int64_t>(0, op.lock_delay_ms)));
         announceArgs(announcement::kGranted);
       } else if (c.script == ScriptId::kSharedAcquire || c.script == ScriptId::kSemAcquire) {
         arg(op.holder);  // the reader's / permit's label (lib/lease_labels.lua)
@@ -582,6 +616,10 @@ StatusOr<ScriptCall> scriptCallFor(const Operation& op, const ScriptContext& ctx
       c.node_op = NodeOp::kRelease;
       arg(op.owner);
       announceArgs(announcement::kReleased);
+      if (op.involuntary) {
+        if (!ctx.sharded_publish) arg(kNotReentrantArg);  // "-": not sharded
+        arg(kInvoluntaryArg);
+      }
       break;
     case Verb::kExtend:
       c.node_op = NodeOp::kExtend;
@@ -604,7 +642,8 @@ StatusOr<ScriptCall> scriptCallFor(const Operation& op, const ScriptContext& ctx
       arg(op.next_owner);
       arg(std::to_string(op.ttl_ms));
       arg(ctx.counter_ttl_ms);
-      arg(op.holder);                        // the next owner's label
+      arg(op.holder);  // the next owner's label
+      arg(std::to_string(std::max<int64_t>(0, op.lock_delay_ms)));
       announceArgs(announcement::kGranted);  // never a release: the lock was not free
       break;
     case Verb::kWithdraw:

@@ -168,6 +168,12 @@ std::string electionLeaderKey(std::string_view prefix, std::string_view name);
 std::string holderRecordKey(std::string_view prefix, std::string_view name);
 /// ARGV[4] of the mutex extend script: the holder record (KEYS[3]) follows the lease's new TTL.
 inline constexpr std::string_view kHolderFollowsLeaseArg = "lease";
+/// The lock-delay of a mutex's lease (src/redis/lua/lib/lock_delay.lua): `<prefix>{<name>}:delay`,
+/// its value the lease's lock_delay_ms, living that much longer than the lease; it exists only
+/// for a lease acquired with lock_delay_ms > 0. Elections have none.
+std::string lockDelayKey(std::string_view prefix, std::string_view name);
+/// ARGV[5] of the release script: the lease ends involuntarily, its lock-delay applies.
+inline constexpr std::string_view kInvoluntaryArg = "involuntary";
 /// ARGV[5] of the acquire script: take one more hold if the owner holds the lease already.
 inline constexpr std::string_view kReentrantArg = "reentrant";
 /// ARGV[5] of the acquire script when ARGV[6] (writer_wait_ms) follows without re-entry.
@@ -214,18 +220,18 @@ struct ScriptContext {
 struct ScriptCall {
   ScriptId script = ScriptId::kInspect;
   NodeOp node_op = NodeOp::kOther;
-  std::array<std::string, 5> keys;
+  std::array<std::string, 6> keys;
   /// The most: a queued writer's acquire on Redis Cluster (owner, ttl, counter ttl, holder,
-  /// re-entry, writer wait, channel, reason, "sharded") and a fair waiter's likewise.
-  std::array<std::string, 9> args;
+  /// re-entry, writer wait, lock-delay, channel, reason, "sharded") and a fair waiter's likewise.
+  std::array<std::string, 10> args;
   uint8_t key_count = 0;
   uint8_t arg_count = 0;
 
   /// Views of keys / args for RedisNode::runScriptArgs; valid while this call is neither
   /// changed nor moved.
   struct Views {
-    std::array<std::string_view, 5> keys;
-    std::array<std::string_view, 9> args;
+    std::array<std::string_view, 6> keys;
+    std::array<std::string_view, 10> args;
     RedisArgs keyArgs() const { return {keys.data(), key_count}; }
     RedisArgs argArgs() const { return {args.data(), arg_count}; }
     size_t key_count = 0;

@@ -278,6 +278,17 @@ TEST_F(ClusterBackendTest, FollowsAskDuringMigrationAndMovedAfterIt) {
   r = c.post("/v1/locks/" + name + "/acquire", "{}");
   ASSERT_EQ(r.status, 200) << r.body;
   EXPECT_GT(json::parse(r.body)["token"].get<uint64_t>(), token);
+  // A lease without a lock-delay keeps no delay key (extend and release above named none, so
+  // the hand migration met no TRYAGAIN); one with a delay keeps it in its slot, on its master,
+  // and after its expiry the lock stays out of reach for the delay (README "Lock-delay").
+  EXPECT_EQ(cluster_->server(to).cli({"EXISTS", lockKey(name) + ":delay"}), "0");
+  r = c.post("/v1/locks/delayed/acquire", R"({"ttl_ms":200,"lock_delay_ms":700})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(valueOnOwner(lockKey("delayed") + ":delay"), "700");
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  r = c.post("/v1/locks/delayed/acquire", "{}");
+  EXPECT_EQ(r.status, 409) << r.body;
+  EXPECT_EQ(json::parse(r.body)["reason"], "lock_delay") << r.body;
   EXPECT_EQ(sidecar_->stop(), 0) << sidecar_->logs();
 }
 

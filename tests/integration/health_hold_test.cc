@@ -156,6 +156,38 @@ TEST_F(HealthHoldTest, AutoRenewHoldIsReleasedAndItsOwnerHearsLeaseLost) {
   EXPECT_EQ(json::parse(release.body)["error"], "lease_lost") << release.body;
 }
 
+// A lease lost through its health binding is given up involuntarily: its lock_delay_ms applies
+// (README "Lock-delay"), so a sidecar elsewhere waits the delay out before it gets the lock.
+TEST_F(HealthHoldTest, AnUnhealthyReleaseStartsTheLockDelay) {
+  AppHealth app;
+  app.status = 500;
+  auto r = ca.post("/v1/locks/delayed/acquire", json{{"ttl_ms", 30'000},
+                                                     {"auto_renew", true},
+                                                     {"lock_delay_ms", 1500},
+                                                     {"health", healthField(app.url(), 100, 2)}}
+                                                    .dump());
+  ASSERT_EQ(r.status, 200) << r.body;
+  ASSERT_TRUE(pollUntil(
+      [&] {
+        return metricValue(ca.get("/metrics").body, "sidelock_leases_released_unhealthy_total") ==
+               1;
+      },
+      5000));
+  const auto released_at = Clock::now();
+  auto busy = cb.post("/v1/locks/delayed/acquire", R"({"ttl_ms":1000})");
+  ASSERT_EQ(busy.status, 409) << "the delay keeps the lock: " << busy.body;
+  EXPECT_EQ(json::parse(busy.body)["reason"], "lock_delay") << busy.body;
+  EXPECT_GT(json::parse(busy.body)["retry_after_ms"].get<int64_t>(), 0) << busy.body;
+  auto waited = cb.post("/v1/locks/delayed/acquire", R"({"ttl_ms":1000,"wait_ms":5000})");
+  const auto took =
+      std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - released_at);
+  ASSERT_EQ(waited.status, 200) << waited.body;
+  EXPECT_GE(took.count(), 1000) << "granted inside the delay";
+  EXPECT_EQ(metricValue(ca.get("/metrics").body,
+                        "sidelock_lock_delays_applied_total{cause=\"unhealthy\"}"),
+            1);
+}
+
 TEST_F(HealthHoldTest, HoldsNamingOneUrlShareOneProbeAndASilentEndpointBlocksNothing) {
   AppHealth app;
   std::vector<std::string> owners;

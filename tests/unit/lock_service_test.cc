@@ -1559,5 +1559,71 @@ TEST_F(LockServiceTest, AClientReleaseInFlightWinsOverAnUnhealthyRelease) {
   EXPECT_EQ(held->events.back(), LeaseEvent::kReleased);
 }
 
+// Lock-delay on MemoryBackend (the reference model of src/redis/lua/lib/lock_delay.lua): an
+// expired lease keeps the lock for its lock_delay_ms (busy, reason kLockDelay, retry_after_ms =
+// what is left), a queued waiter is granted when it ends (its retry timed to the end, not
+// polled); a clean release has no delay, an involuntary one (ReleaseMode::kInvoluntary) has.
+TEST_F(LockServiceTest, LockDelayKeepsALockAfterAnUnreleasedEndOnly) {
+  auto delayed = [](LockId lock, std::string owner, int64_t ttl, int64_t wait, int64_t delay) {
+    AcquireOptions o = opts(std::move(lock), std::move(owner), ttl, wait);
+    o.lock_delay_ms = delay;
+    return o;
+  };
+  ASSERT_EQ(acquireNow(delayed(mutexLock("d"), "a", 1000, 0, 3000))->status(),
+            AcquireStatus::kGranted);
+  ASSERT_TRUE(extend("d", "a", 2000).isOk());  // the delay moves with the lease's end
+  sched.advanceMs(2500);                       // expired 500 ms ago, unreleased
+  auto busy = acquireNow(opts("d", "b", 1000));
+  ASSERT_EQ(busy->status(), AcquireStatus::kBusy);
+  EXPECT_EQ(busy->result->busy_reason, BusyReason::kLockDelay);
+  EXPECT_EQ(busy->result->retry_after_ms, 2500);
+  EXPECT_EQ(metrics.lock_delay_refusals.Value(), 1);
+  auto waiter = start(opts("d", "b", 1000, 10'000));
+  advance(2490, 10);
+  EXPECT_FALSE(waiter->done()) << "granted inside the delay";
+  advance(20);
+  ASSERT_TRUE(waiter->done());
+  EXPECT_EQ(waiter->status(), AcquireStatus::kGranted);
+
+  // Reentrant and fair locks take it too; an involuntary release starts it from now.
+  ASSERT_EQ(acquireNow(delayed(fairLock("f"), "a", 60'000, 0, 1000))->status(),
+            AcquireStatus::kGranted);
+  std::optional<StatusOr<ReleaseStatus>> r;
+  svc->release(
+      fairLock("f"), "a", [&](StatusOr<ReleaseStatus> v) { r.emplace(std::move(v)); },
+      ReleaseMode::kInvoluntary);
+  sched.runReady();
+  ASSERT_TRUE(r && r->isOk());
+  auto fair_busy = acquireNow(opts(fairLock("f"), "b", 1000));
+  EXPECT_EQ(fair_busy->result->busy_reason, BusyReason::kLockDelay);
+  EXPECT_EQ(fair_busy->result->retry_after_ms, 1000);
+
+  AcquireOptions re = delayed(mutexLock("r"), "a", 60'000, 0, 5000);
+  re.reentrant = true;
+  ASSERT_EQ(acquireNow(re)->status(), AcquireStatus::kGranted);
+  EXPECT_EQ(*release("r", "a"), ReleaseStatus::kReleased);  // a clean release: no delay
+  EXPECT_EQ(acquireNow(opts("r", "b", 1000))->status(), AcquireStatus::kGranted);
+  EXPECT_EQ(metrics.lock_delays_expired.Value(), 1) << "d expired with its delay";
+}
+
+// A health-bound lease released as unhealthy is given up involuntarily: its delay applies and
+// is counted by cause.
+TEST_F(LockServiceTest, AnUnhealthyReleaseAppliesTheLockDelay) {
+  AcquireOptions o = opts("u", "h", 60'000);
+  o.auto_renew = true;
+  o.lock_delay_ms = 2000;
+  ASSERT_EQ(acquireNow(o)->status(), AcquireStatus::kGranted);
+  svc->releaseUnhealthy(mutexLock("u"), "h");
+  sched.runReady();
+  EXPECT_EQ(metrics.leases_released_unhealthy.Value(), 1);
+  EXPECT_EQ(metrics.lock_delays_unhealthy.Value(), 1);
+  auto busy = acquireNow(opts("u", "b", 1000));
+  ASSERT_EQ(busy->status(), AcquireStatus::kBusy);
+  EXPECT_EQ(busy->result->busy_reason, BusyReason::kLockDelay);
+  EXPECT_EQ(busy->result->retry_after_ms, 2000);
+  sched.advanceMs(2001);
+  EXPECT_EQ(acquireNow(opts("u", "b", 1000))->status(), AcquireStatus::kGranted);
+}
+
 }  // namespace
 }  // namespace sidelock::lock

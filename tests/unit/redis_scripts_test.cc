@@ -345,11 +345,12 @@ TEST(RedisScripts, EveryOperationIsOneScriptCall) {
   const ScriptContext ctx{"p:", "61000", false};
   const ScriptCall acquire = callOf(Operation::acquire("n", "o", 5000), ctx);
   EXPECT_EQ(acquire.script, ScriptId::kAcquire);
-  ASSERT_EQ(acquire.key_count, 3);
+  ASSERT_EQ(acquire.key_count, 4);
   EXPECT_EQ(acquire.keys[0], "p:{n}");
   EXPECT_EQ(acquire.keys[1], "p:{n}:token");
-  EXPECT_EQ(acquire.keys[2], "p:{n}:holder") << "the holder record, always the last key";
-  ASSERT_EQ(acquire.arg_count, 8);
+  EXPECT_EQ(acquire.keys[2], "p:{n}:holder") << "the holder record";
+  EXPECT_EQ(acquire.keys[3], "p:{n}:delay") << "the lock-delay key, always the last key";
+  ASSERT_EQ(acquire.arg_count, 9);
   EXPECT_EQ(acquire.args[0], "o");
   EXPECT_EQ(acquire.args[1], "5000");
   EXPECT_EQ(acquire.args[2], "61000");
@@ -361,9 +362,52 @@ TEST(RedisScripts, EveryOperationIsOneScriptCall) {
   Operation labelled = Operation::acquire("n", "o", 5000, true);
   labelled.holder = "pod a";
   const ScriptCall reentrant = callOf(labelled, ctx);
-  ASSERT_EQ(reentrant.arg_count, 8);
+  ASSERT_EQ(reentrant.arg_count, 9);
   EXPECT_EQ(reentrant.args[3], "pod a");
   EXPECT_EQ(reentrant.args[4], kReentrantArg);
+  // lock_delay_ms is ARGV[7] (0: none), before the announcement's channel and reason; a release
+  // may give the lease up involuntarily (ARGV[5], after "-" for "not sharded").
+  Operation delayed = Operation::acquire("n", "o", 5000);
+  delayed.lock_delay_ms = 1500;
+  const ScriptCall with_delay = callOf(delayed, ctx);
+  ASSERT_EQ(with_delay.arg_count, 9);
+  EXPECT_EQ(with_delay.args[4], kNotReentrantArg);
+  EXPECT_EQ(with_delay.args[5], "0") << "no writer wait";
+  EXPECT_EQ(with_delay.args[6], "1500");
+  EXPECT_EQ(with_delay.args[8], announcement::kGranted);
+  Operation lost = Operation::release("n", "o");
+  lost.involuntary = true;
+  const ScriptCall involuntary = callOf(lost, ctx);
+  ASSERT_EQ(involuntary.arg_count, 5);
+  EXPECT_EQ(involuntary.args[3], kNotReentrantArg);
+  EXPECT_EQ(involuntary.args[4], kInvoluntaryArg);
+  ASSERT_EQ(involuntary.key_count, 4);
+  EXPECT_EQ(involuntary.keys[3], "p:{n}:delay") << "a lease this sidecar does not know";
+  // A lease known to have no delay leaves the key out of extend, release and hand-off (a key
+  // that does not exist draws TRYAGAIN while its Cluster slot migrates).
+  Operation plain_release = Operation::release("n", "o");
+  plain_release.lease_may_delay = false;
+  EXPECT_EQ(callOf(plain_release, ctx).key_count, 3);
+  Operation plain_extend = Operation::extend("n", "o", 9);
+  plain_extend.lease_may_delay = false;
+  EXPECT_EQ(callOf(plain_extend, ctx).key_count, 3);
+  Operation plain_hand_off = Operation::handOff("n", "o", "o2", 100);
+  plain_hand_off.lease_may_delay = false;
+  EXPECT_EQ(callOf(plain_hand_off, ctx).key_count, 3);
+  plain_hand_off.lock_delay_ms = 250;  // the next owner's delay
+  const ScriptCall delayed_hand_off = callOf(plain_hand_off, ctx);
+  ASSERT_EQ(delayed_hand_off.key_count, 4);
+  EXPECT_EQ(delayed_hand_off.keys[3], "p:{n}:delay");
+  ASSERT_EQ(delayed_hand_off.arg_count, 6);
+  EXPECT_EQ(delayed_hand_off.args[5], "250");
+  // Elections have no lock-delay: their extend and release name none.
+  EXPECT_EQ(callOf(Operation::extend("n", "o", 9).of(LockKind::kElection), ctx).key_count, 3);
+  EXPECT_EQ(callOf(Operation::release("n", "o").of(LockKind::kElection), ctx).key_count, 3);
+  auto busy = decode(reply(5, 0, 700), ScriptId::kAcquire);
+  ASSERT_TRUE(busy.isOk());
+  EXPECT_EQ(busy->code, OutcomeCode::kBusy);
+  EXPECT_EQ(busy->busy_reason, BusyReason::kLockDelay);
+  EXPECT_EQ(busy->holder_ttl_ms, 700);
 
   const ScriptCall release = callOf(Operation::release("n", "o"), ctx);
   EXPECT_EQ(release.script, ScriptId::kRelease);
@@ -445,10 +489,11 @@ TEST(RedisScripts, EveryOperationIsOneScriptCall) {
   Operation queued_writer = Operation::acquire("n", "o", 5000);
   queued_writer.writer_wait_ms = 1700;
   const ScriptCall marking = callOf(queued_writer, ctx);
-  ASSERT_EQ(marking.key_count, 4);
+  ASSERT_EQ(marking.key_count, 5);
   EXPECT_EQ(marking.keys[2], "p:{n}:writer");
   EXPECT_EQ(marking.keys[3], "p:{n}:holder");
-  EXPECT_EQ(callOf(Operation::acquire("n", "o", 5000), ctx).key_count, 3)
+  EXPECT_EQ(marking.keys[4], "p:{n}:delay");
+  EXPECT_EQ(callOf(Operation::acquire("n", "o", 5000), ctx).key_count, 4)
       << "a single try names no mark";
   ASSERT_EQ(marking.arg_count, 8);
   EXPECT_EQ(marking.args[4], kNotReentrantArg);
@@ -463,7 +508,7 @@ TEST(RedisScripts, EveryOperationIsOneScriptCall) {
   fair_waiter.also_waiting = "w2 w3";
   const ScriptCall fair = callOf(fair_waiter, ctx);
   EXPECT_EQ(fair.script, ScriptId::kFairAcquire);
-  ASSERT_EQ(fair.key_count, 5);
+  ASSERT_EQ(fair.key_count, 6);
   EXPECT_EQ(fair.keys[2], "p:{n}:fair");
   EXPECT_EQ(fair.keys[3], "p:{n}:fair:claims");
   EXPECT_EQ(fair.keys[4], "p:{n}:holder");
@@ -477,7 +522,7 @@ TEST(RedisScripts, EveryOperationIsOneScriptCall) {
   EXPECT_EQ(callOf(Operation::withdraw("n", "w1"), ctx).script, ScriptId::kFairWithdraw);
   const ScriptCall fair_release = callOf(Operation::release("n", "w").of(LockKind::kFair), ctx);
   EXPECT_EQ(fair_release.script, ScriptId::kRelease);
-  EXPECT_EQ(fair_release.key_count, 3) << "the mutex's keys and its holder record";
+  EXPECT_EQ(fair_release.key_count, 4) << "the mutex's keys, its holder record, its delay";
   // A queued writer withdraws its mark, handing it to the writers still queued on its sidecar.
   Operation leaving_writer = Operation::withdraw("n", "w1").of(LockKind::kMutex);
   leaving_writer.writer_wait_ms = 21000;
@@ -511,7 +556,7 @@ TEST(RedisScripts, EveryOperationIsOneScriptCall) {
   EXPECT_EQ(el_sync.args[4], releaseChannel("p:", "n"));
   EXPECT_EQ(el_sync.args[5], announcement::kGranted);
   const ScriptCall::Views v = acquire.views();
-  EXPECT_EQ(v.keyArgs().size(), 3u);
+  EXPECT_EQ(v.keyArgs().size(), 4u);
   EXPECT_EQ(v.argArgs()[0], "o");
 }
 

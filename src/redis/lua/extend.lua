@@ -6,6 +6,8 @@
 --                           the leader's record, which lives as long as the counter; locks
 --                           (mutex, fair): p{name}:holder, the holder record, which lives as
 --                           long as the lease (ARGV[4] = 'lease')
+-- KEYS[4]  p{name}:delay    locks only, and only for a lease that may have a lock-delay
+--                           (lib/lock_delay.lua): it follows the lease's new TTL
 -- ARGV     owner, ttl_ms, counter_ttl_ms[, "lease"]
 -- Replies  {1, 0, PTTL, holds}     extended
 --          {0, 0, holder PTTL}     held by another owner
@@ -17,6 +19,7 @@
 -- an election's record (election_campaign.lua writes it).
 --! reply: lock
 --! include lib/holder.lua
+--! include lib/lock_delay.lua
 
 local holds, refused = ownHolds()
 if not holds then
@@ -26,5 +29,8 @@ redis.call('PEXPIRE', KEYS[1], ARGV[2])
 redis.call('PEXPIRE', KEYS[2], ARGV[3])
 if KEYS[3] then
   redis.call('PEXPIRE', KEYS[3], ARGV[4] == 'lease' and ARGV[2] or ARGV[3])
+end
+if KEYS[4] then
+  pushDelay(ARGV[2])
 end
 return {1, 0, redis.call('PTTL', KEYS[1]), holds}

@@ -5,12 +5,14 @@
 -- KEYS[3]  p{name}:fair         the queue: waiter -> arrival (us, Redis time)
 -- KEYS[4]  p{name}:fair:claims  waiter -> until when it keeps its place (ms, Redis time)
 -- KEYS[5]  p{name}:holder        the holder record (lib/holder_record.lua)
+-- KEYS[6]  p{name}:delay         the lock-delay (lib/lock_delay.lua)
 -- ARGV     owner, ttl_ms, counter_ttl_ms, claim_ms, holder label ('' = none), other waiters
---          of this sidecar ('' = none), channel, reason ("granted")[, "sharded"]: a grant is
---          announced (lib/announce.lua)
+--          of this sidecar ('' = none), lock_delay_ms (0: none), channel, reason ("granted")[,
+--          "sharded"]: a grant is announced (lib/announce.lua)
 -- Replies  {1, token, ttl, 1}      granted
 --          {0, 0, ms}              busy: the holder's PTTL, or the first waiter's claim
 --          {3, 0, ms}              busy: this owner holds the lock already
+--          {5, 0, ms}              busy: free, but a lock-delay runs (ms: what is left of it)
 --          (a busy reply ends with "<since_ms> <label>" when the holder recorded one)
 --
 -- A waiter (ARGV[4] = claim_ms > 0) joins the queue or keeps its place, with the sidecar's other
@@ -24,6 +26,7 @@
 --! include lib/fair_queue.lua
 --! include lib/holder_record.lua
 --! include lib/announce.lua
+--! include lib/lock_delay.lua
 
 local now = nowMs()
 dropLapsed(now)
@@ -59,14 +62,19 @@ local function withHolder(busy)
   busy[#busy + 1] = readHolder(KEYS[5], redis.call('GET', KEYS[1]))
   return busy
 end
+local delay = delayLeft()
+if delay > 0 then
+  return {5, 0, delay}  -- (after joining: a waiter keeps its place through the delay)
+end
 local first = redis.call('ZRANGE', KEYS[3], 0, 0)
 if #first == 0 or first[1] == ARGV[1] then
   if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
     redis.call('ZREM', KEYS[3], ARGV[1])
     redis.call('ZREM', KEYS[4], ARGV[1])
     recordHolder(KEYS[5], ARGV[1], ARGV[5], ARGV[2])
+    startDelay(ARGV[2], ARGV[7])
     local token = nextToken(ARGV[3])
-    announce(ARGV[7], ARGV[8], ARGV[9])
+    announce(ARGV[8], ARGV[9], ARGV[10])
     return {1, token, tonumber(ARGV[2]), 1}
   end
   return withHolder({busyCode(), 0, redis.call('PTTL', KEYS[1])})

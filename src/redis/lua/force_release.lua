@@ -2,8 +2,10 @@
 --
 -- KEYS[1]  p{name}          the lease: owner id[, " <holds>"], PX = its TTL
 -- KEYS[2]  p{name}:token    the fencing counter
+-- KEYS[3]  p{name}:delay    the lock-delay: a deleted lease's delay runs from now
 -- ARGV     channel, reason[, "sharded"]
--- Replies  {1, last token, 0}      deleted (and announced)
+-- Replies  {1, last token, delay}  deleted (and announced); delay: the lock-delay it started (ms,
+--                                  0: none)
 --          {-1, last token, 0}     not held
 --
 -- An operator's force release: delete the lease whoever holds it and announce it like a release.
@@ -12,9 +14,11 @@
 --! reply: lock
 --! include lib/last_token.lua
 --! include lib/announce.lua
+--! include lib/lock_delay.lua
 
 if redis.call('DEL', KEYS[1]) == 1 then
+  local delay = applyDelay()
   announce(ARGV[1], ARGV[2], ARGV[3])
-  return {1, lastToken(), 0}
+  return {1, lastToken(), delay}
 end
 return {-1, lastToken(), 0}

@@ -6,7 +6,11 @@
 -- KEYS[3]  p{name}:el:leader  elections only (KEYS[1..2] are then p{name}:el, p{name}:el:token):
 --                           the leader's record, deleted with the lease; locks (mutex, fair):
 --                           p{name}:holder, the holder record (lib/holder_record.lua)
--- ARGV     owner, channel, reason[, "sharded"]  ("sharded": Redis Cluster, SPUBLISH)
+-- KEYS[4]  p{name}:delay    locks only, and only for a lease that may have a lock-delay
+--                           (lib/lock_delay.lua): cleared, or started by an involuntary release
+-- ARGV     owner, channel, reason[, "sharded" | "-"[, "involuntary"]]  ("sharded": Redis
+--          Cluster, SPUBLISH; "involuntary": the lease is given up, not released: its lock-delay
+--          applies)
 -- Replies  {1, 0, 0, holds left}   released (0: freed and announced; more: one hold given back)
 --          {0, 0, holder PTTL}     held by another owner
 --          {-1, 0, 0}              not held
@@ -16,6 +20,7 @@
 --! reply: lock
 --! include lib/holder.lua
 --! include lib/announce.lua
+--! include lib/lock_delay.lua
 
 local reply = lastHoldOrReply()
 if reply then
@@ -24,6 +29,13 @@ end
 redis.call('DEL', KEYS[1])
 if KEYS[3] then
   redis.call('DEL', KEYS[3])
+end
+if KEYS[4] then
+  if ARGV[5] == 'involuntary' then
+    applyDelay()
+  else
+    clearDelay()
+  end
 end
 announce(ARGV[2], ARGV[3], ARGV[4])
 return {1, 0, 0, 0}
