@@ -26,6 +26,7 @@
 #include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -178,9 +179,20 @@ bool waitFor(const std::function<bool()>& done, std::chrono::seconds timeout) {
 // holder (contended, waiters), not_owner, extend, inspect, an expired lease, bad requests.
 void runWorkload(int port) {
   const std::string hot = "/v1/locks/obs-hot";
+  // A lock event stream watches the hot lock through the whole workload (the "Lock event
+  // streams" panel): its first line is the state, then an event per change.
+  HttpClient events = HttpClient::tcp(port);
+  events.sendRequest("GET", hot + "/events");
+  const std::optional<HttpResponse> events_head = events.readStreamHead(10000);
+  ASSERT_TRUE(events_head.has_value());
+  ASSERT_EQ(events_head->status, 200);
+  ASSERT_TRUE(events.readStreamLine(10000).has_value()) << "no state line";
   HttpClient holder = HttpClient::tcp(port);
   HttpResponse r = holder.post(hot + "/acquire", R"({"ttl_ms":10000})");
   ASSERT_EQ(r.status, 200) << r.body;
+  const std::optional<std::string> grant_event = events.readStreamLine(10000);
+  ASSERT_TRUE(grant_event.has_value()) << "the stream saw no grant";
+  EXPECT_NE(grant_event->find("\"acquired\""), std::string::npos) << *grant_event;
   const std::string owner = ownerOf(r);
   ASSERT_FALSE(owner.empty()) << r.body;
 

@@ -357,8 +357,9 @@ TEST(RedisScripts, EveryOperationIsOneScriptCall) {
   EXPECT_EQ(acquire.args[3], "") << "no holder label";
   EXPECT_EQ(acquire.args[4], kNotReentrantArg);
   EXPECT_EQ(acquire.args[5], "0") << "not a queued writer";
-  EXPECT_EQ(acquire.args[6], "p:released:{n}") << "a grant is announced";
-  EXPECT_EQ(acquire.args[7], announcement::kGranted);
+  EXPECT_EQ(acquire.args[6], "0") << "no lock-delay";
+  EXPECT_EQ(acquire.args[7], "p:released:{n}") << "a grant is announced";
+  EXPECT_EQ(acquire.args[8], announcement::kGranted);
   Operation labelled = Operation::acquire("n", "o", 5000, true);
   labelled.holder = "pod a";
   const ScriptCall reentrant = callOf(labelled, ctx);
@@ -398,8 +399,9 @@ TEST(RedisScripts, EveryOperationIsOneScriptCall) {
   const ScriptCall delayed_hand_off = callOf(plain_hand_off, ctx);
   ASSERT_EQ(delayed_hand_off.key_count, 4);
   EXPECT_EQ(delayed_hand_off.keys[3], "p:{n}:delay");
-  ASSERT_EQ(delayed_hand_off.arg_count, 6);
+  ASSERT_EQ(delayed_hand_off.arg_count, 8);
   EXPECT_EQ(delayed_hand_off.args[5], "250");
+  EXPECT_EQ(delayed_hand_off.args[7], announcement::kGranted) << "a hand-off is a grant";
   // Elections have no lock-delay: their extend and release name none.
   EXPECT_EQ(callOf(Operation::extend("n", "o", 9).of(LockKind::kElection), ctx).key_count, 3);
   EXPECT_EQ(callOf(Operation::release("n", "o").of(LockKind::kElection), ctx).key_count, 3);
@@ -422,13 +424,14 @@ TEST(RedisScripts, EveryOperationIsOneScriptCall) {
   Operation sharded_writer = Operation::acquire("n", "o", 5000);
   sharded_writer.writer_wait_ms = 1700;
   const ScriptCall widest = callOf(sharded_writer, ScriptContext{"p:", "61000", true});
-  ASSERT_EQ(widest.arg_count, 9) << "the most arguments a call carries: ScriptCall::args fits them";
-  EXPECT_EQ(widest.args[8], kShardedPublish);
+  ASSERT_EQ(widest.arg_count, 10) << "the most arguments a call carries: ScriptCall::args fits them";
+  EXPECT_EQ(widest.args[9], kShardedPublish);
 
   const ScriptCall hand_off = callOf(Operation::handOff("n", "o", "next", 900), ctx);
   EXPECT_EQ(hand_off.script, ScriptId::kReleaseGrant);
-  ASSERT_EQ(hand_off.arg_count, 7);
-  EXPECT_EQ(hand_off.args[6], announcement::kGranted) << "a hand-off wakes no waiter";
+  ASSERT_EQ(hand_off.arg_count, 8);
+  EXPECT_EQ(hand_off.args[5], "0") << "the next owner has no lock-delay";
+  EXPECT_EQ(hand_off.args[7], announcement::kGranted) << "a hand-off wakes no waiter";
   EXPECT_EQ(hand_off.keys[2], "p:{n}:holder") << "the next owner's holder record";
   EXPECT_EQ(hand_off.args[1], "next");
   EXPECT_EQ(hand_off.args[2], "900");
@@ -495,7 +498,7 @@ TEST(RedisScripts, EveryOperationIsOneScriptCall) {
   EXPECT_EQ(marking.keys[4], "p:{n}:delay");
   EXPECT_EQ(callOf(Operation::acquire("n", "o", 5000), ctx).key_count, 4)
       << "a single try names no mark";
-  ASSERT_EQ(marking.arg_count, 8);
+  ASSERT_EQ(marking.arg_count, 9);
   EXPECT_EQ(marking.args[4], kNotReentrantArg);
   EXPECT_EQ(marking.args[5], "1700");
   queued_writer.reentrant = true;
@@ -512,11 +515,12 @@ TEST(RedisScripts, EveryOperationIsOneScriptCall) {
   EXPECT_EQ(fair.keys[2], "p:{n}:fair");
   EXPECT_EQ(fair.keys[3], "p:{n}:fair:claims");
   EXPECT_EQ(fair.keys[4], "p:{n}:holder");
-  ASSERT_EQ(fair.arg_count, 8);
+  ASSERT_EQ(fair.arg_count, 9);
   EXPECT_EQ(fair.args[3], "2100");
   EXPECT_EQ(fair.args[4], "") << "no holder label";
   EXPECT_EQ(fair.args[5], "w2 w3");
-  EXPECT_EQ(fair.args[7], announcement::kGranted) << "a fair grant is announced";
+  EXPECT_EQ(fair.args[6], "0") << "no lock-delay";
+  EXPECT_EQ(fair.args[8], announcement::kGranted) << "a fair grant is announced";
   EXPECT_EQ(callOf(Operation::acquire("n", "w", 5).of(LockKind::kFair), ctx).args[3], "0")
       << "a single try never joins the queue";
   EXPECT_EQ(callOf(Operation::withdraw("n", "w1"), ctx).script, ScriptId::kFairWithdraw);

@@ -15,8 +15,11 @@ local function delayMs()
   return math.max(n, 0)
 end
 local function delayLeft()
-  if redis.call('EXISTS', KEYS[1]) == 1 or delayMs() == 0 then return 0 end
-  return math.max(redis.call('PTTL', delayKey()), 0)
+  if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+  -- PTTL first: a lock without a delay (no key, -2) costs one PTTL and no GET.
+  local left = redis.call('PTTL', delayKey())
+  if left <= 0 or delayMs() == 0 then return 0 end
+  return left
 end
 local function startDelay(ttl, n)
   n = tonumber(n or '0') or 0
