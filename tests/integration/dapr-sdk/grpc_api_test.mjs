@@ -166,6 +166,21 @@ async function exercise(ports, sidecarLog) {
             eventLines[1].held === true, "Events' acquired carries token and holder", JSON.stringify(eventLines[1]));
   expectStatus(await firstMessage(locks.Events({ name: "bad name" }, bearer(TOKEN))), S.INVALID_ARGUMENT,
                "Events of an invalid name: INVALID_ARGUMENT");
+  // extended: true is ?extended=true: an Extend is seen when the sidecar re-reads the lease (after
+  // the 300 ms it last saw).
+  const extEvents = locks.Events({ name: "ev2", extended: true }, bearer(TOKEN));
+  const extLines = [];
+  extEvents.on("data", (value) => extLines.push(value));
+  extEvents.on("error", () => {});
+  await until(async () => extLines.length >= 1, 3000);
+  const evGrant2 = expectOk(await unary(locks, "Acquire", { name: "ev2", ttl_ms: 300 }), "Acquire ev2");
+  await until(async () => extLines.length >= 2, 3000);  // acquired read before the Extend
+  expectOk(await unary(locks, "Extend", { name: "ev2", owner: evGrant2.owner, ttl_ms: 5000 }), "Extend ev2");
+  await until(async () => extLines.some((x) => x.event === "extended"), 3000);
+  extEvents.cancel();
+  check(extLines.some((x) => x.event === "extended"), "Events with extended: true sees an Extend",
+        JSON.stringify(extLines));
+  await unary(locks, "Release", { name: "ev2", owner: evGrant2.owner });
 
   // The deadline bounds the wait: wait_ms 30 s, deadline 600 ms.
   await http("POST", "/v1/locks/d1/acquire", { ttl_ms: 10000, owner: "d1-holder" });
