@@ -35,6 +35,12 @@ GrpcMethod row(std::string_view name, std::string_view http_method, std::string_
   return GrpcMethod{name, http_method, path, request, response, has_body, extra_body, answer};
 }
 
+/// The row with its request's fields in the query string (GET routes with options).
+GrpcMethod query(GrpcMethod method) {
+  method.query = true;
+  return method;
+}
+
 const std::vector<GrpcMethod>& methodTable() {
   // One row per method of src/api/proto: the route it runs (README, "gRPC").
   static const std::vector<GrpcMethod> kTable = {
@@ -59,6 +65,8 @@ const std::vector<GrpcMethod>& methodTable() {
        v1::ExtendRequest::descriptor(), v1::Extended::descriptor()),
       row("/sidelock.v1.Locks/Inspect", "GET", "/v1/locks/{name}", v1::InspectRequest::descriptor(),
        v1::LockState::descriptor(), false),
+      query(row("/sidelock.v1.Locks/Events", "GET", "/v1/locks/{name}/events",
+                v1::EventsRequest::descriptor(), v1::LockEvent::descriptor(), false)),
       row("/sidelock.v1.Locks/AcquirePermit", "POST", "/v1/semaphores/{name}/acquire",
        v1::SemaphoreAcquireRequest::descriptor(), v1::Permit::descriptor()),
       row("/sidelock.v1.Locks/HoldPermit", "POST", "/v1/semaphores/{name}/acquire",
@@ -409,6 +417,13 @@ StatusOr<HttpCall> httpCallOf(const GrpcMethod& method, std::string_view request
     out.raw_path.append(percentEncode(value));
     rest.remove_prefix(close + 1);
   }
+  if (method.query) {
+    for (const auto& [key, value] : body.items()) {
+      if (!out.query.empty()) out.query += '&';
+      out.query += percentEncode(key) + '=' +
+                   percentEncode(value.is_string() ? value.get<std::string>() : value.dump());
+    }
+  }
   if (!method.has_body) return out;
   if (!method.extra_body.empty()) {
     json extra = json::parse("{" + std::string(method.extra_body) + "}");
@@ -470,7 +485,7 @@ void GrpcGateway::handle(grpc::CallPtr call, std::string request) {
   const grpc::CallInfo& info = call->info();
   const GrpcMethod* method = findGrpcMethod(info.method);
   if (method == nullptr) {
-    const HttpCall no_route{"POST", std::string(kNoRoutePath), std::string(kNoRoutePath), ""};
+    const HttpCall no_route{"POST", std::string(kNoRoutePath), std::string(kNoRoutePath), "", ""};
     dispatch(*call, no_route, std::make_shared<UnknownMethodResponder>(call));
     return;
   }
@@ -515,6 +530,7 @@ std::string_view GrpcGateway::dispatch(const grpc::ServerCall& call, const HttpC
   request.method = http_call.method;
   request.path = http_call.path;
   request.raw_path = http_call.raw_path;
+  request.query = http_call.query;
   request.body = http_call.body;
   request.received_us = info.received_us;
   request.loop_turn = info.loop_turn;

@@ -50,6 +50,8 @@ struct GrpcMethod {
   /// JSON members added to the body (the stream hold: "hold": "stream").
   std::string_view extra_body;
   Answer answer = Answer::kMessage;
+  /// A route without a body: the request's other fields (those set) go in the query string.
+  bool query = false;
 };
 
 /// The method of a call's :path, or null (then UNIMPLEMENTED).
@@ -65,6 +67,7 @@ struct HttpCall {
   std::string path;      // decoded
   std::string raw_path;  // percent-encoded, as the router splits it
   std::string body;      // JSON; empty for routes without a body
+  std::string query;     // without '?'; empty when none
 };
 
 /// Builds the HTTP request of a call from its request message's bytes. `wait_bound_ms` (the time

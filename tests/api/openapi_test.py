@@ -609,6 +609,46 @@ def check_election_coverage(doc):
                         fail("%s %s %s: documented fields never answered: %s" % (key + (sorted(missing),)))
 
 
+# The gRPC messages (src/api/proto/sidelock/v1/locks.proto) that carry a schema's JSON: the gateway
+# bridges by protobuf's JSON mapping, so a property missing from the message can't be sent or is
+# dropped from answers. Schema -> message, where the names differ.
+PROTO_OF_SCHEMA = {"StreamEvent": "HoldEvent"}
+# Properties a gRPC method sets itself (Hold's "hold": "stream") or that only HTTP has.
+PROTO_NOT_CARRIED = {"AcquireRequest": {"hold"}, "SemaphoreAcquireRequest": {"hold"}}
+
+
+def proto_json_fields(text):
+    """message name -> its fields' JSON names (a flat parse: locks.proto nests no messages)."""
+    out = {}
+    for m in re.finditer(r"^message (\w+) \{(.*?)^\}", text, re.S | re.M):
+        names = set()
+        for f in re.finditer(r"^\s*(?:repeated )?[\w.]+ (\w+) = \d+(?: \[json_name = \"(\w+)\"\])?;",
+                             m.group(2), re.M):
+            names.add(f.group(2) or f.group(1))
+        out[m.group(1)] = names
+    return out
+
+
+def check_proto_fields(doc, repo):
+    """Every property of a schema whose message locks.proto has is a field of that message."""
+    with open(os.path.join(repo, "src/api/proto/sidelock/v1/locks.proto")) as f:
+        messages = proto_json_fields(f.read())
+    compared = 0
+    for schema_name, schema in doc["components"]["schemas"].items():
+        message = PROTO_OF_SCHEMA.get(schema_name, schema_name)
+        if message not in messages:
+            continue
+        compared += 1
+        missing = (set(schema.get("properties", {})) - messages[message]
+                   - PROTO_NOT_CARRIED.get(schema_name, set()))
+        if missing:
+            fail("locks.proto message %s lacks the fields of schema %s: %s"
+                 % (message, schema_name, sorted(missing)))
+    if compared < 20:
+        fail("only %d schemas compared with locks.proto messages" % compared)
+    print("proto fields: %d schemas compared with locks.proto" % compared)
+
+
 RUN = {}
 
 
@@ -626,6 +666,7 @@ def main():
     check_routes_documented(doc, args.repo)
     check_error_codes_documented(doc, readme, args.repo)
     check_readme(doc, readme)
+    check_proto_fields(doc, args.repo)
 
     tmp = tempfile.mkdtemp(prefix="sidelock-openapi-")
     procs = []

@@ -123,6 +123,7 @@ TEST(GrpcGatewayTest, RequestMessageBecomesPathAndJsonBody) {
   req.set_auto_renew(true);
   req.mutable_health()->set_url("http://127.0.0.1:8080/healthz");
   req.mutable_health()->set_grace_ms(3000);
+  req.set_lock_delay_ms(2500);
   auto call = httpCallOf(*findGrpcMethod("/sidelock.v1.Locks/Acquire"), req.SerializeAsString(),
                          std::nullopt);
   ASSERT_TRUE(call.isOk()) << call.status().message();
@@ -131,7 +132,7 @@ TEST(GrpcGatewayTest, RequestMessageBecomesPathAndJsonBody) {
   EXPECT_EQ(call->raw_path, "/v1/locks/orders%207%2Fx/acquire");
   const json body = json::parse(call->body);
   EXPECT_EQ(body, json::parse(R"({"ttl_ms": 10000, "wait_ms": 5000, "auto_renew": true,
-      "health": {"url": "http://127.0.0.1:8080/healthz", "grace_ms": 3000}})"));
+      "health": {"url": "http://127.0.0.1:8080/healthz", "grace_ms": 3000}, "lock_delay_ms": 2500})"));
 
   // The deadline caps wait_ms; Hold adds the stream hold.
   call = httpCallOf(*findGrpcMethod("/sidelock.v1.Locks/Hold"), req.SerializeAsString(), 1200);
@@ -151,6 +152,25 @@ TEST(GrpcGatewayTest, RequestMessageBecomesPathAndJsonBody) {
   EXPECT_EQ(call->method, "GET");
   EXPECT_EQ(call->path, "/v1/locks/a");
   EXPECT_EQ(call->body, "");
+  EXPECT_EQ(call->query, "");
+
+  // Events: a GET whose other fields are the query string (extended only when set).
+  v1::EventsRequest events;
+  events.set_name("a b");
+  call = httpCallOf(*findGrpcMethod("/sidelock.v1.Locks/Events"), events.SerializeAsString(),
+                    std::nullopt);
+  ASSERT_TRUE(call.isOk());
+  EXPECT_EQ(call->method, "GET");
+  EXPECT_EQ(call->raw_path, "/v1/locks/a%20b/events");
+  EXPECT_EQ(call->query, "");
+  EXPECT_EQ(call->body, "");
+  events.set_extended(true);
+  call = httpCallOf(*findGrpcMethod("/sidelock.v1.Locks/Events"), events.SerializeAsString(),
+                    std::nullopt);
+  ASSERT_TRUE(call.isOk());
+  EXPECT_EQ(call->query, "extended=true");
+  EXPECT_EQ(call->body, "");
+
   call = httpCallOf(*findGrpcMethod("/sidelock.v1.Locks/Inspect"), "", std::nullopt);
   ASSERT_FALSE(call.isOk());
   EXPECT_EQ(call.status().code(), sidelock::StatusCode::kInvalidArgument);

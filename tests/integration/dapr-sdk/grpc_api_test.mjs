@@ -131,6 +131,57 @@ async function exercise(ports, sidecarLog) {
   r = await unary(locks, "Release", { name: "h1", owner: httpGrant.owner });
   expectOk(r, "gRPC releases a lock HTTP took (same owner)");
 
+  // Fields the HTTP JSON gained: lock_delay_ms (an expired lease blocks the lock: ABORTED with
+  // reason lock_delay), holders of a shared lock, and the Events stream of HTTP's acquire/release.
+  r = await unary(locks, "Acquire", { name: "ld1", ttl_ms: 200, lock_delay_ms: 3000 });
+  expectOk(r, "Acquire with lock_delay_ms");
+  await sleep(400);
+  r = await unary(locks, "Acquire", { name: "ld1", ttl_ms: 5000 });
+  const delayed = expectStatus(r, S.ABORTED, "Acquire during the lock-delay: ABORTED", "locked");
+  check(delayed.reason === "lock_delay", "the lock-delay's ABORTED says reason lock_delay", JSON.stringify(delayed));
+  for (const holder of ["reader-a", "reader-b"]) {
+    r = await unary(locks, "Acquire", { name: "rw1", mode: "shared", holder, ttl_ms: 10000 });
+    expectOk(r, `shared Acquire by ${holder}`);
+  }
+  r = await unary(locks, "Inspect", { name: "rw1" });
+  const shared = expectOk(r, "Inspect of a shared lock");
+  const labels = (shared.holders || []).map((x) => x.holder).sort();
+  check(shared.mode === "shared" && labels.join() === "reader-a,reader-b" &&
+            shared.holders.every((x) => x.ttl_ms > 0 && x.since_ms > 0),
+        "Inspect of a shared lock lists its holders", JSON.stringify(shared));
+  const events = locks.Events({ name: "ev1" }, bearer(TOKEN));
+  const eventLines = [];
+  events.on("data", (value) => eventLines.push(value));
+  events.on("error", () => {});
+  await until(async () => eventLines.length >= 1, 3000);
+  h = await http("POST", "/v1/locks/ev1/acquire", { ttl_ms: 10000, holder: "ev-worker" });
+  const evGrant = await h.json();
+  await until(async () => eventLines.length >= 2, 3000);
+  await http("POST", "/v1/locks/ev1/release", { owner: evGrant.owner });
+  await until(async () => eventLines.length >= 3, 3000);
+  events.cancel();
+  const kinds = eventLines.map((x) => x.event).join();
+  check(kinds === "state,acquired,released", "Events: state, then HTTP's acquire and release", JSON.stringify(eventLines));
+  check(eventLines[1] && eventLines[1].token === evGrant.token && eventLines[1].holder === "ev-worker" &&
+            eventLines[1].held === true, "Events' acquired carries token and holder", JSON.stringify(eventLines[1]));
+  expectStatus(await firstMessage(locks.Events({ name: "bad name" }, bearer(TOKEN))), S.INVALID_ARGUMENT,
+               "Events of an invalid name: INVALID_ARGUMENT");
+  // extended: true is ?extended=true: an Extend is seen when the sidecar re-reads the lease (after
+  // the 300 ms it last saw).
+  const extEvents = locks.Events({ name: "ev2", extended: true }, bearer(TOKEN));
+  const extLines = [];
+  extEvents.on("data", (value) => extLines.push(value));
+  extEvents.on("error", () => {});
+  await until(async () => extLines.length >= 1, 3000);
+  const evGrant2 = expectOk(await unary(locks, "Acquire", { name: "ev2", ttl_ms: 300 }), "Acquire ev2");
+  await until(async () => extLines.length >= 2, 3000);  // acquired read before the Extend
+  expectOk(await unary(locks, "Extend", { name: "ev2", owner: evGrant2.owner, ttl_ms: 5000 }), "Extend ev2");
+  await until(async () => extLines.some((x) => x.event === "extended"), 3000);
+  extEvents.cancel();
+  check(extLines.some((x) => x.event === "extended"), "Events with extended: true sees an Extend",
+        JSON.stringify(extLines));
+  await unary(locks, "Release", { name: "ev2", owner: evGrant2.owner });
+
   // The deadline bounds the wait: wait_ms 30 s, deadline 600 ms.
   await http("POST", "/v1/locks/d1/acquire", { ttl_ms: 10000, owner: "d1-holder" });
   t0 = Date.now();
