@@ -37,6 +37,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench/grpc_load.h"
 #include "bench/load_loop.h"
 #include "bench/proc_stats.h"
 #include "config/config.h"
@@ -44,6 +45,7 @@
 #include "support/http_client.h"
 #include "support/redis_server.h"
 #include "support/sidecar_process.h"
+#include "sidelock/v1/locks.pb.h"
 
 namespace sidelock::bench {
 namespace {
@@ -116,7 +118,7 @@ struct Options {
 };
 
 constexpr const char* kScenarios[] = {"pairs", "open",     "handoff",   "redlock",
-                                      "scale", "election", "observers", "events"};
+                                      "scale", "election", "observers", "events", "grpc"};
 
 [[noreturn]] void usage(const std::string& msg) {
   std::cerr
@@ -129,7 +131,7 @@ constexpr const char* kScenarios[] = {"pairs", "open",     "handoff",   "redlock
       << "                  [--fanout-rounds N] [--event-streams N] [--event-names N]\n"
       << "                  [--event-rounds N] [--event-seconds S]\n"
       << "                  [--placement auto|split|spread|shared]\n"
-      << "                  [--only pairs,open,handoff,redlock,scale,election,observers,events]\n";
+      << "                  [--only pairs,open,handoff,redlock,scale,election,observers,events,grpc]\n";
   std::exit(2);
 }
 
@@ -334,6 +336,9 @@ struct Endpoint {
   std::string unix_path;  // set: connect over the Unix socket
   pid_t pid = -1;         // the server whose CPU time is charged to the calls
   pid_t redis_pid = -1;   // the redis-server behind it (the same when direct)
+  /// > 0: gRPC (sidelock.v1.Locks) on `port`, the clients' calls spread over this many HTTP/2
+  /// connections (1: every call a stream of one connection).
+  int grpc_connections = 0;
 };
 
 Endpoint tcpEndpoint(const std::string& label, const SidecarProcess& s, pid_t redis_pid) {
@@ -465,6 +470,25 @@ struct PairRun {
   }
 };
 
+/// The measured window of a pair slice: wall time and the CPU of the server, its redis-server and
+/// the bench, added to the run at stop().
+struct PairWindow {
+  Clock::time_point start_time;
+  double cpu0 = 0, redis_cpu0 = 0, self_cpu0 = 0;
+  void start(const Endpoint& e) {
+    start_time = Clock::now();
+    cpu0 = cpuSeconds(e.pid);
+    redis_cpu0 = cpuSeconds(e.redis_pid);
+    self_cpu0 = selfCpuSeconds();
+  }
+  void stop(const Endpoint& e, PairRun& run) const {
+    run.seconds += std::chrono::duration<double>(Clock::now() - start_time).count();
+    run.server_cpu_seconds += cpuSeconds(e.pid) - cpu0;
+    run.redis_cpu_seconds += cpuSeconds(e.redis_pid) - redis_cpu0;
+    run.bench_cpu_seconds += selfCpuSeconds() - self_cpu0;
+  }
+};
+
 /// `clients` fresh connections, each looping acquire+release on its own name for `duration`
 /// (after a short warm-up that is not counted); adds what it measured to `run`. Operations = 2
 /// per pair, for the CPU figures.
@@ -511,22 +535,15 @@ void runPairSlice(const Endpoint& e, const Scripts& scripts, int clients, double
   }
   const double warmup = std::min(0.1, duration / 4);
   const auto t0 = Clock::now();
-  Clock::time_point measure_start;
-  double cpu0 = 0, redis_cpu0 = 0, self_cpu0 = 0;
+  PairWindow window;
   loop.at(t0 + seconds(warmup), [&] {
     measuring = true;
-    measure_start = Clock::now();
-    cpu0 = cpuSeconds(e.pid);
-    redis_cpu0 = cpuSeconds(e.redis_pid);
-    self_cpu0 = selfCpuSeconds();
+    window.start(e);
   });
   loop.at(t0 + seconds(warmup + duration), [&] {
     measuring = false;
     stopping = true;
-    run.seconds += std::chrono::duration<double>(Clock::now() - measure_start).count();
-    run.server_cpu_seconds += cpuSeconds(e.pid) - cpu0;
-    run.redis_cpu_seconds += cpuSeconds(e.redis_pid) - redis_cpu0;
-    run.bench_cpu_seconds += selfCpuSeconds() - self_cpu0;
+    window.stop(e, run);
   });
   for (Client& c : cl) {
     c.pair_start = c.call_start = Clock::now();
@@ -538,6 +555,107 @@ void runPairSlice(const Endpoint& e, const Scripts& scripts, int clients, double
   };
   if (!loop.runUntil(idle, t0 + seconds(warmup + duration + 15))) {
     for (const Client& c : cl) run.failures += c.conn->pending();
+  }
+}
+
+/// runPairSlice over gRPC: `clients` concurrent acquire+release loops (unary Acquire then
+/// Release, messages from the generated code) spread over `e.grpc_connections` HTTP/2
+/// connections; a pair is one stream after another on the same connection.
+void runGrpcPairSlice(const Endpoint& e, int clients, double duration,
+                      const std::string& name_prefix, PairRun& run) {
+  std::vector<std::unique_ptr<GrpcConnection>> conns;
+  GrpcLoop loop;
+  for (int k = 0; k < e.grpc_connections; ++k) {
+    conns.push_back(GrpcConnection::tcp(e.port));
+    loop.add(conns.back().get());
+  }
+  struct Client {
+    GrpcConnection* conn = nullptr;
+    std::string acquire, release;  // serialized AcquireRequest / ReleaseRequest
+    bool acquiring = true;
+    Clock::time_point pair_start, call_start;
+  };
+  std::vector<Client> cl(static_cast<size_t>(clients));
+  bool measuring = false, stopping = false;
+  std::function<void(size_t)> start;
+  std::function<void(size_t, const GrpcReply&)> onReply;
+  onReply = [&](size_t i, const GrpcReply& r) {
+    Client& me = cl[i];
+    const auto now = Clock::now();
+    bool ok = !r.broken && r.grpc_status == 0;
+    if (ok && me.acquiring) {
+      v1::Grant grant;
+      ok = grant.ParseFromArray(r.message.data(), static_cast<int>(r.message.size())) &&
+           grant.token() > 0;
+    } else if (ok) {
+      v1::Released released;
+      ok = released.ParseFromArray(r.message.data(), static_cast<int>(r.message.size())) &&
+           released.released();
+    }
+    if (measuring) run.call_samples.push_back(microsBetween(me.call_start, now));
+    if (!ok && run.failures++ == 0) {
+      run.first_error = std::string(me.acquiring ? "acquire: " : "release: ") +
+                        (r.broken ? "broken" : "grpc-status " + std::to_string(r.grpc_status)) +
+                        " " + std::string(r.grpc_text);
+    }
+    if (r.broken) return;
+    if (me.acquiring && ok) {
+      me.acquiring = false;
+      me.call_start = now;
+      me.conn->call("/sidelock.v1.Locks/Release", me.release,
+                    [&onReply, i](const GrpcReply& rr) { onReply(i, rr); });
+      return;
+    }
+    if (!me.acquiring && ok && measuring) {
+      ++run.pairs;
+      run.pair_samples.push_back(microsBetween(me.pair_start, now));
+    }
+    if (stopping) return;
+    start(i);
+  };
+  start = [&](size_t i) {
+    Client& me = cl[i];
+    me.acquiring = true;
+    me.pair_start = me.call_start = Clock::now();
+    me.conn->call("/sidelock.v1.Locks/Acquire", me.acquire,
+                  [&onReply, i](const GrpcReply& r) { onReply(i, r); });
+  };
+  for (size_t i = 0; i < cl.size(); ++i) {
+    const std::string name = name_prefix + std::to_string(i);
+    v1::AcquireRequest acquire;
+    acquire.set_name(name);
+    acquire.set_owner("owner-" + name);
+    acquire.set_ttl_ms(10000);
+    v1::ReleaseRequest release;
+    release.set_name(name);
+    release.set_owner("owner-" + name);
+    cl[i].conn = conns[i % conns.size()].get();
+    cl[i].acquire = acquire.SerializeAsString();
+    cl[i].release = release.SerializeAsString();
+  }
+  const double warmup = std::min(0.1, duration / 4);
+  const auto t0 = Clock::now();
+  PairWindow window;
+  bool started = false;
+  auto tick = [&] {
+    const auto now = Clock::now();
+    if (!started && now >= t0 + seconds(warmup)) {
+      started = measuring = true;
+      window.start(e);
+    }
+    if (started && !stopping && now >= t0 + seconds(warmup + duration)) {
+      measuring = false;
+      stopping = true;
+      window.stop(e, run);
+    }
+  };
+  for (size_t i = 0; i < cl.size(); ++i) start(i);
+  auto idle = [&] {
+    return stopping && std::all_of(conns.begin(), conns.end(),
+                                   [](const auto& c) { return c->pending() == 0; });
+  };
+  if (!loop.runUntil(idle, tick, t0 + seconds(warmup + duration + 15))) {
+    for (const auto& c : conns) run.failures += c->pending();
   }
 }
 
@@ -554,8 +672,12 @@ std::vector<PairRun> runPairs(const std::vector<Endpoint>& endpoints, const Scri
   }
   for (int slice = 0; slice < slices; ++slice) {
     for (size_t k = 0; k < endpoints.size(); ++k) {
-      runPairSlice(endpoints[k], scripts, clients, duration / slices,
-                   name_prefix + std::to_string(k) + "-", runs[k]);
+      const std::string prefix = name_prefix + std::to_string(k) + "-";
+      if (endpoints[k].grpc_connections > 0) {
+        runGrpcPairSlice(endpoints[k], clients, duration / slices, prefix, runs[k]);
+      } else {
+        runPairSlice(endpoints[k], scripts, clients, duration / slices, prefix, runs[k]);
+      }
     }
   }
   for (PairRun& r : runs) r.finish();
@@ -1807,7 +1929,9 @@ class LockBench {
  public:
   explicit LockBench(const Options& o)
       : o_(o),
-        a_({singleNodeYaml(), {}, true}),
+        grpc_port_(sidelock::testing::pickFreePort()),
+        a_({singleNodeYaml(), {}, true,
+            "  grpc: \"127.0.0.1:" + std::to_string(grpc_port_) + "\"\n"}),
         placement_(o.placement),
         scripts_(loadScripts(redis_)),
         direct_{"direct to Redis (EVALSHA x2)",
@@ -1842,6 +1966,7 @@ class LockBench {
             {"loadavg_start", {load[0], load[1], load[2]}},
             {"placement_mode", o_.placement}};
     if (o_.wants("pairs")) pairs();
+    if (o_.wants("grpc")) grpc();
     if (o_.wants("open")) openLoop();
     if (o_.wants("handoff")) handoff();
     if (o_.wants("redlock")) redlock();
@@ -1912,6 +2037,64 @@ class LockBench {
     failures_ += h.failures;
     if (h.failures == 0) return;
     std::printf("  ! %s: %d failed, first: %s\n", what, h.failures, h.first_error.c_str());
+  }
+
+  // 10 (issue 21): the pairs of scenario 1 over gRPC, calls multiplexed on one HTTP/2
+  // connection and spread over 16, next to HTTP/1.1 (one connection per client) and direct Redis.
+  void grpc() {
+    // Quick: short slices, so the scenario adds under 3 s to the smoke test.
+    const double slice = o_.quick ? 0.15 : o_.seconds;
+    std::printf(
+        "\n10. acquire+release pairs over gRPC (sidelock.v1.Locks, unary Acquire + Release; closed "
+        "loop, %d alternating slices of %.2f s)\n",
+        o_.slices, slice);
+    std::printf("  %-34s %3s %10s %7s %8s %8s %8s %8s %7s %7s %6s\n", "target", "cl", "pairs/s",
+                "x", "pair50", "pair99", "call50", "call99", "cpu/op", "redis", "bench");
+    json groups = json::array();
+    for (int clients : {1, 16, 64}) {
+      const std::string where = clients == 1 ? placement_.forLatency() : placement_.forThroughput();
+      std::cerr << "lock_bench: grpc, " << clients << " concurrent call(s) [" << where << "]\n";
+      Endpoint one{"gRPC, 1 connection", Protocol::kHttp, grpc_port_, "", a_.pid(), redis_.pid(),
+                   1};
+      std::vector<Endpoint> endpoints{direct_, tcpEndpoint("HTTP/1.1, 1 conn per client", a_,
+                                                           redis_.pid()),
+                                      one};
+      if (clients >= 16) {
+        Endpoint spread = one;
+        spread.label = "gRPC, 16 connections";
+        spread.grpc_connections = 16;
+        endpoints.push_back(spread);
+      }
+      auto runs = runPairs(endpoints, scripts_, clients, slice * o_.slices, o_.slices,
+                           "grpc" + std::to_string(clients) + "-");
+      std::printf("  [%s]\n", where.c_str());
+      printPairRow(runs[0], nullptr);
+      for (size_t k = 1; k < runs.size(); ++k) printPairRow(runs[k], &runs[0]);
+      for (const auto& r : runs) account(r);
+      json g{{"clients", clients},
+             {"placement", where},
+             {"direct", toJson(runs[0])},
+             {"http1", toJson(runs[1])},
+             {"grpc_1_conn", toJson(runs[2])},
+             {"grpc_1_conn_over_http1", round3(ratio(runs[2].pairs_per_sec, runs[1].pairs_per_sec))},
+             {"grpc_1_conn_cpu_over_http1",
+              round3(ratio(runs[2].server_cpu_us_per_op, runs[1].server_cpu_us_per_op))}};
+      if (runs.size() > 3) {
+        g["grpc_16_conns"] = toJson(runs[3]);
+        g["grpc_16_conns_over_http1"] = round3(ratio(runs[3].pairs_per_sec, runs[1].pairs_per_sec));
+      }
+      groups.push_back(g);
+      const std::string n = std::to_string(clients);
+      addTarget({"gRPC 1 conn vs HTTP/1.1 pairs/s, " + n + " concurrent",
+                 ratio(runs[2].pairs_per_sec, runs[1].pairs_per_sec), 1.0, false, "x"});
+      addTarget({"gRPC 1 conn vs HTTP/1.1 CPU/op, " + n + " concurrent",
+                 ratio(runs[2].server_cpu_us_per_op, runs[1].server_cpu_us_per_op), 1.0, true,
+                 "x"});
+    }
+    std::printf(
+        "  clients = concurrent calls; HTTP/1.1 = one keep-alive connection per client; gRPC, 1\n"
+        "  connection = every call a stream of one HTTP/2 connection; cpu/op as in 1+6\n");
+    out_["grpc"] = groups;
   }
 
   // 1 + 6
@@ -2348,6 +2531,7 @@ class LockBench {
 
   const Options& o_;
   RedisServer redis_;
+  int grpc_port_;     // sidecar A's gRPC listener (listen.grpc)
   SidecarProcess a_;  // the sidecar under test; B and the Redlock one live in their scenarios
   Placement placement_;
   const Scripts scripts_;
