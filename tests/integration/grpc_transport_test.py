@@ -460,7 +460,9 @@ log:
         self.proc = proc
 
         def stop():
-            if proc.poll() is None:
+            # One SIGTERM only: a test that sent its own may find the sidecar still draining,
+            # and a second signal after the sidecar closed its handlers would kill it (-15).
+            if proc.poll() is None and not getattr(self, "sigterm_sent", False):
                 proc.send_signal(signal.SIGTERM)
             self.assertEqual(proc.wait(timeout=10), 0)
         self.addCleanup(stop)
@@ -489,6 +491,7 @@ log:
         self.addCleanup(c.close)
         hdrs, _, trailers, _ = c.call("/sidelock.v1.Locks/Nope", b"")
         self.assertEqual(status_of(hdrs, trailers), 12)
+        self.sigterm_sent = True
         self.proc.send_signal(signal.SIGTERM)
         c.wait_closed(5)
         self.assertEqual(c.goaway(), 0)  # NO_ERROR: a graceful GOAWAY, then the close
