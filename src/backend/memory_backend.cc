@@ -177,7 +177,9 @@ void MemoryBackend::run(const Operation& op, OutcomeCallback cb) {
     reason = announcement::kProclaimed;
   } else if (ok && ((op.verb == Verb::kAcquire && op.kind != LockKind::kSemaphore &&
                      result->holds <= 1 && (op.kind != LockKind::kShared || result->used == 1)) ||
-                    op.verb == Verb::kHandOff)) {
+                    (op.verb == Verb::kHandOff && result->token != 0))) {
+    // (a hand-off that only gave back one hold of a re-entered lease handed nothing on: as
+    // release_grant.lua, it announces nothing)
     reason = announcement::kGranted;
   }
   if (std::exchange(announce_withdraw_, false)) reason = announcement::kReleased;

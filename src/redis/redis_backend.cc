@@ -107,7 +107,7 @@ void RedisBackend::run(const Operation& op, OutcomeCallback cb) {
 void RedisBackend::acquireAll(const std::vector<std::string>& names, std::string_view owner,
                               int64_t ttl_ms, std::string_view holder, AllOutcomeCallback cb) {
   std::vector<std::string> keys;
-  keys.reserve(3 * names.size());
+  keys.reserve(4 * names.size());
   for (const std::string& name : names) {
     keys.push_back(lockKey(scripts_.prefix, name));
     keys.push_back(tokenKey(scripts_.prefix, name));

@@ -10,8 +10,10 @@
 // took a second hold (owner ids have no spaces). Sidecars of versions before reentrant locks
 // compare the whole value: mixed versions must not use reentrant acquires on the same names.
 //
-// Release channel: p + "released:{" + name + "}". The release script PUBLISHes the lock name on it
-// after a successful DEL; sidecars subscribed to it wake their local waiters (issue 4).
+// Release channel: p + "released:{" + name + "}". Scripts PUBLISH what changed on it
+// (backend::announcement: "released", "forced", "granted", "proclaimed"; lib/announce.lua);
+// sidecars wake their local waiters on the first two (issue 4) and feed event streams on all.
+// A payload from an older sidecar (the lock name) counts as a release.
 //
 // Fencing counters are seeded from the clock. A missing counter (first grant of a name, Redis
 // restarted without its data, a failover to a replica that missed the last increments, the
@@ -36,11 +38,14 @@
 //         3 acquire (mutex, reader, fair): busy, held by this owner already (a mutex acquire
 //           without "reentrant"; a reader that holds a read lease)
 //         4 reader acquire: busy, a queued writer's mark turns readers away
+//         5 acquire (mutex, fair): busy, nobody holds it but its lock-delay runs (ttl: what is
+//           left of it; lib/lock_delay.lua)
 //        -1 not held (no lease: expired, released, never granted)
 //   token the grant's fencing token (acquire, hand-off); the lock's last token (inspect, force
 //         release: the counter, 0 if none); 0 otherwise
 //   ttl   code 1: the lease's TTL (acquire, hand-off: as granted; extend, inspect: PTTL);
-//         code 0: the holder's PTTL (-1: a key without expiry, unknown); 0 otherwise
+//         code 0: the holder's PTTL (-1: a key without expiry, unknown); force release: the
+//         lock-delay it started (ms, 0: none); 0 otherwise
 //   holds code 1 of acquire, extend, hand-off: the lease's holds (1 unless re-entered); release:
 //         the holds left (0: freed; a hand-off with holds left hands nothing on, token 0)
 //
@@ -202,9 +207,10 @@ Status scriptErrorStatus(std::string_view node, std::string_view redis_error);
 StatusOr<Outcome> decodeOutcome(const StatusOr<RedisValue>& reply, ScriptId script,
                                 std::string_view node);
 
-/// The reply of the acquire_all script (multi-lock in one step; KEYS: lock and counter of each of
-/// `names` names, ARGV: owner, ttl_ms, counter_ttl_ms): {1, 0, ttl, token...} granted, one token
-/// per name; {0, 0, holder PTTL, 1-based index of the first held name}.
+/// The reply of the acquire_all script (multi-lock in one step; KEYS: lock, counter, holder record
+/// and lock-delay key of each of `names` names, ARGV: owner, ttl_ms, counter_ttl_ms, holder):
+/// {1, 0, ttl, token...} granted, one token per name; {0, 0, ms, 1-based index of the first held
+/// name} (ms: its holder's PTTL, or what is left of its lock-delay).
 StatusOr<AllOutcome> decodeAllOutcome(const StatusOr<RedisValue>& reply, size_t names,
                                       std::string_view node);
 

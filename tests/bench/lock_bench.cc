@@ -399,8 +399,10 @@ PairRequests pairRequests(const Endpoint& e, const Scripts& s, const std::string
   }
   // The keys and arguments the sidecar sends (scripts.h): the lease, its counter, its holder
   // record, and the grant's and the release's announcements.
+  backend::Operation release = backend::Operation::release(name, owner);
+  release.lease_may_delay = false;  // as the sidecar's own lease without a lock-delay
   return {directScriptCall(s, backend::Operation::acquire(name, owner, 10000)),
-          directScriptCall(s, backend::Operation::release(name, owner))};
+          directScriptCall(s, release)};
 }
 
 /// An acquire that granted or a release that released (script reply 1, HTTP 200).

@@ -116,8 +116,12 @@ TEST_F(RedisNodeTest, ScriptsRunByShaAndReloadAfterFlush) {
   // SCRIPT LOAD ran in the handshake: the acquire script is cached on the server.
   ASSERT_EQ(redis_.cli({"SCRIPT", "FLUSH"}), "OK");
   std::optional<StatusOr<RedisValue>> r;
-  n.runScript(ScriptId::kAcquire, {lockKey("t:", "a"), tokenKey("t:", "a")}, {"o", "1000", "61000"},
-              0, NodeOp::kAcquire, [&](StatusOr<RedisValue> v) { r.emplace(v); });
+  // The keys and arguments the sidecar sends (scriptCallFor), not a hand-made subset.
+  auto call = scriptCallFor(Operation::acquire("a", "o", 1000), ScriptContext{"t:", "61000", false});
+  ASSERT_TRUE(call.isOk()) << call.status().toString();
+  const ScriptCall::Views v = call->views();
+  n.runScriptArgs(static_cast<size_t>(ScriptId::kAcquire), v.keyArgs(), v.argArgs(), 0,
+                  NodeOp::kAcquire, [&](StatusOr<RedisValue> reply) { r.emplace(reply); });
   ASSERT_TRUE(env_.runUntil([&] { return r.has_value(); }));
   auto decoded = decodeOutcome(*r, ScriptId::kAcquire, n.address());
   ASSERT_TRUE(decoded.isOk()) << decoded.status().toString();
