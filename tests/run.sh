@@ -39,7 +39,10 @@ if [[ "${SIDELOCK_SKIP_SANITIZE:-0}" != "1" ]]; then
   # clang, not gcc: the same sanitizers, and it compiles this code base's instrumented Debug
   # build in about 55 % of gcc 12's time (api_test.cc: 11.5 s vs 21.2 s), which keeps the whole
   # command within CI's time budget. The shipped build (above) stays gcc.
+  # -gline-tables-only instead of Debug's -g: sanitizer reports keep file:line, and the build is
+  # shorter (lock_api.cc: 6.8 s instead of 7.6 s), as CI's runner never starts a debugger.
   CC=clang CXX=clang++ run_suite build-asan -DCMAKE_BUILD_TYPE=Debug -DSIDELOCK_SANITIZE=ON -DSIDELOCK_PCH=ON \
+    -DCMAKE_C_FLAGS_DEBUG=-gline-tables-only -DCMAKE_CXX_FLAGS_DEBUG=-gline-tables-only \
     || failed+=("ASan+UBSan")
 fi
 

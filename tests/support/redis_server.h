@@ -83,7 +83,8 @@ class RedisServer {
   void pause();
   void resume();
 
-  /// Runs redis-cli against this server and returns its trimmed stdout ("" on failure).
+  /// The trimmed output `redis-cli` would print for this command against this server ("" on
+  /// failure), from a connection of its own (no process is started).
   std::string cli(const std::vector<std::string>& args) const;
 
  private:
