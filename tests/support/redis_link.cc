@@ -8,7 +8,7 @@
 
 namespace sidelock::testing {
 
-RedisLink::RedisLink(const std::string& host, int port) {
+RedisLink::RedisLink(const std::string& host, int port, int command_timeout_ms) {
   const timeval timeout{5, 0};
   ctx_ = redisConnectWithTimeout(host.c_str(), port, timeout);
   if (ctx_ == nullptr || ctx_->err != 0) {
@@ -16,7 +16,11 @@ RedisLink::RedisLink(const std::string& host, int port) {
     redisFree(ctx_);
     throw std::runtime_error("connect to redis " + host + ":" + std::to_string(port) + ": " + why);
   }
-  redisSetTimeout(ctx_, timeout);
+  if (command_timeout_ms > 0) {
+    redisSetTimeout(ctx_, {command_timeout_ms / 1000, (command_timeout_ms % 1000) * 1000});
+  } else {
+    redisSetTimeout(ctx_, {0, 0});  // the connect timeout would otherwise stay on
+  }
 }
 
 RedisLink::~RedisLink() { redisFree(ctx_); }
@@ -27,8 +31,8 @@ struct ReplyDeleter {
   void operator()(redisReply* r) const { freeReplyObject(r); }
 };
 
-std::unique_ptr<redisReply, ReplyDeleter> run(redisContext* ctx,
-                                              const std::vector<std::string>& args) {
+std::unique_ptr<redisReply, ReplyDeleter> send(redisContext* ctx,
+                                               const std::vector<std::string>& args) {
   std::vector<const char*> argv;
   std::vector<size_t> lens;
   for (const auto& a : args) {
@@ -38,10 +42,37 @@ std::unique_ptr<redisReply, ReplyDeleter> run(redisContext* ctx,
   auto* reply = static_cast<redisReply*>(
       redisCommandArgv(ctx, static_cast<int>(args.size()), argv.data(), lens.data()));
   if (reply == nullptr) throw std::runtime_error(std::string("redis: ") + ctx->errstr);
-  std::unique_ptr<redisReply, ReplyDeleter> owned(reply);
+  return std::unique_ptr<redisReply, ReplyDeleter>(reply);
+}
+
+std::unique_ptr<redisReply, ReplyDeleter> run(redisContext* ctx,
+                                              const std::vector<std::string>& args) {
+  auto reply = send(ctx, args);
   if (reply->type == REDIS_REPLY_ERROR)
     throw std::runtime_error("redis: " + std::string(reply->str));
-  return owned;
+  return reply;
+}
+
+// redis-cli's raw output format (hiredis 0.14 speaks RESP2 only: no maps, sets or pushes).
+void appendRawReply(const redisReply* r, std::string& out) {
+  switch (r->type) {
+    case REDIS_REPLY_STRING:
+    case REDIS_REPLY_STATUS:
+    case REDIS_REPLY_ERROR:
+      out.append(r->str, r->len);
+      break;
+    case REDIS_REPLY_INTEGER:
+      out += std::to_string(r->integer);
+      break;
+    case REDIS_REPLY_ARRAY:
+      for (size_t i = 0; i < r->elements; ++i) {
+        if (i > 0) out += '\n';
+        appendRawReply(r->element[i], out);
+      }
+      break;
+    default:  // REDIS_REPLY_NIL
+      break;
+  }
 }
 
 void appendNumbers(const redisReply* r, std::vector<int64_t>& out) {
@@ -71,6 +102,14 @@ std::vector<int64_t> RedisLink::command(const std::vector<std::string>& args) {
   std::vector<int64_t> numbers;
   appendNumbers(reply.get(), numbers);
   return numbers;
+}
+
+std::string RedisLink::output(const std::vector<std::string>& args) {
+  auto reply = send(ctx_, args);
+  std::string out;
+  appendRawReply(reply.get(), out);
+  while (!out.empty() && (out.back() == '\n' || out.back() == '\r')) out.pop_back();
+  return out;
 }
 
 std::string RedisLink::text(const std::vector<std::string>& args) {

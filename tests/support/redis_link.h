@@ -10,11 +10,12 @@ struct redisContext;
 
 namespace sidelock::testing {
 
-/// Connects to 127.0.0.1:port, or host:port (5 s connect and command timeout); throws on failure.
+/// Connects to 127.0.0.1:port, or host:port (5 s connect timeout; commands time out after
+/// `command_timeout_ms`, never when 0); throws on failure.
 class RedisLink {
  public:
   explicit RedisLink(int port) : RedisLink("127.0.0.1", port) {}
-  RedisLink(const std::string& host, int port);
+  RedisLink(const std::string& host, int port, int command_timeout_ms = 5000);
   ~RedisLink();
   RedisLink(const RedisLink&) = delete;
   RedisLink& operator=(const RedisLink&) = delete;
@@ -24,6 +25,11 @@ class RedisLink {
   std::vector<int64_t> command(const std::vector<std::string>& args);
   /// Runs one command whose reply is a status or bulk string ("" for nil).
   std::string text(const std::vector<std::string>& args);
+  /// Runs one command and returns what `redis-cli` prints for its reply when stdout is not a
+  /// terminal, trimmed: strings, statuses and errors as they are, integers in decimal, nil as
+  /// nothing, array elements one per line (nested arrays flattened). Throws only when the
+  /// connection fails.
+  std::string output(const std::vector<std::string>& args);
 
  private:
   redisContext* ctx_ = nullptr;

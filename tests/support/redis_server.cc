@@ -16,9 +16,8 @@
 #include <stdexcept>
 #include <thread>
 
-#include <hiredis/hiredis.h>
-
 #include "support/child_process.h"
+#include "support/redis_link.h"
 
 namespace sidelock::testing {
 
@@ -220,58 +219,16 @@ void RedisServer::resume() {
   }
 }
 
-namespace {
-
-// redis-cli's raw output (stdout not a terminal): strings, statuses and errors as they are,
-// integers in decimal, nil as nothing, array elements one per line, nested arrays flattened.
-void appendRawReply(const redisReply& r, std::string& out) {
-  switch (r.type) {
-    case REDIS_REPLY_STRING:
-    case REDIS_REPLY_STATUS:
-    case REDIS_REPLY_ERROR:
-      out.append(r.str, r.len);
-      break;
-    case REDIS_REPLY_INTEGER:
-      out += std::to_string(r.integer);
-      break;
-    case REDIS_REPLY_ARRAY:  // hiredis 0.14 speaks RESP2 only: no maps, sets or pushes
-      for (size_t i = 0; i < r.elements; ++i) {
-        if (i > 0) out += '\n';
-        appendRawReply(*r.element[i], out);
-      }
-      break;
-    default:  // REDIS_REPLY_NIL
-      break;
-  }
-}
-
-}  // namespace
-
 std::string RedisServer::cli(const std::vector<std::string>& args) const {
   // What `redis-cli -h host -p port args...` prints, without spawning it: tests call this
   // hundreds of times, and two process starts per call (sh + redis-cli) cost seconds per test on
   // a loaded machine. A connection per call, like redis-cli's: no state carries over, and a
   // server restarted between calls is simply reconnected to. No command timeout, as redis-cli.
-  redisContext* ctx = redisConnectWithTimeout(launch_.host.c_str(), port_, {5, 0});
-  if (ctx == nullptr) return "";
-  std::string out;
-  if (ctx->err == 0) {
-    std::vector<const char*> argv;
-    std::vector<size_t> lens;
-    for (const auto& a : args) {
-      argv.push_back(a.data());
-      lens.push_back(a.size());
-    }
-    auto* reply = static_cast<redisReply*>(
-        redisCommandArgv(ctx, static_cast<int>(argv.size()), argv.data(), lens.data()));
-    if (reply != nullptr) {
-      appendRawReply(*reply, out);
-      freeReplyObject(reply);
-    }
+  try {
+    return RedisLink(launch_.host, port_, /*command_timeout_ms=*/0).output(args);
+  } catch (const std::exception&) {
+    return "";
   }
-  redisFree(ctx);
-  while (!out.empty() && (out.back() == '\n' || out.back() == '\r')) out.pop_back();
-  return out;
 }
 
 }  // namespace sidelock::testing
