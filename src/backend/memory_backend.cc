@@ -305,6 +305,14 @@ StatusOr<Outcome> MemoryBackend::applyShared(const Operation& op) {
         o.holder_ttl_ms = remainingMs(writer->expiry_us, now);
         return o;
       }
+      // A writer's lease that ended unreleased holds readers back for its lock-delay too.
+      if (auto it = locks_.find(op.name);
+          readers == nullptr && it != locks_.end() && it->second.delay_until_us > now) {
+        o.code = OutcomeCode::kBusy;
+        o.busy_reason = BusyReason::kLockDelay;
+        o.holder_ttl_ms = std::max<int64_t>(1, remainingMs(it->second.delay_until_us, now));
+        return o;
+      }
       // A queued writer's mark turns new readers away, even from a free lock.
       if (auto it = locks_.find(op.name);
           it != locks_.end() && writerMarksUntilUs(it->second, now) > now) {
