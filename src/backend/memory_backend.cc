@@ -222,7 +222,11 @@ void MemoryBackend::acquireAll(const std::vector<std::string>& names, std::strin
       }
     }
   }
+  const bool granted = result.isOk() && result->granted;
   deliver([cb = std::move(cb), result = std::move(result)]() mutable { cb(std::move(result)); });
+  if (granted) {  // each name's grant is news to its event streams (as acquire_all.lua)
+    for (const std::string& name : names) notifyReleased(name, announcement::kGranted);
+  }
 }
 
 StatusOr<Outcome> MemoryBackend::applySemaphore(const Operation& op) {
