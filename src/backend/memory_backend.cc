@@ -222,7 +222,11 @@ void MemoryBackend::acquireAll(const std::vector<std::string>& names, std::strin
       }
     }
   }
+  const bool granted = result.isOk() && result->granted;
   deliver([cb = std::move(cb), result = std::move(result)]() mutable { cb(std::move(result)); });
+  if (granted) {  // each name's grant is news to its event streams (as acquire_all.lua)
+    for (const std::string& name : names) notifyReleased(name, announcement::kGranted);
+  }
 }
 
 StatusOr<Outcome> MemoryBackend::applySemaphore(const Operation& op) {
@@ -303,6 +307,14 @@ StatusOr<Outcome> MemoryBackend::applyShared(const Operation& op) {
       if (writer != nullptr) {
         o.code = OutcomeCode::kBusy;
         o.holder_ttl_ms = remainingMs(writer->expiry_us, now);
+        return o;
+      }
+      // A writer's lease that ended unreleased holds readers back for its lock-delay too.
+      if (auto it = locks_.find(op.name);
+          readers == nullptr && it != locks_.end() && it->second.delay_until_us > now) {
+        o.code = OutcomeCode::kBusy;
+        o.busy_reason = BusyReason::kLockDelay;
+        o.holder_ttl_ms = std::max<int64_t>(1, remainingMs(it->second.delay_until_us, now));
         return o;
       }
       // A queued writer's mark turns new readers away, even from a free lock.

@@ -1,6 +1,5 @@
 #include "redis/redis_backend.h"
 
-#include <array>
 #include <vector>
 
 #include "common/log.h"
@@ -116,7 +115,13 @@ void RedisBackend::acquireAll(const std::vector<std::string>& names, std::string
   }
   const std::vector<std::string_view> key_views(keys.begin(), keys.end());
   const std::string ttl = std::to_string(ttl_ms);
-  const std::array<std::string_view, 4> args = {owner, ttl, scripts_.counter_ttl_ms, holder};
+  // Each grant is news to the name's event streams (acquire_all.lua announces it per name).
+  std::vector<std::string> channels;
+  channels.reserve(names.size());
+  for (const std::string& name : names) channels.push_back(releaseChannel(scripts_.prefix, name));
+  std::vector<std::string_view> args = {owner, ttl, scripts_.counter_ttl_ms, holder,
+                                        announcement::kGranted};
+  args.insert(args.end(), channels.begin(), channels.end());
   node_->runScriptArgs(
       static_cast<size_t>(ScriptId::kAcquireAll), key_views, args, timeout_ms_, NodeOp::kAcquire,
       [address = address_, count = names.size(), cb = std::move(cb)](StatusOr<RedisValue> r) {

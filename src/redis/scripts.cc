@@ -378,7 +378,8 @@ StatusOr<Outcome> decodeOutcome(const StatusOr<RedisValue>& reply, ScriptId scri
       o.code = OutcomeCode::kLimitMismatch;
       return o;
     case 5:
-      if (script != ScriptId::kAcquire && script != ScriptId::kFairAcquire) {
+      if (script != ScriptId::kAcquire && script != ScriptId::kFairAcquire &&
+          script != ScriptId::kSharedAcquire) {
         return badShape(node, script);
       }
       o.code = OutcomeCode::kBusy;
@@ -568,6 +569,7 @@ StatusOr<ScriptCall> scriptCallFor(const Operation& op, const ScriptContext& ctx
     switch (c.script) {
       case ScriptId::kAcquire:
       case ScriptId::kFairAcquire:
+      case ScriptId::kSharedAcquire:  // readers wait out a writer's delay too
       case ScriptId::kForceRelease:
         key(lockDelayKey(ctx.prefix, op.name));
         break;

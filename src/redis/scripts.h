@@ -38,8 +38,8 @@
 //         3 acquire (mutex, reader, fair): busy, held by this owner already (a mutex acquire
 //           without "reentrant"; a reader that holds a read lease)
 //         4 reader acquire: busy, a queued writer's mark turns readers away
-//         5 acquire (mutex, fair): busy, nobody holds it but its lock-delay runs (ttl: what is
-//           left of it; lib/lock_delay.lua)
+//         5 acquire (mutex, fair, reader): busy, nobody holds it but its lock-delay runs (ttl:
+//           what is left of it; lib/lock_delay.lua)
 //        -1 not held (no lease: expired, released, never granted)
 //   token the grant's fencing token (acquire, hand-off); the lock's last token (inspect, force
 //         release: the counter, 0 if none); 0 otherwise

@@ -289,6 +289,10 @@ TEST_F(ClusterBackendTest, FollowsAskDuringMigrationAndMovedAfterIt) {
   r = c.post("/v1/locks/delayed/acquire", "{}");
   EXPECT_EQ(r.status, 409) << r.body;
   EXPECT_EQ(json::parse(r.body)["reason"], "lock_delay") << r.body;
+  // Readers too: their script names the delay key, in the same slot (a CROSSSLOT error otherwise).
+  r = c.post("/v1/locks/delayed/acquire", R"({"mode":"shared"})");
+  EXPECT_EQ(r.status, 409) << r.body;
+  EXPECT_EQ(json::parse(r.body)["reason"], "lock_delay") << r.body;
   EXPECT_EQ(sidecar_->stop(), 0) << sidecar_->logs();
 }
 

@@ -106,6 +106,32 @@ TEST_F(DifferentialTest, VerbsAKindDoesNotServeAreRefusedByBoth) {
   EXPECT_EQ(redis_.cli({"DBSIZE"}), "0") << "nothing was written";
 }
 
+// A writer's lock-delay holds readers back as it holds writers back (shared_acquire.lua and
+// MemoryBackend::applyShared): after a force release of a lease acquired with lock_delay_ms a
+// reader is busy with reason kLockDelay on both sides; after a clean release it is granted.
+TEST_F(DifferentialTest, AWritersLockDelayHoldsReadersBackOnBoth) {
+  for (Backend* b : {static_cast<Backend*>(&memory_), static_cast<Backend*>(redis_backend_.get())}) {
+    const char* side = b == &memory_ ? "memory" : "redis";
+    Operation writer = Operation::acquire("d", "w", 60'000);
+    writer.lock_delay_ms = 30'000;
+    ASSERT_EQ(runOn(*b, writer)->code, OutcomeCode::kOk) << side;
+    ASSERT_EQ(runOn(*b, Operation::forceRelease("d"))->code, OutcomeCode::kOk) << side;
+    StatusOr<Outcome> reader = runOn(*b, Operation::acquireShared("d", "r", 5000));
+    ASSERT_TRUE(reader.isOk()) << side << ": " << reader.status().message();
+    EXPECT_EQ(reader->code, OutcomeCode::kBusy) << side;
+    EXPECT_EQ(reader->busy_reason, BusyReason::kLockDelay) << side;
+    EXPECT_GT(reader->holder_ttl_ms, 29'000) << side << ": what is left of the delay";
+    EXPECT_LE(reader->holder_ttl_ms, 30'000) << side;
+    // A clean release leaves no delay: the reader gets in at once.
+    Operation clean = Operation::acquire("c", "w", 60'000);
+    clean.lock_delay_ms = 30'000;
+    ASSERT_EQ(runOn(*b, clean)->code, OutcomeCode::kOk) << side;
+    ASSERT_EQ(runOn(*b, Operation::release("c", "w"))->code, OutcomeCode::kOk) << side;
+    EXPECT_EQ(runOn(*b, Operation::acquireShared("c", "r", 5000))->code, OutcomeCode::kOk) << side;
+  }
+  EXPECT_EQ(redis_.cli({"EXISTS", "sidelock:{d}:readers"}), "0") << "the refused reader wrote nothing";
+}
+
 // Elections: random campaigns, renewals, resignations, proclaims and inspects, mixed with mutex
 // acquires and releases of the same names (an election has keys of its own: the two never meet).
 // Both sides agree on every code, on the leader's record (candidate, value) and on whether the

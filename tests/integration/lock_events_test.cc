@@ -1,7 +1,8 @@
 // Lock event streams (issue 20): GET /v1/locks/{name}/events on real sidecars over one real
-// redis-server. Acquire, release, expiry and force release on sidecar A are seen in order by
-// watchers on A and B, grants pushed (not left to the 1 s re-read), with the holder; tokens never
-// go back; a killed pub/sub link loses no event for longer than the catch-up re-read; bad input is
+// redis-server (and a lock's life on Sentinel, Cluster and Redlock at the end). Acquire, release,
+// expiry and force release on sidecar A are seen in order by watchers on A and B, grants pushed
+// (not left to the 1 s re-read; a multi-lock's for each name), with the holder; tokens never go
+// back; a killed pub/sub link loses no event for longer than the catch-up re-read; bad input is
 // refused.
 #include <gtest/gtest.h>
 
@@ -16,6 +17,7 @@
 #include <vector>
 
 #include "support/http_client.h"
+#include "support/redis_cluster.h"
 #include "support/redis_server.h"
 #include "support/sidecar_process.h"
 
@@ -195,6 +197,48 @@ TEST_F(LockEventsTest, AcquireReleaseExpireAndForceAreSeenInOrderOnEverySidecar)
       << metrics;
 }
 
+// A multi-lock's grant (one step on one Redis: acquire_all.lua) is announced for each of its
+// names: B's watchers of both names see `acquired` one pub/sub hop later, not at the 1 s re-read
+// (the median of three), and `released` when it is given back.
+TEST_F(LockEventsTest, AMultiLockGrantIsPushedForEachName) {
+  Watcher first(b->port(), "/v1/locks/acct-42/events");
+  Watcher second(b->port(), "/v1/locks/acct-7/events");
+  for (Watcher* w : {&first, &second}) ASSERT_TRUE(w->next().has_value());  // the state
+  std::vector<int64_t> seen_ms;
+  for (int i = 0; i < 3; ++i) {
+    const auto t0 = Clock::now();
+    HttpResponse r = ca.post("/v1/multilocks/acquire",
+                             R"({"names":["acct-42","acct-7"],"ttl_ms":30000,"holder":"mover"})");
+    ASSERT_EQ(r.status, 200) << r.body;
+    const json grant = json::parse(r.body);
+    ASSERT_EQ(grant["leases"].size(), 2u) << r.body;
+    for (Watcher* w : {&first, &second}) {
+      std::optional<json> e = w->next();
+      ASSERT_TRUE(e.has_value()) << "no acquired event";
+      EXPECT_EQ((*e)["event"], "acquired") << e->dump();
+      EXPECT_EQ((*e)["holder"], "mover") << e->dump();
+      const uint64_t token = (*e)["token"];
+      EXPECT_TRUE(token == grant["leases"][0]["token"] || token == grant["leases"][1]["token"])
+          << e->dump();
+    }
+    seen_ms.push_back(
+        std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count());
+    ASSERT_EQ(ca.post("/v1/multilocks/release",
+                      json{{"names", {"acct-42", "acct-7"}}, {"owner", grant["owner"]}}.dump())
+                  .status,
+              200);
+    for (Watcher* w : {&first, &second}) {
+      std::optional<json> e = w->next();
+      ASSERT_TRUE(e.has_value()) << "no released event";
+      EXPECT_EQ((*e)["event"], "released") << e->dump();
+    }
+  }
+  std::sort(seen_ms.begin(), seen_ms.end());
+  std::printf("[events] multi-lock acquire -> acquired for both names on B: median %lld ms\n",
+              static_cast<long long>(seen_ms[1]));
+  EXPECT_LT(seen_ms[1], 400) << "multi-lock grants are not pushed";
+}
+
 TEST_F(LockEventsTest, ExtendedOnlyWhenAskedAndAKilledPubSubLinkIsCaughtUp) {
   Watcher plain(b->port(), "/v1/locks/orders/events");
   Watcher with_ext(b->port(), "/v1/locks/orders/events?extended=true");
@@ -260,6 +304,95 @@ TEST(LockEventsRedlockTest, EventsFollowTheMajorityOnEverySidecar) {
   expectNext("acquired", t2);
   ASSERT_EQ(adminPost(admin_a, "/admin/v1/locks/orders/release").status, 200);
   expectNext("forced", t2);
+}
+
+/// One lock's life on a shared backend through two sidecars, A (admin listener) and B, as B's
+/// watcher sees it: the holder seen from B; a lease acquired with a lock-delay expires (`expired`),
+/// B is refused for the delay (409 lock_delay) and its waiting acquire is granted when the delay
+/// ends; a clean release leaves no delay (B gets it at once); an operator's force release is
+/// `forced`. `exact_tokens`: events carry the grant's token (not on Redlock: there the highest
+/// counter of any node, so only order is checked, by the Watcher).
+void lifeOfALockOn(const std::string& yaml, bool exact_tokens) {
+  const int admin_a = pickFreePort();
+  auto a = startSidecar(yaml, admin_a);
+  auto b = startSidecar(yaml, pickFreePort());
+  HttpClient ca = HttpClient::tcp(a->port());
+  HttpClient cb = HttpClient::tcp(b->port());
+  Watcher on_b(b->port(), "/v1/locks/life/events");
+  ASSERT_EQ(on_b.status(), 200);
+  ASSERT_TRUE(on_b.next().has_value()) << "no state line";
+  auto expectNext = [&](const std::string& type, uint64_t token) {
+    std::optional<json> e = on_b.next();
+    ASSERT_TRUE(e.has_value()) << "no " << type << " event";
+    EXPECT_EQ((*e)["event"], type) << e->dump();
+    if (exact_tokens) {
+      EXPECT_EQ((*e)["token"], token) << e->dump();
+    } else {
+      EXPECT_GE((*e)["token"].get<uint64_t>(), token) << e->dump();
+    }
+  };
+  auto tokenOf = [](const HttpResponse& r) { return json::parse(r.body)["token"].get<uint64_t>(); };
+
+  // Expiry -> the delay: nobody gets it for 1.5 s, then B's waiter does.
+  HttpResponse r =
+      ca.post("/v1/locks/life/acquire", R"({"ttl_ms":500,"lock_delay_ms":1500,"holder":"pod-a"})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  const auto granted_at = Clock::now();
+  expectNext("acquired", tokenOf(r));
+  const json seen = json::parse(cb.get("/v1/locks/life").body);
+  EXPECT_EQ(seen["holder"], "pod-a") << "the holder, from another sidecar: " << seen.dump();
+  EXPECT_EQ(seen.dump().find(json::parse(r.body)["owner"].get<std::string>()), std::string::npos);
+  expectNext("expired", tokenOf(r));
+  HttpResponse busy = cb.post("/v1/locks/life/acquire", R"({"ttl_ms":30000})");
+  ASSERT_EQ(busy.status, 409) << busy.body;
+  EXPECT_EQ(json::parse(busy.body)["reason"], "lock_delay") << busy.body;
+  r = cb.post("/v1/locks/life/acquire", R"({"ttl_ms":30000,"wait_ms":5000})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_GE(std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - granted_at).count(),
+            1800)
+      << "granted inside the delay";
+  expectNext("acquired", tokenOf(r));
+  ASSERT_EQ(cb.post("/v1/locks/life/release", json{{"owner", json::parse(r.body)["owner"]}}.dump())
+                .status,
+            200);
+  expectNext("released", tokenOf(r));
+
+  // A clean release: no delay, B gets it at once; then an operator's force release.
+  r = ca.post("/v1/locks/life/acquire", R"({"ttl_ms":30000,"lock_delay_ms":5000})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  expectNext("acquired", tokenOf(r));
+  ASSERT_EQ(ca.post("/v1/locks/life/release", json{{"owner", json::parse(r.body)["owner"]}}.dump())
+                .status,
+            200);
+  expectNext("released", tokenOf(r));
+  r = cb.post("/v1/locks/life/acquire", R"({"ttl_ms":30000})");
+  ASSERT_EQ(r.status, 200) << "a clean release has no delay: " << r.body;
+  expectNext("acquired", tokenOf(r));
+  ASSERT_EQ(adminPost(admin_a, "/admin/v1/locks/life/release").status, 200);
+  expectNext("forced", tokenOf(r));
+  EXPECT_EQ(a->stop(), 0) << a->logs();
+  EXPECT_EQ(b->stop(), 0) << b->logs();
+}
+
+TEST(LockEventsBackendsTest, LifeOfALockOnSentinel) {
+  RedisServer master;
+  auto sentinel = RedisServer::startSentinel(master, "locks", /*quorum=*/1);
+  lifeOfALockOn("backend:\n  type: sentinel\n  nodes: [\"" + sentinel->address() +
+                    "\"]\n  sentinel:\n    master_name: locks\n",
+                /*exact_tokens=*/true);
+}
+
+TEST(LockEventsBackendsTest, LifeOfALockOnCluster) {
+  RedisCluster cluster(3);
+  lifeOfALockOn("backend:\n  type: cluster\n  nodes: [\"" + cluster.address(0) +
+                    "\"]\n  command_timeout_ms: 3000\n",
+                /*exact_tokens=*/true);
+}
+
+TEST(LockEventsBackendsTest, LifeOfALockOnRedlock) {
+  RedisServer r1, r2, r3;
+  lifeOfALockOn(redlockBackendYaml({r1.address(), r2.address(), r3.address()}),
+                /*exact_tokens=*/false);
 }
 
 TEST_F(LockEventsTest, BadInputIsRefused) {

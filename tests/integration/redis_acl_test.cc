@@ -2,17 +2,20 @@
 // the test reads the ACL SETUSER line from the README itself, so the documented ACL is the one
 // proven here. Every lock operation works end to end (acquire, wait + pub/sub wake-up, extend,
 // inspect, release, list) and the ACL is shown to be in force (commands and keys outside it are
-// refused for the same user).
+// refused for the same user). The Cluster line is proven on a three-master cluster.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "support/http_client.h"
+#include "support/redis_cluster.h"
 #include "support/redis_server.h"
 #include "support/sidecar_polling.h"
 #include "support/sidecar_process.h"
@@ -24,12 +27,13 @@ using nlohmann::json;
 
 constexpr const char* kPassword = "acl-test-password";
 
-/// The words of README's `ACL SETUSER sidelock ...` line, with its placeholder password replaced.
-std::vector<std::string> readmeAcl() {
+/// The words of README's `index`-th `ACL SETUSER sidelock ...` line (0: the base ACL; 2: the
+/// Cluster commands), with its placeholder password replaced.
+std::vector<std::string> readmeAcl(int index = 0) {
   std::ifstream in(std::string(SIDELOCK_SOURCE_DIR) + "/README.md");
   std::string line;
   while (std::getline(in, line)) {
-    if (line.rfind("ACL SETUSER sidelock ", 0) != 0) continue;
+    if (line.rfind("ACL SETUSER sidelock ", 0) != 0 || index-- > 0) continue;
     std::vector<std::string> words;
     std::istringstream split(line);
     for (std::string w; split >> w;)
@@ -185,6 +189,57 @@ TEST_F(RedisAclTest, TheElectionsRecordIsReachable) {
   EXPECT_EQ(asSidecarUser({"HSET", "sidelock:{e}:el:leader", "candidate", "c", "value", "v"}), "2");
   EXPECT_EQ(asSidecarUser({"HMGET", "sidelock:{e}:el:leader", "candidate", "value"}), "c\nv");
   EXPECT_NE(asSidecarUser({"HSET", "other-app:hash", "f", "v"}).find("NOPERM"), std::string::npos);
+}
+
+// Redis Cluster under README's ACL plus its Cluster line, on every node: the slot map, a waiter
+// on another sidecar woken by the release's SPUBLISH (SSUBSCRIBE), and a lock event stream.
+TEST(RedisAclClusterTest, TwoSidecarsWorkUnderTheReadmeClusterAcl) {
+  const std::vector<std::string> cluster_acl = readmeAcl(2);
+  ASSERT_NE(std::find(cluster_acl.begin(), cluster_acl.end(), "+spublish"), cluster_acl.end())
+      << "README's third ACL line is not the Cluster one";
+  RedisCluster cluster(3);
+  for (size_t i = 0; i < cluster.size(); ++i) {
+    ASSERT_EQ(cluster.server(i).cli(readmeAcl()), "OK");
+    ASSERT_EQ(cluster.server(i).cli(cluster_acl), "OK") << "README's Cluster ACL does not parse";
+  }
+  auto start = [&](const std::string& extra_yaml) {
+    return std::make_unique<SidecarProcess>(SidecarProcess::Options{
+        "backend:\n  type: cluster\n  nodes: [\"" + cluster.address(0) +
+            "\"]\n  command_timeout_ms: 3000\n  username_env: SIDELOCK_ACL_TEST_USER\n"
+            "  password_env: SIDELOCK_ACL_TEST_PASS\n" +
+            extra_yaml,
+        {"SIDELOCK_ACL_TEST_USER=sidelock", std::string("SIDELOCK_ACL_TEST_PASS=") + kPassword},
+        /*wait_ready=*/true});
+  };
+  auto a = start("");
+  // Only the wake-up can get B's waiter going: its backoff is far beyond the test.
+  auto b = start("locks:\n  retry_min_ms: 60000\n  retry_max_ms: 60000\n");
+  HttpClient ca = HttpClient::tcp(a->port());
+  HttpClient cb = HttpClient::tcp(b->port());
+  HttpClient events = HttpClient::tcp(b->port());
+  events.sendRequest("GET", "/v1/locks/acl-lock/events");
+  ASSERT_TRUE(events.readStreamHead(10000).has_value());
+  ASSERT_TRUE(events.readStreamLine(5000).has_value()) << "no state line";
+  auto r = ca.post("/v1/locks/acl-lock/acquire", R"({"ttl_ms":30000})");
+  ASSERT_EQ(r.status, 200) << r.body << a->logs();
+  const std::optional<std::string> acquired = events.readStreamLine(5000);
+  ASSERT_TRUE(acquired.has_value());
+  EXPECT_EQ(json::parse(*acquired)["event"], "acquired") << *acquired;
+  HttpClient waiter = HttpClient::tcp(b->port());
+  waiter.sendRequest("POST", "/v1/locks/acl-lock/acquire", R"({"ttl_ms":5000,"wait_ms":20000})");
+  ASSERT_TRUE(waitForWaiters(cb, "acl-lock", 1));
+  r = ca.post("/v1/locks/acl-lock/release", json{{"owner", json::parse(r.body)["owner"]}}.dump());
+  EXPECT_EQ(r.status, 200) << r.body;
+  auto woken = waiter.readResponse(25000);
+  ASSERT_TRUE(woken);
+  EXPECT_EQ(woken->status, 200) << woken->body;
+  EXPECT_GE(metricValue(cb.get("/metrics").body, "sidelock_wakeups_total"), 1)
+      << "granted, but not woken by the release's SPUBLISH:\n"
+      << b->logs();
+  for (auto* s : {a.get(), b.get()}) {
+    EXPECT_EQ(s->logs().find("NOPERM"), std::string::npos) << s->logs();
+    EXPECT_EQ(s->stop(), 0) << s->logs();
+  }
 }
 
 }  // namespace

@@ -602,6 +602,14 @@ TEST_F(RedisBackendTest, LockChangesAreAnnouncedWithTheirReason) {
   env_.runFor(100);
   EXPECT_EQ(heard,
             std::vector<std::string>({"granted", "granted", "released", "granted", "forced"}));
+  // A multi-lock's one-step grant (acquire_all.lua) announces each name: `job` hears it too.
+  std::optional<StatusOr<AllOutcome>> all;
+  holder.acquireAll({"another", "job"}, "dave", 10'000, "",
+                    [&](StatusOr<AllOutcome> r) { all.emplace(std::move(r)); });
+  ASSERT_TRUE(env_.runUntil([&] { return all.has_value(); }));
+  ASSERT_TRUE(all->isOk() && (*all)->granted);
+  ASSERT_TRUE(heardNews(6));
+  EXPECT_EQ(heard.back(), "granted");
   observer.unwatchReleases("job");
 }
 

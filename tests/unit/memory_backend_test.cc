@@ -267,6 +267,14 @@ TEST_F(MemoryBackendTest, AnnouncementsCarryTheirReason) {
   ASSERT_TRUE(acquire("g", "b", 1000)->ok());
   ASSERT_TRUE(run(Operation::forceRelease("g"))->ok());
   EXPECT_EQ(heard, std::vector<std::string>({"g granted", "g released", "g granted", "g forced"}));
+  // A multi-lock's one-step grant is announced for each watched name (as acquire_all.lua).
+  backend.watchReleases("h");
+  Slot<StatusOr<AllOutcome>> all;
+  backend.acquireAll({"g", "h"}, "c", 1000, "", all.cb());
+  sched.runReady();
+  ASSERT_TRUE(all.value && all.value->isOk() && (*all.value)->granted);
+  EXPECT_EQ(heard, std::vector<std::string>({"g granted", "g released", "g granted", "g forced",
+                                             "g granted", "h granted"}));
   EXPECT_FALSE(announcement::freesLock(announcement::kGranted));
   EXPECT_TRUE(announcement::freesLock(announcement::kForced));
   EXPECT_TRUE(announcement::freesLock("g")) << "an older sidecar's payload: the lock's name";

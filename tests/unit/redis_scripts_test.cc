@@ -405,6 +405,11 @@ TEST(RedisScripts, EveryOperationIsOneScriptCall) {
   // Elections have no lock-delay: their extend and release name none.
   EXPECT_EQ(callOf(Operation::extend("n", "o", 9).of(LockKind::kElection), ctx).key_count, 3);
   EXPECT_EQ(callOf(Operation::release("n", "o").of(LockKind::kElection), ctx).key_count, 3);
+  auto reader_busy = decode(reply(5, 0, 600), ScriptId::kSharedAcquire);
+  ASSERT_TRUE(reader_busy.isOk());
+  EXPECT_EQ(reader_busy->busy_reason, BusyReason::kLockDelay) << "readers wait out a delay too";
+  EXPECT_EQ(reader_busy->holder_ttl_ms, 600);
+  EXPECT_FALSE(decode(reply(5, 0, 600), ScriptId::kSemAcquire).isOk()) << "permits have none";
   auto busy = decode(reply(5, 0, 700), ScriptId::kAcquire);
   ASSERT_TRUE(busy.isOk());
   EXPECT_EQ(busy->code, OutcomeCode::kBusy);
@@ -468,12 +473,13 @@ TEST(RedisScripts, EveryOperationIsOneScriptCall) {
   // Readers share the mutex's key and counter, and list themselves in a sorted set of their own.
   const ScriptCall reader = callOf(Operation::acquireShared("n", "r", 900), ctx);
   EXPECT_EQ(reader.script, ScriptId::kSharedAcquire);
-  ASSERT_EQ(reader.key_count, 5);
+  ASSERT_EQ(reader.key_count, 6);
   EXPECT_EQ(reader.keys[0], "p:{n}");
   EXPECT_EQ(reader.keys[1], "p:{n}:token") << "readers and writers: one counter";
   EXPECT_EQ(reader.keys[2], "p:{n}:readers");
   EXPECT_EQ(reader.keys[3], "p:{n}:writer") << "a queued writer's mark turns readers away";
   EXPECT_EQ(reader.keys[4], "p:{n}:readers:holders");
+  EXPECT_EQ(reader.keys[5], "p:{n}:delay") << "a writer's lock-delay holds readers back too";
   const ScriptCall reader_release = callOf(Operation::release("n", "r").of(LockKind::kShared), ctx);
   ASSERT_EQ(reader_release.key_count, 4);
   EXPECT_EQ(reader_release.keys[3], "p:{n}:readers:holders") << "a leaving reader's label goes";

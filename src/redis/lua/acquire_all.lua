@@ -1,7 +1,10 @@
 -- acquire_all: a multi-lock: every named mutex at once, or none.
 --
 -- KEYS     p{name}, p{name}:token, p{name}:holder, p{name}:delay of each name, in fours
--- ARGV     owner, ttl_ms, counter_ttl_ms, holder (a public label; empty: none)
+-- ARGV     owner, ttl_ms, counter_ttl_ms, holder (a public label; empty: none), reason
+--          ("granted"), then each name's channel in the keys' order: every grant is announced
+--          (lib/announce.lua), as a single acquire's is. (Only single-master backends run this
+--          script, never Redis Cluster: plain PUBLISH.)
 -- Replies  {1, 0, ttl, token...}   every lock granted, one token per name (decodeAllOutcome())
 --          {0, 0, ms, i}           the i-th name (1-based) is held (ms: its PTTL) or in its
 --                                  lock-delay (ms: what is left of it); nothing changed
@@ -15,6 +18,7 @@
 --! include lib/next_token.lua
 --! include lib/clock.lua
 --! include lib/holder_record.lua
+--! include lib/announce.lua
 
 for i = 1, #KEYS, 4 do
   if redis.call('EXISTS', KEYS[i]) == 1 then
@@ -32,5 +36,6 @@ for i = 1, #KEYS, 4 do
   redis.call('SET', KEYS[i], ARGV[1], 'PX', ARGV[2])
   reply[#reply + 1] = nextTokenAt(KEYS[i + 1], ARGV[3])
   recordHolder(KEYS[i + 2], ARGV[1], ARGV[4], ARGV[2])
+  announce(ARGV[6 + (i - 1) / 4], ARGV[5])
 end
 return reply

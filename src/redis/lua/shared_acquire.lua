@@ -5,6 +5,7 @@
 -- KEYS[3]  p{name}:readers  the readers: owner id -> expiry (ms, Redis time)
 -- KEYS[4]  p{name}:writer   the queued writers' marks
 -- KEYS[5]  p{name}:readers:holders  the readers' holders (lib/lease_labels.lua)
+-- KEYS[6]  p{name}:delay    a writer's lock-delay (lib/lock_delay.lua; readers wait it out too)
 -- ARGV     owner, ttl_ms, counter_ttl_ms, holder (a public label; empty: none), channel,
 --          reason ("granted")[, "sharded"]: the first reader of a free lock is announced
 --          (lib/announce.lua); later readers are not
@@ -12,6 +13,8 @@
 --          {0, 0, holder PTTL, 0}     a writer holds the lock
 --          {3, 0, PTTL, readers}      this reader holds a read lease already
 --          {4, 0, ms, readers}        a queued writer's mark turns readers away
+--          {5, 0, delay PTTL}         free, but a writer's lock-delay runs (its lease ended
+--                                     unreleased): readers are held back as writers are
 --
 -- A reader joins unless a writer holds the lock or waits for it. The first reader of a free lock
 -- starts a new readers' set (members left over from an earlier one, e.g. after a force release,
@@ -22,11 +25,16 @@
 --! include lib/readers.lua
 --! include lib/lease_labels.lua
 --! include lib/announce.lua
+--! include lib/lock_delay.lua
 
 local now = nowMs()
 local v = redis.call('GET', KEYS[1])
 if v and not readersHold(v) then
   return {0, 0, redis.call('PTTL', KEYS[1]), 0}
+end
+local delay = delayLeft()  -- (0 while anybody holds the lease: readers or a writer)
+if delay > 0 then
+  return {5, 0, delay}
 end
 local mark = writerMarkMs(4, now)
 if mark > 0 then
