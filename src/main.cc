@@ -318,6 +318,7 @@ int runSidecar(const config::Config& cfg) {
   }
   s.scheduler = std::make_unique<event::UvScheduler>(&s.loop);
   s.metrics = std::make_unique<metrics::Metrics>(SIDELOCK_VERSION);
+  s.metrics->setHolderTopN(static_cast<size_t>(cfg.metrics.holder_top_n));
   s.backend = makeBackend(s, cfg);
   s.locks = std::make_unique<lock::LockService>(cfg.locks, *s.backend, *s.scheduler, *s.metrics);
   s.api = std::make_unique<api::LockApi>(cfg.locks, *s.locks, *s.metrics, *s.scheduler);

@@ -731,10 +731,15 @@ Config load(const YAML::Node& root_node) {
   c.log.format = *parsed_format;
   lg.rejectUnknown({"level", "format"});
 
+  Section mt(root.child("metrics"), "metrics");
+  mt.readInt("holder_top_n", c.metrics.holder_top_n, 0, 100);
+  mt.rejectUnknown({"holder_top_n"});
+
   loadAuth(root, c.auth, c.listen);
   loadDapr(root, c.dapr);
   root.rejectUnknown(
-      {"listen", "backend", "locks", "shutdown", "log", "auth", "dapr", "identity", "elections"});
+      {"listen", "backend", "locks", "shutdown", "log", "metrics", "auth", "dapr", "identity",
+       "elections"});
   if (c.backend.type == BackendType::kRedlock)
     c.locks.retry_jitter_ms = c.backend.redlock.retry_jitter_ms;
   if (c.backend.type == BackendType::kRedlock &&

@@ -171,6 +171,13 @@ struct LocksConfig {
   int64_t retry_jitter_ms = 0;
 };
 
+/// What /metrics exports beyond the fixed series (README "Metrics").
+struct MetricsConfig {
+  /// sidelock_held_locks_by_holder: the holders with the most leases that get a series of their
+  /// own (the rest are summed in holder="other"); 0 = only holder="other". At most 100.
+  int holder_top_n = 10;
+};
+
 struct ShutdownConfig {
   int64_t grace_ms = 10'000;
   bool release_held = true;  // release leases this sidecar granted that are still held
@@ -215,6 +222,7 @@ struct Config {
   LocksConfig locks;
   ShutdownConfig shutdown;
   LogConfig log;
+  MetricsConfig metrics;
   AuthConfig auth;
   DaprConfig dapr;
 };

@@ -41,8 +41,47 @@ void GrantTimes::remove(int64_t granted_us) {
   if (--it->second.count == 0) buckets_.erase(it);
 }
 
-void LeaseTable::insert(std::unique_ptr<Lease> lease) {
+uint32_t HolderTally::add(std::string_view holder) {
+  if (holder.empty()) {
+    ++unlabelled_;
+    return kNoLabel;
+  }
+  if (auto it = index_.find(holder); it != index_.end()) {
+    ++slots_[it->second - 1].leases;
+    return it->second;
+  }
+  uint32_t slot = kNoLabel;
+  if (!free_.empty()) {
+    slot = free_.back();
+    free_.pop_back();
+  } else if (slots_.size() < kMaxSlots) {
+    slots_.emplace_back();
+    slot = static_cast<uint32_t>(slots_.size());
+  } else {
+    ++unlabelled_;  // 16.7 million distinct labels held at once: counted among the unlabelled
+    return kNoLabel;
+  }
+  // The label is kept once, as the index's key (its node never moves); the slot points at it.
+  const auto [it, inserted] = index_.emplace(std::string(holder), slot);
+  slots_[slot - 1] = Slot{&it->first, 1};
+  return slot;
+}
+
+void HolderTally::remove(uint32_t slot) {
+  if (slot == kNoLabel) {
+    --unlabelled_;
+    return;
+  }
+  Slot& s = slots_[slot - 1];
+  if (--s.leases > 0) return;
+  index_.erase(index_.find(*s.holder));
+  s.holder = nullptr;
+  free_.push_back(slot);
+}
+
+void LeaseTable::insert(std::unique_ptr<Lease> lease, std::string_view holder) {
   grant_times_.add(lease->granted_us);
+  lease->holder_slot = holders_.add(holder);
   auto [it, inserted] = byName(lease->lock.kind).try_emplace(lease->lock.name, nullptr);
   if (!inserted) lease->next_same_name = std::move(it->second);
   it->second = std::move(lease);
@@ -59,6 +98,7 @@ std::unique_ptr<Lease> LeaseTable::remove(const LockId& lock, std::string_view o
   std::unique_ptr<Lease> lease = std::move(*slot);
   *slot = std::move(lease->next_same_name);
   grant_times_.remove(lease->granted_us);
+  holders_.remove(lease->holder_slot);
   if (it->second == nullptr) leases.erase(it);
   --size_;
   return lease;

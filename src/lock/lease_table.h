@@ -67,6 +67,9 @@ struct Lease {
   bool capped : 1 = false;           // renewals stopped at max_hold_ms: it runs out at the cap
   bool unhealthy : 1 = false;        // released because its app is unhealthy: never renewed again
   bool lock_delay : 1 = false;       // acquired with lock_delay_ms > 0 (its backend keeps a delay)
+  // Its holder label's slot in the table's HolderTally (0: none recorded), in the rest of the
+  // flags' 32 bits: the label itself is kept once per holder there, not once per lease.
+  uint32_t holder_slot : 24 = 0;
   int32_t holds = 1;                 // reentrant acquires: holds taken and not yet given back
   int64_t hold_deadline_us = 0;  // auto_renew: no renewal starts at or after this (0 = no cap)
   std::function<void(LeaseEvent)> on_event;
@@ -103,6 +106,47 @@ class GrantTimes {
   std::map<int64_t, Bucket> buckets_;  // by granted_us / 1'000'000
 };
 
+/// How many leases of the table each holder label holds (sidelock_held_locks_by_holder), kept on
+/// every insert and remove (one hash lookup of the label), so a scrape reads one count per
+/// holder and never walks the leases. Each distinct label is stored once, in a numbered slot that
+/// its leases name (Lease::holder_slot); a slot is reused once its last lease is gone.
+class HolderTally {
+ public:
+  /// The slot of a lease without a label (and, past kMaxSlots distinct labels, of any lease).
+  static constexpr uint32_t kNoLabel = 0;
+  static constexpr uint32_t kMaxSlots = (1u << 24) - 1;  // what Lease::holder_slot holds
+
+  /// Counts one more lease of `holder` ("" = none recorded); returns its slot.
+  uint32_t add(std::string_view holder);
+  /// Counts one lease of `slot` less (the slot add() returned).
+  void remove(uint32_t slot);
+  /// Leases without a label.
+  int64_t unlabelled() const { return unlabelled_; }
+  /// Distinct labels held now.
+  size_t size() const { return index_.size(); }
+  /// f(holder, leases) for every label held now, in no particular order.
+  template <typename F>
+  void forEach(F&& f) const {
+    for (const Slot& s : slots_) {
+      if (s.leases > 0) f(std::string_view(*s.holder), s.leases);
+    }
+  }
+
+ private:
+  struct Slot {
+    const std::string* holder = nullptr;  // its key in index_ while leases > 0
+    int64_t leases = 0;
+  };
+  struct LabelHash {
+    using is_transparent = void;  // find a label by string_view, without a copy per grant
+    size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+  };
+  std::vector<Slot> slots_;     // slot i is slots_[i - 1]
+  std::vector<uint32_t> free_;  // slots whose label is no longer held
+  std::unordered_map<std::string, uint32_t, LabelHash, std::equal_to<>> index_;  // label -> slot
+  int64_t unlabelled_ = 0;
+};
+
 /// Leases by (lock, owner): a mutex has at most one per lock, a semaphore one per permit.
 class LeaseTable {
  public:
@@ -116,13 +160,16 @@ class LeaseTable {
   /// Unlinks each chain first: thousands of permits must not end in a recursion as deep.
   ~LeaseTable();
   /// Inserts a lease no other lease of the table has the (lock, owner) of, at its grant
-  /// (granted_us set, and not before that of any lease inserted earlier).
-  void insert(std::unique_ptr<Lease> lease);
+  /// (granted_us set, and not before that of any lease inserted earlier), counted for `holder`
+  /// (its public label, "" = none).
+  void insert(std::unique_ptr<Lease> lease, std::string_view holder = {});
   std::unique_ptr<Lease> remove(const LockId& lock, std::string_view owner);
   size_t size() const { return size_; }
   bool empty() const { return size_ == 0; }
   /// Grant time of the oldest lease held (to the second), -1 with none.
   int64_t oldestGrantedUs() const { return grant_times_.oldestUs(); }
+  /// The leases held by each holder label.
+  const HolderTally& holders() const { return holders_; }
   template <typename F>
   void forEach(F&& f) const {
     for (const ByName& leases : by_kind_) {
@@ -145,6 +192,7 @@ class LeaseTable {
   std::array<ByName, backend::kLockKindCount> by_kind_;
   size_t size_ = 0;
   GrantTimes grant_times_;
+  HolderTally holders_;
 };
 
 /// Recently lost (lock, owner) pairs: least-recently-lost evicted beyond `capacity`, entries

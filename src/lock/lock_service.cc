@@ -126,7 +126,10 @@ LockService::Impl::Impl(const config::LocksConfig& config, backend::Backend& bac
   // A shutdown waits for the backend calls in flight (or its grace period).
   ops_.onDrained([this] { maybeFinishShutdown(); });
   // The hook outlives this service inside Metrics: `alive_` tells it the service is gone.
-  metrics_.addScrapeHook(alive_.guarded([this] { updateOldestLeaseAge(); }));
+  metrics_.addScrapeHook(alive_.guarded([this] {
+    updateOldestLeaseAge();
+    updateHeldByHolder();
+  }));
 }
 
 // Timers die with their owners (ScopedTimer); backend replies and posted callbacks still queued

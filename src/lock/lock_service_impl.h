@@ -213,6 +213,8 @@ class LockService::Impl {
   void updateHeldGauge();
   /// Scrape hook: sidelock_oldest_lease_age_seconds from the lease table's grant-time index.
   void updateOldestLeaseAge();
+  /// Scrape hook: sidelock_held_locks_by_holder from the lease table's count per holder label.
+  void updateHeldByHolder();
 
   // --- change watches (lock_service.cc) ---
   void unwatchChanges(const std::string& name, uint64_t id);

@@ -643,6 +643,7 @@ void LockService::Impl::acquireAllAtOnce(
             w.options.ttl_ms = options.ttl_ms;
             w.options.auto_renew = options.auto_renew;
             w.options.max_hold_ms = options.max_hold_ms;
+            w.options.holder = options.holder;  // the lease counts for it (held_locks_by_holder)
             w.started_us = started_us;
             backend::Outcome one;
             one.code = backend::OutcomeCode::kOk;

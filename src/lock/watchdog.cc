@@ -24,6 +24,16 @@ void LockService::Impl::updateOldestLeaseAge() {
   metrics_.oldest_lease_age.Set(static_cast<double>(age_us) / 1e6);
 }
 
+void LockService::Impl::updateHeldByHolder() {
+  const HolderTally& tally = leases_.holders();
+  std::vector<metrics::Metrics::HolderLeases> counts;
+  counts.reserve(tally.size());
+  tally.forEach([&counts](std::string_view holder, int64_t leases) {
+    counts.push_back({holder, leases});
+  });
+  metrics_.publishHeldByHolder(std::move(counts), tally.unlabelled());
+}
+
 void LockService::Impl::recordGrant(Waiter& w, const backend::Outcome& grant) {
   const int64_t now = scheduler_.nowUs();
   const LockId& lock = w.options.lock;
@@ -76,7 +86,9 @@ void LockService::Impl::recordGrant(Waiter& w, const backend::Outcome& grant) {
     lease.hold_deadline_us = max_hold > 0 ? now + max_hold * 1000 : 0;
   }
   lease.on_event = std::move(w.on_event);
-  leases_.insert(std::move(owned));
+  // Counted by its public label (an election's is its candidate), never by its owner id.
+  leases_.insert(std::move(owned),
+                 !w.options.holder.empty() ? w.options.holder : w.options.candidate);
   lost_.forget(lease.lock, lease.owner);
   updateHeldGauge();
   armExpiry(lease);

@@ -5,6 +5,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <ctime>
@@ -101,6 +102,12 @@ Metrics::Metrics(std::string version)
                                  "was granted; 0 when none is held.")
                            .Register(*registry_)
                            .Add({})),
+      held_locks_by_holder(BuildGauge()
+                               .Name("sidelock_held_locks_by_holder")
+                               .Help("Leases granted by this sidecar that are still held, by "
+                                     "holder label: the metrics.holder_top_n holders with the "
+                                     "most, every other lease in holder=\"other\".")
+                               .Register(*registry_)),
       hold_seconds(BuildHistogram()
                        .Name("sidelock_hold_seconds")
                        .Help("How long leases were held: grant to release, expiry or loss.")
@@ -360,6 +367,7 @@ Metrics::Metrics(std::string version)
                              .Add({});
   updateProcessMetrics();
   acquireFor("mutex");
+  held_by_other_holders_ = &held_locks_by_holder.Add({{"holder", std::string(kOtherHolders)}});
 }
 
 Metrics::AcquireMetrics& Metrics::acquireFor(std::string_view kind) {
@@ -377,6 +385,42 @@ Metrics::AcquireMetrics& Metrics::acquireFor(std::string_view kind) {
                             result("cancelled"), acquire_contended_total.Add({{"kind", k}}),
                             acquire_wait_seconds.Add({{"kind", k}}, waitBuckets())}));
   return *acquire_kinds_.back().second;
+}
+
+void Metrics::publishHeldByHolder(std::vector<HolderLeases> counts, int64_t unlabelled) {
+  const size_t top = std::min(holder_top_n_, counts.size());
+  std::partial_sort(counts.begin(), counts.begin() + static_cast<ptrdiff_t>(top), counts.end(),
+                    [](const HolderLeases& a, const HolderLeases& b) {
+                      return a.leases != b.leases ? a.leases > b.leases : a.holder < b.holder;
+                    });
+  int64_t others = unlabelled;
+  for (size_t i = top; i < counts.size(); ++i) others += counts[i].leases;
+  // The top's series, reusing those of holders still in it (at most top_n: a linear scan).
+  std::vector<std::pair<std::string, prometheus::Gauge*>> kept;
+  kept.reserve(top);
+  for (size_t i = 0; i < top; ++i) {
+    const HolderLeases& h = counts[i];
+    if (h.holder == kOtherHolders) {
+      others += h.leases;
+      continue;
+    }
+    auto it = std::find_if(holder_series_.begin(), holder_series_.end(),
+                           [&h](const auto& s) { return s.first == h.holder; });
+    prometheus::Gauge* gauge = nullptr;
+    if (it != holder_series_.end()) {
+      gauge = it->second;
+      it->second = nullptr;  // taken: not removed below
+    } else {
+      gauge = &held_locks_by_holder.Add({{"holder", std::string(h.holder)}});
+    }
+    gauge->Set(static_cast<double>(h.leases));
+    kept.emplace_back(std::string(h.holder), gauge);
+  }
+  for (const auto& [holder, gauge] : holder_series_) {
+    if (gauge != nullptr) held_locks_by_holder.Remove(gauge);
+  }
+  holder_series_ = std::move(kept);
+  held_by_other_holders_->Set(static_cast<double>(others));
 }
 
 Metrics::ElectionSeries Metrics::electionSeries(std::string_view name) {

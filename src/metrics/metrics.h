@@ -60,6 +60,22 @@ class Metrics {
   /// nothing holds its NodeMetrics any more.
   void forgetNode(std::string_view address);
 
+  /// How many holders get a series of their own in sidelock_held_locks_by_holder (config
+  /// metrics.holder_top_n; 0: only holder="other").
+  void setHolderTopN(size_t n) { holder_top_n_ = n; }
+  /// One holder label's lease count (the label is a view: valid during the call).
+  struct HolderLeases {
+    std::string_view holder;
+    int64_t leases = 0;
+  };
+  /// The label of the series that sums every holder outside the top.
+  static constexpr std::string_view kOtherHolders = "other";
+  /// Sets sidelock_held_locks_by_holder: the holder_top_n holders with the most leases (ties: by
+  /// label) their own series, the rest and `unlabelled` in holder="other" (a holder labelled
+  /// "other" adds to it); the series of a holder that left the top or holds nothing are removed.
+  /// About holders x log(top_n) steps; called at scrape time, never on a grant or release.
+  void publishHeldByHolder(std::vector<HolderLeases> counts, int64_t unlabelled);
+
   /// Hooks run just before each scrape, to compute gauges from live state.
   void addScrapeHook(std::function<void()> hook) { scrape_hooks_.push_back(std::move(hook)); }
 
@@ -101,6 +117,11 @@ class Metrics {
   /// Seconds since the oldest held lease was granted (0 with none), computed at scrape time: a
   /// lock stuck with a holder that never releases shows as a steadily rising line.
   prometheus::Gauge& oldest_lease_age;
+  /// {holder}: leases held through this sidecar by their public holder label (an election's: its
+  /// candidate), never an owner id. Bounded: the holder_top_n holders with the most leases have a
+  /// series each, every other lease (and one without a label) counts in holder="other" (always
+  /// present); set at scrape time by publishHeldByHolder().
+  prometheus::Family<prometheus::Gauge>& held_locks_by_holder;
   prometheus::Histogram& hold_seconds;  // grant -> release / expiry / loss
   prometheus::Counter& lease_expired;   // TTL ran out before release
   prometheus::Counter& lease_lost;      // renewal / extend found the lease gone or stolen
@@ -217,6 +238,9 @@ class Metrics {
   uint64_t cached_epoch_ = 0;
   std::vector<std::pair<std::string, std::unique_ptr<NodeMetrics>>> nodes_;
   std::vector<std::pair<std::string, std::unique_ptr<AcquireMetrics>>> acquire_kinds_;
+  size_t holder_top_n_ = 10;
+  prometheus::Gauge* held_by_other_holders_ = nullptr;
+  std::vector<std::pair<std::string, prometheus::Gauge*>> holder_series_;  // the top's, by label
   // process_* and build info (updated at scrape time)
   prometheus::Gauge* process_rss_ = nullptr;
   prometheus::Gauge* process_vms_ = nullptr;

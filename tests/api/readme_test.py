@@ -31,9 +31,10 @@ FAILURES = []
 
 # Top-level sections of the configuration (src/config/config.cc, load()), and the backend's
 # subsections that the README names without their "backend." (`redlock.delayed_restart`).
-SECTIONS = ("listen", "backend", "locks", "shutdown", "log", "auth", "dapr")
+SECTIONS = ("listen", "backend", "locks", "shutdown", "log", "metrics", "auth", "dapr")
 BACKEND_SUBSECTIONS = ("redlock", "tls", "sentinel")
-KEY_RE = re.compile(r"\b((?:%s)(?:\.[a-z_]+)+)\b" % "|".join(SECTIONS + BACKEND_SUBSECTIONS))
+# (Not after a '/': `src/metrics/metrics.h` is a file, not the key metrics.h.)
+KEY_RE = re.compile(r"(?<!/)\b((?:%s)(?:\.[a-z_]+)+)\b" % "|".join(SECTIONS + BACKEND_SUBSECTIONS))
 
 
 def fail(msg):

@@ -335,6 +335,9 @@ TEST(PrometheusProofTest, EveryDashboardAndAlertQueryReturnsSeriesFromALiveSidec
   EXPECT_EQ(prom.value("sidelock_backend_up{node=\"" + redis.address() + "\"}"), 1);
   EXPECT_EQ(prom.value("sidelock_backend_ready" + sel), 1);
   EXPECT_EQ(prom.value("sidelock_held_locks" + sel), 1);  // the configured election's lease
+  // ... counted for its candidate, the sidecar's identity ("Held locks by holder").
+  EXPECT_EQ(prom.value("sidelock_held_locks_by_holder{holder=\"proof-pod\"}"), 1);
+  EXPECT_EQ(prom.value("sidelock_held_locks_by_holder{holder=\"other\"}"), 0);
   EXPECT_EQ(prom.value("sidelock_waiters" + sel), 0);
   EXPECT_EQ(prom.value("sidelock_election_leader{election=\"proof\"}"), 1);
   EXPECT_EQ(prom.value("sidelock_election_ttl_seconds{election=\"proof\"}"), 5);

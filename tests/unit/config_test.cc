@@ -207,6 +207,21 @@ TEST(ConfigTest, RequestIdByteBoundParsesAndIsValidated) {
             std::string::npos);
 }
 
+TEST(ConfigTest, HolderTopNParsesAndIsValidated) {
+  auto defaults = loadConfigFromString("");
+  ASSERT_TRUE(defaults.isOk());
+  EXPECT_EQ(defaults->metrics.holder_top_n, 10);
+  auto c = loadConfigFromString("metrics:\n  holder_top_n: 0\n");
+  ASSERT_TRUE(c.isOk()) << c.status().toString();
+  EXPECT_EQ(c->metrics.holder_top_n, 0) << "0: only holder=\"other\"";
+  EXPECT_NE(errorOf("metrics:\n  holder_top_n: 101\n").find("metrics.holder_top_n"),
+            std::string::npos);
+  EXPECT_NE(errorOf("metrics:\n  holder_top_n: -1\n").find("metrics.holder_top_n"),
+            std::string::npos);
+  EXPECT_NE(errorOf("metrics:\n  holders: 5\n").find("metrics.holders: unknown key"),
+            std::string::npos);
+}
+
 TEST(ConfigTest, TlsKeysAreValidated) {
   auto c = loadConfigFromString(
       "backend:\n  tls:\n    enabled: true\n    server_name: redis.internal\n");
