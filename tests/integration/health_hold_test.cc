@@ -456,7 +456,35 @@ TEST(HealthLimitsTest, AllowedPortsAndMaxProbesAreEnforcedForEverySource) {
       c.post("/v1/locks/second/release", json{{"owner", json::parse(second.body)["owner"]}}.dump())
           .status,
       200);
-  EXPECT_EQ(acquire("over", app.url() + "?x=1", 500).status, 200);
+  EXPECT_EQ(metricValue(c.get("/metrics").body, "sidelock_health_probes"), 1);
+
+  // Checked again at the grant: a waiter admitted while there was room, granted once the room is
+  // gone, is refused (429) and the lease given back unseen.
+  auto held = c.post("/v1/locks/held/acquire", R"({"ttl_ms":5000})");
+  ASSERT_EQ(held.status, 200) << held.body;
+  HttpClient waiter = HttpClient::tcp(sidecar.port());
+  waiter.sendRequest("POST", "/v1/locks/held/acquire",
+                     json{{"ttl_ms", 5000},
+                          {"wait_ms", 5000},
+                          {"auto_renew", true},
+                          {"health", healthField(app.url() + "?waiter", 1000, 3)}}
+                         .dump());
+  ASSERT_TRUE(pollUntil([&] {
+    return json::parse(c.get("/v1/locks").body)["waiters"].dump().find("held") != std::string::npos;
+  })) << "the waiter is not in line";
+  EXPECT_EQ(acquire("room", app.url() + "?room", 500).status, 200);  // the last probe
+  EXPECT_EQ(
+      c.post("/v1/locks/held/release", json{{"owner", json::parse(held.body)["owner"]}}.dump())
+          .status,
+      200);
+  auto refused = waiter.readResponse(5000);
+  ASSERT_TRUE(refused.has_value());
+  EXPECT_EQ(refused->status, 429) << refused->body;
+  EXPECT_EQ(json::parse(refused->body)["error"], "too_many_probes") << refused->body;
+  EXPECT_TRUE(pollUntil([&] {
+    return redis.cli({"EXISTS", "sidelock:{held}"}) == "0";
+  })) << "the refused grant was not given back";
+  EXPECT_EQ(metricValue(c.get("/metrics").body, "sidelock_health_probes"), 2);
   EXPECT_EQ(sidecar.stop(), 0) << sidecar.logs();
 }
 
