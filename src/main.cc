@@ -322,7 +322,7 @@ int runSidecar(const config::Config& cfg) {
   s.backend = makeBackend(s, cfg);
   s.locks = std::make_unique<lock::LockService>(cfg.locks, *s.backend, *s.scheduler, *s.metrics);
   s.api = std::make_unique<api::LockApi>(cfg.locks, *s.locks, *s.metrics, *s.scheduler);
-  s.health_prober = std::make_unique<health::Prober>(&s.loop, *s.scheduler, *s.metrics);
+  s.health_prober = std::make_unique<health::Prober>(&s.loop, *s.scheduler, *s.metrics, cfg.health);
   s.api->setHealthProber(s.health_prober.get());
   s.api->setIdentity(cfg.identity);
   s.dapr_api = std::make_unique<api::DaprApi>(
@@ -332,8 +332,9 @@ int runSidecar(const config::Config& cfg) {
       api::ElectionApi::Options{.identity = cfg.identity,
                                 .observe_reread_ms = 1000,
                                 .health_prober = s.health_prober.get()});
-  s.pod_elections = std::make_unique<api::PodElections>(
-      cfg.elections, cfg.identity, *s.locks, s.elections->observers(), *s.scheduler, *s.metrics);
+  s.pod_elections = std::make_unique<api::PodElections>(cfg.elections, cfg.identity, *s.locks,
+                                                        s.elections->observers(), *s.scheduler,
+                                                        *s.metrics, s.health_prober.get());
   s.router = std::make_unique<http::Router>();
   std::vector<api::Route> lock_routes = s.api->routes();
   for (auto& route : s.dapr_api->routes()) lock_routes.push_back(std::move(route));

@@ -141,6 +141,11 @@ void ElectionApi::campaign(http::Request& req, http::ResponderPtr res) {
     body.setError("health probes are not available on this sidecar");
   }
   if (!body.ok()) return sendBodyError(res, body);
+  if (health_spec) {
+    if (std::optional<Answer> refused = healthRefusal(*options_.health_prober, *health_spec)) {
+      return sendAnswer(res, *refused);
+    }
+  }
   if (draining_) return sendError(res, 503, "shutting_down", "the sidecar is shutting down");
 
   // The connection is the campaign: in line until elected or until the client leaves.
@@ -218,6 +223,13 @@ void ElectionApi::campaign(http::Request& req, http::ResponderPtr res) {
           return;
         }
         if (call->health) {
+          if (std::optional<Answer> refused =
+                  healthRefusal(*options_.health_prober, call->health->spec)) {
+            // The limit filled up while this candidate waited in line: resign unseen.
+            finish(call);
+            service_.release(r.grant.lock, r.grant.owner, [](StatusOr<lock::ReleaseStatus>) {});
+            return sendAnswer(out, *refused);
+          }
           watchHealth(call->health, *options_.health_prober, service_, r.grant);
         }
         SL_LOG(kInfo, "election.elected", {"name", call->election.name},

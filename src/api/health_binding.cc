@@ -55,6 +55,17 @@ void readHealth(RequestBody& body, std::optional<health::HealthSpec>& out) {
   out = std::move(spec);
 }
 
+std::optional<Answer> healthRefusal(const health::Prober& prober, const health::HealthSpec& spec) {
+  const Status admitted = prober.admit(spec);
+  if (admitted.isOk()) return std::nullopt;
+  if (admitted.code() == StatusCode::kResourceExhausted) {
+    // A probe ends with its last hold: come back after about one interval.
+    return retryLaterAnswer(429, "too_many_probes", admitted.message(), spec.interval_ms,
+                            "health.max_probes");
+  }
+  return errorAnswer(400, "bad_request", admitted.message());
+}
+
 std::function<void(lock::LeaseEvent)> endWatchWithLease(
     std::shared_ptr<HealthHold> hold, std::function<void(lock::LeaseEvent)> on_event) {
   return [hold = std::move(hold), on_event = std::move(on_event)](lock::LeaseEvent e) {

@@ -9,6 +9,7 @@
 #include <optional>
 
 #include "api/request_body.h"
+#include "api/route_helpers.h"
 #include "health/prober.h"
 #include "lock/lock_service.h"
 
@@ -18,6 +19,13 @@ namespace sidelock::api {
 /// 100..60000 (default 1000), failures 1..100 (default 3)). Absent: `out` stays empty. A problem
 /// is recorded in `body` (a 400 naming the member).
 void readHealth(RequestBody& body, std::optional<health::HealthSpec>& out);
+
+/// Whether a hold naming `spec` may start watching now under the prober's limits (config
+/// `health`): nothing if so; else the answer: 400 bad_request (a port not in
+/// health.allowed_ports) or 429 too_many_probes (`limit`: health.max_probes). Checked when the
+/// request arrives and again at the grant (a waiter's probe starts only then): a grant refused
+/// there is given back before anybody hears of it.
+std::optional<Answer> healthRefusal(const health::Prober& prober, const health::HealthSpec& spec);
 
 /// One hold's binding: created with the acquire, watching from its grant until the lease ends.
 struct HealthHold {

@@ -196,6 +196,11 @@ void LockApi::acquire(http::Request& req, http::ResponderPtr res) {
     }
   }
   if (!body.ok()) return sendBodyError(res, body);
+  if (health_spec) {
+    if (std::optional<Answer> refused = healthRefusal(*health_prober_, *health_spec)) {
+      return sendAnswer(res, *refused);
+    }
+  }
   // Filed under the lock's printed form: a reader's retry never meets a writer's answer.
   const std::string retry_scope = retryScope(opts.lock.display(), owner, req.principal.get());
   opts.owner = owner;
@@ -309,8 +314,18 @@ void LockApi::startAcquire(lock::AcquireOptions opts, std::string replay_key,
     const http::ResponderPtr& out = call->responder;
     switch (r.status) {
       case lock::AcquireStatus::kGranted:
+        if (call->health) {
+          if (std::optional<Answer> refused =
+                  healthRefusal(*call->health_prober, call->health->spec)) {
+            // The limit filled up while this caller waited: give the lease back unseen.
+            call->service->release(r.grant.lock, r.grant.owner,
+                                   [](StatusOr<lock::ReleaseStatus>) {});
+            call->finished = true;
+            return call->answerAll(*refused);
+          }
+          watchHealth(call->health, *call->health_prober, *call->service, r.grant);
+        }
         call->granted = true;
-        if (call->health) watchHealth(call->health, *call->health_prober, *call->service, r.grant);
         if (!call->stream) {
           call->finished = true;
           return deliverGrant(call, r.grant);

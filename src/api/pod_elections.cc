@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "api/election_api.h"
+#include "common/invariant.h"
 #include "common/log.h"
 
 namespace sidelock::api {
@@ -23,6 +24,10 @@ struct PodElections::Election {
   uint64_t term = 0;  // leading: its term
   int64_t elected_at_us = 0;
   lock::Backoff backoff{kRetryMinMs, kRetryMaxMs};
+  /// config.health: probed from start() on; `unhealthy` from `failures` failures in a row until
+  /// the next probe that succeeds. An unhealthy pod neither leads nor waits in line.
+  health::HealthWatch health;
+  bool unhealthy = false;
   event::ScopedTimer retry;
   /// Monotonic µs until which this sidecar knows a leader was there (a read showed one with that
   /// much TTL left, or this sidecar leads); the leaderless gauge counts from it.
@@ -31,13 +36,18 @@ struct PodElections::Election {
 
 PodElections::PodElections(std::vector<config::ElectionConfig> elections, std::string identity,
                            lock::LockService& service, ElectionObservers& observers,
-                           event::Scheduler& scheduler, metrics::Metrics& metrics)
+                           event::Scheduler& scheduler, metrics::Metrics& metrics,
+                           health::Prober* prober)
     : identity_(std::move(identity)),
       service_(service),
       observers_(observers),
       scheduler_(scheduler),
-      metrics_(metrics) {
+      metrics_(metrics),
+      prober_(prober) {
   for (config::ElectionConfig& c : elections) {
+    if (!SL_INVARIANT(!c.health || prober != nullptr, "pod_election.health_without_prober")) {
+      c.health.reset();
+    }
     metrics::Metrics::ElectionSeries series = metrics.electionSeries(c.name);
     series.leader.Set(0);
     series.ttl_seconds.Set(static_cast<double>(c.ttl_ms) / 1000.0);
@@ -60,12 +70,19 @@ void PodElections::start() {
     observers_.listen(e->config.name, alive_.guarded([this, raw = e.get()](const LeaderView& v) {
       onLeaderRead(*raw, v);
     }));
+    if (e->config.health && prober_ != nullptr) {
+      // Not checked against health.max_probes here: the configuration's probes were counted at
+      // load, and they start before any request's.
+      e->health = prober_->watch(*e->config.health,
+                                 alive_.guarded([this, raw = e.get()] { onUnhealthy(*raw); }),
+                                 alive_.guarded([this, raw = e.get()] { onHealthy(*raw); }));
+    }
     campaign(*e);
   }
 }
 
 void PodElections::campaign(Election& e) {
-  if (stopped_) return;
+  if (stopped_ || e.unhealthy) return;
   const uint64_t id = ++e.campaign_id;
   e.campaigning = true;
   e.leading = false;
@@ -87,8 +104,9 @@ void PodElections::onAnswer(Election& e, lock::AcquireResult r) {
   switch (r.status) {
     case lock::AcquireStatus::kGranted:
       metrics_.elections_won.Increment();
-      if (stopped_) {
-        // Stopped between grant and answer: resign at once rather than lead for nobody.
+      if (stopped_ || e.unhealthy) {
+        // Stopped (or the app turned sick) between grant and answer: resign at once rather than
+        // lead for nobody.
         e.campaigning = false;
         service_.release(r.grant.lock, r.grant.owner, [](StatusOr<lock::ReleaseStatus>) {});
         return;
@@ -149,6 +167,11 @@ void PodElections::onLeaseEvent(Election& e, lock::LeaseEvent event) {
 void PodElections::campaignLater(Election& e, std::string_view why) {
   e.campaigning = false;
   if (stopped_) return;
+  if (e.unhealthy) {
+    // onHealthy() campaigns again: no timer meanwhile.
+    SL_LOG(kInfo, "pod_election.waits_for_health", {"name", e.config.name}, {"reason", why});
+    return;
+  }
   const int64_t delay_ms = e.backoff.next();
   SL_LOG(kInfo, "pod_election.campaign_again", {"name", e.config.name}, {"reason", why},
          {"in_ms", static_cast<long long>(delay_ms)});
@@ -161,6 +184,7 @@ void PodElections::resignAll() {
   stopped_ = true;
   for (const auto& e : elections_) {
     e->retry.reset();
+    e->health.reset();
     if (e->leading) {
       SL_LOG(kInfo, "pod_election.resign_on_shutdown", {"name", e->config.name},
              {"candidate", identity_}, {"term", static_cast<unsigned long long>(e->term)});
@@ -169,6 +193,33 @@ void PodElections::resignAll() {
     } else if (e->campaigning) {
       e->ticket.cancel();  // leaves the line
     }
+  }
+}
+
+void PodElections::onUnhealthy(Election& e) {
+  if (stopped_ || e.unhealthy) return;
+  e.unhealthy = true;
+  e.retry.reset();
+  SL_LOG(kWarn, "pod_election.unhealthy", {"name", e.config.name}, {"candidate", identity_},
+         {"url", e.config.health->url.text}, {"leading", e.leading});
+  if (e.leading) {
+    // As an HTTP campaign's: released as unhealthy, the lease event (kLost) ends the term and
+    // campaignLater() waits for onHealthy().
+    service_.releaseUnhealthy(lock::LockId{lock::LockKind::kElection, e.config.name}, e.owner);
+  } else if (e.campaigning) {
+    e.ticket.cancel();  // leaves the line: a sick pod is never elected
+  }
+}
+
+void PodElections::onHealthy(Election& e) {
+  if (stopped_ || !e.unhealthy) return;
+  e.unhealthy = false;
+  SL_LOG(kInfo, "pod_election.healthy_again", {"name", e.config.name}, {"candidate", identity_});
+  // A candidate again at once; an earlier term's answer or event may still be on its way, and
+  // campaign() ignores those (campaign_id).
+  if (!e.campaigning && !e.leading) {
+    e.backoff.reset();
+    campaign(e);
   }
 }
 

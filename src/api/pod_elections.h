@@ -6,6 +6,12 @@
 // rolling update hands leadership over in one round trip instead of a TTL. The app needs no code:
 // it asks GET /v1/elections/{name} or uses .../ready as its readiness probe.
 //
+// An election with `health` (the app's health endpoint, README "Holds that follow the app's
+// health") is probed from start-up for as long as the sidecar runs: after `failures` failed
+// probes in a row the pod resigns if it leads (released as unhealthy, as an HTTP campaign's) or
+// leaves the line, and campaigns no more until a probe succeeds again; then it is a candidate
+// again at once. An app that is sick is never elected; one that recovered needs no restart.
+//
 // Its gauges, per configured name only (bounded by the config): sidelock_election_leader,
 // sidelock_election_leaderless_seconds (from the name's observe group: pushed, not polled) and
 // sidelock_election_ttl_seconds.
@@ -20,6 +26,7 @@
 #include "config/config.h"
 #include "event/lifetime.h"
 #include "event/scheduler.h"
+#include "health/prober.h"
 #include "lock/backoff.h"
 #include "lock/lock_service.h"
 #include "metrics/metrics.h"
@@ -35,7 +42,8 @@ class PodElections {
 
   PodElections(std::vector<config::ElectionConfig> elections, std::string identity,
                lock::LockService& service, ElectionObservers& observers,
-               event::Scheduler& scheduler, metrics::Metrics& metrics);
+               event::Scheduler& scheduler, metrics::Metrics& metrics,
+               health::Prober* prober = nullptr);
   ~PodElections();
   PodElections(const PodElections&) = delete;
   PodElections& operator=(const PodElections&) = delete;
@@ -55,6 +63,9 @@ class PodElections {
   /// Campaigns again after the backoff (unless stopped).
   void campaignLater(Election& e, std::string_view why);
   void onLeaderRead(Election& e, const LeaderView& view);
+  /// The election's health endpoint failed `failures` times in a row / succeeded again.
+  void onUnhealthy(Election& e);
+  void onHealthy(Election& e);
   void updateLeaderless();
 
   const std::string identity_;
@@ -62,6 +73,7 @@ class PodElections {
   ElectionObservers& observers_;
   event::Scheduler& scheduler_;
   metrics::Metrics& metrics_;
+  health::Prober* prober_;  // null: no election has health (checked in the constructor)
   std::vector<std::unique_ptr<Election>> elections_;
   bool stopped_ = false;
   // Last member: every callback handed out is guarded by it (src/README.md, rule 5).

@@ -656,6 +656,22 @@ std::string expandEnvironment(const std::string& path, const std::string& text) 
   return out;
 }
 
+// health: the limits on probes, before the elections whose health they limit.
+void loadHealthLimits(const Section& root, HealthLimits& h) {
+  Section s(root.child("health"), "health");
+  for (size_t i = 0; const std::string& text : readScalarList(s, "allowed_ports")) {
+    const std::string at = s.path("allowed_ports") + "[" + std::to_string(i++) + "]";
+    char* end = nullptr;
+    const long port = strtol(text.c_str(), &end, 10);
+    if (text.empty() || *end != '\0' || port < 1 || port > 65535) {
+      fail(at, "must be a port 1..65535, got \"" + text + "\"");
+    }
+    h.allowed_ports.push_back(static_cast<int>(port));
+  }
+  s.readInt("max_probes", h.max_probes, 1, static_cast<int64_t>(kMaxHealthProbesLimit));
+  s.rejectUnknown({"allowed_ports", "max_probes"});
+}
+
 // identity and elections: after locks (the TTL limits) and before anything uses them.
 void loadElections(const Section& root, Config& c) {
   // Absent or "" (what a template renders for an unset value): the default.
@@ -683,7 +699,30 @@ void loadElections(const Section& root, Config& c) {
     e.readString("name", election.name);
     e.readString("value", election.value);
     e.readDurationMs("ttl_ms", election.ttl_ms, 1, c.locks.max_ttl_ms);
-    e.rejectUnknown({"name", "value", "ttl_ms"});
+    if (e.child("health") && !e.child("health").IsNull()) {
+      // The same fields and limits as an acquire's "health".
+      Section h(e.child("health"), e.path("health"));
+      HealthSpec spec;
+      std::string url;
+      h.readString("url", url);
+      h.readDurationMs("interval_ms", spec.interval_ms, kMinHealthIntervalMs, kMaxHealthIntervalMs);
+      h.readInt("failures", spec.failures, 1, kMaxHealthFailures);
+      h.readDurationMs("grace_ms", spec.grace_ms, 0, kMaxHealthGraceMs);
+      h.rejectUnknown({"url", "interval_ms", "failures", "grace_ms"});
+      if (url.empty()) {
+        fail(h.path("url"),
+             "required: the app's health endpoint, e.g. http://127.0.0.1:8080/healthz");
+      }
+      StatusOr<LoopbackUrl> parsed = parseLoopbackUrl(url, "the URL");
+      if (!parsed.isOk()) fail(h.path("url"), parsed.status().message());
+      spec.url = std::move(*parsed);
+      if (std::string problem = healthPortProblem(spec.url, c.health, "the URL");
+          !problem.empty()) {
+        fail(h.path("url"), problem);
+      }
+      election.health = std::move(spec);
+    }
+    e.rejectUnknown({"name", "value", "ttl_ms", "health"});
     if (!e.child("name")) fail(e.path("name"), "required: the election's name");
     if (std::string problem = lockNameProblem(election.name,
                                               static_cast<size_t>(c.locks.max_name_bytes));
@@ -704,6 +743,18 @@ void loadElections(const Section& root, Config& c) {
   if (!c.elections.empty() && c.identity.empty()) {
     fail("identity", "required for elections: no $POD_NAME and no host name to default to");
   }
+  // Every election's probe runs from start-up: they must fit under health.max_probes.
+  std::set<std::string> probes;
+  for (const ElectionConfig& election : c.elections) {
+    if (election.health) {
+      probes.insert(std::to_string(election.health->interval_ms) + " " + election.health->url.text);
+    }
+  }
+  if (probes.size() > c.health.max_probes) {
+    fail("health.max_probes", "is " + std::to_string(c.health.max_probes) +
+                                  " but elections[] name " + std::to_string(probes.size()) +
+                                  " distinct health probes (URL and interval_ms)");
+  }
 }
 
 Config load(const YAML::Node& root_node) {
@@ -712,6 +763,7 @@ Config load(const YAML::Node& root_node) {
   loadListen(root, c.listen);
   loadBackend(root, c.backend);
   loadLocks(root, c.locks);
+  loadHealthLimits(root, c.health);
   loadElections(root, c);
 
   Section sd(root.child("shutdown"), "shutdown");
@@ -737,9 +789,8 @@ Config load(const YAML::Node& root_node) {
 
   loadAuth(root, c.auth, c.listen);
   loadDapr(root, c.dapr);
-  root.rejectUnknown(
-      {"listen", "backend", "locks", "shutdown", "log", "metrics", "auth", "dapr", "identity",
-       "elections"});
+  root.rejectUnknown({"listen", "backend", "locks", "shutdown", "log", "metrics", "auth", "dapr",
+                      "identity", "elections", "health"});
   if (c.backend.type == BackendType::kRedlock)
     c.locks.retry_jitter_ms = c.backend.redlock.retry_jitter_ms;
   if (c.backend.type == BackendType::kRedlock &&

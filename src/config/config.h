@@ -4,9 +4,11 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "common/health_spec.h"
 #include "common/log.h"
 #include "common/status.h"
 #include "config/tokens.h"
@@ -210,6 +212,10 @@ struct ElectionConfig {
   std::string name;   // a lock name (common/names.h); no two alike
   std::string value;  // the leader's value, `${VAR}` expanded from the environment at load
   int64_t ttl_ms = 0;  // 1..locks.max_ttl_ms; locks.default_ttl_ms when not given
+  /// The app's health endpoint (README "Holds that follow the app's health"): probed from
+  /// start-up; after `failures` failures in a row this sidecar resigns (or leaves the line), and
+  /// campaigns again after the next probe that succeeds. Absent: the pod campaigns regardless.
+  std::optional<HealthSpec> health;
 };
 
 struct Config {
@@ -217,6 +223,9 @@ struct Config {
   /// GET /v1/elections/{name}/ready without `candidate`. Default: $POD_NAME, else the host name.
   std::string identity;
   std::vector<ElectionConfig> elections;
+  /// Limits on the probes of health-bound holds (`health:`), from every source: acquires,
+  /// campaigns and `elections[].health`.
+  HealthLimits health;
   ListenConfig listen;
   BackendConfig backend;
   LocksConfig locks;

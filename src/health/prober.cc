@@ -134,6 +134,7 @@ struct Prober::Impl {
     int64_t counts_from_us = 0;  // failures before this (the watch's grace) are not counted
     bool told = false;
     std::function<void()> on_unhealthy;
+    std::function<void()> on_healthy;  // set: the watch goes on after on_unhealthy
   };
   struct Probe {
     ProbeUrl url;
@@ -146,12 +147,13 @@ struct Prober::Impl {
   uv_loop_t* loop_;
   event::Scheduler& scheduler_;
   metrics::Metrics& metrics_;
+  const HealthLimits limits_;
   std::map<std::string, std::unique_ptr<Probe>> probes_;
   uint64_t next_id_ = 1;
   event::LivenessToken alive_;
 
-  Impl(uv_loop_t* l, event::Scheduler& s, metrics::Metrics& m)
-      : loop_(l), scheduler_(s), metrics_(m) {}
+  Impl(uv_loop_t* l, event::Scheduler& s, metrics::Metrics& m, HealthLimits limits)
+      : loop_(l), scheduler_(s), metrics_(m), limits_(std::move(limits)) {}
 
   void start(Probe& probe) {
     const std::string key = keyOf(probe);
@@ -161,8 +163,24 @@ struct Prober::Impl {
         alive_.guarded([this, key](ProbeResult result) { onResult(key, result); }));
   }
 
-  static std::string keyOf(const Probe& probe) {
-    return std::to_string(probe.interval_ms) + " " + probe.url.text;
+  static std::string keyOf(const Probe& probe) { return keyOf(probe.url, probe.interval_ms); }
+  static std::string keyOf(const ProbeUrl& url, int64_t interval_ms) {
+    return std::to_string(interval_ms) + " " + url.text;
+  }
+
+  // Calls the watcher's `pick` callback on a later turn, if the watch is still there then:
+  // the callback may end the watch (and this probe), never under our feet.
+  void tellLater(const std::string& key, uint64_t watch_id, std::function<void()> Watcher::*pick) {
+    scheduler_.post(alive_.guarded([this, key, watch_id, pick] {
+      auto found = probes_.find(key);
+      if (found == probes_.end()) return;
+      auto w = found->second->watchers.find(watch_id);
+      if (w == found->second->watchers.end()) return;
+      Watcher& watcher = w->second;
+      // A one-shot watch gives its callback up; a lasting one keeps it for the next time.
+      std::function<void()> fn = watcher.on_healthy ? watcher.*pick : std::move(watcher.*pick);
+      if (fn) fn();
+    }));
   }
 
   void onResult(const std::string& key, ProbeResult result) {
@@ -175,6 +193,11 @@ struct Prober::Impl {
     for (auto& [id, watcher] : probe.watchers) {
       if (result == ProbeResult::kOk) {
         watcher.failures_seen = 0;
+        if (watcher.told && watcher.on_healthy) {
+          watcher.told = false;
+          SL_LOG(kInfo, "health.healthy_again", {"url", probe.url.text});
+          tellLater(key, id, &Watcher::on_healthy);
+        }
         continue;
       }
       if (watcher.told || scheduler_.nowUs() < watcher.counts_from_us) continue;
@@ -182,15 +205,7 @@ struct Prober::Impl {
       watcher.told = true;
       SL_LOG(kWarn, "health.unhealthy", {"url", probe.url.text},
              {"failures", static_cast<long long>(watcher.failures_seen)});
-      // Posted: the callback may end the watch (and this probe) — never under our feet.
-      scheduler_.post(alive_.guarded([this, key, watch_id = id] {
-        auto found = probes_.find(key);
-        if (found == probes_.end()) return;
-        auto w = found->second->watchers.find(watch_id);
-        if (w == found->second->watchers.end()) return;
-        std::function<void()> fn = std::move(w->second.on_unhealthy);
-        if (fn) fn();
-      }));
+      tellLater(key, id, &Watcher::on_unhealthy);
     }
     probe.next.start(scheduler_, probe.interval_ms, [this, key] {
       auto found = probes_.find(key);
@@ -228,12 +243,18 @@ void HealthWatch::reset() {
   if (prober != nullptr && !alive_.expired()) prober->unwatch(key_, id_);
 }
 
-Prober::Prober(uv_loop_t* loop, event::Scheduler& scheduler, metrics::Metrics& metrics)
-    : impl_(std::make_unique<Impl>(loop, scheduler, metrics)) {}
+Prober::Prober(uv_loop_t* loop, event::Scheduler& scheduler, metrics::Metrics& metrics,
+               HealthLimits limits)
+    : impl_(std::make_unique<Impl>(loop, scheduler, metrics, std::move(limits))) {}
 
 Prober::~Prober() { impl_->metrics_.health_probes_active.Set(0); }
 
 HealthWatch Prober::watch(const HealthSpec& spec, std::function<void()> on_unhealthy) {
+  return watch(spec, std::move(on_unhealthy), nullptr);
+}
+
+HealthWatch Prober::watch(const HealthSpec& spec, std::function<void()> on_unhealthy,
+                          std::function<void()> on_healthy) {
   auto probe = std::make_unique<Impl::Probe>();
   probe->url = spec.url;
   probe->interval_ms = spec.interval_ms;
@@ -244,6 +265,7 @@ HealthWatch Prober::watch(const HealthSpec& spec, std::function<void()> on_unhea
   watcher.failures_needed = std::max(1, spec.failures);
   watcher.counts_from_us = impl_->scheduler_.nowUs() + std::max<int64_t>(0, spec.grace_ms) * 1000;
   watcher.on_unhealthy = std::move(on_unhealthy);
+  watcher.on_healthy = std::move(on_healthy);
   if (fresh) {
     impl_->metrics_.health_probes_active.Set(static_cast<double>(impl_->probes_.size()));
     impl_->start(*it->second);
@@ -266,6 +288,22 @@ void Prober::shutdown() {
   impl_->probes_.clear();
   impl_->metrics_.health_probes_active.Set(0);
 }
+
+Status Prober::admit(const HealthSpec& spec, std::string_view field) const {
+  if (std::string problem = healthPortProblem(spec.url, impl_->limits_, field); !problem.empty()) {
+    return invalidArgument(std::move(problem));
+  }
+  if (impl_->probes_.count(Impl::keyOf(spec.url, spec.interval_ms)) == 0 &&
+      impl_->probes_.size() >= impl_->limits_.max_probes) {
+    return Status(StatusCode::kResourceExhausted,
+                  "health.max_probes: " + std::to_string(impl_->limits_.max_probes) +
+                      " distinct health probes (one per URL and interval) are running on this "
+                      "sidecar; share a running probe's URL and interval_ms or try later");
+  }
+  return Status::ok();
+}
+
+const HealthLimits& Prober::limits() const { return impl_->limits_; }
 
 size_t Prober::activeProbes() const { return impl_->probes_.size(); }
 

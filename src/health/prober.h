@@ -13,6 +13,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "event/lifetime.h"
 #include "event/scheduler.h"
@@ -27,20 +28,13 @@ namespace sidelock::health {
 /// What one probe found.
 enum class ProbeResult { kOk, kFailed, kTimeout, kRefused };
 
-/// How a hold is bound to its app's health: the validated request field.
-struct HealthSpec {
-  ProbeUrl url;
-  int64_t interval_ms = 1000;
-  int failures = 3;
-  /// Failed probes in the first grace_ms of a watch do not count (an app still starting up, as a
-  /// Kubernetes startupProbe allows); the probes run and are counted in the metrics all the same.
-  int64_t grace_ms = 0;
-};
+/// How a hold is bound to its app's health (common/health_spec.h).
+using HealthSpec = sidelock::HealthSpec;
 
-inline constexpr int64_t kMinIntervalMs = 100;
-inline constexpr int64_t kMaxIntervalMs = 60000;
-inline constexpr int kMaxFailures = 100;
-inline constexpr int64_t kMaxGraceMs = 600000;
+inline constexpr int64_t kMinIntervalMs = kMinHealthIntervalMs;
+inline constexpr int64_t kMaxIntervalMs = kMaxHealthIntervalMs;
+inline constexpr int kMaxFailures = kMaxHealthFailures;
+inline constexpr int64_t kMaxGraceMs = kMaxHealthGraceMs;
 inline constexpr int64_t kMaxTimeoutMs = 2000;
 inline constexpr size_t kMaxAnswerBytes = 16 * 1024;
 
@@ -71,7 +65,8 @@ class HealthWatch {
 
 class Prober {
  public:
-  Prober(uv_loop_t* loop, event::Scheduler& scheduler, metrics::Metrics& metrics);
+  Prober(uv_loop_t* loop, event::Scheduler& scheduler, metrics::Metrics& metrics,
+         HealthLimits limits = {});
   ~Prober();
   Prober(const Prober&) = delete;
   Prober& operator=(const Prober&) = delete;
@@ -80,7 +75,20 @@ class Prober {
   /// probe is already running) and calls `on_unhealthy` once, on a later loop turn, after
   /// `spec.failures` failed probes in a row counted from this watch's start. Never called after
   /// the watch is destroyed.
+  /// Not checked against the limits: call admit() first.
   HealthWatch watch(const HealthSpec& spec, std::function<void()> on_unhealthy);
+  /// The same, but the watch goes on after `on_unhealthy`: the first probe that succeeds after it
+  /// calls `on_healthy` (on a later loop turn), and failures in a row are counted afresh from
+  /// there (a candidate that leaves its elections while its app is sick and comes back).
+  HealthWatch watch(const HealthSpec& spec, std::function<void()> on_unhealthy,
+                    std::function<void()> on_healthy);
+
+  /// Whether a hold naming `spec` may watch now (README "Holds that follow the app's health",
+  /// config `health`): kInvalidArgument when its port is not in `allowed_ports`;
+  /// kResourceExhausted when it would start a probe beyond `max_probes` distinct ones (a watch
+  /// that shares a running probe is always admitted). `field` names the URL in the message.
+  Status admit(const HealthSpec& spec, std::string_view field = "health.url") const;
+  const HealthLimits& limits() const;
 
   /// Stops every probe at once (closing its socket and timers); watches stay valid and are never
   /// called. At the sidecar's shutdown: a probe to an app that accepted but never answers would

@@ -16,8 +16,10 @@
 #include <vector>
 
 #include "support/http_client.h"
+#include "support/redis_server.h"
 #include "support/sidecar_group.h"
 #include "support/sidecar_polling.h"
+#include "support/sidecar_process.h"
 
 namespace sidelock::testing {
 namespace {
@@ -48,6 +50,7 @@ class AppHealth {
     ::close(fd_);
   }
   std::string url() const { return "http://127.0.0.1:" + std::to_string(port_) + "/healthz"; }
+  int port() const { return port_; }
   std::atomic<int> status{200};
   std::atomic<int> requests{0};
 
@@ -307,6 +310,182 @@ TEST_F(HealthHoldTest, BadHealthFieldsAreRefusedWith400AndChangeNothing) {
   EXPECT_EQ(redis.cli({"EXISTS", "sidelock:{bad}"}), "0");
   EXPECT_EQ(metricValue(ca.get("/metrics").body, "sidelock_health_probes"), 0);
   EXPECT_EQ(app.requests.load(), 0);
+}
+
+// Health on an election the sidecar runs for its pod (config `elections[].health`): the leader's
+// app starts failing, its sidecar resigns within failures x interval (+ a round trip) and the
+// other pod leads; the app recovers and its pod is a candidate again (in line, then leader once
+// the other pod's sidecar stops).
+TEST(PodElectionHealthTest, AnUnhealthyPodResignsAndCampaignsAgainOnceHealthy) {
+  constexpr int kIntervalMs = 200;
+  constexpr int kFailures = 2;
+  RedisServer redis;
+  AppHealth app_a;
+  AppHealth app_b;
+  auto pod = [&](const std::string& identity, const AppHealth& app) {
+    return std::make_unique<SidecarProcess>(
+        SidecarProcess::Options{redisBackendYaml(redis.address()) +
+                                    "shutdown: {release_held: false}\nidentity: " + identity +
+                                    "\n"
+                                    "elections:\n"
+                                    "  - name: scheduler\n"
+                                    "    ttl_ms: 4000\n"
+                                    "    health: {url: \"" +
+                                    app.url() + "\", interval_ms: " + std::to_string(kIntervalMs) +
+                                    ", failures: " + std::to_string(kFailures) + "}\n",
+                                {},
+                                /*wait_ready=*/true});
+  };
+  auto leaderOf = [](HttpClient& c) {
+    return json::parse(c.get("/v1/elections/scheduler").body)["leader"];
+  };
+  auto waitsInLine = [](HttpClient& c) {
+    return json::parse(c.get("/v1/locks").body)["waiters"].dump().find("election/scheduler") !=
+           std::string::npos;
+  };
+  std::unique_ptr<SidecarProcess> a = pod("pod-a", app_a);
+  HttpClient ca = HttpClient::tcp(a->port());
+  ASSERT_TRUE(pollUntil([&] { return leaderOf(ca).is_object(); })) << a->logs();
+  ASSERT_EQ(leaderOf(ca)["candidate"], "pod-a");
+  std::unique_ptr<SidecarProcess> b = pod("pod-b", app_b);
+  HttpClient cb = HttpClient::tcp(b->port());
+  ASSERT_TRUE(pollUntil([&] { return waitsInLine(cb); })) << b->logs();
+  EXPECT_GE(app_a.requests.load(), 1) << "the pod's probe runs from start-up";
+
+  app_a.status = 503;
+  const auto failing_since = Clock::now();
+  ASSERT_TRUE(pollUntil(
+      [&] {
+        const json now = leaderOf(cb);
+        return now.is_object() && now["candidate"] == "pod-b";
+      },
+      5000))
+      << a->logs();
+  const auto took =
+      std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - failing_since);
+  std::printf("[pod-election-health] pod-b leads %lld ms after pod-a's app failed (%d x %d ms)\n",
+              static_cast<long long>(took.count()), kFailures, kIntervalMs);
+  // failures x interval = 400 ms, plus a probe in flight, a round trip and the polling.
+  EXPECT_LT(took.count(), 3000) << "resigned " << took.count() << " ms after failing";
+  EXPECT_NE(a->logs().find("pod_election.unhealthy"), std::string::npos) << a->logs();
+  EXPECT_EQ(metricValue(ca.get("/metrics").body, "sidelock_leases_released_unhealthy_total"), 1);
+  // Sick: pod-a neither leads nor waits in line, however long.
+  std::this_thread::sleep_for(std::chrono::milliseconds(kIntervalMs * 3));
+  EXPECT_FALSE(waitsInLine(ca)) << "an unhealthy pod stays out of the election";
+  EXPECT_EQ(
+      metricValue(ca.get("/metrics").body, "sidelock_election_leader{election=\"scheduler\"}"), 0);
+
+  // Healthy again: a candidate again (in line behind pod-b), and the leader once pod-b leaves.
+  app_a.status = 200;
+  ASSERT_TRUE(pollUntil([&] { return waitsInLine(ca); }, 5000)) << a->logs();
+  EXPECT_NE(a->logs().find("pod_election.healthy_again"), std::string::npos);
+  EXPECT_EQ(b->stop(), 0) << b->logs();  // resigns on SIGTERM
+  ASSERT_TRUE(pollUntil(
+      [&] {
+        const json now = leaderOf(ca);
+        return now.is_object() && now["candidate"] == "pod-a";
+      },
+      5000))
+      << a->logs();
+  EXPECT_EQ(a->stop(), 0) << a->logs();
+}
+
+// The operator's limits on probes (config `health`), for acquires and campaigns alike: a port
+// not in allowed_ports is a 400, a probe beyond max_probes a 429 naming the limit; neither
+// changes anything. A hold sharing a running probe (same URL and interval) is not a new probe.
+TEST(HealthLimitsTest, AllowedPortsAndMaxProbesAreEnforcedForEverySource) {
+  RedisServer redis;
+  AppHealth app;
+  AppHealth other;
+  SidecarProcess sidecar(SidecarProcess::Options{redisBackendYaml(redis.address()) +
+                                                     "identity: pod-a\nhealth: {allowed_ports: [" +
+                                                     std::to_string(app.port()) +
+                                                     "], max_probes: 2}\n"
+                                                     "elections:\n"
+                                                     "  - name: scheduler\n"
+                                                     "    health: {url: \"" +
+                                                     app.url() + "\", interval_ms: 1000}\n",
+                                                 {},
+                                                 /*wait_ready=*/true});
+  HttpClient c = HttpClient::tcp(sidecar.port());
+  ASSERT_TRUE(pollUntil([&] {
+    return metricValue(c.get("/metrics").body, "sidelock_health_probes") == 1;
+  })) << "the configured election's probe";
+
+  auto acquire = [&](const std::string& name, const std::string& url, int interval_ms) {
+    return c.post(
+        "/v1/locks/" + name + "/acquire",
+        json{{"ttl_ms", 5000}, {"auto_renew", true}, {"health", healthField(url, interval_ms, 3)}}
+            .dump());
+  };
+  // A port the operator did not allow: 400, nothing probed or written.
+  const int other_requests = other.requests.load();
+  auto port = acquire("limited", other.url(), 1000);
+  EXPECT_EQ(port.status, 400) << port.body;
+  EXPECT_NE(port.body.find("health.allowed_ports"), std::string::npos) << port.body;
+  auto port_campaign =
+      c.post("/v1/elections/other/campaign",
+             json{{"candidate", "x"}, {"health", healthField(other.url(), 1000, 3)}}.dump());
+  EXPECT_EQ(port_campaign.status, 400) << port_campaign.body;
+
+  // The shared probe (the election's URL and interval) is no new probe; one more distinct probe
+  // fits, the next does not.
+  auto shared = acquire("shared", app.url(), 1000);
+  EXPECT_EQ(shared.status, 200) << shared.body;
+  auto second = acquire("second", app.url(), 500);
+  EXPECT_EQ(second.status, 200) << second.body;
+  EXPECT_EQ(metricValue(c.get("/metrics").body, "sidelock_health_probes"), 2);
+  auto over = acquire("over", app.url() + "?x=1", 500);
+  EXPECT_EQ(over.status, 429) << over.body;
+  const json over_body = json::parse(over.body);
+  EXPECT_EQ(over_body["error"], "too_many_probes");
+  EXPECT_EQ(over_body["limit"], "health.max_probes");
+  EXPECT_GT(over_body["retry_after_ms"].get<int64_t>(), 0);
+  auto over_campaign =
+      c.post("/v1/elections/other/campaign",
+             json{{"candidate", "x"}, {"health", healthField(app.url(), 300, 3)}}.dump());
+  EXPECT_EQ(over_campaign.status, 429) << over_campaign.body;
+  EXPECT_EQ(json::parse(over_campaign.body)["error"], "too_many_probes");
+  EXPECT_EQ(redis.cli({"EXISTS", "sidelock:{limited}", "sidelock:{over}", "sidelock:{other}:el"}),
+            "0");
+  EXPECT_EQ(metricValue(c.get("/metrics").body, "sidelock_health_probes"), 2);
+  EXPECT_EQ(other.requests.load(), other_requests) << "a refused port is never probed";
+
+  // A probe that ends makes room.
+  EXPECT_EQ(
+      c.post("/v1/locks/second/release", json{{"owner", json::parse(second.body)["owner"]}}.dump())
+          .status,
+      200);
+  EXPECT_EQ(metricValue(c.get("/metrics").body, "sidelock_health_probes"), 1);
+
+  // Checked again at the grant: a waiter admitted while there was room, granted once the room is
+  // gone, is refused (429) and the lease given back unseen.
+  auto held = c.post("/v1/locks/held/acquire", R"({"ttl_ms":5000})");
+  ASSERT_EQ(held.status, 200) << held.body;
+  HttpClient waiter = HttpClient::tcp(sidecar.port());
+  waiter.sendRequest("POST", "/v1/locks/held/acquire",
+                     json{{"ttl_ms", 5000},
+                          {"wait_ms", 5000},
+                          {"auto_renew", true},
+                          {"health", healthField(app.url() + "?waiter", 1000, 3)}}
+                         .dump());
+  ASSERT_TRUE(pollUntil([&] {
+    return json::parse(c.get("/v1/locks").body)["waiters"].dump().find("held") != std::string::npos;
+  })) << "the waiter is not in line";
+  EXPECT_EQ(acquire("room", app.url() + "?room", 500).status, 200);  // the last probe
+  EXPECT_EQ(
+      c.post("/v1/locks/held/release", json{{"owner", json::parse(held.body)["owner"]}}.dump())
+          .status,
+      200);
+  auto refused = waiter.readResponse(5000);
+  ASSERT_TRUE(refused.has_value());
+  EXPECT_EQ(refused->status, 429) << refused->body;
+  EXPECT_EQ(json::parse(refused->body)["error"], "too_many_probes") << refused->body;
+  EXPECT_TRUE(pollUntil([&] {
+    return redis.cli({"EXISTS", "sidelock:{held}"}) == "0";
+  })) << "the refused grant was not given back";
+  EXPECT_EQ(metricValue(c.get("/metrics").body, "sidelock_health_probes"), 2);
+  EXPECT_EQ(sidecar.stop(), 0) << sidecar.logs();
 }
 
 }  // namespace

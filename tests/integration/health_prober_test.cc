@@ -138,6 +138,48 @@ TEST_F(HealthProberTest, HealthyEndpointNeverCallsAndFailingOneCallsOnceAfterNFa
   EXPECT_EQ(calls, 1);  // once, however long it stays failing
 }
 
+// A lasting watch (a pod's election): told unhealthy, then healthy at the first probe that
+// succeeds, then unhealthy again after N fresh failures.
+TEST_F(HealthProberTest, ALastingWatchIsToldEachTurnOfHealth) {
+  start();
+  const std::string failing = "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n\r\n";
+  const std::string healthy = server_->answer;
+  int sick = 0;
+  int well = 0;
+  HealthWatch watch = prober_->watch(
+      spec(server_->url(), 100, 2), [&] { ++sick; }, [&] { ++well; });
+  server_->answer = failing;
+  ASSERT_TRUE(runUntil([&] { return sick == 1; }, 3000));
+  EXPECT_EQ(well, 0);
+  server_->answer = healthy;
+  ASSERT_TRUE(runUntil([&] { return well == 1; }, 3000));
+  runUntil([] { return false; }, 300);
+  EXPECT_EQ(well, 1) << "told once per recovery";
+  server_->answer = failing;
+  ASSERT_TRUE(runUntil([&] { return sick == 2; }, 3000));
+  EXPECT_EQ(well, 1);
+}
+
+// The operator's limits (config `health`): ports and distinct probes.
+TEST_F(HealthProberTest, AdmitChecksAllowedPortsAndMaxProbes) {
+  scheduler_ = std::make_unique<event::UvScheduler>(&loop_);
+  server_ = std::make_unique<TinyServer>(&loop_);
+  const HealthSpec first = spec(server_->url(), 100, 3);
+  prober_ = std::make_unique<Prober>(&loop_, *scheduler_, metrics_,
+                                     HealthLimits{{first.url.port}, /*max_probes=*/1});
+  EXPECT_TRUE(prober_->admit(first).isOk());
+  const Status port = prober_->admit(spec("http://127.0.0.1:1/", 100, 3));
+  EXPECT_EQ(port.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(port.message().find("health.allowed_ports"), std::string::npos) << port.message();
+  HealthWatch watch = prober_->watch(first, [] {});
+  EXPECT_TRUE(prober_->admit(first).isOk()) << "sharing the running probe";
+  const Status full = prober_->admit(spec(server_->url(), 200, 3));
+  EXPECT_EQ(full.code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(full.message().find("health.max_probes"), std::string::npos) << full.message();
+  watch.reset();
+  EXPECT_TRUE(prober_->admit(spec(server_->url(), 200, 3)).isOk()) << "room once it ended";
+}
+
 TEST_F(HealthProberTest, FailuresInTheGraceDoNotCount) {
   start();
   server_->answer = "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n\r\n";

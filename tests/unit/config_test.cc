@@ -545,5 +545,82 @@ TEST(ConfigTest, ElectionErrorsNameTheKey) {
             "identity: candidate must be printable ASCII (0x20..0x7e)");
 }
 
+TEST(ConfigTest, ElectionHealthAndHealthLimits) {
+  auto c = loadConfigFromString(R"(identity: pod-a
+health: {allowed_ports: [8080, 9090], max_probes: 3}
+elections:
+  - name: scheduler
+    health: {url: "http://127.0.0.1:8080/healthz", interval_ms: 1s, failures: 2, grace_ms: 30s}
+  - name: cron
+    health: {url: "http://localhost:9090"}
+  - name: plain
+)");
+  ASSERT_TRUE(c.isOk()) << c.status().message();
+  EXPECT_EQ(c->health.allowed_ports, (std::vector<int>{8080, 9090}));
+  EXPECT_EQ(c->health.max_probes, 3u);
+  ASSERT_TRUE(c->elections[0].health.has_value());
+  EXPECT_EQ(c->elections[0].health->url.text, "http://127.0.0.1:8080/healthz");
+  EXPECT_EQ(c->elections[0].health->url.port, 8080);
+  EXPECT_EQ(c->elections[0].health->url.target, "/healthz");
+  EXPECT_EQ(c->elections[0].health->interval_ms, 1000);
+  EXPECT_EQ(c->elections[0].health->failures, 2);
+  EXPECT_EQ(c->elections[0].health->grace_ms, 30000);
+  ASSERT_TRUE(c->elections[1].health.has_value());
+  EXPECT_EQ(c->elections[1].health->url.host, "localhost:9090");
+  EXPECT_EQ(c->elections[1].health->interval_ms, 1000);  // the defaults of an acquire's health
+  EXPECT_EQ(c->elections[1].health->failures, 3);
+  EXPECT_FALSE(c->elections[2].health.has_value());
+
+  c = loadConfigFromString("{}");
+  ASSERT_TRUE(c.isOk());
+  EXPECT_TRUE(c->health.allowed_ports.empty());  // any port
+  EXPECT_EQ(c->health.max_probes, kDefaultMaxHealthProbes);
+  // A URL without a port is port 80 for allowed_ports.
+  EXPECT_TRUE(loadConfigFromString("identity: pod-a\nhealth: {allowed_ports: [80]}\n"
+                                   "elections: [{name: a, health: {url: \"http://127.0.0.1/\"}}]")
+                  .isOk());
+
+  // {the YAML under `identity: pod-a`, the error}
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"elections: [{name: a, health: {url: \"http://10.0.0.1:8080/\"}}]",
+       "elections[0].health.url: the URL names a host outside 127.0.0.0/8 (only "
+       "http://127.0.0.0/8, http://[::1] or http://localhost)"},
+      {"elections: [{name: a, health: {url: \"https://127.0.0.1/\"}}]",
+       "elections[0].health.url: the URL must start with http:// (only http://127.0.0.0/8, "
+       "http://[::1] or http://localhost)"},
+      {"elections: [{name: a, health: {url: \"http://example.com/\"}}]",
+       "elections[0].health.url: the URL names a host that is not a loopback address (only "
+       "http://127.0.0.0/8, http://[::1] or http://localhost)"},
+      {"elections: [{name: a, health: {interval_ms: 500}}]",
+       "elections[0].health.url: required: the app's health endpoint, e.g. "
+       "http://127.0.0.1:8080/healthz"},
+      {"elections: [{name: a, health: {url: \"http://[::1]/\", interval_ms: 50}}]",
+       "elections[0].health.interval_ms: must be between 100 and 60000, got 50"},
+      {"elections: [{name: a, health: {url: \"http://[::1]/\", failures: 0}}]",
+       "elections[0].health.failures: must be between 1 and 100, got 0"},
+      {"elections: [{name: a, health: {url: \"http://[::1]/\", timeout_ms: 5}}]",
+       "elections[0].health.timeout_ms: unknown key"},
+      {"elections: [{name: a, health: \"http://127.0.0.1/\"}]",
+       "elections[0].health: must be a mapping"},
+      {"health: {allowed_ports: [8080]}\nelections: [{name: a, health: {url: "
+       "\"http://127.0.0.1:22/\"}}]",
+       "elections[0].health.url: the URL names port 22, which health.allowed_ports does not "
+       "allow (8080)"},
+      {"health: {allowed_ports: [0]}",
+       "health.allowed_ports[0]: must be a port 1..65535, got \"0\""},
+      {"health: {allowed_ports: 8080}", "health.allowed_ports: must be a list"},
+      {"health: {max_probes: 0}", "health.max_probes: must be between 1 and 100000, got 0"},
+      {"health: {probes: 1}", "health.probes: unknown key"},
+      {"health: {max_probes: 1}\nelections: [{name: a, health: {url: \"http://127.0.0.1/\"}}, "
+       "{name: b, health: {url: \"http://127.0.0.1/\"}}, {name: c, health: {url: "
+       "\"http://127.0.0.1/\", interval_ms: 2000}}]",
+       "health.max_probes: is 1 but elections[] name 2 distinct health probes (URL and "
+       "interval_ms)"},
+  };
+  for (const auto& [yaml, error] : cases) {
+    EXPECT_EQ(errorOf("identity: pod-a\n" + yaml), error) << yaml;
+  }
+}
+
 }  // namespace
 }  // namespace sidelock::config

@@ -30,8 +30,8 @@ class PodElectionsTest : public ::testing::Test {
     svc = std::make_unique<lock::LockService>(cfg, backend, sched, metrics);
     observers = std::make_unique<ElectionObservers>(*svc, sched, metrics, 1000);
     pod = std::make_unique<PodElections>(
-        std::vector<config::ElectionConfig>{{"scheduler", "10.0.0.7:8080", kTtlMs}}, "pod-a",
-        *svc, *observers, sched, metrics);
+        std::vector<config::ElectionConfig>{{"scheduler", "10.0.0.7:8080", kTtlMs, std::nullopt}},
+        "pod-a", *svc, *observers, sched, metrics);
   }
   ~PodElectionsTest() override {
     pod.reset();

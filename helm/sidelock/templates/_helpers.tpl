@@ -216,8 +216,30 @@ authorization:
 {{- if and $cfg.listen.unix (not (hasPrefix (printf "%s/" .Values.sidecar.socketDir) $cfg.listen.unix)) -}}
 {{- fail (printf "config.listen.unix (%s) must be inside sidecar.socketDir (%s), the volume shared with the app" $cfg.listen.unix .Values.sidecar.socketDir) -}}
 {{- end -}}
+{{- include "sidelock.electionHealth" (dict "cfg" $cfg "ctx" .) -}}
 {{- include "sidelock.checkElections" (dict "cfg" $cfg "ctx" .) -}}
 {{ toYaml $cfg }}
+{{- end -}}
+
+{{/* config.elections[].health: an entry without one follows sidecar.appReadiness (the app container's
+readiness endpoint) when its port is set; `health: false` opts an entry out (the key is dropped).
+Takes (dict "cfg" <the config, changed in place> "ctx" <sidelock context>). */}}
+{{- define "sidelock.electionHealth" -}}
+{{- $app := .ctx.Values.sidecar.appReadiness | default dict -}}
+{{- range $e := .cfg.elections | default list -}}
+{{- if and (hasKey $e "health") (kindIs "bool" $e.health) -}}
+{{- if $e.health -}}
+{{- fail (printf "config.elections: %q has health: true; give it {url, ...}, or false to opt out of sidecar.appReadiness" $e.name) -}}
+{{- end -}}
+{{- $_ := unset $e "health" -}}
+{{- else if and (not (hasKey $e "health")) $app.port -}}
+{{- $path := $app.path | default "/" -}}
+{{- if not (hasPrefix "/" $path) -}}
+{{- fail (printf "sidecar.appReadiness.path %q must start with /" $path) -}}
+{{- end -}}
+{{- $_ := set $e "health" (dict "url" (printf "http://127.0.0.1:%d%s" (int $app.port) $path) "interval_ms" (int $app.intervalMs) "failures" (int $app.failures) "grace_ms" (int $app.graceMs)) -}}
+{{- end -}}
+{{- end -}}
 {{- end -}}
 
 {{/* Fails on config.identity / config.elections the sidecar would refuse at start-up (a crash loop

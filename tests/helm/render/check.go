@@ -648,7 +648,11 @@ func (s *suite) checkConfigMap(label string, cm obj, vals map[string]interface{}
 	}
 	// Every config value is rendered as given, except what the chart sets itself.
 	want, got := map[string]interface{}{}, map[string]interface{}{}
-	flattenKeys("", deepCopy(vals["config"]), want)
+	wantCfg, _ := deepCopy(vals["config"]).(obj)
+	if wantCfg != nil && wantCfg["elections"] != nil {
+		wantCfg["elections"] = electionsWithAppHealth(list(wantCfg["elections"]), vals)
+	}
+	flattenKeys("", wantCfg, want)
 	flattenKeys("", cfg, got)
 	for k, v := range want {
 		g, ok := got[k]
@@ -677,6 +681,34 @@ func (s *suite) checkConfigMap(label string, cm obj, vals map[string]interface{}
 	}
 	s.check(label+": ConfigMap holds every config value", errs)
 	s.checkConfigWithBinary(label, text, env)
+}
+
+// electionsWithAppHealth is config.elections as the chart renders them (sidelock.electionHealth): an
+// entry without health gets the app container's readiness endpoint (sidecar.appReadiness, when its
+// port is set), `health: false` loses the key, an entry's own health stays.
+func electionsWithAppHealth(elections []interface{}, vals map[string]interface{}) []interface{} {
+	app, _ := get(vals, "sidecar", "appReadiness").(obj)
+	port := fmt.Sprint(get(app, "port"))
+	var out []interface{}
+	for _, x := range elections {
+		e, _ := x.(obj)
+		if e == nil {
+			out = append(out, x)
+			continue
+		}
+		if h, ok := e["health"]; ok && h == false {
+			delete(e, "health")
+		} else if !ok && port != "0" && port != "<nil>" && port != "" {
+			e["health"] = obj{
+				"url":         "http://127.0.0.1:" + port + str(get(app, "path")),
+				"interval_ms": get(app, "intervalMs"),
+				"failures":    get(app, "failures"),
+				"grace_ms":    get(app, "graceMs"),
+			}
+		}
+		out = append(out, e)
+	}
+	return out
 }
 
 // containerEnv is the environment a container would get, as NAME=value: literal values as given,

@@ -76,6 +76,9 @@ func configCodeKeys(src string) (map[string]bool, error) {
 			}
 			if m[2] == "" {
 				paths[e.decl[1]] = m[1]
+			} else if pathOf(m[2]) == listItem {
+				// A section inside a list item (`elections[i].health`): an item's keys, too.
+				paths[e.decl[1]] = listItem
 			} else {
 				paths[e.decl[1]] = join(pathOf(m[2]), m[3])
 			}
