@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <array>
+#include <unordered_map>
 #include <nlohmann/json.hpp>
 #include <utility>
 #include <vector>
@@ -41,28 +42,42 @@ GrpcMethod query(GrpcMethod method) {
   return method;
 }
 
+/// The row of a hot unary method, whose request message reaches its route without JSON.
+GrpcMethod direct(GrpcMethod method, GrpcMethod::Direct kind) {
+  method.direct = kind;
+  return method;
+}
+using Direct = GrpcMethod::Direct;
+
 const std::vector<GrpcMethod>& methodTable() {
   // One row per method of src/api/proto: the route it runs (README, "gRPC").
   static const std::vector<GrpcMethod> kTable = {
       // Dapr's lock building block: its HTTP routes (src/api/dapr_api.cc), so its semantics.
-      row("/dapr.proto.runtime.v1.Dapr/TryLockAlpha1", "POST", "/v1.0-alpha1/lock/{store_name}",
-       dapr::TryLockRequest::descriptor(), dapr::TryLockResponse::descriptor()),
-      row("/dapr.proto.runtime.v1.Dapr/UnlockAlpha1", "POST", "/v1.0-alpha1/unlock/{store_name}",
-       dapr::UnlockRequest::descriptor(), dapr::UnlockResponse::descriptor()),
+      direct(row("/dapr.proto.runtime.v1.Dapr/TryLockAlpha1", "POST",
+                 "/v1.0-alpha1/lock/{store_name}", dapr::TryLockRequest::descriptor(),
+                 dapr::TryLockResponse::descriptor()),
+             Direct::kTryLock),
+      direct(row("/dapr.proto.runtime.v1.Dapr/UnlockAlpha1", "POST",
+                 "/v1.0-alpha1/unlock/{store_name}", dapr::UnlockRequest::descriptor(),
+                 dapr::UnlockResponse::descriptor()),
+             Direct::kUnlock),
       row("/dapr.proto.runtime.v1.Dapr/GetMetadata", "GET", "/v1.0/metadata",
        dapr::GetMetadataRequest::descriptor(), dapr::GetMetadataResponse::descriptor(), false),
       row("/grpc.health.v1.Health/Check", "GET", "/readyz", health::HealthCheckRequest::descriptor(),
        health::HealthCheckResponse::descriptor(), false, {}, Answer::kReadiness),
       row("/grpc.health.v1.Health/Watch", "GET", "/readyz", health::HealthCheckRequest::descriptor(),
        health::HealthCheckResponse::descriptor(), false, {}, Answer::kWatch),
-      row("/sidelock.v1.Locks/Acquire", "POST", "/v1/locks/{name}/acquire",
-       v1::AcquireRequest::descriptor(), v1::Grant::descriptor()),
+      direct(row("/sidelock.v1.Locks/Acquire", "POST", "/v1/locks/{name}/acquire",
+                 v1::AcquireRequest::descriptor(), v1::Grant::descriptor()),
+             Direct::kAcquire),
       row("/sidelock.v1.Locks/Hold", "POST", "/v1/locks/{name}/acquire",
        v1::AcquireRequest::descriptor(), v1::HoldEvent::descriptor(), true, R"("hold":"stream")"),
-      row("/sidelock.v1.Locks/Release", "POST", "/v1/locks/{name}/release",
-       v1::ReleaseRequest::descriptor(), v1::Released::descriptor()),
-      row("/sidelock.v1.Locks/Extend", "POST", "/v1/locks/{name}/extend",
-       v1::ExtendRequest::descriptor(), v1::Extended::descriptor()),
+      direct(row("/sidelock.v1.Locks/Release", "POST", "/v1/locks/{name}/release",
+                 v1::ReleaseRequest::descriptor(), v1::Released::descriptor()),
+             Direct::kRelease),
+      direct(row("/sidelock.v1.Locks/Extend", "POST", "/v1/locks/{name}/extend",
+                 v1::ExtendRequest::descriptor(), v1::Extended::descriptor()),
+             Direct::kExtend),
       row("/sidelock.v1.Locks/Inspect", "GET", "/v1/locks/{name}", v1::InspectRequest::descriptor(),
        v1::LockState::descriptor(), false),
       query(row("/sidelock.v1.Locks/Events", "GET", "/v1/locks/{name}/events",
@@ -178,14 +193,73 @@ std::string readinessMessage(bool serving) {
   return response.SerializeAsString();
 }
 
+/// The response message of a route's JSON answer: flat answers (every hot one) without protobuf's
+/// JSON parser.
+StatusOr<std::string> messageOf(const pb::Descriptor* response, std::string_view json_text) {
+  if (std::optional<std::string> flat = flatResponseMessageOf(response, json_text)) {
+    return std::move(*flat);
+  }
+  return responseMessageOf(response, json_text);
+}
+
+}  // namespace
+
+class GrpcGateway::CallMetrics {
+ public:
+  explicit CallMetrics(metrics::Metrics& metrics) : metrics_(metrics) {}
+  void enter() { metrics_.http_in_flight.Increment(); }
+  void leave() { metrics_.http_in_flight.Decrement(); }
+  void record(std::string_view route, int status, std::optional<double> latency_s) {
+    auto it = routes_.find(route);
+    if (it == routes_.end()) {
+      it = routes_.emplace(std::string(route), Route{&metrics_.httpLatency(route, "grpc"), {}}).first;
+    }
+    Route& r = it->second;
+    prometheus::Counter* counter = nullptr;
+    for (auto& [code, c] : r.codes) {
+      if (code == status) counter = c;
+    }
+    if (counter == nullptr) {
+      counter = &metrics_.httpRequests(route, status, "grpc");
+      r.codes.emplace_back(status, counter);
+    }
+    counter->Increment();
+    if (latency_s) r.latency->Observe(*latency_s);
+  }
+
+ private:
+  struct Route {
+    prometheus::Histogram* latency = nullptr;
+    std::vector<std::pair<int, prometheus::Counter*>> codes;
+  };
+  struct Hash {
+    using is_transparent = void;
+    size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+  };
+  metrics::Metrics& metrics_;
+  std::unordered_map<std::string, Route, Hash, std::equal_to<>> routes_;
+};
+
+namespace {
+
 /// An http::Responder that answers a gRPC call (src/api/grpc_gateway.h).
 class GrpcResponder final : public http::Responder {
  public:
   /// Counts the call in sidelock_http_requests_total / _seconds with protocol "grpc" when both
-  /// its route (routed()) and its answer are known; `metrics` may be null (tests).
-  GrpcResponder(grpc::CallPtr call, const GrpcMethod& method, metrics::Metrics* metrics,
+  /// its route (routed()) and its answer are known, and in sidelock_http_in_flight_requests
+  /// until it is answered (or dropped unanswered); `metrics` may be null (tests).
+  GrpcResponder(grpc::CallPtr call, const GrpcMethod& method,
+                std::shared_ptr<GrpcGateway::CallMetrics> metrics,
                 const event::Scheduler& scheduler)
-      : call_(std::move(call)), method_(method), metrics_(metrics), scheduler_(scheduler) {}
+      : call_(std::move(call)), method_(method), metrics_(std::move(metrics)),
+        scheduler_(scheduler) {
+    if (metrics_ != nullptr) metrics_->enter();
+  }
+  ~GrpcResponder() override {
+    if (metrics_ != nullptr && status_ == 0) metrics_->leave();
+  }
+  GrpcResponder(const GrpcResponder&) = delete;
+  GrpcResponder& operator=(const GrpcResponder&) = delete;
 
   /// The route the router matched (empty when the request was refused or matched none).
   void routed(std::string_view route) {
@@ -206,7 +280,7 @@ class GrpcResponder final : public http::Responder {
       finishWithError(*call_, status, body);
       return;
     }
-    StatusOr<std::string> message = responseMessageOf(method_.response, body);
+    StatusOr<std::string> message = messageOf(method_.response, body);
     if (!message.isOk()) {
       call_->finish(StatusCode::kInternal, errorBody("internal", message.status().message()));
       return;
@@ -241,7 +315,7 @@ class GrpcResponder final : public http::Responder {
  private:
   bool sendLine(std::string_view line) {
     if (line.find_first_not_of(" \t\r") == std::string_view::npos) return true;
-    StatusOr<std::string> message = responseMessageOf(method_.response, line);
+    StatusOr<std::string> message = messageOf(method_.response, line);
     if (!message.isOk()) {
       call_->finish(StatusCode::kInternal, errorBody("internal", message.status().message()));
       return false;
@@ -252,18 +326,20 @@ class GrpcResponder final : public http::Responder {
   void answered(int status) {
     if (status_ != 0) return;
     status_ = status;
+    if (metrics_ != nullptr) metrics_->leave();
     latency_s_ = static_cast<double>(scheduler_.nowUs() - call_->info().received_us) / 1e6;
     if (!route_.empty()) record();
   }
   void record() {
     if (metrics_ == nullptr) return;
-    metrics_->httpRequests(route_, status_, "grpc").Increment();
-    if (call_->info().received_us > 0) metrics_->httpLatency(route_, "grpc").Observe(latency_s_);
+    std::optional<double> latency;
+    if (call_->info().received_us > 0) latency = latency_s_;
+    metrics_->record(route_, status_, latency);
   }
 
   grpc::CallPtr call_;
   const GrpcMethod& method_;
-  metrics::Metrics* metrics_;
+  std::shared_ptr<GrpcGateway::CallMetrics> metrics_;
   const event::Scheduler& scheduler_;
   std::string partial_;    // an NDJSON line not complete yet
   std::string_view route_;  // the router's table (fixed at start-up) or kUnmatchedRoute
@@ -438,6 +514,319 @@ StatusOr<HttpCall> httpCallOf(const GrpcMethod& method, std::string_view request
   return out;
 }
 
+namespace {
+
+/// The path of a direct method: its one {field} replaced by `value` (as httpCallOf does).
+void directPath(const GrpcMethod& method, std::string_view value, HttpCall& out) {
+  const size_t open = method.path.find('{');
+  const size_t close = method.path.find('}', open);
+  out.path.reserve(method.path.size() + value.size());
+  out.path.append(method.path.substr(0, open)).append(value).append(method.path.substr(close + 1));
+  out.raw_path.append(method.path.substr(0, open))
+      .append(percentEncode(value))
+      .append(method.path.substr(close + 1));
+}
+
+/// proto3 JSON prints a scalar only when it is not its default; the bridge's body has the same.
+void putInt(BodyFields& fields, BodyField field, int64_t value) {
+  if (value != 0) fields.integer(field, value);
+}
+void putBool(BodyFields& fields, BodyField field, bool value) {
+  if (value) fields.boolean(field, value);
+}
+void putText(BodyFields& fields, BodyField field, const std::string& value) {
+  if (!value.empty()) fields.text(field, value);
+}
+
+/// wait_ms as the bridge caps it by the call's deadline.
+int64_t boundedWait(int64_t wait_ms, std::optional<int64_t> wait_bound_ms) {
+  if (!wait_bound_ms) return wait_ms;
+  return std::min(wait_ms, std::max<int64_t>(0, *wait_bound_ms));
+}
+
+template <typename M>
+bool parseMessage(M& message, std::string_view bytes) {
+  return message.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()));
+}
+
+}  // namespace
+
+std::optional<DirectCall> directCallOf(const GrpcMethod& method, std::string_view request_bytes,
+                                       std::optional<int64_t> wait_bound_ms) {
+  DirectCall out;
+  out.http.method = std::string(method.http_method);
+  BodyFields& f = out.fields;
+  // Each case: the fields in the order of the message (the bridge's JSON order; the route reads by
+  // field, so the order does not matter), then the path field.
+  switch (method.direct) {
+    case Direct::kNone:
+      return std::nullopt;
+    case Direct::kAcquire: {
+      v1::AcquireRequest m;
+      if (!parseMessage(m, request_bytes) || m.name().empty() || m.has_health()) return std::nullopt;
+      putInt(f, BodyField::kTtlMs, m.ttl_ms());
+      putInt(f, BodyField::kWaitMs, boundedWait(m.wait_ms(), wait_bound_ms));
+      putText(f, BodyField::kOwner, m.owner());
+      putBool(f, BodyField::kAutoRenew, m.auto_renew());
+      putInt(f, BodyField::kMaxHoldMs, m.max_hold_ms());
+      putText(f, BodyField::kRequestId, m.request_id());
+      putBool(f, BodyField::kReentrant, m.reentrant());
+      putText(f, BodyField::kMode, m.mode());
+      putBool(f, BodyField::kFair, m.fair());
+      putText(f, BodyField::kHolder, m.holder());
+      putInt(f, BodyField::kLockDelayMs, m.lock_delay_ms());
+      directPath(method, m.name(), out.http);
+      break;
+    }
+    case Direct::kRelease: {
+      v1::ReleaseRequest m;
+      if (!parseMessage(m, request_bytes) || m.name().empty()) return std::nullopt;
+      putText(f, BodyField::kOwner, m.owner());
+      directPath(method, m.name(), out.http);
+      break;
+    }
+    case Direct::kExtend: {
+      v1::ExtendRequest m;
+      if (!parseMessage(m, request_bytes) || m.name().empty()) return std::nullopt;
+      putText(f, BodyField::kOwner, m.owner());
+      putInt(f, BodyField::kTtlMs, m.ttl_ms());
+      putText(f, BodyField::kMode, m.mode());
+      directPath(method, m.name(), out.http);
+      break;
+    }
+    case Direct::kTryLock: {
+      dapr::TryLockRequest m;
+      if (!parseMessage(m, request_bytes) || m.store_name().empty()) return std::nullopt;
+      putText(f, BodyField::kResourceId, m.resource_id());
+      putText(f, BodyField::kLockOwner, m.lock_owner());
+      putInt(f, BodyField::kExpiryInSeconds, m.expiry_in_seconds());
+      directPath(method, m.store_name(), out.http);
+      break;
+    }
+    case Direct::kUnlock: {
+      dapr::UnlockRequest m;
+      if (!parseMessage(m, request_bytes) || m.store_name().empty()) return std::nullopt;
+      putText(f, BodyField::kResourceId, m.resource_id());
+      putText(f, BodyField::kLockOwner, m.lock_owner());
+      directPath(method, m.store_name(), out.http);
+      break;
+    }
+  }
+  return out;
+}
+
+namespace {
+
+/// How flatResponseMessageOf writes one field of a flat message.
+struct FlatField {
+  std::string json_name;
+  std::string name;
+  int number = 0;
+  pb::FieldDescriptor::CppType type{};
+  const pb::EnumDescriptor* enum_type = nullptr;  // CPPTYPE_ENUM: its values
+};
+
+/// A message's fields by number, or `flat` false when one is not a plain scalar flatResponseMessageOf
+/// writes (a message, repeated, map, floating point, bytes).
+struct FlatTable {
+  bool flat = true;
+  std::vector<FlatField> fields;
+};
+
+const FlatTable& flatTableOf(const pb::Descriptor* descriptor) {
+  // Built once per message type (the loop's one thread; the descriptors live for the process).
+  static std::unordered_map<const pb::Descriptor*, FlatTable> tables;
+  auto it = tables.find(descriptor);
+  if (it != tables.end()) return it->second;
+  FlatTable table;
+  for (int i = 0; i < descriptor->field_count(); ++i) {
+    const pb::FieldDescriptor* field = descriptor->field(i);
+    const auto type = field->cpp_type();
+    const bool scalar = type == pb::FieldDescriptor::CPPTYPE_INT32 ||
+                        type == pb::FieldDescriptor::CPPTYPE_INT64 ||
+                        type == pb::FieldDescriptor::CPPTYPE_UINT32 ||
+                        type == pb::FieldDescriptor::CPPTYPE_UINT64 ||
+                        type == pb::FieldDescriptor::CPPTYPE_BOOL ||
+                        type == pb::FieldDescriptor::CPPTYPE_ENUM ||
+                        (type == pb::FieldDescriptor::CPPTYPE_STRING &&
+                         field->type() == pb::FieldDescriptor::TYPE_STRING);
+    const bool plain_wire = field->type() != pb::FieldDescriptor::TYPE_SINT32 &&
+                            field->type() != pb::FieldDescriptor::TYPE_SINT64 &&
+                            field->type() != pb::FieldDescriptor::TYPE_FIXED32 &&
+                            field->type() != pb::FieldDescriptor::TYPE_FIXED64 &&
+                            field->type() != pb::FieldDescriptor::TYPE_SFIXED32 &&
+                            field->type() != pb::FieldDescriptor::TYPE_SFIXED64;
+    if (!scalar || !plain_wire || field->is_repeated() || field->real_containing_oneof() != nullptr ||
+        field->has_presence()) {
+      table.flat = false;
+    }
+    table.fields.push_back(FlatField{field->json_name(), field->name(), field->number(), type,
+                                     field->enum_type()});
+  }
+  std::sort(table.fields.begin(), table.fields.end(),
+            [](const FlatField& a, const FlatField& b) { return a.number < b.number; });
+  return tables.emplace(descriptor, std::move(table)).first->second;
+}
+
+/// nlohmann SAX events of a flat JSON object -> the values of a FlatTable's fields. Anything else
+/// (nesting, null, a fraction, a value of another type, a duplicate, an integer out of its field's
+/// range) stops it: protobuf's JSON parser then decides.
+class FlatReader {
+ public:
+  struct Value {
+    bool set = false;
+    uint64_t bits = 0;  // integers and booleans as the varint's value
+    std::string text;
+  };
+  explicit FlatReader(const FlatTable& table) : table_(table), values_(table.fields.size()) {}
+
+  bool null() { return false; }
+  bool boolean(bool value) {
+    Value* v = take(pb::FieldDescriptor::CPPTYPE_BOOL);
+    if (v == nullptr) return skipped();
+    v->bits = value ? 1 : 0;
+    return true;
+  }
+  bool number_integer(json::number_integer_t value) { return integer(value, value < 0); }
+  bool number_unsigned(json::number_unsigned_t value) {
+    if (value > static_cast<uint64_t>(INT64_MAX)) {
+      // Only a uint64 field takes it.
+      Value* v = take(pb::FieldDescriptor::CPPTYPE_UINT64);
+      if (v == nullptr) return skipped();
+      v->bits = value;
+      return true;
+    }
+    return integer(static_cast<int64_t>(value), false);
+  }
+  bool number_float(json::number_float_t, const json::string_t&) { return false; }
+  bool string(json::string_t& value) {
+    Value* v = take(pb::FieldDescriptor::CPPTYPE_STRING);
+    if (v == nullptr) return skipped();
+    v->text = std::move(value);
+    return true;
+  }
+  bool binary(json::binary_t&) { return false; }
+  bool start_object(std::size_t) { return ++depth_ == 1; }
+  bool end_object() {
+    --depth_;
+    return true;
+  }
+  bool start_array(std::size_t) { return false; }
+  bool end_array() { return false; }
+  bool key(json::string_t& name) {
+    current_ = -1;
+    unknown_ = true;
+    for (size_t i = 0; i < table_.fields.size(); ++i) {
+      if (name == table_.fields[i].json_name || name == table_.fields[i].name) {
+        if (values_[i].set) return false;  // a duplicate: the JSON parser's call
+        current_ = static_cast<int>(i);
+        unknown_ = false;
+        break;
+      }
+    }
+    return true;
+  }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) {
+    return false;
+  }
+
+  /// The message's bytes: the fields set in number order, defaults left out (proto3).
+  std::string encode() const {
+    std::string out;
+    for (size_t i = 0; i < values_.size(); ++i) {
+      const Value& v = values_[i];
+      if (!v.set) continue;
+      const FlatField& f = table_.fields[i];
+      if (f.type == pb::FieldDescriptor::CPPTYPE_STRING) {
+        if (v.text.empty()) continue;
+        varint(out, static_cast<uint64_t>(f.number) << 3 | 2);
+        varint(out, v.text.size());
+        out.append(v.text);
+      } else {
+        if (v.bits == 0) continue;
+        varint(out, static_cast<uint64_t>(f.number) << 3);
+        varint(out, v.bits);
+      }
+    }
+    return out;
+  }
+
+ private:
+  static void varint(std::string& out, uint64_t value) {
+    while (value >= 0x80) {
+      out.push_back(static_cast<char>(value | 0x80));
+      value >>= 7;
+    }
+    out.push_back(static_cast<char>(value));
+  }
+  /// The value slot of the current key if its field is of `type`; null for an unknown key.
+  Value* take(pb::FieldDescriptor::CppType type) {
+    if (depth_ != 1 || current_ < 0) return nullptr;
+    const FlatField& f = table_.fields[static_cast<size_t>(current_)];
+    if (f.type != type) return nullptr;
+    Value& v = values_[static_cast<size_t>(current_)];
+    v.set = true;
+    current_ = -1;
+    return &v;
+  }
+  /// A scalar of an unknown key is ignored (as the JSON parser ignores unknown fields); one of a
+  /// known key with a type its field does not take stops the reader.
+  bool skipped() {
+    const bool ok = depth_ == 1 && unknown_;
+    unknown_ = false;
+    return ok;
+  }
+  bool integer(int64_t value, bool negative) {
+    if (depth_ != 1 || current_ < 0) return skipped();
+    const auto type = table_.fields[static_cast<size_t>(current_)].type;
+    bool fits = false;
+    switch (type) {
+      case pb::FieldDescriptor::CPPTYPE_INT64:
+        fits = true;
+        break;
+      case pb::FieldDescriptor::CPPTYPE_INT32:
+        fits = value >= INT32_MIN && value <= INT32_MAX;
+        break;
+      case pb::FieldDescriptor::CPPTYPE_UINT64:
+        fits = !negative;
+        break;
+      case pb::FieldDescriptor::CPPTYPE_UINT32:
+        fits = !negative && value <= static_cast<int64_t>(UINT32_MAX);
+        break;
+      case pb::FieldDescriptor::CPPTYPE_ENUM:
+        // One of the enum's values (others: the parser's call).
+        fits = value >= INT32_MIN && value <= INT32_MAX &&
+               table_.fields[static_cast<size_t>(current_)].enum_type->FindValueByNumber(
+                   static_cast<int>(value)) != nullptr;
+        break;
+      default:
+        break;
+    }
+    if (!fits) return false;  // a bool or a string field, or out of range
+    Value* v = take(type);
+    v->bits = static_cast<uint64_t>(value);  // negative int32/int64: ten bytes, as protobuf
+    return true;
+  }
+
+  const FlatTable& table_;
+  std::vector<Value> values_;
+  int depth_ = 0;
+  int current_ = -1;
+  bool unknown_ = false;
+};
+
+}  // namespace
+
+std::optional<std::string> flatResponseMessageOf(const pb::Descriptor* response,
+                                                 std::string_view text) {
+  const FlatTable& table = flatTableOf(response);
+  if (!table.flat) return std::nullopt;
+  if (text.find('\0') != std::string_view::npos) return std::nullopt;
+  FlatReader reader(table);
+  if (!json::sax_parse(text.begin(), text.end(), &reader)) return std::nullopt;
+  return reader.encode();
+}
+
 StatusOr<std::string> responseMessageOf(const pb::Descriptor* response, std::string_view text) {
   const pb::Message* prototype = pb::MessageFactory::generated_factory()->GetPrototype(response);
   std::unique_ptr<pb::Message> message(prototype->New());
@@ -471,7 +860,8 @@ GrpcGateway::GrpcGateway(event::Scheduler& scheduler, metrics::Metrics* metrics,
     : scheduler_(scheduler),
       metrics_(metrics),
       guarded_(std::move(guarded)),
-      options_(options) {}
+      options_(options),
+      call_metrics_(metrics == nullptr ? nullptr : std::make_shared<CallMetrics>(*metrics)) {}
 
 GrpcGateway::~GrpcGateway() = default;
 
@@ -491,6 +881,13 @@ void GrpcGateway::handle(grpc::CallPtr call, std::string request) {
   }
   std::optional<int64_t> wait_bound_ms;
   if (info.deadline_us) wait_bound_ms = (*info.deadline_us - scheduler_.nowUs()) / 1000;
+  if (method->direct != GrpcMethod::Direct::kNone && options_.direct_calls) {
+    if (std::optional<DirectCall> direct_call = directCallOf(*method, request, wait_bound_ms)) {
+      auto responder = std::make_shared<GrpcResponder>(call, *method, call_metrics_, scheduler_);
+      responder->routed(dispatch(*call, direct_call->http, responder, &direct_call->fields));
+      return;
+    }
+  }
   StatusOr<HttpCall> http_call = httpCallOf(*method, request, wait_bound_ms);
   if (!http_call.isOk()) {
     call->finish(http_call.status().code() == sidelock::StatusCode::kInvalidArgument
@@ -519,12 +916,13 @@ void GrpcGateway::handle(grpc::CallPtr call, std::string request) {
       return;
     }
   }
-  auto responder = std::make_shared<GrpcResponder>(call, *method, metrics_, scheduler_);
+  auto responder = std::make_shared<GrpcResponder>(call, *method, call_metrics_, scheduler_);
   responder->routed(dispatch(*call, *http_call, responder));
 }
 
 std::string_view GrpcGateway::dispatch(const grpc::ServerCall& call, const HttpCall& http_call,
-                           std::shared_ptr<http::Responder> responder) {
+                                       std::shared_ptr<http::Responder> responder,
+                                       const http::DecodedBody* decoded_body) {
   const grpc::CallInfo& info = call.info();
   http::Request request;
   request.method = http_call.method;
@@ -535,6 +933,7 @@ std::string_view GrpcGateway::dispatch(const grpc::ServerCall& call, const HttpC
   request.received_us = info.received_us;
   request.loop_turn = info.loop_turn;
   request.peer = info.peer;
+  request.decoded_body = decoded_body;
   request.headers.reserve(info.metadata.size() + 2);
   for (const auto& [name, value] : info.metadata) {
     // gRPC's own headers are the transport's; the route reads JSON.
@@ -544,7 +943,9 @@ std::string_view GrpcGateway::dispatch(const grpc::ServerCall& call, const HttpC
     request.headers.emplace_back(name, value);
   }
   request.headers.emplace_back("host", info.authority);
-  if (!request.body.empty()) request.headers.emplace_back("content-type", "application/json");
+  if (!request.body.empty() || decoded_body != nullptr) {
+    request.headers.emplace_back("content-type", "application/json");
+  }
   guarded_(request, std::move(responder));
   return request.route;
 }
