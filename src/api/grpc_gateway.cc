@@ -668,66 +668,34 @@ const FlatTable& flatTableOf(const pb::Descriptor* descriptor) {
   return tables.emplace(descriptor, std::move(table)).first->second;
 }
 
-/// nlohmann SAX events of a flat JSON object -> the values of a FlatTable's fields. Anything else
-/// (nesting, null, a fraction, a value of another type, a duplicate, an integer out of its field's
-/// range) stops it: protobuf's JSON parser then decides.
+/// A flat JSON object (what JsonObject writes: string, integer and boolean members) read into the
+/// values of a FlatTable's fields, then encoded. Anything else stops it, so that protobuf's JSON
+/// parser decides: nesting, null, a fraction or exponent, an escape or a non-ASCII byte in a
+/// string, a value of a type its field does not take, an integer out of its field's range, an enum
+/// number the enum lacks, a duplicate, anything that is not JSON.
 class FlatReader {
  public:
-  struct Value {
-    bool set = false;
-    uint64_t bits = 0;  // integers and booleans as the varint's value
-    std::string text;
-  };
   explicit FlatReader(const FlatTable& table) : table_(table), values_(table.fields.size()) {}
 
-  bool null() { return false; }
-  bool boolean(bool value) {
-    Value* v = take(pb::FieldDescriptor::CPPTYPE_BOOL);
-    if (v == nullptr) return skipped();
-    v->bits = value ? 1 : 0;
-    return true;
-  }
-  bool number_integer(json::number_integer_t value) { return integer(value, value < 0); }
-  bool number_unsigned(json::number_unsigned_t value) {
-    if (value > static_cast<uint64_t>(INT64_MAX)) {
-      // Only a uint64 field takes it.
-      Value* v = take(pb::FieldDescriptor::CPPTYPE_UINT64);
-      if (v == nullptr) return skipped();
-      v->bits = value;
-      return true;
+  bool read(std::string_view text) {
+    text_ = text;
+    pos_ = 0;
+    space();
+    if (!take('{')) return false;
+    space();
+    if (take('}')) return end();
+    for (;;) {
+      std::string_view key;
+      if (!string(key)) return false;
+      space();
+      if (!take(':')) return false;
+      space();
+      if (!value(key)) return false;
+      space();
+      if (take('}')) return end();
+      if (!take(',')) return false;
+      space();
     }
-    return integer(static_cast<int64_t>(value), false);
-  }
-  bool number_float(json::number_float_t, const json::string_t&) { return false; }
-  bool string(json::string_t& value) {
-    Value* v = take(pb::FieldDescriptor::CPPTYPE_STRING);
-    if (v == nullptr) return skipped();
-    v->text = std::move(value);
-    return true;
-  }
-  bool binary(json::binary_t&) { return false; }
-  bool start_object(std::size_t) { return ++depth_ == 1; }
-  bool end_object() {
-    --depth_;
-    return true;
-  }
-  bool start_array(std::size_t) { return false; }
-  bool end_array() { return false; }
-  bool key(json::string_t& name) {
-    current_ = -1;
-    unknown_ = true;
-    for (size_t i = 0; i < table_.fields.size(); ++i) {
-      if (name == table_.fields[i].json_name || name == table_.fields[i].name) {
-        if (values_[i].set) return false;  // a duplicate: the JSON parser's call
-        current_ = static_cast<int>(i);
-        unknown_ = false;
-        break;
-      }
-    }
-    return true;
-  }
-  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) {
-    return false;
   }
 
   /// The message's bytes: the fields set in number order, defaults left out (proto3).
@@ -752,6 +720,12 @@ class FlatReader {
   }
 
  private:
+  struct Value {
+    bool set = false;
+    uint64_t bits = 0;       // an integer or a boolean as its varint
+    std::string_view text;   // a string (views the JSON text)
+  };
+
   static void varint(std::string& out, uint64_t value) {
     while (value >= 0x80) {
       out.push_back(static_cast<char>(value | 0x80));
@@ -759,60 +733,121 @@ class FlatReader {
     }
     out.push_back(static_cast<char>(value));
   }
-  /// The value slot of the current key if its field is of `type`; null for an unknown key.
-  Value* take(pb::FieldDescriptor::CppType type) {
-    if (depth_ != 1 || current_ < 0) return nullptr;
-    const FlatField& f = table_.fields[static_cast<size_t>(current_)];
-    if (f.type != type) return nullptr;
-    Value& v = values_[static_cast<size_t>(current_)];
+  void space() {
+    while (pos_ < text_.size() &&
+           (text_[pos_] == ' ' || text_[pos_] == '\n' || text_[pos_] == '\r' || text_[pos_] == '\t')) {
+      ++pos_;
+    }
+  }
+  bool take(char c) {
+    if (pos_ >= text_.size() || text_[pos_] != c) return false;
+    ++pos_;
+    return true;
+  }
+  bool end() {
+    space();
+    return pos_ == text_.size();
+  }
+  bool literal(std::string_view word) {
+    if (text_.substr(pos_, word.size()) != word) return false;
+    pos_ += word.size();
+    return true;
+  }
+  /// A string without escapes, of printable ASCII only.
+  bool string(std::string_view& out) {
+    if (!take('"')) return false;
+    const size_t start = pos_;
+    for (; pos_ < text_.size(); ++pos_) {
+      const auto c = static_cast<unsigned char>(text_[pos_]);
+      if (c == '"') {
+        out = text_.substr(start, pos_ - start);
+        ++pos_;
+        return true;
+      }
+      if (c == '\\' || c < 0x20 || c >= 0x80) return false;
+    }
+    return false;
+  }
+  /// The field of `key` (its index), -1 for a key the message does not have.
+  int fieldOf(std::string_view key) const {
+    for (size_t i = 0; i < table_.fields.size(); ++i) {
+      if (key == table_.fields[i].json_name || key == table_.fields[i].name) {
+        return static_cast<int>(i);
+      }
+    }
+    return -1;
+  }
+  bool value(std::string_view key) {
+    const int index = fieldOf(key);
+    Value scratch;
+    Value& v = index < 0 ? scratch : values_[static_cast<size_t>(index)];
+    if (v.set) return false;  // a duplicate
     v.set = true;
-    current_ = -1;
-    return &v;
+    const pb::FieldDescriptor::CppType type =
+        index < 0 ? pb::FieldDescriptor::CppType{} : table_.fields[static_cast<size_t>(index)].type;
+    const char c = pos_ < text_.size() ? text_[pos_] : '\0';
+    if (c == '"') {
+      return string(v.text) && (index < 0 || type == pb::FieldDescriptor::CPPTYPE_STRING);
+    }
+    if (c == 't' || c == 'f') {
+      v.bits = c == 't' ? 1 : 0;
+      return literal(c == 't' ? "true" : "false") &&
+             (index < 0 || type == pb::FieldDescriptor::CPPTYPE_BOOL);
+    }
+    if (c == '-' || (c >= '0' && c <= '9')) return integer(index, v);
+    return false;
   }
-  /// A scalar of an unknown key is ignored (as the JSON parser ignores unknown fields); one of a
-  /// known key with a type its field does not take stops the reader.
-  bool skipped() {
-    const bool ok = depth_ == 1 && unknown_;
-    unknown_ = false;
-    return ok;
-  }
-  bool integer(int64_t value, bool negative) {
-    if (depth_ != 1 || current_ < 0) return skipped();
-    const auto type = table_.fields[static_cast<size_t>(current_)].type;
+  bool integer(int index, Value& v) {
+    const bool negative = take('-');
+    const size_t start = pos_;
+    uint64_t magnitude = 0;
+    for (; pos_ < text_.size() && text_[pos_] >= '0' && text_[pos_] <= '9'; ++pos_) {
+      if (magnitude > (UINT64_MAX - 9) / 10) return false;  // past 64 bits
+      magnitude = magnitude * 10 + static_cast<uint64_t>(text_[pos_] - '0');
+    }
+    const size_t digits = pos_ - start;
+    if (digits == 0 || (digits > 1 && text_[start] == '0')) return false;
+    if (pos_ < text_.size() && (text_[pos_] == '.' || text_[pos_] == 'e' || text_[pos_] == 'E')) {
+      return false;
+    }
+    if (index < 0) return true;  // an unknown field's number: ignored
+    const FlatField& f = table_.fields[static_cast<size_t>(index)];
+    const auto max_signed = static_cast<uint64_t>(INT64_MAX);
+    if (negative && magnitude > max_signed + 1) return false;
+    const int64_t signed_value =
+        negative ? static_cast<int64_t>(0 - magnitude) : static_cast<int64_t>(magnitude);
     bool fits = false;
-    switch (type) {
+    switch (f.type) {
       case pb::FieldDescriptor::CPPTYPE_INT64:
-        fits = true;
+        fits = negative || magnitude <= max_signed;
         break;
       case pb::FieldDescriptor::CPPTYPE_INT32:
-        fits = value >= INT32_MIN && value <= INT32_MAX;
+        fits = (negative || magnitude <= max_signed) && signed_value >= INT32_MIN &&
+               signed_value <= INT32_MAX;
         break;
       case pb::FieldDescriptor::CPPTYPE_UINT64:
         fits = !negative;
         break;
       case pb::FieldDescriptor::CPPTYPE_UINT32:
-        fits = !negative && value <= static_cast<int64_t>(UINT32_MAX);
+        fits = !negative && magnitude <= UINT32_MAX;
         break;
       case pb::FieldDescriptor::CPPTYPE_ENUM:
-        // One of the enum's values (others: the parser's call).
-        fits = value >= INT32_MIN && value <= INT32_MAX &&
-               table_.fields[static_cast<size_t>(current_)].enum_type->FindValueByNumber(
-                   static_cast<int>(value)) != nullptr;
+        fits = (negative || magnitude <= max_signed) && signed_value >= INT32_MIN &&
+               signed_value <= INT32_MAX &&
+               f.enum_type->FindValueByNumber(static_cast<int>(signed_value)) != nullptr;
         break;
       default:
-        break;
+        break;  // a bool or a string field
     }
-    if (!fits) return false;  // a bool or a string field, or out of range
-    Value* v = take(type);
-    v->bits = static_cast<uint64_t>(value);  // negative int32/int64: ten bytes, as protobuf
-    return true;
+    // A negative int32 or int64 is its 64-bit two's complement: ten bytes, as protobuf writes it.
+    v.bits = negative ? static_cast<uint64_t>(signed_value) : magnitude;
+    return fits;
   }
 
   const FlatTable& table_;
   std::vector<Value> values_;
-  int depth_ = 0;
-  int current_ = -1;
-  bool unknown_ = false;
+  std::string_view text_;
+  size_t pos_ = 0;
 };
 
 }  // namespace
@@ -821,9 +856,8 @@ std::optional<std::string> flatResponseMessageOf(const pb::Descriptor* response,
                                                  std::string_view text) {
   const FlatTable& table = flatTableOf(response);
   if (!table.flat) return std::nullopt;
-  if (text.find('\0') != std::string_view::npos) return std::nullopt;
   FlatReader reader(table);
-  if (!json::sax_parse(text.begin(), text.end(), &reader)) return std::nullopt;
+  if (!reader.read(text)) return std::nullopt;
   return reader.encode();
 }
 

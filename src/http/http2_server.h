@@ -29,6 +29,7 @@
 #include "event/lifetime.h"
 #include "event/scheduler.h"
 #include "event/stream_listener.h"
+#include "event/uv_handle.h"
 #include "http/http_types.h"
 
 namespace sidelock::http {
@@ -144,6 +145,12 @@ class Http2Server {
   friend class Http2Connection;
   void onConnection(event::StreamListener& listener, size_t& count);
   void destroyConnection(Http2Connection* connection);
+  /// Output is produced once per loop turn, as HttpServer's is: a connection with
+  /// something to send is queued, and a uv_prepare (before the loop blocks) has nghttp2 produce
+  /// everything its streams submitted meanwhile and writes it in one uv_write.
+  void queueFlush(Http2Connection* connection);
+  void unqueueFlush(Http2Connection* connection);
+  void flushQueued();
 
   event::Scheduler& scheduler_;
   Http2Options options_;
@@ -156,6 +163,8 @@ class Http2Server {
   bool draining_ = false;
   bool closed_ = false;
   std::vector<char> read_buffer_;
+  event::UvHandle<uv_prepare_t> flush_prepare_;
+  std::vector<Http2Connection*> flush_queue_;
   event::LivenessToken alive_;
 };
 
