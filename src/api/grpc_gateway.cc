@@ -918,7 +918,8 @@ void GrpcGateway::handle(grpc::CallPtr call, std::string request) {
   if (method->direct != GrpcMethod::Direct::kNone && options_.direct_calls) {
     if (std::optional<DirectCall> direct_call = directCallOf(*method, request, wait_bound_ms)) {
       auto responder = std::make_shared<GrpcResponder>(call, *method, call_metrics_, scheduler_);
-      responder->routed(dispatch(*call, direct_call->http, responder, &direct_call->fields));
+      responder->routed(
+          dispatch(*call, std::move(direct_call->http), responder, &direct_call->fields));
       return;
     }
   }
@@ -951,19 +952,19 @@ void GrpcGateway::handle(grpc::CallPtr call, std::string request) {
     }
   }
   auto responder = std::make_shared<GrpcResponder>(call, *method, call_metrics_, scheduler_);
-  responder->routed(dispatch(*call, *http_call, responder));
+  responder->routed(dispatch(*call, std::move(*http_call), responder));
 }
 
-std::string_view GrpcGateway::dispatch(const grpc::ServerCall& call, const HttpCall& http_call,
+std::string_view GrpcGateway::dispatch(const grpc::ServerCall& call, HttpCall http_call,
                                        std::shared_ptr<http::Responder> responder,
                                        const http::DecodedBody* decoded_body) {
   const grpc::CallInfo& info = call.info();
   http::Request request;
-  request.method = http_call.method;
-  request.path = http_call.path;
-  request.raw_path = http_call.raw_path;
-  request.query = http_call.query;
-  request.body = http_call.body;
+  request.method = std::move(http_call.method);
+  request.path = std::move(http_call.path);
+  request.raw_path = std::move(http_call.raw_path);
+  request.query = std::move(http_call.query);
+  request.body = std::move(http_call.body);
   request.received_us = info.received_us;
   request.loop_turn = info.loop_turn;
   request.peer = info.peer;

@@ -139,7 +139,7 @@ class GrpcGateway {
  private:
   /// Runs `http_call` through the guarded handler for `call`, answering through `responder`;
   /// returns the route the router matched (empty if none).
-  std::string_view dispatch(const grpc::ServerCall& call, const HttpCall& http_call,
+  std::string_view dispatch(const grpc::ServerCall& call, HttpCall http_call,
                             std::shared_ptr<http::Responder> responder,
                             const http::DecodedBody* decoded_body = nullptr);
   void startWatch(grpc::CallPtr call, HttpCall http_call);

@@ -370,6 +370,7 @@ int Http2Connection::onBeginHeaders(nghttp2_session*, const nghttp2_frame* frame
   s->connection_ = c;
   s->id_ = frame->hd.stream_id;
   s->peer_ = c->peer_;
+  s->headers_.reserve(8);  // a gRPC call's usual count
   c->last_stream_id_ = std::max(c->last_stream_id_, s->id_);
   c->streams_[s->id_] = std::move(s);
   return 0;
@@ -467,7 +468,7 @@ std::string_view Http2Stream::header(std::string_view lower_name) const {
   return {};
 }
 
-bool Http2Stream::respond(std::vector<Http2Header> headers, bool end_stream) {
+bool Http2Stream::respond(const std::vector<Http2Header>& headers, bool end_stream) {
   if (!open() || responded_) return false;
   responded_ = true;
   std::vector<nghttp2_nv> nv = toNv(headers);
@@ -491,7 +492,17 @@ bool Http2Stream::write(std::string data) {
     return false;
   }
   queued_bytes_ += data.size();
-  out_.push_back(std::move(data));
+  if (out_offset_ == out_.size()) {
+    out_ = std::move(data);
+    out_offset_ = 0;
+  } else {
+    // A stream a client reads slowly: drop what nghttp2 already took before growing the buffer.
+    if (out_offset_ > out_.size() / 2) {
+      out_.erase(0, out_offset_);
+      out_offset_ = 0;
+    }
+    out_.append(data);
+  }
   resume();
   return true;
 }
@@ -522,20 +533,15 @@ void Http2Stream::resume() {
 
 ssize_t Http2StreamAccess::read(Http2Stream& s, nghttp2_session* session, int32_t stream_id,
                                 uint8_t* buf, size_t length, uint32_t* data_flags) {
-  size_t copied = 0;
-  while (copied < length && !s.out_.empty()) {
-    const std::string& front = s.out_.front();
-    const size_t n = std::min(length - copied, front.size() - s.out_offset_);
-    memcpy(buf + copied, front.data() + s.out_offset_, n);
-    copied += n;
-    s.queued_bytes_ -= n;
-    s.out_offset_ += n;
-    if (s.out_offset_ == front.size()) {
-      s.out_.pop_front();
-      s.out_offset_ = 0;
-    }
+  const size_t copied = std::min(length, s.out_.size() - s.out_offset_);
+  memcpy(buf, s.out_.data() + s.out_offset_, copied);
+  s.out_offset_ += copied;
+  s.queued_bytes_ -= copied;
+  if (s.out_offset_ == s.out_.size()) {
+    s.out_.clear();
+    s.out_offset_ = 0;
   }
-  if (s.out_.empty() && s.ending_) {
+  if (s.out_offset_ == s.out_.size() && s.ending_) {
     *data_flags |= NGHTTP2_DATA_FLAG_EOF;
     if (s.trailers_) {
       std::vector<nghttp2_nv> nv = toNv(s.trailer_fields_);

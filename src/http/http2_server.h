@@ -16,7 +16,6 @@
 #include <uv.h>
 
 #include <cstdint>
-#include <deque>
 #include <functional>
 #include <memory>
 #include <string>
@@ -78,7 +77,7 @@ class Http2Stream {
   void onClose(std::function<void(bool answered)> cb) { on_close_ = std::move(cb); }
 
   /// Sends the response headers; with `end_stream` the response ends there (no body).
-  bool respond(std::vector<Http2Header> headers, bool end_stream);
+  bool respond(const std::vector<Http2Header>& headers, bool end_stream);
   /// Queues body bytes (after respond()). False if the stream is gone, or if the bytes already
   /// queued are over Http2Options::max_queued_bytes_per_stream: then the stream is reset
   /// (CANCEL) on a later loop turn and onClose(false) follows.
@@ -110,9 +109,9 @@ class Http2Stream {
   std::vector<Http2Header> trailer_fields_;
   bool deferred_ = false;  // the data provider said NGHTTP2_ERR_DEFERRED
   bool end_sent_ = false;  // a frame with END_STREAM left nghttp2
-  std::deque<std::string> out_;
+  std::string out_;          // body bytes queued (one buffer: a unary answer is moved in whole)
   size_t queued_bytes_ = 0;  // in out_, not yet taken by nghttp2
-  size_t out_offset_ = 0;  // bytes of out_.front() already sent
+  size_t out_offset_ = 0;    // bytes of out_ already taken
 };
 
 using Http2StreamPtr = std::shared_ptr<Http2Stream>;
