@@ -565,7 +565,8 @@ std::optional<DirectCall> directCallOf(const GrpcMethod& method, std::string_vie
       v1::AcquireRequest m;
       if (!parseMessage(m, request_bytes) || m.name().empty() || m.has_health()) return std::nullopt;
       putInt(f, BodyField::kTtlMs, m.ttl_ms());
-      putInt(f, BodyField::kWaitMs, boundedWait(m.wait_ms(), wait_bound_ms));
+      // Present when sent (as in the bridge's JSON), then capped: a cap to 0 is still a 0 sent.
+      if (m.wait_ms() != 0) f.integer(BodyField::kWaitMs, boundedWait(m.wait_ms(), wait_bound_ms));
       putText(f, BodyField::kOwner, m.owner());
       putBool(f, BodyField::kAutoRenew, m.auto_renew());
       putInt(f, BodyField::kMaxHoldMs, m.max_hold_ms());
