@@ -6,8 +6,8 @@
 
 #include <algorithm>
 #include <array>
-#include <unordered_map>
 #include <nlohmann/json.hpp>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -53,25 +53,28 @@ const std::vector<GrpcMethod>& methodTable() {
   // One row per method of src/api/proto: the route it runs (README, "gRPC").
   static const std::vector<GrpcMethod> kTable = {
       // Dapr's lock building block: its HTTP routes (src/api/dapr_api.cc), so its semantics.
-      direct(row("/dapr.proto.runtime.v1.Dapr/TryLockAlpha1", "POST",
-                 "/v1.0-alpha1/lock/{store_name}", dapr::TryLockRequest::descriptor(),
-                 dapr::TryLockResponse::descriptor()),
-             Direct::kTryLock),
+      direct(
+          row("/dapr.proto.runtime.v1.Dapr/TryLockAlpha1", "POST", "/v1.0-alpha1/lock/{store_name}",
+              dapr::TryLockRequest::descriptor(), dapr::TryLockResponse::descriptor()),
+          Direct::kTryLock),
       direct(row("/dapr.proto.runtime.v1.Dapr/UnlockAlpha1", "POST",
                  "/v1.0-alpha1/unlock/{store_name}", dapr::UnlockRequest::descriptor(),
                  dapr::UnlockResponse::descriptor()),
              Direct::kUnlock),
       row("/dapr.proto.runtime.v1.Dapr/GetMetadata", "GET", "/v1.0/metadata",
-       dapr::GetMetadataRequest::descriptor(), dapr::GetMetadataResponse::descriptor(), false),
-      row("/grpc.health.v1.Health/Check", "GET", "/readyz", health::HealthCheckRequest::descriptor(),
-       health::HealthCheckResponse::descriptor(), false, {}, Answer::kReadiness),
-      row("/grpc.health.v1.Health/Watch", "GET", "/readyz", health::HealthCheckRequest::descriptor(),
-       health::HealthCheckResponse::descriptor(), false, {}, Answer::kWatch),
+          dapr::GetMetadataRequest::descriptor(), dapr::GetMetadataResponse::descriptor(), false),
+      row("/grpc.health.v1.Health/Check", "GET", "/readyz",
+          health::HealthCheckRequest::descriptor(), health::HealthCheckResponse::descriptor(),
+          false, {}, Answer::kReadiness),
+      row("/grpc.health.v1.Health/Watch", "GET", "/readyz",
+          health::HealthCheckRequest::descriptor(), health::HealthCheckResponse::descriptor(),
+          false, {}, Answer::kWatch),
       direct(row("/sidelock.v1.Locks/Acquire", "POST", "/v1/locks/{name}/acquire",
                  v1::AcquireRequest::descriptor(), v1::Grant::descriptor()),
              Direct::kAcquire),
       row("/sidelock.v1.Locks/Hold", "POST", "/v1/locks/{name}/acquire",
-       v1::AcquireRequest::descriptor(), v1::HoldEvent::descriptor(), true, R"("hold":"stream")"),
+          v1::AcquireRequest::descriptor(), v1::HoldEvent::descriptor(), true,
+          R"("hold":"stream")"),
       direct(row("/sidelock.v1.Locks/Release", "POST", "/v1/locks/{name}/release",
                  v1::ReleaseRequest::descriptor(), v1::Released::descriptor()),
              Direct::kRelease),
@@ -79,34 +82,34 @@ const std::vector<GrpcMethod>& methodTable() {
                  v1::ExtendRequest::descriptor(), v1::Extended::descriptor()),
              Direct::kExtend),
       row("/sidelock.v1.Locks/Inspect", "GET", "/v1/locks/{name}", v1::InspectRequest::descriptor(),
-       v1::LockState::descriptor(), false),
+          v1::LockState::descriptor(), false),
       query(row("/sidelock.v1.Locks/Events", "GET", "/v1/locks/{name}/events",
                 v1::EventsRequest::descriptor(), v1::LockEvent::descriptor(), false)),
       row("/sidelock.v1.Locks/AcquirePermit", "POST", "/v1/semaphores/{name}/acquire",
-       v1::SemaphoreAcquireRequest::descriptor(), v1::Permit::descriptor()),
+          v1::SemaphoreAcquireRequest::descriptor(), v1::Permit::descriptor()),
       row("/sidelock.v1.Locks/HoldPermit", "POST", "/v1/semaphores/{name}/acquire",
-       v1::SemaphoreAcquireRequest::descriptor(), v1::HoldEvent::descriptor(), true,
-       R"("hold":"stream")"),
+          v1::SemaphoreAcquireRequest::descriptor(), v1::HoldEvent::descriptor(), true,
+          R"("hold":"stream")"),
       row("/sidelock.v1.Locks/ReleasePermit", "POST", "/v1/semaphores/{name}/release",
-       v1::PermitRequest::descriptor(), v1::Released::descriptor()),
+          v1::PermitRequest::descriptor(), v1::Released::descriptor()),
       row("/sidelock.v1.Locks/ExtendPermit", "POST", "/v1/semaphores/{name}/extend",
-       v1::PermitExtendRequest::descriptor(), v1::Extended::descriptor()),
+          v1::PermitExtendRequest::descriptor(), v1::Extended::descriptor()),
       row("/sidelock.v1.Locks/InspectSemaphore", "GET", "/v1/semaphores/{name}",
-       v1::InspectRequest::descriptor(), v1::SemaphoreState::descriptor(), false),
+          v1::InspectRequest::descriptor(), v1::SemaphoreState::descriptor(), false),
       row("/sidelock.v1.Locks/AcquireMulti", "POST", "/v1/multilocks/acquire",
-       v1::MultiAcquireRequest::descriptor(), v1::MultiGrant::descriptor()),
+          v1::MultiAcquireRequest::descriptor(), v1::MultiGrant::descriptor()),
       row("/sidelock.v1.Locks/ReleaseMulti", "POST", "/v1/multilocks/release",
-       v1::MultiReleaseRequest::descriptor(), v1::Released::descriptor()),
+          v1::MultiReleaseRequest::descriptor(), v1::Released::descriptor()),
       row("/sidelock.v1.Elections/Campaign", "POST", "/v1/elections/{name}/campaign",
-       v1::CampaignRequest::descriptor(), v1::CampaignEvent::descriptor()),
+          v1::CampaignRequest::descriptor(), v1::CampaignEvent::descriptor()),
       row("/sidelock.v1.Elections/Leader", "GET", "/v1/elections/{name}",
-       v1::ElectionRequest::descriptor(), v1::ElectionState::descriptor(), false),
+          v1::ElectionRequest::descriptor(), v1::ElectionState::descriptor(), false),
       row("/sidelock.v1.Elections/Observe", "GET", "/v1/elections/{name}/observe",
-       v1::ElectionRequest::descriptor(), v1::ObserveEvent::descriptor(), false),
+          v1::ElectionRequest::descriptor(), v1::ObserveEvent::descriptor(), false),
       row("/sidelock.v1.Elections/Proclaim", "POST", "/v1/elections/{name}/proclaim",
-       v1::ProclaimRequest::descriptor(), v1::Proclaimed::descriptor()),
+          v1::ProclaimRequest::descriptor(), v1::Proclaimed::descriptor()),
       row("/sidelock.v1.Elections/Resign", "POST", "/v1/elections/{name}/resign",
-       v1::ResignRequest::descriptor(), v1::Resigned::descriptor()),
+          v1::ResignRequest::descriptor(), v1::Resigned::descriptor()),
   };
   return kTable;
 }
@@ -152,7 +155,12 @@ bool unreserved(unsigned char c) {
 
 std::string percentEncode(std::string_view text) {
   static constexpr char kHex[] = "0123456789ABCDEF";
+  if (std::all_of(text.begin(), text.end(),
+                  [](char c) { return unreserved(static_cast<unsigned char>(c)); })) {
+    return std::string(text);  // the usual lock name
+  }
   std::string out;
+  out.reserve(text.size() * 3);
   for (const unsigned char c : text) {
     if (unreserved(c)) {
       out += static_cast<char>(c);
@@ -212,7 +220,8 @@ class GrpcGateway::CallMetrics {
   void record(std::string_view route, int status, std::optional<double> latency_s) {
     auto it = routes_.find(route);
     if (it == routes_.end()) {
-      it = routes_.emplace(std::string(route), Route{&metrics_.httpLatency(route, "grpc"), {}}).first;
+      it = routes_.emplace(std::string(route), Route{&metrics_.httpLatency(route, "grpc"), {}})
+               .first;
     }
     Route& r = it->second;
     prometheus::Counter* counter = nullptr;
@@ -251,7 +260,9 @@ class GrpcResponder final : public http::Responder {
   GrpcResponder(grpc::CallPtr call, const GrpcMethod& method,
                 std::shared_ptr<GrpcGateway::CallMetrics> metrics,
                 const event::Scheduler& scheduler)
-      : call_(std::move(call)), method_(method), metrics_(std::move(metrics)),
+      : call_(std::move(call)),
+        method_(method),
+        metrics_(std::move(metrics)),
         scheduler_(scheduler) {
     if (metrics_ != nullptr) metrics_->enter();
   }
@@ -520,11 +531,13 @@ namespace {
 void directPath(const GrpcMethod& method, std::string_view value, HttpCall& out) {
   const size_t open = method.path.find('{');
   const size_t close = method.path.find('}', open);
-  out.path.reserve(method.path.size() + value.size());
-  out.path.append(method.path.substr(0, open)).append(value).append(method.path.substr(close + 1));
-  out.raw_path.append(method.path.substr(0, open))
-      .append(percentEncode(value))
-      .append(method.path.substr(close + 1));
+  const std::string_view head = method.path.substr(0, open);
+  const std::string_view tail = method.path.substr(close + 1);
+  out.path.reserve(head.size() + value.size() + tail.size());
+  out.path.append(head).append(value).append(tail);
+  const std::string encoded = percentEncode(value);
+  out.raw_path.reserve(head.size() + encoded.size() + tail.size());
+  out.raw_path.append(head).append(encoded).append(tail);
 }
 
 /// proto3 JSON prints a scalar only when it is not its default; the bridge's body has the same.
@@ -563,7 +576,8 @@ std::optional<DirectCall> directCallOf(const GrpcMethod& method, std::string_vie
       return std::nullopt;
     case Direct::kAcquire: {
       v1::AcquireRequest m;
-      if (!parseMessage(m, request_bytes) || m.name().empty() || m.has_health()) return std::nullopt;
+      if (!parseMessage(m, request_bytes) || m.name().empty() || m.has_health())
+        return std::nullopt;
       putInt(f, BodyField::kTtlMs, m.ttl_ms());
       // Present when sent (as in the bridge's JSON), then capped: a cap to 0 is still a 0 sent.
       if (m.wait_ms() != 0) f.integer(BodyField::kWaitMs, boundedWait(m.wait_ms(), wait_bound_ms));
@@ -627,8 +641,8 @@ struct FlatField {
   const pb::EnumDescriptor* enum_type = nullptr;  // CPPTYPE_ENUM: its values
 };
 
-/// A message's fields by number, or `flat` false when one is not a plain scalar flatResponseMessageOf
-/// writes (a message, repeated, map, floating point, bytes).
+/// A message's fields by number, or `flat` false when one is not a plain scalar
+/// flatResponseMessageOf writes (a message, repeated, map, floating point, bytes).
 struct FlatTable {
   bool flat = true;
   std::vector<FlatField> fields;
@@ -643,26 +657,25 @@ const FlatTable& flatTableOf(const pb::Descriptor* descriptor) {
   for (int i = 0; i < descriptor->field_count(); ++i) {
     const pb::FieldDescriptor* field = descriptor->field(i);
     const auto type = field->cpp_type();
-    const bool scalar = type == pb::FieldDescriptor::CPPTYPE_INT32 ||
-                        type == pb::FieldDescriptor::CPPTYPE_INT64 ||
-                        type == pb::FieldDescriptor::CPPTYPE_UINT32 ||
-                        type == pb::FieldDescriptor::CPPTYPE_UINT64 ||
-                        type == pb::FieldDescriptor::CPPTYPE_BOOL ||
-                        type == pb::FieldDescriptor::CPPTYPE_ENUM ||
-                        (type == pb::FieldDescriptor::CPPTYPE_STRING &&
-                         field->type() == pb::FieldDescriptor::TYPE_STRING);
+    const bool scalar =
+        type == pb::FieldDescriptor::CPPTYPE_INT32 || type == pb::FieldDescriptor::CPPTYPE_INT64 ||
+        type == pb::FieldDescriptor::CPPTYPE_UINT32 ||
+        type == pb::FieldDescriptor::CPPTYPE_UINT64 || type == pb::FieldDescriptor::CPPTYPE_BOOL ||
+        type == pb::FieldDescriptor::CPPTYPE_ENUM ||
+        (type == pb::FieldDescriptor::CPPTYPE_STRING &&
+         field->type() == pb::FieldDescriptor::TYPE_STRING);
     const bool plain_wire = field->type() != pb::FieldDescriptor::TYPE_SINT32 &&
                             field->type() != pb::FieldDescriptor::TYPE_SINT64 &&
                             field->type() != pb::FieldDescriptor::TYPE_FIXED32 &&
                             field->type() != pb::FieldDescriptor::TYPE_FIXED64 &&
                             field->type() != pb::FieldDescriptor::TYPE_SFIXED32 &&
                             field->type() != pb::FieldDescriptor::TYPE_SFIXED64;
-    if (!scalar || !plain_wire || field->is_repeated() || field->real_containing_oneof() != nullptr ||
-        field->has_presence()) {
+    if (!scalar || !plain_wire || field->is_repeated() ||
+        field->real_containing_oneof() != nullptr || field->has_presence()) {
       table.flat = false;
     }
-    table.fields.push_back(FlatField{field->json_name(), field->name(), field->number(), type,
-                                     field->enum_type()});
+    table.fields.push_back(
+        FlatField{field->json_name(), field->name(), field->number(), type, field->enum_type()});
   }
   std::sort(table.fields.begin(), table.fields.end(),
             [](const FlatField& a, const FlatField& b) { return a.number < b.number; });
@@ -723,8 +736,8 @@ class FlatReader {
  private:
   struct Value {
     bool set = false;
-    uint64_t bits = 0;       // an integer or a boolean as its varint
-    std::string_view text;   // a string (views the JSON text)
+    uint64_t bits = 0;      // an integer or a boolean as its varint
+    std::string_view text;  // a string (views the JSON text)
   };
 
   static void varint(std::string& out, uint64_t value) {
@@ -735,8 +748,8 @@ class FlatReader {
     out.push_back(static_cast<char>(value));
   }
   void space() {
-    while (pos_ < text_.size() &&
-           (text_[pos_] == ' ' || text_[pos_] == '\n' || text_[pos_] == '\r' || text_[pos_] == '\t')) {
+    while (pos_ < text_.size() && (text_[pos_] == ' ' || text_[pos_] == '\n' ||
+                                   text_[pos_] == '\r' || text_[pos_] == '\t')) {
       ++pos_;
     }
   }

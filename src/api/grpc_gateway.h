@@ -83,8 +83,8 @@ StatusOr<HttpCall> httpCallOf(const GrpcMethod& method, std::string_view request
 
 /// The HTTP side of a call of a GrpcMethod::direct method without JSON: the path as httpCallOf
 /// builds it and the body as the fields the route reads (http::Request::decoded_body), the same
-/// fields httpCallOf's JSON body would give it (wait_ms capped alike). Empty when the call needs the
-/// JSON bridge: not a direct method, bytes that are not the message or an empty path field (the
+/// fields httpCallOf's JSON body would give it (wait_ms capped alike). Empty when the call needs
+/// the JSON bridge: not a direct method, bytes that are not the message or an empty path field (the
 /// bridge answers those errors), or a field the direct form does not carry (a health binding).
 struct DirectCall {
   HttpCall http;  // body empty
@@ -130,6 +130,7 @@ class GrpcGateway {
 
  private:
   struct Watch;
+
  public:
   /// The series a gRPC call is counted in (sidelock_http_requests_total, _seconds with protocol
   /// "grpc", sidelock_http_in_flight_requests), looked up once per route and code as

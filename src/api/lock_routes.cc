@@ -138,11 +138,10 @@ const char* leaseEventName(lock::LeaseEvent e) {
 void LockApi::acquire(http::Request& req, http::ResponderPtr res) {
   if (!checkName(req, res, static_cast<size_t>(locks_.max_name_bytes))) return;
   RequestBody& body = body_;
-  body.parse(req,
-             {BodyField::kTtlMs, BodyField::kWaitMs, BodyField::kOwner, BodyField::kAutoRenew,
-              BodyField::kMaxHoldMs, BodyField::kHold, BodyField::kRequestId, BodyField::kReentrant,
-              BodyField::kMode, BodyField::kFair, BodyField::kHealth, BodyField::kHolder,
-              BodyField::kLockDelayMs});
+  body.parse(req, {BodyField::kTtlMs, BodyField::kWaitMs, BodyField::kOwner, BodyField::kAutoRenew,
+                   BodyField::kMaxHoldMs, BodyField::kHold, BodyField::kRequestId,
+                   BodyField::kReentrant, BodyField::kMode, BodyField::kFair, BodyField::kHealth,
+                   BodyField::kHolder, BodyField::kLockDelayMs});
   lock::AcquireOptions opts;
   bool shared = false;
   bool fair = false;

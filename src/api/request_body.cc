@@ -415,7 +415,8 @@ bool RequestBody::read(const BodyFields& fields, std::initializer_list<BodyField
     }
     Value& v = slot(entry.field);
     if (v.kind != Kind::kAbsent) {
-      return fail(kBadRequest, "field \"" + std::string(fieldName(entry.field)) + "\" is given twice");
+      return fail(kBadRequest,
+                  "field \"" + std::string(fieldName(entry.field)) + "\" is given twice");
     }
     switch (entry.type) {
       case BodyFields::Entry::Type::kInteger:

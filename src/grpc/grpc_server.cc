@@ -10,8 +10,9 @@ namespace {
 constexpr size_t kPrefixBytes = 5;  // compressed flag + 4-byte big-endian length
 
 const std::vector<http::Http2Header>& responseHeaders() {
-  static const std::vector<http::Http2Header> kHeaders = {
-      {":status", "200"}, {"content-type", "application/grpc"}, {"grpc-accept-encoding", "identity"}};
+  static const std::vector<http::Http2Header> kHeaders = {{":status", "200"},
+                                                          {"content-type", "application/grpc"},
+                                                          {"grpc-accept-encoding", "identity"}};
   return kHeaders;
 }
 

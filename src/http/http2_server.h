@@ -109,7 +109,7 @@ class Http2Stream {
   std::vector<Http2Header> trailer_fields_;
   bool deferred_ = false;  // the data provider said NGHTTP2_ERR_DEFERRED
   bool end_sent_ = false;  // a frame with END_STREAM left nghttp2
-  std::string out_;          // body bytes queued (one buffer: a unary answer is moved in whole)
+  std::string out_;        // body bytes queued (one buffer: a unary answer is moved in whole)
   size_t queued_bytes_ = 0;  // in out_, not yet taken by nghttp2
   size_t out_offset_ = 0;    // bytes of out_ already taken
 };

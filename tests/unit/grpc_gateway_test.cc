@@ -705,7 +705,6 @@ TEST_F(GrpcOverRealRoutesTest, ElectionMethods) {
   sched.advanceMs(50);
 }
 
-
 /// One scripted call, run the same way on two sidecars.
 struct Step {
   Step(std::string m, std::string b) : method(std::move(m)), bytes(std::move(b)) {}
@@ -777,15 +776,28 @@ TEST(GrpcDirectPathTest, AnswersExactlyAsTheJsonBridge) {
       acquireStep("b", "o1", [](auto& m) { m.set_ttl_ms(big); }),
       acquireStep("b", "o1", [&](auto& m) { m.set_wait_ms(big); }),
       acquireStep("b", "o1", [](auto& m) { m.set_max_hold_ms(-1); }),
-      acquireStep("b", "o1", [](auto& m) { m.set_lock_delay_ms(std::numeric_limits<int64_t>::min()); }),
-      acquireStep("b", "o1", [](auto& m) { m.set_mode("shared"); m.set_reentrant(true); }),
-      acquireStep("b", "o1", [](auto& m) { m.set_mode("shared"); m.set_fair(true); }),
-      acquireStep("b", "o1", [](auto& m) { m.set_mode("shared"); m.set_lock_delay_ms(10); }),
+      acquireStep("b", "o1",
+                  [](auto& m) { m.set_lock_delay_ms(std::numeric_limits<int64_t>::min()); }),
+      acquireStep("b", "o1",
+                  [](auto& m) {
+                    m.set_mode("shared");
+                    m.set_reentrant(true);
+                  }),
+      acquireStep("b", "o1",
+                  [](auto& m) {
+                    m.set_mode("shared");
+                    m.set_fair(true);
+                  }),
+      acquireStep("b", "o1",
+                  [](auto& m) {
+                    m.set_mode("shared");
+                    m.set_lock_delay_ms(10);
+                  }),
       acquireStep("b", "o1", [](auto& m) { m.set_mode("sideways"); }),
       acquireStep("b", "", [](auto& m) { m.set_request_id("bad id with spaces"); }),
       acquireStep("b", std::string(300, 'o')),
       acquireStep("bad name!", "o1"),
-      acquireStep("", "o1"),                                  // the bridge's own error
+      acquireStep("", "o1"),  // the bridge's own error
       acquireStep("orders 7/ü", "ö1", [](auto& m) { m.set_holder("h\"\\\n"); }),
       acquireStep("c", "o1", [](auto& m) { m.set_request_id("r1"); }),
       acquireStep("c", "o1", [](auto& m) { m.set_request_id("r1"); }),  // the replay
@@ -794,12 +806,21 @@ TEST(GrpcDirectPathTest, AnswersExactlyAsTheJsonBridge) {
       releaseStep("d", "o1"),  // one hold of two: held, holds
       acquireStep("e", "o1", [](auto& m) { m.set_mode("shared"); }),
       acquireStep("e", "o2", [](auto& m) { m.set_mode("shared"); }),
-      acquireStep("f", "o1", [](auto& m) { m.set_fair(true); m.set_lock_delay_ms(100); }),
-      acquireStep("g", "o1", [](auto& m) { m.set_auto_renew(true); m.set_max_hold_ms(20000); }),
-      acquireStep("h", "o1", [](auto& m) {  // a health binding: the bridge carries it
-        m.set_auto_renew(true);
-        m.mutable_health()->set_url("http://127.0.0.1:1/healthz");
-      }),
+      acquireStep("f", "o1",
+                  [](auto& m) {
+                    m.set_fair(true);
+                    m.set_lock_delay_ms(100);
+                  }),
+      acquireStep("g", "o1",
+                  [](auto& m) {
+                    m.set_auto_renew(true);
+                    m.set_max_hold_ms(20000);
+                  }),
+      acquireStep("h", "o1",
+                  [](auto& m) {  // a health binding: the bridge carries it
+                    m.set_auto_renew(true);
+                    m.mutable_health()->set_url("http://127.0.0.1:1/healthz");
+                  }),
       acquireStep("x", "o1"),  // token B may use orders~ only (set below)
       extendStep("a", "o1", 5000),
       extendStep("a", "o2", 5000),
@@ -826,7 +847,8 @@ TEST(GrpcDirectPathTest, AnswersExactlyAsTheJsonBridge) {
       unlockStep("lockstore", "orders/1", "x"),
       unlockStep("lockstore", "", "x"),
       {"/sidelock.v1.Locks/Acquire", "\xff\xff\xff"},
-      {"/sidelock.v1.Locks/Release", std::string("\x0a\x01\x61\x12\x01\xff", 6)},  // owner not UTF-8
+      {"/sidelock.v1.Locks/Release",
+       std::string("\x0a\x01\x61\x12\x01\xff", 6)},  // owner not UTF-8
       {"/dapr.proto.runtime.v1.Dapr/UnlockAlpha1", "\x0a"},
   };
   script[3].deadline_ms = 20;
@@ -863,9 +885,10 @@ TEST(GrpcDirectPathTest, AnswersExactlyAsTheJsonBridge) {
 // bridge's JSON body, 64-bit extremes and signs included.
 TEST(GrpcDirectPathTest, RequestFieldsReadAsTheBridgesJson) {
   const std::initializer_list<BodyField> all = {
-      BodyField::kTtlMs,     BodyField::kWaitMs,    BodyField::kOwner,       BodyField::kAutoRenew,
-      BodyField::kMaxHoldMs, BodyField::kRequestId, BodyField::kReentrant,   BodyField::kMode,
-      BodyField::kFair,      BodyField::kHolder,    BodyField::kLockDelayMs, BodyField::kResourceId,
+      BodyField::kTtlMs,     BodyField::kWaitMs,         BodyField::kOwner,
+      BodyField::kAutoRenew, BodyField::kMaxHoldMs,      BodyField::kRequestId,
+      BodyField::kReentrant, BodyField::kMode,           BodyField::kFair,
+      BodyField::kHolder,    BodyField::kLockDelayMs,    BodyField::kResourceId,
       BodyField::kLockOwner, BodyField::kExpiryInSeconds};
   auto compare = [&](const GrpcMethod& method, const std::string& bytes,
                      std::optional<int64_t> bound) {
@@ -887,7 +910,8 @@ TEST(GrpcDirectPathTest, RequestFieldsReadAsTheBridgesJson) {
       ASSERT_TRUE(y.parse(rj, all)) << y.error();
       EXPECT_EQ(x.has(field), y.has(field));
       int64_t xi = 7, yi = 7;
-      EXPECT_EQ(x.readInt(field, INT64_MIN, INT64_MAX, xi), y.readInt(field, INT64_MIN, INT64_MAX, yi));
+      EXPECT_EQ(x.readInt(field, INT64_MIN, INT64_MAX, xi),
+                y.readInt(field, INT64_MIN, INT64_MAX, yi));
       EXPECT_EQ(xi, yi);
       EXPECT_EQ(x.error(), y.error());
       RequestBody x2, y2;
@@ -914,8 +938,9 @@ TEST(GrpcDirectPathTest, RequestFieldsReadAsTheBridgesJson) {
     EXPECT_EQ(x.parse(rd, {BodyField::kOwner}), y.parse(rj, {BodyField::kOwner}));
     EXPECT_EQ(x.error(), y.error());
   };
-  for (int64_t v : {int64_t{1}, int64_t{-1}, std::numeric_limits<int64_t>::max(),
-                    std::numeric_limits<int64_t>::min(), int64_t{1} << 53, (int64_t{1} << 53) + 1}) {
+  for (int64_t v :
+       {int64_t{1}, int64_t{-1}, std::numeric_limits<int64_t>::max(),
+        std::numeric_limits<int64_t>::min(), int64_t{1} << 53, (int64_t{1} << 53) + 1}) {
     v1::AcquireRequest m;
     m.set_name("n/ä b");
     m.set_ttl_ms(v);
@@ -940,7 +965,8 @@ TEST(GrpcDirectPathTest, RequestFieldsReadAsTheBridgesJson) {
   v1::AcquireRequest empty;
   empty.set_name("n");
   compare(*findGrpcMethod("/sidelock.v1.Locks/Acquire"), empty.SerializeAsString(), 10);
-  for (int32_t v : {1, -1, std::numeric_limits<int32_t>::max(), std::numeric_limits<int32_t>::min()}) {
+  for (int32_t v :
+       {1, -1, std::numeric_limits<int32_t>::max(), std::numeric_limits<int32_t>::min()}) {
     dapr::TryLockRequest t;
     t.set_store_name("s t");
     t.set_resource_id("r/1");
@@ -969,12 +995,14 @@ TEST(GrpcDirectPathTest, FlatAnswersEncodeAsProtobufsJsonParser) {
   };
   const std::vector<Case> cases = {
       {v1::Grant::descriptor(),
-       R"({"fair":true,"holds":2,"mode":"shared","name":"a/b c","owner":"o-1","token":9223372036854775807,"ttl_ms":10000})" "\n",
+       R"({"fair":true,"holds":2,"mode":"shared","name":"a/b c","owner":"o-1","token":9223372036854775807,"ttl_ms":10000})"
+       "\n",
        true},
       {v1::Grant::descriptor(), R"({"token":9007199254740993,"ttl_ms":-1})", true},
       {v1::Grant::descriptor(), R"({"token":-9223372036854775808})", true},
       {v1::Grant::descriptor(), R"({"token":0,"name":"","fair":false})", true},
-      {v1::Grant::descriptor(), R"( { "name" : "x" , "unknown": 5, "other": "s", "b": true } )", true},
+      {v1::Grant::descriptor(), R"( { "name" : "x" , "unknown": 5, "other": "s", "b": true } )",
+       true},
       {v1::Grant::descriptor(), R"({"holds":2147483647})", true},
       {v1::Grant::descriptor(), R"({"holds":-2147483648})", true},
       {v1::Released::descriptor(), R"({"held":true,"holds":1,"released":true})", true},
@@ -1013,21 +1041,23 @@ TEST(GrpcDirectPathTest, FlatAnswersEncodeAsProtobufsJsonParser) {
     ASSERT_TRUE(slow.isOk()) << slow.status().message();
     EXPECT_EQ(*flat, *slow);
   }
-  auto grant = parsed<v1::Grant>(*flatResponseMessageOf(v1::Grant::descriptor(),
-                                                        R"({"token":9007199254740993})"));
+  auto grant = parsed<v1::Grant>(
+      *flatResponseMessageOf(v1::Grant::descriptor(), R"({"token":9007199254740993})"));
   EXPECT_EQ(grant.token(), 9007199254740993);
 }
-
 
 // A gRPC call counts in sidelock_http_in_flight_requests until it is answered, as HTTP requests do.
 TEST(GrpcDirectPathTest, CallsCountInFlightUntilAnswered) {
   World w;
-  ASSERT_EQ(w.call("/sidelock.v1.Locks/Acquire", [] {
-               v1::AcquireRequest m;
-               m.set_name("busy");
-               m.set_owner("o1");
-               return m;
-             }())->status, StatusCode::kOk);
+  ASSERT_EQ(w.call("/sidelock.v1.Locks/Acquire",
+                   [] {
+                     v1::AcquireRequest m;
+                     m.set_name("busy");
+                     m.set_owner("o1");
+                     return m;
+                   }())
+                ->status,
+            StatusCode::kOk);
   EXPECT_EQ(w.metrics.http_in_flight.Value(), 0);
   v1::AcquireRequest wait;
   wait.set_name("busy");
