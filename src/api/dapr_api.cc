@@ -146,7 +146,7 @@ bool DaprApi::readCommon(http::Request& req, const http::ResponderPtr& res,
     return false;
   }
   RequestBody& body = body_;
-  body.parse(req.header("content-type"), req.body, fields);
+  body.parse(req, fields);
   if (body.ok()) body.readString(BodyField::kResourceId, *resource_id);
   if (body.ok()) body.readString(BodyField::kLockOwner, *lock_owner);
   if (!body.ok()) {

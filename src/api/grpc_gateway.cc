@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <array>
 #include <nlohmann/json.hpp>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -41,57 +42,74 @@ GrpcMethod query(GrpcMethod method) {
   return method;
 }
 
+/// The row of a hot unary method, whose request message reaches its route without JSON.
+GrpcMethod direct(GrpcMethod method, GrpcMethod::Direct kind) {
+  method.direct = kind;
+  return method;
+}
+using Direct = GrpcMethod::Direct;
+
 const std::vector<GrpcMethod>& methodTable() {
   // One row per method of src/api/proto: the route it runs (README, "gRPC").
   static const std::vector<GrpcMethod> kTable = {
       // Dapr's lock building block: its HTTP routes (src/api/dapr_api.cc), so its semantics.
-      row("/dapr.proto.runtime.v1.Dapr/TryLockAlpha1", "POST", "/v1.0-alpha1/lock/{store_name}",
-       dapr::TryLockRequest::descriptor(), dapr::TryLockResponse::descriptor()),
-      row("/dapr.proto.runtime.v1.Dapr/UnlockAlpha1", "POST", "/v1.0-alpha1/unlock/{store_name}",
-       dapr::UnlockRequest::descriptor(), dapr::UnlockResponse::descriptor()),
+      direct(
+          row("/dapr.proto.runtime.v1.Dapr/TryLockAlpha1", "POST", "/v1.0-alpha1/lock/{store_name}",
+              dapr::TryLockRequest::descriptor(), dapr::TryLockResponse::descriptor()),
+          Direct::kTryLock),
+      direct(row("/dapr.proto.runtime.v1.Dapr/UnlockAlpha1", "POST",
+                 "/v1.0-alpha1/unlock/{store_name}", dapr::UnlockRequest::descriptor(),
+                 dapr::UnlockResponse::descriptor()),
+             Direct::kUnlock),
       row("/dapr.proto.runtime.v1.Dapr/GetMetadata", "GET", "/v1.0/metadata",
-       dapr::GetMetadataRequest::descriptor(), dapr::GetMetadataResponse::descriptor(), false),
-      row("/grpc.health.v1.Health/Check", "GET", "/readyz", health::HealthCheckRequest::descriptor(),
-       health::HealthCheckResponse::descriptor(), false, {}, Answer::kReadiness),
-      row("/grpc.health.v1.Health/Watch", "GET", "/readyz", health::HealthCheckRequest::descriptor(),
-       health::HealthCheckResponse::descriptor(), false, {}, Answer::kWatch),
-      row("/sidelock.v1.Locks/Acquire", "POST", "/v1/locks/{name}/acquire",
-       v1::AcquireRequest::descriptor(), v1::Grant::descriptor()),
+          dapr::GetMetadataRequest::descriptor(), dapr::GetMetadataResponse::descriptor(), false),
+      row("/grpc.health.v1.Health/Check", "GET", "/readyz",
+          health::HealthCheckRequest::descriptor(), health::HealthCheckResponse::descriptor(),
+          false, {}, Answer::kReadiness),
+      row("/grpc.health.v1.Health/Watch", "GET", "/readyz",
+          health::HealthCheckRequest::descriptor(), health::HealthCheckResponse::descriptor(),
+          false, {}, Answer::kWatch),
+      direct(row("/sidelock.v1.Locks/Acquire", "POST", "/v1/locks/{name}/acquire",
+                 v1::AcquireRequest::descriptor(), v1::Grant::descriptor()),
+             Direct::kAcquire),
       row("/sidelock.v1.Locks/Hold", "POST", "/v1/locks/{name}/acquire",
-       v1::AcquireRequest::descriptor(), v1::HoldEvent::descriptor(), true, R"("hold":"stream")"),
-      row("/sidelock.v1.Locks/Release", "POST", "/v1/locks/{name}/release",
-       v1::ReleaseRequest::descriptor(), v1::Released::descriptor()),
-      row("/sidelock.v1.Locks/Extend", "POST", "/v1/locks/{name}/extend",
-       v1::ExtendRequest::descriptor(), v1::Extended::descriptor()),
+          v1::AcquireRequest::descriptor(), v1::HoldEvent::descriptor(), true,
+          R"("hold":"stream")"),
+      direct(row("/sidelock.v1.Locks/Release", "POST", "/v1/locks/{name}/release",
+                 v1::ReleaseRequest::descriptor(), v1::Released::descriptor()),
+             Direct::kRelease),
+      direct(row("/sidelock.v1.Locks/Extend", "POST", "/v1/locks/{name}/extend",
+                 v1::ExtendRequest::descriptor(), v1::Extended::descriptor()),
+             Direct::kExtend),
       row("/sidelock.v1.Locks/Inspect", "GET", "/v1/locks/{name}", v1::InspectRequest::descriptor(),
-       v1::LockState::descriptor(), false),
+          v1::LockState::descriptor(), false),
       query(row("/sidelock.v1.Locks/Events", "GET", "/v1/locks/{name}/events",
                 v1::EventsRequest::descriptor(), v1::LockEvent::descriptor(), false)),
       row("/sidelock.v1.Locks/AcquirePermit", "POST", "/v1/semaphores/{name}/acquire",
-       v1::SemaphoreAcquireRequest::descriptor(), v1::Permit::descriptor()),
+          v1::SemaphoreAcquireRequest::descriptor(), v1::Permit::descriptor()),
       row("/sidelock.v1.Locks/HoldPermit", "POST", "/v1/semaphores/{name}/acquire",
-       v1::SemaphoreAcquireRequest::descriptor(), v1::HoldEvent::descriptor(), true,
-       R"("hold":"stream")"),
+          v1::SemaphoreAcquireRequest::descriptor(), v1::HoldEvent::descriptor(), true,
+          R"("hold":"stream")"),
       row("/sidelock.v1.Locks/ReleasePermit", "POST", "/v1/semaphores/{name}/release",
-       v1::PermitRequest::descriptor(), v1::Released::descriptor()),
+          v1::PermitRequest::descriptor(), v1::Released::descriptor()),
       row("/sidelock.v1.Locks/ExtendPermit", "POST", "/v1/semaphores/{name}/extend",
-       v1::PermitExtendRequest::descriptor(), v1::Extended::descriptor()),
+          v1::PermitExtendRequest::descriptor(), v1::Extended::descriptor()),
       row("/sidelock.v1.Locks/InspectSemaphore", "GET", "/v1/semaphores/{name}",
-       v1::InspectRequest::descriptor(), v1::SemaphoreState::descriptor(), false),
+          v1::InspectRequest::descriptor(), v1::SemaphoreState::descriptor(), false),
       row("/sidelock.v1.Locks/AcquireMulti", "POST", "/v1/multilocks/acquire",
-       v1::MultiAcquireRequest::descriptor(), v1::MultiGrant::descriptor()),
+          v1::MultiAcquireRequest::descriptor(), v1::MultiGrant::descriptor()),
       row("/sidelock.v1.Locks/ReleaseMulti", "POST", "/v1/multilocks/release",
-       v1::MultiReleaseRequest::descriptor(), v1::Released::descriptor()),
+          v1::MultiReleaseRequest::descriptor(), v1::Released::descriptor()),
       row("/sidelock.v1.Elections/Campaign", "POST", "/v1/elections/{name}/campaign",
-       v1::CampaignRequest::descriptor(), v1::CampaignEvent::descriptor()),
+          v1::CampaignRequest::descriptor(), v1::CampaignEvent::descriptor()),
       row("/sidelock.v1.Elections/Leader", "GET", "/v1/elections/{name}",
-       v1::ElectionRequest::descriptor(), v1::ElectionState::descriptor(), false),
+          v1::ElectionRequest::descriptor(), v1::ElectionState::descriptor(), false),
       row("/sidelock.v1.Elections/Observe", "GET", "/v1/elections/{name}/observe",
-       v1::ElectionRequest::descriptor(), v1::ObserveEvent::descriptor(), false),
+          v1::ElectionRequest::descriptor(), v1::ObserveEvent::descriptor(), false),
       row("/sidelock.v1.Elections/Proclaim", "POST", "/v1/elections/{name}/proclaim",
-       v1::ProclaimRequest::descriptor(), v1::Proclaimed::descriptor()),
+          v1::ProclaimRequest::descriptor(), v1::Proclaimed::descriptor()),
       row("/sidelock.v1.Elections/Resign", "POST", "/v1/elections/{name}/resign",
-       v1::ResignRequest::descriptor(), v1::Resigned::descriptor()),
+          v1::ResignRequest::descriptor(), v1::Resigned::descriptor()),
   };
   return kTable;
 }
@@ -137,7 +155,12 @@ bool unreserved(unsigned char c) {
 
 std::string percentEncode(std::string_view text) {
   static constexpr char kHex[] = "0123456789ABCDEF";
+  if (std::all_of(text.begin(), text.end(),
+                  [](char c) { return unreserved(static_cast<unsigned char>(c)); })) {
+    return std::string(text);  // the usual lock name
+  }
   std::string out;
+  out.reserve(text.size() * 3);
   for (const unsigned char c : text) {
     if (unreserved(c)) {
       out += static_cast<char>(c);
@@ -178,14 +201,76 @@ std::string readinessMessage(bool serving) {
   return response.SerializeAsString();
 }
 
+/// The response message of a route's JSON answer: flat answers (every hot one) without protobuf's
+/// JSON parser.
+StatusOr<std::string> messageOf(const pb::Descriptor* response, std::string_view json_text) {
+  if (std::optional<std::string> flat = flatResponseMessageOf(response, json_text)) {
+    return std::move(*flat);
+  }
+  return responseMessageOf(response, json_text);
+}
+
+}  // namespace
+
+class GrpcGateway::CallMetrics {
+ public:
+  explicit CallMetrics(metrics::Metrics& metrics) : metrics_(metrics) {}
+  void enter() { metrics_.http_in_flight.Increment(); }
+  void leave() { metrics_.http_in_flight.Decrement(); }
+  void record(std::string_view route, int status, std::optional<double> latency_s) {
+    auto it = routes_.find(route);
+    if (it == routes_.end()) {
+      it = routes_.emplace(std::string(route), Route{&metrics_.httpLatency(route, "grpc"), {}})
+               .first;
+    }
+    Route& r = it->second;
+    prometheus::Counter* counter = nullptr;
+    for (auto& [code, c] : r.codes) {
+      if (code == status) counter = c;
+    }
+    if (counter == nullptr) {
+      counter = &metrics_.httpRequests(route, status, "grpc");
+      r.codes.emplace_back(status, counter);
+    }
+    counter->Increment();
+    if (latency_s) r.latency->Observe(*latency_s);
+  }
+
+ private:
+  struct Route {
+    prometheus::Histogram* latency = nullptr;
+    std::vector<std::pair<int, prometheus::Counter*>> codes;
+  };
+  struct Hash {
+    using is_transparent = void;
+    size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+  };
+  metrics::Metrics& metrics_;
+  std::unordered_map<std::string, Route, Hash, std::equal_to<>> routes_;
+};
+
+namespace {
+
 /// An http::Responder that answers a gRPC call (src/api/grpc_gateway.h).
 class GrpcResponder final : public http::Responder {
  public:
   /// Counts the call in sidelock_http_requests_total / _seconds with protocol "grpc" when both
-  /// its route (routed()) and its answer are known; `metrics` may be null (tests).
-  GrpcResponder(grpc::CallPtr call, const GrpcMethod& method, metrics::Metrics* metrics,
+  /// its route (routed()) and its answer are known, and in sidelock_http_in_flight_requests
+  /// until it is answered (or dropped unanswered); `metrics` may be null (tests).
+  GrpcResponder(grpc::CallPtr call, const GrpcMethod& method,
+                std::shared_ptr<GrpcGateway::CallMetrics> metrics,
                 const event::Scheduler& scheduler)
-      : call_(std::move(call)), method_(method), metrics_(metrics), scheduler_(scheduler) {}
+      : call_(std::move(call)),
+        method_(method),
+        metrics_(std::move(metrics)),
+        scheduler_(scheduler) {
+    if (metrics_ != nullptr) metrics_->enter();
+  }
+  ~GrpcResponder() override {
+    if (metrics_ != nullptr && status_ == 0) metrics_->leave();
+  }
+  GrpcResponder(const GrpcResponder&) = delete;
+  GrpcResponder& operator=(const GrpcResponder&) = delete;
 
   /// The route the router matched (empty when the request was refused or matched none).
   void routed(std::string_view route) {
@@ -206,7 +291,7 @@ class GrpcResponder final : public http::Responder {
       finishWithError(*call_, status, body);
       return;
     }
-    StatusOr<std::string> message = responseMessageOf(method_.response, body);
+    StatusOr<std::string> message = messageOf(method_.response, body);
     if (!message.isOk()) {
       call_->finish(StatusCode::kInternal, errorBody("internal", message.status().message()));
       return;
@@ -241,7 +326,7 @@ class GrpcResponder final : public http::Responder {
  private:
   bool sendLine(std::string_view line) {
     if (line.find_first_not_of(" \t\r") == std::string_view::npos) return true;
-    StatusOr<std::string> message = responseMessageOf(method_.response, line);
+    StatusOr<std::string> message = messageOf(method_.response, line);
     if (!message.isOk()) {
       call_->finish(StatusCode::kInternal, errorBody("internal", message.status().message()));
       return false;
@@ -252,18 +337,20 @@ class GrpcResponder final : public http::Responder {
   void answered(int status) {
     if (status_ != 0) return;
     status_ = status;
+    if (metrics_ != nullptr) metrics_->leave();
     latency_s_ = static_cast<double>(scheduler_.nowUs() - call_->info().received_us) / 1e6;
     if (!route_.empty()) record();
   }
   void record() {
     if (metrics_ == nullptr) return;
-    metrics_->httpRequests(route_, status_, "grpc").Increment();
-    if (call_->info().received_us > 0) metrics_->httpLatency(route_, "grpc").Observe(latency_s_);
+    std::optional<double> latency;
+    if (call_->info().received_us > 0) latency = latency_s_;
+    metrics_->record(route_, status_, latency);
   }
 
   grpc::CallPtr call_;
   const GrpcMethod& method_;
-  metrics::Metrics* metrics_;
+  std::shared_ptr<GrpcGateway::CallMetrics> metrics_;
   const event::Scheduler& scheduler_;
   std::string partial_;    // an NDJSON line not complete yet
   std::string_view route_;  // the router's table (fixed at start-up) or kUnmatchedRoute
@@ -438,6 +525,356 @@ StatusOr<HttpCall> httpCallOf(const GrpcMethod& method, std::string_view request
   return out;
 }
 
+namespace {
+
+/// The path of a direct method: its one {field} replaced by `value` (as httpCallOf does).
+void directPath(const GrpcMethod& method, std::string_view value, HttpCall& out) {
+  const size_t open = method.path.find('{');
+  const size_t close = method.path.find('}', open);
+  const std::string_view head = method.path.substr(0, open);
+  const std::string_view tail = method.path.substr(close + 1);
+  out.path.reserve(head.size() + value.size() + tail.size());
+  out.path.append(head).append(value).append(tail);
+  const std::string encoded = percentEncode(value);
+  out.raw_path.reserve(head.size() + encoded.size() + tail.size());
+  out.raw_path.append(head).append(encoded).append(tail);
+}
+
+/// proto3 JSON prints a scalar only when it is not its default; the bridge's body has the same.
+void putInt(BodyFields& fields, BodyField field, int64_t value) {
+  if (value != 0) fields.integer(field, value);
+}
+void putBool(BodyFields& fields, BodyField field, bool value) {
+  if (value) fields.boolean(field, value);
+}
+void putText(BodyFields& fields, BodyField field, const std::string& value) {
+  if (!value.empty()) fields.text(field, value);
+}
+
+/// wait_ms as the bridge caps it by the call's deadline.
+int64_t boundedWait(int64_t wait_ms, std::optional<int64_t> wait_bound_ms) {
+  if (!wait_bound_ms) return wait_ms;
+  return std::min(wait_ms, std::max<int64_t>(0, *wait_bound_ms));
+}
+
+template <typename M>
+bool parseMessage(M& message, std::string_view bytes) {
+  return message.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()));
+}
+
+}  // namespace
+
+std::optional<DirectCall> directCallOf(const GrpcMethod& method, std::string_view request_bytes,
+                                       std::optional<int64_t> wait_bound_ms) {
+  DirectCall out;
+  out.http.method = std::string(method.http_method);
+  BodyFields& f = out.fields;
+  // Each case: the fields in the order of the message (the bridge's JSON order; the route reads by
+  // field, so the order does not matter), then the path field.
+  switch (method.direct) {
+    case Direct::kNone:
+      return std::nullopt;
+    case Direct::kAcquire: {
+      v1::AcquireRequest m;
+      if (!parseMessage(m, request_bytes) || m.name().empty() || m.has_health())
+        return std::nullopt;
+      putInt(f, BodyField::kTtlMs, m.ttl_ms());
+      // Present when sent (as in the bridge's JSON), then capped: a cap to 0 is still a 0 sent.
+      if (m.wait_ms() != 0) f.integer(BodyField::kWaitMs, boundedWait(m.wait_ms(), wait_bound_ms));
+      putText(f, BodyField::kOwner, m.owner());
+      putBool(f, BodyField::kAutoRenew, m.auto_renew());
+      putInt(f, BodyField::kMaxHoldMs, m.max_hold_ms());
+      putText(f, BodyField::kRequestId, m.request_id());
+      putBool(f, BodyField::kReentrant, m.reentrant());
+      putText(f, BodyField::kMode, m.mode());
+      putBool(f, BodyField::kFair, m.fair());
+      putText(f, BodyField::kHolder, m.holder());
+      putInt(f, BodyField::kLockDelayMs, m.lock_delay_ms());
+      directPath(method, m.name(), out.http);
+      break;
+    }
+    case Direct::kRelease: {
+      v1::ReleaseRequest m;
+      if (!parseMessage(m, request_bytes) || m.name().empty()) return std::nullopt;
+      putText(f, BodyField::kOwner, m.owner());
+      directPath(method, m.name(), out.http);
+      break;
+    }
+    case Direct::kExtend: {
+      v1::ExtendRequest m;
+      if (!parseMessage(m, request_bytes) || m.name().empty()) return std::nullopt;
+      putText(f, BodyField::kOwner, m.owner());
+      putInt(f, BodyField::kTtlMs, m.ttl_ms());
+      putText(f, BodyField::kMode, m.mode());
+      directPath(method, m.name(), out.http);
+      break;
+    }
+    case Direct::kTryLock: {
+      dapr::TryLockRequest m;
+      if (!parseMessage(m, request_bytes) || m.store_name().empty()) return std::nullopt;
+      putText(f, BodyField::kResourceId, m.resource_id());
+      putText(f, BodyField::kLockOwner, m.lock_owner());
+      putInt(f, BodyField::kExpiryInSeconds, m.expiry_in_seconds());
+      directPath(method, m.store_name(), out.http);
+      break;
+    }
+    case Direct::kUnlock: {
+      dapr::UnlockRequest m;
+      if (!parseMessage(m, request_bytes) || m.store_name().empty()) return std::nullopt;
+      putText(f, BodyField::kResourceId, m.resource_id());
+      putText(f, BodyField::kLockOwner, m.lock_owner());
+      directPath(method, m.store_name(), out.http);
+      break;
+    }
+  }
+  return out;
+}
+
+namespace {
+
+/// How flatResponseMessageOf writes one field of a flat message.
+struct FlatField {
+  std::string json_name;
+  std::string name;
+  int number = 0;
+  pb::FieldDescriptor::CppType type{};
+  const pb::EnumDescriptor* enum_type = nullptr;  // CPPTYPE_ENUM: its values
+};
+
+/// A message's fields by number, or `flat` false when one is not a plain scalar
+/// flatResponseMessageOf writes (a message, repeated, map, floating point, bytes).
+struct FlatTable {
+  bool flat = true;
+  std::vector<FlatField> fields;
+};
+
+const FlatTable& flatTableOf(const pb::Descriptor* descriptor) {
+  // Built once per message type (the loop's one thread; the descriptors live for the process).
+  static std::unordered_map<const pb::Descriptor*, FlatTable> tables;
+  auto it = tables.find(descriptor);
+  if (it != tables.end()) return it->second;
+  FlatTable table;
+  for (int i = 0; i < descriptor->field_count(); ++i) {
+    const pb::FieldDescriptor* field = descriptor->field(i);
+    const auto type = field->cpp_type();
+    const bool scalar =
+        type == pb::FieldDescriptor::CPPTYPE_INT32 || type == pb::FieldDescriptor::CPPTYPE_INT64 ||
+        type == pb::FieldDescriptor::CPPTYPE_UINT32 ||
+        type == pb::FieldDescriptor::CPPTYPE_UINT64 || type == pb::FieldDescriptor::CPPTYPE_BOOL ||
+        type == pb::FieldDescriptor::CPPTYPE_ENUM ||
+        (type == pb::FieldDescriptor::CPPTYPE_STRING &&
+         field->type() == pb::FieldDescriptor::TYPE_STRING);
+    const bool plain_wire = field->type() != pb::FieldDescriptor::TYPE_SINT32 &&
+                            field->type() != pb::FieldDescriptor::TYPE_SINT64 &&
+                            field->type() != pb::FieldDescriptor::TYPE_FIXED32 &&
+                            field->type() != pb::FieldDescriptor::TYPE_FIXED64 &&
+                            field->type() != pb::FieldDescriptor::TYPE_SFIXED32 &&
+                            field->type() != pb::FieldDescriptor::TYPE_SFIXED64;
+    if (!scalar || !plain_wire || field->is_repeated() ||
+        field->real_containing_oneof() != nullptr || field->has_presence()) {
+      table.flat = false;
+    }
+    table.fields.push_back(
+        FlatField{field->json_name(), field->name(), field->number(), type, field->enum_type()});
+  }
+  std::sort(table.fields.begin(), table.fields.end(),
+            [](const FlatField& a, const FlatField& b) { return a.number < b.number; });
+  return tables.emplace(descriptor, std::move(table)).first->second;
+}
+
+/// A flat JSON object (what JsonObject writes: string, integer and boolean members) read into the
+/// values of a FlatTable's fields, then encoded. Anything else stops it, so that protobuf's JSON
+/// parser decides: nesting, null, a fraction or exponent, an escape or a non-ASCII byte in a
+/// string, a value of a type its field does not take, an integer out of its field's range, an enum
+/// number the enum lacks, a duplicate, anything that is not JSON.
+class FlatReader {
+ public:
+  explicit FlatReader(const FlatTable& table) : table_(table), values_(table.fields.size()) {}
+
+  bool read(std::string_view text) {
+    text_ = text;
+    pos_ = 0;
+    space();
+    if (!take('{')) return false;
+    space();
+    if (take('}')) return end();
+    for (;;) {
+      std::string_view key;
+      if (!string(key)) return false;
+      space();
+      if (!take(':')) return false;
+      space();
+      if (!value(key)) return false;
+      space();
+      if (take('}')) return end();
+      if (!take(',')) return false;
+      space();
+    }
+  }
+
+  /// The message's bytes: the fields set in number order, defaults left out (proto3).
+  std::string encode() const {
+    std::string out;
+    for (size_t i = 0; i < values_.size(); ++i) {
+      const Value& v = values_[i];
+      if (!v.set) continue;
+      const FlatField& f = table_.fields[i];
+      if (f.type == pb::FieldDescriptor::CPPTYPE_STRING) {
+        if (v.text.empty()) continue;
+        varint(out, static_cast<uint64_t>(f.number) << 3 | 2);
+        varint(out, v.text.size());
+        out.append(v.text);
+      } else {
+        if (v.bits == 0) continue;
+        varint(out, static_cast<uint64_t>(f.number) << 3);
+        varint(out, v.bits);
+      }
+    }
+    return out;
+  }
+
+ private:
+  struct Value {
+    bool set = false;
+    uint64_t bits = 0;      // an integer or a boolean as its varint
+    std::string_view text;  // a string (views the JSON text)
+  };
+
+  static void varint(std::string& out, uint64_t value) {
+    while (value >= 0x80) {
+      out.push_back(static_cast<char>(value | 0x80));
+      value >>= 7;
+    }
+    out.push_back(static_cast<char>(value));
+  }
+  void space() {
+    while (pos_ < text_.size() && (text_[pos_] == ' ' || text_[pos_] == '\n' ||
+                                   text_[pos_] == '\r' || text_[pos_] == '\t')) {
+      ++pos_;
+    }
+  }
+  bool take(char c) {
+    if (pos_ >= text_.size() || text_[pos_] != c) return false;
+    ++pos_;
+    return true;
+  }
+  bool end() {
+    space();
+    return pos_ == text_.size();
+  }
+  bool literal(std::string_view word) {
+    if (text_.substr(pos_, word.size()) != word) return false;
+    pos_ += word.size();
+    return true;
+  }
+  /// A string without escapes, of printable ASCII only.
+  bool string(std::string_view& out) {
+    if (!take('"')) return false;
+    const size_t start = pos_;
+    for (; pos_ < text_.size(); ++pos_) {
+      const auto c = static_cast<unsigned char>(text_[pos_]);
+      if (c == '"') {
+        out = text_.substr(start, pos_ - start);
+        ++pos_;
+        return true;
+      }
+      if (c == '\\' || c < 0x20 || c >= 0x80) return false;
+    }
+    return false;
+  }
+  /// The field of `key` (its index), -1 for a key the message does not have.
+  int fieldOf(std::string_view key) const {
+    for (size_t i = 0; i < table_.fields.size(); ++i) {
+      if (key == table_.fields[i].json_name || key == table_.fields[i].name) {
+        return static_cast<int>(i);
+      }
+    }
+    return -1;
+  }
+  bool value(std::string_view key) {
+    const int index = fieldOf(key);
+    Value scratch;
+    Value& v = index < 0 ? scratch : values_[static_cast<size_t>(index)];
+    if (v.set) return false;  // a duplicate
+    v.set = true;
+    const pb::FieldDescriptor::CppType type =
+        index < 0 ? pb::FieldDescriptor::CppType{} : table_.fields[static_cast<size_t>(index)].type;
+    const char c = pos_ < text_.size() ? text_[pos_] : '\0';
+    if (c == '"') {
+      return string(v.text) && (index < 0 || type == pb::FieldDescriptor::CPPTYPE_STRING);
+    }
+    if (c == 't' || c == 'f') {
+      v.bits = c == 't' ? 1 : 0;
+      return literal(c == 't' ? "true" : "false") &&
+             (index < 0 || type == pb::FieldDescriptor::CPPTYPE_BOOL);
+    }
+    if (c == '-' || (c >= '0' && c <= '9')) return integer(index, v);
+    return false;
+  }
+  bool integer(int index, Value& v) {
+    const bool negative = take('-');
+    const size_t start = pos_;
+    uint64_t magnitude = 0;
+    for (; pos_ < text_.size() && text_[pos_] >= '0' && text_[pos_] <= '9'; ++pos_) {
+      if (magnitude > (UINT64_MAX - 9) / 10) return false;  // past 64 bits
+      magnitude = magnitude * 10 + static_cast<uint64_t>(text_[pos_] - '0');
+    }
+    const size_t digits = pos_ - start;
+    if (digits == 0 || (digits > 1 && text_[start] == '0')) return false;
+    if (pos_ < text_.size() && (text_[pos_] == '.' || text_[pos_] == 'e' || text_[pos_] == 'E')) {
+      return false;
+    }
+    if (index < 0) return true;  // an unknown field's number: ignored
+    const FlatField& f = table_.fields[static_cast<size_t>(index)];
+    const auto max_signed = static_cast<uint64_t>(INT64_MAX);
+    if (negative && magnitude > max_signed + 1) return false;
+    const int64_t signed_value =
+        negative ? static_cast<int64_t>(0 - magnitude) : static_cast<int64_t>(magnitude);
+    bool fits = false;
+    switch (f.type) {
+      case pb::FieldDescriptor::CPPTYPE_INT64:
+        fits = negative || magnitude <= max_signed;
+        break;
+      case pb::FieldDescriptor::CPPTYPE_INT32:
+        fits = (negative || magnitude <= max_signed) && signed_value >= INT32_MIN &&
+               signed_value <= INT32_MAX;
+        break;
+      case pb::FieldDescriptor::CPPTYPE_UINT64:
+        fits = !negative;
+        break;
+      case pb::FieldDescriptor::CPPTYPE_UINT32:
+        fits = !negative && magnitude <= UINT32_MAX;
+        break;
+      case pb::FieldDescriptor::CPPTYPE_ENUM:
+        fits = (negative || magnitude <= max_signed) && signed_value >= INT32_MIN &&
+               signed_value <= INT32_MAX &&
+               f.enum_type->FindValueByNumber(static_cast<int>(signed_value)) != nullptr;
+        break;
+      default:
+        break;  // a bool or a string field
+    }
+    // A negative int32 or int64 is its 64-bit two's complement: ten bytes, as protobuf writes it.
+    v.bits = negative ? static_cast<uint64_t>(signed_value) : magnitude;
+    return fits;
+  }
+
+  const FlatTable& table_;
+  std::vector<Value> values_;
+  std::string_view text_;
+  size_t pos_ = 0;
+};
+
+}  // namespace
+
+std::optional<std::string> flatResponseMessageOf(const pb::Descriptor* response,
+                                                 std::string_view text) {
+  const FlatTable& table = flatTableOf(response);
+  if (!table.flat) return std::nullopt;
+  FlatReader reader(table);
+  if (!reader.read(text)) return std::nullopt;
+  return reader.encode();
+}
+
 StatusOr<std::string> responseMessageOf(const pb::Descriptor* response, std::string_view text) {
   const pb::Message* prototype = pb::MessageFactory::generated_factory()->GetPrototype(response);
   std::unique_ptr<pb::Message> message(prototype->New());
@@ -471,7 +908,8 @@ GrpcGateway::GrpcGateway(event::Scheduler& scheduler, metrics::Metrics* metrics,
     : scheduler_(scheduler),
       metrics_(metrics),
       guarded_(std::move(guarded)),
-      options_(options) {}
+      options_(options),
+      call_metrics_(metrics == nullptr ? nullptr : std::make_shared<CallMetrics>(*metrics)) {}
 
 GrpcGateway::~GrpcGateway() = default;
 
@@ -491,6 +929,14 @@ void GrpcGateway::handle(grpc::CallPtr call, std::string request) {
   }
   std::optional<int64_t> wait_bound_ms;
   if (info.deadline_us) wait_bound_ms = (*info.deadline_us - scheduler_.nowUs()) / 1000;
+  if (method->direct != GrpcMethod::Direct::kNone && options_.direct_calls) {
+    if (std::optional<DirectCall> direct_call = directCallOf(*method, request, wait_bound_ms)) {
+      auto responder = std::make_shared<GrpcResponder>(call, *method, call_metrics_, scheduler_);
+      responder->routed(
+          dispatch(*call, std::move(direct_call->http), responder, &direct_call->fields));
+      return;
+    }
+  }
   StatusOr<HttpCall> http_call = httpCallOf(*method, request, wait_bound_ms);
   if (!http_call.isOk()) {
     call->finish(http_call.status().code() == sidelock::StatusCode::kInvalidArgument
@@ -519,22 +965,24 @@ void GrpcGateway::handle(grpc::CallPtr call, std::string request) {
       return;
     }
   }
-  auto responder = std::make_shared<GrpcResponder>(call, *method, metrics_, scheduler_);
-  responder->routed(dispatch(*call, *http_call, responder));
+  auto responder = std::make_shared<GrpcResponder>(call, *method, call_metrics_, scheduler_);
+  responder->routed(dispatch(*call, std::move(*http_call), responder));
 }
 
-std::string_view GrpcGateway::dispatch(const grpc::ServerCall& call, const HttpCall& http_call,
-                           std::shared_ptr<http::Responder> responder) {
+std::string_view GrpcGateway::dispatch(const grpc::ServerCall& call, HttpCall http_call,
+                                       std::shared_ptr<http::Responder> responder,
+                                       const http::DecodedBody* decoded_body) {
   const grpc::CallInfo& info = call.info();
   http::Request request;
-  request.method = http_call.method;
-  request.path = http_call.path;
-  request.raw_path = http_call.raw_path;
-  request.query = http_call.query;
-  request.body = http_call.body;
+  request.method = std::move(http_call.method);
+  request.path = std::move(http_call.path);
+  request.raw_path = std::move(http_call.raw_path);
+  request.query = std::move(http_call.query);
+  request.body = std::move(http_call.body);
   request.received_us = info.received_us;
   request.loop_turn = info.loop_turn;
   request.peer = info.peer;
+  request.decoded_body = decoded_body;
   request.headers.reserve(info.metadata.size() + 2);
   for (const auto& [name, value] : info.metadata) {
     // gRPC's own headers are the transport's; the route reads JSON.
@@ -544,7 +992,9 @@ std::string_view GrpcGateway::dispatch(const grpc::ServerCall& call, const HttpC
     request.headers.emplace_back(name, value);
   }
   request.headers.emplace_back("host", info.authority);
-  if (!request.body.empty()) request.headers.emplace_back("content-type", "application/json");
+  if (!request.body.empty() || decoded_body != nullptr) {
+    request.headers.emplace_back("content-type", "application/json");
+  }
   guarded_(request, std::move(responder));
   return request.route;
 }

@@ -16,6 +16,7 @@
 #include <string_view>
 #include <unordered_set>
 
+#include "api/request_body.h"
 #include "common/status.h"
 #include "event/lifetime.h"
 #include "event/scheduler.h"
@@ -52,6 +53,10 @@ struct GrpcMethod {
   Answer answer = Answer::kMessage;
   /// A route without a body: the request's other fields (those set) go in the query string.
   bool query = false;
+  /// The hot unary methods skip the JSON bridge on the way in: their request message becomes the
+  /// route's fields directly (directCallOf); everything else the route does is the same.
+  enum class Direct { kNone, kAcquire, kRelease, kExtend, kTryLock, kUnlock };
+  Direct direct = Direct::kNone;
 };
 
 /// The method of a call's :path, or null (then UNIMPLEMENTED).
@@ -76,9 +81,28 @@ struct HttpCall {
 StatusOr<HttpCall> httpCallOf(const GrpcMethod& method, std::string_view request_bytes,
                               std::optional<int64_t> wait_bound_ms);
 
+/// The HTTP side of a call of a GrpcMethod::direct method without JSON: the path as httpCallOf
+/// builds it and the body as the fields the route reads (http::Request::decoded_body), the same
+/// fields httpCallOf's JSON body would give it (wait_ms capped alike). Empty when the call needs
+/// the JSON bridge: not a direct method, bytes that are not the message or an empty path field (the
+/// bridge answers those errors), or a field the direct form does not carry (a health binding).
+struct DirectCall {
+  HttpCall http;  // body empty
+  BodyFields fields;
+};
+std::optional<DirectCall> directCallOf(const GrpcMethod& method, std::string_view request_bytes,
+                                       std::optional<int64_t> wait_bound_ms);
+
 /// The response message (serialised) of a route's JSON answer; unknown JSON fields are ignored.
 StatusOr<std::string> responseMessageOf(const google::protobuf::Descriptor* response,
                                         std::string_view json);
+
+/// responseMessageOf for the flat answers of the lock routes (one object of strings, integers and
+/// booleans into a message of such fields), encoded in one pass over the JSON with a per-message
+/// field table instead of protobuf's JSON parser: the same bytes. Empty when the answer or the
+/// message is not that simple (then responseMessageOf decides, errors included).
+std::optional<std::string> flatResponseMessageOf(const google::protobuf::Descriptor* response,
+                                                 std::string_view json);
 
 /// The message naming a method sidelock does not serve.
 std::string unimplementedMessage(std::string_view method_name);
@@ -89,6 +113,8 @@ class GrpcGateway {
  public:
   struct Options {
     int64_t health_watch_poll_ms = 1000;  // how often Health/Watch looks at the readiness
+    /// Off: every call takes the JSON bridge (tests compare the two paths).
+    bool direct_calls = true;
   };
   GrpcGateway(event::Scheduler& scheduler, metrics::Metrics* metrics, http::Handler guarded,
               Options options);
@@ -104,10 +130,19 @@ class GrpcGateway {
 
  private:
   struct Watch;
+
+ public:
+  /// The series a gRPC call is counted in (sidelock_http_requests_total, _seconds with protocol
+  /// "grpc", sidelock_http_in_flight_requests), looked up once per route and code as
+  /// http::HttpServer does. Shared with the calls' responders (which may outlive a call).
+  class CallMetrics;
+
+ private:
   /// Runs `http_call` through the guarded handler for `call`, answering through `responder`;
   /// returns the route the router matched (empty if none).
-  std::string_view dispatch(const grpc::ServerCall& call, const HttpCall& http_call,
-                std::shared_ptr<http::Responder> responder);
+  std::string_view dispatch(const grpc::ServerCall& call, HttpCall http_call,
+                            std::shared_ptr<http::Responder> responder,
+                            const http::DecodedBody* decoded_body = nullptr);
   void startWatch(grpc::CallPtr call, HttpCall http_call);
   void pollWatch(const std::shared_ptr<Watch>& watch);
 
@@ -117,6 +152,7 @@ class GrpcGateway {
   Options options_;
   /// The open Health/Watch calls (each with its poll timer), dropped when their call ends.
   std::unordered_set<std::shared_ptr<Watch>> watches_;
+  std::shared_ptr<CallMetrics> call_metrics_;  // null without metrics (tests)
   event::LivenessToken alive_;
 };
 

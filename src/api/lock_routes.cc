@@ -138,11 +138,10 @@ const char* leaseEventName(lock::LeaseEvent e) {
 void LockApi::acquire(http::Request& req, http::ResponderPtr res) {
   if (!checkName(req, res, static_cast<size_t>(locks_.max_name_bytes))) return;
   RequestBody& body = body_;
-  body.parse(req.header("content-type"), req.body,
-             {BodyField::kTtlMs, BodyField::kWaitMs, BodyField::kOwner, BodyField::kAutoRenew,
-              BodyField::kMaxHoldMs, BodyField::kHold, BodyField::kRequestId, BodyField::kReentrant,
-              BodyField::kMode, BodyField::kFair, BodyField::kHealth, BodyField::kHolder,
-              BodyField::kLockDelayMs});
+  body.parse(req, {BodyField::kTtlMs, BodyField::kWaitMs, BodyField::kOwner, BodyField::kAutoRenew,
+                   BodyField::kMaxHoldMs, BodyField::kHold, BodyField::kRequestId,
+                   BodyField::kReentrant, BodyField::kMode, BodyField::kFair, BodyField::kHealth,
+                   BodyField::kHolder, BodyField::kLockDelayMs});
   lock::AcquireOptions opts;
   bool shared = false;
   bool fair = false;
@@ -436,8 +435,7 @@ lock::LockId LockApi::leaseOf(std::string_view name, std::string_view owner, boo
 void LockApi::release(http::Request& req, http::ResponderPtr res) {
   if (!checkName(req, res, static_cast<size_t>(locks_.max_name_bytes))) return;
   RequestBody& body = body_;
-  body.parse(req.header("content-type"), req.body,
-             {BodyField::kOwner, BodyField::kRequestId, BodyField::kMode});
+  body.parse(req, {BodyField::kOwner, BodyField::kRequestId, BodyField::kMode});
   std::string_view owner;
   std::string_view request_id;
   bool shared = false;
@@ -598,8 +596,7 @@ void LockApi::listHeld(http::Request& req, http::ResponderPtr res) {
 void LockApi::extend(http::Request& req, http::ResponderPtr res) {
   if (!checkName(req, res, static_cast<size_t>(locks_.max_name_bytes))) return;
   RequestBody& body = body_;
-  body.parse(req.header("content-type"), req.body,
-             {BodyField::kOwner, BodyField::kTtlMs, BodyField::kMode});
+  body.parse(req, {BodyField::kOwner, BodyField::kTtlMs, BodyField::kMode});
   std::string_view owner;
   int64_t ttl_ms = locks_.default_ttl_ms;
   bool shared = false;

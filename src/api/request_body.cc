@@ -1,5 +1,6 @@
 #include "api/request_body.h"
 
+#include <algorithm>
 #include <cctype>
 #include <nlohmann/json.hpp>
 
@@ -389,6 +390,71 @@ bool RequestBody::parse(std::string_view content_type, std::string_view text,
     return fail(kBadRequest, "unknown field \"" + reader.firstUnknown() + "\"");
   }
   return true;
+}
+
+bool RequestBody::parse(const http::Request& request, std::initializer_list<BodyField> allowed) {
+  if (request.decoded_body != nullptr) {
+    if (const auto* fields = dynamic_cast<const BodyFields*>(request.decoded_body)) {
+      return read(*fields, allowed);
+    }
+  }
+  return parse(request.header("content-type"), request.body, allowed);
+}
+
+bool RequestBody::read(const BodyFields& fields, std::initializer_list<BodyField> allowed) {
+  for (Value& v : values_) v.kind = Kind::kAbsent;
+  error_code_ = {};
+  error_.clear();
+  std::string_view first_unknown;
+  for (const BodyFields::Entry& entry : fields.entries_) {
+    if (std::find(allowed.begin(), allowed.end(), entry.field) == allowed.end()) {
+      // As the JSON reader: the first unknown field in sorted order is named.
+      const std::string_view name = fieldName(entry.field);
+      if (first_unknown.empty() || name < first_unknown) first_unknown = name;
+      continue;
+    }
+    Value& v = slot(entry.field);
+    if (v.kind != Kind::kAbsent) {
+      return fail(kBadRequest,
+                  "field \"" + std::string(fieldName(entry.field)) + "\" is given twice");
+    }
+    switch (entry.type) {
+      case BodyFields::Entry::Type::kInteger:
+        // nlohmann's parser reads a non-negative literal as unsigned, a negative one as signed.
+        if (entry.integer >= 0) {
+          v.kind = Kind::kUnsigned;
+          v.unsigned_integer = static_cast<uint64_t>(entry.integer);
+        } else {
+          v.kind = Kind::kInteger;
+          v.integer = entry.integer;
+        }
+        break;
+      case BodyFields::Entry::Type::kBool:
+        v.kind = Kind::kBool;
+        v.boolean = entry.boolean;
+        break;
+      case BodyFields::Entry::Type::kText:
+        v.kind = Kind::kString;
+        v.text.assign(entry.text);
+        break;
+    }
+  }
+  if (!first_unknown.empty()) {
+    return fail(kBadRequest, "unknown field \"" + std::string(first_unknown) + "\"");
+  }
+  return true;
+}
+
+void BodyFields::integer(BodyField field, int64_t value) {
+  entries_.push_back(Entry{field, Entry::Type::kInteger, value, false, {}});
+}
+
+void BodyFields::boolean(BodyField field, bool value) {
+  entries_.push_back(Entry{field, Entry::Type::kBool, 0, value, {}});
+}
+
+void BodyFields::text(BodyField field, std::string_view value) {
+  entries_.push_back(Entry{field, Entry::Type::kText, 0, false, std::string(value)});
 }
 
 bool RequestBody::failParse(const BodyReader& reader) {

@@ -10,6 +10,8 @@
 #include <string_view>
 #include <vector>
 
+#include "http/http_types.h"
+
 namespace sidelock::api {
 
 /// A Content-Type value taken apart (RFC 9110 media-type): type/subtype lowercased, the charset
@@ -49,6 +51,31 @@ enum class BodyField {
 };
 
 class BodyReader;
+class RequestBody;
+
+/// A lock route's body given as fields instead of JSON text: the gRPC gateway's request message
+/// (api/grpc_gateway.cc), carried to the route as http::Request::decoded_body. RequestBody reads it
+/// exactly as it reads the JSON of the same fields: an integer as the JSON number (non-negative:
+/// unsigned, as nlohmann's parser gives it), a field the route does not allow refused with the
+/// same "unknown field" error.
+class BodyFields final : public http::DecodedBody {
+ public:
+  void integer(BodyField field, int64_t value);
+  void boolean(BodyField field, bool value);
+  void text(BodyField field, std::string_view value);
+  bool empty() const { return entries_.empty(); }
+
+ private:
+  friend class RequestBody;
+  struct Entry {
+    BodyField field;
+    enum class Type { kInteger, kBool, kText } type;
+    int64_t integer = 0;
+    bool boolean = false;
+    std::string text;
+  };
+  std::vector<Entry> entries_;
+};
 
 /// One member of a field whose value is an object (kHealth): integers and strings are kept,
 /// anything else (or a value nested deeper) is kOther.
@@ -74,6 +101,9 @@ class RequestBody {
   /// outside `allowed` are refused. Returns false with error() set on the first problem.
   bool parse(std::string_view content_type, std::string_view text,
              std::initializer_list<BodyField> allowed);
+  /// The request's body: its decoded_body when a gateway gave one (a BodyFields), else its JSON
+  /// text (`body`, with its Content-Type) as above.
+  bool parse(const http::Request& request, std::initializer_list<BodyField> allowed);
 
   bool has(BodyField field) const { return slot(field).kind != Kind::kAbsent; }
 
@@ -130,6 +160,7 @@ class RequestBody {
   static std::string_view fieldName(BodyField field);
   bool fail(std::string_view code, std::string message);
   bool failParse(const BodyReader& reader);
+  bool read(const BodyFields& fields, std::initializer_list<BodyField> allowed);
 
   std::array<Value, kFieldCount> values_;
   std::string_view error_code_;

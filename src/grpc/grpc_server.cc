@@ -9,10 +9,11 @@ namespace {
 
 constexpr size_t kPrefixBytes = 5;  // compressed flag + 4-byte big-endian length
 
-std::vector<http::Http2Header> responseHeaders() {
-  return {{":status", "200"},
-          {"content-type", "application/grpc"},
-          {"grpc-accept-encoding", "identity"}};
+const std::vector<http::Http2Header>& responseHeaders() {
+  static const std::vector<http::Http2Header> kHeaders = {{":status", "200"},
+                                                          {"content-type", "application/grpc"},
+                                                          {"grpc-accept-encoding", "identity"}};
+  return kHeaders;
 }
 
 bool isGrpcContentType(std::string_view ct) {
@@ -147,9 +148,9 @@ void GrpcCall::onEnd() {
   }
   dispatched_ = true;
   info_.received_us = scheduler_.nowUs();
-  std::string request = buffer_.substr(kPrefixBytes);
-  buffer_.clear();
-  buffer_.shrink_to_fit();
+  buffer_.erase(0, kPrefixBytes);
+  std::string request = std::move(buffer_);
+  buffer_ = std::string();
   if (handler_) handler_(shared_from_this(), std::move(request));
 }
 

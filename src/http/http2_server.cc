@@ -63,6 +63,7 @@ class Http2Connection {
   }
   ~Http2Connection() {
     if (write_ != nullptr) write_->owner = nullptr;
+    if (flush_queued_) server_->unqueueFlush(this);
     --*count_;
   }
   Http2Connection(const Http2Connection&) = delete;
@@ -75,8 +76,12 @@ class Http2Connection {
   void goAway();
   /// Closes the socket now; open streams see onClose(false). Destroyed on a later loop turn.
   void closeNow();
-  /// Produces output and writes it, unless inside nghttp2 (the outer call does it after).
+  /// Asks for output: flushNow() runs before the loop next waits (Http2Server::queueFlush), so
+  /// the frames every stream submitted this turn leave in one write.
   void sendPending();
+  /// Produces output and writes it, unless inside nghttp2 (the outer call does it after).
+  void flushNow();
+  bool flush_queued_ = false;  // in Http2Server::flush_queue_
 
   // For Http2Stream.
   nghttp2_session* session() const { return session_.get(); }
@@ -255,6 +260,11 @@ void Http2Connection::failSession(uint32_t error_code) {
 }
 
 void Http2Connection::sendPending() {
+  if (closed_) return;
+  server_->queueFlush(this);
+}
+
+void Http2Connection::flushNow() {
   if (closed_ || in_session_) return;
   if (session_dead_) {
     if (write_ == nullptr && !pending_.empty()) {
@@ -342,6 +352,7 @@ void Http2Connection::closeStreams() {
 void Http2Connection::closeNow() {
   if (closed_) return;
   closed_ = true;
+  if (flush_queued_) server_->unqueueFlush(this);
   idle_timer_.reset();
   write_timer_.reset();
   stream_.close();
@@ -359,6 +370,7 @@ int Http2Connection::onBeginHeaders(nghttp2_session*, const nghttp2_frame* frame
   s->connection_ = c;
   s->id_ = frame->hd.stream_id;
   s->peer_ = c->peer_;
+  s->headers_.reserve(8);  // a gRPC call's usual count
   c->last_stream_id_ = std::max(c->last_stream_id_, s->id_);
   c->streams_[s->id_] = std::move(s);
   return 0;
@@ -456,7 +468,7 @@ std::string_view Http2Stream::header(std::string_view lower_name) const {
   return {};
 }
 
-bool Http2Stream::respond(std::vector<Http2Header> headers, bool end_stream) {
+bool Http2Stream::respond(const std::vector<Http2Header>& headers, bool end_stream) {
   if (!open() || responded_) return false;
   responded_ = true;
   std::vector<nghttp2_nv> nv = toNv(headers);
@@ -480,7 +492,17 @@ bool Http2Stream::write(std::string data) {
     return false;
   }
   queued_bytes_ += data.size();
-  out_.push_back(std::move(data));
+  if (out_offset_ == out_.size()) {
+    out_ = std::move(data);
+    out_offset_ = 0;
+  } else {
+    // A stream a client reads slowly: drop what nghttp2 already took before growing the buffer.
+    if (out_offset_ > out_.size() / 2) {
+      out_.erase(0, out_offset_);
+      out_offset_ = 0;
+    }
+    out_.append(data);
+  }
   resume();
   return true;
 }
@@ -511,20 +533,15 @@ void Http2Stream::resume() {
 
 ssize_t Http2StreamAccess::read(Http2Stream& s, nghttp2_session* session, int32_t stream_id,
                                 uint8_t* buf, size_t length, uint32_t* data_flags) {
-  size_t copied = 0;
-  while (copied < length && !s.out_.empty()) {
-    const std::string& front = s.out_.front();
-    const size_t n = std::min(length - copied, front.size() - s.out_offset_);
-    memcpy(buf + copied, front.data() + s.out_offset_, n);
-    copied += n;
-    s.queued_bytes_ -= n;
-    s.out_offset_ += n;
-    if (s.out_offset_ == front.size()) {
-      s.out_.pop_front();
-      s.out_offset_ = 0;
-    }
+  const size_t copied = std::min(length, s.out_.size() - s.out_offset_);
+  memcpy(buf, s.out_.data() + s.out_offset_, copied);
+  s.out_offset_ += copied;
+  s.queued_bytes_ -= copied;
+  if (s.out_offset_ == s.out_.size()) {
+    s.out_.clear();
+    s.out_offset_ = 0;
   }
-  if (s.out_.empty() && s.ending_) {
+  if (s.out_offset_ == s.out_.size() && s.ending_) {
     *data_flags |= NGHTTP2_DATA_FLAG_EOF;
     if (s.trailers_) {
       std::vector<nghttp2_nv> nv = toNv(s.trailer_fields_);
@@ -551,7 +568,10 @@ Http2Server::Http2Server(uv_loop_t* loop, event::Scheduler& scheduler, const Htt
       handler_(std::move(handler)),
       tcp_(loop),
       unix_(loop),
-      read_buffer_(kReadBufferSize) {}
+      read_buffer_(kReadBufferSize) {
+  // Only fails on a bad loop pointer.
+  if (uv_prepare_init(loop, flush_prepare_.allocate(this)) != 0) abort();
+}
 
 Http2Server::~Http2Server() {
   close();
@@ -585,6 +605,34 @@ void Http2Server::destroyConnection(Http2Connection* connection) {
   connections_.erase(connection);
 }
 
+void Http2Server::queueFlush(Http2Connection* connection) {
+  if (connection->flush_queued_ || !flush_prepare_) return;
+  connection->flush_queued_ = true;
+  flush_queue_.push_back(connection);
+  if (flush_queue_.size() == 1) {
+    uv_prepare_start(flush_prepare_.get(), [](uv_prepare_t* h) {
+      if (h->data != nullptr) static_cast<Http2Server*>(h->data)->flushQueued();
+    });
+  }
+}
+
+void Http2Server::unqueueFlush(Http2Connection* connection) {
+  connection->flush_queued_ = false;
+  std::erase(flush_queue_, connection);
+}
+
+void Http2Server::flushQueued() {
+  // One at a time: a flush may close its connection (closeNow takes it out of the queue) or, by
+  // a stream's callback, queue another.
+  while (!flush_queue_.empty()) {
+    Http2Connection* c = flush_queue_.back();
+    flush_queue_.pop_back();
+    c->flush_queued_ = false;
+    c->flushNow();
+  }
+  uv_prepare_stop(flush_prepare_.get());
+}
+
 void Http2Server::stopAccepting() {
   tcp_.close();
   unix_.close();
@@ -603,6 +651,7 @@ void Http2Server::close(std::function<void()> done) {
   std::vector<Http2Connection*> all;
   for (auto& [c, owned] : connections_) all.push_back(c);
   for (Http2Connection* c : all) c->closeNow();
+  flush_prepare_.close();
   if (done) scheduler_.post(std::move(done));
 }
 

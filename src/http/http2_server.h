@@ -16,7 +16,6 @@
 #include <uv.h>
 
 #include <cstdint>
-#include <deque>
 #include <functional>
 #include <memory>
 #include <string>
@@ -29,6 +28,7 @@
 #include "event/lifetime.h"
 #include "event/scheduler.h"
 #include "event/stream_listener.h"
+#include "event/uv_handle.h"
 #include "http/http_types.h"
 
 namespace sidelock::http {
@@ -77,7 +77,7 @@ class Http2Stream {
   void onClose(std::function<void(bool answered)> cb) { on_close_ = std::move(cb); }
 
   /// Sends the response headers; with `end_stream` the response ends there (no body).
-  bool respond(std::vector<Http2Header> headers, bool end_stream);
+  bool respond(const std::vector<Http2Header>& headers, bool end_stream);
   /// Queues body bytes (after respond()). False if the stream is gone, or if the bytes already
   /// queued are over Http2Options::max_queued_bytes_per_stream: then the stream is reset
   /// (CANCEL) on a later loop turn and onClose(false) follows.
@@ -109,9 +109,9 @@ class Http2Stream {
   std::vector<Http2Header> trailer_fields_;
   bool deferred_ = false;  // the data provider said NGHTTP2_ERR_DEFERRED
   bool end_sent_ = false;  // a frame with END_STREAM left nghttp2
-  std::deque<std::string> out_;
+  std::string out_;        // body bytes queued (one buffer: a unary answer is moved in whole)
   size_t queued_bytes_ = 0;  // in out_, not yet taken by nghttp2
-  size_t out_offset_ = 0;  // bytes of out_.front() already sent
+  size_t out_offset_ = 0;    // bytes of out_ already taken
 };
 
 using Http2StreamPtr = std::shared_ptr<Http2Stream>;
@@ -144,6 +144,12 @@ class Http2Server {
   friend class Http2Connection;
   void onConnection(event::StreamListener& listener, size_t& count);
   void destroyConnection(Http2Connection* connection);
+  /// Output is produced once per loop turn, as HttpServer's is: a connection with
+  /// something to send is queued, and a uv_prepare (before the loop blocks) has nghttp2 produce
+  /// everything its streams submitted meanwhile and writes it in one uv_write.
+  void queueFlush(Http2Connection* connection);
+  void unqueueFlush(Http2Connection* connection);
+  void flushQueued();
 
   event::Scheduler& scheduler_;
   Http2Options options_;
@@ -156,6 +162,8 @@ class Http2Server {
   bool draining_ = false;
   bool closed_ = false;
   std::vector<char> read_buffer_;
+  event::UvHandle<uv_prepare_t> flush_prepare_;
+  std::vector<Http2Connection*> flush_queue_;
   event::LivenessToken alive_;
 };
 

@@ -52,6 +52,7 @@ void Request::clear() {
   loop_turn = 0;
   peer.reset();
   principal.reset();
+  decoded_body = nullptr;
 }
 
 }  // namespace sidelock::http

@@ -39,6 +39,14 @@ struct Principal {
   std::vector<std::string> scopes;
 };
 
+/// A request body an in-process gateway already decoded into fields (src/api's gRPC gateway turns a
+/// request message into the fields its route reads), handed to the route in place of JSON text.
+/// This layer only carries it (Request::decoded_body); the route that reads it knows its type.
+class DecodedBody {
+ public:
+  virtual ~DecodedBody() = default;
+};
+
 struct Request {
   std::string method;  // "GET", "POST", ...
   std::string path;    // decoded path without the query string
@@ -62,6 +70,9 @@ struct Request {
   std::shared_ptr<const PeerIdentity> peer;
   /// Set by the listener's access policy when the request carried a valid bearer token.
   std::shared_ptr<const Principal> principal;
+  /// Never set by HttpServer: a gateway's decoded body (then `body` is empty), valid during the
+  /// handler call only, like `body`.
+  const DecodedBody* decoded_body = nullptr;
 
   std::string_view header(std::string_view lower_name) const;
   std::string_view param(std::string_view name) const;

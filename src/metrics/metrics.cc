@@ -291,7 +291,7 @@ Metrics::Metrics(std::string version)
                                .Register(*registry_)),
       http_in_flight(BuildGauge()
                          .Name("sidelock_http_in_flight_requests")
-                         .Help("HTTP requests received and not yet answered.")
+                         .Help("API requests (HTTP and gRPC) received and not yet answered.")
                          .Register(*registry_)
                          .Add({})),
       http_connections(BuildGauge()

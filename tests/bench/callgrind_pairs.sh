@@ -1,21 +1,25 @@
 #!/bin/bash
 # Instructions the sidecar executes per acquire+release pair, counted by callgrind (repeatable on
 # a noisy shared VM, unlike time). Runs the sidecar twice under callgrind, driven by
-# pair_load.py (16 keep-alive clients, distinct names), with 1 600 and 8 000 pairs; the difference
-# divided by 6 400 cancels start-up and shutdown.
+# pair_load.py (16 keep-alive HTTP/1.1 clients, distinct names) or grpc_pair_load.py (16 concurrent
+# sidelock.v1.Locks Acquire/Release call chains on ONE HTTP/2 connection, the same names), with
+# 1 600 and 8 000 pairs; the difference divided by 6 400 cancels start-up and shutdown.
 #
-#   tests/bench/callgrind_pairs.sh build/src/sidelock memory   # HTTP + API + lock service only
-#   tests/bench/callgrind_pairs.sh build/src/sidelock redis    # plus the Redis connection layer
+#   tests/bench/callgrind_pairs.sh build/src/sidelock memory        # HTTP + API + lock service only
+#   tests/bench/callgrind_pairs.sh build/src/sidelock redis         # plus the Redis connection layer
+#   tests/bench/callgrind_pairs.sh build/src/sidelock memory grpc   # the same pairs over gRPC
 #
 # Profiles stay in $OUT (default: a temp dir) for callgrind_annotate.
 set -euo pipefail
 SIDELOCK=$1
 BACKEND=${2:-memory}
+PROTOCOL=${3:-http}
 OUT=${OUT:-$(mktemp -d)}
 mkdir -p "$OUT"
 HERE=$(cd "$(dirname "$0")" && pwd)
 PORT=$((20000 + RANDOM % 20000))
 REDIS_PORT=$((PORT + 1))
+GRPC_PORT=$((PORT + 2))
 REDIS_PID=""
 if [ "$BACKEND" = redis ]; then
   redis-server --port $REDIS_PORT --save "" --appendonly no >/dev/null &
@@ -23,7 +27,7 @@ if [ "$BACKEND" = redis ]; then
   sleep 0.3
 fi
 cat >"$OUT/sidelock.yaml" <<CFG
-listen: {tcp: "127.0.0.1:$PORT", unix: ""}
+listen: {tcp: "127.0.0.1:$PORT", unix: "", grpc: "127.0.0.1:$GRPC_PORT"}
 backend: {type: $BACKEND, nodes: ["127.0.0.1:$REDIS_PORT"]}
 log: {level: warn}
 CFG
@@ -37,7 +41,11 @@ instructions() {
     curl -s -o /dev/null "http://127.0.0.1:$PORT/healthz" && break
     sleep 0.2
   done
-  python3 "$HERE/pair_load.py" "127.0.0.1:$PORT" 16 $((pairs / 16)) >&2
+  if [ "$PROTOCOL" = grpc ]; then
+    /usr/bin/python3 "$HERE/grpc_pair_load.py" "127.0.0.1:$GRPC_PORT" 16 $((pairs / 16)) >&2
+  else
+    python3 "$HERE/pair_load.py" "127.0.0.1:$PORT" 16 $((pairs / 16)) >&2
+  fi
   kill -TERM $pid
   wait $pid || true
   grep -o 'summary: [0-9]*' "$OUT/callgrind.$pairs" | awk '{print $2}'
@@ -46,4 +54,4 @@ instructions() {
 SMALL=$(instructions 1600)
 LARGE=$(instructions 8000)
 [ -n "$REDIS_PID" ] && kill $REDIS_PID
-echo "backend=$BACKEND instructions_per_pair=$(((LARGE - SMALL) / 6400)) profiles=$OUT"
+echo "backend=$BACKEND protocol=$PROTOCOL instructions_per_pair=$(((LARGE - SMALL) / 6400)) profiles=$OUT"

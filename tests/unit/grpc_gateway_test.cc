@@ -7,7 +7,10 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdint>
+#include <limits>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "api/dapr_api.h"
 #include "api/election_api.h"
@@ -412,9 +415,10 @@ TEST(GrpcGatewayTest, HealthCheckAndWatchFollowReadyz) {
 /// The gateway over the real routes (LockApi, DaprApi, ElectionApi on a MemoryBackend), behind the
 /// real access policy: every sidelock.v1 message is accepted by its route's strict JSON body
 /// parser, and every answer converts back.
-class GrpcOverRealRoutesTest : public ::testing::Test {
- protected:
-  GrpcOverRealRoutesTest() {
+/// A sidecar's API on the memory backend behind a gateway: the real routes, guarded by a token
+/// policy. `direct_calls` false: every call takes the JSON bridge.
+struct World {
+  explicit World(bool direct_calls = true) {
     svc = std::make_unique<lock::LockService>(cfg, backend, sched, metrics);
     lock_api = std::make_unique<LockApi>(cfg, *svc, metrics, sched);
     dapr_cfg.stores = {"lockstore"};
@@ -427,25 +431,36 @@ class GrpcOverRealRoutesTest : public ::testing::Test {
     verifier.replace({TokenEntry{"tokenAAAAAAAAAAAAAAAAAAAAAAAAAAAA", {}, "t1"},
                       TokenEntry{"tokenBBBBBBBBBBBBBBBBBBBBBBBBBBBB", {"orders~"}, "t2"}});
     policy.tokens = &verifier;
+    GrpcGateway::Options options;
+    options.direct_calls = direct_calls;
     gateway = std::make_unique<GrpcGateway>(
-        sched, &metrics, http::guardHandler(policy, policy, router.asHandler()));
+        sched, &metrics, http::guardHandler(policy, policy, router.asHandler()), options);
   }
-  ~GrpcOverRealRoutesTest() override {
+  ~World() {
     gateway.reset();
     elections.reset();
     sched.advanceMs(100);
   }
+  World(const World&) = delete;
+  World& operator=(const World&) = delete;
 
   /// Runs one call to its end (or until `max_ms` passed) and returns it.
   std::shared_ptr<FakeCall> call(std::string method, const google::protobuf::Message& request,
                                  std::string token = "tokenAAAAAAAAAAAAAAAAAAAAAAAAAAAA",
                                  int64_t max_ms = 50) {
+    return callBytes(std::move(method), request.SerializeAsString(), std::move(token), max_ms);
+  }
+  std::shared_ptr<FakeCall> callBytes(std::string method, const std::string& bytes,
+                                      std::string token = "tokenAAAAAAAAAAAAAAAAAAAAAAAAAAAA",
+                                      int64_t max_ms = 50,
+                                      std::optional<int64_t> deadline_ms = std::nullopt) {
     auto c = std::make_shared<FakeCall>(std::move(method));
     c->info_.metadata = {{"authorization", "Bearer " + token}};
     c->info_.received_us = sched.nowUs();
+    if (deadline_ms) c->info_.deadline_us = sched.nowUs() + *deadline_ms * 1000;
     c->info_.peer = std::make_shared<http::PeerIdentity>(http::PeerIdentity{
         .transport = http::PeerIdentity::Transport::kTcp, .address = "127.0.0.1", .port = 5555});
-    gateway->handle(c, request.SerializeAsString());
+    gateway->handle(c, bytes);
     for (int64_t t = 0; t < max_ms && c->active(); ++t) sched.advanceMs(1);
     return c;
   }
@@ -464,6 +479,8 @@ class GrpcOverRealRoutesTest : public ::testing::Test {
   http::ListenerPolicy policy;
   std::unique_ptr<GrpcGateway> gateway;
 };
+
+class GrpcOverRealRoutesTest : public ::testing::Test, protected World {};
 
 TEST_F(GrpcOverRealRoutesTest, EveryLocksMethodRunsItsRoute) {
   v1::AcquireRequest acquire;
@@ -686,6 +703,380 @@ TEST_F(GrpcOverRealRoutesTest, ElectionMethods) {
   observe->cancel();
   stream->cancel();
   sched.advanceMs(50);
+}
+
+/// One scripted call, run the same way on two sidecars.
+struct Step {
+  Step(std::string m, std::string b) : method(std::move(m)), bytes(std::move(b)) {}
+  std::string method;
+  std::string bytes;
+  std::string token = "tokenAAAAAAAAAAAAAAAAAAAAAAAAAAAA";
+  int64_t max_ms = 50;
+  std::optional<int64_t> deadline_ms;
+};
+
+Step acquireStep(const std::string& name, const std::string& owner,
+                 const std::function<void(v1::AcquireRequest&)>& more = {}) {
+  v1::AcquireRequest m;
+  m.set_name(name);
+  m.set_owner(owner);
+  m.set_ttl_ms(10000);
+  if (more) more(m);
+  return {"/sidelock.v1.Locks/Acquire", m.SerializeAsString()};
+}
+
+Step releaseStep(const std::string& name, const std::string& owner) {
+  v1::ReleaseRequest m;
+  m.set_name(name);
+  m.set_owner(owner);
+  return {"/sidelock.v1.Locks/Release", m.SerializeAsString()};
+}
+
+Step extendStep(const std::string& name, const std::string& owner, int64_t ttl_ms,
+                const std::string& mode = "") {
+  v1::ExtendRequest m;
+  m.set_name(name);
+  m.set_owner(owner);
+  m.set_ttl_ms(ttl_ms);
+  m.set_mode(mode);
+  return {"/sidelock.v1.Locks/Extend", m.SerializeAsString()};
+}
+
+Step tryLockStep(const std::string& store, const std::string& resource, const std::string& owner,
+                 int32_t expiry) {
+  dapr::TryLockRequest m;
+  m.set_store_name(store);
+  m.set_resource_id(resource);
+  m.set_lock_owner(owner);
+  m.set_expiry_in_seconds(expiry);
+  return {"/dapr.proto.runtime.v1.Dapr/TryLockAlpha1", m.SerializeAsString()};
+}
+
+Step unlockStep(const std::string& store, const std::string& resource, const std::string& owner) {
+  dapr::UnlockRequest m;
+  m.set_store_name(store);
+  m.set_resource_id(resource);
+  m.set_lock_owner(owner);
+  return {"/dapr.proto.runtime.v1.Dapr/UnlockAlpha1", m.SerializeAsString()};
+}
+
+// The direct path (request message -> the route's fields, flat answer -> response message) answers
+// every call exactly as the JSON bridge does: same status, same message (errors included), same
+// response bytes, on two sidecars run through the same script.
+TEST(GrpcDirectPathTest, AnswersExactlyAsTheJsonBridge) {
+  World direct(true);
+  World bridge(false);
+  const int64_t big = std::numeric_limits<int64_t>::max();
+  std::vector<Step> script = {
+      acquireStep("a", "o1", [](auto& m) { m.set_holder("worker-1"); }),
+      acquireStep("a", "o2"),  // locked, with retry_after_ms
+      acquireStep("a", "o3", [](auto& m) { m.set_wait_ms(30); }),
+      acquireStep("a", "o4", [](auto& m) { m.set_wait_ms(5000); }),  // capped by the deadline
+      acquireStep("b", "o1", [](auto& m) { m.set_ttl_ms(-5); }),
+      acquireStep("b", "o1", [](auto& m) { m.set_ttl_ms(big); }),
+      acquireStep("b", "o1", [&](auto& m) { m.set_wait_ms(big); }),
+      acquireStep("b", "o1", [](auto& m) { m.set_max_hold_ms(-1); }),
+      acquireStep("b", "o1",
+                  [](auto& m) { m.set_lock_delay_ms(std::numeric_limits<int64_t>::min()); }),
+      acquireStep("b", "o1",
+                  [](auto& m) {
+                    m.set_mode("shared");
+                    m.set_reentrant(true);
+                  }),
+      acquireStep("b", "o1",
+                  [](auto& m) {
+                    m.set_mode("shared");
+                    m.set_fair(true);
+                  }),
+      acquireStep("b", "o1",
+                  [](auto& m) {
+                    m.set_mode("shared");
+                    m.set_lock_delay_ms(10);
+                  }),
+      acquireStep("b", "o1", [](auto& m) { m.set_mode("sideways"); }),
+      acquireStep("b", "", [](auto& m) { m.set_request_id("bad id with spaces"); }),
+      acquireStep("b", std::string(300, 'o')),
+      acquireStep("bad name!", "o1"),
+      acquireStep("", "o1"),  // the bridge's own error
+      acquireStep("orders 7/ü", "ö1", [](auto& m) { m.set_holder("h\"\\\n"); }),
+      acquireStep("c", "o1", [](auto& m) { m.set_request_id("r1"); }),
+      acquireStep("c", "o1", [](auto& m) { m.set_request_id("r1"); }),  // the replay
+      acquireStep("d", "o1", [](auto& m) { m.set_reentrant(true); }),
+      acquireStep("d", "o1", [](auto& m) { m.set_reentrant(true); }),
+      releaseStep("d", "o1"),  // one hold of two: held, holds
+      acquireStep("e", "o1", [](auto& m) { m.set_mode("shared"); }),
+      acquireStep("e", "o2", [](auto& m) { m.set_mode("shared"); }),
+      acquireStep("f", "o1",
+                  [](auto& m) {
+                    m.set_fair(true);
+                    m.set_lock_delay_ms(100);
+                  }),
+      acquireStep("g", "o1",
+                  [](auto& m) {
+                    m.set_auto_renew(true);
+                    m.set_max_hold_ms(20000);
+                  }),
+      acquireStep("h", "o1",
+                  [](auto& m) {  // a health binding: the bridge carries it
+                    m.set_auto_renew(true);
+                    m.mutable_health()->set_url("http://127.0.0.1:1/healthz");
+                  }),
+      acquireStep("x", "o1"),  // token B may use orders~ only (set below)
+      extendStep("a", "o1", 5000),
+      extendStep("a", "o2", 5000),
+      extendStep("a", "o1", 0),
+      extendStep("a", "o1", -1),
+      extendStep("zzz", "o1", 5000),
+      extendStep("e", "o1", 5000, "shared"),
+      releaseStep("a", "o2"),
+      releaseStep("a", "o1"),
+      releaseStep("a", "o1"),
+      releaseStep("e", "o1"),
+      releaseStep("", "o1"),
+      tryLockStep("lockstore", "orders/1", "x", 60),
+      tryLockStep("lockstore", "orders/1", "y", 60),
+      tryLockStep("nostore", "orders/1", "x", 60),
+      tryLockStep("lockstore", "orders/2", "x", 0),
+      tryLockStep("lockstore", "orders/2", "x", -3),
+      tryLockStep("lockstore", "orders/2", "x", std::numeric_limits<int32_t>::max()),
+      tryLockStep("lockstore", "a~b", "x", 60),
+      tryLockStep("lockstore", "orders/3", "", 60),
+      tryLockStep("", "orders/3", "x", 60),
+      unlockStep("lockstore", "orders/1", "y"),
+      unlockStep("lockstore", "orders/1", "x"),
+      unlockStep("lockstore", "orders/1", "x"),
+      unlockStep("lockstore", "", "x"),
+      {"/sidelock.v1.Locks/Acquire", "\xff\xff\xff"},
+      {"/sidelock.v1.Locks/Release",
+       std::string("\x0a\x01\x61\x12\x01\xff", 6)},  // owner not UTF-8
+      {"/dapr.proto.runtime.v1.Dapr/UnlockAlpha1", "\x0a"},
+  };
+  script[3].deadline_ms = 20;
+  script[3].max_ms = 100;
+  script[2].max_ms = 100;
+  script[28].token = "tokenBBBBBBBBBBBBBBBBBBBBBBBBBBBB";
+  script.push_back(acquireStep("orders~1", "o1"));
+  script.back().token = "tokenBBBBBBBBBBBBBBBBBBBBBBBBBBBB";
+  std::vector<StatusCode> seen;
+  for (size_t i = 0; i < script.size(); ++i) {
+    const Step& step = script[i];
+    auto a = direct.callBytes(step.method, step.bytes, step.token, step.max_ms, step.deadline_ms);
+    seen.push_back(a->status.value_or(StatusCode::kUnknown));
+    auto b = bridge.callBytes(step.method, step.bytes, step.token, step.max_ms, step.deadline_ms);
+    SCOPED_TRACE("step " + std::to_string(i) + " " + step.method);
+    ASSERT_TRUE(a->status.has_value());
+    ASSERT_TRUE(b->status.has_value());
+    EXPECT_EQ(*a->status, *b->status);
+    EXPECT_EQ(a->status_message, b->status_message);
+    EXPECT_EQ(a->messages, b->messages);
+  }
+  // The script reached what it meant to: grants, busy, bad input, a replay, scopes, Dapr's answers.
+  EXPECT_EQ(seen[0], StatusCode::kOk);
+  EXPECT_EQ(seen[1], StatusCode::kAborted);
+  EXPECT_EQ(seen[4], StatusCode::kInvalidArgument);
+  EXPECT_EQ(seen[19], StatusCode::kOk);
+  EXPECT_EQ(seen[28], StatusCode::kPermissionDenied);
+  EXPECT_EQ(seen[35], StatusCode::kFailedPrecondition);
+  EXPECT_EQ(seen[36], StatusCode::kOk);
+  EXPECT_EQ(seen.back(), StatusCode::kOk);
+}
+
+// The request side alone: the fields a route reads are the same from BodyFields as from the
+// bridge's JSON body, 64-bit extremes and signs included.
+TEST(GrpcDirectPathTest, RequestFieldsReadAsTheBridgesJson) {
+  const std::initializer_list<BodyField> all = {
+      BodyField::kTtlMs,     BodyField::kWaitMs,         BodyField::kOwner,
+      BodyField::kAutoRenew, BodyField::kMaxHoldMs,      BodyField::kRequestId,
+      BodyField::kReentrant, BodyField::kMode,           BodyField::kFair,
+      BodyField::kHolder,    BodyField::kLockDelayMs,    BodyField::kResourceId,
+      BodyField::kLockOwner, BodyField::kExpiryInSeconds};
+  auto compare = [&](const GrpcMethod& method, const std::string& bytes,
+                     std::optional<int64_t> bound) {
+    std::optional<DirectCall> d = directCallOf(method, bytes, bound);
+    auto j = httpCallOf(method, bytes, bound);
+    ASSERT_TRUE(d.has_value());
+    ASSERT_TRUE(j.isOk());
+    EXPECT_EQ(d->http.path, j->path);
+    EXPECT_EQ(d->http.raw_path, j->raw_path);
+    EXPECT_EQ(d->http.method, j->method);
+    http::Request rd;
+    rd.decoded_body = &d->fields;
+    http::Request rj;
+    rj.body = j->body;
+    rj.headers = {{"content-type", "application/json"}};
+    for (BodyField field : all) {
+      RequestBody x, y;
+      ASSERT_TRUE(x.parse(rd, all)) << x.error();
+      ASSERT_TRUE(y.parse(rj, all)) << y.error();
+      EXPECT_EQ(x.has(field), y.has(field));
+      int64_t xi = 7, yi = 7;
+      EXPECT_EQ(x.readInt(field, INT64_MIN, INT64_MAX, xi),
+                y.readInt(field, INT64_MIN, INT64_MAX, yi));
+      EXPECT_EQ(xi, yi);
+      EXPECT_EQ(x.error(), y.error());
+      RequestBody x2, y2;
+      x2.parse(rd, all);
+      y2.parse(rj, all);
+      int64_t xr = 7, yr = 7;
+      EXPECT_EQ(x2.readInt(field, 1, 1000, xr), y2.readInt(field, 1, 1000, yr));
+      EXPECT_EQ(x2.error(), y2.error());
+      RequestBody x3, y3;
+      x3.parse(rd, all);
+      y3.parse(rj, all);
+      std::string_view xs, ys;
+      bool xb = false, yb = false;
+      EXPECT_EQ(x3.readString(field, xs), y3.readString(field, ys));
+      EXPECT_EQ(xs, ys);
+      RequestBody x4, y4;
+      x4.parse(rd, all);
+      y4.parse(rj, all);
+      EXPECT_EQ(x4.readBool(field, xb), y4.readBool(field, yb));
+      EXPECT_EQ(xb, yb);
+    }
+    // A field the route does not take: the same refusal.
+    RequestBody x, y;
+    EXPECT_EQ(x.parse(rd, {BodyField::kOwner}), y.parse(rj, {BodyField::kOwner}));
+    EXPECT_EQ(x.error(), y.error());
+  };
+  for (int64_t v :
+       {int64_t{1}, int64_t{-1}, std::numeric_limits<int64_t>::max(),
+        std::numeric_limits<int64_t>::min(), int64_t{1} << 53, (int64_t{1} << 53) + 1}) {
+    v1::AcquireRequest m;
+    m.set_name("n/ä b");
+    m.set_ttl_ms(v);
+    m.set_wait_ms(v);
+    m.set_max_hold_ms(v);
+    m.set_lock_delay_ms(v);
+    m.set_owner("o\"\\\x01");
+    m.set_auto_renew(v > 0);
+    m.set_reentrant(true);
+    m.set_fair(true);
+    m.set_mode("shared");
+    m.set_holder("h");
+    m.set_request_id("r");
+    compare(*findGrpcMethod("/sidelock.v1.Locks/Acquire"), m.SerializeAsString(), std::nullopt);
+    compare(*findGrpcMethod("/sidelock.v1.Locks/Acquire"), m.SerializeAsString(), 250);
+    compare(*findGrpcMethod("/sidelock.v1.Locks/Acquire"), m.SerializeAsString(), -4);
+    v1::ExtendRequest e;
+    e.set_name("n");
+    e.set_ttl_ms(v);
+    compare(*findGrpcMethod("/sidelock.v1.Locks/Extend"), e.SerializeAsString(), std::nullopt);
+  }
+  v1::AcquireRequest empty;
+  empty.set_name("n");
+  compare(*findGrpcMethod("/sidelock.v1.Locks/Acquire"), empty.SerializeAsString(), 10);
+  for (int32_t v :
+       {1, -1, std::numeric_limits<int32_t>::max(), std::numeric_limits<int32_t>::min()}) {
+    dapr::TryLockRequest t;
+    t.set_store_name("s t");
+    t.set_resource_id("r/1");
+    t.set_lock_owner("o");
+    t.set_expiry_in_seconds(v);
+    compare(*findGrpcMethod("/dapr.proto.runtime.v1.Dapr/TryLockAlpha1"), t.SerializeAsString(),
+            std::nullopt);
+  }
+  // What the direct form does not carry goes to the bridge.
+  v1::AcquireRequest health;
+  health.set_name("n");
+  health.mutable_health();
+  EXPECT_FALSE(directCallOf(*findGrpcMethod("/sidelock.v1.Locks/Acquire"),
+                            health.SerializeAsString(), std::nullopt));
+  EXPECT_FALSE(directCallOf(*findGrpcMethod("/sidelock.v1.Locks/Acquire"), "\xff", std::nullopt));
+  EXPECT_FALSE(directCallOf(*findGrpcMethod("/sidelock.v1.Locks/Inspect"), "", std::nullopt));
+}
+
+// The answer side alone: flat answers encode to protobuf's JSON parser's bytes; anything else is
+// left to that parser.
+TEST(GrpcDirectPathTest, FlatAnswersEncodeAsProtobufsJsonParser) {
+  struct Case {
+    const google::protobuf::Descriptor* type;
+    std::string json;
+    bool flat;  // the flat encoder takes it
+  };
+  const std::vector<Case> cases = {
+      {v1::Grant::descriptor(),
+       R"({"fair":true,"holds":2,"mode":"shared","name":"a/b c","owner":"o-1","token":9223372036854775807,"ttl_ms":10000})"
+       "\n",
+       true},
+      {v1::Grant::descriptor(), R"({"token":9007199254740993,"ttl_ms":-1})", true},
+      {v1::Grant::descriptor(), R"({"token":-9223372036854775808})", true},
+      {v1::Grant::descriptor(), R"({"token":0,"name":"","fair":false})", true},
+      {v1::Grant::descriptor(), R"( { "name" : "x" , "unknown": 5, "other": "s", "b": true } )",
+       true},
+      {v1::Grant::descriptor(), R"({"holds":2147483647})", true},
+      {v1::Grant::descriptor(), R"({"holds":-2147483648})", true},
+      {v1::Released::descriptor(), R"({"held":true,"holds":1,"released":true})", true},
+      {v1::Extended::descriptor(), R"({"ttl_ms":5000})", true},
+      {dapr::TryLockResponse::descriptor(), R"({"success":false})", true},
+      {dapr::UnlockResponse::descriptor(), R"({"status":2})", true},
+      {v1::HoldEvent::descriptor(), R"({"event":"acquired","token":3,"cap_reached":true})", true},
+      {v1::Grant::descriptor(), "{}", true},
+      // Left to protobuf's parser (errors included).
+      {v1::Grant::descriptor(), R"({"token":9223372036854775808})", false},
+      {v1::Grant::descriptor(), R"({"token":"12"})", false},
+      {v1::Grant::descriptor(), R"({"token":1.5})", false},
+      {v1::Grant::descriptor(), R"({"token":1e3})", false},
+      {v1::Grant::descriptor(), R"({"holds":2147483648})", false},
+      {v1::Grant::descriptor(), R"({"name":"\u00e4"})", false},
+      {v1::Grant::descriptor(), R"({"name":"ä"})", false},
+      {v1::Grant::descriptor(), R"({"name":null})", false},
+      {v1::Grant::descriptor(), R"({"name":1})", false},
+      {v1::Grant::descriptor(), R"({"fair":1})", false},
+      {v1::Grant::descriptor(), R"({"name":"a","name":"b"})", false},
+      {v1::Grant::descriptor(), R"({"unknown":{"x":1}})", false},
+      {v1::Grant::descriptor(), R"({"token":01})", false},
+      {v1::Grant::descriptor(), R"({"token":1} x)", false},
+      {v1::Grant::descriptor(), R"([1])", false},
+      {v1::Grant::descriptor(), "", false},
+      {dapr::UnlockResponse::descriptor(), R"({"status":9})", false},
+      {dapr::UnlockResponse::descriptor(), R"({"status":"SUCCESS"})", false},
+      {v1::LockState::descriptor(), R"({"held":true})", false},  // has a repeated field
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.json);
+    std::optional<std::string> flat = flatResponseMessageOf(c.type, c.json);
+    EXPECT_EQ(flat.has_value(), c.flat);
+    if (!flat) continue;
+    auto slow = responseMessageOf(c.type, c.json);
+    ASSERT_TRUE(slow.isOk()) << slow.status().message();
+    EXPECT_EQ(*flat, *slow);
+  }
+  auto grant = parsed<v1::Grant>(
+      *flatResponseMessageOf(v1::Grant::descriptor(), R"({"token":9007199254740993})"));
+  EXPECT_EQ(grant.token(), 9007199254740993);
+}
+
+// A gRPC call counts in sidelock_http_in_flight_requests until it is answered, as HTTP requests do.
+TEST(GrpcDirectPathTest, CallsCountInFlightUntilAnswered) {
+  World w;
+  ASSERT_EQ(w.call("/sidelock.v1.Locks/Acquire",
+                   [] {
+                     v1::AcquireRequest m;
+                     m.set_name("busy");
+                     m.set_owner("o1");
+                     return m;
+                   }())
+                ->status,
+            StatusCode::kOk);
+  EXPECT_EQ(w.metrics.http_in_flight.Value(), 0);
+  v1::AcquireRequest wait;
+  wait.set_name("busy");
+  wait.set_owner("o2");
+  wait.set_wait_ms(1000);
+  auto waiting = w.call("/sidelock.v1.Locks/Acquire", wait, "tokenAAAAAAAAAAAAAAAAAAAAAAAAAAAA", 5);
+  EXPECT_TRUE(waiting->active());
+  EXPECT_EQ(w.metrics.http_in_flight.Value(), 1);
+  w.sched.advanceMs(1100);
+  EXPECT_EQ(waiting->status, StatusCode::kAborted);
+  EXPECT_EQ(w.metrics.http_in_flight.Value(), 0);
+  // A call dropped unanswered (the client went away) leaves the count too.
+  auto gone = w.call("/sidelock.v1.Locks/Acquire", wait, "tokenAAAAAAAAAAAAAAAAAAAAAAAAAAAA", 5);
+  EXPECT_EQ(w.metrics.http_in_flight.Value(), 1);
+  gone->cancel();
+  w.sched.advanceMs(10);
+  gone.reset();
+  w.sched.advanceMs(1100);
+  EXPECT_EQ(w.metrics.http_in_flight.Value(), 0);
 }
 
 }  // namespace
