@@ -6,6 +6,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 JOBS=${JOBS:-$(nproc)}
+# Tests at twice the cores: they mostly wait (for Redis, TTLs, child processes). Measured, the
+# Release tests at -j4 on 2 cores: 125 s instead of 238 s at -j2, using 1.4 cores on average.
+CTEST_JOBS=${CTEST_JOBS:-$((JOBS * 2))}
 
 deploy/scripts/install-deps.sh
 # The npm packages of the Kubernetes schema test, once for both passes (the ctest then runs offline;
@@ -25,7 +28,7 @@ run_suite() {
   # (tests/CMakeLists.txt): measured on the clang ASan build's tests, 422 CPU-s instead of 670.
   cmake -S . -B "$dir" "$@" >/dev/null
   cmake --build "$dir" -j"$JOBS"
-  (cd "$dir" && ctest --output-on-failure -j"$JOBS" --timeout 600)
+  (cd "$dir" && ctest --output-on-failure -j"$CTEST_JOBS" --timeout 600)
 }
 
 failed=()

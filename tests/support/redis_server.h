@@ -84,10 +84,13 @@ class RedisServer {
   void resume();
 
   /// The trimmed output `redis-cli` would print for this command against this server ("" on
-  /// failure), from a connection of its own (no process is started).
+  /// failure), from a connection of its own (no process is started). Arguments may start with
+  /// redis-cli's own options ("-n 3", "--user u --pass p"); then redis-cli itself is run.
   std::string cli(const std::vector<std::string>& args) const;
 
  private:
+  /// cli() by running redis-cli (for its options).
+  std::string spawnCli(const std::vector<std::string>& args) const;
   void start();
   Options options_;
   Role role_;
