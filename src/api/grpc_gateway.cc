@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/percent_encoding.h"
 #include "dapr/proto/runtime/v1/dapr.pb.h"
 #include "grpc/health/v1/health.pb.h"
 #include "http/router.h"
@@ -146,31 +147,6 @@ void unquoteInt64(json& object, const pb::Descriptor* descriptor) {
       fix(*it);
     }
   }
-}
-
-bool unreserved(unsigned char c) {
-  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
-         c == '.' || c == '_' || c == '~';
-}
-
-std::string percentEncode(std::string_view text) {
-  static constexpr char kHex[] = "0123456789ABCDEF";
-  if (std::all_of(text.begin(), text.end(),
-                  [](char c) { return unreserved(static_cast<unsigned char>(c)); })) {
-    return std::string(text);  // the usual lock name
-  }
-  std::string out;
-  out.reserve(text.size() * 3);
-  for (const unsigned char c : text) {
-    if (unreserved(c)) {
-      out += static_cast<char>(c);
-    } else {
-      out += '%';
-      out += kHex[c >> 4];
-      out += kHex[c & 15];
-    }
-  }
-  return out;
 }
 
 /// The error code of an HTTP error body: sidelock's "error", Dapr's "errorCode".
@@ -501,14 +477,15 @@ StatusOr<HttpCall> httpCallOf(const GrpcMethod& method, std::string_view request
       return invalidArgument(errorBody("bad_request", field_name + " is required"));
     }
     out.path.append(value);
-    out.raw_path.append(percentEncode(value));
+    out.raw_path.append(percentEncode(value, PercentKeep::kUnreserved));
     rest.remove_prefix(close + 1);
   }
   if (method.query) {
     for (const auto& [key, value] : body.items()) {
       if (!out.query.empty()) out.query += '&';
-      out.query += percentEncode(key) + '=' +
-                   percentEncode(value.is_string() ? value.get<std::string>() : value.dump());
+      out.query += percentEncode(key, PercentKeep::kUnreserved) + '=' +
+                   percentEncode(value.is_string() ? value.get<std::string>() : value.dump(),
+                                 PercentKeep::kUnreserved);
     }
   }
   if (!method.has_body) return out;
@@ -535,7 +512,7 @@ void directPath(const GrpcMethod& method, std::string_view value, HttpCall& out)
   const std::string_view tail = method.path.substr(close + 1);
   out.path.reserve(head.size() + value.size() + tail.size());
   out.path.append(head).append(value).append(tail);
-  const std::string encoded = percentEncode(value);
+  const std::string encoded = percentEncode(value, PercentKeep::kUnreserved);
   out.raw_path.reserve(head.size() + encoded.size() + tail.size());
   out.raw_path.append(head).append(encoded).append(tail);
 }

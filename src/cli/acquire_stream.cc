@@ -6,6 +6,8 @@
 #include <cctype>
 #include <nlohmann/json.hpp>
 
+#include "common/percent_encoding.h"
+
 namespace sidelock::cli {
 namespace {
 
@@ -22,26 +24,6 @@ std::string truncated(std::string_view s, size_t n = 200) {
   if (s.size() <= n) return std::string(s);
   return std::string(s.substr(0, n)) + "...";
 }
-
-}  // namespace
-
-std::string percentEncode(std::string_view text) {
-  static constexpr char kHex[] = "0123456789ABCDEF";
-  std::string out;
-  for (unsigned char c : text) {
-    // ':' and '@' are legal in a path segment (RFC 3986 pchar) and common in lock names.
-    if (std::isalnum(c) || c == '-' || c == '.' || c == '_' || c == '~' || c == ':' || c == '@') {
-      out.push_back(static_cast<char>(c));
-    } else {
-      out.push_back('%');
-      out.push_back(kHex[c >> 4]);
-      out.push_back(kHex[c & 0xF]);
-    }
-  }
-  return out;
-}
-
-namespace {
 
 /// A POST whose answer is an event stream or a JSON refusal.
 std::string buildStreamPost(const std::string& path, const json& body, const std::string& token) {
@@ -69,8 +51,9 @@ std::string buildAcquireRequest(const AcquireRequest& request) {
     body["health"] = {{"url", *request.health_url}, {"grace_ms", request.health_grace_ms}};
   }
   body["hold"] = "stream";
-  return buildStreamPost("/v1/locks/" + percentEncode(request.name) + "/acquire", body,
-                         request.token);
+  return buildStreamPost(
+      "/v1/locks/" + percentEncode(request.name, PercentKeep::kPathSegment) + "/acquire", body,
+      request.token);
 }
 
 std::string buildCampaignRequest(const CampaignRequest& request) {
@@ -81,8 +64,9 @@ std::string buildCampaignRequest(const CampaignRequest& request) {
   if (request.health_url) {
     body["health"] = {{"url", *request.health_url}, {"grace_ms", request.health_grace_ms}};
   }
-  return buildStreamPost("/v1/elections/" + percentEncode(request.name) + "/campaign", body,
-                         request.token);
+  return buildStreamPost(
+      "/v1/elections/" + percentEncode(request.name, PercentKeep::kPathSegment) + "/campaign", body,
+      request.token);
 }
 
 StatusOr<StreamEvent> parseStreamEvent(std::string_view line) {

@@ -43,9 +43,6 @@ struct CampaignRequest {
 /// The full HTTP/1.1 request text of a campaign (path percent-encoded, JSON body).
 std::string buildCampaignRequest(const CampaignRequest& request);
 
-/// RFC 3986 percent-encoding of everything but unreserved characters.
-std::string percentEncode(std::string_view text);
-
 struct StreamEvent {
   // kElected, kSteppingDown and kResigned are a campaign's (its `lost` and `renewed` are parsed
   // as a lock's).

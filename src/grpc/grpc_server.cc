@@ -4,6 +4,8 @@
 #include <memory>
 #include <utility>
 
+#include "common/percent_encoding.h"
+
 namespace sidelock::grpc {
 namespace {
 
@@ -180,7 +182,8 @@ void GrpcCall::finish(StatusCode code, std::string_view message) {
   deadline_.reset();
   std::vector<http::Http2Header> trailers{
       {"grpc-status", std::to_string(static_cast<int>(code))}};
-  if (!message.empty()) trailers.emplace_back("grpc-message", percentEncodeMessage(message));
+  if (!message.empty())
+    trailers.emplace_back("grpc-message", percentEncode(message, PercentKeep::kGrpcMessage));
   if (headers_sent_) {
     stream_->end(std::move(trailers));
     return;
@@ -241,22 +244,6 @@ std::optional<int64_t> parseGrpcTimeout(std::string_view value) {
     default: return std::nullopt;
   }
   return us < 1 ? 1 : us;
-}
-
-std::string percentEncodeMessage(std::string_view message) {
-  static constexpr char kHex[] = "0123456789ABCDEF";
-  std::string out;
-  out.reserve(message.size());
-  for (unsigned char ch : message) {
-    if (ch >= 0x20 && ch <= 0x7E && ch != '%') {
-      out.push_back(static_cast<char>(ch));
-    } else {
-      out.push_back('%');
-      out.push_back(kHex[ch >> 4]);
-      out.push_back(kHex[ch & 0xF]);
-    }
-  }
-  return out;
 }
 
 CallHandler unimplementedHandler() {

@@ -30,8 +30,6 @@ struct GrpcServerOptions {
 /// Parses a grpc-timeout value ("100m", "5S": 1 to 8 digits and a unit H M S m u n) into
 /// microseconds (at least 1); nullopt if malformed.
 std::optional<int64_t> parseGrpcTimeout(std::string_view value);
-/// grpc-message's percent-encoding: bytes outside printable ASCII and '%' become %XX.
-std::string percentEncodeMessage(std::string_view message);
 
 /// A CallHandler answering every call UNIMPLEMENTED with a message naming sidelock.
 CallHandler unimplementedHandler();

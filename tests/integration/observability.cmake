@@ -45,7 +45,7 @@ if(EXISTS ${CMAKE_CURRENT_LIST_DIR}/prometheus_proof_test.cc
   sidelock_test(prometheus_proof_test
     SOURCES ${CMAKE_CURRENT_LIST_DIR}/prometheus_proof_test.cc
             ${CMAKE_CURRENT_LIST_DIR}/prometheus_queries.cc
-    LIBS nlohmann_json::nlohmann_json yaml-cpp
+    LIBS sidelock_common nlohmann_json::nlohmann_json yaml-cpp
     LABELS integration
     TIMEOUT 180)
   target_compile_definitions(prometheus_proof_test PRIVATE

@@ -9,6 +9,8 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "common/percent_encoding.h"
+
 namespace sidelock::testing::promql {
 namespace {
 
@@ -192,19 +194,6 @@ std::set<std::string> metricNames(const std::string& expr,
   return names;
 }
 
-std::string urlEncode(const std::string& s) {
-  static const char kHex[] = "0123456789ABCDEF";
-  std::string out;
-  for (unsigned char c : s) {
-    if (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~') {
-      out += static_cast<char>(c);
-    } else {
-      out += '%';
-      out += kHex[c >> 4];
-      out += kHex[c & 15];
-    }
-  }
-  return out;
-}
+std::string urlEncode(const std::string& s) { return percentEncode(s, PercentKeep::kUnreserved); }
 
 }  // namespace sidelock::testing::promql

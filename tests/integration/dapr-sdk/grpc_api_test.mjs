@@ -5,12 +5,10 @@
 // errors mapped to gRPC statuses, tokens from authorization and dapr-api-token metadata, one lock
 // whatever protocol took it, grpc.health.v1 Check and Watch, and the protocol="grpc" metrics.
 // Usage: node grpc_api_test.mjs SIDELOCK_BINARY REPO_ROOT (run.sh installs the packages first).
-import { spawn } from "node:child_process";
 import { createRequire } from "node:module";
 import fs from "node:fs";
-import os from "node:os";
 import path from "node:path";
-import { check, checkCount, failures, freePort, sleep, startRedis, stop, until } from "./harness.mjs";
+import { check, checkCount, failures, finish, sleep, stop, until, withSidecar } from "./harness.mjs";
 
 const require = createRequire(import.meta.url);
 const grpc = require("@grpc/grpc-js");
@@ -311,43 +309,15 @@ async function exercise(ports, sidecarLog) {
 }
 
 async function main() {
-  const tmp = fs.mkdtempSync(path.join(os.tmpdir(), "sidelock-grpc-"));
-  const procs = [];
   const started = Date.now();
-  try {
-    const redisPort = await freePort();
-    const ports = { http: await freePort(), grpc: await freePort() };
-    const redis = await startRedis(redisPort, tmp);
-    procs.push(redis);
-    const config = path.join(tmp, "sidelock.yaml");
-    fs.writeFileSync(config,
-        `listen:\n  tcp: "127.0.0.1:${ports.http}"\n  unix: ""\n  grpc: "127.0.0.1:${ports.grpc}"\n` +
-        `backend:\n  type: redis\n  nodes: ["127.0.0.1:${redisPort}"]\n` +
-        `auth:\n  tokens_env: GRPC_TEST_TOKENS\n` +
-        `dapr:\n  stores: ["lockstore"]\n  app_id: grpc-app\n`);
-    const sidecarLog = path.join(tmp, "sidecar.log");
-    const out = fs.openSync(sidecarLog, "w");
-    const sidecar = spawn(sidelock, ["--config", config], {
-      stdio: ["ignore", out, out],
-      env: { ...process.env, GRPC_TEST_TOKENS: `${TOKEN}\n${SCOPED} prefixes=orders~\n`,
-             SIDELOCK_DAPR_OWNER_SECRET: "grpc-test-secret-0123456789" },
-    });
-    procs.push(sidecar);
-    const ready = await until(async () =>
-        (await fetch(`http://127.0.0.1:${ports.http}/readyz`)).status === 200, 20000);
-    if (!ready) throw new Error("the sidecar did not become ready:\n" + fs.readFileSync(sidecarLog));
+  await withSidecar({ binary: sidelock, name: "grpc", appId: "grpc-app",
+                      tokens: `${TOKEN}\n${SCOPED} prefixes=orders~\n` },
+                    async ({ ports, sidecar, sidecarLog }) => {
     await exercise(ports, sidecarLog);
     const code = await stop(sidecar);
     check(code === 0, "the sidecar exits 0", String(code));
-  } finally {
-    for (const p of procs.reverse()) await stop(p);
-    fs.rmSync(tmp, { recursive: true, force: true });
-  }
-  if (failures.length) {
-    console.error(`${failures.length} of ${checkCount()} checks failed`);
-    process.exit(1);
-  }
-  console.log(`grpc-api: ${checkCount()} checks passed with @grpc/grpc-js in ${Date.now() - started} ms`);
+  });
+  finish(`grpc-api: ${checkCount()} checks passed with @grpc/grpc-js in ${Date.now() - started} ms`);
 }
 
 main().catch((err) => {

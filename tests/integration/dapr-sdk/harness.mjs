@@ -1,7 +1,11 @@
 // What the tests of this folder share (sdk_test.mjs, grpc_api_test.mjs): checks that count and
-// collect failures, free ports, polling, stopping a child process, a redis-server on a free port.
+// collect failures, free ports, polling, stopping a child process, a redis-server on a free port,
+// and a sidecar (HTTP, gRPC, tokens, one Dapr store) on its own redis-server, stopped afterwards.
 import { spawn } from "node:child_process";
+import fs from "node:fs";
 import net from "node:net";
+import os from "node:os";
+import path from "node:path";
 
 export const failures = [];
 let count = 0;
@@ -67,4 +71,49 @@ export async function startRedis(port, dir) {
     throw new Error("redis-server did not start");
   }
   return redis;
+}
+
+/// Runs `body({ ports: {redis, http, grpc}, redis, sidecar, sidecarLog })` against a sidelock
+/// (`binary`) listening on TCP for HTTP and for gRPC, backed by its own redis-server, with the
+/// bearer tokens `tokens` (the text of a tokens file) and the Dapr store "lockstore" of `appId`;
+/// once it is ready (/readyz). Every process is stopped and the temporary folder removed after,
+/// whatever happened (`body` may stop them itself).
+export async function withSidecar({ binary, name, tokens, appId }, body) {
+  const tmp = fs.mkdtempSync(path.join(os.tmpdir(), `sidelock-${name}-`));
+  const procs = [];
+  try {
+    const ports = { redis: await freePort(), http: await freePort(), grpc: await freePort() };
+    const redis = await startRedis(ports.redis, tmp);
+    procs.push(redis);
+    const config = path.join(tmp, "sidelock.yaml");
+    fs.writeFileSync(config,
+        `listen:\n  tcp: "127.0.0.1:${ports.http}"\n  unix: ""\n  grpc: "127.0.0.1:${ports.grpc}"\n` +
+        `backend:\n  type: redis\n  nodes: ["127.0.0.1:${ports.redis}"]\n` +
+        `auth:\n  tokens_env: TEST_TOKENS\n` +
+        `dapr:\n  stores: ["lockstore"]\n  app_id: ${appId}\n`);
+    const sidecarLog = path.join(tmp, "sidecar.log");
+    const out = fs.openSync(sidecarLog, "w");
+    const sidecar = spawn(binary, ["--config", config], {
+      stdio: ["ignore", out, out],
+      env: { ...process.env, TEST_TOKENS: tokens,
+             SIDELOCK_DAPR_OWNER_SECRET: `${name}-test-secret-0123456789` },
+    });
+    procs.push(sidecar);
+    const ready = await until(async () =>
+        (await fetch(`http://127.0.0.1:${ports.http}/readyz`)).status === 200, 20000);
+    if (!ready) throw new Error("the sidecar did not become ready:\n" + fs.readFileSync(sidecarLog));
+    await body({ ports, redis, sidecar, sidecarLog });
+  } finally {
+    for (const p of procs.reverse()) await stop(p);
+    fs.rmSync(tmp, { recursive: true, force: true });
+  }
+}
+
+/// Ends the test: exit 1 naming the count of failed checks, else prints `passed`.
+export function finish(passed) {
+  if (failures.length) {
+    console.error(`${failures.length} of ${checkCount()} checks failed`);
+    process.exit(1);
+  }
+  console.log(passed);
 }

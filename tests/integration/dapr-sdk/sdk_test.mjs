@@ -4,12 +4,9 @@
 // polls GET /v1.0/metadata, or GetMetadata over gRPC, first) and get Dapr's documented answers to
 // lock and unlock; a wrong or missing token is refused.
 // Usage: node sdk_test.mjs SIDELOCK_BINARY (run.sh installs the SDK first).
-import { spawn } from "node:child_process";
 import { createRequire } from "node:module";
 import fs from "node:fs";
-import os from "node:os";
-import path from "node:path";
-import { check, checkCount, failures, freePort, startRedis, stop, until } from "./harness.mjs";
+import { check, checkCount, failures, finish, stop, until, withSidecar } from "./harness.mjs";
 
 const require = createRequire(import.meta.url);
 const { DaprClient, CommunicationProtocolEnum, LogLevel } = require("@dapr/dapr");
@@ -222,57 +219,26 @@ async function exerciseGrpc(grpcPort, sidecarLog) {
 }
 
 async function main() {
-  const tmp = fs.mkdtempSync(path.join(os.tmpdir(), "sidelock-dapr-sdk-"));
-  const procs = [];
-  try {
-    const redisPort = await freePort();
-    const lockPort = await freePort();
-    const grpcPort = await freePort();
-    const redis = await startRedis(redisPort, tmp);
-    procs.push(redis);
-
-    const config = path.join(tmp, "sidelock.yaml");
-    fs.writeFileSync(config,
-        `listen:\n  tcp: "127.0.0.1:${lockPort}"\n  unix: ""\n  grpc: "127.0.0.1:${grpcPort}"\n` +
-        `backend:\n  type: redis\n  nodes: ["127.0.0.1:${redisPort}"]\n` +
-        `auth:\n  tokens_env: SDK_TEST_TOKENS\n` +
-        `dapr:\n  stores: ["${STORE}"]\n  app_id: orders-app\n`);
-    const sidecarLog = path.join(tmp, "sidecar.log");
-    const out = fs.openSync(sidecarLog, "w");
-    const sidecar = spawn(sidelock, ["--config", config], {
-      stdio: ["ignore", out, out],
-      env: { ...process.env, SDK_TEST_TOKENS: `${TOKEN}\n${SCOPED} prefixes=orders~\n`,
-             SIDELOCK_DAPR_OWNER_SECRET: "sdk-test-secret-0123456789" },
-    });
-    procs.push(sidecar);
-    const ready = await until(async () =>
-        (await fetch(`http://127.0.0.1:${lockPort}/readyz`)).status === 200, 20000);
-    if (!ready) throw new Error("the sidecar did not become ready:\n" + fs.readFileSync(sidecarLog));
-
-    await exercise(lockPort, sidecarLog);
+  await withSidecar({ binary: sidelock, name: "dapr-sdk", appId: "orders-app",
+                      tokens: `${TOKEN}\n${SCOPED} prefixes=orders~\n` },
+                    async ({ ports, redis, sidecar, sidecarLog }) => {
+    await exercise(ports.http, sidecarLog);
     process.env.DAPR_API_TOKEN = TOKEN;  // exercise() ends without one
-    await exerciseGrpc(grpcPort, sidecarLog);
+    await exerciseGrpc(ports.grpc, sidecarLog);
 
     // Not ready: Redis gone, the probes answer 500 as /readyz answers 503.
     await stop(redis);
     const down = await until(async () =>
-        (await fetch(`http://127.0.0.1:${lockPort}/v1.0/healthz`)).status === 500, 20000);
+        (await fetch(`http://127.0.0.1:${ports.http}/v1.0/healthz`)).status === 500, 20000);
     check(down, "/v1.0/healthz answers 500 while Redis is down");
-    const outbound = await fetch(`http://127.0.0.1:${lockPort}/v1.0/healthz/outbound`);
+    const outbound = await fetch(`http://127.0.0.1:${ports.http}/v1.0/healthz/outbound`);
     check(outbound.status === 500 &&
               (await outbound.json()).errorCode === "ERR_OUTBOUND_HEALTH_NOT_READY",
           "/v1.0/healthz/outbound answers 500 ERR_OUTBOUND_HEALTH_NOT_READY");
     const code = await stop(sidecar);
     check(code === 0, "the sidecar exits 0", String(code));
-  } finally {
-    for (const p of procs.reverse()) await stop(p);
-    fs.rmSync(tmp, { recursive: true, force: true });
-  }
-  if (failures.length) {
-    console.error(`${failures.length} of ${checkCount()} checks failed`);
-    process.exit(1);
-  }
-  console.log(`dapr-sdk: ${checkCount()} checks passed with @dapr/dapr over HTTP and gRPC`);
+  });
+  finish(`dapr-sdk: ${checkCount()} checks passed with @dapr/dapr over HTTP and gRPC`);
 }
 
 main().catch((err) => {
