@@ -215,7 +215,6 @@ void ElectionApi::campaign(http::Request& req, http::ResponderPtr res) {
         call->elected = true;
         call->owner = r.grant.owner;
         call->term = r.grant.token;
-        metrics_.elections_won.Increment();
         if (!out->clientConnected()) {
           // Gone between grant and answer: resign now rather than lead for nobody.
           finish(call);
@@ -232,6 +231,8 @@ void ElectionApi::campaign(http::Request& req, http::ResponderPtr res) {
           }
           watchHealth(call->health, *options_.health_prober, service_, r.grant);
         }
+        // Counted once announced: a grant given back unseen above is no win.
+        metrics_.elections_won.Increment();
         SL_LOG(kInfo, "election.elected", {"name", call->election.name},
                {"candidate", call->candidate}, {"term", static_cast<unsigned long>(r.grant.token)});
         out->startStream(200, "application/x-ndjson");

@@ -28,6 +28,9 @@ struct PodElections::Election {
   /// the next probe that succeeds. An unhealthy pod neither leads nor waits in line.
   health::HealthWatch health;
   bool unhealthy = false;
+  /// Healthy again while the campaign onUnhealthy() cancelled had not answered yet: campaign once
+  /// that answer (kCancelled) arrives.
+  bool rejoin_when_cancelled = false;
   event::ScopedTimer retry;
   /// Monotonic µs until which this sidecar knows a leader was there (a read showed one with that
   /// much TTL left, or this sidecar leads); the leaderless gauge counts from it.
@@ -122,7 +125,11 @@ void PodElections::onAnswer(Election& e, lock::AcquireResult r) {
              {"term", static_cast<unsigned long long>(e.term)});
       return;
     case lock::AcquireStatus::kCancelled:
-      e.campaigning = false;  // resignAll(), or the lock service shuts down
+      e.campaigning = false;  // onUnhealthy(), resignAll(), or the lock service shuts down
+      if (std::exchange(e.rejoin_when_cancelled, false) && !stopped_ && !e.unhealthy) {
+        e.backoff.reset();
+        campaign(e);
+      }
       return;
     case lock::AcquireStatus::kError:
       return campaignLater(e, r.error.message());
@@ -220,6 +227,8 @@ void PodElections::onHealthy(Election& e) {
   if (!e.campaigning && !e.leading) {
     e.backoff.reset();
     campaign(e);
+  } else if (e.campaigning && !e.leading) {
+    e.rejoin_when_cancelled = true;  // the cancelled campaign's answer is still on its way
   }
 }
 

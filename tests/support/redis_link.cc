@@ -58,8 +58,11 @@ void appendRawReply(const redisReply* r, std::string& out) {
   switch (r->type) {
     case REDIS_REPLY_STRING:
     case REDIS_REPLY_STATUS:
-    case REDIS_REPLY_ERROR:
       out.append(r->str, r->len);
+      break;
+    case REDIS_REPLY_ERROR:  // redis-cli ends an error with a newline, inside an array too
+      out.append(r->str, r->len);
+      out += '\n';
       break;
     case REDIS_REPLY_INTEGER:
       out += std::to_string(r->integer);
