@@ -310,7 +310,7 @@ TEST(LockEventsRedlockTest, EventsFollowTheMajorityOnEverySidecar) {
 /// watcher sees it: the holder seen from B; a lease acquired with a lock-delay expires (`expired`),
 /// B is refused for the delay (409 lock_delay) and its waiting acquire is granted when the delay
 /// ends; a clean release leaves no delay (B gets it at once); an operator's force release is
-/// `forced`. `exact_tokens`: events carry the grant's token (not on Redlock: there the highest
+/// `forced` and starts the delay, which holds back a reader too. `exact_tokens`: events carry the grant's token (not on Redlock: there the highest
 /// counter of any node, so only order is checked, by the Watcher).
 void lifeOfALockOn(const std::string& yaml, bool exact_tokens) {
   const int admin_a = pickFreePort();
@@ -365,11 +365,26 @@ void lifeOfALockOn(const std::string& yaml, bool exact_tokens) {
                 .status,
             200);
   expectNext("released", tokenOf(r));
-  r = cb.post("/v1/locks/life/acquire", R"({"ttl_ms":30000})");
+  r = cb.post("/v1/locks/life/acquire", R"({"ttl_ms":30000,"lock_delay_ms":1000})");
   ASSERT_EQ(r.status, 200) << "a clean release has no delay: " << r.body;
   expectNext("acquired", tokenOf(r));
   ASSERT_EQ(adminPost(admin_a, "/admin/v1/locks/life/release").status, 200);
+  const auto forced_at = Clock::now();
   expectNext("forced", tokenOf(r));
+
+  // A force release is involuntary: its delay holds back a reader too, until it ends.
+  busy = ca.post("/v1/locks/life/acquire", R"({"ttl_ms":30000,"mode":"shared"})");
+  ASSERT_EQ(busy.status, 409) << busy.body;
+  EXPECT_EQ(json::parse(busy.body)["reason"], "lock_delay") << busy.body;
+  r = ca.post("/v1/locks/life/acquire", R"({"ttl_ms":30000,"mode":"shared","wait_ms":5000})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_GE(std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - forced_at).count(),
+            900)
+      << "a reader granted inside the delay";
+  ASSERT_EQ(ca.post("/v1/locks/life/release",
+                    json{{"owner", json::parse(r.body)["owner"]}, {"mode", "shared"}}.dump())
+                .status,
+            200);
   EXPECT_EQ(a->stop(), 0) << a->logs();
   EXPECT_EQ(b->stop(), 0) << b->logs();
 }
