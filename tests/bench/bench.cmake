@@ -14,4 +14,4 @@ add_dependencies(lock_bench sidelock)
 add_test(NAME lock_bench_smoke COMMAND lock_bench --quick)
 # About 15 s in Release (the grpc scenario ~2.5 s of it) and 40 s under ASan on 2 loaded cores (every scenario, elections
 # included): started early under `ctest -j` (COST), with room for a loaded machine (TIMEOUT).
-set_tests_properties(lock_bench_smoke PROPERTIES TIMEOUT 90 COST 15 LABELS bench)
+set_tests_properties(lock_bench_smoke PROPERTIES TIMEOUT 90 COST 15 LABELS "bench;sidecar")

@@ -13,8 +13,8 @@ find_program(SIDELOCK_NODE node)
 if(SIDELOCK_NODE)
   add_test(NAME dapr_sdk_test
     COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/integration/dapr-sdk/run.sh ${PROJECT_SOURCE_DIR}
-            $<TARGET_FILE:sidelock>)
-  set_tests_properties(dapr_sdk_test PROPERTIES TIMEOUT 300 LABELS "integration" COST 5)
+            ${SIDELOCK_UNDER_TEST})
+  set_tests_properties(dapr_sdk_test PROPERTIES TIMEOUT 300 LABELS "integration;sidecar" COST 5)
 else()
   message(WARNING "node not found (Debian: nodejs): the dapr_sdk_test test is not registered")
 endif()

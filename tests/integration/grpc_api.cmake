@@ -7,8 +7,8 @@ find_program(SIDELOCK_NODE node)
 if(SIDELOCK_NODE)
   add_test(NAME grpc_api_test
     COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/integration/dapr-sdk/run.sh ${PROJECT_SOURCE_DIR}
-            $<TARGET_FILE:sidelock> grpc_api_test.mjs)
-  set_tests_properties(grpc_api_test PROPERTIES TIMEOUT 300 LABELS "integration" COST 5)
+            ${SIDELOCK_UNDER_TEST} grpc_api_test.mjs)
+  set_tests_properties(grpc_api_test PROPERTIES TIMEOUT 300 LABELS "integration;sidecar" COST 5)
 else()
   message(WARNING "node not found (Debian: nodejs): the grpc_api_test test is not registered")
 endif()

@@ -1,7 +1,7 @@
 sidelock_test(http_server_test
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/http_server_test.cc
   LIBS sidelock_http nlohmann_json::nlohmann_json
-  LABELS integration
+  LABELS integration IN_PROCESS
   TIMEOUT 120)
 
 # The HTTP/2 + gRPC transport against python3-h2 clients, some of them hostile (rapid reset,
@@ -15,6 +15,6 @@ find_program(SIDELOCK_DEBIAN_PYTHON3 python3 PATHS /usr/bin NO_DEFAULT_PATH)
 if(SIDELOCK_DEBIAN_PYTHON3)
   add_test(NAME grpc_transport_test
     COMMAND ${SIDELOCK_DEBIAN_PYTHON3} ${CMAKE_CURRENT_LIST_DIR}/grpc_transport_test.py
-            $<TARGET_FILE:grpc_echo_server> $<TARGET_FILE:sidelock>)
-  set_tests_properties(grpc_transport_test PROPERTIES LABELS integration TIMEOUT 120)
+            $<TARGET_FILE:grpc_echo_server> ${SIDELOCK_UNDER_TEST})
+  set_tests_properties(grpc_transport_test PROPERTIES LABELS "integration;sidecar" TIMEOUT 120)
 endif()

@@ -36,11 +36,7 @@ using std::chrono::steady_clock;
 
 // The honest client's lease TTL; every bound below is relative to it. Doubled under ASan, which
 // slows everything the loop does (the flood included) several times.
-#if defined(SIDELOCK_ASAN)  // CMakeLists.txt: gcc or clang with SIDELOCK_SANITIZE
-constexpr int64_t kLeaseTtlMs = 2000;
-#else
-constexpr int64_t kLeaseTtlMs = 1000;
-#endif
+int64_t leaseTtlMs() { return sidecarIsSanitized() ? 2000 : 1000; }
 
 std::string yamlFor(const RedisServer& redis) {
   return "backend:\n  type: redis\n  nodes: [\"" + redis.address() +
@@ -153,12 +149,12 @@ TEST(HttpAbuseTest, PipelinedMetricsFloodDoesNotFreezeTheLoop) {
   HttpClient c = HttpClient::tcp(sidecar.port());
   // An honest client's auto-renewed lease and stream hold, both with a short TTL.
   auto r = c.post("/v1/locks/flood-lease/acquire",
-                  json{{"ttl_ms", kLeaseTtlMs}, {"auto_renew", true}}.dump());
+                  json{{"ttl_ms", leaseTtlMs()}, {"auto_renew", true}}.dump());
   ASSERT_EQ(r.status, 200) << r.body;
   const std::string lease_owner = json::parse(r.body)["owner"];
   HttpClient stream = HttpClient::tcp(sidecar.port());
   stream.sendRequest("POST", "/v1/locks/flood-stream/acquire",
-                     json{{"ttl_ms", kLeaseTtlMs}, {"hold", "stream"}}.dump());
+                     json{{"ttl_ms", leaseTtlMs()}, {"hold", "stream"}}.dump());
   ASSERT_TRUE(stream.readStreamHead().has_value());
   auto first = stream.readStreamLine();
   ASSERT_TRUE(first.has_value());
@@ -188,13 +184,13 @@ TEST(HttpAbuseTest, PipelinedMetricsFloodDoesNotFreezeTheLoop) {
   });
 
   // Three TTLs of probing while the flood is served.
-  ProbeLog log = probeHealthz(sidecar.port(), 3 * kLeaseTtlMs, 5 * kLeaseTtlMs);
+  ProbeLog log = probeHealthz(sidecar.port(), 3 * leaseTtlMs(), 5 * leaseTtlMs());
   stop = true;
   writer.join();
   EXPECT_EQ(log.failures, 0);
   EXPECT_GE(log.probes, 3);
   std::cerr << "probes: " << log.probes << ", slowest " << log.slowest_ms << " ms\n";
-  EXPECT_LT(log.slowest_ms, kLeaseTtlMs / 2) << "a /healthz took half a lease TTL or more";
+  EXPECT_LT(log.slowest_ms, leaseTtlMs() / 2) << "a /healthz took half a lease TTL or more";
   // Neither hold was lost: Redis still has both owners, and the renewals never failed.
   EXPECT_EQ(redis.cli({"GET", "sidelock:{flood-lease}"}), lease_owner);
   EXPECT_EQ(redis.cli({"GET", "sidelock:{flood-stream}"}), stream_owner);

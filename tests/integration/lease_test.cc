@@ -233,8 +233,10 @@ TEST(LeaseTest, ACappedStreamEndsSayingTheCapWasReached) {
   RedisServer redis;
   SidecarProcess sidecar({yamlFor(redis), {}, true});
   HttpClient s = HttpClient::tcp(sidecar.port());
+  // A 400 ms TTL is renewed every ~133 ms: a loop that a loaded machine stalls for 200 ms does not
+  // lose the lease before its cap (200 ms did, at ctest -j4 beside a build).
   s.sendRequest("POST", "/v1/locks/capped-stream/acquire",
-                R"({"ttl_ms":200,"hold":"stream","max_hold_ms":500})");
+                R"({"ttl_ms":400,"hold":"stream","max_hold_ms":1000})");
   auto head = s.readStreamHead();
   ASSERT_TRUE(head.has_value());
   ASSERT_EQ(head->status, 200);

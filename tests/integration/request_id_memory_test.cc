@@ -18,13 +18,9 @@ namespace sidelock::testing {
 namespace {
 
 // Under ASan the sidecar's RSS is ASan's (shadow memory, a quarantine that keeps freed blocks):
-// run by hand there, it checks the load and the byte bound only. The test command registers it
-// in the build we ship only (tests/integration/safe_retries.cmake).
-#if defined(SIDELOCK_ASAN)  // CMakeLists.txt: gcc or clang with SIDELOCK_SANITIZE
-constexpr bool kRssIsMeaningful = false;
-#else
-constexpr bool kRssIsMeaningful = true;
-#endif
+// against the sanitizer build's own sidecar it checks the load and the byte bound only. The test
+// command runs it against the shipped binary only (label "shipped": tests/run.sh).
+bool rssIsMeaningful() { return !sidecarIsSanitized(); }
 constexpr int64_t kChartMemoryLimitKiB = 128 * 1024;
 constexpr int64_t kMarginKiB = 16 * 1024;
 constexpr int kConnections = 4;
@@ -87,12 +83,12 @@ TEST(RequestIdMemoryTest, ManyLongRequestIdsStayWithinTheChartsMemoryLimit) {
   const int64_t idle_kib = bench::rssKiB(sidecar.pid());
   // The 110k acquires where RSS is checked; under ASan (several times slower, RSS not
   // checked) 30k, still twice what fills the byte bound.
-  const int64_t peak_kib = acquireMany(sidecar, kRssIsMeaningful ? 110'000 : 30'000);
+  const int64_t peak_kib = acquireMany(sidecar, rssIsMeaningful() ? 110'000 : 30'000);
   const int64_t bytes = rememberedBytes(sidecar);
   std::printf("RSS idle %lld KiB, peak %lld KiB; remembered %lld bytes\n",
               static_cast<long long>(idle_kib), static_cast<long long>(peak_kib),
               static_cast<long long>(bytes));
-  if (kRssIsMeaningful) {
+  if (rssIsMeaningful()) {
     EXPECT_LT(peak_kib, kChartMemoryLimitKiB - kMarginKiB);
   }
   EXPECT_LE(bytes, 16 << 20) << "locks.max_request_id_bytes";
@@ -104,8 +100,8 @@ TEST(RequestIdMemoryTest, MemoryComesBackWhenTheWindowIsOver) {
   // The window must outlast the burst, or its first answers are gone before it ends: 20k pairs
   // take about a second in the build we ship, up to 20 s under ASan on two CI cores (where 2 s
   // left only the last 4 MiB remembered), so ASan gets fewer pairs and a longer window.
-  const int pairs = kRssIsMeaningful ? 20'000 : 10'000;
-  const int64_t window_ms = kRssIsMeaningful ? 3'000 : 25'000;
+  const int pairs = rssIsMeaningful() ? 20'000 : 10'000;
+  const int64_t window_ms = rssIsMeaningful() ? 3'000 : 25'000;
   SidecarProcess sidecar({"backend:\n  type: memory\nlocks:\n  request_id_window_ms: " +
                               std::to_string(window_ms) + "\n",
                           {},
@@ -118,7 +114,7 @@ TEST(RequestIdMemoryTest, MemoryComesBackWhenTheWindowIsOver) {
   const int64_t after_kib = bench::rssKiB(sidecar.pid());
   std::printf("RSS peak %lld KiB, after the window %lld KiB\n", static_cast<long long>(peak_kib),
               static_cast<long long>(after_kib));
-  if (kRssIsMeaningful) {
+  if (rssIsMeaningful()) {
     EXPECT_LT(after_kib, peak_kib - 8 * 1024) << "the remembered answers' memory is given back";
   }
   EXPECT_EQ(sidecar.stop(), 0) << sidecar.logs();

@@ -24,9 +24,11 @@ namespace {
 
 using nlohmann::json;
 
-// Long enough for every copy to arrive while the first waits; under the single-Redis command
-// timeout (500 ms), so the sidecar does not give the link up meanwhile.
+// Long enough for every copy to arrive while the first waits; well under the sidecar's Redis
+// command timeout (kCommandTimeoutMs), so the sidecar does not give the link up meanwhile (with
+// the default 500 ms, a loaded machine's 150 ms of slack ran out: "release timed out").
 constexpr int kPauseMs = 350;
+constexpr int kCommandTimeoutMs = 3000;
 
 /// Requests the sidecar received and has not answered, not counting the /metrics request that
 /// asks.
@@ -85,7 +87,11 @@ HttpResponse retryAfterGivingUp(const RedisServer& redis, int port, const std::s
 class SafeRetriesInFlightTest : public ::testing::Test {
  protected:
   RedisServer redis_;
-  std::unique_ptr<SidecarProcess> sidecar_ = sidecarOnRedis(redis_.address());
+  std::unique_ptr<SidecarProcess> sidecar_ = std::make_unique<SidecarProcess>(SidecarProcess::Options{
+      redisBackendYaml(redis_.address()) +
+          "  command_timeout_ms: " + std::to_string(kCommandTimeoutMs) + "\n",
+      {},
+      /*wait_ready=*/true});
   HttpClient c_ = HttpClient::tcp(sidecar_->port());
 
   void TearDown() override { EXPECT_EQ(sidecar_->stop(), 0) << sidecar_->logs(); }

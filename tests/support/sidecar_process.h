@@ -59,8 +59,14 @@ class SidecarProcess {
   bool paused_ = false;
 };
 
-/// Path of the built sidelock binary (from the SIDELOCK_BINARY compile definition).
+/// Path of the sidelock binary under test: $SIDELOCK_TEST_BINARY when set (tests/run.sh runs the
+/// sanitizer build's tests again against the shipped Release binary that way), else the one this
+/// build made (the SIDELOCK_BINARY compile definition).
 std::string sidelockBinary();
+/// True when the sidecar under test is this build's own and this build is ASan+UBSan
+/// (SIDELOCK_SANITIZE): several times slower, its RSS is ASan's. Tests relax speed and memory
+/// bounds only then, never for the shipped binary named by SIDELOCK_TEST_BINARY.
+bool sidecarIsSanitized();
 
 /// Options::yaml for a sidecar on one Redis at `address` ("127.0.0.1:port"), defaults otherwise.
 std::string redisBackendYaml(const std::string& address);
