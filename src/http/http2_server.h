@@ -65,6 +65,9 @@ class Http2Stream {
   /// The request's header fields as received, pseudo-headers (":method", ":path", ...) first.
   const std::vector<Http2Header>& headers() const { return headers_; }
   std::string_view header(std::string_view lower_name) const;
+  /// Moves the header fields out (a handler that keeps them, without copying each string);
+  /// headers() and header() are empty afterwards.
+  std::vector<Http2Header> takeHeaders() { return std::move(headers_); }
   const std::shared_ptr<const PeerIdentity>& peer() const { return peer_; }
   int32_t id() const { return id_; }
 
