@@ -181,6 +181,9 @@ void GrpcConnection::readAvailable() {
                                   static_cast<size_t>(n)) < 0) {
       return fail();
     }
+    // A short read took everything there was: no further recv() to hear EAGAIN (load_loop.cc's
+    // HTTP/1.1 and Redis clients stop here too; that extra syscall was this client's alone).
+    if (static_cast<size_t>(n) < sizeof buf) return;
   }
 }
 
