@@ -70,7 +70,7 @@ class GrpcCall final : public ServerCall, public std::enable_shared_from_this<Gr
   event::ScopedTimer deadline_;
 };
 
-/// The value of `lower_name` in `fields` ("" if absent).
+/// The value of the first field named `lower_name` in `fields`, or null.
 std::string* fieldOf(std::vector<http::Http2Header>& fields, std::string_view lower_name) {
   for (auto& [name, value] : fields) {
     if (name == lower_name) return &value;
@@ -78,6 +78,7 @@ std::string* fieldOf(std::vector<http::Http2Header>& fields, std::string_view lo
   return nullptr;
 }
 
+/// fieldOf's value as a view ("" if absent).
 std::string_view valueOf(std::vector<http::Http2Header>& fields, std::string_view lower_name) {
   const std::string* value = fieldOf(fields, lower_name);
   return value == nullptr ? std::string_view() : std::string_view(*value);

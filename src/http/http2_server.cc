@@ -151,7 +151,7 @@ class Http2Connection {
   std::shared_ptr<const PeerIdentity> peer_;
   std::unordered_map<int32_t, Http2StreamPtr> streams_;
   Http2Stream* last_found_ = nullptr;  // in streams_ (cleared when it leaves), or null
-  std::string pending_;  // produced, not yet handed to uv_write
+  std::string pending_;  // produced, not yet handed to the socket
   WriteReq* write_ = nullptr;  // the write in flight
   bool in_session_ = false;    // inside mem_recv / mem_send: no nested mem_send
   bool closed_ = false;
