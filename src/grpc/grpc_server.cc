@@ -70,28 +70,54 @@ class GrpcCall final : public ServerCall, public std::enable_shared_from_this<Gr
   event::ScopedTimer deadline_;
 };
 
+/// The value of the first field named `lower_name` in `fields`, or null.
+std::string* fieldOf(std::vector<http::Http2Header>& fields, std::string_view lower_name) {
+  for (auto& [name, value] : fields) {
+    if (name == lower_name) return &value;
+  }
+  return nullptr;
+}
+
+/// fieldOf's value as a view ("" if absent).
+std::string_view valueOf(std::vector<http::Http2Header>& fields, std::string_view lower_name) {
+  const std::string* value = fieldOf(fields, lower_name);
+  return value == nullptr ? std::string_view() : std::string_view(*value);
+}
+
 void GrpcCall::start() {
-  std::weak_ptr<GrpcCall> weak = weak_from_this();
+  // The call holds itself through the stream's close callback until the stream closes; the
+  // other two callbacks run only while the stream is open (before that close callback), so they
+  // hold a plain pointer (no allocation: it fits std::function's inline buffer).
   stream_->onClose([self = shared_from_this()](bool answered) { self->onClose(answered); });
-  const http::Http2Stream& s = *stream_;
-  if (s.header(":method") != "POST") return refuseHttp("405");
-  if (!isGrpcContentType(s.header("content-type"))) return refuseHttp("415");
-  info_.method = std::string(s.header(":path"));
-  info_.authority = std::string(s.header(":authority"));
-  if (info_.authority.empty()) info_.authority = std::string(s.header("host"));
-  for (const auto& [name, value] : s.headers()) {
-    if (!name.empty() && name[0] != ':') info_.metadata.emplace_back(name, value);
+  // The header strings move into the call's info instead of being copied.
+  std::vector<http::Http2Header> fields = stream_->takeHeaders();
+  if (valueOf(fields, ":method") != "POST") return refuseHttp("405");
+  if (!isGrpcContentType(valueOf(fields, "content-type"))) return refuseHttp("415");
+  if (std::string* path = fieldOf(fields, ":path")) info_.method = std::move(*path);
+  if (std::string* authority = fieldOf(fields, ":authority"); authority && !authority->empty()) {
+    info_.authority = std::move(*authority);
+  } else {
+    info_.authority = std::string(valueOf(fields, "host"));  // host stays in the metadata too
   }
-  info_.peer = s.peer() ? s.peer() : std::make_shared<const http::PeerIdentity>();
-  if (s.header("te") != "trailers") {
-    return finish(StatusCode::kInternal, "the request lacks \"te: trailers\"");
+  const bool has_te_trailers = valueOf(fields, "te") == "trailers";
+  const std::string_view timeout = valueOf(fields, "grpc-timeout");
+  std::optional<int64_t> timeout_us;
+  if (!timeout.empty()) timeout_us = parseGrpcTimeout(timeout);
+  const bool timeout_malformed = !timeout.empty() && !timeout_us;
+  size_t custom = 0;
+  for (const auto& field : fields) custom += !field.first.empty() && field.first[0] != ':';
+  info_.metadata.reserve(custom);
+  for (auto& [name, value] : fields) {
+    if (!name.empty() && name[0] != ':') {
+      info_.metadata.emplace_back(std::move(name), std::move(value));
+    }
   }
-  const std::string_view timeout = s.header("grpc-timeout");
-  if (!timeout.empty()) {
-    std::optional<int64_t> us = parseGrpcTimeout(timeout);
-    if (!us) return finish(StatusCode::kInternal, "malformed grpc-timeout");
-    info_.deadline_us = scheduler_.nowUs() + *us;
-    deadline_.start(scheduler_, (*us + 999) / 1000, [weak] {
+  info_.peer = stream_->peer() ? stream_->peer() : std::make_shared<const http::PeerIdentity>();
+  if (!has_te_trailers) return finish(StatusCode::kInternal, "the request lacks \"te: trailers\"");
+  if (timeout_malformed) return finish(StatusCode::kInternal, "malformed grpc-timeout");
+  if (timeout_us) {
+    info_.deadline_us = scheduler_.nowUs() + *timeout_us;
+    deadline_.start(scheduler_, (*timeout_us + 999) / 1000, [weak = weak_from_this()] {
       auto self = weak.lock();
       if (!self || !self->active()) return;
       // finish() may close the stream at once (the client's side has ended), which drops the
@@ -101,14 +127,9 @@ void GrpcCall::start() {
       if (cancelled) cancelled();
     });
   }
-  const std::string_view encoding = s.header("grpc-encoding");
-  (void)encoding;  // a compressed message is refused when it arrives (its flag), not here
-  stream_->onData([weak](std::string_view data) {
-    if (auto self = weak.lock()) self->onData(data);
-  });
-  stream_->onEnd([weak] {
-    if (auto self = weak.lock()) self->onEnd();
-  });
+  // A compressed message (grpc-encoding) is refused when it arrives (its flag), not here.
+  stream_->onData([this](std::string_view data) { onData(data); });
+  stream_->onEnd([this] { onEnd(); });
 }
 
 void GrpcCall::refuseHttp(const char* status) {

@@ -1,6 +1,6 @@
 // The HTTP/2 server transport: cleartext with prior knowledge (how gRPC clients connect), TCP and
 // Unix listeners, one nghttp2 server session per connection driven from the libuv loop (bytes
-// read go into nghttp2_session_mem_recv, what nghttp2_session_mem_send produces goes to uv_write,
+// read go into nghttp2_session_mem_recv, what nghttp2_session_mem_send produces goes to the socket,
 // as Node's src/node_http2.cc does). Knows nothing of gRPC or locks: each request stream is handed
 // to one StreamHandler once its headers are complete; the handler reads its body and answers
 // through the Http2Stream.
@@ -65,6 +65,9 @@ class Http2Stream {
   /// The request's header fields as received, pseudo-headers (":method", ":path", ...) first.
   const std::vector<Http2Header>& headers() const { return headers_; }
   std::string_view header(std::string_view lower_name) const;
+  /// Moves the header fields out (a handler that keeps them, without copying each string);
+  /// headers() and header() are empty afterwards.
+  std::vector<Http2Header> takeHeaders() { return std::move(headers_); }
   const std::shared_ptr<const PeerIdentity>& peer() const { return peer_; }
   int32_t id() const { return id_; }
 
@@ -146,7 +149,8 @@ class Http2Server {
   void destroyConnection(Http2Connection* connection);
   /// Output is produced once per loop turn, as HttpServer's is: a connection with
   /// something to send is queued, and a uv_prepare (before the loop blocks) has nghttp2 produce
-  /// everything its streams submitted meanwhile and writes it in one uv_write.
+  /// everything its streams submitted meanwhile and writes it at once (uv_try_write, then a
+  /// uv_write for what the socket did not take).
   void queueFlush(Http2Connection* connection);
   void unqueueFlush(Http2Connection* connection);
   void flushQueued();

@@ -3,17 +3,20 @@
 # a noisy shared VM, unlike time). Runs the sidecar twice under callgrind, driven by
 # pair_load.py (16 keep-alive HTTP/1.1 clients, distinct names) or grpc_pair_load.py (16 concurrent
 # sidelock.v1.Locks Acquire/Release call chains on ONE HTTP/2 connection, the same names), with
-# 1 600 and 8 000 pairs; the difference divided by 6 400 cancels start-up and shutdown.
+# 1 600 and 8 000 pairs; the difference divided by 6 400 cancels start-up and shutdown. A fourth
+# argument sets the concurrency (16 by default): 1 profiles one call (one request) at a time.
 #
 #   tests/bench/callgrind_pairs.sh build/src/sidelock memory        # HTTP + API + lock service only
 #   tests/bench/callgrind_pairs.sh build/src/sidelock redis         # plus the Redis connection layer
 #   tests/bench/callgrind_pairs.sh build/src/sidelock memory grpc   # the same pairs over gRPC
+#   tests/bench/callgrind_pairs.sh build/src/sidelock memory grpc 1 # one call at a time
 #
 # Profiles stay in $OUT (default: a temp dir) for callgrind_annotate.
 set -euo pipefail
 SIDELOCK=$1
 BACKEND=${2:-memory}
 PROTOCOL=${3:-http}
+CALLS=${4:-16}
 OUT=${OUT:-$(mktemp -d)}
 mkdir -p "$OUT"
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -42,9 +45,9 @@ instructions() {
     sleep 0.2
   done
   if [ "$PROTOCOL" = grpc ]; then
-    /usr/bin/python3 "$HERE/grpc_pair_load.py" "127.0.0.1:$GRPC_PORT" 16 $((pairs / 16)) >&2
+    /usr/bin/python3 "$HERE/grpc_pair_load.py" "127.0.0.1:$GRPC_PORT" $CALLS $((pairs / CALLS)) >&2
   else
-    python3 "$HERE/pair_load.py" "127.0.0.1:$PORT" 16 $((pairs / 16)) >&2
+    python3 "$HERE/pair_load.py" "127.0.0.1:$PORT" $CALLS $((pairs / CALLS)) >&2
   fi
   kill -TERM $pid
   wait $pid || true
@@ -54,4 +57,4 @@ instructions() {
 SMALL=$(instructions 1600)
 LARGE=$(instructions 8000)
 [ -n "$REDIS_PID" ] && kill $REDIS_PID
-echo "backend=$BACKEND protocol=$PROTOCOL instructions_per_pair=$(((LARGE - SMALL) / 6400)) profiles=$OUT"
+echo "backend=$BACKEND protocol=$PROTOCOL calls=$CALLS instructions_per_pair=$(((LARGE - SMALL) / 6400)) profiles=$OUT"
