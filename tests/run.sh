@@ -39,7 +39,9 @@ tests_in() {
 failed=()
 if [[ "${SIDELOCK_SKIP_SANITIZE:-0}" == "1" ]]; then
   echo "== build and test (Release, as shipped; no sanitizer pass)"
-  { build build-test -DCMAKE_BUILD_TYPE=Release -DSIDELOCK_PCH=ON && tests_in build-test; } \
+  # (SIDELOCK_BUILD_TESTS=ON: build-test may hold the sidecar-only configuration of a full run.)
+  { build build-test -DCMAKE_BUILD_TYPE=Release -DSIDELOCK_BUILD_TESTS=ON -DSIDELOCK_PCH=ON &&
+      tests_in build-test; } \
     || failed+=("Release")
 else
   # The test binaries are built once, here, and every test runs against this build's sidecar. The
