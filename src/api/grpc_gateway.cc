@@ -666,7 +666,13 @@ const FlatTable& flatTableOf(const pb::Descriptor* descriptor) {
 /// number the enum lacks, a duplicate, anything that is not JSON.
 class FlatReader {
  public:
-  explicit FlatReader(const FlatTable& table) : table_(table), values_(table.fields.size()) {}
+  explicit FlatReader(const FlatTable& table) : table_(table) {
+    // Every message sidelock answers has fewer fields than kInlineValues: no allocation per answer.
+    if (table.fields.size() > inline_.size()) heap_.resize(table.fields.size());
+    values_ = heap_.empty() ? inline_.data() : heap_.data();
+  }
+  FlatReader(const FlatReader&) = delete;  // values_ points into the reader
+  FlatReader& operator=(const FlatReader&) = delete;
 
   bool read(std::string_view text) {
     text_ = text;
@@ -692,7 +698,10 @@ class FlatReader {
   /// The message's bytes: the fields set in number order, defaults left out (proto3).
   std::string encode() const {
     std::string out;
-    for (size_t i = 0; i < values_.size(); ++i) {
+    // One allocation: the message is no longer than its JSON but for a negative integer (ten
+    // bytes), and the room lets the transport frame it in place (grpc::kMessagePrefixRoom).
+    out.reserve(grpc::kMessagePrefixRoom + text_.size() + 16);
+    for (size_t i = 0; i < table_.fields.size(); ++i) {
       const Value& v = values_[i];
       if (!v.set) continue;
       const FlatField& f = table_.fields[i];
@@ -835,8 +844,12 @@ class FlatReader {
     return fits;
   }
 
+  static constexpr size_t kInlineValues = 16;
+
   const FlatTable& table_;
-  std::vector<Value> values_;
+  std::array<Value, kInlineValues> inline_{};
+  std::vector<Value> heap_;  // a message of more fields than kInlineValues
+  Value* values_ = nullptr;  // inline_ or heap_, one per field of table_
   std::string_view text_;
   size_t pos_ = 0;
 };
