@@ -555,6 +555,7 @@ std::optional<DirectCall> directCallOf(const GrpcMethod& method, std::string_vie
       v1::AcquireRequest m;
       if (!parseMessage(m, request_bytes) || m.name().empty() || m.has_health())
         return std::nullopt;
+      f.reserve(4);  // the usual acquire: ttl_ms, owner, and wait_ms or one option
       putInt(f, BodyField::kTtlMs, m.ttl_ms());
       // Present when sent (as in the bridge's JSON), then capped: a cap to 0 is still a 0 sent.
       if (m.wait_ms() != 0) f.integer(BodyField::kWaitMs, boundedWait(m.wait_ms(), wait_bound_ms));
