@@ -555,6 +555,7 @@ std::optional<DirectCall> directCallOf(const GrpcMethod& method, std::string_vie
       v1::AcquireRequest m;
       if (!parseMessage(m, request_bytes) || m.name().empty() || m.has_health())
         return std::nullopt;
+      f.reserve(4);  // the usual acquire: ttl_ms, owner, and wait_ms or one option
       putInt(f, BodyField::kTtlMs, m.ttl_ms());
       // Present when sent (as in the bridge's JSON), then capped: a cap to 0 is still a 0 sent.
       if (m.wait_ms() != 0) f.integer(BodyField::kWaitMs, boundedWait(m.wait_ms(), wait_bound_ms));
@@ -666,7 +667,13 @@ const FlatTable& flatTableOf(const pb::Descriptor* descriptor) {
 /// number the enum lacks, a duplicate, anything that is not JSON.
 class FlatReader {
  public:
-  explicit FlatReader(const FlatTable& table) : table_(table), values_(table.fields.size()) {}
+  explicit FlatReader(const FlatTable& table) : table_(table) {
+    // Every message sidelock answers has fewer fields than kInlineValues: no allocation per answer.
+    if (table.fields.size() > inline_.size()) heap_.resize(table.fields.size());
+    values_ = heap_.empty() ? inline_.data() : heap_.data();
+  }
+  FlatReader(const FlatReader&) = delete;  // values_ points into the reader
+  FlatReader& operator=(const FlatReader&) = delete;
 
   bool read(std::string_view text) {
     text_ = text;
@@ -692,7 +699,10 @@ class FlatReader {
   /// The message's bytes: the fields set in number order, defaults left out (proto3).
   std::string encode() const {
     std::string out;
-    for (size_t i = 0; i < values_.size(); ++i) {
+    // One allocation: the message is no longer than its JSON but for a negative integer (ten
+    // bytes), and the room lets the transport frame it in place (grpc::kMessagePrefixRoom).
+    out.reserve(grpc::kMessagePrefixRoom + text_.size() + 16);
+    for (size_t i = 0; i < table_.fields.size(); ++i) {
       const Value& v = values_[i];
       if (!v.set) continue;
       const FlatField& f = table_.fields[i];
@@ -835,8 +845,12 @@ class FlatReader {
     return fits;
   }
 
+  static constexpr size_t kInlineValues = 16;
+
   const FlatTable& table_;
-  std::vector<Value> values_;
+  std::array<Value, kInlineValues> inline_{};
+  std::vector<Value> heap_;  // a message of more fields than kInlineValues
+  Value* values_ = nullptr;  // inline_ or heap_, one per field of table_
   std::string_view text_;
   size_t pos_ = 0;
 };

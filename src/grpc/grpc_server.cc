@@ -9,7 +9,7 @@
 namespace sidelock::grpc {
 namespace {
 
-constexpr size_t kPrefixBytes = 5;  // compressed flag + 4-byte big-endian length
+constexpr size_t kPrefixBytes = kMessagePrefixRoom;  // compressed flag, 4-byte big-endian length
 
 const std::vector<http::Http2Header>& responseHeaders() {
   static const std::vector<http::Http2Header> kHeaders = {{":status", "200"},
@@ -68,6 +68,10 @@ class GrpcCall final : public ServerCall, public std::enable_shared_from_this<Gr
   std::function<void()> on_cancelled_;
   std::function<void()> on_undelivered_;
   event::ScopedTimer deadline_;
+  /// The call itself, from start() until its stream closes (onClose drops it): the stream's close
+  /// callback then holds a plain pointer, which fits std::function's inline buffer where a
+  /// captured shared_ptr would cost an allocation per call.
+  std::shared_ptr<GrpcCall> self_;
 };
 
 /// The value of the first field named `lower_name` in `fields`, or null.
@@ -85,10 +89,12 @@ std::string_view valueOf(std::vector<http::Http2Header>& fields, std::string_vie
 }
 
 void GrpcCall::start() {
-  // The call holds itself through the stream's close callback until the stream closes; the
-  // other two callbacks run only while the stream is open (before that close callback), so they
-  // hold a plain pointer (no allocation: it fits std::function's inline buffer).
-  stream_->onClose([self = shared_from_this()](bool answered) { self->onClose(answered); });
+  // The call holds itself (self_) until the stream closes: every stream closes once, on every
+  // path (answered, reset, connection gone: Http2Connection::closeStreams), and its close callback
+  // drops self_ last. The three callbacks run only while the stream has not closed, so they hold a
+  // plain pointer (no allocation: it fits std::function's inline buffer).
+  self_ = shared_from_this();
+  stream_->onClose([this](bool answered) { onClose(answered); });
   // The header strings move into the call's info instead of being copied.
   std::vector<http::Http2Header> fields = stream_->takeHeaders();
   if (valueOf(fields, ":method") != "POST") return refuseHttp("405");
@@ -104,14 +110,11 @@ void GrpcCall::start() {
   std::optional<int64_t> timeout_us;
   if (!timeout.empty()) timeout_us = parseGrpcTimeout(timeout);
   const bool timeout_malformed = !timeout.empty() && !timeout_us;
-  size_t custom = 0;
-  for (const auto& field : fields) custom += !field.first.empty() && field.first[0] != ':';
-  info_.metadata.reserve(custom);
-  for (auto& [name, value] : fields) {
-    if (!name.empty() && name[0] != ':') {
-      info_.metadata.emplace_back(std::move(name), std::move(value));
-    }
-  }
+  // The metadata is the header vector itself without its pseudo-headers (no second vector).
+  std::erase_if(fields, [](const http::Http2Header& field) {
+    return field.first.empty() || field.first[0] == ':';
+  });
+  info_.metadata = std::move(fields);
   info_.peer = stream_->peer() ? stream_->peer() : std::make_shared<const http::PeerIdentity>();
   if (!has_te_trailers) return finish(StatusCode::kInternal, "the request lacks \"te: trailers\"");
   if (timeout_malformed) return finish(StatusCode::kInternal, "malformed grpc-timeout");
@@ -184,13 +187,22 @@ bool GrpcCall::sendMessage(std::string serialized) {
     if (!stream_->respond(responseHeaders(), false)) return false;
   }
   const auto n = static_cast<uint32_t>(serialized.size());
+  const char prefix[kPrefixBytes] = {'\0', static_cast<char>(n >> 24), static_cast<char>(n >> 16),
+                                     static_cast<char>(n >> 8), static_cast<char>(n)};
+  // A message with room for the prefix (ServerCall::sendMessage) is framed in place: no second
+  // buffer, no copy of the message.
+  if (serialized.capacity() - serialized.size() >= kPrefixBytes) {
+    const size_t size = serialized.size();
+    serialized.resize(size + kPrefixBytes);  // within the capacity: no allocation
+    memmove(serialized.data() + kPrefixBytes, serialized.data(), size);
+    memcpy(serialized.data(), prefix, kPrefixBytes);
+    if (!stream_->write(std::move(serialized))) return false;
+    sent_message_ = true;
+    return true;
+  }
   std::string framed;
   framed.reserve(kPrefixBytes + serialized.size());
-  framed.push_back('\0');
-  framed.push_back(static_cast<char>(n >> 24));
-  framed.push_back(static_cast<char>(n >> 16));
-  framed.push_back(static_cast<char>(n >> 8));
-  framed.push_back(static_cast<char>(n));
+  framed.append(prefix, kPrefixBytes);
   framed.append(serialized);
   if (!stream_->write(std::move(framed))) return false;
   sent_message_ = true;
@@ -233,9 +245,12 @@ void GrpcCall::onClose(bool answered) {
   }
   on_cancelled_ = nullptr;
   on_undelivered_ = nullptr;
-  // Break the call <-> stream references (the stream's callbacks hold the call).
   stream_->onData(nullptr);
   stream_->onEnd(nullptr);
+  // Last: this may destroy the call (when nobody else holds it). The stream's close callback that
+  // runs this was moved out of the stream before it was called (Http2Connection::onStreamClose,
+  // closeStreams), so it is not destroyed under itself.
+  auto keep = std::move(self_);
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // The seam between the gRPC transport (this layer) and the services (src/api): one RPC as a
 // ServerCall, handed to a CallHandler with its request message. Messages are opaque bytes.
 #pragma once
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -21,6 +22,10 @@ enum class StatusCode : int {
   kFailedPrecondition = 9, kAborted = 10, kOutOfRange = 11, kUnimplemented = 12,
   kInternal = 13, kUnavailable = 14, kDataLoss = 15, kUnauthenticated = 16,
 };
+
+/// The spare capacity a response message may reserve so that ServerCall::sendMessage frames it in
+/// place (the compressed flag and the 4-byte length).
+inline constexpr size_t kMessagePrefixRoom = 5;
 
 /// What the client sent with the call (valid for the call's whole life).
 struct CallInfo {
@@ -45,7 +50,8 @@ class ServerCall {
   virtual ~ServerCall() = default;
   virtual const CallInfo& info() const = 0;
   /// Sends one response message (the transport adds the 5-byte prefix, and the response headers
-  /// before the first message). Returns false if the call is already gone (cancelled, finished,
+  /// before the first message; a string with at least 5 bytes of spare capacity is framed in
+  /// place, without a copy: kMessagePrefixRoom). Returns false if the call is already gone (cancelled, finished,
   /// connection closed); then nothing is sent.
   virtual bool sendMessage(std::string serialized) = 0;
   /// Ends the call: trailers grpc-status / grpc-message (the transport percent-encodes the message;
