@@ -460,6 +460,7 @@ struct PairRun {
   double server_cpu_us_per_op = 0;  // the endpoint's process (sidecar, or redis when direct)
   double redis_cpu_us_per_op = 0;   // the redis-server behind it
   double bench_cpu_share = 0;       // the load generator's CPU / wall time
+  double bench_cpu_us_per_op = 0;   // the load generator's CPU (the client side) per operation
 
   void finish() {
     pairs_per_sec = ratio(static_cast<double>(pairs), seconds);
@@ -469,6 +470,7 @@ struct PairRun {
     server_cpu_us_per_op = ratio(server_cpu_seconds * 1e6, ops);
     redis_cpu_us_per_op = ratio(redis_cpu_seconds * 1e6, ops);
     bench_cpu_share = ratio(bench_cpu_seconds, seconds);
+    bench_cpu_us_per_op = ratio(bench_cpu_seconds * 1e6, ops);
   }
 };
 
@@ -703,7 +705,8 @@ json toJson(const PairRun& r) {
               {"call_latency", toJson(r.call_us)},
               {"server_cpu_us_per_op", round3(r.server_cpu_us_per_op)},
               {"redis_cpu_us_per_op", round3(r.redis_cpu_us_per_op)},
-              {"bench_cpu_share", round3(r.bench_cpu_share)}};
+              {"bench_cpu_share", round3(r.bench_cpu_share)},
+              {"bench_cpu_us_per_op", round3(r.bench_cpu_us_per_op)}};
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -2073,6 +2076,12 @@ class LockBench {
       printPairRow(runs[0], nullptr);
       for (size_t k = 1; k < runs.size(); ++k) printPairRow(runs[k], &runs[0]);
       for (const auto& r : runs) account(r);
+      // The client side's CPU per operation too: on a 2-vCPU machine the bench, Redis and the
+      // sidecar share the cores, so a client that costs more per call lowers the pairs/s of a
+      // sidecar that costs less (tests/bench/README.md, "Figures: gRPC").
+      std::printf("  client CPU/op: HTTP/1.1 %.1f us, gRPC 1 connection %.1f us (%.2fx)\n",
+                  runs[1].bench_cpu_us_per_op, runs[2].bench_cpu_us_per_op,
+                  ratio(runs[2].bench_cpu_us_per_op, runs[1].bench_cpu_us_per_op));
       json g{{"clients", clients},
              {"placement", where},
              {"direct", toJson(runs[0])},
@@ -2080,7 +2089,9 @@ class LockBench {
              {"grpc_1_conn", toJson(runs[2])},
              {"grpc_1_conn_over_http1", round3(ratio(runs[2].pairs_per_sec, runs[1].pairs_per_sec))},
              {"grpc_1_conn_cpu_over_http1",
-              round3(ratio(runs[2].server_cpu_us_per_op, runs[1].server_cpu_us_per_op))}};
+              round3(ratio(runs[2].server_cpu_us_per_op, runs[1].server_cpu_us_per_op))},
+             {"grpc_1_conn_client_cpu_over_http1",
+              round3(ratio(runs[2].bench_cpu_us_per_op, runs[1].bench_cpu_us_per_op))}};
       if (runs.size() > 3) {
         g["grpc_16_conns"] = toJson(runs[3]);
         g["grpc_16_conns_over_http1"] = round3(ratio(runs[3].pairs_per_sec, runs[1].pairs_per_sec));
