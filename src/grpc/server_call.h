@@ -51,8 +51,8 @@ class ServerCall {
   virtual const CallInfo& info() const = 0;
   /// Sends one response message (the transport adds the 5-byte prefix, and the response headers
   /// before the first message; a string with at least 5 bytes of spare capacity is framed in
-  /// place, without a copy: kMessagePrefixRoom). Returns false if the call is already gone (cancelled, finished,
-  /// connection closed); then nothing is sent.
+  /// place, without a copy: kMessagePrefixRoom). Returns false if the call is already gone
+  /// (cancelled, finished, connection closed); then nothing is sent.
   virtual bool sendMessage(std::string serialized) = 0;
   /// Ends the call: trailers grpc-status / grpc-message (the transport percent-encodes the message;
   /// trailers-only if no message was sent). At most once; ignored once the call is gone.

@@ -310,8 +310,9 @@ TEST(LockEventsRedlockTest, EventsFollowTheMajorityOnEverySidecar) {
 /// watcher sees it: the holder seen from B; a lease acquired with a lock-delay expires (`expired`),
 /// B is refused for the delay (409 lock_delay) and its waiting acquire is granted when the delay
 /// ends; a clean release leaves no delay (B gets it at once); an operator's force release is
-/// `forced` and starts the delay, which holds back a reader too. `exact_tokens`: events carry the grant's token (not on Redlock: there the highest
-/// counter of any node, so only order is checked, by the Watcher).
+/// `forced` and starts the delay, which holds back a reader too. `exact_tokens`: events carry the
+/// grant's token (not on Redlock: there the highest counter of any node, so only order is checked,
+/// by the Watcher).
 void lifeOfALockOn(const std::string& yaml, bool exact_tokens) {
   const int admin_a = pickFreePort();
   auto a = startSidecar(yaml, admin_a);
@@ -337,9 +338,9 @@ void lifeOfALockOn(const std::string& yaml, bool exact_tokens) {
   // see the holder from B first on a loaded machine (500 ms did not, under ASan at ctest -j4).
   constexpr int64_t kTtlMs = 1500;
   constexpr int64_t kDelayMs = 1500;
-  HttpResponse r = ca.post("/v1/locks/life/acquire",
-                           json{{"ttl_ms", kTtlMs}, {"lock_delay_ms", kDelayMs}, {"holder", "pod-a"}}
-                               .dump());
+  HttpResponse r =
+      ca.post("/v1/locks/life/acquire",
+              json{{"ttl_ms", kTtlMs}, {"lock_delay_ms", kDelayMs}, {"holder", "pod-a"}}.dump());
   ASSERT_EQ(r.status, 200) << r.body;
   const auto granted_at = Clock::now();
   expectNext("acquired", tokenOf(r));
@@ -353,8 +354,9 @@ void lifeOfALockOn(const std::string& yaml, bool exact_tokens) {
   EXPECT_EQ(json::parse(busy.body)["reason"], "lock_delay") << busy.body;
   r = cb.post("/v1/locks/life/acquire", R"({"ttl_ms":30000,"wait_ms":5000})");
   ASSERT_EQ(r.status, 200) << r.body;
-  EXPECT_GE(std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - granted_at).count(),
-            kTtlMs + kDelayMs - 200)
+  EXPECT_GE(
+      std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - granted_at).count(),
+      kTtlMs + kDelayMs - 200)
       << "granted inside the delay";
   expectNext("acquired", tokenOf(r));
   ASSERT_EQ(cb.post("/v1/locks/life/release", json{{"owner", json::parse(r.body)["owner"]}}.dump())

@@ -87,11 +87,9 @@ HttpResponse retryAfterGivingUp(const RedisServer& redis, int port, const std::s
 class SafeRetriesInFlightTest : public ::testing::Test {
  protected:
   RedisServer redis_;
-  std::unique_ptr<SidecarProcess> sidecar_ = std::make_unique<SidecarProcess>(SidecarProcess::Options{
-      redisBackendYaml(redis_.address()) +
-          "  command_timeout_ms: " + std::to_string(kCommandTimeoutMs) + "\n",
-      {},
-      /*wait_ready=*/true});
+  std::unique_ptr<SidecarProcess> sidecar_ =
+      std::make_unique<SidecarProcess>(SidecarProcess::Options{
+          redisBackendYaml(redis_.address(), kCommandTimeoutMs), {}, /*wait_ready=*/true});
   HttpClient c_ = HttpClient::tcp(sidecar_->port());
 
   void TearDown() override { EXPECT_EQ(sidecar_->stop(), 0) << sidecar_->logs(); }

@@ -44,8 +44,7 @@ TEST(ShutdownTest, EveryStreamGetsItsReleasedEventAndTheEndOfItsBody) {
   RedisServer redis;
   // 400 acquires at once: an ASan sidecar on a loaded machine read the 44th reply 500 ms (the
   // default command timeout) after sending it. What is checked here is the shutdown, not that.
-  SidecarProcess sidecar(
-      {redisBackendYaml(redis.address()) + "  command_timeout_ms: 5000\n", {}, /*wait_ready=*/true});
+  SidecarProcess sidecar({redisBackendYaml(redis.address(), 5000), {}, /*wait_ready=*/true});
   std::vector<HttpClient> holders;
   holders.reserve(kStreams);
   for (int i = 0; i < kStreams; ++i) {

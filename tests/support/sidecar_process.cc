@@ -18,8 +18,12 @@
 
 namespace sidelock::testing {
 
-std::string redisBackendYaml(const std::string& address) {
-  return "backend:\n  type: redis\n  nodes: [\"" + address + "\"]\n";
+std::string redisBackendYaml(const std::string& address, int64_t command_timeout_ms) {
+  std::string yaml = "backend:\n  type: redis\n  nodes: [\"" + address + "\"]\n";
+  if (command_timeout_ms > 0) {
+    yaml += "  command_timeout_ms: " + std::to_string(command_timeout_ms) + "\n";
+  }
+  return yaml;
 }
 
 std::string redlockBackendYaml(const std::vector<std::string>& addresses) {

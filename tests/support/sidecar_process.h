@@ -6,6 +6,7 @@
 
 #include <sys/types.h>
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -68,8 +69,10 @@ std::string sidelockBinary();
 /// bounds only then, never for the shipped binary named by SIDELOCK_TEST_BINARY.
 bool sidecarIsSanitized();
 
-/// Options::yaml for a sidecar on one Redis at `address` ("127.0.0.1:port"), defaults otherwise.
-std::string redisBackendYaml(const std::string& address);
+/// Options::yaml for a sidecar on one Redis at `address` ("127.0.0.1:port"), defaults otherwise;
+/// `command_timeout_ms` > 0 sets backend.command_timeout_ms (a test whose bursts or pauses are
+/// not what it checks gives a loaded machine more than the 500 ms default).
+std::string redisBackendYaml(const std::string& address, int64_t command_timeout_ms = 0);
 /// Options::yaml for a Redlock sidecar over `addresses`: short node timeout, no delayed restart
 /// (fresh test nodes would not vote for max_ttl_ms otherwise).
 std::string redlockBackendYaml(const std::vector<std::string>& addresses);
