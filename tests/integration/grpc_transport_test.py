@@ -25,6 +25,10 @@ import h2.settings
 import hpack
 import hyperframe.frame
 
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+from live_processes import free_port  # noqa: E402  (shared with tests/api, tests/examples)
+
 ECHO, SIDELOCK = sys.argv[1], sys.argv[2]
 
 
@@ -426,14 +430,6 @@ class TransportTest(unittest.TestCase):
         s.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
         self.assertTrue(self.read_until_closed(s)[1])
         self.assert_served()
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 class SidecarTest(unittest.TestCase):

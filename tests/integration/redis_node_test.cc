@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <optional>
+#include <set>
 #include <thread>
 
 #include "integration/redis_test_env.h"
@@ -324,6 +325,17 @@ TEST_F(RedisNodeTest, UnixSocketAddress) {
   ASSERT_TRUE(env_.runUntil([&] { return done; }));
   node_.reset();
   testing::removeTree(dir);
+}
+
+// The fixtures' own promise, which every test that starts two listeners leans on: a sidecar's
+// listen.tcp and listen.admin were once handed the same port and its config was refused.
+TEST(TestFixtures, PickFreePortNeverHandsOutTheSamePortTwice) {
+  std::set<int> seen;
+  for (int i = 0; i < 2000; ++i) {
+    const int port = testing::pickFreePort();
+    EXPECT_GT(port, 0);
+    EXPECT_TRUE(seen.insert(port).second) << "port " << port << " handed out twice";
+  }
 }
 
 }  // namespace

@@ -6,10 +6,20 @@ import subprocess
 import time
 
 
+_handed_out = set()
+
+
 def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port that was free a moment ago, never the same one twice in this process: the kernel
+    may give a just-closed port to the next bind(0), and a test picks several before any is bound."""
+    for _ in range(100):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port not in _handed_out:
+            _handed_out.add(port)
+            return port
+    raise RuntimeError("no free port that was not handed out before")
 
 
 def wait_port(port, deadline_s=20):

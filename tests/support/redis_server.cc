@@ -14,6 +14,8 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
+#include <set>
 #include <stdexcept>
 #include <thread>
 
@@ -23,20 +25,31 @@
 namespace sidelock::testing {
 
 int pickFreePort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) throw std::runtime_error("socket failed");
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+  // The kernel may hand the same ephemeral port to two bind(0) calls in a row once the first
+  // socket is closed, and a test often picks two ports before anything binds them (a sidecar's
+  // listen.tcp and listen.admin: CI once got the same port for both and the config was refused).
+  // So a port is handed out at most once per test process.
+  static std::mutex handed_out_mutex;
+  static std::set<int> handed_out;
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0) throw std::runtime_error("socket failed");
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_port = 0;
+    if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+      close(fd);
+      throw std::runtime_error("bind failed");
+    }
+    socklen_t len = sizeof(addr);
+    getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
     close(fd);
-    throw std::runtime_error("bind failed");
+    const int port = ntohs(addr.sin_port);
+    std::lock_guard<std::mutex> lock(handed_out_mutex);
+    if (handed_out.insert(port).second) return port;
   }
-  socklen_t len = sizeof(addr);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  close(fd);
-  return ntohs(addr.sin_port);
+  throw std::runtime_error("no free port that was not handed out before");
 }
 
 namespace {

@@ -10,7 +10,8 @@
 
 namespace sidelock::testing {
 
-/// A TCP port that was free a moment ago (bind to port 0, read it back, close).
+/// A TCP port that was free a moment ago (bind to port 0, read it back, close), never the same
+/// one twice in one test process.
 int pickFreePort();
 /// A free TCP port whose port + 10000 is free too (a Redis Cluster node binds both).
 int pickFreeClusterPort();
