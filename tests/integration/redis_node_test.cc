@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstdio>
 #include <optional>
 #include <set>
 #include <thread>
@@ -327,14 +328,27 @@ TEST_F(RedisNodeTest, UnixSocketAddress) {
   testing::removeTree(dir);
 }
 
-// The fixtures' own promise, which every test that starts two listeners leans on: a sidecar's
-// listen.tcp and listen.admin were once handed the same port and its config was refused.
+// The fixtures' own promises, which every test that starts two listeners leans on: a port is
+// handed out once per process (a sidecar's listen.tcp and listen.admin were once given the same
+// one and its config was refused), and from below the ephemeral range that outgoing
+// connections' local ports come from.
 TEST(TestFixtures, PickFreePortNeverHandsOutTheSamePortTwice) {
+  int ephemeral_low = 32768;
+  if (FILE* f = fopen("/proc/sys/net/ipv4/ip_local_port_range", "r")) {
+    if (fscanf(f, "%d", &ephemeral_low) != 1) ephemeral_low = 32768;
+    fclose(f);
+  }
   std::set<int> seen;
   for (int i = 0; i < 2000; ++i) {
     const int port = testing::pickFreePort();
-    EXPECT_GT(port, 0);
+    EXPECT_GE(port, 10000);
+    if (ephemeral_low > 12000) EXPECT_LT(port, ephemeral_low);
     EXPECT_TRUE(seen.insert(port).second) << "port " << port << " handed out twice";
+  }
+  for (int i = 0; i < 50; ++i) {
+    const int port = testing::pickFreeClusterPort();
+    EXPECT_TRUE(seen.insert(port).second) << "cluster port " << port << " handed out twice";
+    EXPECT_TRUE(seen.insert(port + 10000).second) << "bus port " << port + 10000 << " again";
   }
 }
 

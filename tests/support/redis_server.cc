@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <cstdio>
@@ -15,6 +16,7 @@
 #include <filesystem>
 #include <fstream>
 #include <mutex>
+#include <random>
 #include <set>
 #include <stdexcept>
 #include <thread>
@@ -23,34 +25,6 @@
 #include "support/redis_link.h"
 
 namespace sidelock::testing {
-
-int pickFreePort() {
-  // The kernel may hand the same ephemeral port to two bind(0) calls in a row once the first
-  // socket is closed, and a test often picks two ports before anything binds them (a sidecar's
-  // listen.tcp and listen.admin: CI once got the same port for both and the config was refused).
-  // So a port is handed out at most once per test process.
-  static std::mutex handed_out_mutex;
-  static std::set<int> handed_out;
-  for (int attempt = 0; attempt < 100; ++attempt) {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    if (fd < 0) throw std::runtime_error("socket failed");
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    addr.sin_port = 0;
-    if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-      close(fd);
-      throw std::runtime_error("bind failed");
-    }
-    socklen_t len = sizeof(addr);
-    getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-    close(fd);
-    const int port = ntohs(addr.sin_port);
-    std::lock_guard<std::mutex> lock(handed_out_mutex);
-    if (handed_out.insert(port).second) return port;
-  }
-  throw std::runtime_error("no free port that was not handed out before");
-}
 
 namespace {
 
@@ -66,12 +40,79 @@ bool portFree(int port) {
   return ok;
 }
 
+/// The first port of the kernel's ephemeral range (ip_local_port_range), 32768 if unreadable.
+int ephemeralLow() {
+  int low = 32768, high = 60999;
+  if (FILE* f = fopen("/proc/sys/net/ipv4/ip_local_port_range", "r")) {
+    if (fscanf(f, "%d %d", &low, &high) != 2) low = 32768;
+    fclose(f);
+  }
+  return low;
+}
+
+/// The ports this test process handed out (pickFreePort), each at most once.
+struct PortBook {
+  std::mutex mutex;
+  std::set<int> handed_out;
+  std::mt19937 random{static_cast<unsigned>(getpid()) ^ std::random_device{}()};
+  const int below = std::min(ephemeralLow(), 65536 - 10000);
+  static PortBook& get() {
+    static PortBook book;
+    return book;
+  }
+};
+
+constexpr int kLowestPort = 10000;
+
 }  // namespace
+
+int pickFreePort() {
+  // Two ways a picked port is lost before the process meant to listen on it binds it:
+  // - bind(0) may hand a just-closed port out again, and a test often picks two before anything
+  //   binds them (CI once got the same port for a sidecar's listen.tcp and listen.admin, and the
+  //   config was refused). So a port is handed out at most once per test process.
+  // - The kernel takes every outgoing connection's local port from its ephemeral range, and
+  //   parallel tests open thousands. So ports come from below that range (10000 up), at random.
+  PortBook& book = PortBook::get();
+  std::lock_guard<std::mutex> lock(book.mutex);
+  for (int attempt = 0; attempt < 1000 && book.below - kLowestPort > 1000; ++attempt) {
+    const int port =
+        kLowestPort +
+        static_cast<int>(book.random() % static_cast<unsigned>(book.below - kLowestPort));
+    if (book.handed_out.count(port) == 0 && portFree(port)) {
+      book.handed_out.insert(port);
+      return port;
+    }
+  }
+  // An unusual ephemeral range: whatever bind(0) gives, still never twice.
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0) throw std::runtime_error("socket failed");
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+      close(fd);
+      throw std::runtime_error("bind failed");
+    }
+    socklen_t len = sizeof(addr);
+    getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+    close(fd);
+    const int port = ntohs(addr.sin_port);
+    if (book.handed_out.insert(port).second) return port;
+  }
+  throw std::runtime_error("no free port that was not handed out before");
+}
 
 int pickFreeClusterPort() {
   for (int attempt = 0; attempt < 1000; ++attempt) {
     const int port = pickFreePort();
-    if (port + 10000 <= 65535 && portFree(port + 10000)) return port;
+    PortBook& book = PortBook::get();
+    // The bus port below the ephemeral range too, when the range leaves room for both.
+    if (port + 10000 >= book.below && book.below - 10000 > kLowestPort + 1000) continue;
+    if (port + 10000 > 65535 || !portFree(port + 10000)) continue;
+    std::lock_guard<std::mutex> lock(book.mutex);
+    if (book.handed_out.insert(port + 10000).second) return port;  // the bus port is taken too
   }
   throw std::runtime_error("no free port with a free cluster bus port (+10000)");
 }
