@@ -19,15 +19,38 @@ export function check(ok, what, detail = "") {
   }
 }
 
-export function freePort() {
-  return new Promise((resolve, reject) => {
+// A port is handed out once per process (bind(0) may give a just-closed port again, and a test
+// picks several before any is bound) and comes from below the kernel's ephemeral range, which
+// outgoing connections' local ports come from (as tests/support/redis_server.cc's pickFreePort).
+const handedOut = new Set();
+
+function ephemeralLow() {
+  try {
+    const range = fs.readFileSync("/proc/sys/net/ipv4/ip_local_port_range", "utf8");
+    return Number(range.split(/\s+/)[0]) || 32768;
+  } catch {
+    return 32768;
+  }
+}
+
+function bindable(port) {
+  return new Promise((resolve) => {
     const srv = net.createServer();
-    srv.once("error", reject);
-    srv.listen(0, "127.0.0.1", () => {
-      const { port } = srv.address();
-      srv.close(() => resolve(port));
-    });
+    srv.once("error", () => resolve(false));
+    srv.listen(port, "127.0.0.1", () => srv.close(() => resolve(true)));
   });
+}
+
+export async function freePort() {
+  const below = ephemeralLow();
+  for (let attempt = 0; attempt < 1000 && below - 10000 > 1000; attempt++) {
+    const port = 10000 + Math.floor(Math.random() * (below - 10000));
+    if (!handedOut.has(port) && (await bindable(port))) {
+      handedOut.add(port);
+      return port;
+    }
+  }
+  throw new Error("no free port below the ephemeral range");
 }
 
 export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
