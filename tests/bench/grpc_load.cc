@@ -5,24 +5,39 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <nghttp2/nghttp2.h>
-#include <poll.h>
+#include <sys/epoll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <charconv>
 #include <cstring>
 #include <stdexcept>
 
 namespace sidelock::bench {
 
-struct GrpcCallbacks {
-  static GrpcConnection& self(void* user) { return *static_cast<GrpcConnection*>(user); }
+std::string grpcFrame(std::string_view message) {
+  std::string framed(5, '\0');
+  const auto len = static_cast<uint32_t>(message.size());
+  framed[1] = static_cast<char>(len >> 24);
+  framed[2] = static_cast<char>(len >> 16);
+  framed[3] = static_cast<char>(len >> 8);
+  framed[4] = static_cast<char>(len);
+  framed.append(message);
+  return framed;
+}
 
-  static ssize_t readBody(nghttp2_session*, int32_t stream_id, uint8_t* buf, size_t length,
-                                uint32_t* flags, nghttp2_data_source*, void* user) {
-    auto it = self(user).streams_.find(stream_id);
-    if (it == self(user).streams_.end()) return NGHTTP2_ERR_CALLBACK_FAILURE;
-    GrpcConnection::Stream& s = it->second;
+struct GrpcCallbacks {
+  using Stream = GrpcConnection::Stream;
+  static GrpcConnection& self(void* user) { return *static_cast<GrpcConnection*>(user); }
+  static Stream* stream(nghttp2_session* session, int32_t stream_id) {
+    return static_cast<Stream*>(nghttp2_session_get_stream_user_data(session, stream_id));
+  }
+
+  static ssize_t readBody(nghttp2_session*, int32_t, uint8_t* buf, size_t length, uint32_t* flags,
+                          nghttp2_data_source* source, void*) {
+    Stream& s = *static_cast<Stream*>(source->ptr);
     const size_t n = std::min(length, s.request.size() - s.request_sent);
     std::memcpy(buf, s.request.data() + s.request_sent, n);
     s.request_sent += n;
@@ -30,39 +45,56 @@ struct GrpcCallbacks {
     return static_cast<ssize_t>(n);
   }
 
-  static int onHeader(nghttp2_session*, const nghttp2_frame* frame, const uint8_t* name,
-                      size_t namelen, const uint8_t* value, size_t valuelen, uint8_t, void* user) {
-    auto it = self(user).streams_.find(frame->hd.stream_id);
-    if (it == self(user).streams_.end()) return 0;
+  static int onHeader(nghttp2_session* session, const nghttp2_frame* frame, const uint8_t* name,
+                      size_t namelen, const uint8_t* value, size_t valuelen, uint8_t, void*) {
+    Stream* s = stream(session, frame->hd.stream_id);
+    if (s == nullptr) return 0;
     const std::string_view n(reinterpret_cast<const char*>(name), namelen);
-    const std::string_view v(reinterpret_cast<const char*>(value), valuelen);
-    if (n == "grpc-status") it->second.grpc_status = std::atoi(std::string(v).c_str());
-    if (n == "grpc-message") it->second.grpc_text = std::string(v);
-    return 0;
-  }
-
-  static int onData(nghttp2_session*, uint8_t, int32_t stream_id, const uint8_t* data, size_t len,
-                    void* user) {
-    auto it = self(user).streams_.find(stream_id);
-    if (it != self(user).streams_.end()) {
-      it->second.response.append(reinterpret_cast<const char*>(data), len);
+    const char* v = reinterpret_cast<const char*>(value);
+    if (n == "grpc-status") {
+      int status = -1;
+      const auto [end, ec] = std::from_chars(v, v + valuelen, status);
+      s->grpc_status = ec == std::errc() && end == v + valuelen ? status : -1;
+    } else if (n == "grpc-message" && s->grpc_status != 0) {
+      // Only a failed call's text is read (the trailers may name it before grpc-status).
+      s->grpc_text.assign(v, valuelen);
+      s->has_text = true;
     }
     return 0;
   }
 
-  static int onClose(nghttp2_session*, int32_t stream_id, uint32_t, void* user) {
-    GrpcConnection& c = self(user);
-    auto it = c.streams_.find(stream_id);
-    if (it == c.streams_.end()) return 0;
-    GrpcConnection::Stream s = std::move(it->second);
-    c.streams_.erase(it);
+  static int onData(nghttp2_session* session, uint8_t, int32_t stream_id, const uint8_t* data,
+                    size_t len, void* user) {
+    Stream* s = stream(session, stream_id);
+    if (s == nullptr || !s->active) return 0;
+    const std::string_view chunk(reinterpret_cast<const char*>(data), len);
+    if (s->response.empty() && !s->borrowed) {
+      // nghttp2 keeps `data` until the next mem_recv (nghttp2.h: it may point into our input
+      // bytes, which readAvailable keeps that long): the usual one-chunk answer is not copied.
+      s->response = chunk;
+      s->borrowed = true;
+      self(user).borrowing_.push_back(s);
+      return 0;
+    }
+    if (s->borrowed) {
+      s->response_copy.assign(s->response);
+      s->borrowed = false;
+    }
+    s->response_copy.append(chunk);
+    s->response = s->response_copy;
+    return 0;
+  }
+
+  static int onClose(nghttp2_session* session, int32_t stream_id, uint32_t, void* user) {
+    Stream* s = stream(session, stream_id);
+    if (s == nullptr || !s->active) return 0;
     GrpcReply r;
-    r.grpc_status = s.grpc_status;
-    r.grpc_text = s.grpc_text;
-    r.broken = s.grpc_status < 0;
+    r.grpc_status = s->grpc_status;
+    r.broken = s->grpc_status < 0;
+    if (s->grpc_status != 0 && s->has_text) r.grpc_text = s->grpc_text;
     // One message: 1 byte compressed flag, 4 bytes big-endian length, the message.
-    if (s.response.size() >= 5) r.message = std::string_view(s.response).substr(5);
-    s.done(r);
+    if (s->response.size() >= 5) r.message = s->response.substr(5);
+    self(user).finish(*s, r);
     return 0;
   }
 };
@@ -103,44 +135,62 @@ GrpcConnection::~GrpcConnection() {
   if (fd_ >= 0) ::close(fd_);
 }
 
-void GrpcConnection::call(std::string_view path, std::string_view message, Handler done) {
+GrpcConnection::Stream* GrpcConnection::takeStream() {
+  Stream* s = nullptr;
+  if (free_.empty()) {
+    // Grows to the most calls in flight at once (+1: a record is freed after its handler, which
+    // may start the next call); from then on every call reuses one.
+    streams_.push_back(std::make_unique<Stream>());
+    s = streams_.back().get();
+  } else {
+    s = free_.back();
+    free_.pop_back();
+  }
+  s->active = true;
+  s->request_sent = 0;
+  s->response = {};
+  s->borrowed = false;
+  s->grpc_status = -1;
+  s->has_text = false;
+  return s;
+}
+
+void GrpcConnection::finish(Stream& s, const GrpcReply& r) {
+  s.active = false;
+  --pending_;
+  (*s.done)(r);
+  // Only now: `r` may view the record's bytes.
+  s.borrowed = false;
+  free_.push_back(&s);
+}
+
+void GrpcConnection::call(std::string_view path, std::string_view framed, const Handler* done) {
   if (broken()) {
     GrpcReply r;
     r.broken = true;
-    done(r);
+    (*done)(r);
     return;
   }
+  // Not copied by nghttp2 (NO_COPY): literals, authority_ and the caller's path, all of which
+  // outlive the HEADERS frame.
   auto nv = [](std::string_view n, std::string_view v) {
     return nghttp2_nv{reinterpret_cast<uint8_t*>(const_cast<char*>(n.data())),
                       reinterpret_cast<uint8_t*>(const_cast<char*>(v.data())), n.size(), v.size(),
-                      NGHTTP2_NV_FLAG_NONE};
+                      NGHTTP2_NV_FLAG_NO_COPY_NAME | NGHTTP2_NV_FLAG_NO_COPY_VALUE};
   };
   const nghttp2_nv headers[] = {nv(":method", "POST"),        nv(":scheme", "http"),
                                 nv(":path", path),            nv(":authority", authority_),
                                 nv("content-type", "application/grpc"), nv("te", "trailers")};
-  std::string framed(5, '\0');
-  const auto len = static_cast<uint32_t>(message.size());
-  framed[1] = static_cast<char>(len >> 24);
-  framed[2] = static_cast<char>(len >> 16);
-  framed[3] = static_cast<char>(len >> 8);
-  framed[4] = static_cast<char>(len);
-  framed.append(message);
+  Stream* s = takeStream();
+  s->request = framed;
+  s->done = done;
   nghttp2_data_provider body{};
+  body.source.ptr = s;
   body.read_callback = &GrpcCallbacks::readBody;
-  // The stream id is known only after submitting; the body is read at send time, by then stored.
   const int32_t id = nghttp2_submit_request(session_, nullptr, headers,
-                                             sizeof headers / sizeof headers[0], &body, nullptr);
-  if (id < 0) {
-    GrpcReply r;
-    r.broken = true;
-    done(r);
-    return;
-  }
-  streams_[id] = Stream{std::move(framed), 0, {}, -1, {}, std::move(done)};
-}
-
-bool GrpcConnection::wantsWrite() const {
-  return fd_ >= 0 && (!out_.empty() || nghttp2_session_want_write(session_));
+                                            sizeof headers / sizeof headers[0], &body, s);
+  ++pending_;
+  if (id < 0) finish(*s, GrpcReply{.broken = true});
 }
 
 void GrpcConnection::flush() {
@@ -157,14 +207,23 @@ void GrpcConnection::flush() {
       if (n == 0) break;
       out_.append(reinterpret_cast<const char*>(data), static_cast<size_t>(n));
     }
-    if (out_.empty()) return;
+    if (out_.empty()) break;
     const ssize_t w = ::send(fd_, out_.data(), out_.size(), MSG_NOSIGNAL);
     if (w < 0) {
-      if (errno == EAGAIN || errno == EINTR) return;
+      if (errno == EAGAIN || errno == EINTR) break;
       return fail();
     }
     out_.erase(0, static_cast<size_t>(w));
-    if (!out_.empty()) return;
+    if (!out_.empty()) break;
+  }
+  // EPOLLOUT only while the socket holds bytes back: the loop flushes every turn anyway, the
+  // interest just wakes it when the socket takes more.
+  if (fd_ >= 0 && wantsWrite() != watching_write_) {
+    watching_write_ = !watching_write_;
+    epoll_event ev{};
+    ev.events = EPOLLIN | (watching_write_ ? EPOLLOUT : 0u);
+    ev.data.ptr = this;
+    ::epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, fd_, &ev);
   }
 }
 
@@ -177,48 +236,73 @@ void GrpcConnection::readAvailable() {
       if (errno == EAGAIN || errno == EINTR) return;
       return fail();
     }
-    if (nghttp2_session_mem_recv(session_, reinterpret_cast<const uint8_t*>(buf),
-                                  static_cast<size_t>(n)) < 0) {
-      return fail();
-    }
+    const ssize_t used = nghttp2_session_mem_recv(session_, reinterpret_cast<const uint8_t*>(buf),
+                                                  static_cast<size_t>(n));
+    keepBorrowed();  // before `buf` is read into again
+    if (used < 0) return fail();
     // A short read took everything there was: no further recv() to hear EAGAIN (load_loop.cc's
     // HTTP/1.1 and Redis clients stop here too; that extra syscall was this client's alone).
     if (static_cast<size_t>(n) < sizeof buf) return;
   }
 }
 
-void GrpcConnection::fail() {
-  if (fd_ >= 0) ::close(fd_);
-  fd_ = -1;
-  auto streams = std::move(streams_);
-  streams_.clear();
-  for (auto& [id, s] : streams) {
-    GrpcReply r;
-    r.broken = true;
-    s.done(r);
+void GrpcConnection::keepBorrowed() {
+  for (Stream* s : borrowing_) {
+    if (!s->active || !s->borrowed) continue;  // ended in this read (or already copied)
+    s->response_copy.assign(s->response);
+    s->response = s->response_copy;
+    s->borrowed = false;
   }
+  borrowing_.clear();
+}
+
+void GrpcConnection::fail() {
+  if (fd_ < 0) return;
+  ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, fd_, nullptr);
+  ::close(fd_);
+  fd_ = -1;
+  borrowing_.clear();
+  // Handlers see broken() and answer a new call at once, so the records stay as they are.
+  for (const auto& s : streams_) {
+    if (s->active) finish(*s, GrpcReply{.broken = true});
+  }
+}
+
+GrpcLoop::GrpcLoop() : epoll_fd_(::epoll_create1(EPOLL_CLOEXEC)) {
+  if (epoll_fd_ < 0) {
+    throw std::runtime_error("epoll_create1: " + std::string(std::strerror(errno)));
+  }
+}
+
+GrpcLoop::~GrpcLoop() { ::close(epoll_fd_); }
+
+void GrpcLoop::add(GrpcConnection* c) {
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.ptr = c;
+  if (c->fd_ >= 0 && ::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, c->fd_, &ev) < 0) {
+    throw std::runtime_error("epoll_ctl: " + std::string(std::strerror(errno)));
+  }
+  c->epoll_fd_ = epoll_fd_;
+  conns_.push_back(c);
 }
 
 bool GrpcLoop::runUntil(const std::function<bool()>& done, const std::function<void()>& tick,
                         Clock::time_point deadline) {
-  std::vector<pollfd> fds;
+  epoll_event events[64];
   while (true) {
     tick();
     for (GrpcConnection* c : conns_) c->flush();
     if (done()) return true;
     if (Clock::now() >= deadline) return false;
-    fds.clear();
-    for (GrpcConnection* c : conns_) {
-      if (c->fd_ < 0) continue;
-      fds.push_back(pollfd{c->fd_, static_cast<short>(POLLIN | (c->wantsWrite() ? POLLOUT : 0)),
-                           0});
-    }
-    if (::poll(fds.data(), fds.size(), 1) < 0 && errno != EINTR) return false;
-    size_t k = 0;
-    for (GrpcConnection* c : conns_) {
-      if (c->fd_ < 0) continue;
-      const short ev = fds[k++].revents;
-      if (ev & (POLLIN | POLLHUP | POLLERR)) c->readAvailable();
+    // 1 ms at most, so that `tick` runs at least every millisecond.
+    const int n = ::epoll_wait(epoll_fd_, events, 64, 1);
+    if (n < 0 && errno != EINTR) return false;
+    for (int i = 0; i < n; ++i) {
+      // EPOLLOUT needs nothing here: the next turn flushes.
+      if ((events[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR)) != 0) {
+        static_cast<GrpcConnection*>(events[i].data.ptr)->readAvailable();
+      }
     }
   }
 }

@@ -564,9 +564,12 @@ void runPairSlice(const Endpoint& e, const Scripts& scripts, int clients, double
 
 /// runPairSlice over gRPC: `clients` concurrent acquire+release loops (unary Acquire then
 /// Release, messages from the generated code) spread over `e.grpc_connections` HTTP/2
-/// connections; a pair is one stream after another on the same connection.
+/// connections; a pair is one stream after another on the same connection. Like runPairSlice,
+/// nothing is built per call: each client's framed messages and its reply handler are made once.
 void runGrpcPairSlice(const Endpoint& e, int clients, double duration,
                       const std::string& name_prefix, PairRun& run) {
+  static constexpr std::string_view kAcquire = "/sidelock.v1.Locks/Acquire";
+  static constexpr std::string_view kRelease = "/sidelock.v1.Locks/Release";
   std::vector<std::unique_ptr<GrpcConnection>> conns;
   GrpcLoop loop;
   for (int k = 0; k < e.grpc_connections; ++k) {
@@ -575,54 +578,20 @@ void runGrpcPairSlice(const Endpoint& e, int clients, double duration,
   }
   struct Client {
     GrpcConnection* conn = nullptr;
-    std::string acquire, release;  // serialized AcquireRequest / ReleaseRequest
+    std::string acquire, release;  // framed AcquireRequest / ReleaseRequest
+    GrpcConnection::Handler done;  // the answer to this client's current call
     bool acquiring = true;
     Clock::time_point pair_start, call_start;
   };
   std::vector<Client> cl(static_cast<size_t>(clients));
   bool measuring = false, stopping = false;
-  std::function<void(size_t)> start;
-  std::function<void(size_t, const GrpcReply&)> onReply;
-  onReply = [&](size_t i, const GrpcReply& r) {
-    Client& me = cl[i];
-    const auto now = Clock::now();
-    bool ok = !r.broken && r.grpc_status == 0;
-    if (ok && me.acquiring) {
-      v1::Grant grant;
-      ok = grant.ParseFromArray(r.message.data(), static_cast<int>(r.message.size())) &&
-           grant.token() > 0;
-    } else if (ok) {
-      v1::Released released;
-      ok = released.ParseFromArray(r.message.data(), static_cast<int>(r.message.size())) &&
-           released.released();
-    }
-    if (measuring) run.call_samples.push_back(microsBetween(me.call_start, now));
-    if (!ok && run.failures++ == 0) {
-      run.first_error = std::string(me.acquiring ? "acquire: " : "release: ") +
-                        (r.broken ? "broken" : "grpc-status " + std::to_string(r.grpc_status)) +
-                        " " + std::string(r.grpc_text);
-    }
-    if (r.broken) return;
-    if (me.acquiring && ok) {
-      me.acquiring = false;
-      me.call_start = now;
-      me.conn->call("/sidelock.v1.Locks/Release", me.release,
-                    [&onReply, i](const GrpcReply& rr) { onReply(i, rr); });
-      return;
-    }
-    if (!me.acquiring && ok && measuring) {
-      ++run.pairs;
-      run.pair_samples.push_back(microsBetween(me.pair_start, now));
-    }
-    if (stopping) return;
-    start(i);
-  };
-  start = [&](size_t i) {
-    Client& me = cl[i];
+  // Parsed into again and again: their strings keep their buffers.
+  v1::Grant grant;
+  v1::Released released;
+  auto start = [](Client& me, Clock::time_point now) {
     me.acquiring = true;
-    me.pair_start = me.call_start = Clock::now();
-    me.conn->call("/sidelock.v1.Locks/Acquire", me.acquire,
-                  [&onReply, i](const GrpcReply& r) { onReply(i, r); });
+    me.pair_start = me.call_start = now;
+    me.conn->call(kAcquire, me.acquire, &me.done);
   };
   for (size_t i = 0; i < cl.size(); ++i) {
     const std::string name = name_prefix + std::to_string(i);
@@ -633,9 +602,41 @@ void runGrpcPairSlice(const Endpoint& e, int clients, double duration,
     v1::ReleaseRequest release;
     release.set_name(name);
     release.set_owner("owner-" + name);
-    cl[i].conn = conns[i % conns.size()].get();
-    cl[i].acquire = acquire.SerializeAsString();
-    cl[i].release = release.SerializeAsString();
+    Client& c = cl[i];
+    c.conn = conns[i % conns.size()].get();
+    c.acquire = grpcFrame(acquire.SerializeAsString());
+    c.release = grpcFrame(release.SerializeAsString());
+    c.done = [&, i](const GrpcReply& r) {
+      Client& me = cl[i];
+      const auto now = Clock::now();
+      bool ok = !r.broken && r.grpc_status == 0;
+      if (ok && me.acquiring) {
+        ok = grant.ParseFromArray(r.message.data(), static_cast<int>(r.message.size())) &&
+             grant.token() > 0;
+      } else if (ok) {
+        ok = released.ParseFromArray(r.message.data(), static_cast<int>(r.message.size())) &&
+             released.released();
+      }
+      if (measuring) run.call_samples.push_back(microsBetween(me.call_start, now));
+      if (!ok && run.failures++ == 0) {
+        run.first_error = std::string(me.acquiring ? "acquire: " : "release: ") +
+                          (r.broken ? "broken" : "grpc-status " + std::to_string(r.grpc_status)) +
+                          " " + std::string(r.grpc_text);
+      }
+      if (r.broken) return;
+      if (me.acquiring && ok) {
+        me.acquiring = false;
+        me.call_start = now;
+        me.conn->call(kRelease, me.release, &me.done);
+        return;
+      }
+      if (!me.acquiring && ok && measuring) {
+        ++run.pairs;
+        run.pair_samples.push_back(microsBetween(me.pair_start, now));
+      }
+      if (stopping) return;
+      start(me, now);
+    };
   }
   const double warmup = std::min(0.1, duration / 4);
   const auto t0 = Clock::now();
@@ -653,7 +654,7 @@ void runGrpcPairSlice(const Endpoint& e, int clients, double duration,
       window.stop(e, run);
     }
   };
-  for (size_t i = 0; i < cl.size(); ++i) start(i);
+  for (Client& c : cl) start(c, Clock::now());
   auto idle = [&] {
     return stopping && std::all_of(conns.begin(), conns.end(),
                                    [](const auto& c) { return c->pending() == 0; });
