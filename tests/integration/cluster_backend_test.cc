@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <iostream>
 #include <map>
 #include <memory>
@@ -447,7 +448,15 @@ TEST(ClusterFailoverTest, GrantsResumeOnThePromotedReplica) {
                         "sidelock_backend_topology_changes_total{reason=\"slots_refresh\"}"),
             1);
 
-  EXPECT_EQ(c.post("/v1/locks/" + name + "/acquire", "{}").status, 409) << "still held";
+  // Where a failure lies: the key gone from the promoted master (the failover lost it) or still
+  // there while the sidecar granted the name anyway (the sidecar asked another node).
+  const std::string key = "sidelock:{" + name + "}";
+  const std::string pttl = cluster.server(static_cast<size_t>(promoted)).cli({"PTTL", key});
+  EXPECT_GT(std::atoll(pttl.c_str()), 0) << "PTTL " << key << " on the promoted master: " << pttl;
+  EXPECT_EQ(c.post("/v1/locks/" + name + "/acquire", "{}").status, 409)
+      << "still held; PTTL on the promoted master: " << pttl << "\n"
+      << cluster.server(static_cast<size_t>(promoted)).cli({"CLUSTER", "NODES"}) << "\n"
+      << sidecar.logs();
   ASSERT_EQ(c.post("/v1/locks/" + name + "/release", json{{"owner", owner}}.dump()).status, 200);
   r = c.post("/v1/locks/" + name + "/acquire", "{}");
   ASSERT_EQ(r.status, 200) << r.body;

@@ -2,7 +2,11 @@
 // notifications, restarts, and the ownership rules for requests on shutdown and destruction.
 #include "redis/redis_node.h"
 
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
@@ -350,6 +354,30 @@ TEST(TestFixtures, PickFreePortNeverHandsOutTheSamePortTwice) {
     EXPECT_TRUE(seen.insert(port).second) << "cluster port " << port << " handed out twice";
     EXPECT_TRUE(seen.insert(port + 10000).second) << "bus port " << port + 10000 << " again";
   }
+}
+
+// A killed server's port stays bound (not listening) until it restarts: refused to clients as a
+// dead server's, and never taken by another process's pick, so the restart gets it back.
+TEST(TestFixtures, AKilledServersPortIsHeldUntilItRestarts) {
+  testing::RedisServer server;
+  const int port = server.port();
+  server.kill();
+  auto bind_or_connect = [port](bool connect_instead) {
+    const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_port = htons(static_cast<uint16_t>(port));
+    const auto* a = reinterpret_cast<const sockaddr*>(&addr);
+    const int rc = connect_instead ? connect(fd, a, sizeof addr) : bind(fd, a, sizeof addr);
+    close(fd);
+    return rc == 0;
+  };
+  EXPECT_FALSE(bind_or_connect(false)) << "another process could take port " << port;
+  EXPECT_FALSE(bind_or_connect(true)) << "a dead server's port accepted a connection";
+  server.restart();
+  EXPECT_EQ(server.cli({"PING"}), "PONG");
+  EXPECT_EQ(server.port(), port);
 }
 
 }  // namespace

@@ -28,13 +28,19 @@ namespace sidelock::testing {
 
 namespace {
 
-bool portFree(int port) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return false;
+/// 127.0.0.1:`port` (0: any port, for bind).
+sockaddr_in loopback(int port) {
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   addr.sin_port = htons(static_cast<uint16_t>(port));
+  return addr;
+}
+
+bool portFree(int port) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return false;
+  sockaddr_in addr = loopback(port);
   const bool ok = bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
   close(fd);
   return ok;
@@ -88,9 +94,7 @@ int pickFreePort() {
   for (int attempt = 0; attempt < 100; ++attempt) {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     if (fd < 0) throw std::runtime_error("socket failed");
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    sockaddr_in addr = loopback(0);
     if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
       close(fd);
       throw std::runtime_error("bind failed");
@@ -115,6 +119,25 @@ int pickFreeClusterPort() {
     if (book.handed_out.insert(port + 10000).second) return port;  // the bus port is taken too
   }
   throw std::runtime_error("no free port with a free cluster bus port (+10000)");
+}
+
+void PortReservation::hold(int port) {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return;
+  const int one = 1;
+  // The dead server's connections may linger in TIME_WAIT on this port.
+  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  sockaddr_in addr = loopback(port);
+  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    close(fd);
+    return;
+  }
+  fds_.push_back(fd);
+}
+
+void PortReservation::release() {
+  for (int fd : fds_) close(fd);
+  fds_.clear();
 }
 
 std::string makeTempDir(const std::string& prefix) {
@@ -182,6 +205,7 @@ std::unique_ptr<RedisServer> RedisServer::startSentinel(const RedisServer& maste
 }
 
 void RedisServer::start() {
+  down_ports_.release();
   std::vector<std::string> args = launch_.command_prefix;
   args.push_back("redis-server");
   if (role_.sentinel || !role_.config_lines.empty()) {
@@ -253,6 +277,8 @@ void RedisServer::kill() {
   waitpid(pid_, &status, 0);
   pid_ = -1;
   paused_ = false;
+  down_ports_.hold(port_);
+  if (options_.cluster) down_ports_.hold(port_ + 10000);
 }
 
 void RedisServer::restart() {

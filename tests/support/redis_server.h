@@ -19,6 +19,24 @@ int pickFreeClusterPort();
 std::string makeTempDir(const std::string& prefix);
 void removeTree(const std::string& path);
 
+/// Keeps TCP ports on 127.0.0.1 bound but not listening while the server meant for them is down
+/// (killed, about to restart): connections are refused as by a dead server, and no other test
+/// process picks the port meanwhile. One could, and a replica reconnecting to its killed master's
+/// port would then full-sync from a stranger, dropping its data.
+class PortReservation {
+ public:
+  PortReservation() = default;
+  ~PortReservation() { release(); }
+  PortReservation(const PortReservation&) = delete;
+  PortReservation& operator=(const PortReservation&) = delete;
+  /// Best effort: a port something else holds stays with it.
+  void hold(int port);
+  void release();
+
+ private:
+  std::vector<int> fds_;
+};
+
 class RedisServer {
  public:
   struct Options {
@@ -100,6 +118,7 @@ class RedisServer {
   int port_ = 0;
   pid_t pid_ = -1;
   bool paused_ = false;
+  PortReservation down_ports_;  // while killed: port_ (and the cluster bus port)
 };
 
 }  // namespace sidelock::testing

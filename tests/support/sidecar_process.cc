@@ -79,6 +79,7 @@ SidecarProcess::SidecarProcess(Options options) : options_(std::move(options)) {
 }
 
 bool SidecarProcess::start() {
+  down_port_.release();
   const std::string config_path = dir_ + "/sidelock.yaml";
   {
     std::ofstream out(config_path);
@@ -152,6 +153,7 @@ int SidecarProcess::stop(int timeout_ms) {
     int status = 0;
     if (waitpid(pid_, &status, WNOHANG) == pid_) {
       pid_ = -1;
+      down_port_.hold(port_);
       if (WIFEXITED(status)) return WEXITSTATUS(status);
       if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
       return -1;
@@ -170,6 +172,7 @@ void SidecarProcess::kill() {
   int status = 0;
   waitpid(pid_, &status, 0);
   pid_ = -1;
+  down_port_.hold(port_);
 }
 
 }  // namespace sidelock::testing

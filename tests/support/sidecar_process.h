@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "support/redis_server.h"
+
 namespace sidelock::testing {
 
 class SidecarProcess {
@@ -58,6 +60,7 @@ class SidecarProcess {
   int port_ = 0;
   pid_t pid_ = -1;
   bool paused_ = false;
+  PortReservation down_port_;  // port_ while the process is down, until start()
 };
 
 /// Path of the sidelock binary under test: $SIDELOCK_TEST_BINARY when set (tests/run.sh runs the
