@@ -7,6 +7,7 @@
 #include <nghttp2/nghttp2.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
+#include <sys/timerfd.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -14,6 +15,8 @@
 #include <charconv>
 #include <cstring>
 #include <stdexcept>
+
+#include "load_loop.h"
 
 namespace sidelock::bench {
 
@@ -268,13 +271,26 @@ void GrpcConnection::fail() {
   }
 }
 
-GrpcLoop::GrpcLoop() : epoll_fd_(::epoll_create1(EPOLL_CLOEXEC)) {
-  if (epoll_fd_ < 0) {
-    throw std::runtime_error("epoll_create1: " + std::string(std::strerror(errno)));
+GrpcLoop::GrpcLoop()
+    : epoll_fd_(::epoll_create1(EPOLL_CLOEXEC)),
+      timer_fd_(::timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC)) {
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.ptr = nullptr;  // the timer: every other entry is a GrpcConnection
+  if (epoll_fd_ < 0 || timer_fd_ < 0 || ::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, timer_fd_, &ev) < 0) {
+    const int err = errno;
+    if (timer_fd_ >= 0) ::close(timer_fd_);
+    if (epoll_fd_ >= 0) ::close(epoll_fd_);
+    throw std::runtime_error("epoll/timerfd: " + std::string(std::strerror(err)));
   }
 }
 
-GrpcLoop::~GrpcLoop() { ::close(epoll_fd_); }
+GrpcLoop::~GrpcLoop() {
+  ::close(timer_fd_);
+  ::close(epoll_fd_);
+}
+
+void GrpcLoop::wakeAt(Clock::time_point when) { armTimerFdAt(timer_fd_, when); }
 
 void GrpcLoop::add(GrpcConnection* c) {
   epoll_event ev{};
@@ -299,6 +315,11 @@ bool GrpcLoop::runUntil(const std::function<bool()>& done, const std::function<v
     const int n = ::epoll_wait(epoll_fd_, events, 64, 1);
     if (n < 0 && errno != EINTR) return false;
     for (int i = 0; i < n; ++i) {
+      if (events[i].data.ptr == nullptr) {  // wakeAt's timer: the next tick does the work
+        uint64_t expirations = 0;
+        [[maybe_unused]] const ssize_t r = ::read(timer_fd_, &expirations, sizeof expirations);
+        continue;
+      }
       // EPOLLOUT needs nothing here: the next turn flushes.
       if ((events[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR)) != 0) {
         static_cast<GrpcConnection*>(events[i].data.ptr)->readAvailable();

@@ -109,9 +109,13 @@ class GrpcLoop {
   /// `tick` runs on every turn (at least every millisecond), for the caller's timed steps.
   bool runUntil(const std::function<bool()>& done, const std::function<void()>& tick,
                 Clock::time_point deadline);
+  /// Ends the loop's wait at `when` (a timerfd), so that a tick can start calls on a schedule
+  /// finer than the millisecond (the open loop); the latest call wins.
+  void wakeAt(Clock::time_point when);
 
  private:
   int epoll_fd_ = -1;
+  int timer_fd_ = -1;
   std::vector<GrpcConnection*> conns_;
 };
 

@@ -67,15 +67,17 @@ void EventLoop::at(Clock::time_point when, std::function<void()> fn) {
   if (earliest) armTimerFd(when);
 }
 
-void EventLoop::armTimerFd(Clock::time_point when) {
+void armTimerFdAt(int fd, Clock::time_point when) {
   // steady_clock is CLOCK_MONOTONIC on Linux, so its count is an absolute timerfd time.
   const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(when.time_since_epoch());
   itimerspec spec{};
   spec.it_value.tv_sec = static_cast<time_t>(ns.count() / 1'000'000'000);
   spec.it_value.tv_nsec = static_cast<long>(ns.count() % 1'000'000'000);
   if (spec.it_value.tv_sec == 0 && spec.it_value.tv_nsec == 0) spec.it_value.tv_nsec = 1;
-  timerfd_settime(timer_fd_, TFD_TIMER_ABSTIME, &spec, nullptr);
+  timerfd_settime(fd, TFD_TIMER_ABSTIME, &spec, nullptr);
 }
+
+void EventLoop::armTimerFd(Clock::time_point when) { armTimerFdAt(timer_fd_, when); }
 
 void EventLoop::runDueTimers() {
   uint64_t expirations = 0;

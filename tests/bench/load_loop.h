@@ -77,6 +77,10 @@ class EventLoop {
   std::priority_queue<Timer, std::vector<Timer>, std::greater<>> timers_;
 };
 
+/// Arms timerfd `fd` (CLOCK_MONOTONIC) to fire once at `when` (EventLoop's timers, GrpcLoop's
+/// wakeAt).
+void armTimerFdAt(int fd, Clock::time_point when);
+
 enum class Protocol { kHttp, kResp };
 
 class Connection {

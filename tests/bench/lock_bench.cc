@@ -35,6 +35,7 @@
 #include <random>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "bench/grpc_load.h"
@@ -42,10 +43,10 @@
 #include "bench/proc_stats.h"
 #include "config/config.h"
 #include "redis/scripts.h"
+#include "sidelock/v1/locks.pb.h"
 #include "support/http_client.h"
 #include "support/redis_server.h"
 #include "support/sidecar_process.h"
-#include "sidelock/v1/locks.pb.h"
 
 namespace sidelock::bench {
 namespace {
@@ -562,6 +563,35 @@ void runPairSlice(const Endpoint& e, const Scripts& scripts, int clients, double
   }
 }
 
+/// The framed AcquireRequest (ttl 10 s) and ReleaseRequest of `name`, owner "owner-<name>" (the
+/// same names, owners and ttl as pairRequests gives the HTTP/1.1 clients).
+std::pair<std::string, std::string> grpcPairMessages(const std::string& name) {
+  v1::AcquireRequest acquire;
+  acquire.set_name(name);
+  acquire.set_owner("owner-" + name);
+  acquire.set_ttl_ms(10000);
+  v1::ReleaseRequest release;
+  release.set_name(name);
+  release.set_owner("owner-" + name);
+  return {grpcFrame(acquire.SerializeAsString()), grpcFrame(release.SerializeAsString())};
+}
+
+/// Whether a gRPC pair call's answer is a success: status 0 and a Grant with a token (acquire) or
+/// Released with released (release). `grant` and `released` are scratch, reused between calls.
+bool grpcPairCallOk(const GrpcReply& r, bool acquiring, v1::Grant& grant, v1::Released& released) {
+  if (r.broken || r.grpc_status != 0) return false;
+  const int size = static_cast<int>(r.message.size());
+  return acquiring ? grant.ParseFromArray(r.message.data(), size) && grant.token() > 0
+                   : released.ParseFromArray(r.message.data(), size) && released.released();
+}
+
+/// How a failed gRPC pair call is reported (the run's first error).
+std::string grpcPairCallError(const GrpcReply& r, bool acquiring) {
+  return std::string(acquiring ? "acquire: " : "release: ") +
+         (r.broken ? "broken" : "grpc-status " + std::to_string(r.grpc_status)) + " " +
+         std::string(r.grpc_text);
+}
+
 /// runPairSlice over gRPC: `clients` concurrent acquire+release loops (unary Acquire then
 /// Release, messages from the generated code) spread over `e.grpc_connections` HTTP/2
 /// connections; a pair is one stream after another on the same connection. Like runPairSlice,
@@ -595,34 +625,15 @@ void runGrpcPairSlice(const Endpoint& e, int clients, double duration,
   };
   for (size_t i = 0; i < cl.size(); ++i) {
     const std::string name = name_prefix + std::to_string(i);
-    v1::AcquireRequest acquire;
-    acquire.set_name(name);
-    acquire.set_owner("owner-" + name);
-    acquire.set_ttl_ms(10000);
-    v1::ReleaseRequest release;
-    release.set_name(name);
-    release.set_owner("owner-" + name);
     Client& c = cl[i];
     c.conn = conns[i % conns.size()].get();
-    c.acquire = grpcFrame(acquire.SerializeAsString());
-    c.release = grpcFrame(release.SerializeAsString());
+    std::tie(c.acquire, c.release) = grpcPairMessages(name);
     c.done = [&, i](const GrpcReply& r) {
       Client& me = cl[i];
       const auto now = Clock::now();
-      bool ok = !r.broken && r.grpc_status == 0;
-      if (ok && me.acquiring) {
-        ok = grant.ParseFromArray(r.message.data(), static_cast<int>(r.message.size())) &&
-             grant.token() > 0;
-      } else if (ok) {
-        ok = released.ParseFromArray(r.message.data(), static_cast<int>(r.message.size())) &&
-             released.released();
-      }
+      const bool ok = grpcPairCallOk(r, me.acquiring, grant, released);
       if (measuring) run.call_samples.push_back(microsBetween(me.call_start, now));
-      if (!ok && run.failures++ == 0) {
-        run.first_error = std::string(me.acquiring ? "acquire: " : "release: ") +
-                          (r.broken ? "broken" : "grpc-status " + std::to_string(r.grpc_status)) +
-                          " " + std::string(r.grpc_text);
-      }
+      if (!ok && run.failures++ == 0) run.first_error = grpcPairCallError(r, me.acquiring);
       if (r.broken) return;
       if (me.acquiring && ok) {
         me.acquiring = false;
@@ -720,6 +731,84 @@ struct OpenLoopRun {
   int64_t failures = 0;
   std::string first_error;
   Summary call_us;  // from the call's scheduled start (queueing behind busy connections counts)
+  double server_cpu_us_per_op = 0;  // the endpoint's server, over the whole run ÷ calls issued
+};
+
+/// The open loop's schedule, shared by both protocols: calls due at t0 + k / rate until `end`,
+/// each given to an idle slot (a connection, or a name on one gRPC connection) or queued until one
+/// frees up; latency counts from the scheduled start.
+class OpenSchedule {
+ public:
+  using Issue = std::function<void(int slot, Clock::time_point scheduled)>;
+  OpenSchedule(double rate, double duration, int slots, OpenLoopRun& run, Issue issue)
+      : rate_(rate), slots_(slots), run_(run), issue_(std::move(issue)) {
+    const double warmup = std::min(0.25, duration / 4);
+    t0_ = Clock::now() + std::chrono::milliseconds(1);
+    measure_from_ = t0_ + seconds(warmup);
+    end_ = t0_ + seconds(warmup + duration);
+    call_us_.reserve(static_cast<size_t>(rate * duration) + 16);
+    for (int i = 0; i < slots; ++i) idle_.push_back(i);
+  }
+  Clock::time_point start() const { return t0_; }
+  Clock::time_point end() const { return end_; }
+  int64_t issued() const { return issued_; }
+
+  /// Issues every call due by now; the next due time, or nothing once the schedule has ended.
+  std::optional<Clock::time_point> issueDue() {
+    const auto now = Clock::now();
+    for (;;) {
+      const auto due = t0_ + seconds(static_cast<double>(issued_) / rate_);
+      if (due >= end_) {
+        ended_ = true;
+        return std::nullopt;
+      }
+      if (due > now) return due;
+      ++issued_;
+      if (!idle_.empty()) {
+        const int slot = idle_.back();
+        idle_.pop_back();
+        issue_(slot, due);
+      } else {
+        backlog_.push_back(due);
+      }
+    }
+  }
+
+  /// `slot`'s call (scheduled at `scheduled`) ended; `error` describes a failure ("" if it
+  /// succeeded). Unless the connection broke, the slot takes the oldest queued call or goes idle.
+  void ended(int slot, Clock::time_point scheduled, const std::string& error, bool broken) {
+    if (scheduled >= measure_from_) {
+      call_us_.push_back(microsBetween(scheduled, Clock::now()));
+      ++run_.calls;
+    }
+    if (!error.empty() && run_.failures++ == 0) run_.first_error = error;
+    if (broken) return;
+    if (!backlog_.empty()) {
+      const auto next = backlog_.front();
+      backlog_.pop_front();
+      issue_(slot, next);
+    } else {
+      idle_.push_back(slot);
+    }
+  }
+
+  bool finished() const {
+    return ended_ && backlog_.empty() && idle_.size() == static_cast<size_t>(slots_);
+  }
+  /// The run's latency summary, once the loop is done.
+  void finish() { run_.call_us = summarize(std::move(call_us_)); }
+
+ private:
+  double rate_;
+  int slots_;
+  OpenLoopRun& run_;
+  Issue issue_;
+  Clock::time_point t0_, measure_from_, end_;
+  int64_t issued_ = 0;
+  bool ended_ = false;
+  std::vector<int> idle_;
+  std::deque<Clock::time_point> backlog_;  // calls due while every slot was busy
+  std::vector<double> call_us_;
 };
 
 /// Calls start on a fixed schedule (`rate` per second) whatever the answers do, so a slow
@@ -739,78 +828,89 @@ OpenLoopRun runOpenLoop(const Endpoint& e, const Scripts& scripts, double rate, 
     Clock::time_point scheduled;
   };
   std::vector<Client> cl(kPool);
-  std::vector<int> idle;
-  std::deque<Clock::time_point> backlog;  // calls due while every connection was busy
-  std::vector<double> call_us;
-  call_us.reserve(static_cast<size_t>(rate * duration) + 16);
-  const double warmup = std::min(0.25, duration / 4);
-  const auto t0 = Clock::now() + std::chrono::milliseconds(1);
-  const auto measure_from = t0 + seconds(warmup);
-  const auto end = t0 + seconds(warmup + duration);
-  auto issue = [&](int i, Clock::time_point scheduled) {
+  OpenSchedule schedule(rate, duration, kPool, run, [&](int i, Clock::time_point scheduled) {
     Client& c = cl[static_cast<size_t>(i)];
     c.scheduled = scheduled;
     c.conn->send(c.acquiring ? c.requests.acquire : c.requests.release);
-  };
+  });
   for (int i = 0; i < kPool; ++i) {
     Client& c = cl[static_cast<size_t>(i)];
     c.conn = connectTo(loop, e);
     const std::string name = name_prefix + std::to_string(i);
     c.requests = pairRequests(e, scripts, name, "owner-" + name);
-    idle.push_back(i);
     c.conn->onReply([&, i](const Reply& r) {
       Client& me = cl[static_cast<size_t>(i)];
       const bool ok = succeeded(r, e.protocol);
-      if (me.scheduled >= measure_from) {
-        call_us.push_back(microsBetween(me.scheduled, Clock::now()));
-        ++run.calls;
-      }
-      if (!ok && run.failures++ == 0) {
-        run.first_error = std::string(me.acquiring ? "acquire: " : "release: ") + describe(r);
-      }
-      if (r.broken) return;
-      me.acquiring = !(me.acquiring && ok);  // after a failed acquire, acquire again
-      if (!backlog.empty()) {
-        const auto scheduled = backlog.front();
-        backlog.pop_front();
-        issue(i, scheduled);
-      } else {
-        idle.push_back(i);
-      }
+      const std::string error =
+          ok ? "" : std::string(me.acquiring ? "acquire: " : "release: ") + describe(r);
+      if (!r.broken) me.acquiring = !(me.acquiring && ok);  // after a failed acquire, again
+      schedule.ended(i, me.scheduled, error, r.broken);
     });
   }
-  int64_t issued = 0;
-  bool schedule_done = false;
   std::function<void()> tick = [&] {
-    const auto now = Clock::now();
-    for (;;) {
-      const auto due = t0 + seconds(static_cast<double>(issued) / rate);
-      if (due >= end) {
-        schedule_done = true;
-        return;
-      }
-      if (due > now) {
-        loop.at(due, tick);
-        return;
-      }
-      ++issued;
-      if (!idle.empty()) {
-        const int i = idle.back();
-        idle.pop_back();
-        issue(i, due);
-      } else {
-        backlog.push_back(due);
-      }
-    }
+    if (const auto next = schedule.issueDue()) loop.at(*next, tick);
   };
-  loop.at(t0, tick);
-  auto done = [&] {
-    return schedule_done && backlog.empty() && idle.size() == static_cast<size_t>(kPool);
-  };
-  if (!loop.runUntil(done, end + std::chrono::seconds(15))) {
+  loop.at(schedule.start(), tick);
+  const double cpu0 = cpuSeconds(e.pid);
+  if (!loop.runUntil([&] { return schedule.finished(); }, schedule.end() + seconds(15))) {
     for (const Client& c : cl) run.failures += c.conn->pending();
   }
-  run.call_us = summarize(std::move(call_us));
+  run.server_cpu_us_per_op = (cpuSeconds(e.pid) - cpu0) * 1e6 /
+                             std::max<double>(1, static_cast<double>(schedule.issued()));
+  schedule.finish();
+  return run;
+}
+
+/// runOpenLoop over gRPC: the same schedule, every call a stream of ONE HTTP/2 connection, and
+/// the same 64 names (each alternates acquire and release; a call due while all 64 wait for an
+/// answer waits for the first to end, as a pooled HTTP/1.1 call waits for a connection).
+OpenLoopRun runGrpcOpenLoop(const Endpoint& e, double rate, double duration,
+                            const std::string& name_prefix) {
+  static constexpr std::string_view kAcquire = "/sidelock.v1.Locks/Acquire";
+  static constexpr std::string_view kRelease = "/sidelock.v1.Locks/Release";
+  constexpr int kNames = 64;
+  OpenLoopRun run;
+  run.label = e.label;
+  run.rate = rate;
+  GrpcLoop loop;
+  std::unique_ptr<GrpcConnection> conn = GrpcConnection::tcp(e.port);
+  loop.add(conn.get());
+  struct Name {
+    std::string acquire, release;  // framed AcquireRequest / ReleaseRequest
+    GrpcConnection::Handler done;
+    bool acquiring = true;
+    Clock::time_point scheduled;
+  };
+  std::vector<Name> names(kNames);
+  OpenSchedule schedule(rate, duration, kNames, run, [&](int i, Clock::time_point scheduled) {
+    Name& n = names[static_cast<size_t>(i)];
+    n.scheduled = scheduled;
+    conn->call(n.acquiring ? kAcquire : kRelease, n.acquiring ? n.acquire : n.release, &n.done);
+  });
+  v1::Grant grant;
+  v1::Released released;
+  for (int i = 0; i < kNames; ++i) {
+    const std::string name = name_prefix + std::to_string(i);
+    Name& n = names[static_cast<size_t>(i)];
+    std::tie(n.acquire, n.release) = grpcPairMessages(name);
+    n.done = [&, i](const GrpcReply& r) {
+      Name& me = names[static_cast<size_t>(i)];
+      const bool ok = grpcPairCallOk(r, me.acquiring, grant, released);
+      const std::string error = ok ? "" : grpcPairCallError(r, me.acquiring);
+      if (!r.broken) me.acquiring = !(me.acquiring && ok);  // after a failed acquire, again
+      schedule.ended(i, me.scheduled, error, r.broken);
+    };
+  }
+  auto tick = [&] {
+    if (const auto next = schedule.issueDue()) loop.wakeAt(*next);
+  };
+  const double cpu0 = cpuSeconds(e.pid);
+  if (!loop.runUntil([&] { return schedule.finished(); }, tick, schedule.end() + seconds(15))) {
+    run.failures += conn->pending();
+  }
+  run.server_cpu_us_per_op = (cpuSeconds(e.pid) - cpu0) * 1e6 /
+                             std::max<double>(1, static_cast<double>(schedule.issued()));
+  schedule.finish();
   return run;
 }
 
@@ -2109,6 +2209,49 @@ class LockBench {
         "  clients = concurrent calls; HTTP/1.1 = one keep-alive connection per client; gRPC, 1\n"
         "  connection = every call a stream of one HTTP/2 connection; cpu/op as in 1+6\n");
     out_["grpc"] = groups;
+    grpcOpenLoop();
+  }
+
+  /// Scenario 10's open loop: the same load for both protocols (calls on a fixed schedule, as in
+  /// scenario 2), so that latency and the sidecar's CPU per call compare at equal work. A closed
+  /// loop on one connection keeps its calls in step (tests/bench/README.md, "Figures: gRPC").
+  void grpcOpenLoop() {
+    const std::string where = placement_.forThroughput();
+    const double run_seconds = o_.quick ? 0.3 : 2 * o_.seconds;
+    std::printf("\n  open loop: calls on a fixed schedule, 64 names (%.1f s per run) [%s]\n",
+                run_seconds, where.c_str());
+    std::printf("  %-8s %-34s %10s %10s %8s\n", "calls/s", "target", "call50", "call99", "cpu/op");
+    const Endpoint http = tcpEndpoint("HTTP/1.1, 64 pooled connections", a_, redis_.pid());
+    const Endpoint one{
+        "gRPC, 1 connection", Protocol::kHttp, grpc_port_, "", a_.pid(), redis_.pid(), 1};
+    json rates = json::array();
+    const std::vector<double> schedule =
+        o_.quick ? std::vector<double>{2000.0} : std::vector<double>{5000.0, 20000.0};
+    for (double rate : schedule) {
+      const std::string prefix = "grpcopen" + std::to_string(static_cast<int>(rate));
+      const OpenLoopRun h = runOpenLoop(http, scripts_, rate, run_seconds, prefix + "h-");
+      const OpenLoopRun g = runGrpcOpenLoop(one, rate, run_seconds, prefix + "g-");
+      for (const OpenLoopRun* r : {&h, &g}) {
+        std::printf("  %-8.0f %-34s %10.1f %10.1f %8.1f\n", rate, r->label.c_str(), r->call_us.p50,
+                    r->call_us.p99, r->server_cpu_us_per_op);
+        account(*r);
+      }
+      auto side = [](const OpenLoopRun& r) {
+        json j = toJson(r.call_us);
+        j["server_cpu_us_per_op"] = round3(r.server_cpu_us_per_op);
+        j["calls"] = r.calls;
+        j["failures"] = r.failures;
+        return j;
+      };
+      rates.push_back(json{
+          {"rate", rate},
+          {"http1", side(h)},
+          {"grpc_1_conn", side(g)},
+          {"grpc_p50_over_http1", round3(ratio(g.call_us.p50, h.call_us.p50))},
+          {"grpc_p99_over_http1", round3(ratio(g.call_us.p99, h.call_us.p99))},
+          {"grpc_cpu_over_http1", round3(ratio(g.server_cpu_us_per_op, h.server_cpu_us_per_op))}});
+    }
+    out_["grpc_open_loop"] = {{"placement", where}, {"rates", rates}};
   }
 
   // 1 + 6
