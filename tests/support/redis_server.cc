@@ -38,7 +38,7 @@ sockaddr_in loopback(int port) {
 }
 
 bool portFree(int port) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return false;
   sockaddr_in addr = loopback(port);
   const bool ok = bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
@@ -92,7 +92,7 @@ int pickFreePort() {
   }
   // An unusual ephemeral range: whatever bind(0) gives, still never twice.
   for (int attempt = 0; attempt < 100; ++attempt) {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0) throw std::runtime_error("socket failed");
     sockaddr_in addr = loopback(0);
     if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {

@@ -60,7 +60,8 @@ class SidecarProcess {
   int port_ = 0;
   pid_t pid_ = -1;
   bool paused_ = false;
-  PortReservation down_port_;  // port_ while the process is down, until start()
+  // port_ while the process is down, until start(); not the ports listen_yaml names (admin, gRPC)
+  PortReservation down_port_;
 };
 
 /// Path of the sidelock binary under test: $SIDELOCK_TEST_BINARY when set (tests/run.sh runs the
