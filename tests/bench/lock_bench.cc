@@ -563,6 +563,10 @@ void runPairSlice(const Endpoint& e, const Scripts& scripts, int clients, double
   }
 }
 
+/// The gRPC methods of a pair.
+constexpr std::string_view kGrpcAcquire = "/sidelock.v1.Locks/Acquire";
+constexpr std::string_view kGrpcRelease = "/sidelock.v1.Locks/Release";
+
 /// The framed AcquireRequest (ttl 10 s) and ReleaseRequest of `name`, owner "owner-<name>" (the
 /// same names, owners and ttl as pairRequests gives the HTTP/1.1 clients).
 std::pair<std::string, std::string> grpcPairMessages(const std::string& name) {
@@ -598,8 +602,6 @@ std::string grpcPairCallError(const GrpcReply& r, bool acquiring) {
 /// nothing is built per call: each client's framed messages and its reply handler are made once.
 void runGrpcPairSlice(const Endpoint& e, int clients, double duration,
                       const std::string& name_prefix, PairRun& run) {
-  static constexpr std::string_view kAcquire = "/sidelock.v1.Locks/Acquire";
-  static constexpr std::string_view kRelease = "/sidelock.v1.Locks/Release";
   std::vector<std::unique_ptr<GrpcConnection>> conns;
   GrpcLoop loop;
   for (int k = 0; k < e.grpc_connections; ++k) {
@@ -621,7 +623,7 @@ void runGrpcPairSlice(const Endpoint& e, int clients, double duration,
   auto start = [](Client& me, Clock::time_point now) {
     me.acquiring = true;
     me.pair_start = me.call_start = now;
-    me.conn->call(kAcquire, me.acquire, &me.done);
+    me.conn->call(kGrpcAcquire, me.acquire, &me.done);
   };
   for (size_t i = 0; i < cl.size(); ++i) {
     const std::string name = name_prefix + std::to_string(i);
@@ -638,7 +640,7 @@ void runGrpcPairSlice(const Endpoint& e, int clients, double duration,
       if (me.acquiring && ok) {
         me.acquiring = false;
         me.call_start = now;
-        me.conn->call(kRelease, me.release, &me.done);
+        me.conn->call(kGrpcRelease, me.release, &me.done);
         return;
       }
       if (!me.acquiring && ok && measuring) {
@@ -870,8 +872,6 @@ OpenLoopRun runOpenLoop(const Endpoint& e, const Scripts& scripts, double rate, 
 /// answer waits for the first to end, as a pooled HTTP/1.1 call waits for a connection).
 OpenLoopRun runGrpcOpenLoop(const Endpoint& e, double rate, double duration,
                             const std::string& name_prefix) {
-  static constexpr std::string_view kAcquire = "/sidelock.v1.Locks/Acquire";
-  static constexpr std::string_view kRelease = "/sidelock.v1.Locks/Release";
   constexpr int kNames = 64;
   OpenLoopRun run;
   run.label = e.label;
@@ -889,7 +889,8 @@ OpenLoopRun runGrpcOpenLoop(const Endpoint& e, double rate, double duration,
   OpenSchedule schedule(rate, duration, kNames, run, [&](int i, Clock::time_point scheduled) {
     Name& n = names[static_cast<size_t>(i)];
     n.scheduled = scheduled;
-    conn->call(n.acquiring ? kAcquire : kRelease, n.acquiring ? n.acquire : n.release, &n.done);
+    conn->call(n.acquiring ? kGrpcAcquire : kGrpcRelease, n.acquiring ? n.acquire : n.release,
+               &n.done);
   });
   v1::Grant grant;
   v1::Released released;

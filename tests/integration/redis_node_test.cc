@@ -9,7 +9,6 @@
 #include <unistd.h>
 
 #include <chrono>
-#include <cstdio>
 #include <optional>
 #include <set>
 #include <thread>
@@ -337,11 +336,7 @@ TEST_F(RedisNodeTest, UnixSocketAddress) {
 // one and its config was refused), and from below the ephemeral range that outgoing
 // connections' local ports come from.
 TEST(TestFixtures, PickFreePortNeverHandsOutTheSamePortTwice) {
-  int ephemeral_low = 32768;
-  if (FILE* f = fopen("/proc/sys/net/ipv4/ip_local_port_range", "r")) {
-    if (fscanf(f, "%d", &ephemeral_low) != 1) ephemeral_low = 32768;
-    fclose(f);
-  }
+  const int ephemeral_low = testing::ephemeralPortLow();
   std::set<int> seen;
   for (int i = 0; i < 2000; ++i) {
     const int port = testing::pickFreePort();

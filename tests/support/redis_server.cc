@@ -46,22 +46,12 @@ bool portFree(int port) {
   return ok;
 }
 
-/// The first port of the kernel's ephemeral range (ip_local_port_range), 32768 if unreadable.
-int ephemeralLow() {
-  int low = 32768, high = 60999;
-  if (FILE* f = fopen("/proc/sys/net/ipv4/ip_local_port_range", "r")) {
-    if (fscanf(f, "%d %d", &low, &high) != 2) low = 32768;
-    fclose(f);
-  }
-  return low;
-}
-
 /// The ports this test process handed out (pickFreePort), each at most once.
 struct PortBook {
   std::mutex mutex;
   std::set<int> handed_out;
   std::mt19937 random{static_cast<unsigned>(getpid()) ^ std::random_device{}()};
-  const int below = std::min(ephemeralLow(), 65536 - 10000);
+  const int below = std::min(ephemeralPortLow(), 65536 - 10000);
   static PortBook& get() {
     static PortBook book;
     return book;
@@ -71,6 +61,15 @@ struct PortBook {
 constexpr int kLowestPort = 10000;
 
 }  // namespace
+
+int ephemeralPortLow() {
+  int low = 32768;
+  if (FILE* f = fopen("/proc/sys/net/ipv4/ip_local_port_range", "r")) {
+    if (fscanf(f, "%d", &low) != 1) low = 32768;
+    fclose(f);
+  }
+  return low;
+}
 
 int pickFreePort() {
   // Two ways a picked port is lost before the process meant to listen on it binds it:

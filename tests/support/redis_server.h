@@ -10,9 +10,13 @@
 
 namespace sidelock::testing {
 
-/// A TCP port that was free a moment ago (bind to port 0, read it back, close), never the same
-/// one twice in one test process.
+/// A TCP port on 127.0.0.1 that was free a moment ago (a plain bind succeeded), never the same
+/// one twice in one test process, at random from 10000 up to ephemeralPortLow() (bind(0) when
+/// that range is too small).
 int pickFreePort();
+/// The first port of the kernel's ephemeral range (ip_local_port_range), 32768 if unreadable:
+/// outgoing connections' local ports come from there, so pickFreePort stays below it.
+int ephemeralPortLow();
 /// A free TCP port whose port + 10000 is free too (a Redis Cluster node binds both).
 int pickFreeClusterPort();
 /// Creates a fresh directory under $TMPDIR (or /tmp); removed by removeTree().
