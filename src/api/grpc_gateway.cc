@@ -505,7 +505,9 @@ StatusOr<HttpCall> httpCallOf(const GrpcMethod& method, std::string_view request
 namespace {
 
 /// The path of a direct method: its one {field} replaced by `value` (as httpCallOf does).
-void directPath(const GrpcMethod& method, std::string_view value, HttpCall& out) {
+void directPath(const GrpcMethod& method, std::string_view value, DirectCall& direct) {
+  HttpCall& out = direct.http;
+  direct.path_value = value;
   const size_t open = method.path.find('{');
   const size_t close = method.path.find('}', open);
   const std::string_view head = method.path.substr(0, open);
@@ -568,14 +570,14 @@ std::optional<DirectCall> directCallOf(const GrpcMethod& method, std::string_vie
       putBool(f, BodyField::kFair, m.fair());
       putText(f, BodyField::kHolder, m.holder());
       putInt(f, BodyField::kLockDelayMs, m.lock_delay_ms());
-      directPath(method, m.name(), out.http);
+      directPath(method, m.name(), out);
       break;
     }
     case Direct::kRelease: {
       v1::ReleaseRequest m;
       if (!parseMessage(m, request_bytes) || m.name().empty()) return std::nullopt;
       putText(f, BodyField::kOwner, m.owner());
-      directPath(method, m.name(), out.http);
+      directPath(method, m.name(), out);
       break;
     }
     case Direct::kExtend: {
@@ -584,7 +586,7 @@ std::optional<DirectCall> directCallOf(const GrpcMethod& method, std::string_vie
       putText(f, BodyField::kOwner, m.owner());
       putInt(f, BodyField::kTtlMs, m.ttl_ms());
       putText(f, BodyField::kMode, m.mode());
-      directPath(method, m.name(), out.http);
+      directPath(method, m.name(), out);
       break;
     }
     case Direct::kTryLock: {
@@ -593,7 +595,7 @@ std::optional<DirectCall> directCallOf(const GrpcMethod& method, std::string_vie
       putText(f, BodyField::kResourceId, m.resource_id());
       putText(f, BodyField::kLockOwner, m.lock_owner());
       putInt(f, BodyField::kExpiryInSeconds, m.expiry_in_seconds());
-      directPath(method, m.store_name(), out.http);
+      directPath(method, m.store_name(), out);
       break;
     }
     case Direct::kUnlock: {
@@ -601,7 +603,7 @@ std::optional<DirectCall> directCallOf(const GrpcMethod& method, std::string_vie
       if (!parseMessage(m, request_bytes) || m.store_name().empty()) return std::nullopt;
       putText(f, BodyField::kResourceId, m.resource_id());
       putText(f, BodyField::kLockOwner, m.lock_owner());
-      directPath(method, m.store_name(), out.http);
+      directPath(method, m.store_name(), out);
       break;
     }
   }
@@ -900,7 +902,18 @@ GrpcGateway::GrpcGateway(event::Scheduler& scheduler, metrics::Metrics* metrics,
       metrics_(metrics),
       guarded_(std::move(guarded)),
       options_(options),
-      call_metrics_(metrics == nullptr ? nullptr : std::make_shared<CallMetrics>(*metrics)) {}
+      call_metrics_(metrics == nullptr ? nullptr : std::make_shared<CallMetrics>(*metrics)) {
+  const auto& table = methodTable();
+  routed_.resize(table.size());
+  if (options_.router == nullptr) return;
+  for (size_t i = 0; i < table.size(); ++i) {
+    const GrpcMethod& method = table[i];
+    if (method.direct == GrpcMethod::Direct::kNone) continue;
+    routed_[i] = options_.router->exclusiveRoute(method.http_method, method.path);
+    // A direct method's path has one {field} (directPath): the route's one parameter.
+    if (routed_[i] && routed_[i]->params.size() != 1) routed_[i].reset();
+  }
+}
 
 GrpcGateway::~GrpcGateway() = default;
 
@@ -924,7 +937,7 @@ void GrpcGateway::handle(grpc::CallPtr call, std::string request) {
     if (std::optional<DirectCall> direct_call = directCallOf(*method, request, wait_bound_ms)) {
       auto responder = std::make_shared<GrpcResponder>(call, *method, call_metrics_, scheduler_);
       responder->routed(
-          dispatch(*call, std::move(direct_call->http), responder, &direct_call->fields));
+          dispatch(*call, std::move(direct_call->http), responder, &*direct_call, method));
       return;
     }
   }
@@ -962,8 +975,9 @@ void GrpcGateway::handle(grpc::CallPtr call, std::string request) {
 
 std::string_view GrpcGateway::dispatch(const grpc::ServerCall& call, HttpCall http_call,
                                        std::shared_ptr<http::Responder> responder,
-                                       const http::DecodedBody* decoded_body) {
+                                       DirectCall* direct, const GrpcMethod* method) {
   const grpc::CallInfo& info = call.info();
+  const http::DecodedBody* decoded_body = direct == nullptr ? nullptr : &direct->fields;
   http::Request request;
   request.method = std::move(http_call.method);
   request.path = std::move(http_call.path);
@@ -974,6 +988,16 @@ std::string_view GrpcGateway::dispatch(const grpc::ServerCall& call, HttpCall ht
   request.loop_turn = info.loop_turn;
   request.peer = info.peer;
   request.decoded_body = decoded_body;
+  if (direct != nullptr && method != nullptr) {
+    // The route is known: the router's matching would find it, with this one parameter
+    // (non-empty: directCallOf refuses an empty path field).
+    const auto& routed = routed_[static_cast<size_t>(method - methodTable().data())];
+    if (routed) {
+      request.routed_handler = routed->handler;
+      request.route = routed->route;
+      request.params.emplace_back(routed->params.front(), std::move(direct->path_value));
+    }
+  }
   request.headers.reserve(info.metadata.size() + 2);
   for (const auto& [name, value] : info.metadata) {
     // gRPC's own headers are the transport's; the route reads JSON.

@@ -15,6 +15,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_set>
+#include <vector>
 
 #include "api/request_body.h"
 #include "common/status.h"
@@ -22,6 +23,7 @@
 #include "event/scheduler.h"
 #include "grpc/server_call.h"
 #include "http/http_types.h"
+#include "http/router.h"
 
 namespace google::protobuf {
 class Descriptor;
@@ -89,6 +91,7 @@ StatusOr<HttpCall> httpCallOf(const GrpcMethod& method, std::string_view request
 struct DirectCall {
   HttpCall http;  // body empty
   BodyFields fields;
+  std::string path_value;  // the path field's value (decoded): the route's one parameter
 };
 std::optional<DirectCall> directCallOf(const GrpcMethod& method, std::string_view request_bytes,
                                        std::optional<int64_t> wait_bound_ms);
@@ -115,6 +118,11 @@ class GrpcGateway {
     int64_t health_watch_poll_ms = 1000;  // how often Health/Watch looks at the readiness
     /// Off: every call takes the JSON bridge (tests compare the two paths).
     bool direct_calls = true;
+    /// The router inside `guarded` (null: none known). A direct method whose route is exclusive
+    /// there (Router::exclusiveRoute) is dispatched to it without matching its path: the guard
+    /// still runs first, and the route sees the same request. Must outlive the gateway, with no
+    /// route added after.
+    const http::Router* router = nullptr;
   };
   GrpcGateway(event::Scheduler& scheduler, metrics::Metrics* metrics, http::Handler guarded,
               Options options);
@@ -140,9 +148,11 @@ class GrpcGateway {
  private:
   /// Runs `http_call` through the guarded handler for `call`, answering through `responder`;
   /// returns the route the router matched (empty if none).
+  /// `direct`: a direct method's call with its fields, routed without matching where its route is
+  /// exclusive.
   std::string_view dispatch(const grpc::ServerCall& call, HttpCall http_call,
                             std::shared_ptr<http::Responder> responder,
-                            const http::DecodedBody* decoded_body = nullptr);
+                            DirectCall* direct = nullptr, const GrpcMethod* method = nullptr);
   void startWatch(grpc::CallPtr call, HttpCall http_call);
   void pollWatch(const std::shared_ptr<Watch>& watch);
 
@@ -153,6 +163,8 @@ class GrpcGateway {
   /// The open Health/Watch calls (each with its poll timer), dropped when their call ends.
   std::unordered_set<std::shared_ptr<Watch>> watches_;
   std::shared_ptr<CallMetrics> call_metrics_;  // null without metrics (tests)
+  /// Per row of the method table: its route when Options::router has it exclusive (else empty).
+  std::vector<std::optional<http::Router::Exclusive>> routed_;
   event::LivenessToken alive_;
 };
 

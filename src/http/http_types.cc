@@ -53,6 +53,7 @@ void Request::clear() {
   peer.reset();
   principal.reset();
   decoded_body = nullptr;
+  routed_handler = nullptr;
 }
 
 }  // namespace sidelock::http

@@ -47,6 +47,12 @@ class DecodedBody {
   virtual ~DecodedBody() = default;
 };
 
+class Responder;
+struct Request;
+/// Called once per request. The request's headers and body are valid during the call only: a
+/// handler that answers later copies what it needs (the server frees them while the answer waits).
+using Handler = std::function<void(Request& request, std::shared_ptr<Responder> responder)>;
+
 struct Request {
   std::string method;  // "GET", "POST", ...
   std::string path;    // decoded path without the query string
@@ -73,6 +79,9 @@ struct Request {
   /// Never set by HttpServer: a gateway's decoded body (then `body` is empty), valid during the
   /// handler call only, like `body`.
   const DecodedBody* decoded_body = nullptr;
+  /// Never set by HttpServer: a gateway that already knows the route (Router::exclusiveRoute) sets
+  /// it with `route` and `params`, and Router::dispatch calls it without matching the path.
+  const Handler* routed_handler = nullptr;
 
   std::string_view header(std::string_view lower_name) const;
   std::string_view param(std::string_view name) const;
@@ -120,8 +129,5 @@ class Responder {
 bool equalsIgnoreCase(std::string_view a, std::string_view b);
 
 using ResponderPtr = std::shared_ptr<Responder>;
-/// Called once per request. The request's headers and body are valid during the call only: a
-/// handler that answers later copies what it needs (the server frees them while the answer waits).
-using Handler = std::function<void(Request& request, ResponderPtr responder)>;
 
 }  // namespace sidelock::http

@@ -85,7 +85,52 @@ Router::Match Router::match(std::string_view method, std::string_view raw_path) 
   return result;
 }
 
+std::optional<Router::Exclusive> Router::exclusiveRoute(std::string_view method,
+                                                        std::string_view pattern) const {
+  StatusOr<PathPattern> shape = PathPattern::parse(pattern);
+  if (!shape.isOk()) return std::nullopt;
+  const auto& mine = shape->segments();
+  // How two patterns of the same length relate: the same shape, or some path matches both
+  // (overlap), or none does (a literal in both at one segment, and not the same).
+  enum class Relation { kSameShape, kOverlap, kDisjoint };
+  auto relate = [&mine](const PathPattern& other) {
+    const auto& theirs = other.segments();
+    Relation relation = Relation::kSameShape;
+    for (size_t i = 0; i < mine.size(); ++i) {
+      if (mine[i].is_param != theirs[i].is_param) {
+        relation = Relation::kOverlap;
+      } else if (!mine[i].is_param && mine[i].text != theirs[i].text) {
+        return Relation::kDisjoint;
+      }
+    }
+    return relation;
+  };
+  const Route* found = nullptr;
+  for (const Route& r : routes_) {
+    if (r.method != method || r.pattern.segments().size() != mine.size()) continue;
+    switch (relate(r.pattern)) {
+      case Relation::kDisjoint:
+        continue;
+      case Relation::kOverlap:
+        return std::nullopt;  // some path matches both: the router must choose
+      case Relation::kSameShape:
+        if (found != nullptr) return std::nullopt;  // cannot happen: add() refuses duplicates
+        found = &r;
+    }
+  }
+  if (found == nullptr) return std::nullopt;
+  Exclusive exclusive{&found->handler, found->pattern.text(), {}};
+  for (const auto& segment : found->pattern.segments()) {
+    if (segment.is_param) exclusive.params.push_back(segment.text);
+  }
+  return exclusive;
+}
+
 void Router::dispatch(Request& request, ResponderPtr responder) const {
+  if (request.routed_handler != nullptr) {  // routed by its gateway (exclusiveRoute)
+    (*request.routed_handler)(request, std::move(responder));
+    return;
+  }
   std::string_view path = request.raw_path.empty() ? request.path : request.raw_path;
   Match m = match(request.method, path);
   request.route = m.route;

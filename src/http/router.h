@@ -3,6 +3,7 @@
 // metrics label (Request::route).
 #pragma once
 
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -45,9 +46,24 @@ class Router {
   /// and a 405's Allow lists HEAD after GET.
   Match match(std::string_view method, std::string_view raw_path) const;
 
+  /// The route every path of `pattern` reaches: registered for `method` with a pattern of that
+  /// shape (the same literals and parameter positions; the parameters' names may differ), and no
+  /// other route of that method can match a path this shape matches (each differs from it in a
+  /// literal segment, or in the segment count). A gateway that builds such a path from a non-empty
+  /// value per parameter may then skip matching it: it sets Request::routed_handler, route and
+  /// params (the route's names, the decoded values) itself, and dispatch() gives the same result
+  /// as matching. Valid while no route is added.
+  struct Exclusive {
+    const Handler* handler = nullptr;
+    std::string_view route;                // the route's pattern, viewing the table
+    std::vector<std::string_view> params;  // the route's parameter names, in path order
+  };
+  std::optional<Exclusive> exclusiveRoute(std::string_view method, std::string_view pattern) const;
+
   /// Routes `request` (using raw_path, or path when raw_path is empty): fills route and params
-  /// and calls the handler; otherwise answers 404 not_found, 405 method_not_allowed (with an
-  /// Allow header) or 400 bad_request (malformed percent-encoding), setting route to the label.
+  /// and calls the handler (or its routed_handler, already routed, without matching); otherwise
+  /// answers 404 not_found, 405 method_not_allowed (with an Allow header) or 400 bad_request
+  /// (malformed percent-encoding), setting route to the label.
   void dispatch(Request& request, ResponderPtr responder) const;
 
   /// A Handler that dispatches through this router, which must outlive it.

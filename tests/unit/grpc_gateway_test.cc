@@ -433,6 +433,7 @@ struct World {
     policy.tokens = &verifier;
     GrpcGateway::Options options;
     options.direct_calls = direct_calls;
+    options.router = &router;
     gateway = std::make_unique<GrpcGateway>(
         sched, &metrics, http::guardHandler(policy, policy, router.asHandler()), options);
   }
@@ -481,6 +482,20 @@ struct World {
 };
 
 class GrpcOverRealRoutesTest : public ::testing::Test, protected World {};
+
+// The direct methods' routes are exclusive in the real route table, so their calls skip the
+// router's matching (GrpcGateway::Options::router); the comparisons with the bridge below then
+// check that skipping it changes nothing.
+TEST_F(GrpcOverRealRoutesTest, DirectMethodsRoutesAreExclusive) {
+  for (const char* name :
+       {"/sidelock.v1.Locks/Acquire", "/sidelock.v1.Locks/Release", "/sidelock.v1.Locks/Extend",
+        "/dapr.proto.runtime.v1.Dapr/TryLockAlpha1", "/dapr.proto.runtime.v1.Dapr/UnlockAlpha1"}) {
+    const GrpcMethod* method = findGrpcMethod(name);
+    ASSERT_NE(method, nullptr) << name;
+    EXPECT_NE(method->direct, GrpcMethod::Direct::kNone) << name;
+    EXPECT_TRUE(router.exclusiveRoute(method->http_method, method->path)) << name;
+  }
+}
 
 TEST_F(GrpcOverRealRoutesTest, EveryLocksMethodRunsItsRoute) {
   v1::AcquireRequest acquire;

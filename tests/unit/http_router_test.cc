@@ -188,6 +188,50 @@ TEST_F(RouterTest, AsHandlerDispatches) {
   EXPECT_EQ(res->status, 200);
 }
 
+// A route is exclusive when no other route of its method can match one of its paths: then a
+// gateway may dispatch to it without matching, and gets what matching would give.
+TEST_F(RouterTest, ExclusiveRouteIsTheOneEveryPathOfItsPatternReaches) {
+  std::optional<Router::Exclusive> acquire =
+      router_.exclusiveRoute("POST", "/v1/locks/{name}/acquire");
+  ASSERT_TRUE(acquire.has_value());
+  EXPECT_EQ(acquire->route, "/v1/locks/{name}/acquire");
+  Request req;
+  req.method = "POST";
+  req.raw_path = "/nothing/matches/this";  // not looked at: the request is routed already
+  req.routed_handler = acquire->handler;
+  req.route = acquire->route;
+  req.params.emplace_back("name", "a/b");
+  auto res = std::make_shared<RecordingResponder>();
+  router_.dispatch(req, res);
+  EXPECT_EQ(called_, "POST /v1/locks/{name}/acquire");
+  EXPECT_EQ(res->body, "/v1/locks/{name}/acquire");
+  EXPECT_EQ(req.param("name"), "a/b");
+
+  EXPECT_EQ(acquire->params, std::vector<std::string_view>{"name"});
+  // The shape is what counts, with the route's own parameter names.
+  std::optional<Router::Exclusive> same_shape =
+      router_.exclusiveRoute("POST", "/v1/locks/{lock_name}/acquire");
+  ASSERT_TRUE(same_shape.has_value());
+  EXPECT_EQ(same_shape->handler, acquire->handler);
+  EXPECT_EQ(same_shape->params, std::vector<std::string_view>{"name"});
+  // Not registered for that method, or not at all, or not a pattern.
+  EXPECT_FALSE(router_.exclusiveRoute("GET", "/v1/locks/{name}/acquire"));
+  EXPECT_FALSE(router_.exclusiveRoute("POST", "/v1/locks/{name}/take"));
+  EXPECT_FALSE(router_.exclusiveRoute("POST", "v1/locks"));
+  // A route of another method on the same shape does not matter (the method picks the route).
+  EXPECT_TRUE(router_.exclusiveRoute("GET", "/v1/locks/{name}"));
+  EXPECT_TRUE(router_.exclusiveRoute("DELETE", "/v1/locks/{name}"));
+  // A literal of the same method and shape takes some of its paths ("stats"): not exclusive,
+  // and neither is the literal (the parameter route matches "/v1/locks/stats" too).
+  ASSERT_TRUE(router_.add("GET", "/v1/locks/stats", record("stats")).isOk());
+  EXPECT_FALSE(router_.exclusiveRoute("GET", "/v1/locks/{name}"));
+  EXPECT_FALSE(router_.exclusiveRoute("GET", "/v1/locks/stats"));
+  // A parameter where it has a literal overlaps as well; a different literal does not.
+  ASSERT_TRUE(router_.add("POST", "/v1/{kind}/{name}/acquire", record("kinds")).isOk());
+  EXPECT_FALSE(router_.exclusiveRoute("POST", "/v1/locks/{name}/acquire"));
+  EXPECT_TRUE(router_.exclusiveRoute("POST", "/v1/locks/{name}/release"));
+}
+
 TEST(RouterAddTest, RejectsBadPatternsAndDuplicates) {
   Router r;
   Handler h = [](Request&, ResponderPtr) {};
