@@ -512,11 +512,10 @@ void directPath(const GrpcMethod& method, std::string_view value, DirectCall& di
   const size_t close = method.path.find('}', open);
   const std::string_view head = method.path.substr(0, open);
   const std::string_view tail = method.path.substr(close + 1);
-  out.path.reserve(head.size() + value.size() + tail.size());
   out.path.append(head).append(value).append(tail);
-  const std::string encoded = percentEncode(value, PercentKeep::kUnreserved);
-  out.raw_path.reserve(head.size() + encoded.size() + tail.size());
-  out.raw_path.append(head).append(encoded).append(tail);
+  out.raw_path.append(head);
+  appendPercentEncoded(out.raw_path, value, PercentKeep::kUnreserved);
+  out.raw_path.append(tail);
 }
 
 /// proto3 JSON prints a scalar only when it is not its default; the bridge's body has the same.
@@ -536,27 +535,41 @@ int64_t boundedWait(int64_t wait_ms, std::optional<int64_t> wait_bound_ms) {
   return std::min(wait_ms, std::max<int64_t>(0, *wait_bound_ms));
 }
 
+/// The request message of a direct call, parsed into one reused message per type (the loop's
+/// thread): parsing clears it, and its strings keep their capacity from the last call (unless
+/// that call was large). Valid until the next call of that type.
 template <typename M>
-bool parseMessage(M& message, std::string_view bytes) {
-  return message.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()));
+const M* parseMessage(std::string_view bytes) {
+  constexpr size_t kKeptMessageBytes = 16 * 1024;
+  thread_local M message;
+  thread_local size_t last_bytes = 0;
+  if (last_bytes > kKeptMessageBytes) message = M();  // a large message's strings are not kept
+  last_bytes = bytes.size();
+  if (!message.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) return nullptr;
+  return &message;
 }
 
 }  // namespace
 
-std::optional<DirectCall> directCallOf(const GrpcMethod& method, std::string_view request_bytes,
-                                       std::optional<int64_t> wait_bound_ms) {
-  DirectCall out;
-  out.http.method = std::string(method.http_method);
+bool directCallInto(const GrpcMethod& method, std::string_view request_bytes,
+                    std::optional<int64_t> wait_bound_ms, DirectCall& out) {
+  out.http.method.assign(method.http_method);
+  out.http.path.clear();
+  out.http.raw_path.clear();
+  out.http.body.clear();
+  out.http.query.clear();
+  out.fields.clear();
+  out.path_value.clear();
   BodyFields& f = out.fields;
   // Each case: the fields in the order of the message (the bridge's JSON order; the route reads by
   // field, so the order does not matter), then the path field.
   switch (method.direct) {
     case Direct::kNone:
-      return std::nullopt;
+      return false;
     case Direct::kAcquire: {
-      v1::AcquireRequest m;
-      if (!parseMessage(m, request_bytes) || m.name().empty() || m.has_health())
-        return std::nullopt;
+      const v1::AcquireRequest* parsed = parseMessage<v1::AcquireRequest>(request_bytes);
+      if (parsed == nullptr || parsed->name().empty() || parsed->has_health()) return false;
+      const v1::AcquireRequest& m = *parsed;
       f.reserve(4);  // the usual acquire: ttl_ms, owner, and wait_ms or one option
       putInt(f, BodyField::kTtlMs, m.ttl_ms());
       // Present when sent (as in the bridge's JSON), then capped: a cap to 0 is still a 0 sent.
@@ -574,15 +587,17 @@ std::optional<DirectCall> directCallOf(const GrpcMethod& method, std::string_vie
       break;
     }
     case Direct::kRelease: {
-      v1::ReleaseRequest m;
-      if (!parseMessage(m, request_bytes) || m.name().empty()) return std::nullopt;
+      const v1::ReleaseRequest* parsed = parseMessage<v1::ReleaseRequest>(request_bytes);
+      if (parsed == nullptr || parsed->name().empty()) return false;
+      const v1::ReleaseRequest& m = *parsed;
       putText(f, BodyField::kOwner, m.owner());
       directPath(method, m.name(), out);
       break;
     }
     case Direct::kExtend: {
-      v1::ExtendRequest m;
-      if (!parseMessage(m, request_bytes) || m.name().empty()) return std::nullopt;
+      const v1::ExtendRequest* parsed = parseMessage<v1::ExtendRequest>(request_bytes);
+      if (parsed == nullptr || parsed->name().empty()) return false;
+      const v1::ExtendRequest& m = *parsed;
       putText(f, BodyField::kOwner, m.owner());
       putInt(f, BodyField::kTtlMs, m.ttl_ms());
       putText(f, BodyField::kMode, m.mode());
@@ -590,8 +605,9 @@ std::optional<DirectCall> directCallOf(const GrpcMethod& method, std::string_vie
       break;
     }
     case Direct::kTryLock: {
-      dapr::TryLockRequest m;
-      if (!parseMessage(m, request_bytes) || m.store_name().empty()) return std::nullopt;
+      const dapr::TryLockRequest* parsed = parseMessage<dapr::TryLockRequest>(request_bytes);
+      if (parsed == nullptr || parsed->store_name().empty()) return false;
+      const dapr::TryLockRequest& m = *parsed;
       putText(f, BodyField::kResourceId, m.resource_id());
       putText(f, BodyField::kLockOwner, m.lock_owner());
       putInt(f, BodyField::kExpiryInSeconds, m.expiry_in_seconds());
@@ -599,14 +615,22 @@ std::optional<DirectCall> directCallOf(const GrpcMethod& method, std::string_vie
       break;
     }
     case Direct::kUnlock: {
-      dapr::UnlockRequest m;
-      if (!parseMessage(m, request_bytes) || m.store_name().empty()) return std::nullopt;
+      const dapr::UnlockRequest* parsed = parseMessage<dapr::UnlockRequest>(request_bytes);
+      if (parsed == nullptr || parsed->store_name().empty()) return false;
+      const dapr::UnlockRequest& m = *parsed;
       putText(f, BodyField::kResourceId, m.resource_id());
       putText(f, BodyField::kLockOwner, m.lock_owner());
       directPath(method, m.store_name(), out);
       break;
     }
   }
+  return true;
+}
+
+std::optional<DirectCall> directCallOf(const GrpcMethod& method, std::string_view request_bytes,
+                                       std::optional<int64_t> wait_bound_ms) {
+  DirectCall out;
+  if (!directCallInto(method, request_bytes, wait_bound_ms, out)) return std::nullopt;
   return out;
 }
 
@@ -934,10 +958,16 @@ void GrpcGateway::handle(grpc::CallPtr call, std::string request) {
   std::optional<int64_t> wait_bound_ms;
   if (info.deadline_us) wait_bound_ms = (*info.deadline_us - scheduler_.nowUs()) / 1000;
   if (method->direct != GrpcMethod::Direct::kNone && options_.direct_calls) {
-    if (std::optional<DirectCall> direct_call = directCallOf(*method, request, wait_bound_ms)) {
+    // The direct call is reused too (its strings keep their capacity); dispatch() copies it
+    // into the request at once, so a nested call could not disturb it.
+    if (directCallInto(*method, request, wait_bound_ms, direct_scratch_)) {
       auto responder = std::make_shared<GrpcResponder>(call, *method, call_metrics_, scheduler_);
-      responder->routed(
-          dispatch(*call, std::move(direct_call->http), responder, &*direct_call, method));
+      DirectCall direct = std::move(direct_scratch_);
+      responder->routed(dispatch(*call, direct.http, responder, &direct, method));
+      // A large call's strings are not kept for the next one.
+      if (direct.http.raw_path.capacity() + direct.http.path.capacity() <= kKeptRequestBytes) {
+        direct_scratch_ = std::move(direct);
+      }
       return;
     }
   }
@@ -970,20 +1000,26 @@ void GrpcGateway::handle(grpc::CallPtr call, std::string request) {
     }
   }
   auto responder = std::make_shared<GrpcResponder>(call, *method, call_metrics_, scheduler_);
-  responder->routed(dispatch(*call, std::move(*http_call), responder));
+  responder->routed(dispatch(*call, *http_call, responder));
 }
 
-std::string_view GrpcGateway::dispatch(const grpc::ServerCall& call, HttpCall http_call,
+std::string_view GrpcGateway::dispatch(const grpc::ServerCall& call, const HttpCall& http_call,
                                        std::shared_ptr<http::Responder> responder,
-                                       DirectCall* direct, const GrpcMethod* method) {
+                                       const DirectCall* direct, const GrpcMethod* method) {
   const grpc::CallInfo& info = call.info();
   const http::DecodedBody* decoded_body = direct == nullptr ? nullptr : &direct->fields;
-  http::Request request;
-  request.method = std::move(http_call.method);
-  request.path = std::move(http_call.path);
-  request.raw_path = std::move(http_call.raw_path);
-  request.query = std::move(http_call.query);
-  request.body = std::move(http_call.body);
+  // One request reused call after call (its strings keep their capacity, as HttpServer's do): a
+  // route reads it during the call only (http::Handler). A dispatch from inside a route's call
+  // (none today) would get its own.
+  http::Request nested;
+  http::Request& request = request_busy_ ? nested : request_scratch_;
+  const bool reused = !request_busy_;
+  request_busy_ = true;
+  request.method.assign(http_call.method);
+  request.path.assign(http_call.path);
+  request.raw_path.assign(http_call.raw_path);
+  request.query.assign(http_call.query);
+  request.body.assign(http_call.body);
   request.received_us = info.received_us;
   request.loop_turn = info.loop_turn;
   request.peer = info.peer;
@@ -995,7 +1031,7 @@ std::string_view GrpcGateway::dispatch(const grpc::ServerCall& call, HttpCall ht
     if (routed) {
       request.routed_handler = routed->handler;
       request.route = routed->route;
-      request.params.emplace_back(routed->params.front(), std::move(direct->path_value));
+      request.params.emplace_back(routed->params.front(), direct->path_value);
     }
   }
   request.headers.reserve(info.metadata.size() + 2);
@@ -1011,7 +1047,19 @@ std::string_view GrpcGateway::dispatch(const grpc::ServerCall& call, HttpCall ht
     request.headers.emplace_back("content-type", "application/json");
   }
   guarded_(request, std::move(responder));
-  return request.route;
+  const std::string_view route = request.route;
+  if (reused) {
+    request_busy_ = false;
+    // A large call's strings are not kept for the next one.
+    if (request.body.capacity() + request.path.capacity() + request.raw_path.capacity() +
+            request.query.capacity() >
+        kKeptRequestBytes) {
+      request = http::Request();
+    } else {
+      request.clear();
+    }
+  }
+  return route;
 }
 
 void GrpcGateway::startWatch(grpc::CallPtr call, HttpCall http_call) {

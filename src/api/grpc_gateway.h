@@ -95,6 +95,10 @@ struct DirectCall {
 };
 std::optional<DirectCall> directCallOf(const GrpcMethod& method, std::string_view request_bytes,
                                        std::optional<int64_t> wait_bound_ms);
+/// directCallOf into `out`, which is emptied first and keeps its strings' capacity (the gateway
+/// reuses one per call); false where directCallOf is empty (then `out` is unspecified).
+bool directCallInto(const GrpcMethod& method, std::string_view request_bytes,
+                    std::optional<int64_t> wait_bound_ms, DirectCall& out);
 
 /// The response message (serialised) of a route's JSON answer; unknown JSON fields are ignored.
 StatusOr<std::string> responseMessageOf(const google::protobuf::Descriptor* response,
@@ -150,9 +154,9 @@ class GrpcGateway {
   /// returns the route the router matched (empty if none).
   /// `direct`: a direct method's call with its fields, routed without matching where its route is
   /// exclusive.
-  std::string_view dispatch(const grpc::ServerCall& call, HttpCall http_call,
+  std::string_view dispatch(const grpc::ServerCall& call, const HttpCall& http_call,
                             std::shared_ptr<http::Responder> responder,
-                            DirectCall* direct = nullptr, const GrpcMethod* method = nullptr);
+                            const DirectCall* direct = nullptr, const GrpcMethod* method = nullptr);
   void startWatch(grpc::CallPtr call, HttpCall http_call);
   void pollWatch(const std::shared_ptr<Watch>& watch);
 
@@ -165,6 +169,12 @@ class GrpcGateway {
   std::shared_ptr<CallMetrics> call_metrics_;  // null without metrics (tests)
   /// Per row of the method table: its route when Options::router has it exclusive (else empty).
   std::vector<std::optional<http::Router::Exclusive>> routed_;
+  /// Reused call after call, so that a call's strings cost no allocation (dispatch()).
+  DirectCall direct_scratch_;
+  http::Request request_scratch_;
+  bool request_busy_ = false;  // request_scratch_ is in a route's call
+  /// Past this many bytes of strings the reused request is dropped after its call.
+  static constexpr size_t kKeptRequestBytes = 16 * 1024;
   event::LivenessToken alive_;
 };
 

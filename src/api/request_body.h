@@ -66,6 +66,7 @@ class BodyFields final : public http::DecodedBody {
   /// Room for `count` fields: one allocation for a request's fields instead of one per growth.
   void reserve(size_t count) { entries_.reserve(count); }
   bool empty() const { return entries_.empty(); }
+  void clear() { entries_.clear(); }
 
  private:
   friend class RequestBody;

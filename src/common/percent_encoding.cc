@@ -40,14 +40,16 @@ const KeepTable& tableOf(PercentKeep keep) {
 
 }  // namespace
 
-std::string percentEncode(std::string_view text, PercentKeep keep) {
+void appendPercentEncoded(std::string& out, std::string_view text, PercentKeep keep) {
   static constexpr char kHex[] = "0123456789ABCDEF";
   const KeepTable& kept = tableOf(keep);
   const auto first = std::find_if(text.begin(), text.end(),
                                   [&kept](char c) { return !kept[static_cast<unsigned char>(c)]; });
-  if (first == text.end()) return std::string(text);  // the usual lock name
-  std::string out;
-  out.reserve(text.size() + 2 * static_cast<size_t>(text.end() - first));
+  if (first == text.end()) {  // the usual lock name
+    out.append(text);
+    return;
+  }
+  out.reserve(out.size() + text.size() + 2 * static_cast<size_t>(text.end() - first));
   out.append(text.begin(), first);
   for (auto it = first; it != text.end(); ++it) {
     const auto c = static_cast<unsigned char>(*it);
@@ -59,6 +61,11 @@ std::string percentEncode(std::string_view text, PercentKeep keep) {
       out += kHex[c & 15];
     }
   }
+}
+
+std::string percentEncode(std::string_view text, PercentKeep keep) {
+  std::string out;
+  appendPercentEncoded(out, text, keep);
   return out;
 }
 

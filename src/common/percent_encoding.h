@@ -22,5 +22,7 @@ enum class PercentKeep {
 /// `text` percent-encoded, keeping the bytes of `keep`. Text needing no encoding (the usual lock
 /// name) is returned after one scan, with no per-byte appends.
 std::string percentEncode(std::string_view text, PercentKeep keep);
+/// percentEncode() appended to `out` (which keeps its capacity: no allocation when it suffices).
+void appendPercentEncoded(std::string& out, std::string_view text, PercentKeep keep);
 
 }  // namespace sidelock

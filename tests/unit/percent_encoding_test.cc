@@ -50,5 +50,15 @@ TEST(PercentEncodingTest, EveryByteOfEverySet) {
   EXPECT_EQ(percentEncode(std::string("a\0b", 3), PercentKeep::kUnreserved), "a%00b");
 }
 
+TEST(PercentEncodingTest, AppendKeepsWhatIsThere) {
+  std::string out = "/v1/locks/";
+  appendPercentEncoded(out, "plain", PercentKeep::kUnreserved);
+  EXPECT_EQ(out, "/v1/locks/plain");
+  appendPercentEncoded(out, "/a b", PercentKeep::kUnreserved);
+  EXPECT_EQ(out, "/v1/locks/plain%2Fa%20b");
+  appendPercentEncoded(out, "", PercentKeep::kUnreserved);
+  EXPECT_EQ(out, "/v1/locks/plain%2Fa%20b");
+}
+
 }  // namespace
 }  // namespace sidelock
