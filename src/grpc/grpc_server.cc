@@ -1,7 +1,10 @@
 #include "grpc/grpc_server.h"
 
+#include <algorithm>
+#include <array>
 #include <cstring>
 #include <memory>
+#include <span>
 #include <utility>
 
 #include "common/percent_encoding.h"
@@ -11,12 +14,26 @@ namespace {
 
 constexpr size_t kPrefixBytes = kMessagePrefixRoom;  // compressed flag, 4-byte big-endian length
 
-const std::vector<http::Http2Header>& responseHeaders() {
-  static const std::vector<http::Http2Header> kHeaders = {{":status", "200"},
-                                                          {"content-type", "application/grpc"},
-                                                          {"grpc-accept-encoding", "identity"}};
-  return kHeaders;
-}
+using http::Http2Field;
+
+// The response headers of every call; literals, so nghttp2 encodes them without copying them.
+constexpr std::array<Http2Field, 3> kResponseHeaders = {
+    Http2Field::literal(":status", "200"), Http2Field::literal("content-type", "application/grpc"),
+    Http2Field::literal("grpc-accept-encoding", "identity")};
+
+// grpc-status of each StatusCode (the enumerators are 0 to 16 in order): ending a call formats
+// nothing and copies nothing.
+constexpr std::array<Http2Field, 17> kStatusTrailers = {
+    Http2Field::literal("grpc-status", "0"),  Http2Field::literal("grpc-status", "1"),
+    Http2Field::literal("grpc-status", "2"),  Http2Field::literal("grpc-status", "3"),
+    Http2Field::literal("grpc-status", "4"),  Http2Field::literal("grpc-status", "5"),
+    Http2Field::literal("grpc-status", "6"),  Http2Field::literal("grpc-status", "7"),
+    Http2Field::literal("grpc-status", "8"),  Http2Field::literal("grpc-status", "9"),
+    Http2Field::literal("grpc-status", "10"), Http2Field::literal("grpc-status", "11"),
+    Http2Field::literal("grpc-status", "12"), Http2Field::literal("grpc-status", "13"),
+    Http2Field::literal("grpc-status", "14"), Http2Field::literal("grpc-status", "15"),
+    Http2Field::literal("grpc-status", "16")};
+static_assert(static_cast<size_t>(StatusCode::kUnauthenticated) + 1 == kStatusTrailers.size());
 
 bool isGrpcContentType(std::string_view ct) {
   constexpr std::string_view kGrpc = "application/grpc";
@@ -50,8 +67,8 @@ class GrpcCall final : public ServerCall, public std::enable_shared_from_this<Gr
   void onEnd();
   void onClose(bool answered);
   void cancel();
-  /// An HTTP-level refusal (not a gRPC request at all).
-  void refuseHttp(const char* status);
+  /// An HTTP-level refusal (not a gRPC request at all), `status` the :status field.
+  void refuseHttp(const Http2Field& status);
 
   event::Scheduler& scheduler_;
   size_t max_message_bytes_;
@@ -97,8 +114,12 @@ void GrpcCall::start() {
   stream_->onClose([this](bool answered) { onClose(answered); });
   // The header strings move into the call's info instead of being copied.
   std::vector<http::Http2Header> fields = stream_->takeHeaders();
-  if (valueOf(fields, ":method") != "POST") return refuseHttp("405");
-  if (!isGrpcContentType(valueOf(fields, "content-type"))) return refuseHttp("415");
+  if (valueOf(fields, ":method") != "POST") {
+    return refuseHttp(Http2Field::literal(":status", "405"));
+  }
+  if (!isGrpcContentType(valueOf(fields, "content-type"))) {
+    return refuseHttp(Http2Field::literal(":status", "415"));
+  }
   if (std::string* path = fieldOf(fields, ":path")) info_.method = std::move(*path);
   if (std::string* authority = fieldOf(fields, ":authority"); authority && !authority->empty()) {
     info_.authority = std::move(*authority);
@@ -135,9 +156,9 @@ void GrpcCall::start() {
   stream_->onEnd([this] { onEnd(); });
 }
 
-void GrpcCall::refuseHttp(const char* status) {
+void GrpcCall::refuseHttp(const Http2Field& status) {
   finished_ = true;
-  stream_->respond({{":status", status}}, true);
+  stream_->respond({&status, 1}, true);
 }
 
 void GrpcCall::onData(std::string_view data) {
@@ -184,7 +205,7 @@ bool GrpcCall::sendMessage(std::string serialized) {
   if (!active()) return false;
   if (!headers_sent_) {
     headers_sent_ = true;
-    if (!stream_->respond(responseHeaders(), false)) return false;
+    if (!stream_->respond(kResponseHeaders, false)) return false;
   }
   const auto n = static_cast<uint32_t>(serialized.size());
   const char prefix[kPrefixBytes] = {'\0', static_cast<char>(n >> 24), static_cast<char>(n >> 16),
@@ -213,19 +234,31 @@ void GrpcCall::finish(StatusCode code, std::string_view message) {
   if (!active()) return;
   finished_ = true;
   deadline_.reset();
-  std::vector<http::Http2Header> trailers{
-      {"grpc-status", std::to_string(static_cast<int>(code))}};
-  if (!message.empty())
-    trailers.emplace_back("grpc-message", percentEncode(message, PercentKeep::kGrpcMessage));
+  // The response headers (for trailers-only), then grpc-status and grpc-message: on the stack.
+  std::array<Http2Field, kResponseHeaders.size() + 2> fields;
+  std::copy(kResponseHeaders.begin(), kResponseHeaders.end(), fields.begin());
+  size_t count = kResponseHeaders.size();
+  const auto index = static_cast<size_t>(code);
+  std::string other_code;  // a value no enumerator names: formatted, and copied by the stream
+  if (index < kStatusTrailers.size()) {
+    fields[count++] = kStatusTrailers[index];
+  } else {
+    other_code = std::to_string(static_cast<int>(code));
+    fields[count++] = Http2Field("grpc-status", other_code);
+  }
+  std::string encoded;
+  if (!message.empty()) {
+    encoded = percentEncode(message, PercentKeep::kGrpcMessage);
+    fields[count++] = Http2Field("grpc-message", encoded);
+  }
+  const std::span<const Http2Field> all(fields.data(), count);
   if (headers_sent_) {
-    stream_->end(std::move(trailers));
+    stream_->end(all.subspan(kResponseHeaders.size()));
     return;
   }
   // Trailers-only: one HEADERS frame with END_STREAM.
-  std::vector<http::Http2Header> fields = responseHeaders();
-  for (auto& t : trailers) fields.push_back(std::move(t));
   headers_sent_ = true;
-  stream_->respond(std::move(fields), true);
+  stream_->respond(all, true);
 }
 
 void GrpcCall::cancel() {

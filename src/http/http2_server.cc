@@ -40,17 +40,21 @@ struct OptionDeleter {
 };
 using SessionPtr = std::unique_ptr<nghttp2_session, SessionDeleter>;
 
-/// nghttp2's view of header fields (it copies them when they are submitted): on the stack for
-/// the few fields of a usual answer, so that a response costs no allocation for it.
+/// nghttp2's view of header fields: on the stack for the few fields of a usual answer, so that a
+/// response costs no allocation for it. nghttp2 copies a field's name and value when it is
+/// submitted, except those of a literal() field (static storage: nothing to copy).
 class NvList {
  public:
-  explicit NvList(const std::vector<Http2Header>& fields) {
+  explicit NvList(std::span<const Http2Field> fields) {
     if (fields.size() > inline_.size()) heap_.resize(fields.size());
     nghttp2_nv* out = fields.size() > inline_.size() ? heap_.data() : inline_.data();
-    for (const auto& [name, value] : fields) {
-      *out++ = nghttp2_nv{const_cast<uint8_t*>(reinterpret_cast<const uint8_t*>(name.data())),
-                          const_cast<uint8_t*>(reinterpret_cast<const uint8_t*>(value.data())),
-                          name.size(), value.size(), NGHTTP2_NV_FLAG_NONE};
+    for (const Http2Field& field : fields) {
+      *out++ = nghttp2_nv{
+          const_cast<uint8_t*>(reinterpret_cast<const uint8_t*>(field.name.data())),
+          const_cast<uint8_t*>(reinterpret_cast<const uint8_t*>(field.value.data())),
+          field.name.size(), field.value.size(),
+          field.is_static ? uint8_t{NGHTTP2_NV_FLAG_NO_COPY_NAME | NGHTTP2_NV_FLAG_NO_COPY_VALUE}
+                          : uint8_t{NGHTTP2_NV_FLAG_NONE}};
     }
     size_ = fields.size();
   }
@@ -531,10 +535,10 @@ std::string_view Http2Stream::header(std::string_view lower_name) const {
   return {};
 }
 
-bool Http2Stream::respond(const std::vector<Http2Header>& headers, bool end_stream) {
+bool Http2Stream::respond(std::span<const Http2Field> fields, bool end_stream) {
   if (!open() || responded_) return false;
   responded_ = true;
-  const NvList nv(headers);
+  const NvList nv(fields);
   nghttp2_data_provider provider{};
   provider.source.ptr = this;
   provider.read_callback = readBody;
@@ -570,13 +574,42 @@ bool Http2Stream::write(std::string data) {
   return true;
 }
 
-bool Http2Stream::end(std::vector<Http2Header> trailers) {
+bool Http2Stream::end(std::span<const Http2Field> trailers) {
   if (!open() || !responded_) return false;
   ending_ = true;
-  trailers_ = !trailers.empty();
-  trailer_fields_ = std::move(trailers);
+  trailer_count_ = trailers.size();
+  Http2Field* kept = trailers_inline_.data();
+  if (trailers.size() > kInlineTrailers) {
+    trailers_more_.resize(trailers.size());
+    kept = trailers_more_.data();
+  }
+  // The fields not made by literal() may name the caller's temporaries: their bytes are copied
+  // into one buffer (reserved first, so that the views into it stay valid).
+  size_t copied_bytes = 0;
+  for (const Http2Field& field : trailers) {
+    if (!field.is_static) copied_bytes += field.name.size() + field.value.size();
+  }
+  trailer_bytes_.clear();
+  trailer_bytes_.reserve(copied_bytes);
+  for (const Http2Field& field : trailers) {
+    if (field.is_static) {
+      *kept++ = field;
+      continue;
+    }
+    const size_t at = trailer_bytes_.size();
+    trailer_bytes_.append(field.name);
+    trailer_bytes_.append(field.value);
+    const std::string_view bytes(trailer_bytes_);
+    *kept++ = Http2Field(bytes.substr(at, field.name.size()),
+                         bytes.substr(at + field.name.size(), field.value.size()));
+  }
   resume();
   return true;
+}
+
+std::span<const Http2Field> Http2Stream::trailers() const {
+  return {trailer_count_ > kInlineTrailers ? trailers_more_.data() : trailers_inline_.data(),
+          trailer_count_};
 }
 
 void Http2Stream::reset(uint32_t error_code) {
@@ -606,9 +639,9 @@ ssize_t Http2StreamAccess::read(Http2Stream& s, nghttp2_session* session, int32_
   }
   if (s.out_offset_ == s.out_.size() && s.ending_) {
     *data_flags |= NGHTTP2_DATA_FLAG_EOF;
-    if (s.trailers_) {
-      const NvList nv(s.trailer_fields_);
-      // nghttp2 copies the fields.
+    if (s.trailer_count_ != 0) {
+      const NvList nv(s.trailers());
+      // nghttp2 copies the fields it must (NvList): the stream's copies need not outlive this.
       if (nghttp2_submit_trailer(session, stream_id, nv.data(), nv.size()) == 0) {
         *data_flags |= NGHTTP2_DATA_FLAG_NO_END_STREAM;
       }
