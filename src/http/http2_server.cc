@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "common/invariant.h"
 #include "common/log.h"
 #include "http/connection.h"  // identifyPeer
 
@@ -127,14 +128,25 @@ class Http2Connection {
   static int onStreamClose(nghttp2_session*, int32_t stream_id, uint32_t error_code, void* user);
   static int onFrameSend(nghttp2_session*, const nghttp2_frame* frame, void* user);
 
+  /// The open stream `id`, or null. Each stream is nghttp2's stream user data while it is in
+  /// streams_ (attach() to detach()): no map of our own to look it up in.
   Http2Stream* find(int32_t id) {
     // A stream's frames come in runs (HEADERS, then each of its header fields, its DATA): the
-    // stream found last is looked at first, before the map.
+    // stream found last is looked at first.
     if (last_found_ != nullptr && last_found_->id_ == id) return last_found_;
-    auto it = streams_.find(id);
-    last_found_ = it == streams_.end() ? nullptr : it->second.get();
-    return last_found_;
+    Http2Stream* s =
+        static_cast<Http2Stream*>(nghttp2_session_get_stream_user_data(session_.get(), id));
+    if (s != nullptr) last_found_ = s;
+    return s;
   }
+  /// Keeps `s` (streams_) and makes it the user data of its nghttp2 stream. False if nghttp2 has
+  /// no such stream.
+  bool attach(Http2StreamPtr s);
+  /// Takes `s` out of streams_ (what it returns is the last reference the connection held) and
+  /// off its nghttp2 stream, unless nghttp2 is closing that stream (`nghttp2_closing`: it forgets
+  /// the user data itself). Every stream that was attached is detached once, on every path: its
+  /// close (onStreamClose), the connection's (closeStreams).
+  Http2StreamPtr detach(Http2Stream* s, bool nghttp2_closing);
   void onRead(ssize_t nread, const uv_buf_t* buf);
   /// Hands pending_ to the socket: written directly when it takes it all, the rest by startWrite.
   /// False if the connection closed.
@@ -153,7 +165,9 @@ class Http2Connection {
   event::ClientStream stream_;
   SessionPtr session_;
   std::shared_ptr<const PeerIdentity> peer_;
-  std::unordered_map<int32_t, Http2StreamPtr> streams_;
+  // The open streams, each at its Http2Stream::slot_ (taken out by swapping the last one in: no
+  // allocation per stream once the vector has grown). nghttp2's stream user data points at them.
+  std::vector<Http2StreamPtr> streams_;
   Http2Stream* last_found_ = nullptr;  // in streams_ (cleared when it leaves), or null
   std::string pending_;  // produced, not yet handed to the socket
   WriteReq* write_ = nullptr;  // the write in flight
@@ -404,12 +418,34 @@ void Http2Connection::goAway() {
   sendPending();
 }
 
+bool Http2Connection::attach(Http2StreamPtr s) {
+  if (nghttp2_session_set_stream_user_data(session_.get(), s->id_, s.get()) != 0) return false;
+  s->slot_ = streams_.size();
+  last_found_ = s.get();
+  streams_.push_back(std::move(s));
+  return true;
+}
+
+Http2StreamPtr Http2Connection::detach(Http2Stream* s, bool nghttp2_closing) {
+  const size_t slot = s->slot_;
+  Http2StreamPtr owned = std::move(streams_[slot]);
+  if (slot + 1 != streams_.size()) {
+    streams_[slot] = std::move(streams_.back());
+    streams_[slot]->slot_ = slot;
+  }
+  streams_.pop_back();
+  if (last_found_ == s) last_found_ = nullptr;
+  // A stream the connection lets go while nghttp2 keeps it (the connection closes, maybe from a
+  // callback inside nghttp2_session_mem_recv, which then goes on) must not be found through a
+  // pointer to it any more.
+  if (!nghttp2_closing) nghttp2_session_set_stream_user_data(session_.get(), s->id_, nullptr);
+  s->connection_ = nullptr;
+  return owned;
+}
+
 void Http2Connection::closeStreams() {
-  auto streams = std::move(streams_);
-  streams_.clear();
-  last_found_ = nullptr;
-  for (auto& [id, s] : streams) {
-    s->connection_ = nullptr;
+  while (!streams_.empty()) {
+    Http2StreamPtr s = detach(streams_.back().get(), false);
     if (auto cb = std::move(s->on_close_)) cb(false);
   }
 }
@@ -431,14 +467,18 @@ void Http2Connection::closeNow() {
 int Http2Connection::onBeginHeaders(nghttp2_session*, const nghttp2_frame* frame, void* user) {
   auto* c = static_cast<Http2Connection*>(user);
   if (frame->hd.type != NGHTTP2_HEADERS || frame->headers.cat != NGHTTP2_HCAT_REQUEST) return 0;
+  // A connection closed from a callback inside nghttp2_session_mem_recv takes no new stream.
+  if (c->closed_) return 0;
   auto s = std::make_shared<Http2Stream>();
   s->connection_ = c;
   s->id_ = frame->hd.stream_id;
   s->peer_ = c->peer_;
   s->headers_.reserve(8);  // a gRPC call's usual count
   c->last_stream_id_ = std::max(c->last_stream_id_, s->id_);
-  c->last_found_ = s.get();
-  c->streams_[s->id_] = std::move(s);
+  // nghttp2 opened its stream before this callback: attaching cannot fail.
+  if (!SL_INVARIANT(c->attach(std::move(s)), "http2.attach_stream")) {
+    return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;  // nghttp2 resets the stream
+  }
   return 0;
 }
 
@@ -467,9 +507,9 @@ int Http2Connection::onHeader(nghttp2_session* session, const nghttp2_frame* fra
 int Http2Connection::onFrameRecv(nghttp2_session*, const nghttp2_frame* frame, void* user) {
   auto* c = static_cast<Http2Connection*>(user);
   if (frame->hd.type != NGHTTP2_HEADERS && frame->hd.type != NGHTTP2_DATA) return 0;
-  auto it = c->streams_.find(frame->hd.stream_id);
-  if (it == c->streams_.end()) return 0;
-  Http2StreamPtr s = it->second;  // the callbacks below may close it
+  Http2Stream* found = c->find(frame->hd.stream_id);
+  if (found == nullptr) return 0;
+  Http2StreamPtr s = c->streams_[found->slot_];  // the callbacks below may close it
   if (frame->hd.type == NGHTTP2_HEADERS && frame->headers.cat == NGHTTP2_HCAT_REQUEST) {
     if (c->server_->handler_) c->server_->handler_(s);
   }
@@ -492,12 +532,9 @@ int Http2Connection::onDataChunk(nghttp2_session*, uint8_t, int32_t stream_id,
 int Http2Connection::onStreamClose(nghttp2_session*, int32_t stream_id, uint32_t error_code,
                                    void* user) {
   auto* c = static_cast<Http2Connection*>(user);
-  auto it = c->streams_.find(stream_id);
-  if (it == c->streams_.end()) return 0;
-  Http2StreamPtr s = std::move(it->second);
-  c->streams_.erase(it);
-  if (c->last_found_ == s.get()) c->last_found_ = nullptr;
-  s->connection_ = nullptr;
+  Http2Stream* found = c->find(stream_id);
+  if (found == nullptr) return 0;
+  Http2StreamPtr s = c->detach(found, true);
   if (auto cb = std::move(s->on_close_)) cb(s->end_sent_ && error_code == NGHTTP2_NO_ERROR);
   return 0;
 }

@@ -121,9 +121,12 @@ class Http2Stream {
   friend struct Http2StreamAccess;
   /// Lets nghttp2 ask for queued body bytes again and produces output.
   void resume();
+  /// The trailers end() kept.
+  std::span<const Http2Field> trailers() const;
 
   Http2Connection* connection_ = nullptr;  // null once closed
   int32_t id_ = 0;
+  size_t slot_ = 0;  // its index in the connection's streams, while open
   std::vector<Http2Header> headers_;
   size_t header_bytes_ = 0;
   std::shared_ptr<const PeerIdentity> peer_;
