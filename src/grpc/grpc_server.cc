@@ -91,19 +91,45 @@ class GrpcCall final : public ServerCall, public std::enable_shared_from_this<Gr
   std::shared_ptr<GrpcCall> self_;
 };
 
-/// The value of the first field named `lower_name` in `fields`, or null.
-std::string* fieldOf(std::vector<http::Http2Header>& fields, std::string_view lower_name) {
-  for (auto& [name, value] : fields) {
-    if (name == lower_name) return &value;
+/// The request header fields GrpcCall::start() reads, each the first field of its name (null if
+/// absent), found in one pass over the fields instead of one search per name.
+struct RequestFields {
+  explicit RequestFields(std::vector<http::Http2Header>& fields) {
+    for (auto& [field_name, value] : fields) {
+      // Compared as views: the lengths first, then the bytes.
+      const std::string_view name = field_name;
+      std::string** slot = nullptr;
+      if (name == ":method") {
+        slot = &method;
+      } else if (name == ":path") {
+        slot = &path;
+      } else if (name == ":authority") {
+        slot = &authority;
+      } else if (name == "content-type") {
+        slot = &content_type;
+      } else if (name == "te") {
+        slot = &te;
+      } else if (name == "grpc-timeout") {
+        slot = &timeout;
+      } else if (name == "host") {
+        slot = &host;
+      }
+      if (slot != nullptr && *slot == nullptr) *slot = &value;
+    }
   }
-  return nullptr;
-}
+  /// A field's value as a view ("" if absent).
+  static std::string_view view(const std::string* field) {
+    return field == nullptr ? std::string_view() : std::string_view(*field);
+  }
 
-/// fieldOf's value as a view ("" if absent).
-std::string_view valueOf(std::vector<http::Http2Header>& fields, std::string_view lower_name) {
-  const std::string* value = fieldOf(fields, lower_name);
-  return value == nullptr ? std::string_view() : std::string_view(*value);
-}
+  std::string* method = nullptr;
+  std::string* path = nullptr;
+  std::string* authority = nullptr;
+  std::string* content_type = nullptr;
+  std::string* te = nullptr;
+  std::string* timeout = nullptr;
+  std::string* host = nullptr;
+};
 
 void GrpcCall::start() {
   // The call holds itself (self_) until the stream closes: every stream closes once, on every
@@ -114,20 +140,22 @@ void GrpcCall::start() {
   stream_->onClose([this](bool answered) { onClose(answered); });
   // The header strings move into the call's info instead of being copied.
   std::vector<http::Http2Header> fields = stream_->takeHeaders();
-  if (valueOf(fields, ":method") != "POST") {
+  // Pointers into `fields`: valid until the pseudo-headers are erased below.
+  const RequestFields request(fields);
+  if (RequestFields::view(request.method) != "POST") {
     return refuseHttp(Http2Field::literal(":status", "405"));
   }
-  if (!isGrpcContentType(valueOf(fields, "content-type"))) {
+  if (!isGrpcContentType(RequestFields::view(request.content_type))) {
     return refuseHttp(Http2Field::literal(":status", "415"));
   }
-  if (std::string* path = fieldOf(fields, ":path")) info_.method = std::move(*path);
-  if (std::string* authority = fieldOf(fields, ":authority"); authority && !authority->empty()) {
-    info_.authority = std::move(*authority);
+  if (request.path != nullptr) info_.method = std::move(*request.path);
+  if (request.authority != nullptr && !request.authority->empty()) {
+    info_.authority = std::move(*request.authority);
   } else {
-    info_.authority = std::string(valueOf(fields, "host"));  // host stays in the metadata too
+    info_.authority = RequestFields::view(request.host);  // host stays in the metadata too
   }
-  const bool has_te_trailers = valueOf(fields, "te") == "trailers";
-  const std::string_view timeout = valueOf(fields, "grpc-timeout");
+  const bool has_te_trailers = RequestFields::view(request.te) == "trailers";
+  const std::string_view timeout = RequestFields::view(request.timeout);
   std::optional<int64_t> timeout_us;
   if (!timeout.empty()) timeout_us = parseGrpcTimeout(timeout);
   const bool timeout_malformed = !timeout.empty() && !timeout_us;
