@@ -46,11 +46,14 @@ bool isGrpcContentType(std::string_view ct) {
 /// One RPC on one HTTP/2 stream.
 class GrpcCall final : public ServerCall, public std::enable_shared_from_this<GrpcCall> {
  public:
-  GrpcCall(event::Scheduler& scheduler, const GrpcServerOptions& options, CallHandler handler,
-           http::Http2StreamPtr stream)
+  /// `handler` is the server's: it outlives every call's stream (GrpcServer destroys its transport,
+  /// which closes every stream, before its handler), and the call runs it only while the stream
+  /// is open (onEnd), so the call refers to it instead of copying it.
+  GrpcCall(event::Scheduler& scheduler, const GrpcServerOptions& options,
+           const CallHandler& handler, http::Http2StreamPtr stream)
       : scheduler_(scheduler),
         max_message_bytes_(options.max_message_bytes),
-        handler_(std::move(handler)),
+        handler_(handler),
         stream_(std::move(stream)) {}
 
   void start();
@@ -72,7 +75,7 @@ class GrpcCall final : public ServerCall, public std::enable_shared_from_this<Gr
 
   event::Scheduler& scheduler_;
   size_t max_message_bytes_;
-  CallHandler handler_;
+  const CallHandler& handler_;
   http::Http2StreamPtr stream_;
   CallInfo info_;
   std::string buffer_;  // request bytes so far (prefix included)
@@ -226,7 +229,8 @@ void GrpcCall::onEnd() {
   buffer_.erase(0, kPrefixBytes);
   std::string request = std::move(buffer_);
   buffer_ = std::string();
-  if (handler_) handler_(shared_from_this(), std::move(request));
+  // self_ is set: the stream is open (onClose drops it).
+  if (handler_) handler_(self_, std::move(request));
 }
 
 bool GrpcCall::sendMessage(std::string serialized) {
