@@ -94,21 +94,15 @@ class GrpcCall final : public ServerCall, public std::enable_shared_from_this<Gr
   std::shared_ptr<GrpcCall> self_;
 };
 
-/// The request header fields GrpcCall::start() reads, each the first field of its name (null if
-/// absent), found in one pass over the fields instead of one search per name.
+/// The header fields GrpcCall::start() reads besides the pseudo-headers, each the first field of
+/// its name ("" if absent), found in one pass over the fields instead of one search per name.
 struct RequestFields {
-  explicit RequestFields(std::vector<http::Http2Header>& fields) {
-    for (auto& [field_name, value] : fields) {
+  explicit RequestFields(const std::vector<http::Http2Header>& fields) {
+    for (const auto& [field_name, value] : fields) {
       // Compared as views: the lengths first, then the bytes.
       const std::string_view name = field_name;
-      std::string** slot = nullptr;
-      if (name == ":method") {
-        slot = &method;
-      } else if (name == ":path") {
-        slot = &path;
-      } else if (name == ":authority") {
-        slot = &authority;
-      } else if (name == "content-type") {
+      std::string_view* slot = nullptr;
+      if (name == "content-type") {
         slot = &content_type;
       } else if (name == "te") {
         slot = &te;
@@ -117,21 +111,15 @@ struct RequestFields {
       } else if (name == "host") {
         slot = &host;
       }
-      if (slot != nullptr && *slot == nullptr) *slot = &value;
+      if (slot != nullptr && slot->data() == nullptr) *slot = value;
     }
   }
-  /// A field's value as a view ("" if absent).
-  static std::string_view view(const std::string* field) {
-    return field == nullptr ? std::string_view() : std::string_view(*field);
-  }
 
-  std::string* method = nullptr;
-  std::string* path = nullptr;
-  std::string* authority = nullptr;
-  std::string* content_type = nullptr;
-  std::string* te = nullptr;
-  std::string* timeout = nullptr;
-  std::string* host = nullptr;
+  // Views of the fields' strings (null data if absent).
+  std::string_view content_type;
+  std::string_view te;
+  std::string_view timeout;
+  std::string_view host;
 };
 
 void GrpcCall::start() {
@@ -141,32 +129,25 @@ void GrpcCall::start() {
   // plain pointer (no allocation: it fits std::function's inline buffer).
   self_ = shared_from_this();
   stream_->onClose([this](bool answered) { onClose(answered); });
-  // The header strings move into the call's info instead of being copied.
-  std::vector<http::Http2Header> fields = stream_->takeHeaders();
-  // Pointers into `fields`: valid until the pseudo-headers are erased below.
-  const RequestFields request(fields);
-  if (RequestFields::view(request.method) != "POST") {
-    return refuseHttp(Http2Field::literal(":status", "405"));
-  }
-  if (!isGrpcContentType(RequestFields::view(request.content_type))) {
+  // The header strings move into the call's info instead of being copied: the pseudo-headers
+  // into its fields, the others (Http2Stream keeps them apart) as its metadata.
+  http::Http2PseudoHeaders pseudo = stream_->takePseudoHeaders();
+  info_.metadata = stream_->takeHeaders();
+  const RequestFields request(info_.metadata);  // views into info_.metadata
+  if (pseudo.method != "POST") return refuseHttp(Http2Field::literal(":status", "405"));
+  if (!isGrpcContentType(request.content_type)) {
     return refuseHttp(Http2Field::literal(":status", "415"));
   }
-  if (request.path != nullptr) info_.method = std::move(*request.path);
-  if (request.authority != nullptr && !request.authority->empty()) {
-    info_.authority = std::move(*request.authority);
+  info_.method = std::move(pseudo.path);
+  if (!pseudo.authority.empty()) {
+    info_.authority = std::move(pseudo.authority);
   } else {
-    info_.authority = RequestFields::view(request.host);  // host stays in the metadata too
+    info_.authority = request.host;  // host stays in the metadata too
   }
-  const bool has_te_trailers = RequestFields::view(request.te) == "trailers";
-  const std::string_view timeout = RequestFields::view(request.timeout);
+  const bool has_te_trailers = request.te == "trailers";
   std::optional<int64_t> timeout_us;
-  if (!timeout.empty()) timeout_us = parseGrpcTimeout(timeout);
-  const bool timeout_malformed = !timeout.empty() && !timeout_us;
-  // The metadata is the header vector itself without its pseudo-headers (no second vector).
-  std::erase_if(fields, [](const http::Http2Header& field) {
-    return field.first.empty() || field.first[0] == ':';
-  });
-  info_.metadata = std::move(fields);
+  if (!request.timeout.empty()) timeout_us = parseGrpcTimeout(request.timeout);
+  const bool timeout_malformed = !request.timeout.empty() && !timeout_us;
   info_.peer = stream_->peer() ? stream_->peer() : std::make_shared<const http::PeerIdentity>();
   if (!has_te_trailers) return finish(StatusCode::kInternal, "the request lacks \"te: trailers\"");
   if (timeout_malformed) return finish(StatusCode::kInternal, "malformed grpc-timeout");

@@ -475,7 +475,7 @@ int Http2Connection::onBeginHeaders(nghttp2_session*, const nghttp2_frame* frame
   s->connection_ = c;
   s->id_ = frame->hd.stream_id;
   s->peer_ = c->peer_;
-  s->headers_.reserve(8);  // a gRPC call's usual count
+  s->headers_.reserve(8);  // more than a gRPC call's usual count (its pseudo-headers kept apart)
   c->last_stream_id_ = std::max(c->last_stream_id_, s->id_);
   // nghttp2 opened its stream before this callback: attaching cannot fail.
   if (!SL_INVARIANT(c->attach(std::move(s)), "http2.attach_stream")) {
@@ -495,12 +495,24 @@ int Http2Connection::onHeader(nghttp2_session* session, const nghttp2_frame* fra
   // that decodes into a huge list).
   s->header_bytes_ += namelen + valuelen + 32;
   if (s->header_bytes_ > static_cast<size_t>(c->server_->options_.max_header_list_bytes)) {
+    s->pseudo_headers_ = {};
     s->headers_.clear();
     s->headers_.shrink_to_fit();
     nghttp2_submit_rst_stream(session, NGHTTP2_FLAG_NONE, s->id_, NGHTTP2_REFUSED_STREAM);
     return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
   }
   if (frame->headers.cat != NGHTTP2_HCAT_REQUEST) return 0;  // trailers: not kept
+  const std::string_view field_name(reinterpret_cast<const char*>(name), namelen);
+  if (!field_name.empty() && field_name[0] == ':') {
+    // nghttp2 passes on only the pseudo-headers a request may have (RFC 9113 8.3.1), once each.
+    std::string* kept = field_name == ":method"      ? &s->pseudo_headers_.method
+                        : field_name == ":path"      ? &s->pseudo_headers_.path
+                        : field_name == ":authority" ? &s->pseudo_headers_.authority
+                        : field_name == ":scheme"    ? &s->pseudo_headers_.scheme
+                                                     : nullptr;
+    if (kept != nullptr) kept->assign(reinterpret_cast<const char*>(value), valuelen);
+    return 0;
+  }
   // Both strings built in place in the vector's pair (no temporaries moved in).
   s->headers_.emplace_back(std::piecewise_construct,
                            std::forward_as_tuple(reinterpret_cast<const char*>(name), namelen),

@@ -73,6 +73,14 @@ struct Http2Field {
   bool is_static = false;
 };
 
+/// A request's pseudo-header fields (RFC 9113 8.3.1), "" for one it did not send.
+struct Http2PseudoHeaders {
+  std::string method;     // :method
+  std::string scheme;     // :scheme
+  std::string path;       // :path
+  std::string authority;  // :authority
+};
+
 class Http2Server;
 class Http2Connection;
 struct Http2StreamAccess;
@@ -84,7 +92,13 @@ class Http2Stream {
   Http2Stream() = default;
   Http2Stream(const Http2Stream&) = delete;
   Http2Stream& operator=(const Http2Stream&) = delete;
-  /// The request's header fields as received, pseudo-headers (":method", ":path", ...) first.
+  /// The request's pseudo-header fields (each at most once: nghttp2 refuses a request that
+  /// repeats one, or names one RFC 9113 does not define, before any reaches the stream).
+  const Http2PseudoHeaders& pseudoHeaders() const { return pseudo_headers_; }
+  /// Moves the pseudo-header values out; pseudoHeaders() is empty afterwards.
+  Http2PseudoHeaders takePseudoHeaders() { return std::move(pseudo_headers_); }
+  /// The request's other header fields as received (no pseudo-header: a handler keeps them as
+  /// they are, without sorting them out).
   const std::vector<Http2Header>& headers() const { return headers_; }
   std::string_view header(std::string_view lower_name) const;
   /// Moves the header fields out (a handler that keeps them, without copying each string);
@@ -127,6 +141,7 @@ class Http2Stream {
   Http2Connection* connection_ = nullptr;  // null once closed
   int32_t id_ = 0;
   size_t slot_ = 0;  // its index in the connection's streams, while open
+  Http2PseudoHeaders pseudo_headers_;
   std::vector<Http2Header> headers_;
   size_t header_bytes_ = 0;
   std::shared_ptr<const PeerIdentity> peer_;
