@@ -294,7 +294,15 @@ void Http2Connection::onRead(ssize_t nread, const uv_buf_t* buf) {
     }
     nghttp2_session_terminate_session(session_.get(), NGHTTP2_PROTOCOL_ERROR);
   }
-  sendPending();
+  // Most reads of a call leave nothing to send (a request whose answer comes on a later turn):
+  // no flush then, which would ask nghttp2 for output only to get none. A flush is still due when
+  // nghttp2 has frames to send (ACKs, answers given during this read) or wants to read no more
+  // (flushNow closes the connection once nothing is left to write); output produced earlier
+  // and not written yet waits for its write, whose completion flushes.
+  if (nghttp2_session_want_write(session_.get()) != 0 ||
+      nghttp2_session_want_read(session_.get()) == 0) {
+    sendPending();
+  }
 }
 
 void Http2Connection::failSession(uint32_t error_code) {
