@@ -65,7 +65,9 @@ class NvList {
   size_t size() const { return size_; }
 
  private:
-  std::array<nghttp2_nv, 8> inline_{};
+  // Not zeroed (a response's NvList is built twice per call): only the first size_ are read,
+  // and the constructor writes them.
+  std::array<nghttp2_nv, 8> inline_;
   std::vector<nghttp2_nv> heap_;
   size_t size_ = 0;
 };
