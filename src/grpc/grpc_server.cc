@@ -131,7 +131,7 @@ void GrpcCall::start() {
   stream_->onClose([this](bool answered) { onClose(answered); });
   // The header strings move into the call's info instead of being copied: the pseudo-headers
   // into its fields, the others (Http2Stream keeps them apart) as its metadata.
-  http::Http2PseudoHeaders pseudo = stream_->takePseudoHeaders();
+  http::Http2PseudoHeaders& pseudo = stream_->pseudoHeaders();
   info_.metadata = stream_->takeHeaders();
   const RequestFields request(info_.metadata);  // views into info_.metadata
   if (pseudo.method != "POST") return refuseHttp(Http2Field::literal(":status", "405"));

@@ -94,9 +94,9 @@ class Http2Stream {
   Http2Stream& operator=(const Http2Stream&) = delete;
   /// The request's pseudo-header fields (each at most once: nghttp2 refuses a request that
   /// repeats one, or names one RFC 9113 does not define, before any reaches the stream).
+  /// A handler may move the values out (no copy of the strings, no second struct).
+  Http2PseudoHeaders& pseudoHeaders() { return pseudo_headers_; }
   const Http2PseudoHeaders& pseudoHeaders() const { return pseudo_headers_; }
-  /// Moves the pseudo-header values out; pseudoHeaders() is empty afterwards.
-  Http2PseudoHeaders takePseudoHeaders() { return std::move(pseudo_headers_); }
   /// The request's other header fields as received (no pseudo-header: a handler keeps them as
   /// they are, without sorting them out).
   const std::vector<Http2Header>& headers() const { return headers_; }
