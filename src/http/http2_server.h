@@ -93,7 +93,7 @@ class Http2Stream {
   Http2Stream(const Http2Stream&) = delete;
   Http2Stream& operator=(const Http2Stream&) = delete;
   /// The request's pseudo-header fields (each at most once: nghttp2 refuses a request that
-  /// repeats one, or names one RFC 9113 does not define, before any reaches the stream).
+  /// repeats one, or that has one a request may not have, before it reaches the stream).
   /// A handler may move the values out (no copy of the strings, no second struct).
   Http2PseudoHeaders& pseudoHeaders() { return pseudo_headers_; }
   const Http2PseudoHeaders& pseudoHeaders() const { return pseudo_headers_; }
