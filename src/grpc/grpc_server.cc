@@ -1,7 +1,10 @@
 #include "grpc/grpc_server.h"
 
+#include <algorithm>
+#include <array>
 #include <cstring>
 #include <memory>
+#include <span>
 #include <utility>
 
 #include "common/percent_encoding.h"
@@ -11,12 +14,26 @@ namespace {
 
 constexpr size_t kPrefixBytes = kMessagePrefixRoom;  // compressed flag, 4-byte big-endian length
 
-const std::vector<http::Http2Header>& responseHeaders() {
-  static const std::vector<http::Http2Header> kHeaders = {{":status", "200"},
-                                                          {"content-type", "application/grpc"},
-                                                          {"grpc-accept-encoding", "identity"}};
-  return kHeaders;
-}
+using http::Http2Field;
+
+// The response headers of every call; literals, so nghttp2 encodes them without copying them.
+constexpr std::array<Http2Field, 3> kResponseHeaders = {
+    Http2Field::literal(":status", "200"), Http2Field::literal("content-type", "application/grpc"),
+    Http2Field::literal("grpc-accept-encoding", "identity")};
+
+// grpc-status of each StatusCode (the enumerators are 0 to 16 in order): ending a call formats
+// nothing and copies nothing.
+constexpr std::array<Http2Field, 17> kStatusTrailers = {
+    Http2Field::literal("grpc-status", "0"),  Http2Field::literal("grpc-status", "1"),
+    Http2Field::literal("grpc-status", "2"),  Http2Field::literal("grpc-status", "3"),
+    Http2Field::literal("grpc-status", "4"),  Http2Field::literal("grpc-status", "5"),
+    Http2Field::literal("grpc-status", "6"),  Http2Field::literal("grpc-status", "7"),
+    Http2Field::literal("grpc-status", "8"),  Http2Field::literal("grpc-status", "9"),
+    Http2Field::literal("grpc-status", "10"), Http2Field::literal("grpc-status", "11"),
+    Http2Field::literal("grpc-status", "12"), Http2Field::literal("grpc-status", "13"),
+    Http2Field::literal("grpc-status", "14"), Http2Field::literal("grpc-status", "15"),
+    Http2Field::literal("grpc-status", "16")};
+static_assert(static_cast<size_t>(StatusCode::kUnauthenticated) + 1 == kStatusTrailers.size());
 
 bool isGrpcContentType(std::string_view ct) {
   constexpr std::string_view kGrpc = "application/grpc";
@@ -29,11 +46,14 @@ bool isGrpcContentType(std::string_view ct) {
 /// One RPC on one HTTP/2 stream.
 class GrpcCall final : public ServerCall, public std::enable_shared_from_this<GrpcCall> {
  public:
-  GrpcCall(event::Scheduler& scheduler, const GrpcServerOptions& options, CallHandler handler,
-           http::Http2StreamPtr stream)
+  /// `handler` is the server's: it outlives every call's stream (GrpcServer destroys its transport,
+  /// which closes every stream, before its handler), and the call runs it only while the stream
+  /// is open (onEnd), so the call refers to it instead of copying it.
+  GrpcCall(event::Scheduler& scheduler, const GrpcServerOptions& options,
+           const CallHandler& handler, http::Http2StreamPtr stream)
       : scheduler_(scheduler),
         max_message_bytes_(options.max_message_bytes),
-        handler_(std::move(handler)),
+        handler_(handler),
         stream_(std::move(stream)) {}
 
   void start();
@@ -50,12 +70,12 @@ class GrpcCall final : public ServerCall, public std::enable_shared_from_this<Gr
   void onEnd();
   void onClose(bool answered);
   void cancel();
-  /// An HTTP-level refusal (not a gRPC request at all).
-  void refuseHttp(const char* status);
+  /// An HTTP-level refusal (not a gRPC request at all), `status` the :status field.
+  void refuseHttp(const Http2Field& status);
 
   event::Scheduler& scheduler_;
   size_t max_message_bytes_;
-  CallHandler handler_;
+  const CallHandler& handler_;
   http::Http2StreamPtr stream_;
   CallInfo info_;
   std::string buffer_;  // request bytes so far (prefix included)
@@ -74,19 +94,33 @@ class GrpcCall final : public ServerCall, public std::enable_shared_from_this<Gr
   std::shared_ptr<GrpcCall> self_;
 };
 
-/// The value of the first field named `lower_name` in `fields`, or null.
-std::string* fieldOf(std::vector<http::Http2Header>& fields, std::string_view lower_name) {
-  for (auto& [name, value] : fields) {
-    if (name == lower_name) return &value;
+/// The header fields GrpcCall::start() reads besides the pseudo-headers, each the first field of
+/// its name ("" if absent), found in one pass over the fields instead of one search per name.
+struct RequestFields {
+  explicit RequestFields(const std::vector<http::Http2Header>& fields) {
+    for (const auto& [field_name, value] : fields) {
+      // Compared as views: the lengths first, then the bytes.
+      const std::string_view name = field_name;
+      std::string_view* slot = nullptr;
+      if (name == "content-type") {
+        slot = &content_type;
+      } else if (name == "te") {
+        slot = &te;
+      } else if (name == "grpc-timeout") {
+        slot = &timeout;
+      } else if (name == "host") {
+        slot = &host;
+      }
+      if (slot != nullptr && slot->data() == nullptr) *slot = value;
+    }
   }
-  return nullptr;
-}
 
-/// fieldOf's value as a view ("" if absent).
-std::string_view valueOf(std::vector<http::Http2Header>& fields, std::string_view lower_name) {
-  const std::string* value = fieldOf(fields, lower_name);
-  return value == nullptr ? std::string_view() : std::string_view(*value);
-}
+  // Views of the fields' strings (null data if absent).
+  std::string_view content_type;
+  std::string_view te;
+  std::string_view timeout;
+  std::string_view host;
+};
 
 void GrpcCall::start() {
   // The call holds itself (self_) until the stream closes: every stream closes once, on every
@@ -95,26 +129,25 @@ void GrpcCall::start() {
   // plain pointer (no allocation: it fits std::function's inline buffer).
   self_ = shared_from_this();
   stream_->onClose([this](bool answered) { onClose(answered); });
-  // The header strings move into the call's info instead of being copied.
-  std::vector<http::Http2Header> fields = stream_->takeHeaders();
-  if (valueOf(fields, ":method") != "POST") return refuseHttp("405");
-  if (!isGrpcContentType(valueOf(fields, "content-type"))) return refuseHttp("415");
-  if (std::string* path = fieldOf(fields, ":path")) info_.method = std::move(*path);
-  if (std::string* authority = fieldOf(fields, ":authority"); authority && !authority->empty()) {
-    info_.authority = std::move(*authority);
-  } else {
-    info_.authority = std::string(valueOf(fields, "host"));  // host stays in the metadata too
+  // The header strings move into the call's info instead of being copied: the pseudo-headers
+  // into its fields, the others (Http2Stream keeps them apart) as its metadata.
+  http::Http2PseudoHeaders& pseudo = stream_->pseudoHeaders();
+  info_.metadata = stream_->takeHeaders();
+  const RequestFields request(info_.metadata);  // views into info_.metadata
+  if (pseudo.method != "POST") return refuseHttp(Http2Field::literal(":status", "405"));
+  if (!isGrpcContentType(request.content_type)) {
+    return refuseHttp(Http2Field::literal(":status", "415"));
   }
-  const bool has_te_trailers = valueOf(fields, "te") == "trailers";
-  const std::string_view timeout = valueOf(fields, "grpc-timeout");
+  info_.method = std::move(pseudo.path);
+  if (!pseudo.authority.empty()) {
+    info_.authority = std::move(pseudo.authority);
+  } else {
+    info_.authority = request.host;  // host stays in the metadata too
+  }
+  const bool has_te_trailers = request.te == "trailers";
   std::optional<int64_t> timeout_us;
-  if (!timeout.empty()) timeout_us = parseGrpcTimeout(timeout);
-  const bool timeout_malformed = !timeout.empty() && !timeout_us;
-  // The metadata is the header vector itself without its pseudo-headers (no second vector).
-  std::erase_if(fields, [](const http::Http2Header& field) {
-    return field.first.empty() || field.first[0] == ':';
-  });
-  info_.metadata = std::move(fields);
+  if (!request.timeout.empty()) timeout_us = parseGrpcTimeout(request.timeout);
+  const bool timeout_malformed = !request.timeout.empty() && !timeout_us;
   info_.peer = stream_->peer() ? stream_->peer() : std::make_shared<const http::PeerIdentity>();
   if (!has_te_trailers) return finish(StatusCode::kInternal, "the request lacks \"te: trailers\"");
   if (timeout_malformed) return finish(StatusCode::kInternal, "malformed grpc-timeout");
@@ -135,9 +168,9 @@ void GrpcCall::start() {
   stream_->onEnd([this] { onEnd(); });
 }
 
-void GrpcCall::refuseHttp(const char* status) {
+void GrpcCall::refuseHttp(const Http2Field& status) {
   finished_ = true;
-  stream_->respond({{":status", status}}, true);
+  stream_->respond({&status, 1}, true);
 }
 
 void GrpcCall::onData(std::string_view data) {
@@ -177,14 +210,15 @@ void GrpcCall::onEnd() {
   buffer_.erase(0, kPrefixBytes);
   std::string request = std::move(buffer_);
   buffer_ = std::string();
-  if (handler_) handler_(shared_from_this(), std::move(request));
+  // self_ is set: the stream is open (onClose drops it).
+  if (handler_) handler_(self_, std::move(request));
 }
 
 bool GrpcCall::sendMessage(std::string serialized) {
   if (!active()) return false;
   if (!headers_sent_) {
     headers_sent_ = true;
-    if (!stream_->respond(responseHeaders(), false)) return false;
+    if (!stream_->respond(kResponseHeaders, false)) return false;
   }
   const auto n = static_cast<uint32_t>(serialized.size());
   const char prefix[kPrefixBytes] = {'\0', static_cast<char>(n >> 24), static_cast<char>(n >> 16),
@@ -213,19 +247,31 @@ void GrpcCall::finish(StatusCode code, std::string_view message) {
   if (!active()) return;
   finished_ = true;
   deadline_.reset();
-  std::vector<http::Http2Header> trailers{
-      {"grpc-status", std::to_string(static_cast<int>(code))}};
-  if (!message.empty())
-    trailers.emplace_back("grpc-message", percentEncode(message, PercentKeep::kGrpcMessage));
+  // The response headers (for trailers-only), then grpc-status and grpc-message: on the stack.
+  std::array<Http2Field, kResponseHeaders.size() + 2> fields;
+  std::copy(kResponseHeaders.begin(), kResponseHeaders.end(), fields.begin());
+  size_t count = kResponseHeaders.size();
+  const auto index = static_cast<size_t>(code);
+  std::string other_code;  // a value no enumerator names: formatted, and copied by the stream
+  if (index < kStatusTrailers.size()) {
+    fields[count++] = kStatusTrailers[index];
+  } else {
+    other_code = std::to_string(static_cast<int>(code));
+    fields[count++] = Http2Field("grpc-status", other_code);
+  }
+  std::string encoded;
+  if (!message.empty()) {
+    encoded = percentEncode(message, PercentKeep::kGrpcMessage);
+    fields[count++] = Http2Field("grpc-message", encoded);
+  }
+  const std::span<const Http2Field> all(fields.data(), count);
   if (headers_sent_) {
-    stream_->end(std::move(trailers));
+    stream_->end(all.subspan(kResponseHeaders.size()));
     return;
   }
   // Trailers-only: one HEADERS frame with END_STREAM.
-  std::vector<http::Http2Header> fields = responseHeaders();
-  for (auto& t : trailers) fields.push_back(std::move(t));
   headers_sent_ = true;
-  stream_->respond(std::move(fields), true);
+  stream_->respond(all, true);
 }
 
 void GrpcCall::cancel() {

@@ -60,6 +60,8 @@ class GrpcServer {
 
   event::Scheduler& scheduler_;
   GrpcServerOptions options_;
+  // Declared before transport_, so destroyed after it: the calls refer to it while their streams
+  // are open, and destroying the transport closes every stream.
   CallHandler handler_;
   http::Http2Server transport_;
 };

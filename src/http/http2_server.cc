@@ -6,7 +6,10 @@
 #include <array>
 #include <cstdlib>
 #include <cstring>
+#include <tuple>
+#include <utility>
 
+#include "common/invariant.h"
 #include "common/log.h"
 #include "http/connection.h"  // identifyPeer
 
@@ -40,17 +43,21 @@ struct OptionDeleter {
 };
 using SessionPtr = std::unique_ptr<nghttp2_session, SessionDeleter>;
 
-/// nghttp2's view of header fields (it copies them when they are submitted): on the stack for
-/// the few fields of a usual answer, so that a response costs no allocation for it.
+/// nghttp2's view of header fields: on the stack for the few fields of a usual answer, so that a
+/// response costs no allocation for it. nghttp2 copies a field's name and value when it is
+/// submitted, except those of a literal() field (static storage: nothing to copy).
 class NvList {
  public:
-  explicit NvList(const std::vector<Http2Header>& fields) {
+  explicit NvList(std::span<const Http2Field> fields) {
     if (fields.size() > inline_.size()) heap_.resize(fields.size());
     nghttp2_nv* out = fields.size() > inline_.size() ? heap_.data() : inline_.data();
-    for (const auto& [name, value] : fields) {
-      *out++ = nghttp2_nv{const_cast<uint8_t*>(reinterpret_cast<const uint8_t*>(name.data())),
-                          const_cast<uint8_t*>(reinterpret_cast<const uint8_t*>(value.data())),
-                          name.size(), value.size(), NGHTTP2_NV_FLAG_NONE};
+    for (const Http2Field& field : fields) {
+      *out++ = nghttp2_nv{
+          const_cast<uint8_t*>(reinterpret_cast<const uint8_t*>(field.name.data())),
+          const_cast<uint8_t*>(reinterpret_cast<const uint8_t*>(field.value.data())),
+          field.name.size(), field.value.size(),
+          field.is_static ? uint8_t{NGHTTP2_NV_FLAG_NO_COPY_NAME | NGHTTP2_NV_FLAG_NO_COPY_VALUE}
+                          : uint8_t{NGHTTP2_NV_FLAG_NONE}};
     }
     size_ = fields.size();
   }
@@ -58,7 +65,9 @@ class NvList {
   size_t size() const { return size_; }
 
  private:
-  std::array<nghttp2_nv, 8> inline_{};
+  // Not zeroed (a response's NvList is built twice per call): only the first size_ are read,
+  // and the constructor writes them.
+  std::array<nghttp2_nv, 8> inline_;
   std::vector<nghttp2_nv> heap_;
   size_t size_ = 0;
 };
@@ -123,14 +132,25 @@ class Http2Connection {
   static int onStreamClose(nghttp2_session*, int32_t stream_id, uint32_t error_code, void* user);
   static int onFrameSend(nghttp2_session*, const nghttp2_frame* frame, void* user);
 
+  /// The open stream `id`, or null. Each stream is nghttp2's stream user data while it is in
+  /// streams_ (attach() to detach()): no map of our own to look it up in.
   Http2Stream* find(int32_t id) {
     // A stream's frames come in runs (HEADERS, then each of its header fields, its DATA): the
-    // stream found last is looked at first, before the map.
+    // stream found last is looked at first.
     if (last_found_ != nullptr && last_found_->id_ == id) return last_found_;
-    auto it = streams_.find(id);
-    last_found_ = it == streams_.end() ? nullptr : it->second.get();
-    return last_found_;
+    Http2Stream* s =
+        static_cast<Http2Stream*>(nghttp2_session_get_stream_user_data(session_.get(), id));
+    if (s != nullptr) last_found_ = s;
+    return s;
   }
+  /// Keeps `s` (streams_) and makes it the user data of its nghttp2 stream. False if nghttp2 has
+  /// no such stream.
+  bool attach(Http2StreamPtr s);
+  /// Takes `s` out of streams_ (what it returns is the last reference the connection held) and
+  /// off its nghttp2 stream, unless nghttp2 is closing that stream (`nghttp2_closing`: it forgets
+  /// the user data itself). Every stream that was attached is detached once, on every path: its
+  /// close (onStreamClose), the connection's (closeStreams).
+  Http2StreamPtr detach(Http2Stream* s, bool nghttp2_closing);
   void onRead(ssize_t nread, const uv_buf_t* buf);
   /// Hands pending_ to the socket: written directly when it takes it all, the rest by startWrite.
   /// False if the connection closed.
@@ -149,7 +169,9 @@ class Http2Connection {
   event::ClientStream stream_;
   SessionPtr session_;
   std::shared_ptr<const PeerIdentity> peer_;
-  std::unordered_map<int32_t, Http2StreamPtr> streams_;
+  // The open streams, each at its Http2Stream::slot_ (taken out by swapping the last one in: no
+  // allocation per stream once the vector has grown). nghttp2's stream user data points at them.
+  std::vector<Http2StreamPtr> streams_;
   Http2Stream* last_found_ = nullptr;  // in streams_ (cleared when it leaves), or null
   std::string pending_;  // produced, not yet handed to the socket
   WriteReq* write_ = nullptr;  // the write in flight
@@ -274,7 +296,15 @@ void Http2Connection::onRead(ssize_t nread, const uv_buf_t* buf) {
     }
     nghttp2_session_terminate_session(session_.get(), NGHTTP2_PROTOCOL_ERROR);
   }
-  sendPending();
+  // Most reads of a call leave nothing to send (a request whose answer comes on a later turn):
+  // no flush then, which would ask nghttp2 for output only to get none. A flush is still due when
+  // nghttp2 has frames to send (ACKs, answers given during this read) or wants to read no more
+  // (flushNow closes the connection once nothing is left to write); output produced earlier
+  // and not written yet waits for its write, whose completion flushes.
+  if (nghttp2_session_want_write(session_.get()) != 0 ||
+      nghttp2_session_want_read(session_.get()) == 0) {
+    sendPending();
+  }
 }
 
 void Http2Connection::failSession(uint32_t error_code) {
@@ -400,12 +430,34 @@ void Http2Connection::goAway() {
   sendPending();
 }
 
+bool Http2Connection::attach(Http2StreamPtr s) {
+  if (nghttp2_session_set_stream_user_data(session_.get(), s->id_, s.get()) != 0) return false;
+  s->slot_ = streams_.size();
+  last_found_ = s.get();
+  streams_.push_back(std::move(s));
+  return true;
+}
+
+Http2StreamPtr Http2Connection::detach(Http2Stream* s, bool nghttp2_closing) {
+  const size_t slot = s->slot_;
+  Http2StreamPtr owned = std::move(streams_[slot]);
+  if (slot + 1 != streams_.size()) {
+    streams_[slot] = std::move(streams_.back());
+    streams_[slot]->slot_ = slot;
+  }
+  streams_.pop_back();
+  if (last_found_ == s) last_found_ = nullptr;
+  // A stream the connection lets go while nghttp2 keeps it (the connection closes, maybe from a
+  // callback inside nghttp2_session_mem_recv, which then goes on) must not be found through a
+  // pointer to it any more.
+  if (!nghttp2_closing) nghttp2_session_set_stream_user_data(session_.get(), s->id_, nullptr);
+  s->connection_ = nullptr;
+  return owned;
+}
+
 void Http2Connection::closeStreams() {
-  auto streams = std::move(streams_);
-  streams_.clear();
-  last_found_ = nullptr;
-  for (auto& [id, s] : streams) {
-    s->connection_ = nullptr;
+  while (!streams_.empty()) {
+    Http2StreamPtr s = detach(streams_.back().get(), false);
     if (auto cb = std::move(s->on_close_)) cb(false);
   }
 }
@@ -427,14 +479,18 @@ void Http2Connection::closeNow() {
 int Http2Connection::onBeginHeaders(nghttp2_session*, const nghttp2_frame* frame, void* user) {
   auto* c = static_cast<Http2Connection*>(user);
   if (frame->hd.type != NGHTTP2_HEADERS || frame->headers.cat != NGHTTP2_HCAT_REQUEST) return 0;
+  // A connection closed from a callback inside nghttp2_session_mem_recv takes no new stream.
+  if (c->closed_) return 0;
   auto s = std::make_shared<Http2Stream>();
   s->connection_ = c;
   s->id_ = frame->hd.stream_id;
   s->peer_ = c->peer_;
-  s->headers_.reserve(8);  // a gRPC call's usual count
+  s->headers_.reserve(8);  // more than a gRPC call's usual count (its pseudo-headers kept apart)
   c->last_stream_id_ = std::max(c->last_stream_id_, s->id_);
-  c->last_found_ = s.get();
-  c->streams_[s->id_] = std::move(s);
+  // nghttp2 opened its stream before this callback: attaching cannot fail.
+  if (!SL_INVARIANT(c->attach(std::move(s)), "http2.attach_stream")) {
+    return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;  // nghttp2 resets the stream
+  }
   return 0;
 }
 
@@ -449,23 +505,37 @@ int Http2Connection::onHeader(nghttp2_session* session, const nghttp2_frame* fra
   // that decodes into a huge list).
   s->header_bytes_ += namelen + valuelen + 32;
   if (s->header_bytes_ > static_cast<size_t>(c->server_->options_.max_header_list_bytes)) {
+    s->pseudo_headers_ = {};
     s->headers_.clear();
     s->headers_.shrink_to_fit();
     nghttp2_submit_rst_stream(session, NGHTTP2_FLAG_NONE, s->id_, NGHTTP2_REFUSED_STREAM);
     return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
   }
   if (frame->headers.cat != NGHTTP2_HCAT_REQUEST) return 0;  // trailers: not kept
-  s->headers_.emplace_back(std::string(reinterpret_cast<const char*>(name), namelen),
-                           std::string(reinterpret_cast<const char*>(value), valuelen));
+  const std::string_view field_name(reinterpret_cast<const char*>(name), namelen);
+  if (!field_name.empty() && field_name[0] == ':') {
+    // nghttp2 passes on only the pseudo-headers a request may have (RFC 9113 8.3.1), once each.
+    std::string* kept = field_name == ":method"      ? &s->pseudo_headers_.method
+                        : field_name == ":path"      ? &s->pseudo_headers_.path
+                        : field_name == ":authority" ? &s->pseudo_headers_.authority
+                        : field_name == ":scheme"    ? &s->pseudo_headers_.scheme
+                                                     : nullptr;
+    if (kept != nullptr) kept->assign(reinterpret_cast<const char*>(value), valuelen);
+    return 0;
+  }
+  // Both strings built in place in the vector's pair (no temporaries moved in).
+  s->headers_.emplace_back(std::piecewise_construct,
+                           std::forward_as_tuple(reinterpret_cast<const char*>(name), namelen),
+                           std::forward_as_tuple(reinterpret_cast<const char*>(value), valuelen));
   return 0;
 }
 
 int Http2Connection::onFrameRecv(nghttp2_session*, const nghttp2_frame* frame, void* user) {
   auto* c = static_cast<Http2Connection*>(user);
   if (frame->hd.type != NGHTTP2_HEADERS && frame->hd.type != NGHTTP2_DATA) return 0;
-  auto it = c->streams_.find(frame->hd.stream_id);
-  if (it == c->streams_.end()) return 0;
-  Http2StreamPtr s = it->second;  // the callbacks below may close it
+  Http2Stream* found = c->find(frame->hd.stream_id);
+  if (found == nullptr) return 0;
+  Http2StreamPtr s = c->streams_[found->slot_];  // the callbacks below may close it
   if (frame->hd.type == NGHTTP2_HEADERS && frame->headers.cat == NGHTTP2_HCAT_REQUEST) {
     if (c->server_->handler_) c->server_->handler_(s);
   }
@@ -488,12 +558,9 @@ int Http2Connection::onDataChunk(nghttp2_session*, uint8_t, int32_t stream_id,
 int Http2Connection::onStreamClose(nghttp2_session*, int32_t stream_id, uint32_t error_code,
                                    void* user) {
   auto* c = static_cast<Http2Connection*>(user);
-  auto it = c->streams_.find(stream_id);
-  if (it == c->streams_.end()) return 0;
-  Http2StreamPtr s = std::move(it->second);
-  c->streams_.erase(it);
-  if (c->last_found_ == s.get()) c->last_found_ = nullptr;
-  s->connection_ = nullptr;
+  Http2Stream* found = c->find(stream_id);
+  if (found == nullptr) return 0;
+  Http2StreamPtr s = c->detach(found, true);
   if (auto cb = std::move(s->on_close_)) cb(s->end_sent_ && error_code == NGHTTP2_NO_ERROR);
   return 0;
 }
@@ -531,10 +598,10 @@ std::string_view Http2Stream::header(std::string_view lower_name) const {
   return {};
 }
 
-bool Http2Stream::respond(const std::vector<Http2Header>& headers, bool end_stream) {
+bool Http2Stream::respond(std::span<const Http2Field> fields, bool end_stream) {
   if (!open() || responded_) return false;
   responded_ = true;
-  const NvList nv(headers);
+  const NvList nv(fields);
   nghttp2_data_provider provider{};
   provider.source.ptr = this;
   provider.read_callback = readBody;
@@ -570,13 +637,42 @@ bool Http2Stream::write(std::string data) {
   return true;
 }
 
-bool Http2Stream::end(std::vector<Http2Header> trailers) {
+bool Http2Stream::end(std::span<const Http2Field> trailers) {
   if (!open() || !responded_) return false;
   ending_ = true;
-  trailers_ = !trailers.empty();
-  trailer_fields_ = std::move(trailers);
+  trailer_count_ = trailers.size();
+  Http2Field* kept = trailers_inline_.data();
+  if (trailers.size() > kInlineTrailers) {
+    trailers_more_.resize(trailers.size());
+    kept = trailers_more_.data();
+  }
+  // The fields not made by literal() may name the caller's temporaries: their bytes are copied
+  // into one buffer (reserved first, so that the views into it stay valid).
+  size_t copied_bytes = 0;
+  for (const Http2Field& field : trailers) {
+    if (!field.is_static) copied_bytes += field.name.size() + field.value.size();
+  }
+  trailer_bytes_.clear();
+  trailer_bytes_.reserve(copied_bytes);
+  for (const Http2Field& field : trailers) {
+    if (field.is_static) {
+      *kept++ = field;
+      continue;
+    }
+    const size_t at = trailer_bytes_.size();
+    trailer_bytes_.append(field.name);
+    trailer_bytes_.append(field.value);
+    const std::string_view bytes(trailer_bytes_);
+    *kept++ = Http2Field(bytes.substr(at, field.name.size()),
+                         bytes.substr(at + field.name.size(), field.value.size()));
+  }
   resume();
   return true;
+}
+
+std::span<const Http2Field> Http2Stream::trailers() const {
+  return {trailer_count_ > kInlineTrailers ? trailers_more_.data() : trailers_inline_.data(),
+          trailer_count_};
 }
 
 void Http2Stream::reset(uint32_t error_code) {
@@ -606,9 +702,9 @@ ssize_t Http2StreamAccess::read(Http2Stream& s, nghttp2_session* session, int32_
   }
   if (s.out_offset_ == s.out_.size() && s.ending_) {
     *data_flags |= NGHTTP2_DATA_FLAG_EOF;
-    if (s.trailers_) {
-      const NvList nv(s.trailer_fields_);
-      // nghttp2 copies the fields.
+    if (s.trailer_count_ != 0) {
+      const NvList nv(s.trailers());
+      // nghttp2 copies the fields it must (NvList): the stream's copies need not outlive this.
       if (nghttp2_submit_trailer(session, stream_id, nv.data(), nv.size()) == 0) {
         *data_flags |= NGHTTP2_DATA_FLAG_NO_END_STREAM;
       }

@@ -15,9 +15,11 @@
 
 #include <uv.h>
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -51,6 +53,34 @@ struct Http2Options {
 
 using Http2Header = std::pair<std::string, std::string>;
 
+/// A header field to send: views of its name (lower case) and value. A field made by literal()
+/// names bytes of static storage duration (string literals: consteval refuses anything else),
+/// which nghttp2 then encodes without copying them first (NGHTTP2_NV_FLAG_NO_COPY_NAME |
+/// NO_COPY_VALUE); any other field is copied when it is handed over, so its bytes need to live
+/// only through the call of respond() or end().
+struct Http2Field {
+  constexpr Http2Field() = default;
+  constexpr Http2Field(std::string_view field_name, std::string_view field_value)
+      : name(field_name), value(field_value) {}
+  static consteval Http2Field literal(std::string_view field_name, std::string_view field_value) {
+    Http2Field field(field_name, field_value);
+    field.is_static = true;
+    return field;
+  }
+
+  std::string_view name;
+  std::string_view value;
+  bool is_static = false;
+};
+
+/// A request's pseudo-header fields (RFC 9113 8.3.1), "" for one it did not send.
+struct Http2PseudoHeaders {
+  std::string method;     // :method
+  std::string scheme;     // :scheme
+  std::string path;       // :path
+  std::string authority;  // :authority
+};
+
 class Http2Server;
 class Http2Connection;
 struct Http2StreamAccess;
@@ -62,7 +92,13 @@ class Http2Stream {
   Http2Stream() = default;
   Http2Stream(const Http2Stream&) = delete;
   Http2Stream& operator=(const Http2Stream&) = delete;
-  /// The request's header fields as received, pseudo-headers (":method", ":path", ...) first.
+  /// The request's pseudo-header fields (each at most once: nghttp2 refuses a request that
+  /// repeats one, or that has one a request may not have, before it reaches the stream).
+  /// A handler may move the values out (no copy of the strings, no second struct).
+  Http2PseudoHeaders& pseudoHeaders() { return pseudo_headers_; }
+  const Http2PseudoHeaders& pseudoHeaders() const { return pseudo_headers_; }
+  /// The request's other header fields as received (no pseudo-header: a handler keeps them as
+  /// they are, without sorting them out).
   const std::vector<Http2Header>& headers() const { return headers_; }
   std::string_view header(std::string_view lower_name) const;
   /// Moves the header fields out (a handler that keeps them, without copying each string);
@@ -80,13 +116,15 @@ class Http2Stream {
   void onClose(std::function<void(bool answered)> cb) { on_close_ = std::move(cb); }
 
   /// Sends the response headers; with `end_stream` the response ends there (no body).
-  bool respond(const std::vector<Http2Header>& headers, bool end_stream);
+  bool respond(std::span<const Http2Field> fields, bool end_stream);
   /// Queues body bytes (after respond()). False if the stream is gone, or if the bytes already
   /// queued are over Http2Options::max_queued_bytes_per_stream: then the stream is reset
   /// (CANCEL) on a later loop turn and onClose(false) follows.
   bool write(std::string data);
-  /// Ends the response after the queued body, with trailers (none: a plain END_STREAM).
-  bool end(std::vector<Http2Header> trailers);
+  /// Ends the response after the queued body, with trailers (none: a plain END_STREAM). The
+  /// stream keeps what it needs of them until they are sent: the literal() fields as they are,
+  /// a copy of the others.
+  bool end(std::span<const Http2Field> trailers);
   /// Resets the stream (RST_STREAM with an HTTP/2 error code).
   void reset(uint32_t error_code);
   /// True until the stream closed or the response was ended.
@@ -97,9 +135,13 @@ class Http2Stream {
   friend struct Http2StreamAccess;
   /// Lets nghttp2 ask for queued body bytes again and produces output.
   void resume();
+  /// The trailers end() kept.
+  std::span<const Http2Field> trailers() const;
 
   Http2Connection* connection_ = nullptr;  // null once closed
   int32_t id_ = 0;
+  size_t slot_ = 0;  // its index in the connection's streams, while open
+  Http2PseudoHeaders pseudo_headers_;
   std::vector<Http2Header> headers_;
   size_t header_bytes_ = 0;
   std::shared_ptr<const PeerIdentity> peer_;
@@ -108,8 +150,13 @@ class Http2Stream {
   std::function<void(bool)> on_close_;
   bool responded_ = false;
   bool ending_ = false;  // end() called: EOF once the queue is empty
-  bool trailers_ = false;
-  std::vector<Http2Header> trailer_fields_;
+  // The trailers end() was given, sent when the body is out (Http2StreamAccess::read): inline for
+  // the usual few (gRPC's grpc-status and grpc-message), so that ending a call allocates nothing.
+  static constexpr size_t kInlineTrailers = 2;
+  std::array<Http2Field, kInlineTrailers> trailers_inline_{};
+  std::vector<Http2Field> trailers_more_;  // all of them, when more than kInlineTrailers
+  size_t trailer_count_ = 0;
+  std::string trailer_bytes_;  // the names and values of the fields not made by literal()
   bool deferred_ = false;  // the data provider said NGHTTP2_ERR_DEFERRED
   bool end_sent_ = false;  // a frame with END_STREAM left nghttp2
   std::string out_;        // body bytes queued (one buffer: a unary answer is moved in whole)

@@ -264,6 +264,14 @@ class TransportTest(unittest.TestCase):
                                   ("content-type", "application/json")], end_stream=True)
         c.flush()
         self.assertEqual(c.result(sid)[0][":status"], "415")
+        # Not a POST (HTTP 405).
+        sid = c.conn.get_next_available_stream_id()
+        c.conn.send_headers(sid, [(":method", "GET"), (":scheme", "http"),
+                                  (":path", "/test.Echo/Unary"), (":authority", "localhost"),
+                                  ("content-type", "application/grpc"), ("te", "trailers")],
+                            end_stream=True)
+        c.flush()
+        self.assertEqual(c.result(sid)[0][":status"], "405")
 
     def test_max_concurrent_streams_refused(self):
         # Streams opened before our SETTINGS are read (h2 does not know the limit yet): past 8,
