@@ -127,6 +127,16 @@ void RedisConnection::send(RedisArgs argv) {
   scheduleFlush();
 }
 
+void RedisConnection::queued() {
+  scheduleFlush();
+  if (options_.flush_every_commands == 0 || !connected_ || dead_) return;
+  if (++queued_since_flush_ < options_.flush_every_commands) return;
+  // Early, within the turn: the commands so far go out now (out_ keeps their order; the turn's
+  // end writes the rest).
+  queued_since_flush_ = 0;
+  transport_->write(out_);
+}
+
 void RedisConnection::enqueue(Pending p, int64_t timeout_ms) {
   const int64_t now = scheduler_.nowUs();
   p.sent_us = now;
@@ -137,10 +147,10 @@ void RedisConnection::enqueue(Pending p, int64_t timeout_ms) {
                                : p.deadline_us;
   pending_.push_back(std::move(p));
   armDeadlineCheck(check_at);
-  scheduleFlush();
+  queued();
 }
 
-// ---- writing: one flush per loop turn ----
+// ---- writing: one flush per loop turn (and one per flush_every_commands within it) ----
 
 void RedisConnection::scheduleFlush() {
   if (flush_scheduled_ || !connected_) return;  // not connected: flushed when it is
@@ -152,6 +162,7 @@ void RedisConnection::scheduleFlush() {
 
 void RedisConnection::flush() {
   flush_scheduled_ = false;
+  queued_since_flush_ = 0;
   uv_prepare_stop(flush_handle_.get());
   if (dead_ || !connected_) return;
   transport_->write(out_);  // may report an error, but only on a later turn

@@ -266,6 +266,36 @@ TEST_F(RedisNodeTest, PipelinedCommandsAnswerTheirOwnCallers) {
   for (int i = 0; i < kCount; ++i) ASSERT_EQ(got[static_cast<size_t>(i)], i + 1) << "caller " << i;
 }
 
+// Commands queued in one loop turn leave every RedisConnectionOptions::flush_every_commands (8),
+// not only when the turn ends: Redis has run the first eight before the loop turns again.
+TEST_F(RedisNodeTest, CommandsOfOneTurnGoOutEveryEight) {
+  RedisNodeOptions o = options(redis_.port());
+  o.command_timeout_ms = 30'000;  // the test holds the loop while it looks: no liveness verdict
+  o.health_interval_ms = 30'000;
+  RedisNode& n = make(std::move(o));
+  n.start();
+  ASSERT_TRUE(env_.runUntil([&] { return n.up(); }));
+  int answered = 0;
+  auto queue = [&](int count) {
+    for (int i = 0; i < count; ++i) {
+      n.command({"INCR", "early"}, 0, [&](StatusOr<RedisValue> v) { answered += v.isOk(); });
+    }
+  };
+  queue(11);  // the first 8 are written at once, the other 3 at the end of the turn
+  // The loop does not run meanwhile: only the early write can have reached Redis.
+  std::string seen;
+  for (int tries = 0; tries < 100 && seen != "8"; ++tries) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    seen = redis_.cli({"GET", "early"});
+    while (!seen.empty() && (seen.back() == '\n' || seen.back() == '\r')) seen.pop_back();
+  }
+  EXPECT_EQ(seen, "8");
+  ASSERT_TRUE(env_.runUntil([&] { return answered == 11; }));
+  std::string total = redis_.cli({"GET", "early"});
+  while (!total.empty() && (total.back() == '\n' || total.back() == '\r')) total.pop_back();
+  EXPECT_EQ(total, "11");
+}
+
 // hiredis 0.14 resolved names synchronously on the loop thread; ours go to libuv's thread pool.
 // "localhost" may resolve to ::1 first while redis-server listens on 127.0.0.1 only: every
 // address is tried.
