@@ -536,18 +536,31 @@ int64_t boundedWait(int64_t wait_ms, std::optional<int64_t> wait_bound_ms) {
 }
 
 /// The request message of a direct call, parsed into one reused message per type (the loop's
-/// thread): parsing clears it, and its strings keep their capacity from the last call (unless
-/// that call was large). Valid until the next call of that type.
+/// thread): parsing clears it, and its strings keep their capacity for the next call, unless this
+/// one was large (then the message is let go as this goes out of scope). get() is null when the
+/// bytes are not the message.
 template <typename M>
-const M* parseMessage(std::string_view bytes) {
-  constexpr size_t kKeptMessageBytes = 16 * 1024;
-  thread_local M message;
-  thread_local size_t last_bytes = 0;
-  if (last_bytes > kKeptMessageBytes) message = M();  // a large message's strings are not kept
-  last_bytes = bytes.size();
-  if (!message.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) return nullptr;
-  return &message;
-}
+class ReusedMessage {
+ public:
+  explicit ReusedMessage(std::string_view bytes)
+      : bytes_(bytes.size()),
+        parsed_(message().ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) {}
+  ~ReusedMessage() {
+    if (bytes_ > kKeptBytes) message() = M();
+  }
+  ReusedMessage(const ReusedMessage&) = delete;
+  ReusedMessage& operator=(const ReusedMessage&) = delete;
+  const M* get() const { return parsed_ ? &message() : nullptr; }
+
+ private:
+  static constexpr size_t kKeptBytes = 16 * 1024;
+  static M& message() {
+    thread_local M reused;
+    return reused;
+  }
+  size_t bytes_;
+  bool parsed_;
+};
 
 }  // namespace
 
@@ -567,7 +580,8 @@ bool directCallInto(const GrpcMethod& method, std::string_view request_bytes,
     case Direct::kNone:
       return false;
     case Direct::kAcquire: {
-      const v1::AcquireRequest* parsed = parseMessage<v1::AcquireRequest>(request_bytes);
+      const ReusedMessage<v1::AcquireRequest> message(request_bytes);
+      const v1::AcquireRequest* parsed = message.get();
       if (parsed == nullptr || parsed->name().empty() || parsed->has_health()) return false;
       const v1::AcquireRequest& m = *parsed;
       f.reserve(4);  // the usual acquire: ttl_ms, owner, and wait_ms or one option
@@ -587,7 +601,8 @@ bool directCallInto(const GrpcMethod& method, std::string_view request_bytes,
       break;
     }
     case Direct::kRelease: {
-      const v1::ReleaseRequest* parsed = parseMessage<v1::ReleaseRequest>(request_bytes);
+      const ReusedMessage<v1::ReleaseRequest> message(request_bytes);
+      const v1::ReleaseRequest* parsed = message.get();
       if (parsed == nullptr || parsed->name().empty()) return false;
       const v1::ReleaseRequest& m = *parsed;
       putText(f, BodyField::kOwner, m.owner());
@@ -595,7 +610,8 @@ bool directCallInto(const GrpcMethod& method, std::string_view request_bytes,
       break;
     }
     case Direct::kExtend: {
-      const v1::ExtendRequest* parsed = parseMessage<v1::ExtendRequest>(request_bytes);
+      const ReusedMessage<v1::ExtendRequest> message(request_bytes);
+      const v1::ExtendRequest* parsed = message.get();
       if (parsed == nullptr || parsed->name().empty()) return false;
       const v1::ExtendRequest& m = *parsed;
       putText(f, BodyField::kOwner, m.owner());
@@ -605,7 +621,8 @@ bool directCallInto(const GrpcMethod& method, std::string_view request_bytes,
       break;
     }
     case Direct::kTryLock: {
-      const dapr::TryLockRequest* parsed = parseMessage<dapr::TryLockRequest>(request_bytes);
+      const ReusedMessage<dapr::TryLockRequest> message(request_bytes);
+      const dapr::TryLockRequest* parsed = message.get();
       if (parsed == nullptr || parsed->store_name().empty()) return false;
       const dapr::TryLockRequest& m = *parsed;
       putText(f, BodyField::kResourceId, m.resource_id());
@@ -615,7 +632,8 @@ bool directCallInto(const GrpcMethod& method, std::string_view request_bytes,
       break;
     }
     case Direct::kUnlock: {
-      const dapr::UnlockRequest* parsed = parseMessage<dapr::UnlockRequest>(request_bytes);
+      const ReusedMessage<dapr::UnlockRequest> message(request_bytes);
+      const dapr::UnlockRequest* parsed = message.get();
       if (parsed == nullptr || parsed->store_name().empty()) return false;
       const dapr::UnlockRequest& m = *parsed;
       putText(f, BodyField::kResourceId, m.resource_id());
@@ -964,10 +982,9 @@ void GrpcGateway::handle(grpc::CallPtr call, std::string request) {
       auto responder = std::make_shared<GrpcResponder>(call, *method, call_metrics_, scheduler_);
       DirectCall direct = std::move(direct_scratch_);
       responder->routed(dispatch(*call, direct.http, responder, &direct, method));
-      // A large call's strings are not kept for the next one.
-      if (direct.http.raw_path.capacity() + direct.http.path.capacity() <= kKeptRequestBytes) {
-        direct_scratch_ = std::move(direct);
-      }
+      // A large call's strings (path, fields) are not kept for the next one: the request
+      // message's size bounds them all.
+      if (request.size() <= kKeptRequestBytes) direct_scratch_ = std::move(direct);
       return;
     }
   }
@@ -1015,6 +1032,13 @@ std::string_view GrpcGateway::dispatch(const grpc::ServerCall& call, const HttpC
   http::Request& request = request_busy_ ? nested : request_scratch_;
   const bool reused = !request_busy_;
   request_busy_ = true;
+  // Not busy once the call returns, whichever way it does.
+  struct NotBusyAfter {
+    bool* busy;
+    ~NotBusyAfter() {
+      if (busy != nullptr) *busy = false;
+    }
+  } const not_busy{reused ? &request_busy_ : nullptr};
   request.method.assign(http_call.method);
   request.path.assign(http_call.path);
   request.raw_path.assign(http_call.raw_path);
@@ -1030,7 +1054,7 @@ std::string_view GrpcGateway::dispatch(const grpc::ServerCall& call, const HttpC
     const auto& routed = routed_[static_cast<size_t>(method - methodTable().data())];
     if (routed) {
       request.routed_handler = routed->handler;
-      request.route = routed->route;
+      request.routed_pattern = routed->route;
       request.params.emplace_back(routed->params.front(), direct->path_value);
     }
   }
@@ -1049,7 +1073,6 @@ std::string_view GrpcGateway::dispatch(const grpc::ServerCall& call, const HttpC
   guarded_(request, std::move(responder));
   const std::string_view route = request.route;
   if (reused) {
-    request_busy_ = false;
     // A large call's strings are not kept for the next one.
     if (request.body.capacity() + request.path.capacity() + request.raw_path.capacity() +
             request.query.capacity() >

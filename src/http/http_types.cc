@@ -54,6 +54,7 @@ void Request::clear() {
   principal.reset();
   decoded_body = nullptr;
   routed_handler = nullptr;
+  routed_pattern = {};
 }
 
 }  // namespace sidelock::http

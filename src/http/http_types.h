@@ -80,8 +80,11 @@ struct Request {
   /// handler call only, like `body`.
   const DecodedBody* decoded_body = nullptr;
   /// Never set by HttpServer: a gateway that already knows the route (Router::exclusiveRoute) sets
-  /// it with `route` and `params`, and Router::dispatch calls it without matching the path.
+  /// it with `routed_pattern` and `params`, and Router::dispatch calls it without matching the
+  /// path, setting `route` to routed_pattern then (a request refused before routing keeps the
+  /// unmatched label, as over HTTP).
   const Handler* routed_handler = nullptr;
+  std::string_view routed_pattern;
 
   std::string_view header(std::string_view lower_name) const;
   std::string_view param(std::string_view name) const;

@@ -5,6 +5,10 @@
 namespace sidelock::http {
 Status Router::add(std::string_view method, std::string_view pattern, Handler handler) {
   if (method.empty()) return invalidArgument("route method is empty");
+  if (handed_out_) {
+    return invalidArgument("route " + std::string(method) + " " + std::string(pattern) +
+                           " added after exclusiveRoute(): the table is fixed by then");
+  }
   StatusOr<PathPattern> parsed = PathPattern::parse(pattern);
   if (!parsed.isOk()) return parsed.status();
   for (const Route& r : routes_) {
@@ -87,6 +91,8 @@ Router::Match Router::match(std::string_view method, std::string_view raw_path) 
 
 std::optional<Router::Exclusive> Router::exclusiveRoute(std::string_view method,
                                                         std::string_view pattern) const {
+  // HEAD matches GET routes too (match()): not a shape one route can own.
+  if (method == "HEAD") return std::nullopt;
   StatusOr<PathPattern> shape = PathPattern::parse(pattern);
   if (!shape.isOk()) return std::nullopt;
   const auto& mine = shape->segments();
@@ -119,6 +125,7 @@ std::optional<Router::Exclusive> Router::exclusiveRoute(std::string_view method,
     }
   }
   if (found == nullptr) return std::nullopt;
+  handed_out_ = true;  // the answer points into routes_: no route may be added from now on
   Exclusive exclusive{&found->handler, found->pattern.text(), {}};
   for (const auto& segment : found->pattern.segments()) {
     if (segment.is_param) exclusive.params.push_back(segment.text);
@@ -128,6 +135,7 @@ std::optional<Router::Exclusive> Router::exclusiveRoute(std::string_view method,
 
 void Router::dispatch(Request& request, ResponderPtr responder) const {
   if (request.routed_handler != nullptr) {  // routed by its gateway (exclusiveRoute)
+    request.route = request.routed_pattern;
     (*request.routed_handler)(request, std::move(responder));
     return;
   }

@@ -52,7 +52,8 @@ class Router {
   /// literal segment, or in the segment count). A gateway that builds such a path from a non-empty
   /// value per parameter may then skip matching it: it sets Request::routed_handler, route and
   /// params (the route's names, the decoded values) itself, and dispatch() gives the same result
-  /// as matching. Valid while no route is added.
+  /// as matching. Never for HEAD (it matches GET routes too). Once it has answered, add() refuses
+  /// (the answer points into the table).
   struct Exclusive {
     const Handler* handler = nullptr;
     std::string_view route;                // the route's pattern, viewing the table
@@ -78,6 +79,7 @@ class Router {
     Handler handler;
   };
   std::vector<Route> routes_;
+  mutable bool handed_out_ = false;  // exclusiveRoute() answered: add() refuses from then on
 };
 
 }  // namespace sidelock::http

@@ -98,7 +98,8 @@ void ClusterBackend::send(std::shared_ptr<Call> call, const config::RedisNodeAdd
     return;
   }
   if (asking) {
-    // Same connection, same turn: ASKING and the script leave in one write, in this order.
+    // Same connection, same turn: ASKING and the script leave in this order (in one write, or
+    // in two back to back when ASKING fills a batch: RedisConnectionOptions::flush_every_commands).
     node.redis->command({"ASKING"}, timeout_ms_, [](StatusOr<RedisValue>) {});
   }
   const ScriptCall::Views v = call->script.views();

@@ -2,8 +2,9 @@
 // pipelining on top (src/README.md, rule 6; after redis-plus-plus and Dragonfly's facade
 // connection).
 //
-//  - Commands issued during a loop turn are appended to one buffer and flushed once, right before
-//    the loop polls again (a uv_prepare handle): many callers' commands become one write.
+//  - Commands issued during a loop turn are appended to one buffer and flushed right before the
+//    loop polls again (a uv_prepare handle), and every flush_every_commands within the turn: many
+//    callers' commands become a few writes, and Redis starts on them while the turn goes on.
 //  - Replies complete requests in FIFO order. Every request completes exactly once: with its
 //    reply, with kDeadlineExceeded when its own budget ends (the late reply is dropped when it
 //    comes; the link stays), or with kUnavailable when the link dies. A request whose caller gave

@@ -497,6 +497,23 @@ TEST_F(GrpcOverRealRoutesTest, DirectMethodsRoutesAreExclusive) {
   }
 }
 
+// A direct call the guard refuses is counted as unmatched, as the same refusal over HTTP/1.1 is:
+// its route is known to the gateway but not taken.
+TEST_F(GrpcOverRealRoutesTest, ARefusedDirectCallIsCountedUnmatched) {
+  v1::AcquireRequest request;
+  request.set_name("refused");
+  request.set_ttl_ms(5000);
+  auto refused = call("/sidelock.v1.Locks/Acquire", request, "not-a-valid-token");
+  ASSERT_TRUE(refused->status.has_value());
+  EXPECT_EQ(*refused->status, StatusCode::kUnauthenticated);
+  EXPECT_EQ(metrics.httpRequests(http::kUnmatchedRoute, 401, "grpc").Value(), 1);
+  EXPECT_EQ(metrics.httpRequests("/v1/locks/{name}/acquire", 401, "grpc").Value(), 0);
+  auto granted = call("/sidelock.v1.Locks/Acquire", request);
+  ASSERT_TRUE(granted->status.has_value());
+  EXPECT_EQ(*granted->status, StatusCode::kOk);
+  EXPECT_EQ(metrics.httpRequests("/v1/locks/{name}/acquire", 200, "grpc").Value(), 1);
+}
+
 TEST_F(GrpcOverRealRoutesTest, EveryLocksMethodRunsItsRoute) {
   v1::AcquireRequest acquire;
   acquire.set_name("orders");

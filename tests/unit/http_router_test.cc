@@ -3,6 +3,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/percent_encoding.h"
 #include "http/http_error.h"
 #include "http/router.h"
 
@@ -195,41 +196,72 @@ TEST_F(RouterTest, ExclusiveRouteIsTheOneEveryPathOfItsPatternReaches) {
       router_.exclusiveRoute("POST", "/v1/locks/{name}/acquire");
   ASSERT_TRUE(acquire.has_value());
   EXPECT_EQ(acquire->route, "/v1/locks/{name}/acquire");
+  EXPECT_EQ(acquire->params, std::vector<std::string_view>{"name"});
+  // Dispatched without matching: the label comes from the gateway's pattern, set only now (a
+  // request refused before routing keeps the unmatched label).
   Request req;
   req.method = "POST";
   req.raw_path = "/nothing/matches/this";  // not looked at: the request is routed already
   req.routed_handler = acquire->handler;
-  req.route = acquire->route;
+  req.routed_pattern = acquire->route;
   req.params.emplace_back("name", "a/b");
+  EXPECT_EQ(req.route, "");
   auto res = std::make_shared<RecordingResponder>();
   router_.dispatch(req, res);
   EXPECT_EQ(called_, "POST /v1/locks/{name}/acquire");
   EXPECT_EQ(res->body, "/v1/locks/{name}/acquire");
+  EXPECT_EQ(req.route, "/v1/locks/{name}/acquire");
   EXPECT_EQ(req.param("name"), "a/b");
+  // The same as matching, for names the path must encode.
+  for (const char* name : {"a/b", "%41", ".", "..", "\xc3\xa4 b", "stats"}) {
+    Request routed;
+    routed.routed_handler = acquire->handler;
+    routed.routed_pattern = acquire->route;
+    routed.params.emplace_back("name", name);
+    router_.dispatch(routed, std::make_shared<RecordingResponder>());
+    const std::string routed_call = called_;
+    auto [matched_res, matched] =
+        run("POST", "/v1/locks/" + percentEncode(name, PercentKeep::kUnreserved) + "/acquire");
+    EXPECT_EQ(called_, routed_call) << name;
+    EXPECT_EQ(matched.route, routed.route) << name;
+    EXPECT_EQ(matched.params, routed.params) << name;
+  }
 
-  EXPECT_EQ(acquire->params, std::vector<std::string_view>{"name"});
   // The shape is what counts, with the route's own parameter names.
   std::optional<Router::Exclusive> same_shape =
       router_.exclusiveRoute("POST", "/v1/locks/{lock_name}/acquire");
   ASSERT_TRUE(same_shape.has_value());
   EXPECT_EQ(same_shape->handler, acquire->handler);
   EXPECT_EQ(same_shape->params, std::vector<std::string_view>{"name"});
-  // Not registered for that method, or not at all, or not a pattern.
+  // Not registered for that method, or not at all, or not a pattern; never HEAD (it matches the
+  // GET routes too).
   EXPECT_FALSE(router_.exclusiveRoute("GET", "/v1/locks/{name}/acquire"));
   EXPECT_FALSE(router_.exclusiveRoute("POST", "/v1/locks/{name}/take"));
   EXPECT_FALSE(router_.exclusiveRoute("POST", "v1/locks"));
+  EXPECT_FALSE(router_.exclusiveRoute("HEAD", "/healthz"));
   // A route of another method on the same shape does not matter (the method picks the route).
   EXPECT_TRUE(router_.exclusiveRoute("GET", "/v1/locks/{name}"));
   EXPECT_TRUE(router_.exclusiveRoute("DELETE", "/v1/locks/{name}"));
-  // A literal of the same method and shape takes some of its paths ("stats"): not exclusive,
-  // and neither is the literal (the parameter route matches "/v1/locks/stats" too).
-  ASSERT_TRUE(router_.add("GET", "/v1/locks/stats", record("stats")).isOk());
-  EXPECT_FALSE(router_.exclusiveRoute("GET", "/v1/locks/{name}"));
-  EXPECT_FALSE(router_.exclusiveRoute("GET", "/v1/locks/stats"));
-  // A parameter where it has a literal overlaps as well; a different literal does not.
-  ASSERT_TRUE(router_.add("POST", "/v1/{kind}/{name}/acquire", record("kinds")).isOk());
-  EXPECT_FALSE(router_.exclusiveRoute("POST", "/v1/locks/{name}/acquire"));
-  EXPECT_TRUE(router_.exclusiveRoute("POST", "/v1/locks/{name}/release"));
+  // Once it has answered, the table is fixed: its answers point into it.
+  EXPECT_FALSE(router_.add("GET", "/v1/later", record("later")).isOk());
+}
+
+TEST(RouterExclusiveTest, AnOverlappingRouteOfTheSameMethodMakesNeitherExclusive) {
+  auto handler = [](Request&, ResponderPtr) {};
+  Router literal;
+  ASSERT_TRUE(literal.add("GET", "/v1/locks/{name}", handler).isOk());
+  ASSERT_TRUE(literal.add("GET", "/v1/locks/stats", handler).isOk());
+  // "/v1/locks/stats" matches both.
+  EXPECT_FALSE(literal.exclusiveRoute("GET", "/v1/locks/{name}"));
+  EXPECT_FALSE(literal.exclusiveRoute("GET", "/v1/locks/stats"));
+
+  Router param;
+  ASSERT_TRUE(param.add("POST", "/v1/locks/{name}/acquire", handler).isOk());
+  ASSERT_TRUE(param.add("POST", "/v1/locks/{name}/release", handler).isOk());
+  ASSERT_TRUE(param.add("POST", "/v1/{kind}/{name}/acquire", handler).isOk());
+  // A parameter where it has a literal overlaps; a different literal does not.
+  EXPECT_FALSE(param.exclusiveRoute("POST", "/v1/locks/{name}/acquire"));
+  EXPECT_TRUE(param.exclusiveRoute("POST", "/v1/locks/{name}/release"));
 }
 
 TEST(RouterAddTest, RejectsBadPatternsAndDuplicates) {
