@@ -4,8 +4,11 @@
 // resumes the previous session.
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <memory>
 #include <optional>
+#include <string>
+#include <vector>
 
 #include "integration/redis_test_env.h"
 #include "redis/redis_backend.h"
@@ -113,6 +116,33 @@ TEST_F(RedisTlsTest, VerifiedServerServesCommandsAndResumesItsSession) {
   auto get = run({"GET", "over-tls"});
   ASSERT_TRUE(get.isOk());
   EXPECT_EQ(get->str, "yes");
+}
+
+// Commands issued from reply callbacks (inside the TLS read loop) fill batches of eight, and
+// each batch is written from there (RedisConnectionOptions::flush_every_commands): every command
+// is answered, in the order it was issued.
+TEST_F(RedisTlsTest, BatchesWrittenFromReplyCallbacksAllArriveInOrder) {
+  auto redis = tlsServer(pki_.serverCert(), pki_.serverKey());
+  RedisNode& n = start(nodeOptions(tlsConfig(pki_.caCert())));
+  ASSERT_TRUE(env_.runUntil([&] { return n.up(); })) << n.downReason();
+  constexpr int kPerBurst = 20;  // two early writes and the turn's end
+  constexpr int kBursts = 5;
+  std::vector<int64_t> seen;
+  int bursts = 0;
+  std::function<void()> burst = [&] {
+    ++bursts;
+    for (int i = 0; i < kPerBurst; ++i) {
+      n.command({"INCR", "tls-batches"}, 0, [&, i](StatusOr<RedisValue> v) {
+        seen.push_back(v.isOk() ? v->integer : -1);
+        if (i == kPerBurst - 1 && bursts < kBursts) burst();  // from inside the replies' read
+      });
+    }
+  };
+  burst();
+  ASSERT_TRUE(env_.runUntil([&] { return seen.size() == kPerBurst * kBursts; }, 10'000))
+      << seen.size() << " answered";
+  for (size_t i = 0; i < seen.size(); ++i) ASSERT_EQ(seen[i], static_cast<int64_t>(i + 1)) << i;
+  EXPECT_EQ(redis->cli({"GET", "tls-batches"}), std::to_string(kPerBurst * kBursts));
 }
 
 TEST_F(RedisTlsTest, HostNameIsVerifiedAgainstTheCertificate) {
