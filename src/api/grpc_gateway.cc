@@ -535,6 +535,11 @@ int64_t boundedWait(int64_t wait_ms, std::optional<int64_t> wait_bound_ms) {
   return std::min(wait_ms, std::max<int64_t>(0, *wait_bound_ms));
 }
 
+/// A call over this many bytes (its request message, or its request's strings) lets the objects
+/// reused from call to call go (ReusedMessage, GrpcGateway's DirectCall and http::Request) instead
+/// of keeping their capacity.
+constexpr size_t kKeptCallBytes = 16 * 1024;
+
 /// The request message of a direct call, parsed into one reused message per type (the loop's
 /// thread): parsing clears it, and its strings keep their capacity for the next call, unless this
 /// one was large (then the message is let go as this goes out of scope). get() is null when the
@@ -546,14 +551,13 @@ class ReusedMessage {
       : bytes_(bytes.size()),
         parsed_(message().ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) {}
   ~ReusedMessage() {
-    if (bytes_ > kKeptBytes) message() = M();
+    if (bytes_ > kKeptCallBytes) message() = M();
   }
   ReusedMessage(const ReusedMessage&) = delete;
   ReusedMessage& operator=(const ReusedMessage&) = delete;
   const M* get() const { return parsed_ ? &message() : nullptr; }
 
  private:
-  static constexpr size_t kKeptBytes = 16 * 1024;
   static M& message() {
     thread_local M reused;
     return reused;
@@ -984,7 +988,7 @@ void GrpcGateway::handle(grpc::CallPtr call, std::string request) {
       responder->routed(dispatch(*call, direct.http, responder, &direct, method));
       // A large call's strings (path, fields) are not kept for the next one: the request
       // message's size bounds them all.
-      if (request.size() <= kKeptRequestBytes) direct_scratch_ = std::move(direct);
+      if (request.size() <= kKeptCallBytes) direct_scratch_ = std::move(direct);
       return;
     }
   }
@@ -1076,7 +1080,7 @@ std::string_view GrpcGateway::dispatch(const grpc::ServerCall& call, const HttpC
     // A large call's strings are not kept for the next one.
     if (request.body.capacity() + request.path.capacity() + request.raw_path.capacity() +
             request.query.capacity() >
-        kKeptRequestBytes) {
+        kKeptCallBytes) {
       request = http::Request();
     } else {
       request.clear();

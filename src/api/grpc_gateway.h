@@ -173,8 +173,6 @@ class GrpcGateway {
   DirectCall direct_scratch_;
   http::Request request_scratch_;
   bool request_busy_ = false;  // request_scratch_ is in a route's call
-  /// Past this many bytes of strings the reused request is dropped after its call.
-  static constexpr size_t kKeptRequestBytes = 16 * 1024;
   event::LivenessToken alive_;
 };
 
