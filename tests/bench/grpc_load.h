@@ -106,11 +106,12 @@ class GrpcLoop {
 
   /// `c` must outlive the loop's runs (closing its socket takes it out of the epoll set).
   void add(GrpcConnection* c);
-  /// `tick` runs on every turn (at least every millisecond), for the caller's timed steps.
+  /// `tick` runs on every turn, for the caller's timed steps; a turn comes when a connection
+  /// has something to read or at the time last given to wakeAt.
   bool runUntil(const std::function<bool()>& done, const std::function<void()>& tick,
                 Clock::time_point deadline);
-  /// Ends the loop's wait at `when` (a timerfd), so that a tick can start calls on a schedule
-  /// finer than the millisecond (the open loop); the latest call wins.
+  /// Ends the loop's wait at `when` (a timerfd), so that a tick runs then: the open loop's
+  /// schedule, a pair slice's start and end of measuring. The latest call wins.
   void wakeAt(Clock::time_point when);
 
  private:

@@ -655,11 +655,13 @@ void runGrpcPairSlice(const Endpoint& e, int clients, double duration,
   const auto t0 = Clock::now();
   PairWindow window;
   bool started = false;
+  loop.wakeAt(t0 + seconds(warmup));
   auto tick = [&] {
     const auto now = Clock::now();
     if (!started && now >= t0 + seconds(warmup)) {
       started = measuring = true;
       window.start(e);
+      loop.wakeAt(t0 + seconds(warmup + duration));
     }
     if (started && !stopping && now >= t0 + seconds(warmup + duration)) {
       measuring = false;
