@@ -63,13 +63,7 @@ struct RedlockBackend::QuorumCall {
   int sync_acks = 0;           // granting nodes whose counter is known to be >= token
   int sync_failures = 0;       // granting nodes that failed to record it
   bool synced = false;         // the sync is over (answered or cleaning up)
-  bool granted = false;        // answered granted, with `token`
   Status error;                // why a won vote was given up
-  // Inspect: its script, to read again while a grant's token sync is under way
-  // (rereadWhileSyncing), and how often it did.
-  std::optional<ScriptCall> read_script;
-  int rereads = 0;
-  std::vector<std::optional<Outcome>> previous_answers;  // the round before a reread
 
   bool said(size_t i, OutcomeCode code) const { return answers[i] && answers[i]->code == code; }
   /// Voting nodes that answered `code`.
@@ -325,17 +319,8 @@ void RedlockBackend::run(const Operation& op, OutcomeCallback cb) {
     }
   }
   call->script = script->script;
-  send(call, *script);
-  if (op.verb == Verb::kInspect && op.kind != LockKind::kElection) {
-    call->read_script = std::move(*script);
-  }
-  // Enough nodes may be unable to vote to decide an acquire right away.
-  if (op.verb == Verb::kAcquire && !call->done) decide(call);
-}
-
-void RedlockBackend::send(const std::shared_ptr<QuorumCall>& call, const ScriptCall& script) {
   // Non-voting nodes get the command too, so their state converges while they wait.
-  fanOut(script, [this, call](size_t i, StatusOr<RedisValue> r) {
+  fanOut(*script, [this, call](size_t i, StatusOr<RedisValue> r) {
     StatusOr<Outcome> d = decodeOutcome(r, call->script, nodes_[i]->address);
     if (d.isOk()) {
       call->answers[i] = *d;
@@ -345,63 +330,10 @@ void RedlockBackend::send(const std::shared_ptr<QuorumCall>& call, const ScriptC
       if (d.status().code() == StatusCode::kResourceExhausted) ++call->out_of_memory;
     }
     --call->pending;
-    if (!call->done) {
-      decide(call);
-    } else if (call->granted) {
-      setBackLateCounter(call, i);
-    }
+    if (!call->done) decide(call);
   });
-}
-
-void RedlockBackend::setBackLateCounter(const std::shared_ptr<QuorumCall>& call, size_t i) {
-  // A node that holds the lease but was not of the granting majority (it answered after the vote
-  // was decided, or could not vote) may count above the token: its counter seeded from its own
-  // clock. Set back to the token (token_sync.lua, with the value its grant took as the
-  // condition), every node holding the lease counts it alike, and reads name the lease by its
-  // token (finishRead). Best effort: a node left above only makes reads wait (rereadWhileSyncing).
-  if (call->kind == LockKind::kElection || call->granting[i] || !call->said(i, OutcomeCode::kOk) ||
-      call->answers[i]->token <= call->token) {
-    return;
-  }
-  const ScriptCall set_back =
-      tokenSetBackCall(call->name, call->owner, call->token, call->answers[i]->token, scripts_);
-  const ScriptCall::Views v = set_back.views();
-  nodes_[i]->redis->runScriptArgs(static_cast<size_t>(set_back.script), v.keyArgs(), v.argArgs(),
-                                  config_.redlock.node_timeout_ms, set_back.node_op,
-                                  [](StatusOr<RedisValue>) {});
-}
-
-bool RedlockBackend::rereadWhileSyncing(const std::shared_ptr<QuorumCall>& call) {
-  if (!call->read_script || call->rereads >= kSyncRereads) return false;
-  // Held by a majority of which fewer than a majority count the token the read would name (the
-  // majority's highest counter, quorumHighest): the nodes of the granting majority do not agree
-  // yet, a grant's token sync is under way (the read came between the grant and the sync, as an
-  // event stream's read on the grant's announcement may). Read again shortly: once synced, a
-  // majority counts the token. A node outside it (late, stale) does not make a read wait.
-  std::vector<uint64_t> holding;
-  for (size_t i = 0; i < nodes_.size(); ++i) {
-    if (call->voting[i] && call->said(i, OutcomeCode::kOk)) {
-      holding.push_back(call->answers[i]->token);
-    }
-  }
-  const auto quorum = static_cast<size_t>(quorumSize());
-  if (holding.size() < quorum) return false;
-  const uint64_t named = quorumHighest(holding);
-  if (static_cast<size_t>(std::count(holding.begin(), holding.end(), named)) >= quorum) {
-    return false;
-  }
-  ++call->rereads;
-  scheduler_.runAfter(kSyncRereadMs, alive_.guarded([this, call] {
-    const size_t n = nodes_.size();
-    call->pending = n;
-    call->previous_answers = std::move(call->answers);
-    call->answers.assign(n, std::nullopt);
-    call->failed.assign(n, false);
-    call->errors.assign(n, "");
-    call->out_of_memory = 0;
-    send(call, *call->read_script);
-  }));
-  return true;
+  // Enough nodes may be unable to vote to decide an acquire right away.
+  if (op.verb == Verb::kAcquire && !call->done) decide(call);
 }
 
 int RedlockBackend::QuorumCall::votes(OutcomeCode code) const {
@@ -446,11 +378,6 @@ void RedlockBackend::decide(const std::shared_ptr<QuorumCall>& call) {
     case Verb::kInspect:
       if (call->pending != 0) return;
       if (call->kind == LockKind::kElection) return finishLeaderRead(call);
-      if (call->rereads > 0 && call->answeredVoting() < quorumSize()) {
-        call->answers = std::move(call->previous_answers);  // a reread that lost nodes: the
-        return finishRead(call);                            // round before stands
-      }
-      if (rereadWhileSyncing(call)) return;
       return finishRead(call);
     case Verb::kForceRelease:
       if (call->pending == 0) finishRead(call);
@@ -559,8 +486,6 @@ void RedlockBackend::evaluateTokenSync(const std::shared_ptr<QuorumCall>& call) 
   granted.token = call->token;
   granted.validity_ms = validity;
   if (call->kind == LockKind::kElection) granted.leader.since_ms = call->since_ms;
-  call->granted = true;
-  for (size_t i = 0; i < nodes_.size(); ++i) setBackLateCounter(call, i);  // those answered by now
   answer(call, granted);
 }
 
@@ -826,17 +751,8 @@ void RedlockBackend::finishRelease(const std::shared_ptr<QuorumCall>& call) {
 // nodes hold the key, for as long as a majority still will. Force release deleted the key on
 // every node it reached; freed when at least one node deleted it and a quorum of voting nodes
 // answered (the others may still hold it, but fewer than a majority); with fewer answers the
-// operator gets 503 and retries: the lock may still be held. Token: inspect, the lease's (held) or
-// the last lease's (not held), as quorumHighest reads it from the nodes holding it (held) or from
-// every node that answered (not held); force release, the highest counter seen, voting or not.
-
-uint64_t RedlockBackend::quorumHighest(std::vector<uint64_t> counters) const {
-  if (counters.empty()) return 0;
-  const size_t k = std::min(counters.size(), static_cast<size_t>(quorumSize()));
-  std::nth_element(counters.begin(), counters.begin() + static_cast<std::ptrdiff_t>(k - 1),
-                   counters.end(), std::greater<>());
-  return counters[k - 1];
-}
+// operator gets 503 and retries: the lock may still be held. Token: the highest counter seen,
+// voting or not (a counter is data).
 
 void RedlockBackend::finishRead(const std::shared_ptr<QuorumCall>& call) {
   const int answered = call->answeredVoting();
@@ -852,12 +768,10 @@ void RedlockBackend::finishRead(const std::shared_ptr<QuorumCall>& call) {
   std::vector<int64_t> held_pttls;
   std::vector<int64_t> readers;         // per voting node that holds it (read/write locks)
   std::vector<const Outcome*> holding;  // the voting nodes that hold it (their holder records)
-  std::vector<uint64_t> answered_counters;
   bool deleted_somewhere = false;
   for (size_t i = 0; i < nodes_.size(); ++i) {
     if (!call->answers[i]) continue;
     o.token = std::max(o.token, call->answers[i]->token);
-    answered_counters.push_back(call->answers[i]->token);
     deleted_somewhere = deleted_somewhere || call->answers[i]->ok();
     if (call->voting[i] && call->answers[i]->ok()) {
       held_pttls.push_back(call->answers[i]->validity_ms);
@@ -874,12 +788,6 @@ void RedlockBackend::finishRead(const std::shared_ptr<QuorumCall>& call) {
              ttl >= 0) {
     o.code = OutcomeCode::kOk;
     o.validity_ms = ttl;
-    // The lease's token, as the nodes holding it count it (quorumHighest): not as a late node
-    // (its counter seeded from its own clock) or one holding a stale key may, so that every read
-    // of one lease names the same token and lock events never take it for two.
-    std::vector<uint64_t> counters;
-    for (const Outcome* node : holding) counters.push_back(node->token);
-    o.token = quorumHighest(std::move(counters));
     // Readers: as many as a majority of nodes count (a reader is one where its quorum holds).
     const size_t quorum = static_cast<size_t>(quorumSize());
     if (readers.size() >= quorum) {
@@ -911,9 +819,6 @@ void RedlockBackend::finishRead(const std::shared_ptr<QuorumCall>& call) {
         break;
       }
     }
-  } else if (call->verb == Verb::kInspect) {
-    // Not held: the last lease's token, likewise.
-    o.token = quorumHighest(std::move(answered_counters));
   }
   answer(call, o);
 }

@@ -39,11 +39,8 @@
 //    if fewer than a majority answered; else kNotOwner if a majority answered "another owner";
 //    else kNotHeld.
 //  inspect: held iff a majority of voting nodes hold the key; ttl_ms = the time until fewer than a
-//    majority hold it; token = the lease's (held) or the last lease's (not held): quorumHighest
-//    of the counters of the nodes holding it (held) or of every node that answered (not held),
-//    which is the grant's token once its sync is done; a read during the sync reads again
-//    (rereadWhileSyncing). A node that granted after the vote was decided is set back to the
-//    token (setBackLateCounter). kUnavailable if fewer than a majority of voting nodes answered.
+//    majority hold it; token = the highest counter seen (the last grant's token, or higher after
+//    failed attempts). kUnavailable if fewer than a majority of voting nodes answered.
 //  wake-ups: subscribed on every node; one release (or an election's grant, term record or
 //    proclaim) publishes on every node that carried it out, so each node's k-th publication of a
 //    name is the same event k. The listener fires once per event: when a majority of nodes has
@@ -185,23 +182,6 @@ class RedlockBackend final : public Backend {
   /// Sends the release script of `call`'s lease (its name, owner and kind) to every node; `each`
   /// runs once per node.
   void releaseOnAll(const QuorumCall& call, std::function<void(size_t, StatusOr<RedisValue>)> each);
-  /// Sends `call`'s script to every node, each answer recorded in `call` and decided on.
-  void send(const std::shared_ptr<QuorumCall>& call, const ScriptCall& script);
-  /// A granted acquire: node `i`, holding the lease outside the granting majority with a counter
-  /// above the token, is set back to the token (best effort; token_sync.lua).
-  void setBackLateCounter(const std::shared_ptr<QuorumCall>& call, size_t i);
-  /// An inspect that found a majority holding the lock, fewer than a majority of which count the
-  /// token it would name (a token sync under way), reads again after kSyncRereadMs, at most
-  /// kSyncRereads times: true when it will. A reread that loses nodes keeps the round before.
-  bool rereadWhileSyncing(const std::shared_ptr<QuorumCall>& call);
-  /// The quorumSize()-th highest of `counters` (one per node; the highest when there are fewer),
-  /// the token a read names. Once a grant's sync is done a majority of nodes count exactly its
-  /// token T and fewer than a majority count above it (nodes outside the granting majority), so
-  /// this is T whichever majority answered, while the highest counter can be any node's; and a
-  /// majority counts at least this, so every later grant's token exceeds it.
-  uint64_t quorumHighest(std::vector<uint64_t> counters) const;
-  static constexpr int kSyncRereads = 3;
-  static constexpr int64_t kSyncRereadMs = 10;
   /// Sends `script` to every node (answered kCancelled for each once shutting down); `each`
   /// runs once per node, with the node's index.
   void fanOut(const ScriptCall& script, std::function<void(size_t, StatusOr<RedisValue>)> each);

@@ -683,18 +683,6 @@ ScriptCall tokenSyncCall(std::string_view name, uint64_t token, const ScriptCont
   return c;
 }
 
-ScriptCall tokenSetBackCall(std::string_view name, std::string_view owner, uint64_t token,
-                            uint64_t expected, const ScriptContext& ctx) {
-  ScriptCall c = tokenSyncCall(name, token, ctx);
-  c.keys[1] = lockKey(ctx.prefix, name);
-  c.keys[2] = readersKey(ctx.prefix, name);
-  c.key_count = 3;
-  c.args[2] = std::to_string(expected);
-  c.args[3].assign(owner);
-  c.arg_count = 4;
-  return c;
-}
-
 ScriptCall electionSyncCall(std::string_view name, std::string_view owner, uint64_t term,
                             int64_t since_ms, const ScriptContext& ctx) {
   ScriptCall c;

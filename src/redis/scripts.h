@@ -255,10 +255,6 @@ StatusOr<ScriptId> scriptFor(LockKind kind, Verb verb);
 StatusOr<ScriptCall> scriptCallFor(const Operation& op, const ScriptContext& ctx);
 /// Redlock's token sync of `name`'s counter to at least `token`.
 ScriptCall tokenSyncCall(std::string_view name, uint64_t token, const ScriptContext& ctx);
-/// Redlock's setting back of a late granting node (token_sync.lua): `name`'s counter to exactly
-/// `token`, while the node still holds `owner`'s lease and counts `expected`.
-ScriptCall tokenSetBackCall(std::string_view name, std::string_view owner, uint64_t token,
-                            uint64_t expected, const ScriptContext& ctx);
 /// Redlock's token sync of election `name` (election_sync.lua): its counter raised to `term`, and
 /// `term` and `since_ms` written into the leader's record where `owner` still holds the lease
 /// (announced there).

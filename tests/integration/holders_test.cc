@@ -52,8 +52,8 @@ std::string expectHolderSeenFromB(HttpClient& ca, HttpClient& cb, const std::str
   EXPECT_EQ(state["held"], true) << seen.body;
   EXPECT_EQ(state["holder"], holder) << seen.body;
   EXPECT_EQ(state["mode"], "exclusive");
-  // The grant's own token, on Redlock too (late granting nodes are set back to it).
-  EXPECT_EQ(state["token"].get<uint64_t>(), json::parse(granted.body)["token"].get<uint64_t>());
+  // (Redlock: the highest counter of the nodes, which may be past the quorum's token.)
+  EXPECT_GE(state["token"].get<uint64_t>(), json::parse(granted.body)["token"].get<uint64_t>());
   EXPECT_GT(state["ttl_ms"].get<int64_t>(), 10000);
   // Redis TIME and this clock are the same machine's: the grant's since_ms lies in the window.
   EXPECT_GE(state["since_ms"].get<int64_t>(), before - 1000) << seen.body;

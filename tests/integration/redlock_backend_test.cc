@@ -340,9 +340,9 @@ TEST_F(RedlockTest, InspectReportsMajorityState) {
   EXPECT_TRUE(held->ok());
   EXPECT_GT(held->validity_ms, 7'000);
   EXPECT_LE(held->validity_ms, 8'000);
-  // The grant's token: nodes that answered after the majority (their new counters seeded from
-  // later clock readings) were set back to it.
-  EXPECT_EQ(held->token, g->token);
+  // The highest counter: the grant's token, or above it when a node that answered after the
+  // majority had seeded its new counter from a later clock reading.
+  EXPECT_GE(held->token, g->token);
 
   // Held on two nodes only: not held.
   for (int i = 0; i < 3; ++i) servers_[i]->cli({"DEL", key("l")});
@@ -350,99 +350,6 @@ TEST_F(RedlockTest, InspectReportsMajorityState) {
   ASSERT_TRUE(minority.isOk());
   EXPECT_FALSE(minority->ok());
   EXPECT_EQ(minority->token, held->token);
-}
-
-// A node that grants after the vote was decided, its counter far above the token, is set back to
-// the token: every node holding the lease counts it alike, and reads name the lease by its token
-// while it is held and after it ended (lock events take a token change for another lease).
-TEST_F(RedlockTest, ALateGrantingNodeIsSetBackToTheTokenAndReadsNameTheLeaseByIt) {
-  // A node budget the paused node's answer surely meets on a loaded machine: an answer that times
-  // out tells no counter to set back (the node then keeps its own; reads still name the lease by
-  // its token, as ReadsNameTheLeaseByItsToken... below shows).
-  config::BackendConfig c = redlockConfig();
-  c.redlock.node_timeout_ms = 5000;
-  c.command_timeout_ms = 5000;  // the links' liveness bound too: node 4 is paused a while
-  auto& b = makeBackend(c);
-  ASSERT_TRUE(waitAllVoting(b, 605'000)) << b.health().reason;
-  servers_[4]->cli({"SET", counterKey("late"), "8000000000000000"});
-  servers_[4]->pause();  // its grant comes after the four others decided the vote
-  auto g = acquire(b, "late", "a", 8'000);
-  servers_[4]->resume();
-  ASSERT_TRUE(g.isOk()) << g.status().toString();
-  ASSERT_TRUE(g->ok());
-  ASSERT_LT(g->token, 8000000000000000u);
-  const std::string token = std::to_string(g->token);
-  EXPECT_TRUE(env_.runUntil(
-      [&] {
-        return servers_[4]->cli({"GET", counterKey("late")}) == token;
-      },
-      3000))
-      << "node 4 counts " << servers_[4]->cli({"GET", counterKey("late")}) << ", the token is "
-      << token;
-  EXPECT_EQ(nodesHolding("late", "a"), kNodes);
-  auto held = inspect(b, "late");
-  ASSERT_TRUE(held.isOk()) << held.status().toString();
-  EXPECT_TRUE(held->ok());
-  EXPECT_EQ(held->token, g->token);
-  ASSERT_EQ(*release(b, "late", "a"), OutcomeCode::kOk);
-  auto after = inspect(b, "late");
-  ASSERT_TRUE(after.isOk()) << after.status().toString();
-  EXPECT_FALSE(after->ok());
-  EXPECT_EQ(after->token, g->token);
-  // The next grant's token is above it on every node.
-  auto next = acquire(b, "late", "b", 8'000);
-  ASSERT_TRUE(next->ok());
-  EXPECT_GT(next->token, g->token);
-}
-
-// Setting back is conditional: only while the node still holds the owner's lease (as the writer
-// or a reader) and its counter is still what the late grant made it. A counter that moved since
-// (another grant INCRed it) or a lease that changed hands stays as it is, so no token ever handed
-// out from that node is undercut.
-TEST_F(RedlockTest, ALateNodesCounterIsSetBackOnlyWhileNothingCameThroughIt) {
-  RedisServer& node = *servers_[4];
-  const std::string script(backend::scriptText(backend::ScriptId::kTokenSync));
-  auto setBack = [&](const std::string& expected) {
-    node.cli({"EVAL", script, "3", counterKey("n"), key("n"), readersKey("n"), "5", "60000",
-              expected, "a"});
-    return node.cli({"GET", counterKey("n")});
-  };
-  node.cli({"SET", counterKey("n"), "8000000000000000"});
-  node.cli({"SET", key("n"), "a", "PX", "30000"});
-  EXPECT_EQ(setBack("7999999999999999"), "8000000000000000") << "the counter moved on";
-  node.cli({"SET", key("n"), "b", "PX", "30000"});
-  EXPECT_EQ(setBack("8000000000000000"), "8000000000000000") << "another owner's lease now";
-  node.cli({"DEL", key("n")});
-  EXPECT_EQ(setBack("8000000000000000"), "8000000000000000") << "no lease";
-  node.cli({"ZADD", readersKey("n"), "99999999999999", "a"});
-  EXPECT_EQ(setBack("8000000000000000"), "5") << "a's reader lease, its counter unmoved";
-  EXPECT_GT(std::stoll(node.cli({"PTTL", counterKey("n")})), 0);
-  node.cli({"DEL", readersKey("n")});
-  node.cli({"SET", counterKey("n"), "8000000000000000"});
-  node.cli({"SET", key("n"), "a", "PX", "30000"});
-  EXPECT_EQ(setBack("8000000000000000"), "5") << "a's lease, its counter unmoved";
-}
-
-// A node outside the lease whose counter runs far ahead (seeded from its own clock, never lowered
-// by the best-effort sync) does not change the token reads report: the lease's while held (as the
-// nodes holding it count), the last lease's after it ended (as a majority counts).
-TEST_F(RedlockTest, ReadsNameTheLeaseByItsTokenWhateverANodeOutsideItCounts) {
-  auto& b = makeReadyBackend();
-  servers_[4]->cli({"SET", counterKey("ahead"), "8000000000000000"});
-  servers_[4]->cli({"SET", key("ahead"), "foreign", "PX", "30000"});
-  auto g = acquire(b, "ahead", "a", 8'000);
-  ASSERT_TRUE(g.isOk()) << g.status().toString();
-  ASSERT_TRUE(g->ok());
-  ASSERT_LT(g->token, 8000000000000000u);
-  auto held = inspect(b, "ahead");
-  ASSERT_TRUE(held.isOk()) << held.status().toString();
-  EXPECT_TRUE(held->ok());
-  EXPECT_EQ(held->token, g->token);
-  ASSERT_EQ(*release(b, "ahead", "a"), OutcomeCode::kOk);
-  auto after = inspect(b, "ahead");
-  ASSERT_TRUE(after.isOk()) << after.status().toString();
-  EXPECT_FALSE(after->ok());
-  EXPECT_EQ(after->token, g->token);
 }
 
 // redsync's quorum matrix: every subset of the five nodes pre-filled with a foreign value.

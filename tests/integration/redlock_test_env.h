@@ -143,9 +143,6 @@ class RedlockTest : public ::testing::Test {
   static std::string counterKey(const std::string& name) {
     return backend::tokenKey("sidelock:", name);
   }
-  static std::string readersKey(const std::string& name) {
-    return backend::readersKey("sidelock:", name);
-  }
 
   /// Value of the lock key on node i ("" when missing or the node is down).
   std::string valueOn(int i, const std::string& name) {

@@ -551,17 +551,6 @@ TEST(RedisScripts, EveryOperationIsOneScriptCall) {
   ASSERT_EQ(sync.key_count, 1);
   EXPECT_EQ(sync.keys[0], "p:{n}:token");
   EXPECT_EQ(sync.args[0], "77");
-  EXPECT_EQ(sync.arg_count, 2) << "a raise: no condition";
-  const ScriptCall set_back = tokenSetBackCall("n", "o", 77, 9'000, ctx);
-  EXPECT_EQ(set_back.script, ScriptId::kTokenSync);
-  ASSERT_EQ(set_back.key_count, 3);
-  EXPECT_EQ(set_back.keys[0], "p:{n}:token");
-  EXPECT_EQ(set_back.keys[1], "p:{n}") << "the lease, whose owner must still hold it";
-  EXPECT_EQ(set_back.keys[2], "p:{n}:readers") << "or the readers, for a reader's lease";
-  ASSERT_EQ(set_back.arg_count, 4);
-  EXPECT_EQ(set_back.args[0], "77");
-  EXPECT_EQ(set_back.args[2], "9000") << "set back only while the counter is this";
-  EXPECT_EQ(set_back.args[3], "o");
   // An election's sync: its own counter, and the record rewritten where the owner still leads.
   const ScriptCall el_sync = electionSyncCall("n", "o", 78, 1'795'376'077'464, ctx);
   EXPECT_EQ(el_sync.script, ScriptId::kElectionSync);
