@@ -581,8 +581,8 @@ std::pair<std::string, std::string> grpcPairMessages(const std::string& name) {
 }
 
 /// Whether a gRPC pair call's answer is a success: grpc-status 0 with a message, as the HTTP/1.1
-/// clients take a 200 with a body (neither parses it: a busy lock, a release of a lease not held,
-/// any refusal is a status other than 0 or 200; the tests check the answers' contents).
+/// clients take a 200 (neither parses the answer: a busy lock, a release of a lease not held, any
+/// refusal is a status other than 0 or 200; the tests check the answers' contents).
 bool grpcPairCallOk(const GrpcReply& r) {
   return !r.broken && r.grpc_status == 0 && !r.message.empty();
 }
