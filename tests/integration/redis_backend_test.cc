@@ -690,7 +690,12 @@ TEST_F(RedisBackendTest, PipelinesManyCallsOnOneConnection) {
       std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0)
           .count();
   EXPECT_EQ(granted, 1000) << "each name granted exactly once";
-  EXPECT_EQ(b.node().pendingRequests(), 0u);
+  // Nothing of the pipeline is left waiting. A health PING (every 200 ms) may be: on a loaded
+  // machine the calls outlast its interval, and one sent behind the last call is still pending
+  // when that call's answer arrives (seen under CI load). It is answered soon; a leaked request
+  // never would be.
+  EXPECT_TRUE(env_.runUntil([&] { return b.node().pendingRequests() == 0; }, 5'000))
+      << b.node().pendingRequests() << " request(s) still pending";
   RecordProperty("acquires_per_second", static_cast<int>(kCalls * 1e6 / std::max<int64_t>(us, 1)));
 }
 
