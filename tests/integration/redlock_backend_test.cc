@@ -110,21 +110,38 @@ TEST_F(RedlockTest, ElectionTermsAreTheQuorumsAndStrictlyIncrease) {
   auto first = run(b, Operation::campaign("e", "owner-a", 10'000, "pod-a", "v1"));
   ASSERT_TRUE(first.isOk()) << first.status().toString();
   ASSERT_TRUE(first->ok());
-  EXPECT_EQ(first->token, 501u) << "the highest counter of the granting nodes";
+  // The highest counter of the granting nodes: 501 when node 3 or 4 was among the first three
+  // to answer, 101 when nodes 0-2 were (the vote is decided at three yes; on a loaded machine
+  // that happened, and the late nodes 3 and 4 still take the quorum's term).
+  const uint64_t term = first->token;
+  EXPECT_TRUE(term == 501u || term == 101u) << term;
+  const std::string term_text = std::to_string(term);
   EXPECT_GT(first->leader.since_ms, 1'700'000'000'000);
   EXPECT_GT(first->validity_ms, 9'000);
-  // Every node records the term and since_ms the quorum decided, not its own counter's.
+  // Every node records the term and since_ms the quorum decided, not its own counter's, and
+  // counts at least the term. (The sync is awaited on the granting nodes only: a late node's
+  // record may land just after the answer.)
+  EXPECT_TRUE(env_.runUntil(
+      [&] {
+        for (int i = 0; i < kNodes; ++i) {
+          if (electionRecord(*servers_[i], "e", "term") != term_text) return false;
+        }
+        return true;
+      },
+      3'000));
   for (int i = 0; i < kNodes; ++i) {
-    EXPECT_EQ(electionRecord(*servers_[i], "e", "term"), "501") << "node " << i;
+    EXPECT_EQ(electionRecord(*servers_[i], "e", "term"), term_text) << "node " << i;
     EXPECT_EQ(electionRecord(*servers_[i], "e", "since_ms"), std::to_string(first->leader.since_ms))
         << "node " << i;
-    EXPECT_EQ(servers_[i]->cli({"GET", backend::electionTokenKey("sidelock:", "e")}), "501");
+    EXPECT_GE(std::stoull(servers_[i]->cli({"GET", backend::electionTokenKey("sidelock:", "e")})),
+              term)
+        << "node " << i;
   }
   // The leader read: the record of the majority, the term granted.
   auto leader = run(b, Operation::inspect("e").of(LockKind::kElection));
   ASSERT_TRUE(leader.isOk()) << leader.status().toString();
   ASSERT_TRUE(leader->ok());
-  EXPECT_EQ(leader->token, 501u);
+  EXPECT_EQ(leader->token, term);
   EXPECT_EQ(leader->leader.candidate, "pod-a");
   EXPECT_EQ(leader->leader.value, "v1");
   EXPECT_EQ(leader->leader.since_ms, first->leader.since_ms);
@@ -141,7 +158,7 @@ TEST_F(RedlockTest, ElectionTermsAreTheQuorumsAndStrictlyIncrease) {
   auto proclaimed = run(b, Operation::proclaim("e", "owner-a", "v3"));
   ASSERT_TRUE(proclaimed.isOk()) << proclaimed.status().toString();
   ASSERT_TRUE(proclaimed->ok());
-  EXPECT_EQ(proclaimed->token, 501u);
+  EXPECT_EQ(proclaimed->token, term);
   EXPECT_GT(proclaimed->validity_ms, 5'000);
   auto stranger = run(b, Operation::proclaim("e", "owner-b", "x"));
   ASSERT_TRUE(stranger.isOk());
@@ -180,7 +197,7 @@ TEST_F(RedlockTest, ElectionTermsAreTheQuorumsAndStrictlyIncrease) {
   leader = run(b, Operation::inspect("e").of(LockKind::kElection));
   ASSERT_TRUE(leader.isOk());
   EXPECT_EQ(leader->code, OutcomeCode::kNotHeld);
-  EXPECT_EQ(leader->token, 501u) << "the last term";
+  EXPECT_EQ(leader->token, 501u) << "nobody leads: the highest counter (nodes 3 and 4 count 501)";
   auto lapsed = run(b, Operation::proclaim("e", "owner-a", "late"));
   ASSERT_TRUE(lapsed.isOk());
   EXPECT_EQ(lapsed->code, OutcomeCode::kNotHeld);
