@@ -11,6 +11,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cerrno>
 #include <cstring>
@@ -82,6 +83,11 @@ void armTimerFdAt(int fd, Clock::time_point when) {
 
 void EventLoop::armTimerFd(Clock::time_point when) { armTimerFdAt(timer_fd_, when); }
 
+int epollWaitMsUntil(Clock::time_point deadline, Clock::time_point now) {
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now);
+  return static_cast<int>(std::max<int64_t>(0, left.count())) + 1;
+}
+
 void EventLoop::runDueTimers() {
   uint64_t expirations = 0;
   [[maybe_unused]] ssize_t n = read(timer_fd_, &expirations, sizeof expirations);
@@ -100,8 +106,7 @@ bool EventLoop::runUntil(const std::function<bool()>& done, Clock::time_point de
     const auto now = Clock::now();
     if (now >= deadline) return false;
     // The timerfd wakes us for timers; the epoll timeout only bounds the wait by the deadline.
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now);
-    const int n = epoll_wait(epoll_fd_, events, 256, static_cast<int>(left.count()) + 1);
+    const int n = epoll_wait(epoll_fd_, events, 256, epollWaitMsUntil(deadline, now));
     if (n < 0 && errno != EINTR) throwErrno("epoll_wait");
     for (int i = 0; i < n; ++i) {
       if (events[i].data.ptr == nullptr) {

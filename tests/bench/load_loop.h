@@ -80,6 +80,10 @@ class EventLoop {
 /// Arms timerfd `fd` (CLOCK_MONOTONIC) to fire once at `when` (EventLoop's timers, GrpcLoop's
 /// wakeAt).
 void armTimerFdAt(int fd, Clock::time_point when);
+/// The epoll_wait timeout (ms) of a loop that waits until `deadline` at most, its timers woken
+/// by a timerfd: `now` (< deadline) is the reading the loop checked the deadline against, so the
+/// timeout is never negative (which epoll would wait forever on).
+int epollWaitMsUntil(Clock::time_point deadline, Clock::time_point now);
 
 enum class Protocol { kHttp, kResp };
 
