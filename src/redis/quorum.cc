@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <limits>
 
 namespace sidelock::backend::quorum {
@@ -46,6 +47,24 @@ uint64_t fencingToken(const std::vector<uint64_t>& granting_tokens) {
   uint64_t best = 0;
   for (uint64_t t : granting_tokens) best = std::max(best, t);
   return best;
+}
+
+std::optional<uint64_t> agreedToken(const std::vector<uint64_t>& holders_tokens) {
+  if (holders_tokens.empty()) return std::nullopt;
+  for (uint64_t t : holders_tokens) {
+    if (t != holders_tokens.front()) return std::nullopt;
+  }
+  return holders_tokens.front();
+}
+
+std::optional<uint64_t> quorumToken(std::vector<uint64_t> tokens, int quorum) {
+  if (quorum < 1 || tokens.size() < static_cast<size_t>(quorum)) return std::nullopt;
+  std::sort(tokens.begin(), tokens.end(), std::greater<>());
+  // Sorted high to low, a value named `quorum` times spans indexes [i, i + quorum - 1].
+  for (size_t i = 0; i + static_cast<size_t>(quorum) <= tokens.size(); ++i) {
+    if (tokens[i] == tokens[i + static_cast<size_t>(quorum) - 1]) return tokens[i];
+  }
+  return std::nullopt;
 }
 
 int64_t holderTtlMs(int n, int free_nodes, std::vector<int64_t> busy_pttls) {

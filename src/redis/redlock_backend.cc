@@ -64,6 +64,9 @@ struct RedlockBackend::QuorumCall {
   int sync_failures = 0;       // granting nodes that failed to record it
   bool synced = false;         // the sync is over (answered or cleaning up)
   Status error;                // why a won vote was given up
+  // A lock's read (inspect): its script, sent again while the token its holders report settles.
+  std::optional<ScriptCall> read_script;
+  int rereads = 0;
 
   bool said(size_t i, OutcomeCode code) const { return answers[i] && answers[i]->code == code; }
   /// Voting nodes that answered `code`.
@@ -117,7 +120,7 @@ RedlockBackend::RedlockBackend(uv_loop_s* loop, event::Scheduler& scheduler,
       scheduler_(scheduler),
       config_(config),
       max_ttl_ms_(max_ttl_ms),
-      scripts_{config.key_prefix, std::to_string(tokenCounterTtlMs(max_ttl_ms)), false},
+      scripts_{config.key_prefix, std::to_string(tokenCounterTtlMs(max_ttl_ms)), false, true},
       metrics_(metrics) {
   for (size_t i = 0; i < config_.nodes.size(); ++i) {
     auto slot = std::make_unique<NodeSlot>();
@@ -319,8 +322,16 @@ void RedlockBackend::run(const Operation& op, OutcomeCallback cb) {
     }
   }
   call->script = script->script;
+  // A lock's read may be read again (finishRead): it keeps its script.
+  if (op.verb == Verb::kInspect && op.kind != LockKind::kElection) call->read_script = *script;
+  sendRound(call, *script);
+  // Enough nodes may be unable to vote to decide an acquire right away.
+  if (op.verb == Verb::kAcquire && !call->done) decide(call);
+}
+
+void RedlockBackend::sendRound(const std::shared_ptr<QuorumCall>& call, const ScriptCall& script) {
   // Non-voting nodes get the command too, so their state converges while they wait.
-  fanOut(*script, [this, call](size_t i, StatusOr<RedisValue> r) {
+  fanOut(script, [this, call](size_t i, StatusOr<RedisValue> r) {
     StatusOr<Outcome> d = decodeOutcome(r, call->script, nodes_[i]->address);
     if (d.isOk()) {
       call->answers[i] = *d;
@@ -332,8 +343,29 @@ void RedlockBackend::run(const Operation& op, OutcomeCallback cb) {
     --call->pending;
     if (!call->done) decide(call);
   });
-  // Enough nodes may be unable to vote to decide an acquire right away.
-  if (op.verb == Verb::kAcquire && !call->done) decide(call);
+}
+
+bool RedlockBackend::readAgainSoon(const std::shared_ptr<QuorumCall>& call) {
+  // The token sync of a grant is one round trip behind its acquire, and is waited for on every
+  // granting node before the grant is answered: twice the node budget covers it (and a read that
+  // started a little before the vote was decided).
+  const int64_t budget_us = 2 * config_.redlock.node_timeout_ms * 1000;
+  if (shutting_down_ || !call->read_script || scheduler_.nowUs() - call->start_us >= budget_us) {
+    return false;
+  }
+  ++call->rereads;
+  const int64_t delay_ms = std::clamp<int64_t>(config_.redlock.node_timeout_ms / 10, 1, 10);
+  scheduler_.runAfter(delay_ms, alive_.guarded([this, call] {
+    const size_t n = nodes_.size();
+    call->pending = n;
+    call->answers.assign(n, std::nullopt);
+    call->failed.assign(n, false);
+    call->errors.assign(n, "");
+    call->out_of_memory = 0;
+    for (size_t i = 0; i < n; ++i) call->voting[i] = nodeVoting(i);
+    sendRound(call, *call->read_script);
+  }));
+  return true;
 }
 
 int RedlockBackend::QuorumCall::votes(OutcomeCode code) const {
@@ -429,7 +461,7 @@ void RedlockBackend::startTokenSync(const std::shared_ptr<QuorumCall>& call) {
   }
   const ScriptCall sync =
       election ? electionSyncCall(call->name, call->owner, call->token, call->since_ms, scripts_)
-               : tokenSyncCall(call->name, call->token, scripts_);
+               : tokenSyncCall(call->name, call->owner, call->token, scripts_);
   const ScriptCall::Views v = sync.views();
   for (size_t i = 0; i < nodes_.size(); ++i) {
     if (call->granting[i]) ++call->sync_needed;
@@ -794,6 +826,24 @@ void RedlockBackend::finishRead(const std::shared_ptr<QuorumCall>& call) {
       std::sort(readers.begin(), readers.end(), std::greater<>());
       o.used = readers[quorum - 1];
     }
+    if (o.used == 0) {
+      // One lease (a mutex, a writer): its token, once every node holding it reports the same.
+      std::vector<uint64_t> holders_tokens;
+      for (const Outcome* node : holding) holders_tokens.push_back(node->token);
+      if (std::optional<uint64_t> agreed = quorum::agreedToken(holders_tokens)) {
+        o.token = *agreed;
+      } else if (readAgainSoon(call)) {
+        return;
+      } else {
+        // Still apart after the budget: a node whose token sync failed (the majority's record),
+        // or a lease granted by an older sidecar (the highest counter, as before).
+        SL_LOG(kDebug, "redlock.read_token_unsettled", {"name", call->name},
+               {"rereads", call->rereads});
+        o.token = quorum::quorumToken(holders_tokens, quorumSize()).value_or(o.token);
+      }
+    } else {
+      o.token = lastGrantedToken(*call, o.token);
+    }
     // Who holds it: the holder a majority of nodes recorded (each node stamped since_ms with its
     // own clock: the earliest of them), else unknown.
     for (const Outcome* candidate : holding) {
@@ -819,8 +869,20 @@ void RedlockBackend::finishRead(const std::shared_ptr<QuorumCall>& call) {
         break;
       }
     }
+  } else {
+    o.token = lastGrantedToken(*call, o.token);
   }
   answer(call, o);
+}
+
+uint64_t RedlockBackend::lastGrantedToken(const QuorumCall& call, uint64_t highest) const {
+  std::vector<uint64_t> tokens;
+  for (size_t i = 0; i < nodes_.size(); ++i) {
+    if (call.voting[i] && call.answers[i]) tokens.push_back(call.answers[i]->token);
+  }
+  // No majority records one token (grants of a sidecar older than the records, or reads
+  // missing nodes): the highest, as before.
+  return quorum::quorumToken(std::move(tokens), quorumSize()).value_or(highest);
 }
 
 // ---- fan-out

@@ -62,6 +62,10 @@ std::string holderRecordKey(std::string_view prefix, std::string_view name) {
   return lockKey(prefix, name) + ":holder";
 }
 
+std::string grantRecordKey(std::string_view prefix, std::string_view name) {
+  return lockKey(prefix, name) + ":granted";
+}
+
 std::string readersKey(std::string_view prefix, std::string_view name) {
   return lockKey(prefix, name) + ":readers";
 }
@@ -539,6 +543,7 @@ StatusOr<ScriptCall> scriptCallFor(const Operation& op, const ScriptContext& ctx
         key(readersKey(ctx.prefix, op.name));
         key(holderRecordKey(ctx.prefix, op.name));  // a writer's
         key(readerHoldersKey(ctx.prefix, op.name));
+        if (ctx.grant_records) key(grantRecordKey(ctx.prefix, op.name));
         break;
       case ScriptId::kFairAcquire:
       case ScriptId::kFairWithdraw:
@@ -547,6 +552,9 @@ StatusOr<ScriptCall> scriptCallFor(const Operation& op, const ScriptContext& ctx
         if (c.script == ScriptId::kFairAcquire) key(holderRecordKey(ctx.prefix, op.name));
         break;
       case ScriptId::kInspect:
+        key(holderRecordKey(ctx.prefix, op.name));
+        if (ctx.grant_records) key(grantRecordKey(ctx.prefix, op.name));
+        break;
       case ScriptId::kRelease:
       case ScriptId::kExtend:
       case ScriptId::kReleaseGrant:
@@ -557,7 +565,8 @@ StatusOr<ScriptCall> scriptCallFor(const Operation& op, const ScriptContext& ctx
         break;
       case ScriptId::kAcquire:
         if (op.writer_wait_ms > 0) key(writerMarkKey(ctx.prefix, op.name));
-        key(holderRecordKey(ctx.prefix, op.name));  // always the last key
+        if (ctx.grant_records) key(grantRecordKey(ctx.prefix, op.name));
+        key(holderRecordKey(ctx.prefix, op.name));  // always the last key but the delay
         break;
       default:
         break;
@@ -671,15 +680,19 @@ StatusOr<ScriptCall> scriptCallFor(const Operation& op, const ScriptContext& ctx
   return c;
 }
 
-ScriptCall tokenSyncCall(std::string_view name, uint64_t token, const ScriptContext& ctx) {
+ScriptCall tokenSyncCall(std::string_view name, std::string_view owner, uint64_t token,
+                         const ScriptContext& ctx) {
   ScriptCall c;
   c.script = ScriptId::kTokenSync;
   c.node_op = NodeOp::kOther;
   c.keys[0] = tokenKey(ctx.prefix, name);
-  c.key_count = 1;
+  c.keys[1] = lockKey(ctx.prefix, name);
+  c.keys[2] = grantRecordKey(ctx.prefix, name);
+  c.key_count = 3;
   c.args[0] = std::to_string(token);
   c.args[1] = ctx.counter_ttl_ms;
-  c.arg_count = 2;
+  c.args[2].assign(owner);
+  c.arg_count = 3;
   return c;
 }
 

@@ -171,6 +171,10 @@ std::string electionLeaderKey(std::string_view prefix, std::string_view name);
 /// lease's PX; src/redis/lua/lib/holder_record.lua): who holds it, as a public label, readable by
 /// every sidecar (inspect, a busy acquire) without the owner id ever leaving Redis.
 std::string holderRecordKey(std::string_view prefix, std::string_view name);
+/// Redlock only: `<prefix>{<name>}:granted`, a node's grant record ("<token> <owner>", PX = the
+/// counter's TTL; src/redis/lua/lib/grant_record.lua): the token of the lease the node holds (or
+/// of the last grant), which its counter may not be (RedlockBackend, inspect).
+std::string grantRecordKey(std::string_view prefix, std::string_view name);
 /// ARGV[4] of the mutex extend script: the holder record (KEYS[3]) follows the lease's new TTL.
 inline constexpr std::string_view kHolderFollowsLeaseArg = "lease";
 /// The lock-delay of a mutex's lease (src/redis/lua/lib/lock_delay.lua): `<prefix>{<name>}:delay`,
@@ -219,6 +223,8 @@ struct ScriptContext {
   std::string prefix;            // backend.key_prefix
   std::string counter_ttl_ms;    // tokenCounterTtlMs(locks.max_ttl_ms), as ARGV
   bool sharded_publish = false;  // Redis Cluster: announce releases with SPUBLISH
+  /// Redlock: a mutex (writer) acquire and an inspect name the grant record (grantRecordKey).
+  bool grant_records = false;
 };
 
 /// One operation as one script call: the script, its KEYS and ARGV, and the metric op. Kept in
@@ -253,8 +259,10 @@ StatusOr<ScriptId> scriptFor(LockKind kind, Verb verb);
 /// The script call that carries out `op`: scriptFor(op.kind, op.verb) with its KEYS and ARGV;
 /// scriptFor()'s error for a pair no script serves.
 StatusOr<ScriptCall> scriptCallFor(const Operation& op, const ScriptContext& ctx);
-/// Redlock's token sync of `name`'s counter to at least `token`.
-ScriptCall tokenSyncCall(std::string_view name, uint64_t token, const ScriptContext& ctx);
+/// Redlock's token sync (token_sync.lua): `name`'s counter raised to at least `token`, and
+/// `token` recorded as the lease's where `owner` holds it (as the last grant's elsewhere).
+ScriptCall tokenSyncCall(std::string_view name, std::string_view owner, uint64_t token,
+                         const ScriptContext& ctx);
 /// Redlock's token sync of election `name` (election_sync.lua): its counter raised to `term`, and
 /// `term` and `since_ms` written into the leader's record where `owner` still holds the lease
 /// (announced there).

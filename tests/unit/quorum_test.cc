@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <limits>
+#include <optional>
 
 namespace sidelock::backend::quorum {
 namespace {
@@ -89,6 +90,30 @@ TEST(QuorumTest, TokenIsMaxOverGrantingNodes) {
   EXPECT_EQ(fencingToken({}), 0u);
   EXPECT_EQ(fencingToken({7}), 7u);
   EXPECT_EQ(fencingToken({3, 11, 5}), 11u);
+}
+
+// A read's token of a held lease: only once every holding node reports the same one (a late
+// node's own counter, a granting node awaiting its sync: not yet).
+TEST(QuorumTest, LeaseTokenIsSettledOnlyWhenEveryHolderAgrees) {
+  EXPECT_EQ(agreedToken({}), std::nullopt);
+  EXPECT_EQ(agreedToken({42}), 42u);
+  EXPECT_EQ(agreedToken({42, 42, 42}), 42u);
+  EXPECT_EQ(agreedToken({42, 42, 1'000'042}), std::nullopt) << "a late node seeded later";
+  EXPECT_EQ(agreedToken({40, 42, 42}), std::nullopt) << "a granting node awaiting the sync";
+}
+
+// The last grant's token: the highest a majority of nodes names, never a minority's own.
+TEST(QuorumTest, LastTokenIsTheHighestAMajorityNames) {
+  EXPECT_EQ(quorumToken({}, 2), std::nullopt);
+  EXPECT_EQ(quorumToken({7}, 2), std::nullopt);
+  EXPECT_EQ(quorumToken({7, 7}, 2), 7u);
+  EXPECT_EQ(quorumToken({7, 9, 7}, 2), 7u) << "one node ahead: a lost attempt or a later seed";
+  EXPECT_EQ(quorumToken({9, 7, 9, 7, 5}, 3), std::nullopt);
+  EXPECT_EQ(quorumToken({9, 7, 9, 7, 9}, 3), 9u);
+  EXPECT_EQ(quorumToken({9, 9, 7, 7, 7}, 2), 9u) << "the highest of two that a majority names";
+  EXPECT_EQ(quorumToken({3, 1, 2}, 2), std::nullopt);
+  EXPECT_EQ(quorumToken({5}, 1), 5u);
+  EXPECT_EQ(quorumToken({5}, 0), std::nullopt);
 }
 
 TEST(QuorumTest, HolderTtlIsWhenEnoughNodesFreeUp) {

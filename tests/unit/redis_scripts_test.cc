@@ -547,10 +547,16 @@ TEST(RedisScripts, EveryOperationIsOneScriptCall) {
   EXPECT_EQ(writer_withdraw.args[2], "w2 w3");
   EXPECT_EQ(writer_withdraw.args[3], releaseChannel("p:", "n")) << "announces like a release";
 
-  const ScriptCall sync = tokenSyncCall("n", 77, ctx);
-  ASSERT_EQ(sync.key_count, 1);
+  // A lock's sync: the counter, and the grant record wherever the owner holds the lease.
+  const ScriptCall sync = tokenSyncCall("n", "o", 77, ctx);
+  ASSERT_EQ(sync.key_count, 3);
   EXPECT_EQ(sync.keys[0], "p:{n}:token");
+  EXPECT_EQ(sync.keys[1], "p:{n}");
+  EXPECT_EQ(sync.keys[2], "p:{n}:granted");
+  ASSERT_EQ(sync.arg_count, 3);
   EXPECT_EQ(sync.args[0], "77");
+  EXPECT_EQ(sync.args[1], ctx.counter_ttl_ms);
+  EXPECT_EQ(sync.args[2], "o");
   // An election's sync: its own counter, and the record rewritten where the owner still leads.
   const ScriptCall el_sync = electionSyncCall("n", "o", 78, 1'795'376'077'464, ctx);
   EXPECT_EQ(el_sync.script, ScriptId::kElectionSync);
@@ -568,6 +574,45 @@ TEST(RedisScripts, EveryOperationIsOneScriptCall) {
   const ScriptCall::Views v = acquire.views();
   EXPECT_EQ(v.keyArgs().size(), 4u);
   EXPECT_EQ(v.argArgs()[0], "o");
+}
+
+// Redlock (grant_records): a mutex or writer acquire and the reads name the node's grant record,
+// which tells a read the lease's token where the node's counter may not (a node that granted
+// after the vote). Its place: after the writers' marks, before the holder record and the delay
+// (acquire.lua finds it by the key count); last in the reads.
+TEST(RedisScripts, RedlockGrantsAndReadsNameTheGrantRecord) {
+  ScriptContext ctx{"p:", "61000", false};
+  ctx.grant_records = true;
+  const ScriptCall acquire = callOf(Operation::acquire("n", "o", 5000), ctx);
+  ASSERT_EQ(acquire.key_count, 5);
+  EXPECT_EQ(acquire.keys[2], "p:{n}:granted");
+  EXPECT_EQ(acquire.keys[3], "p:{n}:holder");
+  EXPECT_EQ(acquire.keys[4], "p:{n}:delay");
+  Operation writer = Operation::acquire("n", "w", 5000);
+  writer.writer_wait_ms = 21000;
+  const ScriptCall queued_writer = callOf(writer, ctx);
+  ASSERT_EQ(queued_writer.key_count, 6) << "the most keys a call names: ScriptCall::keys fits them";
+  EXPECT_EQ(queued_writer.keys[2], "p:{n}:writer");
+  EXPECT_EQ(queued_writer.keys[3], "p:{n}:granted");
+  EXPECT_EQ(queued_writer.keys[5], "p:{n}:delay");
+  const ScriptCall inspect = callOf(Operation::inspect("n"), ctx);
+  ASSERT_EQ(inspect.key_count, 4);
+  EXPECT_EQ(inspect.keys[3], "p:{n}:granted");
+  const ScriptCall shared_inspect = callOf(Operation::inspect("n").of(LockKind::kShared), ctx);
+  ASSERT_EQ(shared_inspect.key_count, 6);
+  EXPECT_EQ(shared_inspect.keys[5], "p:{n}:granted");
+  // Readers record nothing (each reader is a lease of its own), nor do releases and extends; and
+  // without grant records (every other backend) nothing names the key.
+  const ScriptContext others{"p:", "61000", false};
+  for (const Operation& op : {Operation::acquire("n", "r", 5000).of(LockKind::kShared),
+                              Operation::release("n", "o"), Operation::extend("n", "o", 5000)}) {
+    EXPECT_EQ(callOf(op, ctx).key_count, callOf(op, others).key_count) << verbName(op.verb);
+  }
+  for (const Operation& op : {Operation::acquire("n", "o", 5000), Operation::inspect("n"),
+                              Operation::inspect("n").of(LockKind::kShared)}) {
+    const ScriptCall c = callOf(op, others);
+    for (size_t i = 0; i < c.key_count; ++i) EXPECT_NE(c.keys[i], "p:{n}:granted");
+  }
 }
 
 // A verb no script serves for a kind is an error, never another script in its place (it used to

@@ -3,6 +3,8 @@
 -- KEYS[1]  p{name}          the lease: owner id[, " <holds>"], PX = its TTL
 -- KEYS[2]  p{name}:token    the fencing counter
 -- KEYS[3]  p{name}:writer   the queued writers' marks (only with ARGV[6])
+-- KEYS[#KEYS-2]  p{name}:granted  Redlock only: the grant record (lib/grant_record.lua), named
+--                after the writer's marks (if any) and before the holder record
 -- KEYS[#KEYS-1]  p{name}:holder  the holder record (lib/holder_record.lua)
 -- KEYS[#KEYS]  p{name}:delay   the lock-delay (lib/lock_delay.lua; the last key)
 -- ARGV     owner, ttl_ms, counter_ttl_ms, holder label ('' = none), "reentrant" | "-",
@@ -29,9 +31,14 @@
 --! include lib/holder_record.lua
 --! include lib/announce.lua
 --! include lib/lock_delay.lua
+--! include lib/grant_record.lua
 
 local holder_key = KEYS[#KEYS - 1]
 local writer_wait = tonumber(ARGV[6]) or 0
+-- Without a grant record the keys are the lease, the counter, [the writers' marks,] the holder
+-- record and the delay.
+local grant_key = nil
+if #KEYS > (writer_wait > 0 and 5 or 4) then grant_key = KEYS[#KEYS - 2] end
 local delay = delayLeft()
 if delay > 0 then
   return {5, 0, delay}
@@ -43,6 +50,7 @@ if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   recordHolder(holder_key, ARGV[1], ARGV[4], ARGV[2])
   startDelay(ARGV[2], ARGV[7])
   local token = nextToken(ARGV[3])
+  if grant_key then recordGrant(grant_key, token, ARGV[1], ARGV[3]) end
   announce(ARGV[8], ARGV[9], ARGV[10])
   return {1, token, tonumber(ARGV[2]), 1}
 end
