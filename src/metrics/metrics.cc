@@ -275,19 +275,30 @@ Metrics::Metrics(std::string version)
                                         "nodes (down, timed out or not voting).")
                                   .Register(*registry_)
                                   .Add({})),
+      redlock_unsettled_reads_total(
+          BuildCounter()
+              .Name("sidelock_redlock_unsettled_reads_total")
+              .Help("Redlock reads of a lease whose holding nodes named different tokens, by "
+                    "outcome (settled: they agreed when read again; gave_up: not within 2 x "
+                    "node_timeout_ms).")
+              .Register(*registry_)),
+      redlock_reads_settled(redlock_unsettled_reads_total.Add({{"outcome", "settled"}})),
+      redlock_reads_gave_up(redlock_unsettled_reads_total.Add({{"outcome", "gave_up"}})),
       redlock_validity_seconds(BuildHistogram()
                                    .Name("sidelock_redlock_validity_seconds")
                                    .Help("Lease validity remaining at grant (ttl - elapsed - "
                                          "drift).")
                                    .Register(*registry_)
                                    .Add({}, waitBuckets())),
-      http_requests_total(BuildCounter()
-                              .Name("sidelock_http_requests_total")
-                              .Help("API requests by protocol (http, grpc), route and HTTP status code.")
-                              .Register(*registry_)),
+      http_requests_total(
+          BuildCounter()
+              .Name("sidelock_http_requests_total")
+              .Help("API requests by protocol (http, grpc), route and HTTP status code.")
+              .Register(*registry_)),
       http_request_seconds(BuildHistogram()
                                .Name("sidelock_http_request_seconds")
-                               .Help("API request latency by protocol (http, grpc) and route (to the first response byte).")
+                               .Help("API request latency by protocol (http, grpc) and route (to "
+                                     "the first response byte).")
                                .Register(*registry_)),
       http_in_flight(BuildGauge()
                          .Name("sidelock_http_in_flight_requests")

@@ -209,6 +209,11 @@ class Metrics {
   /// {kind}: moved / ask (Redis Cluster redirections followed).
   prometheus::Family<prometheus::Counter>& backend_cluster_redirects_total;
   prometheus::Counter& redlock_quorum_failures;
+  /// {outcome}: settled / gave_up. Reads of a lease whose holding nodes named different tokens
+  /// (a token sync on its way), read again until they agreed or the budget ran out.
+  prometheus::Family<prometheus::Counter>& redlock_unsettled_reads_total;
+  prometheus::Counter& redlock_reads_settled;
+  prometheus::Counter& redlock_reads_gave_up;
   prometheus::Histogram& redlock_validity_seconds;  // validity remaining at grant
 
   // --- http ---

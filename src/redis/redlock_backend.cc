@@ -832,6 +832,9 @@ void RedlockBackend::finishRead(const std::shared_ptr<QuorumCall>& call) {
       for (const Outcome* node : holding) holders_tokens.push_back(node->token);
       if (std::optional<uint64_t> agreed = quorum::agreedToken(holders_tokens)) {
         o.token = *agreed;
+        if (call->rereads > 0) {
+          metrics_.redlock_reads_settled.Increment();
+        }
       } else if (readAgainSoon(call)) {
         return;
       } else {
@@ -839,6 +842,7 @@ void RedlockBackend::finishRead(const std::shared_ptr<QuorumCall>& call) {
         // or a lease granted by an older sidecar (the highest counter, as before).
         SL_LOG(kDebug, "redlock.read_token_unsettled", {"name", call->name},
                {"rereads", call->rereads});
+        metrics_.redlock_reads_gave_up.Increment();
         o.token = quorum::quorumToken(holders_tokens, quorumSize()).value_or(o.token);
       }
     } else {

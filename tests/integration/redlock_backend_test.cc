@@ -513,6 +513,7 @@ TEST_F(RedlockTest, AReadInsideATokenSyncWaitsForIt) {
   ASSERT_TRUE(settled->ok());
   EXPECT_EQ(settled->token, 61u);
   EXPECT_GE(msSince(started), 100) << "answered before node 1 recorded the token";
+  EXPECT_EQ(env_.metrics().redlock_reads_settled.Value(), 1);
 
   // A sync that never comes: after the budget, the token most nodes record.
   servers_[1]->cli({"SET", record, "60 a", "PX", "60000"});
@@ -524,6 +525,8 @@ TEST_F(RedlockTest, AReadInsideATokenSyncWaitsForIt) {
   ASSERT_TRUE(fallback->ok());
   EXPECT_EQ(fallback->token, 61u) << "nodes 0, 2 and 3 record 61";
   EXPECT_GE(msSince(again), 2 * kNodeTimeoutMs - 50) << "the read gave up before its budget";
+  EXPECT_EQ(env_.metrics().redlock_reads_gave_up.Value(), 1);
+  EXPECT_EQ(env_.metrics().redlock_reads_settled.Value(), 1);
 }
 
 // Issue 10 finding 3: the token must be recorded on every node of the granting majority, not on
