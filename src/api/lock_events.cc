@@ -74,16 +74,22 @@ int64_t LockEvents::onRead(Groups::Group& g, StatusOr<lock::LockState> state) {
     next_read_ms = std::min(next_read_ms, next.ttl_ms + 1);
   }
   State& s = g.state;
-  const EndAnnounced end = std::exchange(s.end, EndAnnounced::kNone);
   if (!g.known) {
     g.known = true;
+    s.end = EndAnnounced::kNone;
     s.view = next;
     send(g, "state", next);
     return next_read_ms;
   }
-  if (next.token < s.view.token) return next_read_ms;  // a stale answer: never go backwards
+  // A stale answer (Redlock: a free lock read while a node of the last grant did not answer may
+  // name a token before it): never go backwards, and keep what was announced for the next read.
+  if (next.token < s.view.token) return next_read_ms;
+  const EndAnnounced end = std::exchange(s.end, EndAnnounced::kNone);
   const View prev = s.view;
-  const bool ended = prev.held && (!next.held || next.token != prev.token);
+  // Another lease: another token, or readers where a writer held it (or the other way round),
+  // whatever the tokens say.
+  const bool ended =
+      prev.held && (!next.held || next.token != prev.token || next.shared != prev.shared);
   // How a lease ended: as announced; with nothing announced, at its TTL: expired. The deadline
   // is this sidecar's estimate (the loop's clock, read when the answer came): a lease gone within
   // the slack before it ran out, not released, expired.

@@ -58,6 +58,7 @@ std::optional<uint64_t> agreedToken(const std::vector<uint64_t>& holders_tokens)
 }
 
 std::optional<uint64_t> quorumToken(std::vector<uint64_t> tokens, int quorum) {
+  std::erase(tokens, 0);
   if (quorum < 1 || tokens.size() < static_cast<size_t>(quorum)) return std::nullopt;
   std::sort(tokens.begin(), tokens.end(), std::greater<>());
   // Sorted high to low, a value named `quorum` times spans indexes [i, i + quorum - 1].
@@ -65,6 +66,14 @@ std::optional<uint64_t> quorumToken(std::vector<uint64_t> tokens, int quorum) {
     if (tokens[i] == tokens[i + static_cast<size_t>(quorum) - 1]) return tokens[i];
   }
   return std::nullopt;
+}
+
+uint64_t majorityFloorToken(std::vector<uint64_t> tokens, int quorum) {
+  std::erase(tokens, 0);
+  if (tokens.empty()) return 0;
+  std::sort(tokens.begin(), tokens.end(), std::greater<>());
+  const size_t k = std::clamp<size_t>(static_cast<size_t>(std::max(quorum, 1)), 1, tokens.size());
+  return tokens[k - 1];
 }
 
 int64_t holderTtlMs(int n, int free_nodes, std::vector<int64_t> busy_pttls) {

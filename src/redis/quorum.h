@@ -50,18 +50,21 @@ LossKind classifyLoss(int n, int votes_for, int busy, int failed);
 /// Fencing token of a grant: the maximum counter over the granting nodes (0 for none).
 uint64_t fencingToken(const std::vector<uint64_t>& granting_tokens);
 
-/// Reads (inspect). Each node reports a token: with its grant record (lua/lib/grant_record.lua),
-/// the token it records for the lease it holds, else the last token recorded; without one, its
-/// counter. A late node (it granted after the vote) and a granting node that awaits the token
-/// sync report their own counter, which may differ from the lease's token.
+/// Reads (inspect). Each node reports a token: for a lease it holds, its grant record's (Redlock:
+/// lua/lib/grant_record.lua), else its counter. A node that granted after the vote and a granting
+/// node that awaits its token sync report their own token, which may differ from the lease's.
 ///
 /// The lease's token, from the tokens its holding nodes report: settled when they all agree,
 /// nullopt while any differs (a token sync still on its way, a node whose sync failed).
 std::optional<uint64_t> agreedToken(const std::vector<uint64_t>& holders_tokens);
-/// The highest token that at least `quorum` of `tokens` name, nullopt if none does. A grant's
-/// token is recorded on its granting majority; an attempt that lost its vote wrote its own on a
-/// minority at most, and a node's own seed never reaches a majority unless the grant agreed.
+/// The highest token that at least `quorum` of `tokens` name (0s, nodes without a counter, left
+/// out), nullopt if none does: a grant's token is on its granting majority, a node's own
+/// (a counter seeded later, or INCRed by an attempt that lost its vote) usually on fewer.
 std::optional<uint64_t> quorumToken(std::vector<uint64_t> tokens, int quorum);
+/// When no token has a majority: the quorum-th highest of `tokens` (0s left out; the lowest when
+/// fewer are left), 0 if none. A majority of the nodes count at least that far, so the next
+/// grant's token (its majority includes one of them) is higher.
+uint64_t majorityFloorToken(std::vector<uint64_t> tokens, int quorum);
 
 /// Remaining TTL to report for a busy lock: the lock becomes grantable once enough busy nodes
 /// have expired for `free_nodes` + expired to reach a majority, i.e. the k-th smallest busy PTTL

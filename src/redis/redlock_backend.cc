@@ -347,15 +347,20 @@ void RedlockBackend::sendRound(const std::shared_ptr<QuorumCall>& call, const Sc
 
 bool RedlockBackend::readAgainSoon(const std::shared_ptr<QuorumCall>& call) {
   // The token sync of a grant is one round trip behind its acquire, and is waited for on every
-  // granting node before the grant is answered: twice the node budget covers it (and a read that
-  // started a little before the vote was decided).
-  const int64_t budget_us = 2 * config_.redlock.node_timeout_ms * 1000;
-  if (shutting_down_ || !call->read_script || scheduler_.nowUs() - call->start_us >= budget_us) {
-    return false;
-  }
+  // granting node whose counter differed before the grant is answered: twice the node budget
+  // covers it (and a read that started a little before the vote was decided), up to 1 s. Rounds
+  // back off (node_timeout_ms / 10, 1-10 ms, doubling): a lease whose holders never agree (a
+  // node's sync failed, a grant by an older sidecar) costs a handful of rounds, not a stream.
+  const int64_t budget_us = std::min<int64_t>(2 * config_.redlock.node_timeout_ms, 1000) * 1000;
+  const int64_t left_us = budget_us - (scheduler_.nowUs() - call->start_us);
+  if (shutting_down_ || !call->read_script || left_us <= 0) return false;
+  const int64_t first_ms = std::clamp<int64_t>(config_.redlock.node_timeout_ms / 10, 1, 10);
+  const int64_t delay_ms =
+      std::clamp<int64_t>(first_ms << std::min(call->rereads, 10), 1, (left_us + 999) / 1000);
   ++call->rereads;
-  const int64_t delay_ms = std::clamp<int64_t>(config_.redlock.node_timeout_ms / 10, 1, 10);
   scheduler_.runAfter(delay_ms, alive_.guarded([this, call] {
+    // Shutting down: this round's answers stand (the next round's would all be cancelled).
+    if (shutting_down_) return finishRead(call);
     const size_t n = nodes_.size();
     call->pending = n;
     call->answers.assign(n, std::nullopt);
@@ -595,8 +600,13 @@ void RedlockBackend::finishAcquireLoss(const std::shared_ptr<QuorumCall>& call) 
   }
   // The caller's own lease only if every node that refused says so (Redlock serves no readers).
   if (busy > 0 && busy_held_by_you == busy) busy_outcome.busy_reason = BusyReason::kHeldByYou;
-  // A lock-delay if every node that refused is in its delay (each node keeps its own delay key).
-  if (busy > 0 && busy_lock_delay == busy) busy_outcome.busy_reason = BusyReason::kLockDelay;
+  // A lock-delay when the nodes in their delay (each node keeps its own delay key) are what kept
+  // the majority out: with their votes the attempt would have won. A node still holding the
+  // ended lease does not change that: one that granted it late (after the vote) also lets it
+  // expire late.
+  if (busy_lock_delay > 0 && votes_for + busy_lock_delay >= quorumSize()) {
+    busy_outcome.busy_reason = BusyReason::kLockDelay;
+  }
   busy_outcome.holder_ttl_ms = quorum::holderTtlMs(n, votes_for, std::move(busy_pttls));
   if (busy_holder != nullptr) {
     busy_outcome.holder = busy_holder->holder;
@@ -783,7 +793,9 @@ void RedlockBackend::finishRelease(const std::shared_ptr<QuorumCall>& call) {
 // nodes hold the key, for as long as a majority still will. Force release deleted the key on
 // every node it reached; freed when at least one node deleted it and a quorum of voting nodes
 // answered (the others may still hold it, but fewer than a majority); with fewer answers the
-// operator gets 503 and retries: the lock may still be held. Token: the highest counter seen,
+// operator gets 503 and retries: the lock may still be held. Token (redlock_backend.h, inspect):
+// a held lease's, as its holding nodes' grant records agree on it (read again while they do
+// not); otherwise the counter a majority reports. Force release: the highest counter seen,
 // voting or not (a counter is data).
 
 void RedlockBackend::finishRead(const std::shared_ptr<QuorumCall>& call) {
@@ -840,13 +852,16 @@ void RedlockBackend::finishRead(const std::shared_ptr<QuorumCall>& call) {
       } else {
         // Still apart after the budget: a node whose token sync failed (the majority's record),
         // or a lease granted by an older sidecar (the highest counter, as before).
-        SL_LOG(kDebug, "redlock.read_token_unsettled", {"name", call->name},
-               {"rereads", call->rereads});
-        metrics_.redlock_reads_gave_up.Increment();
-        o.token = quorum::quorumToken(holders_tokens, quorumSize()).value_or(o.token);
+        if (!shutting_down_) {
+          SL_LOG(kDebug, "redlock.read_token_unsettled", {"name", call->name},
+                 {"rereads", call->rereads});
+          metrics_.redlock_reads_gave_up.Increment();
+        }
+        o.token = quorum::quorumToken(holders_tokens, quorumSize())
+                      .value_or(quorum::majorityFloorToken(holders_tokens, quorumSize()));
       }
     } else {
-      o.token = lastGrantedToken(*call, o.token);
+      o.token = lastGrantedToken(*call);
     }
     // Who holds it: the holder a majority of nodes recorded (each node stamped since_ms with its
     // own clock: the earliest of them), else unknown.
@@ -874,19 +889,18 @@ void RedlockBackend::finishRead(const std::shared_ptr<QuorumCall>& call) {
       }
     }
   } else {
-    o.token = lastGrantedToken(*call, o.token);
+    o.token = lastGrantedToken(*call);
   }
   answer(call, o);
 }
 
-uint64_t RedlockBackend::lastGrantedToken(const QuorumCall& call, uint64_t highest) const {
+uint64_t RedlockBackend::lastGrantedToken(const QuorumCall& call) const {
   std::vector<uint64_t> tokens;
   for (size_t i = 0; i < nodes_.size(); ++i) {
     if (call.voting[i] && call.answers[i]) tokens.push_back(call.answers[i]->token);
   }
-  // No majority records one token (grants of a sidecar older than the records, or reads
-  // missing nodes): the highest, as before.
-  return quorum::quorumToken(std::move(tokens), quorumSize()).value_or(highest);
+  if (std::optional<uint64_t> most = quorum::quorumToken(tokens, quorumSize())) return *most;
+  return quorum::majorityFloorToken(std::move(tokens), quorumSize());
 }
 
 // ---- fan-out

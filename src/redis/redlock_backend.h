@@ -39,16 +39,19 @@
 //    if fewer than a majority answered; else kNotOwner if a majority answered "another owner";
 //    else kNotHeld.
 //  inspect: held iff a majority of voting nodes hold the key; ttl_ms = the time until fewer than a
-//    majority hold it. token: each node reports its grant record (p{name}:granted, written by the
-//    acquire and rewritten by the token sync: lua/lib/grant_record.lua), or its counter where it
-//    has none. Held by one lease: the token every holding node reports; while they differ (a
-//    token sync on its way: a granting node still counts its own, a node that granted after the
-//    vote counts from its own counter) the same read is sent again every node_timeout_ms / 10
-//    (1-10 ms) for up to 2 x node_timeout_ms from its start, then the token a majority reports,
-//    else the highest. Free, or held by readers: the highest token a majority of the answering
-//    nodes report (the last grant's; a lost attempt's or a late seed never reach a majority),
-//    else the highest. A node's counter alone may be far above the lease's token, which is why
-//    it is not the answer. kUnavailable if fewer than a majority of voting nodes answered.
+//    majority hold it. token, held by one lease (a mutex, a writer): each holding node reports
+//    its grant record for the lease's owner (p{name}:granted, written by the acquire and
+//    rewritten by the token sync: lua/lib/grant_record.lua), or its counter where it has none;
+//    the answer is the token they all report. While they differ (a token sync on its way: a
+//    granting node still reports its own token, a node that granted after the vote its own
+//    counter) the same read is sent again (node_timeout_ms / 10, 1-10 ms, doubling) for up to
+//    2 x node_timeout_ms (at most 1 s) from its start, then the token a majority of the holders
+//    report, else the quorum-th highest (sidelock_redlock_unsettled_reads_total counts both).
+//    Free, or held by readers: the counter a majority of the answering nodes report (the last
+//    grant's: a node's own seed or a lost attempt's INCR is on fewer, except a vote split so
+//    evenly that every attempt lost), else the quorum-th highest, never a lone node's counter,
+//    which may be far above the lease's token. kUnavailable if fewer than a majority of voting
+//    nodes answered.
 //  wake-ups: subscribed on every node; one release (or an election's grant, term record or
 //    proclaim) publishes on every node that carried it out, so each node's k-th publication of a
 //    name is the same event k. The listener fires once per event: when a majority of nodes has
@@ -191,9 +194,9 @@ class RedlockBackend final : public Backend {
   /// A read whose holders do not agree on the lease's token yet (its token sync is on the way):
   /// schedules the same read again and returns true, while its budget lasts.
   bool readAgainSoon(const std::shared_ptr<QuorumCall>& call);
-  /// A read of a lock nobody (or readers) holds: the token a majority of the answering nodes
-  /// report (the last grant's), else `highest`.
-  uint64_t lastGrantedToken(const QuorumCall& call, uint64_t highest) const;
+  /// A read of a lock nobody (or readers) holds: the counter a majority of the answering voting
+  /// nodes report (the last grant's), else the one a majority reach (quorum::majorityFloorToken).
+  uint64_t lastGrantedToken(const QuorumCall& call) const;
 
   /// Sends the release script of `call`'s lease (its name, owner and kind) to every node; `each`
   /// runs once per node.

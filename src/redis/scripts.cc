@@ -559,6 +559,10 @@ StatusOr<ScriptCall> scriptCallFor(const Operation& op, const ScriptContext& ctx
       case ScriptId::kExtend:
       case ScriptId::kReleaseGrant:
         key(holderRecordKey(ctx.prefix, op.name));  // the holder record follows the lease
+        // The grant record outlives a lease renewed past the counter's TTL, as the counter does.
+        if (c.script == ScriptId::kExtend && ctx.grant_records) {
+          key(grantRecordKey(ctx.prefix, op.name));
+        }
         break;
       case ScriptId::kWriterWithdraw:
         key(writerMarkKey(ctx.prefix, op.name));  // the queued writers' marks
@@ -639,6 +643,7 @@ StatusOr<ScriptCall> scriptCallFor(const Operation& op, const ScriptContext& ctx
       arg(ctx.counter_ttl_ms);
       if (c.script == ScriptId::kExtend && op.kind != LockKind::kElection) {
         arg(kHolderFollowsLeaseArg);
+        if (ctx.grant_records) arg(kGrantRecordArg);
       }
       break;
     case Verb::kInspect:

@@ -177,6 +177,9 @@ std::string holderRecordKey(std::string_view prefix, std::string_view name);
 std::string grantRecordKey(std::string_view prefix, std::string_view name);
 /// ARGV[4] of the mutex extend script: the holder record (KEYS[3]) follows the lease's new TTL.
 inline constexpr std::string_view kHolderFollowsLeaseArg = "lease";
+/// ARGV[5] of the mutex extend script on Redlock: KEYS[4] is the grant record (grantRecordKey),
+/// whose expiry is pushed out with the counter's.
+inline constexpr std::string_view kGrantRecordArg = "granted";
 /// The lock-delay of a mutex's lease (src/redis/lua/lib/lock_delay.lua): `<prefix>{<name>}:delay`,
 /// its value the lease's lock_delay_ms, living that much longer than the lease; it exists only
 /// for a lease acquired with lock_delay_ms > 0. Elections have none.

@@ -475,6 +475,16 @@ TEST_F(RedlockTest, ReadsNameTheLeasesTokenNotALateNodesCounter) {
   auto shared_view = run(b, Operation::inspect("t").of(backend::LockKind::kShared));
   ASSERT_TRUE(shared_view.isOk()) << shared_view.status().toString();
   EXPECT_EQ(shared_view->token, 51u) << "as the events stream reads it (a writer holds it)";
+  // An extend keeps the records as long as the counters (a lease renewed past the counter's TTL
+  // keeps its token).
+  const std::string record = backend::grantRecordKey("sidelock:", "t");
+  for (auto& s : servers_) s->cli({"PEXPIRE", record, "5000"});
+  auto extended = extend(b, "t", "a", 30'000);
+  ASSERT_TRUE(extended.isOk()) << extended.status().toString();
+  ASSERT_TRUE(extended->ok());
+  for (int i = 0; i < kNodes; ++i) {
+    EXPECT_GT(std::stoll(servers_[i]->cli({"PTTL", record})), 60'000) << "node " << i;
+  }
 
   ASSERT_EQ(*release(b, "t", "a"), OutcomeCode::kOk);
   auto free_state = inspect(b, "t");
@@ -494,16 +504,17 @@ TEST_F(RedlockTest, ReadsNameTheLeasesTokenNotALateNodesCounter) {
   EXPECT_EQ(*release(b, "t", "b"), OutcomeCode::kOk);
 }
 
-// A read that lands inside a grant's token sync (a holding node still reports its own counter)
+// A read that lands inside a grant's token sync (a holding node still reports its own token)
 // reads again until every holding node reports the same token, for at most 2 x node_timeout_ms;
 // then it names the token a majority records, if one does. The state mid-sync is written by
-// hand: nodes 0-2 hold the lease of "a" (3 of 5), node 1's record is not there yet.
+// hand: nodes 0-2 hold the lease of "a" (3 of 5); node 1 granted late, counting from 62, and its
+// record is not there yet. The highest token seen (62) is never the answer.
 TEST_F(RedlockTest, AReadInsideATokenSyncWaitsForIt) {
   auto& b = makeReadyBackend();
   const std::string record = backend::grantRecordKey("sidelock:", "s");
   for (int i = 0; i < 3; ++i) {
     servers_[i]->cli({"SET", key("s"), "a", "PX", "30000"});
-    servers_[i]->cli({"SET", counterKey("s"), i == 1 ? "60" : "61"});
+    servers_[i]->cli({"SET", counterKey("s"), i == 1 ? "62" : "61"});
     if (i != 1) servers_[i]->cli({"SET", record, "61 a", "PX", "60000"});
   }
   const auto started = std::chrono::steady_clock::now();
@@ -516,17 +527,39 @@ TEST_F(RedlockTest, AReadInsideATokenSyncWaitsForIt) {
   EXPECT_EQ(env_.metrics().redlock_reads_settled.Value(), 1);
 
   // A sync that never comes: after the budget, the token most nodes record.
-  servers_[1]->cli({"SET", record, "60 a", "PX", "60000"});
+  servers_[1]->cli({"SET", record, "62 a", "PX", "60000"});
   servers_[3]->cli({"SET", key("s"), "a", "PX", "30000"});
   servers_[3]->cli({"SET", record, "61 a", "PX", "60000"});
   const auto again = std::chrono::steady_clock::now();
   auto fallback = inspect(b, "s");
   ASSERT_TRUE(fallback.isOk()) << fallback.status().toString();
   ASSERT_TRUE(fallback->ok());
-  EXPECT_EQ(fallback->token, 61u) << "nodes 0, 2 and 3 record 61";
+  EXPECT_EQ(fallback->token, 61u) << "nodes 0, 2 and 3 record 61, node 1 62";
   EXPECT_GE(msSince(again), 2 * kNodeTimeoutMs - 50) << "the read gave up before its budget";
   EXPECT_EQ(env_.metrics().redlock_reads_gave_up.Value(), 1);
   EXPECT_EQ(env_.metrics().redlock_reads_settled.Value(), 1);
+}
+
+// A refused acquire says lock_delay when the nodes in their lock-delay are what kept it from a
+// majority, even if other nodes still hold the ended lease (a node that granted it late lets it
+// expire late); when the lease's holders alone are a majority, it is held.
+TEST_F(RedlockTest, LockDelayIsTheReasonWhenTheDelayedNodesWouldHaveMadeAMajority) {
+  auto& b = makeReadyBackend();
+  const std::string delay = backend::lockDelayKey("sidelock:", "d");
+  for (int i = 0; i < 3; ++i) servers_[i]->cli({"SET", delay, "5000", "PX", "5000"});
+  for (int i = 3; i < kNodes; ++i) servers_[i]->cli({"SET", key("d"), "a", "PX", "5000"});
+  auto refused = acquire(b, "d", "b", 10'000);
+  ASSERT_TRUE(refused.isOk()) << refused.status().toString();
+  EXPECT_EQ(refused->code, OutcomeCode::kBusy);
+  EXPECT_EQ(refused->busy_reason, backend::BusyReason::kLockDelay);
+  EXPECT_GT(refused->holder_ttl_ms, 0);
+
+  servers_[2]->cli({"DEL", delay});
+  servers_[2]->cli({"SET", key("d"), "a", "PX", "5000"});
+  auto held = acquire(b, "d", "b", 10'000);
+  ASSERT_TRUE(held.isOk()) << held.status().toString();
+  EXPECT_EQ(held->code, OutcomeCode::kBusy);
+  EXPECT_EQ(held->busy_reason, backend::BusyReason::kHeld) << "three of five hold the lease";
 }
 
 // Issue 10 finding 3: the token must be recorded on every node of the granting majority, not on

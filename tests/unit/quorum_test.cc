@@ -114,6 +114,17 @@ TEST(QuorumTest, LastTokenIsTheHighestAMajorityNames) {
   EXPECT_EQ(quorumToken({3, 1, 2}, 2), std::nullopt);
   EXPECT_EQ(quorumToken({5}, 1), 5u);
   EXPECT_EQ(quorumToken({5}, 0), std::nullopt);
+  EXPECT_EQ(quorumToken({7, 7, 0, 0, 0}, 3), std::nullopt) << "nodes restarted empty name none";
+}
+
+// Without a majority token: one a majority of nodes count up to, so the next grant is above it.
+TEST(QuorumTest, MajorityFloorIsTheQuorumThHighest) {
+  EXPECT_EQ(majorityFloorToken({}, 2), 0u);
+  EXPECT_EQ(majorityFloorToken({60, 51}, 2), 51u) << "not a lost attempt's 60";
+  EXPECT_EQ(majorityFloorToken({9, 5, 7}, 2), 7u);
+  EXPECT_EQ(majorityFloorToken({9, 5, 7, 1, 3}, 3), 5u);
+  EXPECT_EQ(majorityFloorToken({7, 7, 0, 0, 0}, 3), 7u) << "fewer counters than a majority";
+  EXPECT_EQ(majorityFloorToken({0, 0}, 2), 0u);
 }
 
 TEST(QuorumTest, HolderTtlIsWhenEnoughNodesFreeUp) {

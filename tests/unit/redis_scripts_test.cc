@@ -601,18 +601,29 @@ TEST(RedisScripts, RedlockGrantsAndReadsNameTheGrantRecord) {
   const ScriptCall shared_inspect = callOf(Operation::inspect("n").of(LockKind::kShared), ctx);
   ASSERT_EQ(shared_inspect.key_count, 6);
   EXPECT_EQ(shared_inspect.keys[5], "p:{n}:granted");
-  // Readers record nothing (each reader is a lease of its own), nor do releases and extends; and
-  // without grant records (every other backend) nothing names the key.
+  // An extend keeps the record as long as the counter (ARGV[5] says KEYS[4] is the record).
+  Operation extend = Operation::extend("n", "o", 5000);
+  extend.lease_may_delay = true;
+  const ScriptCall renewal = callOf(extend, ctx);
+  ASSERT_EQ(renewal.key_count, 5);
+  EXPECT_EQ(renewal.keys[3], "p:{n}:granted");
+  EXPECT_EQ(renewal.keys[4], "p:{n}:delay") << "still the last key";
+  ASSERT_EQ(renewal.arg_count, 5);
+  EXPECT_EQ(renewal.args[3], kHolderFollowsLeaseArg);
+  EXPECT_EQ(renewal.args[4], kGrantRecordArg);
+  // Readers record nothing (each reader is a lease of its own), nor do releases; and without
+  // grant records (every other backend) nothing names the key.
   const ScriptContext others{"p:", "61000", false};
-  for (const Operation& op : {Operation::acquire("n", "r", 5000).of(LockKind::kShared),
-                              Operation::release("n", "o"), Operation::extend("n", "o", 5000)}) {
+  for (const Operation& op :
+       {Operation::acquire("n", "r", 5000).of(LockKind::kShared), Operation::release("n", "o")}) {
     EXPECT_EQ(callOf(op, ctx).key_count, callOf(op, others).key_count) << verbName(op.verb);
   }
   for (const Operation& op : {Operation::acquire("n", "o", 5000), Operation::inspect("n"),
-                              Operation::inspect("n").of(LockKind::kShared)}) {
+                              Operation::inspect("n").of(LockKind::kShared), extend}) {
     const ScriptCall c = callOf(op, others);
     for (size_t i = 0; i < c.key_count; ++i) EXPECT_NE(c.keys[i], "p:{n}:granted");
   }
+  EXPECT_EQ(callOf(extend, others).arg_count, 4);
 }
 
 // A verb no script serves for a kind is an error, never another script in its place (it used to

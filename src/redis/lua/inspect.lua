@@ -9,9 +9,8 @@
 --          {-1, token, 0}     not held
 --
 -- The token: the counter (0 if none), which is the lease's token while held and the last one
--- granted otherwise. With a grant record (Redlock), what the record says instead: the token of
--- the lease it records for the holder, the last token recorded otherwise; the counter where it
--- records none (a grant by a sidecar older than the record, or a record expired).
+-- granted otherwise. With a grant record (Redlock), a held lease's token is what the record says
+-- for its owner, the counter where it records none (a grant by a sidecar older than the record).
 --! reply: lock
 --! include lib/last_token.lua
 --! include lib/holder_record.lua
@@ -25,4 +24,4 @@ if v then
   held[#held + 1] = readHolder(KEYS[3], v)
   return held
 end
-return {-1, KEYS[4] and lastGranted(KEYS[4]) or lastToken(), 0}
+return {-1, lastToken(), 0}

@@ -13,9 +13,9 @@
 --                                           recorded it)
 --          {-1, token, 0, 0}                free
 --
--- The token as inspect.lua's: the counter, or with a grant record (Redlock) the writer's lease's
--- recorded token while a writer holds the lock and the last recorded token otherwise (readers
--- hold many leases, each of its own token).
+-- The token as inspect.lua's: the counter, or with a grant record (Redlock) while a writer holds
+-- the lock, what the record says for the writer (readers hold many leases, each of its own token:
+-- the counter is the last one's).
 -- Read-only.
 --! reply: shared
 --! include lib/clock.lua
@@ -27,12 +27,8 @@
 
 local token = tonumber(redis.call('GET', KEYS[2]) or '0')
 local v = redis.call('GET', KEYS[1])
-if KEYS[6] then
-  if v and not readersHold(v) then
-    token = leaseToken(KEYS[6], (holderOf(v))) or token
-  else
-    token = lastGranted(KEYS[6]) or token
-  end
+if KEYS[6] and v and not readersHold(v) then
+  token = leaseToken(KEYS[6], (holderOf(v))) or token
 end
 if not v then
   return {-1, token, 0, 0}
@@ -41,6 +37,11 @@ local readers = 0
 if readersHold(v) then
   local now = nowMs()
   readers = redis.call('ZCOUNT', KEYS[3], '(' .. now, '+inf')
+  if readers == 0 then
+    -- The readers' key outlives the last reader's score by up to the millisecond between TIME
+    -- and its PEXPIRE: nobody holds the lock (not a holder without readers, an exclusive one).
+    return {-1, token, 0, 0}
+  end
   return {1, token, redis.call('PTTL', KEYS[1]), readers,
           listLabels(KEYS[3], KEYS[5], now, tonumber(ARGV[1]))}
 end
