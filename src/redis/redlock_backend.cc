@@ -850,8 +850,8 @@ void RedlockBackend::finishRead(const std::shared_ptr<QuorumCall>& call) {
       } else if (readAgainSoon(call)) {
         return;
       } else {
-        // Still apart after the budget: a node whose token sync failed (the majority's record),
-        // or a lease granted by an older sidecar (the highest counter, as before).
+        // Still apart after the budget (a node whose token sync failed, a lease granted by an
+        // older sidecar): the token a majority of the holders report, else the quorum-th highest.
         if (!shutting_down_) {
           SL_LOG(kDebug, "redlock.read_token_unsettled", {"name", call->name},
                  {"rereads", call->rereads});
