@@ -76,6 +76,11 @@ uint64_t majorityFloorToken(std::vector<uint64_t> tokens, int quorum) {
   return tokens[k - 1];
 }
 
+uint64_t majorityToken(const std::vector<uint64_t>& tokens, int quorum) {
+  if (std::optional<uint64_t> shared = quorumToken(tokens, quorum)) return *shared;
+  return majorityFloorToken(tokens, quorum);
+}
+
 int64_t holderTtlMs(int n, int free_nodes, std::vector<int64_t> busy_pttls) {
   // A PTTL of -1 (no expiry) or -2 (gone) says nothing about when the lock frees up.
   std::erase_if(busy_pttls, [](int64_t v) { return v < 0; });

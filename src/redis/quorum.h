@@ -65,6 +65,8 @@ std::optional<uint64_t> quorumToken(std::vector<uint64_t> tokens, int quorum);
 /// fewer are left), 0 if none. A majority of the nodes count at least that far, so the next
 /// grant's token (its majority includes one of them) is higher.
 uint64_t majorityFloorToken(std::vector<uint64_t> tokens, int quorum);
+/// A read's token when the nodes' tokens do not settle it: quorumToken, else majorityFloorToken.
+uint64_t majorityToken(const std::vector<uint64_t>& tokens, int quorum);
 
 /// Remaining TTL to report for a busy lock: the lock becomes grantable once enough busy nodes
 /// have expired for `free_nodes` + expired to reach a majority, i.e. the k-th smallest busy PTTL

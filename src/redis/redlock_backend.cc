@@ -310,23 +310,34 @@ void RedlockBackend::run(const Operation& op, OutcomeCallback cb) {
   call->ttl_ms = op.ttl_ms;
   call->cb = std::move(cb);
   call->start_us = scheduler_.nowUs();
-  call->pending = n;
-  call->answers.assign(n, std::nullopt);
-  call->failed.assign(n, false);
-  call->errors.assign(n, "");
+  beginRound(*call);
   const bool votes_on_grant = op.verb == Verb::kAcquire || op.verb == Verb::kExtend;
   for (size_t i = 0; i < n; ++i) {
-    call->voting.push_back(nodeVoting(i));
     if (votes_on_grant && !call->voting[i] && nodes_[i]->redis->up()) {
       call->errors[i] = "not voting (restarted)";
     }
   }
   call->script = script->script;
-  // A lock's read may be read again (finishRead): it keeps its script.
-  if (op.verb == Verb::kInspect && op.kind != LockKind::kElection) call->read_script = *script;
-  sendRound(call, *script);
+  if (op.verb == Verb::kInspect && op.kind != LockKind::kElection) {
+    // A lock's read may be read again (finishRead): it keeps its script.
+    call->read_script = std::move(*script);
+    sendRound(call, *call->read_script);
+  } else {
+    sendRound(call, *script);
+  }
   // Enough nodes may be unable to vote to decide an acquire right away.
   if (op.verb == Verb::kAcquire && !call->done) decide(call);
+}
+
+void RedlockBackend::beginRound(QuorumCall& call) const {
+  const size_t n = nodes_.size();
+  call.pending = n;
+  call.answers.assign(n, std::nullopt);
+  call.failed.assign(n, false);
+  call.errors.assign(n, "");
+  call.out_of_memory = 0;
+  call.voting.resize(n);
+  for (size_t i = 0; i < n; ++i) call.voting[i] = nodeVoting(i);
 }
 
 void RedlockBackend::sendRound(const std::shared_ptr<QuorumCall>& call, const ScriptCall& script) {
@@ -361,13 +372,7 @@ bool RedlockBackend::readAgainSoon(const std::shared_ptr<QuorumCall>& call) {
   scheduler_.runAfter(delay_ms, alive_.guarded([this, call] {
     // Shutting down: this round's answers stand (the next round's would all be cancelled).
     if (shutting_down_) return finishRead(call);
-    const size_t n = nodes_.size();
-    call->pending = n;
-    call->answers.assign(n, std::nullopt);
-    call->failed.assign(n, false);
-    call->errors.assign(n, "");
-    call->out_of_memory = 0;
-    for (size_t i = 0; i < n; ++i) call->voting[i] = nodeVoting(i);
+    beginRound(*call);
     sendRound(call, *call->read_script);
   }));
   return true;
@@ -857,8 +862,7 @@ void RedlockBackend::finishRead(const std::shared_ptr<QuorumCall>& call) {
                  {"rereads", call->rereads});
           metrics_.redlock_reads_gave_up.Increment();
         }
-        o.token = quorum::quorumToken(holders_tokens, quorumSize())
-                      .value_or(quorum::majorityFloorToken(holders_tokens, quorumSize()));
+        o.token = quorum::majorityToken(holders_tokens, quorumSize());
       }
     } else {
       o.token = lastGrantedToken(*call);
@@ -899,8 +903,7 @@ uint64_t RedlockBackend::lastGrantedToken(const QuorumCall& call) const {
   for (size_t i = 0; i < nodes_.size(); ++i) {
     if (call.voting[i] && call.answers[i]) tokens.push_back(call.answers[i]->token);
   }
-  if (std::optional<uint64_t> most = quorum::quorumToken(tokens, quorumSize())) return *most;
-  return quorum::majorityFloorToken(std::move(tokens), quorumSize());
+  return quorum::majorityToken(tokens, quorumSize());
 }
 
 // ---- fan-out

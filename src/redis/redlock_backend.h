@@ -189,6 +189,8 @@ class RedlockBackend final : public Backend {
   void finishRelease(const std::shared_ptr<QuorumCall>& call);
   /// Inspect and force release.
   void finishRead(const std::shared_ptr<QuorumCall>& call);
+  /// Resets `call`'s per-round state (answers, errors, pending, who votes) before a round.
+  void beginRound(QuorumCall& call) const;
   /// Sends `call`'s script (this round's) to every node; each answer goes to decide().
   void sendRound(const std::shared_ptr<QuorumCall>& call, const ScriptCall& script);
   /// A read whose holders do not agree on the lease's token yet (its token sync is on the way):

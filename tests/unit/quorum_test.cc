@@ -127,6 +127,13 @@ TEST(QuorumTest, MajorityFloorIsTheQuorumThHighest) {
   EXPECT_EQ(majorityFloorToken({0, 0}, 2), 0u);
 }
 
+TEST(QuorumTest, MajorityTokenIsTheSharedOneElseTheFloor) {
+  EXPECT_EQ(majorityToken({7, 9, 7}, 2), 7u);
+  EXPECT_EQ(majorityToken({9, 9, 7, 7, 7}, 2), 9u);
+  EXPECT_EQ(majorityToken({60, 51}, 2), 51u);
+  EXPECT_EQ(majorityToken({}, 2), 0u);
+}
+
 TEST(QuorumTest, HolderTtlIsWhenEnoughNodesFreeUp) {
   // All five busy: three must expire, so the third smallest.
   EXPECT_EQ(holderTtlMs(5, 0, {500, 100, 300, 200, 400}), 300);
