@@ -66,6 +66,13 @@ http::ServerOptions serverOptions(const config::ListenConfig& l) {
 grpc::GrpcServerOptions grpcOptions(const config::ListenConfig& l) {
   grpc::GrpcServerOptions o;
   o.http2.max_connections = l.max_connections;
+  o.http2.max_connections_per_peer = l.max_connections_per_peer;
+  o.http2.request_timeout_ms = l.header_timeout_ms;
+  // Requests not yet ended may hold two full messages per connection, and 64 MiB (at least four
+  // messages) over all of them.
+  const auto message_bytes = static_cast<size_t>(l.grpc_limits.max_message_bytes);
+  o.http2.max_request_bytes_per_connection = std::max<size_t>(2 * message_bytes, 1 << 20);
+  o.http2.max_request_bytes = std::max<size_t>(4 * message_bytes, 64 << 20);
   o.http2.max_concurrent_streams = l.grpc_limits.max_concurrent_streams;
   o.http2.max_header_list_bytes = l.grpc_limits.max_header_list_bytes;
   o.http2.idle_timeout_ms = l.grpc_limits.idle_timeout_ms;

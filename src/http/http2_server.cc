@@ -79,20 +79,24 @@ class NvList {
 /// One client connection and its nghttp2 server session.
 class Http2Connection {
  public:
-  Http2Connection(Http2Server* server, size_t* count) : server_(server), count_(count) {
-    ++*count_;
-  }
+  explicit Http2Connection(Http2Server* server) : server_(server) {}
   ~Http2Connection() {
     if (write_ != nullptr) write_->owner = nullptr;
     if (flush_queued_) server_->unqueueFlush(this);
-    --*count_;
+    countOut();
   }
   Http2Connection(const Http2Connection&) = delete;
   Http2Connection& operator=(const Http2Connection&) = delete;
 
   event::ClientStream& stream() { return stream_; }
 
+  /// Counts the connection in its listener's budget (countOut() when it closes).
+  void countIn(Http2Server::ListenerBudget* budget, std::string peer_key);
   Status start(std::shared_ptr<const PeerIdentity> peer);
+  /// Since when no stream has been open (0 while one is): the eviction order.
+  int64_t idleSinceUs() const { return streams_.empty() ? idle_since_us_ : 0; }
+  const Http2Server::ListenerBudget* budget() const { return budget_; }
+  const std::string& peerKey() const { return peer_key_; }
   /// GOAWAY: no new streams; the connection closes once the open ones are done.
   void goAway();
   /// Closes the socket now; open streams see onClose(false). Destroyed on a later loop turn.
@@ -106,7 +110,25 @@ class Http2Connection {
 
   // For Http2Stream.
   nghttp2_session* session() const { return session_.get(); }
-  size_t maxQueuedBytes() const { return server_->options_.max_queued_bytes_per_stream; }
+  /// Whether a stream holding `stream_queued` bytes may queue more (its limit, and the
+  /// connection's over all its streams).
+  bool mayQueue(size_t stream_queued) const {
+    const Http2Options& o = server_->options_;
+    return stream_queued <= o.max_queued_bytes_per_stream &&
+           queued_bytes_ <= o.max_queued_bytes_per_connection &&
+           server_->queued_bytes_ <= o.max_queued_bytes;
+  }
+  void addQueued(size_t bytes) {
+    queued_bytes_ += bytes;
+    server_->queued_bytes_ += bytes;
+  }
+  /// nghttp2 took `bytes` of a stream's queue (or the stream closed with them): they leave the
+  /// budgets. Taken by nghttp2, output moves: the write timeout's stall ends.
+  void tookQueued(size_t bytes) {
+    queued_bytes_ -= bytes;
+    server_->queued_bytes_ -= bytes;
+    stalled_since_us_ = 0;
+  }
   void postReset(int32_t stream_id) {
     server_->scheduler_.post(alive_.guarded([this, stream_id] {
       if (closed_ || session_dead_) return;
@@ -158,14 +180,25 @@ class Http2Connection {
   /// uv_write of pending_ (what the socket did not take at once), under the write timeout.
   void startWrite();
   void onWritten(int status);
-  /// The idle timeout (no stream open and nothing read), checked `delay_ms` from now.
-  void armIdle(int64_t delay_ms);
+  /// The connection's deadlines, one timer for all: the preface, each request's end
+  /// (request_timeout_ms), the idle timeout (no stream open), queued output that does not move
+  /// (write_timeout_ms). Armed lazily: a call that opens and closes a stream moves no timer
+  /// unless its deadline comes before the one the timer already has.
+  void armCheck(int64_t deadline_us);
+  void check();
+  /// Counts a stream's request body bytes against the connection's and the server's budgets;
+  /// false (the stream reset, its bytes let go) if they would go past one.
+  bool countRequestBytes(Http2Stream& s, size_t len);
+  /// The request of `s` ended (END_STREAM, refused, closed): its bytes leave the budgets.
+  void endRequest(Http2Stream& s);
+  void countOut();
   void closeStreams();
   /// After a fatal nghttp2 error: GOAWAY `error_code`, then close once it is written.
   void failSession(uint32_t error_code);
 
   Http2Server* server_;
-  size_t* count_;
+  Http2Server::ListenerBudget* budget_ = nullptr;  // counted in it while non-null
+  std::string peer_key_;
   event::ClientStream stream_;
   SessionPtr session_;
   std::shared_ptr<const PeerIdentity> peer_;
@@ -179,8 +212,14 @@ class Http2Connection {
   bool closed_ = false;
   bool session_dead_ = false;  // a fatal nghttp2 error: the session may not be called again
   int32_t last_stream_id_ = 0;  // the highest stream the client opened
-  int64_t last_read_us_ = 0;    // the scheduler's clock at the last read (the idle timeout)
-  event::ScopedTimer idle_timer_;
+  int64_t started_us_ = 0;      // the preface is due request_timeout_ms after this
+  bool preface_received_ = false;  // the client's first SETTINGS arrived
+  int64_t idle_since_us_ = 0;      // the last stream closed (or the connection started) then
+  size_t request_bytes_ = 0;       // request body bytes of this connection's open requests
+  size_t queued_bytes_ = 0;        // response bytes queued in its streams, not taken by nghttp2
+  int64_t stalled_since_us_ = 0;   // output queued and not moving since then; 0 = moving
+  int64_t check_due_us_ = 0;       // when check_timer_ fires; 0 = not armed
+  event::ScopedTimer check_timer_;
   event::ScopedTimer write_timer_;
   event::LivenessToken alive_;
 };
@@ -239,27 +278,106 @@ Status Http2Connection::start(std::shared_ptr<const PeerIdentity> peer) {
         if (s->data != nullptr) static_cast<Http2Connection*>(s->data)->onRead(nread, buf);
       });
   if (rc != 0) return unavailable(std::string("uv_read_start: ") + uv_strerror(rc));
-  last_read_us_ = server_->scheduler_.nowUs();
-  armIdle(server_->options_.idle_timeout_ms);
+  started_us_ = idle_since_us_ = server_->scheduler_.nowUs();
+  check();  // arms the preface's and the idle deadlines
   sendPending();
   return Status::ok();
 }
 
-void Http2Connection::armIdle(int64_t delay_ms) {
-  const int64_t timeout_ms = server_->options_.idle_timeout_ms;
-  if (timeout_ms <= 0) return;
-  idle_timer_.start(server_->scheduler_, delay_ms, alive_.guarded([this, timeout_ms] {
-    if (!streams_.empty()) {
-      armIdle(timeout_ms);
-      return;
-    }
-    const int64_t left_us = last_read_us_ + timeout_ms * 1000 - server_->scheduler_.nowUs();
-    if (left_us > 0) {
-      armIdle((left_us + 999) / 1000);  // read since this timer was armed
-      return;
-    }
-    goAway();
+void Http2Connection::countIn(Http2Server::ListenerBudget* budget, std::string peer_key) {
+  budget_ = budget;
+  peer_key_ = std::move(peer_key);
+  ++budget_->connections;
+  if (!peer_key_.empty()) ++budget_->per_peer[peer_key_];
+}
+
+void Http2Connection::countOut() {
+  if (budget_ == nullptr) return;
+  --budget_->connections;
+  if (!peer_key_.empty()) {
+    auto it = budget_->per_peer.find(peer_key_);
+    if (it != budget_->per_peer.end() && --it->second == 0) budget_->per_peer.erase(it);
+  }
+  budget_ = nullptr;
+}
+
+void Http2Connection::armCheck(int64_t deadline_us) {
+  if (closed_) return;
+  if (check_due_us_ != 0 && check_due_us_ <= deadline_us) return;  // it looks earlier anyway
+  check_due_us_ = deadline_us;
+  const int64_t delay_us = std::max<int64_t>(0, deadline_us - server_->scheduler_.nowUs());
+  check_timer_.start(server_->scheduler_, (delay_us + 999) / 1000, alive_.guarded([this] {
+    check_due_us_ = 0;
+    check();
   }));
+}
+
+void Http2Connection::check() {
+  if (closed_) return;
+  const Http2Options& o = server_->options_;
+  const int64_t now = server_->scheduler_.nowUs();
+  int64_t next = INT64_MAX;
+  auto due = [&](int64_t since_us, int64_t timeout_ms) {
+    const int64_t at = since_us + timeout_ms * 1000;
+    if (at > now) next = std::min(next, at);
+    return at <= now;
+  };
+  if (!preface_received_ && o.request_timeout_ms > 0 && due(started_us_, o.request_timeout_ms)) {
+    SL_LOG(kDebug, "http2.preface_timeout");
+    closeNow();
+    return;
+  }
+  if (stalled_since_us_ != 0 && o.write_timeout_ms > 0 &&
+      due(stalled_since_us_, o.write_timeout_ms)) {
+    SL_LOG(kDebug, "http2.output_stalled", {"queued_bytes", std::to_string(queued_bytes_)});
+    closeNow();
+    return;
+  }
+  if (o.request_timeout_ms > 0) {
+    // At most max_concurrent_streams to look at, and only when a deadline came.
+    std::vector<int32_t> late;
+    for (const Http2StreamPtr& s : streams_) {
+      if (!s->request_ended_ && due(s->opened_us_, o.request_timeout_ms)) late.push_back(s->id_);
+    }
+    for (int32_t id : late) {
+      Http2Stream* s = find(id);
+      if (s == nullptr) continue;
+      endRequest(*s);
+      // The handler sees the stream close (CANCEL): a request nobody finished is never served.
+      nghttp2_submit_rst_stream(session_.get(), NGHTTP2_FLAG_NONE, id, NGHTTP2_CANCEL);
+    }
+    if (!late.empty()) sendPending();
+  }
+  if (streams_.empty() && o.idle_timeout_ms > 0 && due(idle_since_us_, o.idle_timeout_ms)) {
+    goAway();
+    return;
+  }
+  if (next != INT64_MAX) armCheck(next);
+}
+
+bool Http2Connection::countRequestBytes(Http2Stream& s, size_t len) {
+  const Http2Options& o = server_->options_;
+  if (s.request_ended_) return false;
+  if (request_bytes_ + len > o.max_request_bytes_per_connection ||
+      server_->request_bytes_ + len > o.max_request_bytes) {
+    SL_LOG(kDebug, "http2.request_bytes_over_budget",
+           {"connection_bytes", std::to_string(request_bytes_)},
+           {"server_bytes", std::to_string(server_->request_bytes_)});
+    endRequest(s);
+    nghttp2_submit_rst_stream(session_.get(), NGHTTP2_FLAG_NONE, s.id_, NGHTTP2_ENHANCE_YOUR_CALM);
+    return false;
+  }
+  s.request_bytes_ += len;
+  request_bytes_ += len;
+  server_->request_bytes_ += len;
+  return true;
+}
+
+void Http2Connection::endRequest(Http2Stream& s) {
+  s.request_ended_ = true;
+  request_bytes_ -= s.request_bytes_;
+  server_->request_bytes_ -= s.request_bytes_;
+  s.request_bytes_ = 0;
 }
 
 void Http2Connection::onRead(ssize_t nread, const uv_buf_t* buf) {
@@ -269,10 +387,6 @@ void Http2Connection::onRead(ssize_t nread, const uv_buf_t* buf) {
     return;
   }
   if (nread == 0 || session_dead_) return;
-  // The idle deadline moves with every read; the timer is not re-armed each time (a heap entry
-  // and a callback per read): when it fires it looks at the last read and waits the rest.
-  last_read_us_ = server_->scheduler_.nowUs();
-  if (!idle_timer_.pending()) armIdle(server_->options_.idle_timeout_ms);
   in_session_ = true;
   const ssize_t used = nghttp2_session_mem_recv(
       session_.get(), reinterpret_cast<const uint8_t*>(buf->base), static_cast<size_t>(nread));
@@ -361,6 +475,13 @@ void Http2Connection::flushNow() {
       (session_dead_ || (nghttp2_session_want_read(session_.get()) == 0 &&
                          nghttp2_session_want_write(session_.get()) == 0))) {
     closeNow();
+    return;
+  }
+  // Response bytes left in the streams after nghttp2 produced all it could: the client's window
+  // (or the socket) holds them back. If nothing moves for write_timeout_ms the connection closes.
+  if (queued_bytes_ > 0 && stalled_since_us_ == 0 && server_->options_.write_timeout_ms > 0) {
+    stalled_since_us_ = server_->scheduler_.nowUs();
+    armCheck(stalled_since_us_ + server_->options_.write_timeout_ms * 1000);
   }
 }
 
@@ -447,6 +568,11 @@ Http2StreamPtr Http2Connection::detach(Http2Stream* s, bool nghttp2_closing) {
   }
   streams_.pop_back();
   if (last_found_ == s) last_found_ = nullptr;
+  if (!s->request_ended_) endRequest(*s);
+  queued_bytes_ -= s->queued_bytes_;
+  server_->queued_bytes_ -= s->queued_bytes_;
+  s->queued_bytes_ = 0;
+  if (streams_.empty()) idle_since_us_ = server_->scheduler_.nowUs();
   // A stream the connection lets go while nghttp2 keeps it (the connection closes, maybe from a
   // callback inside nghttp2_session_mem_recv, which then goes on) must not be found through a
   // pointer to it any more.
@@ -466,8 +592,10 @@ void Http2Connection::closeNow() {
   if (closed_) return;
   closed_ = true;
   if (flush_queued_) server_->unqueueFlush(this);
-  idle_timer_.reset();
+  check_timer_.reset();
+  check_due_us_ = 0;
   write_timer_.reset();
+  countOut();  // its slot is free at once (an eviction admits the newcomer now)
   stream_.close();
   closeStreams();
   Http2Server* server = server_;
@@ -486,7 +614,11 @@ int Http2Connection::onBeginHeaders(nghttp2_session*, const nghttp2_frame* frame
   s->id_ = frame->hd.stream_id;
   s->peer_ = c->peer_;
   s->headers_.reserve(8);  // more than a gRPC call's usual count (its pseudo-headers kept apart)
+  s->opened_us_ = c->server_->scheduler_.nowUs();
   c->last_stream_id_ = std::max(c->last_stream_id_, s->id_);
+  if (c->server_->options_.request_timeout_ms > 0) {
+    c->armCheck(s->opened_us_ + c->server_->options_.request_timeout_ms * 1000);
+  }
   // nghttp2 opened its stream before this callback: attaching cannot fail.
   if (!SL_INVARIANT(c->attach(std::move(s)), "http2.attach_stream")) {
     return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;  // nghttp2 resets the stream
@@ -532,14 +664,21 @@ int Http2Connection::onHeader(nghttp2_session* session, const nghttp2_frame* fra
 
 int Http2Connection::onFrameRecv(nghttp2_session*, const nghttp2_frame* frame, void* user) {
   auto* c = static_cast<Http2Connection*>(user);
-  if (frame->hd.type != NGHTTP2_HEADERS && frame->hd.type != NGHTTP2_DATA) return 0;
+  if (frame->hd.type != NGHTTP2_HEADERS && frame->hd.type != NGHTTP2_DATA) {
+    if (frame->hd.type == NGHTTP2_SETTINGS && (frame->hd.flags & NGHTTP2_FLAG_ACK) == 0) {
+      c->preface_received_ = true;
+    }
+    return 0;
+  }
   Http2Stream* found = c->find(frame->hd.stream_id);
   if (found == nullptr) return 0;
   Http2StreamPtr s = c->streams_[found->slot_];  // the callbacks below may close it
   if (frame->hd.type == NGHTTP2_HEADERS && frame->headers.cat == NGHTTP2_HCAT_REQUEST) {
     if (c->server_->handler_) c->server_->handler_(s);
   }
-  if ((frame->hd.flags & NGHTTP2_FLAG_END_STREAM) != 0 && s->connection_ != nullptr) {
+  if ((frame->hd.flags & NGHTTP2_FLAG_END_STREAM) != 0 && s->connection_ != nullptr &&
+      !s->request_ended_) {
+    c->endRequest(*s);
     if (auto cb = std::move(s->on_end_)) cb();
   }
   return 0;
@@ -549,9 +688,8 @@ int Http2Connection::onDataChunk(nghttp2_session*, uint8_t, int32_t stream_id,
                                  const uint8_t* data, size_t len, void* user) {
   auto* c = static_cast<Http2Connection*>(user);
   Http2Stream* s = c->find(stream_id);
-  if (s != nullptr && s->on_data_) {
-    s->on_data_(std::string_view(reinterpret_cast<const char*>(data), len));
-  }
+  if (s == nullptr || !c->countRequestBytes(*s, len)) return 0;
+  if (s->on_data_) s->on_data_(std::string_view(reinterpret_cast<const char*>(data), len));
   return 0;
 }
 
@@ -615,13 +753,14 @@ bool Http2Stream::respond(std::span<const Http2Field> fields, bool end_stream) {
 
 bool Http2Stream::write(std::string data) {
   if (!open() || !responded_) return false;
-  if (queued_bytes_ > connection_->maxQueuedBytes()) {
+  if (!connection_->mayQueue(queued_bytes_)) {
     // Reset on a later turn: the caller is inside its own write (src/README.md, rule 4).
     ending_ = true;
     connection_->postReset(id_);
     return false;
   }
   queued_bytes_ += data.size();
+  connection_->addQueued(data.size());
   if (out_offset_ == out_.size()) {
     out_ = std::move(data);
     out_offset_ = 0;
@@ -696,6 +835,7 @@ ssize_t Http2StreamAccess::read(Http2Stream& s, nghttp2_session* session, int32_
   memcpy(buf, s.out_.data() + s.out_offset_, copied);
   s.out_offset_ += copied;
   s.queued_bytes_ -= copied;
+  if (copied != 0 && s.connection_ != nullptr) s.connection_->tookQueued(copied);
   if (s.out_offset_ == s.out_.size()) {
     s.out_.clear();
     s.out_offset_ = 0;
@@ -739,25 +879,57 @@ Http2Server::~Http2Server() {
 
 Status Http2Server::listenTcp(std::string_view host_port) {
   if (closed_) return unavailable("server is closed");
-  return tcp_.listenTcp(host_port, kListenBacklog, [this] { onConnection(tcp_, tcp_count_); });
+  return tcp_.listenTcp(host_port, kListenBacklog, [this] { onConnection(tcp_, tcp_budget_); });
 }
 
 Status Http2Server::listenUnix(const std::string& path, uint32_t mode, int64_t gid) {
   if (closed_) return unavailable("server is closed");
   return unix_.listenUnix(
-      path, mode, kListenBacklog, [this] { onConnection(unix_, unix_count_); }, gid);
+      path, mode, kListenBacklog, [this] { onConnection(unix_, unix_budget_); }, gid);
 }
 
-void Http2Server::onConnection(event::StreamListener& listener, size_t& count) {
-  auto connection = std::make_unique<Http2Connection>(this, &count);
+void Http2Server::onConnection(event::StreamListener& listener, ListenerBudget& budget) {
+  auto connection = std::make_unique<Http2Connection>(this);
   if (!listener.accept(connection->stream(), connection.get()).isOk()) return;
-  if (closed_ || draining_ || count > static_cast<size_t>(std::max(0, options_.max_connections))) {
-    return;  // the destructor closes the stream
-  }
+  if (closed_ || draining_) return;  // the destructor closes the stream
   auto peer = std::make_shared<const PeerIdentity>(identifyPeer(connection->stream().get()));
+  std::string peer_key = options_.max_connections_per_peer > 0 ? peer->key() : std::string();
+  if (!makeRoom(budget, peer_key)) {
+    SL_LOG(kDebug, "http2.connection_refused", {"peer", peer->key()});
+    return;
+  }
+  connection->countIn(&budget, std::move(peer_key));
   Http2Connection* c = connection.get();
   connections_.emplace(c, std::move(connection));
   if (!c->start(std::move(peer)).isOk()) c->closeNow();
+}
+
+bool Http2Server::makeRoom(ListenerBudget& budget, const std::string& peer_key) {
+  const auto max_per_peer = static_cast<size_t>(std::max(0, options_.max_connections_per_peer));
+  if (max_per_peer > 0 && !peer_key.empty()) {
+    auto it = budget.per_peer.find(peer_key);
+    if (it != budget.per_peer.end() && it->second >= max_per_peer &&
+        !evictLongestIdle(budget, &peer_key)) {
+      return false;
+    }
+  }
+  const auto max_connections = static_cast<size_t>(std::max(0, options_.max_connections));
+  if (budget.connections >= max_connections) return evictLongestIdle(budget, nullptr);
+  return true;
+}
+
+bool Http2Server::evictLongestIdle(const ListenerBudget& budget, const std::string* peer_key) {
+  // A linear scan, as HttpServer's: it runs only when a listener is full.
+  Http2Connection* victim = nullptr;
+  for (auto& [c, owned] : connections_) {
+    if (c->budget() != &budget || c->idleSinceUs() == 0) continue;
+    if (peer_key != nullptr && c->peerKey() != *peer_key) continue;
+    if (victim == nullptr || c->idleSinceUs() < victim->idleSinceUs()) victim = c;
+  }
+  if (victim == nullptr) return false;
+  SL_LOG(kDebug, "http2.connection_evicted");
+  victim->closeNow();  // counted out at once; destroyed on a later loop turn
+  return true;
 }
 
 void Http2Server::destroyConnection(Http2Connection* connection) {

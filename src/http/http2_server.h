@@ -5,12 +5,17 @@
 // to one StreamHandler once its headers are complete; the handler reads its body and answers
 // through the Http2Stream.
 //
-// Limits (Http2Options): concurrent streams per connection (SETTINGS; more are refused with
+// Limits (Http2Options): connections per listener and per peer (at the cap the longest-idle
+// connection makes room), concurrent streams per connection (SETTINGS; more are refused with
 // REFUSED_STREAM), the request header list (SETTINGS_MAX_HEADER_LIST_SIZE; more is a stream
 // error), CONTINUATION frames per header block, RST_STREAM rate (rapid reset, CVE-2023-44487:
 // GOAWAY ENHANCE_YOUR_CALM), SETTINGS and queued ACKs (SETTINGS / PING floods), the flow-control
-// window, an idle timeout and a write timeout (a peer that stops reading is closed: output is
-// produced only while less than kMaxBufferedOutput waits for the socket).
+// window, request bytes held for requests not yet ended (per connection and per server: more
+// resets the stream with ENHANCE_YOUR_CALM), a request timeout (the preface, and each request
+// until its END_STREAM), an idle timeout (no stream open), response bytes queued per stream and
+// per connection, and a write timeout (a peer that takes no output, whether it stops reading the
+// socket or grants no flow-control window, is closed: output is produced only while less than
+// kMaxBufferedOutput waits for the socket).
 #pragma once
 
 #include <uv.h>
@@ -39,13 +44,30 @@ struct Http2Options {
   int max_concurrent_streams = 100;
   int max_header_list_bytes = 16 * 1024;
   int initial_window_bytes = 1024 * 1024;  // per stream; the connection window is the same
-  int max_connections = 1024;              // per listener; more are closed at accept
-  int64_t idle_timeout_ms = 60'000;        // no stream open and nothing read
-  int64_t write_timeout_ms = 30'000;       // one write not taken by the peer
+  /// Per listener; at the cap the connection with no stream open for longest is closed to make
+  /// room, and a newcomer is closed at accept only when every connection has a stream open.
+  int max_connections = 1024;
+  int max_connections_per_peer = 0;  // per uid (Unix socket) or IP address (TCP); 0 = no cap
+  int64_t idle_timeout_ms = 60'000;  // no stream open this long: GOAWAY (reads do not count)
+  /// The client's preface (its first SETTINGS) and each request (HEADERS to END_STREAM) must
+  /// arrive within this: a slow or stuck client holds no stream or connection longer.
+  int64_t request_timeout_ms = 10'000;
+  /// Output taken by nobody this long closes the connection: a write the socket does not take, or
+  /// response bytes queued while the client grants no flow-control window.
+  int64_t write_timeout_ms = 30'000;
+  /// Request body bytes received on streams whose request has not ended (the gRPC layer holds
+  /// them until END_STREAM): per connection, and over every connection of the server. A stream
+  /// whose bytes would go past either is reset (ENHANCE_YOUR_CALM) and its bytes let go.
+  size_t max_request_bytes_per_connection = 8 * 1024 * 1024;
+  size_t max_request_bytes = 64 * 1024 * 1024;
   /// Response bytes queued on one stream that the client's flow-control window has not let out
   /// yet; a write past this resets the stream (a client that reads a stream too slowly must not
   /// grow the sidecar's memory). One write larger than this is accepted on an empty queue.
   size_t max_queued_bytes_per_stream = 4 * 1024 * 1024;
+  /// The same over every stream of one connection, and over every connection of the server (a
+  /// write past either resets its stream too).
+  size_t max_queued_bytes_per_connection = 8 * 1024 * 1024;
+  size_t max_queued_bytes = 64 * 1024 * 1024;
   /// RST_STREAM token bucket (rapid reset): burst, and tokens regained per second.
   uint64_t reset_burst = 200;
   uint64_t reset_rate = 33;
@@ -144,6 +166,9 @@ class Http2Stream {
   Http2PseudoHeaders pseudo_headers_;
   std::vector<Http2Header> headers_;
   size_t header_bytes_ = 0;
+  int64_t opened_us_ = 0;       // the scheduler's clock at its HEADERS (the request timeout)
+  size_t request_bytes_ = 0;    // body bytes received while the request is open (its budgets)
+  bool request_ended_ = false;  // END_STREAM received, or the stream was refused
   std::shared_ptr<const PeerIdentity> peer_;
   std::function<void(std::string_view)> on_data_;
   std::function<void()> on_end_;
@@ -192,7 +217,16 @@ class Http2Server {
 
  private:
   friend class Http2Connection;
-  void onConnection(event::StreamListener& listener, size_t& count);
+  /// The connections of one listener, for max_connections and max_connections_per_peer.
+  struct ListenerBudget {
+    size_t connections = 0;
+    std::unordered_map<std::string, size_t> per_peer;
+  };
+  void onConnection(event::StreamListener& listener, ListenerBudget& budget);
+  /// Whether a connection of `peer_key` ("" when there is no per-peer cap) fits `budget`, after
+  /// closing the longest-idle connection (no stream open) of that peer or of the listener.
+  bool makeRoom(ListenerBudget& budget, const std::string& peer_key);
+  bool evictLongestIdle(const ListenerBudget& budget, const std::string* peer_key);
   void destroyConnection(Http2Connection* connection);
   /// Output is produced once per loop turn, as HttpServer's is: a connection with
   /// something to send is queued, and a uv_prepare (before the loop blocks) has nghttp2 produce
@@ -207,8 +241,10 @@ class Http2Server {
   StreamHandler handler_;
   event::StreamListener tcp_;
   event::StreamListener unix_;
-  size_t tcp_count_ = 0;
-  size_t unix_count_ = 0;
+  ListenerBudget tcp_budget_;
+  ListenerBudget unix_budget_;
+  size_t request_bytes_ = 0;  // Http2Options::max_request_bytes: over every connection
+  size_t queued_bytes_ = 0;   // Http2Options::max_queued_bytes: over every connection
   std::unordered_map<Http2Connection*, std::unique_ptr<Http2Connection>> connections_;
   bool draining_ = false;
   bool closed_ = false;

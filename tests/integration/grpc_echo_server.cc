@@ -36,6 +36,11 @@ int main() {
   options.http2.idle_timeout_ms = 3'000;
   options.http2.write_timeout_ms = 700;
   options.http2.max_queued_bytes_per_stream = 1024 * 1024;
+  options.http2.request_timeout_ms = 1'500;
+  options.http2.max_request_bytes_per_connection = 160 * 1024;
+  options.http2.max_request_bytes = 256 * 1024;
+  options.http2.max_connections = 64;
+  options.http2.max_connections_per_peer = 8;  // every test client is 127.0.0.1
   options.max_message_bytes = 64 * 1024;
   grpc::CallHandler handler = [&](grpc::CallPtr call, std::string request) {
     const std::string method = call->info().method;

@@ -431,6 +431,196 @@ class TransportTest(unittest.TestCase):
         self.assertEqual(c.goaway(), 0)
         self.assertGreater(time.time() - start, 2.5)
 
+    # --- what a client that never finishes may hold (echo server: 64 KiB messages, 160 KiB
+    # of unfinished requests per connection, 256 KiB over all, 1.5 s to finish a request) ---
+
+    def send_body(self, c, sid, data, end):
+        """Sends `data` on `sid` as the flow-control windows let it (reading WINDOW_UPDATEs);
+        stops early if the server resets the stream."""
+        while data:
+            if self.reset_code(c, sid) is not None:
+                return
+            room = min(c.conn.local_flow_control_window(sid), c.conn.max_outbound_frame_size,
+                       len(data))
+            if room == 0:
+                self.assertTrue(c.pump(), "closed while sending a request body")
+                continue
+            try:
+                c.conn.send_data(sid, data[:room])
+            except h2.exceptions.StreamClosedError:
+                return
+            data = data[room:]
+            c.flush()
+        if end:
+            c.conn.end_stream(sid)
+            c.flush()
+
+    def open_unfinished(self, c, size=60 * 1024):
+        """A Unary call whose 64 KiB message stops `size` bytes in (no END_STREAM)."""
+        sid = c.start_call("/test.Echo/Unary", end=False, raw=b"")
+        self.send_body(c, sid, grpc_frame(b"u" * (64 * 1024 - 5))[:size], end=False)
+        self.sync(c)
+        return sid
+
+    def sync(self, c):
+        """Returns once the server has read everything sent so far (it answers frames in order:
+        the PING's ACK comes after it took the frames before it)."""
+        c.conn.ping(b"syncsync")
+        c.flush()
+        self.assertTrue(self.pump_until(c, lambda: any(
+            isinstance(e, h2.events.PingAckReceived) and e.ping_data == b"syncsync"
+            for e in c.events)))
+        c.events = [e for e in c.events if not isinstance(e, h2.events.PingAckReceived)]
+
+    def pump_until(self, c, predicate, seconds=5.0):
+        end = time.time() + seconds
+        while time.time() < end and not predicate():
+            if not c.pump():
+                break
+        return predicate()
+
+    def reset_code(self, c, sid):
+        for e in c.events:
+            if isinstance(e, h2.events.StreamReset) and e.stream_id == sid:
+                return e.error_code
+        return None
+
+    def test_unfinished_requests_are_bounded_per_connection(self):
+        c = self.client()
+        a = self.open_unfinished(c)
+        b = self.open_unfinished(c)
+        # A third unfinished 60 KiB would hold 180 KiB: that stream is reset (ENHANCE_YOUR_CALM,
+        # which gRPC clients report as RESOURCE_EXHAUSTED) and its bytes let go.
+        third = c.start_call("/test.Echo/Unary", end=False, raw=b"")
+        self.send_body(c, third, b"\0\0\0\xff\xfb" + b"v" * (60 * 1024 - 5), end=False)
+        self.assertTrue(self.pump_until(c, lambda: self.reset_code(c, third) is not None))
+        self.assertEqual(self.reset_code(c, third), 11)
+        # The first two go on: finished, each is answered.
+        self.send_body(c, a, grpc_frame(b"u" * (64 * 1024 - 5))[60 * 1024:], end=True)
+        hdrs, msgs, trailers, reset = c.result(a)
+        self.assertEqual((status_of(hdrs, trailers), reset), (0, None))
+        self.assertEqual(msgs, [b"u" * (64 * 1024 - 5)])
+        self.assertIsNone(self.reset_code(c, b))
+        self.assert_served()
+
+    def test_unfinished_requests_are_bounded_per_server(self):
+        holders = [self.client(), self.client()]
+        for c in holders:
+            self.open_unfinished(c)
+            self.open_unfinished(c)  # 240 KiB over the two connections
+        late = self.client()
+        sid = self.open_unfinished(late, size=40 * 1024)  # 280 KiB: over the server's 256 KiB
+        self.assertTrue(self.pump_until(late, lambda: self.reset_code(late, sid) is not None))
+        self.assertEqual(self.reset_code(late, sid), 11)
+        # Small calls that fit still go through; once the holders leave, everything does.
+        self.assert_served()
+        for c in holders:
+            c.close()
+        time.sleep(0.2)
+        sid = self.open_unfinished(late)
+        self.send_body(late, sid, grpc_frame(b"u" * (64 * 1024 - 5))[60 * 1024:], end=True)
+        hdrs, msgs, trailers, _ = late.result(sid)
+        self.assertEqual(status_of(hdrs, trailers), 0)
+
+    def test_request_not_finished_in_time_is_reset(self):
+        c = self.client()
+        start = time.time()
+        sid = self.open_unfinished(c, size=10)
+        self.assertTrue(self.pump_until(c, lambda: self.reset_code(c, sid) is not None, 5))
+        self.assertEqual(self.reset_code(c, sid), 8)  # CANCEL, after request_timeout_ms (1.5 s)
+        self.assertGreater(time.time() - start, 1.3)
+        self.assertFalse(c.closed)  # the connection stays: only the request was late
+        self.assert_served()
+
+    def test_pings_do_not_keep_an_idle_connection_open(self):
+        c = Client(self.server.address(), timeout=0.5)
+        self.addCleanup(c.close)
+        start = time.time()
+        while time.time() - start < 8 and not c.closed and c.goaway() is None:
+            c.conn.ping(b"12345678")
+            c.flush()
+            try:
+                c.pump()
+            except (socket.timeout, h2.exceptions.ProtocolError):
+                pass
+        self.assertEqual(c.goaway(), 0)  # GOAWAY after idle_timeout_ms (3 s): no stream open
+        self.assertLess(time.time() - start, 5)
+
+    def test_slow_preface_is_closed(self):
+        s = socket.create_connection(self.server.address())
+        s.settimeout(0.3)
+        self.addCleanup(s.close)
+        start = time.time()
+        closed = False
+        for byte in b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n":
+            try:
+                s.sendall(bytes([byte]))
+                if s.recv(1024) == b"":
+                    closed = True
+                    break
+            except socket.timeout:
+                continue
+            except (ConnectionResetError, BrokenPipeError):
+                closed = True
+                break
+        self.assertTrue(closed)
+        self.assertTrue(1.3 < time.time() - start < 3.0)  # request_timeout_ms, not idle (3 s)
+        self.assert_served()
+
+    def test_client_granting_no_window_is_closed(self):
+        # INITIAL_WINDOW_SIZE 0: the answer's messages stay queued in the server; nothing moves
+        # for write_timeout_ms (700 ms), so the connection is closed and the answer undelivered.
+        c = self.client()
+        c.conn.update_settings({h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: 0})
+        c.flush()
+        start = time.time()
+        sid = c.start_call("/test.Echo/Stream", b"x")
+        self.assertTrue(c.wait_closed(5))
+        self.assertLess(time.time() - start, 3)
+        self.assertTrue(self.server.wait_line("undelivered /test.Echo/Stream", 3))
+        self.assertIsNone(c.result(sid, deadline=0.1)[2].get("grpc-status"))
+        self.assert_served()
+
+    def connect_admitted(self):
+        """A client, and whether the server admitted it (its SETTINGS arrive; a connection
+        closed at accept reads EOF)."""
+        c = Client(self.server.address(), timeout=2)
+        self.addCleanup(c.close)
+        try:
+            ok = self.pump_until(c, lambda: any(
+                isinstance(e, h2.events.RemoteSettingsChanged) for e in c.events), 2)
+        except (socket.timeout, ConnectionResetError):
+            ok = False
+        return c, ok and not c.closed
+
+    def test_connections_per_peer_evict_idle_then_refuse_busy(self):
+        # Every test client is 127.0.0.1: one peer, 8 connections at most. Idle ones (no stream
+        # open) make room for a newcomer; connections with a call in progress are kept, and then
+        # the newcomer is the one closed.
+        busy = []
+        for _ in range(12):
+            c, admitted = self.connect_admitted()
+            if not admitted:
+                break
+            self.open_unfinished(c, size=10)
+            busy.append(c)
+        self.assertEqual(len(busy), 8)
+        c, admitted = self.connect_admitted()
+        self.assertFalse(admitted)
+        # Their requests are reset after request_timeout_ms; idle again, they make room.
+        time.sleep(2.0)
+        for b in busy:
+            try:
+                b.pump()
+            except (socket.timeout, ConnectionResetError):
+                pass
+        c, admitted = self.connect_admitted()
+        self.assertTrue(admitted)
+        hdrs, msgs, trailers, _ = c.call("/test.Echo/Unary", b"room")
+        self.assertEqual(msgs, [b"room"])
+        for b in busy:
+            b.close()
+
     def test_garbage_preface_is_closed(self):
         s = socket.create_connection(self.server.address())
         s.settimeout(5)
@@ -500,6 +690,27 @@ log:
         c.wait_closed(5)
         self.assertEqual(c.goaway(), 0)  # NO_ERROR: a graceful GOAWAY, then the close
         self.assertTrue(c.closed)
+
+    def test_listen_limits_apply_to_grpc(self):
+        # listen.max_connections_per_peer and listen.header_timeout_ms hold on the gRPC listener
+        # too: a peer's third connection evicts its idle one, a stream whose request never ends
+        # is reset after header_timeout_ms.
+        tcp, _ = self.start("  max_connections_per_peer: 2\n  header_timeout_ms: 1000")
+        first = Client(tcp)
+        self.addCleanup(first.close)
+        first.call("/sidelock.v1.Locks/Nope", b"")  # served, then idle
+        busy = Client(tcp)
+        self.addCleanup(busy.close)
+        sid = busy.start_call("/sidelock.v1.Locks/Inspect", end=False, raw=b"\0\0\0\0\x10")
+        start = time.time()
+        third = Client(tcp)
+        self.addCleanup(third.close)
+        hdrs, _, trailers, _ = third.call("/sidelock.v1.Locks/Nope", b"")
+        self.assertEqual(status_of(hdrs, trailers), 12)
+        self.assertTrue(first.wait_closed(3))  # the idle one made room
+        hdrs, _, trailers, reset = busy.result(sid, deadline=5)
+        self.assertEqual(reset, 8)  # CANCEL: the request did not end within 1 s
+        self.assertTrue(0.8 < time.time() - start < 4)
 
     def test_unix_peer_uid_policy_applies(self):
         _, unix = self.start(f"  unix_allowed_uids: [{os.getuid() + 4242}]")
