@@ -152,8 +152,15 @@ void GrpcCall::start() {
   if (!has_te_trailers) return finish(StatusCode::kInternal, "the request lacks \"te: trailers\"");
   if (timeout_malformed) return finish(StatusCode::kInternal, "malformed grpc-timeout");
   if (timeout_us) {
-    info_.deadline_us = scheduler_.nowUs() + *timeout_us;
-    deadline_.start(scheduler_, (*timeout_us + 999) / 1000, [weak = weak_from_this()] {
+    // The call ends a little before the client's deadline, never at it: the client's clock
+    // started before the request left it, and an answer that reaches it after its deadline is
+    // thrown away by its gRPC library. A lock granted in that gap would then be held by nobody
+    // for its whole TTL (or renewed by the watchdog up to max_hold_ms). Ended earlier, the call
+    // withdraws its waiter, and a grant that still comes is given back (undelivered).
+    const int64_t margin_us = deadlineMarginUs(*timeout_us);
+    const int64_t effective_us = std::max<int64_t>(0, *timeout_us - margin_us);
+    info_.deadline_us = scheduler_.nowUs() + effective_us;
+    deadline_.start(scheduler_, effective_us / 1000, [weak = weak_from_this()] {
       auto self = weak.lock();
       if (!self || !self->active()) return;
       // finish() may close the stream at once (the client's side has ended), which drops the

@@ -31,6 +31,14 @@ struct GrpcServerOptions {
 /// microseconds (at least 1); nullopt if malformed.
 std::optional<int64_t> parseGrpcTimeout(std::string_view value);
 
+/// How long before a call's grpc-timeout the sidecar ends it (DEADLINE_EXCEEDED, its work
+/// cancelled): a tenth of the timeout, at least 2 ms and at most 100 ms, so that an answer sent
+/// before then reaches the client before its own deadline.
+constexpr int64_t deadlineMarginUs(int64_t timeout_us) {
+  const int64_t tenth = timeout_us / 10;
+  return tenth < 2'000 ? 2'000 : (tenth > 100'000 ? 100'000 : tenth);
+}
+
 /// A CallHandler answering every call UNIMPLEMENTED with a message naming sidelock.
 CallHandler unimplementedHandler();
 

@@ -244,6 +244,17 @@ class TransportTest(unittest.TestCase):
         self.assertLess(time.time() - start, 3.0)
         self.assertTrue(self.server.wait_line("cancelled /test.Echo/Never"))
 
+    def test_call_ends_before_the_clients_deadline(self):
+        # A tenth of grpc-timeout (2..100 ms) before it: an answer sent until then reaches the
+        # client before its own deadline (deadlineMarginUs, src/grpc/grpc_server.h).
+        c = self.client()
+        start = time.time()
+        hdrs, _, trailers, _ = c.result(
+            c.start_call("/test.Echo/Never", b"x", headers=[("grpc-timeout", "1S")]))
+        elapsed = time.time() - start
+        self.assertEqual(status_of(hdrs, trailers), 4)
+        self.assertTrue(0.85 < elapsed < 0.99, elapsed)
+
     def test_bad_requests(self):
         c = self.client()
         # A message over max_message_bytes (64 KiB here), announced by its prefix.
@@ -652,6 +663,7 @@ log:
 """)
         proc = subprocess.Popen([SIDELOCK, "--config", cfg])
         self.proc = proc
+        self.http_port = port
 
         def stop():
             # One SIGTERM only: a test that sent its own may find the sidecar still draining,
@@ -711,6 +723,36 @@ log:
         hdrs, _, trailers, reset = busy.result(sid, deadline=5)
         self.assertEqual(reset, 8)  # CANCEL: the request did not end within 1 s
         self.assertTrue(0.8 < time.time() - start < 4)
+
+    def http(self, method, path, body=None):
+        import json
+        import urllib.request
+        req = urllib.request.Request(f"http://127.0.0.1:{self.http_port}{path}", method=method,
+                                     data=None if body is None else json.dumps(body).encode(),
+                                     headers={"content-type": "application/json"})
+        with urllib.request.urlopen(req, timeout=5) as r:
+            return json.loads(r.read() or b"{}")
+
+    def test_lock_freed_between_the_servers_and_the_clients_deadline_is_not_granted(self):
+        # The client's deadline is 1 s; the sidecar ends the call 100 ms before. A release at
+        # 950 ms (in between) must not grant the lock to the call: its answer would reach a
+        # client that has given up, and the lease would be held by nobody.
+        tcp, _ = self.start()
+        holder = self.http("POST", "/v1/locks/dl/acquire", {"ttl_ms": 30000})
+        c = Client(tcp)
+        self.addCleanup(c.close)
+        # AcquireRequest{name: "dl", wait_ms: 30000}
+        start = time.time()
+        sid = c.start_call("/sidelock.v1.Locks/Acquire", b"\x0a\x02dl\x18\xb0\xea\x01",
+                           headers=[("grpc-timeout", "1S")])
+        time.sleep(max(0.0, 0.95 - (time.time() - start)))
+        self.assertEqual(self.http("POST", "/v1/locks/dl/release", {"owner": holder["owner"]}),
+                         {"released": True})
+        hdrs, msgs, trailers, _ = c.result(sid)
+        # ABORTED "locked" (its wait_ms, cut to the time left, ran out) or DEADLINE_EXCEEDED:
+        # either way not granted, and the lock is free.
+        self.assertIn(status_of(hdrs, trailers), (4, 10), (hdrs, msgs, trailers))
+        self.assertFalse(self.http("GET", "/v1/locks/dl").get("held"))
 
     def test_unix_peer_uid_policy_applies(self):
         _, unix = self.start(f"  unix_allowed_uids: [{os.getuid() + 4242}]")
