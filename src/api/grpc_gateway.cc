@@ -407,6 +407,9 @@ StatusCode grpcStatusOf(int http_status, std::string_view error_code) {
       {"too_many_waiters", StatusCode::kResourceExhausted},
       {"too_many_connections", StatusCode::kResourceExhausted},
       {"backend_full", StatusCode::kResourceExhausted},
+      // An HTTP 503, but Redis refusing a command (an ACL's NOPERM) is not cured by retrying,
+      // which gRPC clients do on UNAVAILABLE.
+      {"backend_error", StatusCode::kInternal},
       {"not_implemented", StatusCode::kUnimplemented},
       {"not_supported", StatusCode::kUnimplemented},
       {"method_not_allowed", StatusCode::kUnimplemented},
@@ -610,6 +613,8 @@ bool directCallInto(const GrpcMethod& method, std::string_view request_bytes,
       if (parsed == nullptr || parsed->name().empty()) return false;
       const v1::ReleaseRequest& m = *parsed;
       putText(f, BodyField::kOwner, m.owner());
+      putText(f, BodyField::kMode, m.mode());
+      putText(f, BodyField::kRequestId, m.request_id());
       directPath(method, m.name(), out);
       break;
     }

@@ -250,9 +250,6 @@ void loadListenAccess(const Section& s, ListenConfig& c) {
       fail(path, "must be a uid or a user name; no such user \"" + uids[i] + "\"");
     }
   }
-  if (!c.unix_allowed_uids.empty() && c.unix_path.empty()) {
-    fail(s.path("unix_allowed_uids"), "is set but listen.unix is empty");
-  }
   const std::vector<std::string> origins = readScalarList(s, "allowed_origins");
   for (size_t i = 0; i < origins.size(); ++i) {
     std::string o = lowerAscii(origins[i]);
@@ -315,6 +312,10 @@ void loadGrpcListen(const Section& s, ListenConfig& c) {
     }
   }
   s.readString("grpc_unix", c.grpc_unix);
+  // The uid rule holds for both Unix sockets (the HTTP one and the gRPC one): either will do.
+  if (!c.unix_allowed_uids.empty() && c.unix_path.empty() && c.grpc_unix.empty()) {
+    fail(s.path("unix_allowed_uids"), "is set but listen.unix and listen.grpc_unix are empty");
+  }
   if (!c.grpc_unix.empty()) {
     if (c.grpc_unix[0] != '/') fail(s.path("grpc_unix"), "must be an absolute path");
     if (c.grpc_unix.size() >= 108) fail(s.path("grpc_unix"), "socket path longer than 107 bytes");

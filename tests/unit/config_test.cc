@@ -310,8 +310,17 @@ TEST(ConfigTest, AccessControlErrorsNameTheKey) {
       errorOf("listen:\n  unix_allowed_uids: 5\n").find("listen.unix_allowed_uids: must be a list"),
       std::string::npos);
   EXPECT_NE(errorOf("listen:\n  unix: \"\"\n  unix_allowed_uids: [5]\n")
-                .find("listen.unix_allowed_uids: is set but listen.unix is empty"),
+                .find("listen.unix_allowed_uids: is set but listen.unix and listen.grpc_unix are "
+                      "empty"),
             std::string::npos);
+  {
+    // The gRPC Unix socket alone is enough for the uid rule (it applies there too).
+    auto grpc_only = loadConfigFromString(
+        "listen:\n  unix: \"\"\n  grpc_unix: \"/tmp/sl-grpc-only.sock\"\n"
+        "  unix_allowed_uids: [5]\n");
+    ASSERT_TRUE(grpc_only.isOk()) << grpc_only.status().toString();
+    EXPECT_EQ(grpc_only->listen.unix_allowed_uids, (std::vector<uint32_t>{5}));
+  }
   for (const char* bad : {"localhost:3000", "http://localhost:3000/", "ftp://x", "http://a b",
                           "http://x:99999x", "*"}) {
     EXPECT_NE(errorOf(std::string("listen:\n  allowed_origins: [\"") + bad + "\"]\n")

@@ -232,6 +232,7 @@ TEST(GrpcGatewayTest, HttpErrorsMapToGrpcStatusesOneToOne) {
   EXPECT_EQ(grpcStatusOf(503, "shutting_down"), StatusCode::kUnavailable);
   EXPECT_EQ(grpcStatusOf(504, ""), StatusCode::kDeadlineExceeded);
   EXPECT_EQ(grpcStatusOf(500, "ERR_TRY_LOCK"), StatusCode::kInternal);
+  EXPECT_EQ(grpcStatusOf(503, "backend_error"), StatusCode::kInternal);
   EXPECT_EQ(grpcStatusOf(501, "not_implemented"), StatusCode::kUnimplemented);
 }
 

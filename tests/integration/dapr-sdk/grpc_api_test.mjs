@@ -129,6 +129,24 @@ async function exercise(ports, sidecarLog) {
   r = await unary(locks, "Release", { name: "h1", owner: httpGrant.owner });
   expectOk(r, "gRPC releases a lock HTTP took (same owner)");
 
+  // Release's request_id (a retry answers as the first release did, not not_held) and mode (the
+  // lease released is the one the mode names: a reader's lease is not a writer's).
+  r = await unary(locks, "Acquire", { name: "rid1", ttl_ms: 10000 });
+  const ridGrant = expectOk(r, "Acquire rid1");
+  r = await unary(locks, "Release", { name: "rid1", owner: ridGrant.owner, request_id: "rel-rid1" });
+  check(expectOk(r, "Release with request_id").released === true, "Release with request_id");
+  r = await unary(locks, "Release", { name: "rid1", owner: ridGrant.owner, request_id: "rel-rid1" });
+  check(expectOk(r, "Release retried").released === true,
+        "a retried Release (same request_id) answers as the first", JSON.stringify(r.value));
+  r = await unary(locks, "Acquire", { name: "rd1", ttl_ms: 10000, mode: "shared" });
+  const reader = expectOk(r, "Acquire shared");
+  r = await unary(locks, "Release", { name: "rd1", owner: reader.owner, mode: "exclusive" });
+  check(r.error && r.error.code === S.FAILED_PRECONDITION,
+        "Release with mode exclusive does not release a reader's lease",
+        r.error ? r.error.details : JSON.stringify(r.value));
+  r = await unary(locks, "Release", { name: "rd1", owner: reader.owner, mode: "shared" });
+  check(expectOk(r, "Release shared").released === true, "Release with mode shared");
+
   // Fields the HTTP JSON gained: lock_delay_ms (an expired lease blocks the lock: ABORTED with
   // reason lock_delay), holders of a shared lock, and the Events stream of HTTP's acquire/release.
   r = await unary(locks, "Acquire", { name: "ld1", ttl_ms: 200, lock_delay_ms: 3000 });
