@@ -297,7 +297,7 @@ class TransportTest(unittest.TestCase):
 
     def test_rapid_reset_gets_goaway(self):
         c = self.client()
-        for _ in range(1000):
+        for _ in range(3000):  # past the burst of 1000
             sid = c.conn.get_next_available_stream_id()
             c.conn.send_headers(sid, [(":method", "POST"), (":scheme", "http"),
                                       (":path", "/test.Echo/Never"), (":authority", "x"),
@@ -316,6 +316,24 @@ class TransportTest(unittest.TestCase):
         self.assertIn(c.goaway(), (2, 11))
         self.assertTrue(c.closed)
         self.assert_served()
+
+    def test_cancels_at_a_busy_clients_rate_are_not_an_attack(self):
+        # 600 calls cancelled over ~2 s (a pool of workers ending stream holds): past the old
+        # limit (200 at once, 33/s), within the rapid-reset guard (1000 at once, 200/s).
+        c = self.client()
+        for _ in range(12):
+            for _ in range(50):
+                sid = c.conn.get_next_available_stream_id()
+                c.conn.send_headers(sid, [(":method", "POST"), (":scheme", "http"),
+                                          (":path", "/test.Echo/Never"), (":authority", "x"),
+                                          ("content-type", "application/grpc"),
+                                          ("te", "trailers")])
+                c.conn.reset_stream(sid)
+            c.flush()
+            time.sleep(0.15)
+        hdrs, msgs, trailers, _ = c.call("/test.Echo/Unary", b"alive")
+        self.assertEqual(msgs, [b"alive"])
+        self.assertIsNone(c.goaway())
 
     def raw_socket(self):
         s = socket.create_connection(self.server.address())
