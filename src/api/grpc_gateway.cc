@@ -2,6 +2,7 @@
 
 #include <google/protobuf/descriptor.h>
 #include <google/protobuf/message.h>
+#include <google/protobuf/stubs/logging.h>
 #include <google/protobuf/util/json_util.h>
 
 #include <algorithm>
@@ -11,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/log.h"
 #include "common/percent_encoding.h"
 #include "dapr/proto/runtime/v1/dapr.pb.h"
 #include "grpc/health/v1/health.pb.h"
@@ -947,6 +949,22 @@ struct GrpcGateway::Watch {
   event::ScopedTimer timer;
 };
 
+namespace {
+
+/// libprotobuf logs a request's invalid UTF-8 (and other parse complaints) itself, as raw lines on
+/// stderr: outside the sidecar's log format, and at a rate any client chooses. The call already
+/// answers INVALID_ARGUMENT; the line goes to the sidecar's log at debug level.
+void protobufLogLine(pb::LogLevel level, const char* file, int line, const std::string& message) {
+  if (level == pb::LOGLEVEL_FATAL) {
+    SL_LOG(kError, "protobuf.fatal", {"message", message},
+           {"at", std::string(file) + ":" + std::to_string(line)});
+    return;
+  }
+  SL_LOG(kDebug, "protobuf.log", {"message", message});
+}
+
+}  // namespace
+
 GrpcGateway::GrpcGateway(event::Scheduler& scheduler, metrics::Metrics* metrics,
                          http::Handler guarded, Options options)
     : scheduler_(scheduler),
@@ -954,6 +972,7 @@ GrpcGateway::GrpcGateway(event::Scheduler& scheduler, metrics::Metrics* metrics,
       guarded_(std::move(guarded)),
       options_(options),
       call_metrics_(metrics == nullptr ? nullptr : std::make_shared<CallMetrics>(*metrics)) {
+  pb::SetLogHandler(&protobufLogLine);
   const auto& table = methodTable();
   routed_.resize(table.size());
   if (options_.router == nullptr) return;

@@ -662,7 +662,7 @@ class TransportTest(unittest.TestCase):
 class SidecarTest(unittest.TestCase):
     """The sidecar binary's gRPC listeners (UNIMPLEMENTED until the services exist)."""
 
-    def start(self, extra_listen=""):
+    def start(self, extra_listen="", stderr=None):
         d = tempfile.mkdtemp(prefix="sl-grpc-")
         self.addCleanup(shutil.rmtree, d, True)
         port, grpc_port = free_port(), free_port()
@@ -679,7 +679,7 @@ backend:
 log:
   level: warn
 """)
-        proc = subprocess.Popen([SIDELOCK, "--config", cfg])
+        proc = subprocess.Popen([SIDELOCK, "--config", cfg], stderr=stderr)
         self.proc = proc
         self.http_port = port
 
@@ -771,6 +771,24 @@ log:
         # either way not granted, and the lock is free.
         self.assertIn(status_of(hdrs, trailers), (4, 10), (hdrs, msgs, trailers))
         self.assertFalse(self.http("GET", "/v1/locks/dl").get("held"))
+
+    def test_invalid_utf8_is_refused_without_raw_log_lines(self):
+        # libprotobuf reports invalid UTF-8 itself; its line goes to the sidecar's log (debug),
+        # not raw onto stderr at a rate any client chooses.
+        err = tempfile.TemporaryFile()
+        self.addCleanup(err.close)
+        tcp, _ = self.start(stderr=err)
+        c = Client(tcp)
+        self.addCleanup(c.close)
+        for _ in range(3):
+            hdrs, _, trailers, _ = c.call("/sidelock.v1.Locks/Inspect", b"\x0a\x02\xff\xfe")
+            self.assertEqual(status_of(hdrs, trailers), 3)  # INVALID_ARGUMENT
+        c.close()
+        self.sigterm_sent = True
+        self.proc.send_signal(signal.SIGTERM)
+        self.assertEqual(self.proc.wait(timeout=10), 0)
+        err.seek(0)
+        self.assertNotIn(b"libprotobuf", err.read())
 
     def test_unix_peer_uid_policy_applies(self):
         _, unix = self.start(f"  unix_allowed_uids: [{os.getuid() + 4242}]")
