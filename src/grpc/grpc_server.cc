@@ -131,6 +131,11 @@ void GrpcCall::start() {
   stream_->onClose([this](bool answered) { onClose(answered); });
   // The header strings move into the call's info instead of being copied: the pseudo-headers
   // into its fields, the others (Http2Stream keeps them apart) as its metadata.
+  if (stream_->headersTooLarge()) {
+    // Answered (trailers-only) rather than reset: REFUSED_STREAM would read as "retry elsewhere".
+    return finish(StatusCode::kResourceExhausted,
+                  "the call's metadata is over listen.grpc_limits.max_header_list_bytes");
+  }
   http::Http2PseudoHeaders& pseudo = stream_->pseudoHeaders();
   info_.metadata = stream_->takeHeaders();
   const RequestFields request(info_.metadata);  // views into info_.metadata

@@ -633,13 +633,20 @@ int Http2Connection::onHeader(nghttp2_session* session, const nghttp2_frame* fra
   Http2Stream* s = c->find(frame->hd.stream_id);
   if (s == nullptr) return 0;
   // The header list is counted as SETTINGS_MAX_HEADER_LIST_SIZE counts it (RFC 9113 6.5.2); over
-  // the limit the stream is reset and nothing more of it is kept (the HPACK bomb: a small frame
-  // that decodes into a huge list).
+  // the limit nothing more of it is kept (the HPACK bomb: a small frame that decodes into a huge
+  // list). A request's stream still goes to the handler, marked headersTooLarge(), so that the
+  // client learns why (gRPC: RESOURCE_EXHAUSTED; a REFUSED_STREAM reads as "retry elsewhere");
+  // trailers that large reset the stream.
+  if (s->headers_too_large_) return 0;
   s->header_bytes_ += namelen + valuelen + 32;
   if (s->header_bytes_ > static_cast<size_t>(c->server_->options_.max_header_list_bytes)) {
     s->pseudo_headers_ = {};
     s->headers_.clear();
     s->headers_.shrink_to_fit();
+    if (frame->headers.cat == NGHTTP2_HCAT_REQUEST) {
+      s->headers_too_large_ = true;
+      return 0;
+    }
     nghttp2_submit_rst_stream(session, NGHTTP2_FLAG_NONE, s->id_, NGHTTP2_REFUSED_STREAM);
     return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
   }

@@ -7,15 +7,15 @@
 //
 // Limits (Http2Options): connections per listener and per peer (at the cap the longest-idle
 // connection makes room), concurrent streams per connection (SETTINGS; more are refused with
-// REFUSED_STREAM), the request header list (SETTINGS_MAX_HEADER_LIST_SIZE; more is a stream
-// error), CONTINUATION frames per header block, RST_STREAM rate (rapid reset, CVE-2023-44487:
-// GOAWAY ENHANCE_YOUR_CALM), SETTINGS and queued ACKs (SETTINGS / PING floods), the flow-control
-// window, request bytes held for requests not yet ended (per connection and per server: more
-// resets the stream with ENHANCE_YOUR_CALM), a request timeout (the preface, and each request
-// until its END_STREAM), an idle timeout (no stream open), response bytes queued per stream and
-// per connection, and a write timeout (a peer that takes no output, whether it stops reading the
-// socket or grants no flow-control window, is closed: output is produced only while less than
-// kMaxBufferedOutput waits for the socket).
+// REFUSED_STREAM), the request header list (SETTINGS_MAX_HEADER_LIST_SIZE; past it nothing is
+// kept and the handler gets the stream marked headersTooLarge()), CONTINUATION frames per header
+// block, RST_STREAM rate (rapid reset, CVE-2023-44487: GOAWAY), SETTINGS and queued ACKs (SETTINGS
+// / PING floods), the flow-control window, request bytes held for requests not yet ended (per
+// connection and per server: more resets the stream with ENHANCE_YOUR_CALM), a request timeout (the
+// preface, and each request until its END_STREAM), an idle timeout (no stream open), response bytes
+// queued per stream and per connection, and a write timeout (a peer that takes no output, whether
+// it stops reading the socket or grants no flow-control window, is closed: output is produced only
+// while less than kMaxBufferedOutput waits for the socket).
 #pragma once
 
 #include <uv.h>
@@ -131,6 +131,9 @@ class Http2Stream {
   std::vector<Http2Header> takeHeaders() { return std::move(headers_); }
   const std::shared_ptr<const PeerIdentity>& peer() const { return peer_; }
   int32_t id() const { return id_; }
+  /// The request's header list was over Http2Options::max_header_list_bytes: none of it was kept
+  /// (pseudoHeaders() and headers() are empty); the handler answers the refusal.
+  bool headersTooLarge() const { return headers_too_large_; }
 
   /// Request body pieces as they arrive; `on_end` when the client ended its side (END_STREAM).
   void onData(std::function<void(std::string_view)> cb) { on_data_ = std::move(cb); }
@@ -169,6 +172,7 @@ class Http2Stream {
   Http2PseudoHeaders pseudo_headers_;
   std::vector<Http2Header> headers_;
   size_t header_bytes_ = 0;
+  bool headers_too_large_ = false;
   int64_t opened_us_ = 0;       // the scheduler's clock at its HEADERS (the request timeout)
   size_t request_bytes_ = 0;    // body bytes received while the request is open (its budgets)
   bool request_ended_ = false;  // END_STREAM received, or the stream was refused

@@ -413,8 +413,10 @@ class TransportTest(unittest.TestCase):
         # One 4000-byte header enters the HPACK table; 2000 one-byte references to it decode to
         # 8 MB of header list from a few KB on the wire.
         sid = c.start_call("/test.Echo/Unary", b"x", headers=[("x-bomb", "a" * 4000)] * 2000)
-        _, _, _, reset = c.result(sid)
-        self.assertIsNotNone(reset)
+        hdrs, msgs, trailers, reset = c.result(sid)
+        # Answered RESOURCE_EXHAUSTED (trailers-only), not reset: the client learns why.
+        self.assertEqual((status_of(hdrs, trailers), msgs), (8, []))
+        self.assertIn("max_header_list_bytes", hdrs.get("grpc-message", ""))
         self.assertLess(self.server.rss_kib() - before, 4096)
         hdrs, msgs, trailers, _ = c.call("/test.Echo/Unary", b"after")  # the connection lives
         self.assertEqual(msgs, [b"after"])
