@@ -163,6 +163,19 @@ std::optional<Refusal> checkAccess(Request& request, const ListenerPolicy& polic
     }
   }
   if (policy.tokens != nullptr) {
+    // A credential sent twice is refused, not read first-one-wins: the two may name different
+    // scopes, and a request means one thing or it is refused.
+    size_t authorizations = 0;
+    size_t dapr_tokens = 0;
+    for (const auto& [name, value] : request.headers) {
+      authorizations += name == "authorization" ? 1 : 0;
+      dapr_tokens += name == "dapr-api-token" ? 1 : 0;
+    }
+    if (authorizations > 1 || dapr_tokens > 1) {
+      return unauthorized(kInvalidToken, authorizations > 1
+                                             ? "more than one Authorization header"
+                                             : "more than one dapr-api-token header");
+    }
     const std::string_view bearer = bearerToken(request.header("authorization"));
     const std::string_view dapr = daprApiToken(request.header("dapr-api-token"));
     if (!bearer.empty() && !dapr.empty() && bearer != dapr) {

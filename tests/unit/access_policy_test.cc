@@ -273,6 +273,19 @@ TEST(AccessPolicyTest, DaprApiTokenHeader) {
   EXPECT_EQ(refusal->code, kInvalidToken);
   EXPECT_FALSE(both_differ.principal);
 
+  // A credential sent twice is refused whatever the order (it was first-one-wins), also when
+  // both copies carry valid tokens.
+  for (const char* name : {"authorization", "dapr-api-token"}) {
+    const std::string prefix = std::string(name) == "authorization" ? "Bearer " : "";
+    Request twice =
+        request({{"host", "localhost"}, {name, prefix + kTokenA}, {name, prefix + kTokenA}});
+    refusal = checkAccess(twice, p);
+    ASSERT_TRUE(refusal) << name;
+    EXPECT_EQ(refusal->code, kInvalidToken);
+    EXPECT_NE(refusal->message.find("more than one"), std::string::npos);
+    EXPECT_FALSE(twice.principal);
+  }
+
   p.token_required = false;  // the Unix socket: a token that is sent is still checked
   EXPECT_TRUE(checkAccess(wrong, p));
 }
