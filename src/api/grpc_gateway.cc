@@ -439,6 +439,37 @@ StatusCode grpcStatusOf(int http_status, std::string_view error_code) {
   }
 }
 
+namespace {
+
+/// sidelock's own messages are read as strictly as the HTTP routes read JSON, which refuse an
+/// unknown field: a field this sidecar does not know (from a newer proto) or a known one sent with
+/// the wrong wire type (which protobuf keeps as unknown, so that the field silently took its
+/// default: a ttl_ms of the wrong type became the default TTL). Dapr's and gRPC health's messages
+/// are other projects' contracts, whose newer clients may add fields: protobuf's rule holds there.
+bool strictlyRead(const pb::Descriptor* message) {
+  return message->file()->package() == "sidelock.v1";
+}
+
+bool hasUnknownFields(const pb::Message& m) {
+  const pb::Reflection* reflection = m.GetReflection();
+  if (!reflection->GetUnknownFields(m).empty()) return true;
+  std::vector<const pb::FieldDescriptor*> fields;
+  reflection->ListFields(m, &fields);
+  for (const pb::FieldDescriptor* field : fields) {
+    if (field->cpp_type() != pb::FieldDescriptor::CPPTYPE_MESSAGE) continue;
+    if (field->is_repeated()) {
+      for (int i = 0; i < reflection->FieldSize(m, field); ++i) {
+        if (hasUnknownFields(reflection->GetRepeatedMessage(m, field, i))) return true;
+      }
+    } else if (hasUnknownFields(reflection->GetMessage(m, field))) {
+      return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
 StatusOr<HttpCall> httpCallOf(const GrpcMethod& method, std::string_view request_bytes,
                               std::optional<int64_t> wait_bound_ms) {
   const pb::Message* prototype = pb::MessageFactory::generated_factory()->GetPrototype(method.request);
@@ -446,6 +477,12 @@ StatusOr<HttpCall> httpCallOf(const GrpcMethod& method, std::string_view request
   if (!request->ParseFromArray(request_bytes.data(), static_cast<int>(request_bytes.size()))) {
     return invalidArgument(errorBody(
         "bad_request", "the request is not a valid " + method.request->full_name() + " message"));
+  }
+  if (strictlyRead(method.request) && hasUnknownFields(*request)) {
+    return invalidArgument(errorBody(
+        "bad_request", "the " + method.request->full_name() +
+                           " has a field this sidecar does not know (a newer proto's, or a known "
+                           "field sent with the wrong wire type)"));
   }
   std::string text;
   pb::util::JsonPrintOptions print;
@@ -560,7 +597,16 @@ class ReusedMessage {
   }
   ReusedMessage(const ReusedMessage&) = delete;
   ReusedMessage& operator=(const ReusedMessage&) = delete;
-  const M* get() const { return parsed_ ? &message() : nullptr; }
+  /// Null when the bytes are not a message, or (sidelock's own messages) carry a field this
+  /// sidecar does not know: httpCallOf then refuses them with the reason.
+  /// (Top level only: the one nested message a direct method has, AcquireRequest's health, sends
+  /// the call the generic way, which looks at every level.)
+  const M* get() const {
+    static const bool strict = strictlyRead(M::descriptor());
+    if (!parsed_) return nullptr;
+    if (strict && !message().GetReflection()->GetUnknownFields(message()).empty()) return nullptr;
+    return &message();
+  }
 
  private:
   static M& message() {

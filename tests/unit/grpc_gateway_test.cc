@@ -183,6 +183,45 @@ TEST(GrpcGatewayTest, RequestMessageBecomesPathAndJsonBody) {
   EXPECT_EQ(call.status().code(), sidelock::StatusCode::kInvalidArgument);
 }
 
+TEST(GrpcGatewayTest, SidelocksMessagesWithUnknownFieldsAreRefused) {
+  // As the HTTP routes refuse an unknown JSON field: a field number this sidecar does not know,
+  // or a known field with the wrong wire type (ttl_ms as bytes), which protobuf would keep as
+  // unknown and leave ttl_ms at its default.
+  v1::AcquireRequest req;
+  req.set_name("orders");
+  const std::string plain = req.SerializeAsString();
+  const std::string unknown_number = plain + std::string("\xf8\x06\x01", 3);  // field 111 = 1
+  const std::string wrong_type = plain + std::string("\x12\x01\x35", 3);      // ttl_ms as bytes
+  const GrpcMethod& acquire = *findGrpcMethod("/sidelock.v1.Locks/Acquire");
+  EXPECT_TRUE(httpCallOf(acquire, plain, std::nullopt).isOk());
+  for (const std::string& bytes : {unknown_number, wrong_type}) {
+    auto call = httpCallOf(acquire, bytes, std::nullopt);
+    ASSERT_FALSE(call.isOk());
+    EXPECT_EQ(call.status().code(), sidelock::StatusCode::kInvalidArgument);
+    EXPECT_NE(call.status().message().find("does not know"), std::string::npos);
+    DirectCall direct;
+    EXPECT_FALSE(directCallInto(acquire, bytes, std::nullopt, direct));  // refused the generic way
+  }
+  DirectCall direct;
+  EXPECT_TRUE(directCallInto(acquire, plain, std::nullopt, direct));
+  // Nested: HealthBinding with an unknown field.
+  v1::AcquireRequest with_health;
+  with_health.set_name("orders");
+  with_health.mutable_health()->set_url("http://127.0.0.1:8080/ready");
+  std::string health = with_health.health().SerializeAsString() + std::string("\xf8\x06\x01", 3);
+  std::string nested = plain + std::string("\x62", 1) + static_cast<char>(health.size()) + health;
+  EXPECT_FALSE(httpCallOf(acquire, nested, std::nullopt).isOk());
+  // Dapr's messages keep protobuf's rule (newer Dapr SDKs may send fields sidelock does not know).
+  dapr::TryLockRequest lock;
+  lock.set_store_name("s");
+  lock.set_resource_id("r");
+  lock.set_lock_owner("o");
+  lock.set_expiry_in_seconds(10);
+  EXPECT_TRUE(httpCallOf(*findGrpcMethod("/dapr.proto.runtime.v1.Dapr/TryLockAlpha1"),
+                         lock.SerializeAsString() + std::string("\xf8\x06\x01", 3), std::nullopt)
+                  .isOk());
+}
+
 TEST(GrpcGatewayTest, DaprMessagesUseDaprsJsonNames) {
   dapr::TryLockRequest req;
   req.set_store_name("lockstore");
