@@ -101,6 +101,12 @@ class Http2Connection {
   void goAway();
   /// Closes the socket now; open streams see onClose(false). Destroyed on a later loop turn.
   void closeNow();
+  /// Makes room for a newcomer (the connection has no stream open): out of its listener's count
+  /// at once, then GOAWAY NO_ERROR and the close (a gRPC client retries a call that crossed it).
+  void evict() {
+    countOut();
+    failSession(NGHTTP2_NO_ERROR);
+  }
   /// Asks for output: flushNow() runs before the loop next waits (Http2Server::queueFlush), so
   /// the frames every stream submitted this turn leave in one write.
   void sendPending();
@@ -112,11 +118,13 @@ class Http2Connection {
   nghttp2_session* session() const { return session_.get(); }
   /// Whether a stream holding `stream_queued` bytes may queue more (its limit, and the
   /// connection's over all its streams).
+  /// A write on an empty queue is always taken (a unary answer is never refused because others
+  /// filled the budgets): the caps bound what a stream piles up behind it.
   bool mayQueue(size_t stream_queued) const {
     const Http2Options& o = server_->options_;
-    return stream_queued <= o.max_queued_bytes_per_stream &&
-           queued_bytes_ <= o.max_queued_bytes_per_connection &&
-           server_->queued_bytes_ <= o.max_queued_bytes;
+    return stream_queued == 0 || (stream_queued <= o.max_queued_bytes_per_stream &&
+                                  queued_bytes_ <= o.max_queued_bytes_per_connection &&
+                                  server_->queued_bytes_ <= o.max_queued_bytes);
   }
   void addQueued(size_t bytes) {
     queued_bytes_ += bytes;
@@ -151,6 +159,9 @@ class Http2Connection {
   static int onFrameRecv(nghttp2_session*, const nghttp2_frame* frame, void* user);
   static int onDataChunk(nghttp2_session*, uint8_t flags, int32_t stream_id, const uint8_t* data,
                          size_t len, void* user);
+  /// Notes a DATA frame that ends its stream (its chunks come next; onDataChunk's flags are
+  /// always NONE).
+  static int onBeginFrame(nghttp2_session*, const nghttp2_frame_hd* hd, void* user);
   static int onStreamClose(nghttp2_session*, int32_t stream_id, uint32_t error_code, void* user);
   static int onFrameSend(nghttp2_session*, const nghttp2_frame* frame, void* user);
 
@@ -219,6 +230,7 @@ class Http2Connection {
   size_t queued_bytes_ = 0;        // response bytes queued in its streams, not taken by nghttp2
   int64_t stalled_since_us_ = 0;   // output queued and not moving since then; 0 = moving
   int64_t check_due_us_ = 0;       // when check_timer_ fires; 0 = not armed
+  int32_t ending_data_stream_ = 0;  // the DATA frame being read ends this stream (0: none)
   event::ScopedTimer check_timer_;
   event::ScopedTimer write_timer_;
   event::LivenessToken alive_;
@@ -234,6 +246,7 @@ Status Http2Connection::start(std::shared_ptr<const PeerIdentity> peer) {
   nghttp2_session_callbacks_set_on_header_callback(callbacks.get(), onHeader);
   nghttp2_session_callbacks_set_on_frame_recv_callback(callbacks.get(), onFrameRecv);
   nghttp2_session_callbacks_set_on_data_chunk_recv_callback(callbacks.get(), onDataChunk);
+  nghttp2_session_callbacks_set_on_begin_frame_callback(callbacks.get(), onBeginFrame);
   nghttp2_session_callbacks_set_on_stream_close_callback(callbacks.get(), onStreamClose);
   nghttp2_session_callbacks_set_on_frame_send_callback(callbacks.get(), onFrameSend);
   nghttp2_option* raw_option = nullptr;
@@ -327,7 +340,7 @@ void Http2Connection::check() {
     closeNow();
     return;
   }
-  if (stalled_since_us_ != 0 && o.write_timeout_ms > 0 &&
+  if (stalled_since_us_ != 0 && queued_bytes_ > 0 && o.write_timeout_ms > 0 &&
       due(stalled_since_us_, o.write_timeout_ms)) {
     SL_LOG(kDebug, "http2.output_stalled", {"queued_bytes", std::to_string(queued_bytes_)});
     closeNow();
@@ -572,7 +585,15 @@ Http2StreamPtr Http2Connection::detach(Http2Stream* s, bool nghttp2_closing) {
   queued_bytes_ -= s->queued_bytes_;
   server_->queued_bytes_ -= s->queued_bytes_;
   s->queued_bytes_ = 0;
-  if (streams_.empty()) idle_since_us_ = server_->scheduler_.nowUs();
+  if (queued_bytes_ == 0) stalled_since_us_ = 0;  // what was stuck left with its stream
+  if (streams_.empty()) {
+    idle_since_us_ = server_->scheduler_.nowUs();
+    // The timer may be armed for nothing now, or not at all (it fired while this stream was
+    // open): the idle deadline needs it.
+    if (server_->options_.idle_timeout_ms > 0) {
+      armCheck(idle_since_us_ + server_->options_.idle_timeout_ms * 1000);
+    }
+  }
   // A stream the connection lets go while nghttp2 keeps it (the connection closes, maybe from a
   // callback inside nghttp2_session_mem_recv, which then goes on) must not be found through a
   // pointer to it any more.
@@ -691,11 +712,23 @@ int Http2Connection::onFrameRecv(nghttp2_session*, const nghttp2_frame* frame, v
   return 0;
 }
 
+int Http2Connection::onBeginFrame(nghttp2_session*, const nghttp2_frame_hd* hd, void* user) {
+  auto* c = static_cast<Http2Connection*>(user);
+  c->ending_data_stream_ =
+      hd->type == NGHTTP2_DATA && (hd->flags & NGHTTP2_FLAG_END_STREAM) != 0 ? hd->stream_id : 0;
+  return 0;
+}
+
 int Http2Connection::onDataChunk(nghttp2_session*, uint8_t, int32_t stream_id,
                                  const uint8_t* data, size_t len, void* user) {
   auto* c = static_cast<Http2Connection*>(user);
   Http2Stream* s = c->find(stream_id);
-  if (s == nullptr || !c->countRequestBytes(*s, len)) return 0;
+  if (s == nullptr) return 0;
+  // The chunks of a request's last DATA frame are handed on and the request dispatched at once:
+  // not counted, so that a call whose body fits one frame is served however full the budgets
+  // are (a client filling them with requests it never ends must not refuse everyone else's).
+  if (stream_id != c->ending_data_stream_ && !c->countRequestBytes(*s, len)) return 0;
+  if (s->request_ended_) return 0;  // reset over its budget or its time
   if (s->on_data_) s->on_data_(std::string_view(reinterpret_cast<const char*>(data), len));
   return 0;
 }
@@ -935,7 +968,7 @@ bool Http2Server::evictLongestIdle(const ListenerBudget& budget, const std::stri
   }
   if (victim == nullptr) return false;
   SL_LOG(kDebug, "http2.connection_evicted");
-  victim->closeNow();  // counted out at once; destroyed on a later loop turn
+  victim->evict();
   return true;
 }
 

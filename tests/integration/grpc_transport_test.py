@@ -537,13 +537,16 @@ class TransportTest(unittest.TestCase):
     def test_unfinished_requests_are_bounded_per_server(self):
         holders = [self.client(), self.client()]
         for c in holders:
-            self.open_unfinished(c)
-            self.open_unfinished(c)  # 240 KiB over the two connections
+            self.open_unfinished(c, size=64 * 1024)
+            self.open_unfinished(c, size=64 * 1024)  # 256 KiB over the two: the server's budget
         late = self.client()
-        sid = self.open_unfinished(late, size=40 * 1024)  # 280 KiB: over the server's 256 KiB
+        sid = self.open_unfinished(late, size=40 * 1024)  # over it
         self.assertTrue(self.pump_until(late, lambda: self.reset_code(late, sid) is not None))
         self.assertEqual(self.reset_code(late, sid), 11)
-        # Small calls that fit still go through; once the holders leave, everything does.
+        # A call whose body fits one DATA frame with END_STREAM is dispatched at once and never
+        # counted: the budget being full refuses no small call, on any connection.
+        hdrs, msgs, trailers, _ = late.call("/test.Echo/Unary", b"small")
+        self.assertEqual(msgs, [b"small"])
         self.assert_served()
         for c in holders:
             c.close()
@@ -562,6 +565,48 @@ class TransportTest(unittest.TestCase):
         self.assertGreater(time.time() - start, 1.3)
         self.assertFalse(c.closed)  # the connection stays: only the request was late
         self.assert_served()
+
+    def test_idle_after_a_call_longer_than_the_request_timeout(self):
+        # The connection's check timer fires (request_timeout_ms, 1.5 s) while a finished
+        # request's call runs; once that call ends, the idle timeout (3 s) still applies.
+        c = Client(self.server.address(), timeout=0.5)
+        self.addCleanup(c.close)
+        sid = c.start_call("/test.Echo/Never", b"x")
+        time.sleep(2.0)
+        c.conn.reset_stream(sid)
+        c.flush()
+        ended = time.time()
+        while time.time() - ended < 6 and not c.closed and c.goaway() is None:
+            try:
+                c.pump()
+            except (socket.timeout, h2.exceptions.ProtocolError):
+                pass
+        self.assertEqual(c.goaway(), 0)
+        self.assertTrue(2.5 < time.time() - ended < 4.5)
+
+    def test_a_reset_stream_with_queued_output_does_not_stall_its_connection(self):
+        # Output queued on a stream the client then cancels leaves with it: the connection (and
+        # its other calls) stays, past write_timeout_ms (700 ms).
+        c = self.client()
+        cancelled_before = self.server.lines.count("cancelled /test.Echo/Never")
+        never = c.start_call("/test.Echo/Never", b"x")
+        c.conn.update_settings({h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: 0})
+        c.flush()
+        self.sync(c)
+        big = c.start_call("/test.Echo/Big", b"200000")
+        self.sync(c)
+        time.sleep(0.2)
+        c.conn.reset_stream(big)
+        c.flush()
+        time.sleep(1.5)
+        c.conn.update_settings({h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: 65535})
+        c.flush()
+        hdrs, msgs, trailers, _ = c.call("/test.Echo/Unary", b"still open")
+        self.assertEqual(msgs, [b"still open"])
+        self.assertFalse(c.closed)
+        self.assertEqual(self.server.lines.count("cancelled /test.Echo/Never"), cancelled_before)
+        c.conn.reset_stream(never)
+        c.flush()
 
     def test_pings_do_not_keep_an_idle_connection_open(self):
         c = Client(self.server.address(), timeout=0.5)
