@@ -409,9 +409,6 @@ StatusCode grpcStatusOf(int http_status, std::string_view error_code) {
       {"too_many_waiters", StatusCode::kResourceExhausted},
       {"too_many_connections", StatusCode::kResourceExhausted},
       {"backend_full", StatusCode::kResourceExhausted},
-      // An HTTP 503, but Redis refusing a command (an ACL's NOPERM) is not cured by retrying,
-      // which gRPC clients do on UNAVAILABLE.
-      {"backend_error", StatusCode::kInternal},
       {"not_implemented", StatusCode::kUnimplemented},
       {"not_supported", StatusCode::kUnimplemented},
       {"method_not_allowed", StatusCode::kUnimplemented},

@@ -164,6 +164,9 @@ void GrpcCall::start() {
     // withdraws its waiter, and a grant that still comes is given back (undelivered).
     const int64_t margin_us = deadlineMarginUs(*timeout_us);
     const int64_t effective_us = std::max<int64_t>(0, *timeout_us - margin_us);
+    // Nothing left once the margin is taken (grpc-timeout of 2 ms or less): the call ends now,
+    // before its request could be dispatched and answered (a cached reply answers at once).
+    if (effective_us == 0) return finish(StatusCode::kDeadlineExceeded, "deadline exceeded");
     info_.deadline_us = scheduler_.nowUs() + effective_us;
     deadline_.start(scheduler_, effective_us / 1000, [weak = weak_from_this()] {
       auto self = weak.lock();
@@ -217,8 +220,12 @@ void GrpcCall::onEnd() {
     return finish(StatusCode::kInternal, buffer_.empty() ? "the call carried no request message"
                                                          : "truncated request message");
   }
-  dispatched_ = true;
   info_.received_us = scheduler_.nowUs();
+  if (info_.deadline_us && info_.received_us >= *info_.deadline_us) {
+    // The request ended after the sidecar's deadline, whose timer has not run yet.
+    return finish(StatusCode::kDeadlineExceeded, "deadline exceeded");
+  }
+  dispatched_ = true;
   buffer_.erase(0, kPrefixBytes);
   std::string request = std::move(buffer_);
   buffer_ = std::string();

@@ -29,6 +29,9 @@ constexpr size_t kMaxOutboundAck = 1000;
 constexpr size_t kMaxSettingsEntries = 32;
 // CONTINUATION frames after one HEADERS (the CONTINUATION flood); nghttp2's default is 8.
 constexpr size_t kMaxContinuations = 8;
+// A write this small on a stream's empty queue is taken whatever the connection's and the
+// server's queued bytes (Http2Connection::mayQueue): at most one per open stream.
+constexpr size_t kAlwaysQueuedBytes = 64 * 1024;
 
 // RAII for nghttp2's objects (src/README.md, rule 14: the library is used through its API, and
 // every object it allocates is freed on every path).
@@ -118,13 +121,16 @@ class Http2Connection {
   nghttp2_session* session() const { return session_.get(); }
   /// Whether a stream holding `stream_queued` bytes may queue more (its limit, and the
   /// connection's over all its streams).
-  /// A write on an empty queue is always taken (a unary answer is never refused because others
-  /// filled the budgets): the caps bound what a stream piles up behind it.
-  bool mayQueue(size_t stream_queued) const {
+  /// Whether a stream holding `stream_queued` bytes may queue `incoming` more. A small write on
+  /// an empty queue is always taken (a unary answer is not refused because others filled the
+  /// budgets); beyond, the stream's limit, and the connection's and the server's over all
+  /// streams (one larger write on an empty queue passes the stream's limit, not those).
+  bool mayQueue(size_t stream_queued, size_t incoming) const {
     const Http2Options& o = server_->options_;
-    return stream_queued == 0 || (stream_queued <= o.max_queued_bytes_per_stream &&
-                                  queued_bytes_ <= o.max_queued_bytes_per_connection &&
-                                  server_->queued_bytes_ <= o.max_queued_bytes);
+    if (stream_queued == 0 && incoming <= kAlwaysQueuedBytes) return true;
+    return stream_queued <= o.max_queued_bytes_per_stream &&
+           queued_bytes_ <= o.max_queued_bytes_per_connection &&
+           server_->queued_bytes_ <= o.max_queued_bytes;
   }
   void addQueued(size_t bytes) {
     queued_bytes_ += bytes;
@@ -793,7 +799,7 @@ bool Http2Stream::respond(std::span<const Http2Field> fields, bool end_stream) {
 
 bool Http2Stream::write(std::string data) {
   if (!open() || !responded_) return false;
-  if (!connection_->mayQueue(queued_bytes_)) {
+  if (!connection_->mayQueue(queued_bytes_, data.size())) {
     // Reset on a later turn: the caller is inside its own write (src/README.md, rule 4).
     ending_ = true;
     connection_->postReset(id_);

@@ -255,6 +255,16 @@ class TransportTest(unittest.TestCase):
         self.assertEqual(status_of(hdrs, trailers), 4)
         self.assertTrue(0.85 < elapsed < 0.99, elapsed)
 
+    def test_timeout_within_the_margin_ends_the_call_at_once(self):
+        # grpc-timeout of 2 ms or less leaves nothing once the margin is taken: DEADLINE_EXCEEDED
+        # before the request is dispatched (the echo method would answer in the same read).
+        c = self.client()
+        for timeout in ("2m", "1m", "500u"):
+            hdrs, msgs, trailers, _ = c.call("/test.Echo/Unary", b"late", [("grpc-timeout", timeout)])
+            self.assertEqual((status_of(hdrs, trailers), msgs), (4, []), timeout)
+        hdrs, msgs, trailers, _ = c.call("/test.Echo/Unary", b"in time", [("grpc-timeout", "3m")])
+        self.assertEqual(msgs, [b"in time"])
+
     def test_bad_requests(self):
         c = self.client()
         # A message over max_message_bytes (64 KiB here), announced by its prefix.

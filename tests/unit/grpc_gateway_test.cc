@@ -271,7 +271,9 @@ TEST(GrpcGatewayTest, HttpErrorsMapToGrpcStatusesOneToOne) {
   EXPECT_EQ(grpcStatusOf(503, "shutting_down"), StatusCode::kUnavailable);
   EXPECT_EQ(grpcStatusOf(504, ""), StatusCode::kDeadlineExceeded);
   EXPECT_EQ(grpcStatusOf(500, "ERR_TRY_LOCK"), StatusCode::kInternal);
-  EXPECT_EQ(grpcStatusOf(503, "backend_error"), StatusCode::kInternal);
+  // UNAVAILABLE as its HTTP 503 says: most error replies pass (LOADING, BUSY, MASTERDOWN,
+  // CLUSTERDOWN, READONLY after a failover), an ACL's NOPERM does not (the message quotes Redis).
+  EXPECT_EQ(grpcStatusOf(503, "backend_error"), StatusCode::kUnavailable);
   EXPECT_EQ(grpcStatusOf(501, "not_implemented"), StatusCode::kUnimplemented);
 }
 
