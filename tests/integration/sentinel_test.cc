@@ -192,6 +192,18 @@ TEST_F(SentinelTest, FailoverResumesGrantsForQueuedWaitersAndTokensKeepGoingUp) 
   ASSERT_EQ(granted.status, 200) << granted.body << sidecar_->logs();
   EXPECT_GT(json::parse(granted.body)["token"].get<uint64_t>(), held_token);
 
+  // wait_replicas: 1 answers 503 (the grant given back, not replicated) until the sentinels have
+  // pointed the other replica at the promoted master and it has synced: that takes a moment more
+  // than the failover itself (under two ASan passes at ctest -j4 on 2 cores, over 500 ms).
+  ASSERT_TRUE(pollUntil(
+      [&] {
+        const std::string info = new_master.cli({"INFO", "replication"});
+        return info.find("connected_slaves:") != std::string::npos &&
+               info.find("connected_slaves:0") == std::string::npos &&
+               info.find("state=online") != std::string::npos;
+      },
+      kFailoverPollMs))
+      << new_master.cli({"INFO", "replication"});
   const uint64_t first_after = grantAndRelease(c, "tokens");
   EXPECT_GT(first_after, last_before) << "fencing tokens never go backwards across a failover";
 
