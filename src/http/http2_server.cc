@@ -349,8 +349,29 @@ void Http2Connection::check() {
   if (stalled_since_us_ != 0 && queued_bytes_ > 0 && o.write_timeout_ms > 0 &&
       due(stalled_since_us_, o.write_timeout_ms)) {
     SL_LOG(kDebug, "http2.output_stalled", {"queued_bytes", std::to_string(queued_bytes_)});
-    closeNow();
-    return;
+    // The socket takes output and the connection's window is open: only some streams' windows
+    // are shut (their readers stopped reading). Those streams are reset, and the connection's
+    // other calls (a stream hold beside a slow event stream) go on. Otherwise the connection is
+    // stuck as a whole and closes.
+    std::vector<int32_t> stuck;
+    if (!session_dead_ && write_ == nullptr &&
+        nghttp2_session_get_remote_window_size(session_.get()) > 0) {
+      for (const Http2StreamPtr& s : streams_) {
+        if (s->queued_bytes_ > 0 &&
+            nghttp2_session_get_stream_remote_window_size(session_.get(), s->id_) <= 0) {
+          stuck.push_back(s->id_);
+        }
+      }
+    }
+    if (stuck.empty()) {
+      closeNow();
+      return;
+    }
+    for (int32_t id : stuck) {
+      nghttp2_submit_rst_stream(session_.get(), NGHTTP2_FLAG_NONE, id, NGHTTP2_CANCEL);
+    }
+    stalled_since_us_ = 0;  // set again by the next flush if output is still held back
+    sendPending();
   }
   if (o.request_timeout_ms > 0) {
     // At most max_concurrent_streams to look at, and only when a deadline came.

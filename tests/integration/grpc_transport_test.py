@@ -653,18 +653,50 @@ class TransportTest(unittest.TestCase):
         self.assertTrue(1.3 < time.time() - start < 3.0)  # request_timeout_ms, not idle (3 s)
         self.assert_served()
 
-    def test_client_granting_no_window_is_closed(self):
-        # INITIAL_WINDOW_SIZE 0: the answer's messages stay queued in the server; nothing moves
-        # for write_timeout_ms (700 ms), so the connection is closed and the answer undelivered.
+    def test_stream_granting_no_window_is_reset(self):
+        # INITIAL_WINDOW_SIZE 0: the answer's messages stay queued on their stream; nothing moves
+        # for write_timeout_ms (700 ms) while the connection's own window is open, so that stream
+        # is reset (CANCEL) and its answer undelivered; the connection and its other calls go on.
         c = self.client()
+        never = c.start_call("/test.Echo/Never", b"x")  # a call beside it, e.g. a stream hold
         c.conn.update_settings({h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: 0})
         c.flush()
+        self.sync(c)
+        cancelled_before = self.server.lines.count("cancelled /test.Echo/Never")
         start = time.time()
         sid = c.start_call("/test.Echo/Stream", b"x")
-        self.assertTrue(c.wait_closed(5))
-        self.assertLess(time.time() - start, 3)
+        self.assertTrue(self.pump_until(c, lambda: self.reset_code(c, sid) is not None, 5))
+        self.assertEqual(self.reset_code(c, sid), 8)
+        self.assertTrue(0.5 < time.time() - start < 3)
         self.assertTrue(self.server.wait_line("undelivered /test.Echo/Stream", 3))
-        self.assertIsNone(c.result(sid, deadline=0.1)[2].get("grpc-status"))
+        self.assertFalse(c.closed)
+        c.conn.update_settings({h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: 65535})
+        c.flush()
+        hdrs, msgs, trailers, _ = c.call("/test.Echo/Unary", b"still here")
+        self.assertEqual(msgs, [b"still here"])
+        self.assertEqual(self.server.lines.count("cancelled /test.Echo/Never"), cancelled_before)
+        c.conn.reset_stream(never)
+        c.flush()
+
+    def test_connection_granting_no_window_is_closed(self):
+        # The streams' windows are wide but the connection's is never reopened (no WINDOW_UPDATE
+        # for it): the connection as a whole takes no output, and closes after write_timeout_ms.
+        s = socket.create_connection(self.server.address())
+        s.settimeout(5)
+        self.addCleanup(s.close)
+        conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+        conn.initiate_connection()
+        conn.update_settings({h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: 1 << 20})
+        conn.send_headers(1, [(":method", "POST"), (":scheme", "http"),
+                              (":path", "/test.Echo/Big"), (":authority", "x"),
+                              ("content-type", "application/grpc"), ("te", "trailers")])
+        conn.send_data(1, grpc_frame(b"200000"), end_stream=True)
+        s.sendall(conn.data_to_send())
+        start = time.time()
+        _, closed = self.read_until_closed(s)  # reads the bytes, never answers with a window
+        self.assertTrue(closed)
+        self.assertLess(time.time() - start, 4)
+        self.assertTrue(self.server.wait_line("undelivered /test.Echo/Big", 3))
         self.assert_served()
 
     def connect_admitted(self):
