@@ -8,6 +8,7 @@
 
 #include <uv.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -35,8 +36,7 @@ std::optional<int64_t> parseGrpcTimeout(std::string_view value);
 /// cancelled): a tenth of the timeout, at least 2 ms and at most 100 ms, so that an answer sent
 /// before then reaches the client before its own deadline.
 constexpr int64_t deadlineMarginUs(int64_t timeout_us) {
-  const int64_t tenth = timeout_us / 10;
-  return tenth < 2'000 ? 2'000 : (tenth > 100'000 ? 100'000 : tenth);
+  return std::clamp<int64_t>(timeout_us / 10, 2'000, 100'000);
 }
 
 /// A CallHandler answering every call UNIMPLEMENTED with a message naming sidelock.

@@ -119,8 +119,6 @@ class Http2Connection {
 
   // For Http2Stream.
   nghttp2_session* session() const { return session_.get(); }
-  /// Whether a stream holding `stream_queued` bytes may queue more (its limit, and the
-  /// connection's over all its streams).
   /// Whether a stream holding `stream_queued` bytes may queue `incoming` more. A small write on
   /// an empty queue is always taken (a unary answer is not refused because others filled the
   /// budgets); beyond, the stream's limit, and the connection's and the server's over all
@@ -136,11 +134,14 @@ class Http2Connection {
     queued_bytes_ += bytes;
     server_->queued_bytes_ += bytes;
   }
-  /// nghttp2 took `bytes` of a stream's queue (or the stream closed with them): they leave the
-  /// budgets. Taken by nghttp2, output moves: the write timeout's stall ends.
-  void tookQueued(size_t bytes) {
+  /// `bytes` of a stream's queue leave the budgets (taken by nghttp2, or closed with it).
+  void releaseQueued(size_t bytes) {
     queued_bytes_ -= bytes;
     server_->queued_bytes_ -= bytes;
+  }
+  /// nghttp2 took `bytes` of a stream's queue: output moves, the write timeout's stall ends.
+  void tookQueued(size_t bytes) {
+    releaseQueued(bytes);
     stalled_since_us_ = 0;
   }
   void postReset(int32_t stream_id) {
@@ -306,17 +307,12 @@ Status Http2Connection::start(std::shared_ptr<const PeerIdentity> peer) {
 void Http2Connection::countIn(Http2Server::ListenerBudget* budget, std::string peer_key) {
   budget_ = budget;
   peer_key_ = std::move(peer_key);
-  ++budget_->connections;
-  if (!peer_key_.empty()) ++budget_->per_peer[peer_key_];
+  budget_->countIn(peer_key_);
 }
 
 void Http2Connection::countOut() {
   if (budget_ == nullptr) return;
-  --budget_->connections;
-  if (!peer_key_.empty()) {
-    auto it = budget_->per_peer.find(peer_key_);
-    if (it != budget_->per_peer.end() && --it->second == 0) budget_->per_peer.erase(it);
-  }
+  budget_->countOut(peer_key_);
   budget_ = nullptr;
 }
 
@@ -353,40 +349,36 @@ void Http2Connection::check() {
     // are shut (their readers stopped reading). Those streams are reset, and the connection's
     // other calls (a stream hold beside a slow event stream) go on. Otherwise the connection is
     // stuck as a whole and closes.
-    std::vector<int32_t> stuck;
+    // (Submitting RST_STREAM only queues a frame: streams_ is unchanged until it is sent.)
+    size_t reset = 0;
     if (!session_dead_ && write_ == nullptr &&
         nghttp2_session_get_remote_window_size(session_.get()) > 0) {
       for (const Http2StreamPtr& s : streams_) {
         if (s->queued_bytes_ > 0 &&
             nghttp2_session_get_stream_remote_window_size(session_.get(), s->id_) <= 0) {
-          stuck.push_back(s->id_);
+          nghttp2_submit_rst_stream(session_.get(), NGHTTP2_FLAG_NONE, s->id_, NGHTTP2_CANCEL);
+          ++reset;
         }
       }
     }
-    if (stuck.empty()) {
+    if (reset == 0) {
       closeNow();
       return;
-    }
-    for (int32_t id : stuck) {
-      nghttp2_submit_rst_stream(session_.get(), NGHTTP2_FLAG_NONE, id, NGHTTP2_CANCEL);
     }
     stalled_since_us_ = 0;  // set again by the next flush if output is still held back
     sendPending();
   }
   if (o.request_timeout_ms > 0) {
     // At most max_concurrent_streams to look at, and only when a deadline came.
-    std::vector<int32_t> late;
+    bool any_late = false;
     for (const Http2StreamPtr& s : streams_) {
-      if (!s->request_ended_ && due(s->opened_us_, o.request_timeout_ms)) late.push_back(s->id_);
-    }
-    for (int32_t id : late) {
-      Http2Stream* s = find(id);
-      if (s == nullptr) continue;
+      if (s->request_ended_ || !due(s->opened_us_, o.request_timeout_ms)) continue;
       endRequest(*s);
       // The handler sees the stream close (CANCEL): a request nobody finished is never served.
-      nghttp2_submit_rst_stream(session_.get(), NGHTTP2_FLAG_NONE, id, NGHTTP2_CANCEL);
+      nghttp2_submit_rst_stream(session_.get(), NGHTTP2_FLAG_NONE, s->id_, NGHTTP2_CANCEL);
+      any_late = true;
     }
-    if (!late.empty()) sendPending();
+    if (any_late) sendPending();
   }
   if (streams_.empty() && o.idle_timeout_ms > 0 && due(idle_since_us_, o.idle_timeout_ms)) {
     goAway();
@@ -518,7 +510,8 @@ void Http2Connection::flushNow() {
     return;
   }
   // Response bytes left in the streams after nghttp2 produced all it could: the client's window
-  // (or the socket) holds them back. If nothing moves for write_timeout_ms the connection closes.
+  // (or the socket) holds them back. If nothing moves for write_timeout_ms, check() resets the
+  // streams whose window is shut, or closes the connection when it is stuck as a whole.
   if (queued_bytes_ > 0 && stalled_since_us_ == 0 && server_->options_.write_timeout_ms > 0) {
     stalled_since_us_ = server_->scheduler_.nowUs();
     armCheck(stalled_since_us_ + server_->options_.write_timeout_ms * 1000);
@@ -609,8 +602,7 @@ Http2StreamPtr Http2Connection::detach(Http2Stream* s, bool nghttp2_closing) {
   streams_.pop_back();
   if (last_found_ == s) last_found_ = nullptr;
   if (!s->request_ended_) endRequest(*s);
-  queued_bytes_ -= s->queued_bytes_;
-  server_->queued_bytes_ -= s->queued_bytes_;
+  releaseQueued(s->queued_bytes_);
   s->queued_bytes_ = 0;
   if (queued_bytes_ == 0) stalled_since_us_ = 0;  // what was stuck left with its stream
   if (streams_.empty()) {
@@ -961,7 +953,9 @@ void Http2Server::onConnection(event::StreamListener& listener, ListenerBudget& 
   if (closed_ || draining_) return;  // the destructor closes the stream
   auto peer = std::make_shared<const PeerIdentity>(identifyPeer(connection->stream().get()));
   std::string peer_key = options_.max_connections_per_peer > 0 ? peer->key() : std::string();
-  if (!makeRoom(budget, peer_key)) {
+  if (!budget.makeRoom(
+          peer_key, options_.max_connections, options_.max_connections_per_peer,
+          [&](const std::string* of_peer) { return evictLongestIdle(budget, of_peer); })) {
     SL_LOG(kDebug, "http2.connection_refused", {"peer", peer->key()});
     return;
   }
@@ -969,20 +963,6 @@ void Http2Server::onConnection(event::StreamListener& listener, ListenerBudget& 
   Http2Connection* c = connection.get();
   connections_.emplace(c, std::move(connection));
   if (!c->start(std::move(peer)).isOk()) c->closeNow();
-}
-
-bool Http2Server::makeRoom(ListenerBudget& budget, const std::string& peer_key) {
-  const auto max_per_peer = static_cast<size_t>(std::max(0, options_.max_connections_per_peer));
-  if (max_per_peer > 0 && !peer_key.empty()) {
-    auto it = budget.per_peer.find(peer_key);
-    if (it != budget.per_peer.end() && it->second >= max_per_peer &&
-        !evictLongestIdle(budget, &peer_key)) {
-      return false;
-    }
-  }
-  const auto max_connections = static_cast<size_t>(std::max(0, options_.max_connections));
-  if (budget.connections >= max_connections) return evictLongestIdle(budget, nullptr);
-  return true;
 }
 
 bool Http2Server::evictLongestIdle(const ListenerBudget& budget, const std::string* peer_key) {

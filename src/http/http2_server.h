@@ -37,6 +37,7 @@
 #include "event/stream_listener.h"
 #include "event/uv_handle.h"
 #include "http/http_types.h"
+#include "http/listener_connections.h"
 
 namespace sidelock::http {
 
@@ -225,14 +226,10 @@ class Http2Server {
  private:
   friend class Http2Connection;
   /// The connections of one listener, for max_connections and max_connections_per_peer.
-  struct ListenerBudget {
-    size_t connections = 0;
-    std::unordered_map<std::string, size_t> per_peer;
-  };
+  using ListenerBudget = ListenerConnections;
   void onConnection(event::StreamListener& listener, ListenerBudget& budget);
-  /// Whether a connection of `peer_key` ("" when there is no per-peer cap) fits `budget`, after
-  /// closing the longest-idle connection (no stream open) of that peer or of the listener.
-  bool makeRoom(ListenerBudget& budget, const std::string& peer_key);
+  /// Closes the longest-idle connection (no stream open) of `peer_key`, or of the listener when
+  /// null; false when none is idle (ListenerConnections::makeRoom).
   bool evictLongestIdle(const ListenerBudget& budget, const std::string* peer_key);
   void destroyConnection(Http2Connection* connection);
   /// Output is produced once per loop turn, as HttpServer's is: a connection with

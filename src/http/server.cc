@@ -103,17 +103,8 @@ void HttpServer::onConnection(event::StreamListener& listener, ConnectionBudget&
 }
 
 bool HttpServer::makeRoom(ConnectionBudget& budget, const std::string& peer_key) {
-  const auto max_per_peer = static_cast<size_t>(std::max(0, limits_.max_connections_per_peer));
-  if (max_per_peer > 0 && !peer_key.empty()) {
-    auto it = budget.per_peer.find(peer_key);
-    if (it != budget.per_peer.end() && it->second >= max_per_peer &&
-        !evictLongestIdle(budget, &peer_key)) {
-      return false;
-    }
-  }
-  const auto max_connections = static_cast<size_t>(std::max(0, limits_.max_connections));
-  if (budget.connections >= max_connections) return evictLongestIdle(budget, nullptr);
-  return true;
+  return budget.makeRoom(peer_key, limits_.max_connections, limits_.max_connections_per_peer,
+                         [&](const std::string* peer) { return evictLongestIdle(budget, peer); });
 }
 
 bool HttpServer::evictLongestIdle(const ConnectionBudget& budget, const std::string* peer_key) {
@@ -143,10 +134,7 @@ bool HttpServer::evictLongestIdle(const ConnectionBudget& budget, const std::str
   return true;
 }
 
-void HttpServer::countIn(Connection* c) {
-  ++c->budget_->connections;
-  if (!c->peer_key_.empty()) ++c->budget_->per_peer[c->peer_key_];
-}
+void HttpServer::countIn(Connection* c) { c->budget_->countIn(c->peer_key_); }
 
 void HttpServer::countOut(Connection* c) {
   if (c->refusing_) {
@@ -159,11 +147,7 @@ void HttpServer::countOut(Connection* c) {
     --c->budget_->stream_holds;
     metrics_.http_stream_holds.Decrement();
   } else {
-    --c->budget_->connections;
-    if (!c->peer_key_.empty()) {
-      auto it = c->budget_->per_peer.find(c->peer_key_);
-      if (it != c->budget_->per_peer.end() && --it->second == 0) c->budget_->per_peer.erase(it);
-    }
+    c->budget_->countOut(c->peer_key_);
   }
   c->budget_ = nullptr;
 }

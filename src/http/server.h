@@ -30,6 +30,7 @@
 #include "event/stream_listener.h"
 #include "event/uv_handle.h"
 #include "http/http_types.h"
+#include "http/listener_connections.h"
 #include "http/server_options.h"
 #include "metrics/metrics.h"
 
@@ -101,10 +102,8 @@ class HttpServer {
 
   /// Connections of one listener: each listener (TCP, Unix; the admin listener is its own
   /// server) has its own max_connections, per-peer counts and stream-hold pool.
-  struct ConnectionBudget {
-    size_t connections = 0;                            // against limits_.max_connections
-    size_t stream_holds = 0;                           // against limits_.max_stream_holds
-    std::unordered_map<std::string, size_t> per_peer;  // only with max_connections_per_peer
+  struct ConnectionBudget : ListenerConnections {
+    size_t stream_holds = 0;  // against limits_.max_stream_holds
   };
 
   void onConnection(event::StreamListener& listener, ConnectionBudget& budget);
