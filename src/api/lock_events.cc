@@ -81,9 +81,19 @@ int64_t LockEvents::onRead(Groups::Group& g, StatusOr<lock::LockState> state) {
     send(g, "state", next);
     return next_read_ms;
   }
-  // A stale answer (Redlock: a free lock read while a node of the last grant did not answer may
-  // name a token before it): never go backwards, and keep what was announced for the next read.
-  if (next.token < s.view.token) return next_read_ms;
+  if (next.token < s.view.token) {
+    // A stale answer (Redlock: a free lock read while a node of the last grant did not answer may
+    // name a token before it): never go backwards, and keep what was announced for the next read.
+    // But a lease read gone past the end its last read gave it has ended whatever token the read
+    // names: Redis restarted empty (its counter gone, token 0), or a Redlock node of the grant
+    // that stays away. It ends then (`expired` unless announced) under its own token; before
+    // then, read again right after that end.
+    if (next.held || !s.view.held) return next_read_ms;
+    if (now < s.view.deadline_ms - kExtendSlackMs) {
+      return std::min(next_read_ms, s.view.deadline_ms - now + 1);
+    }
+    next.token = s.view.token;
+  }
   const EndAnnounced end = std::exchange(s.end, EndAnnounced::kNone);
   const View prev = s.view;
   // Another lease: another token, or readers where a writer held it (or the other way round),

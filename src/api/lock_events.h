@@ -10,7 +10,8 @@
 // group reads again right after the TTL it last saw ends (the lease's PTTL), and a read that
 // finds the lease gone with no release announced since is `expired`. The periodic re-read every
 // `reread_ms` catches a missed pub/sub message. Tokens order the events: a read showing a lower
-// token than one already sent (a stale answer) is ignored, so a stream never goes backwards.
+// token than one already sent (a stale answer) is ignored, so a stream never goes backwards; only a
+// lease read gone past its end is ended whatever the read's token (its data lost with Redis's).
 #pragma once
 
 #include <cstddef>

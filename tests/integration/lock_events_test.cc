@@ -19,6 +19,7 @@
 #include "support/http_client.h"
 #include "support/redis_cluster.h"
 #include "support/redis_server.h"
+#include "support/sidecar_polling.h"
 #include "support/sidecar_process.h"
 
 namespace sidelock::testing {
@@ -415,6 +416,38 @@ TEST(LockEventsBackendsTest, LifeOfALockOnRedlock) {
   const std::string fast = "node_timeout_ms: 50";
   yaml.replace(yaml.find(fast), fast.size(), "node_timeout_ms: 500");
   lifeOfALockOn(yaml);
+}
+
+// Redis restarted empty under a held lease: the lease is gone with the data, and reads name token
+// 0 (no counter), below the lease's. The stream ends the lease at its TTL as `expired`, under its
+// own token (tokens never go back), and shows the next grant (its token from Redis's clock, above
+// every earlier one) as `acquired`. Before, the stale-read rule ignored the lower token and the
+// stream showed the lost lease held until the next grant, then `released`.
+TEST_F(LockEventsTest, ALeaseLostWithRedissDataExpiresOnTheStream) {
+  Watcher on_b(b->port(), "/v1/locks/orders/events");
+  ASSERT_TRUE(on_b.next().has_value());
+  HttpResponse r = ca.post("/v1/locks/orders/acquire", R"({"ttl_ms": 2000})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  const uint64_t t1 = json::parse(r.body)["token"];
+  expectEverywhere({&on_b}, "acquired", t1);
+
+  const auto lost_at = Clock::now();
+  redis.kill();
+  redis.restart();
+  // No later than the TTL and a catch-up re-read (1 s) after the end the stream saw.
+  expectEverywhere({&on_b}, "expired", t1, 6000);
+  EXPECT_GE(std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - lost_at).count(),
+            1500)
+      << "ended at its TTL, not at once";
+
+  HttpResponse again;
+  ASSERT_TRUE(pollUntil([&] {
+    again = ca.post("/v1/locks/orders/acquire", R"({"ttl_ms": 30000})");
+    return again.status == 200;
+  })) << again.body;
+  const uint64_t t2 = json::parse(again.body)["token"];
+  EXPECT_GT(t2, t1);
+  expectEverywhere({&on_b}, "acquired", t2);
 }
 
 TEST_F(LockEventsTest, BadInputIsRefused) {
