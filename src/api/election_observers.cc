@@ -39,8 +39,8 @@ ElectionObservers::~ElectionObservers() = default;
 void ElectionObservers::add(const std::string& name, http::ResponderPtr stream,
                             StatusOr<lock::LockState> first_read) {
   Groups::Group& g = groups_.groupOf(name, &first_read);
-  Observer& o = groups_.addWatcher(g, Observer{std::move(stream)});
-  if (g.known) o.stream->writeChunk(observeEvent(name, g.state.view));
+  Observer* o = groups_.addWatcher(g, Observer{std::move(stream)});
+  if (o != nullptr && g.known) o->stream->writeChunk(observeEvent(name, g.state.view));
 }
 
 void ElectionObservers::listen(const std::string& name,

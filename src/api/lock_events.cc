@@ -35,9 +35,10 @@ LockEvents::~LockEvents() = default;
 
 void LockEvents::add(const std::string& name, http::ResponderPtr stream, bool with_extended) {
   Groups::Group& g = groups_.groupOf(name);
-  Watcher& w = groups_.addWatcher(g, Watcher{std::move(stream), with_extended});
+  Watcher* w = groups_.addWatcher(g, Watcher{std::move(stream), with_extended});
+  if (w == nullptr) return;  // answered already (HEAD)
   if (g.known) {  // the newcomer's first line (the others had theirs)
-    w.stream->writeChunk(eventLine(g.name, "state", g.state.view));
+    w->stream->writeChunk(eventLine(g.name, "state", g.state.view));
     metrics_.lock_events_sent_total.Add({{"type", "state"}}).Increment();
   }
 }

@@ -102,15 +102,24 @@ class WatchedNames {
     return g;
   }
 
-  /// Starts `w.stream`'s NDJSON answer and adds it to `g`; it leaves when its client goes.
-  Watcher& addWatcher(Group& g, Watcher w) {
+  /// Starts `w.stream`'s NDJSON answer and adds it to `g`; it leaves when its client goes. A
+  /// stream whose client is gone once it started (a HEAD request, answered with the head alone)
+  /// is not added: nullptr, and `g` ends too unless something else keeps it.
+  Watcher* addWatcher(Group& g, Watcher w) {
     w.stream->startStream(200, "application/x-ndjson");
+    if (!w.stream->clientConnected()) {
+      if (g.watchers.empty() && !g.pinned) {
+        const std::string name = g.name;
+        groups_.erase(name);
+      }
+      return nullptr;
+    }
     w.stream->onClientGone(alive_.guarded(
         [this, name = g.name, id = g.id, raw = w.stream.get()] { remove(name, id, raw); }));
     g.watchers.push_back(std::move(w));
     ++streams_;
     if (on_count_) on_count_(streams_);
-    return g.watchers.back();
+    return &g.watchers.back();
   }
 
   /// Reads `g` now unless a read is in flight.

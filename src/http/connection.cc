@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "common/log.h"
 #include "http/http_error.h"
 #include "http/router.h"
 
@@ -338,6 +339,17 @@ void HttpServer::Connection::respond(Exchange* ex, int status, std::string_view 
 }
 
 void HttpServer::Connection::startStream(Exchange* ex, int status, std::string_view content_type) {
+  if (ex->framing_.head_method) {
+    // HEAD: the head a GET gets, and no body, so the exchange is complete and the connection
+    // goes on with the next request. The handler sees its client gone (clientConnected() is
+    // false): nothing waits on a stream nobody will read.
+    ex->framing_.close = decideClose(ex);
+    appendStreamHead(outputFor(ex), ex->framing_, status, content_type);
+    server_->recordResponse(ex->request.route, status, ex->request.received_us);
+    ex->gone_ = true;
+    finish(ex);
+    return;
+  }
   // HTTP/1.0 has no chunked encoding: the stream ends when the connection does.
   server_->enterStreamHold(this);
   ex->framing_.close = decideClose(ex) || ex->framing_.http10;
@@ -349,8 +361,36 @@ void HttpServer::Connection::startStream(Exchange* ex, int status, std::string_v
 
 void HttpServer::Connection::writeChunk(Exchange* ex, std::string_view data) {
   if (data.empty() || ex->framing_.head_method) return;
+  if (streamBacklogFull(data.size())) {
+    // The reader fell too far behind (stopped, paused, or slower than the lock changes): end
+    // its stream rather than buffer for it. The client sees the connection close; the handler
+    // its client gone (a stream hold's lease is released).
+    SL_LOG(kInfo, "http.slow_stream_closed", {"peer", peer_ ? peer_->key() : std::string()},
+           {"route", ex->request.route}, {"unwritten_bytes", unwrittenBytes()});
+    server_->metrics_.http_slow_streams_closed.Increment();
+    closeNow();
+    return;
+  }
   appendChunk(outputFor(ex), ex->framing_, data);
   advance();
+}
+
+bool HttpServer::Connection::streamBacklogFull(size_t n) const {
+  const ServerOptions& limits = server_->limits_;
+  const size_t mine = unwrittenBytes();
+  // A chunk is always taken while little waits (a reader that keeps up: what the kernel took at
+  // once, or one large chunk, as a drained stream's last answer); a reader already behind is
+  // cut off past its own cap, or past the server's budget, which is not spent on the others.
+  if (mine <= kMaxOutputBacklog) return false;
+  if (mine + n > limits.max_stream_backlog_bytes) return true;
+  const size_t others = server_->unwritten_bytes_ - counted_unwritten_;
+  return others + mine + n > limits.max_unwritten_bytes;
+}
+
+void HttpServer::Connection::countUnwritten() {
+  const size_t now = closed_ ? 0 : unwrittenBytes();
+  server_->unwritten_bytes_ = server_->unwritten_bytes_ - counted_unwritten_ + now;
+  counted_unwritten_ = now;
 }
 
 void HttpServer::Connection::endStream(Exchange* ex) {
@@ -497,6 +537,7 @@ void HttpServer::Connection::startShutdown() {
 void HttpServer::Connection::closeNow(bool peer_reset) {
   if (closed_) return;
   closed_ = true;
+  countUnwritten();  // none now
   server_->countOut(this);
   // Answers still queued behind an unfinished one never left pending_; the last one written
   // was not read if the peer reset, and not (wholly) sent if output is left.
@@ -528,6 +569,7 @@ void HttpServer::Connection::closeNow(bool peer_reset) {
 
 void HttpServer::Connection::settle() {
   // depth_ is 0 here: no frame of this connection is on the stack.
+  countUnwritten();
   if (!closed_ && !out_.empty() && !writing_) server_->queueFlush(this);
   // Output drained below the backlog limit: read the client's further requests again.
   if (!closed_) scheduleResume();

@@ -126,6 +126,17 @@ class HttpServer::Connection final : public ParserListener {
   size_t outputBacklog() const {
     return out_.size() + (writing_ && write_ != nullptr ? write_->data.size() : 0);
   }
+  /// outputBacklog() and the answers buffered behind an unfinished one.
+  size_t unwrittenBytes() const {
+    size_t n = outputBacklog();
+    for (const auto& ex : queue_) n += ex->pending_.size();
+    return n;
+  }
+  /// Brings this connection's share of HttpServer::unwritten_bytes_ up to date.
+  void countUnwritten();
+  /// Whether a chunk of `n` more bytes goes past the stream backlog limits
+  /// (ServerOptions::max_stream_backlog_bytes, max_unwritten_bytes).
+  bool streamBacklogFull(size_t n) const;
   bool isHead(const Exchange* ex) const { return !queue_.empty() && queue_.front().get() == ex; }
   std::string& outputFor(Exchange* ex) {
     if (!isHead(ex)) return ex->pending_;
@@ -170,6 +181,7 @@ class HttpServer::Connection final : public ParserListener {
   bool refusing_ = false;               // counted in HttpServer::refusing_
   int64_t idle_since_us_ = 0;           // 0 while busy
   bool counted_ = false;
+  size_t counted_unwritten_ = 0;  // this connection's part of HttpServer::unwritten_bytes_
 
   std::string pending_input_;  // unparsed bytes held while the pipeline is full
   size_t pending_offset_ = 0;  // how much of pending_input_ is parsed

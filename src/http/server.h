@@ -137,6 +137,9 @@ class HttpServer {
   ConnectionBudget tcp_budget_;
   ConnectionBudget unix_budget_;
   size_t refusing_ = 0;  // connections over budget being answered 503
+  // Output written by handlers that the kernel has not taken, over every connection (each
+  // connection's part is brought up to date when it settles, flushes or closes).
+  size_t unwritten_bytes_ = 0;
   std::unordered_map<Connection*, std::unique_ptr<Connection>> connections_;
   struct RouteHash {
     using is_transparent = void;  // look routes up by string_view, without a copy per request

@@ -21,6 +21,14 @@ struct ServerOptions {
   int64_t header_timeout_ms = 10'000;
   int64_t idle_timeout_ms = 60'000;
   int64_t write_timeout_ms = 30'000;
+  /// Output of a streamed response (event and observe streams, stream holds) that its reader has
+  /// not taken yet, beyond what the kernel holds: on a connection already 64 KiB behind, a chunk
+  /// that would take it past `max_stream_backlog_bytes`, or the server's unwritten output past
+  /// `max_unwritten_bytes`, closes that connection (the stream ends; its reader reconnects and
+  /// reads the state again). A reader that stopped (paused, not reading) must not grow the
+  /// sidecar's memory until the write timeout.
+  size_t max_stream_backlog_bytes = 1024 * 1024;
+  size_t max_unwritten_bytes = 64 * 1024 * 1024;
 };
 
 }  // namespace sidelock::http

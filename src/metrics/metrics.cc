@@ -329,6 +329,13 @@ Metrics::Metrics(std::string version)
                                   "listen.max_stream_holds, not max_connections).")
                             .Register(*registry_)
                             .Add({})),
+      http_slow_streams_closed(BuildCounter()
+                                   .Name("sidelock_http_slow_streams_closed_total")
+                                   .Help("Connections closed because the reader of their "
+                                         "streamed response fell more than the stream backlog "
+                                         "limit behind.")
+                                   .Register(*registry_)
+                                   .Add({})),
       internal_errors(BuildCounter()
                           .Name("sidelock_internal_errors_total")
                           .Help("Internal consistency checks that failed: a bug in sidelock "

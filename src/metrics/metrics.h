@@ -224,6 +224,7 @@ class Metrics {
   prometheus::Counter& http_connections_rejected;  // over max_connections
   prometheus::Counter& http_connections_evicted;   // idle ones closed to admit a new client
   prometheus::Gauge& http_stream_holds;            // connections counted as stream holds
+  prometheus::Counter& http_slow_streams_closed;   // readers too far behind their stream
 
   // --- health of sidelock itself ---
   /// "Cannot happen" checks that failed (SL_INVARIANT, src/common/invariant.h); copied from

@@ -748,6 +748,7 @@ TEST_F(HttpServerTest, GracefulStopAnswersInFlightThenClosesAndRefusesNewClients
 // last chunk and end of body included, when drainOutput() runs first; one stream's end sits
 // behind 4 MiB the kernel cannot take at once (a uv_write in progress).
 TEST_F(HttpServerTest, DrainOutputLetsEndedStreamsLeaveBeforeClose) {
+  limits_.max_stream_backlog_bytes = size_t{1} << 40;  // a line behind 4 MiB is kept here
   startServer();
   constexpr int kClients = 40;
   std::vector<HttpClient> clients;
@@ -812,6 +813,7 @@ TEST_F(HttpServerTest, CloseFiresOnClientGoneForPendingRequests) {
 
 TEST_F(HttpServerTest, ClientThatStopsReadingIsDroppedAfterWriteTimeout) {
   limits_.write_timeout_ms = 200;
+  limits_.max_stream_backlog_bytes = size_t{1} << 40;  // the timeout, not the backlog cap
   startServer();
   HttpClient c = HttpClient::tcp(port_);
   c.sendRequest("GET", "/flood");  // and never read
@@ -892,6 +894,63 @@ TEST_F(HttpServerTest, ResponseToHeadHasNoBodySoTheNextResponseStaysFramed) {
   EXPECT_EQ(raw.compare(end_of_head + 4, 12, "HTTP/1.1 405"), 0) << raw;
   EXPECT_EQ(raw.compare(end_of_second + 4, 12, "HTTP/1.1 200"), 0) << raw;
   EXPECT_EQ(raw.substr(raw.size() - 2), "ok") << raw;
+}
+
+// A stream reader that stops reading is cut off once its unwritten output passes the stream
+// backlog cap (not after the write timeout, with megabytes buffered for it meanwhile).
+TEST_F(HttpServerTest, StreamReaderTooFarBehindIsClosedAtTheBacklogCap) {
+  limits_.write_timeout_ms = 60000;
+  limits_.max_stream_backlog_bytes = 256 * 1024;
+  startServer();
+  HttpClient c = HttpClient::tcp(port_);
+  c.sendRequest("GET", "/flood");  // and never read
+  EXPECT_TRUE(eventually([&] { return gone_ == 1; }, 10000));
+  EXPECT_EQ(metrics_.http_slow_streams_closed.Value(), 1);
+  EXPECT_TRUE(eventually([&] { return metrics_.http_connections.Value() == 0; }));
+}
+
+// Over the server's unwritten-output budget, a reader far behind is cut off, and one that keeps
+// up is not (its stream is whole).
+TEST_F(HttpServerTest, OverTheServersBacklogBudgetOnlyAReaderFarBehindIsClosed) {
+  limits_.write_timeout_ms = 60000;
+  limits_.max_stream_backlog_bytes = size_t{1} << 40;
+  limits_.max_unwritten_bytes = 512 * 1024;
+  startServer();
+  HttpClient stuck = HttpClient::tcp(port_);
+  stuck.sendRequest("GET", "/flood");  // never read
+  EXPECT_TRUE(eventually([&] { return gone_ == 1; }, 10000));
+  EXPECT_EQ(metrics_.http_slow_streams_closed.Value(), 1);
+  HttpClient reader = HttpClient::tcp(port_);
+  reader.sendRequest("GET", "/stream");
+  ASSERT_TRUE(reader.readStreamHead(5000).has_value());
+  EXPECT_EQ(reader.readStreamLine(5000), "{\"event\":1}");
+  EXPECT_EQ(reader.readStreamLine(5000), "{\"event\":2}");
+  EXPECT_EQ(reader.readStreamLine(5000), "{\"event\":3}");
+  EXPECT_EQ(reader.readStreamLine(5000), std::nullopt);
+  EXPECT_EQ(metrics_.http_slow_streams_closed.Value(), 1);
+}
+
+// HEAD on a streaming route: the head a GET gets, no body, and the exchange is over, so the
+// request behind it is answered; the handler sees its client gone at once (nothing is kept for a
+// stream nobody reads).
+TEST_F(HttpServerTest, HeadOnAStreamingRouteEndsAfterTheHead) {
+  startServer();
+  HttpClient c = HttpClient::tcp(port_);
+  c.sendRaw(std::string("HEAD /streamhold HTTP/1.1\r\nHost: x\r\n\r\n") +
+            requestBytes("GET", "/healthz"));
+  std::string raw = readRawUntil(c.fd(), [](const std::string& d) {
+    return d.size() >= 2 && d.compare(d.size() - 2, 2, "ok") == 0;
+  });
+  const size_t end_of_head = raw.find("\r\n\r\n");
+  ASSERT_NE(end_of_head, std::string::npos) << raw;
+  EXPECT_EQ(raw.compare(0, 12, "HTTP/1.1 200"), 0) << raw;
+  EXPECT_NE(raw.substr(0, end_of_head).find("Transfer-Encoding: chunked"), std::string::npos)
+      << raw;
+  EXPECT_EQ(raw.compare(end_of_head + 4, 12, "HTTP/1.1 200"), 0) << raw;
+  bool connected = true;
+  onLoop([&] { connected = hung_.at(0)->clientConnected(); });
+  EXPECT_FALSE(connected);
+  EXPECT_EQ(metrics_.http_stream_holds.Value(), 0);
 }
 
 TEST_F(HttpServerTest, AmbiguousBodyFramingIsRefused) {

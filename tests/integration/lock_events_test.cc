@@ -5,6 +5,8 @@
 // back; a killed pub/sub link loses no event for longer than the catch-up re-read; bad input is
 // refused.
 #include <gtest/gtest.h>
+#include <poll.h>
+#include <sys/socket.h>
 
 #include <algorithm>
 #include <chrono>
@@ -448,6 +450,39 @@ TEST_F(LockEventsTest, ALeaseLostWithRedissDataExpiresOnTheStream) {
   const uint64_t t2 = json::parse(again.body)["token"];
   EXPECT_GT(t2, t1);
   expectEverywhere({&on_b}, "acquired", t2);
+}
+
+// HEAD gets the head a GET gets and ends there: the request behind it is answered, and no
+// stream is left open for nobody (it used to hold an event-stream slot and the connection).
+TEST_F(LockEventsTest, HeadAnswersTheHeadAndOpensNoStream) {
+  HttpClient c = HttpClient::tcp(a->port());
+  c.sendRaw(
+      "HEAD /v1/locks/orders/events HTTP/1.1\r\nHost: localhost\r\n\r\n"
+      "HEAD /v1/elections/orders/observe HTTP/1.1\r\nHost: localhost\r\n\r\n"
+      "GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n");
+  // Raw bytes: the test client's parser does not know which answers are to a HEAD.
+  std::string raw;
+  const auto give_up = Clock::now() + std::chrono::seconds(5);
+  while (raw.find("{\"status\":\"ok\"}") == std::string::npos && Clock::now() < give_up) {
+    pollfd p{c.fd(), POLLIN, 0};
+    if (::poll(&p, 1, 100) <= 0) continue;
+    char buf[4096];
+    const ssize_t n = ::recv(c.fd(), buf, sizeof buf, 0);
+    if (n <= 0) break;
+    raw.append(buf, static_cast<size_t>(n));
+  }
+  ASSERT_NE(raw.find("{\"status\":\"ok\"}"), std::string::npos)
+      << "the request behind the HEADs was not answered: " << raw;
+  const size_t first = raw.find("\r\n\r\n");
+  const size_t second = raw.find("\r\n\r\n", first + 4);
+  ASSERT_NE(second, std::string::npos) << raw;
+  EXPECT_EQ(raw.compare(0, 12, "HTTP/1.1 200"), 0) << raw;
+  EXPECT_EQ(raw.compare(first + 4, 12, "HTTP/1.1 200"), 0) << raw;
+  EXPECT_EQ(raw.compare(second + 4, 12, "HTTP/1.1 200"), 0) << raw;
+  EXPECT_NE(raw.find("application/x-ndjson"), std::string::npos) << raw;
+  const std::string metrics = ca.get("/metrics").body;
+  EXPECT_NE(metrics.find("\nsidelock_lock_event_streams 0\n"), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("\nsidelock_election_observers 0\n"), std::string::npos) << metrics;
 }
 
 TEST_F(LockEventsTest, BadInputIsRefused) {
