@@ -60,8 +60,18 @@ void LockService::Impl::recordGrant(Waiter& w, const backend::Outcome& grant) {
   if (Lease* old =
           policyOf(lock.kind).new_grant_ends_earlier_lease ? leases_.find(lock) : nullptr) {
     // A mutex has one holder: the backend granted the name again, so our earlier lease lapsed
-    // before its timer told us. (A semaphore's permits live side by side.)
-    if (old->renewing && !old->releasing) {
+    // before its timer told us, or its owner's release is under way and the backend let the
+    // name go before the release answered (Redlock: a majority freed it, a slower node has not
+    // answered, and a waiter here was granted meanwhile). (A semaphore's permits live side by
+    // side.)
+    if (old->releasing) {
+      // Ended as its release will answer (released), not counted or told as expired / lost.
+      if (old->on_event) {
+        deliver([on_event = std::move(old->on_event)] { on_event(LeaseEvent::kReleased); });
+      }
+      const std::string owner = old->owner;
+      endLease(lock, owner);
+    } else if (old->renewing) {
       markLost(*old, "lease lapsed before renewal (granted again)", /*by_renewal=*/true,
                /*wake=*/false);
     } else {

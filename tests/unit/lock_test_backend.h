@@ -38,6 +38,9 @@ class TestBackend final : public backend::Backend {
   std::optional<Status> fail_release;
   int64_t extend_reply_delay_ms = 0;   // the extend is applied at once, its answer comes later
   int64_t release_reply_delay_ms = 0;  // hand-offs only: applied at once, answered later
+  // Plain releases: applied at once, answered later (Redlock: a majority freed the name and its
+  // announcement went out, a slower node has not answered).
+  int64_t plain_release_reply_delay_ms = 0;
 
   void start() override {}
   // Hand-off is off unless a test turns it on, so the other tests see plain release + acquire.
@@ -56,6 +59,7 @@ class TestBackend final : public backend::Backend {
       case Verb::kRelease:
         recorded = "release";
         failure = fail_release;
+        delay_ms = plain_release_reply_delay_ms;
         break;
       case Verb::kHandOff:
         recorded = "release_grant";
