@@ -339,7 +339,7 @@ void ElectionApi::proclaim(http::Request& req, http::ResponderPtr res) {
   std::string name(req.param("name"));
   const std::string retry_scope = retryScope(name, owner, req.principal.get());
   lock_api_.answerOnce(
-      replayKey(kProclaimRoute, retry_scope, request_id), std::move(res),
+      replayKey(kProclaimRoute, retry_scope, request_id), body.fingerprint(), std::move(res),
       [this, name = std::move(name), owner = std::string(owner),
        value = std::string(value)](const LockApi::AnswerFn& answer_with) {
         service_.proclaim(
@@ -372,7 +372,7 @@ void ElectionApi::resign(http::Request& req, http::ResponderPtr res) {
   std::string name(req.param("name"));
   const std::string retry_scope = retryScope(name, owner, req.principal.get());
   lock_api_.answerOnce(
-      replayKey(kResignRoute, retry_scope, request_id), std::move(res),
+      replayKey(kResignRoute, retry_scope, request_id), body.fingerprint(), std::move(res),
       [this, name = std::move(name),
        owner = std::string(owner)](const LockApi::AnswerFn& answer_with) {
         service_.release(

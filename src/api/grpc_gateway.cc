@@ -413,6 +413,7 @@ StatusCode grpcStatusOf(int http_status, std::string_view error_code) {
       {"not_supported", StatusCode::kUnimplemented},
       {"method_not_allowed", StatusCode::kUnimplemented},
       {"unsupported_media_type", StatusCode::kInvalidArgument},
+      {"request_id_reused", StatusCode::kInvalidArgument},
   };
   for (const ByCode& entry : kByCode) {
     if (entry.code == error_code) return entry.status;

@@ -67,7 +67,7 @@ void IdempotencyCache::evict(int64_t now_us) {
 }
 
 IdempotencyCache::Lookup IdempotencyCache::begin(const std::string& key, http::ResponderPtr retry,
-                                                 int64_t now_us) {
+                                                 int64_t now_us, uint64_t fingerprint) {
   Lookup found;
   if (off()) return found;
   evict(now_us);
@@ -79,6 +79,7 @@ IdempotencyCache::Lookup IdempotencyCache::begin(const std::string& key, http::R
   if (it == entries_.end()) {
     Entry entry;
     entry.id = ++next_id_;
+    entry.fingerprint = fingerprint;
     entry.bytes = costOf(key, entry.answer);
     bytes_ += entry.bytes;
     found.kind = Lookup::Kind::kRun;
@@ -86,6 +87,12 @@ IdempotencyCache::Lookup IdempotencyCache::begin(const std::string& key, http::R
     entries_.emplace(key, std::move(entry));
     // Claims are not evicted; answers make room for them.
     evict(now_us);
+    return found;
+  }
+  if (it->second.fingerprint != fingerprint) {
+    // Another request under the same request id (a client bug, or a retry that changed its
+    // fields): neither the first's answer nor a second action fits it.
+    found.kind = Lookup::Kind::kMismatch;
     return found;
   }
   found.id = it->second.id;

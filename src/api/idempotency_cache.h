@@ -50,6 +50,7 @@ class IdempotencyCache {
       kRun,       // claimed: run the request, then finish(key, id, ...)
       kReplay,    // answered within the window: `answer` (valid until the next call), `id`
       kAttached,  // in flight: the retry waits for the first's answer (finish() returns it)
+      kMismatch,  // claimed or answered for another request (its fingerprint differs): refuse
     };
     Kind kind = Kind::kOff;
     const Answer* answer = nullptr;
@@ -64,8 +65,10 @@ class IdempotencyCache {
                            std::string_view request_id);
 
   /// Claims `key` for a request that starts now, or finds its first request's answer, or (while
-  /// that first request runs) attaches `retry` to it.
-  Lookup begin(const std::string& key, http::ResponderPtr retry, int64_t now_us);
+  /// that first request runs) attaches `retry` to it. `fingerprint` tells the request's fields
+  /// (RequestBody::fingerprint): a retry must repeat them, or it is kMismatch (nothing changes).
+  Lookup begin(const std::string& key, http::ResponderPtr retry, int64_t now_us,
+               uint64_t fingerprint = 0);
   /// Ends claim `id`: returns the retries attached to it (to be answered as the first was) and
   /// remembers `remember` for the window when given; without it the key is free again.
   std::vector<http::ResponderPtr> finish(const std::string& key, Id id, const Answer* remember,
@@ -93,6 +96,7 @@ class IdempotencyCache {
  private:
   struct Entry {
     Id id = 0;
+    uint64_t fingerprint = 0;
     bool answered = false;
     bool replayed = false;  // begin() handed the answer to a retry
     Answer answer;

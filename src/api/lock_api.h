@@ -46,7 +46,9 @@ class LockApi {
   /// waits for it while the first runs. `run` performs the action and calls the function it is
   /// given with the answer (and whether to remember it) exactly once.
   using AnswerFn = std::function<void(const IdempotencyCache::Answer&, bool remember)>;
-  void answerOnce(std::string replay_key, http::ResponderPtr res,
+  /// `fingerprint`: the request's fields (RequestBody::fingerprint); another request under the
+  /// same request id is answered 422 `request_id_reused` and nothing runs.
+  void answerOnce(std::string replay_key, uint64_t fingerprint, http::ResponderPtr res,
                   const std::function<void(AnswerFn)>& run);
   /// The sidecar's identity (config `identity`): the "holder" of an acquire that names none.
   void setIdentity(std::string identity) { identity_ = std::move(identity); }
@@ -91,17 +93,21 @@ class LockApi {
   void semaphoreInspect(http::Request& req, http::ResponderPtr res);
   /// Claims `replay_key` (empty: no request_id, nothing claimed) for the request `res` answers,
   /// or finds its first attempt's answer, or attaches `res` to that attempt (IdempotencyCache).
-  IdempotencyCache::Lookup claimRequest(const std::string& replay_key,
+  /// A request whose `fingerprint` differs from the first's under the same key is answered 422
+  /// `request_id_reused` here (kMismatch: nothing more to do).
+  IdempotencyCache::Lookup claimRequest(const std::string& replay_key, uint64_t fingerprint,
                                         const http::ResponderPtr& res);
   /// The acquire after its request is read (locks and permits): under `replay_key` (empty
   /// without a request_id) a retry gets the first attempt's grant, or waits for its answer.
-  void beginAcquire(lock::AcquireOptions opts, std::string replay_key, http::ResponderPtr res);
+  void beginAcquire(lock::AcquireOptions opts, std::string replay_key, uint64_t fingerprint,
+                    http::ResponderPtr res);
   /// Runs the acquire; `claim` (0: none) is its request_id's claim in replies_.
   /// `health`, if set, binds the granted lease to its app's health (health_binding.h).
   void startAcquire(lock::AcquireOptions opts, std::string replay_key, IdempotencyCache::Id claim,
                     http::ResponderPtr res, std::shared_ptr<HealthHold> health = nullptr);
-  void retryGrant(lock::AcquireOptions opts, std::string replay_key, IdempotencyCache::Id answer_id,
-                  std::string owner, uint64_t token, http::ResponderPtr res);
+  void retryGrant(lock::AcquireOptions opts, std::string replay_key, uint64_t fingerprint,
+                  IdempotencyCache::Id answer_id, std::string owner, uint64_t token,
+                  http::ResponderPtr res);
   /// Keeps a timer armed while answers are remembered, to drop each when its window ends.
   void scheduleSweep();
   void release(http::Request& req, http::ResponderPtr res);
@@ -112,10 +118,10 @@ class LockApi {
   /// As beginAcquire / startAcquire / retryGrant, for a multi-lock: `answer` is the remembered
   /// grant of every name.
   void beginMultiAcquire(lock::MultiAcquireOptions opts, std::string replay_key,
-                         http::ResponderPtr res);
+                         uint64_t fingerprint, http::ResponderPtr res);
   void startMultiAcquire(lock::MultiAcquireOptions opts, std::string replay_key,
                          IdempotencyCache::Id claim, http::ResponderPtr res);
-  void retryMultiGrant(lock::MultiAcquireOptions opts, std::string replay_key,
+  void retryMultiGrant(lock::MultiAcquireOptions opts, std::string replay_key, uint64_t fingerprint,
                        IdempotencyCache::Id answer_id, std::string owner, std::string answer,
                        http::ResponderPtr res);
   /// The lock of the lease `owner` names on lock `name`: the readers' with "mode": "shared", or

@@ -214,26 +214,35 @@ void LockApi::acquire(http::Request& req, http::ResponderPtr res) {
     return startAcquire(std::move(opts), {}, IdempotencyCache::Id{}, std::move(res),
                         std::move(health));
   }
-  beginAcquire(std::move(opts), replayKey(kAcquireRoute, retry_scope, request_id), std::move(res));
+  beginAcquire(std::move(opts), replayKey(kAcquireRoute, retry_scope, request_id),
+               body.fingerprint(), std::move(res));
 }
 
-IdempotencyCache::Lookup LockApi::claimRequest(const std::string& replay_key,
+IdempotencyCache::Lookup LockApi::claimRequest(const std::string& replay_key, uint64_t fingerprint,
                                                const http::ResponderPtr& res) {
   if (replay_key.empty()) return {};
-  const IdempotencyCache::Lookup found = replies_->begin(replay_key, res, monotonicUs());
+  const IdempotencyCache::Lookup found =
+      replies_->begin(replay_key, res, monotonicUs(), fingerprint);
   if (found.kind == IdempotencyCache::Lookup::Kind::kRun) scheduleSweep();
+  if (found.kind == IdempotencyCache::Lookup::Kind::kMismatch) {
+    sendError(res, 422, "request_id_reused",
+              "this request_id was used for a different request (other fields, same lock and "
+              "owner): a retry must repeat the first request; use a new request_id for a new one");
+  }
   return found;
 }
 
-void LockApi::beginAcquire(lock::AcquireOptions opts, std::string replay_key,
+void LockApi::beginAcquire(lock::AcquireOptions opts, std::string replay_key, uint64_t fingerprint,
                            http::ResponderPtr res) {
-  const IdempotencyCache::Lookup found = claimRequest(replay_key, res);
+  const IdempotencyCache::Lookup found = claimRequest(replay_key, fingerprint, res);
   switch (found.kind) {
     case IdempotencyCache::Lookup::Kind::kAttached:
       return;  // answered when the first attempt is (RequestClaim::finish)
+    case IdempotencyCache::Lookup::Kind::kMismatch:
+      return;  // answered 422
     case IdempotencyCache::Lookup::Kind::kReplay:
-      return retryGrant(std::move(opts), std::move(replay_key), found.id, found.answer->owner,
-                        found.answer->token, std::move(res));
+      return retryGrant(std::move(opts), std::move(replay_key), fingerprint, found.id,
+                        found.answer->owner, found.answer->token, std::move(res));
     case IdempotencyCache::Lookup::Kind::kRun:
     case IdempotencyCache::Lookup::Kind::kOff:
       break;
@@ -244,22 +253,22 @@ void LockApi::beginAcquire(lock::AcquireOptions opts, std::string replay_key,
 // A retry of an acquire that was granted: the same grant, if that lease is still its owner's
 // (an owner-checked extend proves it and sets the TTL anew; a replayed answer alone could hand
 // out a lease that expired or was released since). Otherwise the retry is a new acquire.
-void LockApi::retryGrant(lock::AcquireOptions opts, std::string replay_key,
+void LockApi::retryGrant(lock::AcquireOptions opts, std::string replay_key, uint64_t fingerprint,
                          IdempotencyCache::Id answer_id, std::string owner, uint64_t token,
                          http::ResponderPtr res) {
   const lock::LockId lock = opts.lock;
   const int64_t ttl_ms = opts.ttl_ms;
   service_.extend(
       lock, owner, ttl_ms,
-      [this, opts = std::move(opts), replay_key = std::move(replay_key), answer_id, owner, token,
-       res = std::move(res)](StatusOr<lock::ExtendResult> r) mutable {
+      [this, opts = std::move(opts), replay_key = std::move(replay_key), fingerprint, answer_id,
+       owner, token, res = std::move(res)](StatusOr<lock::ExtendResult> r) mutable {
         if (!r.isOk()) return sendBackendError(res, r.status());
         if (r->status == lock::ExtendStatus::kExtended) {
           return res->send(200, kJson, grantAnswer({opts.lock, owner, token, r->ttl_ms}));
         }
         // (Another retry may have claimed the key anew meanwhile: then this one waits for it.)
         replies_->forget(replay_key, answer_id);
-        beginAcquire(std::move(opts), std::move(replay_key), std::move(res));
+        beginAcquire(std::move(opts), std::move(replay_key), fingerprint, std::move(res));
       });
 }
 
@@ -448,7 +457,7 @@ void LockApi::release(http::Request& req, http::ResponderPtr res) {
   // Filed under the lock's own name: a retry finds the first answer whatever mode it resolves to.
   const std::string retry_scope = retryScope(req.param("name"), owner, req.principal.get());
   answerOnce(
-      replayKey(kReleaseRoute, retry_scope, request_id), std::move(res),
+      replayKey(kReleaseRoute, retry_scope, request_id), body.fingerprint(), std::move(res),
       [this, lock, owner = std::string(owner)](const AnswerFn& answer_with) {
         service_.release(
             lock, owner,
@@ -492,9 +501,10 @@ void LockApi::release(http::Request& req, http::ResponderPtr res) {
       });
 }
 
-void LockApi::answerOnce(std::string replay_key, http::ResponderPtr res,
+void LockApi::answerOnce(std::string replay_key, uint64_t fingerprint, http::ResponderPtr res,
                          const std::function<void(AnswerFn)>& run) {
-  const IdempotencyCache::Lookup found = claimRequest(replay_key, res);
+  const IdempotencyCache::Lookup found = claimRequest(replay_key, fingerprint, res);
+  if (found.kind == IdempotencyCache::Lookup::Kind::kMismatch) return;  // answered 422
   if (found.kind == IdempotencyCache::Lookup::Kind::kReplay) {
     return sendAnswer(res, *found.answer);  // a retried release gets the first answer
   }

@@ -206,16 +206,17 @@ void LockApi::multiAcquire(http::Request& req, http::ResponderPtr res) {
   opts.owner = owner;
   const std::string retry_scope = multiRetryScope(opts.names, owner, req.principal.get());
   beginMultiAcquire(std::move(opts), replayKey(kMultiAcquireRoute, retry_scope, request_id),
-                    std::move(res));
+                    body.fingerprint(), std::move(res));
 }
 
 void LockApi::beginMultiAcquire(lock::MultiAcquireOptions opts, std::string replay_key,
-                                http::ResponderPtr res) {
-  const IdempotencyCache::Lookup found = claimRequest(replay_key, res);
+                                uint64_t fingerprint, http::ResponderPtr res) {
+  const IdempotencyCache::Lookup found = claimRequest(replay_key, fingerprint, res);
   if (found.kind == IdempotencyCache::Lookup::Kind::kAttached) return;  // answered with it
+  if (found.kind == IdempotencyCache::Lookup::Kind::kMismatch) return;  // answered 422
   if (found.kind == IdempotencyCache::Lookup::Kind::kReplay) {
-    return retryMultiGrant(std::move(opts), std::move(replay_key), found.id, found.answer->owner,
-                           found.answer->body, std::move(res));
+    return retryMultiGrant(std::move(opts), std::move(replay_key), fingerprint, found.id,
+                           found.answer->owner, found.answer->body, std::move(res));
   }
   startMultiAcquire(std::move(opts), std::move(replay_key), found.id, std::move(res));
 }
@@ -225,8 +226,8 @@ void LockApi::beginMultiAcquire(lock::MultiAcquireOptions opts, std::string repl
 // for one lock. If any is gone, what is left of the grant is given back (all or none) and the
 // retry is a new acquire.
 void LockApi::retryMultiGrant(lock::MultiAcquireOptions opts, std::string replay_key,
-                              IdempotencyCache::Id answer_id, std::string owner,
-                              std::string answer, http::ResponderPtr res) {
+                              uint64_t fingerprint, IdempotencyCache::Id answer_id,
+                              std::string owner, std::string answer, http::ResponderPtr res) {
   // Copies, not references into the cache: the entry may go (forget(), eviction) meanwhile.
   // The remembered grant is our own JSON: its leases in sorted name order, with their tokens.
   lock::MultiAcquireResult remembered_grant;
@@ -250,12 +251,12 @@ void LockApi::retryMultiGrant(lock::MultiAcquireOptions opts, std::string replay
   }
   if (!SL_INVARIANT(readable, "api.remembered_multi_grant_unreadable")) {
     replies_->forget(replay_key, answer_id);
-    return beginMultiAcquire(std::move(opts), std::move(replay_key), std::move(res));
+    return beginMultiAcquire(std::move(opts), std::move(replay_key), fingerprint, std::move(res));
   }
   const int64_t ttl_ms = opts.ttl_ms;
   extendGrant(
       service_, std::move(remembered_grant), ttl_ms,
-      [this, opts = std::move(opts), replay_key = std::move(replay_key), answer_id,
+      [this, opts = std::move(opts), replay_key = std::move(replay_key), fingerprint, answer_id,
        res = std::move(res)](StatusOr<lock::MultiAcquireResult> grant, bool extended) mutable {
         if (!grant.isOk()) return sendBackendError(res, grant.status());
         if (extended) return res->send(200, kJson, multiGrantAnswer(*grant));
@@ -265,9 +266,10 @@ void LockApi::retryMultiGrant(lock::MultiAcquireOptions opts, std::string replay
         std::vector<std::string> names = opts.names;
         service_.releaseAll(
             std::move(names), grant->owner,
-            [this, opts = std::move(opts), replay_key = std::move(replay_key),
+            [this, opts = std::move(opts), replay_key = std::move(replay_key), fingerprint,
              res = std::move(res)](std::vector<StatusOr<lock::ReleaseStatus>>) mutable {
-              beginMultiAcquire(std::move(opts), std::move(replay_key), std::move(res));
+              beginMultiAcquire(std::move(opts), std::move(replay_key), fingerprint,
+                                std::move(res));
             });
       });
 }
@@ -353,7 +355,7 @@ void LockApi::multiRelease(http::Request& req, http::ResponderPtr res) {
   if (!readLockNames(body, req, res, static_cast<size_t>(locks_.max_name_bytes), names)) return;
   const std::string retry_scope = multiRetryScope(names, owner, req.principal.get());
   answerOnce(
-      replayKey(kMultiReleaseRoute, retry_scope, request_id), std::move(res),
+      replayKey(kMultiReleaseRoute, retry_scope, request_id), body.fingerprint(), std::move(res),
       [this, names = std::move(names), owner = std::string(owner)](const AnswerFn& answer_with) {
         service_.releaseAll(
             names, owner, [names, answer_with](std::vector<StatusOr<lock::ReleaseStatus>> results) {

@@ -401,6 +401,67 @@ bool RequestBody::parse(const http::Request& request, std::initializer_list<Body
   return parse(request.header("content-type"), request.body, allowed);
 }
 
+uint64_t RequestBody::fingerprint() const {
+  // FNV-1a over (field, kind, value) of each field given: a change of any of them changes it;
+  // collisions only make two different requests look alike, as before there was a check.
+  uint64_t h = 14695981039346656037ULL;
+  auto mix = [&h](std::string_view bytes) {
+    for (const char c : bytes) {
+      h ^= static_cast<unsigned char>(c);
+      h *= 1099511628211ULL;
+    }
+  };
+  auto mixNumber = [&mix](uint64_t n) {
+    mix(std::string_view(reinterpret_cast<const char*>(&n), sizeof n));
+  };
+  for (size_t i = 0; i < values_.size(); ++i) {
+    const Value& v = values_[i];
+    if (v.kind == Kind::kAbsent || static_cast<BodyField>(i) == BodyField::kRequestId) continue;
+    mixNumber(i);
+    mixNumber(static_cast<uint64_t>(v.kind));
+    switch (v.kind) {
+      case Kind::kInteger:
+        mixNumber(static_cast<uint64_t>(v.integer));
+        break;
+      case Kind::kUnsigned:
+        mixNumber(v.unsigned_integer);
+        break;
+      case Kind::kBool:
+        mixNumber(v.boolean ? 1 : 0);
+        break;
+      case Kind::kString:
+        mix(v.text);
+        mixNumber(v.text.size());
+        break;
+      case Kind::kStrings: {
+        std::vector<std::string_view> items(v.items.begin(), v.items.end());
+        std::sort(items.begin(), items.end());
+        for (std::string_view item : items) {
+          mix(item);
+          mixNumber(item.size());
+        }
+        break;
+      }
+      case Kind::kObject:
+        for (const BodyMember& m : v.members) {
+          mix(m.name);
+          mixNumber(m.name.size());
+          mixNumber(static_cast<uint64_t>(m.type));
+          mixNumber(static_cast<uint64_t>(m.integer));
+          mix(m.text);
+          mixNumber(m.text.size());
+        }
+        break;
+      case Kind::kAbsent:
+      case Kind::kHugeInteger:
+      case Kind::kFloat:
+      case Kind::kOther:
+        break;  // refused by every reader
+    }
+  }
+  return h;
+}
+
 bool RequestBody::read(const BodyFields& fields, std::initializer_list<BodyField> allowed) {
   for (Value& v : values_) v.kind = Kind::kAbsent;
   error_code_ = {};

@@ -122,6 +122,10 @@ class RequestBody {
   /// An object's members, in order (duplicates kept: the caller refuses them).
   bool readObject(BodyField field, std::vector<BodyMember>& out);
 
+  /// A hash of every field given except request_id (a multi-lock's names in any order): a retry
+  /// of a request_id must send the same request (IdempotencyCache refuses another one under it).
+  uint64_t fingerprint() const;
+
   /// Records a problem found by the caller (the first one wins).
   void setError(std::string message) { fail(kBadRequest, std::move(message)); }
 

@@ -57,7 +57,8 @@ void LockApi::semaphoreAcquire(http::Request& req, http::ResponderPtr res) {
   applyHold(body, hold, locks_.max_hold_ms_limit, opts);
   // Permits are made by the sidecar: a retry is recognised by its request_id alone.
   const std::string retry_scope = retryScope(opts.lock.display(), {}, req.principal.get());
-  beginAcquire(std::move(opts), replayKey(kAcquireRoute, retry_scope, request_id), std::move(res));
+  beginAcquire(std::move(opts), replayKey(kAcquireRoute, retry_scope, request_id),
+               body.fingerprint(), std::move(res));
 }
 
 void LockApi::semaphoreRelease(http::Request& req, http::ResponderPtr res) {
@@ -73,7 +74,7 @@ void LockApi::semaphoreRelease(http::Request& req, http::ResponderPtr res) {
   if (!body.ok()) return sendBodyError(res, body);
   const lock::LockId semaphore{lock::LockKind::kSemaphore, std::string(req.param("name"))};
   const std::string retry_scope = retryScope(semaphore.display(), permit, req.principal.get());
-  answerOnce(replayKey(kReleaseRoute, retry_scope, request_id), std::move(res),
+  answerOnce(replayKey(kReleaseRoute, retry_scope, request_id), body.fingerprint(), std::move(res),
              [this, semaphore, permit = std::string(permit)](const AnswerFn& answer_with) {
                service_.release(semaphore, permit, [answer_with](StatusOr<lock::ReleaseStatus> r) {
                  if (!r.isOk()) return answer_with(backendErrorAnswer(r.status()), false);

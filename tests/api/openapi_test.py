@@ -507,6 +507,9 @@ def exercise_elections(doc, port, check):
     watch.line()  # the value proclaimed
     check("POST", base + "e/proclaim", '{"owner":"somebody-else","value":"x"}', expect=409)
     check("POST", base + "e/resign", '{"owner":"somebody-else"}', expect=409)
+    # A request_id names one request: another value proclaimed under it is 422.
+    check("POST", base + "e/proclaim", '{"owner":"somebody-else","value":"x","request_id":"p1"}', expect=409)
+    check("POST", base + "e/proclaim", '{"owner":"somebody-else","value":"y","request_id":"p1"}', expect=422)
     while leader.line()["event"] != "renewed":
         pass
     waiting = Stream(port, "POST", base + "e/campaign", '{"candidate":"pod-b","ttl_ms":600}')

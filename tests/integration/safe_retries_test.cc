@@ -78,6 +78,29 @@ TEST(SafeRetriesTest, RetriedAcquireAndReleaseGetTheFirstAnswers) {
   ASSERT_EQ(short_retry.status, 200);
   EXPECT_NE(json::parse(short_retry.body)["owner"], json::parse(short_first.body)["owner"]);
 
+  // A request id names one request: a "retry" that changed its fields (here asking for renewals
+  // the first did not) is refused, and the first grant stays as it was (a helper's run got a
+  // silent 200 with the first, unrenewed lease).
+  const std::string plain = R"({"ttl_ms":30000,"request_id":"job-18"})";
+  auto granted = c.post("/v1/locks/orders-5/acquire", plain);
+  ASSERT_EQ(granted.status, 200) << granted.body;
+  auto changed = c.post("/v1/locks/orders-5/acquire",
+                        R"({"ttl_ms":30000,"auto_renew":true,"request_id":"job-18"})");
+  EXPECT_EQ(changed.status, 422) << changed.body;
+  EXPECT_EQ(json::parse(changed.body)["error"], "request_id_reused") << changed.body;
+  // The same fields in another order and spacing are the same request.
+  auto same =
+      c.post("/v1/locks/orders-5/acquire", R"({ "request_id": "job-18", "ttl_ms": 30000 })");
+  ASSERT_EQ(same.status, 200) << same.body;
+  EXPECT_EQ(json::parse(same.body)["token"], json::parse(granted.body)["token"]);
+  const std::string owner5 = json::parse(granted.body)["owner"];
+  const std::string release5 = json{{"owner", owner5}, {"request_id", "rel-5"}}.dump();
+  ASSERT_EQ(c.post("/v1/locks/orders-5/release", release5).status, 200);
+  auto release_changed =
+      c.post("/v1/locks/orders-5/release",
+             json{{"owner", owner5}, {"mode", "shared"}, {"request_id", "rel-5"}}.dump());
+  EXPECT_EQ(release_changed.status, 422) << release_changed.body;
+
   // Bad request ids and streams are refused and change nothing.
   for (const char* bad : {R"({"request_id":""})", R"({"request_id":"has space"})",
                           R"({"request_id":7})", R"({"request_id":"x","hold":"stream"})"}) {

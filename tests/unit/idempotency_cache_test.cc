@@ -100,6 +100,25 @@ TEST(IdempotencyCacheTest, ARetryWhileTheFirstRunsWaitsForItsAnswer) {
   EXPECT_EQ(cache.begin(key, responder(), 5).kind, Kind::kReplay) << "and is remembered";
 }
 
+// A request id names one request: another request under it (its fields' fingerprint differs) is
+// refused while the first runs and after it answered, and changes nothing for the first.
+TEST(IdempotencyCacheTest, AnotherRequestUnderTheSameIdIsAMismatch) {
+  IdempotencyCache cache(60'000, 10, 1 << 20);
+  const std::string key = IdempotencyCache::keyOf("acquire", "lock", "r");
+  auto first = cache.begin(key, responder(), 0, /*fingerprint=*/11);
+  ASSERT_EQ(first.kind, Kind::kRun);
+  EXPECT_EQ(cache.begin(key, responder(), 1, 12).kind, Kind::kMismatch) << "while it runs";
+  auto copy = cache.begin(key, responder(), 2, 11);
+  EXPECT_EQ(copy.kind, Kind::kAttached);
+  const auto a = answer("grant");
+  EXPECT_EQ(cache.finish(key, first.id, &a, 3).size(), 1u) << "only the true copy is attached";
+  EXPECT_EQ(cache.begin(key, responder(), 4, 12).kind, Kind::kMismatch) << "once answered";
+  EXPECT_FALSE(cache.replayed(key, first.id));
+  auto replay = cache.begin(key, responder(), 5, 11);
+  ASSERT_EQ(replay.kind, Kind::kReplay);
+  EXPECT_EQ(replay.answer->body, "grant");
+}
+
 TEST(IdempotencyCacheTest, AnUnrememberedAnswerFreesTheKey) {
   IdempotencyCache cache(60'000, 10, 1 << 20);
   const std::string key = IdempotencyCache::keyOf("acquire", "x", "r");
