@@ -34,6 +34,26 @@ std::string join(const std::string& parent, const std::string& key) {
   return parent.empty() ? key : parent + "." + key;
 }
 
+/// A key given twice in one mapping: yaml-cpp keeps both and every lookup finds the first, so a
+/// later override (a second `locks:` section appended to the file) would be ignored in silence.
+void rejectDuplicateKeys(const YAML::Node& node, const std::string& path) {
+  if (node.IsMap()) {
+    std::set<std::string> seen;
+    for (const auto& kv : node) {
+      const std::string key = kv.first.IsScalar() ? kv.first.Scalar() : std::string();
+      if (kv.first.IsScalar() && !seen.insert(key).second) {
+        fail(join(path, key), "given twice (line " + std::to_string(kv.first.Mark().line + 1) +
+                                  "); give each key once");
+      }
+      rejectDuplicateKeys(kv.second, join(path, key));
+    }
+  } else if (node.IsSequence()) {
+    for (size_t i = 0; i < node.size(); ++i) {
+      rejectDuplicateKeys(node[i], path + "[" + std::to_string(i) + "]");
+    }
+  }
+}
+
 /// Walks a mapping, checking every key is known.
 class Section {
  public:
@@ -815,6 +835,7 @@ StatusOr<Config> loadConfigFromString(const std::string& yaml_text) {
     if (root && !root.IsNull() && !root.IsMap()) {
       return invalidArgument("config: the top level must be a mapping");
     }
+    rejectDuplicateKeys(root, "");
     return load(root);
   } catch (const ConfigError& e) {
     // An empty path: the message names its key already (token files name key and line).

@@ -89,6 +89,14 @@ TEST(ConfigTest, ErrorsNameTheKey) {
   EXPECT_NE(errorOf("listen: {tcp: \"x\"\n").find("YAML"), std::string::npos);
   EXPECT_NE(errorOf("locks:\n  default_ttl_ms: 900000\n").find("locks.default_ttl_ms"),
             std::string::npos);
+  // A key given twice: yaml-cpp would keep the first and ignore the later override in silence.
+  EXPECT_EQ(errorOf("locks:\n  default_ttl_ms: 1234\nlog:\n  level: info\nlocks:\n  "
+                    "default_ttl_ms: 5000\n"),
+            "locks: given twice (line 5); give each key once");
+  EXPECT_EQ(errorOf("listen:\n  tcp: \"127.0.0.1:1\"\n  tcp: \"127.0.0.1:2\"\n"),
+            "listen.tcp: given twice (line 3); give each key once");
+  EXPECT_EQ(errorOf("elections:\n  - name: a\n    ttl_ms: 1\n    ttl_ms: 2\n"),
+            "elections[0].ttl_ms: given twice (line 4); give each key once");
 }
 
 TEST(ConfigTest, MillisecondKeysTakeDurationsWithUnits) {
