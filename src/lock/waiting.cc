@@ -111,6 +111,11 @@ AcquireTicket LockService::Impl::acquire(AcquireOptions options,
         r.error = q->backend_error;
       } else {
         w.contended = true;
+        // Busy for the reason the queue last heard (a lock-delay, not a holder, keeps the
+        // waiters out: the 409 must say so, with who held it if anyone).
+        const Waiter& head = *q->fifo.front();
+        w.busy_reason = head.busy_reason;
+        w.busy_holder = head.busy_holder;
         r.status = AcquireStatus::kBusy;
         r.retry_after_ms = retryHintMs(w.options.lock, -1);
       }

@@ -1608,6 +1608,13 @@ TEST_F(LockServiceTest, LockDelayKeepsALockAfterAnUnreleasedEndOnly) {
   EXPECT_EQ(busy->result->retry_after_ms, 2500);
   EXPECT_EQ(metrics.lock_delay_refusals.Value(), 1);
   auto waiter = start(opts("d", "b", 1000, 10'000));
+  sched.runReady();
+  // A single try behind that queued waiter is answered here, for the queue's reason (a helper
+  // saw `held` while nobody held it).
+  auto behind = acquireNow(opts("d", "c", 1000));
+  ASSERT_EQ(behind->status(), AcquireStatus::kBusy);
+  EXPECT_EQ(behind->result->busy_reason, BusyReason::kLockDelay);
+  EXPECT_GT(behind->result->retry_after_ms, 2000);
   advance(2490, 10);
   EXPECT_FALSE(waiter->done()) << "granted inside the delay";
   advance(20);
