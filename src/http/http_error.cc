@@ -61,6 +61,8 @@ std::string_view reasonPhrase(int status) {
       return "URI Too Long";
     case 415:
       return "Unsupported Media Type";
+    case 417:
+      return "Expectation Failed";
     case 421:
       return "Misdirected Request";
     case 422:

@@ -21,6 +21,7 @@ inline constexpr std::string_view kRequestTimeout = "request_timeout";
 inline constexpr std::string_view kUriTooLong = "uri_too_long";
 inline constexpr std::string_view kNotImplemented = "not_implemented";
 inline constexpr std::string_view kHttpVersionNotSupported = "http_version_not_supported";
+inline constexpr std::string_view kExpectationFailed = "expectation_failed";
 inline constexpr std::string_view kTooManyConnections = "too_many_connections";
 
 /// `{"error":code,"message":message}` (nlohmann::json; invalid UTF-8 is replaced, never thrown).

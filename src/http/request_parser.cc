@@ -265,16 +265,27 @@ int RequestParser::checkFraming() {
 
 int RequestParser::onHeadersComplete() {
   if (parser_.http_major == 0) return refuseHttp09();
+  if (parser_.http_major != 1) {
+    // "GET / HTTP/2.0" is not HTTP/2 (whose clients send the preface) and not HTTP/1.x either.
+    return fail(505, kHttpVersionNotSupported,
+                "HTTP/" + std::to_string(parser_.http_major) + "." +
+                    std::to_string(parser_.http_minor) + " is not supported: use HTTP/1.1");
+  }
   if (int rc = checkFraming(); rc != 0) return rc;
   Request& r = msg_->parsed.request;
   r.method = llhttp_method_name(static_cast<llhttp_method_t>(llhttp_get_method(&parser_)));
   std::string_view target = msg_->url;
-  // Absolute-form ("http://host/path") is legal from proxies; keep only the path.
+  // Absolute-form ("http://host/path") is legal from proxies; keep only the path. Its authority
+  // is the request's host, whatever Host says (RFC 9112, 3.2.2): the Host checks read it.
   for (std::string_view scheme : {std::string_view("http://"), std::string_view("https://")}) {
     if (target.size() >= scheme.size() &&
         equalsIgnoreCase(target.substr(0, scheme.size()), scheme)) {
       target.remove_prefix(scheme.size());
       size_t slash = target.find('/');
+      const std::string_view authority = target.substr(0, slash);
+      for (auto& [name, value] : r.headers) {
+        if (name == "host") value.assign(authority);
+      }
       target = slash == std::string_view::npos ? std::string_view("/") : target.substr(slash);
       break;
     }
@@ -298,9 +309,15 @@ int RequestParser::onHeadersComplete() {
                 "body exceeds " + std::to_string(limits_.max_body_bytes) + " bytes");
   }
   // curl sends Expect: 100-continue for larger bodies and would wait a second without an
-  // interim answer.
+  // interim answer. Any other expectation cannot be met (RFC 9110, 10.1.1).
+  const std::string_view expect = r.header("expect");
+  if (!expect.empty() && !equalsIgnoreCase(expect, "100-continue")) {
+    return fail(
+        417, kExpectationFailed,
+        "Expect: " + std::string(expect.substr(0, 64)) + " cannot be met (only 100-continue is)");
+  }
   const bool expect_continue = parser_.http_major == 1 && parser_.http_minor == 1 &&
-                               equalsIgnoreCase(r.header("expect"), "100-continue");
+                               equalsIgnoreCase(expect, "100-continue");
   if (listener_ != nullptr) listener_->onRequestHead(r, expect_continue);
   return 0;
 }

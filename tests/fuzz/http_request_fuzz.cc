@@ -43,8 +43,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       piece.remove_prefix(r.consumed);
       if (r.error) {
         const int status = parser.error().status;
-        check(status == 400 || status == 413 || status == 414 || status == 431 || status == 501 ||
-              status == 505);
+        check(status == 400 || status == 413 || status == 414 || status == 417 || status == 431 ||
+              status == 501 || status == 505);
         check(!parser.error().message.empty());
         done = true;
         break;

@@ -116,6 +116,15 @@ TEST(AccessControlTest, BrowsersAreRefusedOnTheLockListenersAndCurlDefaultsWork)
                 {"Host: attacker.example:" + port, "Content-Type: text/plain"}, "{}");
   EXPECT_EQ(r.status, 421);
   EXPECT_EQ(errorOf(r), "host_not_allowed") << r.body;
+  // An absolute-form target's host is the request's host, whatever Host says (RFC 9112 3.2.2).
+  HttpClient absolute = HttpClient::tcp(sidecar.port());
+  r = send(absolute, "POST", "http://attacker.example:" + port + "/v1/locks/by-page/acquire",
+           {"Host: localhost:" + port, "Content-Type: text/plain"}, "{}");
+  EXPECT_EQ(r.status, 421) << r.body;
+  HttpClient absolute_ok = HttpClient::tcp(sidecar.port());
+  r = send(absolute_ok, "GET", "http://localhost:" + port + "/v1/locks/by-page",
+           {"Host: attacker.example"});
+  EXPECT_EQ(r.status, 200) << r.body;
   EXPECT_EQ(json::parse(c.get("/v1/locks/by-page").body)["held"], false) << "nothing changed";
 
   // Allowed origin and configured host name.

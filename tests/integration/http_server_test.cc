@@ -413,6 +413,24 @@ TEST_F(HttpServerTest, MalformedRequestsGet400AndClose) {
   EXPECT_GE(metrics_.httpRequests("unmatched", 400).Value(), 5);
 }
 
+// A request line of another HTTP version is refused (505), as is an expectation other than
+// 100-continue (417); each closes the connection.
+TEST_F(HttpServerTest, OtherVersionsAndExpectationsAreRefused) {
+  startServer();
+  const std::pair<std::string, int> cases[] = {
+      {"GET /healthz HTTP/2.0\r\nHost: x\r\n\r\n", 505},
+      {"GET /healthz HTTP/1.1\r\nHost: x\r\nExpect: foo\r\n\r\n", 417}};
+  for (const auto& [bad, status] : cases) {
+    HttpClient c = HttpClient::tcp(port_);
+    c.sendRaw(bad);
+    auto r = c.readResponse(5000);
+    ASSERT_TRUE(r.has_value()) << bad;
+    EXPECT_EQ(r->status, status) << bad;
+    EXPECT_EQ(errorCode(*r), status == 505 ? "http_version_not_supported" : "expectation_failed");
+    EXPECT_TRUE(c.waitForClose(5000)) << bad;
+  }
+}
+
 TEST_F(HttpServerTest, SlowlorisHeadTimesOutWith408AndSilentClientIsClosed) {
   limits_.header_timeout_ms = 300;
   startServer();
