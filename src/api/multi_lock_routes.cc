@@ -362,6 +362,7 @@ void LockApi::multiRelease(http::Request& req, http::ResponderPtr res) {
               // Every name is released that can be; the answer names those that were not.
               std::string not_owner;
               std::string not_held;
+              size_t released = 0;
               const Status* error = nullptr;
               for (size_t i = 0; i < results.size(); ++i) {
                 if (!results[i].isOk()) {
@@ -371,6 +372,7 @@ void LockApi::multiRelease(http::Request& req, http::ResponderPtr res) {
                 switch (*results[i]) {
                   case lock::ReleaseStatus::kReleased:
                   case lock::ReleaseStatus::kHoldReleased:
+                    ++released;
                     break;
                   case lock::ReleaseStatus::kNotOwner:
                     not_owner += (not_owner.empty() ? "" : ", ") + names[i];
@@ -383,19 +385,20 @@ void LockApi::multiRelease(http::Request& req, http::ResponderPtr res) {
               }
               // Not remembered: a later retry runs for real.
               if (error != nullptr) return answer_with(backendErrorAnswer(*error), false);
+              const std::string others =
+                  released > 0 ? " (the other names were released)" : " (none was released)";
               if (!not_owner.empty()) {
                 return answer_with(
                     errorAnswer(409, "not_owner",
                                 "held by another owner: " + not_owner +
-                                    (not_held.empty() ? "" : "; not held: " + not_held) +
-                                    " (the other names were released)"),
+                                    (not_held.empty() ? "" : "; not held: " + not_held) + others),
                     true);
               }
               if (!not_held.empty()) {
-                return answer_with(errorAnswer(404, "not_held",
-                                               "not held (expired, released or lost): " + not_held +
-                                                   " (the other names were released)"),
-                                   true);
+                return answer_with(
+                    errorAnswer(404, "not_held",
+                                "not held (expired, released or lost): " + not_held + others),
+                    true);
               }
               answer_with(Answer{200, JsonObject().boolean("released", true).finish(), {}, {}, 0},
                           true);

@@ -74,6 +74,7 @@ TEST(MultiLockTest, AllOrNoneInSortedOrder) {
   auto again = c.post("/v1/multilocks/release",
                       json{{"names", {"inv-1", "inv-2"}}, {"owner", owner}}.dump());
   EXPECT_EQ(again.status, 404) << again.body;
+  EXPECT_NE(again.body.find("(none was released)"), std::string::npos) << again.body;
 
   // A release naming somebody else's lock frees ours and says which one was not.
   auto mine = c.post("/v1/multilocks/acquire", R"({"names":["p-1","p-2"],"owner":"me-1"})");
@@ -84,6 +85,8 @@ TEST(MultiLockTest, AllOrNoneInSortedOrder) {
                         json{{"names", {"p-1", "p-2", "p-3"}}, {"owner", "me-1"}}.dump());
   EXPECT_EQ(partial.status, 409) << partial.body;
   EXPECT_NE(partial.body.find("p-3"), std::string::npos) << partial.body;
+  EXPECT_NE(partial.body.find("(the other names were released)"), std::string::npos)
+      << partial.body;
   EXPECT_FALSE(held(c, "p-1"));
   EXPECT_FALSE(held(c, "p-2"));
   EXPECT_TRUE(held(c, "p-3"));
