@@ -49,7 +49,9 @@ void LockEvents::noteAnnounced(State& s, lock::ChangeReason reason) {
   } else if (reason == lock::ChangeReason::kReleased && s.end == EndAnnounced::kNone) {
     s.end = EndAnnounced::kReleased;
   }
-  // A grant (or a catch-up) ends nothing: the read it causes shows the new lease.
+  // A grant (or a catch-up) ends nothing: the read it causes shows the new lease. After an
+  // announced end it tells readers' new shared hold from the old one (onRead).
+  if (reason == lock::ChangeReason::kGranted && s.end != EndAnnounced::kNone) s.regranted = true;
 }
 
 int64_t LockEvents::onRead(Groups::Group& g, StatusOr<lock::LockState> state) {
@@ -96,11 +98,17 @@ int64_t LockEvents::onRead(Groups::Group& g, StatusOr<lock::LockState> state) {
     next.token = s.view.token;
   }
   const EndAnnounced end = std::exchange(s.end, EndAnnounced::kNone);
+  const bool regranted = std::exchange(s.regranted, false);
   const View prev = s.view;
   // Another lease: another token, or readers where a writer held it (or the other way round),
-  // whatever the tokens say.
-  const bool ended =
-      prev.held && (!next.held || next.token != prev.token || next.shared != prev.shared);
+  // whatever the tokens say. But readers read again are one shared hold whatever the token: each
+  // reader draws a token (the read names the latest) and only the first reader of a free lock is
+  // announced, so readers come and gone while others stayed are no end. The hold ended only if
+  // announced: forced, or released and then granted again (the last reader out, a first in).
+  const bool readers_stayed = prev.held && prev.shared && next.held && next.shared &&
+                              end != EndAnnounced::kForced && !regranted;
+  const bool ended = prev.held && (!next.held || next.shared != prev.shared ||
+                                   (next.token != prev.token && !readers_stayed));
   // How a lease ended: as announced; with nothing announced, at its TTL: expired. The deadline
   // is this sidecar's estimate (the loop's clock, read when the answer came): a lease gone within
   // the slack before it ran out, not released, expired.
@@ -127,11 +135,15 @@ int64_t LockEvents::onRead(Groups::Group& g, StatusOr<lock::LockState> state) {
   } else if (next.held && next.deadline_ms > prev.deadline_ms + kExtendSlackMs) {
     send(g, "extended", next);
   }
-  // An unchanged lease keeps its first deadline, so that small moves do not add up.
-  if (!(next.held && prev.held && !ended &&
-        next.deadline_ms <= prev.deadline_ms + kExtendSlackMs)) {
-    s.view = std::move(next);
+  // An unchanged lease keeps its first deadline, so that small moves do not add up; the rest of
+  // the read (readers' latest token and count) is taken. Readers' end moves earlier when the
+  // longest one leaves: taken, so that the last one running out is `expired`.
+  if (next.held && prev.held && !ended && next.deadline_ms <= prev.deadline_ms + kExtendSlackMs &&
+      !(next.shared && next.deadline_ms < prev.deadline_ms - kExtendSlackMs)) {
+    next.deadline_ms = prev.deadline_ms;
+    next.ttl_ms = prev.ttl_ms;
   }
+  s.view = std::move(next);
   return next_read_ms;
 }
 

@@ -452,6 +452,66 @@ TEST_F(LockEventsTest, ALeaseLostWithRedissDataExpiresOnTheStream) {
   expectEverywhere({&on_b}, "acquired", t2);
 }
 
+// A read/write lock's readers are one shared hold on the stream: `acquired` with the first reader,
+// nothing while readers come and go with others still in (each draws a token, and only the first
+// is announced; the stream used to end the hold at the next read that named a later reader's token,
+// `released` then `acquired`, while the lock was never free), the end with the last one out:
+// `released`, or `expired` when the last runs out (the end moved earlier with the longest reader).
+TEST_F(LockEventsTest, ReadersComingAndGoingAreOneSharedHold) {
+  Watcher on_a(a->port(), "/v1/locks/orders/events");
+  Watcher on_b(b->port(), "/v1/locks/orders/events");
+  for (Watcher* w : {&on_a, &on_b}) ASSERT_TRUE(w->next().has_value());  // the state
+  auto read = [&](const std::string& ttl_ms) {
+    HttpResponse r =
+        ca.post("/v1/locks/orders/acquire", R"({"mode":"shared","ttl_ms":)" + ttl_ms + "}");
+    EXPECT_EQ(r.status, 200) << r.body;
+    return json::parse(r.body);
+  };
+  auto leave = [&](const json& reader) {
+    ASSERT_EQ(ca.post("/v1/locks/orders/release", json{{"owner", reader["owner"]}}.dump()).status,
+              200);
+  };
+
+  const json r1 = read("30000");
+  for (Watcher* w : {&on_a, &on_b}) {
+    std::optional<json> e = w->next();
+    ASSERT_TRUE(e.has_value()) << "no acquired event";
+    EXPECT_EQ((*e)["event"], "acquired") << e->dump();
+    EXPECT_EQ((*e)["token"], r1["token"]) << e->dump();
+    EXPECT_EQ((*e)["mode"], "shared") << e->dump();
+  }
+  const json r2 = read("30000");
+  ASSERT_GT(r2["token"].get<uint64_t>(), r1["token"].get<uint64_t>());
+  leave(r1);
+  // Past two catch-up re-reads (1 s): the readers' latest token is read, and nothing is sent.
+  for (Watcher* w : {&on_a, &on_b}) {
+    std::optional<json> e = w->next(w == &on_a ? 2200 : 100);
+    EXPECT_FALSE(e.has_value()) << "the lock stayed held by readers: " << e->dump();
+  }
+  EXPECT_EQ(json::parse(ca.get("/v1/locks/orders").body)["held"], true);
+  Watcher late(b->port(), "/v1/locks/orders/events");
+  std::optional<json> e = late.next();
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ((*e)["event"], "state");
+  EXPECT_EQ((*e)["held"], true) << e->dump();
+  EXPECT_EQ((*e)["readers"], 1) << e->dump();
+  EXPECT_EQ((*e)["token"], r2["token"]) << e->dump();
+  leave(r2);
+  expectEverywhere({&on_a, &on_b, &late}, "released", r2["token"]);
+
+  // The longest reader leaves, the other runs out: expired, at its TTL.
+  const json r3 = read("30000");
+  expectEverywhere({&on_a, &on_b, &late}, "acquired", r3["token"]);
+  const json r4 = read("2500");
+  const auto granted_at = Clock::now();
+  leave(r3);
+  expectEverywhere({&on_a, &on_b, &late}, "expired", r4["token"]);
+  EXPECT_GE(
+      std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - granted_at).count(),
+      2000)
+      << "ended at the last reader's TTL";
+}
+
 // HEAD gets the head a GET gets and ends there: the request behind it is answered, and no
 // stream is left open for nobody (it used to hold an event-stream slot and the connection).
 TEST_F(LockEventsTest, HeadAnswersTheHeadAndOpensNoStream) {
