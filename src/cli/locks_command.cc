@@ -105,7 +105,9 @@ StatusOr<LocksOptions> parseLocksArgs(const std::vector<std::string>& args,
       if (!error.isOk()) return error;
       continue;
     }
-    return invalidArgument("unknown argument '" + arg + "'");
+    // Worded as sidelock's and sidelock run's own usage errors.
+    return invalidArgument((arg.starts_with("-") ? "unknown option '" : "unexpected argument '") +
+                           arg + "'");
   }
   if ((prefix_flag || limit_flag) && !opts.all) {
     return invalidArgument("--prefix and --limit go with --all");

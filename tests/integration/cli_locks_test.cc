@@ -78,7 +78,7 @@ TEST(CliLocksTest, ListsLeasesAndWaitersAsATableOrJsonOverTcpAndUnix) {
 TEST(CliLocksTest, ExitCodesForUsageUnreachableAndRefused) {
   auto usage = locks("--bogus");
   EXPECT_EQ(usage.exit_code, 64) << usage.out;
-  EXPECT_NE(usage.out.find("unknown argument"), std::string::npos) << usage.out;
+  EXPECT_NE(usage.out.find("unknown option"), std::string::npos) << usage.out;
   auto help = locks("--help");
   EXPECT_EQ(help.exit_code, 0);
   EXPECT_NE(help.out.find("Usage: sidelock locks"), std::string::npos) << help.out;
