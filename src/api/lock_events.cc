@@ -136,10 +136,11 @@ int64_t LockEvents::onRead(Groups::Group& g, StatusOr<lock::LockState> state) {
     send(g, "extended", next);
   }
   // An unchanged lease keeps its first deadline, so that small moves do not add up; the rest of
-  // the read (readers' latest token and count) is taken. Readers' end moves earlier when the
-  // longest one leaves: taken, so that the last one running out is `expired`.
+  // the read (readers' latest token and count) is taken. An end that moved earlier (an extend to
+  // a shorter TTL; readers: the longest one left) is taken, so that running out then is
+  // `expired`, not `released`.
   if (next.held && prev.held && !ended && next.deadline_ms <= prev.deadline_ms + kExtendSlackMs &&
-      !(next.shared && next.deadline_ms < prev.deadline_ms - kExtendSlackMs)) {
+      next.deadline_ms >= prev.deadline_ms - kExtendSlackMs) {
     next.deadline_ms = prev.deadline_ms;
     next.ttl_ms = prev.ttl_ms;
   }

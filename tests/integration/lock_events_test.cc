@@ -257,6 +257,21 @@ TEST_F(LockEventsTest, ExtendedOnlyWhenAskedAndAKilledPubSubLinkIsCaughtUp) {
       200);
   expectEverywhere({&with_ext}, "extended", t1);
 
+  // Extended to a shorter TTL and left to run out: `expired` at the new end, not `released`.
+  HttpResponse shorter = ca.post("/v1/locks/short/acquire", R"({"ttl_ms": 30000})");
+  ASSERT_EQ(shorter.status, 200) << shorter.body;
+  {
+    Watcher on_short(b->port(), "/v1/locks/short/events");
+    ASSERT_TRUE(on_short.next().has_value());  // state: held
+    ASSERT_EQ(ca.post("/v1/locks/short/extend",
+                      json{{"owner", json::parse(shorter.body)["owner"]}, {"ttl_ms", 1500}}.dump())
+                  .status,
+              200);
+    std::optional<json> e = on_short.next(6000);
+    ASSERT_TRUE(e.has_value());
+    EXPECT_EQ((*e)["event"], "expired") << e->dump();
+  }
+
   // Every subscription link dropped: the release is still seen, by the catch-up re-read (1 s).
   redis.cli({"CLIENT", "KILL", "TYPE", "pubsub"});
   const auto released_at = Clock::now();
