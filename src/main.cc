@@ -334,6 +334,7 @@ int runSidecar(const config::Config& cfg) {
   s.api->setIdentity(cfg.identity);
   s.dapr_api = std::make_unique<api::DaprApi>(
       cfg.dapr, cfg.locks, *s.locks, [api = s.api.get()] { return api->notReadyReason(); });
+  s.dapr_api->setIdentity(cfg.identity);
   s.elections = std::make_unique<api::ElectionApi>(
       cfg.locks, *s.locks, *s.api, *s.metrics, *s.scheduler,
       api::ElectionApi::Options{.identity = cfg.identity,

@@ -215,6 +215,7 @@ void DaprApi::lock(http::Request& req, http::ResponderPtr res) {
   opts.owner = ownerFor(resource_id, lock_owner);
   opts.ttl_ms = expiry_s * 1000;
   opts.wait_ms = 0;  // Dapr's lock is a try-lock
+  opts.holder = identity_;  // who holds it, as a v1 acquire naming no holder
   // The ticket must outlive the call (destroying it cancels the try); the done callback owns it.
   auto ticket = std::make_shared<lock::AcquireTicket>();
   *ticket = service_.acquire(

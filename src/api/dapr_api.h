@@ -38,6 +38,9 @@ class DaprApi {
 
   /// The lock, metadata and health routes, or none when dapr.enabled is false.
   std::vector<Route> routes();
+  /// The sidecar's identity (config `identity`): the holder recorded for Dapr's locks (Dapr's
+  /// request names none; its lockOwner proves the lease and is never shown).
+  void setIdentity(std::string identity) { identity_ = std::move(identity); }
 
   /// The sidecar owner id for a Dapr (resourceId, lockOwner): 32 hex digits of the HMAC.
   std::string ownerFor(std::string_view resource_id, std::string_view lock_owner) const;
@@ -65,6 +68,7 @@ class DaprApi {
   lock::LockService& service_;
   NotReadyReason not_ready_reason_;
   std::string secret_;
+  std::string identity_;
   RequestBody body_;
 };
 

@@ -62,6 +62,10 @@ TEST(DaprApiTest, LockAndUnlockAnswerLikeDaprAcrossSidecarsSharingTheSecret) {
   auto inspect = json::parse(v1.get("/v1/locks/lock1").body);
   EXPECT_EQ(inspect["held"], true);
   EXPECT_GT(inspect["token"].get<uint64_t>(), 0u);
+  // Who holds it: the sidecar's identity, as for a v1 acquire naming no holder (was none).
+  EXPECT_TRUE(inspect.contains("holder") && !inspect["holder"].get<std::string>().empty())
+      << inspect;
+  EXPECT_GT(inspect.value("since_ms", int64_t{0}), 0) << inspect;
   EXPECT_EQ(v1.post("/v1/locks/lock1/acquire", "{}").status, 409);
 
   EXPECT_EQ(unlock(*b, "lock1", "luke"), json({{"status", 2}})) << "belongs to others";
