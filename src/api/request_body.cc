@@ -403,7 +403,11 @@ bool RequestBody::parse(const http::Request& request, std::initializer_list<Body
 
 uint64_t RequestBody::fingerprint() const {
   // FNV-1a over (field, kind, value) of each field given: a change of any of them changes it;
-  // collisions only make two different requests look alike, as before there was a check.
+  // collisions only make two different requests look alike, as before there was a check. Left
+  // out: wait_ms (the gRPC gateway cuts it to the time left before the call's deadline, so each
+  // attempt of one retried call reads another; it does not change what is granted) and fields
+  // given at their default (false, "exclusive", "none", a lock_delay_ms of 0: a client library
+  // may send them on one attempt and leave them out on the next).
   uint64_t h = 14695981039346656037ULL;
   auto mix = [&h](std::string_view bytes) {
     for (const char c : bytes) {
@@ -416,7 +420,16 @@ uint64_t RequestBody::fingerprint() const {
   };
   for (size_t i = 0; i < values_.size(); ++i) {
     const Value& v = values_[i];
-    if (v.kind == Kind::kAbsent || static_cast<BodyField>(i) == BodyField::kRequestId) continue;
+    const auto field = static_cast<BodyField>(i);
+    if (v.kind == Kind::kAbsent || field == BodyField::kRequestId || field == BodyField::kWaitMs) {
+      continue;
+    }
+    const bool at_default =
+        (v.kind == Kind::kBool && !v.boolean) ||
+        (v.kind == Kind::kString && field == BodyField::kMode && v.text == "exclusive") ||
+        (v.kind == Kind::kString && field == BodyField::kHold && v.text == "none") ||
+        (v.kind == Kind::kUnsigned && field == BodyField::kLockDelayMs && v.unsigned_integer == 0);
+    if (at_default) continue;
     mixNumber(i);
     mixNumber(static_cast<uint64_t>(v.kind));
     switch (v.kind) {
@@ -442,8 +455,14 @@ uint64_t RequestBody::fingerprint() const {
         }
         break;
       }
-      case Kind::kObject:
-        for (const BodyMember& m : v.members) {
+      case Kind::kObject: {
+        // Its members in name order (a client may build the object from an unordered map).
+        std::vector<const BodyMember*> members;
+        for (const BodyMember& m : v.members) members.push_back(&m);
+        std::sort(members.begin(), members.end(),
+                  [](const BodyMember* a, const BodyMember* b) { return a->name < b->name; });
+        for (const BodyMember* member : members) {
+          const BodyMember& m = *member;
           mix(m.name);
           mixNumber(m.name.size());
           mixNumber(static_cast<uint64_t>(m.type));
@@ -452,6 +471,7 @@ uint64_t RequestBody::fingerprint() const {
           mixNumber(m.text.size());
         }
         break;
+      }
       case Kind::kAbsent:
       case Kind::kHugeInteger:
       case Kind::kFloat:

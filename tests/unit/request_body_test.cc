@@ -156,6 +156,33 @@ TEST(RequestBody, IntegerChecks) {
   }
 }
 
+// A request_id's retry must send the same request; what does not make it another request leaves
+// the fingerprint alone: JSON order and spacing, the health object's member order, wait_ms (gRPC
+// cuts it to the time left before the call's deadline on every attempt), fields at their default.
+TEST(RequestBody, FingerprintTellsRequestsApartButNotTheirSpelling) {
+  const std::initializer_list<BodyField> kFields = {
+      BodyField::kTtlMs,     BodyField::kWaitMs, BodyField::kAutoRenew,
+      BodyField::kRequestId, BodyField::kMode,   BodyField::kHold,
+      BodyField::kHealth,    BodyField::kNames,  BodyField::kLockDelayMs};
+  auto fp = [&](std::string_view text) {
+    RequestBody body;
+    EXPECT_TRUE(body.parse("", text, kFields)) << text << ": " << body.error();
+    return body.fingerprint();
+  };
+  const uint64_t base = fp(
+      R"({"ttl_ms":1000,"request_id":"a","health":{"url":"http://127.0.0.1:8080/h","failures":3}})");
+  EXPECT_EQ(base, fp(R"({ "health": {"failures": 3, "url": "http://127.0.0.1:8080/h"},
+                          "request_id": "b", "ttl_ms": 1000, "wait_ms": 2999 })"));
+  EXPECT_EQ(base, fp(R"({"ttl_ms":1000,"auto_renew":false,"mode":"exclusive","hold":"none",
+                         "lock_delay_ms":0,"health":{"url":"http://127.0.0.1:8080/h","failures":3}})"));
+  EXPECT_NE(base, fp(R"({"ttl_ms":1000,"health":{"url":"http://127.0.0.1:8080/h","failures":4}})"));
+  EXPECT_NE(base, fp(R"({"ttl_ms":1001,"health":{"url":"http://127.0.0.1:8080/h","failures":3}})"));
+  EXPECT_NE(fp(R"({"ttl_ms":1000})"), fp(R"({"ttl_ms":1000,"auto_renew":true})"));
+  EXPECT_NE(fp(R"({"ttl_ms":1000})"), fp(R"({"ttl_ms":1000,"mode":"shared"})"));
+  EXPECT_EQ(fp(R"({"names":["a","b"]})"), fp(R"({"names":["b","a"]})"));
+  EXPECT_NE(fp(R"({"names":["a","b"]})"), fp(R"({"names":["a","c"]})"));
+}
+
 TEST(RequestBody, ReuseForgetsThePreviousBody) {
   RequestBody body;
   ASSERT_TRUE(body.parse("", R"({"owner":"a"})", kAcquireFields));
