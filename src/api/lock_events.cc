@@ -49,9 +49,11 @@ void LockEvents::noteAnnounced(State& s, lock::ChangeReason reason) {
   } else if (reason == lock::ChangeReason::kReleased && s.end == EndAnnounced::kNone) {
     s.end = EndAnnounced::kReleased;
   }
-  // A grant (or a catch-up) ends nothing: the read it causes shows the new lease. After an
-  // announced end it tells readers' new shared hold from the old one (onRead).
-  if (reason == lock::ChangeReason::kGranted && s.end != EndAnnounced::kNone) s.regranted = true;
+  // A grant (or a catch-up) ends nothing: the read it causes shows the new lease. For readers it
+  // tells a new shared hold from the old one (onRead): only the first reader of a free lock
+  // announces a grant, so one announced since the last read means the lock was free meanwhile
+  // (its last reader released, or ran out, which announces nothing).
+  if (reason == lock::ChangeReason::kGranted) s.regranted = true;
 }
 
 int64_t LockEvents::onRead(Groups::Group& g, StatusOr<lock::LockState> state) {
@@ -104,7 +106,8 @@ int64_t LockEvents::onRead(Groups::Group& g, StatusOr<lock::LockState> state) {
   // whatever the tokens say. But readers read again are one shared hold whatever the token: each
   // reader draws a token (the read names the latest) and only the first reader of a free lock is
   // announced, so readers come and gone while others stayed are no end. The hold ended only if
-  // announced: forced, or released and then granted again (the last reader out, a first in).
+  // announced: forced, or a grant (a first reader in, after the last one left or ran out). A
+  // release alone is no proof: a writer that gives up waiting announces one while readers hold.
   const bool readers_stayed = prev.held && prev.shared && next.held && next.shared &&
                               end != EndAnnounced::kForced && !regranted;
   const bool ended = prev.held && (!next.held || next.shared != prev.shared ||

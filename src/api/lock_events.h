@@ -63,7 +63,7 @@ class LockEvents {
   struct State {
     View view;
     EndAnnounced end = EndAnnounced::kNone;
-    bool regranted = false;  // a grant announced after `end`: a new lease, readers' too
+    bool regranted = false;  // a grant announced since the last read: readers' new hold too
   };
   using Groups = WatchedNames<State, Watcher>;
 
