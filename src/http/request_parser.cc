@@ -283,9 +283,14 @@ int RequestParser::onHeadersComplete() {
       target.remove_prefix(scheme.size());
       size_t slash = target.find('/');
       const std::string_view authority = target.substr(0, slash);
+      bool had_host = false;
       for (auto& [name, value] : r.headers) {
-        if (name == "host") value.assign(authority);
+        if (name == "host") {
+          value.assign(authority);
+          had_host = true;
+        }
       }
+      if (!had_host) r.headers.emplace_back("host", std::string(authority));  // HTTP/1.0
       target = slash == std::string_view::npos ? std::string_view("/") : target.substr(slash);
       break;
     }

@@ -121,6 +121,11 @@ TEST(AccessControlTest, BrowsersAreRefusedOnTheLockListenersAndCurlDefaultsWork)
   r = send(absolute, "POST", "http://attacker.example:" + port + "/v1/locks/by-page/acquire",
            {"Host: localhost:" + port, "Content-Type: text/plain"}, "{}");
   EXPECT_EQ(r.status, 421) << r.body;
+  HttpClient absolute_10 = HttpClient::tcp(sidecar.port());  // HTTP/1.0: no Host at all
+  absolute_10.sendRaw("GET http://attacker.example:" + port + "/v1/locks/by-page HTTP/1.0\r\n\r\n");
+  std::optional<HttpResponse> no_host = absolute_10.readResponse();
+  ASSERT_TRUE(no_host.has_value());
+  EXPECT_EQ(no_host->status, 421) << no_host->body;
   HttpClient absolute_ok = HttpClient::tcp(sidecar.port());
   r = send(absolute_ok, "GET", "http://localhost:" + port + "/v1/locks/by-page",
            {"Host: attacker.example"});
