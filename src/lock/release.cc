@@ -192,14 +192,15 @@ void LockService::Impl::onReleaseReply(const LockId& lock, const std::string& ow
     // A re-entered lease gave back one hold and stays held.
     if (Lease* lease = leases_.find(lock, owner)) {
       lease->holds = clampHolds(reply->holds);
-      if (!stopping_ && lease->releasing && lease->auto_renew && !lease->unhealthy &&
-          lease->after_renewal.empty()) {
+      if (!stopping_ && lease->releasing && !lease->unhealthy && lease->after_renewal.empty()) {
         // Our count said this was the last hold (another sidecar took one for this owner):
-        // the lease lives on, so does its renewal.
+        // the lease lives on, not being released, and so does its renewal.
         lease->releasing = false;
-        lease->renewing = true;
-        scheduleRenewal(*lease,
-                        renewIntervalMs(*lease, ceilMs(lease->expiry_us - scheduler_.nowUs())));
+        if (lease->auto_renew) {
+          lease->renewing = true;
+          scheduleRenewal(*lease,
+                          renewIntervalMs(*lease, ceilMs(lease->expiry_us - scheduler_.nowUs())));
+        }
       }
     }
     if (client_request) metrics_.release_released.Increment();
