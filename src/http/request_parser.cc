@@ -321,8 +321,7 @@ int RequestParser::onHeadersComplete() {
         417, kExpectationFailed,
         "Expect: " + std::string(expect.substr(0, 64)) + " cannot be met (only 100-continue is)");
   }
-  const bool expect_continue = parser_.http_major == 1 && parser_.http_minor == 1 &&
-                               equalsIgnoreCase(expect, "100-continue");
+  const bool expect_continue = parser_.http_minor == 1 && equalsIgnoreCase(expect, "100-continue");
   if (listener_ != nullptr) listener_->onRequestHead(r, expect_continue);
   return 0;
 }

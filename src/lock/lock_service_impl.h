@@ -206,6 +206,8 @@ class LockService::Impl {
   void markLost(Lease& lease, const char* reason, bool by_renewal, bool wake = true);
   /// Drops the lease from the table and settles the gauges / hold time.
   void endLease(const LockId& lock, std::string_view owner);
+  /// Its owner's release freed it: tell the holder `released`, then endLease.
+  void endReleasedLease(Lease& lease);
   /// Sends `op` to the backend as `lock`'s kind and name.
   void runOnBackend(const LockId& lock, backend::Operation op, backend::OutcomeCallback cb);
   /// The acquire metrics of `kind` ({kind=...}), looked up once per kind.

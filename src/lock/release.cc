@@ -206,13 +206,7 @@ void LockService::Impl::onReleaseReply(const LockId& lock, const std::string& ow
     if (client_request) metrics_.release_released.Increment();
     result = ReleaseStatus::kHoldReleased;
   } else if (reply->ok()) {
-    if (Lease* lease = leases_.find(lock, owner)) {
-      SL_LOG(kDebug, "lock.released", {"name", lock.display()}, {"owner", ownerDigest(owner)});
-      if (lease->on_event) {
-        deliver([on_event = std::move(lease->on_event)] { on_event(LeaseEvent::kReleased); });
-      }
-      endLease(lock, owner);
-    }
+    if (Lease* lease = leases_.find(lock, owner)) endReleasedLease(*lease);
     lost_.forget(lock, owner);
     if (client_request) metrics_.release_released.Increment();
     result = ReleaseStatus::kReleased;

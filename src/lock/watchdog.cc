@@ -66,11 +66,7 @@ void LockService::Impl::recordGrant(Waiter& w, const backend::Outcome& grant) {
     // side.)
     if (old->releasing) {
       // Ended as its release will answer (released), not counted or told as expired / lost.
-      if (old->on_event) {
-        deliver([on_event = std::move(old->on_event)] { on_event(LeaseEvent::kReleased); });
-      }
-      const std::string owner = old->owner;
-      endLease(lock, owner);
+      endReleasedLease(*old);
     } else if (old->renewing) {
       markLost(*old, "lease lapsed before renewal (granted again)", /*by_renewal=*/true,
                /*wake=*/false);
@@ -279,6 +275,18 @@ void LockService::Impl::markLost(Lease& lease, const char* reason, bool by_renew
   endLease(lock, lease.owner);
   if (on_event) deliver([on_event = std::move(on_event)] { on_event(LeaseEvent::kLost); });
   if (wake) wakeLockQueues(lock, false);
+}
+
+void LockService::Impl::endReleasedLease(Lease& lease) {
+  SL_LOG(kDebug, "lock.released", {"name", lease.lock.display()},
+         {"owner", ownerDigest(lease.owner)});
+  if (lease.on_event) {
+    deliver([on_event = std::move(lease.on_event)] { on_event(LeaseEvent::kReleased); });
+  }
+  // Copies: endLease destroys the lease they are read from.
+  const LockId lock = lease.lock;
+  const std::string owner = lease.owner;
+  endLease(lock, owner);
 }
 
 void LockService::Impl::endLease(const LockId& lock, std::string_view owner) {
