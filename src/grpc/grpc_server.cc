@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "common/percent_encoding.h"
+#include "http/access_policy.h"
 
 namespace sidelock::grpc {
 namespace {
@@ -156,6 +157,10 @@ void GrpcCall::start() {
   info_.peer = stream_->peer() ? stream_->peer() : std::make_shared<const http::PeerIdentity>();
   if (!has_te_trailers) return finish(StatusCode::kInternal, "the request lacks \"te: trailers\"");
   if (timeout_malformed) return finish(StatusCode::kInternal, "malformed grpc-timeout");
+  if (!http::isValidHostField(info_.authority)) {
+    // As the HTTP/1.1 listener answers such a Host (400): "localhost:abc" is no loopback name.
+    return finish(StatusCode::kInvalidArgument, "the :authority is not host[:port]");
+  }
   if (timeout_us) {
     // The call ends a little before the client's deadline, never at it: the client's clock
     // started before the request left it, and an answer that reaches it after its deadline is

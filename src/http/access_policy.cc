@@ -110,6 +110,43 @@ std::string hostWithoutPort(std::string_view host_header) {
   return lowerAscii(host);
 }
 
+bool isValidHostField(std::string_view value) {
+  std::string_view host = value;
+  std::string_view port;
+  bool has_port = false;
+  if (!host.empty() && host.front() == '[') {
+    const size_t close = host.find(']');
+    if (close == std::string_view::npos) return false;
+    // Inside the brackets: an IPv6 address (hex, colons, dots of an embedded IPv4) or IPvFuture.
+    if (host.substr(1, close - 1).find_first_not_of("0123456789abcdefABCDEF:.vV%-_~") !=
+        std::string_view::npos) {
+      return false;
+    }
+    const std::string_view after = host.substr(close + 1);
+    if (!after.empty()) {
+      if (after.front() != ':') return false;
+      has_port = true;
+      port = after.substr(1);
+    }
+  } else {
+    const size_t colon = host.find(':');
+    if (colon != std::string_view::npos) {
+      has_port = true;
+      port = host.substr(colon + 1);
+      host = host.substr(0, colon);
+    }
+    // reg-name / IPv4address: unreserved, pct-encoded and sub-delims characters (RFC 3986).
+    constexpr std::string_view kHostChars =
+        "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-._~%!$&'()*+,;=";
+    if (host.find_first_not_of(kHostChars) != std::string_view::npos) return false;
+  }
+  if (has_port &&
+      (port.size() > 5 || port.find_first_not_of("0123456789") != std::string_view::npos)) {
+    return false;
+  }
+  return true;
+}
+
 bool isLoopbackHost(std::string_view host) {
   return host == "localhost" || host == "[::1]" || isDottedQuadIn127(host);
 }

@@ -85,6 +85,11 @@ struct Refusal {
 std::string hostWithoutPort(std::string_view host_header);
 /// localhost, a dotted-quad in 127.0.0.0/8, or [::1] (no port).
 bool isLoopbackHost(std::string_view host);
+/// Whether a Host header (or an :authority) is `host [":" port]` as RFC 9110 7.2 / RFC 3986 3.2
+/// write it: a bracketed IPv6 literal or a name of URI host characters, then at most one colon
+/// and 0 to 5 digits. No userinfo ("a@b"), no second port ("h:1:2"), no "localhost:abc". Empty is
+/// valid (a target without an authority).
+bool isValidHostField(std::string_view value);
 
 /// Checks `request` (its headers and Request::peer) against `policy`. On success sets
 /// request.principal (when a token was presented and verified) and returns nullopt.

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "http/access_policy.h"
 #include "http/http_error.h"
 #include "http/path_pattern.h"
 
@@ -207,7 +208,12 @@ int RequestParser::onHeaderValueComplete() {
   if (msg_->value.find_first_of("\r\n") != std::string::npos) {
     return fail(400, kBadRequest, "header \"" + msg_->field + "\" is folded over several lines");
   }
-  if (msg_->field == "host") ++host_count_;
+  if (msg_->field == "host") {
+    ++host_count_;
+    // RFC 9112 3.2: a Host with an invalid value is answered 400 ("localhost:abc" would
+    // otherwise pass the loopback check as "localhost").
+    if (!isValidHostField(msg_->value)) return fail(400, kBadRequest, "Host is not host[:port]");
+  }
   if (msg_->field == "content-type" && ++content_type_count_ > 1) {
     // Two media types for one body: which one counts would depend on the reader.
     return fail(400, kBadRequest, "more than one Content-Type header");
@@ -283,6 +289,9 @@ int RequestParser::onHeadersComplete() {
       target.remove_prefix(scheme.size());
       size_t slash = target.find('/');
       const std::string_view authority = target.substr(0, slash);
+      if (!isValidHostField(authority)) {
+        return fail(400, kBadRequest, "the request target's authority is not host[:port]");
+      }
       bool had_host = false;
       for (auto& [name, value] : r.headers) {
         if (name == "host") {

@@ -116,6 +116,18 @@ TEST(AccessPolicyTest, HostNames) {
   }
 }
 
+TEST(AccessPolicyTest, HostFieldsAreHostAndAnOptionalPort) {
+  for (const char* ok : {"", "localhost", "localhost:", "localhost:7411", "127.0.0.1:80", "[::1]",
+                         "[::1]:65535", "app.svc.cluster.local:8080", "h", "xn--bcher-kva"}) {
+    EXPECT_TRUE(isValidHostField(ok)) << ok;
+  }
+  for (const char* bad :
+       {"localhost:abc", "localhost:123456", "localhost:1:2", "a@localhost", "[::1", "[::1]x",
+        "[::1]:x", "[evil.example]", "local host", "h/p", "localhost:-1", "localhost: 80"}) {
+    EXPECT_FALSE(isValidHostField(bad)) << bad;
+  }
+}
+
 TEST(AccessPolicyTest, CurlDefaultsPass) {
   ListenerPolicy p;
   for (const char* host : {"localhost:7411", "127.0.0.1:7411", "[::1]:7411", "localhost"}) {

@@ -154,6 +154,10 @@ TEST(RequestParser, HostileFramingIsRefusedWithItsOwnStatus) {
       {many + "\r\n", 431, kHeadersTooLarge, "more than 100 header lines"},
       {"GET / HTTP/1.1\r\n\r\n", 400, kBadRequest, "need a Host"},
       {"GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", 400, kBadRequest, "more than one Host"},
+      {"GET / HTTP/1.1\r\nHost: localhost:abc\r\n\r\n", 400, kBadRequest, "host[:port]"},
+      {"GET / HTTP/1.1\r\nHost: evil@localhost\r\n\r\n", 400, kBadRequest, "host[:port]"},
+      {"GET http://localhost:7x/ HTTP/1.1\r\n" + kHost + "\r\n", 400, kBadRequest,
+       "authority is not host[:port]"},
       {"POST / HTTP/1.1\r\n" + kHost +
            "Content-Type: text/xml\r\nContent-Type: application/json\r\n\r\n",
        400, kBadRequest, "more than one Content-Type"},

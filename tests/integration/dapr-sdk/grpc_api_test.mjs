@@ -99,6 +99,15 @@ async function exercise(ports, sidecarLog) {
   const w = await firstMessage(watch);
   check(w.value && w.value.status === "SERVING", "Health/Watch sends SERVING first", JSON.stringify(w));
 
+  // An :authority whose port is not digits is refused, as a Host of the HTTP listener is (400).
+  const badAuthority = new pkg.sidelock.v1.Locks(target, creds,
+                                                 { "grpc.default_authority": "localhost:abc" });
+  r = await unary(badAuthority, "Acquire", { name: "g-authority", ttl_ms: 10000 });
+  check(r.error && r.error.code === S.INVALID_ARGUMENT &&
+            r.error.details === "the :authority is not host[:port]",
+        "an :authority with a bad port: INVALID_ARGUMENT", JSON.stringify(r.error || r.value));
+  badAuthority.close();
+
   // Acquire, exclusion across protocols, Inspect, Extend, Release.
   let t0 = Date.now();
   r = await unary(locks, "Acquire", { name: "g1", ttl_ms: 10000 });
