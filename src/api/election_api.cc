@@ -99,9 +99,12 @@ ElectionApi::ElectionApi(const config::LocksConfig& locks, lock::LockService& se
 ElectionApi::~ElectionApi() = default;
 
 std::vector<Route> ElectionApi::routes() {
-  auto bindNamed = [this](void (ElectionApi::*fn)(http::Request&, http::ResponderPtr)) {
-    return [this, fn](http::Request& req, http::ResponderPtr res) {
+  // The query is read strictly (checkQuery), as on every v1 route.
+  auto bindNamed = [this](void (ElectionApi::*fn)(http::Request&, http::ResponderPtr),
+                          QueryKeys keys = {}) {
+    return [this, fn, keys = std::move(keys)](http::Request& req, http::ResponderPtr res) {
       if (!checkNameAllowed(req, res)) return;
+      if (!checkQuery(req, res, keys)) return;
       if (!checkName(req, res, static_cast<size_t>(locks_.max_name_bytes))) return;
       (this->*fn)(req, std::move(res));
     };
@@ -112,7 +115,7 @@ std::vector<Route> ElectionApi::routes() {
       {"GET", "/v1/elections/{name}/observe", bindNamed(&ElectionApi::observe)},
       {"POST", "/v1/elections/{name}/proclaim", bindNamed(&ElectionApi::proclaim)},
       {"POST", "/v1/elections/{name}/resign", bindNamed(&ElectionApi::resign)},
-      {"GET", kReadyPattern, bindNamed(&ElectionApi::ready)},
+      {"GET", kReadyPattern, bindNamed(&ElectionApi::ready, {"candidate"})},
   };
 }
 

@@ -99,11 +99,22 @@ std::vector<Route> LockApi::routes() {
       (this->*fn)(req, std::move(res));
     };
   };
+  // v1 routes read their query strictly (checkQuery): a key the route does not know is refused,
+  // not ignored. Checked after the name's access (below) and before the route runs.
+  auto bindV1 = [this](void (LockApi::*fn)(http::Request&, http::ResponderPtr),
+                       QueryKeys keys = {}) {
+    return [this, fn, keys = std::move(keys)](http::Request& req, http::ResponderPtr res) {
+      if (!checkQuery(req, res, keys)) return;
+      (this->*fn)(req, std::move(res));
+    };
+  };
   // Routes on one lock: a token limited to prefixes gets 403 outside them, before anything else
   // (a scoped token learns nothing about other locks, not even whether a name is valid).
-  auto bindNamed = [this](void (LockApi::*fn)(http::Request&, http::ResponderPtr)) {
-    return [this, fn](http::Request& req, http::ResponderPtr res) {
+  auto bindNamed = [this](void (LockApi::*fn)(http::Request&, http::ResponderPtr),
+                          QueryKeys keys = {}) {
+    return [this, fn, keys = std::move(keys)](http::Request& req, http::ResponderPtr res) {
       if (!checkNameAllowed(req, res)) return;
+      if (!checkQuery(req, res, keys)) return;
       (this->*fn)(req, std::move(res));
     };
   };
@@ -112,14 +123,15 @@ std::vector<Route> LockApi::routes() {
       {"POST", "/v1/locks/{name}/release", bindNamed(&LockApi::release)},
       {"POST", "/v1/locks/{name}/extend", bindNamed(&LockApi::extend)},
       {"GET", "/v1/locks/{name}", bindNamed(&LockApi::inspect)},
-      {"GET", "/v1/locks/{name}/events", bindNamed(&LockApi::events)},
-      {"GET", "/v1/locks", bind(&LockApi::list)},
+      {"GET", "/v1/locks/{name}/events", bindNamed(&LockApi::events, {"extended"})},
+      {"GET", "/v1/locks", bindV1(&LockApi::list)},
       {"POST", "/v1/semaphores/{name}/acquire", bindNamed(&LockApi::semaphoreAcquire)},
       {"POST", "/v1/semaphores/{name}/release", bindNamed(&LockApi::semaphoreRelease)},
       {"POST", "/v1/semaphores/{name}/extend", bindNamed(&LockApi::semaphoreExtend)},
       {"GET", "/v1/semaphores/{name}", bindNamed(&LockApi::semaphoreInspect)},
-      {"POST", "/v1/multilocks/acquire", bind(&LockApi::multiAcquire)},
-      {"POST", "/v1/multilocks/release", bind(&LockApi::multiRelease)},
+      {"POST", "/v1/multilocks/acquire", bindV1(&LockApi::multiAcquire)},
+      {"POST", "/v1/multilocks/release", bindV1(&LockApi::multiRelease)},
+      // Probes, metrics and the document: a query is ignored (probes and scrapers may add one).
       {"GET", "/healthz", bind(&LockApi::healthz)},
       {"GET", "/readyz", bind(&LockApi::readyz)},
       {"GET", "/metrics", bind(&LockApi::metricsText)},
@@ -130,9 +142,13 @@ std::vector<Route> LockApi::routes() {
 std::vector<Route> LockApi::adminRoutes() {
   return {
       {"POST", "/admin/v1/locks/{name}/release",
-       [this](http::Request& req, http::ResponderPtr res) { forceRelease(req, std::move(res)); }},
+       [this](http::Request& req, http::ResponderPtr res) {
+         if (checkQuery(req, res, {})) forceRelease(req, std::move(res));
+       }},
       {"GET", "/admin/v1/locks",
-       [this](http::Request& req, http::ResponderPtr res) { listHeld(req, std::move(res)); }},
+       [this](http::Request& req, http::ResponderPtr res) {
+         if (checkQuery(req, res, {"prefix", "limit"})) listHeld(req, std::move(res));
+       }},
       {"GET", "/v1/openapi.json",
        [this](http::Request& req, http::ResponderPtr res) { openapi(req, std::move(res)); }},
   };

@@ -550,17 +550,7 @@ void LockApi::forceRelease(http::Request& req, http::ResponderPtr res) {
 }
 
 void LockApi::listHeld(http::Request& req, http::ResponderPtr res) {
-  std::string_view rest = req.query;
-  while (!rest.empty()) {
-    const size_t amp = rest.find('&');
-    const std::string_view key = rest.substr(0, std::min(amp, rest.find('=')));
-    rest = amp == std::string_view::npos ? std::string_view{} : rest.substr(amp + 1);
-    if (key != "prefix" && key != "limit" && !key.empty()) {
-      return sendError(res, 400, "bad_request",
-                       "unknown query parameter '" + std::string(key) +
-                           "' (prefix and limit are known)");
-    }
-  }
+  // Only prefix and limit, each once: checked by the route (adminRoutes, checkQuery).
   lock::HeldQuery query;
   query.budget_ms = kListBudgetMs;
   if (queryHas(req.query, "prefix")) {

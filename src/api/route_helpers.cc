@@ -1,5 +1,6 @@
 #include "api/route_helpers.h"
 
+#include <algorithm>
 #include <chrono>
 
 #include "api/json_object.h"
@@ -283,6 +284,35 @@ bool queryHas(std::string_view query, std::string_view key) {
     if (pair.substr(0, pair.find('=')) == key) return true;
   }
   return false;
+}
+
+bool checkQuery(const http::Request& req, const http::ResponderPtr& res, const QueryKeys& known) {
+  std::string_view rest = req.query;
+  std::vector<std::string_view> seen;
+  while (!rest.empty()) {
+    const size_t amp = rest.find('&');
+    const std::string_view pair = rest.substr(0, amp);
+    rest = amp == std::string_view::npos ? std::string_view{} : rest.substr(amp + 1);
+    if (pair.empty()) continue;
+    const std::string_view key = pair.substr(0, pair.find('='));
+    std::string problem;
+    if (std::find(known.begin(), known.end(), key) == known.end()) {
+      std::string names;
+      for (std::string_view k : known) names += (names.empty() ? "" : ", ") + std::string(k);
+      problem =
+          "unknown query parameter '" + std::string(key) + "' (" +
+          (known.empty() ? std::string("this route takes none") : "this route takes: " + names) +
+          ")";
+    } else if (std::find(seen.begin(), seen.end(), key) != seen.end()) {
+      problem = "query parameter '" + std::string(key) + "' is given more than once";
+    } else {
+      seen.push_back(key);
+      continue;
+    }
+    sendError(res, 400, "bad_request", problem);
+    return false;
+  }
+  return true;
 }
 
 }  // namespace sidelock::api

@@ -57,6 +57,14 @@ bool checkName(const http::Request& req, const http::ResponderPtr& res, size_t m
 bool queryValue(std::string_view query, std::string_view key, std::string* out);
 /// Whether `key` appears in a raw query string at all (with or without a value).
 bool queryHas(std::string_view query, std::string_view key);
+/// The query keys a v1 route reads (string literals). Every v1 route is bound with its list, so
+/// that no route ignores a parameter it does not know.
+using QueryKeys = std::vector<std::string_view>;
+/// Checks the request's query string against the route's `known` keys: a key outside them, or
+/// one given twice, answers 400 bad_request naming it (a misspelled `?extended=true`, or two
+/// `limit`s, would otherwise be ignored or read first-wins) and returns false, before the route
+/// runs. Keys are compared as sent (not percent-decoded); empty pairs ("a=1&&b=2") are skipped.
+bool checkQuery(const http::Request& req, const http::ResponderPtr& res, const QueryKeys& known);
 
 // --- answers --------------------------------------------------------------------------------
 

@@ -101,7 +101,7 @@ TEST(AdminListingTest, ListsLocksHeldThroughAnotherSidecarSortedBoundedAndWithou
 
   // Bad input: 400 JSON naming the problem.
   for (const char* bad : {"?limit=0", "?limit=1001", "?limit=x", "?prefix=a*", "?prefix=a%7Bb",
-                          "?prefix=%zz", "?color=red"}) {
+                          "?prefix=%zz", "?color=red", "?limit=1&limit=2", "?prefix=a&prefix=b"}) {
     const json e = list(p.admin, bad, 400);
     EXPECT_EQ(e.value("error", ""), "bad_request") << bad;
   }

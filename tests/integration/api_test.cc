@@ -168,6 +168,17 @@ TEST_F(ApiTest, BadInputGetsClearErrorsAndChangesNothing) {
       {"GET", "/v1/nothing", "", 404, "not_found"},
       {"GET", "/v1/locks/x/acquire", "", 405, "method_not_allowed"},
       {"DELETE", "/v1/locks/x", "", 405, "method_not_allowed"},
+      // Query strings are read strictly on every v1 route: a key the route does not read, or one
+      // given twice, is refused rather than ignored (or read first-wins).
+      {"GET", "/v1/locks/x?extended=true", "", 400, "bad_request"},
+      {"POST", "/v1/locks/x/acquire?ttl_ms=5000", "{}", 400, "bad_request"},
+      {"GET", "/v1/locks/x/events?extended=true&extended=false", "", 400, "bad_request"},
+      {"GET", "/v1/locks/x/events?extendd=true", "", 400, "bad_request"},
+      {"GET", "/v1/locks?prefix=a", "", 400, "bad_request"},
+      {"GET", "/v1/semaphores/s?limit=3", "", 400, "bad_request"},
+      {"POST", "/v1/multilocks/acquire?wait_ms=1", R"({"names":["a"]})", 400, "bad_request"},
+      {"GET", "/v1/elections/e?candidate=a", "", 400, "bad_request"},
+      {"GET", "/v1/elections/e/ready?candidate=a&candidate=b", "", 400, "bad_request"},
   };
   for (const auto& tc : cases) {
     auto r = c.request(tc.method, tc.path, tc.body);
@@ -180,6 +191,23 @@ TEST_F(ApiTest, BadInputGetsClearErrorsAndChangesNothing) {
   }
   // Nothing was written to Redis by any of them.
   EXPECT_EQ(redis_.cli({"DBSIZE"}), "0");
+  // The message names the key and what the route takes.
+  const auto unknown = c.request("GET", "/v1/locks/x/events?extendd=true", "");
+  EXPECT_EQ(json::parse(unknown.body).value("message", ""),
+            "unknown query parameter 'extendd' (this route takes: extended)");
+  const auto twice = c.request("GET", "/v1/locks/x/events?extended=true&extended=false", "");
+  EXPECT_EQ(json::parse(twice.body).value("message", ""),
+            "query parameter 'extended' is given more than once");
+  // Empty pairs are no parameters; probes and scrapes keep ignoring a query.
+  EXPECT_EQ(c.request("GET", "/v1/locks/x?&", "").status, 200);
+  EXPECT_EQ(c.request("GET", "/healthz?probe=1", "").status, 200);
+  EXPECT_EQ(c.request("GET", "/metrics?x=1", "").status, 200);
+  // A Host whose port is not digits is a bad request (RFC 9112 3.2), not "localhost".
+  HttpClient raw = client();
+  raw.sendRaw("GET /healthz HTTP/1.1\r\nHost: localhost:abc\r\n\r\n");
+  const auto bad_host = raw.readResponse();
+  ASSERT_TRUE(bad_host.has_value());
+  EXPECT_EQ(bad_host->status, 400) << bad_host->body;
 }
 
 TEST_F(ApiTest, OversizedBodyAndHeadersAreRefused) {
