@@ -16,6 +16,7 @@
 #include "common/percent_encoding.h"
 #include "dapr/proto/runtime/v1/dapr.pb.h"
 #include "grpc/health/v1/health.pb.h"
+#include "http/http_error.h"
 #include "http/router.h"
 #include "metrics/metrics.h"
 #include "sidelock/v1/locks.pb.h"
@@ -122,8 +123,14 @@ constexpr std::array<std::string_view, 6> kHealthServices = {
     "", "sidelock.v1.Locks", "sidelock.v1.Elections", "dapr.proto.runtime.v1.Dapr",
     "grpc.health.v1.Health", "sidelock"};
 
-std::string errorBody(std::string_view code, std::string_view message) {
-  return json{{"error", code}, {"message", message}}.dump();
+/// The JSON of an error the gateway answers itself. http::errorBody replaces bad UTF-8: a
+/// message may quote the client's bytes (an unknown method's path), and nlohmann's plain dump()
+/// throws on them, which would end the process.
+using http::errorBody;
+
+/// A JSON text of the gateway's, bad UTF-8 replaced (U+FFFD) rather than thrown on.
+std::string dumpJson(const json& value) {
+  return value.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
 /// protobuf's JSON prints 64-bit integers as strings (proto3 JSON mapping); the routes read
@@ -169,7 +176,7 @@ void finishWithError(grpc::ServerCall& call, int status, std::string_view body) 
                 errorBody("http_" + std::to_string(status), std::string(body.substr(0, 200))));
     return;
   }
-  call.finish(grpcStatusOf(status, errorCodeOf(parsed)), parsed.dump());
+  call.finish(grpcStatusOf(status, errorCodeOf(parsed)), dumpJson(parsed));
 }
 
 std::string readinessMessage(bool serving) {
@@ -524,7 +531,7 @@ StatusOr<HttpCall> httpCallOf(const GrpcMethod& method, std::string_view request
     for (const auto& [key, value] : body.items()) {
       if (!out.query.empty()) out.query += '&';
       out.query += percentEncode(key, PercentKeep::kUnreserved) + '=' +
-                   percentEncode(value.is_string() ? value.get<std::string>() : value.dump(),
+                   percentEncode(value.is_string() ? value.get<std::string>() : dumpJson(value),
                                  PercentKeep::kUnreserved);
     }
   }
@@ -538,7 +545,7 @@ StatusOr<HttpCall> httpCallOf(const GrpcMethod& method, std::string_view request
     auto it = body.find("wait_ms");
     if (it != body.end() && it->is_number_integer() && it->get<int64_t>() > bound) *it = bound;
   }
-  out.body = body.dump();
+  out.body = dumpJson(body);
   return out;
 }
 

@@ -1,10 +1,25 @@
 #include "cli/run_options.h"
 
+#include <nlohmann/json.hpp>
+#include <utility>
+
 #include "cli/exit_codes.h"
 #include "common/duration.h"
 #include "common/pod_identity.h"
 
 namespace sidelock::cli {
+
+namespace {
+
+/// Whether `text` is valid UTF-8, as nlohmann's JSON printer judges it: printing it with bad
+/// bytes dropped and with them replaced gives the same text only when there are none.
+bool isUtf8(const std::string& text) {
+  const nlohmann::json j = text;
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::ignore) ==
+         j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+}  // namespace
 
 std::string RunOptions::endpoint() const {
   return SidecarEndpoint{socket_path, host, port}.describe();
@@ -128,6 +143,17 @@ StatusOr<RunOptions> parseRunArgs(const std::vector<std::string>& args, const Ru
                                             : "no candidate: give --candidate ID (default "
                                               "$POD_NAME, else the host name: neither is set)");
     }
+  }
+
+  // Sent as JSON strings: bytes that are not UTF-8 would be altered on the way (or refused by the
+  // sidecar far from their cause), so they are refused here, naming the option.
+  const std::pair<const char*, const std::optional<std::string>*> texts[] = {
+      {"--candidate", &candidate_flag}, {"--value", &opts.value}, {"--health", &opts.health_url}};
+  for (const auto& [flag, text] : texts) {
+    if (*text && !isUtf8(**text)) return invalidArgument(std::string(flag) + " is not valid UTF-8");
+  }
+  if (opts.elect && !candidate_flag && !isUtf8(opts.candidate)) {
+    return invalidArgument("the candidate ($POD_NAME or the host name) is not valid UTF-8");
   }
 
   StatusOr<SidecarEndpoint> endpoint = resolveEndpoint(socket_flag, addr_flag, env);

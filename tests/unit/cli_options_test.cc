@@ -269,6 +269,10 @@ TEST(RunOptionsTest, ElectUsageErrors) {
           {{"--elect", "e", "--wait", "0", "c"}, "--wait 0 does not apply to --elect"},
           {{"--elect", "e", "--candidate", "", "c"}, "--candidate must not be empty"},
           {{"--elect", "e", "--candidate"}, "--candidate needs a value"},
+          // Bytes that are not UTF-8 are refused here (sent as JSON, they once ended the process).
+          {{"--elect", "e", "--value", "\xe9", "c"}, "--value is not valid UTF-8"},
+          {{"--elect", "e", "--candidate", "a\xff", "c"}, "--candidate is not valid UTF-8"},
+          {{"--health", "http://127.0.0.1:1/\xc3", "job", "c"}, "--health is not valid UTF-8"},
       },
       fakeEnv({{"POD_NAME", "p"}}));
 }

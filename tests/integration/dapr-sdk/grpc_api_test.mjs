@@ -298,6 +298,12 @@ async function exercise(ports, sidecarLog) {
                        "another Dapr method: UNIMPLEMENTED");
   check(String(e.message).includes("sidelock"), "the UNIMPLEMENTED message names sidelock", JSON.stringify(e));
   expectStatus(await rawCall("/sidelock.v1.Locks/Nope"), S.UNIMPLEMENTED, "an unknown method: UNIMPLEMENTED");
+  // A method name that is not UTF-8: grpc-js sends "é" as the one byte 0xE9 (latin1). The
+  // UNIMPLEMENTED message quotes it, which once threw in the JSON printer and ended the process.
+  e = expectStatus(await rawCall("/x/\u00e9"), S.UNIMPLEMENTED, "a method name of bad UTF-8: UNIMPLEMENTED");
+  check(String(e.message).includes("\ufffd"), "its message shows U+FFFD for the bad byte", JSON.stringify(e));
+  r = await unary(health, "Check", {}, new grpc.Metadata());
+  check(r.value && r.value.status === "SERVING", "the sidecar answers after it", JSON.stringify(r));
 
   // Tokens: authorization or dapr-api-token metadata; none or a wrong one refused.
   expectStatus(await unary(locks, "Inspect", { name: "t1" }, new grpc.Metadata()), S.UNAUTHENTICATED,
