@@ -251,9 +251,7 @@ class GrpcResponder final : public http::Responder {
         scheduler_(scheduler) {
     if (metrics_ != nullptr) metrics_->enter();
   }
-  ~GrpcResponder() override {
-    if (metrics_ != nullptr && status_ == 0) metrics_->leave();
-  }
+  ~GrpcResponder() override { leaveInFlight(); }
   GrpcResponder(const GrpcResponder&) = delete;
   GrpcResponder& operator=(const GrpcResponder&) = delete;
 
@@ -265,8 +263,11 @@ class GrpcResponder final : public http::Responder {
 
   void send(int status, std::string_view /*content_type*/, std::string body,
             std::vector<std::pair<std::string, std::string>> /*extra_headers*/) override {
-    if (!call_->active()) return;
+    // Counted even when the call has ended (its deadline, the client's cancel): the route ran and
+    // answered, as an HTTP request whose client left is counted with the route's answer.
     answered(status);
+    leaveInFlight();
+    if (!call_->active()) return;
     if (method_.answer == Answer::kReadiness && (status == 200 || status == 503)) {
       call_->sendMessage(readinessMessage(status == 200));
       call_->finish(StatusCode::kOk, "");
@@ -285,6 +286,7 @@ class GrpcResponder final : public http::Responder {
     call_->finish(StatusCode::kOk, "");
   }
 
+  /// A stream stays in sidelock_http_in_flight_requests until it ends, as an HTTP one does.
   void startStream(int status, std::string_view /*content_type*/) override { answered(status); }
 
   bool writeChunk(std::string_view data) override {
@@ -299,6 +301,7 @@ class GrpcResponder final : public http::Responder {
   }
 
   void endStream() override {
+    leaveInFlight();
     if (!partial_.empty()) sendLine(partial_);
     partial_.clear();
     call_->finish(StatusCode::kOk, "");
@@ -319,10 +322,13 @@ class GrpcResponder final : public http::Responder {
     return call_->sendMessage(std::move(*message));
   }
 
+  void leaveInFlight() {
+    if (metrics_ != nullptr && in_flight_) metrics_->leave();
+    in_flight_ = false;
+  }
   void answered(int status) {
     if (status_ != 0) return;
     status_ = status;
-    if (metrics_ != nullptr) metrics_->leave();
     latency_s_ = static_cast<double>(scheduler_.nowUs() - call_->info().received_us) / 1e6;
     if (!route_.empty()) record();
   }
@@ -341,6 +347,7 @@ class GrpcResponder final : public http::Responder {
   std::string_view route_;  // the router's table (fixed at start-up) or kUnmatchedRoute
   int status_ = 0;          // the route's HTTP status, once answered
   double latency_s_ = 0;
+  bool in_flight_ = true;  // counted in sidelock_http_in_flight_requests (until answered or ended)
 };
 
 /// The answer of one /readyz look for Health/Watch: serving or not, or the refusal.
@@ -369,9 +376,12 @@ constexpr std::string_view kNoRoutePath = "/.grpc/unknown-method";
 
 class UnknownMethodResponder final : public http::Responder {
  public:
-  explicit UnknownMethodResponder(grpc::CallPtr call) : call_(std::move(call)) {}
+  /// Counted as HTTP counts a path no route has: route "unmatched", with the status answered.
+  UnknownMethodResponder(grpc::CallPtr call, std::shared_ptr<GrpcGateway::CallMetrics> metrics)
+      : call_(std::move(call)), metrics_(std::move(metrics)) {}
   void send(int status, std::string_view /*content_type*/, std::string body,
             std::vector<std::pair<std::string, std::string>> /*extra_headers*/) override {
+    if (metrics_ != nullptr) metrics_->record(http::kUnmatchedRoute, status, std::nullopt);
     if (!call_->active()) return;
     if (status == 404 || status == 405) {
       call_->finish(StatusCode::kUnimplemented, unimplementedMessage(call_->info().method));
@@ -387,6 +397,7 @@ class UnknownMethodResponder final : public http::Responder {
 
  private:
   grpc::CallPtr call_;
+  std::shared_ptr<GrpcGateway::CallMetrics> metrics_;
 };
 
 }  // namespace
@@ -994,10 +1005,20 @@ std::string unimplementedMessage(std::string_view method_name) {
 }
 
 struct GrpcGateway::Watch {
+  Watch(const Watch&) = delete;
+  Watch& operator=(const Watch&) = delete;
+  /// An open Watch is in sidelock_http_in_flight_requests until the gateway lets it go.
+  explicit Watch(std::shared_ptr<CallMetrics> metrics) : in_flight(std::move(metrics)) {
+    if (in_flight != nullptr) in_flight->enter();
+  }
+  ~Watch() {
+    if (in_flight != nullptr) in_flight->leave();
+  }
   grpc::CallPtr call;
   HttpCall http_call;
   std::optional<bool> last_sent;
   event::ScopedTimer timer;
+  std::shared_ptr<CallMetrics> in_flight;
 };
 
 namespace {
@@ -1038,6 +1059,15 @@ GrpcGateway::GrpcGateway(event::Scheduler& scheduler, metrics::Metrics* metrics,
 
 GrpcGateway::~GrpcGateway() = default;
 
+std::string_view GrpcGateway::routeLabel(const GrpcMethod& method) const {
+  if (options_.router != nullptr) {
+    // The row's path with its "{field}" segments matches the route's "{param}" ones.
+    const http::Router::Match m = options_.router->match(method.http_method, method.path);
+    if (m.kind == http::Router::Match::Kind::kFound) return m.route;
+  }
+  return method.path;
+}
+
 grpc::CallHandler GrpcGateway::asHandler() {
   return [this](grpc::CallPtr call, std::string request) {
     handle(std::move(call), std::move(request));
@@ -1049,7 +1079,7 @@ void GrpcGateway::handle(grpc::CallPtr call, std::string request) {
   const GrpcMethod* method = findGrpcMethod(info.method);
   if (method == nullptr) {
     const HttpCall no_route{"POST", std::string(kNoRoutePath), std::string(kNoRoutePath), "", ""};
-    dispatch(*call, no_route, std::make_shared<UnknownMethodResponder>(call));
+    dispatch(*call, no_route, std::make_shared<UnknownMethodResponder>(call, call_metrics_));
     return;
   }
   std::optional<int64_t> wait_bound_ms;
@@ -1069,6 +1099,9 @@ void GrpcGateway::handle(grpc::CallPtr call, std::string request) {
   }
   StatusOr<HttpCall> http_call = httpCallOf(*method, request, wait_bound_ms);
   if (!http_call.isOk()) {
+    // Counted under the method's route as the route's own 400 for a bad body would be (a
+    // message that does not parse, a path field missing).
+    if (call_metrics_ != nullptr) call_metrics_->record(routeLabel(*method), 400, std::nullopt);
     call->finish(http_call.status().code() == sidelock::StatusCode::kInvalidArgument
                      ? StatusCode::kInvalidArgument
                      : StatusCode::kInternal,
@@ -1165,7 +1198,7 @@ std::string_view GrpcGateway::dispatch(const grpc::ServerCall& call, const HttpC
 }
 
 void GrpcGateway::startWatch(grpc::CallPtr call, HttpCall http_call) {
-  auto watch = std::make_shared<Watch>();
+  auto watch = std::make_shared<Watch>(call_metrics_);
   watch->call = std::move(call);
   watch->http_call = std::move(http_call);
   watches_.insert(watch);

@@ -157,6 +157,9 @@ class GrpcGateway {
   std::string_view dispatch(const grpc::ServerCall& call, const HttpCall& http_call,
                             std::shared_ptr<http::Responder> responder,
                             const DirectCall* direct = nullptr, const GrpcMethod* method = nullptr);
+  /// The metrics label of `method`'s route: the router's pattern for it (a Dapr row's
+  /// "{store_name}" is the route's "{store}"), or the row's path without a router.
+  std::string_view routeLabel(const GrpcMethod& method) const;
   void startWatch(grpc::CallPtr call, HttpCall http_call);
   void pollWatch(const std::shared_ptr<Watch>& watch);
 

@@ -25,6 +25,12 @@ function metadataOf(headers) {
 }
 const bearer = (token) => metadataOf({ authorization: `Bearer ${token}` });
 
+/// The value of the series `name` (exact, labels included) in a /metrics text; 0 if absent.
+function metricValue(text, name) {
+  const line = text.split("\n").find((l) => l.startsWith(name + " "));
+  return line === undefined ? 0 : Number(line.slice(name.length + 1));
+}
+
 /// A unary call as a promise: {value} or {error} (a grpc ServiceError).
 function unary(client, method, request, md = bearer(TOKEN), options = {}) {
   return new Promise((resolve) => {
@@ -223,9 +229,14 @@ async function exercise(ports, sidecarLog) {
   check((await h.json()).held === false, "the timed-out gRPC waiter took nothing");
 
   // Hold: the stream hold, released by cancelling the call.
+  const inFlight = async () => metricValue(await (await http("GET", "/metrics")).text(),
+                                           "sidelock_http_in_flight_requests");
+  const inFlightBefore = await inFlight();
   const hold = locks.Hold({ name: "s1", ttl_ms: 3000 }, bearer(TOKEN));
   hold.on("error", () => {});
   const first = await firstMessage(hold);
+  check(await inFlight() === inFlightBefore + 1,
+        "an open Hold counts in sidelock_http_in_flight_requests", `${inFlightBefore} before`);
   check(first.value && first.value.event === "acquired" && first.value.token > 0,
         "Hold's first message is the acquired event", JSON.stringify(first));
   h = await http("POST", "/v1/locks/s1/acquire", {});
@@ -234,6 +245,8 @@ async function exercise(ports, sidecarLog) {
   hold.cancel();
   const released = await until(async () => (await (await http("GET", "/v1/locks/s1")).json()).held === false, 5000);
   check(released, "cancelling the Hold call releases the lock", `${Date.now() - t0} ms`);
+  check(await until(async () => await inFlight() === inFlightBefore, 5000),
+        "and leaves it once it ends", `${await inFlight()} vs ${inFlightBefore}`);
 
   // Semaphores.
   const p1 = expectOk(await unary(locks, "AcquirePermit", { name: "sem", limit: 2, ttl_ms: 10000 }), "AcquirePermit 1");
@@ -329,6 +342,21 @@ async function exercise(ports, sidecarLog) {
   expectStatus(await unary(daprSvc, "TryLockAlpha1", { store_name: "nostore", resource_id: "a", lock_owner: "o",
                                                       expiry_in_seconds: 1 }),
                S.INVALID_ARGUMENT, "an unknown Dapr store: INVALID_ARGUMENT");
+
+  // Calls that never reach their route are counted too: an unknown method as HTTP counts a path
+  // no route has (404, "unmatched"); a request the gateway cannot map under its route (400).
+  const scrape = async () => (await (await http("GET", "/metrics")).text());
+  const unmatched = 'sidelock_http_requests_total{code="404",protocol="grpc",route="unmatched"}';
+  const daprBad = 'sidelock_http_requests_total{code="400",protocol="grpc",route="/v1.0-alpha1/lock/{store}"}';
+  let before = await scrape();
+  expectStatus(await rawCall("/sidelock.v1.Locks/Nope"), S.UNIMPLEMENTED, "an unknown method, again");
+  expectStatus(await unary(daprSvc, "TryLockAlpha1", { resource_id: "a", lock_owner: "o", expiry_in_seconds: 1 }),
+               S.INVALID_ARGUMENT, "TryLockAlpha1 without a store: INVALID_ARGUMENT");
+  let after = await scrape();
+  check(metricValue(after, unmatched) === metricValue(before, unmatched) + 1,
+        "an unknown method is counted under route unmatched, 404", `${metricValue(after, unmatched)}`);
+  check(metricValue(after, daprBad) === metricValue(before, daprBad) + 1,
+        "a request missing its path field is counted under its route, 400", `${metricValue(after, daprBad)}`);
 
   // Metrics: gRPC calls counted under their routes with protocol="grpc".
   const metrics = await (await http("GET", "/metrics")).text();
