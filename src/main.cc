@@ -361,9 +361,9 @@ int runSidecar(const config::Config& cfg) {
                                                 *s.metrics, s.lock_handler);
   Status listening = s.server->start();
   if (listening.isOk() && (!cfg.listen.grpc.empty() || !cfg.listen.grpc_unix.empty())) {
-    s.grpc_gateway =
-        std::make_unique<api::GrpcGateway>(*s.scheduler, s.metrics.get(), s.lock_handler,
-                                           api::GrpcGateway::Options{.router = s.router.get()});
+    s.grpc_gateway = std::make_unique<api::GrpcGateway>(
+        *s.scheduler, s.metrics.get(), s.lock_handler,
+        api::GrpcGateway::Options{.router = s.router.get(), .max_wait_ms = cfg.locks.max_wait_ms});
     s.grpc_server = std::make_unique<grpc::GrpcServer>(
         &s.loop, *s.scheduler, grpcOptions(cfg.listen), s.grpc_gateway->asHandler());
     if (!cfg.listen.grpc.empty()) listening = s.grpc_server->listenTcp(cfg.listen.grpc);

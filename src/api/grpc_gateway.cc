@@ -487,7 +487,7 @@ bool hasUnknownFields(const pb::Message& m) {
 }  // namespace
 
 StatusOr<HttpCall> httpCallOf(const GrpcMethod& method, std::string_view request_bytes,
-                              std::optional<int64_t> wait_bound_ms) {
+                              std::optional<WaitBound> bound) {
   const pb::Message* prototype = pb::MessageFactory::generated_factory()->GetPrototype(method.request);
   std::unique_ptr<pb::Message> request(prototype->New());
   if (!request->ParseFromArray(request_bytes.data(), static_cast<int>(request_bytes.size()))) {
@@ -551,10 +551,9 @@ StatusOr<HttpCall> httpCallOf(const GrpcMethod& method, std::string_view request
     json extra = json::parse("{" + std::string(method.extra_body) + "}");
     body.update(extra);
   }
-  if (wait_bound_ms && method.request->FindFieldByName("wait_ms") != nullptr) {
-    const int64_t bound = std::max<int64_t>(0, *wait_bound_ms);
+  if (bound && method.request->FindFieldByName("wait_ms") != nullptr) {
     auto it = body.find("wait_ms");
-    if (it != body.end() && it->is_number_integer() && it->get<int64_t>() > bound) *it = bound;
+    if (it != body.end() && it->is_number_integer()) *it = bound->cap(it->get<int64_t>());
   }
   out.body = dumpJson(body);
   return out;
@@ -588,9 +587,8 @@ void putText(BodyFields& fields, BodyField field, const std::string& value) {
 }
 
 /// wait_ms as the bridge caps it by the call's deadline.
-int64_t boundedWait(int64_t wait_ms, std::optional<int64_t> wait_bound_ms) {
-  if (!wait_bound_ms) return wait_ms;
-  return std::min(wait_ms, std::max<int64_t>(0, *wait_bound_ms));
+int64_t boundedWait(int64_t wait_ms, const std::optional<WaitBound>& bound) {
+  return bound ? bound->cap(wait_ms) : wait_ms;
 }
 
 /// A call over this many bytes (its request message, or its request's strings) lets the objects
@@ -636,7 +634,7 @@ class ReusedMessage {
 }  // namespace
 
 bool directCallInto(const GrpcMethod& method, std::string_view request_bytes,
-                    std::optional<int64_t> wait_bound_ms, DirectCall& out) {
+                    std::optional<WaitBound> bound, DirectCall& out) {
   out.http.method.assign(method.http_method);
   out.http.path.clear();
   out.http.raw_path.clear();
@@ -658,7 +656,7 @@ bool directCallInto(const GrpcMethod& method, std::string_view request_bytes,
       f.reserve(4);  // the usual acquire: ttl_ms, owner, and wait_ms or one option
       putInt(f, BodyField::kTtlMs, m.ttl_ms());
       // Present when sent (as in the bridge's JSON), then capped: a cap to 0 is still a 0 sent.
-      if (m.wait_ms() != 0) f.integer(BodyField::kWaitMs, boundedWait(m.wait_ms(), wait_bound_ms));
+      if (m.wait_ms() != 0) f.integer(BodyField::kWaitMs, boundedWait(m.wait_ms(), bound));
       putText(f, BodyField::kOwner, m.owner());
       putBool(f, BodyField::kAutoRenew, m.auto_renew());
       putInt(f, BodyField::kMaxHoldMs, m.max_hold_ms());
@@ -719,9 +717,9 @@ bool directCallInto(const GrpcMethod& method, std::string_view request_bytes,
 }
 
 std::optional<DirectCall> directCallOf(const GrpcMethod& method, std::string_view request_bytes,
-                                       std::optional<int64_t> wait_bound_ms) {
+                                       std::optional<WaitBound> bound) {
   DirectCall out;
-  if (!directCallInto(method, request_bytes, wait_bound_ms, out)) return std::nullopt;
+  if (!directCallInto(method, request_bytes, bound, out)) return std::nullopt;
   return out;
 }
 
@@ -1082,12 +1080,14 @@ void GrpcGateway::handle(grpc::CallPtr call, std::string request) {
     dispatch(*call, no_route, std::make_shared<UnknownMethodResponder>(call, call_metrics_));
     return;
   }
-  std::optional<int64_t> wait_bound_ms;
-  if (info.deadline_us) wait_bound_ms = (*info.deadline_us - scheduler_.nowUs()) / 1000;
+  std::optional<WaitBound> wait_bound;
+  if (info.deadline_us) {
+    wait_bound = WaitBound{(*info.deadline_us - scheduler_.nowUs()) / 1000, options_.max_wait_ms};
+  }
   if (method->direct != GrpcMethod::Direct::kNone && options_.direct_calls) {
     // The direct call is reused too (its strings keep their capacity); dispatch() copies it
     // into the request at once, so a nested call could not disturb it.
-    if (directCallInto(*method, request, wait_bound_ms, direct_scratch_)) {
+    if (directCallInto(*method, request, wait_bound, direct_scratch_)) {
       auto responder = std::make_shared<GrpcResponder>(call, *method, call_metrics_, scheduler_);
       DirectCall direct = std::move(direct_scratch_);
       responder->routed(dispatch(*call, direct.http, responder, &direct, method));
@@ -1097,7 +1097,7 @@ void GrpcGateway::handle(grpc::CallPtr call, std::string request) {
       return;
     }
   }
-  StatusOr<HttpCall> http_call = httpCallOf(*method, request, wait_bound_ms);
+  StatusOr<HttpCall> http_call = httpCallOf(*method, request, wait_bound);
   if (!http_call.isOk()) {
     // Counted under the method's route as the route's own 400 for a bad body would be (a
     // message that does not parse, a path field missing).

@@ -9,7 +9,9 @@
 // error's JSON body. Design: /work/notes/grpc-call-interface.md; the transport is src/grpc.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
@@ -77,11 +79,24 @@ struct HttpCall {
   std::string query;     // without '?'; empty when none
 };
 
-/// Builds the HTTP request of a call from its request message's bytes. `wait_bound_ms` (the time
-/// left before the call's deadline) caps the body's wait_ms where the request has one. Errors are
+/// A call's deadline as a cap on its request's wait_ms: `left_ms` is the time left before it
+/// (never less than 0 is used). A wait_ms over `max_wait_ms` (locks.max_wait_ms) is passed on
+/// as sent, so that the route refuses it with or without a deadline.
+struct WaitBound {
+  int64_t left_ms = 0;
+  int64_t max_wait_ms = std::numeric_limits<int64_t>::max();
+  /// `wait_ms` capped by the deadline (unchanged when over max_wait_ms).
+  int64_t cap(int64_t wait_ms) const {
+    if (wait_ms > max_wait_ms) return wait_ms;
+    return std::min(wait_ms, std::max<int64_t>(0, left_ms));
+  }
+};
+
+/// Builds the HTTP request of a call from its request message's bytes. `bound` (the call's
+/// deadline, if it has one) caps the body's wait_ms where the request has one. Errors are
 /// kInvalidArgument (bytes that are not the message, a path field left empty).
 StatusOr<HttpCall> httpCallOf(const GrpcMethod& method, std::string_view request_bytes,
-                              std::optional<int64_t> wait_bound_ms);
+                              std::optional<WaitBound> bound);
 
 /// The HTTP side of a call of a GrpcMethod::direct method without JSON: the path as httpCallOf
 /// builds it and the body as the fields the route reads (http::Request::decoded_body), the same
@@ -94,11 +109,11 @@ struct DirectCall {
   std::string path_value;  // the path field's value (decoded): the route's one parameter
 };
 std::optional<DirectCall> directCallOf(const GrpcMethod& method, std::string_view request_bytes,
-                                       std::optional<int64_t> wait_bound_ms);
+                                       std::optional<WaitBound> bound);
 /// directCallOf into `out`, which is emptied first and keeps its strings' capacity (the gateway
 /// reuses one per call); false where directCallOf is empty (then `out` is unspecified).
 bool directCallInto(const GrpcMethod& method, std::string_view request_bytes,
-                    std::optional<int64_t> wait_bound_ms, DirectCall& out);
+                    std::optional<WaitBound> bound, DirectCall& out);
 
 /// The response message (serialised) of a route's JSON answer; unknown JSON fields are ignored.
 StatusOr<std::string> responseMessageOf(const google::protobuf::Descriptor* response,
@@ -127,6 +142,8 @@ class GrpcGateway {
     /// still runs first, and the route sees the same request. Must outlive the gateway, with no
     /// route added after.
     const http::Router* router = nullptr;
+    /// locks.max_wait_ms: a wait_ms over it is not capped by the call's deadline (WaitBound).
+    int64_t max_wait_ms = std::numeric_limits<int64_t>::max();
   };
   GrpcGateway(event::Scheduler& scheduler, metrics::Metrics* metrics, http::Handler guarded,
               Options options);

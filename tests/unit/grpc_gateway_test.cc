@@ -138,13 +138,23 @@ TEST(GrpcGatewayTest, RequestMessageBecomesPathAndJsonBody) {
       "health": {"url": "http://127.0.0.1:8080/healthz", "grace_ms": 3000}, "lock_delay_ms": 2500})"));
 
   // The deadline caps wait_ms; Hold adds the stream hold.
-  call = httpCallOf(*findGrpcMethod("/sidelock.v1.Locks/Hold"), req.SerializeAsString(), 1200);
+  call = httpCallOf(*findGrpcMethod("/sidelock.v1.Locks/Hold"), req.SerializeAsString(),
+                    WaitBound{1200});
   ASSERT_TRUE(call.isOk());
   EXPECT_EQ(json::parse(call->body)["wait_ms"], 1200);
   EXPECT_EQ(json::parse(call->body)["hold"], "stream");
-  call = httpCallOf(*findGrpcMethod("/sidelock.v1.Locks/Acquire"), req.SerializeAsString(), -5);
+  call = httpCallOf(*findGrpcMethod("/sidelock.v1.Locks/Acquire"), req.SerializeAsString(),
+                    WaitBound{-5});
   ASSERT_TRUE(call.isOk());
   EXPECT_EQ(json::parse(call->body)["wait_ms"], 0);
+  // A wait_ms over locks.max_wait_ms is passed on as sent: the route refuses it, deadline or not
+  // (cut to the time left, it was accepted and the call granted).
+  req.set_wait_ms(1'000'000'000'000);
+  for (const char* m : {"/sidelock.v1.Locks/Acquire", "/sidelock.v1.Locks/Hold"}) {
+    call = httpCallOf(*findGrpcMethod(m), req.SerializeAsString(), WaitBound{1200, 300'000});
+    ASSERT_TRUE(call.isOk());
+    EXPECT_EQ(json::parse(call->body)["wait_ms"], 1'000'000'000'000) << m;
+  }
 
   // A GET route has no body; an empty path field is refused before any route runs.
   v1::InspectRequest inspect;
@@ -229,7 +239,7 @@ TEST(GrpcGatewayTest, DaprMessagesUseDaprsJsonNames) {
   req.set_lock_owner("owner-a");
   req.set_expiry_in_seconds(60);
   auto call = httpCallOf(*findGrpcMethod("/dapr.proto.runtime.v1.Dapr/TryLockAlpha1"),
-                         req.SerializeAsString(), 100);
+                         req.SerializeAsString(), WaitBound{100});
   ASSERT_TRUE(call.isOk());
   EXPECT_EQ(call->path, "/v1.0-alpha1/lock/lockstore");
   EXPECT_EQ(json::parse(call->body),
@@ -965,7 +975,7 @@ TEST(GrpcDirectPathTest, RequestFieldsReadAsTheBridgesJson) {
       BodyField::kHolder,    BodyField::kLockDelayMs,    BodyField::kResourceId,
       BodyField::kLockOwner, BodyField::kExpiryInSeconds};
   auto compare = [&](const GrpcMethod& method, const std::string& bytes,
-                     std::optional<int64_t> bound) {
+                     std::optional<WaitBound> bound) {
     std::optional<DirectCall> d = directCallOf(method, bytes, bound);
     auto j = httpCallOf(method, bytes, bound);
     ASSERT_TRUE(d.has_value());
@@ -1029,8 +1039,12 @@ TEST(GrpcDirectPathTest, RequestFieldsReadAsTheBridgesJson) {
     m.set_holder("h");
     m.set_request_id("r");
     compare(*findGrpcMethod("/sidelock.v1.Locks/Acquire"), m.SerializeAsString(), std::nullopt);
-    compare(*findGrpcMethod("/sidelock.v1.Locks/Acquire"), m.SerializeAsString(), 250);
-    compare(*findGrpcMethod("/sidelock.v1.Locks/Acquire"), m.SerializeAsString(), -4);
+    compare(*findGrpcMethod("/sidelock.v1.Locks/Acquire"), m.SerializeAsString(), WaitBound{250});
+    compare(*findGrpcMethod("/sidelock.v1.Locks/Acquire"), m.SerializeAsString(), WaitBound{-4});
+    // Over locks.max_wait_ms: both paths pass it on as sent, for the route to refuse.
+    m.set_wait_ms(1'000'000'000'000);
+    compare(*findGrpcMethod("/sidelock.v1.Locks/Acquire"), m.SerializeAsString(),
+            WaitBound{250, 300'000});
     v1::ExtendRequest e;
     e.set_name("n");
     e.set_ttl_ms(v);
@@ -1038,7 +1052,7 @@ TEST(GrpcDirectPathTest, RequestFieldsReadAsTheBridgesJson) {
   }
   v1::AcquireRequest empty;
   empty.set_name("n");
-  compare(*findGrpcMethod("/sidelock.v1.Locks/Acquire"), empty.SerializeAsString(), 10);
+  compare(*findGrpcMethod("/sidelock.v1.Locks/Acquire"), empty.SerializeAsString(), WaitBound{10});
   for (int32_t v :
        {1, -1, std::numeric_limits<int32_t>::max(), std::numeric_limits<int32_t>::min()}) {
     dapr::TryLockRequest t;

@@ -303,6 +303,11 @@ async function exercise(ports, sidecarLog) {
   expectStatus(await unary(locks, "Acquire", {}), S.INVALID_ARGUMENT, "no name: INVALID_ARGUMENT");
   expectStatus(await unary(locks, "Acquire", { name: "x", ttl_ms: 1e12 }), S.INVALID_ARGUMENT,
                "a TTL past the maximum: INVALID_ARGUMENT", "bad_request");
+  // A wait_ms past locks.max_wait_ms is refused with a deadline too (the deadline does not cut it
+  // into range first).
+  expectStatus(await unary(locks, "Acquire", { name: "x", wait_ms: 1e12 }, bearer(TOKEN),
+                           { deadline: Date.now() + 5000 }),
+               S.INVALID_ARGUMENT, "a wait_ms past the maximum, with a deadline: INVALID_ARGUMENT", "bad_request");
   const raw = new grpc.Client(target, creds);
   const rawCall = (method) => new Promise((resolve) =>
       raw.makeUnaryRequest(method, (x) => x, (x) => x, Buffer.alloc(0), bearer(TOKEN),
