@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "api/json_object.h"
 #include "common/log.h"
 #include "common/percent_encoding.h"
 #include "dapr/proto/runtime/v1/dapr.pb.h"
@@ -532,6 +533,15 @@ StatusOr<HttpCall> httpCallOf(const GrpcMethod& method, std::string_view request
       if (it != body.end()) body.erase(it);
     }
     if (value.empty()) {
+      if (method.name.starts_with("/dapr.")) {
+        // Dapr's methods have one path field, the store name: answered as Dapr answers a store
+        // it has not (ERR_LOCK_STORE_NOT_FOUND, INVALID_ARGUMENT), in Dapr's error shape.
+        return invalidArgument(
+            JsonObject()
+                .text("errorCode", "ERR_LOCK_STORE_NOT_FOUND")
+                .text("message", "lock store \"\" is not found (" + field_name + " is empty)")
+                .finish());
+      }
       return invalidArgument(errorBody("bad_request", field_name + " is required"));
     }
     out.path.append(value);

@@ -355,8 +355,10 @@ async function exercise(ports, sidecarLog) {
   const daprBad = 'sidelock_http_requests_total{code="400",protocol="grpc",route="/v1.0-alpha1/lock/{store}"}';
   let before = await scrape();
   expectStatus(await rawCall("/sidelock.v1.Locks/Nope"), S.UNIMPLEMENTED, "an unknown method, again");
-  expectStatus(await unary(daprSvc, "TryLockAlpha1", { resource_id: "a", lock_owner: "o", expiry_in_seconds: 1 }),
-               S.INVALID_ARGUMENT, "TryLockAlpha1 without a store: INVALID_ARGUMENT");
+  const noStore = expectStatus(await unary(daprSvc, "TryLockAlpha1", { resource_id: "a", lock_owner: "o",
+                                                                      expiry_in_seconds: 1 }),
+                               S.INVALID_ARGUMENT, "TryLockAlpha1 without a store: INVALID_ARGUMENT");
+  check(noStore.errorCode === "ERR_LOCK_STORE_NOT_FOUND", "in Dapr's error shape", JSON.stringify(noStore));
   let after = await scrape();
   check(metricValue(after, unmatched) === metricValue(before, unmatched) + 1,
         "an unknown method is counted under route unmatched, 404", `${metricValue(after, unmatched)}`);
