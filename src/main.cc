@@ -216,6 +216,7 @@ void beginShutdown(Sidecar& s, const config::Config& cfg, const char* why) {
   s.locks->cancelWaiters();
   s.server->stopAccepting();
   if (s.grpc_server) s.grpc_server->stopAccepting();  // GOAWAY: calls in progress go on
+  if (s.grpc_gateway) s.grpc_gateway->onDraining();   // Health/Watch: NOT_SERVING now
   // The admin listener stays up while draining so probes see /readyz turn 503.
   // Hard deadline: whatever is still open at grace + 1 s is abandoned and the process exits
   // non-zero, so a stuck Redis cannot hold a pod in Terminating forever.

@@ -1219,6 +1219,15 @@ void GrpcGateway::startWatch(grpc::CallPtr call, HttpCall http_call) {
   pollWatch(watch);
 }
 
+void GrpcGateway::onDraining() {
+  // A copy: a poll may answer at once and let its watch go.
+  const std::vector<std::shared_ptr<Watch>> open(watches_.begin(), watches_.end());
+  for (const auto& watch : open) {
+    watch->timer.reset();
+    pollWatch(watch);
+  }
+}
+
 void GrpcGateway::pollWatch(const std::shared_ptr<Watch>& watch) {
   if (!watch->call->active()) {
     watches_.erase(watch);

@@ -156,6 +156,10 @@ class GrpcGateway {
   void handle(grpc::CallPtr call, std::string request);
   /// A handler for the gRPC servers; it must not outlive the gateway.
   grpc::CallHandler asHandler();
+  /// The sidecar is shutting down (/readyz answers 503 now): every open Health/Watch looks at
+  /// once instead of at its next poll, so its client hears NOT_SERVING before the servers close
+  /// (as grpc-go's health server sets NOT_SERVING at shutdown).
+  void onDraining();
 
  private:
   struct Watch;

@@ -75,7 +75,7 @@ function firstMessage(call) {
   });
 }
 
-async function exercise(ports, sidecarLog) {
+async function exercise(ports, sidecarLog, sidecar) {
   const definition = protoLoader.loadSync(
       ["sidelock/v1/locks.proto", "grpc/health/v1/health.proto", "dapr/proto/runtime/v1/dapr.proto"],
       { includeDirs: [protoDir], keepCase: true, longs: Number, enums: String, defaults: false });
@@ -371,6 +371,14 @@ async function exercise(ports, sidecarLog) {
         "gRPC calls are counted with protocol=\"grpc\"");
   check(/sidelock_http_requests_total\{code="200",protocol="http",route="\/v1\/locks\/\{name\}\/acquire"\} \d+/.test(metrics),
         "HTTP requests with protocol=\"http\"");
+  // SIGTERM: the Health/Watch still open hears NOT_SERVING at once (the drain), before the
+  // sidecar closes its servers; then the sidecar exits 0.
+  const statuses = [];
+  watch.on("data", (v) => statuses.push(v.status));
+  const code = await stop(sidecar);
+  check(code === 0, "the sidecar exits 0", String(code));
+  check(statuses.includes("NOT_SERVING"), "SIGTERM: an open Health/Watch hears NOT_SERVING",
+        JSON.stringify(statuses));
   watch.cancel();
   for (const c of [locks, elections, health, daprSvc, raw]) c.close();
   if (failures.length) console.error(fs.readFileSync(sidecarLog, "utf8"));
@@ -381,9 +389,7 @@ async function main() {
   await withSidecar({ binary: sidelock, name: "grpc", appId: "grpc-app",
                       tokens: `${TOKEN}\n${SCOPED} prefixes=orders~\n` },
                     async ({ ports, sidecar, sidecarLog }) => {
-    await exercise(ports, sidecarLog);
-    const code = await stop(sidecar);
-    check(code === 0, "the sidecar exits 0", String(code));
+    await exercise(ports, sidecarLog, sidecar);  // ends with the sidecar's SIGTERM
   });
   finish(`grpc-api: ${checkCount()} checks passed with @grpc/grpc-js in ${Date.now() - started} ms`);
 }
