@@ -158,6 +158,7 @@ void ElectionApi::campaign(http::Request& req, http::ResponderPtr res) {
   if (health_spec) {
     call->health = std::make_shared<HealthHold>();
     call->health->spec = std::move(*health_spec);
+    call->health->holder_listens = true;  // the campaign's stream (sidelock run --elect)
   }
   call->responder = res;
   call->election = opts.lock;

@@ -87,7 +87,10 @@ void watchHealth(const std::shared_ptr<HealthHold>& hold, health::Prober& prober
         auto alive = weak.lock();
         if (alive == nullptr) return;
         alive->unhealthy = true;
-        service->releaseUnhealthy(lock, owner);
+        service->releaseUnhealthy(lock, owner,
+                                  alive->holder_listens
+                                      ? lock::LockService::UnhealthyEnd::kRunOut
+                                      : lock::LockService::UnhealthyEnd::kRelease);
       });
 }
 

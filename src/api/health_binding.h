@@ -32,6 +32,10 @@ struct HealthHold {
   health::HealthSpec spec;
   health::HealthWatch watch;
   bool unhealthy = false;  // the lease was released because the endpoint failed
+  /// The holder listens on a stream (a stream hold, a campaign): its lease runs out rather than
+  /// being released at once, so that its process is stopped before anyone else holds the lock
+  /// (LockService::UnhealthyEnd::kRunOut).
+  bool holder_listens = false;
 };
 
 /// `on_event` wrapped so that the hold's watch ends with the lease (released, lost, run out).

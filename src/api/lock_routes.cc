@@ -211,6 +211,7 @@ void LockApi::acquire(http::Request& req, http::ResponderPtr res) {
   if (health_spec) {
     auto health = std::make_shared<HealthHold>();
     health->spec = std::move(*health_spec);
+    health->holder_listens = opts.stream;  // a stream hold (sidelock run --health)
     return startAcquire(std::move(opts), {}, IdempotencyCache::Id{}, std::move(res),
                         std::move(health));
   }

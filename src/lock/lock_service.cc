@@ -43,8 +43,8 @@ void LockService::release(const LockId& lock, std::string_view owner,
   impl_->release(lock, owner, std::move(done), mode);
 }
 
-void LockService::releaseUnhealthy(const LockId& lock, std::string_view owner) {
-  impl_->releaseUnhealthy(lock, owner);
+void LockService::releaseUnhealthy(const LockId& lock, std::string_view owner, UnhealthyEnd how) {
+  impl_->releaseUnhealthy(lock, owner, how);
 }
 
 void LockService::extend(const LockId& lock, std::string_view owner, int64_t ttl_ms,

@@ -309,12 +309,19 @@ class LockService {
   void release(const LockId& lock, std::string_view owner,
                std::function<void(StatusOr<ReleaseStatus>)> done,
                ReleaseMode mode = ReleaseMode::kClean);
+  /// How releaseUnhealthy ends a lease. kRelease: released in the backend at once. kRunOut
+  /// (a holder that listens on a stream and may have a process working under the lease, as
+  /// sidelock run's CMD): the holder hears kLost now, renewals stop, and the lease runs out
+  /// within one TTL, so that nobody else is granted the lock before the holder could stop.
+  enum class UnhealthyEnd { kRelease, kRunOut };
   /// Ends the lease (lock, owner) this sidecar holds because its holder is unhealthy (README
   /// "Holds that follow the app's health"): renewal stops, the lease is released in the backend
-  /// (waiters anywhere are woken), its holder's stream gets kLost, and a later release / extend
-  /// by its owner answers lease_lost. Counted in sidelock_leases_released_unhealthy_total.
+  /// (waiters anywhere are woken) or, with kRunOut on a stream lease, left to run out; its
+  /// holder's stream gets kLost. A later release / extend by its owner answers lease_lost (once
+  /// released). Counted in sidelock_leases_released_unhealthy_total.
   /// Nothing happens if this sidecar holds no such lease.
-  void releaseUnhealthy(const LockId& lock, std::string_view owner);
+  void releaseUnhealthy(const LockId& lock, std::string_view owner,
+                        UnhealthyEnd how = UnhealthyEnd::kRelease);
   /// Owner-checked extend; on success a watchdog (auto_renew) renews with `ttl_ms` from then on.
   void extend(const LockId& lock, std::string_view owner, int64_t ttl_ms,
               std::function<void(StatusOr<ExtendResult>)> done);

@@ -50,7 +50,7 @@ class LockService::Impl {
 
   AcquireTicket acquire(AcquireOptions options, std::function<void(AcquireResult)> done,
                         std::function<void(LeaseEvent)> on_event);
-  void releaseUnhealthy(const LockId& lock, std::string_view owner);
+  void releaseUnhealthy(const LockId& lock, std::string_view owner, LockService::UnhealthyEnd how);
   void release(const LockId& lock, std::string_view owner,
                std::function<void(StatusOr<ReleaseStatus>)> done,
                ReleaseMode mode = ReleaseMode::kClean);

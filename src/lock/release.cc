@@ -44,7 +44,8 @@ void LockService::Impl::release(const LockId& lock, std::string_view owner,
   sendRelease(std::move(n), std::move(o), std::move(done), true, mode);
 }
 
-void LockService::Impl::releaseUnhealthy(const LockId& lock, std::string_view owner) {
+void LockService::Impl::releaseUnhealthy(const LockId& lock, std::string_view owner,
+                                         LockService::UnhealthyEnd how) {
   Lease* lease = leases_.find(lock, owner);
   // A release already under way (the client's own, or an earlier unhealthy one) ends the lease:
   // its holder hears that answer, and the lease is not remembered as lost.
@@ -56,6 +57,18 @@ void LockService::Impl::releaseUnhealthy(const LockId& lock, std::string_view ow
   // forgets the lease; it is remembered as lost after, so its owner's release answers lease_lost.
   std::function<void(LeaseEvent)> on_event = std::move(lease->on_event);
   lease->on_event = nullptr;
+  if (lease->stream && how == LockService::UnhealthyEnd::kRunOut) {
+    // A holder that listens may have a process working under the lease (sidelock run's CMD): it
+    // hears kLost now and stops it before the lease's validity ends (its kill deadline counts
+    // from the last renewal it heard). Released now, the lock would go to the next holder
+    // while that process still runs. So renewals stop and the lease runs out within one TTL;
+    // the expiry wakes the waiters (after the lease's lock-delay, if it has one).
+    lease->renewing = false;
+    lease->renew_timer.reset();
+    metrics_.leases_released_unhealthy.Increment();
+    if (on_event) deliver([on_event = std::move(on_event)] { on_event(LeaseEvent::kLost); });
+    return;
+  }
   // Renewal stops whatever the holds: a re-entered lease gives back one hold in the backend and
   // the rest run out with the TTL, never renewed for an unhealthy app.
   lease->holds = 1;

@@ -130,8 +130,14 @@ void LockService::Impl::onLeaseExpiry(Lease& lease) {
 }
 
 void LockService::Impl::expireLease(Lease& lease, bool wake) {
-  metrics_.lease_expired.Increment();
-  if (lease.lock_delay) metrics_.lock_delays_expired.Increment();  // its delay runs from now
+  if (lease.unhealthy) {
+    // Left to run out by releaseUnhealthy (kRunOut): already counted as ended unhealthy, and
+    // its delay's cause is the health binding.
+    if (lease.lock_delay) metrics_.lock_delays_unhealthy.Increment();
+  } else {
+    metrics_.lease_expired.Increment();
+    if (lease.lock_delay) metrics_.lock_delays_expired.Increment();  // its delay runs from now
+  }
   SL_LOG(kInfo, "lease.expired", {"name", lease.lock.display()},
          {"owner", ownerDigest(lease.owner)},
          {"token", static_cast<unsigned long long>(lease.token)},
