@@ -225,15 +225,17 @@ void beginShutdown(Sidecar& s, const config::Config& cfg, const char* why) {
     fflush(stderr);
     _exit(1);
   });
-  // Leaders elected through a campaign stream step down: their client (sidelock run --elect)
-  // stops its process while the lease is still renewed, and resigns by closing the stream, or
-  // is resigned after half the grace. Only then may the lock service release leases
-  // (shutdown.release_held would otherwise resign them under a client still running). The rest
-  // of the grace is the lock service's.
+  // Leaders elected through a campaign stream step down, and so do stream holds: their client
+  // (sidelock run, --elect) stops its process while the lease is still renewed, and resigns or
+  // releases by closing the stream, or is resigned / released after half the grace. Only when
+  // both are done may the lock service release leases (shutdown.release_held would otherwise
+  // release them under a client still running). The rest of the grace is the lock service's.
   const int64_t grace_ms = cfg.shutdown.grace_ms;
   const bool release_held = cfg.shutdown.release_held;
   const auto started = std::chrono::steady_clock::now();
-  s.elections->setDraining(true, grace_ms / 2, [&s, grace_ms, release_held, started] {
+  auto steps_left = std::make_shared<int>(2);
+  auto stepped_down = [&s, grace_ms, release_held, started, steps_left] {
+    if (--*steps_left > 0) return;
     const int64_t spent = std::chrono::duration_cast<std::chrono::milliseconds>(
                               std::chrono::steady_clock::now() - started)
                               .count();
@@ -249,7 +251,9 @@ void beginShutdown(Sidecar& s, const config::Config& cfg, const char* why) {
         shutDownBackendAndServers(s);
       });
     });
-  });
+  };
+  s.elections->setDraining(true, grace_ms / 2, stepped_down);
+  s.api->stepDownStreamHolds(grace_ms / 2, release_held, stepped_down);
 }
 
 /// The listeners' access policies from the config (tokens as loaded by loadConfig).

@@ -29,6 +29,23 @@ struct Route {
   http::Handler handler;
 };
 
+/// The stream holds stepping down at shutdown (LockApi::stepDownStreamHolds): `done` runs once
+/// every one has left, or at the backstop.
+struct StepDownGroup {
+  explicit StepDownGroup(std::function<void()> on_done) : done(std::move(on_done)) {}
+  int pending = 0;
+  bool started = false;  // every hold has entered: leaving the last one finishes
+  std::function<void()> done;
+  event::ScopedTimer backstop;
+  void leave() {
+    if (--pending == 0 && started) finish();
+  }
+  void finish() {
+    backstop.reset();
+    if (done) std::exchange(done, nullptr)();
+  }
+};
+
 class LockApi {
  public:
   /// `scheduler` times the sweeps that drop request_id answers once their window is over.
@@ -59,6 +76,21 @@ class LockApi {
     draining_ = draining;
     if (draining) events_->endAll();
   }
+  /// Shutdown's step-down for stream holds (locks and permits; campaigns step down in
+  /// ElectionApi): each open one reads `{"event":"stepping_down","release_in_ms":N}` and its
+  /// lease stays renewed; it is released when its client closes the stream (its process stopped
+  /// first: sidelock run) or `step_down_ms` later (`release_at_deadline` false, as with
+  /// shutdown.release_held false: left to the lock service's shutdown, which stops renewing).
+  /// `done` runs once every one has ended (or step_down_ms + 1 s later at most); only then may
+  /// the lock service release what is left. Without this, a release at shutdown handed the lock
+  /// to the next holder while the first holder's process still ran.
+  void stepDownStreamHolds(int64_t step_down_ms, bool release_at_deadline,
+                           std::function<void()> done);
+  /// A stream hold has started: `step_down` is what stepDownStreamHolds does to it while
+  /// `alive` lives (lock_routes.cc).
+  void addStreamHold(
+      std::weak_ptr<void> alive,
+      std::function<void(const std::shared_ptr<StepDownGroup>&, int64_t, bool)> step_down);
   /// Why /readyz answers 503 ("shutting down", the backend's reason), or "" when it answers 200.
   std::string notReadyReason() const;
   /// The prober of health-bound holds (README "Holds that follow the app's health"); without
@@ -152,6 +184,15 @@ class LockApi {
   std::shared_ptr<LockEvents> events_;
   // The body of the request being handled: reused so that parsing allocates nothing once warm.
   RequestBody body_;
+  /// The stream holds started (registerStreamHold), for stepDownStreamHolds: each entry's
+  /// `alive` ends with its call; ended entries are pruned as the list grows.
+  struct StreamHoldEntry {
+    std::weak_ptr<void> alive;
+    std::function<void(const std::shared_ptr<StepDownGroup>&, int64_t, bool)> step_down;
+  };
+  std::vector<StreamHoldEntry> stream_holds_;
+  std::shared_ptr<StepDownGroup> step_down_;  // the shutdown's, kept until it is done
+  size_t stream_holds_pruned_at_ = 64;
 };
 
 /// Writes `{"error": code, "message": message}` (plus `extra` fields) with `status`.

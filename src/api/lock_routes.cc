@@ -58,6 +58,8 @@ bool readMode(RequestBody& b, bool& shared) {
 /// Its callbacks capture nothing but a shared or weak pointer to it: 16 bytes, which
 /// std::function stores without a heap allocation.
 struct AcquireCall {
+  LockApi* api = nullptr;
+  event::Scheduler* scheduler = nullptr;
   lock::LockService* service = nullptr;
   const config::LocksConfig* locks = nullptr;  // the limits a 429 names
   metrics::Metrics* metrics = nullptr;
@@ -78,10 +80,49 @@ struct AcquireCall {
   bool semaphore = false;  // answers name the permit, not the owner
   std::shared_ptr<HealthHold> health;  // a health-bound hold (health_binding.h)
   health::Prober* health_prober = nullptr;
+  // Shutdown's step-down (stream holds): the group to leave once the lease is given back, and
+  // the deadline that releases it if the client has not closed the stream by then.
+  std::shared_ptr<StepDownGroup> step_down;
+  event::ScopedTimer step_down_deadline;
+
+  /// The stream hold has ended (released, lost, run out): a step-down in progress is over.
+  void leaveStepDown() {
+    step_down_deadline.reset();
+    if (step_down) std::exchange(step_down, nullptr)->leave();
+  }
 
   /// Answers the request and every retry of it with an answer that is not remembered.
   void answerAll(const Answer& answer) { claim.answerAll(responder, answer); }
 };
+
+/// Shutdown's step-down of one stream hold (LockApi::stepDownStreamHolds): the client reads
+/// stepping_down and has `step_down_ms` to stop what works under the lock and close the stream
+/// (which releases it, as ever); the lease stays renewed until then. At the deadline the sidecar
+/// releases it itself.
+void stepDownStreamHold(const std::shared_ptr<AcquireCall>& c,
+                        const std::shared_ptr<StepDownGroup>& group, int64_t step_down_ms,
+                        bool release_at_deadline) {
+  if (!c->granted || !c->stream || c->finished || c->step_down) return;
+  c->step_down = group;
+  ++group->pending;
+  SL_LOG(kInfo, "lock.step_down_on_shutdown", {"name", c->lock.display()},
+         {"release_in_ms", static_cast<long long>(step_down_ms)});
+  c->responder->writeChunk(
+      JsonObject().text("event", "stepping_down").integer("release_in_ms", step_down_ms).finish());
+  std::weak_ptr<AcquireCall> weak = c;
+  c->step_down_deadline.start(*c->scheduler, step_down_ms, [weak, release_at_deadline] {
+    auto live = weak.lock();
+    if (!live || live->finished) return;
+    SL_LOG(kInfo, "lock.step_down_deadline", {"name", live->lock.display()},
+           {"release", release_at_deadline});
+    // Not released (shutdown.release_held false): the lock service's shutdown stops renewing,
+    // and the lease runs out after the client's kill deadline.
+    if (!release_at_deadline) return live->leaveStepDown();
+    // Released as at shutdown: the holder hears released, the stream ends.
+    live->service->release(live->lock, live->owner,
+                           [live](StatusOr<lock::ReleaseStatus>) { live->leaveStepDown(); });
+  });
+}
 
 /// A retried acquire (request_id) of a client that chose its owner id, answered busy: if the
 /// lease is the client's own (its first attempt was granted, but the answer was lost or the
@@ -284,6 +325,9 @@ void LockApi::startAcquire(lock::AcquireOptions opts, std::string replay_key,
   std::function<void(lock::LeaseEvent)> on_event;
   if (opts.stream) {
     on_event = [call](lock::LeaseEvent e) {
+      const bool last = e == lock::LeaseEvent::kLost || e == lock::LeaseEvent::kCapExpired ||
+                        e == lock::LeaseEvent::kReleased;
+      if (last) call->leaveStepDown();
       if (call->finished) return;
       JsonObject event;
       event.text("event", leaseEventName(e));
@@ -300,8 +344,7 @@ void LockApi::startAcquire(lock::AcquireOptions opts, std::string replay_key,
       call->responder->writeChunk(event.finish());
       // These end the lease for good: close the stream so the connection can serve what the
       // client pipelined behind it (a release through the API would otherwise leave it open).
-      if (e == lock::LeaseEvent::kLost || e == lock::LeaseEvent::kCapExpired ||
-          e == lock::LeaseEvent::kReleased) {
+      if (last) {
         call->finished = true;
         call->responder->endStream();
       }
@@ -311,6 +354,8 @@ void LockApi::startAcquire(lock::AcquireOptions opts, std::string replay_key,
   if (health) on_event = endWatchWithLease(health, std::move(on_event));
   call->health = std::move(health);
   call->health_prober = health_prober_;
+  call->api = this;
+  call->scheduler = &scheduler_;
   call->service = &service_;
   call->locks = &locks_;
   call->metrics = &metrics_;
@@ -352,6 +397,11 @@ void LockApi::startAcquire(lock::AcquireOptions opts, std::string replay_key,
         // A dropped stream releases its lease through onClientGone.
         out->startStream(200, "application/x-ndjson");
         out->writeChunk(grantAnswer(r.grant, "acquired"));
+        call->api->addStreamHold(call, [weak = std::weak_ptr<AcquireCall>(call)](
+                                           const std::shared_ptr<StepDownGroup>& group,
+                                           int64_t step_down_ms, bool release_at_deadline) {
+          if (auto c = weak.lock()) stepDownStreamHold(c, group, step_down_ms, release_at_deadline);
+        });
         return;
       case lock::AcquireStatus::kBusy: {
         call->finished = true;
@@ -417,7 +467,8 @@ void LockApi::startAcquire(lock::AcquireOptions opts, std::string replay_key,
     }
     if (c->stream && !c->finished) {
       c->finished = true;
-      c->service->release(c->lock, c->owner, [](StatusOr<lock::ReleaseStatus>) {});
+      c->service->release(c->lock, c->owner,
+                          [c](StatusOr<lock::ReleaseStatus>) { c->leaveStepDown(); });
     }
   });
   // Keep the call alive until the response completes: the responder holds it via onClientGone's
@@ -647,6 +698,35 @@ void LockApi::inspect(http::Request& req, http::ResponderPtr res) {
     if (r->held && r->used > 0) answer.json("holders", holdersJson(r->holders));
     res->send(200, kJson, answer.finish());
   });
+}
+
+void LockApi::addStreamHold(
+    std::weak_ptr<void> alive,
+    std::function<void(const std::shared_ptr<StepDownGroup>&, int64_t, bool)> step_down) {
+  if (stream_holds_.size() >= stream_holds_pruned_at_) {
+    std::erase_if(stream_holds_, [](const StreamHoldEntry& e) { return e.alive.expired(); });
+    stream_holds_pruned_at_ = std::max<size_t>(64, stream_holds_.size() * 2);
+  }
+  stream_holds_.push_back({std::move(alive), std::move(step_down)});
+}
+
+void LockApi::stepDownStreamHolds(int64_t step_down_ms, bool release_at_deadline,
+                                  std::function<void()> done) {
+  auto group = std::make_shared<StepDownGroup>(std::move(done));
+  step_down_ = group;  // alive until done, whatever becomes of the calls
+  std::vector<StreamHoldEntry> holds = std::exchange(stream_holds_, {});
+  for (const StreamHoldEntry& e : holds) {
+    if (!e.alive.expired()) {
+      e.step_down(group, std::max<int64_t>(0, step_down_ms), release_at_deadline);
+    }
+  }
+  group->started = true;
+  if (group->pending == 0) return group->finish();
+  // A release the backend never answers does not hold the shutdown past its step-down.
+  group->backstop.start(scheduler_, std::max<int64_t>(0, step_down_ms) + 1000,
+                        [weak = std::weak_ptr<StepDownGroup>(group)] {
+                          if (auto g = weak.lock()) g->finish();
+                        });
 }
 
 }  // namespace sidelock::api

@@ -103,11 +103,15 @@ StatusOr<StreamEvent> parseStreamEvent(std::string_view line) {
   if (auto f = j.find("cap_reached"); f != j.end() && f->is_boolean()) {
     ev.cap_reached = f->get<bool>();
   }
-  if (auto f = j.find("resign_in_ms"); f != j.end()) {
-    if (!f->is_number_integer() || f->get<int64_t>() < 0) {
-      return invalidArgument("bad resign_in_ms in stream event: " + truncated(line));
+  // stepping_down: a campaign's says when the sidecar resigns, a stream hold's when it releases.
+  for (const char* field : {"resign_in_ms", "release_in_ms"}) {
+    if (auto f = j.find(field); f != j.end()) {
+      if (!f->is_number_integer() || f->get<int64_t>() < 0) {
+        return invalidArgument(std::string("bad ") + field +
+                               " in stream event: " + truncated(line));
+      }
+      ev.resign_in_ms = f->get<int64_t>();
     }
-    ev.resign_in_ms = f->get<int64_t>();
   }
   if (auto f = j.find("ttl_ms"); f != j.end()) {
     if (!f->is_number_integer() || f->get<int64_t>() < 0) {

@@ -64,7 +64,9 @@ struct StreamEvent {
   int64_t ttl_ms = -1;  // -1 when absent (a renewal then restores the granted TTL)
   std::string reason;   // lost
   bool cap_reached = false;  // lost: the lease ran out at its max hold, after `capped`
-  int64_t resign_in_ms = -1;  // stepping_down: the sidecar resigns then at the latest
+  // stepping_down: the sidecar resigns (a campaign's resign_in_ms) or releases (a stream hold's
+  // release_in_ms) then at the latest.
+  int64_t resign_in_ms = -1;
 };
 
 /// One NDJSON line -> event. `acquired` must carry owner and token, `elected` owner and term;

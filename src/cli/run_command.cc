@@ -633,9 +633,10 @@ int Runner::supervise(Lease* lease) {
                     ev->reason.empty() ? "reported by the sidecar" : "sidecar: " + ev->reason);
           break;
         case StreamEvent::Type::kSteppingDown:
-          // The sidecar is shutting down: it keeps the lease renewed and resigns when we close
-          // the stream or at resign_in_ms. Stop CMD now, dead before that deadline (less the
-          // margin the lease deadline keeps), then close: the next leader is elected only then.
+          // The sidecar is shutting down: it keeps the lease renewed and resigns (releases, for
+          // a lock) when we close the stream or at resign_in_ms / release_in_ms. Stop CMD now,
+          // dead before that deadline (less the margin the lease deadline keeps), then close:
+          // the next leader (holder) is granted only then.
           beginStop(Stop::kLost, "the sidecar is shutting down and steps down", ev->resign_in_ms);
           break;
         case StreamEvent::Type::kResigned:

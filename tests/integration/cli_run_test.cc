@@ -580,6 +580,41 @@ TEST_F(CliRunTest, ElectSidecarSigtermElectsTheNextOnlyAfterCommandExited) {
   EXPECT_EQ(sidecar_->stop(), 0) << sidecar_->logs();  // already exited: this only reaps it
 }
 
+// The same for a lock: the holder's sidecar gets SIGTERM while a waiter queues on another sidecar.
+// The stream hold steps down (stepping_down, release_in_ms) instead of being released at once,
+// `sidelock run` stops CMD, then closes the stream, which releases the lock: the waiter is
+// granted only once CMD has exited (it used to be granted ~10 ms after the SIGTERM, beside a
+// CMD still running).
+TEST_F(CliRunTest, LockSidecarSigtermGrantsTheNextOnlyAfterCommandExited) {
+  SidecarProcess::Options o;
+  o.yaml = "backend:\n  type: redis\n  nodes: [\"" + redis_->address() + "\"]\n";
+  o.wait_ready = true;
+  SidecarProcess other(o);
+  RunProcess holder(dir_, tcp({"--ttl", "3s", "--grace", "4000", "roll-lock", "--", "sh", "-c",
+                               "trap 'sleep 1; date +%s%3N > exited; exit 0' TERM; touch started; "
+                               "while :; do sleep 0.05; done"}));
+  ASSERT_TRUE(waitFor([&] { return fileExists(path("started")); }, 10000)) << holder.stderrText();
+  HttpClient next = HttpClient::tcp(other.port());
+  next.sendRequest("POST", "/v1/locks/roll-lock/acquire", R"({"ttl_ms":3000,"wait_ms":20000})");
+  HttpClient co = HttpClient::tcp(other.port());
+  ASSERT_TRUE(pollUntil([&] {
+    return co.get("/v1/locks").body.find("\"waiters\":1") != std::string::npos;
+  })) << co.get("/v1/locks").body;
+  ASSERT_EQ(kill(sidecar_->pid(), SIGTERM), 0);
+  std::optional<HttpResponse> granted = next.readResponse(15000);
+  const int64_t granted_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                                 std::chrono::system_clock::now().time_since_epoch())
+                                 .count();
+  ASSERT_TRUE(granted.has_value());
+  EXPECT_EQ(granted->status, 200) << granted->body;
+  EXPECT_NE(holder.wait(), 0) << holder.stderrText();  // the lock was lost to the shutdown
+  EXPECT_NE(holder.stderrText().find("steps down"), std::string::npos) << holder.stderrText();
+  ASSERT_TRUE(fileExists(path("exited"))) << holder.stderrText();
+  const int64_t exited_ms = std::stoll(readFile(path("exited")));
+  EXPECT_GE(granted_ms, exited_ms);  // granted only after the first CMD had exited
+  EXPECT_EQ(sidecar_->stop(), 0) << sidecar_->logs();
+}
+
 TEST_F(CliRunTest, ElectLosingTheSidecarStopsTheCommand) {
   expectSidecarLossStops({"--elect", "gone"});
 }
