@@ -9,6 +9,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "api/health_binding.h"
@@ -16,6 +17,7 @@
 #include "api/lock_events.h"
 #include "api/request_body.h"
 #include "config/config.h"
+#include "event/lifetime.h"
 #include "event/scheduler.h"
 #include "http/http_types.h"
 #include "lock/lock_service.h"
@@ -29,17 +31,13 @@ struct Route {
   http::Handler handler;
 };
 
-/// The stream holds stepping down at shutdown (LockApi::stepDownStreamHolds): `done` runs once
-/// every one has left, or at the backstop.
+/// The stream holds stepping down at shutdown (LockApi::stepDownStreamHolds): each holds
+/// `stepping` until its lease is given back; `done` runs once they all have, or at the backstop.
 struct StepDownGroup {
   explicit StepDownGroup(std::function<void()> on_done) : done(std::move(on_done)) {}
-  int pending = 0;
-  bool started = false;  // every hold has entered: leaving the last one finishes
+  event::InFlightGate stepping;
   std::function<void()> done;
   event::ScopedTimer backstop;
-  void leave() {
-    if (--pending == 0 && started) finish();
-  }
   void finish() {
     backstop.reset();
     if (done) std::exchange(done, nullptr)();

@@ -82,13 +82,13 @@ struct AcquireCall {
   health::Prober* health_prober = nullptr;
   // Shutdown's step-down (stream holds): the group to leave once the lease is given back, and
   // the deadline that releases it if the client has not closed the stream by then.
-  std::shared_ptr<StepDownGroup> step_down;
+  event::InFlightGate::Holder step_down;
   event::ScopedTimer step_down_deadline;
 
   /// The stream hold has ended (released, lost, run out): a step-down in progress is over.
   void leaveStepDown() {
     step_down_deadline.reset();
-    if (step_down) std::exchange(step_down, nullptr)->leave();
+    step_down.release();
   }
 
   /// Answers the request and every retry of it with an answer that is not remembered.
@@ -102,9 +102,8 @@ struct AcquireCall {
 void stepDownStreamHold(const std::shared_ptr<AcquireCall>& c,
                         const std::shared_ptr<StepDownGroup>& group, int64_t step_down_ms,
                         bool release_at_deadline) {
-  if (!c->granted || !c->stream || c->finished || c->step_down) return;
-  c->step_down = group;
-  ++group->pending;
+  if (!c->granted || !c->stream || c->finished || c->step_down.holds()) return;
+  c->step_down = group->stepping.hold();
   SL_LOG(kInfo, "lock.step_down_on_shutdown", {"name", c->lock.display()},
          {"release_in_ms", static_cast<long long>(step_down_ms)});
   c->responder->writeChunk(
@@ -720,8 +719,10 @@ void LockApi::stepDownStreamHolds(int64_t step_down_ms, bool release_at_deadline
       e.step_down(group, std::max<int64_t>(0, step_down_ms), release_at_deadline);
     }
   }
-  group->started = true;
-  if (group->pending == 0) return group->finish();
+  if (group->stepping.idle()) return group->finish();
+  group->stepping.onDrained([weak = std::weak_ptr<StepDownGroup>(group)] {
+    if (auto g = weak.lock()) g->finish();
+  });
   // A release the backend never answers does not hold the shutdown past its step-down.
   group->backstop.start(scheduler_, std::max<int64_t>(0, step_down_ms) + 1000,
                         [weak = std::weak_ptr<StepDownGroup>(group)] {

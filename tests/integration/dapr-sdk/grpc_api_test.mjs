@@ -373,12 +373,24 @@ async function exercise(ports, sidecarLog, sidecar) {
         "HTTP requests with protocol=\"http\"");
   // SIGTERM: the Health/Watch still open hears NOT_SERVING at once (the drain), before the
   // sidecar closes its servers; then the sidecar exits 0.
+  // An open Hold steps down: stepping_down with release_in_ms, then (the client not cancelling)
+  // released at that deadline.
   const statuses = [];
   watch.on("data", (v) => statuses.push(v.status));
+  const openHold = locks.Hold({ name: "sd1", ttl_ms: 3000 }, bearer(TOKEN));
+  openHold.on("error", () => {});
+  const holdEvents = [];
+  check((await firstMessage(openHold)).value?.event === "acquired", "the Hold kept open through SIGTERM");
+  openHold.on("data", (v) => holdEvents.push(v));
   const code = await stop(sidecar);
   check(code === 0, "the sidecar exits 0", String(code));
   check(statuses.includes("NOT_SERVING"), "SIGTERM: an open Health/Watch hears NOT_SERVING",
         JSON.stringify(statuses));
+  const sd = holdEvents.find((v) => v.event === "stepping_down");
+  check(sd && sd.release_in_ms > 0, "SIGTERM: an open Hold hears stepping_down with release_in_ms",
+        JSON.stringify(holdEvents));
+  check(holdEvents.length > 0 && holdEvents[holdEvents.length - 1].event === "released",
+        "then released at that deadline", JSON.stringify(holdEvents));
   watch.cancel();
   for (const c of [locks, elections, health, daprSvc, raw]) c.close();
   if (failures.length) console.error(fs.readFileSync(sidecarLog, "utf8"));
