@@ -1072,6 +1072,7 @@ std::string_view GrpcGateway::routeLabel(const GrpcMethod& method) const {
     // The row's path with its "{field}" segments matches the route's "{param}" ones.
     const http::Router::Match m = options_.router->match(method.http_method, method.path);
     if (m.kind == http::Router::Match::Kind::kFound) return m.route;
+    return http::kUnmatchedRoute;  // a route not served (Dapr's when dapr is off)
   }
   return method.path;
 }
@@ -1111,10 +1112,11 @@ void GrpcGateway::handle(grpc::CallPtr call, std::string request) {
   if (!http_call.isOk()) {
     // Counted under the method's route as the route's own 400 for a bad body would be (a
     // message that does not parse, a path field missing).
-    if (call_metrics_ != nullptr) call_metrics_->record(routeLabel(*method), 400, std::nullopt);
-    call->finish(http_call.status().code() == sidelock::StatusCode::kInvalidArgument
-                     ? StatusCode::kInvalidArgument
-                     : StatusCode::kInternal,
+    const bool invalid = http_call.status().code() == sidelock::StatusCode::kInvalidArgument;
+    if (call_metrics_ != nullptr) {
+      call_metrics_->record(routeLabel(*method), invalid ? 400 : 500, std::nullopt);
+    }
+    call->finish(invalid ? StatusCode::kInvalidArgument : StatusCode::kInternal,
                  http_call.status().message());
     return;
   }

@@ -179,7 +179,8 @@ class GrpcGateway {
                             std::shared_ptr<http::Responder> responder,
                             const DirectCall* direct = nullptr, const GrpcMethod* method = nullptr);
   /// The metrics label of `method`'s route: the router's pattern for it (a Dapr row's
-  /// "{store_name}" is the route's "{store}"), or the row's path without a router.
+  /// "{store_name}" is the route's "{store}"), "unmatched" when the router serves no such route
+  /// (Dapr's with dapr off), or the row's path without a router (tests).
   std::string_view routeLabel(const GrpcMethod& method) const;
   void startWatch(grpc::CallPtr call, HttpCall http_call);
   void pollWatch(const std::shared_ptr<Watch>& watch);

@@ -27,8 +27,8 @@ std::string truncated(std::string_view s, size_t n = 200) {
 
 /// A POST whose answer is an event stream or a JSON refusal.
 std::string buildStreamPost(const std::string& path, const json& body, const std::string& token) {
-  // Replaced, not thrown on: a --holder or name from the command line may be bad UTF-8 (the
-  // sidecar then refuses it with a clear answer).
+  // Replaced, not thrown on: the body's strings come from the command line (--candidate,
+  // --value, --health), which parseRunArgs already refuses when not UTF-8; this is the backstop.
   std::string text = body.dump(-1, ' ', false, json::error_handler_t::replace);
   return "POST " + path +
          " HTTP/1.1\r\n"

@@ -157,8 +157,10 @@ void GrpcCall::start() {
   info_.peer = stream_->peer() ? stream_->peer() : std::make_shared<const http::PeerIdentity>();
   if (!has_te_trailers) return finish(StatusCode::kInternal, "the request lacks \"te: trailers\"");
   if (timeout_malformed) return finish(StatusCode::kInternal, "malformed grpc-timeout");
-  if (!http::isValidHostField(info_.authority)) {
+  if (info_.peer->transport != http::PeerIdentity::Transport::kUnix &&
+      !http::isValidHostField(info_.authority)) {
     // As the HTTP/1.1 listener answers such a Host (400): "localhost:abc" is no loopback name.
+    // Not on the Unix socket, where some clients send the socket's path (grpc-java).
     return finish(StatusCode::kInvalidArgument, "the :authority is not host[:port]");
   }
   if (timeout_us) {

@@ -117,9 +117,12 @@ bool isValidHostField(std::string_view value) {
   if (!host.empty() && host.front() == '[') {
     const size_t close = host.find(']');
     if (close == std::string_view::npos) return false;
-    // Inside the brackets: an IPv6 address (hex, colons, dots of an embedded IPv4) or IPvFuture.
-    if (host.substr(1, close - 1).find_first_not_of("0123456789abcdefABCDEF:.vV%-_~") !=
-        std::string_view::npos) {
+    // Inside the brackets: an IPv6 address (with an RFC 6874 zone, "%25eth0") or IPvFuture
+    // ("v1.x"): unreserved, sub-delims, ':' and '%' characters, at least one.
+    const std::string_view literal = host.substr(1, close - 1);
+    if (literal.empty() ||
+        literal.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
+                                  "-._~%!$&'()*+,;=:") != std::string_view::npos) {
       return false;
     }
     const std::string_view after = host.substr(close + 1);

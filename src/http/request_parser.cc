@@ -208,6 +208,11 @@ int RequestParser::onHeaderValueComplete() {
   if (msg_->value.find_first_of("\r\n") != std::string::npos) {
     return fail(400, kBadRequest, "header \"" + msg_->field + "\" is folded over several lines");
   }
+  // A field value excludes the whitespace around it (RFC 9112 5): llhttp drops the leading
+  // part, the trailing part is dropped here ("Host: localhost:7411 " is localhost:7411).
+  while (!msg_->value.empty() && (msg_->value.back() == ' ' || msg_->value.back() == '\t')) {
+    msg_->value.pop_back();
+  }
   if (msg_->field == "host") {
     ++host_count_;
     // RFC 9112 3.2: a Host with an invalid value is answered 400 ("localhost:abc" would
@@ -281,13 +286,16 @@ int RequestParser::onHeadersComplete() {
   Request& r = msg_->parsed.request;
   r.method = llhttp_method_name(static_cast<llhttp_method_t>(llhttp_get_method(&parser_)));
   std::string_view target = msg_->url;
+  std::string rooted;  // an absolute-form target's empty path, made "/" before its query
   // Absolute-form ("http://host/path") is legal from proxies; keep only the path. Its authority
   // is the request's host, whatever Host says (RFC 9112, 3.2.2): the Host checks read it.
   for (std::string_view scheme : {std::string_view("http://"), std::string_view("https://")}) {
     if (target.size() >= scheme.size() &&
         equalsIgnoreCase(target.substr(0, scheme.size()), scheme)) {
       target.remove_prefix(scheme.size());
-      size_t slash = target.find('/');
+      // The authority ends at the path, or at a query or fragment with an empty path
+      // (RFC 3986 3.2: "http://localhost:7411?x").
+      const size_t slash = target.find_first_of("/?#");
       const std::string_view authority = target.substr(0, slash);
       if (!isValidHostField(authority)) {
         return fail(400, kBadRequest, "the request target's authority is not host[:port]");
@@ -300,7 +308,14 @@ int RequestParser::onHeadersComplete() {
         }
       }
       if (!had_host) r.headers.emplace_back("host", std::string(authority));  // HTTP/1.0
-      target = slash == std::string_view::npos ? std::string_view("/") : target.substr(slash);
+      if (slash == std::string_view::npos) {
+        target = "/";
+      } else if (target[slash] != '/') {
+        rooted = "/" + std::string(target.substr(slash));
+        target = rooted;
+      } else {
+        target = target.substr(slash);
+      }
       break;
     }
   }

@@ -118,12 +118,15 @@ TEST(AccessPolicyTest, HostNames) {
 
 TEST(AccessPolicyTest, HostFieldsAreHostAndAnOptionalPort) {
   for (const char* ok : {"", "localhost", "localhost:", "localhost:7411", "127.0.0.1:80", "[::1]",
-                         "[::1]:65535", "app.svc.cluster.local:8080", "h", "xn--bcher-kva"}) {
+                         "[::1]:65535", "app.svc.cluster.local:8080", "h", "xn--bcher-kva",
+                         "[fe80::1%25eth0]:80", "[v1.x]", "LOCALHOST.:80"}) {
     EXPECT_TRUE(isValidHostField(ok)) << ok;
   }
+  // (A bracketed name such as "[evil.example]" passes this syntax check; the Host check then
+  // refuses it as no loopback name.)
   for (const char* bad :
        {"localhost:abc", "localhost:123456", "localhost:1:2", "a@localhost", "[::1", "[::1]x",
-        "[::1]:x", "[evil.example]", "local host", "h/p", "localhost:-1", "localhost: 80"}) {
+        "[::1]:x", "[]", "[::1]]", "local host", "h/p", "localhost:-1", "localhost: 80"}) {
     EXPECT_FALSE(isValidHostField(bad)) << bad;
   }
 }

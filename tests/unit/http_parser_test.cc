@@ -198,6 +198,12 @@ TEST(RequestParser, WhatStaysAcceptedAtTheEdges) {
            std::string("GET / HTTP/1.0\r\n\r\n"),
            std::string("GET /" + std::string(8000, 'a') + " HTTP/1.1\r\nHost: h\r\n\r\n"),
            std::string("GET / HTTP/1.1\r\nHost: h\r\nX-A: a\r\n b\r\n\r\n"),
+           // Whitespace around a value is not part of it (RFC 9112 5): the Host check reads
+           // "localhost:7411"; an IPv6 zone (RFC 6874); an absolute-form target with an empty
+           // path before its query (RFC 3986 3.2).
+           std::string("GET / HTTP/1.1\r\nHost: localhost:7411 \t\r\n\r\n"),
+           std::string("GET / HTTP/1.1\r\nHost: [fe80::1%25eth0]:7411\r\n\r\n"),
+           std::string("GET http://localhost:7411?x=1 HTTP/1.1\r\nHost: h\r\n\r\n"),
        }) {
     for (size_t step : {size_t{0}, size_t{1}}) {
       Collected c = parseAll(input, step);
@@ -208,6 +214,14 @@ TEST(RequestParser, WhatStaysAcceptedAtTheEdges) {
       }
       if (input.find("X-A:") != std::string::npos) {
         EXPECT_EQ(c.requests[0].request.header("x-a"), "a b") << "obs-fold becomes a space";
+      }
+      if (input.find("7411 ") != std::string::npos) {
+        EXPECT_EQ(c.requests[0].request.header("host"), "localhost:7411");
+      }
+      if (input.find("?x=1") != std::string::npos) {
+        EXPECT_EQ(c.requests[0].request.path, "/");
+        EXPECT_EQ(c.requests[0].request.query, "x=1");
+        EXPECT_EQ(c.requests[0].request.header("host"), "localhost:7411");
       }
     }
   }
