@@ -98,7 +98,10 @@ void PodElections::campaign(Election& e) {
         if (raw->campaign_id == id) onAnswer(*raw, std::move(r));
       }),
       alive_.guarded([this, raw, id](lock::LeaseEvent event) {
-        countCampaignEvent(metrics_, event);
+        // The lease released because the app is unhealthy (onUnhealthy) reaches us as kLost,
+        // but the sidecar gave the leadership up: a resignation, as the README says.
+        const bool resigned_unhealthy = event == lock::LeaseEvent::kLost && raw->unhealthy;
+        countCampaignEvent(metrics_, resigned_unhealthy ? lock::LeaseEvent::kReleased : event);
         if (raw->campaign_id == id) onLeaseEvent(*raw, event);
       }));
 }
@@ -156,8 +159,13 @@ void PodElections::onLeaseEvent(Election& e, lock::LeaseEvent event) {
       const bool lasted = scheduler_.nowUs() - e.elected_at_us >= e.config.ttl_ms * 1000;
       e.leading = false;
       e.series.leader.Set(0);
-      SL_LOG(kWarn, "pod_election.lost", {"name", e.config.name}, {"candidate", identity_},
-             {"term", static_cast<unsigned long long>(e.term)});
+      if (e.unhealthy) {
+        SL_LOG(kInfo, "pod_election.resigned", {"name", e.config.name}, {"candidate", identity_},
+               {"term", static_cast<unsigned long long>(e.term)}, {"reason", "unhealthy"});
+      } else {
+        SL_LOG(kWarn, "pod_election.lost", {"name", e.config.name}, {"candidate", identity_},
+               {"term", static_cast<unsigned long long>(e.term)});
+      }
       if (lasted) e.backoff.reset();  // a flapping backend is not hammered; a rare loss is quick
       return campaignLater(e, "leadership lost");
     }

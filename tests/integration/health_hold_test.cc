@@ -382,6 +382,12 @@ TEST(PodElectionHealthTest, AnUnhealthyPodResignsAndCampaignsAgainOnceHealthy) {
   EXPECT_LT(took.count(), 3000) << "resigned " << took.count() << " ms after failing";
   EXPECT_NE(a->logs().find("pod_election.unhealthy"), std::string::npos) << a->logs();
   EXPECT_EQ(metricValue(ca.get("/metrics").body, "sidelock_leases_released_unhealthy_total"), 1);
+  // The sidecar gave the leadership up: a resignation, not a loss.
+  EXPECT_NE(a->logs().find("pod_election.resigned"), std::string::npos) << a->logs();
+  EXPECT_EQ(metricValue(ca.get("/metrics").body, "sidelock_election_resignations_total"), 1);
+  EXPECT_EQ(metricValue(ca.get("/metrics").body,
+                        "sidelock_election_leadership_lost_total{reason=\"lost\"}"),
+            0);
   // Sick: pod-a neither leads nor waits in line, however long.
   std::this_thread::sleep_for(std::chrono::milliseconds(kIntervalMs * 3));
   EXPECT_FALSE(waitsInLine(ca)) << "an unhealthy pod stays out of the election";
