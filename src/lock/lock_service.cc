@@ -229,6 +229,10 @@ void LockService::Impl::shutdown(bool release_held, int64_t grace_ms, std::funct
     if (lease == nullptr) continue;
     stopRenewal(*lease);
     if (!release_held) continue;
+    // Given up for its app's health: released already, or running out under a holder that may
+    // still be stopping its process (releaseUnhealthy, kRunOut), which a release now would hand
+    // the lock on under.
+    if (lease->unhealthy) continue;
     // Every hold of a re-entered lease (pipelined in order: the last one frees the lock).
     auto send = [this, lock = key.first, owner = lease->owner,
                  holds = std::max<int64_t>(1, lease->holds)] {

@@ -146,6 +146,36 @@ TEST_F(HealthHoldTest, FailingEndpointEndsTheStreamHoldAndAWaiterElsewhereGetsTh
   EXPECT_EQ(metricValue(metrics, "sidelock_health_probes"), 0) << "the probe ends with its hold";
 }
 
+// SIGTERM to the holder's sidecar while the unhealthy hold runs out: the shutdown does not
+// release that lease either (it used to: the waiter was granted at the SIGTERM, beside a holder
+// still stopping its process).
+TEST_F(HealthHoldTest, ShutdownDoesNotReleaseAnUnhealthyHoldThatRunsOut) {
+  AppHealth app;
+  ca.sendRequest(
+      "POST", "/v1/locks/orders/acquire",
+      json{{"ttl_ms", 3000}, {"hold", "stream"}, {"health", healthField(app.url(), 200, 2)}}
+          .dump());
+  auto head = ca.readStreamHead();
+  ASSERT_TRUE(head.has_value());
+  ASSERT_EQ(head->status, 200);
+  ASSERT_TRUE(ca.readStreamLine().has_value());  // acquired
+  cb.sendRequest("POST", "/v1/locks/orders/acquire", R"({"ttl_ms":3000,"wait_ms":15000})");
+  ASSERT_TRUE(pollUntil([&] { return app.requests >= 2; }, 5000));
+  app.status = 503;
+  const std::optional<std::string> last = firstLineNotRenewed(ca);
+  ASSERT_TRUE(last.has_value());
+  EXPECT_EQ(json::parse(*last)["reason"], "unhealthy") << *last;
+  const auto lost_at = Clock::now();
+  EXPECT_EQ(a->stop(), 0) << a->logs();
+  auto granted = cb.readResponse(10000);
+  const auto after_lost =
+      std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - lost_at);
+  ASSERT_TRUE(granted.has_value());
+  EXPECT_EQ(granted->status, 200) << granted->body;
+  // Renewed every second (TTL/3), the lease had at least 2 s left when the holder heard lost.
+  EXPECT_GE(after_lost.count(), 1500) << "released at shutdown under the unhealthy holder";
+}
+
 TEST_F(HealthHoldTest, AutoRenewHoldIsReleasedAndItsOwnerHearsLeaseLost) {
   AppHealth app;
   app.status = 500;
