@@ -31,18 +31,8 @@ struct Route {
   http::Handler handler;
 };
 
-/// The stream holds stepping down at shutdown (LockApi::stepDownStreamHolds): each holds
-/// `stepping` until its lease is given back; `done` runs once they all have, or at the backstop.
-struct StepDownGroup {
-  explicit StepDownGroup(std::function<void()> on_done) : done(std::move(on_done)) {}
-  event::InFlightGate stepping;
-  std::function<void()> done;
-  event::ScopedTimer backstop;
-  void finish() {
-    backstop.reset();
-    if (done) std::exchange(done, nullptr)();
-  }
-};
+struct AcquireCall;    // one acquire request's state (lock_routes.cc)
+struct StepDownGroup;  // the stream holds stepping down at shutdown (lock_routes.cc)
 
 class LockApi {
  public:
@@ -84,11 +74,6 @@ class LockApi {
   /// to the next holder while the first holder's process still ran.
   void stepDownStreamHolds(int64_t step_down_ms, bool release_at_deadline,
                            std::function<void()> done);
-  /// A stream hold has started: `step_down` is what stepDownStreamHolds does to it while
-  /// `alive` lives (lock_routes.cc).
-  void addStreamHold(
-      std::weak_ptr<void> alive,
-      std::function<void(const std::shared_ptr<StepDownGroup>&, int64_t, bool)> step_down);
   /// Why /readyz answers 503 ("shutting down", the backend's reason), or "" when it answers 200.
   std::string notReadyReason() const;
   /// The prober of health-bound holds (README "Holds that follow the app's health"); without
@@ -182,15 +167,12 @@ class LockApi {
   std::shared_ptr<LockEvents> events_;
   // The body of the request being handled: reused so that parsing allocates nothing once warm.
   RequestBody body_;
-  /// The stream holds started (registerStreamHold), for stepDownStreamHolds: each entry's
-  /// `alive` ends with its call; ended entries are pruned as the list grows.
-  struct StreamHoldEntry {
-    std::weak_ptr<void> alive;
-    std::function<void(const std::shared_ptr<StepDownGroup>&, int64_t, bool)> step_down;
-  };
-  std::vector<StreamHoldEntry> stream_holds_;
-  std::shared_ptr<StepDownGroup> step_down_;  // the shutdown's, kept until it is done
+  /// The stream holds started, for stepDownStreamHolds (ended ones are pruned as the list
+  /// grows: addStreamHold).
+  std::vector<std::weak_ptr<AcquireCall>> stream_holds_;
   size_t stream_holds_pruned_at_ = 64;
+  std::shared_ptr<StepDownGroup> step_down_;  // the shutdown's, kept until it is done
+  void addStreamHold(const std::shared_ptr<AcquireCall>& call);
 };
 
 /// Writes `{"error": code, "message": message}` (plus `extra` fields) with `status`.

@@ -54,6 +54,21 @@ bool readMode(RequestBody& b, bool& shared) {
   return true;
 }
 
+}  // namespace
+
+/// The stream holds stepping down at shutdown (LockApi::stepDownStreamHolds): each holds
+/// `stepping` until its lease is given back; `done` runs once they all have, or at the backstop.
+struct StepDownGroup {
+  explicit StepDownGroup(std::function<void()> on_done) : done(std::move(on_done)) {}
+  event::InFlightGate stepping;
+  std::function<void()> done;
+  event::ScopedTimer backstop;
+  void finish() {
+    backstop.reset();
+    if (done) std::exchange(done, nullptr)();
+  }
+};
+
 /// State shared by the callbacks of one acquire request.
 /// Its callbacks capture nothing but a shared or weak pointer to it: 16 bytes, which
 /// std::function stores without a heap allocation.
@@ -94,6 +109,8 @@ struct AcquireCall {
   /// Answers the request and every retry of it with an answer that is not remembered.
   void answerAll(const Answer& answer) { claim.answerAll(responder, answer); }
 };
+
+namespace {
 
 /// Shutdown's step-down of one stream hold (LockApi::stepDownStreamHolds): the client reads
 /// stepping_down and has `step_down_ms` to stop what works under the lock and close the stream
@@ -396,11 +413,7 @@ void LockApi::startAcquire(lock::AcquireOptions opts, std::string replay_key,
         // A dropped stream releases its lease through onClientGone.
         out->startStream(200, "application/x-ndjson");
         out->writeChunk(grantAnswer(r.grant, "acquired"));
-        call->api->addStreamHold(call, [weak = std::weak_ptr<AcquireCall>(call)](
-                                           const std::shared_ptr<StepDownGroup>& group,
-                                           int64_t step_down_ms, bool release_at_deadline) {
-          if (auto c = weak.lock()) stepDownStreamHold(c, group, step_down_ms, release_at_deadline);
-        });
+        call->api->addStreamHold(call);
         return;
       case lock::AcquireStatus::kBusy: {
         call->finished = true;
@@ -699,24 +712,21 @@ void LockApi::inspect(http::Request& req, http::ResponderPtr res) {
   });
 }
 
-void LockApi::addStreamHold(
-    std::weak_ptr<void> alive,
-    std::function<void(const std::shared_ptr<StepDownGroup>&, int64_t, bool)> step_down) {
+void LockApi::addStreamHold(const std::shared_ptr<AcquireCall>& call) {
   if (stream_holds_.size() >= stream_holds_pruned_at_) {
-    std::erase_if(stream_holds_, [](const StreamHoldEntry& e) { return e.alive.expired(); });
+    std::erase_if(stream_holds_, [](const std::weak_ptr<AcquireCall>& c) { return c.expired(); });
     stream_holds_pruned_at_ = std::max<size_t>(64, stream_holds_.size() * 2);
   }
-  stream_holds_.push_back({std::move(alive), std::move(step_down)});
+  stream_holds_.push_back(call);
 }
 
 void LockApi::stepDownStreamHolds(int64_t step_down_ms, bool release_at_deadline,
                                   std::function<void()> done) {
   auto group = std::make_shared<StepDownGroup>(std::move(done));
   step_down_ = group;  // alive until done, whatever becomes of the calls
-  std::vector<StreamHoldEntry> holds = std::exchange(stream_holds_, {});
-  for (const StreamHoldEntry& e : holds) {
-    if (!e.alive.expired()) {
-      e.step_down(group, std::max<int64_t>(0, step_down_ms), release_at_deadline);
+  for (const std::weak_ptr<AcquireCall>& weak : std::exchange(stream_holds_, {})) {
+    if (auto c = weak.lock()) {
+      stepDownStreamHold(c, group, std::max<int64_t>(0, step_down_ms), release_at_deadline);
     }
   }
   if (group->stepping.idle()) return group->finish();
