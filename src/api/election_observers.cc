@@ -23,7 +23,8 @@ std::string observeEvent(std::string_view name, const LeaderView& view) {
 
 ElectionObservers::ElectionObservers(lock::LockService& service, event::Scheduler& scheduler,
                                      metrics::Metrics& metrics, int64_t reread_ms)
-    : metrics_(metrics),
+    : scheduler_(scheduler),
+      metrics_(metrics),
       groups_(
           service, scheduler, lock::LockKind::kElection, reread_ms,
           [this](Groups::Group& g, StatusOr<lock::LockState> state) {
@@ -54,13 +55,9 @@ void ElectionObservers::listen(const std::string& name,
 
 int64_t ElectionObservers::onRead(Groups::Group& g, StatusOr<lock::LockState> state) {
   int64_t next_read_ms = groups_.rereadMs();
-  if (!state.isOk()) {
-    // The backend is out: keep what is known and try again later (the lock service also
-    // notifies watchers when the backend comes back).
-    SL_LOG(kDebug, "election.observe_read_failed", {"name", g.name},
-           {"error", state.status().message()});
-    return next_read_ms;
-  }
+  // (The lock service also notifies watchers when the backend comes back: a read then.)
+  if (!state.isOk()) return onReadFailed(g, state.status());
+  const int64_t now = scheduler_.nowMs();
   LeaderView next;
   next.held = state->held;
   if (next.held) {
@@ -68,12 +65,16 @@ int64_t ElectionObservers::onRead(Groups::Group& g, StatusOr<lock::LockState> st
     next.candidate = std::move(state->leader.candidate);
     next.value = std::move(state->leader.value);
     next.ttl_ms = state->ttl_ms;
+    next.deadline_ms = now + state->ttl_ms;
     // Read again right after this lease would run out: a leader that dies announces nothing.
     next_read_ms = std::min(next_read_ms, next.ttl_ms + 1);
   }
-  if (next.held && next.term < g.state.highest_term) return next_read_ms;  // stale
+  // Stale: it vouches for nothing (a stream that said `unknown` stays so).
+  if (next.held && next.term < g.state.highest_term) return next_read_ms;
   g.state.highest_term = std::max(g.state.highest_term, next.term);
-  const bool changed = !g.known || !g.state.view.sameLeader(next);
+  // After `unknown` the state read is sent, changed or not.
+  const bool changed =
+      !g.known || std::exchange(g.unknown, false) || !g.state.view.sameLeader(next);
   g.known = true;
   g.state.view = std::move(next);
   if (changed) {
@@ -83,6 +84,20 @@ int64_t ElectionObservers::onRead(Groups::Group& g, StatusOr<lock::LockState> st
   // Copied: a listener may add one.
   const auto listeners = g.state.listeners;
   for (const auto& on_read : listeners) on_read(g.state.view);
+  return next_read_ms;
+}
+
+int64_t ElectionObservers::onReadFailed(Groups::Group& g, const Status& error) {
+  SL_LOG(kDebug, "election.observe_read_failed", {"name", g.name}, {"error", error.message()});
+  int64_t next_read_ms = 0;
+  const LeaderView& view = g.state.view;
+  if (!groups_.turnsUnknown(g, view.held, view.deadline_ms, next_read_ms)) return next_read_ms;
+  SL_LOG(kWarn, "election.observe_unknown", {"name", g.name}, {"error", error.message()});
+  JsonObject unknown;
+  unknown.text("event", "unknown").text("name", g.name);
+  if (g.state.highest_term > 0) unknown.unsignedInteger("term", g.state.highest_term);
+  const std::string line = unknown.finish();
+  for (const Observer& o : g.watchers) o.stream->writeChunk(line);
   return next_read_ms;
 }
 

@@ -9,6 +9,10 @@
 // pub/sub message can be missed (a dropped subscription link): the group therefore also reads
 // again every `reread_ms` and right after the leader's TTL ends, so a missed change shows within
 // reread_ms, and a dead leader's end within its TTL plus one read.
+//
+// While the backend does not answer, the leader last shown is vouched for until its lease's end
+// (a free election: until the next re-read); reads that keep failing past it make the streams say
+// `unknown` (once), and the next read that answers sends the state it read, changed or not.
 #pragma once
 
 #include <cstddef>
@@ -34,6 +38,7 @@ struct LeaderView {
   std::string candidate;
   std::string value;
   int64_t ttl_ms = 0;  // held: the lease's TTL left when read
+  int64_t deadline_ms = 0;  // held: when that lease runs out, on this sidecar's clock
 
   bool sameLeader(const LeaderView& o) const {
     return held == o.held &&
@@ -84,7 +89,11 @@ class ElectionObservers {
 
   /// After a read of `g`: pushes a new leader to its streams; the ms until the next read.
   int64_t onRead(Groups::Group& g, StatusOr<lock::LockState> state);
+  /// After a read of `g` that failed: `unknown` once the leader shown is past vouching for
+  /// (WatchedNames::turnsUnknown); the ms until the next read.
+  int64_t onReadFailed(Groups::Group& g, const Status& error);
 
+  event::Scheduler& scheduler_;
   metrics::Metrics& metrics_;
   Groups groups_;
 };

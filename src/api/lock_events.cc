@@ -58,13 +58,11 @@ void LockEvents::noteAnnounced(State& s, lock::ChangeReason reason) {
 
 int64_t LockEvents::onRead(Groups::Group& g, StatusOr<lock::LockState> state) {
   int64_t next_read_ms = groups_.rereadMs();
-  if (!state.isOk()) {
-    // The backend is out: keep what is known and try again later.
-    SL_LOG(kDebug, "lock.events_read_failed", {"name", g.name},
-           {"error", state.status().message()});
-    return next_read_ms;
-  }
+  if (!state.isOk()) return onReadFailed(g, state.status());
   const int64_t now = scheduler_.nowMs();
+  // After `unknown`, a read that answers sends its events (an end, a grant it shows) and then a
+  // `state` line; a stale answer (below) vouches for nothing and leaves the stream unknown.
+  const bool was_unknown = g.unknown;
   View next;
   next.held = state->held;
   next.token = state->token;
@@ -93,7 +91,16 @@ int64_t LockEvents::onRead(Groups::Group& g, StatusOr<lock::LockState> state) {
     // names: Redis restarted empty (its counter gone, token 0), or a Redlock node of the grant
     // that stays away. It ends then (`expired` unless announced) under its own token; before
     // then, read again right after that end.
-    if (next.held || !s.view.held) return next_read_ms;
+    if (next.held) return next_read_ms;
+    if (!s.view.held) {
+      // Free as the stream says (Redis restarted empty: its counter starts again): that much it
+      // vouches for, which ends an `unknown`.
+      if (was_unknown) {
+        g.unknown = false;
+        send(g, "state", s.view);
+      }
+      return next_read_ms;
+    }
     if (now < s.view.deadline_ms - kExtendSlackMs) {
       return std::min(next_read_ms, s.view.deadline_ms - now + 1);
     }
@@ -148,6 +155,27 @@ int64_t LockEvents::onRead(Groups::Group& g, StatusOr<lock::LockState> state) {
     next.ttl_ms = prev.ttl_ms;
   }
   s.view = std::move(next);
+  if (was_unknown) {
+    g.unknown = false;
+    send(g, "state", s.view);
+  }
+  return next_read_ms;
+}
+
+int64_t LockEvents::onReadFailed(Groups::Group& g, const Status& error) {
+  SL_LOG(kDebug, "lock.events_read_failed", {"name", g.name}, {"error", error.message()});
+  int64_t next_read_ms = 0;
+  const View& view = g.state.view;
+  if (!groups_.turnsUnknown(g, view.held, view.deadline_ms, next_read_ms)) return next_read_ms;
+  SL_LOG(kWarn, "lock.events_unknown", {"name", g.name}, {"error", error.message()});
+  const std::string text = JsonObject()
+                               .text("event", "unknown")
+                               .text("name", g.name)
+                               .unsignedInteger("token", view.token)
+                               .finish();
+  for (const Watcher& w : g.watchers) w.stream->writeChunk(text);
+  metrics_.lock_events_sent_total.Add({{"type", "unknown"}})
+      .Increment(static_cast<double>(g.watchers.size()));
   return next_read_ms;
 }
 

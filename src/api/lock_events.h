@@ -12,6 +12,12 @@
 // `reread_ms` catches a missed pub/sub message. Tokens order the events: a read showing a lower
 // token than one already sent (a stale answer) is ignored, so a stream never goes backwards; only a
 // lease read gone past its end is ended whatever the read's token (its data lost with Redis's).
+//
+// While the backend does not answer, what the stream last said goes stale: a lease seen held is
+// past its end (its holder's sidecar may have renewed it, or not), a free lock may have been taken.
+// Once reads have failed past that point (a held lease's end; a free lock's next re-read) the
+// stream says `unknown` (once), and the next read that answers is followed by a `state` line,
+// after any end or grant it shows, so that a watcher never acts on a state nobody vouches for.
 #pragma once
 
 #include <cstddef>
@@ -73,6 +79,9 @@ class LockEvents {
   static void noteAnnounced(State& s, lock::ChangeReason reason);
   /// After a read of `g`: the events it shows; the ms until the next read.
   int64_t onRead(Groups::Group& g, StatusOr<lock::LockState> state);
+  /// After a read of `g` that failed: `unknown` once what the streams said is past vouching for
+  /// (WatchedNames::turnsUnknown); the ms until the next read.
+  int64_t onReadFailed(Groups::Group& g, const Status& error);
   /// Writes one event line to every watcher of `g` (`extended` only to those that asked).
   void send(Groups::Group& g, std::string_view type, const View& view);
 

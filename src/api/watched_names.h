@@ -45,6 +45,10 @@ class WatchedNames {
     bool reading = false;
     bool read_again = false;  // a change was announced while a read was in flight
     event::ScopedTimer reread_timer;
+    int64_t last_answer_ms = 0;  // when a read last answered (the scheduler's clock)
+    /// The streams were told `unknown` (turnsUnknown); the owner clears it when it sends the
+    /// state a read shows again.
+    bool unknown = false;
   };
   /// After each read of `g`: `state` is the answer (or the backend's error). Returns how soon
   /// (ms) to read again; the group reads again no later than reread_ms anyway.
@@ -122,6 +126,23 @@ class WatchedNames {
     return &g.watchers.back();
   }
 
+  /// After a read of `g` that failed: true, once, when what its streams last said is past
+  /// vouching for, and `g` turns unknown: a lease seen held after `held_until_ms` (its end), a
+  /// free name after the re-read that follows the last read that answered (it may have been taken
+  /// meanwhile). `next_read_ms` is how soon to read again: at that point, if before the re-read.
+  bool turnsUnknown(Group& g, bool held, int64_t held_until_ms, int64_t& next_read_ms) {
+    next_read_ms = reread_ms_;
+    if (!g.known || g.unknown) return false;
+    const int64_t vouched_until_ms = held ? held_until_ms : g.last_answer_ms + reread_ms_;
+    const int64_t now = scheduler_.nowMs();
+    if (now < vouched_until_ms) {
+      next_read_ms = std::min(reread_ms_, vouched_until_ms - now + 1);
+      return false;
+    }
+    g.unknown = true;
+    return true;
+  }
+
   /// Reads `g` now unless a read is in flight.
   void readNow(Group& g) {
     if (!g.reading) read(g);
@@ -162,6 +183,7 @@ class WatchedNames {
     if (found == nullptr) return;
     Group& g = *found;
     g.reading = false;
+    if (state.isOk()) g.last_answer_ms = scheduler_.nowMs();
     const int64_t next_read_ms = std::min(reread_ms_, on_read_(g, std::move(state)));
     if (g.read_again) {
       g.read_again = false;

@@ -325,6 +325,44 @@ TEST_F(ElectionTest, ObserversSeeEveryChangePushedAndTermsNeverGoBack) {
   EXPECT_EQ(metricValue(metrics, "sidelock_election_observers"), 1) << metrics;
 }
 
+// While the backend is out, an observer does not go on showing a leader whose lease is over (it
+// did until Redis was back): past the lease's end the stream says `unknown`, once, and the first
+// read that answers again sends the state it read.
+TEST_F(ElectionTest, ObserversSayUnknownWhileTheBackendIsOutPastTheLeadersTtl) {
+  constexpr int64_t kTtlMs = 2000;
+  Observer on_b(b->port(), "dark");
+  std::optional<json> e = on_b.next();
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ((*e)["event"], "no_leader");
+  const auto campaigned_at = Clock::now();  // the lease ends kTtlMs after this or later
+  Campaign pod_a(a->port(), "dark", "pod-a", kTtlMs);
+  ASSERT_TRUE(pod_a.elected().has_value());
+  e = on_b.next();
+  ASSERT_TRUE(e.has_value());
+  ASSERT_EQ((*e)["event"], "leader") << e->dump();
+  const uint64_t term = (*e)["term"];
+
+  redis.kill();
+  e = on_b.next(kTtlMs + 4000);
+  ASSERT_TRUE(e.has_value()) << "still showing pod-a long after its lease ended";
+  EXPECT_EQ((*e)["event"], "unknown") << e->dump();
+  EXPECT_EQ((*e)["name"], "dark");
+  EXPECT_EQ((*e)["term"], term) << "the highest term seen";
+  EXPECT_GE(msSince(campaigned_at), kTtlMs - 100) << "vouched for until the lease's end";
+  // Once: nothing more while Redis stays away.
+  EXPECT_FALSE(on_b.next(1500).has_value());
+
+  redis.restart();  // empty: pod-a's lease is gone
+  e = on_b.next(10000);
+  ASSERT_TRUE(e.has_value()) << "no state after the backend came back";
+  // pod-a's sidecar may have campaigned again meanwhile (a new term), or not yet.
+  if ((*e)["event"] == "leader") {
+    EXPECT_GT((*e)["term"].get<uint64_t>(), term) << e->dump();
+  } else {
+    EXPECT_EQ((*e)["event"], "no_leader") << e->dump();
+  }
+}
+
 TEST_F(ElectionTest, AKilledLeadersSidecarHandsOverAfterTheTtlAndFencingHolds) {
   constexpr int64_t kTtlMs = 2000;
   Observer on_b(b->port(), "crash");

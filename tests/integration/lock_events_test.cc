@@ -84,7 +84,16 @@ class LockEventsTest : public ::testing::Test {
     return startSidecar(redisBackendYaml(redis.address()), admin_port);
   }
 
+  /// A watcher of "orders" on b, past its first line, and a 2 s lease of "orders" taken through
+  /// a, which it saw as `acquired` (granted_at_: just before the grant): the lease's token (0 if
+  /// not granted, reported).
+  uint64_t watchATwoSecondLease(std::unique_ptr<Watcher>& watcher);
+  static int64_t msSince(Clock::time_point t) {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t).count();
+  }
+
   RedisServer redis;
+  Clock::time_point granted_at_;
   const int admin_a = pickFreePort();
   std::unique_ptr<SidecarProcess> a = start(admin_a);
   std::unique_ptr<SidecarProcess> b = start(pickFreePort());
@@ -101,6 +110,18 @@ void expectEverywhere(std::vector<Watcher*> ws, const std::string& type, uint64_
     EXPECT_EQ((*e)["token"], token) << e->dump();
     EXPECT_EQ((*e)["name"], "orders");
   }
+}
+
+uint64_t LockEventsTest::watchATwoSecondLease(std::unique_ptr<Watcher>& watcher) {
+  watcher = std::make_unique<Watcher>(b->port(), "/v1/locks/orders/events");
+  EXPECT_TRUE(watcher->next().has_value());
+  granted_at_ = Clock::now();
+  HttpResponse r = ca.post("/v1/locks/orders/acquire", R"({"ttl_ms": 2000})");
+  EXPECT_EQ(r.status, 200) << r.body;
+  if (r.status != 200) return 0;
+  const uint64_t token = json::parse(r.body)["token"];
+  expectEverywhere({watcher.get()}, "acquired", token);
+  return token;
 }
 
 /// Acquires "orders" through `ca`, then force-releases it through the admin listener on
@@ -441,22 +462,16 @@ TEST(LockEventsBackendsTest, LifeOfALockOnRedlock) {
 // every earlier one) as `acquired`. Before, the stale-read rule ignored the lower token and the
 // stream showed the lost lease held until the next grant, then `released`.
 TEST_F(LockEventsTest, ALeaseLostWithRedissDataExpiresOnTheStream) {
-  Watcher on_b(b->port(), "/v1/locks/orders/events");
-  ASSERT_TRUE(on_b.next().has_value());
-  const auto granted_at = Clock::now();  // before the grant: its TTL ends 2 s after this or later
-  HttpResponse r = ca.post("/v1/locks/orders/acquire", R"({"ttl_ms": 2000})");
-  ASSERT_EQ(r.status, 200) << r.body;
-  const uint64_t t1 = json::parse(r.body)["token"];
-  expectEverywhere({&on_b}, "acquired", t1);
+  std::unique_ptr<Watcher> watcher;
+  const uint64_t t1 = watchATwoSecondLease(watcher);
+  ASSERT_NE(t1, 0u);
+  Watcher& on_b = *watcher;
 
   redis.kill();
   redis.restart();
   // No later than the TTL and a catch-up re-read (1 s) after the end the stream saw.
   expectEverywhere({&on_b}, "expired", t1, 6000);
-  EXPECT_GE(
-      std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - granted_at).count(),
-      1900)
-      << "ended at its TTL, not at once";
+  EXPECT_GE(msSince(granted_at_), 1900) << "ended at its TTL, not at once";
 
   HttpResponse again;
   ASSERT_TRUE(pollUntil([&] {
@@ -466,6 +481,47 @@ TEST_F(LockEventsTest, ALeaseLostWithRedissDataExpiresOnTheStream) {
   const uint64_t t2 = json::parse(again.body)["token"];
   EXPECT_GT(t2, t1);
   expectEverywhere({&on_b}, "acquired", t2);
+}
+
+// While the backend is out, a stream does not go on saying `held` past the lease's end, nor free
+// forever: `unknown` once (under the last token), and once Redis answers again the events its read
+// shows (the lease ended: `expired`), then `state`.
+TEST_F(LockEventsTest, AStreamSaysUnknownWhileTheBackendIsOut) {
+  std::unique_ptr<Watcher> watcher;
+  const uint64_t t1 = watchATwoSecondLease(watcher);
+  ASSERT_NE(t1, 0u);
+  Watcher& on_b = *watcher;
+
+  redis.kill();
+  std::optional<json> e = on_b.next(6000);
+  ASSERT_TRUE(e.has_value()) << "still `held` long after the lease's end";
+  EXPECT_EQ((*e)["event"], "unknown") << e->dump();
+  EXPECT_EQ((*e)["token"], t1);
+  EXPECT_EQ((*e)["name"], "orders");
+  EXPECT_GE(msSince(granted_at_), 1900) << "vouched for until the lease's end";
+  EXPECT_FALSE(on_b.next(1500).has_value()) << "once";
+
+  redis.restart();  // empty
+  expectEverywhere({&on_b}, "expired", t1, 10000);
+  e = on_b.next(3000);
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ((*e)["event"], "state") << e->dump();
+  EXPECT_EQ((*e)["held"], false);
+
+  // A free lock is vouched for until the next re-read (1 s): then `unknown` too, and `state` back.
+  redis.kill();
+  e = on_b.next(5000);
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ((*e)["event"], "unknown") << e->dump();
+  redis.restart();
+  e = on_b.next(10000);
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ((*e)["event"], "state") << e->dump();
+  EXPECT_EQ((*e)["held"], false);
+  const std::string metrics_b = HttpClient::tcp(b->port()).get("/metrics").body;
+  EXPECT_NE(metrics_b.find(R"(sidelock_lock_events_sent_total{type="unknown"} 2)"),
+            std::string::npos)
+      << metrics_b;
 }
 
 // A read/write lock's readers are one shared hold on the stream: `acquired` with the first reader,
