@@ -79,6 +79,10 @@ struct HttpCall {
   std::string query;     // without '?'; empty when none
 };
 
+/// How long before a call's deadline its wait ends (GrpcGateway): room for the route's `locked`
+/// answer to go out before the deadline's timer ends the call.
+constexpr int64_t kAnswerRoomMs = 5;
+
 /// A call's deadline as a cap on its request's wait_ms: `left_ms` is the time left before it
 /// (never less than 0 is used). A wait_ms over `max_wait_ms` (locks.max_wait_ms) is passed on
 /// as sent, so that the route refuses it with or without a deadline.
