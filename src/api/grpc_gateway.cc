@@ -378,14 +378,17 @@ constexpr std::string_view kNoRoutePath = "/.grpc/unknown-method";
 class UnknownMethodResponder final : public http::Responder {
  public:
   /// Counted as HTTP counts a path no route has: route "unmatched", with the status answered.
-  UnknownMethodResponder(grpc::CallPtr call, std::shared_ptr<GrpcGateway::CallMetrics> metrics)
-      : call_(std::move(call)), metrics_(std::move(metrics)) {}
+  /// `message`: the UNIMPLEMENTED message (unimplementedMessage's by default).
+  UnknownMethodResponder(grpc::CallPtr call, std::shared_ptr<GrpcGateway::CallMetrics> metrics,
+                         std::string message = "")
+      : call_(std::move(call)), metrics_(std::move(metrics)), message_(std::move(message)) {}
   void send(int status, std::string_view /*content_type*/, std::string body,
             std::vector<std::pair<std::string, std::string>> /*extra_headers*/) override {
     if (metrics_ != nullptr) metrics_->record(http::kUnmatchedRoute, status, std::nullopt);
     if (!call_->active()) return;
     if (status == 404 || status == 405) {
-      call_->finish(StatusCode::kUnimplemented, unimplementedMessage(call_->info().method));
+      call_->finish(StatusCode::kUnimplemented,
+                    message_.empty() ? unimplementedMessage(call_->info().method) : message_);
     } else {
       finishWithError(*call_, status, body);
     }
@@ -399,6 +402,7 @@ class UnknownMethodResponder final : public http::Responder {
  private:
   grpc::CallPtr call_;
   std::shared_ptr<GrpcGateway::CallMetrics> metrics_;
+  std::string message_;
 };
 
 }  // namespace
@@ -540,7 +544,7 @@ StatusOr<HttpCall> httpCallOf(const GrpcMethod& method, std::string_view request
             JsonObject()
                 .text("errorCode", "ERR_LOCK_STORE_NOT_FOUND")
                 .text("message", "lock store \"\" is not found (" + field_name + " is empty)")
-                .finish());
+                .finishNested());
       }
       return invalidArgument(errorBody("bad_request", field_name + " is required"));
     }
@@ -1055,9 +1059,11 @@ GrpcGateway::GrpcGateway(event::Scheduler& scheduler, metrics::Metrics* metrics,
   pb::SetLogHandler(&protobufLogLine);
   const auto& table = methodTable();
   routed_.resize(table.size());
+  unserved_.resize(table.size());
   if (options_.router == nullptr) return;
   for (size_t i = 0; i < table.size(); ++i) {
     const GrpcMethod& method = table[i];
+    unserved_[i] = routeLabel(method) == http::kUnmatchedRoute;
     if (method.direct == GrpcMethod::Direct::kNone) continue;
     routed_[i] = options_.router->exclusiveRoute(method.http_method, method.path);
     // A direct method's path has one {field} (directPath): the route's one parameter.
@@ -1086,9 +1092,20 @@ grpc::CallHandler GrpcGateway::asHandler() {
 void GrpcGateway::handle(grpc::CallPtr call, std::string request) {
   const grpc::CallInfo& info = call->info();
   const GrpcMethod* method = findGrpcMethod(info.method);
-  if (method == nullptr) {
+  const bool unserved =
+      method != nullptr && unserved_[static_cast<size_t>(method - methodTable().data())];
+  if (method == nullptr || unserved) {
+    // Through the guard as any call (access control first), to no route.
+    std::string message;
+    if (unserved) {
+      message = errorBody("not_implemented",
+                          std::string(info.method) +
+                              " is not served by this sidecar: its route is off in the "
+                              "configuration (Dapr's methods need dapr.enabled: true)");
+    }
     const HttpCall no_route{"POST", std::string(kNoRoutePath), std::string(kNoRoutePath), "", ""};
-    dispatch(*call, no_route, std::make_shared<UnknownMethodResponder>(call, call_metrics_));
+    dispatch(*call, no_route,
+             std::make_shared<UnknownMethodResponder>(call, call_metrics_, std::move(message)));
     return;
   }
   std::optional<WaitBound> wait_bound;

@@ -198,6 +198,9 @@ class GrpcGateway {
   std::shared_ptr<CallMetrics> call_metrics_;  // null without metrics (tests)
   /// Per row of the method table: its route when Options::router has it exclusive (else empty).
   std::vector<std::optional<http::Router::Exclusive>> routed_;
+  /// Per method of the table: its route is off in this configuration (Dapr's with dapr.enabled
+  /// false), so the method answers UNIMPLEMENTED as one sidelock does not serve.
+  std::vector<bool> unserved_;
   /// Reused call after call, so that a call's strings cost no allocation (dispatch()).
   DirectCall direct_scratch_;
   http::Request request_scratch_;

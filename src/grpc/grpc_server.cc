@@ -9,13 +9,24 @@
 
 #include "common/percent_encoding.h"
 #include "http/access_policy.h"
+#include "http/http_error.h"
 
 namespace sidelock::grpc {
 namespace {
 
 constexpr size_t kPrefixBytes = kMessagePrefixRoom;  // compressed flag, 4-byte big-endian length
 
+using http::errorBody;
 using http::Http2Field;
+
+/// The status messages the transport answers itself are JSON error bodies too, as the routes'
+/// (README, "gRPC status codes"): a client may parse every grpc-message alike.
+std::string deadlineExceeded() {
+  return errorBody("request_timeout", "the call's deadline (grpc-timeout) passed");
+}
+std::string oneMessagePerCall() {
+  return errorBody("not_implemented", "sidelock serves one request message per call");
+}
 
 // The response headers of every call; literals, so nghttp2 encodes them without copying them.
 constexpr std::array<Http2Field, 3> kResponseHeaders = {
@@ -134,8 +145,10 @@ void GrpcCall::start() {
   // into its fields, the others (Http2Stream keeps them apart) as its metadata.
   if (stream_->headersTooLarge()) {
     // Answered (trailers-only) rather than reset: REFUSED_STREAM would read as "retry elsewhere".
-    return finish(StatusCode::kResourceExhausted,
-                  "the call's metadata is over listen.grpc_limits.max_header_list_bytes");
+    return finish(
+        StatusCode::kResourceExhausted,
+        errorBody("headers_too_large",
+                  "the call's metadata is over listen.grpc_limits.max_header_list_bytes"));
   }
   http::Http2PseudoHeaders& pseudo = stream_->pseudoHeaders();
   info_.metadata = stream_->takeHeaders();
@@ -155,13 +168,19 @@ void GrpcCall::start() {
   if (!request.timeout.empty()) timeout_us = parseGrpcTimeout(request.timeout);
   const bool timeout_malformed = !request.timeout.empty() && !timeout_us;
   info_.peer = stream_->peer() ? stream_->peer() : std::make_shared<const http::PeerIdentity>();
-  if (!has_te_trailers) return finish(StatusCode::kInternal, "the request lacks \"te: trailers\"");
-  if (timeout_malformed) return finish(StatusCode::kInternal, "malformed grpc-timeout");
+  if (!has_te_trailers) {
+    return finish(StatusCode::kInternal,
+                  errorBody("bad_request", "the request lacks \"te: trailers\""));
+  }
+  if (timeout_malformed) {
+    return finish(StatusCode::kInternal, errorBody("bad_request", "malformed grpc-timeout"));
+  }
   if (info_.peer->transport != http::PeerIdentity::Transport::kUnix &&
       !http::isValidHostField(info_.authority)) {
     // As the HTTP/1.1 listener answers such a Host (400): "localhost:abc" is no loopback name.
     // Not on the Unix socket, where some clients send the socket's path (grpc-java).
-    return finish(StatusCode::kInvalidArgument, "the :authority is not host[:port]");
+    return finish(StatusCode::kInvalidArgument,
+                  errorBody("bad_request", "the :authority is not host[:port]"));
   }
   if (timeout_us) {
     // The call ends a little before the client's deadline, never at it: the client's clock
@@ -173,7 +192,7 @@ void GrpcCall::start() {
     const int64_t effective_us = std::max<int64_t>(0, *timeout_us - margin_us);
     // Nothing left once the margin is taken (grpc-timeout of 2 ms or less): the call ends now,
     // before its request could be dispatched and answered (a cached reply answers at once).
-    if (effective_us == 0) return finish(StatusCode::kDeadlineExceeded, "deadline exceeded");
+    if (effective_us == 0) return finish(StatusCode::kDeadlineExceeded, deadlineExceeded());
     info_.deadline_us = scheduler_.nowUs() + effective_us;
     deadline_.start(scheduler_, effective_us / 1000, [weak = weak_from_this()] {
       auto self = weak.lock();
@@ -181,7 +200,7 @@ void GrpcCall::start() {
       // finish() may close the stream at once (the client's side has ended), which drops the
       // callback: take it first.
       auto cancelled = std::move(self->on_cancelled_);
-      self->finish(StatusCode::kDeadlineExceeded, "deadline exceeded");
+      self->finish(StatusCode::kDeadlineExceeded, deadlineExceeded());
       if (cancelled) cancelled();
     });
   }
@@ -198,26 +217,29 @@ void GrpcCall::refuseHttp(const Http2Field& status) {
 void GrpcCall::onData(std::string_view data) {
   if (finished_ || gone_) return;
   if (dispatched_) {
-    return finish(StatusCode::kUnimplemented, "sidelock serves one request message per call");
+    return finish(StatusCode::kUnimplemented, oneMessagePerCall());
   }
   buffer_.append(data);
   if (!expected_ && buffer_.size() >= kPrefixBytes) {
     const auto* p = reinterpret_cast<const uint8_t*>(buffer_.data());
     if (p[0] != 0) {
-      return finish(StatusCode::kUnimplemented,
-                    "compressed messages are not supported (grpc-accept-encoding: identity)");
+      return finish(StatusCode::kUnimplemented, errorBody("not_implemented",
+                                                          "compressed messages are not supported "
+                                                          "(grpc-accept-encoding: identity)"));
     }
     const size_t length = (size_t{p[1]} << 24) | (size_t{p[2]} << 16) | (size_t{p[3]} << 8) | p[4];
     if (length > max_message_bytes_) {
       buffer_.clear();
-      return finish(StatusCode::kResourceExhausted,
-                    "request message of " + std::to_string(length) + " bytes is over the " +
-                        std::to_string(max_message_bytes_) + "-byte limit");
+      return finish(
+          StatusCode::kResourceExhausted,
+          errorBody("payload_too_large", "request message of " + std::to_string(length) +
+                                             " bytes is over the " +
+                                             std::to_string(max_message_bytes_) + "-byte limit"));
     }
     expected_ = kPrefixBytes + length;
   }
   if (expected_ && buffer_.size() > *expected_) {
-    return finish(StatusCode::kUnimplemented, "sidelock serves one request message per call");
+    return finish(StatusCode::kUnimplemented, oneMessagePerCall());
   }
 }
 
@@ -230,7 +252,7 @@ void GrpcCall::onEnd() {
   info_.received_us = scheduler_.nowUs();
   if (info_.deadline_us && info_.received_us >= *info_.deadline_us) {
     // The request ended after the sidecar's deadline, whose timer has not run yet.
-    return finish(StatusCode::kDeadlineExceeded, "deadline exceeded");
+    return finish(StatusCode::kDeadlineExceeded, deadlineExceeded());
   }
   dispatched_ = true;
   buffer_.erase(0, kPrefixBytes);
@@ -286,6 +308,8 @@ void GrpcCall::finish(StatusCode code, std::string_view message) {
     fields[count++] = Http2Field("grpc-status", other_code);
   }
   std::string encoded;
+  // A JSON body written for HTTP ends with a newline: not part of the status message.
+  while (!message.empty() && message.back() == '\n') message.remove_suffix(1);
   if (!message.empty()) {
     encoded = percentEncode(message, PercentKeep::kGrpcMessage);
     fields[count++] = Http2Field("grpc-message", encoded);
@@ -356,8 +380,9 @@ std::optional<int64_t> parseGrpcTimeout(std::string_view value) {
 
 CallHandler unimplementedHandler() {
   return [](CallPtr call, std::string) {
-    call->finish(StatusCode::kUnimplemented,
-                 "sidelock: method " + call->info().method + " is not served");
+    call->finish(
+        StatusCode::kUnimplemented,
+        errorBody("not_implemented", "sidelock: method " + call->info().method + " is not served"));
   };
 }
 

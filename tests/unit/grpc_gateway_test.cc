@@ -470,9 +470,10 @@ TEST(GrpcGatewayTest, HealthCheckAndWatchFollowReadyz) {
 /// A sidecar's API on the memory backend behind a gateway: the real routes, guarded by a token
 /// policy. `direct_calls` false: every call takes the JSON bridge.
 struct World {
-  explicit World(bool direct_calls = true) {
+  explicit World(bool direct_calls = true, bool dapr = true) {
     svc = std::make_unique<lock::LockService>(cfg, backend, sched, metrics);
     lock_api = std::make_unique<LockApi>(cfg, *svc, metrics, sched);
+    dapr_cfg.enabled = dapr;
     dapr_cfg.stores = {"lockstore"};
     dapr_api = std::make_unique<DaprApi>(dapr_cfg, cfg, *svc, [] { return std::string(); });
     elections = std::make_unique<ElectionApi>(cfg, *svc, *lock_api, metrics, sched,
@@ -534,6 +535,31 @@ struct World {
 };
 
 class GrpcOverRealRoutesTest : public ::testing::Test, protected World {};
+
+// With dapr.enabled false the Dapr routes are off: Dapr's methods answer UNIMPLEMENTED, as a method
+// sidelock does not serve, saying why (they answered NOT_FOUND naming the internal route), after
+// the access rules, and counted as unmatched; sidelock's own methods are unchanged.
+TEST(GrpcDaprOffTest, DaprsMethodsAreUnimplementedWhenDaprIsOff) {
+  World w(/*direct_calls=*/true, /*dapr=*/false);
+  dapr::TryLockRequest lock;
+  lock.set_store_name("lockstore");
+  lock.set_resource_id("r1");
+  lock.set_lock_owner("me");
+  lock.set_expiry_in_seconds(10);
+  for (const char* method :
+       {"/dapr.proto.runtime.v1.Dapr/TryLockAlpha1", "/dapr.proto.runtime.v1.Dapr/GetMetadata"}) {
+    SCOPED_TRACE(method);
+    auto c = w.call(method, lock);
+    EXPECT_EQ(c->status, StatusCode::kUnimplemented);
+    EXPECT_NE(c->status_message.find("dapr.enabled"), std::string::npos) << c->status_message;
+    EXPECT_EQ(c->status_message.find("/v1.0"), std::string::npos) << c->status_message;
+    c = w.call(method, lock, "tokenWRONGWRONGWRONGWRONGWRONGWRON");
+    EXPECT_EQ(c->status, StatusCode::kUnauthenticated) << "access control first";
+  }
+  v1::AcquireRequest acquire;
+  acquire.set_name("r1");
+  EXPECT_EQ(w.call("/sidelock.v1.Locks/Acquire", acquire)->status, StatusCode::kOk);
+}
 
 // The direct methods' routes are exclusive in the real route table, so their calls skip the
 // router's matching (GrpcGateway::Options::router); the comparisons with the bridge below then

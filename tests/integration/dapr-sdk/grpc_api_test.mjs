@@ -109,10 +109,15 @@ async function exercise(ports, sidecarLog, sidecar) {
   const badAuthority = new pkg.sidelock.v1.Locks(target, creds,
                                                  { "grpc.default_authority": "localhost:abc" });
   r = await unary(badAuthority, "Acquire", { name: "g-authority", ttl_ms: 10000 });
-  check(r.error && r.error.code === S.INVALID_ARGUMENT &&
-            r.error.details === "the :authority is not host[:port]",
-        "an :authority with a bad port: INVALID_ARGUMENT", JSON.stringify(r.error || r.value));
+  const authorityBody = expectStatus(r, S.INVALID_ARGUMENT, "an :authority with a bad port: INVALID_ARGUMENT",
+                                     "bad_request");
+  check(authorityBody.message === "the :authority is not host[:port]",
+        "the transport's own refusals carry a JSON error body too", r.error ? r.error.details : "");
   badAuthority.close();
+  // So does a message over listen.grpc_limits.max_message_bytes (4 MiB).
+  r = await unary(locks, "Acquire", { name: "g-big", holder: "x".repeat(5 * 1024 * 1024) }, bearer(TOKEN));
+  expectStatus(r, S.RESOURCE_EXHAUSTED, "a request message over the limit: RESOURCE_EXHAUSTED",
+               "payload_too_large");
 
   // Acquire, exclusion across protocols, Inspect, Extend, Release.
   let t0 = Date.now();
