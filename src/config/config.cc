@@ -390,8 +390,11 @@ void loadListen(const Section& root, ListenConfig& c) {
                    "max_body_bytes", "max_pipelined_requests", "header_timeout_ms",
                    "idle_timeout_ms", "write_timeout_ms", "unix_group", "unix_allowed_uids",
                    "allowed_origins", "allowed_hosts"});
-  if (c.tcp.empty() && c.unix_path.empty()) {
-    fail("listen", "at least one of listen.tcp and listen.unix must be set");
+  // gRPC alone is a whole sidecar (Dapr's gRPC-only SDKs); probes then go to listen.admin, or to
+  // grpc.health.v1 (Kubernetes' grpc probes).
+  if (c.tcp.empty() && c.unix_path.empty() && c.grpc.empty() && c.grpc_unix.empty()) {
+    fail("listen", "at least one of listen.tcp, listen.unix, listen.grpc and listen.grpc_unix "
+                   "must be set");
   }
 }
 

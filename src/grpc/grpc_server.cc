@@ -178,7 +178,8 @@ void GrpcCall::start() {
   if (info_.peer->transport != http::PeerIdentity::Transport::kUnix &&
       !http::isValidHostField(info_.authority)) {
     // As the HTTP/1.1 listener answers such a Host (400): "localhost:abc" is no loopback name.
-    // Not on the Unix socket, where some clients send the socket's path (grpc-java).
+    // Not on the Unix socket, where a name is no address. (An :authority that is a path never
+    // gets here: nghttp2 resets the stream for its '/'.)
     return finish(StatusCode::kInvalidArgument,
                   errorBody("bad_request", "the :authority is not host[:port]"));
   }

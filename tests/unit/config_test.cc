@@ -387,6 +387,14 @@ listen:
   EXPECT_EQ(defaults->listen.grpc_limits.max_message_bytes, 4 * 1024 * 1024);
   EXPECT_EQ(defaults->listen.grpc_limits.max_concurrent_streams, 100);
 
+  // gRPC alone is a whole sidecar (a Dapr app on a gRPC-only SDK); nothing at all is not.
+  auto grpc_only = loadConfigFromString("listen: {tcp: \"\", unix: \"\", grpc: \"127.0.0.1:50001\"}\n");
+  ASSERT_TRUE(grpc_only.isOk()) << grpc_only.status().toString();
+  EXPECT_TRUE(grpc_only->listen.tcp.empty() && grpc_only->listen.unix_path.empty());
+  EXPECT_TRUE(
+      loadConfigFromString("listen: {tcp: \"\", unix: \"\", grpc_unix: /tmp/g.sock}\n").isOk());
+  EXPECT_NE(errorOf("listen: {tcp: \"\", unix: \"\"}\n").find("listen.grpc_unix"),
+            std::string::npos);
   EXPECT_NE(errorOf("listen:\n  grpc: \"nohost\"\n").find("listen.grpc"), std::string::npos);
   EXPECT_NE(errorOf("listen:\n  grpc: \"127.0.0.1:7411\"\n").find("listen.grpc: must differ"),
             std::string::npos);
