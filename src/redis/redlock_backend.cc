@@ -676,10 +676,27 @@ void RedlockBackend::finishExtendLoss(const std::shared_ptr<QuorumCall>& call) {
                              " needed: " + nodeErrors(call->errors)));
     return;
   }
-  // The lease is lost: drop what is left of it so it does not block others until it expires.
   Outcome lost;
   lost.code = call->votes(OutcomeCode::kNotOwner) >= quorumSize() ? OutcomeCode::kNotOwner
                                                                   : OutcomeCode::kNotHeld;
+  // The lease is lost to its holder (it could not be extended). Its keys on the nodes that did
+  // not answer (stalled, down) may still be alive, though, and with the keys this extend renewed
+  // still make a majority: the lease stays valid for the rest of the validity its holder was
+  // given, and the holder has not been told yet. Releasing what is left now would hand the lock
+  // to a waiter elsewhere while the holder still works (seen: granted 40 ms before the holder's
+  // `lost`, with 1.9 s of its validity left). Then the keys are left to expire (one TTL at most);
+  // only a lease no majority can still hold has its leftovers released at once.
+  int may_hold = 0;
+  for (size_t i = 0; i < nodes_.size(); ++i) {
+    may_hold += !call->answers[i] || call->said(i, OutcomeCode::kOk) ? 1 : 0;
+  }
+  if (may_hold >= quorumSize()) {
+    SL_LOG(kWarn, "redlock.lost_lease_left_to_expire", {"name", call->name},
+           {"may_hold", static_cast<long long>(may_hold)}, {"errors", nodeErrors(call->errors)});
+    answer(call, lost);
+    return;
+  }
+  // Drop what is left of it so it does not block others until it expires.
   releaseOnAll(*call, [this, call, lost, pending = std::make_shared<size_t>(nodes_.size())](
                           size_t, StatusOr<RedisValue>) {
     if (--*pending == 0) answer(call, lost);
