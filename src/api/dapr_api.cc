@@ -61,6 +61,9 @@ DaprApi::DaprApi(const config::DaprConfig& dapr, const config::LocksConfig& lock
       service_(service),
       not_ready_reason_(std::move(not_ready_reason)),
       secret_(dapr.owner_secret) {
+  // As Dapr's runtime reads its bodies (and as the Dapr gRPC methods here do): a field a newer
+  // SDK sends that this sidecar does not know is skipped, not refused.
+  body_.ignoreUnknownFields();
   if (secret_.empty() && dapr.enabled) {
     secret_ = randomSecret();
     SL_LOG(kInfo, "dapr.owner_secret",

@@ -386,7 +386,7 @@ bool RequestBody::parse(std::string_view content_type, std::string_view text,
   if (!reader.topIsObject()) {
     return fail(kBadRequest, "request body must be a JSON object");
   }
-  if (reader.hasUnknown()) {
+  if (reader.hasUnknown() && !ignore_unknown_) {
     return fail(kBadRequest, "unknown field \"" + reader.firstUnknown() + "\"");
   }
   return true;
@@ -520,7 +520,7 @@ bool RequestBody::read(const BodyFields& fields, std::initializer_list<BodyField
         break;
     }
   }
-  if (!first_unknown.empty()) {
+  if (!first_unknown.empty() && !ignore_unknown_) {
     return fail(kBadRequest, "unknown field \"" + std::string(first_unknown) + "\"");
   }
   return true;

@@ -126,6 +126,10 @@ class RequestBody {
   /// of a request_id must send the same request (IdempotencyCache refuses another one under it).
   uint64_t fingerprint() const;
 
+  /// Fields outside `allowed` are skipped instead of refused, from the next parse on (Dapr's
+  /// routes: Dapr's runtime reads its bodies as Go's encoding/json does, ignoring unknown fields).
+  void ignoreUnknownFields() { ignore_unknown_ = true; }
+
   /// Records a problem found by the caller (the first one wins).
   void setError(std::string message) { fail(kBadRequest, std::move(message)); }
 
@@ -172,6 +176,7 @@ class RequestBody {
   std::array<Value, kFieldCount> values_;
   std::string_view error_code_;
   std::string error_;
+  bool ignore_unknown_ = false;
 };
 
 }  // namespace sidelock::api

@@ -131,7 +131,9 @@ TEST(DaprApiTest, BadRequestsGetDaprErrorsAndChangeNothing) {
       {"/v1.0-alpha1/lock/lockstore", R"({"resourceId":"r","lockOwner":"o","expiryInSeconds":5)",
        400, "ERR_MALFORMED_REQUEST"},
       {"/v1.0-alpha1/unlock/lockstore", R"({"resourceId":"r"})", 400, "ERR_MALFORMED_REQUEST"},
-      {"/v1.0-alpha1/unlock/lockstore", R"({"resourceId":"r","lockOwner":"o","extra":1})", 400,
+      // A field Dapr does not know is skipped, as Dapr's runtime does, not a malformed request.
+      {"/v1.0-alpha1/lock/lockstore",
+       R"({"resourceId":"r","lockOwner":"o","expiryInSeconds":0,"extra":{"x":[1]}})", 400,
        "ERR_MALFORMED_REQUEST"},
   };
   for (const Case& k : cases) {
@@ -144,6 +146,15 @@ TEST(DaprApiTest, BadRequestsGetDaprErrorsAndChangeNothing) {
   }
   EXPECT_EQ(json::parse(c.get("/v1/locks/r").body)["held"], false) << "nothing was locked";
   EXPECT_EQ(c.post("/v1.0-alpha1/lock/lockstore", "{}").status, 400);
+  // Unknown fields are skipped (Dapr's runtime ignores them, as the Dapr gRPC methods here do).
+  auto extra = c.post("/v1.0-alpha1/lock/lockstore",
+                      R"({"resourceId":"x1","lockOwner":"o","expiryInSeconds":5,"extra":1})");
+  EXPECT_EQ(extra.status, 200) << extra.body;
+  EXPECT_EQ(json::parse(extra.body)["success"], true) << extra.body;
+  auto unlock = c.post("/v1.0-alpha1/unlock/lockstore",
+                       R"({"resourceId":"x1","lockOwner":"o","metadata":{"k":"v"}})");
+  EXPECT_EQ(unlock.status, 200) << unlock.body;
+  EXPECT_EQ(json::parse(unlock.body)["status"], 0) << unlock.body;
   EXPECT_EQ(s->stop(), 0) << s->logs();
 }
 
