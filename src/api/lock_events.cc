@@ -168,14 +168,12 @@ int64_t LockEvents::onReadFailed(Groups::Group& g, const Status& error) {
   const View& view = g.state.view;
   if (!groups_.turnsUnknown(g, view.held, view.deadline_ms, next_read_ms)) return next_read_ms;
   SL_LOG(kWarn, "lock.events_unknown", {"name", g.name}, {"error", error.message()});
-  const std::string text = JsonObject()
-                               .text("event", "unknown")
-                               .text("name", g.name)
-                               .unsignedInteger("token", view.token)
-                               .finish();
-  for (const Watcher& w : g.watchers) w.stream->writeChunk(text);
-  metrics_.lock_events_sent_total.Add({{"type", "unknown"}})
-      .Increment(static_cast<double>(g.watchers.size()));
+  sendLine(g, "unknown",
+           JsonObject()
+               .text("event", "unknown")
+               .text("name", g.name)
+               .unsignedInteger("token", view.token)
+               .finish());
   return next_read_ms;
 }
 
@@ -193,7 +191,10 @@ std::string LockEvents::eventLine(std::string_view name, std::string_view type, 
 }
 
 void LockEvents::send(Groups::Group& g, std::string_view type, const View& view) {
-  const std::string text = eventLine(g.name, type, view);
+  sendLine(g, type, eventLine(g.name, type, view));
+}
+
+void LockEvents::sendLine(Groups::Group& g, std::string_view type, const std::string& text) {
   const bool extended = type == "extended";
   double sent = 0;
   for (const Watcher& w : g.watchers) {

@@ -84,6 +84,8 @@ class LockEvents {
   int64_t onReadFailed(Groups::Group& g, const Status& error);
   /// Writes one event line to every watcher of `g` (`extended` only to those that asked).
   void send(Groups::Group& g, std::string_view type, const View& view);
+  /// Writes `text`, a line of event `type`, as send() does, and counts it.
+  void sendLine(Groups::Group& g, std::string_view type, const std::string& text);
 
   event::Scheduler& scheduler_;
   metrics::Metrics& metrics_;
