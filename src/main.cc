@@ -170,6 +170,11 @@ void closeEverything(Sidecar& s) {
   s.sigterm.close();
   s.sigint.close();
   s.sighup.close();
+  // Closing the last uv_signal_t for a signal restores its default action, so a second SIGTERM
+  // (an impatient supervisor, a test's stop) arriving while the process returns from main would
+  // kill it with 143 after a clean drain. We are exiting already: ignore them.
+  signal(SIGTERM, SIG_IGN);
+  signal(SIGINT, SIG_IGN);
   s.force_exit.reset();
   // Leases left in the table (release_held: false, a failed release) keep their health watches:
   // their probes' sockets must not keep the loop running.

@@ -570,12 +570,7 @@ TEST_F(CliRunTest, ElectSidecarSigtermElectsTheNextOnlyAfterCommandExited) {
   EXPECT_GE(elected_ms, exited_ms);  // b was elected only after a's CMD had exited
   // The sidecar then drains and exits 0 within its grace (10 s by default).
   const auto term_at = std::chrono::steady_clock::now();
-  EXPECT_TRUE(pollUntil([&] {
-    std::ifstream stat("/proc/" + std::to_string(sidecar_->pid()) + "/stat");
-    std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
-    const size_t paren = text.rfind(')');
-    return paren != std::string::npos && paren + 2 < text.size() && text[paren + 2] == 'Z';
-  }));
+  EXPECT_TRUE(pollUntil([&] { return !processRuns(sidecar_->pid()); }));
   EXPECT_LT(std::chrono::steady_clock::now() - term_at, std::chrono::seconds(10));
   EXPECT_EQ(sidecar_->stop(), 0) << sidecar_->logs();  // already exited: this only reaps it
 }
@@ -612,7 +607,9 @@ TEST_F(CliRunTest, LockSidecarSigtermGrantsTheNextOnlyAfterCommandExited) {
   ASSERT_TRUE(fileExists(path("exited"))) << holder.stderrText();
   const int64_t exited_ms = std::stoll(readFile(path("exited")));
   EXPECT_GE(granted_ms, exited_ms);  // granted only after the first CMD had exited
-  EXPECT_EQ(sidecar_->stop(), 0) << sidecar_->logs();
+  // The sidecar then drains and exits 0 within its grace (10 s by default).
+  EXPECT_TRUE(pollUntil([&] { return !processRuns(sidecar_->pid()); }));
+  EXPECT_EQ(sidecar_->stop(), 0) << sidecar_->logs();  // already exited: this only reaps it
 }
 
 TEST_F(CliRunTest, ElectLosingTheSidecarStopsTheCommand) {
