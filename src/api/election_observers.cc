@@ -41,7 +41,17 @@ void ElectionObservers::add(const std::string& name, http::ResponderPtr stream,
                             StatusOr<lock::LockState> first_read) {
   Groups::Group& g = groups_.groupOf(name, &first_read);
   Observer* o = groups_.addWatcher(g, Observer{std::move(stream)});
-  if (o != nullptr && g.known) o->stream->writeChunk(observeEvent(name, g.state.view));
+  if (o == nullptr || !g.known) return;
+  // The newcomer's first line: the leader, or `unknown` while the one last read is past
+  // vouching for.
+  o->stream->writeChunk(g.unknown ? unknownLine(g) : observeEvent(name, g.state.view));
+}
+
+std::string ElectionObservers::unknownLine(const Groups::Group& g) {
+  JsonObject unknown;
+  unknown.text("event", "unknown").text("name", g.name);
+  if (g.state.highest_term > 0) unknown.unsignedInteger("term", g.state.highest_term);
+  return unknown.finish();
 }
 
 void ElectionObservers::listen(const std::string& name,
@@ -93,10 +103,7 @@ int64_t ElectionObservers::onReadFailed(Groups::Group& g, const Status& error) {
   const LeaderView& view = g.state.view;
   if (!groups_.turnsUnknown(g, view.held, view.deadline_ms, next_read_ms)) return next_read_ms;
   SL_LOG(kWarn, "election.observe_unknown", {"name", g.name}, {"error", error.message()});
-  JsonObject unknown;
-  unknown.text("event", "unknown").text("name", g.name);
-  if (g.state.highest_term > 0) unknown.unsignedInteger("term", g.state.highest_term);
-  const std::string line = unknown.finish();
+  const std::string line = unknownLine(g);
   for (const Observer& o : g.watchers) o.stream->writeChunk(line);
   return next_read_ms;
 }

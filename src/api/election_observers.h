@@ -92,6 +92,8 @@ class ElectionObservers {
   /// After a read of `g` that failed: `unknown` once the leader shown is past vouching for
   /// (WatchedNames::turnsUnknown); the ms until the next read.
   int64_t onReadFailed(Groups::Group& g, const Status& error);
+  /// {"event":"unknown","name","term"}: the highest term shown (left out if none).
+  static std::string unknownLine(const Groups::Group& g);
 
   event::Scheduler& scheduler_;
   metrics::Metrics& metrics_;

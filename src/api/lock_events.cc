@@ -37,10 +37,12 @@ void LockEvents::add(const std::string& name, http::ResponderPtr stream, bool wi
   Groups::Group& g = groups_.groupOf(name);
   Watcher* w = groups_.addWatcher(g, Watcher{std::move(stream), with_extended});
   if (w == nullptr) return;  // answered already (HEAD)
-  if (g.known) {  // the newcomer's first line (the others had theirs)
-    w->stream->writeChunk(eventLine(g.name, "state", g.state.view));
-    metrics_.lock_events_sent_total.Add({{"type", "state"}}).Increment();
-  }
+  if (!g.known) return;
+  // The newcomer's first line (the others had theirs): the state, or `unknown` while what the
+  // group last read is past vouching for.
+  const std::string_view type = g.unknown ? "unknown" : "state";
+  w->stream->writeChunk(g.unknown ? unknownLine(g) : eventLine(g.name, type, g.state.view));
+  metrics_.lock_events_sent_total.Add({{"type", std::string(type)}}).Increment();
 }
 
 void LockEvents::noteAnnounced(State& s, lock::ChangeReason reason) {
@@ -168,13 +170,16 @@ int64_t LockEvents::onReadFailed(Groups::Group& g, const Status& error) {
   const View& view = g.state.view;
   if (!groups_.turnsUnknown(g, view.held, view.deadline_ms, next_read_ms)) return next_read_ms;
   SL_LOG(kWarn, "lock.events_unknown", {"name", g.name}, {"error", error.message()});
-  sendLine(g, "unknown",
-           JsonObject()
-               .text("event", "unknown")
-               .text("name", g.name)
-               .unsignedInteger("token", view.token)
-               .finish());
+  sendLine(g, "unknown", unknownLine(g));
   return next_read_ms;
+}
+
+std::string LockEvents::unknownLine(const Groups::Group& g) {
+  return JsonObject()
+      .text("event", "unknown")
+      .text("name", g.name)
+      .unsignedInteger("token", g.state.view.token)
+      .finish();
 }
 
 std::string LockEvents::eventLine(std::string_view name, std::string_view type, const View& view) {

@@ -82,6 +82,8 @@ class LockEvents {
   /// After a read of `g` that failed: `unknown` once what the streams said is past vouching for
   /// (WatchedNames::turnsUnknown); the ms until the next read.
   int64_t onReadFailed(Groups::Group& g, const Status& error);
+  /// {"event":"unknown","name","token"}: the group's last token.
+  static std::string unknownLine(const Groups::Group& g);
   /// Writes one event line to every watcher of `g` (`extended` only to those that asked).
   void send(Groups::Group& g, std::string_view type, const View& view);
   /// Writes `text`, a line of event `type`, as send() does, and counts it.

@@ -351,6 +351,12 @@ TEST_F(ElectionTest, ObserversSayUnknownWhileTheBackendIsOutPastTheLeadersTtl) {
   EXPECT_GE(msSince(campaigned_at), kTtlMs - 100) << "vouched for until the lease's end";
   // Once: nothing more while Redis stays away.
   EXPECT_FALSE(on_b.next(1500).has_value());
+  // An observer that comes meanwhile is told `unknown` too, not the leader the group last read.
+  Observer late(b->port(), "dark");
+  e = late.next(5000);
+  ASSERT_TRUE(e.has_value()) << "no first line while Redis is away";
+  EXPECT_EQ((*e)["event"], "unknown") << e->dump();
+  EXPECT_EQ((*e)["term"], term);
 
   redis.restart();  // empty: pod-a's lease is gone
   e = on_b.next(10000);

@@ -500,6 +500,14 @@ TEST_F(LockEventsTest, AStreamSaysUnknownWhileTheBackendIsOut) {
   EXPECT_EQ((*e)["name"], "orders");
   EXPECT_GE(msSince(granted_at_), 1900) << "vouched for until the lease's end";
   EXPECT_FALSE(on_b.next(1500).has_value()) << "once";
+  {
+    // A watcher that comes meanwhile is told `unknown` too, not the `held` state last read.
+    Watcher late(b->port(), "/v1/locks/orders/events");
+    e = late.next(5000);
+    ASSERT_TRUE(e.has_value()) << "no first line while Redis is away";
+    EXPECT_EQ((*e)["event"], "unknown") << e->dump();
+    EXPECT_EQ((*e)["token"], t1);
+  }
 
   redis.restart();  // empty
   expectEverywhere({&on_b}, "expired", t1, 10000);
@@ -519,7 +527,7 @@ TEST_F(LockEventsTest, AStreamSaysUnknownWhileTheBackendIsOut) {
   EXPECT_EQ((*e)["event"], "state") << e->dump();
   EXPECT_EQ((*e)["held"], false);
   const std::string metrics_b = HttpClient::tcp(b->port()).get("/metrics").body;
-  EXPECT_NE(metrics_b.find(R"(sidelock_lock_events_sent_total{type="unknown"} 2)"),
+  EXPECT_NE(metrics_b.find(R"(sidelock_lock_events_sent_total{type="unknown"} 3)"),
             std::string::npos)
       << metrics_b;
 }
