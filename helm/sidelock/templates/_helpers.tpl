@@ -83,8 +83,8 @@ Fails on listen settings the probes or scraping cannot work with.
 {{- end -}}
 {{- if $m.podMonitor.enabled -}}{{- $users = append $users "monitoring.podMonitor" -}}{{- end -}}
 {{- if $m.serviceMonitor.enabled -}}{{- $users = append $users "monitoring.serviceMonitor" -}}{{- end -}}
-{{- if not (or $l.tcp $l.unix) -}}
-{{- fail "config.listen.tcp and config.listen.unix are both empty: the app has no way to reach the lock API" -}}
+{{- if not (or $l.tcp $l.unix $l.grpc $l.grpc_unix) -}}
+{{- fail "config.listen.tcp, unix, grpc and grpc_unix are all empty: the app has no way to reach the lock API" -}}
 {{- end -}}
 {{- if $l.admin -}}
 {{- if and $users (include "sidelock.isLoopback" $l.admin) -}}
