@@ -164,12 +164,7 @@ void ElectionApi::campaign(http::Request& req, http::ResponderPtr res) {
   call->election = opts.lock;
   call->candidate = opts.candidate;
   campaigns_.insert(call);
-  auto finish = [this](const std::shared_ptr<Campaign>& c) {
-    c->finished = true;
-    c->step_down_deadline.reset();
-    campaigns_.erase(c);
-    if (c->stepping_down) checkSteppedDown();
-  };
+  auto finish = [this](const std::shared_ptr<Campaign>& c) { finishCampaign(c); };
 
   auto on_event = alive_.guarded([this, call, finish](lock::LeaseEvent e) {
     countCampaignEvent(metrics_, e);
@@ -201,10 +196,10 @@ void ElectionApi::campaign(http::Request& req, http::ResponderPtr res) {
             .unsignedInteger("term", call->term);
         break;
       case lock::LeaseEvent::kReleased:
-        event.text("event", "resigned")
-            .text("name", call->election.name)
-            .unsignedInteger("term", call->term);
-        break;
+        call->responder->writeChunk(resignedLine(*call));
+        call->responder->endStream();
+        finish(call);
+        return;
     }
     call->responder->writeChunk(event.finish());
     call->responder->endStream();
@@ -452,13 +447,33 @@ void ElectionApi::setDraining(bool draining, int64_t step_down_ms,
         if (!live || live->finished) return;
         SL_LOG(kInfo, "election.step_down_deadline", {"name", live->election.name},
                {"candidate", live->candidate});
-        // The lease event kReleased ends the stream with `resigned` and finishes the campaign.
-        stepDownRelease(live);
+        // The candidate hears `resigned` and the stream ends before the release goes out, not
+        // when it completes (the lease event kReleased): the nodes that answer first free the
+        // election for a candidate elsewhere while a stalled one (Redlock) is still waited for.
+        stepDownRelease(live);  // counted first: finishing below checks the step-downs
+        live->responder->writeChunk(resignedLine(*live));
+        live->responder->endStream();
+        finishCampaign(live);
       }));
     }
   }
   observers_.endAll();
   checkSteppedDown();
+}
+
+void ElectionApi::finishCampaign(const std::shared_ptr<Campaign>& c) {
+  c->finished = true;
+  c->step_down_deadline.reset();
+  campaigns_.erase(c);
+  if (c->stepping_down) checkSteppedDown();
+}
+
+std::string ElectionApi::resignedLine(const Campaign& c) {
+  return JsonObject()
+      .text("event", "resigned")
+      .text("name", c.election.name)
+      .unsignedInteger("term", c.term)
+      .finish();
 }
 
 void ElectionApi::stepDownRelease(const std::shared_ptr<Campaign>& c) {

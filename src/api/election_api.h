@@ -90,6 +90,11 @@ class ElectionApi {
   void ready(http::Request& req, http::ResponderPtr res);
   /// Resigns a stepping-down campaign (client gone or deadline) and counts the release in flight.
   void stepDownRelease(const std::shared_ptr<Campaign>& c);
+  /// The campaign's stream is over (its last line written, or its client gone): it leaves the
+  /// list, and a step-down in progress is checked.
+  void finishCampaign(const std::shared_ptr<Campaign>& c);
+  /// {"event":"resigned","name","term"}: the last line of a campaign that gave up its lease.
+  static std::string resignedLine(const Campaign& c);
   /// Runs on_stepped_down_ (on a later turn) once no step-down is pending.
   void checkSteppedDown();
 

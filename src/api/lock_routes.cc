@@ -134,7 +134,13 @@ void stepDownStreamHold(const std::shared_ptr<AcquireCall>& c,
     // Not released (shutdown.release_held false): the lock service's shutdown stops renewing,
     // and the lease runs out after the client's kill deadline.
     if (!release_at_deadline) return live->leaveStepDown();
-    // Released as at shutdown: the holder hears released, the stream ends.
+    // Released as at shutdown. The holder hears `released` and the stream ends before the
+    // release goes out, not when it completes: the nodes that answer first free the lock for a
+    // waiter elsewhere while a stalled one (Redlock) is still waited for, and the holder must
+    // have been told by then.
+    live->finished = true;
+    live->responder->writeChunk(JsonObject().text("event", "released").finish());
+    live->responder->endStream();
     live->service->release(live->lock, live->owner,
                            [live](StatusOr<lock::ReleaseStatus>) { live->leaveStepDown(); });
   });
