@@ -108,6 +108,7 @@ class RedisNode::Impl final : public RedisConnection::Listener {
   }
   const std::string& address() const { return address_; }
   const RedisServerInfo& serverInfo() const { return info_; }
+  uint64_t linkGeneration() const { return link_generation_; }
   int tlsResumptions() const { return tls_sessions_ ? tls_sessions_->resumed : 0; }
   void setStateListener(std::function<void(bool)> l) { state_listener_ = std::move(l); }
   void setMessageListener(std::function<void(std::string_view, std::string_view)> l) {
@@ -377,6 +378,7 @@ class RedisNode::Impl final : public RedisConnection::Listener {
 
   void markUp() {
     state_ = State::kUp;
+    ++link_generation_;
     down_reason_.clear();
     attempt_ = 0;
     connect_timer_.reset();
@@ -627,6 +629,7 @@ class RedisNode::Impl final : public RedisConnection::Listener {
   std::map<std::string, Channel, std::less<>> channels_;
   std::deque<std::string> sub_sent_;  // channels of unanswered (un)subscribes, oldest first
   std::function<void(bool)> state_listener_;
+  uint64_t link_generation_ = 0;  // command links that came up (linkGeneration)
   std::function<void(const std::string&, const std::string&)> subscribe_error_listener_;
   std::function<void(std::string_view, std::string_view)> message_listener_;
 
@@ -669,6 +672,7 @@ bool RedisNode::up() const { return impl_->up(); }
 const std::string& RedisNode::downReason() const { return impl_->downReason(); }
 const std::string& RedisNode::address() const { return impl_->address(); }
 const RedisServerInfo& RedisNode::serverInfo() const { return impl_->serverInfo(); }
+uint64_t RedisNode::linkGeneration() const { return impl_->linkGeneration(); }
 void RedisNode::setAddress(const config::RedisNodeAddress& address) { impl_->setAddress(address); }
 void RedisNode::setStateListener(std::function<void(bool up)> listener) {
   impl_->setStateListener(std::move(listener));

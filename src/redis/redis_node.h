@@ -105,6 +105,9 @@ class RedisNode {
   /// The address in use: "host:port" or "unix:/path".
   const std::string& address() const;
   const RedisServerInfo& serverInfo() const;
+  /// Counts the command links that came up: two requests sent under the same value went on the
+  /// same connection, in order (what a WAIT needs of the writes it vouches for).
+  uint64_t linkGeneration() const;
 
   /// Points the node at another server (a Sentinel failover, a Cluster slot move): an open link to
   /// the old address is dropped and the node reconnects to the new one. No-op when unchanged.

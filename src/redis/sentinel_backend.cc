@@ -29,6 +29,7 @@ bool isReadOnly(const Status& s) {
 struct SentinelBackend::GrantCheck {
   int required = 0;
   int64_t wait_timeout_ms = 0;
+  uint64_t link = 0;  // the master link its grant went on (RedisNode::linkGeneration)
   std::optional<StatusOr<RedisValue>> wait;
   std::function<void()> then;
 
@@ -146,6 +147,7 @@ void SentinelBackend::grantThenWait(const Operation& op, OutcomeCallback cb) {
   auto check = std::make_shared<GrantCheck>();
   check->required = wait_replicas_;
   check->wait_timeout_ms = wait_timeout_ms_;
+  check->link = redis_->node().linkGeneration();
   // Who holds the grant if it has to be taken back: the acquirer, or the hand-off's next owner.
   const bool hand_off = op.verb == Verb::kHandOff;
   auto finish = [redis = redis_.get(), name = std::string(op.name), kind = op.kind,
@@ -182,10 +184,39 @@ void SentinelBackend::grantThenWait(const Operation& op, OutcomeCallback cb) {
     check->grantDone([raw = check.get(), alive, r = std::move(r),
                       finish = std::move(finish)]() mutable { finish(std::move(r), *raw, alive); });
   });
-  // In the same write as the script, right behind it on the same link.
+  waitFor(std::move(check));
+}
+
+void SentinelBackend::waitFor(std::shared_ptr<GrantCheck> check) {
+  next_wait_.push_back(std::move(check));
+  // In the same write as the script, right behind it on the same link; or, while a WAIT is in
+  // flight, the next one, sent when it returns.
+  if (!wait_in_flight_) sendWait();
+}
+
+void SentinelBackend::sendWait() {
+  wait_in_flight_ = true;
+  auto batch = std::make_shared<std::vector<std::shared_ptr<GrantCheck>>>(std::move(next_wait_));
+  next_wait_.clear();
+  const uint64_t link = redis_->node().linkGeneration();
   redis_->node().command({"WAIT", std::to_string(wait_replicas_), std::to_string(wait_timeout_ms_)},
                          command_timeout_ms_,
-                         [check](StatusOr<RedisValue> r) { check->waitDone(std::move(r)); });
+                         [this, alive = alive_.ref(), batch, link](StatusOr<RedisValue> r) {
+                           for (const auto& check : *batch) {
+                             // A WAIT vouches only for its own connection's writes: a grant sent on
+                             // a link that went down since is not covered by one sent on the next.
+                             if (check->link != link) {
+                               check->waitDone(unavailable(
+                                   "the link to the master was re-established between the "
+                                   "grant and its WAIT"));
+                             } else {
+                               check->waitDone(r);
+                             }
+                           }
+                           if (alive.expired()) return;
+                           wait_in_flight_ = false;
+                           if (!next_wait_.empty()) sendWait();
+                         });
 }
 
 void SentinelBackend::setReleaseListener(ReleaseListener listener) {

@@ -6,7 +6,8 @@
 //    only while ROLE confirms the node is the master; a READONLY reply re-resolves and is answered
 //    kUnavailable (queued waiters ride it out like any outage);
 //  - backend.sentinel.wait_replicas = N > 0: every grant (acquire, release-and-grant hand-off) is
-//    followed, pipelined on the same link, by `WAIT N <timeout>`. A grant that fewer than N
+//    followed, pipelined on the same link, by `WAIT N <timeout>` (one at a time: grants sent while
+//    one is in flight share the next, see waitFor). A grant that fewer than N
 //    replicas acknowledged is given back (the release script's compare-and-delete) and answered
 //    kUnavailable (acquire) or as not handed on (hand-off): the client never sees a grant or a
 //    fencing token that only the master holds. Extends are not WAITed for (an extension cannot be
@@ -19,6 +20,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "backend/backend.h"
 #include "config/config.h"
@@ -64,6 +66,13 @@ class SentinelBackend final : public Backend {
   /// Runs a granting operation (acquire, hand-off) and, with wait_replicas, a WAIT right behind
   /// it on the same link; answers once both replies are in.
   void grantThenWait(const Operation& op, OutcomeCallback cb);
+  /// One WAIT at a time. Redis answers nothing behind a WAIT until it returns, so WAITs sent back
+  /// to back (one per grant) held every renewal and PING behind them for their sum, past
+  /// command_timeout_ms with a stalled replica: the link was torn down and leases were lost. A
+  /// WAIT vouches for every write its connection sent before it, so the grants sent while one is
+  /// in flight share the next, sent when it returns.
+  void waitFor(std::shared_ptr<GrantCheck> check);
+  void sendWait();
   /// A READONLY answer means the node was demoted: re-resolve (while we are alive) and tell the
   /// caller "unavailable" so queued waiters ride it out.
   StatusOr<Outcome> watchReadOnly(StatusOr<Outcome> reply, const event::LivenessToken::Ref& alive);
@@ -81,6 +90,8 @@ class SentinelBackend final : public Backend {
   std::map<std::string, prometheus::Gauge*> up_series_;  // backend_up{node} of the master
   // Reply callbacks check it before touching `this`: a call made after shutdown() is answered
   // after shutdown's done callback, when the owner may already have destroyed us.
+  bool wait_in_flight_ = false;
+  std::vector<std::shared_ptr<GrantCheck>> next_wait_;  // grants sent since the WAIT in flight
   event::LivenessToken alive_;
   bool shut_down_ = false;
 };
