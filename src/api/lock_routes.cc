@@ -353,7 +353,12 @@ void LockApi::startAcquire(lock::AcquireOptions opts, std::string replay_key,
       if (call->finished) return;
       JsonObject event;
       event.text("event", leaseEventName(e));
-      if (e == lock::LeaseEvent::kLost && call->health && call->health->unhealthy) {
+      if (e == lock::LeaseEvent::kRenewed) {
+        // The validity left now (Redlock: after the round trip and drift), so a holder can stop
+        // before the lease could expire even if its sidecar then stops renewing or answering.
+        event.integer("ttl_ms",
+                      std::max<int64_t>(0, call->service->validityLeftMs(call->lock, call->owner)));
+      } else if (e == lock::LeaseEvent::kLost && call->health && call->health->unhealthy) {
         event.text("reason", "unhealthy");
       } else if (e == lock::LeaseEvent::kLost) {
         event.text("reason", "the lease expired or is held by another owner");

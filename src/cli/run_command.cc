@@ -606,8 +606,8 @@ void Runner::beginStop(Stop why, const std::string& detail, int64_t resign_in_ms
 
 int Runner::supervise(Lease* lease) {
   // The lease as confirmed by the grant, then by each renewal, at the time we received it: the
-  // deadlines count from there (lease_deadline.h). A renewal without ttl_ms (a lock's) restores
-  // the granted TTL; an election's says what is left of its validity.
+  // deadlines count from there (lease_deadline.h). A renewal says what is left of its validity
+  // (ttl_ms); one without it (from an older sidecar) restores the granted TTL.
   const int64_t grant_ttl =
       lease->grant.ttl_ms >= 0 ? lease->grant.ttl_ms : opts_.ttl_ms.value_or(-1);
   deadline_.confirmed(lease->granted_at_ms, grant_ttl);

@@ -248,6 +248,16 @@ TEST(LeaseTest, ACappedStreamEndsSayingTheCapWasReached) {
   ASSERT_GE(events.size(), 3u);
   EXPECT_EQ(events.front()["event"], "acquired");
   EXPECT_EQ(events[events.size() - 2]["event"], "capped");
+  // Each renewal says what is left of the lease (its holder stops by then if nothing more comes).
+  int renewals = 0;
+  for (const json& e : events) {
+    if (e["event"] != "renewed") continue;
+    ++renewals;
+    ASSERT_TRUE(e.contains("ttl_ms")) << e;
+    EXPECT_GT(e["ttl_ms"].get<int64_t>(), 0) << e;
+    EXPECT_LE(e["ttl_ms"].get<int64_t>(), 400) << e;
+  }
+  EXPECT_GE(renewals, 1);
   const json& last = events.back();
   EXPECT_EQ(last["event"], "lost") << last;
   EXPECT_EQ(last.value("cap_reached", false), true) << last;

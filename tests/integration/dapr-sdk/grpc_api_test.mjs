@@ -254,6 +254,10 @@ async function exercise(ports, sidecarLog, sidecar) {
         "Hold's first message is the acquired event", JSON.stringify(first));
   h = await http("POST", "/v1/locks/s1/acquire", {});
   check(h.status === 409, "the held stream excludes others", String(h.status));
+  const renewed = await firstMessage(hold);  // after ttl x renew_fraction (1 s)
+  check(renewed.value && renewed.value.event === "renewed" && renewed.value.ttl_ms > 0 &&
+        renewed.value.ttl_ms <= 3000,
+        "Hold's renewed message carries the validity left (ttl_ms)", JSON.stringify(renewed));
   t0 = Date.now();
   hold.cancel();
   const released = await until(async () => (await (await http("GET", "/v1/locks/s1")).json()).held === false, 5000);
