@@ -4,7 +4,9 @@
 #include <charconv>
 #include <cstdlib>
 #include <limits>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "common/log.h"
 
@@ -273,14 +275,23 @@ void RedisConnection::die(const std::string& reason) {
   stopIo();
   std::deque<Pending> failed = std::move(pending_);
   pending_.clear();
-  const std::string error = options_.name + ": " + reason;
+  // Each request names itself: the reason may name another one (the oldest, which went
+  // unanswered), and an unlock told "acquire got no reply" reads as the wrong operation. Written
+  // now: `what` may point into the script set, which the listener may let go.
+  std::vector<std::string> errors;
+  errors.reserve(failed.size());
+  for (const Pending& p : failed) {
+    errors.push_back(p.cb ? options_.name + ": " + p.what +
+                                " not answered, the link went down: " + reason
+                          : std::string());
+  }
   metrics::NodeMetrics* metrics = options_.metrics;
   listener_->onConnectionLost(*this, reason);
   // From here on `this` may be closed or retired by the listener: only locals.
-  for (Pending& p : failed) {
-    if (!p.cb) continue;
+  for (size_t i = 0; i < failed.size(); ++i) {
+    if (!failed[i].cb) continue;
     if (metrics != nullptr) inc(metrics->errors_disconnected);
-    p.cb(unavailable(error));
+    failed[i].cb(unavailable(std::move(errors[i])));
   }
 }
 
@@ -328,7 +339,7 @@ void RedisConnection::onDeadlineCheck() {
   }
   // The oldest request's name, before its callback may go away with the connection.
   const std::string silent_reason =
-      silent ? std::string(pending_.front().what) + " got no reply for " +
+      silent ? "the oldest request (" + std::string(pending_.front().what) + ") got no reply for " +
                    std::to_string(options_.liveness_timeout_ms) + " ms"
              : std::string();
   if (!silent && next != std::numeric_limits<int64_t>::max()) {

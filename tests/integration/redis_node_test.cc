@@ -234,11 +234,28 @@ TEST_F(RedisNodeTest, SilentLinkIsTornDownAfterCommandTimeout) {
   n.start();
   ASSERT_TRUE(env_.runUntil([&] { return n.up(); }));
   redis_.pause();
+  // The oldest request (an acquire script) goes unanswered; the PING behind it fails with the
+  // link too, and each caller's error names its own request, then why the link went down.
+  std::optional<StatusOr<RedisValue>> acquired;
+  auto call =
+      scriptCallFor(Operation::acquire("a", "o", 1000), ScriptContext{"t:", "61000", false});
+  ASSERT_TRUE(call.isOk()) << call.status().toString();
+  const ScriptCall::Views args = call->views();
+  n.runScriptArgs(static_cast<size_t>(ScriptId::kAcquire), args.keyArgs(), args.argArgs(), 10'000,
+                  NodeOp::kAcquire, [&](StatusOr<RedisValue> reply) { acquired.emplace(reply); });
   std::optional<StatusOr<RedisValue>> r;
   n.command({"PING"}, 10'000, [&](StatusOr<RedisValue> v) { r.emplace(v); });
-  ASSERT_TRUE(env_.runUntil([&] { return r.has_value(); }, 3000));
+  ASSERT_TRUE(env_.runUntil([&] { return r.has_value() && acquired.has_value(); }, 3000));
   ASSERT_FALSE(r->isOk());
   EXPECT_EQ(r->status().code(), StatusCode::kUnavailable) << r->status().toString();
+  const std::string& ping_error = r->status().message();
+  EXPECT_EQ(ping_error.find(": command not answered, the link went down: the oldest request "
+                            "(acquire) got no reply for 300 ms"),
+            redis_.address().size() + std::string("redis ").size())
+      << ping_error;
+  ASSERT_FALSE(acquired->isOk());
+  EXPECT_NE(acquired->status().message().find(": acquire not answered"), std::string::npos)
+      << acquired->status().toString();
   EXPECT_FALSE(n.up());
   EXPECT_NE(n.downReason().find("no reply for 300 ms"), std::string::npos) << n.downReason();
   redis_.resume();
