@@ -185,16 +185,19 @@ void ElectionApi::campaign(http::Request& req, http::ResponderPtr res) {
       case lock::LeaseEvent::kCapped:
         return;  // no cap on a campaign (max_hold_ms), so never sent
       case lock::LeaseEvent::kLost:
-      case lock::LeaseEvent::kCapExpired:
+      case lock::LeaseEvent::kCapExpired: {
+        const char* why = service_.lossReason();
         event.text("event", "lost")
             .text("name", call->election.name)
             .text("reason",
                   call->health && call->health->unhealthy
                       ? "unhealthy"  // resigned: its health endpoint failed (as a lock's hold)
-                      : "the leader's lease expired or another candidate leads: renewals failed "
-                        "or found it gone")
+                  : why != nullptr ? why
+                                   : "the leader's lease expired or another candidate leads: "
+                                     "renewals failed or found it gone")
             .unsignedInteger("term", call->term);
         break;
+      }
       case lock::LeaseEvent::kReleased:
         call->responder->writeChunk(resignedLine(*call));
         call->responder->endStream();

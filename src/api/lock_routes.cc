@@ -361,7 +361,9 @@ void LockApi::startAcquire(lock::AcquireOptions opts, std::string replay_key,
       } else if (e == lock::LeaseEvent::kLost && call->health && call->health->unhealthy) {
         event.text("reason", "unhealthy");
       } else if (e == lock::LeaseEvent::kLost) {
-        event.text("reason", "the lease expired or is held by another owner");
+        const char* why = call->service->lossReason();
+        event.text("reason",
+                   why != nullptr ? why : "the lease expired or is held by another owner");
       } else if (e == lock::LeaseEvent::kCapExpired) {
         event.text("reason",
                    "max_hold_ms reached: renewals stopped at the cap (the capped event) and "

@@ -82,6 +82,7 @@ std::vector<WaiterCount> LockService::waiterCounts() const { return impl_->waite
 bool LockService::lostLately(const LockId& lock, std::string_view owner) {
   return impl_->lostLately(lock, owner);
 }
+const char* LockService::lossReason() const { return impl_->lossReason(); }
 
 BackendHealth LockService::backendHealth() const { return impl_->backendHealth(); }
 

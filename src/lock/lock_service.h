@@ -374,6 +374,11 @@ class LockService {
   int64_t validityLeftMs(const LockId& lock, std::string_view owner) const;
   /// Whether this sidecar granted (lock, owner) and saw it lost lately (what lease_lost answers).
   bool lostLately(const LockId& lock, std::string_view owner);
+  /// While a LeaseEvent::kLost (or kCapExpired) is being delivered: why the lease ended, in words
+  /// (what the lease.lost log line says, e.g. "force-released by an operator"); nullptr otherwise
+  /// (and for a health-bound lease ended unhealthy). For the streams that tell their client; the
+  /// event itself stays a plain enum.
+  const char* lossReason() const;
   std::vector<WaiterCount> waiterCounts() const;
   /// The backend's health, for /readyz.
   BackendHealth backendHealth() const;

@@ -64,6 +64,7 @@ class LockService::Impl {
   std::vector<LeaseInfo> leases() const;
   int64_t holds(const LockId& lock, std::string_view owner) const;
   int64_t validityLeftMs(const LockId& lock, std::string_view owner) const;
+  const char* lossReason() const { return delivering_loss_reason_; }
   bool lostLately(const LockId& lock, std::string_view owner) {
     return lost_.contains(lock, owner, scheduler_.nowUs());
   }
@@ -118,6 +119,9 @@ class LockService::Impl {
     });
   }
   void deliver(std::function<void()> fn);
+  /// Delivers a lease's last event (kLost, kCapExpired) with `reason` readable through
+  /// LockService::lossReason() while it runs. `reason` must be a literal.
+  void deliverEnd(std::function<void(LeaseEvent)> on_event, LeaseEvent e, const char* reason);
   bool drain();  // false if the service was destroyed while draining
 
   // --- acquire and waiting (waiting.cc) ---
@@ -236,6 +240,8 @@ class LockService::Impl {
   std::unordered_map<uint64_t, std::unique_ptr<Waiter>> waiters_;  // every unanswered acquire
   LeaseTable leases_;
   LostLeaseMemory lost_;
+  /// markLost's reason (a literal) while its kLost event is delivered (LockService::lossReason).
+  const char* delivering_loss_reason_ = nullptr;
   // Watchers of announced changes, by name; each name holds one backend watch while watched.
   std::unordered_map<std::string,
                      std::vector<std::pair<uint64_t, std::function<void(ChangeReason)>>>>

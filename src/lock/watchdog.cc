@@ -147,8 +147,18 @@ void LockService::Impl::expireLease(Lease& lease, bool wake) {
   const LeaseEvent last = lease.capped ? LeaseEvent::kCapExpired : LeaseEvent::kLost;
   const LockId lock = lease.lock;
   endLease(lock, lease.owner);
-  if (on_event) deliver([on_event = std::move(on_event), last] { on_event(last); });
+  deliverEnd(std::move(on_event), last, "the lease's TTL ran out without a renewal");
   if (wake) wakeLockQueues(lock, false);
+}
+
+void LockService::Impl::deliverEnd(std::function<void(LeaseEvent)> on_event, LeaseEvent e,
+                                   const char* reason) {
+  if (!on_event) return;
+  deliver([this, on_event = std::move(on_event), e, reason] {
+    delivering_loss_reason_ = reason;  // lossReason(), while the event is delivered
+    on_event(e);
+    delivering_loss_reason_ = nullptr;
+  });
 }
 
 int64_t LockService::Impl::renewIntervalMs(const Lease& lease, int64_t validity_ms) const {
@@ -279,7 +289,7 @@ void LockService::Impl::markLost(Lease& lease, const char* reason, bool by_renew
   std::function<void(LeaseEvent)> on_event = std::move(lease.on_event);
   const LockId lock = lease.lock;
   endLease(lock, lease.owner);
-  if (on_event) deliver([on_event = std::move(on_event)] { on_event(LeaseEvent::kLost); });
+  deliverEnd(std::move(on_event), LeaseEvent::kLost, reason);
   if (wake) wakeLockQueues(lock, false);
 }
 

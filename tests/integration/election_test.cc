@@ -61,6 +61,20 @@ bool exitsOnItsOwn(const SidecarProcess& sidecar) {
 
 class ElectionTest : public TwoSidecarsOnOneRedis {};
 
+// A leader whose lease vanished behind the sidecar's back hears `lost` with why, as the log
+// says it (it used to be one text for every loss).
+TEST_F(ElectionTest, ALostLeaderHearsWhy) {
+  Campaign pod_a(a->port(), "vanished", "pod-a", 600);
+  std::optional<json> e = pod_a.elected();
+  ASSERT_TRUE(e.has_value());
+  ASSERT_EQ((*e)["event"], "elected") << e->dump();
+  ASSERT_EQ(redis.cli({"FLUSHALL"}), "OK");
+  e = pod_a.nextNotRenewed(5000);
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ((*e)["event"], "lost") << e->dump();
+  EXPECT_EQ((*e)["reason"], "renewal found the lease gone") << e->dump();
+}
+
 TEST_F(ElectionTest, TheLeaderIsTheSameOnEverySidecar) {
   Campaign pod_a(a->port(), "scheduler", "pod-a", 10000, "10.0.0.1:8080");
   std::optional<json> elected = pod_a.elected();

@@ -102,12 +102,16 @@ TEST(ForceReleaseTest, FreesAStuckLockWakesWaitersEverywhereAndTheHolderLearnsIt
 
   // The stuck holder's stream says lost; its release answers lease_lost and frees nothing.
   bool lost = false;
+  std::string reason;
   for (int i = 0; i < 10 && !lost; ++i) {
     auto line = holder.readStreamLine(2000);
     if (!line) break;
     lost = json::parse(*line)["event"] == "lost";
+    if (lost) reason = json::parse(*line).value("reason", "");
   }
   EXPECT_TRUE(lost) << a->logs();
+  // Why, as the sidecar's log says it (it used to be one text for every loss).
+  EXPECT_NE(reason.find("force-released by an operator"), std::string::npos) << reason;
   auto late = c.post("/v1/locks/stuck/release", json{{"owner", acquired["owner"]}}.dump());
   EXPECT_EQ(late.status, 404) << late.body;
   EXPECT_EQ(json::parse(late.body)["error"], "lease_lost");
