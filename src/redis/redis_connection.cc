@@ -55,13 +55,22 @@ void RedisConnection::stopIo() {
   retained_head_ = 0;
 }
 
-void RedisConnection::close(const Status& why) {
+/// A request the link went down under: it names itself, then why. The reason may name another
+/// request (the oldest, unanswered; a health PING), and an unlock told "acquire got no reply" or
+/// "PING timed out" reads as the wrong operation.
+std::string RedisConnection::unansweredMessage(const Pending& p, std::string_view reason) const {
+  return options_.name + ": " + p.what +
+         " not answered, the link went down: " + std::string(reason);
+}
+
+void RedisConnection::close(StatusCode code, const std::string& reason) {
   if (dead_) return;
   stopIo();
   // Answered on a later turn: close() may be called from inside a caller's own call.
   for (Pending& p : pending_) {
     if (!p.cb) continue;
-    scheduler_.post([cb = std::move(p.cb), why] { cb(why); });
+    scheduler_.post(
+        [cb = std::move(p.cb), why = Status(code, unansweredMessage(p, reason))] { cb(why); });
   }
   pending_.clear();
 }
@@ -275,16 +284,10 @@ void RedisConnection::die(const std::string& reason) {
   stopIo();
   std::deque<Pending> failed = std::move(pending_);
   pending_.clear();
-  // Each request names itself: the reason may name another one (the oldest, which went
-  // unanswered), and an unlock told "acquire got no reply" reads as the wrong operation. Written
-  // now: `what` may point into the script set, which the listener may let go.
+  // Written now: `what` may point into the script set, which the listener may let go.
   std::vector<std::string> errors;
   errors.reserve(failed.size());
-  for (const Pending& p : failed) {
-    errors.push_back(p.cb ? options_.name + ": " + p.what +
-                                " not answered, the link went down: " + reason
-                          : std::string());
-  }
+  for (const Pending& p : failed) errors.push_back(p.cb ? unansweredMessage(p, reason) : "");
   metrics::NodeMetrics* metrics = options_.metrics;
   listener_->onConnectionLost(*this, reason);
   // From here on `this` may be closed or retired by the listener: only locals.

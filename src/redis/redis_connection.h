@@ -103,9 +103,9 @@ class RedisConnection final : private RedisTransport::Handler {
   void send(RedisArgs argv);
   void setPushMode(bool on) { push_mode_ = on; }
 
-  /// Fails pending requests with `why` (on a later turn) and stops all I/O. No listener call
-  /// follows. Idempotent.
-  void close(const Status& why);
+  /// Fails pending requests (on a later turn) with `code` and a message naming each request and
+  /// `reason` (unansweredMessage), and stops all I/O. No listener call follows. Idempotent.
+  void close(StatusCode code, const std::string& reason);
 
   bool dead() const { return dead_; }
   size_t pendingRequests() const { return pending_.size(); }
@@ -123,6 +123,8 @@ class RedisConnection final : private RedisTransport::Handler {
     NodeOp op = NodeOp::kOther;
     bool is_script = false;
   };
+  /// "<name>: <p's request> not answered, the link went down: <reason>".
+  std::string unansweredMessage(const Pending& p, std::string_view reason) const;
 
   // RedisTransport::Handler
   void onTransportConnected() override;

@@ -166,8 +166,8 @@ class RedisNode::Impl final : public RedisConnection::Listener {
       down_reason_ = "shutting down";
       stopTimers();
       // Pending requests are answered kCancelled on a later turn, before `done` (posted after).
-      retire(main_, cancelled("redis node shutting down"));
-      retire(sub_, cancelled("redis node shutting down"));
+      retire(main_, StatusCode::kCancelled, "redis node shutting down");
+      retire(sub_, StatusCode::kCancelled, "redis node shutting down");
       sub_ready_ = false;
       channels_.clear();
       setUpGauge(false);
@@ -230,9 +230,9 @@ class RedisNode::Impl final : public RedisConnection::Listener {
   }
 
   // Closes a connection and keeps it until a later turn: we may be inside one of its callbacks.
-  void retire(std::unique_ptr<RedisConnection>& slot, const Status& why) {
+  void retire(std::unique_ptr<RedisConnection>& slot, StatusCode code, const std::string& reason) {
     if (!slot) return;
-    slot->close(why);
+    slot->close(code, reason);
     retired_.push_back(std::move(slot));
     if (retired_.size() == 1) {
       scheduler_.post(alive_.guarded([this] { retired_.clear(); }));
@@ -267,10 +267,10 @@ class RedisNode::Impl final : public RedisConnection::Listener {
 
   void onConnectionLost(RedisConnection& c, const std::string& reason) override {
     if (&c == main_.get()) {
-      retire(main_, unavailable("redis " + address_ + ": " + reason));
+      retire(main_, StatusCode::kUnavailable, reason);
       goDown(reason);
     } else if (&c == sub_.get()) {
-      retire(sub_, unavailable("redis " + address_ + ": " + reason));
+      retire(sub_, StatusCode::kUnavailable, reason);
       onPubSubLost(reason);
     }
   }
@@ -404,7 +404,7 @@ class RedisNode::Impl final : public RedisConnection::Listener {
     // Pub/sub rides on the command link's health (a paused server only shows up there).
     sub_connect_timer_.reset();
     sub_retry_timer_.reset();
-    retire(sub_, unavailable("redis " + address_ + ": " + reason));
+    retire(sub_, StatusCode::kUnavailable, reason);
     sub_ready_ = false;
     resetChannels();
     if (was_up || changed) SL_LOG(kWarn, "redis.down", {"node", address_}, {"reason", reason});
@@ -418,7 +418,7 @@ class RedisNode::Impl final : public RedisConnection::Listener {
 
   void failLink(const std::string& reason) {
     if (!main_) return;
-    retire(main_, unavailable("redis " + address_ + ": " + reason));
+    retire(main_, StatusCode::kUnavailable, reason);
     goDown(reason);
   }
 
@@ -507,7 +507,7 @@ class RedisNode::Impl final : public RedisConnection::Listener {
 
   void failPubSub(const std::string& reason) {
     if (!sub_) return;
-    retire(sub_, unavailable("redis " + address_ + ": " + reason));
+    retire(sub_, StatusCode::kUnavailable, reason);
     onPubSubLost(reason);
   }
 

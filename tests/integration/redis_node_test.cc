@@ -263,6 +263,29 @@ TEST_F(RedisNodeTest, SilentLinkIsTornDownAfterCommandTimeout) {
   EXPECT_GE(env_.metrics().node(redis_.address()).reconnects->Value(), 1.0);
 }
 
+// The same when the oldest request is the node's own health PING: a caller's request queued
+// behind it is told that its own request went unanswered, then why (it used to read "PING timed
+// out", as if the caller had sent a PING).
+TEST_F(RedisNodeTest, ARequestBehindATimedOutPingNamesItself) {
+  RedisNodeOptions o = options(redis_.port());
+  o.health_interval_ms = 20;
+  RedisNode& n = make(o);
+  n.start();
+  ASSERT_TRUE(env_.runUntil([&] { return n.up(); }));
+  redis_.pause();
+  ASSERT_TRUE(env_.runUntil([&] { return n.pendingRequests() > 0; }, 2000)) << "no health PING";
+  std::optional<StatusOr<RedisValue>> r;
+  n.command({"GET", "k"}, 10'000, [&](StatusOr<RedisValue> v) { r.emplace(v); });
+  ASSERT_TRUE(env_.runUntil([&] { return r.has_value(); }, 3000));
+  redis_.resume();
+  ASSERT_FALSE(r->isOk());
+  EXPECT_EQ(r->status().code(), StatusCode::kUnavailable) << r->status().toString();
+  EXPECT_NE(r->status().message().find(": command not answered, the link went down: PING timed "
+                                       "out after 300 ms"),
+            std::string::npos)
+      << r->status().toString();
+}
+
 // Many callers in one loop turn: their commands share the write buffer and the replies come back
 // to each caller in order.
 TEST_F(RedisNodeTest, PipelinedCommandsAnswerTheirOwnCallers) {
