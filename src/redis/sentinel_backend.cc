@@ -24,20 +24,32 @@ bool isReadOnly(const Status& s) {
 
 }  // namespace
 
-/// Joins a grant's reply with the reply of the WAIT sent right behind it (either may come first
-/// when the link fails). Holds what it needs to judge the WAIT, so no callback needs `this`.
+/// Joins a grant's reply with the reply of the WAIT that covers it (either may come first when
+/// the link fails). Holds what it needs to judge the WAIT, so no callback needs `this`.
 struct SentinelBackend::GrantCheck {
   int required = 0;
   int64_t wait_timeout_ms = 0;
   uint64_t link = 0;  // the master link its grant went on (RedisNode::linkGeneration)
   std::optional<StatusOr<RedisValue>> wait;
   std::function<void()> then;
+  int64_t grant_at_us = 0;  // when the grant's reply came (the scheduler's clock)
+  int64_t wait_at_us = 0;   // when the WAIT's did
+  /// The WAIT answered before the grant. Redis answers one connection in order, so the grant's
+  /// write came after the WAIT (its EVALSHA met NOSCRIPT and was sent again as EVAL, behind
+  /// everything queued): the WAIT did not cover it.
+  bool wait_came_first = false;
 
-  void waitDone(StatusOr<RedisValue> r) {
+  void waitDone(StatusOr<RedisValue> r, int64_t now_us) {
     wait.emplace(std::move(r));
-    if (then) std::exchange(then, nullptr)();
+    wait_at_us = now_us;
+    if (then) {
+      std::exchange(then, nullptr)();
+    } else {
+      wait_came_first = true;
+    }
   }
-  void grantDone(std::function<void()> next) {
+  void grantDone(int64_t now_us, std::function<void()> next) {
+    grant_at_us = now_us;
     if (wait) {
       next();
     } else {
@@ -49,15 +61,24 @@ struct SentinelBackend::GrantCheck {
     if (!wait || !wait->isOk() || (*wait)->type != RedisValue::Type::kInteger) return -1;
     return (*wait)->integer;
   }
-  bool enough() const { return acked() >= required; }
+  bool enough() const { return !wait_came_first && acked() >= required; }
+  /// The part of the grant's validity spent waiting for the WAIT (the script measured it before).
+  int64_t waitedMs() const { return std::max<int64_t>(0, (wait_at_us - grant_at_us + 999) / 1000); }
   /// Why a grant was given back.
   Status notReplicated() const {
     const int64_t n = acked();
-    const std::string why =
-        n >= 0 ? std::to_string(n) + " of " + std::to_string(required) +
-                     " replicas acknowledged it within " + std::to_string(wait_timeout_ms) + " ms"
-               : "WAIT failed: " + (wait && !wait->isOk() ? wait->status().message()
-                                                          : std::string("unexpected reply"));
+    std::string why;
+    if (wait_came_first && n >= 0) {
+      why =
+          "the grant was written after the WAIT meant to cover it (its script was sent again "
+          "after a script cache miss)";
+    } else if (n >= 0) {
+      why = std::to_string(n) + " of " + std::to_string(required) +
+            " replicas acknowledged it within " + std::to_string(wait_timeout_ms) + " ms";
+    } else {
+      why = "WAIT failed: " +
+            (wait && !wait->isOk() ? wait->status().message() : std::string("unexpected reply"));
+    }
     return unavailable("grant given back, not replicated (backend.sentinel.wait_replicas): " + why);
   }
 };
@@ -65,7 +86,8 @@ struct SentinelBackend::GrantCheck {
 SentinelBackend::SentinelBackend(uv_loop_t* loop, event::Scheduler& scheduler,
                                  const config::BackendConfig& config, int64_t max_ttl_ms,
                                  metrics::Metrics& metrics)
-    : metrics_(metrics),
+    : scheduler_(scheduler),
+      metrics_(metrics),
       wait_replicas_(config.sentinel.wait_replicas),
       // WAIT's own reply must come back within the link's liveness bound (command_timeout_ms),
       // after the script's: half of it leaves the other half to the script and the network.
@@ -155,33 +177,45 @@ void SentinelBackend::grantThenWait(const Operation& op, OutcomeCallback cb) {
                  cb = std::move(cb)](StatusOr<Outcome> r, const GrantCheck& replication,
                                      const event::LivenessToken::Ref& alive) mutable {
     const bool granted = r.isOk() && r->ok() && (!hand_off || r->token != 0);
-    if (!granted || replication.enough()) {
+    if (!granted) {
       cb(std::move(r));
       return;
+    }
+    Status why = replication.notReplicated();
+    if (replication.enough()) {
+      // The script measured the validity before the WAIT: what the wait took is spent (the
+      // holder counts from this answer). Normally well under one WAIT timeout.
+      r->validity_ms -= replication.waitedMs();
+      if (r->validity_ms > 0) {
+        cb(std::move(r));
+        return;
+      }
+      why = unavailable("grant given back: its replication (backend.sentinel.wait_replicas) took " +
+                        std::to_string(replication.waitedMs()) + " ms, its whole validity");
     }
     // Give the grant back: nobody will be told of it, so nobody may be left holding it.
     if (!alive.expired()) {
       redis->run(Operation::release(name, grantee).of(kind), [](StatusOr<Outcome>) {});
     }
     if (!hand_off) {
-      cb(replication.notReplicated());
+      cb(std::move(why));
       return;
     }
     // The release stands (losing it in a failover only keeps the lock held until its TTL); the
     // next owner retries as after a busy attempt.
-    SL_LOG(kWarn, "sentinel.handoff_not_replicated", {"name", name},
-           {"error", replication.notReplicated().message()});
+    SL_LOG(kWarn, "sentinel.handoff_not_replicated", {"name", name}, {"error", why.message()});
     r->token = 0;
     r->validity_ms = 0;
     r->holds = 0;  // the holds were the next owner's; ours are all given back (not "one left")
     cb(std::move(r));
   };
-  redis_->run(op, [this, alive = alive_.ref(), check,
+  redis_->run(op, [this, alive = alive_.ref(), check, scheduler = &scheduler_,
                    finish = std::move(finish)](StatusOr<Outcome> r) mutable {
     r = watchReadOnly(std::move(r), alive);
     // A raw pointer: the continuation is stored in *check (a shared_ptr would be a cycle); it
     // runs either right here or from the WAIT's callback, both of which hold `check`.
-    check->grantDone([raw = check.get(), alive, r = std::move(r),
+    check->grantDone(scheduler->nowUs(),
+                     [raw = check.get(), alive, r = std::move(r),
                       finish = std::move(finish)]() mutable { finish(std::move(r), *raw, alive); });
   });
   waitFor(std::move(check));
@@ -199,24 +233,36 @@ void SentinelBackend::sendWait() {
   auto batch = std::make_shared<std::vector<std::shared_ptr<GrantCheck>>>(std::move(next_wait_));
   next_wait_.clear();
   const uint64_t link = redis_->node().linkGeneration();
-  redis_->node().command({"WAIT", std::to_string(wait_replicas_), std::to_string(wait_timeout_ms_)},
-                         command_timeout_ms_,
-                         [this, alive = alive_.ref(), batch, link](StatusOr<RedisValue> r) {
-                           for (const auto& check : *batch) {
-                             // A WAIT vouches only for its own connection's writes: a grant sent on
-                             // a link that went down since is not covered by one sent on the next.
-                             if (check->link != link) {
-                               check->waitDone(unavailable(
-                                   "the link to the master was re-established between the "
-                                   "grant and its WAIT"));
-                             } else {
-                               check->waitDone(r);
-                             }
-                           }
-                           if (alive.expired()) return;
-                           wait_in_flight_ = false;
-                           if (!next_wait_.empty()) sendWait();
-                         });
+  redis_->node().command(
+      {"WAIT", std::to_string(wait_replicas_), std::to_string(wait_timeout_ms_)},
+      command_timeout_ms_,
+      [this, alive = alive_.ref(), batch, link, scheduler = &scheduler_](StatusOr<RedisValue> r) {
+        const int64_t now_us = scheduler->nowUs();
+        for (const auto& check : *batch) {
+          // A WAIT vouches only for its own connection's writes: a grant sent on a link that went
+          // down since is not covered by one sent on the next.
+          if (check->link != link) {
+            check->waitDone(unavailable("the link to the master was re-established between the "
+                                        "grant and its WAIT"),
+                            now_us);
+          } else {
+            check->waitDone(r, now_us);
+          }
+        }
+        if (alive.expired()) return;
+        wait_in_flight_ = false;
+        if (shut_down_) {
+          // No new WAIT after shutdown: its answer would come after shutdown's done. The grants
+          // waiting for one were cancelled with the link (their replies are on their way).
+          auto waiting = std::move(next_wait_);
+          next_wait_.clear();
+          for (const auto& check : waiting) {
+            check->waitDone(cancelled("backend is shutting down"), now_us);
+          }
+          return;
+        }
+        if (!next_wait_.empty()) sendWait();
+      });
 }
 
 void SentinelBackend::setReleaseListener(ReleaseListener listener) {

@@ -80,6 +80,7 @@ class SentinelBackend final : public Backend {
   void onConfirmedChanged();
   void updateUpGauges();
 
+  event::Scheduler& scheduler_;
   metrics::Metrics& metrics_;
   int wait_replicas_;
   int64_t wait_timeout_ms_;
