@@ -171,10 +171,13 @@ void closeEverything(Sidecar& s) {
   s.sigint.close();
   s.sighup.close();
   // Closing the last uv_signal_t for a signal restores its default action, so a second SIGTERM
-  // (an impatient supervisor, a test's stop) arriving while the process returns from main would
-  // kill it with 143 after a clean drain. We are exiting already: ignore them.
+  // (an impatient supervisor, a test's stop) or a SIGHUP (a token reload) arriving while the
+  // process returns from main would kill it (143, 129) after a clean drain. We are exiting
+  // already: ignore them (SIGKILL still ends a process that would not). A signal in the few
+  // instructions between a close and its signal() still acts as the default would.
   signal(SIGTERM, SIG_IGN);
   signal(SIGINT, SIG_IGN);
+  signal(SIGHUP, SIG_IGN);
   s.force_exit.reset();
   // Leases left in the table (release_held: false, a failed release) keep their health watches:
   // their probes' sockets must not keep the loop running.
