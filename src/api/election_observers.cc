@@ -44,7 +44,14 @@ void ElectionObservers::add(const std::string& name, http::ResponderPtr stream,
   if (o == nullptr || !g.known) return;
   // The newcomer's first line: the leader, or `unknown` while the one last read is past
   // vouching for.
-  o->stream->writeChunk(g.unknown ? unknownLine(g) : observeEvent(name, g.state.view));
+  if (g.unknown) {
+    o->stream->writeChunk(unknownLine(g));
+    return;
+  }
+  // What is left of the leader's lease now, not the TTL the last read saw.
+  LeaderView now = g.state.view;
+  if (now.held) now.ttl_ms = std::max<int64_t>(0, now.deadline_ms - scheduler_.nowMs());
+  o->stream->writeChunk(observeEvent(name, now));
 }
 
 std::string ElectionObservers::unknownLine(const Groups::Group& g) {

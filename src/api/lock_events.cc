@@ -41,7 +41,14 @@ void LockEvents::add(const std::string& name, http::ResponderPtr stream, bool wi
   // The newcomer's first line (the others had theirs): the state, or `unknown` while what the
   // group last read is past vouching for.
   const std::string_view type = g.unknown ? "unknown" : "state";
-  w->stream->writeChunk(g.unknown ? unknownLine(g) : eventLine(g.name, type, g.state.view));
+  if (g.unknown) {
+    w->stream->writeChunk(unknownLine(g));
+  } else {
+    // What is left of the lease now, not the TTL the last read saw (up to reread_ms ago).
+    View now = g.state.view;
+    if (now.held) now.ttl_ms = std::max<int64_t>(0, now.deadline_ms - scheduler_.nowMs());
+    w->stream->writeChunk(eventLine(g.name, type, now));
+  }
   metrics_.lock_events_sent_total.Add({{"type", std::string(type)}}).Increment();
 }
 

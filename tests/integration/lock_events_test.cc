@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "support/http_client.h"
@@ -530,6 +531,21 @@ TEST_F(LockEventsTest, AStreamSaysUnknownWhileTheBackendIsOut) {
   EXPECT_NE(metrics_b.find(R"(sidelock_lock_events_sent_total{type="unknown"} 3)"),
             std::string::npos)
       << metrics_b;
+}
+
+// A watcher that comes while a lease is held is told what is left of it, not the TTL the group's
+// last read saw (up to a re-read ago; found by review).
+TEST_F(LockEventsTest, ANewcomersStateSaysWhatIsLeftOfTheLease) {
+  std::unique_ptr<Watcher> first;
+  ASSERT_NE(watchATwoSecondLease(first), 0u);
+  std::this_thread::sleep_for(std::chrono::milliseconds(700));
+  const int64_t into_lease_ms = msSince(granted_at_);  // at least this much is spent
+  Watcher late(b->port(), "/v1/locks/orders/events");
+  std::optional<json> e = late.next();
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ((*e)["event"], "state") << e->dump();
+  EXPECT_EQ((*e)["held"], true) << e->dump();
+  EXPECT_LE((*e)["ttl_ms"].get<int64_t>(), 2000 - into_lease_ms + 50) << e->dump();
 }
 
 // A read/write lock's readers are one shared hold on the stream: `acquired` with the first reader,
