@@ -568,6 +568,10 @@ names back to check the ${VAR}s of config.elections. */}}
 - name: DAPR_GRPC_ENDPOINT
   value: {{ . | quote }}
 {{- end }}
+{{- if .Values.config.listen.grpc_unix }}
+- name: SIDELOCK_GRPC_SOCKET
+  value: {{ .Values.config.listen.grpc_unix | quote }}
+{{- end }}
 {{- if and .Values.auth.existingSecret .Values.auth.appTokenKey }}
 - name: SIDELOCK_AUTH_TOKEN
   valueFrom:
