@@ -377,8 +377,10 @@ int runSidecar(const config::Config& cfg) {
     s.grpc_gateway = std::make_unique<api::GrpcGateway>(
         *s.scheduler, s.metrics.get(), s.lock_handler,
         api::GrpcGateway::Options{.router = s.router.get(), .max_wait_ms = cfg.locks.max_wait_ms});
-    s.grpc_server = std::make_unique<grpc::GrpcServer>(
-        &s.loop, *s.scheduler, grpcOptions(cfg.listen), s.grpc_gateway->asHandler());
+    grpc::GrpcServerOptions grpc_options = grpcOptions(cfg.listen);
+    grpc_options.on_refused = s.grpc_gateway->refusalCounter();
+    s.grpc_server = std::make_unique<grpc::GrpcServer>(&s.loop, *s.scheduler, grpc_options,
+                                                       s.grpc_gateway->asHandler());
     if (!cfg.listen.grpc.empty()) listening = s.grpc_server->listenTcp(cfg.listen.grpc);
     if (listening.isOk() && !cfg.listen.grpc_unix.empty()) {
       listening = s.grpc_server->listenUnix(cfg.listen.grpc_unix, cfg.listen.unix_mode,

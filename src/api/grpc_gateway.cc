@@ -1089,6 +1089,14 @@ grpc::CallHandler GrpcGateway::asHandler() {
   };
 }
 
+std::function<void(int)> GrpcGateway::refusalCounter() {
+  if (call_metrics_ == nullptr) return {};
+  return [metrics = call_metrics_](int http_status) {
+    // Before any route, as the HTTP listener counts a request its transport refused.
+    metrics->record(http::kUnmatchedRoute, http_status, std::nullopt);
+  };
+}
+
 void GrpcGateway::handle(grpc::CallPtr call, std::string request) {
   const grpc::CallInfo& info = call->info();
   const GrpcMethod* method = findGrpcMethod(info.method);

@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <optional>
@@ -160,6 +161,9 @@ class GrpcGateway {
   void handle(grpc::CallPtr call, std::string request);
   /// A handler for the gRPC servers; it must not outlive the gateway.
   grpc::CallHandler asHandler();
+  /// For grpc::GrpcServerOptions::on_refused: counts a call the transport refused under route
+  /// "unmatched" with the HTTP status it stands for (empty without metrics).
+  std::function<void(int http_status)> refusalCounter();
   /// The sidecar is shutting down (/readyz answers 503 now): every open Health/Watch looks at
   /// once instead of at its next poll, so its client hears NOT_SERVING before the servers close
   /// (as grpc-go's health server sets NOT_SERVING at shutdown).

@@ -65,6 +65,7 @@ class GrpcCall final : public ServerCall, public std::enable_shared_from_this<Gr
            const CallHandler& handler, http::Http2StreamPtr stream)
       : scheduler_(scheduler),
         max_message_bytes_(options.max_message_bytes),
+        on_refused_(options.on_refused),
         handler_(handler),
         stream_(std::move(stream)) {}
 
@@ -82,11 +83,16 @@ class GrpcCall final : public ServerCall, public std::enable_shared_from_this<Gr
   void onEnd();
   void onClose(bool answered);
   void cancel();
-  /// An HTTP-level refusal (not a gRPC request at all), `status` the :status field.
-  void refuseHttp(const Http2Field& status);
+  /// An HTTP-level refusal (not a gRPC request at all), `status` the :status field, counted as
+  /// `http_status`.
+  void refuseHttp(const Http2Field& status, int http_status);
+  /// A call the transport answers itself, before its handler saw it: counted (on_refused) as the
+  /// HTTP status the refusal stands for, then finished.
+  void refuse(int http_status, StatusCode code, std::string_view message);
 
   event::Scheduler& scheduler_;
   size_t max_message_bytes_;
+  const std::function<void(int)>& on_refused_;  // the server's options outlive its calls
   const CallHandler& handler_;
   http::Http2StreamPtr stream_;
   CallInfo info_;
@@ -145,17 +151,17 @@ void GrpcCall::start() {
   // into its fields, the others (Http2Stream keeps them apart) as its metadata.
   if (stream_->headersTooLarge()) {
     // Answered (trailers-only) rather than reset: REFUSED_STREAM would read as "retry elsewhere".
-    return finish(
-        StatusCode::kResourceExhausted,
+    return refuse(
+        431, StatusCode::kResourceExhausted,
         errorBody("headers_too_large",
                   "the call's metadata is over listen.grpc_limits.max_header_list_bytes"));
   }
   http::Http2PseudoHeaders& pseudo = stream_->pseudoHeaders();
   info_.metadata = stream_->takeHeaders();
   const RequestFields request(info_.metadata);  // views into info_.metadata
-  if (pseudo.method != "POST") return refuseHttp(Http2Field::literal(":status", "405"));
+  if (pseudo.method != "POST") return refuseHttp(Http2Field::literal(":status", "405"), 405);
   if (!isGrpcContentType(request.content_type)) {
-    return refuseHttp(Http2Field::literal(":status", "415"));
+    return refuseHttp(Http2Field::literal(":status", "415"), 415);
   }
   info_.method = std::move(pseudo.path);
   if (!pseudo.authority.empty()) {
@@ -169,18 +175,18 @@ void GrpcCall::start() {
   const bool timeout_malformed = !request.timeout.empty() && !timeout_us;
   info_.peer = stream_->peer() ? stream_->peer() : std::make_shared<const http::PeerIdentity>();
   if (!has_te_trailers) {
-    return finish(StatusCode::kInternal,
+    return refuse(400, StatusCode::kInternal,
                   errorBody("bad_request", "the request lacks \"te: trailers\""));
   }
   if (timeout_malformed) {
-    return finish(StatusCode::kInternal, errorBody("bad_request", "malformed grpc-timeout"));
+    return refuse(400, StatusCode::kInternal, errorBody("bad_request", "malformed grpc-timeout"));
   }
   if (info_.peer->transport != http::PeerIdentity::Transport::kUnix &&
       !http::isValidHostField(info_.authority)) {
     // As the HTTP/1.1 listener answers such a Host (400): "localhost:abc" is no loopback name.
     // Not on the Unix socket, where a name is no address. (An :authority that is a path never
     // gets here: nghttp2 resets the stream for its '/'.)
-    return finish(StatusCode::kInvalidArgument,
+    return refuse(400, StatusCode::kInvalidArgument,
                   errorBody("bad_request", "the :authority is not host[:port]"));
   }
   if (timeout_us) {
@@ -193,7 +199,7 @@ void GrpcCall::start() {
     const int64_t effective_us = std::max<int64_t>(0, *timeout_us - margin_us);
     // Nothing left once the margin is taken (grpc-timeout of 2 ms or less): the call ends now,
     // before its request could be dispatched and answered (a cached reply answers at once).
-    if (effective_us == 0) return finish(StatusCode::kDeadlineExceeded, deadlineExceeded());
+    if (effective_us == 0) return refuse(408, StatusCode::kDeadlineExceeded, deadlineExceeded());
     info_.deadline_us = scheduler_.nowUs() + effective_us;
     deadline_.start(scheduler_, effective_us / 1000, [weak = weak_from_this()] {
       auto self = weak.lock();
@@ -201,7 +207,11 @@ void GrpcCall::start() {
       // finish() may close the stream at once (the client's side has ended), which drops the
       // callback: take it first.
       auto cancelled = std::move(self->on_cancelled_);
-      self->finish(StatusCode::kDeadlineExceeded, deadlineExceeded());
+      if (self->dispatched_) {  // its route counts it
+        self->finish(StatusCode::kDeadlineExceeded, deadlineExceeded());
+      } else {
+        self->refuse(408, StatusCode::kDeadlineExceeded, deadlineExceeded());
+      }
       if (cancelled) cancelled();
     });
   }
@@ -210,7 +220,13 @@ void GrpcCall::start() {
   stream_->onEnd([this] { onEnd(); });
 }
 
-void GrpcCall::refuseHttp(const Http2Field& status) {
+void GrpcCall::refuse(int http_status, StatusCode code, std::string_view message) {
+  if (on_refused_) on_refused_(http_status);
+  finish(code, message);
+}
+
+void GrpcCall::refuseHttp(const Http2Field& status, int http_status) {
+  if (on_refused_) on_refused_(http_status);
   finished_ = true;
   stream_->respond({&status, 1}, true);
 }
@@ -224,15 +240,16 @@ void GrpcCall::onData(std::string_view data) {
   if (!expected_ && buffer_.size() >= kPrefixBytes) {
     const auto* p = reinterpret_cast<const uint8_t*>(buffer_.data());
     if (p[0] != 0) {
-      return finish(StatusCode::kUnimplemented, errorBody("not_implemented",
-                                                          "compressed messages are not supported "
-                                                          "(grpc-accept-encoding: identity)"));
+      return refuse(501, StatusCode::kUnimplemented,
+                    errorBody("not_implemented",
+                              "compressed messages are not supported "
+                              "(grpc-accept-encoding: identity)"));
     }
     const size_t length = (size_t{p[1]} << 24) | (size_t{p[2]} << 16) | (size_t{p[3]} << 8) | p[4];
     if (length > max_message_bytes_) {
       buffer_.clear();
-      return finish(
-          StatusCode::kResourceExhausted,
+      return refuse(
+          413, StatusCode::kResourceExhausted,
           errorBody("payload_too_large", "request message of " + std::to_string(length) +
                                              " bytes is over the " +
                                              std::to_string(max_message_bytes_) + "-byte limit"));
@@ -240,20 +257,21 @@ void GrpcCall::onData(std::string_view data) {
     expected_ = kPrefixBytes + length;
   }
   if (expected_ && buffer_.size() > *expected_) {
-    return finish(StatusCode::kUnimplemented, oneMessagePerCall());
+    return refuse(501, StatusCode::kUnimplemented, oneMessagePerCall());
   }
 }
 
 void GrpcCall::onEnd() {
   if (finished_ || gone_) return;
   if (!expected_ || buffer_.size() != *expected_) {
-    return finish(StatusCode::kInternal, buffer_.empty() ? "the call carried no request message"
-                                                         : "truncated request message");
+    return refuse(400, StatusCode::kInternal,
+                  errorBody("bad_request", buffer_.empty() ? "the call carried no request message"
+                                                           : "truncated request message"));
   }
   info_.received_us = scheduler_.nowUs();
   if (info_.deadline_us && info_.received_us >= *info_.deadline_us) {
     // The request ended after the sidecar's deadline, whose timer has not run yet.
-    return finish(StatusCode::kDeadlineExceeded, deadlineExceeded());
+    return refuse(408, StatusCode::kDeadlineExceeded, deadlineExceeded());
   }
   dispatched_ = true;
   buffer_.erase(0, kPrefixBytes);

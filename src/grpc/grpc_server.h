@@ -26,6 +26,11 @@ namespace sidelock::grpc {
 struct GrpcServerOptions {
   http::Http2Options http2;
   size_t max_message_bytes = 4 * 1024 * 1024;  // each way, as gRPC's default
+  /// A call the transport answered itself before its handler saw it (bad headers, a compressed,
+  /// oversized or missing message, its deadline passed before its request ended), with the HTTP
+  /// status its refusal stands for (400, 405, 408, 413, 415, 431, 501): for the metrics, which
+  /// count every call as the HTTP listener counts every request. May be empty.
+  std::function<void(int http_status)> on_refused;
 };
 
 /// Parses a grpc-timeout value ("100m", "5S": 1 to 8 digits and a unit H M S m u n) into

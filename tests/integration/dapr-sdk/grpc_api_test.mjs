@@ -114,10 +114,17 @@ async function exercise(ports, sidecarLog, sidecar) {
   check(authorityBody.message === "the :authority is not host[:port]",
         "the transport's own refusals carry a JSON error body too", r.error ? r.error.details : "");
   badAuthority.close();
-  // So does a message over listen.grpc_limits.max_message_bytes (4 MiB).
+  // So does a message over listen.grpc_limits.max_message_bytes (4 MiB); and such a refusal is
+  // counted before any route, as HTTP counts a body over its limit (413 under "unmatched").
+  const tooLarge = 'sidelock_http_requests_total{code="413",protocol="grpc",route="unmatched"}';
+  const refusedBefore = metricValue(await (await http("GET", "/metrics")).text(), tooLarge);
   r = await unary(locks, "Acquire", { name: "g-big", holder: "x".repeat(5 * 1024 * 1024) }, bearer(TOKEN));
   expectStatus(r, S.RESOURCE_EXHAUSTED, "a request message over the limit: RESOURCE_EXHAUSTED",
                "payload_too_large");
+  const refusedAfter = metricValue(await (await http("GET", "/metrics")).text(), tooLarge);
+  check(refusedAfter === refusedBefore + 1,
+        "a call the gRPC transport refuses is counted under route unmatched with its HTTP status",
+        `${refusedBefore} -> ${refusedAfter}`);
 
   // Acquire, exclusion across protocols, Inspect, Extend, Release.
   let t0 = Date.now();
