@@ -106,12 +106,13 @@ TEST(AccessPolicyTest, HostNames) {
   EXPECT_EQ(hostWithoutPort("[::1]:7411"), "[::1]");
   EXPECT_EQ(hostWithoutPort("[::1]"), "[::1]");
   EXPECT_EQ(hostWithoutPort("127.0.0.1"), "127.0.0.1");
-  for (const char* ok : {"localhost", "127.0.0.1", "127.255.0.9", "[::1]"}) {
+  for (const char* ok : {"localhost", "127.0.0.1", "127.255.0.9", "127.000.0.01", "[::1]"}) {
     EXPECT_TRUE(isLoopbackHost(ok)) << ok;
   }
   for (const char* bad :
        {"", "evil.example", "localhost.evil.example", "127.0.0.1.evil.example", "128.0.0.1",
-        "127.0.0", "127.0.0.256", "0x7f.0.0.1", "[::2]", "127.0.0.1x", "10.0.0.1"}) {
+        "127.0.0", "127.0.0.256", "0x7f.0.0.1", "[::2]", "127.0.0.1x", "10.0.0.1", "127.0.0.1.",
+        "127..0.1", "0127.0.0.1", "127.0.0.1000", "127.0.0.1.1", ".127.0.0.1"}) {
     EXPECT_FALSE(isLoopbackHost(bad)) << bad;
   }
 }
