@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cstring>
 #include <nlohmann/json.hpp>
 #include <unordered_map>
 #include <utility>
@@ -752,6 +753,9 @@ struct FlatField {
 /// flatResponseMessageOf writes (a message, repeated, map, floating point, bytes).
 struct FlatTable {
   bool flat = true;
+  /// No key (name or json_name) names two fields: a key's first match is the only one, so
+  /// FlatReader::fieldOf may try a likely field before scanning.
+  bool distinct_keys = true;
   std::vector<FlatField> fields;
 };
 
@@ -786,6 +790,16 @@ const FlatTable& flatTableOf(const pb::Descriptor* descriptor) {
   }
   std::sort(table.fields.begin(), table.fields.end(),
             [](const FlatField& a, const FlatField& b) { return a.number < b.number; });
+  for (size_t i = 0; i < table.fields.size(); ++i) {
+    const FlatField& a = table.fields[i];
+    for (size_t j = i + 1; j < table.fields.size(); ++j) {
+      const FlatField& b = table.fields[j];
+      if (a.json_name == b.json_name || a.json_name == b.name || a.name == b.json_name ||
+          a.name == b.name) {
+        table.distinct_keys = false;
+      }
+    }
+  }
   return tables.emplace(descriptor, std::move(table)).first->second;
 }
 
@@ -827,25 +841,32 @@ class FlatReader {
 
   /// The message's bytes: the fields set in number order, defaults left out (proto3).
   std::string encode() const {
+    // Written through a pointer into a buffer sized once for the longest encoding, then cut to
+    // what was written (a push_back per byte checked the capacity each time). The message is no
+    // longer than its JSON but for a negative integer (ten bytes), and the room left lets the
+    // transport frame it in place (grpc::kMessagePrefixRoom).
     std::string out;
-    // One allocation: the message is no longer than its JSON but for a negative integer (ten
-    // bytes), and the room lets the transport frame it in place (grpc::kMessagePrefixRoom).
     out.reserve(grpc::kMessagePrefixRoom + text_.size() + 16);
+    out.resize(text_.size() + 16);
+    char* const begin = out.data();
+    char* p = begin;
     for (size_t i = 0; i < table_.fields.size(); ++i) {
       const Value& v = values_[i];
       if (!v.set) continue;
       const FlatField& f = table_.fields[i];
       if (f.type == pb::FieldDescriptor::CPPTYPE_STRING) {
         if (v.text.empty()) continue;
-        varint(out, static_cast<uint64_t>(f.number) << 3 | 2);
-        varint(out, v.text.size());
-        out.append(v.text);
+        p = varint(p, static_cast<uint64_t>(f.number) << 3 | 2);
+        p = varint(p, v.text.size());
+        memcpy(p, v.text.data(), v.text.size());
+        p += v.text.size();
       } else {
         if (v.bits == 0) continue;
-        varint(out, static_cast<uint64_t>(f.number) << 3);
-        varint(out, v.bits);
+        p = varint(p, static_cast<uint64_t>(f.number) << 3);
+        p = varint(p, v.bits);
       }
     }
+    out.resize(static_cast<size_t>(p - begin));  // shorter: no allocation
     return out;
   }
 
@@ -856,12 +877,13 @@ class FlatReader {
     std::string_view text;  // a string (views the JSON text)
   };
 
-  static void varint(std::string& out, uint64_t value) {
+  static char* varint(char* p, uint64_t value) {
     while (value >= 0x80) {
-      out.push_back(static_cast<char>(value | 0x80));
+      *p++ = static_cast<char>(value | 0x80);
       value >>= 7;
     }
-    out.push_back(static_cast<char>(value));
+    *p++ = static_cast<char>(value);
+    return p;
   }
   void space() {
     while (pos_ < text_.size() && (text_[pos_] == ' ' || text_[pos_] == '\n' ||
@@ -898,10 +920,17 @@ class FlatReader {
     }
     return false;
   }
-  /// The field of `key` (its index), -1 for a key the message does not have.
-  int fieldOf(std::string_view key) const {
-    for (size_t i = 0; i < table_.fields.size(); ++i) {
+  /// The field of `key` (its index), -1 for a key the message does not have. The answers' members
+  /// come in the message's field order (JsonObject writes them so), so the field after the last
+  /// one found is tried first: one comparison per member instead of a scan from the first field.
+  int fieldOf(std::string_view key) {
+    const size_t count = table_.fields.size();
+    if (table_.distinct_keys && next_ < count && key == table_.fields[next_].json_name) {
+      return static_cast<int>(next_++);
+    }
+    for (size_t i = 0; i < count; ++i) {
       if (key == table_.fields[i].json_name || key == table_.fields[i].name) {
+        next_ = i + 1;
         return static_cast<int>(i);
       }
     }
@@ -982,6 +1011,7 @@ class FlatReader {
   Value* values_ = nullptr;  // inline_ or heap_, one per field of table_
   std::string_view text_;
   size_t pos_ = 0;
+  size_t next_ = 0;  // the field fieldOf() tries first
 };
 
 }  // namespace
