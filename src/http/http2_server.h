@@ -109,6 +109,7 @@ struct Http2PseudoHeaders {
 
 class Http2Server;
 class Http2Connection;
+class Http2Memory;
 struct Http2StreamAccess;
 
 /// One request stream. Shared by the connection and the handler; once the stream is closed
@@ -249,6 +250,9 @@ class Http2Server {
   ListenerBudget unix_budget_;
   size_t request_bytes_ = 0;  // Http2Options::max_request_bytes: over every connection
   size_t queued_bytes_ = 0;   // Http2Options::max_queued_bytes: over every connection
+  /// nghttp2's allocator for every session of the server (http2_server.cc). Declared before
+  /// connections_, so destroyed after them: their sessions free into it.
+  std::unique_ptr<Http2Memory> memory_;
   std::unordered_map<Http2Connection*, std::unique_ptr<Http2Connection>> connections_;
   bool draining_ = false;
   bool closed_ = false;
