@@ -1155,15 +1155,25 @@ void GrpcGateway::handle(grpc::CallPtr call, std::string request) {
     wait_bound = WaitBound{left_ms, options_.max_wait_ms};
   }
   if (method->direct != GrpcMethod::Direct::kNone && options_.direct_calls) {
-    // The direct call is reused too (its strings keep their capacity); dispatch() copies it
-    // into the request at once, so a nested call could not disturb it.
-    if (directCallInto(*method, request, wait_bound, direct_scratch_)) {
+    // The direct call is reused too (its strings keep their capacity), in place: the route
+    // reads its fields (decoded_body) during dispatch(). A call handled from inside that one
+    // (none today) gets its own.
+    std::optional<DirectCall> nested;
+    DirectCall& direct = direct_busy_ ? nested.emplace() : direct_scratch_;
+    const bool reused = !direct_busy_;
+    if (directCallInto(*method, request, wait_bound, direct)) {
       auto responder = std::make_shared<GrpcResponder>(call, *method, call_metrics_, scheduler_);
-      DirectCall direct = std::move(direct_scratch_);
+      direct_busy_ = true;
+      struct NotBusyAfter {
+        bool* busy;
+        ~NotBusyAfter() {
+          if (busy != nullptr) *busy = false;
+        }
+      } const not_busy{reused ? &direct_busy_ : nullptr};
       responder->routed(dispatch(*call, direct.http, responder, &direct, method));
       // A large call's strings (path, fields) are not kept for the next one: the request
       // message's size bounds them all.
-      if (request.size() <= kKeptCallBytes) direct_scratch_ = std::move(direct);
+      if (reused && request.size() > kKeptCallBytes) direct_scratch_ = DirectCall();
       return;
     }
   }
@@ -1211,8 +1221,8 @@ std::string_view GrpcGateway::dispatch(const grpc::ServerCall& call, const HttpC
   // One request reused call after call (its strings keep their capacity, as HttpServer's do): a
   // route reads it during the call only (http::Handler). A dispatch from inside a route's call
   // (none today) would get its own.
-  http::Request nested;
-  http::Request& request = request_busy_ ? nested : request_scratch_;
+  std::optional<http::Request> nested;  // constructed only when needed
+  http::Request& request = request_busy_ ? nested.emplace() : request_scratch_;
   const bool reused = !request_busy_;
   request_busy_ = true;
   // Not busy once the call returns, whichever way it does.
@@ -1241,28 +1251,46 @@ std::string_view GrpcGateway::dispatch(const grpc::ServerCall& call, const HttpC
       request.params.emplace_back(routed->params.front(), direct->path_value);
     }
   }
+  // The headers are written over the reused request's (Request::clear() below keeps them): their
+  // strings keep their capacity, so "content-type: application/json", too long for a short
+  // string, costs no allocation per call.
+  size_t count = 0;
+  auto put = [&request, &count](std::string_view name, std::string_view value) {
+    if (count < request.headers.size()) {
+      request.headers[count].first.assign(name);
+      request.headers[count].second.assign(value);
+    } else {
+      request.headers.emplace_back(name, value);
+    }
+    ++count;
+  };
   request.headers.reserve(info.metadata.size() + 2);
   for (const auto& [name, value] : info.metadata) {
     // gRPC's own headers are the transport's; the route reads JSON.
     if (name == "content-type" || name == "te" || name == "host" || name.rfind("grpc-", 0) == 0) {
       continue;
     }
-    request.headers.emplace_back(name, value);
+    put(name, value);
   }
-  request.headers.emplace_back("host", info.authority);
-  if (!request.body.empty() || decoded_body != nullptr) {
-    request.headers.emplace_back("content-type", "application/json");
-  }
+  put("host", info.authority);
+  if (!request.body.empty() || decoded_body != nullptr) put("content-type", "application/json");
+  request.headers.resize(count);  // fewer than the last call's: the rest go
   guarded_(request, std::move(responder));
   const std::string_view route = request.route;
   if (reused) {
     // A large call's strings are not kept for the next one.
+    size_t header_bytes = 0;
+    for (const auto& [name, value] : request.headers) header_bytes += name.size() + value.size();
     if (request.body.capacity() + request.path.capacity() + request.raw_path.capacity() +
-            request.query.capacity() >
+            request.query.capacity() + header_bytes >
         kKeptCallBytes) {
       request = http::Request();
     } else {
+      // Cleared but for the headers, whose strings the next call writes over (read by nobody
+      // meanwhile: a route reads its request during its call only, http::Handler).
+      std::vector<std::pair<std::string, std::string>> headers = std::move(request.headers);
       request.clear();
+      request.headers = std::move(headers);
     }
   }
   return route;

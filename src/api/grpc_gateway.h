@@ -207,6 +207,7 @@ class GrpcGateway {
   std::vector<bool> unserved_;
   /// Reused call after call, so that a call's strings cost no allocation (dispatch()).
   DirectCall direct_scratch_;
+  bool direct_busy_ = false;  // direct_scratch_ is in a route's call
   http::Request request_scratch_;
   bool request_busy_ = false;  // request_scratch_ is in a route's call
   event::LivenessToken alive_;
