@@ -812,8 +812,10 @@ class FlatReader {
  public:
   explicit FlatReader(const FlatTable& table) : table_(table) {
     // Every message sidelock answers has fewer fields than kInlineValues: no allocation per answer.
-    if (table.fields.size() > inline_.size()) heap_.resize(table.fields.size());
-    values_ = heap_.empty() ? inline_.data() : heap_.data();
+    // Only the values of the table's fields are cleared (not all of inline_).
+    if (table.fields.size() > kInlineValues) heap_.resize(table.fields.size());
+    values_ = heap_.empty() ? inline_ : heap_.data();
+    for (size_t i = 0; i < table.fields.size(); ++i) values_[i] = Value{};
   }
   FlatReader(const FlatReader&) = delete;  // values_ points into the reader
   FlatReader& operator=(const FlatReader&) = delete;
@@ -826,12 +828,13 @@ class FlatReader {
     space();
     if (take('}')) return end();
     for (;;) {
-      std::string_view key;
-      if (!string(key)) return false;
+      const char* key = nullptr;
+      size_t key_size = 0;
+      if (!string(key, key_size)) return false;
       space();
       if (!take(':')) return false;
       space();
-      if (!value(key)) return false;
+      if (!value(std::string_view(key, key_size))) return false;
       space();
       if (take('}')) return end();
       if (!take(',')) return false;
@@ -855,11 +858,11 @@ class FlatReader {
       if (!v.set) continue;
       const FlatField& f = table_.fields[i];
       if (f.type == pb::FieldDescriptor::CPPTYPE_STRING) {
-        if (v.text.empty()) continue;
+        if (v.text_size == 0) continue;
         p = varint(p, static_cast<uint64_t>(f.number) << 3 | 2);
-        p = varint(p, v.text.size());
-        memcpy(p, v.text.data(), v.text.size());
-        p += v.text.size();
+        p = varint(p, v.text_size);
+        memcpy(p, v.text, v.text_size);
+        p += v.text_size;
       } else {
         if (v.bits == 0) continue;
         p = varint(p, static_cast<uint64_t>(f.number) << 3);
@@ -871,11 +874,24 @@ class FlatReader {
   }
 
  private:
+  // Trivial, so that the inline values cost nothing until the constructor clears those it uses.
   struct Value {
-    bool set = false;
-    uint64_t bits = 0;      // an integer or a boolean as its varint
-    std::string_view text;  // a string (views the JSON text)
+    bool set;
+    uint64_t bits;     // an integer or a boolean as its varint
+    const char* text;  // a string (views the JSON text), text_size bytes
+    size_t text_size;
   };
+
+  /// Bytes a JSON string of the flat form cannot hold unescaped: its end, an escape, a control
+  /// character, anything not ASCII. One load per byte in string().
+  static constexpr std::array<bool, 256> kStringStops = [] {
+    std::array<bool, 256> stops{};
+    for (size_t c = 0; c < 0x20; ++c) stops[c] = true;
+    for (size_t c = 0x80; c < 256; ++c) stops[c] = true;
+    stops['"'] = true;
+    stops['\\'] = true;
+    return stops;
+  }();
 
   static char* varint(char* p, uint64_t value) {
     while (value >= 0x80) {
@@ -886,10 +902,13 @@ class FlatReader {
     return p;
   }
   void space() {
-    while (pos_ < text_.size() && (text_[pos_] == ' ' || text_[pos_] == '\n' ||
-                                   text_[pos_] == '\r' || text_[pos_] == '\t')) {
-      ++pos_;
+    // Usually none (JsonObject writes none): the first byte decides.
+    size_t i = pos_;
+    while (i < text_.size() &&
+           (text_[i] == ' ' || text_[i] == '\n' || text_[i] == '\r' || text_[i] == '\t')) {
+      ++i;
     }
+    pos_ = i;
   }
   bool take(char c) {
     if (pos_ >= text_.size() || text_[pos_] != c) return false;
@@ -906,19 +925,19 @@ class FlatReader {
     return true;
   }
   /// A string without escapes, of printable ASCII only.
-  bool string(std::string_view& out) {
+  bool string(const char*& out, size_t& out_size) {
     if (!take('"')) return false;
+    // A local cursor: the loop keeps it in a register (pos_ is written once, at the end).
+    const char* const data = text_.data();
+    const size_t size = text_.size();
     const size_t start = pos_;
-    for (; pos_ < text_.size(); ++pos_) {
-      const auto c = static_cast<unsigned char>(text_[pos_]);
-      if (c == '"') {
-        out = text_.substr(start, pos_ - start);
-        ++pos_;
-        return true;
-      }
-      if (c == '\\' || c < 0x20 || c >= 0x80) return false;
-    }
-    return false;
+    size_t i = start;
+    while (i < size && !kStringStops[static_cast<unsigned char>(data[i])]) ++i;
+    if (i == size || data[i] != '"') return false;
+    out = data + start;
+    out_size = i - start;
+    pos_ = i + 1;
+    return true;
   }
   /// The field of `key` (its index), -1 for a key the message does not have. The answers' members
   /// come in the message's field order (JsonObject writes them so), so the field after the last
@@ -938,7 +957,7 @@ class FlatReader {
   }
   bool value(std::string_view key) {
     const int index = fieldOf(key);
-    Value scratch;
+    Value scratch{};
     Value& v = index < 0 ? scratch : values_[static_cast<size_t>(index)];
     if (v.set) return false;  // a duplicate
     v.set = true;
@@ -946,7 +965,8 @@ class FlatReader {
         index < 0 ? pb::FieldDescriptor::CppType{} : table_.fields[static_cast<size_t>(index)].type;
     const char c = pos_ < text_.size() ? text_[pos_] : '\0';
     if (c == '"') {
-      return string(v.text) && (index < 0 || type == pb::FieldDescriptor::CPPTYPE_STRING);
+      return string(v.text, v.text_size) &&
+             (index < 0 || type == pb::FieldDescriptor::CPPTYPE_STRING);
     }
     if (c == 't' || c == 'f') {
       v.bits = c == 't' ? 1 : 0;
@@ -960,10 +980,12 @@ class FlatReader {
     const bool negative = take('-');
     const size_t start = pos_;
     uint64_t magnitude = 0;
-    for (; pos_ < text_.size() && text_[pos_] >= '0' && text_[pos_] <= '9'; ++pos_) {
+    size_t i = start;  // a local cursor, as in string()
+    for (; i < text_.size() && text_[i] >= '0' && text_[i] <= '9'; ++i) {
       if (magnitude > (UINT64_MAX - 9) / 10) return false;  // past 64 bits
-      magnitude = magnitude * 10 + static_cast<uint64_t>(text_[pos_] - '0');
+      magnitude = magnitude * 10 + static_cast<uint64_t>(text_[i] - '0');
     }
+    pos_ = i;
     const size_t digits = pos_ - start;
     if (digits == 0 || (digits > 1 && text_[start] == '0')) return false;
     if (pos_ < text_.size() && (text_[pos_] == '.' || text_[pos_] == 'e' || text_[pos_] == 'E')) {
@@ -1006,7 +1028,7 @@ class FlatReader {
   static constexpr size_t kInlineValues = 16;
 
   const FlatTable& table_;
-  std::array<Value, kInlineValues> inline_{};
+  Value inline_[kInlineValues];  // NOLINT(*-avoid-c-arrays): left uninitialised on purpose
   std::vector<Value> heap_;  // a message of more fields than kInlineValues
   Value* values_ = nullptr;  // inline_ or heap_, one per field of table_
   std::string_view text_;

@@ -1125,7 +1125,16 @@ TEST(GrpcDirectPathTest, FlatAnswersEncodeAsProtobufsJsonParser) {
       {dapr::UnlockResponse::descriptor(), R"({"status":2})", true},
       {v1::HoldEvent::descriptor(), R"({"event":"acquired","token":3,"cap_reached":true})", true},
       {v1::Grant::descriptor(), "{}", true},
+      // In field order (as the routes write them: each key the field after the last one), then
+      // out of it, and a key repeated after others.
+      {v1::Grant::descriptor(),
+       R"({"name":"n","owner":"o","token":3,"ttl_ms":5,"holds":1,"mode":"m","fair":true})", true},
+      {v1::Grant::descriptor(), R"({"ttl_ms":5,"name":"n","fair":true,"owner":"o"})", true},
+      {v1::Grant::descriptor(), R"({"ttlMs":5,"holds":2})", true},
       // Left to protobuf's parser (errors included).
+      {v1::Grant::descriptor(), R"({"name":"n","owner":"o","name":"m"})", false},
+      {v1::Grant::descriptor(), R"({"name":"abc)", false},
+      {v1::Grant::descriptor(), "{\"name\":\"a\tb\"}", false},
       {v1::Grant::descriptor(), R"({"token":9223372036854775808})", false},
       {v1::Grant::descriptor(), R"({"token":"12"})", false},
       {v1::Grant::descriptor(), R"({"token":1.5})", false},
