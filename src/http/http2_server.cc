@@ -12,6 +12,7 @@
 #include "common/invariant.h"
 #include "common/log.h"
 #include "http/connection.h"  // identifyPeer
+#include "http/http2_memory.h"
 
 namespace sidelock::http {
 namespace {
@@ -76,129 +77,6 @@ class NvList {
 };
 
 }  // namespace
-
-// --- Http2Memory -------------------------------------------------------------------------------
-
-/// nghttp2's allocator (nghttp2_mem) for the server's sessions. Every call makes nghttp2 allocate
-/// and free a dozen small blocks of a few sizes (its stream, each frame's outbound item, the
-/// copies of header fields, HPACK's decoded fields); glibc's malloc and free cost ~1 600
-/// instructions per acquire+release pair there (callgrind). Freed blocks of up to kPooledBytes
-/// are kept on one free list per kClassBytes size class and handed out again: a push and a pop.
-/// At most kKeptBlocks per class are kept (~2 MiB over all classes); more go back to malloc, as
-/// do larger blocks. Loop thread only, as the sessions. Under AddressSanitizer nothing is kept,
-/// so that it still sees every block nghttp2 uses.
-class Http2Memory {
- public:
-  Http2Memory()
-      : mem_{this,
-             [](size_t size, void* self) { return static_cast<Http2Memory*>(self)->allocate(size); },
-             [](void* ptr, void* self) { static_cast<Http2Memory*>(self)->release(ptr); },
-             [](size_t count, size_t size, void* self) {
-               return static_cast<Http2Memory*>(self)->allocateZeroed(count, size);
-             },
-             [](void* ptr, size_t size, void* self) {
-               return static_cast<Http2Memory*>(self)->resize(ptr, size);
-             }} {}
-  ~Http2Memory() {
-    for (FreeBlock*& head : free_) {
-      while (head != nullptr) free(std::exchange(head, head->next));
-    }
-  }
-  Http2Memory(const Http2Memory&) = delete;
-  Http2Memory& operator=(const Http2Memory&) = delete;
-
-  nghttp2_mem* mem() { return &mem_; }
-
- private:
-  // Each block starts with its Header; nghttp2 gets the bytes after it (16 bytes in: malloc's
-  // alignment is kept).
-  struct Header {
-    size_t size_class;  // kLarge for a block from malloc of its own size
-    size_t bytes;       // what the caller can use
-  };
-  static constexpr size_t kHeaderBytes = 16;
-  static_assert(sizeof(Header) <= kHeaderBytes);
-  static constexpr size_t kClassBytes = 64;
-  static constexpr size_t kClasses = 16;
-  static constexpr size_t kPooledBytes = kClasses * kClassBytes;  // header included
-  static constexpr size_t kLarge = kClasses;
-#if defined(SIDELOCK_ASAN) || defined(__SANITIZE_ADDRESS__)
-  static constexpr size_t kKeptBlocks = 0;
-#else
-  static constexpr size_t kKeptBlocks = 256;
-#endif
-  struct FreeBlock {
-    FreeBlock* next;
-  };
-
-  static Header* headerOf(void* ptr) {
-    return reinterpret_cast<Header*>(static_cast<char*>(ptr) - kHeaderBytes);
-  }
-
-  void* allocate(size_t size) {
-    if (size > kPooledBytes - kHeaderBytes) {
-      if (size > SIZE_MAX - kHeaderBytes) return nullptr;
-      void* block = malloc(kHeaderBytes + size);
-      if (block == nullptr) return nullptr;
-      *static_cast<Header*>(block) = Header{kLarge, size};
-      return static_cast<char*>(block) + kHeaderBytes;
-    }
-    const size_t size_class = (kHeaderBytes + size - 1) / kClassBytes;
-    void* block = free_[size_class];
-    if (block != nullptr) {
-      free_[size_class] = free_[size_class]->next;
-      --kept_[size_class];
-    } else {
-      block = malloc((size_class + 1) * kClassBytes);
-      if (block == nullptr) return nullptr;
-    }
-    *static_cast<Header*>(block) =
-        Header{size_class, (size_class + 1) * kClassBytes - kHeaderBytes};
-    return static_cast<char*>(block) + kHeaderBytes;
-  }
-
-  void release(void* ptr) {
-    if (ptr == nullptr) return;
-    Header* header = headerOf(ptr);
-    const size_t size_class = header->size_class;
-    if (size_class == kLarge || kept_[size_class] >= kKeptBlocks) {
-      free(header);
-      return;
-    }
-    auto* block = reinterpret_cast<FreeBlock*>(header);
-    block->next = free_[size_class];
-    free_[size_class] = block;
-    ++kept_[size_class];
-  }
-
-  void* allocateZeroed(size_t count, size_t size) {
-    if (size != 0 && count > SIZE_MAX / size) return nullptr;
-    void* ptr = allocate(count * size);
-    if (ptr != nullptr) memset(ptr, 0, count * size);
-    return ptr;
-  }
-
-  /// realloc's contract: null `ptr` allocates; size 0 frees and returns null; on failure the
-  /// old block is untouched.
-  void* resize(void* ptr, size_t size) {
-    if (ptr == nullptr) return allocate(size);
-    if (size == 0) {
-      release(ptr);
-      return nullptr;
-    }
-    const size_t usable = headerOf(ptr)->bytes;
-    if (size <= usable) return ptr;
-    void* grown = allocate(size);
-    if (grown == nullptr) return nullptr;
-    memcpy(grown, ptr, usable);
-    release(ptr);
-    return grown;
-  }
-
-  nghttp2_mem mem_;
-  std::array<FreeBlock*, kClasses> free_{};
-  std::array<size_t, kClasses> kept_{};
-};
 
 // --- Http2Connection ---------------------------------------------------------------------------
 

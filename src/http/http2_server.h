@@ -250,7 +250,7 @@ class Http2Server {
   ListenerBudget unix_budget_;
   size_t request_bytes_ = 0;  // Http2Options::max_request_bytes: over every connection
   size_t queued_bytes_ = 0;   // Http2Options::max_queued_bytes: over every connection
-  /// nghttp2's allocator for every session of the server (http2_server.cc). Declared before
+  /// nghttp2's allocator for every session of the server (http2_memory.h). Declared before
   /// connections_, so destroyed after them: their sessions free into it.
   std::unique_ptr<Http2Memory> memory_;
   std::unordered_map<Http2Connection*, std::unique_ptr<Http2Connection>> connections_;

@@ -134,7 +134,7 @@ GrpcConnection::GrpcConnection(int fd, int port)
   nghttp2_option_new(&option);
   nghttp2_option_set_no_http_messaging(option, 1);
   nghttp2_option_set_no_closed_streams(option, 1);
-  nghttp2_session_client_new2(&session_, cb, this, option);
+  nghttp2_session_client_new3(&session_, cb, this, option, memory_.mem());
   nghttp2_option_del(option);
   nghttp2_session_callbacks_del(cb);
   nghttp2_submit_settings(session_, NGHTTP2_FLAG_NONE, nullptr, 0);
