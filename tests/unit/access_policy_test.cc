@@ -144,6 +144,26 @@ TEST(AccessPolicyTest, CurlDefaultsPass) {
   EXPECT_FALSE(checkAccess(no_host, p)) << "HTTP/1.0 without Host is not ours to judge";
 }
 
+// The Host check remembers its last answer (one Host per client, usually): the same Host again,
+// then another, then back, each judged as on its own.
+TEST(AccessPolicyTest, HostChecksInTurnAnswerAsAlone) {
+  ListenerPolicy p;
+  p.allowed_hosts = {"app.internal"};
+  const std::vector<std::pair<const char*, bool>> turns = {
+      {"127.0.0.1:7411", true},  {"127.0.0.1:7411", true},   {"evil.example", false},
+      {"evil.example", false},   {"127.0.0.1:7411", true},   {"app.internal:80", true},
+      {"evil.example:7411", false}, {"LOCALHOST", true},     {"127.0.0.1.evil.example", false},
+      {"[::1]:1", true},         {"app.internal", true},     {"127.0.0.2", true}};
+  for (const auto& [host, allowed] : turns) {
+    Request r = request({{"host", host}});
+    auto refusal = checkAccess(r, p);
+    EXPECT_EQ(!refusal, allowed) << host;
+    if (refusal) {
+      EXPECT_EQ(refusal->status, 421) << host;
+    }
+  }
+}
+
 TEST(AccessPolicyTest, OriginMustBeAllowed) {
   ListenerPolicy p;
   p.allowed_origins = {"http://localhost:3000"};
