@@ -156,8 +156,11 @@ void LockService::Impl::deliverEnd(std::function<void(LeaseEvent)> on_event, Lea
   if (!on_event) return;
   deliver([this, on_event = std::move(on_event), e, reason] {
     delivering_loss_reason_ = reason;  // lossReason(), while the event is delivered
+    // The holder may destroy the service from its event (drain() allows it): then nothing of
+    // ours may be touched after.
+    const event::LivenessToken::Ref alive = alive_.ref();
     on_event(e);
-    delivering_loss_reason_ = nullptr;
+    if (!alive.expired()) delivering_loss_reason_ = nullptr;
   });
 }
 

@@ -1213,6 +1213,24 @@ TEST_F(LockServiceTest, DestroyingTheServiceWithWorkInFlightIsSafe) {
   EXPECT_FALSE(w->done());  // nothing runs after the service is gone
 }
 
+// A holder that destroys the service from its own lost event (the loss reason is readable while
+// that event is delivered): nothing touches the service after the event (ASan; found by review).
+TEST_F(LockServiceTest, DestroyingTheServiceFromALostEventIsSafe) {
+  bool lost = false;
+  AcquireTicket ticket = svc->acquire(
+      opts("stuck", "alice", 60'000), [](AcquireResult) {},
+      [&](LeaseEvent e) {
+        if (e != LeaseEvent::kLost) return;
+        lost = true;
+        EXPECT_STREQ(svc->lossReason(), "force-released by an operator");
+        svc.reset();
+      });
+  sched.runReady();
+  svc->forceRelease("stuck", [](StatusOr<ForcedRelease>) {});
+  advance(10);
+  EXPECT_TRUE(lost);
+}
+
 }  // namespace
 }  // namespace sidelock::lock
 
