@@ -66,11 +66,14 @@ std::string RedisConnection::unansweredMessage(const Pending& p, std::string_vie
 void RedisConnection::close(StatusCode code, const std::string& reason) {
   if (dead_) return;
   stopIo();
-  // Answered on a later turn: close() may be called from inside a caller's own call.
+  // Answered on a later turn: close() may be called from inside a caller's own call. A closing
+  // node (kCancelled) did not lose its link: its requests are cancelled.
   for (Pending& p : pending_) {
     if (!p.cb) continue;
-    scheduler_.post(
-        [cb = std::move(p.cb), why = Status(code, unansweredMessage(p, reason))] { cb(why); });
+    std::string message = code == StatusCode::kCancelled
+                              ? options_.name + ": " + p.what + " cancelled: " + reason
+                              : unansweredMessage(p, reason);
+    scheduler_.post([cb = std::move(p.cb), why = Status(code, std::move(message))] { cb(why); });
   }
   pending_.clear();
 }

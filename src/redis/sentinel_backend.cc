@@ -222,6 +222,12 @@ void SentinelBackend::grantThenWait(const Operation& op, OutcomeCallback cb) {
 }
 
 void SentinelBackend::waitFor(std::shared_ptr<GrantCheck> check) {
+  if (shut_down_) {
+    // No WAIT after shutdown (its answer would come after shutdown's done): the grant, if any
+    // came, is given back.
+    check->waitDone(cancelled("backend is shutting down"), scheduler_.nowUs());
+    return;
+  }
   next_wait_.push_back(std::move(check));
   // In the same write as the script, right behind it on the same link; or, while a WAIT is in
   // flight, the next one, sent when it returns.
