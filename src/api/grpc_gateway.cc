@@ -845,12 +845,15 @@ class FlatReader {
   /// The message's bytes: the fields set in number order, defaults left out (proto3).
   std::string encode() const {
     // Written through a pointer into a buffer sized once for the longest encoding, then cut to
-    // what was written (a push_back per byte checked the capacity each time). The message is no
-    // longer than its JSON but for a negative integer (ten bytes), and the room left lets the
-    // transport frame it in place (grpc::kMessagePrefixRoom).
+    // what was written (a push_back per byte checked the capacity each time). The bound holds
+    // whatever the table: a string's bytes are in the JSON, and each field adds at most 16 more
+    // (a tag and a length of at most 5 bytes each; an integer of at most 10, a negative one's
+    // JSON being shorter). The room left lets the transport frame it in place
+    // (grpc::kMessagePrefixRoom).
+    const size_t bound = text_.size() + 16 * table_.fields.size();
     std::string out;
-    out.reserve(grpc::kMessagePrefixRoom + text_.size() + 16);
-    out.resize(text_.size() + 16);
+    out.reserve(grpc::kMessagePrefixRoom + bound);
+    out.resize(bound);
     char* const begin = out.data();
     char* p = begin;
     for (size_t i = 0; i < table_.fields.size(); ++i) {
