@@ -545,7 +545,8 @@ TEST_F(LockEventsTest, ANewcomersStateSaysWhatIsLeftOfTheLease) {
   ASSERT_TRUE(e.has_value());
   EXPECT_EQ((*e)["event"], "state") << e->dump();
   EXPECT_EQ((*e)["held"], true) << e->dump();
-  EXPECT_LE((*e)["ttl_ms"].get<int64_t>(), 2000 - into_lease_ms + 50) << e->dump();
+  // (150 ms of slack for the grant's own round trip on a loaded machine; stale, it said 2000.)
+  EXPECT_LE((*e)["ttl_ms"].get<int64_t>(), 2000 - into_lease_ms + 150) << e->dump();
 }
 
 // A read/write lock's readers are one shared hold on the stream: `acquired` with the first reader,

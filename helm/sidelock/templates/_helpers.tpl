@@ -10,7 +10,8 @@ and from this chart:     .
   sidelock.initContainers     the sidecar item if sidecar.mode is native, else nothing
   sidelock.volumes            list items: the socket emptyDir, the config, the credentials (if mounted)
   sidelock.appVolumeMounts    list items: the socket volume mounted in the app container
-  sidelock.appEnv             list items: SIDELOCK_SOCKET and SIDELOCK_ADDR (the lock API) for the app, and
+  sidelock.appEnv             list items: SIDELOCK_SOCKET and SIDELOCK_ADDR (the lock API) for the app,
+                              DAPR_GRPC_ENDPOINT and SIDELOCK_GRPC_SOCKET (the gRPC API) when set, and
                               SIDELOCK_AUTH_TOKEN when auth.appTokenKey is set
   sidelock.podAnnotations     map entries: a checksum of the config (rolls pods on config change)
   sidelock.electionReadinessProbe   an app container's readinessProbe body: Ready only while the pod
