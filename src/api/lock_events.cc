@@ -40,16 +40,40 @@ void LockEvents::add(const std::string& name, http::ResponderPtr stream, bool wi
   if (!g.known) return;
   // The newcomer's first line (the others had theirs): the state, or `unknown` while what the
   // group last read is past vouching for.
-  const std::string_view type = g.unknown ? "unknown" : "state";
-  if (g.unknown) {
-    w->stream->writeChunk(unknownLine(g));
-  } else {
-    // What is left of the lease now, not the TTL the last read saw (up to reread_ms ago).
-    View now = g.state.view;
-    if (now.held) now.ttl_ms = std::max<int64_t>(0, now.deadline_ms - scheduler_.nowMs());
-    w->stream->writeChunk(eventLine(g.name, type, now));
+  const View& view = g.state.view;
+  if (!g.unknown && view.held && scheduler_.nowMs() >= view.deadline_ms - kExtendSlackMs) {
+    // The lease shown has reached its end, and no read has told what became of it yet (one is
+    // due, or in flight on a slow backend): `held` would be stale, `expired` a guess. The first
+    // line waits for that read.
+    w->awaiting_first = true;
+    groups_.readNow(g);
+    return;
   }
+  const std::string_view type = g.unknown ? "unknown" : "state";
+  w->stream->writeChunk(g.unknown ? unknownLine(g) : stateLine(g));
   metrics_.lock_events_sent_total.Add({{"type", std::string(type)}}).Increment();
+}
+
+std::string LockEvents::stateLine(const Groups::Group& g) const {
+  // What is left of the lease now, not the TTL the last read saw (up to reread_ms ago).
+  View now = g.state.view;
+  if (now.held) now.ttl_ms = std::max<int64_t>(0, now.deadline_ms - scheduler_.nowMs());
+  return eventLine(g.name, "state", now);
+}
+
+void LockEvents::sendFirstLines(Groups::Group& g) {
+  for (Watcher& w : g.watchers) {
+    if (!w.awaiting_first) continue;
+    if (!g.unknown && !g.state.view.held) {
+      // Free: vouched for by the read that just answered.
+    } else if (!g.unknown && scheduler_.nowMs() >= g.state.view.deadline_ms - kExtendSlackMs) {
+      continue;  // still past the shown lease's end (a stale or failed read): the next read
+    }
+    w.awaiting_first = false;
+    const std::string_view type = g.unknown ? "unknown" : "state";
+    w.stream->writeChunk(g.unknown ? unknownLine(g) : stateLine(g));
+    metrics_.lock_events_sent_total.Add({{"type", std::string(type)}}).Increment();
+  }
 }
 
 void LockEvents::noteAnnounced(State& s, lock::ChangeReason reason) {
@@ -66,6 +90,12 @@ void LockEvents::noteAnnounced(State& s, lock::ChangeReason reason) {
 }
 
 int64_t LockEvents::onRead(Groups::Group& g, StatusOr<lock::LockState> state) {
+  const int64_t next_read_ms = applyRead(g, std::move(state));
+  sendFirstLines(g);
+  return next_read_ms;
+}
+
+int64_t LockEvents::applyRead(Groups::Group& g, StatusOr<lock::LockState> state) {
   int64_t next_read_ms = groups_.rereadMs();
   if (!state.isOk()) return onReadFailed(g, state.status());
   const int64_t now = scheduler_.nowMs();
@@ -211,6 +241,7 @@ void LockEvents::sendLine(Groups::Group& g, std::string_view type, const std::st
   double sent = 0;
   for (const Watcher& w : g.watchers) {
     if (extended && !w.with_extended) continue;
+    if (w.awaiting_first) continue;  // it never saw what this line changes
     w.stream->writeChunk(text);
     ++sent;
   }

@@ -53,6 +53,9 @@ class LockEvents {
   struct Watcher {
     http::ResponderPtr stream;
     bool with_extended = false;
+    /// Came after the end of the lease the group shows, before a read told what became of it:
+    /// its first line waits for that read (sendFirstLines), and nothing is sent to it before.
+    bool awaiting_first = false;
   };
   struct View {
     bool held = false;
@@ -79,6 +82,13 @@ class LockEvents {
   static void noteAnnounced(State& s, lock::ChangeReason reason);
   /// After a read of `g`: the events it shows; the ms until the next read.
   int64_t onRead(Groups::Group& g, StatusOr<lock::LockState> state);
+  /// onRead's work: the events a read shows.
+  int64_t applyRead(Groups::Group& g, StatusOr<lock::LockState> state);
+  /// After a read: the watchers awaiting their first line get it (`state`, or `unknown` once
+  /// the group is), unless the read failed short of that.
+  void sendFirstLines(Groups::Group& g);
+  /// The `state` line of `g`'s view now (ttl_ms: what is left of a held lease).
+  std::string stateLine(const Groups::Group& g) const;
   /// After a read of `g` that failed: `unknown` once what the streams said is past vouching for
   /// (WatchedNames::turnsUnknown); the ms until the next read.
   int64_t onReadFailed(Groups::Group& g, const Status& error);

@@ -549,6 +549,29 @@ TEST_F(LockEventsTest, ANewcomersStateSaysWhatIsLeftOfTheLease) {
   EXPECT_LE((*e)["ttl_ms"].get<int64_t>(), 2000 - into_lease_ms + 150) << e->dump();
 }
 
+// A watcher that comes after the shown lease's end, while the read that would tell what became of
+// it is stuck (Redis paused), is not told `held`: its first line waits for that read, then says
+// the state it shows (free) or `unknown` if it failed (found by review).
+TEST_F(LockEventsTest, ANewcomerAfterTheLeasesEndWaitsForTheReadThatEndsIt) {
+  std::unique_ptr<Watcher> first;
+  ASSERT_NE(watchATwoSecondLease(first), 0u);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1800) -
+                              std::chrono::milliseconds(msSince(granted_at_)));
+  redis.pause();
+  std::this_thread::sleep_for(std::chrono::milliseconds(2200) -
+                              std::chrono::milliseconds(msSince(granted_at_)));
+  Watcher late(b->port(), "/v1/locks/orders/events");
+  std::optional<json> e = late.next(150);
+  redis.resume();
+  if (!e.has_value()) e = late.next(5000);
+  ASSERT_TRUE(e.has_value()) << "no first line after Redis came back";
+  EXPECT_TRUE(((*e)["event"] == "state" && (*e)["held"] == false) || (*e)["event"] == "unknown")
+      << "told a lease held past its end: " << e->dump();
+  std::optional<json> ended = first->next(5000);
+  ASSERT_TRUE(ended.has_value());
+  EXPECT_TRUE((*ended)["event"] == "expired" || (*ended)["event"] == "unknown") << ended->dump();
+}
+
 // A read/write lock's readers are one shared hold on the stream: `acquired` with the first reader,
 // nothing while readers come and go with others still in (each draws a token, and only the first
 // is announced; the stream used to end the hold at the next read that named a later reader's token,
