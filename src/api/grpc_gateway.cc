@@ -611,6 +611,35 @@ int64_t boundedWait(int64_t wait_ms, const std::optional<WaitBound>& bound) {
 /// of keeping their capacity.
 constexpr size_t kKeptCallBytes = 16 * 1024;
 
+/// One use of an object reused call after call (GrpcGateway's DirectCall and http::Request: its
+/// strings keep their capacity), or of a fresh one when a call is made from inside the call that
+/// has it (none today). The reused one is busy while this lives.
+template <typename T>
+class ScratchUse {
+ public:
+  ScratchUse(T& scratch, bool& busy) : busy_(busy ? nullptr : &busy) {
+    if (busy_ != nullptr) {
+      *busy_ = true;
+      object_ = &scratch;
+    } else {
+      object_ = &nested_.emplace();
+    }
+  }
+  ~ScratchUse() {
+    if (busy_ != nullptr) *busy_ = false;
+  }
+  ScratchUse(const ScratchUse&) = delete;
+  ScratchUse& operator=(const ScratchUse&) = delete;
+  T& get() { return *object_; }
+  /// The reused object (not a fresh one): what it keeps is the caller's to trim.
+  bool reused() const { return busy_ != nullptr; }
+
+ private:
+  bool* busy_;               // the reused object's flag, null when nested
+  std::optional<T> nested_;  // constructed only when needed
+  T* object_;
+};
+
 /// The request message of a direct call, parsed into one reused message per type (the loop's
 /// thread): parsing clears it, and its strings keep their capacity for the next call, unless this
 /// one was large (then the message is let go as this goes out of scope). get() is null when the
@@ -1181,24 +1210,15 @@ void GrpcGateway::handle(grpc::CallPtr call, std::string request) {
   }
   if (method->direct != GrpcMethod::Direct::kNone && options_.direct_calls) {
     // The direct call is reused too (its strings keep their capacity), in place: the route
-    // reads its fields (decoded_body) during dispatch(). A call handled from inside that one
-    // (none today) gets its own.
-    std::optional<DirectCall> nested;
-    DirectCall& direct = direct_busy_ ? nested.emplace() : direct_scratch_;
-    const bool reused = !direct_busy_;
+    // reads its fields (decoded_body) during dispatch().
+    ScratchUse<DirectCall> scratch(direct_scratch_, direct_busy_);
+    DirectCall& direct = scratch.get();
     if (directCallInto(*method, request, wait_bound, direct)) {
       auto responder = std::make_shared<GrpcResponder>(call, *method, call_metrics_, scheduler_);
-      direct_busy_ = true;
-      struct NotBusyAfter {
-        bool* busy;
-        ~NotBusyAfter() {
-          if (busy != nullptr) *busy = false;
-        }
-      } const not_busy{reused ? &direct_busy_ : nullptr};
       responder->routed(dispatch(*call, direct.http, responder, &direct, method));
       // A large call's strings (path, fields) are not kept for the next one: the request
       // message's size bounds them all.
-      if (reused && request.size() > kKeptCallBytes) direct_scratch_ = DirectCall();
+      if (scratch.reused() && request.size() > kKeptCallBytes) direct = DirectCall();
       return;
     }
   }
@@ -1244,19 +1264,10 @@ std::string_view GrpcGateway::dispatch(const grpc::ServerCall& call, const HttpC
   const grpc::CallInfo& info = call.info();
   const http::DecodedBody* decoded_body = direct == nullptr ? nullptr : &direct->fields;
   // One request reused call after call (its strings keep their capacity, as HttpServer's do): a
-  // route reads it during the call only (http::Handler). A dispatch from inside a route's call
-  // (none today) would get its own.
-  std::optional<http::Request> nested;  // constructed only when needed
-  http::Request& request = request_busy_ ? nested.emplace() : request_scratch_;
-  const bool reused = !request_busy_;
-  request_busy_ = true;
-  // Not busy once the call returns, whichever way it does.
-  struct NotBusyAfter {
-    bool* busy;
-    ~NotBusyAfter() {
-      if (busy != nullptr) *busy = false;
-    }
-  } const not_busy{reused ? &request_busy_ : nullptr};
+  // route reads it during the call only (http::Handler).
+  ScratchUse<http::Request> scratch(request_scratch_, request_busy_);
+  http::Request& request = scratch.get();
+  const bool reused = scratch.reused();
   request.method.assign(http_call.method);
   request.path.assign(http_call.path);
   request.raw_path.assign(http_call.raw_path);
