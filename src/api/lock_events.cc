@@ -38,10 +38,7 @@ void LockEvents::add(const std::string& name, http::ResponderPtr stream, bool wi
   Watcher* w = groups_.addWatcher(g, Watcher{std::move(stream), with_extended});
   if (w == nullptr) return;  // answered already (HEAD)
   if (!g.known) return;
-  // The newcomer's first line (the others had theirs): the state, or `unknown` while what the
-  // group last read is past vouching for.
-  const View& view = g.state.view;
-  if (!g.unknown && view.held && scheduler_.nowMs() >= view.deadline_ms - kExtendSlackMs) {
+  if (firstLineWaits(g)) {
     // The lease shown has reached its end, and no read has told what became of it yet (one is
     // due, or in flight on a slow backend): `held` would be stale, `expired` a guess. The first
     // line waits for that read.
@@ -49,30 +46,34 @@ void LockEvents::add(const std::string& name, http::ResponderPtr stream, bool wi
     groups_.readNow(g);
     return;
   }
-  const std::string_view type = g.unknown ? "unknown" : "state";
-  w->stream->writeChunk(g.unknown ? unknownLine(g) : stateLine(g));
-  metrics_.lock_events_sent_total.Add({{"type", std::string(type)}}).Increment();
+  writeFirstLine(g, *w);  // the others had theirs
 }
 
-std::string LockEvents::stateLine(const Groups::Group& g) const {
-  // What is left of the lease now, not the TTL the last read saw (up to reread_ms ago).
-  View now = g.state.view;
-  if (now.held) now.ttl_ms = std::max<int64_t>(0, now.deadline_ms - scheduler_.nowMs());
-  return eventLine(g.name, "state", now);
+bool LockEvents::firstLineWaits(const Groups::Group& g) const {
+  const View& view = g.state.view;
+  return !g.unknown && view.held && scheduler_.nowMs() >= view.deadline_ms - kExtendSlackMs;
+}
+
+void LockEvents::writeFirstLine(const Groups::Group& g, const Watcher& w) {
+  // The state, or `unknown` while what the group last read is past vouching for.
+  if (g.unknown) {
+    w.stream->writeChunk(unknownLine(g));
+  } else {
+    // What is left of the lease now, not the TTL the last read saw (up to reread_ms ago).
+    View now = g.state.view;
+    if (now.held) now.ttl_ms = std::max<int64_t>(0, now.deadline_ms - scheduler_.nowMs());
+    w.stream->writeChunk(eventLine(g.name, "state", now));
+  }
+  metrics_.lock_events_sent_total.Add({{"type", g.unknown ? "unknown" : "state"}}).Increment();
 }
 
 void LockEvents::sendFirstLines(Groups::Group& g) {
+  // Still past the shown lease's end after a stale or failed read: the next read.
+  if (firstLineWaits(g)) return;
   for (Watcher& w : g.watchers) {
     if (!w.awaiting_first) continue;
-    if (!g.unknown && !g.state.view.held) {
-      // Free: vouched for by the read that just answered.
-    } else if (!g.unknown && scheduler_.nowMs() >= g.state.view.deadline_ms - kExtendSlackMs) {
-      continue;  // still past the shown lease's end (a stale or failed read): the next read
-    }
     w.awaiting_first = false;
-    const std::string_view type = g.unknown ? "unknown" : "state";
-    w.stream->writeChunk(g.unknown ? unknownLine(g) : stateLine(g));
-    metrics_.lock_events_sent_total.Add({{"type", std::string(type)}}).Increment();
+    writeFirstLine(g, w);
   }
 }
 

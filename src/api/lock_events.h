@@ -87,8 +87,11 @@ class LockEvents {
   /// After a read: the watchers awaiting their first line get it (`state`, or `unknown` once
   /// the group is), unless the read failed short of that.
   void sendFirstLines(Groups::Group& g);
-  /// The `state` line of `g`'s view now (ttl_ms: what is left of a held lease).
-  std::string stateLine(const Groups::Group& g) const;
+  /// A newcomer's first line waits for the next read: the lease shown has reached its end.
+  bool firstLineWaits(const Groups::Group& g) const;
+  /// A newcomer's first line, counted: `state` of the view now (ttl_ms: what is left of a held
+  /// lease), or `unknown` while the group is.
+  void writeFirstLine(const Groups::Group& g, const Watcher& w);
   /// After a read of `g` that failed: `unknown` once what the streams said is past vouching for
   /// (WatchedNames::turnsUnknown); the ms until the next read.
   int64_t onReadFailed(Groups::Group& g, const Status& error);
