@@ -181,7 +181,6 @@ void SentinelBackend::grantThenWait(const Operation& op, OutcomeCallback cb) {
       cb(std::move(r));
       return;
     }
-    Status why = replication.notReplicated();
     if (replication.enough()) {
       // The script measured the validity before the WAIT: what the wait took is spent (the
       // holder counts from this answer). Normally well under one WAIT timeout.
@@ -190,9 +189,14 @@ void SentinelBackend::grantThenWait(const Operation& op, OutcomeCallback cb) {
         cb(std::move(r));
         return;
       }
-      why = unavailable("grant given back: its replication (backend.sentinel.wait_replicas) took " +
-                        std::to_string(replication.waitedMs()) + " ms, its whole validity");
     }
+    const Status why =
+        replication.enough()
+            ? unavailable(
+                  "grant given back: its replication (backend.sentinel.wait_replicas) "
+                  "took " +
+                  std::to_string(replication.waitedMs()) + " ms, its whole validity")
+            : replication.notReplicated();
     // Give the grant back: nobody will be told of it, so nobody may be left holding it.
     if (!alive.expired()) {
       redis->run(Operation::release(name, grantee).of(kind), [](StatusOr<Outcome>) {});
@@ -222,22 +226,23 @@ void SentinelBackend::grantThenWait(const Operation& op, OutcomeCallback cb) {
 }
 
 void SentinelBackend::waitFor(std::shared_ptr<GrantCheck> check) {
-  if (shut_down_) {
-    // No WAIT after shutdown (its answer would come after shutdown's done): the grant, if any
-    // came, is given back.
-    check->waitDone(cancelled("backend is shutting down"), scheduler_.nowUs());
-    return;
-  }
   next_wait_.push_back(std::move(check));
   // In the same write as the script, right behind it on the same link; or, while a WAIT is in
-  // flight, the next one, sent when it returns.
-  if (!wait_in_flight_) sendWait();
+  // flight, the next one, sent when it returns. After shutdown at once (no WAIT goes out).
+  if (!wait_in_flight_ || shut_down_) sendWait();
 }
 
 void SentinelBackend::sendWait() {
-  wait_in_flight_ = true;
   auto batch = std::make_shared<std::vector<std::shared_ptr<GrantCheck>>>(std::move(next_wait_));
   next_wait_.clear();
+  if (shut_down_) {
+    // No WAIT after shutdown: its answer would come after shutdown's done. The grants waiting
+    // for one are given back (if they came; those cancelled with the link are on their way).
+    const int64_t now_us = scheduler_.nowUs();
+    for (const auto& check : *batch) check->waitDone(cancelled("backend is shutting down"), now_us);
+    return;
+  }
+  wait_in_flight_ = true;
   const uint64_t link = redis_->node().linkGeneration();
   redis_->node().command(
       {"WAIT", std::to_string(wait_replicas_), std::to_string(wait_timeout_ms_)},
@@ -257,16 +262,6 @@ void SentinelBackend::sendWait() {
         }
         if (alive.expired()) return;
         wait_in_flight_ = false;
-        if (shut_down_) {
-          // No new WAIT after shutdown: its answer would come after shutdown's done. The grants
-          // waiting for one were cancelled with the link (their replies are on their way).
-          auto waiting = std::move(next_wait_);
-          next_wait_.clear();
-          for (const auto& check : waiting) {
-            check->waitDone(cancelled("backend is shutting down"), now_us);
-          }
-          return;
-        }
         if (!next_wait_.empty()) sendWait();
       });
 }
