@@ -164,9 +164,8 @@ void ElectionApi::campaign(http::Request& req, http::ResponderPtr res) {
   call->election = opts.lock;
   call->candidate = opts.candidate;
   campaigns_.insert(call);
-  auto finish = [this](const std::shared_ptr<Campaign>& c) { finishCampaign(c); };
 
-  auto on_event = alive_.guarded([this, call, finish](lock::LeaseEvent e) {
+  auto on_event = alive_.guarded([this, call](lock::LeaseEvent e) {
     countCampaignEvent(metrics_, e);
     if (call->finished) return;
     JsonObject event;
@@ -201,15 +200,15 @@ void ElectionApi::campaign(http::Request& req, http::ResponderPtr res) {
       case lock::LeaseEvent::kReleased:
         call->responder->writeChunk(resignedLine(*call));
         call->responder->endStream();
-        finish(call);
+        finishCampaign(call);
         return;
     }
     call->responder->writeChunk(event.finish());
     call->responder->endStream();
-    finish(call);
+    finishCampaign(call);
   });
 
-  auto done = alive_.guarded([this, call, finish](lock::AcquireResult r) {
+  auto done = alive_.guarded([this, call](lock::AcquireResult r) {
     const http::ResponderPtr& out = call->responder;
     if (call->finished) return;
     switch (r.status) {
@@ -219,7 +218,7 @@ void ElectionApi::campaign(http::Request& req, http::ResponderPtr res) {
         call->term = r.grant.token;
         if (!out->clientConnected()) {
           // Gone between grant and answer: resign now rather than lead for nobody.
-          finish(call);
+          finishCampaign(call);
           service_.release(r.grant.lock, r.grant.owner, [](StatusOr<lock::ReleaseStatus>) {});
           return;
         }
@@ -227,7 +226,7 @@ void ElectionApi::campaign(http::Request& req, http::ResponderPtr res) {
           if (std::optional<Answer> refused =
                   healthRefusal(*options_.health_prober, call->health->spec)) {
             // The limit filled up while this candidate waited in line: resign unseen.
-            finish(call);
+            finishCampaign(call);
             service_.release(r.grant.lock, r.grant.owner, [](StatusOr<lock::ReleaseStatus>) {});
             return sendAnswer(out, *refused);
           }
@@ -249,21 +248,21 @@ void ElectionApi::campaign(http::Request& req, http::ResponderPtr res) {
         return;
       }
       case lock::AcquireStatus::kTooManyWaiters:
-        finish(call);
+        finishCampaign(call);
         return sendRetryLater(out, 429, "too_many_waiters",
                               "too many candidates and waiters are queued on this sidecar "
                               "(locks.max_waiters_per_lock / locks.max_waiters)",
                               r.retry_after_ms);
       case lock::AcquireStatus::kCancelled:
-        finish(call);
+        finishCampaign(call);
         return sendError(out, 503, "shutting_down", "the sidecar is shutting down");
       case lock::AcquireStatus::kError:
-        finish(call);
+        finishCampaign(call);
         return sendElectionBackendError(out, r.error);
       case lock::AcquireStatus::kBusy:
       case lock::AcquireStatus::kLimitMismatch:
         // Not reached: a candidate waits until cancelled, and elections have no limit.
-        finish(call);
+        finishCampaign(call);
         return sendNotLeader(out, "the campaign ended without an election");
     }
   });
@@ -273,11 +272,11 @@ void ElectionApi::campaign(http::Request& req, http::ResponderPtr res) {
   call->ticket = service_.acquire(std::move(opts), std::move(done), std::move(events));
   // Leaving the line, or resigning: the connection is the campaign.
   std::weak_ptr<Campaign> weak = call;
-  res->onClientGone(alive_.guarded([this, weak, finish] {
+  res->onClientGone(alive_.guarded([this, weak] {
     auto c = weak.lock();
     if (!c || c->finished) return;
     if (c->stepping_down) stepDownRelease(c);  // counted before finish checks the step-downs
-    finish(c);
+    finishCampaign(c);
     if (!c->elected) return c->ticket.cancel();
     if (!c->stepping_down) {
       service_.release(c->election, c->owner, [](StatusOr<lock::ReleaseStatus>) {});
