@@ -282,6 +282,10 @@ Status Http2Connection::start(std::shared_ptr<const PeerIdentity> peer) {
       {NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE, static_cast<uint32_t>(o.max_header_list_bytes)},
       {NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, static_cast<uint32_t>(o.initial_window_bytes)},
       {NGHTTP2_SETTINGS_ENABLE_PUSH, 0},
+      // RFC 7540's priority tree is not kept (RFC 9218 2.1): nghttp2 then skips its bookkeeping
+      // for every stream opened and ignores PRIORITY frames, which gRPC clients do not send
+      // (and whose idle streams are one more thing a hostile peer could make it hold).
+      {NGHTTP2_SETTINGS_NO_RFC7540_PRIORITIES, 1},
   };
   if (nghttp2_submit_settings(session_.get(), NGHTTP2_FLAG_NONE, settings,
                               sizeof(settings) / sizeof(settings[0])) != 0 ||

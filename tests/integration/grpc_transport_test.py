@@ -711,6 +711,24 @@ class TransportTest(unittest.TestCase):
             ok = False
         return c, ok and not c.closed
 
+    def test_rfc7540_priorities_are_switched_off(self):
+        # The server says it ignores RFC 7540 priorities (SETTINGS_NO_RFC7540_PRIORITIES, RFC
+        # 9218 2.1): PRIORITY frames, idle streams' included, are read and dropped, and the calls
+        # after them are answered.
+        c = self.client()
+        self.assertTrue(self.pump_until(c, lambda: any(
+            isinstance(e, h2.events.RemoteSettingsChanged) for e in c.events), 2))
+        changed = next(e for e in c.events if isinstance(e, h2.events.RemoteSettingsChanged))
+        self.assertEqual(changed.changed_settings[9].new_value, 1)
+        for sid in range(101, 401, 2):
+            c.conn.prioritize(sid, weight=200, depends_on=sid - 2 if sid > 101 else 0)
+        c.flush()
+        for i in range(3):
+            hdrs, msgs, trailers, _ = c.call("/test.Echo/Unary", b"p%d" % i)
+            self.assertEqual(status_of(hdrs, trailers), 0)
+            self.assertEqual(msgs, [b"p%d" % i])
+        self.assertIsNone(c.goaway())
+
     def test_connections_per_peer_evict_idle_then_refuse_busy(self):
         # Every test client is 127.0.0.1: one peer, 8 connections at most. Idle ones (no stream
         # open) make room for a newcomer; connections with a call in progress are kept, and then
