@@ -59,6 +59,9 @@ struct RedlockBackend::QuorumCall {
   uint64_t token = 0;
   int64_t since_ms = 0;        // elections: the term's start, the latest of the granting nodes'
   std::vector<bool> granting;  // voted for us when the vote was decided
+  // Acquire, once lost (or given up): nodes whose clean-up release has not been answered.
+  size_t cleanup_pending = 0;
+  bool cleaning = false;
   int sync_needed = 0;         // granting nodes
   int sync_acks = 0;           // granting nodes whose counter is known to be >= token
   int sync_failures = 0;       // granting nodes that failed to record it
@@ -352,6 +355,7 @@ void RedlockBackend::sendRound(const std::shared_ptr<QuorumCall>& call, const Sc
       if (d.status().code() == StatusCode::kResourceExhausted) ++call->out_of_memory;
     }
     --call->pending;
+    if (call->cleaning) return cleanUpAfterAcquire(call, i);  // it answered after the loss
     if (!call->done) decide(call);
   });
 }
@@ -533,11 +537,26 @@ void RedlockBackend::evaluateTokenSync(const std::shared_ptr<QuorumCall>& call) 
 
 void RedlockBackend::startAcquireCleanup(const std::shared_ptr<QuorumCall>& call, Status error) {
   call->error = std::move(error);
-  // Every node, also those that have not answered: commands on one connection run in order, so
-  // a node still working on our acquire deletes the key right after setting it.
-  releaseOnAll(*call, [this, call, pending = std::make_shared<size_t>(nodes_.size())](
-                          size_t, StatusOr<RedisValue>) {
-    if (--*pending == 0) finishAcquireLoss(call);
+  call->cleaning = true;
+  call->cleanup_pending = nodes_.size();
+  // Each node once it answered; those still working on the attempt when they do (sendRound).
+  for (size_t i = 0; i < nodes_.size(); ++i) {
+    if (call->answers[i] || call->failed[i]) cleanUpAfterAcquire(call, i);
+  }
+}
+
+void RedlockBackend::cleanUpAfterAcquire(const std::shared_ptr<QuorumCall>& call, size_t i) {
+  // Not on a node that refused the attempt (busy): it wrote no lease there, and the key it
+  // found may be its owner's live lease (an acquire answered "held by you" leaves that lease
+  // alone, as on one Redis; releasing it everywhere took the lease from its holder). Released
+  // where the node granted, and where it failed or did not answer in time: it may still run the
+  // attempt, and then runs the release after it (one connection runs commands in order).
+  if (call->said(i, OutcomeCode::kBusy)) {
+    if (--call->cleanup_pending == 0) finishAcquireLoss(call);
+    return;
+  }
+  releaseOn(*call, i, [this, call](StatusOr<RedisValue>) {
+    if (--call->cleanup_pending == 0) finishAcquireLoss(call);
   });
 }
 
@@ -939,23 +958,39 @@ void RedlockBackend::releaseOnAll(const QuorumCall& call,
   }
 }
 
+void RedlockBackend::releaseOn(const QuorumCall& call, size_t i,
+                               std::function<void(StatusOr<RedisValue>)> done) {
+  StatusOr<ScriptCall> release =
+      scriptCallFor(Operation::release(call.name, call.owner).of(call.kind), scripts_);
+  if (SL_INVARIANT(release.isOk(), "redlock.release_script_missing")) {
+    return sendTo(i, *release, std::move(done));
+  }
+  // Every kind has a release script (kScript) and run() refused the others. Were one missing,
+  // the node answers the error on a later turn all the same, so the call still completes.
+  scheduler_.post(alive_.guarded([done = std::move(done), why = release.status()] { done(why); }));
+}
+
 void RedlockBackend::fanOut(const ScriptCall& script,
                             std::function<void(size_t, StatusOr<RedisValue>)> each) {
   auto shared_each =
       std::make_shared<std::function<void(size_t, StatusOr<RedisValue>)>>(std::move(each));
-  const ScriptCall::Views v = script.views();
   for (size_t i = 0; i < nodes_.size(); ++i) {
-    if (shutting_down_) {
-      // No new commands once the nodes are closing; answer for them on a later turn.
-      scheduler_.post(alive_.guarded(
-          [shared_each, i] { (*shared_each)(i, cancelled("backend is shutting down")); }));
-      continue;
-    }
-    nodes_[i]->redis->runScriptArgs(
-        static_cast<size_t>(script.script), v.keyArgs(), v.argArgs(),
-        config_.redlock.node_timeout_ms, script.node_op,
-        [shared_each, i](StatusOr<RedisValue> r) { (*shared_each)(i, std::move(r)); });
+    sendTo(i, script,
+           [shared_each, i](StatusOr<RedisValue> r) { (*shared_each)(i, std::move(r)); });
   }
+}
+
+void RedlockBackend::sendTo(size_t i, const ScriptCall& script,
+                            std::function<void(StatusOr<RedisValue>)> done) {
+  if (shutting_down_) {
+    // No new commands once the nodes are closing; answer for the node on a later turn.
+    scheduler_.post(
+        alive_.guarded([done = std::move(done)] { done(cancelled("backend is shutting down")); }));
+    return;
+  }
+  const ScriptCall::Views v = script.views();
+  nodes_[i]->redis->runScriptArgs(static_cast<size_t>(script.script), v.keyArgs(), v.argArgs(),
+                                  config_.redlock.node_timeout_ms, script.node_op, std::move(done));
 }
 
 // ---------------------------------------------------------------------------------------------

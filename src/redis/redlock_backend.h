@@ -13,8 +13,9 @@
 //    others are raised best effort). The next grant's majority intersects the granting majority,
 //    so it INCRs a counter that is >= this token: tokens strictly increase per name (a counter a
 //    node lost is re-seeded from its clock, see scripts.h).
-//  - A failed attempt releases on all nodes (also those that did not answer) before answering,
-//    so no stale key stays on a live node.
+//  - A failed attempt releases on all nodes (also those that did not answer in time) before
+//    answering, so no stale key stays on a live node; not on a node that refused it (busy): it
+//    wrote nothing there, and the key there may be its owner's live lease (held by you).
 //  - Delayed restarts: a node whose run_id changed or whose uptime is below locks.max_ttl_ms
 //    still receives every command (so it converges) but casts no vote, for grants and extends,
 //    until max_ttl has passed since its restart (quorum::mayVote). health() says why and for how
@@ -176,6 +177,8 @@ class RedlockBackend final : public Backend {
   void startTokenSync(const std::shared_ptr<QuorumCall>& call);
   void evaluateTokenSync(const std::shared_ptr<QuorumCall>& call);
   void startAcquireCleanup(const std::shared_ptr<QuorumCall>& call, Status error);
+  /// A lost (or given up) acquire's clean-up on node `i`, once it answered the attempt.
+  void cleanUpAfterAcquire(const std::shared_ptr<QuorumCall>& call, size_t i);
   void finishAcquireLoss(const std::shared_ptr<QuorumCall>& call);
   /// Extend and proclaim: both owner-checked on a majority.
   void decideExtend(const std::shared_ptr<QuorumCall>& call);
@@ -203,9 +206,12 @@ class RedlockBackend final : public Backend {
   /// Sends the release script of `call`'s lease (its name, owner and kind) to every node; `each`
   /// runs once per node.
   void releaseOnAll(const QuorumCall& call, std::function<void(size_t, StatusOr<RedisValue>)> each);
-  /// Sends `script` to every node (answered kCancelled for each once shutting down); `each`
-  /// runs once per node, with the node's index.
+  /// The same release, to node `i` alone; `done` runs once.
+  void releaseOn(const QuorumCall& call, size_t i, std::function<void(StatusOr<RedisValue>)> done);
+  /// Sends `script` to every node; `each` runs once per node, with the node's index.
   void fanOut(const ScriptCall& script, std::function<void(size_t, StatusOr<RedisValue>)> each);
+  /// Sends `script` to node `i` (answered kCancelled once shutting down); `done` runs once.
+  void sendTo(size_t i, const ScriptCall& script, std::function<void(StatusOr<RedisValue>)> done);
 
   /// Runs `fn` on a later loop turn (Backend contract), counted as in flight until then.
   void deliver(std::function<void()> fn);

@@ -94,6 +94,26 @@ TEST_F(RedlockTest, SecondOwnerIsBusyWithHolderTtl) {
   EXPECT_EQ(env_.metrics().redlock_quorum_failures.Value(), 0);
 }
 
+// An acquire by the owner that holds the lease is refused "held by you" and leaves that lease
+// alone, as on one Redis: the lost attempt's clean-up releases only where the attempt may have
+// written, never on a node that refused it (it released the holder's key everywhere).
+TEST_F(RedlockTest, AnAcquireRefusedAsHeldByYouLeavesTheLease) {
+  auto& b = makeReadyBackend();
+  auto& elsewhere = makeReadyBackend();  // a second sidecar, given the same owner id
+  ASSERT_TRUE(acquire(b, "p", "a", 20'000)->ok());
+  for (backend::RedlockBackend* via : {&b, &elsewhere}) {
+    auto again = acquire(*via, "p", "a", 20'000);
+    ASSERT_TRUE(again.isOk()) << again.status().toString();
+    EXPECT_EQ(again->code, OutcomeCode::kBusy);
+    EXPECT_EQ(again->busy_reason, backend::BusyReason::kHeldByYou);
+    EXPECT_EQ(nodesHolding("p", "a"), 5) << "the holder's lease survives the refused acquire";
+  }
+  EXPECT_EQ(acquire(b, "p", "b", 20'000)->code, OutcomeCode::kBusy);
+  auto extended = extend(b, "p", "a", 20'000);
+  ASSERT_TRUE(extended.isOk()) << extended.status().toString();
+  EXPECT_EQ(extended->code, OutcomeCode::kOk);
+}
+
 TEST_F(RedlockTest, TinyTtlIsRejectedAsInvalid) {
   auto& b = makeReadyBackend();
   auto r = acquire(b, "l", "a", 2);  // drift alone is 3 ms
