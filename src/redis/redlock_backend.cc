@@ -805,7 +805,14 @@ void RedlockBackend::finishLeaderRead(const std::shared_ptr<QuorumCall>& call) {
     o.validity_ms = std::max<int64_t>(0, quorum::heldTtlMs(static_cast<int>(nodes_.size()), pttls));
     break;
   }
-  if (!o.ok()) o.leader = LeaderRecord{};
+  if (!o.ok()) {
+    size_t largest = 0;  // nodes recording the same lease, the most of any
+    for (const auto& [lease, holders] : leases) largest = std::max(largest, holders.size());
+    if (std::optional<Status> unsure = cannotTellFree(*call, largest)) {
+      return answer(call, std::move(*unsure));
+    }
+    o.leader = LeaderRecord{};
+  }
   o.leader.lease.clear();  // compared here, never passed on
   answer(call, o);
 }
@@ -928,10 +935,27 @@ void RedlockBackend::finishRead(const std::shared_ptr<QuorumCall>& call) {
         break;
       }
     }
+  } else if (std::optional<Status> unsure = cannotTellFree(*call, held_pttls.size())) {
+    return answer(call, std::move(*unsure));
   } else {
     o.token = lastGrantedToken(*call);
   }
   answer(call, o);
+}
+
+std::optional<Status> RedlockBackend::cannotTellFree(const QuorumCall& call, size_t holding) const {
+  // Free means no majority holds it, counting the voting nodes that did not answer (stalled,
+  // timed out) as holders: any of them may still hold the lease, and with the nodes that said so
+  // make a majority. The lease is then valid for its holder (extend counts such nodes the same
+  // way: finishExtendLoss), and "free" would be a lie a waiter or an event stream acts on.
+  if (holding == 0) return std::nullopt;  // the silent nodes alone are fewer than a quorum
+  int silent = 0;
+  for (size_t i = 0; i < nodes_.size(); ++i) silent += call.voting[i] && !call.answers[i] ? 1 : 0;
+  if (static_cast<int>(holding) + silent < quorumSize()) return std::nullopt;
+  return unavailable("redlock: " + std::string(verbName(call.verb)) + ": " +
+                     std::to_string(holding) + " of " + std::to_string(nodes_.size()) +
+                     " nodes hold the lock and " + std::to_string(silent) +
+                     " that did not answer may still hold it: " + nodeErrors(call.errors));
 }
 
 uint64_t RedlockBackend::lastGrantedToken(const QuorumCall& call) const {

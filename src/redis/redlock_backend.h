@@ -94,6 +94,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -202,6 +203,10 @@ class RedlockBackend final : public Backend {
   /// A read of a lock nobody (or readers) holds: the counter a majority of the answering voting
   /// nodes report (the last grant's), else the one a majority reach (quorum::majorityFloorToken).
   uint64_t lastGrantedToken(const QuorumCall& call) const;
+  /// For a read a quorum answered where `holding` voting nodes hold the lease, fewer than a
+  /// majority: kUnavailable when the voting nodes that did not answer could make a majority with
+  /// them (the lease may be valid), nullopt when it is free.
+  std::optional<Status> cannotTellFree(const QuorumCall& call, size_t holding) const;
 
   /// Sends the release script of `call`'s lease (its name, owner and kind) to every node; `each`
   /// runs once per node.

@@ -421,6 +421,54 @@ TEST_F(RedlockTest, InspectReportsMajorityState) {
   EXPECT_EQ(minority->token, held->token);
 }
 
+// A read that a quorum answered but that cannot tell: fewer than a majority hold the lease, but
+// the nodes that did not answer could make one with them (the lease is valid, its holder relies
+// on it, and an acquire elsewhere is refused). It answers unavailable, not "free" (found from
+// outside: GET said held:false and the event stream said "released" during a node's stall while
+// the holder still extended its lease afterwards).
+TEST_F(RedlockTest, AReadThatSilentNodesCouldMakeAMajorityCannotTell) {
+  auto& b = makeReadyBackend();
+  ASSERT_TRUE(acquire(b, "l", "a", 20'000)->ok());
+  for (int i = 0; i < 2; ++i) servers_[i]->cli({"DEL", key("l")});  // free on 0, 1
+  for (int i = 2; i < 4; ++i) servers_[i]->pause();                 // 2, 3 hold it, silent
+  auto unsure = inspect(b, "l");
+  EXPECT_FALSE(unsure.isOk()) << "held on 1 of 3 answering nodes, 2 silent ones may hold it";
+  if (!unsure.isOk()) {
+    EXPECT_EQ(unsure.status().code(), StatusCode::kUnavailable);
+    EXPECT_NE(unsure.status().message().find("may still hold"), std::string::npos)
+        << unsure.status().toString();
+  }
+  for (int i = 2; i < 4; ++i) servers_[i]->resume();
+  auto held = inspect(b, "l");
+  ASSERT_TRUE(held.isOk()) << held.status().toString();
+  EXPECT_TRUE(held->ok()) << "3 of 5 hold it once all answer";
+  // Fewer than a majority even with the silent node: free, as before.
+  servers_[2]->cli({"DEL", key("l")});
+  servers_[3]->pause();
+  auto free_state = inspect(b, "l");
+  servers_[3]->resume();
+  ASSERT_TRUE(free_state.isOk()) << free_state.status().toString();
+  EXPECT_FALSE(free_state->ok());
+
+  // An election's leader read alike.
+  ASSERT_TRUE(run(b, Operation::campaign("e", "owner-a", 20'000, "pod-a", "v1"))->ok());
+  for (int i = 0; i < 2; ++i) {
+    servers_[i]->cli({"DEL", backend::electionKey("sidelock:", "e"),
+                      backend::electionLeaderKey("sidelock:", "e")});
+  }
+  for (int i = 2; i < 4; ++i) servers_[i]->pause();
+  auto leader = run(b, Operation::inspect("e").of(backend::LockKind::kElection));
+  for (int i = 2; i < 4; ++i) servers_[i]->resume();
+  EXPECT_FALSE(leader.isOk()) << "one node records the leader, two silent ones may too";
+  if (!leader.isOk()) {
+    EXPECT_EQ(leader.status().code(), StatusCode::kUnavailable);
+  }
+  auto after = run(b, Operation::inspect("e").of(backend::LockKind::kElection));
+  ASSERT_TRUE(after.isOk()) << after.status().toString();
+  EXPECT_TRUE(after->ok());
+  EXPECT_EQ(after->leader.candidate, "pod-a");
+}
+
 // redsync's quorum matrix: every subset of the five nodes pre-filled with a foreign value.
 TEST_F(RedlockTest, QuorumMatrixGrantedIffAtLeastThreeNodesFree) {
   auto& b = makeReadyBackend();
