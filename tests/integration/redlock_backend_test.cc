@@ -114,6 +114,29 @@ TEST_F(RedlockTest, AnAcquireRefusedAsHeldByYouLeavesTheLease) {
   EXPECT_EQ(extended->code, OutcomeCode::kOk);
 }
 
+// A lost acquire's clean-up on a node that timed out: the release goes out then, behind the
+// attempt on the same connection, so the node that runs the attempt late deletes what it wrote
+// right after (the refused nodes are left alone, the granting ones released at once).
+TEST_F(RedlockTest, ALostAcquiresCleanUpReachesANodeThatRunsItLate) {
+  auto c = redlockConfig();
+  c.command_timeout_ms = 5'000;  // the paused node's link stays up: its queue runs on resume
+  c.health_interval_ms = 5'000;
+  auto& b = makeBackend(c);
+  ASSERT_TRUE(waitAllVoting(b)) << b.health().reason;
+  for (int i = 0; i < 2; ++i) servers_[i]->cli({"SET", key("late"), "other", "PX", "20000"});
+  servers_[2]->pause();  // past node_timeout_ms: counted as failed
+  auto lost = acquire(b, "late", "a", 20'000);
+  ASSERT_TRUE(lost.isOk()) << lost.status().toString();
+  EXPECT_EQ(lost->code, OutcomeCode::kBusy) << "2 granted, 2 refused, 1 silent";
+  for (int i : {3, 4}) EXPECT_EQ(valueOn(i, "late"), "") << "released where it was granted";
+  for (int i : {0, 1}) EXPECT_EQ(valueOn(i, "late"), "other") << "the refusers' keys stay";
+  servers_[2]->resume();
+  // The paused node ran the acquire, then the release queued behind it.
+  EXPECT_TRUE(env_.runUntil([&] { return valueOn(2, "late").empty(); }, 2000))
+      << "node 2 still holds " << valueOn(2, "late");
+  EXPECT_EQ(nodesHolding("late", "other"), 2);
+}
+
 TEST_F(RedlockTest, TinyTtlIsRejectedAsInvalid) {
   auto& b = makeReadyBackend();
   auto r = acquire(b, "l", "a", 2);  // drift alone is 3 ms
