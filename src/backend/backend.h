@@ -110,6 +110,10 @@ struct Operation {
   /// lock_delay_ms > 0, or this sidecar does not know: the default). false lets the Redis scripts
   /// leave the delay key out (a lease without a delay keeps none).
   bool lease_may_delay = true;
+  /// Release of a mutex, fair or election lease: release it only while the lock's fencing counter
+  /// is still at this token, i.e. no grant came after the one being released (a grant given back,
+  /// whose release may be retried after its owner was granted the lock again). 0: any token.
+  uint64_t only_token = 0;
 
   // Each factory sets the fields its verb reads, by name; every other field keeps its default
   // (no positional initializer of a dozen unrelated fields to get wrong).

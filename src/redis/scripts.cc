@@ -631,9 +631,12 @@ StatusOr<ScriptCall> scriptCallFor(const Operation& op, const ScriptContext& ctx
       c.node_op = NodeOp::kRelease;
       arg(op.owner);
       announceArgs(announcement::kReleased);
-      if (op.involuntary) {
+      if (op.involuntary || (op.only_token != 0 && c.script == ScriptId::kRelease)) {
         if (!ctx.sharded_publish) arg(kNotReentrantArg);  // "-": not sharded
-        arg(kInvoluntaryArg);
+        arg(op.involuntary ? kInvoluntaryArg : kNotReentrantArg);
+      }
+      if (op.only_token != 0 && c.script == ScriptId::kRelease) {
+        arg(std::to_string(op.only_token));
       }
       break;
     case Verb::kExtend:

@@ -5,9 +5,25 @@
 #include <utility>
 
 #include "common/log.h"
+#include "redis/scripts.h"
 
 namespace sidelock::backend {
 namespace {
+
+// Given-back grants whose release is still to be retried. Each is a few short strings; a master
+// down for long under a stream of given-back grants drops the oldest (whose TTL ends first).
+constexpr size_t kMaxPendingGiveBacks = 1024;
+// How often the pending give-backs look whether the master is back, and the first retry's delay
+// after a refusal; each failure doubles it, up to kGiveBackMaxBackoffMs.
+constexpr int64_t kGiveBackPollMs = 50;
+constexpr int64_t kGiveBackMaxBackoffMs = 1000;
+
+// Whether a release of `kind` can be limited to one grant's fencing token (release.lua checks the
+// lock's counter; the permits' and readers' scripts have no per-lease token to check).
+bool releaseChecksToken(LockKind kind) {
+  const StatusOr<ScriptId> script = scriptFor(kind, Verb::kRelease);
+  return script.isOk() && *script == ScriptId::kRelease;
+}
 
 // Placeholder until the sentinels name the master: the node is not started before that.
 config::RedisNodeAddress unresolvedAddress(const config::BackendConfig& config) {
@@ -172,7 +188,7 @@ void SentinelBackend::grantThenWait(const Operation& op, OutcomeCallback cb) {
   check->link = redis_->node().linkGeneration();
   // Who holds the grant if it has to be taken back: the acquirer, or the hand-off's next owner.
   const bool hand_off = op.verb == Verb::kHandOff;
-  auto finish = [redis = redis_.get(), name = std::string(op.name), kind = op.kind,
+  auto finish = [this, name = std::string(op.name), kind = op.kind,
                  grantee = std::string(hand_off ? op.next_owner : op.owner), hand_off,
                  cb = std::move(cb)](StatusOr<Outcome> r, const GrantCheck& replication,
                                      const event::LivenessToken::Ref& alive) mutable {
@@ -181,6 +197,8 @@ void SentinelBackend::grantThenWait(const Operation& op, OutcomeCallback cb) {
       cb(std::move(r));
       return;
     }
+    // The script set the lease's TTL before its reply came: by this time it is gone on its own.
+    const int64_t lease_end_us = replication.grant_at_us + r->validity_ms * 1000;
     if (replication.enough()) {
       // The script measured the validity before the WAIT: what the wait took is spent (the
       // holder counts from this answer). Normally well under one WAIT timeout.
@@ -199,7 +217,13 @@ void SentinelBackend::grantThenWait(const Operation& op, OutcomeCallback cb) {
             : replication.notReplicated();
     // Give the grant back: nobody will be told of it, so nobody may be left holding it.
     if (!alive.expired()) {
-      redis->run(Operation::release(name, grantee).of(kind), [](StatusOr<Outcome>) {});
+      GiveBack grant;
+      grant.name = name;
+      grant.kind = kind;
+      grant.owner = grantee;
+      grant.token = r->token;
+      grant.lease_end_us = lease_end_us;
+      giveBack(std::move(grant));
     }
     if (!hand_off) {
       cb(std::move(why));
@@ -223,6 +247,95 @@ void SentinelBackend::grantThenWait(const Operation& op, OutcomeCallback cb) {
                       finish = std::move(finish)]() mutable { finish(std::move(r), *raw, alive); });
   });
   waitFor(std::move(check));
+}
+
+void SentinelBackend::giveBack(GiveBack grant) {
+  ++grant.attempts;
+  // The operation's views must not point into `grant`, which the callback takes over before
+  // run() reads them (run() copies what it keeps).
+  const std::string name = grant.name;
+  const std::string owner = grant.owner;
+  Operation release = Operation::release(name, owner).of(grant.kind);
+  release.only_token = releaseChecksToken(grant.kind) ? grant.token : 0;
+  redis_->run(release,
+              [this, alive = alive_.ref(), grant = std::move(grant)](StatusOr<Outcome> r) mutable {
+                // Destroyed: nothing is left to retry it (its TTL ends it).
+                if (alive.expired()) return;
+                r = watchReadOnly(std::move(r), alive);
+                if (!r.isOk()) {
+                  onGiveBackFailed(std::move(grant), r.status());
+                  return;
+                }
+                // Released, or nothing of it left to release: not held (expired, released by its
+                // owner, or a later grant moved the token on) or held by another owner.
+                if (grant.attempts > 1) {
+                  SL_LOG(kInfo, "sentinel.giveback_retried", {"name", grant.name},
+                         {"kind", lockKindName(grant.kind)}, {"token", grant.token},
+                         {"attempts", grant.attempts}, {"outcome", outcomeName(r->code)});
+                }
+              });
+}
+
+void SentinelBackend::onGiveBackFailed(GiveBack grant, const Status& why) {
+  const int64_t now_us = scheduler_.nowUs();
+  // Without a token to check, a retry could release a later grant to the same owner: such a
+  // release (permits, readers) is tried once, as the lease's own release would be.
+  const char* gave_up = nullptr;
+  if (shut_down_) {
+    gave_up = "the backend is shutting down";
+  } else if (grant.token == 0 || !releaseChecksToken(grant.kind)) {
+    gave_up = "its release cannot be limited to the grant's token";
+  } else if (now_us >= grant.lease_end_us) {
+    gave_up = "its TTL ended";
+  }
+  if (gave_up != nullptr) {
+    SL_LOG(kWarn, "sentinel.giveback_failed", {"name", grant.name},
+           {"kind", lockKindName(grant.kind)}, {"attempts", grant.attempts},
+           {"error", why.message()}, {"gave_up", gave_up},
+           {"ttl_left_ms", std::max<int64_t>(0, (grant.lease_end_us - now_us) / 1000)});
+    return;
+  }
+  SL_LOG(kDebug, "sentinel.giveback_retry", {"name", grant.name},
+         {"kind", lockKindName(grant.kind)}, {"attempts", grant.attempts},
+         {"error", why.message()});
+  grant.backoff_ms = std::min(kGiveBackMaxBackoffMs,
+                              grant.backoff_ms == 0 ? kGiveBackPollMs : grant.backoff_ms * 2);
+  grant.next_try_us = now_us + grant.backoff_ms * 1000;
+  if (give_backs_.size() >= kMaxPendingGiveBacks) {
+    const GiveBack& oldest = give_backs_.front();
+    SL_LOG(kWarn, "sentinel.giveback_dropped", {"name", oldest.name},
+           {"kind", lockKindName(oldest.kind)}, {"pending", give_backs_.size()},
+           {"ttl_left_ms", std::max<int64_t>(0, (oldest.lease_end_us - now_us) / 1000)});
+    give_backs_.pop_front();
+  }
+  give_backs_.push_back(std::move(grant));
+  if (!give_back_timer_.pending()) {
+    give_back_timer_.start(scheduler_, kGiveBackPollMs,
+                           alive_.guarded([this] { retryGiveBacks(); }));
+  }
+}
+
+void SentinelBackend::retryGiveBacks() {
+  if (shut_down_) return;
+  const int64_t now_us = scheduler_.nowUs();
+  const bool can_send = ready();
+  std::deque<GiveBack> waiting;
+  for (GiveBack& grant : give_backs_) {
+    if (now_us >= grant.lease_end_us) {
+      SL_LOG(kWarn, "sentinel.giveback_failed", {"name", grant.name},
+             {"kind", lockKindName(grant.kind)}, {"attempts", grant.attempts},
+             {"gave_up", "its TTL ended before the master was back"});
+    } else if (can_send && now_us >= grant.next_try_us) {
+      giveBack(std::move(grant));  // a failure queues it again (a later loop turn, rule 4)
+    } else {
+      waiting.push_back(std::move(grant));
+    }
+  }
+  give_backs_ = std::move(waiting);
+  if (!give_backs_.empty()) {
+    give_back_timer_.start(scheduler_, kGiveBackPollMs,
+                           alive_.guarded([this] { retryGiveBacks(); }));
+  }
 }
 
 void SentinelBackend::waitFor(std::shared_ptr<GrantCheck> check) {
@@ -290,7 +403,20 @@ BackendHealth SentinelBackend::health() const {
 }
 
 void SentinelBackend::shutdown(std::function<void()> done) {
+  // The pending give-backs are tried once more if the master is up (they go out before the link
+  // closes), else dropped: their keys expire at their TTL, and the sidecar retrying past its own
+  // shutdown is what the TTL is for.
+  const bool can_send = ready();
+  std::deque<GiveBack> pending = std::move(give_backs_);
+  give_backs_.clear();
+  give_back_timer_.reset();
   shut_down_ = true;
+  if (!pending.empty()) {
+    SL_LOG(kInfo, "sentinel.giveback_at_shutdown", {"pending", pending.size()}, {"sent", can_send});
+  }
+  if (can_send) {
+    for (GiveBack& grant : pending) giveBack(std::move(grant));
+  }
   metrics_.backend_ready.Set(0);
   resolver_->shutdown(alive_.guarded(
       [this, done = std::move(done)]() mutable { redis_->shutdown(std::move(done)); }));

@@ -10,13 +10,17 @@
 //    one is in flight share the next, see waitFor). A grant that fewer than N
 //    replicas acknowledged is given back (the release script's compare-and-delete) and answered
 //    kUnavailable (acquire) or as not handed on (hand-off): the client never sees a grant or a
-//    fencing token that only the master holds. Extends are not WAITed for (an extension cannot be
+//    fencing token that only the master holds. The release of a given-back mutex, fair or
+//    election grant is retried while it fails (the link to the master is down: a WAIT failed
+//    because it dropped), checked against the grant's fencing token, until the grant's TTL ends
+//    (see GiveBack). Extends are not WAITed for (an extension cannot be
 //    taken back; losing one in a failover only shortens the lease to its previous expiry).
 //  - /readyz and sidelock_backend_up{node}: the resolved master's address and every sentinel.
 #pragma once
 
 #include <uv.h>
 
+#include <deque>
 #include <map>
 #include <memory>
 #include <string>
@@ -76,6 +80,27 @@ class SentinelBackend final : public Backend {
   /// A READONLY answer means the node was demoted: re-resolve (while we are alive) and tell the
   /// caller "unavailable" so queued waiters ride it out.
   StatusOr<Outcome> watchReadOnly(StatusOr<Outcome> reply, const event::LivenessToken::Ref& alive);
+  /// A grant given back whose release has not run yet. Its release carries the grant's fencing
+  /// token (Operation::only_token), so a retry never releases a later grant, even one to the
+  /// same owner (who may have been granted the lock again meanwhile): it answers "not held" once
+  /// anything was granted after it.
+  struct GiveBack {
+    std::string name;
+    LockKind kind = LockKind::kMutex;
+    std::string owner;         // the grantee: the acquirer, or a hand-off's next owner
+    uint64_t token = 0;        // the grant's fencing token (an election's term)
+    int64_t lease_end_us = 0;  // the grant's TTL is over by then (scheduler clock): the key is gone
+    int64_t next_try_us = 0;   // retries back off while the master refuses or times out
+    int64_t backoff_ms = 0;
+    int attempts = 0;
+  };
+  /// Sends a given-back grant's release. Sent at once after the failed WAIT: while the link is up
+  /// it runs right behind the grant. If it fails (and can be limited to the grant's token),
+  /// onGiveBackFailed keeps it, and retryGiveBacks sends it again once the master is ready,
+  /// until it ran or the grant's TTL ended.
+  void giveBack(GiveBack grant);
+  void onGiveBackFailed(GiveBack grant, const Status& why);
+  void retryGiveBacks();
   bool ready() const;
   void onConfirmedChanged();
   void updateUpGauges();
@@ -93,6 +118,9 @@ class SentinelBackend final : public Backend {
   // after shutdown's done callback, when the owner may already have destroyed us.
   bool wait_in_flight_ = false;
   std::vector<std::shared_ptr<GrantCheck>> next_wait_;  // grants sent since the WAIT in flight
+  // Given-back grants whose release failed, oldest first; at most kMaxPendingGiveBacks.
+  std::deque<GiveBack> give_backs_;
+  event::ScopedTimer give_back_timer_;
   event::LivenessToken alive_;
   bool shut_down_ = false;
 };

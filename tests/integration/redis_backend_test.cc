@@ -127,6 +127,42 @@ TEST_F(RedisBackendTest, AcquireReleaseSemantics) {
   EXPECT_EQ(b2->token, first_token + 1);
 }
 
+// A release limited to one grant's fencing token (Operation::only_token: the Sentinel backend's
+// retried give-back) releases that grant only: once the same owner was granted the lock again,
+// the retry meant for the earlier grant answers "not held" and leaves the later grant alone.
+TEST_F(RedisBackendTest, ATokenLimitedReleaseNeverReleasesALaterGrantToTheSameOwner) {
+  RedisBackend& b = make(redisConfig(redis_.port()));
+  for (const LockKind kind : {LockKind::kMutex, LockKind::kElection}) {
+    SCOPED_TRACE(lockKindName(kind));
+    const std::string name = std::string("given-back-") + lockKindName(kind);
+    auto grant = [&] {
+      return run(b, kind == LockKind::kElection
+                        ? Operation::campaign(name, "alice", 10'000, "pod-a", "v")
+                        : Operation::acquire(name, "alice", 10'000));
+    };
+    auto first = grant();
+    ASSERT_TRUE(first.isOk() && first->ok());
+    Operation first_only = Operation::release(name, "alice").of(kind);
+    first_only.only_token = first->token;
+    // Released meanwhile (by its owner, an operator, its TTL), then granted to its owner again.
+    ASSERT_TRUE(run(b, Operation::release(name, "alice").of(kind)).isOk());
+    auto later = grant();
+    ASSERT_TRUE(later.isOk() && later->ok());
+    ASSERT_GT(later->token, first->token);
+    auto stale = run(b, first_only);
+    ASSERT_TRUE(stale.isOk()) << stale.status().toString();
+    EXPECT_EQ(stale->code, OutcomeCode::kNotHeld);
+    auto state = run(b, Operation::inspect(name).of(kind));
+    ASSERT_TRUE(state.isOk());
+    EXPECT_TRUE(state->ok()) << "the later grant was released";
+    Operation later_only = Operation::release(name, "alice").of(kind);
+    later_only.only_token = later->token;
+    auto released = run(b, later_only);
+    ASSERT_TRUE(released.isOk());
+    EXPECT_EQ(released->code, OutcomeCode::kOk) << "the grant of that token is released";
+  }
+}
+
 TEST_F(RedisBackendTest, ExtendChecksOwnerAndNeverRecreates) {
   RedisBackend& b = make(redisConfig(redis_.port()));
   ASSERT_TRUE(acquire(b, "job", "alice", 1'000)->ok());

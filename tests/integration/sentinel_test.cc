@@ -383,6 +383,48 @@ TEST_F(SentinelTest, AGrantWrittenAfterItsWaitIsGivenBack) {
   EXPECT_EQ(sidecar_->stop(), 0) << sidecar_->logs();
 }
 
+// A grant whose WAIT fails because the master link drops is given back by a release sent while
+// that link is down: the node refuses it at once. It used to be sent once and forgotten, so the
+// given-back grant stayed on the master for its whole TTL (15 s in the fault test): reads named a
+// holder that was told 503, and nobody, its own owner included, got the lock meanwhile (found from
+// outside, /tmp/faults17/sen/repro_giveback_linkdrop.sh). The release is retried once the link is
+// back, for the grant's fencing token only.
+TEST_F(SentinelTest, AGrantGivenBackWhileTheLinkIsDownIsReleasedOnceItIsBack) {
+  startSidecar(kMasterName, /*wait_replicas=*/1, /*wait_ready=*/true);
+  HttpClient c = HttpClient::tcp(sidecar_->port());
+  ASSERT_EQ(acquireOnceReplicated(c, "warm", "{}").status, 200);
+  replica_->pause();  // the WAIT waits its whole timeout (500 ms)
+  std::thread link_drop([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(150));
+    master_->cli({"CLIENT", "KILL", "TYPE", "normal"});  // mid-WAIT: the sidecar's link resets
+  });
+  auto r = c.post("/v1/locks/dropped/acquire", R"({"ttl_ms":15000})");
+  link_drop.join();
+  EXPECT_EQ(r.status, 503) << r.body;
+  EXPECT_NE(r.body.find("given back"), std::string::npos) << r.body;
+  const auto told = std::chrono::steady_clock::now();
+  const bool released = pollUntil(
+      [&] {
+        return master_->cli({"EXISTS", "sidelock:{dropped}"}) == "0";
+      },
+      2'000);
+  const int64_t took_ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - told)
+          .count();
+  replica_->resume();
+  EXPECT_TRUE(released) << "the given-back grant is still on the master, PTTL "
+                        << master_->cli({"PTTL", "sidelock:{dropped}"}) << ", token "
+                        << master_->cli({"GET", "sidelock:{dropped}:token"}) << "\n"
+                        << sidecar_->logs();
+  std::printf("given-back grant gone from the master %lld ms after the 503 (%s)\n",
+              static_cast<long long>(took_ms),
+              sidecar_->logs().find("sentinel.giveback_retried") != std::string::npos
+                  ? "its release was retried"
+                  : "its first release ran");
+  EXPECT_EQ(acquireOnceReplicated(c, "dropped", "{}").status, 200) << "the lock is free again";
+  EXPECT_EQ(sidecar_->stop(), 0) << sidecar_->logs();
+}
+
 // The script measures a grant's validity before its WAIT; the time the WAIT took is spent: the
 // answer's ttl_ms leaves it out, since the holder counts from the answer (it used to say the whole
 // TTL after a 400 ms wait, while Redis had 1.6 s left; found by review).

@@ -384,6 +384,16 @@ TEST(RedisScripts, EveryOperationIsOneScriptCall) {
   EXPECT_EQ(involuntary.args[4], kInvoluntaryArg);
   ASSERT_EQ(involuntary.key_count, 4);
   EXPECT_EQ(involuntary.keys[3], "p:{n}:delay") << "a lease this sidecar does not know";
+  // A release limited to one grant's fencing token carries it as ARGV[6] (after "not sharded",
+  // "not involuntary"); only release.lua checks it (permits and readers have no token per lease).
+  Operation given_back = Operation::release("n", "o");
+  given_back.only_token = 1234;
+  const ScriptCall token_limited = callOf(given_back, ctx);
+  ASSERT_EQ(token_limited.arg_count, 6);
+  EXPECT_EQ(token_limited.args[3], kNotReentrantArg);
+  EXPECT_EQ(token_limited.args[4], kNotReentrantArg);
+  EXPECT_EQ(token_limited.args[5], "1234");
+  EXPECT_EQ(callOf(given_back.of(LockKind::kSemaphore), ctx).arg_count, 3);
   // A lease known to have no delay leaves the key out of extend, release and hand-off (a key
   // that does not exist draws TRYAGAIN while its Cluster slot migrates).
   Operation plain_release = Operation::release("n", "o");

@@ -8,9 +8,11 @@
 --                           p{name}:holder, the holder record (lib/holder_record.lua)
 -- KEYS[4]  p{name}:delay    locks only, and only for a lease that may have a lock-delay
 --                           (lib/lock_delay.lua): cleared, or started by an involuntary release
--- ARGV     owner, channel, reason[, "sharded" | "-"[, "involuntary"]]  ("sharded": Redis
---          Cluster, SPUBLISH; "involuntary": the lease is given up, not released: its lock-delay
---          applies)
+-- ARGV     owner, channel, reason[, "sharded" | "-"[, "involuntary" | "-"[, token]]]
+--          ("sharded": Redis Cluster, SPUBLISH; "involuntary": the lease is given up, not
+--          released: its lock-delay applies; token: release only the grant of this fencing token,
+--          answered "not held" once the counter moved past it: a later grant, perhaps to the same
+--          owner, is never released by a retry meant for an earlier one)
 -- Replies  {1, 0, 0, holds left}   released (0: freed and announced; more: one hold given back)
 --          {0, 0, holder PTTL}     held by another owner
 --          {-1, 0, 0}              not held
@@ -21,7 +23,11 @@
 --! include lib/holder.lua
 --! include lib/announce.lua
 --! include lib/lock_delay.lua
+--! include lib/last_token.lua
 
+if ARGV[6] and lastToken() ~= tonumber(ARGV[6]) then
+  return {-1, 0, 0}
+end
 local reply = lastHoldOrReply()
 if reply then
   return reply
