@@ -970,15 +970,11 @@ uint64_t RedlockBackend::lastGrantedToken(const QuorumCall& call) const {
 
 void RedlockBackend::releaseOnAll(const QuorumCall& call,
                                   std::function<void(size_t, StatusOr<RedisValue>)> each) {
-  StatusOr<ScriptCall> release =
-      scriptCallFor(Operation::release(call.name, call.owner).of(call.kind), scripts_);
-  if (SL_INVARIANT(release.isOk(), "redlock.release_script_missing")) {
-    return fanOut(*release, std::move(each));
-  }
-  // Every kind has a release script (kScript) and run() refused the others. Were one missing,
-  // each node answers the error on a later turn all the same, so the call still completes.
+  auto shared_each =
+      std::make_shared<std::function<void(size_t, StatusOr<RedisValue>)>>(std::move(each));
   for (size_t i = 0; i < nodes_.size(); ++i) {
-    scheduler_.post(alive_.guarded([each, i, why = release.status()] { each(i, why); }));
+    releaseOn(call, i,
+              [shared_each, i](StatusOr<RedisValue> r) { (*shared_each)(i, std::move(r)); });
   }
 }
 
