@@ -627,18 +627,19 @@ StatusOr<ScriptCall> scriptCallFor(const Operation& op, const ScriptContext& ctx
         announceArgs(announcement::kGranted);  // a new leader is news to every observer
       }
       break;
-    case Verb::kRelease:
+    case Verb::kRelease: {
       c.node_op = NodeOp::kRelease;
       arg(op.owner);
       announceArgs(announcement::kReleased);
-      if (op.involuntary || (op.only_token != 0 && c.script == ScriptId::kRelease)) {
+      // Only release.lua checks a token (the permits' and readers' scripts have none per lease).
+      const bool token_limited = op.only_token != 0 && c.script == ScriptId::kRelease;
+      if (op.involuntary || token_limited) {
         if (!ctx.sharded_publish) arg(kNotReentrantArg);  // "-": not sharded
         arg(op.involuntary ? kInvoluntaryArg : kNotReentrantArg);
       }
-      if (op.only_token != 0 && c.script == ScriptId::kRelease) {
-        arg(std::to_string(op.only_token));
-      }
+      if (token_limited) arg(std::to_string(op.only_token));
       break;
+    }
     case Verb::kExtend:
       c.node_op = NodeOp::kExtend;
       arg(op.owner);

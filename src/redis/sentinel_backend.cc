@@ -256,7 +256,7 @@ void SentinelBackend::giveBack(GiveBack grant) {
   const std::string name = grant.name;
   const std::string owner = grant.owner;
   Operation release = Operation::release(name, owner).of(grant.kind);
-  release.only_token = releaseChecksToken(grant.kind) ? grant.token : 0;
+  release.only_token = grant.token;  // scriptCallFor passes it on where the script checks it
   redis_->run(release,
               [this, alive = alive_.ref(), grant = std::move(grant)](StatusOr<Outcome> r) mutable {
                 // Destroyed: nothing is left to retry it (its TTL ends it).
@@ -309,10 +309,12 @@ void SentinelBackend::onGiveBackFailed(GiveBack grant, const Status& why) {
     give_backs_.pop_front();
   }
   give_backs_.push_back(std::move(grant));
-  if (!give_back_timer_.pending()) {
-    give_back_timer_.start(scheduler_, kGiveBackPollMs,
-                           alive_.guarded([this] { retryGiveBacks(); }));
-  }
+  scheduleGiveBackRetry();
+}
+
+void SentinelBackend::scheduleGiveBackRetry() {
+  if (give_back_timer_.pending()) return;
+  give_back_timer_.start(scheduler_, kGiveBackPollMs, alive_.guarded([this] { retryGiveBacks(); }));
 }
 
 void SentinelBackend::retryGiveBacks() {
@@ -332,10 +334,7 @@ void SentinelBackend::retryGiveBacks() {
     }
   }
   give_backs_ = std::move(waiting);
-  if (!give_backs_.empty()) {
-    give_back_timer_.start(scheduler_, kGiveBackPollMs,
-                           alive_.guarded([this] { retryGiveBacks(); }));
-  }
+  if (!give_backs_.empty()) scheduleGiveBackRetry();
 }
 
 void SentinelBackend::waitFor(std::shared_ptr<GrantCheck> check) {

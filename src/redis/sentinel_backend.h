@@ -100,6 +100,8 @@ class SentinelBackend final : public Backend {
   /// until it ran or the grant's TTL ended.
   void giveBack(GiveBack grant);
   void onGiveBackFailed(GiveBack grant, const Status& why);
+  /// retryGiveBacks on the next poll (kGiveBackPollMs), unless already due.
+  void scheduleGiveBackRetry();
   void retryGiveBacks();
   bool ready() const;
   void onConfirmedChanged();
