@@ -36,9 +36,20 @@ class [[nodiscard]] Status {
   /// "unavailable: redis 127.0.0.1:6379 is down"
   std::string toString() const;
 
+  /// The request went out and no answer came (its budget ended, or the link went down under it):
+  /// what it asked for may have been done all the same. Only the layer that sent it knows
+  /// (RedisConnection); layers above pass the status on and copies keep it. An acquire that
+  /// failed this way may have left a grant nobody was told of (LockService gives it back).
+  bool outcomeUnknown() const { return outcome_unknown_; }
+  Status& setOutcomeUnknown() {
+    outcome_unknown_ = true;
+    return *this;
+  }
+
  private:
   StatusCode code_ = StatusCode::kOk;
   std::string message_;
+  bool outcome_unknown_ = false;
 };
 
 inline Status invalidArgument(std::string m) { return {StatusCode::kInvalidArgument, std::move(m)}; }

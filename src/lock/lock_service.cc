@@ -224,6 +224,9 @@ void LockService::Impl::shutdown(bool release_held, int64_t grace_ms, std::funct
          {"waiters", static_cast<unsigned long>(queues_.total())}, {"release_held", release_held});
 
   cancelWaiters();
+  // Unanswered grants still to give back: one last try each (the backend may be back).
+  retryUnanswered(/*backend_ready=*/true);
+  unanswered_timer_.reset();
 
   for (const auto& key : leases_.keys()) {
     Lease* lease = leases_.find(key.first, key.second);

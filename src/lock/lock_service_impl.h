@@ -169,6 +169,34 @@ class LockService::Impl {
   /// The backend can grant again: queues riding out the outage retry at once.
   void onBackendReady();
   void releaseOrphan(const LockId& lock, const std::string& owner);
+
+  // --- grants nobody was told of: acquires that got no answer (unanswered.cc) ---
+  /// The give-back of one possible grant.
+  struct UnansweredGrant {
+    LockId lock;
+    std::string owner;
+    int64_t until_us = 0;  // its TTL has ended by then: nothing left to give back
+    int64_t next_try_us = 0;
+    int64_t backoff_ms = 0;
+    int attempts = 0;
+  };
+  /// Before `w`'s next attempt, in the same loop turn (so on the same connection, ahead of it):
+  /// the release of what an unanswered attempt of it may have been granted.
+  void giveBackBeforeAttempt(Waiter& w);
+  /// After `w`'s last attempt: its unanswered attempt's possible grant is given back now, or,
+  /// with the backend out, as soon as it is back (until `ttl_ms` would have ended it). For an
+  /// owner id the caller chose, only counted (the caller holds the means to release it).
+  void settleUnanswered(Waiter& w);
+  /// Sends the give-back (owner-checked release); a refusal keeps it for a retry.
+  void giveBackUnanswered(UnansweredGrant grant);
+  /// Counts what a give-back found; true when it released a grant.
+  bool noteGiveBack(const UnansweredGrant& grant, const backend::Outcome& r);
+  /// Counts and logs a give-back that will not be sent again (`why`: a literal).
+  void giveUpUnanswered(const UnansweredGrant& grant, const char* why, const std::string& error);
+  void scheduleUnansweredRetry();
+  /// Sends the give-backs waiting for the backend (all of them when `backend_ready`, else those
+  /// whose backoff is over), and drops those whose TTL ended.
+  void retryUnanswered(bool backend_ready);
   int64_t retryHintMs(const LockId& lock, int64_t holder_ttl_ms);
   void updateWaiterGauge();
 
@@ -249,6 +277,11 @@ class LockService::Impl {
   uint64_t next_change_watch_id_ = 0;
   uint64_t next_waiter_id_ = 0;
   uint64_t next_lease_id_ = 0;
+
+  /// Give-backs of unanswered grants the backend was out for (bounded: the oldest, whose TTL ends
+  /// first, is dropped when full).
+  std::deque<UnansweredGrant> unanswered_;
+  event::ScopedTimer unanswered_timer_;
 
   bool stopping_ = false;
   std::function<void()> shutdown_done_;

@@ -40,6 +40,15 @@ struct Waiter {
   /// A waiting acquire that found the queue limits full: it tries once first, and only if the
   /// lock is busy does it queue (room permitting) with this budget, counted from started_us.
   int64_t wait_if_busy_ms = 0;
+  /// The service drew its owner id (the caller gave none): nobody else can hold a lease under it,
+  /// so a grant found under it is one of this waiter's own attempts.
+  bool owner_drawn = false;
+  /// An attempt of it got no answer (Status::outcomeUnknown) and may have been granted: its next
+  /// attempt gives that grant back first (src/lock/unanswered.cc). Drawn owner ids only.
+  bool grant_unsettled = false;
+  /// An attempt of it got no answer under an owner id the caller chose: its error says the
+  /// acquire may have been granted (the caller can release it; unanswered.cc leaves it).
+  bool grant_left_to_owner = false;
   event::ScopedTimer deadline_timer;
 };
 

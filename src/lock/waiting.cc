@@ -16,6 +16,15 @@ namespace {
 /// An outage a queued waiter rides out: the backend could not answer (down, no quorum, no reply
 /// in time, an error reply while Redis restarts, Redis out of memory until leases expire or an
 /// operator frees some). Not: a bad request, or cancellation.
+/// The error a waiter whose acquire got no answer is told: for an owner id the caller chose, that
+/// the acquire may have been granted (unanswered.cc leaves that grant to the caller).
+Status unansweredHint(const Waiter& w, const Status& error) {
+  if (!w.grant_left_to_owner) return error;
+  return Status(error.code(), error.message() +
+                                  " (no answer came: the acquire may have been granted all the "
+                                  "same; release it with this owner id, or its TTL ends it)");
+}
+
 bool isTransientBackendError(const Status& s) {
   switch (s.code()) {
     case StatusCode::kUnavailable:
@@ -55,7 +64,8 @@ AcquireTicket LockService::Impl::acquire(AcquireOptions options,
   };
   if (stopping_) return reject(AcquireStatus::kCancelled);
 
-  if (options.owner.empty()) options.owner = randomOwnerId();
+  const bool owner_drawn = options.owner.empty();
+  if (owner_drawn) options.owner = randomOwnerId();
   if (options.stream) options.auto_renew = true;
   if (options.ttl_ms <= 0) options.ttl_ms = config_.default_ttl_ms;
   // The API layer validates; clamping here keeps a direct caller from queueing forever (a kind
@@ -97,6 +107,7 @@ AcquireTicket LockService::Impl::acquire(AcquireOptions options,
   w.started_us = now;
   w.deadline_us = now + w.options.wait_ms * 1000;
   w.wait_if_busy_ms = wait_if_busy_ms;
+  w.owner_drawn = owner_drawn;
   waiters_.emplace(id, std::move(owned));
   AcquireTicket ticket(alive_.guarded([this, id] { cancelWaiter(id); }));
 
@@ -211,6 +222,8 @@ void LockService::Impl::cancelWaiter(uint64_t id) {
 }
 
 void LockService::Impl::attempt(Waiter& w) {
+  // First, on the same connection: an earlier attempt's possible grant (unanswered.cc).
+  if (w.grant_unsettled) giveBackBeforeAttempt(w);
   w.attempting = true;
   const bool queued = w.options.wait_ms > 0;
   WaiterQueue* q = queued ? queues_.find(w.options.lock) : nullptr;
@@ -266,6 +279,22 @@ void LockService::Impl::onAttemptReply(uint64_t id, StatusOr<backend::Outcome> r
     if (reply.isOk()) q->backend_error = Status::ok();
   }
   const bool granted = reply.isOk() && reply->ok();
+  if (granted) {
+    w.grant_unsettled = false;  // no earlier grant of ours can be there: this one would be busy
+  } else if (!reply.isOk() && reply.status().outcomeUnknown()) {
+    // No answer: it may have been granted all the same (unanswered.cc).
+    if (w.owner_drawn) {
+      w.grant_unsettled = true;
+    } else {
+      w.grant_left_to_owner = true;
+      metrics_.unanswered_left_to_owner.Increment();
+    }
+  } else if (reply.isOk() && reply->busy_reason == backend::BusyReason::kHeldByYou &&
+             reply->code == backend::OutcomeCode::kBusy && w.owner_drawn) {
+    // Only an earlier attempt of this waiter can hold a lease under its drawn owner id: one
+    // that ran after its answer was given up on (or on another link).
+    w.grant_unsettled = true;
+  }
   const KindPolicy& policy = policyOf(lock.kind);
   if (q != nullptr && reply.isOk() && policy.marks_writer_waiting) {
     // Readers turned the writer away and it marked itself; a writer whose acquire got it in
@@ -283,6 +312,7 @@ void LockService::Impl::onAttemptReply(uint64_t id, StatusOr<backend::Outcome> r
              {"owner", ownerDigest(w.options.owner)});
       releaseOrphan(lock, w.options.owner);  // wakes the queue once the backend answered
     }
+    settleUnanswered(w);
     waiters_.erase(it);
     if (q != nullptr) {
       if (!granted) pumpQueue(lock);
@@ -306,7 +336,7 @@ void LockService::Impl::onAttemptReply(uint64_t id, StatusOr<backend::Outcome> r
   } else if (!reply.isOk()) {
     r.status = reply.status().code() == StatusCode::kCancelled ? AcquireStatus::kCancelled
                                                                : AcquireStatus::kError;
-    r.error = reply.status();
+    r.error = unansweredHint(w, reply.status());
     finishWaiter(w, std::move(r));
     // The next waiter gets its own attempt (and, with the backend down, its own fast failure).
     if (q != nullptr) pumpQueue(lock);
@@ -380,7 +410,7 @@ void LockService::Impl::onDeadline(uint64_t id) {
   if (q != nullptr && !q->backend_error.isOk()) {
     // The budget ended with the backend still out: that is the answer, not "locked".
     r.status = AcquireStatus::kError;
-    r.error = q->backend_error;
+    r.error = unansweredHint(w, q->backend_error);
   } else {
     r.status = AcquireStatus::kBusy;
     r.retry_after_ms = retryHintMs(lock, -1);
@@ -490,6 +520,7 @@ void LockService::Impl::finishWaiter(Waiter& w, AcquireResult result) {
     w.abandoned = true;  // kept until its attempt answers
     w.on_event = nullptr;
   } else {
+    settleUnanswered(w);
     waiters_.erase(w.id);  // `w` is gone from here on
   }
   if (done)
@@ -593,6 +624,8 @@ void LockService::Impl::runOnBackend(const LockId& lock, backend::Operation op,
 }
 
 void LockService::Impl::onBackendReady() {
+  // Give-backs first: in this turn they go out ahead of the waiters' attempts.
+  retryUnanswered(/*backend_ready=*/true);
   for (const LockId& lock : queues_.locks()) {
     const WaiterQueue* q = queues_.find(lock);
     if (q != nullptr && !q->backend_error.isOk()) wakeQueue(lock, /*notified=*/false);

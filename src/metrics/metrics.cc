@@ -80,6 +80,20 @@ Metrics::Metrics(std::string version)
                                 "whoever held them.")
                           .Register(*registry_)
                           .Add({})),
+      unanswered_acquires_total(
+          BuildCounter()
+              .Name("sidelock_unanswered_acquires_total")
+              .Help("Acquires that went out to the backend and got no answer (a timeout, a link "
+                    "lost under them), so may have been granted without anybody being told, by "
+                    "what became of that possible grant: released (given back: it had been "
+                    "granted), not_granted (given back: nothing was there), gave_up (the backend "
+                    "was not reached before its TTL ended it), left_to_owner (the caller chose "
+                    "the owner id: the caller may release it, else its TTL ends it).")
+              .Register(*registry_)),
+      unanswered_released(unanswered_acquires_total.Add({{"outcome", "released"}})),
+      unanswered_not_granted(unanswered_acquires_total.Add({{"outcome", "not_granted"}})),
+      unanswered_gave_up(unanswered_acquires_total.Add({{"outcome", "gave_up"}})),
+      unanswered_left_to_owner(unanswered_acquires_total.Add({{"outcome", "left_to_owner"}})),
       waiters(BuildGauge()
                   .Name("sidelock_waiters")
                   .Help("Acquire requests currently queued waiting for a lock.")

@@ -107,6 +107,15 @@ class Metrics {
   AcquireMetrics& acquireFor(std::string_view kind);
   prometheus::Counter& grants_undelivered;  // granted, never read by the client, given back
   prometheus::Counter& forced_releases;     // leases an operator freed (admin force release)
+  /// Acquires that went out and got no answer (timeout, link lost), so may have been granted, by
+  /// what became of that possible grant ({outcome}): given back and found (released) or not
+  /// there (not_granted), never reached in its TTL (gave_up), or left to the caller, whose own
+  /// owner id it carries (left_to_owner).
+  prometheus::Family<prometheus::Counter>& unanswered_acquires_total;  // {outcome}
+  prometheus::Counter& unanswered_released;
+  prometheus::Counter& unanswered_not_granted;
+  prometheus::Counter& unanswered_gave_up;
+  prometheus::Counter& unanswered_left_to_owner;
   prometheus::Gauge& waiters;
   /// Bytes held by answers remembered for request_id retries (bounded by
   /// locks.max_request_id_bytes); set at scrape time.

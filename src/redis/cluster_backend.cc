@@ -138,7 +138,9 @@ void ClusterBackend::onReply(std::shared_ptr<Call> call, const std::string& addr
       // The node left the slot map while the script was in flight. It may or may not have run
       // there, so it is not run again elsewhere (a hand-off run twice would lose its grant): a
       // transient failure, as for a node that went down.
-      call->done(unavailable("redis " + address + " left the cluster's slot map"), address);
+      call->done(
+          unavailable("redis " + address + " left the cluster's slot map").setOutcomeUnknown(),
+          address);
       return;
     }
     if (r.status().code() == StatusCode::kUnavailable) scheduleRefresh();

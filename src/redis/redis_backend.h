@@ -3,7 +3,9 @@
 //
 // Errors: link down -> kUnavailable (fails fast, the reason says why), no reply within
 // backend.command_timeout_ms -> kDeadlineExceeded (the link is then reconnected), a Redis error
-// reply -> kInternal with Redis's message, after shutdown() -> kCancelled.
+// reply -> kInternal with Redis's message, after shutdown() -> kCancelled. A timeout, and a link
+// lost with the request in flight, say Status::outcomeUnknown(): Redis may have run it (an acquire
+// may have been granted; the lock service gives such a grant back, src/lock/unanswered.cc).
 #pragma once
 
 #include <uv.h>

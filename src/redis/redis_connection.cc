@@ -65,6 +65,7 @@ std::string RedisConnection::unansweredMessage(const Pending& p, std::string_vie
 
 void RedisConnection::close(StatusCode code, const std::string& reason) {
   if (dead_) return;
+  const bool sent = connected_;  // the pending requests may have been written, and run
   stopIo();
   // Answered on a later turn: close() may be called from inside a caller's own call. A closing
   // node (kCancelled) did not lose its link: its requests are cancelled.
@@ -73,7 +74,9 @@ void RedisConnection::close(StatusCode code, const std::string& reason) {
     std::string message = code == StatusCode::kCancelled
                               ? options_.name + ": " + p.what + " cancelled: " + reason
                               : unansweredMessage(p, reason);
-    scheduler_.post([cb = std::move(p.cb), why = Status(code, std::move(message))] { cb(why); });
+    Status why(code, std::move(message));
+    if (sent) why.setOutcomeUnknown();
+    scheduler_.post([cb = std::move(p.cb), why = std::move(why)] { cb(why); });
   }
   pending_.clear();
 }
@@ -284,6 +287,7 @@ void RedisConnection::onTransportError(std::string reason) { die(reason); }
 
 void RedisConnection::die(const std::string& reason) {
   if (dead_) return;
+  const bool sent = connected_;  // else the link never came up: nothing was written
   stopIo();
   std::deque<Pending> failed = std::move(pending_);
   pending_.clear();
@@ -297,7 +301,9 @@ void RedisConnection::die(const std::string& reason) {
   for (size_t i = 0; i < failed.size(); ++i) {
     if (!failed[i].cb) continue;
     if (metrics != nullptr) inc(metrics->errors_disconnected);
-    failed[i].cb(unavailable(std::move(errors[i])));
+    Status why = unavailable(std::move(errors[i]));
+    if (sent) why.setOutcomeUnknown();
+    failed[i].cb(std::move(why));
   }
 }
 
@@ -353,7 +359,8 @@ void RedisConnection::onDeadlineCheck() {
   }
   for (auto& [cb, message] : expired) {
     if (options_.metrics != nullptr) inc(options_.metrics->errors_timeout);
-    cb(deadlineExceeded(options_.name + ": " + message));
+    // Redis may still run it: the reply is dropped when it comes, not waited for.
+    cb(deadlineExceeded(options_.name + ": " + message).setOutcomeUnknown());
   }
   // Callers first hear that their budget ended; then the silent link is torn down (a callback may
   // already have closed it).

@@ -7,8 +7,10 @@
 //    callers' commands become a few writes, and Redis starts on them while the turn goes on.
 //  - Replies complete requests in FIFO order. Every request completes exactly once: with its
 //    reply, with kDeadlineExceeded when its own budget ends (the late reply is dropped when it
-//    comes; the link stays), or with kUnavailable when the link dies. A request whose caller gave
-//    up keeps its FIFO slot with the callback cleared.
+//    comes; the link stays), or with kUnavailable when the link dies. The last two say
+//    Status::outcomeUnknown() when the request may have been written (Redis may run it yet): the
+//    caller decides what a possibly carried-out request needs (LockService gives back a grant).
+//    A request whose caller gave up keeps its FIFO slot with the callback cleared.
 //  - Two deadlines: a request's budget only answers its caller; the link is declared dead only
 //    when the oldest outstanding request is older than `liveness_timeout_ms` and nothing was read
 //    for as long (a 60 ms fork stall must not reconnect every node of a Redlock set).

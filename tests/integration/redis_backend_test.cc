@@ -351,12 +351,14 @@ TEST_F(RedisBackendTest, PausedRedisTimesOutThenRecovers) {
   auto r = acquire(b, "p", "bob", 10'000);
   ASSERT_FALSE(r.isOk());
   EXPECT_EQ(r.status().code(), StatusCode::kDeadlineExceeded) << r.status().toString();
+  EXPECT_TRUE(r.status().outcomeUnknown()) << "it went out: Redis may run it when it wakes";
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(2));
   EXPECT_FALSE(b.health().ready) << "a timed-out link counts as broken";
 
   auto fast = acquire(b, "p", "bob", 10'000);
   ASSERT_FALSE(fast.isOk());
   EXPECT_EQ(fast.status().code(), StatusCode::kUnavailable);
+  EXPECT_FALSE(fast.status().outcomeUnknown()) << "refused while the link is down: never sent";
 
   redis_.resume();
   ASSERT_TRUE(env_.runUntil([&] { return b.health().ready; }, 5000)) << b.health().reason;

@@ -486,6 +486,85 @@ TEST_F(LockServiceTest, WaiterRetriesWithoutAReadyNotificationToo) {
   EXPECT_EQ(w->status(), AcquireStatus::kGranted);
 }
 
+// --- acquires that got no answer (src/lock/unanswered.cc) -----------------------------------
+
+Status noAnswer() { return deadlineExceeded("acquire timed out after 500 ms").setOutcomeUnknown(); }
+
+TEST_F(LockServiceTest, AWaitersUnansweredGrantIsGivenBackRightBeforeItsNextAttempt) {
+  backend.fail_acquire = noAnswer();
+  backend.acquire_applied_anyway = true;        // Redis ran it after the sidecar stopped waiting
+  auto w = start(opts("x", "", 10'000, 5000));  // the service draws the owner id
+  sched.runReady();
+  EXPECT_TRUE(inspect("x").held) << "the lost answer's grant";
+  backend.fail_acquire.reset();
+  backend.announceReady();
+  sched.runReady();
+  ASSERT_TRUE(w->done());
+  ASSERT_EQ(w->status(), AcquireStatus::kGranted) << "not held by its own lost grant until its TTL";
+  // The give-back went out right ahead of the attempt: on a real backend, on the same connection,
+  // so it never meets that attempt's grant.
+  ASSERT_GE(backend.calls.size(), 2u);
+  EXPECT_EQ(backend.calls[backend.calls.size() - 2].op, "release");
+  EXPECT_EQ(backend.calls.back().op, "acquire");
+  EXPECT_GE(metrics.unanswered_released.Value(), 1);
+  EXPECT_EQ(inspect("x").token, w->grant().token);
+  EXPECT_EQ(*release("x", w->grant().owner), ReleaseStatus::kReleased);
+}
+
+TEST_F(LockServiceTest, AFinishedAcquiresUnansweredGrantIsGivenBackOnceTheBackendIsBack) {
+  backend.fail_acquire = noAnswer();
+  backend.acquire_applied_anyway = true;
+  backend.fail_release = unavailable("redis down");
+  auto single = acquireNow(opts("x", "", 60'000));
+  ASSERT_EQ(single->status(), AcquireStatus::kError);
+  EXPECT_EQ(single->result->error.message().find("may have been granted"), std::string::npos)
+      << "the owner id is the service's own: the caller cannot release it, the service does";
+  advance(3000, 10);
+  const int tries = backend.count("release");
+  EXPECT_GE(tries, 3) << "retried while the backend is out";
+  EXPECT_LE(tries, 8) << "with backoff, not every loop turn";
+  EXPECT_TRUE(inspect("x").held);
+  backend.fail_release.reset();
+  backend.announceReady();
+  sched.runReady();
+  EXPECT_FALSE(inspect("x").held);
+  EXPECT_EQ(metrics.unanswered_released.Value(), 1);
+  EXPECT_EQ(metrics.unanswered_gave_up.Value(), 0);
+  advance(5000, 100);
+  EXPECT_EQ(backend.count("release"), tries + 1) << "settled: no more tries";
+}
+
+TEST_F(LockServiceTest, AnUnansweredGrantIsNoLongerChasedOnceItsTtlHasEnded) {
+  backend.fail_acquire = noAnswer();
+  backend.fail_release = unavailable("redis down");
+  auto single = acquireNow(opts("x", "", 400));
+  ASSERT_EQ(single->status(), AcquireStatus::kError);
+  advance(600, 10);
+  EXPECT_EQ(metrics.unanswered_gave_up.Value(), 1);
+  const int tries = backend.count("release");
+  advance(5000, 100);
+  EXPECT_EQ(backend.count("release"), tries);
+}
+
+TEST_F(LockServiceTest, ACallersOwnOwnerIdIsToldItsUnansweredAcquireMayHaveBeenGranted) {
+  backend.fail_acquire = noAnswer();
+  backend.acquire_applied_anyway = true;
+  auto single = acquireNow(opts("x", "alice", 60'000));
+  ASSERT_EQ(single->status(), AcquireStatus::kError);
+  EXPECT_EQ(single->result->error.code(), StatusCode::kDeadlineExceeded);
+  EXPECT_NE(single->result->error.message().find("may have been granted"), std::string::npos)
+      << single->result->error.message();
+  backend.announceReady();
+  sched.runReady();
+  advance(2000, 10);
+  EXPECT_EQ(backend.count("release"), 0) << "alice may have held it before: not ours to release";
+  EXPECT_EQ(metrics.unanswered_left_to_owner.Value(), 1);
+  // An error that says nothing of the outcome (the request never went out) adds nothing.
+  backend.fail_acquire = unavailable("redis 127.0.0.1:6379 is down");
+  auto unsent = acquireNow(opts("y", "bob", 60'000));
+  EXPECT_EQ(unsent->result->error.message(), "redis 127.0.0.1:6379 is down");
+}
+
 TEST_F(LockServiceTest, BudgetEndingDuringTheOutageAnswersTheBackendError) {
   backend.fail_acquire = unavailable("redis down");
   auto w = start(opts("x", "w1", 10'000, 2000));

@@ -34,6 +34,9 @@ class TestBackend final : public backend::Backend {
 
   // Faults: when set, the call fails with this status (posted) and the memory is not touched.
   std::optional<Status> fail_acquire;
+  /// With fail_acquire: the acquire is carried out all the same (its answer was lost: a timeout
+  /// or a link lost under it, Status::outcomeUnknown).
+  bool acquire_applied_anyway = false;
   std::optional<Status> fail_extend;
   std::optional<Status> fail_release;
   int64_t extend_reply_delay_ms = 0;   // the extend is applied at once, its answer comes later
@@ -85,6 +88,9 @@ class TestBackend final : public backend::Backend {
     }
     if (recorded != nullptr) record(recorded, op.name);
     if (failure) {
+      if (op.verb == Verb::kAcquire && acquire_applied_anyway) {
+        mem_.run(op, [](StatusOr<backend::Outcome>) {});
+      }
       sched_.post([cb = std::move(cb), st = *failure] { cb(st); });
       return;
     }

@@ -1,0 +1,156 @@
+// LockService, grants nobody was told of. An acquire that went out and got no answer (its budget
+// ended, or the link went down under it: Status::outcomeUnknown) may have been carried out all
+// the same: Redis ran the script after the sidecar stopped waiting, and the lease then sits there
+// for its whole TTL with nobody holding it (for an election: a leader nobody was told was
+// elected, whom every sidecar reports and nobody can replace). Redlock takes its own back (a lost
+// vote releases every node); the backends of one master (redis, sentinel, cluster) leave the
+// doubt to this file.
+//
+// Under an owner id the service drew, nobody else can hold a lease, so an owner-checked release
+// takes back exactly such a grant, or finds nothing:
+//  - a waiter that goes on waiting sends it right before its next attempt, in the same loop turn,
+//    so on the same connection ahead of it: Redis runs the release first, and it can never free
+//    the grant of that next attempt;
+//  - a waiter that is done (answered with the error, cancelled, out of time) sends it at once,
+//    and if the backend is out, again once it is back (with backoff) until the TTL would have
+//    ended that grant anyway.
+// Under an owner id the caller chose, the same release could free a lease that owner held before,
+// here or through another sidecar: that one is left to the caller, whose error says so.
+#include "common/log.h"
+#include "lock/lock_service_impl.h"
+
+namespace sidelock::lock {
+namespace {
+
+// Give-backs kept while the backend is out. Each is a few short strings; a long outage under a
+// stream of unanswered acquires drops the oldest (whose TTL ends first).
+constexpr size_t kMaxUnansweredGrants = 1024;
+// The first retry's delay after the backend refused a give-back; each refusal doubles it, up to
+// the maximum. The backend coming back sends them all at once (onBackendReady).
+constexpr int64_t kUnansweredFirstRetryMs = 50;
+constexpr int64_t kUnansweredMaxBackoffMs = 1000;
+
+}  // namespace
+
+void LockService::Impl::giveBackBeforeAttempt(Waiter& w) {
+  w.grant_unsettled = false;
+  UnansweredGrant grant;
+  grant.lock = w.options.lock;
+  grant.owner = w.options.owner;
+  grant.until_us = scheduler_.nowUs() + w.options.ttl_ms * 1000;
+  grant.attempts = 1;
+  const LockId& lock = w.options.lock;
+  runOnBackend(lock, backend::Operation::release(lock.name, w.options.owner),
+               guarded([this, in_flight = ops_.hold(), id = w.id,
+                        grant = std::move(grant)](StatusOr<backend::Outcome> r) mutable {
+                 const InFlight settled = std::move(in_flight);
+                 if (r.isOk()) {
+                   noteGiveBack(grant, *r);
+                   return;
+                 }
+                 // Not reached: still in doubt. The waiter's attempt, sent right behind this
+                 // release, answers after it and settles the doubt (a grant clears it).
+                 if (auto it = waiters_.find(id); it != waiters_.end()) {
+                   it->second->grant_unsettled = true;
+                 } else {
+                   giveBackUnanswered(std::move(grant));
+                 }
+               }));
+}
+
+void LockService::Impl::settleUnanswered(Waiter& w) {
+  if (!w.grant_unsettled) return;
+  w.grant_unsettled = false;
+  UnansweredGrant grant;
+  grant.lock = w.options.lock;
+  grant.owner = w.options.owner;
+  grant.until_us = scheduler_.nowUs() + w.options.ttl_ms * 1000;
+  giveBackUnanswered(std::move(grant));
+}
+
+bool LockService::Impl::noteGiveBack(const UnansweredGrant& grant, const backend::Outcome& r) {
+  if (!r.ok()) {
+    metrics_.unanswered_not_granted.Increment();  // it never ran, or its TTL ended it
+    return false;
+  }
+  metrics_.unanswered_released.Increment();
+  SL_LOG(kInfo, "lock.unanswered_grant_released", {"name", grant.lock.display()},
+         {"owner", ownerDigest(grant.owner)}, {"attempts", grant.attempts});
+  return true;
+}
+
+void LockService::Impl::giveUpUnanswered(const UnansweredGrant& grant, const char* why,
+                                         const std::string& error) {
+  metrics_.unanswered_gave_up.Increment();
+  SL_LOG(kWarn, "lock.unanswered_grant_not_given_back", {"name", grant.lock.display()},
+         {"owner", ownerDigest(grant.owner)}, {"attempts", grant.attempts}, {"error", error},
+         {"gave_up", why});
+}
+
+void LockService::Impl::giveBackUnanswered(UnansweredGrant grant) {
+  ++grant.attempts;
+  // The operation's views must not point into `grant`, which the callback takes over.
+  const LockId lock = grant.lock;
+  const std::string owner = grant.owner;
+  runOnBackend(
+      lock, backend::Operation::release(lock.name, owner),
+      guarded([this, in_flight = ops_.hold(),
+               grant = std::move(grant)](StatusOr<backend::Outcome> r) mutable {
+        const InFlight settled = std::move(in_flight);
+        if (r.isOk()) {
+          if (noteGiveBack(grant, *r)) wakeQueue(grant.lock, /*notified=*/false);
+          return;
+        }
+        const int64_t now_us = scheduler_.nowUs();
+        if (stopping_ || now_us >= grant.until_us) {
+          giveUpUnanswered(grant, stopping_ ? "the sidecar is shutting down" : "its TTL has ended",
+                           r.status().toString());
+          return;
+        }
+        grant.backoff_ms =
+            std::min(kUnansweredMaxBackoffMs,
+                     grant.backoff_ms == 0 ? kUnansweredFirstRetryMs : grant.backoff_ms * 2);
+        grant.next_try_us = now_us + grant.backoff_ms * 1000;
+        if (unanswered_.size() >= kMaxUnansweredGrants) {
+          giveUpUnanswered(unanswered_.front(), "too many waiting for the backend",
+                           r.status().toString());
+          unanswered_.pop_front();
+        }
+        unanswered_.push_back(std::move(grant));
+        scheduleUnansweredRetry();
+      }));
+}
+
+void LockService::Impl::scheduleUnansweredRetry() {
+  if (unanswered_.empty() || stopping_) return;
+  int64_t next_us = unanswered_.front().next_try_us;
+  for (const UnansweredGrant& grant : unanswered_) {
+    next_us = std::min({next_us, grant.next_try_us, grant.until_us});
+  }
+  const int64_t delay_ms = std::max<int64_t>(1, ceilMs(next_us - scheduler_.nowUs()));
+  unanswered_timer_.start(scheduler_, delay_ms, guarded([this] { retryUnanswered(false); }));
+}
+
+void LockService::Impl::retryUnanswered(bool backend_ready) {
+  if (unanswered_.empty()) return;
+  const int64_t now_us = scheduler_.nowUs();
+  std::deque<UnansweredGrant> waiting;
+  std::deque<UnansweredGrant> due = std::exchange(unanswered_, {});
+  for (UnansweredGrant& grant : due) {
+    if (now_us >= grant.until_us) {
+      giveUpUnanswered(grant, "its TTL ended before the backend was back", "");
+    } else if (backend_ready || stopping_ || now_us >= grant.next_try_us) {
+      // A refusal queues it again, on a later loop turn (the backend answers there, rule 4).
+      giveBackUnanswered(std::move(grant));
+    } else {
+      waiting.push_back(std::move(grant));
+    }
+  }
+  // Give-backs refused meanwhile (none: they answer on a later turn) would be kept as well.
+  for (UnansweredGrant& grant : unanswered_) waiting.push_back(std::move(grant));
+  unanswered_ = std::move(waiting);
+  unanswered_timer_.reset();
+  scheduleUnansweredRetry();
+}
+
+}  // namespace sidelock::lock
