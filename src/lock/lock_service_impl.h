@@ -84,10 +84,6 @@ class LockService::Impl {
   void acquireAllAtOnce(
       const MultiAcquireOptions& options,
       std::function<void(StatusOr<backend::AllOutcome>, std::vector<Grant>)> done);
-  /// An all-at-once acquire of `lock` under `owner` got no answer (Status::outcomeUnknown): its
-  /// possible grant is given back now, and retried while the backend is out until `ttl_ms` would
-  /// have ended it (unanswered.cc). Sent in this turn: ahead of any later acquire on the link.
-  void giveBackUnansweredGrant(const LockId& lock, const std::string& owner, int64_t ttl_ms);
   const config::LocksConfig& config() const { return config_; }
   std::vector<WaiterCount> waiterCounts() const;
   void shutdown(bool release_held, int64_t grace_ms, std::function<void()> done);

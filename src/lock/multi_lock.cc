@@ -93,17 +93,10 @@ class MultiAcquire : public std::enable_shared_from_this<MultiAcquire> {
       next_ = options_.names.size();
       return succeed();
     }
-    if (!r.isOk() && r.status().outcomeUnknown()) {
+    if (!r.isOk()) {
       // No answer (timeout, lost link): the script may have run and granted every name. Give
       // them back (owner-checked: harmless if it never ran) before failing or waiting; the
-      // releases go out before any later acquire on the same connection, and while the backend
-      // is out, again once it is back (unanswered.cc).
-      for (const std::string& name : options_.names) {
-        impl_.giveBackUnansweredGrant(LockId{LockKind::kMutex, name}, options_.owner,
-                                      options_.ttl_ms);
-      }
-    } else if (!r.isOk()) {
-      // Sent perhaps (an error that does not say): released once, as always.
+      // releases go out before any later acquire on the same connection.
       service_.releaseAll(options_.names, options_.owner,
                           [](std::vector<StatusOr<ReleaseStatus>>) {});
     }

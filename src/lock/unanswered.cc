@@ -68,15 +68,6 @@ void LockService::Impl::settleUnanswered(Waiter& w) {
   giveBackUnanswered(std::move(grant));
 }
 
-void LockService::Impl::giveBackUnansweredGrant(const LockId& lock, const std::string& owner,
-                                                int64_t ttl_ms) {
-  UnansweredGrant grant;
-  grant.lock = lock;
-  grant.owner = owner;
-  grant.until_us = scheduler_.nowUs() + ttl_ms * 1000;
-  giveBackUnanswered(std::move(grant));
-}
-
 bool LockService::Impl::noteGiveBack(const UnansweredGrant& grant, const backend::Outcome& r) {
   if (!r.ok()) {
     metrics_.unanswered_not_granted.Increment();  // it never ran, or its TTL ended it

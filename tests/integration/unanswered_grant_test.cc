@@ -99,21 +99,6 @@ TEST_F(UnansweredGrantTest, AWaiterWhoseAttemptGotNoAnswerIsGrantedOnceRedisIsBa
   EXPECT_EQ(sidecar.stop(), 0);
 }
 
-// A multi-lock is granted all at once by one script: every name of it may have been granted.
-TEST_F(UnansweredGrantTest, AMultiLockThatGotNoAnswerHasEveryNameGivenBack) {
-  HttpClient client = HttpClient::tcp(sidecar.port());
-  HttpResponse answer;
-  stallRedis([&] {
-    answer = client.post("/v1/multilocks/acquire",
-                         json{{"names", {"multi-a", "multi-b"}}, {"ttl_ms", kTtlMs}}.dump());
-  });
-  ASSERT_EQ(answer.status, 503) << answer.body;
-  EXPECT_TRUE(pollUntil([&] { return outcomes(observer, "released") == 2; })) << sidecar.logs();
-  EXPECT_FALSE(exists("sidelock:{multi-a}"));
-  EXPECT_FALSE(exists("sidelock:{multi-b}"));
-  EXPECT_EQ(sidecar.stop(), 0);
-}
-
 // The election case: a candidate whose campaign got no answer was elected all the same. Had the
 // grant stayed, every sidecar would report a leader that was never told it leads, its readiness
 // probe would pass, and no other candidate could be elected for the whole TTL.
