@@ -180,8 +180,10 @@ class LockService::Impl {
     int64_t backoff_ms = 0;
     int attempts = 0;
   };
-  /// Before `w`'s next attempt, in the same loop turn (so on the same connection, ahead of it):
-  /// the release of what an unanswered attempt of it may have been granted.
+  /// Instead of `w`'s next attempt: the release of what an unanswered attempt of it may have
+  /// been granted; the attempt is sent once that release has answered (never pipelined behind
+  /// it: a NOSCRIPT retry or a cluster redirect of the release could run after the attempt's
+  /// grant). A release that fails counts as a failed attempt (onAttemptReply).
   void giveBackBeforeAttempt(Waiter& w);
   /// After `w`'s last attempt: its unanswered attempt's possible grant is given back now, or,
   /// with the backend out, as soon as it is back (until `ttl_ms` would have ended it). For an

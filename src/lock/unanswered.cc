@@ -8,14 +8,15 @@
 //
 // Under an owner id the service drew, nobody else can hold a lease, so an owner-checked release
 // takes back exactly such a grant, or finds nothing:
-//  - a waiter that goes on waiting sends it right before its next attempt, in the same loop turn,
-//    so on the same connection ahead of it: Redis runs the release first, and it can never free
-//    the grant of that next attempt;
+//  - a waiter that goes on waiting sends it in place of its next attempt, and sends that attempt
+//    only once the release has answered: the release can never free the attempt's grant (not
+//    pipelined behind it, where a NOSCRIPT retry or a cluster redirect could reorder the two);
 //  - a waiter that is done (answered with the error, cancelled, out of time) sends it at once,
 //    and if the backend is out, again once it is back (with backoff) until the TTL would have
 //    ended that grant anyway.
 // Under an owner id the caller chose, the same release could free a lease that owner held before,
 // here or through another sidecar: that one is left to the caller, whose error says so.
+#include "common/invariant.h"
 #include "common/log.h"
 #include "lock/lock_service_impl.h"
 
@@ -33,7 +34,11 @@ constexpr int64_t kUnansweredMaxBackoffMs = 1000;
 }  // namespace
 
 void LockService::Impl::giveBackBeforeAttempt(Waiter& w) {
-  w.grant_unsettled = false;
+  // In flight as the waiter's attempt: its queue starts no other attempt meanwhile, and a waiter
+  // answered meanwhile is kept (abandoned) until this reply is settled.
+  w.attempting = true;
+  WaiterQueue* q = w.options.wait_ms > 0 ? queues_.find(w.options.lock) : nullptr;
+  if (q != nullptr) q->attempt_in_flight = true;
   UnansweredGrant grant;
   grant.lock = w.options.lock;
   grant.owner = w.options.owner;
@@ -43,18 +48,31 @@ void LockService::Impl::giveBackBeforeAttempt(Waiter& w) {
   runOnBackend(lock, backend::Operation::release(lock.name, w.options.owner),
                guarded([this, in_flight = ops_.hold(), id = w.id,
                         grant = std::move(grant)](StatusOr<backend::Outcome> r) mutable {
-                 const InFlight settled = std::move(in_flight);
-                 if (r.isOk()) {
-                   noteGiveBack(grant, *r);
+                 if (!r.isOk()) {
+                   // Not reached: still in doubt (grant_unsettled stays). To the waiter this was a
+                   // failed attempt: it rides out the outage (or is answered) as after one.
+                   onAttemptReply(id, r.status(), std::move(in_flight));
                    return;
                  }
-                 // Not reached: still in doubt. The waiter's attempt, sent right behind this
-                 // release, answers after it and settles the doubt (a grant clears it).
-                 if (auto it = waiters_.find(id); it != waiters_.end()) {
-                   it->second->grant_unsettled = true;
-                 } else {
-                   giveBackUnanswered(std::move(grant));
+                 const InFlight settled = std::move(in_flight);
+                 noteGiveBack(grant, *r);
+                 auto it = waiters_.find(id);
+                 if (!SL_INVARIANT(it != waiters_.end(), "lock.giveback_without_waiter")) return;
+                 Waiter& waiter = *it->second;
+                 waiter.grant_unsettled = false;
+                 waiter.attempting = false;
+                 const LockId name = waiter.options.lock;
+                 WaiterQueue* queue = waiter.options.wait_ms > 0 ? queues_.find(name) : nullptr;
+                 if (queue != nullptr) queue->attempt_in_flight = false;
+                 if (waiter.abandoned) {
+                   waiters_.erase(it);
+                   if (queue != nullptr) {
+                     pumpQueue(name);
+                     maybeEraseQueue(name);
+                   }
+                   return;
                  }
+                 attempt(waiter);  // the acquire, now that the release has run
                }));
 }
 

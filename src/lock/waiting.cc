@@ -222,8 +222,12 @@ void LockService::Impl::cancelWaiter(uint64_t id) {
 }
 
 void LockService::Impl::attempt(Waiter& w) {
-  // First, on the same connection: an earlier attempt's possible grant (unanswered.cc).
-  if (w.grant_unsettled) giveBackBeforeAttempt(w);
+  if (w.grant_unsettled) {
+    // First an earlier attempt's possible grant goes back; this attempt follows its answer
+    // (unanswered.cc).
+    giveBackBeforeAttempt(w);
+    return;
+  }
   w.attempting = true;
   const bool queued = w.options.wait_ms > 0;
   WaiterQueue* q = queued ? queues_.find(w.options.lock) : nullptr;

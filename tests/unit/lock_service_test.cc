@@ -490,7 +490,9 @@ TEST_F(LockServiceTest, WaiterRetriesWithoutAReadyNotificationToo) {
 
 Status noAnswer() { return deadlineExceeded("acquire timed out after 500 ms").setOutcomeUnknown(); }
 
-TEST_F(LockServiceTest, AWaitersUnansweredGrantIsGivenBackRightBeforeItsNextAttempt) {
+TEST_F(LockServiceTest, AWaitersUnansweredGrantIsGivenBackBeforeItsNextAttempt) {
+  constexpr int64_t kReleaseAnswerMs = 20;
+  backend.plain_release_reply_delay_ms = kReleaseAnswerMs;
   backend.fail_acquire = noAnswer();
   backend.acquire_applied_anyway = true;        // Redis ran it after the sidecar stopped waiting
   auto w = start(opts("x", "", 10'000, 5000));  // the service draws the owner id
@@ -498,16 +500,20 @@ TEST_F(LockServiceTest, AWaitersUnansweredGrantIsGivenBackRightBeforeItsNextAtte
   EXPECT_TRUE(inspect("x").held) << "the lost answer's grant";
   backend.fail_acquire.reset();
   backend.announceReady();
-  sched.runReady();
+  advance(kReleaseAnswerMs + 1);
   ASSERT_TRUE(w->done());
   ASSERT_EQ(w->status(), AcquireStatus::kGranted) << "not held by its own lost grant until its TTL";
-  // The give-back went out right ahead of the attempt: on a real backend, on the same connection,
-  // so it never meets that attempt's grant.
+  // The give-back went out first, and the attempt only once it had answered: never pipelined
+  // behind it (a NOSCRIPT retry of the release would run after the attempt's grant).
   ASSERT_GE(backend.calls.size(), 2u);
   EXPECT_EQ(backend.calls[backend.calls.size() - 2].op, "release");
   EXPECT_EQ(backend.calls.back().op, "acquire");
+  EXPECT_GE(backend.calls.back().at_us - backend.calls[backend.calls.size() - 2].at_us,
+            kReleaseAnswerMs * 1000)
+      << "the attempt did not wait for the release's answer";
   EXPECT_GE(metrics.unanswered_released.Value(), 1);
   EXPECT_EQ(inspect("x").token, w->grant().token);
+  backend.plain_release_reply_delay_ms = 0;
   EXPECT_EQ(*release("x", w->grant().owner), ReleaseStatus::kReleased);
 }
 
