@@ -180,11 +180,14 @@ class LockService::Impl {
     int64_t backoff_ms = 0;
     int attempts = 0;
   };
-  /// Instead of `w`'s next attempt: the release of what an unanswered attempt of it may have
-  /// been granted; the attempt is sent once that release has answered (never pipelined behind
-  /// it: a NOSCRIPT retry or a cluster redirect of the release could run after the attempt's
-  /// grant). A release that fails counts as a failed attempt (onAttemptReply).
-  void giveBackBeforeAttempt(Waiter& w);
+  /// Instead of `w`'s next attempt (attempt() marked it in flight, `in_flight` its count): the
+  /// release of what an unanswered attempt of it may have been granted; the attempt is sent once
+  /// that release has answered (never pipelined behind it: a NOSCRIPT retry or a cluster
+  /// redirect of the release could run after the attempt's grant). A release that fails counts
+  /// as a failed attempt (onAttemptReply).
+  void giveBackBeforeAttempt(Waiter& w, InFlight in_flight);
+  /// What an unanswered attempt of `w` may have been granted, to give back until its TTL.
+  UnansweredGrant unansweredGrantOf(const Waiter& w) const;
   /// After `w`'s last attempt: its unanswered attempt's possible grant is given back now, or,
   /// with the backend out, as soon as it is back (until `ttl_ms` would have ended it). For an
   /// owner id the caller chose, only counted (the caller holds the means to release it).

@@ -33,20 +33,22 @@ constexpr int64_t kUnansweredMaxBackoffMs = 1000;
 
 }  // namespace
 
-void LockService::Impl::giveBackBeforeAttempt(Waiter& w) {
-  // In flight as the waiter's attempt: its queue starts no other attempt meanwhile, and a waiter
-  // answered meanwhile is kept (abandoned) until this reply is settled.
-  w.attempting = true;
-  WaiterQueue* q = w.options.wait_ms > 0 ? queues_.find(w.options.lock) : nullptr;
-  if (q != nullptr) q->attempt_in_flight = true;
+LockService::Impl::UnansweredGrant LockService::Impl::unansweredGrantOf(const Waiter& w) const {
   UnansweredGrant grant;
   grant.lock = w.options.lock;
   grant.owner = w.options.owner;
   grant.until_us = scheduler_.nowUs() + w.options.ttl_ms * 1000;
+  return grant;
+}
+
+void LockService::Impl::giveBackBeforeAttempt(Waiter& w, InFlight in_flight) {
+  // In flight as the waiter's attempt (attempt() marked it): its queue starts no other attempt
+  // meanwhile, and a waiter answered meanwhile is kept (abandoned) until this reply is settled.
+  UnansweredGrant grant = unansweredGrantOf(w);
   grant.attempts = 1;
   const LockId& lock = w.options.lock;
   runOnBackend(lock, backend::Operation::release(lock.name, w.options.owner),
-               guarded([this, in_flight = ops_.hold(), id = w.id,
+               guarded([this, in_flight = std::move(in_flight), id = w.id,
                         grant = std::move(grant)](StatusOr<backend::Outcome> r) mutable {
                  if (!r.isOk()) {
                    // Not reached: still in doubt (grant_unsettled stays). To the waiter this was a
@@ -60,30 +62,26 @@ void LockService::Impl::giveBackBeforeAttempt(Waiter& w) {
                  if (!SL_INVARIANT(it != waiters_.end(), "lock.giveback_without_waiter")) return;
                  Waiter& waiter = *it->second;
                  waiter.grant_unsettled = false;
-                 waiter.attempting = false;
-                 const LockId name = waiter.options.lock;
-                 WaiterQueue* queue = waiter.options.wait_ms > 0 ? queues_.find(name) : nullptr;
-                 if (queue != nullptr) queue->attempt_in_flight = false;
-                 if (waiter.abandoned) {
-                   waiters_.erase(it);
-                   if (queue != nullptr) {
-                     pumpQueue(name);
-                     maybeEraseQueue(name);
-                   }
+                 if (!waiter.abandoned) {
+                   attempt(waiter);  // the acquire, now that the release has run
                    return;
                  }
-                 attempt(waiter);  // the acquire, now that the release has run
+                 // Answered meanwhile: no acquire follows, and the queue's next head may go.
+                 const LockId name = waiter.options.lock;
+                 WaiterQueue* queue = waiter.options.wait_ms > 0 ? queues_.find(name) : nullptr;
+                 waiters_.erase(it);
+                 if (queue != nullptr) {
+                   queue->attempt_in_flight = false;
+                   pumpQueue(name);
+                   maybeEraseQueue(name);
+                 }
                }));
 }
 
 void LockService::Impl::settleUnanswered(Waiter& w) {
   if (!w.grant_unsettled) return;
   w.grant_unsettled = false;
-  UnansweredGrant grant;
-  grant.lock = w.options.lock;
-  grant.owner = w.options.owner;
-  grant.until_us = scheduler_.nowUs() + w.options.ttl_ms * 1000;
-  giveBackUnanswered(std::move(grant));
+  giveBackUnanswered(unansweredGrantOf(w));
 }
 
 bool LockService::Impl::noteGiveBack(const UnansweredGrant& grant, const backend::Outcome& r) {
@@ -152,21 +150,16 @@ void LockService::Impl::scheduleUnansweredRetry() {
 void LockService::Impl::retryUnanswered(bool backend_ready) {
   if (unanswered_.empty()) return;
   const int64_t now_us = scheduler_.nowUs();
-  std::deque<UnansweredGrant> waiting;
-  std::deque<UnansweredGrant> due = std::exchange(unanswered_, {});
-  for (UnansweredGrant& grant : due) {
+  for (UnansweredGrant& grant : std::exchange(unanswered_, {})) {
     if (now_us >= grant.until_us) {
       giveUpUnanswered(grant, "its TTL ended before the backend was back", "");
     } else if (backend_ready || stopping_ || now_us >= grant.next_try_us) {
       // A refusal queues it again, on a later loop turn (the backend answers there, rule 4).
       giveBackUnanswered(std::move(grant));
     } else {
-      waiting.push_back(std::move(grant));
+      unanswered_.push_back(std::move(grant));
     }
   }
-  // Give-backs refused meanwhile (none: they answer on a later turn) would be kept as well.
-  for (UnansweredGrant& grant : unanswered_) waiting.push_back(std::move(grant));
-  unanswered_ = std::move(waiting);
   unanswered_timer_.reset();
   scheduleUnansweredRetry();
 }

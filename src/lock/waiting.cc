@@ -13,9 +13,6 @@
 namespace sidelock::lock {
 namespace {
 
-/// An outage a queued waiter rides out: the backend could not answer (down, no quorum, no reply
-/// in time, an error reply while Redis restarts, Redis out of memory until leases expire or an
-/// operator frees some). Not: a bad request, or cancellation.
 /// The error a waiter whose acquire got no answer is told: for an owner id the caller chose, that
 /// the acquire may have been granted (unanswered.cc leaves that grant to the caller).
 Status unansweredHint(const Waiter& w, const Status& error) {
@@ -25,6 +22,9 @@ Status unansweredHint(const Waiter& w, const Status& error) {
                                   "same; release it with this owner id, or its TTL ends it)");
 }
 
+/// An outage a queued waiter rides out: the backend could not answer (down, no quorum, no reply
+/// in time, an error reply while Redis restarts, Redis out of memory until leases expire or an
+/// operator frees some). Not: a bad request, or cancellation.
 bool isTransientBackendError(const Status& s) {
   switch (s.code()) {
     case StatusCode::kUnavailable:
@@ -222,17 +222,17 @@ void LockService::Impl::cancelWaiter(uint64_t id) {
 }
 
 void LockService::Impl::attempt(Waiter& w) {
-  if (w.grant_unsettled) {
-    // First an earlier attempt's possible grant goes back; this attempt follows its answer
-    // (unanswered.cc).
-    giveBackBeforeAttempt(w);
-    return;
-  }
   w.attempting = true;
   const bool queued = w.options.wait_ms > 0;
   WaiterQueue* q = queued ? queues_.find(w.options.lock) : nullptr;
   if (q != nullptr) q->attempt_in_flight = true;
   InFlight in_flight = ops_.hold();
+  if (w.grant_unsettled) {
+    // First an earlier attempt's possible grant goes back, in this attempt's place; the acquire
+    // follows its answer (unanswered.cc).
+    giveBackBeforeAttempt(w, std::move(in_flight));
+    return;
+  }
   const KindPolicy& policy = policyOf(w.options.lock.kind);
   backend::Operation op = backend::Operation::acquire(w.options.lock.name, w.options.owner,
                                                       w.options.ttl_ms, w.options.reentrant);
