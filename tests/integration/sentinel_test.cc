@@ -68,6 +68,11 @@ class SentinelTest : public ::testing::Test {
         wait_ready});
   }
 
+  /// True once `key` is gone from the master (a given-back grant released) within `timeout_ms`.
+  bool goneFromMaster(const std::string& key, int64_t timeout_ms = kPollTimeoutMs) {
+    return pollUntil([&] { return master_->cli({"EXISTS", key}) == "0"; }, timeout_ms);
+  }
+
   // Every sentinel sees the replica and the two other sentinels: a failover can be agreed on.
   bool sentinelsKnowEachOther() {
     for (auto& s : sentinels_) {
@@ -318,9 +323,7 @@ TEST_F(SentinelTest, GrantNotAcknowledgedByEnoughReplicasIsGivenBack) {
   EXPECT_EQ(r.status, 503) << r.body;
   // "1 of 2" normally; "0 of 2" when the one replica is slow to ack on a loaded machine.
   EXPECT_NE(r.body.find(" of 2 replicas acknowledged"), std::string::npos) << r.body;
-  EXPECT_TRUE(pollUntil([&] {
-    return master_->cli({"EXISTS", "sidelock:{lonely}"}) == "0";
-  })) << "the unacknowledged grant was released";
+  EXPECT_TRUE(goneFromMaster("sidelock:{lonely}")) << "the unacknowledged grant was released";
   EXPECT_EQ(sidecar_->stop(), 0) << sidecar_->logs();
 }
 
@@ -377,9 +380,7 @@ TEST_F(SentinelTest, AGrantWrittenAfterItsWaitIsGivenBack) {
   replica_->resume();
   EXPECT_EQ(r.status, 503) << r.body;
   EXPECT_NE(r.body.find("written after the WAIT"), std::string::npos) << r.body;
-  EXPECT_TRUE(pollUntil([&] {
-    return master_->cli({"EXISTS", "sidelock:{b}"}) == "0";
-  })) << "given back";
+  EXPECT_TRUE(goneFromMaster("sidelock:{b}")) << "given back";
   EXPECT_EQ(sidecar_->stop(), 0) << sidecar_->logs();
 }
 
@@ -403,11 +404,7 @@ TEST_F(SentinelTest, AGrantGivenBackWhileTheLinkIsDownIsReleasedOnceItIsBack) {
   EXPECT_EQ(r.status, 503) << r.body;
   EXPECT_NE(r.body.find("given back"), std::string::npos) << r.body;
   const auto told = std::chrono::steady_clock::now();
-  const bool released = pollUntil(
-      [&] {
-        return master_->cli({"EXISTS", "sidelock:{dropped}"}) == "0";
-      },
-      2'000);
+  const bool released = goneFromMaster("sidelock:{dropped}", 2'000);
   const int64_t took_ms =
       std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - told)
           .count();
@@ -444,11 +441,7 @@ TEST_F(SentinelTest, ACampaignGivenBackWhileTheLinkIsDownIsReleasedOnceItIsBack)
     master_->cli({"CLIENT", "KILL", "TYPE", "normal"});
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }  // hung up: the campaign ends
-  const bool released = pollUntil(
-      [&] {
-        return master_->cli({"EXISTS", "sidelock:{voted}:el"}) == "0";
-      },
-      2'000);
+  const bool released = goneFromMaster("sidelock:{voted}:el", 2'000);
   EXPECT_TRUE(released) << "the given-back term is still on the master, PTTL "
                         << master_->cli({"PTTL", "sidelock:{voted}:el"}) << "\n"
                         << sidecar_->logs();
