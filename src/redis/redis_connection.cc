@@ -53,6 +53,7 @@ void RedisConnection::stopIo() {
   out_.clear();
   retained_.clear();
   retained_head_ = 0;
+  // unwritten_ stays: close() and die() still ask mayHaveBeenWritten() of pending_.
 }
 
 /// A request the link went down under: it names itself, then why. The reason may name another
@@ -65,20 +66,21 @@ std::string RedisConnection::unansweredMessage(const Pending& p, std::string_vie
 
 void RedisConnection::close(StatusCode code, const std::string& reason) {
   if (dead_) return;
-  const bool sent = connected_;  // the pending requests may have been written, and run
   stopIo();
   // Answered on a later turn: close() may be called from inside a caller's own call. A closing
   // node (kCancelled) did not lose its link: its requests are cancelled.
-  for (Pending& p : pending_) {
+  for (size_t i = 0; i < pending_.size(); ++i) {
+    Pending& p = pending_[i];
     if (!p.cb) continue;
     std::string message = code == StatusCode::kCancelled
                               ? options_.name + ": " + p.what + " cancelled: " + reason
                               : unansweredMessage(p, reason);
     Status why(code, std::move(message));
-    if (sent) why.setOutcomeUnknown();
+    if (mayHaveBeenWritten(i)) why.setOutcomeUnknown();
     scheduler_.post([cb = std::move(p.cb), why = std::move(why)] { cb(why); });
   }
   pending_.clear();
+  unwritten_ = 0;
 }
 
 bool RedisConnection::admit(RedisReplyCallback& cb) {
@@ -151,7 +153,7 @@ void RedisConnection::queued() {
   // Early, within the turn: the commands so far go out now (out_ keeps their order; the turn's
   // end writes the rest).
   queued_since_flush_ = 0;
-  transport_->write(out_);
+  writeOut();
 }
 
 void RedisConnection::enqueue(Pending p, int64_t timeout_ms) {
@@ -163,6 +165,7 @@ void RedisConnection::enqueue(Pending p, int64_t timeout_ms) {
                                ? std::min(p.deadline_us, now + options_.liveness_timeout_ms * 1000)
                                : p.deadline_us;
   pending_.push_back(std::move(p));
+  ++unwritten_;
   armDeadlineCheck(check_at);
   queued();
 }
@@ -182,7 +185,12 @@ void RedisConnection::flush() {
   queued_since_flush_ = 0;
   uv_prepare_stop(flush_handle_.get());
   if (dead_ || !connected_) return;
+  writeOut();
+}
+
+void RedisConnection::writeOut() {
   transport_->write(out_);  // may report an error, but only on a later turn
+  unwritten_ = 0;
 }
 
 // ---- reading ----
@@ -226,6 +234,7 @@ void RedisConnection::onReply(RedisValue& value) {
   }
   Pending p = std::move(pending_.front());
   pending_.pop_front();
+  unwritten_ = std::min(unwritten_, pending_.size());  // a reply answers a written request
   if (p.is_script && value.isError() && p.retained_bytes > 0 && p.cb &&
       std::string_view(value.str).starts_with(kNoScript) && retryWithEval(p, value)) {
     return;
@@ -267,6 +276,7 @@ bool RedisConnection::retryWithEval(Pending& p, const RedisValue& /*noscript*/) 
   Pending retry = std::move(p);
   retry.retained_bytes = 0;  // one retry only
   pending_.push_back(std::move(retry));
+  ++unwritten_;
   scheduleFlush();
   return true;
 }
@@ -287,10 +297,13 @@ void RedisConnection::onTransportError(std::string reason) { die(reason); }
 
 void RedisConnection::die(const std::string& reason) {
   if (dead_) return;
-  const bool sent = connected_;  // else the link never came up: nothing was written
   stopIo();
+  // Only the requests handed to the transport may run on Redis (requests queued by an expired
+  // request's callback this turn were not; nor any while the link never came up).
+  const size_t written = pending_.size() - std::min(unwritten_, pending_.size());
   std::deque<Pending> failed = std::move(pending_);
   pending_.clear();
+  unwritten_ = 0;
   // Written now: `what` may point into the script set, which the listener may let go.
   std::vector<std::string> errors;
   errors.reserve(failed.size());
@@ -302,7 +315,7 @@ void RedisConnection::die(const std::string& reason) {
     if (!failed[i].cb) continue;
     if (metrics != nullptr) inc(metrics->errors_disconnected);
     Status why = unavailable(std::move(errors[i]));
-    if (sent) why.setOutcomeUnknown();
+    if (i < written) why.setOutcomeUnknown();
     failed[i].cb(std::move(why));
   }
 }
@@ -359,7 +372,8 @@ void RedisConnection::onDeadlineCheck() {
   }
   for (auto& [cb, message] : expired) {
     if (options_.metrics != nullptr) inc(options_.metrics->errors_timeout);
-    // Redis may still run it: the reply is dropped when it comes, not waited for.
+    // Redis may still run it: the reply is dropped when it comes, not waited for. So may a request
+    // still in out_ (the link not up yet): it is written once the link comes up.
     cb(deadlineExceeded(options_.name + ": " + message).setOutcomeUnknown());
   }
   // Callers first hear that their budget ended; then the silent link is torn down (a callback may

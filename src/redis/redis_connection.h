@@ -139,6 +139,10 @@ class RedisConnection final : private RedisTransport::Handler {
   void queued();
   void scheduleFlush();
   void flush();
+  /// Hands out_ to the transport: every pending request may now be run by Redis.
+  void writeOut();
+  /// Whether pending_[index] may have been written (Redis may run it yet).
+  bool mayHaveBeenWritten(size_t index) const { return index + unwritten_ < pending_.size(); }
   void onReply(RedisValue& value);
   bool retryWithEval(Pending& p, const RedisValue& value);
   void consumeRetained(uint32_t bytes);
@@ -174,6 +178,9 @@ class RedisConnection final : private RedisTransport::Handler {
   bool connected_ = false;
   bool flush_scheduled_ = false;
   size_t queued_since_flush_ = 0;  // commands queued since the last write
+  // The newest `unwritten_` requests of pending_ are still in out_: never handed to the transport,
+  // so Redis cannot run them (their failures do not carry outcomeUnknown).
+  size_t unwritten_ = 0;
   bool push_mode_ = false;
   bool dead_ = false;
 };

@@ -368,6 +368,35 @@ TEST_F(RedisBackendTest, PausedRedisTimesOutThenRecovers) {
   EXPECT_GE(env_.metrics().node(redis_.address()).errors_timeout->Value(), 1.0);
 }
 
+// A request queued from a timed-out request's callback never leaves the buffer when the silent
+// link is then torn down (same check): Redis cannot run it, so its failure must not say "may have
+// been carried out" (the lock service would count a grant that cannot exist).
+TEST_F(RedisBackendTest, RequestNeverWrittenIsNotOutcomeUnknown) {
+  auto c = redisConfig(redis_.port());
+  c.command_timeout_ms = 200;
+  RedisBackend& b = make(c);
+
+  redis_.pause();
+  std::optional<StatusOr<Outcome>> first;
+  std::optional<StatusOr<Outcome>> queued_after;
+  b.run(Operation::acquire("w", "alice", 10'000), [&](StatusOr<Outcome> r) {
+    first.emplace(std::move(r));
+    // Still the live link: queued behind the stalled acquire, written at the turn's end.
+    b.run(Operation::acquire("w2", "bob", 10'000),
+          [&](StatusOr<Outcome> r2) { queued_after.emplace(std::move(r2)); });
+  });
+  ASSERT_TRUE(env_.runUntil([&] { return queued_after.has_value(); }, 5000));
+  redis_.resume();
+  ASSERT_TRUE(first.has_value());
+  ASSERT_FALSE(first->isOk());
+  EXPECT_TRUE(first->status().outcomeUnknown()) << first->status().toString();
+  ASSERT_FALSE(queued_after->isOk());
+  EXPECT_FALSE(queued_after->status().outcomeUnknown())
+      << "never written: " << queued_after->status().toString();
+  ASSERT_TRUE(env_.runUntil([&] { return b.health().ready; }, 5000)) << b.health().reason;
+  EXPECT_EQ(redis_.cli({"EXISTS", lockKey("sidelock:", "w2")}), "0");
+}
+
 TEST_F(RedisBackendTest, AuthWithPasswordAndAclUser) {
   ASSERT_EQ(redis_.cli({"ACL", "SETUSER", "app", "on", ">apppw", "~*", "&*", "+@all"}), "OK");
   ASSERT_EQ(redis_.cli({"CONFIG", "SET", "requirepass", "secret"}), "OK");
