@@ -118,6 +118,13 @@ struct AcquireOptions {
   /// release, an involuntary release) nobody is granted the lock for this many ms (Consul's
   /// LockDelay); 0 = none. Validated by the API layer (0..locks.max_lock_delay_ms).
   int64_t lock_delay_ms = 0;
+  /// `owner` was drawn for this acquire alone (a multi-lock's, when its caller gave none): as
+  /// with an empty `owner`, nobody else holds leases under it, so a grant an unanswered attempt
+  /// may have left is the service's to give back (src/lock/unanswered.cc).
+  bool owner_drawn = false;
+  /// With owner_drawn: an earlier acquire of this lock under `owner` got no answer (a
+  /// multi-lock's all-at-once try); its possible grant is given back before the first attempt.
+  bool unanswered_before = false;
 };
 
 /// How release() gives a lease up: kClean (the holder is done: the next owner may start at once)

@@ -84,6 +84,10 @@ class LockService::Impl {
   void acquireAllAtOnce(
       const MultiAcquireOptions& options,
       std::function<void(StatusOr<backend::AllOutcome>, std::vector<Grant>)> done);
+  /// A multi-lock's all-at-once try under a drawn owner id got no answer and `lock` will not be
+  /// tried again under it: the grant it may have left there is given back now, or once the
+  /// backend is back, until `until_us` (the try's TTL ended it by then). unanswered.cc.
+  void giveBackUnansweredGrant(const LockId& lock, const std::string& owner, int64_t until_us);
   const config::LocksConfig& config() const { return config_; }
   std::vector<WaiterCount> waiterCounts() const;
   void shutdown(bool release_held, int64_t grace_ms, std::function<void()> done);

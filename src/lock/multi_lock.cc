@@ -20,11 +20,12 @@ namespace {
 class MultiAcquire : public std::enable_shared_from_this<MultiAcquire> {
  public:
   MultiAcquire(LockService& service, LockService::Impl& impl, MultiAcquireOptions options,
-               std::function<void(MultiAcquireResult)> done)
+               bool owner_drawn, std::function<void(MultiAcquireResult)> done)
       : service_(service),
         impl_(impl),
         scheduler_(impl.scheduler()),
         options_(std::move(options)),
+        owner_drawn_(owner_drawn),
         done_(std::move(done)),
         deadline_us_(scheduler_.nowUs() + options_.wait_ms * 1000) {}
 
@@ -36,6 +37,7 @@ class MultiAcquire : public std::enable_shared_from_this<MultiAcquire> {
         std::none_of(options_.names.begin(), options_.names.end(), [this](const std::string& n) {
           return impl_.hasLocalWaiters(LockId{LockKind::kMutex, n});
         })) {
+      all_at_once_until_us_ = scheduler_.nowUs() + options_.ttl_ms * 1000;
       impl_.acquireAllAtOnce(options_, [self = shared_from_this()](StatusOr<backend::AllOutcome> r,
                                                                    std::vector<Grant> grants) {
         self->onAllAtOnce(std::move(r), std::move(grants));
@@ -75,16 +77,26 @@ class MultiAcquire : public std::enable_shared_from_this<MultiAcquire> {
     o.auto_renew = options_.auto_renew;
     o.max_hold_ms = options_.max_hold_ms;
     o.holder = options_.holder;
+    o.owner_drawn = owner_drawn_;
+    o.unanswered_before = all_at_once_unanswered_;
+    started_ = next_ + 1;
     current_ = service_.acquire(std::move(o), [self = shared_from_this()](AcquireResult r) {
       self->onTaken(std::move(r));
     });
   }
 
   void onAllAtOnce(StatusOr<backend::AllOutcome> r, std::vector<Grant> grants) {
+    // No answer (timeout, lost link): the script may have run and granted every name.
+    const bool unanswered = !r.isOk() && r.status().outcomeUnknown();
+    // Under a drawn owner id, nothing else of ours can be there: each name's possible grant is
+    // given back by the service, with retries while the backend is out (unanswered.cc), before
+    // the name is tried again under that owner, or after the last try. See giveBackUntried().
+    all_at_once_unanswered_ = unanswered && owner_drawn_;
     if (finished_) {  // cancelled meanwhile: what was granted goes back
       for (const Grant& g : grants) {
         service_.release(g.lock, options_.owner, [](StatusOr<ReleaseStatus>) {});
       }
+      giveBackUntried();
       return;
     }
     if (!grants.empty()) {
@@ -93,10 +105,9 @@ class MultiAcquire : public std::enable_shared_from_this<MultiAcquire> {
       next_ = options_.names.size();
       return succeed();
     }
-    if (!r.isOk()) {
-      // No answer (timeout, lost link): the script may have run and granted every name. Give
-      // them back (owner-checked: harmless if it never ran) before failing or waiting; the
-      // releases go out before any later acquire on the same connection.
+    if (unanswered && !owner_drawn_) {
+      // The caller's owner id: give them back once (owner-checked) before failing or waiting;
+      // the releases go out before any later acquire on the same connection.
       service_.releaseAll(options_.names, options_.owner,
                           [](std::vector<StatusOr<ReleaseStatus>>) {});
     }
@@ -234,10 +245,24 @@ class MultiAcquire : public std::enable_shared_from_this<MultiAcquire> {
     if (done_) std::exchange(done_, nullptr)(std::move(r));
   }
 
+  /// After an unanswered all-at-once try under a drawn owner id: the names no one-name acquire
+  /// was started for (those give back their own) may hold that try's grant. Nothing of this
+  /// multi-lock will ask for them again, so the service's retried give-back cannot free a newer
+  /// grant of ours.
+  void giveBackUntried() {
+    if (!all_at_once_unanswered_) return;
+    for (size_t i = started_; i < options_.names.size(); ++i) {
+      impl_.giveBackUnansweredGrant(LockId{LockKind::kMutex, options_.names[i]}, options_.owner,
+                                    all_at_once_until_us_);
+    }
+    all_at_once_unanswered_ = false;
+  }
+
   void fail(MultiAcquireResult r) {
     finished_ = true;
     keep_alive_.reset();
     current_.cancel();
+    giveBackUntried();
     if (!grants_.empty()) {
       SL_LOG(kDebug, "lock.multi_given_back", {"blocked_by", r.blocked_by},
              {"given_back", static_cast<unsigned long>(grants_.size())});
@@ -253,9 +278,15 @@ class MultiAcquire : public std::enable_shared_from_this<MultiAcquire> {
   LockService::Impl& impl_;
   event::Scheduler& scheduler_;
   MultiAcquireOptions options_;
+  const bool owner_drawn_;  // the service drew options_.owner: no caller knows it
   std::function<void(MultiAcquireResult)> done_;
   const int64_t deadline_us_;
   size_t next_ = 0;
+  size_t started_ = 0;  // names a one-name acquire was started for (0..started_-1)
+  // The all-at-once try got no answer under a drawn owner id (onAllAtOnce); its grant would end
+  // by all_at_once_until_us_.
+  bool all_at_once_unanswered_ = false;
+  int64_t all_at_once_until_us_ = 0;
   AcquireTicket current_;
   std::vector<Grant> grants_;
   std::vector<int64_t> granted_us_;
@@ -281,11 +312,13 @@ AcquireTicket LockService::acquireAll(MultiAcquireOptions options,
     });
     return AcquireTicket();
   }
-  if (options.owner.empty()) options.owner = randomOwnerId();
+  const bool owner_drawn = options.owner.empty();
+  if (owner_drawn) options.owner = randomOwnerId();
   if (options.ttl_ms <= 0) options.ttl_ms = impl_->config().default_ttl_ms;
   options.wait_ms =
       std::clamp<int64_t>(options.wait_ms, 0, std::max<int64_t>(0, impl_->config().max_wait_ms));
-  auto multi = std::make_shared<MultiAcquire>(*this, *impl_, std::move(options), std::move(done));
+  auto multi = std::make_shared<MultiAcquire>(*this, *impl_, std::move(options), owner_drawn,
+                                              std::move(done));
   multi->start();
   return AcquireTicket([weak = std::weak_ptr<MultiAcquire>(multi)] {
     if (auto m = weak.lock()) m->cancel();

@@ -14,6 +14,10 @@
 //  - a waiter that is done (answered with the error, cancelled, out of time) sends it at once,
 //    and if the backend is out, again once it is back (with backoff) until the TTL would have
 //    ended that grant anyway.
+// A multi-lock under a drawn owner id (multi_lock.cc) is one such owner for all its names: its
+// one-name acquires are waiters like any other (AcquireOptions::owner_drawn), and after a one-step
+// try that got no answer each name's give-back comes first (AcquireOptions::unanswered_before), or,
+// for names it will not ask for again, at once (giveBackUnansweredGrant()).
 // Under an owner id the caller chose, the same release could free a lease that owner held before,
 // here or through another sidecar: that one is left to the caller, whose error says so.
 #include "common/invariant.h"
@@ -82,6 +86,16 @@ void LockService::Impl::settleUnanswered(Waiter& w) {
   if (!w.grant_unsettled) return;
   w.grant_unsettled = false;
   giveBackUnanswered(unansweredGrantOf(w));
+}
+
+void LockService::Impl::giveBackUnansweredGrant(const LockId& lock, const std::string& owner,
+                                                int64_t until_us) {
+  if (scheduler_.nowUs() >= until_us) return;
+  UnansweredGrant grant;
+  grant.lock = lock;
+  grant.owner = owner;
+  grant.until_us = until_us;
+  giveBackUnanswered(std::move(grant));
 }
 
 bool LockService::Impl::noteGiveBack(const UnansweredGrant& grant, const backend::Outcome& r) {

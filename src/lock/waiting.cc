@@ -64,8 +64,8 @@ AcquireTicket LockService::Impl::acquire(AcquireOptions options,
   };
   if (stopping_) return reject(AcquireStatus::kCancelled);
 
-  const bool owner_drawn = options.owner.empty();
-  if (owner_drawn) options.owner = randomOwnerId();
+  const bool owner_drawn = options.owner.empty() || options.owner_drawn;
+  if (options.owner.empty()) options.owner = randomOwnerId();
   if (options.stream) options.auto_renew = true;
   if (options.ttl_ms <= 0) options.ttl_ms = config_.default_ttl_ms;
   // The API layer validates; clamping here keeps a direct caller from queueing forever (a kind
@@ -108,6 +108,7 @@ AcquireTicket LockService::Impl::acquire(AcquireOptions options,
   w.deadline_us = now + w.options.wait_ms * 1000;
   w.wait_if_busy_ms = wait_if_busy_ms;
   w.owner_drawn = owner_drawn;
+  w.grant_unsettled = owner_drawn && w.options.unanswered_before;
   waiters_.emplace(id, std::move(owned));
   AcquireTicket ticket(alive_.guarded([this, id] { cancelWaiter(id); }));
 

@@ -119,6 +119,50 @@ TEST_F(UnansweredGrantTest, ACampaignLeftWhileItsAttemptGotNoAnswerLeavesNoLeade
   EXPECT_EQ(sidecar.stop(), 0);
 }
 
+// A multi-lock's one-step try (backend `redis`: every name in one script) swallowed by the stall:
+// each name it may have taken is given back once the link is back, not left for the TTL.
+TEST_F(UnansweredGrantTest, AMultiLockThatGotNoAnswerHasEveryNameGivenBack) {
+  HttpClient client = HttpClient::tcp(sidecar.port());
+  HttpResponse answer;
+  stallRedis([&] {
+    answer = client.post("/v1/multilocks/acquire",
+                         json{{"names", {"m-1", "m-2"}}, {"ttl_ms", kTtlMs}}.dump());
+  });
+  ASSERT_EQ(answer.status, 503) << answer.body;
+  EXPECT_EQ(answer.body.find("may have been granted"), std::string::npos) << answer.body;
+  EXPECT_TRUE(pollUntil([&] { return outcomes(observer, "released") == 2; })) << sidecar.logs();
+  EXPECT_FALSE(exists("sidelock:{m-1}"));
+  EXPECT_FALSE(exists("sidelock:{m-2}"));
+  HttpResponse next =
+      observer.post("/v1/multilocks/acquire", json{{"names", {"m-1", "m-2"}}}.dump());
+  EXPECT_EQ(next.status, 200) << next.body;
+  EXPECT_EQ(sidecar.stop(), 0);
+}
+
+// The same try with time to wait: the multi-lock goes on name by name under the same owner id,
+// and each name's possible grant goes back before that name is asked for again.
+TEST_F(UnansweredGrantTest, AWaitingMultiLockWhoseTryGotNoAnswerIsGrantedOnceRedisIsBack) {
+  HttpClient client = HttpClient::tcp(sidecar.port());
+  stallRedis([&] {
+    client.sendRequest(
+        "POST", "/v1/multilocks/acquire",
+        json{{"names", {"w-1", "w-2"}}, {"ttl_ms", kTtlMs}, {"wait_ms", 20'000}}.dump());
+  });
+  std::optional<HttpResponse> answer = client.readResponse(15'000);
+  ASSERT_TRUE(answer.has_value());
+  ASSERT_EQ(answer->status, 200) << answer->body << sidecar.logs();
+  const json grant = json::parse(answer->body);
+  EXPECT_EQ(redis.cli({"GET", "sidelock:{w-1}"}), grant["owner"].get<std::string>());
+  EXPECT_EQ(redis.cli({"GET", "sidelock:{w-2}"}), grant["owner"].get<std::string>());
+  EXPECT_EQ(outcomes(observer, "left_to_owner"), 0);
+  EXPECT_EQ(observer
+                .post("/v1/multilocks/release",
+                      json{{"names", {"w-1", "w-2"}}, {"owner", grant["owner"]}}.dump())
+                .status,
+            200);
+  EXPECT_EQ(sidecar.stop(), 0);
+}
+
 // An owner id the caller chose may have held the lock before (here or through another sidecar):
 // releasing "its" grant could free a lease it still relies on. The sidecar leaves it, and the
 // error says what the caller can do.

@@ -104,6 +104,23 @@ class TestBackend final : public backend::Backend {
       });
     });
   }
+  // Multi-locks in one step (off unless a test turns it on: the others see names taken one by
+  // one). fail_acquire_all fails it like fail_acquire (acquire_applied_anyway applies too).
+  bool all_at_once = false;
+  std::optional<Status> fail_acquire_all;
+  bool acquiresAllAtOnce() const override { return all_at_once; }
+  void acquireAll(const std::vector<std::string>& names, std::string_view owner, int64_t ttl_ms,
+                  std::string_view holder, backend::AllOutcomeCallback cb) override {
+    record("acquire_all", "");
+    if (fail_acquire_all) {
+      if (acquire_applied_anyway) {
+        mem_.acquireAll(names, owner, ttl_ms, holder, [](StatusOr<backend::AllOutcome>) {});
+      }
+      sched_.post([cb = std::move(cb), st = *fail_acquire_all] { cb(st); });
+      return;
+    }
+    mem_.acquireAll(names, owner, ttl_ms, holder, std::move(cb));
+  }
   void setReleaseListener(backend::ReleaseListener l) override {
     mem_.setReleaseListener(std::move(l));
   }
