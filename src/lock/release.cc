@@ -144,7 +144,8 @@ void LockService::Impl::sendReleaseWithHandOff(LockId lock, std::string owner, W
   runOnBackend(
       lock, hand_off,
       guarded([this, lock, owner, id = next.id, next_owner = next.options.owner,
-               done = std::move(done), release_hold = std::move(release_hold),
+               next_owner_drawn = next.owner_drawn, done = std::move(done),
+               release_hold = std::move(release_hold),
                attempt_hold = std::move(attempt_hold)](StatusOr<backend::Outcome> reply) mutable {
         const InFlight settled = std::move(release_hold);
         // kOk released our lease; a token means the lock went on to the waiter (a hand-off
@@ -166,11 +167,13 @@ void LockService::Impl::sendReleaseWithHandOff(LockId lock, std::string owner, W
           }
           onAttemptReply(id, reply, std::move(attempt_hold), /*handed_off=*/true);
         } else if (!reply.isOk()) {
-          // No answer (timeout, lost link): the script may still have run. Give back a
-          // grant the waiter never heard of (compare-and-delete: harmless if it never
-          // happened), and let the waiter's own error handling decide, as for a failed
-          // acquire.
-          releaseOrphan(lock, next_owner);
+          // No answer (timeout, lost link): the script may still have run. A drawn owner's
+          // waiter gives that grant back itself, as after any unanswered attempt (unanswered.cc:
+          // before its next attempt, or retried once it is done). For the caller's owner id,
+          // give it back once here (compare-and-delete: harmless if it never happened; the
+          // lock was held by us, so that owner held nothing of it). Then the waiter's own error
+          // handling decides, as for a failed acquire.
+          if (!next_owner_drawn) releaseOrphan(lock, next_owner);
           onAttemptReply(id, reply.status(), std::move(attempt_hold));
         } else {
           // Nothing was handed on: to the waiter this was a busy attempt; it retries with

@@ -290,9 +290,8 @@ void LockService::Impl::onAttemptReply(uint64_t id, StatusOr<backend::Outcome> r
     // No answer: it may have been granted all the same (unanswered.cc).
     if (w.owner_drawn) {
       w.grant_unsettled = true;
-    } else {
-      w.grant_left_to_owner = true;
-      metrics_.unanswered_left_to_owner.Increment();
+    } else if (!std::exchange(w.grant_left_to_owner, true)) {
+      metrics_.unanswered_left_to_owner.Increment();  // once per acquire, not per attempt
     }
   } else if (reply.isOk() && reply->busy_reason == backend::BusyReason::kHeldByYou &&
              reply->code == backend::OutcomeCode::kBusy && w.owner_drawn) {

@@ -137,10 +137,11 @@ void ClusterBackend::onReply(std::shared_ptr<Call> call, const std::string& addr
     if (r.status().code() == StatusCode::kCancelled) {
       // The node left the slot map while the script was in flight. It may or may not have run
       // there, so it is not run again elsewhere (a hand-off run twice would lose its grant): a
-      // transient failure, as for a node that went down.
-      call->done(
-          unavailable("redis " + address + " left the cluster's slot map").setOutcomeUnknown(),
-          address);
+      // transient failure, as for a node that went down. Whether it may have run is the
+      // connection's to say (written to the node or not).
+      Status why = unavailable("redis " + address + " left the cluster's slot map");
+      if (r.status().outcomeUnknown()) why.setOutcomeUnknown();
+      call->done(std::move(why), address);
       return;
     }
     if (r.status().code() == StatusCode::kUnavailable) scheduleRefresh();

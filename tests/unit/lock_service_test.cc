@@ -571,6 +571,40 @@ TEST_F(LockServiceTest, ACallersOwnOwnerIdIsToldItsUnansweredAcquireMayHaveBeenG
   EXPECT_EQ(unsent->result->error.message(), "redis 127.0.0.1:6379 is down");
 }
 
+// A hand-off (release + grant of the head waiter in one script) that got no answer: a drawn
+// owner's waiter gives back what it may have been granted once, as after any unanswered attempt
+// (before its next attempt), not also through a second release of its own.
+TEST_F(LockServiceTest, AnUnansweredHandOffIsGivenBackOnceByItsWaiter) {
+  backend.hand_off = true;
+  auto holder = acquireNow(opts("x", "h", 500));
+  ASSERT_EQ(holder->status(), AcquireStatus::kGranted);
+  auto w = start(opts("x", "", 60'000, 10'000));
+  sched.runReady();
+  ASSERT_FALSE(w->done());
+  const int releases_before = backend.count("release");
+  backend.fail_release = noAnswer();
+  EXPECT_FALSE(release("x", "h").isOk());
+  ASSERT_EQ(backend.count("release_grant"), 1);
+  backend.fail_release.reset();
+  advance(1000, 10);  // the holder's lease runs out meanwhile
+  ASSERT_TRUE(w->done());
+  EXPECT_EQ(w->status(), AcquireStatus::kGranted);
+  EXPECT_EQ(backend.count("release") - releases_before, 1) << "one give-back, not two";
+  EXPECT_EQ(metrics.unanswered_not_granted.Value(), 1);
+  EXPECT_EQ(metrics.unanswered_left_to_owner.Value(), 0);
+}
+
+// A caller's owner id is counted left to the caller once per acquire, however many of its
+// attempts got no answer.
+TEST_F(LockServiceTest, LeftToOwnerCountsEachAcquireOnce) {
+  backend.fail_acquire = noAnswer();
+  auto w = start(opts("x", "alice", 60'000, 3000));
+  advance(3100, 10);
+  ASSERT_TRUE(w->done());
+  EXPECT_GE(backend.count("acquire"), 3);
+  EXPECT_EQ(metrics.unanswered_left_to_owner.Value(), 1);
+}
+
 TEST_F(LockServiceTest, BudgetEndingDuringTheOutageAnswersTheBackendError) {
   backend.fail_acquire = unavailable("redis down");
   auto w = start(opts("x", "w1", 10'000, 2000));
