@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cstdlib>
+#include <cstring>
 #include <limits>
 #include <string>
 #include <utility>
@@ -114,24 +115,24 @@ void RedisConnection::script(size_t index, RedisArgs keys, RedisArgs args, int64
   p.is_script = true;
   p.what = s.label.c_str();
   p.script = static_cast<uint32_t>(index);
-  p.argc = static_cast<uint32_t>(3 + keys.size() + args.size());
-  appendArrayHeader(out_, p.argc);
-  if (sha.empty()) {
-    appendBulk(out_, "EVAL");  // EVAL caches the script itself: no retry needed
-    appendBulk(out_, s.text);
-  } else {
-    appendBulk(out_, "EVALSHA");
-    appendBulk(out_, sha);
-  }
-  const size_t args_start = out_.size();
-  char numkeys[24];
-  const auto [end, ec] = std::to_chars(numkeys, numkeys + sizeof(numkeys), keys.size());
-  appendBulk(out_, std::string_view(numkeys, static_cast<size_t>(end - numkeys)));
-  for (std::string_view k : keys) appendBulk(out_, k);
-  for (std::string_view a : args) appendBulk(out_, a);
-  if (!sha.empty()) {
-    p.retained_bytes = static_cast<uint32_t>(out_.size() - args_start);
-    retained_.append(out_, args_start, p.retained_bytes);
+  char numkeys_text[24];
+  const auto [end, ec] =
+      std::to_chars(numkeys_text, numkeys_text + sizeof(numkeys_text), keys.size());
+  const std::string_view numkeys(numkeys_text, static_cast<size_t>(end - numkeys_text));
+  // EVAL caches the script itself: no retry needed. EVALSHA keeps its arguments (numkeys, keys,
+  // args) for a NOSCRIPT retry.
+  const bool by_sha = !sha.empty();
+  script_argv_.clear();
+  script_argv_.push_back(by_sha ? std::string_view("EVALSHA") : std::string_view("EVAL"));
+  script_argv_.push_back(by_sha ? std::string_view(sha) : std::string_view(s.text));
+  script_argv_.push_back(numkeys);
+  script_argv_.insert(script_argv_.end(), keys.begin(), keys.end());
+  script_argv_.insert(script_argv_.end(), args.begin(), args.end());
+  appendCommand(out_, script_argv_);
+  if (by_sha) {
+    const size_t retained_start = retained_.size();
+    for (size_t i = 2; i < script_argv_.size(); ++i) retainArgument(script_argv_[i]);
+    p.retained_bytes = static_cast<uint32_t>(retained_.size() - retained_start);
   }
   enqueue(std::move(p), timeout_ms);
 }
@@ -268,10 +269,19 @@ void RedisConnection::logScriptError(const Pending& p, const RedisValue& value) 
 bool RedisConnection::retryWithEval(Pending& p, const RedisValue& /*noscript*/) {
   const RedisScript& s = (*options_.scripts)[p.script];
   if (options_.metrics != nullptr) inc(options_.metrics->noscript_reloads);
-  appendArrayHeader(out_, p.argc);
-  appendBulk(out_, "EVAL");
-  appendBulk(out_, s.text);
-  out_.append(retained_, retained_head_, p.retained_bytes);
+  script_argv_.clear();
+  script_argv_.push_back("EVAL");
+  script_argv_.push_back(s.text);
+  // The arguments the EVALSHA was sent with, as retainArgument() framed them.
+  const std::string_view kept(retained_.data() + retained_head_, p.retained_bytes);
+  for (size_t at = 0; at + sizeof(uint32_t) <= kept.size();) {
+    uint32_t len = 0;
+    std::memcpy(&len, kept.data() + at, sizeof(len));
+    at += sizeof(len);
+    script_argv_.push_back(kept.substr(at, len));
+    at += len;
+  }
+  appendCommand(out_, script_argv_);
   consumeRetained(p.retained_bytes);
   Pending retry = std::move(p);
   retry.retained_bytes = 0;  // one retry only
@@ -279,6 +289,12 @@ bool RedisConnection::retryWithEval(Pending& p, const RedisValue& /*noscript*/) 
   ++unwritten_;
   scheduleFlush();
   return true;
+}
+
+void RedisConnection::retainArgument(std::string_view arg) {
+  const auto len = static_cast<uint32_t>(arg.size());
+  retained_.append(reinterpret_cast<const char*>(&len), sizeof(len));
+  retained_.append(arg);
 }
 
 void RedisConnection::consumeRetained(uint32_t bytes) {

@@ -119,7 +119,6 @@ class RedisConnection final : private RedisTransport::Handler {
     int64_t sent_us = 0;
     int64_t deadline_us = 0;
     uint32_t retained_bytes = 0;  // scripts: their arguments, kept for a NOSCRIPT retry
-    uint32_t argc = 0;
     uint32_t script = 0;
     const char* what = "command";  // a literal, or the label of a script in the set
     NodeOp op = NodeOp::kOther;
@@ -145,6 +144,9 @@ class RedisConnection final : private RedisTransport::Handler {
   bool mayHaveBeenWritten(size_t index) const { return index + unwritten_ < pending_.size(); }
   void onReply(RedisValue& value);
   bool retryWithEval(Pending& p, const RedisValue& value);
+  /// Keeps one argument of an EVALSHA for its NOSCRIPT retry: its length (4 bytes, host order)
+  /// and its bytes, at the back of retained_.
+  void retainArgument(std::string_view arg);
   void consumeRetained(uint32_t bytes);
   void armDeadlineCheck(int64_t at_us);
   void onDeadlineCheck();
@@ -166,7 +168,8 @@ class RedisConnection final : private RedisTransport::Handler {
   event::UvHandle<uv_prepare_t> flush_handle_;
   RespReader reader_;
   std::string out_;       // commands not yet handed to the transport
-  std::string retained_;  // FIFO of the scripts' argument bytes, parallel to pending_
+  std::string retained_;  // FIFO of the scripts' arguments (retainArgument), parallel to pending_
+  std::vector<std::string_view> script_argv_;  // scratch: a script call's arguments
   size_t retained_head_ = 0;
   std::deque<Pending> pending_;
   std::vector<std::string> shas_;

@@ -1,39 +1,49 @@
 #include "redis/resp.h"
 
+#include <hiredis/hiredis.h>
 #include <hiredis/read.h>
 
-#include <charconv>
+#include <array>
+#include <memory>
+#include <new>
 #include <utility>
 
 namespace sidelock::backend {
 
 namespace {
 
-void appendDecimal(std::string& out, size_t n) {
-  char buf[24];
-  auto [end, ec] = std::to_chars(buf, buf + sizeof(buf), n);
-  out.append(buf, end);
-}
+struct HiredisCommandDeleter {
+  void operator()(char* cmd) const { redisFreeCommand(cmd); }
+};
+using HiredisCommand = std::unique_ptr<char, HiredisCommandDeleter>;
+
+// Most commands have a few arguments: their pointers and lengths stay on the stack.
+constexpr size_t kInlineArgs = 16;
 
 }  // namespace
 
-void appendArrayHeader(std::string& out, size_t count) {
-  out.push_back('*');
-  appendDecimal(out, count);
-  out.append("\r\n", 2);
-}
-
-void appendBulk(std::string& out, std::string_view arg) {
-  out.push_back('$');
-  appendDecimal(out, arg.size());
-  out.append("\r\n", 2);
-  out.append(arg);
-  out.append("\r\n", 2);
-}
-
 void appendCommand(std::string& out, std::span<const std::string_view> argv) {
-  appendArrayHeader(out, argv.size());
-  for (std::string_view a : argv) appendBulk(out, a);
+  std::array<const char*, kInlineArgs> inline_ptrs;
+  std::array<size_t, kInlineArgs> inline_lens;
+  std::vector<const char*> heap_ptrs;
+  std::vector<size_t> heap_lens;
+  const char** ptrs = inline_ptrs.data();
+  size_t* lens = inline_lens.data();
+  if (argv.size() > kInlineArgs) {
+    heap_ptrs.resize(argv.size());
+    heap_lens.resize(argv.size());
+    ptrs = heap_ptrs.data();
+    lens = heap_lens.data();
+  }
+  for (size_t i = 0; i < argv.size(); ++i) {
+    ptrs[i] = argv[i].data();
+    lens[i] = argv[i].size();
+  }
+  char* formatted = nullptr;
+  const int len = redisFormatCommandArgv(&formatted, static_cast<int>(argv.size()), ptrs, lens);
+  HiredisCommand owned(formatted);
+  if (len < 0) throw std::bad_alloc();  // hiredis fails only when malloc does
+  out.append(owned.get(), static_cast<size_t>(len));
 }
 
 // ---- reader: hiredis' object functions building RedisValue in place ----

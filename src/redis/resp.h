@@ -1,6 +1,6 @@
-// RESP (REdis Serialization Protocol) for our own connections: commands are appended straight into
-// the connection's write buffer, and replies are decoded by hiredis' redisReader into RedisValue
-// trees (hiredis is the codec only; the bytes travel on our libuv sockets).
+// RESP (REdis Serialization Protocol) for our own connections: hiredis formats each command, which
+// is appended to the connection's write buffer, and hiredis' redisReader decodes replies into
+// RedisValue trees (hiredis is the codec only; the bytes travel on our libuv sockets).
 #pragma once
 
 #include <cstdint>
@@ -31,12 +31,9 @@ struct RedisValue {
 
 using RedisReplyCallback = std::function<void(StatusOr<RedisValue>)>;
 
-/// Appends `argv` as one RESP command (an array of bulk strings) to `out`. Binary safe.
+/// Appends `argv` as one RESP command (an array of bulk strings) to `out`, formatted by hiredis
+/// (redisFormatCommandArgv). Binary safe. Out of memory throws std::bad_alloc, as the append does.
 void appendCommand(std::string& out, std::span<const std::string_view> argv);
-/// The pieces of appendCommand(), for commands assembled from parts: the array header, then one
-/// bulk string per argument.
-void appendArrayHeader(std::string& out, size_t count);
-void appendBulk(std::string& out, std::string_view arg);
 
 /// Incremental reply decoder: feed it bytes as they arrive, then take complete replies. Builds
 /// RedisValue trees directly (no intermediate redisReply), reusing one root slot.

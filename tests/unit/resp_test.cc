@@ -22,8 +22,17 @@ TEST(RespEncode, CommandIsAnArrayOfBulkStrings) {
   appendCommand(out, ping);
   EXPECT_TRUE(out.ends_with("*1\r\n$4\r\nPING\r\n"));
   std::string empty_arg;
-  appendBulk(empty_arg, "");
-  EXPECT_EQ(empty_arg, "$0\r\n\r\n");
+  const std::vector<std::string_view> empty = {"ECHO", ""};
+  appendCommand(empty_arg, empty);
+  EXPECT_EQ(empty_arg, "*2\r\n$4\r\nECHO\r\n$0\r\n\r\n");
+  // More arguments than fit the stack arrays.
+  std::vector<std::string> many(40);
+  std::vector<std::string_view> many_argv = {"DEL"};
+  for (size_t i = 0; i < many.size(); ++i) many_argv.push_back(many[i] = "k" + std::to_string(i));
+  std::string long_command;
+  appendCommand(long_command, many_argv);
+  EXPECT_TRUE(long_command.starts_with("*41\r\n$3\r\nDEL\r\n$2\r\nk0\r\n")) << long_command;
+  EXPECT_TRUE(long_command.ends_with("$3\r\nk39\r\n"));
 }
 
 TEST(RespRead, EveryReplyTypeAndNesting) {
