@@ -473,6 +473,13 @@ void RedlockBackend::startTokenSync(const std::shared_ptr<QuorumCall>& call) {
       call->since_ms = std::max(call->since_ms, call->answers[i]->leader.since_ms);
     }
   }
+  // The vote may have taken the whole validity already (a short TTL, a slow node): given up
+  // before the sync, so that a grant nobody gets raises no counter beyond its own INCRs (a free
+  // lock would read as its token).
+  if (!validityLeft(call)) {
+    call->synced = true;
+    return;
+  }
   const ScriptCall sync =
       election ? electionSyncCall(call->name, call->owner, call->token, call->since_ms, scripts_)
                : tokenSyncCall(call->name, call->owner, call->token, scripts_);
@@ -516,23 +523,27 @@ void RedlockBackend::evaluateTokenSync(const std::shared_ptr<QuorumCall>& call) 
   }
   if (call->sync_acks < call->sync_needed) return;
   call->synced = true;
-  const int64_t elapsed_ms = (scheduler_.nowUs() - call->start_us + 999) / 1000;
-  const int64_t validity =
-      quorum::validityMs(call->ttl_ms, elapsed_ms, config_.redlock.drift_factor);
-  if (validity <= 0) {
-    startAcquireCleanup(
-        call, deadlineExceeded("redlock: the vote took " + std::to_string(elapsed_ms) +
-                               " ms, leaving no validity of the " + std::to_string(call->ttl_ms) +
-                               " ms TTL"));
-    return;
-  }
-  metrics_.redlock_validity_seconds.Observe(static_cast<double>(validity) / 1000.0);
+  const std::optional<int64_t> validity = validityLeft(call);
+  if (!validity) return;
+  metrics_.redlock_validity_seconds.Observe(static_cast<double>(*validity) / 1000.0);
   Outcome granted;
   granted.code = OutcomeCode::kOk;
   granted.token = call->token;
-  granted.validity_ms = validity;
+  granted.validity_ms = *validity;
   if (call->kind == LockKind::kElection) granted.leader.since_ms = call->since_ms;
   answer(call, granted);
+}
+
+std::optional<int64_t> RedlockBackend::validityLeft(const std::shared_ptr<QuorumCall>& call) {
+  const int64_t elapsed_ms = (scheduler_.nowUs() - call->start_us + 999) / 1000;
+  const int64_t validity =
+      quorum::validityMs(call->ttl_ms, elapsed_ms, config_.redlock.drift_factor);
+  if (validity > 0) return validity;
+  startAcquireCleanup(
+      call, deadlineExceeded("redlock: the vote took " + std::to_string(elapsed_ms) +
+                             " ms, leaving no validity of the " + std::to_string(call->ttl_ms) +
+                             " ms TTL"));
+  return std::nullopt;
 }
 
 void RedlockBackend::startAcquireCleanup(const std::shared_ptr<QuorumCall>& call, Status error) {

@@ -10,7 +10,8 @@
 //    on minority nodes, the counters drift apart; before answering, the winner raises the counter
 //    of every node to that token ("token sync", one more parallel round trip, skipped on nodes
 //    that already reported it) and needs every node of the granting majority to confirm (the
-//    others are raised best effort). The next grant's majority intersects the granting majority,
+//    others are raised best effort; a vote won with no validity left is given up before the
+//    sync, so it raises no counter). The next grant's majority intersects the granting majority,
 //    so it INCRs a counter that is >= this token: tokens strictly increase per name (a counter a
 //    node lost is re-seeded from its clock, see scripts.h).
 //  - A failed attempt releases on all nodes (also those that did not answer in time) before
@@ -177,6 +178,9 @@ class RedlockBackend final : public Backend {
   void decideAcquire(const std::shared_ptr<QuorumCall>& call);
   void startTokenSync(const std::shared_ptr<QuorumCall>& call);
   void evaluateTokenSync(const std::shared_ptr<QuorumCall>& call);
+  /// What is left of a won acquire's validity (ms) now; none: the attempt is given up
+  /// (startAcquireCleanup, kDeadlineExceeded) and nullopt returned.
+  std::optional<int64_t> validityLeft(const std::shared_ptr<QuorumCall>& call);
   void startAcquireCleanup(const std::shared_ptr<QuorumCall>& call, Status error);
   /// A lost (or given up) acquire's clean-up on node `i`, once it answered the attempt.
   void cleanUpAfterAcquire(const std::shared_ptr<QuorumCall>& call, size_t i);

@@ -701,27 +701,46 @@ TEST_F(RedlockTest, TokenSyncWaitsForEveryGrantingNode) {
 // keys extended. Three nodes are paused past the validity (drift_factor 0.5 makes the validity of
 // a 1 s TTL ~0.5 s), then resumed: the extend wins, too late, and must roll the keys back.
 TEST_F(RedlockTest, ExtendThatWinsWithNoValidityLeftReleasesTheKeys) {
-  auto c = redlockConfig();
-  c.redlock.node_timeout_ms = 5'000;
-  c.redlock.drift_factor = 0.5;
-  c.command_timeout_ms = 5'000;  // idle PINGs must not declare the paused nodes down
-  c.health_interval_ms = 5'000;
-  auto& b = makeBackend(c);
-  ASSERT_TRUE(waitAllVoting(b)) << b.health().reason;
+  auto& b = makeSlowVoteBackend();
   auto g = acquire(b, "late", "a", 60'000);
   ASSERT_TRUE(g.isOk() && g->ok()) << g.status().toString();
 
   constexpr int64_t kTtlMs = 1'000;
   const int64_t no_validity_after_ms = kTtlMs - backend::quorum::driftMs(kTtlMs, 0.5);
-  for (int i = 0; i < 3; ++i) servers_[i]->pause();
   event::ScopedTimer resume;
-  resume.start(env_.scheduler(), no_validity_after_ms + 200, [&] {
-    for (int i = 0; i < 3; ++i) servers_[i]->resume();
-  });
+  pauseFirstNodesFor(3, no_validity_after_ms + 200, resume);
   auto e = extend(b, "late", "a", kTtlMs);
   ASSERT_FALSE(e.isOk()) << "extended with validity " << e->validity_ms;
   EXPECT_EQ(e.status().code(), StatusCode::kDeadlineExceeded) << e.status().toString();
   EXPECT_EQ(nodesWithKey("late"), 0) << "keys extended too late were left behind";
+}
+
+// An acquire that wins its majority with no validity left is given up before its token sync: no
+// grant was made, so no counter may be raised to its token (a free lock would read as a token
+// nobody was granted). Nodes 0-2 count from 500, nodes 3 and 4 from 100; nodes 0-2 are paused
+// longer than the whole validity (drift_factor 0.5: a 2 s TTL leaves ~1 s), so nodes 3 and 4
+// grant at once (101) and the vote is won, too late, when the paused nodes answer (501). The
+// sync would have raised nodes 3 and 4 to 501 before answering (they are granting nodes); given
+// up first, they keep their own INCR. No timing is asserted: the pause alone exceeds the validity.
+TEST_F(RedlockTest, AcquireThatWinsWithNoValidityLeftRaisesNoCounter) {
+  auto& b = makeSlowVoteBackend();
+  for (int i = 0; i < kNodes; ++i) {
+    ASSERT_EQ(servers_[i]->cli({"SET", counterKey("nv"), i < 3 ? "500" : "100"}), "OK");
+  }
+
+  constexpr int64_t kTtlMs = 2'000;
+  const int64_t validity_at_most_ms = backend::quorum::validityMs(kTtlMs, 0, 0.5);
+  event::ScopedTimer resume;
+  pauseFirstNodesFor(3, validity_at_most_ms + 500, resume);
+  auto r = acquire(b, "nv", "a", kTtlMs);
+  ASSERT_FALSE(r.isOk()) << "granted with validity " << r->validity_ms;
+  EXPECT_EQ(r.status().code(), StatusCode::kDeadlineExceeded) << r.status().toString();
+  env_.runFor(200);  // a sync sent anyway would have landed by now
+  for (int i = 3; i < kNodes; ++i) {
+    EXPECT_EQ(servers_[i]->cli({"GET", counterKey("nv")}), "101")
+        << "node " << i << "'s counter was raised to the token of a grant given up";
+  }
+  EXPECT_EQ(nodesWithKey("nv"), 0) << "the attempt's keys were left behind";
 }
 
 TEST_F(RedlockTest, ReleaseWakesWatchersOncePerRelease) {

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "event/scheduler.h"
 #include "integration/redis_test_env.h"
 #include "redis/redlock_backend.h"
 #include "redis/scripts.h"
@@ -70,6 +71,27 @@ class RedlockTest : public ::testing::Test {
     auto& b = makeBackend(redlockConfig(delayed_restart), max_ttl_ms);
     EXPECT_TRUE(waitAllVoting(b, max_ttl_ms + 5000)) << b.health().reason;
     return b;
+  }
+
+  /// A ready backend whose votes may wait seconds for paused nodes (node budget 5 s, the link
+  /// not declared down meanwhile) and whose validity is about half the TTL (drift_factor 0.5):
+  /// pausing nodes past it makes a vote won with no validity left.
+  backend::RedlockBackend& makeSlowVoteBackend() {
+    auto c = redlockConfig();
+    c.redlock.node_timeout_ms = 5'000;
+    c.redlock.drift_factor = 0.5;
+    c.command_timeout_ms = 5'000;  // idle PINGs must not declare the paused nodes down
+    c.health_interval_ms = 5'000;
+    auto& b = makeBackend(c);
+    EXPECT_TRUE(waitAllVoting(b)) << b.health().reason;
+    return b;
+  }
+  /// Pauses nodes [0, count) now and resumes them `after_ms` later, on the loop (`resume`).
+  void pauseFirstNodesFor(int count, int64_t after_ms, event::ScopedTimer& resume) {
+    for (int i = 0; i < count; ++i) servers_[i]->pause();
+    resume.start(env_.scheduler(), after_ms, [this, count] {
+      for (int i = 0; i < count; ++i) servers_[i]->resume();
+    });
   }
 
   bool waitAllVoting(backend::RedlockBackend& b, int64_t timeout_ms = 5000) {
