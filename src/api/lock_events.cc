@@ -176,8 +176,12 @@ int64_t LockEvents::applyRead(Groups::Group& g, StatusOr<lock::LockState> state)
   }
   if (!next.held && !prev.held && next.token > prev.token) {
     // A whole lease came and went between two reads (its grant announcement missed, or both
-    // announcements in one read's window): its grant and its end, in token order.
-    send(g, "acquired", next);
+    // announcements in one read's window): its grant and its end, in token order. `acquired`
+    // says held, as every `acquired` line does, with what the read knows of the lease (its
+    // token; not its holder or TTL).
+    View lease = next;
+    lease.held = true;
+    send(g, "acquired", lease);
     send(g, end == EndAnnounced::kNone ? "expired" : reason, next);
   }
   if (next.held && (!prev.held || ended)) {

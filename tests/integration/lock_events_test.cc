@@ -484,6 +484,34 @@ TEST_F(LockEventsTest, ALeaseLostWithRedissDataExpiresOnTheStream) {
   expectEverywhere({&on_b}, "acquired", t2);
 }
 
+// A lease that came and went between two reads of the stream's sidecar (b stopped while a takes
+// and releases it; both announcements then reach b at once, and its read shows the lock free at
+// the lease's higher token) is `acquired` and then its end, in token order. Its `acquired` line
+// says held, as every `acquired` line does (before: `"held": false`, read as no lease at all).
+TEST_F(LockEventsTest, ALeaseThatCameAndWentBetweenReadsIsAcquiredHeld) {
+  Watcher on_b(b->port(), "/v1/locks/orders/events");
+  std::optional<json> e = on_b.next();
+  ASSERT_TRUE(e.has_value());
+  ASSERT_EQ((*e)["event"], "state") << e->dump();
+  b->pause();
+  HttpResponse r = ca.post("/v1/locks/orders/acquire", R"({"ttl_ms": 30000})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  const json grant = json::parse(r.body);
+  const uint64_t token = grant["token"];
+  EXPECT_EQ(ca.post("/v1/locks/orders/release", json{{"owner", grant["owner"]}}.dump()).status,
+            200);
+  b->resume();
+  e = on_b.next();
+  ASSERT_TRUE(e.has_value()) << "the lease was not shown";
+  EXPECT_EQ((*e)["event"], "acquired") << e->dump();
+  EXPECT_EQ((*e)["held"], true) << e->dump();
+  EXPECT_EQ((*e)["token"], token) << e->dump();
+  e = on_b.next();
+  ASSERT_TRUE(e.has_value()) << "the lease's end was not shown";
+  EXPECT_EQ((*e)["held"], false) << e->dump();
+  EXPECT_EQ((*e)["token"], token) << e->dump();
+}
+
 // While the backend is out, a stream does not go on saying `held` past the lease's end, nor free
 // forever: `unknown` once (under the last token), and once Redis answers again the events its read
 // shows (the lease ended: `expired`), then `state`.
