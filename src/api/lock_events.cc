@@ -83,7 +83,9 @@ void LockEvents::noteAnnounced(State& s, lock::ChangeReason reason) {
   } else if (reason == lock::ChangeReason::kReleased && s.end == EndAnnounced::kNone) {
     s.end = EndAnnounced::kReleased;
   }
-  // A grant (or a catch-up) ends nothing: the read it causes shows the new lease. For readers it
+  // A grant (or a catch-up) ends nothing: the read it causes shows the new lease. Nor does a
+  // Redlock acquire's clean-up (kRolledBack): the key it deleted was no lease anybody was
+  // granted, and a lease that ends after it did not end by a release. For readers it
   // tells a new shared hold from the old one (onRead): only the first reader of a free lock
   // announces a grant, so one announced since the last read means the lock was free meanwhile
   // (its last reader released, or ran out, which announces nothing).

@@ -312,12 +312,17 @@ struct AllOutcome {
 };
 using AllOutcomeCallback = std::function<void(StatusOr<AllOutcome>)>;
 /// What an announcement on a lock's release channel says changed: the pub/sub payload. Any other
-/// payload (a sidecar of an older version sent the lock's name) counts as a release.
+/// payload (a sidecar of an older version sent the lock's name; an older one hearing a newer
+/// one's kRolledBack) counts as a release.
 namespace announcement {
 inline constexpr std::string_view kReleased = "released";      // released, or a waiter withdrew
 inline constexpr std::string_view kForced = "forced";          // an operator's force release
 inline constexpr std::string_view kGranted = "granted";        // a grant or a hand-off
 inline constexpr std::string_view kProclaimed = "proclaimed";  // an election leader's new value
+/// Redlock: the clean-up of an acquire that was not granted deleted its lease on a node (its
+/// vote lost or given up: src/redis/lua/rollback.lua). Waiters wake (a key is gone), but no
+/// lease anybody was granted ended. A sidecar that does not know it takes it for a release.
+inline constexpr std::string_view kRolledBack = "rolled_back";
 /// Whether waiters should try again: only when something may have become free.
 inline bool freesLock(std::string_view reason) {
   return reason != kGranted && reason != kProclaimed;

@@ -19,6 +19,7 @@ ChangeReason changeReasonOf(std::string_view payload) {
   if (payload == a::kForced) return ChangeReason::kForced;
   if (payload == a::kGranted) return ChangeReason::kGranted;
   if (payload == a::kProclaimed) return ChangeReason::kProclaimed;
+  if (payload == a::kRolledBack) return ChangeReason::kRolledBack;
   return ChangeReason::kReleased;  // "released", or an older sidecar's payload (the lock's name)
 }
 

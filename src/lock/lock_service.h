@@ -195,6 +195,7 @@ enum class ChangeReason {
   kForced,      // an operator's force release
   kGranted,     // a grant or a hand-off
   kProclaimed,  // an election leader's new value
+  kRolledBack,  // Redlock: an acquire that was not granted deleted its keys (no lease ended)
 };
 
 /// Keeps a watch on a name's announced changes (watchChanges) while alive.

@@ -93,21 +93,26 @@ struct RedlockBackend::WakeState {
   event::ScopedTimer timer;  // fallback fire, or forgetting the state when quiet
 
   int latest() const { return *std::max_element(published.begin(), published.end()); }
-  /// The reason of events [from, to) fired as one: a force release, else a release, else the
-  /// last one's (a grant, a proclaim).
+  /// The reason of events [from, to) fired as one: a force release, else a release, else an
+  /// acquire's clean-up (it frees a key, but ends no lease), else the last one's (a grant, a
+  /// proclaim).
   std::string_view reasonOf(int from, int to) const {
     std::string_view r = announcement::kReleased;
-    bool frees = false;
+    bool released = false;
+    bool rolled_back = false;
     for (int e = from; e < to && e < static_cast<int>(reasons.size()); ++e) {
       const std::string_view x = reasons[static_cast<size_t>(e)];
       if (x == announcement::kForced) return x;
-      if (announcement::freesLock(x)) {
-        frees = true;
-      } else if (!frees) {
+      if (x == announcement::kRolledBack) {
+        rolled_back = true;
+      } else if (announcement::freesLock(x)) {
+        released = true;
+      } else {
         r = x;
       }
     }
-    return frees ? announcement::kReleased : r;
+    if (released) return announcement::kReleased;
+    return rolled_back ? announcement::kRolledBack : r;
   }
   /// Nodes that published event `k` (1-based) or a later one.
   int reached(int k) const {
@@ -459,6 +464,13 @@ void RedlockBackend::decideAcquire(const std::shared_ptr<QuorumCall>& call) {
 }
 
 void RedlockBackend::startTokenSync(const std::shared_ptr<QuorumCall>& call) {
+  // The vote may have taken the whole validity already (a short TTL, a slow node): given up
+  // before the sync, so that a grant nobody gets raises no counter beyond its own INCRs (a free
+  // lock would read as its token). call->token stays 0: no sync was sent (its clean-up knows).
+  if (!validityLeft(call)) {
+    call->synced = true;
+    return;
+  }
   std::vector<uint64_t> granting_tokens;
   for (size_t i = 0; i < nodes_.size(); ++i) {
     call->granting.push_back(call->voting[i] && call->said(i, OutcomeCode::kOk));
@@ -472,13 +484,6 @@ void RedlockBackend::startTokenSync(const std::shared_ptr<QuorumCall>& call) {
     if (call->granting[i]) {
       call->since_ms = std::max(call->since_ms, call->answers[i]->leader.since_ms);
     }
-  }
-  // The vote may have taken the whole validity already (a short TTL, a slow node): given up
-  // before the sync, so that a grant nobody gets raises no counter beyond its own INCRs (a free
-  // lock would read as its token).
-  if (!validityLeft(call)) {
-    call->synced = true;
-    return;
   }
   const ScriptCall sync =
       election ? electionSyncCall(call->name, call->owner, call->token, call->since_ms, scripts_)
@@ -566,9 +571,16 @@ void RedlockBackend::cleanUpAfterAcquire(const std::shared_ptr<QuorumCall>& call
     if (--call->cleanup_pending == 0) finishAcquireLoss(call);
     return;
   }
-  releaseOn(*call, i, [this, call](StatusOr<RedisValue>) {
+  auto done = [this, call](StatusOr<RedisValue>) {
     if (--call->cleanup_pending == 0) finishAcquireLoss(call);
-  });
+  };
+  if (call->kind != LockKind::kMutex) return releaseOn(*call, i, std::move(done));
+  // A mutex attempt's clean-up is a roll-back, not a release (rollback.lua): announced as such
+  // (waiters wake, no lease ended), and only the attempt's lease is deleted, told by the tokens
+  // it had on this node: its answer, and the token its sync sent (0: none).
+  const uint64_t node_token = call->said(i, OutcomeCode::kOk) ? call->answers[i]->token : 0;
+  sendTo(i, rollbackCall(call->name, call->owner, node_token, call->token, scripts_),
+         std::move(done));
 }
 
 void RedlockBackend::finishAcquireLoss(const std::shared_ptr<QuorumCall>& call) {
@@ -1066,6 +1078,7 @@ void RedlockBackend::onMessage(size_t i, std::string_view channel, std::string_v
   const std::string_view reason = payload == announcement::kForced       ? announcement::kForced
                                   : payload == announcement::kGranted    ? announcement::kGranted
                                   : payload == announcement::kProclaimed ? announcement::kProclaimed
+                                  : payload == announcement::kRolledBack ? announcement::kRolledBack
                                                                          : announcement::kReleased;
   if (static_cast<int>(w.reasons.size()) < k) {
     w.reasons.resize(static_cast<size_t>(k), reason);

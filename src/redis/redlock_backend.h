@@ -16,7 +16,11 @@
 //    node lost is re-seeded from its clock, see scripts.h).
 //  - A failed attempt releases on all nodes (also those that did not answer in time) before
 //    answering, so no stale key stays on a live node; not on a node that refused it (busy): it
-//    wrote nothing there, and the key there may be its owner's live lease (held by you).
+//    wrote nothing there, and the key there may be its owner's live lease (held by you). A
+//    mutex attempt's clean-up is rollback.lua, not release.lua: announced "rolled_back" (waiters
+//    wake; event streams end no lease for it), and where the node answered, it deletes the
+//    owner's lease only while the node's grant record names one of the attempt's tokens (a later
+//    grant to the same owner id is left alone). It changes no counter and no grant record.
 //  - Delayed restarts: a node whose run_id changed or whose uptime is below locks.max_ttl_ms
 //    still receives every command (so it converges) but casts no vote, for grants and extends,
 //    until max_ttl has passed since its restart (quorum::mayVote). health() says why and for how

@@ -705,6 +705,25 @@ ScriptCall tokenSyncCall(std::string_view name, std::string_view owner, uint64_t
   return c;
 }
 
+ScriptCall rollbackCall(std::string_view name, std::string_view owner, uint64_t node_token,
+                        uint64_t synced_token, const ScriptContext& ctx) {
+  ScriptCall c;
+  c.script = ScriptId::kRollback;
+  c.node_op = NodeOp::kRelease;
+  // The lock-delay key last (lib/lock_delay.lua): the attempt's own, if it asked for one.
+  for (std::string key : {lockKey(ctx.prefix, name), holderRecordKey(ctx.prefix, name),
+                          grantRecordKey(ctx.prefix, name), lockDelayKey(ctx.prefix, name)}) {
+    c.keys[c.key_count++] = std::move(key);
+  }
+  for (std::string arg :
+       {std::string(owner), std::to_string(node_token), std::to_string(synced_token),
+        releaseChannel(ctx.prefix, name), std::string(announcement::kRolledBack)}) {
+    c.args[c.arg_count++] = std::move(arg);
+  }
+  if (ctx.sharded_publish) c.args[c.arg_count++].assign(kShardedPublish);
+  return c;
+}
+
 ScriptCall electionSyncCall(std::string_view name, std::string_view owner, uint64_t term,
                             int64_t since_ms, const ScriptContext& ctx) {
   ScriptCall c;

@@ -11,9 +11,11 @@
 // compare the whole value: mixed versions must not use reentrant acquires on the same names.
 //
 // Release channel: p + "released:{" + name + "}". Scripts PUBLISH what changed on it
-// (backend::announcement: "released", "forced", "granted", "proclaimed"; lib/announce.lua);
-// sidecars wake their local waiters on the first two (issue 4) and feed event streams on all.
-// A payload from an older sidecar (the lock name) counts as a release.
+// (backend::announcement: "released", "forced", "granted", "proclaimed", "rolled_back";
+// lib/announce.lua); sidecars wake their local waiters on a release, a force release and a
+// Redlock acquire's clean-up ("rolled_back", rollback.lua: a key was freed, no lease ended)
+// (issue 4) and feed event streams on all. A payload from an older sidecar (the lock name), or
+// one this version does not know, counts as a release.
 //
 // Fencing counters are seeded from the clock. A missing counter (first grant of a name, Redis
 // restarted without its data, a failover to a replica that missed the last increments, the
@@ -266,6 +268,12 @@ StatusOr<ScriptCall> scriptCallFor(const Operation& op, const ScriptContext& ctx
 /// `token` recorded as the lease's where `owner` holds it (as the last grant's elsewhere).
 ScriptCall tokenSyncCall(std::string_view name, std::string_view owner, uint64_t token,
                          const ScriptContext& ctx);
+/// Redlock's clean-up of a mutex acquire of `owner` on `name` that was not granted (rollback.lua):
+/// the attempt's lease deleted where the node's grant record names the owner with `node_token`
+/// (the node's answer) or `synced_token` (the won vote's sync); with both 0 (no answer, no sync)
+/// wherever `owner` holds it. Announced backend::announcement::kRolledBack.
+ScriptCall rollbackCall(std::string_view name, std::string_view owner, uint64_t node_token,
+                        uint64_t synced_token, const ScriptContext& ctx);
 /// Redlock's token sync of election `name` (election_sync.lua): its counter raised to `term`, and
 /// `term` and `since_ms` written into the leader's record where `owner` still holds the lease
 /// (announced there).

@@ -347,6 +347,53 @@ TEST(LockEventsRedlockTest, EventsFollowTheMajorityOnEverySidecar) {
   expectNext("forced", t2);
 }
 
+// Redlock: the clean-up of an acquire that lost its vote is announced `rolled_back`, which wakes
+// waiters but ends no lease, so a lease that runs out after one is `expired`, not `released`.
+// a's lease is on all three nodes; node 3 loses its key (deleted here) and node 2 is stalled
+// across the lease's end, so b's acquire is granted on node 3 alone (node 1 busy, node 2 silent:
+// 409) and its clean-up deletes its key there and announces it. The stream's reads fail while
+// node 1 and the silent node 2 could still be a majority holding the lease; the first that
+// answers, once node 1's key ran out, shows the lease ended. Before, the clean-up was announced
+// as a release, which the stream credited to the lease: `released`. The stalled node is never
+// declared down (command_timeout_ms): a down node casts no vote, and reads would then show the
+// lease gone before its end, which is `released` whatever was announced.
+TEST(LockEventsRedlockTest, ALostAttemptsCleanUpIsNoRelease) {
+  RedisServer r1, r2, r3;
+  const std::string yaml = redlockBackendYaml({r1.address(), r2.address(), r3.address()}) +
+                           "  command_timeout_ms: 10000\n";
+  auto a = startSidecar(yaml, pickFreePort());
+  auto b = startSidecar(yaml, pickFreePort());
+  HttpClient ca = HttpClient::tcp(a->port());
+  HttpClient cb = HttpClient::tcp(b->port());
+  Watcher w(a->port(), "/v1/locks/ex/events");
+  ASSERT_TRUE(w.next().has_value()) << "no state line";
+  // Long enough that b's attempt, its clean-up and the announcement come well before its end.
+  constexpr int kTtlMs = 2000;
+  HttpResponse r =
+      ca.post("/v1/locks/ex/acquire", json{{"ttl_ms", kTtlMs}, {"holder", "pod-a"}}.dump());
+  ASSERT_EQ(r.status, 200) << r.body;
+  const auto granted_at = Clock::now();
+  const uint64_t token = json::parse(r.body)["token"];
+  std::optional<json> e = w.next();
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ((*e)["event"], "acquired") << e->dump();
+  ASSERT_EQ(r3.cli({"DEL", "sidelock:{ex}"}), "1");
+  r2.pause();
+  r = cb.post("/v1/locks/ex/acquire", R"({"ttl_ms": 5000})");
+  EXPECT_EQ(r.status, 409) << r.body;
+  // Node 2 stays silent until the lease ran out everywhere (not a timing assertion: it only
+  // keeps the reads from answering before the lease's end).
+  std::this_thread::sleep_until(granted_at + std::chrono::milliseconds(kTtlMs + 400));
+  r2.resume();
+  for (e = w.next(3000); e && (*e)["event"] == "unknown"; e = w.next(3000)) {
+  }
+  ASSERT_TRUE(e.has_value()) << "no end of the lease";
+  EXPECT_EQ((*e)["event"], "expired") << e->dump();
+  EXPECT_EQ((*e)["token"].get<uint64_t>(), token) << e->dump();
+  EXPECT_EQ(a->stop(), 0) << a->logs();
+  EXPECT_EQ(b->stop(), 0) << b->logs();
+}
+
 /// One lock's life on a shared backend through two sidecars, A (admin listener) and B, as B's
 /// watcher sees it: the holder seen from B; a lease acquired with a lock-delay expires (`expired`),
 /// B is refused for the delay (409 lock_delay) and its waiting acquire is granted when the delay

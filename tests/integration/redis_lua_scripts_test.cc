@@ -1,15 +1,19 @@
 // The Lua scripts as Redis sees them: every script compiles (SCRIPT LOAD on a real redis-server),
 // so a syntax error fails here rather than at a sidecar's first EVALSHA; and the table compiled
 // into the binary is the directory (src/redis/lua/*.lua), every piece in lib/ used by a script.
-// What the scripts do is checked against the memory backend by differential_test.cc.
+// What the scripts do is checked against the memory backend by differential_test.cc; what only
+// Redlock runs (rollback.lua) here, on one real server.
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <set>
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "redis/scripts.h"
 #include "support/redis_link.h"
@@ -98,6 +102,73 @@ TEST(RedisLuaScripts, ReplyShapesComeFromTheFiles) {
     EXPECT_EQ(isSharedScript(id), file.find("\n--! reply: shared\n") != std::string::npos)
         << scriptName(id);
   }
+}
+
+// rollback.lua, Redlock's clean-up of an acquire that was not granted, deletes only the attempt's
+// own lease: where the node answered, the owner's lease only while the grant record names one of
+// the attempt's tokens (its answer, the synced one); a later grant to the same owner id, recorded
+// under a token of its own, is left alone. It announces `rolled_back`, and never touches the
+// counter or the grant record (reads answer as before).
+TEST(RedisLuaScripts, ARollbackDeletesOnlyTheAttemptsLease) {
+  testing::RedisServer redis;
+  testing::RedisLink link(redis.port());
+  ScriptContext ctx{"p:", "61000", false};
+  ctx.grant_records = true;
+  auto rollback = [&](uint64_t node_token, uint64_t synced_token) {
+    const ScriptCall c = rollbackCall("n", "o", node_token, synced_token, ctx);
+    std::vector<std::string> cmd{"EVAL", std::string(scriptText(c.script)),
+                                 std::to_string(c.key_count)};
+    cmd.insert(cmd.end(), c.keys.begin(), c.keys.begin() + c.key_count);
+    cmd.insert(cmd.end(), c.args.begin(), c.args.begin() + c.arg_count);
+    return link.command(cmd);
+  };
+  auto lease = [&](const std::string& owner, const std::string& record) {
+    link.text({"SET", "p:{n}", owner, "PX", "30000"});
+    link.text({"SET", "p:{n}:holder", "1795376077464 pod", "PX", "30000"});
+    link.text({"SET", "p:{n}:granted", record, "PX", "61000"});
+    link.text({"SET", "p:{n}:token", "1795376077500"});
+  };
+  auto reads = [&] {
+    return link.text({"GET", "p:{n}"}) + "|" + link.text({"GET", "p:{n}:granted"}) + "|" +
+           link.text({"GET", "p:{n}:token"});
+  };
+
+  // The same owner id's later grant (token ...500), where the attempt had ...490 (its answer) or
+  // ...495 (the synced token): left alone, nothing announced.
+  lease("o", "1795376077500 o");
+  EXPECT_EQ(rollback(1795376077490, 1795376077495), (std::vector<int64_t>{-1, 0, 0}));
+  EXPECT_EQ(reads(), "o|1795376077500 o|1795376077500");
+  EXPECT_EQ(link.text({"GET", "p:{n}:holder"}), "1795376077464 pod");
+  // Another owner's lease: left alone.
+  lease("other", "1795376077500 other");
+  EXPECT_EQ(rollback(1795376077500, 0)[0], 0);
+  EXPECT_EQ(reads(), "other|1795376077500 other|1795376077500");
+  // The attempt's lease, by the node's answer and by the synced token: deleted with its holder
+  // record and lock-delay; the counter and the grant record stay (reads are unchanged).
+  for (const auto& [node_token, synced_token] : std::vector<std::pair<uint64_t, uint64_t>>{
+           {1795376077500, 0}, {1795376077490, 1795376077500}}) {
+    lease("o", "1795376077500 o");
+    link.text({"SET", "p:{n}:delay", "1000", "PX", "31000"});
+    EXPECT_EQ(rollback(node_token, synced_token), (std::vector<int64_t>{1, 0, 0, 0}));
+    EXPECT_EQ(reads(), "|1795376077500 o|1795376077500");
+    EXPECT_EQ(link.command({"EXISTS", "p:{n}:holder", "p:{n}:delay"}), std::vector<int64_t>{0});
+  }
+  // No token known (the node never answered the attempt): the owner's lease, as a release.
+  lease("o", "1795376077500 o");
+  EXPECT_EQ(rollback(0, 0), (std::vector<int64_t>{1, 0, 0, 0}));
+  EXPECT_EQ(reads(), "|1795376077500 o|1795376077500");
+  EXPECT_EQ(rollback(0, 0), (std::vector<int64_t>{-1, 0, 0})) << "nothing left";
+
+  // Announced as a roll-back, on the lock's channel.
+  testing::RedisLink subscriber(redis.port());
+  EXPECT_EQ(subscriber.output({"SUBSCRIBE", releaseChannel("p:", "n")}),
+            "subscribe\n" + releaseChannel("p:", "n") + "\n1");
+  lease("o", "1795376077500 o");
+  EXPECT_EQ(rollback(1795376077500, 0)[0], 1);
+  // RedisLink reads one reply per command: on a subscribed link the first one waiting is the
+  // message published meanwhile (the PING's own reply stays unread).
+  EXPECT_EQ(subscriber.output({"PING"}), "message\n" + releaseChannel("p:", "n") + "\n" +
+                                             std::string(announcement::kRolledBack));
 }
 
 }  // namespace

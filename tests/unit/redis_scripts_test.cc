@@ -1,6 +1,9 @@
 // Pure logic of the redis layer: key and channel names, reply decoding, reconnect backoff.
 #include <gtest/gtest.h>
 
+#include <string>
+#include <vector>
+
 #include "redis/redis_node.h"
 #include "redis/scripts.h"
 #include "redis_value_builders.h"
@@ -634,6 +637,28 @@ TEST(RedisScripts, RedlockGrantsAndReadsNameTheGrantRecord) {
     for (size_t i = 0; i < c.key_count; ++i) EXPECT_NE(c.keys[i], "p:{n}:granted");
   }
   EXPECT_EQ(callOf(extend, others).arg_count, 4);
+}
+
+// Redlock: the clean-up of a mutex acquire that was not granted is rollback.lua, announced
+// `rolled_back` (waiters wake; event streams end no lease). It names the lease, its holder record,
+// the grant record (read only: the tokens tell the attempt's lease) and the lock-delay, last; never
+// the counter.
+TEST(RedisScripts, ARedlockAcquiresCleanUpIsARollback) {
+  ScriptContext ctx{"p:", "61000", false};
+  ctx.grant_records = true;
+  const ScriptCall c = rollbackCall("n", "o", 41, 43, ctx);
+  EXPECT_EQ(c.script, ScriptId::kRollback);
+  EXPECT_EQ(c.node_op, NodeOp::kRelease);
+  EXPECT_EQ(std::vector<std::string>(c.keys.begin(), c.keys.begin() + c.key_count),
+            (std::vector<std::string>{"p:{n}", "p:{n}:holder", "p:{n}:granted", "p:{n}:delay"}));
+  EXPECT_EQ(std::vector<std::string>(c.args.begin(), c.args.begin() + c.arg_count),
+            (std::vector<std::string>{"o", "41", "43", releaseChannel("p:", "n"),
+                                      std::string(announcement::kRolledBack)}));
+  EXPECT_TRUE(announcement::freesLock(announcement::kRolledBack)) << "waiters still wake";
+  // Its replies are a release's: deleted, held by another owner, nothing of the attempt's here.
+  EXPECT_EQ(decode(reply(1, 0, 0, 0), ScriptId::kRollback)->code, OutcomeCode::kOk);
+  EXPECT_EQ(decode(reply(0, 0, 900), ScriptId::kRollback)->code, OutcomeCode::kNotOwner);
+  EXPECT_EQ(decode(reply(-1, 0, 0), ScriptId::kRollback)->code, OutcomeCode::kNotHeld);
 }
 
 // A verb no script serves for a kind is an error, never another script in its place (it used to
