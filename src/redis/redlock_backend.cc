@@ -467,7 +467,7 @@ void RedlockBackend::startTokenSync(const std::shared_ptr<QuorumCall>& call) {
   // The vote may have taken the whole validity already (a short TTL, a slow node): given up
   // before the sync, so that a grant nobody gets raises no counter beyond its own INCRs (a free
   // lock would read as its token). call->token stays 0: no sync was sent (its clean-up knows).
-  if (!validityLeft(call)) {
+  if (!validityLeftOrGiveUp(call)) {
     call->synced = true;
     return;
   }
@@ -528,7 +528,7 @@ void RedlockBackend::evaluateTokenSync(const std::shared_ptr<QuorumCall>& call) 
   }
   if (call->sync_acks < call->sync_needed) return;
   call->synced = true;
-  const std::optional<int64_t> validity = validityLeft(call);
+  const std::optional<int64_t> validity = validityLeftOrGiveUp(call);
   if (!validity) return;
   metrics_.redlock_validity_seconds.Observe(static_cast<double>(*validity) / 1000.0);
   Outcome granted;
@@ -539,13 +539,16 @@ void RedlockBackend::evaluateTokenSync(const std::shared_ptr<QuorumCall>& call) 
   answer(call, granted);
 }
 
-std::optional<int64_t> RedlockBackend::validityLeft(const std::shared_ptr<QuorumCall>& call) {
+std::optional<int64_t> RedlockBackend::validityLeftOrGiveUp(
+    const std::shared_ptr<QuorumCall>& call) {
   const int64_t elapsed_ms = (scheduler_.nowUs() - call->start_us + 999) / 1000;
   const int64_t validity =
       quorum::validityMs(call->ttl_ms, elapsed_ms, config_.redlock.drift_factor);
   if (validity > 0) return validity;
+  // After the token sync, the time named includes the sync's round trip.
+  const char* took = call->sync_needed > 0 ? "the vote and its token sync took " : "the vote took ";
   startAcquireCleanup(
-      call, deadlineExceeded("redlock: the vote took " + std::to_string(elapsed_ms) +
+      call, deadlineExceeded("redlock: " + std::string(took) + std::to_string(elapsed_ms) +
                              " ms, leaving no validity of the " + std::to_string(call->ttl_ms) +
                              " ms TTL"));
   return std::nullopt;

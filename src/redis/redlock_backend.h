@@ -184,7 +184,7 @@ class RedlockBackend final : public Backend {
   void evaluateTokenSync(const std::shared_ptr<QuorumCall>& call);
   /// What is left of a won acquire's validity (ms) now; none: the attempt is given up
   /// (startAcquireCleanup, kDeadlineExceeded) and nullopt returned.
-  std::optional<int64_t> validityLeft(const std::shared_ptr<QuorumCall>& call);
+  std::optional<int64_t> validityLeftOrGiveUp(const std::shared_ptr<QuorumCall>& call);
   void startAcquireCleanup(const std::shared_ptr<QuorumCall>& call, Status error);
   /// A lost (or given up) acquire's clean-up on node `i`, once it answered the attempt.
   void cleanUpAfterAcquire(const std::shared_ptr<QuorumCall>& call, size_t i);
