@@ -37,7 +37,6 @@ class MultiAcquire : public std::enable_shared_from_this<MultiAcquire> {
         std::none_of(options_.names.begin(), options_.names.end(), [this](const std::string& n) {
           return impl_.hasLocalWaiters(LockId{LockKind::kMutex, n});
         })) {
-      all_at_once_until_us_ = scheduler_.nowUs() + options_.ttl_ms * 1000;
       impl_.acquireAllAtOnce(options_, [self = shared_from_this()](StatusOr<backend::AllOutcome> r,
                                                                    std::vector<Grant> grants) {
         self->onAllAtOnce(std::move(r), std::move(grants));
@@ -251,9 +250,13 @@ class MultiAcquire : public std::enable_shared_from_this<MultiAcquire> {
   /// grant of ours.
   void giveBackUntried() {
     if (!all_at_once_unanswered_) return;
+    // Its TTL counted from now, not from the try: a try held up in a stalled Redis (or unsent
+    // until the link came up) grants for a whole TTL from when it ran. Retries past its real end
+    // only cost a release that finds nothing.
+    const int64_t until_us = scheduler_.nowUs() + options_.ttl_ms * 1000;
     for (size_t i = started_; i < options_.names.size(); ++i) {
       impl_.giveBackUnansweredGrant(LockId{LockKind::kMutex, options_.names[i]}, options_.owner,
-                                    all_at_once_until_us_);
+                                    until_us);
     }
     all_at_once_unanswered_ = false;
   }
@@ -283,10 +286,8 @@ class MultiAcquire : public std::enable_shared_from_this<MultiAcquire> {
   const int64_t deadline_us_;
   size_t next_ = 0;
   size_t started_ = 0;  // names a one-name acquire was started for (0..started_-1)
-  // The all-at-once try got no answer under a drawn owner id (onAllAtOnce); its grant would end
-  // by all_at_once_until_us_.
+  // The all-at-once try got no answer under a drawn owner id (onAllAtOnce).
   bool all_at_once_unanswered_ = false;
-  int64_t all_at_once_until_us_ = 0;
   AcquireTicket current_;
   std::vector<Grant> grants_;
   std::vector<int64_t> granted_us_;

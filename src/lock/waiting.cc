@@ -59,6 +59,12 @@ AcquireTicket LockService::Impl::acquire(AcquireOptions options,
       m.too_many_waiters.Increment();
     }
     m.wait_seconds.Observe(0);
+    if (options.owner_drawn && options.unanswered_before) {
+      // No waiter will give back what the earlier unanswered acquire may have left: do it here
+      // (a multi-lock refused a name after its one-step try got no answer).
+      const int64_t ttl_ms = options.ttl_ms > 0 ? options.ttl_ms : config_.default_ttl_ms;
+      giveBackUnansweredGrant(options.lock, options.owner, now + ttl_ms * 1000);
+    }
     deliver([done = std::move(done), r = std::move(r)]() mutable { done(std::move(r)); });
     return AcquireTicket();
   };

@@ -370,7 +370,9 @@ TEST_F(RedisBackendTest, PausedRedisTimesOutThenRecovers) {
 
 // A request queued from a timed-out request's callback never leaves the buffer when the silent
 // link is then torn down (same check): Redis cannot run it, so its failure must not say "may have
-// been carried out" (the lock service would count a grant that cannot exist).
+// been carried out" (the lock service would count a grant that cannot exist). Relies on the
+// node's liveness bound being its command_timeout_ms (redis_node.cc): the acquire's expiry and the
+// silent link's teardown happen in one check.
 TEST_F(RedisBackendTest, RequestNeverWrittenIsNotOutcomeUnknown) {
   auto c = redisConfig(redis_.port());
   c.command_timeout_ms = 200;

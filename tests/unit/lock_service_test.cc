@@ -1734,6 +1734,31 @@ TEST_F(UnansweredMultiLockTest, AWaitingMultiLockGivesTheOneStepGrantBackBeforeE
   EXPECT_EQ(inspect("wa").token, (*r)->grants[0].token);
 }
 
+// A name refused at the door (its local queue full) after an unanswered one-step try: no waiter
+// exists to give it back, so the refusal does.
+TEST_F(UnansweredMultiLockTest, ANameRefusedAfterAnUnansweredTryIsGivenBackAllTheSame) {
+  cfg.max_waiters_per_lock = 1;
+  make();
+  backend.all_at_once = true;
+  backend.fail_acquire_all = noAnswer();
+  backend.acquire_applied_anyway = true;
+  backend.plain_release_reply_delay_ms = 50;  // ra's give-back answers later
+  auto r = multi({"ra", "rb"}, "", 5000);
+  sched.runReady();
+  backend.fail_acquire_all.reset();
+  ASSERT_TRUE(inspect("rb").held) << "the lost answer's grant";
+  auto other = start(opts("rb", "other", 60'000, 10'000));  // fills rb's queue
+  sched.runReady();
+  ASSERT_FALSE(other->done());
+  advance(200, 10);
+  ASSERT_TRUE(r->has_value());
+  EXPECT_EQ((*r)->status, AcquireStatus::kTooManyWaiters);
+  advance(200, 10);
+  EXPECT_EQ(metrics.unanswered_released.Value(), 2) << "ra before its attempt, rb at the refusal";
+  ASSERT_TRUE(other->done()) << "rb was left to its TTL";
+  EXPECT_EQ(other->status(), AcquireStatus::kGranted);
+}
+
 TEST_F(UnansweredMultiLockTest, NameByNameUnderADrawnOwnerIsGivenBackNotLeftToTheCaller) {
   backend.fail_acquire = noAnswer();
   backend.acquire_applied_anyway = true;
