@@ -54,7 +54,7 @@ void RedisConnection::stopIo() {
   out_.clear();
   retained_.clear();
   retained_head_ = 0;
-  // unwritten_ stays: close() and die() still ask mayHaveBeenWritten() of pending_.
+  // unwritten_ stays: close() and die() still ask writtenRequests().
 }
 
 /// A request the link went down under: it names itself, then why. The reason may name another
@@ -70,6 +70,7 @@ void RedisConnection::close(StatusCode code, const std::string& reason) {
   stopIo();
   // Answered on a later turn: close() may be called from inside a caller's own call. A closing
   // node (kCancelled) did not lose its link: its requests are cancelled.
+  const size_t written = writtenRequests();
   for (size_t i = 0; i < pending_.size(); ++i) {
     Pending& p = pending_[i];
     if (!p.cb) continue;
@@ -77,7 +78,7 @@ void RedisConnection::close(StatusCode code, const std::string& reason) {
                               ? options_.name + ": " + p.what + " cancelled: " + reason
                               : unansweredMessage(p, reason);
     Status why(code, std::move(message));
-    if (mayHaveBeenWritten(i)) why.setOutcomeUnknown();
+    if (i < written) why.setOutcomeUnknown();
     scheduler_.post([cb = std::move(p.cb), why = std::move(why)] { cb(why); });
   }
   pending_.clear();
@@ -316,7 +317,7 @@ void RedisConnection::die(const std::string& reason) {
   stopIo();
   // Only the requests handed to the transport may run on Redis (requests queued by an expired
   // request's callback this turn were not; nor any while the link never came up).
-  const size_t written = pending_.size() - std::min(unwritten_, pending_.size());
+  const size_t written = writtenRequests();
   std::deque<Pending> failed = std::move(pending_);
   pending_.clear();
   unwritten_ = 0;

@@ -140,8 +140,8 @@ class RedisConnection final : private RedisTransport::Handler {
   void flush();
   /// Hands out_ to the transport: every pending request may now be run by Redis.
   void writeOut();
-  /// Whether pending_[index] may have been written (Redis may run it yet).
-  bool mayHaveBeenWritten(size_t index) const { return index + unwritten_ < pending_.size(); }
+  /// How many of pending_, from the front, may have been written (Redis may run them yet).
+  size_t writtenRequests() const { return pending_.size() - unwritten_; }
   void onReply(RedisValue& value);
   bool retryWithEval(Pending& p, const RedisValue& value);
   /// Keeps one argument of an EVALSHA for its NOSCRIPT retry: its length (4 bytes, host order)
@@ -182,7 +182,8 @@ class RedisConnection final : private RedisTransport::Handler {
   bool flush_scheduled_ = false;
   size_t queued_since_flush_ = 0;  // commands queued since the last write
   // The newest `unwritten_` requests of pending_ are still in out_: never handed to the transport,
-  // so Redis cannot run them (their failures do not carry outcomeUnknown).
+  // so Redis cannot run them (their failures do not carry outcomeUnknown). Never more than
+  // pending_.size() (onReply clamps it as it pops).
   size_t unwritten_ = 0;
   bool push_mode_ = false;
   bool dead_ = false;
