@@ -104,9 +104,18 @@ class MultiAcquire : public std::enable_shared_from_this<MultiAcquire> {
       next_ = options_.names.size();
       return succeed();
     }
+    if (unanswered && !owner_drawn_ && options_.wait_ms > 0) {
+      // The caller's owner id: give them back once (owner-checked), and ask for the first name
+      // only once those releases have answered. Sent together, a release that must be retried
+      // (NOSCRIPT: the script cache was flushed) would run after the new grant and free it.
+      service_.releaseAll(options_.names, options_.owner,
+                          [self = shared_from_this()](std::vector<StatusOr<ReleaseStatus>>) {
+                            if (!self->finished_) self->takeNext();
+                          });
+      return;
+    }
     if (unanswered && !owner_drawn_) {
-      // The caller's owner id: give them back once (owner-checked) before failing or waiting;
-      // the releases go out before any later acquire on the same connection.
+      // Not waiting: nothing of this multi-lock follows the releases.
       service_.releaseAll(options_.names, options_.owner,
                           [](std::vector<StatusOr<ReleaseStatus>>) {});
     }

@@ -1759,6 +1759,32 @@ TEST_F(UnansweredMultiLockTest, ANameRefusedAfterAnUnansweredTryIsGivenBackAllTh
   EXPECT_EQ(other->status(), AcquireStatus::kGranted);
 }
 
+// The caller's own owner id: its one release per name must have answered before the first name
+// is asked for again, or a release retried after NOSCRIPT could run after (and free) the grant.
+TEST_F(UnansweredMultiLockTest, UnderTheCallersOwnerTheReleasesAnswerBeforeTheNamesAreAskedFor) {
+  backend.all_at_once = true;
+  backend.fail_acquire_all = noAnswer();
+  backend.acquire_applied_anyway = true;
+  backend.plain_release_reply_delay_ms = 50;
+  auto r = multi({"ca", "cb"}, "alice", 5000);
+  sched.runReady();
+  backend.fail_acquire_all.reset();
+  advance(500, 10);
+  ASSERT_TRUE(r->has_value());
+  ASSERT_EQ((*r)->status, AcquireStatus::kGranted);
+  int64_t last_release_us = -1;
+  int64_t first_acquire_us = -1;
+  for (const auto& c : backend.calls) {
+    if (c.op == "release" && first_acquire_us < 0) last_release_us = c.at_us;
+    if (c.op == "acquire" && first_acquire_us < 0) first_acquire_us = c.at_us;
+  }
+  ASSERT_GE(last_release_us, 0) << "the caller's owner id got its releases";
+  ASSERT_GE(first_acquire_us, 0);
+  EXPECT_GE(first_acquire_us, last_release_us + 50'000)
+      << "the first name was asked for before the releases had answered";
+  EXPECT_EQ(inspect("ca").token, (*r)->grants[0].token);
+}
+
 TEST_F(UnansweredMultiLockTest, NameByNameUnderADrawnOwnerIsGivenBackNotLeftToTheCaller) {
   backend.fail_acquire = noAnswer();
   backend.acquire_applied_anyway = true;
