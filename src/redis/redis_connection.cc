@@ -191,8 +191,9 @@ void RedisConnection::flush() {
 }
 
 void RedisConnection::writeOut() {
-  transport_->write(out_);  // may report an error, but only on a later turn
-  unwritten_ = 0;
+  // A transport that failed (its error not reported yet: that comes on a later turn) takes
+  // nothing: those requests stay unwritten, and are not failed as "may have run".
+  if (transport_->write(out_)) unwritten_ = 0;
 }
 
 // ---- reading ----

@@ -88,19 +88,19 @@ class TlsTransport final : public RedisTransport, private RedisTransport::Handle
     inner_->connect(address, this);
   }
 
-  void write(std::string& bytes) override {
+  bool write(std::string& bytes) override {
     if (closed_ || failed_) {
       bytes.clear();
-      return;
+      return false;
     }
     if (!established_) {  // the RESP layer does not wait for us: hold its bytes until then
       pending_plain_.append(bytes);
       bytes.clear();
-      return;
+      return true;
     }
-    const bool ok = encrypt(bytes);
+    const bool ok = encrypt(bytes);  // false: nothing of it was flushed
     bytes.clear();
-    if (ok) flushNetwork();
+    return ok && flushNetwork();
   }
 
   bool readable() const override {
@@ -240,14 +240,15 @@ class TlsTransport final : public RedisTransport, private RedisTransport::Handle
   }
 
   // Hands whatever TLS produced to the socket.
-  void flushNetwork() {
-    if (closed_ || failed_) return;
+  /// Hands the encrypted bytes to the socket; false when it did not take them.
+  bool flushNetwork() {
+    if (closed_ || failed_) return false;
     const size_t pending = BIO_ctrl_pending(network_out_);
-    if (pending == 0) return;
+    if (pending == 0) return true;
     cipher_out_.resize(pending);
     const int n = BIO_read(network_out_, cipher_out_.data(), static_cast<int>(pending));
     cipher_out_.resize(n > 0 ? static_cast<size_t>(n) : 0);
-    inner_->write(cipher_out_);
+    return inner_->write(cipher_out_);
   }
 
   void fail(std::string reason) {

@@ -47,23 +47,23 @@ class SocketTransport final : public RedisTransport {
     resolve(address.host, address.port);
   }
 
-  void write(std::string& bytes) override {
-    if (bytes.empty()) return;
+  bool write(std::string& bytes) override {
+    if (bytes.empty()) return true;
     if (!connected_ || closed_ || failed_) {
       bytes.clear();
-      return;
+      return false;
     }
     uv_buf_t buf = uv_buf_init(bytes.data(), static_cast<unsigned>(bytes.size()));
     // uv_try_write answers EAGAIN while earlier uv_writes are queued, so order is kept.
     int written = uv_try_write(stream_, &buf, 1);
     if (written == static_cast<int>(bytes.size())) {
       bytes.clear();
-      return;
+      return true;
     }
     if (written < 0 && written != UV_EAGAIN) {
       bytes.clear();
       failLater("write: " + uvError(written));
-      return;
+      return false;
     }
     const size_t done = written > 0 ? static_cast<size_t>(written) : 0;
     auto* w = new WriteRequest();
@@ -81,7 +81,9 @@ class SocketTransport final : public RedisTransport {
     if (rc != 0) {
       delete w;
       failLater("write: " + uvError(rc));
+      return done > 0;  // the head went out: its requests may run
     }
+    return true;
   }
 
   bool readable() const override {

@@ -34,7 +34,10 @@ class RedisTransport {
   virtual void connect(const config::RedisNodeAddress& address, Handler* handler) = 0;
   /// Sends every byte of `bytes` in order and leaves `bytes` empty (its capacity may be kept for
   /// reuse). Bytes written before the connection is up are an error (the caller waits).
-  virtual void write(std::string& bytes) = 0;
+  /// Answers whether it took them: false when none of them can reach the server (closed, failed,
+  /// not connected, or the write failed before a byte went out), so the caller knows those
+  /// requests cannot have run. A failure found here is reported on a later turn all the same.
+  [[nodiscard]] virtual bool write(std::string& bytes) = 0;
   /// Bytes are waiting to be read right now (a reply may sit in the socket while a timer fires
   /// first: libuv runs timers before it polls).
   virtual bool readable() const = 0;

@@ -15,6 +15,7 @@
 
 #include "integration/redis_test_env.h"
 #include "redis/scripts.h"
+#include "redis/transport.h"
 
 namespace sidelock::backend {
 namespace {
@@ -396,6 +397,58 @@ TEST_F(RedisNodeTest, UnixSocketAddress) {
   ASSERT_TRUE(env_.runUntil([&] { return done; }));
   node_.reset();
   testing::removeTree(dir);
+}
+
+// A transport whose link broke (its error not reported yet: that comes on a later turn) says it
+// took nothing, so the connection does not fail those requests as "may have run" (an unanswered
+// acquire's give-back, a caller told its acquire may have been granted).
+TEST(SocketTransportTest, AWriteToABrokenLinkSaysItTookNothing) {
+  LoopEnv env;
+  const int listener = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(listener, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(bind(listener, reinterpret_cast<const sockaddr*>(&addr), sizeof addr), 0);
+  ASSERT_EQ(listen(listener, 1), 0);
+  socklen_t len = sizeof addr;
+  ASSERT_EQ(getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+
+  struct Events : RedisTransport::Handler {
+    bool connected = false;
+    std::string error;
+    void onTransportConnected() override { connected = true; }
+    void onTransportData(const char*, size_t) override {}
+    void onTransportError(std::string reason) override { error = std::move(reason); }
+  } events;
+  auto transport = makeSocketTransport(env.loop(), env.scheduler());
+  std::string bytes = "PING\r\n";
+  EXPECT_FALSE(transport->write(bytes)) << "not connected yet";
+  EXPECT_TRUE(bytes.empty());
+  transport->connect(testing::localNode(ntohs(addr.sin_port)), &events);
+  ASSERT_TRUE(env.runUntil([&] { return events.connected; }));
+  const int peer = accept(listener, nullptr, nullptr);
+  ASSERT_GE(peer, 0);
+  bytes = "PING\r\n";
+  EXPECT_TRUE(transport->write(bytes)) << "a live link takes the bytes";
+  char got[16];
+  EXPECT_EQ(read(peer, got, sizeof got), 6);
+
+  // The peer resets the link; the loop has not run since, so nobody has been told.
+  const linger reset{1, 0};
+  ASSERT_EQ(setsockopt(peer, SOL_SOCKET, SO_LINGER, &reset, sizeof reset), 0);
+  close(peer);
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  bytes = "PING\r\n";
+  EXPECT_FALSE(transport->write(bytes)) << "written into a reset link";
+  bytes = "PING\r\n";
+  EXPECT_FALSE(transport->write(bytes)) << "failed, not reported yet";
+  EXPECT_TRUE(events.error.empty()) << "reported only on a later turn: " << events.error;
+  ASSERT_TRUE(env.runUntil([&] { return !events.error.empty(); }));
+  transport->close();
+  transport.reset();
+  close(listener);
+  env.close();
 }
 
 // The fixtures' own promises, which every test that starts two listeners leans on: a port is
