@@ -136,6 +136,10 @@ class LockService::Impl {
   void onAttemptReply(uint64_t id, StatusOr<backend::Outcome> reply, InFlight in_flight,
                       bool handed_off = false);
   void onDeadline(uint64_t id);
+  /// An abandoned waiter whose last attempt is settled leaves (`q`: its queue, whose attempt is no
+  /// longer in flight, or nullptr); with `pump`, the queue's next head may go now.
+  void retireAbandoned(std::unordered_map<uint64_t, std::unique_ptr<Waiter>>::iterator it,
+                       WaiterQueue* q, bool pump);
   /// The queue limit a waiter on a lock would exceed by queueing now, or kNone if there is room.
   WaiterLimit fullWaiterLimit(size_t queued_here) const;
   /// Puts `w` at the back of its lock's queue with its remaining budget (a new queue waits out
@@ -177,6 +181,8 @@ class LockService::Impl {
   // --- grants nobody was told of: acquires that got no answer (unanswered.cc) ---
   /// The give-back of one possible grant.
   struct UnansweredGrant {
+    UnansweredGrant(LockId lock_, std::string owner_, int64_t until_us_)
+        : lock(std::move(lock_)), owner(std::move(owner_)), until_us(until_us_) {}
     LockId lock;
     std::string owner;
     int64_t until_us = 0;  // its TTL has ended by then: nothing left to give back

@@ -38,11 +38,8 @@ constexpr int64_t kUnansweredMaxBackoffMs = 1000;
 }  // namespace
 
 LockService::Impl::UnansweredGrant LockService::Impl::unansweredGrantOf(const Waiter& w) const {
-  UnansweredGrant grant;
-  grant.lock = w.options.lock;
-  grant.owner = w.options.owner;
-  grant.until_us = scheduler_.nowUs() + w.options.ttl_ms * 1000;
-  return grant;
+  return UnansweredGrant(w.options.lock, w.options.owner,
+                         scheduler_.nowUs() + w.options.ttl_ms * 1000);
 }
 
 void LockService::Impl::giveBackBeforeAttempt(Waiter& w, InFlight in_flight) {
@@ -71,14 +68,10 @@ void LockService::Impl::giveBackBeforeAttempt(Waiter& w, InFlight in_flight) {
                    return;
                  }
                  // Answered meanwhile: no acquire follows, and the queue's next head may go.
-                 const LockId name = waiter.options.lock;
-                 WaiterQueue* queue = waiter.options.wait_ms > 0 ? queues_.find(name) : nullptr;
-                 waiters_.erase(it);
-                 if (queue != nullptr) {
-                   queue->attempt_in_flight = false;
-                   pumpQueue(name);
-                   maybeEraseQueue(name);
-                 }
+                 WaiterQueue* queue =
+                     waiter.options.wait_ms > 0 ? queues_.find(waiter.options.lock) : nullptr;
+                 if (queue != nullptr) queue->attempt_in_flight = false;
+                 retireAbandoned(it, queue, /*pump=*/true);
                }));
 }
 
@@ -91,11 +84,7 @@ void LockService::Impl::settleUnanswered(Waiter& w) {
 void LockService::Impl::giveBackUnansweredGrant(const LockId& lock, const std::string& owner,
                                                 int64_t until_us) {
   if (scheduler_.nowUs() >= until_us) return;
-  UnansweredGrant grant;
-  grant.lock = lock;
-  grant.owner = owner;
-  grant.until_us = until_us;
-  giveBackUnanswered(std::move(grant));
+  giveBackUnanswered(UnansweredGrant(lock, owner, until_us));
 }
 
 bool LockService::Impl::noteGiveBack(const UnansweredGrant& grant, const backend::Outcome& r) {

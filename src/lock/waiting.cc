@@ -269,6 +269,15 @@ void LockService::Impl::attempt(Waiter& w) {
                }));
 }
 
+void LockService::Impl::retireAbandoned(
+    std::unordered_map<uint64_t, std::unique_ptr<Waiter>>::iterator it, WaiterQueue* q, bool pump) {
+  const LockId lock = it->second->options.lock;
+  waiters_.erase(it);
+  if (q == nullptr) return;
+  if (pump) pumpQueue(lock);
+  maybeEraseQueue(lock);
+}
+
 void LockService::Impl::onAttemptReply(uint64_t id, StatusOr<backend::Outcome> reply,
                                        InFlight in_flight, bool handed_off) {
   const InFlight settled = std::move(in_flight);  // in flight until this function returns
@@ -323,11 +332,7 @@ void LockService::Impl::onAttemptReply(uint64_t id, StatusOr<backend::Outcome> r
       releaseOrphan(lock, w.options.owner);  // wakes the queue once the backend answered
     }
     settleUnanswered(w);
-    waiters_.erase(it);
-    if (q != nullptr) {
-      if (!granted) pumpQueue(lock);
-      maybeEraseQueue(lock);
-    }
+    retireAbandoned(it, q, /*pump=*/!granted);  // a late grant's release wakes the queue
     return;
   }
 

@@ -274,15 +274,7 @@ bool RedisConnection::retryWithEval(Pending& p, const RedisValue& /*noscript*/) 
   script_argv_.clear();
   script_argv_.push_back("EVAL");
   script_argv_.push_back(s.text);
-  // The arguments the EVALSHA was sent with, as retainArgument() framed them.
-  const std::string_view kept(retained_.data() + retained_head_, p.retained_bytes);
-  for (size_t at = 0; at + sizeof(uint32_t) <= kept.size();) {
-    uint32_t len = 0;
-    std::memcpy(&len, kept.data() + at, sizeof(len));
-    at += sizeof(len);
-    script_argv_.push_back(kept.substr(at, len));
-    at += len;
-  }
+  appendRetainedArguments(p.retained_bytes, script_argv_);  // those the EVALSHA was sent with
   appendCommand(out_, script_argv_);
   consumeRetained(p.retained_bytes);
   Pending retry = std::move(p);
@@ -297,6 +289,18 @@ void RedisConnection::retainArgument(std::string_view arg) {
   const auto len = static_cast<uint32_t>(arg.size());
   retained_.append(reinterpret_cast<const char*>(&len), sizeof(len));
   retained_.append(arg);
+}
+
+void RedisConnection::appendRetainedArguments(uint32_t bytes,
+                                              std::vector<std::string_view>& argv) const {
+  const std::string_view kept(retained_.data() + retained_head_, bytes);
+  for (size_t at = 0; at + sizeof(uint32_t) <= kept.size();) {
+    uint32_t len = 0;
+    std::memcpy(&len, kept.data() + at, sizeof(len));
+    at += sizeof(len);
+    argv.push_back(kept.substr(at, len));
+    at += len;
+  }
 }
 
 void RedisConnection::consumeRetained(uint32_t bytes) {

@@ -147,6 +147,9 @@ class RedisConnection final : private RedisTransport::Handler {
   /// Keeps one argument of an EVALSHA for its NOSCRIPT retry: its length (4 bytes, host order)
   /// and its bytes, at the back of retained_.
   void retainArgument(std::string_view arg);
+  /// The oldest request's retained arguments (its `bytes` at the front of retained_), read as
+  /// retainArgument() framed them, appended to `argv` (views into retained_).
+  void appendRetainedArguments(uint32_t bytes, std::vector<std::string_view>& argv) const;
   void consumeRetained(uint32_t bytes);
   void armDeadlineCheck(int64_t at_us);
   void onDeadlineCheck();
