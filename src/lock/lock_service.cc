@@ -103,7 +103,8 @@ LockService::Impl::Impl(const config::LocksConfig& config, backend::Backend& bac
       scheduler_(scheduler),
       metrics_(metrics),
       queues_(config.retry_min_ms, config.retry_max_ms, config.retry_jitter_ms),
-      lost_(kLostLeaseCapacity, kLostLeaseRetentionUs) {
+      lost_(kLostLeaseCapacity, kLostLeaseRetentionUs),
+      unanswered_(unansweredRetries()) {
   backend_.setReleaseListener(guarded([this](std::string_view name, std::string_view payload) {
     const ChangeReason reason = changeReasonOf(payload);
     if (backend::announcement::freesLock(payload)) {
@@ -225,9 +226,9 @@ void LockService::Impl::shutdown(bool release_held, int64_t grace_ms, std::funct
          {"waiters", static_cast<unsigned long>(queues_.total())}, {"release_held", release_held});
 
   cancelWaiters();
-  // Unanswered grants still to give back: one last try each (the backend may be back).
-  retryUnanswered(/*backend_ready=*/true);
-  unanswered_timer_.reset();
+  // Unanswered grants still to give back: one last try each (the backend may be back; a
+  // refusal now gives up, giveBackUnanswered).
+  unanswered_.retryAll();
 
   for (const auto& key : leases_.keys()) {
     Lease* lease = leases_.find(key.first, key.second);

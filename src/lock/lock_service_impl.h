@@ -24,6 +24,7 @@
 #include "common/rate_limited_log.h"
 #include "config/config.h"
 #include "event/lifetime.h"
+#include "event/retry_queue.h"
 #include "event/scheduler.h"
 #include "lock/lease_table.h"
 #include "lock/lock_service.h"
@@ -208,10 +209,9 @@ class LockService::Impl {
   bool noteGiveBack(const UnansweredGrant& grant, const backend::Outcome& r);
   /// Counts and logs a give-back that will not be sent again (`why`: a literal).
   void giveUpUnanswered(const UnansweredGrant& grant, const char* why, const std::string& error);
-  void scheduleUnansweredRetry();
-  /// Sends the give-backs waiting for the backend (all of them when `backend_ready`, else those
-  /// whose backoff is over), and drops those whose TTL ended.
-  void retryUnanswered(bool backend_ready);
+  /// The give-backs the backend refused, sent again with backoff, or all at once when it is
+  /// back (onBackendReady, shutdown), until their TTL ends.
+  event::RetryQueue<UnansweredGrant> unansweredRetries();
   int64_t retryHintMs(const LockId& lock, int64_t holder_ttl_ms);
   void updateWaiterGauge();
 
@@ -293,10 +293,8 @@ class LockService::Impl {
   uint64_t next_waiter_id_ = 0;
   uint64_t next_lease_id_ = 0;
 
-  /// Give-backs of unanswered grants the backend was out for (bounded: the oldest, whose TTL ends
-  /// first, is dropped when full).
-  std::deque<UnansweredGrant> unanswered_;
-  event::ScopedTimer unanswered_timer_;
+  /// Give-backs of unanswered grants the backend was out for (unansweredRetries()).
+  event::RetryQueue<UnansweredGrant> unanswered_;
 
   bool stopping_ = false;
   std::function<void()> shutdown_done_;

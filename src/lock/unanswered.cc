@@ -120,51 +120,27 @@ void LockService::Impl::giveBackUnanswered(UnansweredGrant grant) {
           if (noteGiveBack(grant, *r)) wakeQueue(grant.lock, /*notified=*/false);
           return;
         }
-        const int64_t now_us = scheduler_.nowUs();
-        if (stopping_ || now_us >= grant.until_us) {
+        if (stopping_ || scheduler_.nowUs() >= grant.until_us) {
           giveUpUnanswered(grant, stopping_ ? "the sidecar is shutting down" : "its TTL has ended",
                            r.status().toString());
           return;
         }
-        grant.backoff_ms =
-            std::min(kUnansweredMaxBackoffMs,
-                     grant.backoff_ms == 0 ? kUnansweredFirstRetryMs : grant.backoff_ms * 2);
-        grant.next_try_us = now_us + grant.backoff_ms * 1000;
-        if (unanswered_.size() >= kMaxUnansweredGrants) {
-          giveUpUnanswered(unanswered_.front(), "too many waiting for the backend",
-                           r.status().toString());
-          unanswered_.pop_front();
-        }
-        unanswered_.push_back(std::move(grant));
-        scheduleUnansweredRetry();
+        unanswered_.later(std::move(grant));
       }));
 }
 
-void LockService::Impl::scheduleUnansweredRetry() {
-  if (unanswered_.empty() || stopping_) return;
-  int64_t next_us = unanswered_.front().next_try_us;
-  for (const UnansweredGrant& grant : unanswered_) {
-    next_us = std::min({next_us, grant.next_try_us, grant.until_us});
-  }
-  const int64_t delay_ms = std::max<int64_t>(1, ceilMs(next_us - scheduler_.nowUs()));
-  unanswered_timer_.start(scheduler_, delay_ms, guarded([this] { retryUnanswered(false); }));
-}
-
-void LockService::Impl::retryUnanswered(bool backend_ready) {
-  if (unanswered_.empty()) return;
-  const int64_t now_us = scheduler_.nowUs();
-  for (UnansweredGrant& grant : std::exchange(unanswered_, {})) {
-    if (now_us >= grant.until_us) {
-      giveUpUnanswered(grant, "its TTL ended before the backend was back", "");
-    } else if (backend_ready || stopping_ || now_us >= grant.next_try_us) {
-      // A refusal queues it again, on a later loop turn (the backend answers there, rule 4).
-      giveBackUnanswered(std::move(grant));
-    } else {
-      unanswered_.push_back(std::move(grant));
-    }
-  }
-  unanswered_timer_.reset();
-  scheduleUnansweredRetry();
+event::RetryQueue<LockService::Impl::UnansweredGrant> LockService::Impl::unansweredRetries() {
+  using Retries = event::RetryQueue<UnansweredGrant>;
+  return Retries(
+      scheduler_, {kMaxUnansweredGrants, kUnansweredFirstRetryMs, kUnansweredMaxBackoffMs},
+      [this](UnansweredGrant grant) { giveBackUnanswered(std::move(grant)); },
+      [this](const UnansweredGrant& grant, Retries::Dropped why) {
+        giveUpUnanswered(grant,
+                         why == Retries::Dropped::kFull
+                             ? "too many waiting for the backend"
+                             : "its TTL ended before the backend was back",
+                         "");
+      });
 }
 
 }  // namespace sidelock::lock

@@ -640,7 +640,7 @@ void LockService::Impl::runOnBackend(const LockId& lock, backend::Operation op,
 
 void LockService::Impl::onBackendReady() {
   // Give-backs first: in this turn they go out ahead of the waiters' attempts.
-  retryUnanswered(/*backend_ready=*/true);
+  unanswered_.retryAll();
   for (const LockId& lock : queues_.locks()) {
     const WaiterQueue* q = queues_.find(lock);
     if (q != nullptr && !q->backend_error.isOk()) wakeQueue(lock, /*notified=*/false);

@@ -13,7 +13,7 @@ namespace {
 // Given-back grants whose release is still to be retried. Each is a few short strings; a master
 // down for long under a stream of given-back grants drops the oldest (whose TTL ends first).
 constexpr size_t kMaxPendingGiveBacks = 1024;
-// How often the pending give-backs look whether the master is back, and the first retry's delay
+// How often the pending give-backs ask whether the master is back, and the first retry's delay
 // after a refusal; each failure doubles it, up to kGiveBackMaxBackoffMs.
 constexpr int64_t kGiveBackPollMs = 50;
 constexpr int64_t kGiveBackMaxBackoffMs = 1000;
@@ -108,7 +108,8 @@ SentinelBackend::SentinelBackend(uv_loop_t* loop, event::Scheduler& scheduler,
       // WAIT's own reply must come back within the link's liveness bound (command_timeout_ms),
       // after the script's: half of it leaves the other half to the script and the network.
       wait_timeout_ms_(std::max<int64_t>(1, config.command_timeout_ms / 2)),
-      command_timeout_ms_(config.command_timeout_ms) {
+      command_timeout_ms_(config.command_timeout_ms),
+      give_backs_(giveBackRetries()) {
   // The master's errors and latency keep one label across failovers; backend_up{node} names the
   // address in use (updateUpGauges).
   redis_ = std::make_unique<RedisBackend>(
@@ -222,7 +223,7 @@ void SentinelBackend::grantThenWait(const Operation& op, OutcomeCallback cb) {
       grant.kind = kind;
       grant.owner = grantee;
       grant.token = r->token;
-      grant.lease_end_us = lease_end_us;
+      grant.until_us = lease_end_us;
       giveBack(std::move(grant));
     }
     if (!hand_off) {
@@ -285,56 +286,41 @@ void SentinelBackend::onGiveBackFailed(GiveBack grant, const Status& why) {
     gave_up = "the backend is shutting down";
   } else if (grant.token == 0 || !releaseChecksToken(grant.kind)) {
     gave_up = "its release cannot be limited to the grant's token";
-  } else if (now_us >= grant.lease_end_us) {
+  } else if (now_us >= grant.until_us) {
     gave_up = "its TTL ended";
   }
   if (gave_up != nullptr) {
     SL_LOG(kWarn, "sentinel.giveback_failed", {"name", grant.name},
            {"kind", lockKindName(grant.kind)}, {"attempts", grant.attempts},
            {"error", why.message()}, {"gave_up", gave_up},
-           {"ttl_left_ms", std::max<int64_t>(0, (grant.lease_end_us - now_us) / 1000)});
+           {"ttl_left_ms", std::max<int64_t>(0, (grant.until_us - now_us) / 1000)});
     return;
   }
   SL_LOG(kDebug, "sentinel.giveback_retry", {"name", grant.name},
          {"kind", lockKindName(grant.kind)}, {"attempts", grant.attempts},
          {"error", why.message()});
-  grant.backoff_ms = std::min(kGiveBackMaxBackoffMs,
-                              grant.backoff_ms == 0 ? kGiveBackPollMs : grant.backoff_ms * 2);
-  grant.next_try_us = now_us + grant.backoff_ms * 1000;
-  if (give_backs_.size() >= kMaxPendingGiveBacks) {
-    const GiveBack& oldest = give_backs_.front();
-    SL_LOG(kWarn, "sentinel.giveback_dropped", {"name", oldest.name},
-           {"kind", lockKindName(oldest.kind)}, {"pending", give_backs_.size()},
-           {"ttl_left_ms", std::max<int64_t>(0, (oldest.lease_end_us - now_us) / 1000)});
-    give_backs_.pop_front();
-  }
-  give_backs_.push_back(std::move(grant));
-  scheduleGiveBackRetry();
+  give_backs_.later(std::move(grant));
 }
 
-void SentinelBackend::scheduleGiveBackRetry() {
-  if (give_back_timer_.pending()) return;
-  give_back_timer_.start(scheduler_, kGiveBackPollMs, alive_.guarded([this] { retryGiveBacks(); }));
-}
-
-void SentinelBackend::retryGiveBacks() {
-  if (shut_down_) return;
-  const int64_t now_us = scheduler_.nowUs();
-  const bool can_send = ready();
-  std::deque<GiveBack> waiting;
-  for (GiveBack& grant : give_backs_) {
-    if (now_us >= grant.lease_end_us) {
-      SL_LOG(kWarn, "sentinel.giveback_failed", {"name", grant.name},
-             {"kind", lockKindName(grant.kind)}, {"attempts", grant.attempts},
-             {"gave_up", "its TTL ended before the master was back"});
-    } else if (can_send && now_us >= grant.next_try_us) {
-      giveBack(std::move(grant));  // a failure queues it again (a later loop turn, rule 4)
-    } else {
-      waiting.push_back(std::move(grant));
-    }
-  }
-  give_backs_ = std::move(waiting);
-  if (!give_backs_.empty()) scheduleGiveBackRetry();
+event::RetryQueue<SentinelBackend::GiveBack> SentinelBackend::giveBackRetries() {
+  using Retries = event::RetryQueue<GiveBack>;
+  return Retries(
+      scheduler_, {kMaxPendingGiveBacks, kGiveBackPollMs, kGiveBackMaxBackoffMs},
+      // A failure queues it again (a later loop turn, rule 4).
+      [this](GiveBack grant) { giveBack(std::move(grant)); },
+      [this](const GiveBack& grant, Retries::Dropped why) {
+        if (why == Retries::Dropped::kFull) {
+          SL_LOG(
+              kWarn, "sentinel.giveback_dropped", {"name", grant.name},
+              {"kind", lockKindName(grant.kind)}, {"pending", give_backs_.size()},
+              {"ttl_left_ms", std::max<int64_t>(0, (grant.until_us - scheduler_.nowUs()) / 1000)});
+          return;
+        }
+        SL_LOG(kWarn, "sentinel.giveback_failed", {"name", grant.name},
+               {"kind", lockKindName(grant.kind)}, {"attempts", grant.attempts},
+               {"gave_up", "its TTL ended before the master was back"});
+      },
+      [this] { return ready(); });
 }
 
 void SentinelBackend::waitFor(std::shared_ptr<GrantCheck> check) {
@@ -406,9 +392,7 @@ void SentinelBackend::shutdown(std::function<void()> done) {
   // closes), else dropped: their keys expire at their TTL, and the sidecar retrying past its own
   // shutdown is what the TTL is for.
   const bool can_send = ready();
-  std::deque<GiveBack> pending = std::move(give_backs_);
-  give_backs_.clear();
-  give_back_timer_.reset();
+  std::deque<GiveBack> pending = give_backs_.takeAll();
   shut_down_ = true;
   if (!pending.empty()) {
     SL_LOG(kInfo, "sentinel.giveback_at_shutdown", {"pending", pending.size()}, {"sent", can_send});

@@ -29,6 +29,7 @@
 #include "backend/backend.h"
 #include "config/config.h"
 #include "event/lifetime.h"
+#include "event/retry_queue.h"
 #include "event/scheduler.h"
 #include "metrics/metrics.h"
 #include "redis/redis_backend.h"
@@ -89,20 +90,20 @@ class SentinelBackend final : public Backend {
     LockKind kind = LockKind::kMutex;
     std::string owner;         // the grantee: the acquirer, or a hand-off's next owner
     uint64_t token = 0;        // the grant's fencing token (an election's term)
-    int64_t lease_end_us = 0;  // the grant's TTL is over by then (scheduler clock): the key is gone
+    int64_t until_us = 0;      // the grant's TTL is over by then (scheduler clock): the key is gone
     int64_t next_try_us = 0;   // retries back off while the master refuses or times out
     int64_t backoff_ms = 0;
     int attempts = 0;
   };
   /// Sends a given-back grant's release. Sent at once after the failed WAIT: while the link is up
   /// it runs right behind the grant. If it fails (and can be limited to the grant's token),
-  /// onGiveBackFailed keeps it, and retryGiveBacks sends it again once the master is ready,
+  /// onGiveBackFailed keeps it in give_backs_, which sends it again once the master is ready,
   /// until it ran or the grant's TTL ended.
   void giveBack(GiveBack grant);
   void onGiveBackFailed(GiveBack grant, const Status& why);
-  /// retryGiveBacks on the next poll (kGiveBackPollMs), unless already due.
-  void scheduleGiveBackRetry();
-  void retryGiveBacks();
+  /// give_backs_: retried with backoff while the master is ready (asked every first backoff while
+  /// it is not), until their TTL ends; the oldest dropped when too many wait.
+  event::RetryQueue<GiveBack> giveBackRetries();
   bool ready() const;
   void onConfirmedChanged();
   void updateUpGauges();
@@ -120,9 +121,8 @@ class SentinelBackend final : public Backend {
   // after shutdown's done callback, when the owner may already have destroyed us.
   bool wait_in_flight_ = false;
   std::vector<std::shared_ptr<GrantCheck>> next_wait_;  // grants sent since the WAIT in flight
-  // Given-back grants whose release failed, oldest first; at most kMaxPendingGiveBacks.
-  std::deque<GiveBack> give_backs_;
-  event::ScopedTimer give_back_timer_;
+  // Given-back grants whose release failed (giveBackRetries()).
+  event::RetryQueue<GiveBack> give_backs_;
   event::LivenessToken alive_;
   bool shut_down_ = false;
 };
