@@ -68,7 +68,11 @@ class RetryQueue {
       items_.pop_front();
       dropped_(oldest, Dropped::kFull);
     }
+    const int64_t due_us = std::min(item.next_try_us, item.until_us);
     items_.push_back(std::move(item));
+    // The timer planned already comes first (or polls while held): no walk over the queue per
+    // refusal, which a backend coming back to refuse them all would make quadratic.
+    if (timer_.pending() && (held_ || due_us >= planned_us_)) return;
     plan();
   }
 
@@ -117,6 +121,7 @@ class RetryQueue {
       }
       delay_ms = std::max<int64_t>(1, (next_us - now_us + 999) / 1000);
     }
+    planned_us_ = scheduler_.nowUs() + delay_ms * 1000;
     timer_.start(scheduler_, delay_ms, [this] { retry(/*all=*/false); });  // replaces the last
   }
 
@@ -127,6 +132,7 @@ class RetryQueue {
   CanSend can_send_;
   std::deque<Item> items_;  // oldest first
   bool held_ = false;       // the last retry found can_send() false
+  int64_t planned_us_ = 0;  // when the pending timer fires
   ScopedTimer timer_;
 };
 

@@ -125,6 +125,24 @@ TEST_F(RetryQueueTest, HeldWhileTheOtherSideIsNotReadyAndSentOnceItIs) {
   EXPECT_EQ(sent_[0].name, "a");
 }
 
+// A later refusal due sooner than the timer planned for the others moves the timer up.
+TEST_F(RetryQueueTest, AnItemDueSoonerThanThePlannedTimerIsNotKeptWaiting) {
+  Queue& q = make();
+  Item slow = item("slow");
+  slow.backoff_ms = 800;  // refused often already: next wait 1 s
+  q.later(slow);
+  sched_.advanceMs(10);
+  q.later(item("fresh"));  // first refusal: 50 ms
+  sched_.advanceMs(60);
+  ASSERT_EQ(sent_.size(), 1u);
+  EXPECT_EQ(sent_[0].name, "fresh");
+  EXPECT_EQ(sent_[0].at_us, 60'000);
+  sched_.advanceMs(1000);
+  ASSERT_EQ(sent_.size(), 2u);
+  EXPECT_EQ(sent_[1].name, "slow");
+  EXPECT_EQ(sent_[1].at_us, 1'000'000);
+}
+
 TEST_F(RetryQueueTest, TakeAllEmptiesAndStops) {
   Queue& q = make();
   q.later(item("a"));
