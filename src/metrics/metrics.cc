@@ -94,6 +94,20 @@ Metrics::Metrics(std::string version)
       unanswered_not_granted(unanswered_acquires_total.Add({{"outcome", "not_granted"}})),
       unanswered_gave_up(unanswered_acquires_total.Add({{"outcome", "gave_up"}})),
       unanswered_left_to_owner(unanswered_acquires_total.Add({{"outcome", "left_to_owner"}})),
+      unreplicated_grants_total(
+          BuildCounter()
+              .Name("sidelock_unreplicated_grants_total")
+              .Help("Sentinel grants given back because fewer than backend.sentinel.wait_replicas "
+                    "replicas acknowledged them (or their WAIT took their validity), by what "
+                    "became of the give-back: released (its release freed the grant), not_held "
+                    "(it found the grant gone), gave_up (never run: the grant's TTL ended first, "
+                    "shutdown, or a permit or reader release refused once), dropped (too many "
+                    "waiting for the master).")
+              .Register(*registry_)),
+      unreplicated_released(unreplicated_grants_total.Add({{"outcome", "released"}})),
+      unreplicated_not_held(unreplicated_grants_total.Add({{"outcome", "not_held"}})),
+      unreplicated_gave_up(unreplicated_grants_total.Add({{"outcome", "gave_up"}})),
+      unreplicated_dropped(unreplicated_grants_total.Add({{"outcome", "dropped"}})),
       waiters(BuildGauge()
                   .Name("sidelock_waiters")
                   .Help("Acquire requests currently queued waiting for a lock.")

@@ -116,6 +116,16 @@ class Metrics {
   prometheus::Counter& unanswered_not_granted;
   prometheus::Counter& unanswered_gave_up;
   prometheus::Counter& unanswered_left_to_owner;
+  /// Sentinel grants given back because fewer than wait_replicas replicas acknowledged them (or
+  /// their WAIT took their validity), by what became of the give-back ({outcome}): its release
+  /// freed the grant (released) or found it gone (not_held), or it was never run (gave_up: the
+  /// grant's TTL ended first, shutdown, a release that cannot be limited to its token refused
+  /// once; dropped: too many waiting for the master).
+  prometheus::Family<prometheus::Counter>& unreplicated_grants_total;  // {outcome}
+  prometheus::Counter& unreplicated_released;
+  prometheus::Counter& unreplicated_not_held;
+  prometheus::Counter& unreplicated_gave_up;
+  prometheus::Counter& unreplicated_dropped;
   prometheus::Gauge& waiters;
   /// Bytes held by answers remembered for request_id retries (bounded by
   /// locks.max_request_id_bytes); set at scrape time.

@@ -269,6 +269,8 @@ void SentinelBackend::giveBack(GiveBack grant) {
                 }
                 // Released, or nothing of it left to release: not held (expired, released by its
                 // owner, or a later grant moved the token on) or held by another owner.
+                (r->ok() ? metrics_.unreplicated_released : metrics_.unreplicated_not_held)
+                    .Increment();
                 if (grant.attempts > 1) {
                   SL_LOG(kInfo, "sentinel.giveback_retried", {"name", grant.name},
                          {"kind", lockKindName(grant.kind)}, {"token", grant.token},
@@ -290,6 +292,7 @@ void SentinelBackend::onGiveBackFailed(GiveBack grant, const Status& why) {
     gave_up = "its TTL ended";
   }
   if (gave_up != nullptr) {
+    metrics_.unreplicated_gave_up.Increment();
     SL_LOG(kWarn, "sentinel.giveback_failed", {"name", grant.name},
            {"kind", lockKindName(grant.kind)}, {"attempts", grant.attempts},
            {"error", why.message()}, {"gave_up", gave_up},
@@ -310,12 +313,14 @@ event::RetryQueue<SentinelBackend::GiveBack> SentinelBackend::giveBackRetries() 
       [this](GiveBack grant) { giveBack(std::move(grant)); },
       [this](const GiveBack& grant, Retries::Dropped why) {
         if (why == Retries::Dropped::kFull) {
+          metrics_.unreplicated_dropped.Increment();
           SL_LOG(
               kWarn, "sentinel.giveback_dropped", {"name", grant.name},
               {"kind", lockKindName(grant.kind)}, {"pending", give_backs_.size()},
               {"ttl_left_ms", std::max<int64_t>(0, (grant.until_us - scheduler_.nowUs()) / 1000)});
           return;
         }
+        metrics_.unreplicated_gave_up.Increment();
         SL_LOG(kWarn, "sentinel.giveback_failed", {"name", grant.name},
                {"kind", lockKindName(grant.kind)}, {"attempts", grant.attempts},
                {"gave_up", "its TTL ended before the master was back"});
@@ -399,6 +404,8 @@ void SentinelBackend::shutdown(std::function<void()> done) {
   }
   if (can_send) {
     for (GiveBack& grant : pending) giveBack(std::move(grant));
+  } else {
+    metrics_.unreplicated_gave_up.Increment(static_cast<double>(pending.size()));
   }
   metrics_.backend_ready.Set(0);
   resolver_->shutdown(alive_.guarded(

@@ -68,6 +68,12 @@ class SentinelTest : public ::testing::Test {
         wait_ready});
   }
 
+  /// sidelock_unreplicated_grants_total{outcome}: given-back grants by what their release found.
+  static int64_t unreplicated(HttpClient& c, const std::string& outcome) {
+    return metricValue(c.get("/metrics").body,
+                       "sidelock_unreplicated_grants_total{outcome=\"" + outcome + "\"}");
+  }
+
   /// True once `key` is gone from the master (a given-back grant released) within `timeout_ms`.
   bool goneFromMaster(const std::string& key, int64_t timeout_ms = kPollTimeoutMs) {
     return pollUntil([&] { return master_->cli({"EXISTS", key}) == "0"; }, timeout_ms);
@@ -343,12 +349,14 @@ TEST_F(SentinelTest, AStalledReplicaCostsNoLeaseItsRenewals) {
   const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(4);
   std::vector<std::thread> clients;
   std::vector<int> refused(6, 0);
+  std::vector<int> given_back(6, 0);
   for (size_t i = 0; i < refused.size(); ++i) {
     clients.emplace_back([&, i] {
       HttpClient ci = HttpClient::tcp(sidecar_->port());
       while (std::chrono::steady_clock::now() < until) {
         auto r = ci.post("/v1/locks/busy-" + std::to_string(i) + "/acquire", "{}");
         if (r.status == 503) ++refused[i];
+        if (r.status == 503 && r.body.find("given back") != std::string::npos) ++given_back[i];
       }
     });
   }
@@ -356,8 +364,14 @@ TEST_F(SentinelTest, AStalledReplicaCostsNoLeaseItsRenewals) {
   replica_->resume();
 
   int refused_total = 0;
+  int given_back_total = 0;
   for (int n : refused) refused_total += n;
+  for (int n : given_back) given_back_total += n;
   EXPECT_GT(refused_total, 6) << "the grants were not replicated: given back";
+  // Each given back, and its release ran once the replica was back (nothing left to give up on).
+  EXPECT_TRUE(pollUntil([&] { return unreplicated(c, "released") >= given_back_total; }))
+      << unreplicated(c, "released") << " of " << given_back_total;
+  EXPECT_EQ(unreplicated(c, "gave_up") + unreplicated(c, "dropped"), 0);
   const std::string metrics = c.get("/metrics").body;
   EXPECT_EQ(metricValue(metrics, "sidelock_lease_lost_total"), 0) << sidecar_->logs();
   auto state = c.get("/v1/locks/kept");
@@ -394,6 +408,7 @@ TEST_F(SentinelTest, AGrantGivenBackWhileTheLinkIsDownIsReleasedOnceItIsBack) {
   startSidecar(kMasterName, /*wait_replicas=*/1, /*wait_ready=*/true);
   HttpClient c = HttpClient::tcp(sidecar_->port());
   ASSERT_EQ(acquireOnceReplicated(c, "warm", "{}").status, 200);
+  const int64_t released_before = unreplicated(c, "released");
   replica_->pause();  // the WAIT waits its whole timeout (500 ms)
   std::thread link_drop([&] {
     std::this_thread::sleep_for(std::chrono::milliseconds(150));
@@ -420,6 +435,7 @@ TEST_F(SentinelTest, AGrantGivenBackWhileTheLinkIsDownIsReleasedOnceItIsBack) {
                     ? "its release was retried"
                     : "its first release ran");
   }
+  EXPECT_EQ(unreplicated(c, "released"), released_before + 1) << "counted once, when it ran";
   EXPECT_EQ(acquireOnceReplicated(c, "dropped", "{}").status, 200) << "the lock is free again";
   EXPECT_EQ(sidecar_->stop(), 0) << sidecar_->logs();
 }
