@@ -17,10 +17,12 @@
 // (issue 4) and feed event streams on all. A payload from an older sidecar (the lock name), or
 // one this version does not know, counts as a release.
 //
-// Fencing counters are seeded from the clock. A missing counter (first grant of a name, Redis
-// restarted without its data, a failover to a replica that missed the last increments, the
-// counter expired) is created at Redis's TIME in microseconds and INCRed from there. A recreated
-// counter therefore starts above every token handed out before, under these assumptions:
+// Fencing counters follow the clock (lib/next_token.lua). A missing counter (first grant of a
+// name, Redis restarted without its data, the counter expired) is created at Redis's TIME in
+// microseconds, and a counter below TIME's current second (in microseconds) is raised to it,
+// before the INCR. A recreated counter therefore starts above every token handed out before, and
+// a replica promoted after missing its master's last increments hands out tokens above theirs
+// once the failover took two seconds, under these assumptions:
 //  1. Redis's clock does not go back (across restarts and failovers) by more than the counter's
 //     expiry margin: run NTP, slewing.
 //  2. A counter never runs ahead of the clock: a name is granted fewer than once per microsecond

@@ -156,8 +156,8 @@ TEST_F(RedlockTest, ElectionTermsAreTheQuorumsAndStrictlyIncrease) {
   using backend::LockKind;
   // Counters that drifted apart (failed attempts elsewhere): nodes 3 and 4 ran ahead.
   for (int i = 0; i < kNodes; ++i) {
-    ASSERT_EQ(servers_[i]->cli(
-                  {"SET", backend::electionTokenKey("sidelock:", "e"), i >= 3 ? "500" : "100"}),
+    ASSERT_EQ(servers_[i]->cli({"SET", backend::electionTokenKey("sidelock:", "e"),
+                                i >= 3 ? aboveClockText(500) : aboveClockText(100)}),
               "OK");
   }
   auto first = run(b, Operation::campaign("e", "owner-a", 10'000, "pod-a", "v1"));
@@ -167,7 +167,7 @@ TEST_F(RedlockTest, ElectionTermsAreTheQuorumsAndStrictlyIncrease) {
   // to answer, 101 when nodes 0-2 were (the vote is decided at three yes; on a loaded machine
   // that happened, and the late nodes 3 and 4 still take the quorum's term).
   const uint64_t term = first->token;
-  EXPECT_TRUE(term == 501u || term == 101u) << term;
+  EXPECT_TRUE(term == aboveClock(501) || term == aboveClock(101)) << term;
   const std::string term_text = std::to_string(term);
   EXPECT_GT(first->leader.since_ms, 1'700'000'000'000);
   EXPECT_GT(first->validity_ms, 9'000);
@@ -250,7 +250,8 @@ TEST_F(RedlockTest, ElectionTermsAreTheQuorumsAndStrictlyIncrease) {
   leader = run(b, Operation::inspect("e").of(LockKind::kElection));
   ASSERT_TRUE(leader.isOk());
   EXPECT_EQ(leader->code, OutcomeCode::kNotHeld);
-  EXPECT_EQ(leader->token, 501u) << "nobody leads: the highest counter (nodes 3 and 4 count 501)";
+  EXPECT_EQ(leader->token, aboveClock(501))
+      << "nobody leads: the highest counter (nodes 3 and 4 count 501)";
   auto lapsed = run(b, Operation::proclaim("e", "owner-a", "late"));
   ASSERT_TRUE(lapsed.isOk());
   EXPECT_EQ(lapsed->code, OutcomeCode::kNotHeld);
@@ -525,10 +526,11 @@ TEST_F(RedlockTest, QuorumMatrixGrantedIffAtLeastThreeNodesFree) {
 // exist are INCRed, not re-seeded), and nodes 3 and 4 are taken by a foreign owner, so the
 // granting majority must be {0, 1, 2} whatever order the answers arrive in (the backend decides
 // as soon as a majority said yes). The next grant's token is 101.
-void divergeCountersAndTakeNodes3And4(std::vector<std::unique_ptr<RedisServer>>& servers) {
-  servers[0]->cli({"SET", backend::tokenKey("sidelock:", "t"), "100"});
+void divergeCountersAndTakeNodes3And4(std::vector<std::unique_ptr<RedisServer>>& servers,
+                                      uint64_t base) {
+  servers[0]->cli({"SET", backend::tokenKey("sidelock:", "t"), std::to_string(base + 100)});
   for (size_t i = 1; i < servers.size(); ++i) {
-    servers[i]->cli({"SET", backend::tokenKey("sidelock:", "t"), "50"});
+    servers[i]->cli({"SET", backend::tokenKey("sidelock:", "t"), std::to_string(base + 50)});
   }
   for (size_t i = 3; i < servers.size(); ++i) {
     servers[i]->cli({"SET", backend::lockKey("sidelock:", "t"), "foreign", "PX", "30000"});
@@ -539,12 +541,12 @@ void divergeCountersAndTakeNodes3And4(std::vector<std::unique_ptr<RedisServer>>&
 // winner's token sync keeps "max over a majority" strictly increasing anyway.
 TEST_F(RedlockTest, TokensStrictlyIncreaseAcrossDivergedCounters) {
   auto& b = makeReadyBackend();
-  divergeCountersAndTakeNodes3And4(servers_);
+  divergeCountersAndTakeNodes3And4(servers_, aboveClock(0));
   auto first = acquire(b, "t", "a", 5'000);
   ASSERT_TRUE(first->ok());
-  EXPECT_EQ(first->token, 101u);
+  EXPECT_EQ(first->token, aboveClock(101));
   for (int i = 0; i < kNodes; ++i) {
-    EXPECT_EQ(servers_[i]->cli({"GET", counterKey("t")}), "101") << "node " << i;
+    EXPECT_EQ(servers_[i]->cli({"GET", counterKey("t")}), aboveClockText(101)) << "node " << i;
   }
   ASSERT_EQ(*release(b, "t", "a"), OutcomeCode::kOk);
   servers_[3]->cli({"DEL", key("t")});
@@ -564,32 +566,35 @@ TEST_F(RedlockTest, TokensStrictlyIncreaseAcrossDivergedCounters) {
 // go backwards.
 TEST_F(RedlockTest, ReadsNameTheLeasesTokenNotALateNodesCounter) {
   auto& b = makeReadyBackend();
-  for (int i = 0; i < 4; ++i) servers_[i]->cli({"SET", counterKey("t"), "50"});
-  servers_[4]->cli({"SET", counterKey("t"), "1000000"});
+  for (int i = 0; i < 4; ++i) servers_[i]->cli({"SET", counterKey("t"), aboveClockText(50)});
+  servers_[4]->cli({"SET", counterKey("t"), aboveClockText(1000000)});
   servers_[4]->pause();
   auto g = acquire(b, "t", "a", 30'000);
   servers_[4]->resume();
   ASSERT_TRUE(g.isOk()) << g.status().toString();
   ASSERT_TRUE(g->ok());
-  EXPECT_EQ(g->token, 51u) << "decided by nodes 0-3";
+  EXPECT_EQ(g->token, aboveClock(51)) << "decided by nodes 0-3";
   // Node 4 runs the acquire it queued while paused, then the token sync behind it.
   ASSERT_TRUE(env_.runUntil([&] { return valueOn(4, "t") == "a"; }, 5000))
       << "node 4 never granted late";
   ASSERT_TRUE(env_.runUntil(
       [&] {
-        return servers_[4]->cli({"GET", backend::grantRecordKey("sidelock:", "t")}) == "51 a";
+        return servers_[4]->cli({"GET", backend::grantRecordKey("sidelock:", "t")}) ==
+               aboveClockText(51) + " a";
       },
       5000))
       << "node 4's grant record: "
       << servers_[4]->cli({"GET", backend::grantRecordKey("sidelock:", "t")});
-  EXPECT_EQ(servers_[4]->cli({"GET", counterKey("t")}), "1000001") << "its own counter, unlowered";
+  EXPECT_EQ(servers_[4]->cli({"GET", counterKey("t")}), aboveClockText(1000001))
+      << "its own counter, unlowered";
   auto held = inspect(b, "t");
   ASSERT_TRUE(held.isOk()) << held.status().toString();
   ASSERT_TRUE(held->ok());
-  EXPECT_EQ(held->token, 51u);
+  EXPECT_EQ(held->token, aboveClock(51));
   auto shared_view = run(b, Operation::inspect("t").of(backend::LockKind::kShared));
   ASSERT_TRUE(shared_view.isOk()) << shared_view.status().toString();
-  EXPECT_EQ(shared_view->token, 51u) << "as the events stream reads it (a writer holds it)";
+  EXPECT_EQ(shared_view->token, aboveClock(51))
+      << "as the events stream reads it (a writer holds it)";
   // An extend keeps the records as long as the counters (a lease renewed past the counter's TTL
   // keeps its token).
   const std::string record = backend::grantRecordKey("sidelock:", "t");
@@ -605,17 +610,17 @@ TEST_F(RedlockTest, ReadsNameTheLeasesTokenNotALateNodesCounter) {
   auto free_state = inspect(b, "t");
   ASSERT_TRUE(free_state.isOk()) << free_state.status().toString();
   EXPECT_FALSE(free_state->ok());
-  EXPECT_EQ(free_state->token, 51u) << "the last grant's token, not node 4's counter";
+  EXPECT_EQ(free_state->token, aboveClock(51)) << "the last grant's token, not node 4's counter";
 
   // The next grant skips node 4 (taken by a foreign owner): 52, and reads say so.
   servers_[4]->cli({"SET", key("t"), "foreign", "PX", "30000"});
   auto second = acquire(b, "t", "b", 30'000);
   ASSERT_TRUE(second.isOk()) << second.status().toString();
   ASSERT_TRUE(second->ok());
-  EXPECT_EQ(second->token, 52u);
+  EXPECT_EQ(second->token, aboveClock(52));
   auto held_again = inspect(b, "t");
   ASSERT_TRUE(held_again.isOk()) << held_again.status().toString();
-  EXPECT_EQ(held_again->token, 52u);
+  EXPECT_EQ(held_again->token, aboveClock(52));
   EXPECT_EQ(*release(b, "t", "b"), OutcomeCode::kOk);
 }
 
@@ -683,7 +688,7 @@ TEST_F(RedlockTest, LockDelayIsTheReasonWhenTheDelayedNodesWouldHaveMadeAMajorit
 // nodes would make a majority of confirmations, yet node 1's counter would stay below the token.
 TEST_F(RedlockTest, TokenSyncWaitsForEveryGrantingNode) {
   auto& b = makeReadyBackend();
-  divergeCountersAndTakeNodes3And4(servers_);
+  divergeCountersAndTakeNodes3And4(servers_, aboveClock(0));
   ASSERT_EQ(servers_[1]->cli({"ACL", "SETUSER", "default", "-get"}), "OK");
   auto r = acquire(b, "t", "a", 5'000);
   ASSERT_EQ(servers_[1]->cli({"ACL", "SETUSER", "default", "+get"}), "OK");
@@ -725,7 +730,9 @@ TEST_F(RedlockTest, ExtendThatWinsWithNoValidityLeftReleasesTheKeys) {
 TEST_F(RedlockTest, AcquireThatWinsWithNoValidityLeftRaisesNoCounter) {
   auto& b = makeSlowVoteBackend();
   for (int i = 0; i < kNodes; ++i) {
-    ASSERT_EQ(servers_[i]->cli({"SET", counterKey("nv"), i < 3 ? "500" : "100"}), "OK");
+    ASSERT_EQ(servers_[i]->cli(
+                  {"SET", counterKey("nv"), i < 3 ? aboveClockText(500) : aboveClockText(100)}),
+              "OK");
   }
 
   constexpr int64_t kTtlMs = 2'000;
@@ -739,7 +746,7 @@ TEST_F(RedlockTest, AcquireThatWinsWithNoValidityLeftRaisesNoCounter) {
       << "given up before any token sync: " << r.status().message();
   env_.runFor(200);  // a sync sent anyway would have landed by now
   for (int i = 3; i < kNodes; ++i) {
-    EXPECT_EQ(servers_[i]->cli({"GET", counterKey("nv")}), "101")
+    EXPECT_EQ(servers_[i]->cli({"GET", counterKey("nv")}), aboveClockText(101))
         << "node " << i << "'s counter was raised to the token of a grant given up";
   }
   EXPECT_EQ(nodesWithKey("nv"), 0) << "the attempt's keys were left behind";

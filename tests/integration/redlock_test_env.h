@@ -161,6 +161,17 @@ class RedlockTest : public ::testing::Test {
     return run(b, backend::Operation::inspect(name));
   }
 
+  /// Counter value `n` above every node's clock for the test's duration (an hour ahead). Counters
+  /// follow Redis's clock by the second (src/redis/lua/lib/next_token.lua): a test that sets
+  /// diverged counters by hand adds its small numbers to this, or the first grant raises them.
+  uint64_t aboveClock(uint64_t n) {
+    if (clock_base_ == 0) {
+      clock_base_ = (std::stoull(servers_[0]->cli({"TIME"})) + 3600) * 1'000'000;
+    }
+    return clock_base_ + n;
+  }
+  std::string aboveClockText(uint64_t n) { return std::to_string(aboveClock(n)); }
+
   static std::string key(const std::string& name) { return backend::lockKey("sidelock:", name); }
   static std::string counterKey(const std::string& name) {
     return backend::tokenKey("sidelock:", name);
@@ -194,6 +205,7 @@ class RedlockTest : public ::testing::Test {
   LoopEnv env_;
   std::vector<std::unique_ptr<RedisServer>> servers_;
   std::vector<std::unique_ptr<backend::RedlockBackend>> backends_;
+  uint64_t clock_base_ = 0;  // aboveClock()
 };
 
 }  // namespace sidelock::testing

@@ -1,19 +1,34 @@
 -- nextToken(counter_ttl_ms) / nextTokenAt(counter, counter_ttl_ms): the next fencing token of
--- KEYS[2] (or of `counter`), shared by every script that grants. A missing counter (first grant of
--- the name, Redis restarted empty, the counter expired) starts at Redis's TIME in microseconds,
--- built as a string: above every token handed out before as long as the assumptions in
--- src/redis/scripts.h hold. Every grant then pushes the counter's expiry out to `counter_ttl_ms`.
+-- KEYS[2] (or of `counter`), shared by every script that grants. The counter follows Redis's
+-- clock, so that it stays above every token handed out before even when Redis lost its last
+-- increments:
+--  - a missing counter (first grant of the name, Redis restarted empty, the counter expired)
+--    starts at TIME in microseconds;
+--  - a counter that would count to the current second of TIME (in microseconds:
+--    <seconds>000000) or below is raised to one above it. A replica promoted after its master
+--    died holds the counter as of the last grant it received: the grants it missed counted on
+--    from there, and without the floor the next grant would get a token below theirs (found from
+--    outside on Redis Cluster). With it, a failover taking two seconds or more (every automatic
+--    one: a node timeout and an election) hands out tokens above all of them. Whole seconds, not
+--    microseconds: Redlock's nodes read their own clocks and must agree on a grant's token to
+--    skip the token sync; within a second they count on from one synced counter, as before.
+-- Every grant then pushes the counter's expiry out to `counter_ttl_ms`.
 -- INCR's reply reaches Lua as a double: exact below 2^53 (TIME in us is ~1.8e15 in 2026, 2^53 is
 -- ~9e15, i.e. the year 2255), and a Lua number goes back to the client as an integer.
 -- redis.replicate_commands() lets Redis < 5 write after TIME (a no-op from Redis 5 on).
 
 redis.replicate_commands()
 local function nextTokenAt(counter, counter_ttl_ms)
+  local now = redis.call('TIME')
   if redis.call('EXISTS', counter) == 0 then
-    local now = redis.call('TIME')
     redis.call('SET', counter, now[1] .. string.format('%06d', tonumber(now[2])))
   end
+  -- INCR first, then the floor: no GET (a grant needs no read right on the counter).
   local token = redis.call('INCR', counter)
+  if token <= tonumber(now[1]) * 1000000 then
+    token = tonumber(now[1]) * 1000000 + 1
+    redis.call('SET', counter, now[1] .. '000001')
+  end
   redis.call('PEXPIRE', counter, counter_ttl_ms)
   return token
 end
