@@ -104,21 +104,24 @@ class MultiAcquire : public std::enable_shared_from_this<MultiAcquire> {
       next_ = options_.names.size();
       return succeed();
     }
-    if (unanswered && !owner_drawn_ && options_.wait_ms > 0) {
-      // The caller's owner id: give them back once (owner-checked), and ask for the first name
-      // only once those releases have answered. Sent together, a release that must be retried
-      // (NOSCRIPT: the script cache was flushed) would run after the new grant and free it.
-      service_.releaseAll(options_.names, options_.owner,
-                          [self = shared_from_this()](std::vector<StatusOr<ReleaseStatus>>) {
-                            if (!self->finished_) self->takeNext();
-                          });
+    if (unanswered && !owner_drawn_) {
+      // The caller's owner id: give them back once (owner-checked), and go on (ask for the first
+      // name, or answer) only once those releases have answered. Sent together with the next
+      // acquire under that owner (ours, or the caller's retry after our answer), a release that
+      // must be retried (NOSCRIPT: the script cache was flushed) would run after the new grant
+      // and free it.
+      service_.releaseAll(
+          options_.names, options_.owner,
+          [self = shared_from_this(), r = std::move(r)](std::vector<StatusOr<ReleaseStatus>>) {
+            if (!self->finished_) self->afterTry(r);
+          });
       return;
     }
-    if (unanswered && !owner_drawn_) {
-      // Not waiting: nothing of this multi-lock follows the releases.
-      service_.releaseAll(options_.names, options_.owner,
-                          [](std::vector<StatusOr<ReleaseStatus>>) {});
-    }
+    afterTry(r);
+  }
+
+  /// After a one-step try that granted nothing: answer (no wait) or take the names one by one.
+  void afterTry(const StatusOr<backend::AllOutcome>& r) {
     if (options_.wait_ms == 0) {
       MultiAcquireResult failed;
       if (r.isOk()) {
@@ -225,6 +228,12 @@ class MultiAcquire : public std::enable_shared_from_this<MultiAcquire> {
     if (r.isOk() && r->status == ExtendStatus::kExtended) {
       grants_[i].ttl_ms = r->ttl_ms;
       granted_us_[i] = scheduler_.nowUs();
+    } else if (!final && !r.isOk() && isTransientBackendError(r.status())) {
+      // A keep-alive the backend could not answer (an outage, which a waiting acquire rides
+      // out): the lease is not known lost. The next keep-alive tries again; one that runs out
+      // meanwhile is lost to the lease table, and checkValidity() fails the multi-lock then.
+      SL_LOG(kDebug, "lock.multi_keep_alive_failed", {"name", grants_[i].lock.name},
+             {"error", r.status().message()});
     } else if (extend_failure_.blocked_by.empty()) {
       // Lost while the later names were waited for: the whole acquire fails.
       extend_failure_.status = r.isOk() ? AcquireStatus::kBusy : AcquireStatus::kError;

@@ -22,9 +22,8 @@ Status unansweredHint(const Waiter& w, const Status& error) {
                                   "same; release it with this owner id, or its TTL ends it)");
 }
 
-/// An outage a queued waiter rides out: the backend could not answer (down, no quorum, no reply
-/// in time, an error reply while Redis restarts, Redis out of memory until leases expire or an
-/// operator frees some). Not: a bad request, or cancellation.
+}  // namespace
+
 bool isTransientBackendError(const Status& s) {
   switch (s.code()) {
     case StatusCode::kUnavailable:
@@ -36,8 +35,6 @@ bool isTransientBackendError(const Status& s) {
       return false;
   }
 }
-
-}  // namespace
 
 // ---------------------------------------------------------------------------------------------
 // Acquire
