@@ -118,7 +118,8 @@ void ClusterBackend::onReply(std::shared_ptr<Call> call, const std::string& addr
                              StatusOr<RedisValue> r) {
   if (!shut_down_ && r.isOk() && r->isError()) {
     ClusterRedirect redirect;
-    if (parseClusterRedirect(r->str, &redirect) && call->redirects < kMaxRedirects) {
+    const bool redirected = parseClusterRedirect(r->str, &redirect);
+    if (redirected && call->redirects < kMaxRedirects) {
       ++call->redirects;
       const bool ask = redirect.kind == ClusterRedirect::Kind::kAsk;
       metrics_.backend_cluster_redirects_total.Add({{"kind", ask ? "ask" : "moved"}}).Increment();
@@ -127,12 +128,28 @@ void ClusterBackend::onReply(std::shared_ptr<Call> call, const std::string& addr
       send(std::move(call), redirect.target, ask);
       return;
     }
-    if (std::string_view(r->str).starts_with("TRYAGAIN") && call->tries_left > 0) {
+    // The script did not run (the reply says so), so it may be sent again, after a short delay
+    // within the command budget: TRYAGAIN (a multi-key script while its slot migrates), and
+    // redirects that go round in circles (two masters naming each other while a slot's new
+    // owner is not yet known to both: the map is read again meanwhile).
+    if ((redirected || std::string_view(r->str).starts_with("TRYAGAIN")) && call->tries_left > 0) {
       --call->tries_left;
+      if (redirected) {
+        call->redirects = 0;
+        scheduleRefresh();
+      }
       retryLater(std::move(call));
       return;
     }
-    if (std::string_view(r->str).starts_with("CLUSTERDOWN")) scheduleRefresh();
+    // Not run, and the cluster cannot serve it now (CLUSTERDOWN: slots without a master; a slot
+    // still moving past the budget): an outage callers ride out (waiters keep their place; a
+    // client is told 503 backend_unavailable and may retry), not an error of the request.
+    if (redirected || std::string_view(r->str).starts_with("TRYAGAIN") ||
+        std::string_view(r->str).starts_with("CLUSTERDOWN")) {
+      scheduleRefresh();
+      call->done(unavailable("redis " + address + ": " + r->str), address);
+      return;
+    }
   } else if (!shut_down_ && !r.isOk()) {
     if (r.status().code() == StatusCode::kCancelled) {
       // The node left the slot map while the script was in flight. It may or may not have run

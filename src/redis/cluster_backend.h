@@ -7,9 +7,11 @@
 //  - Redirections: MOVED patches the map, counts a topology change and retries on the named node;
 //    ASK sends ASKING and the script pipelined on the target's connection (one-shot, the map is
 //    not changed); TRYAGAIN (a multi-key script during a slot migration) is retried after a short
-//    delay within the command budget. At most kMaxRedirects hops per call. A script is re-sent
-//    only when the reply proves it did not run (MOVED, ASK, TRYAGAIN), never after a timeout or a
-//    lost link.
+//    delay within the command budget. At most kMaxRedirects hops in a row; redirects that go
+//    round in circles (a slot's new owner not yet known to both masters) are retried like
+//    TRYAGAIN. A script is re-sent only when the reply proves it did not run (MOVED, ASK,
+//    TRYAGAIN), never after a timeout or a lost link. What is still refused past the budget, and
+//    CLUSTERDOWN, is answered kUnavailable (an outage), not as an error of the request.
 //  - Wake-ups: sharded pub/sub. The release script SPUBLISHes on the lock's channel (same hash
 //    tag, same slot) and we SSUBSCRIBE on the master serving that slot; subscriptions follow
 //    their slot when the map changes.

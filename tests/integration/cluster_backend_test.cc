@@ -297,6 +297,31 @@ TEST_F(ClusterBackendTest, FollowsAskDuringMigrationAndMovedAfterIt) {
   EXPECT_EQ(sidecar_->stop(), 0) << sidecar_->logs();
 }
 
+// While a slot's new owner is known to the old master but not yet to the new one, the two name
+// each other (MOVED back and forth). The sidecar waits for the move to settle within the command
+// budget, then goes where it settled: it used to stop after five hops and answer the raw MOVED
+// as 503 backend_error in a millisecond (found from outside).
+TEST_F(ClusterBackendTest, RedirectsInACircleAreWaitedOutNotAnswered) {
+  HttpClient c = HttpClient::tcp(sidecar_->port());
+  const std::string name = "pingpong";
+  const int slot = cluster_->keySlot(lockKey(name));
+  const size_t from = static_cast<size_t>(cluster_->ownerOf(slot));
+  const size_t to = (from + 1) % cluster_->size();
+  ASSERT_EQ(cluster_->server(from).cli(
+                {"CLUSTER", "SETSLOT", std::to_string(slot), "NODE", cluster_->nodeId(to)}),
+            "OK");
+  std::thread settle([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    cluster_->finishMigration(slot, to);
+  });
+  auto r = c.post("/v1/locks/" + name + "/acquire", "{}");
+  settle.join();
+  EXPECT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(cluster_->server(to).cli({"EXISTS", lockKey(name)}), "1") << "granted where it settled";
+  ASSERT_TRUE(cluster_->waitConsistent());
+  EXPECT_EQ(sidecar_->stop(), 0) << sidecar_->logs();
+}
+
 // A waiter on one sidecar wakes as soon as another sidecar releases, for a lock on each master:
 // its subscription sits on the master serving the lock's slot, wherever that is.
 TEST_F(ClusterBackendTest, WakeUpsReachWaitersOnEveryShard) {
