@@ -64,9 +64,8 @@ class RetryQueue {
                  item.backoff_ms == 0 ? limits_.first_backoff_ms : item.backoff_ms * 2);
     item.next_try_us = scheduler_.nowUs() + item.backoff_ms * 1000;
     if (items_.size() >= limits_.capacity) {
-      Item oldest = std::move(items_.front());
+      dropped_(items_.front(), Dropped::kFull);  // told while it still counts among the waiting
       items_.pop_front();
-      dropped_(oldest, Dropped::kFull);
     }
     const int64_t due_us = std::min(item.next_try_us, item.until_us);
     items_.push_back(std::move(item));

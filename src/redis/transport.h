@@ -36,7 +36,8 @@ class RedisTransport {
   /// reuse). Bytes written before the connection is up are an error (the caller waits).
   /// Answers whether it took them: false when none of them can reach the server (closed, failed,
   /// not connected, or the write failed before a byte went out), so the caller knows those
-  /// requests cannot have run. A failure found here is reported on a later turn all the same.
+  /// requests cannot have run. Bytes held for later (TLS before its handshake) count as taken.
+  /// A failure found here is reported on a later turn all the same.
   [[nodiscard]] virtual bool write(std::string& bytes) = 0;
   /// Bytes are waiting to be read right now (a reply may sit in the socket while a timer fires
   /// first: libuv runs timers before it polls).
