@@ -33,11 +33,6 @@
 
 namespace sidelock::lock {
 
-/// An outage a queued waiter rides out: the backend could not answer (down, no quorum, no reply
-/// in time, an error reply while Redis restarts, Redis out of memory until leases expire or an
-/// operator frees some). Not: a bad request, or cancellation.
-bool isTransientBackendError(const Status& s);
-
 /// How many lost (lock, owner) pairs are remembered, and for how long, so that a release after
 /// a loss answers lease_lost rather than not_held.
 inline constexpr size_t kLostLeaseCapacity = 4096;

@@ -228,9 +228,12 @@ class MultiAcquire : public std::enable_shared_from_this<MultiAcquire> {
     if (r.isOk() && r->status == ExtendStatus::kExtended) {
       grants_[i].ttl_ms = r->ttl_ms;
       granted_us_[i] = scheduler_.nowUs();
-    } else if (!final && !r.isOk() && isTransientBackendError(r.status())) {
-      // A keep-alive the backend could not answer (an outage, which a waiting acquire rides
-      // out): the lease is not known lost. The next keep-alive tries again; one that runs out
+    } else if (!final && !r.isOk() &&
+               (r.status().code() == StatusCode::kUnavailable ||
+                r.status().code() == StatusCode::kDeadlineExceeded)) {
+      // A keep-alive the backend could not answer (down, no reply in time: an outage, which a
+      // waiting acquire rides out; not an error reply, which would fail every keep-alive): the
+      // lease is not known lost. The next keep-alive tries again; one that runs out
       // meanwhile is lost to the lease table, and checkValidity() fails the multi-lock then.
       SL_LOG(kDebug, "lock.multi_keep_alive_failed", {"name", grants_[i].lock.name},
              {"error", r.status().message()});

@@ -22,8 +22,9 @@ Status unansweredHint(const Waiter& w, const Status& error) {
                                   "same; release it with this owner id, or its TTL ends it)");
 }
 
-}  // namespace
-
+/// An outage a queued waiter rides out: the backend could not answer (down, no quorum, no reply
+/// in time, an error reply while Redis restarts, Redis out of memory until leases expire or an
+/// operator frees some). Not: a bad request, or cancellation.
 bool isTransientBackendError(const Status& s) {
   switch (s.code()) {
     case StatusCode::kUnavailable:
@@ -35,6 +36,8 @@ bool isTransientBackendError(const Status& s) {
       return false;
   }
 }
+
+}  // namespace
 
 // ---------------------------------------------------------------------------------------------
 // Acquire

@@ -135,7 +135,7 @@ void ClusterBackend::onReply(std::shared_ptr<Call> call, const std::string& addr
     if ((redirected || std::string_view(r->str).starts_with("TRYAGAIN")) && call->tries_left > 0) {
       --call->tries_left;
       if (redirected) {
-        call->redirects = 0;
+        call->redirects = kMaxRedirects - 1;  // one hop per round from here: no storm of sends
         scheduleRefresh();
       }
       retryLater(std::move(call));

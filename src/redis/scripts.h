@@ -22,7 +22,8 @@
 // microseconds, and a counter below TIME's current second (in microseconds) is raised to it,
 // before the INCR. A recreated counter therefore starts above every token handed out before, and
 // a replica promoted after missing its master's last increments hands out tokens above theirs
-// once the failover took two seconds, under these assumptions:
+// when its first grant comes more than a second (plus the clocks' difference) after the last lost
+// one, under these assumptions:
 //  1. Redis's clock does not go back (across restarts and failovers) by more than the counter's
 //     expiry margin: run NTP, slewing.
 //  2. A counter never runs ahead of the clock: a name is granted fewer than once per microsecond

@@ -8,10 +8,14 @@
 --    <seconds>000000) or below is raised to one above it. A replica promoted after its master
 --    died holds the counter as of the last grant it received: the grants it missed counted on
 --    from there, and without the floor the next grant would get a token below theirs (found from
---    outside on Redis Cluster). With it, a failover taking two seconds or more (every automatic
---    one: a node timeout and an election) hands out tokens above all of them. Whole seconds, not
---    microseconds: Redlock's nodes read their own clocks and must agree on a grant's token to
---    skip the token sync; within a second they count on from one synced counter, as before.
+--    outside on Redis Cluster). With it, a new master whose first grant comes more than a
+--    second (plus the clocks' difference) after the last lost one hands out tokens above all of
+--    them: after a master that crashed (a node timeout, then an election). Not when a master cut
+--    off by a partition granted until about its replica's election (README "Fencing tokens").
+--    Whole seconds, not microseconds: Redlock's nodes read their own clocks and must agree on a
+--    grant's token to skip the token sync; within a second they count on from one synced
+--    counter, as before. (A microsecond floor for the one-master backends would narrow the gap
+--    to the clocks' difference; it needs the scripts to know which backend calls them.)
 -- Every grant then pushes the counter's expiry out to `counter_ttl_ms`.
 -- INCR's reply reaches Lua as a double: exact below 2^53 (TIME in us is ~1.8e15 in 2026, 2^53 is
 -- ~9e15, i.e. the year 2255), and a Lua number goes back to the client as an integer.
