@@ -381,6 +381,11 @@ int runSidecar(const config::Config& cfg) {
     grpc_options.on_refused = s.grpc_gateway->refusalCounter();
     s.grpc_server = std::make_unique<grpc::GrpcServer>(&s.loop, *s.scheduler, grpc_options,
                                                        s.grpc_gateway->asHandler());
+    // Scrapes are served on the loop, which has stopped by the time grpc_server goes.
+    s.metrics->addScrapeHook([&s] {
+      s.metrics->grpc_connections.Set(
+          s.grpc_server ? static_cast<double>(s.grpc_server->connectionCount()) : 0);
+    });
     if (!cfg.listen.grpc.empty()) listening = s.grpc_server->listenTcp(cfg.listen.grpc);
     if (listening.isOk() && !cfg.listen.grpc_unix.empty()) {
       listening = s.grpc_server->listenUnix(cfg.listen.grpc_unix, cfg.listen.unix_mode,

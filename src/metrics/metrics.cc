@@ -338,6 +338,11 @@ Metrics::Metrics(std::string version)
                            .Help("Open HTTP client connections (TCP and Unix socket).")
                            .Register(*registry_)
                            .Add({})),
+      grpc_connections(BuildGauge()
+                           .Name("sidelock_grpc_connections")
+                           .Help("Open gRPC client connections (HTTP/2; TCP and Unix socket).")
+                           .Register(*registry_)
+                           .Add({})),
       http_connections_rejected(BuildCounter()
                                     .Name("sidelock_http_connections_rejected_total")
                                     .Help("Connections answered 503 (or closed) at accept "

@@ -240,6 +240,7 @@ class Metrics {
   prometheus::Family<prometheus::Histogram>& http_request_seconds;  // {protocol,route}
   prometheus::Gauge& http_in_flight;
   prometheus::Gauge& http_connections;
+  prometheus::Gauge& grpc_connections;             // set at scrape time (main.cc)
   prometheus::Counter& http_connections_rejected;  // over max_connections
   prometheus::Counter& http_connections_evicted;   // idle ones closed to admit a new client
   prometheus::Gauge& http_stream_holds;            // connections counted as stream holds

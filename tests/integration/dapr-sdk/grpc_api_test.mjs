@@ -391,6 +391,9 @@ async function exercise(ports, sidecarLog, sidecar) {
 
   // Metrics: gRPC calls counted under their routes with protocol="grpc".
   const metrics = await (await http("GET", "/metrics")).text();
+  check(metricValue(metrics, "sidelock_grpc_connections") >= 1,
+        "the open gRPC connection counts in sidelock_grpc_connections",
+        `${metricValue(metrics, "sidelock_grpc_connections")}`);
   check(/sidelock_http_requests_total\{code="200",protocol="grpc",route="\/v1\/locks\/\{name\}\/acquire"\} \d+/.test(metrics),
         "gRPC calls are counted with protocol=\"grpc\"");
   check(/sidelock_http_requests_total\{code="200",protocol="http",route="\/v1\/locks\/\{name\}\/acquire"\} \d+/.test(metrics),
