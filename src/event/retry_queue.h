@@ -111,16 +111,16 @@ class RetryQueue {
       timer_.reset();
       return;
     }
+    const int64_t now_us = scheduler_.nowUs();
     int64_t delay_ms = limits_.first_backoff_ms;
     if (!held_) {
-      const int64_t now_us = scheduler_.nowUs();
       int64_t next_us = std::numeric_limits<int64_t>::max();
       for (const Item& item : items_) {
         next_us = std::min({next_us, item.next_try_us, item.until_us});
       }
       delay_ms = std::max<int64_t>(1, (next_us - now_us + 999) / 1000);
     }
-    planned_us_ = scheduler_.nowUs() + delay_ms * 1000;
+    planned_us_ = now_us + delay_ms * 1000;
     timer_.start(scheduler_, delay_ms, [this] { retry(/*all=*/false); });  // replaces the last
   }
 

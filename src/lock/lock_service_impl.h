@@ -129,6 +129,8 @@ class LockService::Impl {
   void deliverEnd(std::function<void(LeaseEvent)> on_event, LeaseEvent e, const char* reason);
   bool drain();  // false if the service was destroyed while draining
 
+  using WaiterMap = std::unordered_map<uint64_t, std::unique_ptr<Waiter>>;
+
   // --- acquire and waiting (waiting.cc) ---
   void cancelWaiter(uint64_t id);
   void attempt(Waiter& w);
@@ -139,8 +141,7 @@ class LockService::Impl {
   void onDeadline(uint64_t id);
   /// An abandoned waiter whose last attempt is settled leaves (`q`: its queue, whose attempt is no
   /// longer in flight, or nullptr); with `pump`, the queue's next head may go now.
-  void retireAbandoned(std::unordered_map<uint64_t, std::unique_ptr<Waiter>>::iterator it,
-                       WaiterQueue* q, bool pump);
+  void retireAbandoned(WaiterMap::iterator it, WaiterQueue* q, bool pump);
   /// The queue limit a waiter on a lock would exceed by queueing now, or kNone if there is room.
   WaiterLimit fullWaiterLimit(size_t queued_here) const;
   /// Puts `w` at the back of its lock's queue with its remaining budget (a new queue waits out
@@ -280,7 +281,7 @@ class LockService::Impl {
   metrics::Metrics& metrics_;
 
   WaiterQueues queues_;
-  std::unordered_map<uint64_t, std::unique_ptr<Waiter>> waiters_;  // every unanswered acquire
+  WaiterMap waiters_;  // every unanswered acquire, by id
   LeaseTable leases_;
   LostLeaseMemory lost_;
   /// markLost's reason (a literal) while its kLost event is delivered (LockService::lossReason).

@@ -269,8 +269,7 @@ void LockService::Impl::attempt(Waiter& w) {
                }));
 }
 
-void LockService::Impl::retireAbandoned(
-    std::unordered_map<uint64_t, std::unique_ptr<Waiter>>::iterator it, WaiterQueue* q, bool pump) {
+void LockService::Impl::retireAbandoned(WaiterMap::iterator it, WaiterQueue* q, bool pump) {
   const LockId lock = it->second->options.lock;
   waiters_.erase(it);
   if (q == nullptr) return;

@@ -119,6 +119,7 @@ void ClusterBackend::onReply(std::shared_ptr<Call> call, const std::string& addr
   if (!shut_down_ && r.isOk() && r->isError()) {
     ClusterRedirect redirect;
     const bool redirected = parseClusterRedirect(r->str, &redirect);
+    const bool try_again = std::string_view(r->str).starts_with("TRYAGAIN");
     if (redirected && call->redirects < kMaxRedirects) {
       ++call->redirects;
       const bool ask = redirect.kind == ClusterRedirect::Kind::kAsk;
@@ -132,7 +133,7 @@ void ClusterBackend::onReply(std::shared_ptr<Call> call, const std::string& addr
     // within the command budget: TRYAGAIN (a multi-key script while its slot migrates), and
     // redirects that go round in circles (two masters naming each other while a slot's new
     // owner is not yet known to both: the map is read again meanwhile).
-    if ((redirected || std::string_view(r->str).starts_with("TRYAGAIN")) && call->tries_left > 0) {
+    if ((redirected || try_again) && call->tries_left > 0) {
       --call->tries_left;
       if (redirected) {
         call->redirects = kMaxRedirects - 1;  // one hop per round from here: no storm of sends
@@ -144,8 +145,7 @@ void ClusterBackend::onReply(std::shared_ptr<Call> call, const std::string& addr
     // Not run, and the cluster cannot serve it now (CLUSTERDOWN: slots without a master; a slot
     // still moving past the budget): an outage callers ride out (waiters keep their place; a
     // client is told 503 backend_unavailable and may retry), not an error of the request.
-    if (redirected || std::string_view(r->str).starts_with("TRYAGAIN") ||
-        std::string_view(r->str).starts_with("CLUSTERDOWN")) {
+    if (redirected || try_again || std::string_view(r->str).starts_with("CLUSTERDOWN")) {
       scheduleRefresh();
       call->done(unavailable("redis " + address + ": " + r->str), address);
       return;

@@ -1695,6 +1695,12 @@ TEST_F(LockServiceTest, CancelledMultiLockGivesBackWhatItTook) {
 // service drew, what it may have been granted is the service's to give back, as for one name.
 class UnansweredMultiLockTest : public LockServiceTest {
  protected:
+  /// The backend takes multi-locks in one step, and that try runs but its answer is lost.
+  void loseTheOneStepTrysAnswer() {
+    backend.all_at_once = true;
+    backend.fail_acquire_all = noAnswer();
+    backend.acquire_applied_anyway = true;
+  }
   std::shared_ptr<std::optional<MultiAcquireResult>> multi(std::vector<std::string> names,
                                                            std::string owner, int64_t wait_ms) {
     auto out = std::make_shared<std::optional<MultiAcquireResult>>();
@@ -1706,9 +1712,7 @@ class UnansweredMultiLockTest : public LockServiceTest {
 };
 
 TEST_F(UnansweredMultiLockTest, AnUnansweredOneStepTryIsGivenBackUntilTheBackendIsBack) {
-  backend.all_at_once = true;
-  backend.fail_acquire_all = noAnswer();
-  backend.acquire_applied_anyway = true;
+  loseTheOneStepTrysAnswer();
   backend.fail_release = unavailable("redis down");
   auto r = multi({"ma", "mb"}, "", 0);
   advance(10);
@@ -1728,9 +1732,7 @@ TEST_F(UnansweredMultiLockTest, AnUnansweredOneStepTryIsGivenBackUntilTheBackend
 }
 
 TEST_F(UnansweredMultiLockTest, AWaitingMultiLockGivesTheOneStepGrantBackBeforeEachName) {
-  backend.all_at_once = true;
-  backend.fail_acquire_all = noAnswer();
-  backend.acquire_applied_anyway = true;
+  loseTheOneStepTrysAnswer();
   backend.fail_release = unavailable("redis down");  // the give-backs are refused at first
   auto r = multi({"wa", "wb"}, "", 5000);
   advance(300, 10);
@@ -1760,9 +1762,7 @@ TEST_F(UnansweredMultiLockTest, AWaitingMultiLockGivesTheOneStepGrantBackBeforeE
 TEST_F(UnansweredMultiLockTest, ANameRefusedAfterAnUnansweredTryIsGivenBackAllTheSame) {
   cfg.max_waiters_per_lock = 1;
   make();
-  backend.all_at_once = true;
-  backend.fail_acquire_all = noAnswer();
-  backend.acquire_applied_anyway = true;
+  loseTheOneStepTrysAnswer();
   backend.plain_release_reply_delay_ms = 50;  // ra's give-back answers later
   auto r = multi({"ra", "rb"}, "", 5000);
   sched.runReady();
@@ -1783,9 +1783,7 @@ TEST_F(UnansweredMultiLockTest, ANameRefusedAfterAnUnansweredTryIsGivenBackAllTh
 // The caller's own owner id: its one release per name must have answered before the first name
 // is asked for again, or a release retried after NOSCRIPT could run after (and free) the grant.
 TEST_F(UnansweredMultiLockTest, UnderTheCallersOwnerTheReleasesAnswerBeforeTheNamesAreAskedFor) {
-  backend.all_at_once = true;
-  backend.fail_acquire_all = noAnswer();
-  backend.acquire_applied_anyway = true;
+  loseTheOneStepTrysAnswer();
   backend.plain_release_reply_delay_ms = 50;
   auto r = multi({"ca", "cb"}, "alice", 5000);
   sched.runReady();
@@ -1810,9 +1808,7 @@ TEST_F(UnansweredMultiLockTest, UnderTheCallersOwnerTheReleasesAnswerBeforeTheNa
 // so that the caller's immediate retry under the same owner id cannot be overtaken by a release
 // retried after NOSCRIPT (found by review).
 TEST_F(UnansweredMultiLockTest, UnderTheCallersOwnerATryIsAnsweredOnceItsReleasesHaveRun) {
-  backend.all_at_once = true;
-  backend.fail_acquire_all = noAnswer();
-  backend.acquire_applied_anyway = true;
+  loseTheOneStepTrysAnswer();
   backend.plain_release_reply_delay_ms = 50;
   auto r = multi({"ta", "tb"}, "alice", 0);
   advance(20, 10);

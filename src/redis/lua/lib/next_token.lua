@@ -29,8 +29,9 @@ local function nextTokenAt(counter, counter_ttl_ms)
   end
   -- INCR first, then the floor: no GET (a grant needs no read right on the counter).
   local token = redis.call('INCR', counter)
-  if token <= tonumber(now[1]) * 1000000 then
-    token = tonumber(now[1]) * 1000000 + 1
+  local second_us = tonumber(now[1]) * 1000000
+  if token <= second_us then
+    token = second_us + 1
     redis.call('SET', counter, now[1] .. '000001')
   end
   redis.call('PEXPIRE', counter, counter_ttl_ms)
