@@ -119,8 +119,8 @@ void RedisBackend::acquireAll(const std::vector<std::string>& names, std::string
   std::vector<std::string> channels;
   channels.reserve(names.size());
   for (const std::string& name : names) channels.push_back(releaseChannel(scripts_.prefix, name));
-  std::vector<std::string_view> args = {owner, ttl, scripts_.counter_ttl_ms, holder,
-                                        announcement::kGranted};
+  const std::string counter = grantCounterArg(scripts_);
+  std::vector<std::string_view> args = {owner, ttl, counter, holder, announcement::kGranted};
   args.insert(args.end(), channels.begin(), channels.end());
   node_->runScriptArgs(
       static_cast<size_t>(ScriptId::kAcquireAll), key_views, args, timeout_ms_, NodeOp::kAcquire,

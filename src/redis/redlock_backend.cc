@@ -128,7 +128,8 @@ RedlockBackend::RedlockBackend(uv_loop_s* loop, event::Scheduler& scheduler,
       scheduler_(scheduler),
       config_(config),
       max_ttl_ms_(max_ttl_ms),
-      scripts_{config.key_prefix, std::to_string(tokenCounterTtlMs(max_ttl_ms)), false, true},
+      scripts_{config.key_prefix, std::to_string(tokenCounterTtlMs(max_ttl_ms)), false, true,
+               ScriptContext::TokenFloor::kSecond},
       metrics_(metrics) {
   for (size_t i = 0; i < config_.nodes.size(); ++i) {
     auto slot = std::make_unique<NodeSlot>();

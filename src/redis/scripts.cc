@@ -19,6 +19,11 @@ int64_t tokenCounterTtlMs(int64_t max_ttl_ms) {
   return std::max<int64_t>(max_ttl_ms, 0) + kTokenCounterMarginMs;
 }
 
+std::string grantCounterArg(const ScriptContext& ctx) {
+  if (ctx.token_floor == ScriptContext::TokenFloor::kSecond) return ctx.counter_ttl_ms;
+  return ctx.counter_ttl_ms + " us";
+}
+
 // The name is a view of a string literal in the generated table: NUL-terminated.
 const char* scriptName(ScriptId id) { return scriptSource(id).name.data(); }
 
@@ -604,7 +609,7 @@ StatusOr<ScriptCall> scriptCallFor(const Operation& op, const ScriptContext& ctx
       arg(op.owner);
       arg(std::to_string(op.ttl_ms));
       if (op.kind == LockKind::kSemaphore) arg(std::to_string(op.limit));
-      arg(ctx.counter_ttl_ms);
+      arg(grantCounterArg(ctx));
       if (c.script == ScriptId::kFairAcquire) {
         arg(std::to_string(std::max<int64_t>(0, op.claim_ms)));
         arg(op.holder);
@@ -661,7 +666,7 @@ StatusOr<ScriptCall> scriptCallFor(const Operation& op, const ScriptContext& ctx
       arg(op.owner);
       arg(op.next_owner);
       arg(std::to_string(op.ttl_ms));
-      arg(ctx.counter_ttl_ms);
+      arg(grantCounterArg(ctx));
       arg(op.holder);  // the next owner's label
       arg(std::to_string(std::max<int64_t>(0, op.lock_delay_ms)));
       announceArgs(announcement::kGranted);  // never a release: the lock was not free

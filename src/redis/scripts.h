@@ -19,11 +19,13 @@
 //
 // Fencing counters follow the clock (lib/next_token.lua). A missing counter (first grant of a
 // name, Redis restarted without its data, the counter expired) is created at Redis's TIME in
-// microseconds, and a counter below TIME's current second (in microseconds) is raised to it,
-// before the INCR. A recreated counter therefore starts above every token handed out before, and
-// a replica promoted after missing its master's last increments hands out tokens above theirs
-// when its first grant comes more than a second (plus the clocks' difference) after the last lost
-// one, under these assumptions:
+// microseconds, and every grant raises a counter below the clock's floor to it: TIME in
+// microseconds on one master (single Redis, Sentinel, Cluster), TIME's current second (in
+// microseconds, plus one) on Redlock (ScriptContext::TokenFloor). A recreated counter therefore
+// starts above every token handed out before, and a replica promoted after missing its master's
+// last increments hands out tokens above theirs when its first grant comes later than the last
+// lost one by more than the hosts' clock difference (Redlock: a second more), under these
+// assumptions:
 //  1. Redis's clock does not go back (across restarts and failovers) by more than the counter's
 //     expiry margin: run NTP, slewing.
 //  2. A counter never runs ahead of the clock: a name is granted fewer than once per microsecond
@@ -33,8 +35,8 @@
 //     tokenCounterTtlMs after that, so the margin covers the difference).
 // Tokens are ~1.8e15 in 2026: below 2^53, so exact in Lua's doubles and in JavaScript numbers.
 // Counters expire tokenCounterTtlMs after the last grant (extend, token sync), so one key per lock
-// name no longer stays in Redis for good. A counter created before this scheme keeps counting
-// from its old value and gets the expiry at its next grant.
+// name no longer stays in Redis for good. A counter created before this scheme is raised to the
+// floor and gets the expiry at its next grant.
 //
 // One reply contract for every script: {code, token, ttl[, holds]}, integers, decoded by
 // decodeOutcome() into a backend::Outcome:
@@ -233,7 +235,16 @@ struct ScriptContext {
   bool sharded_publish = false;  // Redis Cluster: announce releases with SPUBLISH
   /// Redlock: a mutex (writer) acquire and an inspect name the grant record (grantRecordKey).
   bool grant_records = false;
+  /// The clock floor of a grant's token (lib/next_token.lua): Redis's TIME in microseconds on
+  /// the one-master backends; its current second on Redlock, whose nodes read their own clocks
+  /// and must agree on a grant's token to skip the token sync.
+  enum class TokenFloor { kMicrosecond, kSecond };
+  TokenFloor token_floor = TokenFloor::kMicrosecond;
 };
+
+/// The counter argument of the scripts that grant (lib/next_token.lua): counter_ttl_ms, then
+/// " us" for the microsecond floor.
+std::string grantCounterArg(const ScriptContext& ctx);
 
 /// One operation as one script call: the script, its KEYS and ARGV, and the metric op. Kept in
 /// fixed arrays (no allocation beyond the strings): every lock operation goes through here.

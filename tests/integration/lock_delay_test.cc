@@ -73,7 +73,8 @@ TEST_F(LockDelayTest, AfterAnExpiryNobodyGetsItForTheDelayThenTheWaiterAtOnce) {
   EXPECT_GE(at, 1700) << "granted inside the delay";
   EXPECT_LT(at, 1800 + 1000) << "the waiter's retry is timed to the delay's end";
   EXPECT_TRUE(isNextToken(json::parse(held.body)["token"].get<uint64_t>(),
-                          json::parse(waited.body)["token"].get<uint64_t>()))
+                          json::parse(waited.body)["token"].get<uint64_t>(),
+                          clockUsOf(redis.cli({"TIME"}))))
       << waited.body;
   EXPECT_EQ(
       metricValue(ca.get("/metrics").body, "sidelock_lock_delays_applied_total{cause=\"expired\"}"),

@@ -13,6 +13,7 @@
 #include "integration/redlock_test_env.h"
 #include "redis/quorum.h"
 #include "redis/scripts.h"
+#include "support/fencing.h"
 
 namespace sidelock::testing {
 namespace {
@@ -39,6 +40,45 @@ TEST_F(RedlockTest, NodesOutOfMemoryAreResourceExhaustedNotAnOutage) {
   auto granted = acquire(b, "full", "owner-a", 10'000);
   ASSERT_TRUE(granted.isOk()) << granted.status().toString();
   EXPECT_TRUE(granted->ok());
+}
+
+// Redlock's counters follow Redis's clock by the whole second, not by the microsecond as one
+// master's do (src/redis/lua/lib/next_token.lua): nodes whose counters agree hand out the same
+// token within a second, so a grant needs no token sync round. With a microsecond floor each node
+// would answer its own clock, and every grant would pay a sync.
+TEST_F(RedlockTest, NodesThatAgreeGrantOneTokenWithoutASync) {
+  auto& b = makeReadyBackend();
+  const std::string sync_sha = servers_[0]->cli(
+      {"SCRIPT", "LOAD", std::string(backend::scriptText(backend::ScriptId::kTokenSync))});
+  ASSERT_EQ(sync_sha.size(), 40u) << sync_sha;
+  for (int i = 0; i < kNodes; ++i) {
+    ASSERT_EQ(servers_[i]->cli({"SET", counterKey("agreed"), "5"}), "OK");  // behind the clock
+    // Every command in the slow log: a token sync would be there by its script's SHA.
+    ASSERT_EQ(servers_[i]->cli({"CONFIG", "SET", "slowlog-log-slower-than", "0"}), "OK");
+  }
+  // Early in a second of Redis's clock: the five grants land in the same second.
+  ASSERT_TRUE(env_.runUntil(
+      [&] {
+        const uint64_t us = clockUsOf(servers_[0]->cli({"TIME"})) % 1'000'000;
+        return us > 10'000 && us < 400'000;
+      },
+      3000));
+  for (int i = 0; i < kNodes; ++i) ASSERT_EQ(servers_[i]->cli({"SLOWLOG", "RESET"}), "OK");
+  auto r = acquire(b, "agreed", "owner-a", 10'000);
+  ASSERT_TRUE(r.isOk() && r->ok()) << r.status().toString();
+  EXPECT_EQ(r->token % 1'000'000, 1u) << "the second's floor: " << r->token;
+  env_.runFor(100);  // every sync sent has landed by now
+  // The vote is decided by the first three answers; the two nodes not counted in it get the sync
+  // anyway (best effort), the three that granted it need none.
+  int synced = 0;
+  for (int i = 0; i < kNodes; ++i) {
+    const std::string log = servers_[i]->cli({"SLOWLOG", "GET", "1000"});
+    EXPECT_NE(log.find("EVALSHA"), std::string::npos) << "node " << i << "'s log: " << log;
+    synced += log.find(sync_sha) != std::string::npos ? 1 : 0;
+    EXPECT_EQ(servers_[i]->cli({"GET", counterKey("agreed")}), std::to_string(r->token));
+    servers_[i]->cli({"CONFIG", "SET", "slowlog-log-slower-than", "10000"});
+  }
+  EXPECT_LE(synced, kNodes - 3) << "a granting node's counter needed the sync";
 }
 
 TEST_F(RedlockTest, GrantIsWrittenOnEveryNodeAndReleaseRemovesIt) {

@@ -356,7 +356,7 @@ TEST(RedisScripts, EveryOperationIsOneScriptCall) {
   ASSERT_EQ(acquire.arg_count, 9);
   EXPECT_EQ(acquire.args[0], "o");
   EXPECT_EQ(acquire.args[1], "5000");
-  EXPECT_EQ(acquire.args[2], "61000");
+  EXPECT_EQ(acquire.args[2], "61000 us") << "the counter's TTL, floored by the microsecond";
   EXPECT_EQ(acquire.args[3], "") << "no holder label";
   EXPECT_EQ(acquire.args[4], kNotReentrantArg);
   EXPECT_EQ(acquire.args[5], "0") << "not a queued writer";
@@ -596,8 +596,10 @@ TEST(RedisScripts, EveryOperationIsOneScriptCall) {
 TEST(RedisScripts, RedlockGrantsAndReadsNameTheGrantRecord) {
   ScriptContext ctx{"p:", "61000", false};
   ctx.grant_records = true;
+  ctx.token_floor = ScriptContext::TokenFloor::kSecond;
   const ScriptCall acquire = callOf(Operation::acquire("n", "o", 5000), ctx);
   ASSERT_EQ(acquire.key_count, 5);
+  EXPECT_EQ(acquire.args[2], "61000") << "Redlock's nodes floor tokens by the second";
   EXPECT_EQ(acquire.keys[2], "p:{n}:granted");
   EXPECT_EQ(acquire.keys[3], "p:{n}:holder");
   EXPECT_EQ(acquire.keys[4], "p:{n}:delay");
@@ -735,7 +737,7 @@ TEST(RedisScripts, ElectionVerbsWorkOnTheElectionsOwnKeys) {
   ASSERT_EQ(campaign.arg_count, 7);
   EXPECT_EQ(campaign.args[0], "o");
   EXPECT_EQ(campaign.args[1], "5000");
-  EXPECT_EQ(campaign.args[2], "61000");
+  EXPECT_EQ(campaign.args[2], "61000 us");
   EXPECT_EQ(campaign.args[3], "node-a");
   EXPECT_EQ(campaign.args[4], value) << "copied, not a view of the operation's string";
   EXPECT_EQ(campaign.args[5], releaseChannel("p:", "n")) << "a new leader is announced";

@@ -7,7 +7,7 @@
 --                after the writer's marks (if any) and before the holder record
 -- KEYS[#KEYS-1]  p{name}:holder  the holder record (lib/holder_record.lua)
 -- KEYS[#KEYS]  p{name}:delay   the lock-delay (lib/lock_delay.lua; the last key)
--- ARGV     owner, ttl_ms, counter_ttl_ms, holder label ('' = none), "reentrant" | "-",
+-- ARGV     owner, ttl_ms, counter_arg, holder label ('' = none), "reentrant" | "-",
 --          writer_wait_ms (> 0: a queued writer, which marks itself waiting if readers hold the
 --          lock), lock_delay_ms (0: none), channel, reason ("granted")[, "sharded"]: a grant is
 --          announced (lib/announce.lua)
@@ -50,7 +50,7 @@ if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   recordHolder(holder_key, ARGV[1], ARGV[4], ARGV[2])
   startDelay(ARGV[2], ARGV[7])
   local token = nextToken(ARGV[3])
-  if grant_key then recordGrant(grant_key, token, ARGV[1], ARGV[3]) end
+  if grant_key then recordGrant(grant_key, token, ARGV[1], counterTtl(ARGV[3])) end
   announce(ARGV[8], ARGV[9], ARGV[10])
   return {1, token, tonumber(ARGV[2]), 1}
 end
@@ -65,7 +65,7 @@ if owner == ARGV[1] then
   setHolds(owner, holds + 1, ttl)
   redis.call('PEXPIRE', holder_key, ttl)
   pushDelay(ttl)
-  redis.call('PEXPIRE', KEYS[2], ARGV[3])
+  redis.call('PEXPIRE', KEYS[2], counterTtl(ARGV[3]))
   return {1, tonumber(redis.call('GET', KEYS[2]) or '0'), ttl, holds + 1}
 end
 if v and writer_wait > 0 and readersHold(v) then

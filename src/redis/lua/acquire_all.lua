@@ -1,7 +1,7 @@
 -- acquire_all: a multi-lock: every named mutex at once, or none.
 --
 -- KEYS     p{name}, p{name}:token, p{name}:holder, p{name}:delay of each name, in fours
--- ARGV     owner, ttl_ms, counter_ttl_ms, holder (a public label; empty: none), reason
+-- ARGV     owner, ttl_ms, counter_arg, holder (a public label; empty: none), reason
 --          ("granted"), then each name's channel in the keys' order: every grant is announced
 --          (lib/announce.lua), as a single acquire's is. (Only single-master backends run this
 --          script, never Redis Cluster: plain PUBLISH.)

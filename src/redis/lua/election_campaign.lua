@@ -3,7 +3,7 @@
 -- KEYS[1]  p{name}:el          the leader's lease: owner id, PX = its TTL (no holds: no re-entry)
 -- KEYS[2]  p{name}:el:token    the election's fencing counter: the last grant's token is the term
 -- KEYS[3]  p{name}:el:leader   who leads: a hash {candidate, value, since_ms, term}
--- ARGV     owner, ttl_ms, counter_ttl_ms, candidate, value, channel, reason[, "sharded"]
+-- ARGV     owner, ttl_ms, counter_arg, candidate, value, channel, reason[, "sharded"]
 -- Replies  {1, term, ttl, 1, since_ms}   elected (since_ms: Redis TIME, Unix ms)
 --          {0, 0, holder PTTL}           another candidate leads
 --          {3, 0, PTTL}                  this owner leads already
@@ -26,7 +26,7 @@ if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   redis.call('DEL', KEYS[3])
   redis.call('HSET', KEYS[3], 'candidate', ARGV[4], 'value', ARGV[5],
              'since_ms', string.format('%.0f', since), 'term', string.format('%.0f', term))
-  redis.call('PEXPIRE', KEYS[3], ARGV[3])
+  redis.call('PEXPIRE', KEYS[3], counterTtl(ARGV[3]))
   announce(ARGV[6], ARGV[7], ARGV[8])
   return {1, term, tonumber(ARGV[2]), 1, since}
 end

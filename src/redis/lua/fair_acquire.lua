@@ -6,7 +6,7 @@
 -- KEYS[4]  p{name}:fair:claims  waiter -> until when it keeps its place (ms, Redis time)
 -- KEYS[5]  p{name}:holder        the holder record (lib/holder_record.lua)
 -- KEYS[6]  p{name}:delay         the lock-delay (lib/lock_delay.lua)
--- ARGV     owner, ttl_ms, counter_ttl_ms, claim_ms, holder label ('' = none), other waiters
+-- ARGV     owner, ttl_ms, counter_arg, claim_ms, holder label ('' = none), other waiters
 --          of this sidecar ('' = none), lock_delay_ms (0: none), channel, reason ("granted")[,
 --          "sharded"]: a grant is announced (lib/announce.lua)
 -- Replies  {1, token, ttl, 1}      granted

@@ -5,7 +5,7 @@
 -- KEYS[3]  p{name}:holder   the holder record (lib/holder_record.lua): the next owner's
 -- KEYS[4]  p{name}:delay    the lock-delay (lib/lock_delay.lua; named only when the last or the
 --                           next lease has one): the next owner's, the last one's cleared
--- ARGV     owner, next owner, next ttl_ms, counter_ttl_ms, next holder label ('' = none),
+-- ARGV     owner, next owner, next ttl_ms, counter_arg, next holder label ('' = none),
 --          the next owner's lock_delay_ms (0: none), channel, reason ("granted")[, "sharded"]
 -- Replies  {1, token, ttl, 1}      released and granted to the next owner
 --          {1, 0, PTTL, holds}     a re-entered lease gave back one hold, handed nothing on

@@ -4,7 +4,7 @@
 -- KEYS[2]  p{name}:sem:token  the semaphore's own fencing counter
 -- KEYS[3]  p{name}:sem:limit  its limit while permits are held
 -- KEYS[4]  p{name}:sem:holders  the permits' holders (lib/lease_labels.lua)
--- ARGV     permit, ttl_ms, limit, counter_ttl_ms, holder (a public label; empty: none)
+-- ARGV     permit, ttl_ms, limit, counter_arg, holder (a public label; empty: none)
 -- Replies  {1, token, ttl, used, limit}   granted
 --          {0, 0, ms until the first permit expires, used, limit}   all permits taken
 --          {2, 0, 0, used, limit of the semaphore}   another limit while permits are held

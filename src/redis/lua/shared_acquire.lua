@@ -6,7 +6,7 @@
 -- KEYS[4]  p{name}:writer   the queued writers' marks
 -- KEYS[5]  p{name}:readers:holders  the readers' holders (lib/lease_labels.lua)
 -- KEYS[6]  p{name}:delay    a writer's lock-delay (lib/lock_delay.lua; readers wait it out too)
--- ARGV     owner, ttl_ms, counter_ttl_ms, holder (a public label; empty: none), channel,
+-- ARGV     owner, ttl_ms, counter_arg, holder (a public label; empty: none), channel,
 --          reason ("granted")[, "sharded"]: the first reader of a free lock is announced
 --          (lib/announce.lua); later readers are not
 -- Replies  {1, token, ttl, readers}   granted
