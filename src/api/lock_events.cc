@@ -90,6 +90,7 @@ void LockEvents::noteAnnounced(State& s, lock::ChangeReason reason) {
   // announces a grant, so one announced since the last read means the lock was free meanwhile
   // (its last reader released, or ran out, which announces nothing).
   if (reason == lock::ChangeReason::kGranted) s.regranted = true;
+  if (reason == lock::ChangeReason::kCatchUp) s.missed = true;
 }
 
 int64_t LockEvents::onRead(Groups::Group& g, StatusOr<lock::LockState> state) {
@@ -122,6 +123,7 @@ int64_t LockEvents::applyRead(Groups::Group& g, StatusOr<lock::LockState> state)
   if (!g.known) {
     g.known = true;
     s.end = EndAnnounced::kNone;
+    s.missed = false;
     s.view = next;
     send(g, "state", next);
     return next_read_ms;
@@ -150,6 +152,7 @@ int64_t LockEvents::applyRead(Groups::Group& g, StatusOr<lock::LockState> state)
   }
   const EndAnnounced end = std::exchange(s.end, EndAnnounced::kNone);
   const bool regranted = std::exchange(s.regranted, false);
+  const bool missed = std::exchange(s.missed, false);
   const View prev = s.view;
   // Another lease: another token, or readers where a writer held it (or the other way round),
   // whatever the tokens say. But readers read again are one shared hold whatever the token: each
@@ -180,11 +183,16 @@ int64_t LockEvents::applyRead(Groups::Group& g, StatusOr<lock::LockState> state)
     // A whole lease came and went between two reads (its grant announcement missed, or both
     // announcements in one read's window): its grant and its end, in token order. `acquired`
     // says held, as every `acquired` line does, with what the read knows of the lease (its
-    // token; not its holder or TTL).
+    // token; not its holder or TTL). Its end as announced; with nothing announced, `expired`
+    // (a release is announced), unless announcements may have been missed meanwhile: then
+    // nothing tells a release from an expiry (a grant given back while this sidecar's link was
+    // down), and the stream says `ended`.
     View lease = next;
     lease.held = true;
     send(g, "acquired", lease);
-    send(g, end == EndAnnounced::kNone ? "expired" : reason, next);
+    std::string_view came_and_went = reason;
+    if (end == EndAnnounced::kNone) came_and_went = missed ? "ended" : "expired";
+    send(g, came_and_went, next);
   }
   if (next.held && (!prev.held || ended)) {
     send(g, "acquired", next);
@@ -210,6 +218,7 @@ int64_t LockEvents::applyRead(Groups::Group& g, StatusOr<lock::LockState> state)
 
 int64_t LockEvents::onReadFailed(Groups::Group& g, const Status& error) {
   SL_LOG(kDebug, "lock.events_read_failed", {"name", g.name}, {"error", error.message()});
+  g.state.missed = true;  // what could not be read was likely not heard either
   int64_t next_read_ms = 0;
   const View& view = g.state.view;
   if (!groups_.turnsUnknown(g, view.held, view.deadline_ms, next_read_ms)) return next_read_ms;

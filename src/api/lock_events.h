@@ -73,6 +73,9 @@ class LockEvents {
     View view;
     EndAnnounced end = EndAnnounced::kNone;
     bool regranted = false;  // a grant announced since the last read: readers' new hold too
+    /// Announcements may have been missed since the last read: the backend or the name's
+    /// subscription came back (ChangeReason::kCatchUp), or a read failed.
+    bool missed = false;
   };
   using Groups = WatchedNames<State, Watcher>;
 

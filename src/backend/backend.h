@@ -323,6 +323,11 @@ inline constexpr std::string_view kProclaimed = "proclaimed";  // an election le
 /// vote lost or given up: src/redis/lua/rollback.lua). Waiters wake (a key is gone), but no
 /// lease anybody was granted ended. A sidecar that does not know it takes it for a release.
 inline constexpr std::string_view kRolledBack = "rolled_back";
+/// Published by no script: the backend's subscription to the name's channel came back after its
+/// pub/sub link dropped, so announcements made meanwhile were missed. Waiters try again (a
+/// release may be among them); event streams read the lock, and cannot tell how a lease whose
+/// announcements they missed ended.
+inline constexpr std::string_view kResubscribed = "(resubscribed)";
 /// Whether waiters should try again: only when something may have become free.
 inline bool freesLock(std::string_view reason) {
   return reason != kGranted && reason != kProclaimed;

@@ -20,6 +20,7 @@ ChangeReason changeReasonOf(std::string_view payload) {
   if (payload == a::kGranted) return ChangeReason::kGranted;
   if (payload == a::kProclaimed) return ChangeReason::kProclaimed;
   if (payload == a::kRolledBack) return ChangeReason::kRolledBack;
+  if (payload == a::kResubscribed) return ChangeReason::kCatchUp;
   return ChangeReason::kReleased;  // "released", or an older sidecar's payload (the lock's name)
 }
 

@@ -190,7 +190,8 @@ struct ProclaimResult {
 
 /// What an announced change of a name was (watchChanges): the pub/sub payload, parsed.
 enum class ChangeReason {
-  kCatchUp,     // not an announcement: the backend came back, announcements may have been missed
+  kCatchUp,     // not an announcement: the backend (or the name's subscription) came back, so
+                // announcements may have been missed
   kReleased,    // a release (or a waiter's withdrawal); also any payload this version does not know
   kForced,      // an operator's force release
   kGranted,     // a grant or a hand-off

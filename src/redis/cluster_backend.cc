@@ -211,6 +211,9 @@ ClusterBackend::Node& ClusterBackend::nodeFor(const config::RedisNodeAddress& ad
   raw->setMessageListener([this](std::string_view channel, std::string_view payload) {
     watches_.onMessage(channel, payload);
   });
+  raw->setResubscribedListener([this](const std::string& channel) {
+    watches_.onMessage(channel, announcement::kResubscribed);
+  });
   raw->setSubscribeErrorListener([this, key](const std::string&, const std::string& error) {
     // A shard channel's slot moved away from the node we subscribed on (the node said
     // "sunsubscribe", our SSUBSCRIBE again got MOVED): follow it now, before the other nodes

@@ -80,6 +80,9 @@ RedisBackend::RedisBackend(uv_loop_t* loop, event::Scheduler& scheduler,
   node_->setMessageListener([this](std::string_view channel, std::string_view payload) {
     watches_.onMessage(channel, payload);
   });
+  node_->setResubscribedListener([this](const std::string& channel) {
+    watches_.onMessage(channel, announcement::kResubscribed);
+  });
 }
 
 RedisBackend::~RedisBackend() = default;

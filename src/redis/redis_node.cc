@@ -53,6 +53,7 @@ class RedisNode::Impl final : public RedisConnection::Listener {
     int refs = 0;
     bool confirmed = false;  // the server said "subscribe" (and not "unsubscribe" since)
     bool in_flight = false;  // a SUBSCRIBE/UNSUBSCRIBE for it is unanswered
+    bool lost = false;       // confirmed once, then its link dropped: messages may be missed
   };
 
   Impl(uv_loop_t* loop, event::Scheduler& scheduler, RedisNodeOptions options,
@@ -116,6 +117,9 @@ class RedisNode::Impl final : public RedisConnection::Listener {
   }
   void setSubscribeErrorListener(std::function<void(const std::string&, const std::string&)> l) {
     subscribe_error_listener_ = std::move(l);
+  }
+  void setResubscribedListener(std::function<void(const std::string&)> l) {
+    resubscribed_listener_ = std::move(l);
   }
   size_t pendingRequests() const { return main_ ? main_->pendingRequests() : 0; }
   bool subscribed(const std::string& channel) const {
@@ -527,6 +531,7 @@ class RedisNode::Impl final : public RedisConnection::Listener {
   // The server forgot our subscriptions with the connection.
   void resetChannels() {
     for (auto it = channels_.begin(); it != channels_.end();) {
+      if (it->second.confirmed) it->second.lost = true;
       it->second.confirmed = false;
       it->second.in_flight = false;
       if (it->second.refs == 0) {
@@ -603,7 +608,12 @@ class RedisNode::Impl final : public RedisConnection::Listener {
     if (it == channels_.end()) return;
     it->second.in_flight = false;
     it->second.confirmed = subscribed;
+    const bool resubscribed = subscribed && std::exchange(it->second.lost, false);
     syncChannel(chan.str);
+    if (resubscribed && resubscribed_listener_) {
+      auto listener = resubscribed_listener_;  // the listener may replace itself
+      listener(chan.str);
+    }
   }
 
   uv_loop_t* loop_;
@@ -631,6 +641,7 @@ class RedisNode::Impl final : public RedisConnection::Listener {
   std::function<void(bool)> state_listener_;
   uint64_t link_generation_ = 0;  // command links that came up (linkGeneration)
   std::function<void(const std::string&, const std::string&)> subscribe_error_listener_;
+  std::function<void(const std::string&)> resubscribed_listener_;
   std::function<void(std::string_view, std::string_view)> message_listener_;
 
   event::ScopedTimer connect_timer_;
@@ -686,6 +697,9 @@ void RedisNode::setMessageListener(
 void RedisNode::setSubscribeErrorListener(
     std::function<void(const std::string& channel, const std::string& error)> l) {
   impl_->setSubscribeErrorListener(std::move(l));
+}
+void RedisNode::setResubscribedListener(std::function<void(const std::string& channel)> l) {
+  impl_->setResubscribedListener(std::move(l));
 }
 bool RedisNode::subscribed(const std::string& channel) const { return impl_->subscribed(channel); }
 size_t RedisNode::pendingRequests() const { return impl_->pendingRequests(); }

@@ -131,6 +131,10 @@ class RedisNode {
   /// owner moves it (unsubscribe here, subscribe elsewhere) or the pub/sub link reconnects.
   void setSubscribeErrorListener(
       std::function<void(const std::string& channel, const std::string& error)> l);
+  /// Called when the server confirmed `channel` again after the pub/sub link it was confirmed on
+  /// dropped: messages published in between were missed (the owner reads what they would have
+  /// said). Not for a first subscription, nor after the owner moved the channel elsewhere.
+  void setResubscribedListener(std::function<void(const std::string& channel)> l);
   /// True once the server confirmed the subscription to `channel` (tests, diagnostics).
   bool subscribed(const std::string& channel) const;
 

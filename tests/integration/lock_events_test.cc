@@ -559,6 +559,44 @@ TEST_F(LockEventsTest, ALeaseThatCameAndWentBetweenReadsIsAcquiredHeld) {
   EXPECT_EQ((*e)["token"], token) << e->dump();
 }
 
+// A grant given back while the watching sidecar could not hear (found from outside on Redis
+// Cluster: an acquire answered 503 during a stall of Redis ran once Redis went on, its sidecar gave
+// the grant back, and two sidecars' streams called that lease `expired`). The watcher missed both
+// announcements: it cannot tell a release from an expiry, and says `ended` if it saw the lease only
+// after its end (it came and went between two reads), `released` if it saw it held. Never
+// `expired`: the lease did not run out.
+TEST_F(LockEventsTest, AGrantGivenBackWhileTheStreamCouldNotHearIsNoExpiry) {
+  auto quick_a = startSidecar(redisBackendYaml(redis.address(), 300), pickFreePort());
+  auto quick_b = startSidecar(redisBackendYaml(redis.address(), 300), pickFreePort());
+  Watcher on_b(quick_b->port(), "/v1/locks/orders/events");
+  std::optional<json> e = on_b.next();
+  ASSERT_TRUE(e.has_value());
+  ASSERT_EQ((*e)["event"], "state") << e->dump();
+  redis.pause();
+  HttpClient c = HttpClient::tcp(quick_a->port());
+  HttpResponse r = c.post("/v1/locks/orders/acquire", R"({"ttl_ms": 8000})");
+  EXPECT_EQ(r.status, 503) << r.body;
+  std::this_thread::sleep_for(std::chrono::milliseconds(1200));  // b's reads fail meanwhile
+  const auto resumed_at = Clock::now();
+  redis.resume();
+  e = on_b.next(5000);
+  ASSERT_TRUE(e.has_value());
+  if ((*e)["event"] == "unknown") e = on_b.next(5000);  // reads failed past the next re-read
+  ASSERT_TRUE(e.has_value()) << "the given-back grant was not shown";
+  EXPECT_EQ((*e)["event"], "acquired") << e->dump();
+  const uint64_t token = (*e)["token"];
+  e = on_b.next(5000);
+  if (e.has_value() && (*e)["event"] == "state") e = on_b.next(5000);  // after `unknown`
+  ASSERT_TRUE(e.has_value()) << "its end was not shown";
+  EXPECT_TRUE((*e)["event"] == "ended" || (*e)["event"] == "released") << e->dump();
+  EXPECT_EQ((*e)["token"], token) << e->dump();
+  EXPECT_LT(msSince(resumed_at), 6000) << "shown before the lease could have run out";
+  const std::string metrics_a = HttpClient::tcp(quick_a->port()).get("/metrics").body;
+  EXPECT_NE(metrics_a.find(R"(sidelock_unanswered_acquires_total{outcome="released"} 1)"),
+            std::string::npos)
+      << "the grant was given back: " << metrics_a;
+}
+
 // While the backend is out, a stream does not go on saying `held` past the lease's end, nor free
 // forever: `unknown` once (under the last token), and once Redis answers again the events its read
 // shows (the lease ended: `expired`), then `state`.

@@ -718,25 +718,40 @@ TEST_F(RedisBackendTest, LockChangesAreAnnouncedWithTheirReason) {
   observer.unwatchReleases("job");
 }
 
+// A subscription comes back after Redis restarted, and says so: announcements made meanwhile were
+// missed (announcement::kResubscribed: waiters try again, event streams read the lock and know
+// they cannot tell how a lease they did not see ended).
 TEST_F(RedisBackendTest, SubscriptionsSurviveRedisRestart) {
   RedisBackend& waiter = make(redisConfig(redis_.port()));
-  int woken = 0;
-  waiter.setReleaseListener([&](std::string_view, std::string_view reason) {
-    woken += announcement::freesLock(reason) ? 1 : 0;
-  });
+  std::vector<std::string> heard;
+  waiter.setReleaseListener(
+      [&](std::string_view, std::string_view reason) { heard.emplace_back(reason); });
   waiter.watchReleases("r");
   const std::string channel = releaseChannel("sidelock:", "r");
   ASSERT_TRUE(env_.runUntil([&] { return waiter.node().subscribed(channel); }));
+  env_.runFor(50);
+  EXPECT_TRUE(heard.empty()) << "a first subscription missed nothing";
 
   redis_.restart();
   // The old subscription dies with the connection; a new one is made after the reconnect.
   ASSERT_TRUE(env_.runUntil([&] { return !waiter.node().subscribed(channel); }, 5000));
   ASSERT_TRUE(env_.runUntil([&] { return waiter.node().subscribed(channel); }, 5000));
+  ASSERT_TRUE(env_.runUntil([&] { return heard.size() == 1; }, 2000));
+  EXPECT_EQ(heard[0], announcement::kResubscribed);
+  EXPECT_TRUE(announcement::freesLock(heard[0])) << "a missed release may have freed it";
   EXPECT_TRUE(waiter.health().ready);
   RedisBackend& holder = make(redisConfig(redis_.port()));
   ASSERT_TRUE(acquire(holder, "r", "alice", 10'000)->ok());
   ASSERT_EQ(*release(holder, "r", "alice"), OutcomeCode::kOk);
-  EXPECT_TRUE(env_.runUntil([&] { return woken == 1; }, 2000));
+  EXPECT_TRUE(env_.runUntil([&] { return heard.size() == 3; }, 2000));
+  EXPECT_EQ(heard, std::vector<std::string>(
+                       {std::string(announcement::kResubscribed), "granted", "released"}));
+
+  // The pub/sub link alone dropped (the command link stays up): the same.
+  redis_.cli({"CLIENT", "KILL", "TYPE", "pubsub"});
+  ASSERT_TRUE(env_.runUntil([&] { return heard.size() == 4; }, 5000)) << "not resubscribed";
+  EXPECT_EQ(heard.back(), announcement::kResubscribed);
+  EXPECT_TRUE(waiter.node().subscribed(channel));
 }
 
 TEST_F(RedisBackendTest, ShutdownCancelsPendingCallsAndClosesCleanly) {
