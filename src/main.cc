@@ -385,6 +385,8 @@ int runSidecar(const config::Config& cfg) {
     s.metrics->addScrapeHook([&s] {
       s.metrics->grpc_connections.Set(
           s.grpc_server ? static_cast<double>(s.grpc_server->connectionCount()) : 0);
+      s.metrics->grpc_calls.Set(s.grpc_server ? static_cast<double>(s.grpc_server->callCount())
+                                              : 0);
     });
     if (!cfg.listen.grpc.empty()) listening = s.grpc_server->listenTcp(cfg.listen.grpc);
     if (listening.isOk() && !cfg.listen.grpc_unix.empty()) {

@@ -62,6 +62,8 @@ class GrpcServer {
   int tcpPort() const { return transport_.tcpPort(); }
   const std::string& unixPath() const { return transport_.unixPath(); }
   size_t connectionCount() const { return transport_.connectionCount(); }
+  /// Calls in progress (unary ones in flight, streaming ones open), over every connection.
+  size_t callCount() const { return transport_.streamCount(); }
 
   /// Closes the listeners and sends GOAWAY: calls in progress go on. Idempotent.
   void stopAccepting() { transport_.stopAccepting(); }

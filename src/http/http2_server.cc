@@ -99,6 +99,8 @@ class Http2Connection {
   Status start(std::shared_ptr<const PeerIdentity> peer);
   /// Since when no stream has been open (0 while one is): the eviction order.
   int64_t idleSinceUs() const { return streams_.empty() ? idle_since_us_ : 0; }
+  /// Streams open on this connection (attached: a request's, until it is done or reset).
+  size_t openStreams() const { return streams_.size(); }
   const Http2Server::ListenerBudget* budget() const { return budget_; }
   const std::string& peerKey() const { return peer_key_; }
   /// GOAWAY: no new streams; the connection closes once the open ones are done.
@@ -1016,6 +1018,12 @@ void Http2Server::flushQueued() {
     c->flushNow();
   }
   uv_prepare_stop(flush_prepare_.get());
+}
+
+size_t Http2Server::streamCount() const {
+  size_t streams = 0;
+  for (const auto& [raw, connection] : connections_) streams += connection->openStreams();
+  return streams;
 }
 
 void Http2Server::stopAccepting() {

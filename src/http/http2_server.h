@@ -216,6 +216,8 @@ class Http2Server {
   int tcpPort() const { return tcp_.port(); }
   const std::string& unixPath() const { return unix_.unixPath(); }
   size_t connectionCount() const { return connections_.size(); }
+  /// Streams open over every connection (a walk of the connections: for scrapes, not hot paths).
+  size_t streamCount() const;
 
   /// Closes the listeners and sends every connection a GOAWAY (no new streams); open streams go
   /// on. Idempotent.

@@ -343,6 +343,12 @@ Metrics::Metrics(std::string version)
                            .Help("Open gRPC client connections (HTTP/2; TCP and Unix socket).")
                            .Register(*registry_)
                            .Add({})),
+      grpc_calls(BuildGauge()
+                     .Name("sidelock_grpc_calls")
+                     .Help("gRPC calls in progress over every connection: unary calls in "
+                           "flight, streaming calls (Hold, HoldPermit, Events, Watch, ...) open.")
+                     .Register(*registry_)
+                     .Add({})),
       http_connections_rejected(BuildCounter()
                                     .Name("sidelock_http_connections_rejected_total")
                                     .Help("Connections answered 503 (or closed) at accept "

@@ -241,6 +241,7 @@ class Metrics {
   prometheus::Gauge& http_in_flight;
   prometheus::Gauge& http_connections;
   prometheus::Gauge& grpc_connections;             // set at scrape time (main.cc)
+  prometheus::Gauge& grpc_calls;                   // set at scrape time (main.cc)
   prometheus::Counter& http_connections_rejected;  // over max_connections
   prometheus::Counter& http_connections_evicted;   // idle ones closed to admit a new client
   prometheus::Gauge& http_stream_holds;            // connections counted as stream holds

@@ -252,11 +252,16 @@ async function exercise(ports, sidecarLog, sidecar) {
   const inFlight = async () => metricValue(await (await http("GET", "/metrics")).text(),
                                            "sidelock_http_in_flight_requests");
   const inFlightBefore = await inFlight();
+  const grpcCalls = async () =>
+    metricValue(await (await http("GET", "/metrics")).text(), "sidelock_grpc_calls");
+  const callsBefore = await grpcCalls();
   const hold = locks.Hold({ name: "s1", ttl_ms: 3000 }, bearer(TOKEN));
   hold.on("error", () => {});
   const first = await firstMessage(hold);
   check(await inFlight() === inFlightBefore + 1,
         "an open Hold counts in sidelock_http_in_flight_requests", `${inFlightBefore} before`);
+  check(await grpcCalls() === callsBefore + 1,
+        "and in sidelock_grpc_calls", `${await grpcCalls()} vs ${callsBefore} before`);
   check(first.value && first.value.event === "acquired" && first.value.token > 0,
         "Hold's first message is the acquired event", JSON.stringify(first));
   h = await http("POST", "/v1/locks/s1/acquire", {});
@@ -271,6 +276,8 @@ async function exercise(ports, sidecarLog, sidecar) {
   check(released, "cancelling the Hold call releases the lock", `${Date.now() - t0} ms`);
   check(await until(async () => await inFlight() === inFlightBefore, 5000),
         "and leaves it once it ends", `${await inFlight()} vs ${inFlightBefore}`);
+  check(await until(async () => await grpcCalls() === callsBefore, 5000),
+        "sidelock_grpc_calls too", `${await grpcCalls()} vs ${callsBefore}`);
 
   // Semaphores.
   const p1 = expectOk(await unary(locks, "AcquirePermit", { name: "sem", limit: 2, ttl_ms: 10000 }), "AcquirePermit 1");
