@@ -191,6 +191,7 @@ class LockService::Impl {
     int64_t next_try_us = 0;
     int64_t backoff_ms = 0;
     int attempts = 0;
+    std::string last_error;  // what the last give-back was refused with ("" if none was sent)
   };
   /// Instead of `w`'s next attempt (attempt() marked it in flight, `in_flight` its count): the
   /// release of what an unanswered attempt of it may have been granted; the attempt is sent once

@@ -125,6 +125,7 @@ void LockService::Impl::giveBackUnanswered(UnansweredGrant grant) {
                            r.status().toString());
           return;
         }
+        grant.last_error = r.status().toString();
         unanswered_.later(std::move(grant));
       }));
 }
@@ -135,11 +136,11 @@ event::RetryQueue<LockService::Impl::UnansweredGrant> LockService::Impl::unanswe
       scheduler_, {kMaxUnansweredGrants, kUnansweredFirstRetryMs, kUnansweredMaxBackoffMs},
       [this](UnansweredGrant grant) { giveBackUnanswered(std::move(grant)); },
       [this](const UnansweredGrant& grant, Retries::Dropped why) {
-        giveUpUnanswered(grant,
-                         why == Retries::Dropped::kFull
-                             ? "too many waiting for the backend"
-                             : "its TTL ended before the backend was back",
-                         "");
+        giveUpUnanswered(
+            grant,
+            why == Retries::Dropped::kFull ? "too many waiting for the backend"
+                                           : "its TTL ended before the backend was back",
+            grant.last_error.empty() ? "not sent: the backend was out" : grant.last_error);
       });
 }
 

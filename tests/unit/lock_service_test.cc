@@ -541,12 +541,16 @@ TEST_F(LockServiceTest, AFinishedAcquiresUnansweredGrantIsGivenBackOnceTheBacken
 }
 
 TEST_F(LockServiceTest, AnUnansweredGrantIsNoLongerChasedOnceItsTtlHasEnded) {
+  sidelock::testing::LogCapture log;
+  ASSERT_TRUE(log.ok());
   backend.fail_acquire = noAnswer();
   backend.fail_release = unavailable("redis down");
   auto single = acquireNow(opts("x", "", 400));
   ASSERT_EQ(single->status(), AcquireStatus::kError);
   advance(600, 10);
   EXPECT_EQ(metrics.unanswered_gave_up.Value(), 1);
+  EXPECT_EQ(log.count("event=lock.unanswered_grant_not_given_back"), 1) << log.text();
+  EXPECT_EQ(log.count("redis down"), 1) << "the last give-back's refusal: " << log.text();
   const int tries = backend.count("release");
   advance(5000, 100);
   EXPECT_EQ(backend.count("release"), tries);
