@@ -32,7 +32,8 @@ struct RedisValue {
 using RedisReplyCallback = std::function<void(StatusOr<RedisValue>)>;
 
 /// Appends `argv` as one RESP command (an array of bulk strings) to `out`, formatted by hiredis
-/// (redisFormatCommandArgv). Binary safe. Out of memory throws std::bad_alloc, as the append does.
+/// (redisFormatSdsCommandArgv). Binary safe. Out of memory throws std::bad_alloc, as the append
+/// does.
 void appendCommand(std::string& out, std::span<const std::string_view> argv);
 
 /// Incremental reply decoder: feed it bytes as they arrive, then take complete replies. Builds
