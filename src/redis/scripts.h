@@ -222,7 +222,7 @@ StatusOr<Outcome> decodeOutcome(const StatusOr<RedisValue>& reply, ScriptId scri
                                 std::string_view node);
 
 /// The reply of the acquire_all script (multi-lock in one step; KEYS: lock, counter, holder record
-/// and lock-delay key of each of `names` names, ARGV: owner, ttl_ms, counter_ttl_ms, holder):
+/// and lock-delay key of each of `names` names, ARGV: owner, ttl_ms, counter argument, holder):
 /// {1, 0, ttl, token...} granted, one token per name; {0, 0, ms, 1-based index of the first held
 /// name} (ms: its holder's PTTL, or what is left of its lock-delay).
 StatusOr<AllOutcome> decodeAllOutcome(const StatusOr<RedisValue>& reply, size_t names,

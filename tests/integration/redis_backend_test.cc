@@ -284,6 +284,52 @@ TEST_F(RedisBackendTest, TokensStayAboveTheGrantsAFailoverLost) {
   EXPECT_LE(next->token, clockUs()) << "Redis's clock in microseconds";
 }
 
+// Every script that grants floors the token by Redis's clock in microseconds on one master (not
+// by the second, which Redlock keeps): a counter far behind the clock gives a token between the
+// clock read just before the grant and just after it. The second's floor would give
+// <second>000001, below the read before (found by review: only the mutex acquire was tested).
+TEST_F(RedisBackendTest, EveryGrantFollowsTheClockByTheMicrosecond) {
+  RedisBackend& b = make(redisConfig(redis_.port()));
+  const std::string p = "sidelock:";
+  auto expectFloored = [&](const std::string& what, const std::string& counter, auto grant) {
+    ASSERT_EQ(redis_.cli({"SET", counter, "5"}), "OK") << what;
+    // Past the first ms of a second: the second's floor would be clearly below the read before.
+    ASSERT_TRUE(env_.runUntil([&] { return clockUs() % 1'000'000 > 1'000; }, 2000));
+    const uint64_t before = clockUs();
+    const uint64_t token = grant();
+    const uint64_t after = clockUs();
+    EXPECT_GE(token, before) << what << ": below the clock";
+    EXPECT_LE(token, after) << what;
+    EXPECT_EQ(redis_.cli({"GET", counter}), std::to_string(token)) << what;
+    EXPECT_GT(std::stoll(redis_.cli({"PTTL", counter})), kMaxTtlMs) << what << ": the expiry";
+  };
+  auto tokenOf = [&](const Operation& op) -> uint64_t {
+    auto r = run(b, op);
+    EXPECT_TRUE(r.isOk() && r->ok()) << verbName(op.verb) << " " << r.status().toString();
+    return r.isOk() ? r->token : 0;
+  };
+  expectFloored("mutex", tokenKey(p, "m"),
+                [&] { return tokenOf(Operation::acquire("m", "o", 10'000)); });
+  expectFloored("hand-off", tokenKey(p, "m"),
+                [&] { return tokenOf(Operation::handOff("m", "o", "o2", 10'000)); });
+  expectFloored("fair", tokenKey(p, "f"),
+                [&] { return tokenOf(Operation::acquire("f", "o", 10'000).of(LockKind::kFair)); });
+  expectFloored("reader", tokenKey(p, "r"),
+                [&] { return tokenOf(Operation::acquireShared("r", "o", 10'000)); });
+  expectFloored("permit", semaphoreTokenKey(p, "s"),
+                [&] { return tokenOf(Operation::acquirePermit("s", "o", 10'000, 3)); });
+  expectFloored("election", electionTokenKey(p, "e"),
+                [&] { return tokenOf(Operation::campaign("e", "o", 10'000, "node-a", "")); });
+  expectFloored("multi-lock", tokenKey(p, "x"), [&]() -> uint64_t {
+    std::optional<StatusOr<AllOutcome>> all;
+    b.acquireAll({"x"}, "o", 10'000, "",
+                 [&](StatusOr<AllOutcome> r) { all.emplace(std::move(r)); });
+    EXPECT_TRUE(env_.runUntil([&] { return all.has_value(); }));
+    EXPECT_TRUE(all && all->isOk() && (*all)->granted);
+    return all && all->isOk() && !(*all)->tokens.empty() ? (*all)->tokens[0] : 0;
+  });
+}
+
 TEST_F(RedisBackendTest, KeysCarryPrefixAndHashTag) {
   auto c = redisConfig(redis_.port());
   c.key_prefix = "app1:";

@@ -13,13 +13,17 @@
 --    grant would get a token below theirs (found from outside on Redis Cluster). With it, a new
 --    master's first grant gets a token above every grant its old master made earlier by the
 --    hosts' clock difference (a second more with Redlock's floor): after a master that crashed,
---    and after one a partition cut off, which stops granting at its node timeout, before its
---    replica's election (README "Fencing tokens").
+--    and usually after one a partition cut off, which stops granting between one and one and a
+--    half node timeouts after the cut, mostly before its replica is promoted (README "Fencing
+--    tokens").
 --    Redlock's floor is by whole seconds: its nodes read their own clocks and must agree on a
 --    grant's token to skip the token sync; within a second they count on from one synced counter.
--- Every grant then pushes the counter's expiry out to counterTtl(counter_arg).
--- INCR's reply reaches Lua as a double: exact below 2^53 (TIME in us is ~1.8e15 in 2026, 2^53 is
--- ~9e15, i.e. the year 2255), and a Lua number goes back to the client as an integer.
+-- Every grant then pushes the counter's expiry out to counterTtl(counter_arg). INCR first, then
+-- the floor, without a GET: a grant needs no GET right (command ACLs; Redlock's tests revoke it
+-- on a node to fail its token sync, whose script reads). The price on one master, where the
+-- clock is nearly always above the counter: INCR, SET and PEXPIRE, three replicated writes per
+-- grant. INCR's reply reaches Lua as a double: exact below 2^53 (TIME in us is ~1.8e15 in 2026,
+-- 2^53 is ~9e15, i.e. the year 2255), and a Lua number goes back to the client as an integer.
 -- redis.replicate_commands() lets Redis < 5 write after TIME (a no-op from Redis 5 on).
 
 redis.replicate_commands()
@@ -32,8 +36,7 @@ local function nextTokenAt(counter, counter_arg)
   if redis.call('EXISTS', counter) == 0 then
     redis.call('SET', counter, now_us)
   end
-  -- INCR first, then the floor: no GET (a grant needs no read right on the counter). The floor
-  -- is written as a string: a Lua number passed to Redis keeps only 14 digits.
+  -- The floor is written as a string: a Lua number passed to Redis keeps only 14 digits.
   local token = redis.call('INCR', counter)
   local floor = now[1] .. '000001'
   if string.sub(counter_arg, -3) == ' us' then floor = now_us end
