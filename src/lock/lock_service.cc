@@ -112,10 +112,13 @@ LockService::Impl::Impl(const config::LocksConfig& config, backend::Backend& bac
       // A release of any kind of lock of that name (a freed permit, a freed mutex: writers and
       // readers wait for that one, the last reader gone). Writers first
       // (KindPolicy::lease_sharers). A grant frees nothing: no waiter wakes for it.
+      // A resubscription (announcements may have been missed) wakes them too, but is no
+      // release notification (sidelock_wakeups_total counts those).
+      const bool notified = payload != backend::announcement::kResubscribed;
       LockId lock{LockKind::kMutex, std::string(name)};
       for (LockKind kind : kindsInWakeOrder()) {
         lock.kind = kind;
-        wakeQueue(lock, /*notified=*/true);
+        wakeQueue(lock, notified);
       }
     }
     notifyChangeWatchers(name, reason);

@@ -341,11 +341,12 @@ class LockService {
                 std::function<void(StatusOr<ProclaimResult>)> done);
   /// Calls `on_change` (on a later loop turn) with what changed whenever a change of `name` is
   /// announced by any sidecar (a release, a force release, a grant or hand-off; an election's
-  /// grant, proclaim or resign), and with kCatchUp once each time the backend comes back after
-  /// an outage (announcements may have been missed meanwhile), until the returned watch is
-  /// destroyed. Lease expiries are not announced: a watcher that must see them reads again when
-  /// the TTL it read runs out. Watches of one name share one backend subscription. Only releases
-  /// wake waiters; grants are news to watchers only.
+  /// grant, proclaim or resign), and with kCatchUp once each time the backend, or the name's
+  /// subscription, comes back after an outage (announcements may have been missed meanwhile),
+  /// until the returned watch is destroyed. Lease expiries are not announced: a watcher that must
+  /// see them reads again when the TTL it read runs out. Watches of one name share one backend
+  /// subscription. Only releases (and resubscriptions) wake waiters; grants are news to watchers
+  /// only.
   ChangeWatch watchChanges(std::string_view name, std::function<void(ChangeReason)> on_change);
   /// Operators only: frees the lock whoever holds it (no owner check, no new token), wakes the
   /// waiters, and if this sidecar granted the lease, ends it as lost (its holder's stream gets
