@@ -1202,10 +1202,11 @@ void GrpcGateway::handle(grpc::CallPtr call, std::string request) {
   }
   std::optional<WaitBound> wait_bound;
   if (info.deadline_us) {
-    // The wait ends kAnswerRoomMs before the call's deadline: a lock still held then answers
+    // The wait ends answerRoomMs() before the call's deadline: a lock still held then answers
     // `locked` (ABORTED), rather than a coin toss with the deadline's own timer, due the same
     // millisecond, which ends the call DEADLINE_EXCEEDED (both came about half the time).
-    const int64_t left_ms = (*info.deadline_us - scheduler_.nowUs()) / 1000 - kAnswerRoomMs;
+    const int64_t deadline_left_ms = (*info.deadline_us - scheduler_.nowUs()) / 1000;
+    const int64_t left_ms = deadline_left_ms - answerRoomMs(deadline_left_ms);
     wait_bound = WaitBound{left_ms, options_.max_wait_ms};
   }
   if (method->direct != GrpcMethod::Direct::kNone && options_.direct_calls) {

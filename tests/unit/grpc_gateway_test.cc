@@ -261,6 +261,16 @@ TEST(GrpcGatewayTest, DaprMessagesUseDaprsJsonNames) {
   EXPECT_EQ(m.extended_metadata().at("runtime"), "sidelock");
 }
 
+// A call's wait ends a tenth of its deadline early (5 to 50 ms), so that a lock still held
+// answers ABORTED before the deadline's timer ends the call, also on a loaded machine.
+TEST(GrpcGatewayTest, AWaitEndsATenthOfTheDeadlineEarly) {
+  EXPECT_EQ(answerRoomMs(0), 5);
+  EXPECT_EQ(answerRoomMs(20), 5) << "never under 5 ms";
+  EXPECT_EQ(answerRoomMs(270), 27);
+  EXPECT_EQ(answerRoomMs(900), 50) << "never over 50 ms";
+  EXPECT_EQ(answerRoomMs(60'000), 50);
+}
+
 TEST(GrpcGatewayTest, HttpErrorsMapToGrpcStatusesOneToOne) {
   EXPECT_EQ(grpcStatusOf(400, "bad_request"), StatusCode::kInvalidArgument);
   EXPECT_EQ(grpcStatusOf(400, "invalid_name"), StatusCode::kInvalidArgument);
