@@ -291,8 +291,21 @@ class MultiAcquire : public std::enable_shared_from_this<MultiAcquire> {
       SL_LOG(kDebug, "lock.multi_given_back", {"blocked_by", r.blocked_by},
              {"given_back", static_cast<unsigned long>(grants_.size())});
     }
-    for (const Grant& g : grants_) {
-      service_.release(g.lock, options_.owner, [](StatusOr<ReleaseStatus>) {});
+    for (size_t i = 0; i < grants_.size(); ++i) {
+      // A release the backend could not answer (an outage) would leave the name held by nobody
+      // until its TTL (found from outside on Redis Cluster: a name taken just before a master
+      // died stayed held 5 s after the 503). Under an owner id the service drew, it is given
+      // back as an unanswered grant: retried until the backend is back, or the lease's TTL
+      // has ended it. The caller's own owner id is not: the caller may already hold that name
+      // again under it, and a late release would free that grant.
+      const int64_t until_us = granted_us_[i] + grants_[i].ttl_ms * 1000;
+      service_.release(grants_[i].lock, options_.owner,
+                       [&impl = impl_, lock = grants_[i].lock, owner = options_.owner,
+                        drawn = owner_drawn_, until_us](StatusOr<ReleaseStatus> released) {
+                         if (drawn && !released.isOk()) {
+                           impl.giveBackUnansweredGrant(lock, owner, until_us);
+                         }
+                       });
     }
     grants_.clear();
     if (done_) std::exchange(done_, nullptr)(std::move(r));
