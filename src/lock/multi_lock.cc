@@ -92,9 +92,8 @@ class MultiAcquire : public std::enable_shared_from_this<MultiAcquire> {
     // the name is tried again under that owner, or after the last try. See giveBackUntried().
     all_at_once_unanswered_ = unanswered && owner_drawn_;
     if (finished_) {  // cancelled meanwhile: what was granted goes back
-      for (const Grant& g : grants) {
-        service_.release(g.lock, options_.owner, [](StatusOr<ReleaseStatus>) {});
-      }
+      const int64_t now = scheduler_.nowUs();
+      for (const Grant& g : grants) giveBack(g, now);
       giveBackUntried();
       return;
     }
@@ -143,9 +142,7 @@ class MultiAcquire : public std::enable_shared_from_this<MultiAcquire> {
     if (finished_) {
       // Cancelled or failed while this grant was on its way to us (the service gives back only
       // a grant that is still in flight when cancelled): nobody will hold it, give it back.
-      if (r.status == AcquireStatus::kGranted) {
-        service_.release(r.grant.lock, options_.owner, [](StatusOr<ReleaseStatus>) {});
-      }
+      if (r.status == AcquireStatus::kGranted) giveBack(r.grant, scheduler_.nowUs());
       return;
     }
     if (r.status != AcquireStatus::kGranted) {
@@ -282,6 +279,24 @@ class MultiAcquire : public std::enable_shared_from_this<MultiAcquire> {
     all_at_once_unanswered_ = false;
   }
 
+  /// Releases a name this multi-lock was granted (at `granted_us`) and will not keep. A release
+  /// the backend could not answer (an outage) would leave the name held by nobody until its TTL
+  /// (found from outside on Redis Cluster: a name taken just before a master died stayed held
+  /// 5 s after the 503). Under an owner id the service drew, it is given back as an unanswered
+  /// grant: retried until the backend is back, or the lease's TTL has ended it. The caller's own
+  /// owner id is not: the caller may already hold that name again under it, and a late release
+  /// would free that grant.
+  void giveBack(const Grant& g, int64_t granted_us) {
+    const int64_t until_us = granted_us + g.ttl_ms * 1000;
+    service_.release(g.lock, options_.owner,
+                     [&impl = impl_, lock = g.lock, owner = options_.owner, drawn = owner_drawn_,
+                      until_us](StatusOr<ReleaseStatus> released) {
+                       if (drawn && !released.isOk()) {
+                         impl.giveBackUnansweredGrant(lock, owner, until_us);
+                       }
+                     });
+  }
+
   void fail(MultiAcquireResult r) {
     finished_ = true;
     keep_alive_.reset();
@@ -291,22 +306,7 @@ class MultiAcquire : public std::enable_shared_from_this<MultiAcquire> {
       SL_LOG(kDebug, "lock.multi_given_back", {"blocked_by", r.blocked_by},
              {"given_back", static_cast<unsigned long>(grants_.size())});
     }
-    for (size_t i = 0; i < grants_.size(); ++i) {
-      // A release the backend could not answer (an outage) would leave the name held by nobody
-      // until its TTL (found from outside on Redis Cluster: a name taken just before a master
-      // died stayed held 5 s after the 503). Under an owner id the service drew, it is given
-      // back as an unanswered grant: retried until the backend is back, or the lease's TTL
-      // has ended it. The caller's own owner id is not: the caller may already hold that name
-      // again under it, and a late release would free that grant.
-      const int64_t until_us = granted_us_[i] + grants_[i].ttl_ms * 1000;
-      service_.release(grants_[i].lock, options_.owner,
-                       [&impl = impl_, lock = grants_[i].lock, owner = options_.owner,
-                        drawn = owner_drawn_, until_us](StatusOr<ReleaseStatus> released) {
-                         if (drawn && !released.isOk()) {
-                           impl.giveBackUnansweredGrant(lock, owner, until_us);
-                         }
-                       });
-    }
+    for (size_t i = 0; i < grants_.size(); ++i) giveBack(grants_[i], granted_us_[i]);
     grants_.clear();
     if (done_) std::exchange(done_, nullptr)(std::move(r));
   }

@@ -136,11 +136,11 @@ event::RetryQueue<LockService::Impl::UnansweredGrant> LockService::Impl::unanswe
       scheduler_, {kMaxUnansweredGrants, kUnansweredFirstRetryMs, kUnansweredMaxBackoffMs},
       [this](UnansweredGrant grant) { giveBackUnanswered(std::move(grant)); },
       [this](const UnansweredGrant& grant, Retries::Dropped why) {
-        giveUpUnanswered(
-            grant,
-            why == Retries::Dropped::kFull ? "too many waiting for the backend"
-                                           : "its TTL ended before the backend was back",
-            grant.last_error.empty() ? "not sent: the backend was out" : grant.last_error);
+        giveUpUnanswered(grant,
+                         why == Retries::Dropped::kFull
+                             ? "too many waiting for the backend"
+                             : "its TTL ended before the backend was back",
+                         grant.last_error);  // every queued give-back was sent and refused once
       });
 }
 
